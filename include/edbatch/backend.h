@@ -1,0 +1,50 @@
+// Backends take a whole plan (graph, schedule, memory plan) and run it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "edbatch/dim.h"
+
+namespace edbatch {
+
+class Graph;
+class ParameterCollection;
+struct Schedule;
+struct MemoryPlan;
+
+struct ExecCounters {
+  uint64_t kernels = 0;       // kernel launches (a GEMM or an elementwise pass each)
+  uint64_t bytes_copied = 0;  // gathers a kernel could not avoid
+  uint64_t arena_bytes = 0;   // values + adjoints currently reserved
+  uint64_t arena_growths = 0; // times the arena had to grow (0 in steady state)
+};
+
+struct PlanRef {
+  const Graph& graph;
+  const Schedule& schedule;
+  const MemoryPlan& plan;
+  ParameterCollection& params;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual void forward(const PlanRef& p) = 0;
+  // Adjoint of `loss_node` is 1; accumulates parameter gradients into the collection.
+  virtual void backward(const PlanRef& p, uint32_t loss_node) = 0;
+  // Host-visible value / adjoint of a node after forward / backward. nullptr where the backend
+  // does no math (null).
+  virtual const float* value(const MemoryPlan& plan, uint32_t node) const = 0;
+  virtual const float* adjoint(const MemoryPlan& plan, uint32_t node) const = 0;
+  const ExecCounters& counters() const { return counters_; }
+
+ protected:
+  ExecCounters counters_;
+};
+
+// "cpu", "null", "cuda" (throws when built without CUDA).
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
+
+}  // namespace edbatch

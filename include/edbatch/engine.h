@@ -1,0 +1,81 @@
+// The engine: schedules, plans and runs graphs on one backend with one policy.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edbatch/backend.h"
+#include "edbatch/graph.h"
+#include "edbatch/memplan.h"
+#include "edbatch/schedule.h"
+
+namespace edbatch {
+
+struct EngineOptions {
+  std::string policy = "agenda";  // none | depth | agenda | lb-greedy
+  std::string device = "cpu";     // cpu | null | cuda
+  int threads = 1;
+};
+
+struct Stats {
+  double construction_ms = 0;  // graph building, from Graph construction/clear to forward
+  double scheduling_ms = 0;    // scheduling + memory planning
+  double execution_ms = 0;     // forward kernels
+  double backward_ms = 0;
+  uint64_t nodes = 0;          // scheduled (non-source) nodes
+  uint64_t batches = 0;        // = kernel steps of the forward pass
+  uint64_t lower_bound = 0;
+  uint64_t kernels = 0;        // launches, forward + backward so far
+  uint64_t bytes_copied = 0;   // gathers, forward + backward so far
+  uint64_t arena_bytes = 0;
+  uint64_t arena_growths = 0;  // cumulative over the engine's life
+};
+
+// A read-only view of a value owned by the engine, valid until the next forward.
+struct Tensor {
+  const float* data = nullptr;
+  Dim dim;
+  float operator[](uint32_t i) const { return data[i]; }
+};
+float as_scalar(const Tensor& t);
+std::vector<float> as_vector(const Tensor& t);
+
+class Engine {
+ public:
+  explicit Engine(ParameterCollection& params, EngineOptions options = {});
+  Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, EngineOptions options = {});
+  ~Engine();
+
+  // Runs every node of `g` (once per graph version) and returns the value of `e`.
+  const Tensor& forward(Graph& g, const Expr& e);
+  // Back-propagates from the scalar `loss`; parameter gradients accumulate in the collection.
+  void backward(Graph& g, const Expr& loss);
+  Tensor value(const Expr& e) const;
+  Tensor gradient(const Expr& e) const;  // after backward
+
+  const Stats& stats() const { return stats_; }
+  const Schedule& schedule() const { return schedule_; }
+  const MemoryPlan& plan() const { return plan_; }
+  const Policy& policy() const { return *policy_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  void check_graph(const Graph& g, const Expr& e, const char* fn) const;
+
+  ParameterCollection& params_;
+  EngineOptions options_;
+  std::unique_ptr<Policy> policy_;
+  std::unique_ptr<Backend> backend_;
+  Scheduler scheduler_;
+  Schedule schedule_;
+  MemoryPlan plan_;
+  Stats stats_;
+  Tensor result_;
+  const Graph* graph_ = nullptr;
+  uint32_t graph_generation_ = 0;
+  uint64_t graph_version_ = UINT64_MAX;
+  bool have_backward_ = false;
+};
+
+}  // namespace edbatch

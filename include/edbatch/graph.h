@@ -1,0 +1,112 @@
+// One mini-batch: the nodes of every instance in flat arrays, built through lazy Exprs.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "edbatch/dim.h"
+#include "edbatch/op.h"
+#include "edbatch/params.h"
+
+namespace edbatch {
+
+class TypeTable;
+
+struct Node {
+  Op op;
+  uint32_t type;
+  Dim dim;
+  uint32_t arg_begin;  // into Graph::args()
+  uint32_t num_args;
+  uint32_t aux;   // Parameter/Lookup: parameter id; Input: offset into input values
+  uint32_t aux2;  // Lookup, Pick: index; PickNegLogSoftmax: label
+  float alpha, beta;  // ScalarAffine
+};
+
+class Graph;
+
+// A node handle. Cheap to copy; valid until its graph is cleared or destroyed.
+struct Expr {
+  Graph* graph = nullptr;
+  uint32_t id = UINT32_MAX;
+  uint32_t generation = 0;
+};
+
+class Graph {
+ public:
+  explicit Graph(ParameterCollection& params);
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Drops all nodes but keeps the storage, so rebuilding costs no allocation.
+  void clear();
+
+  uint32_t size() const { return static_cast<uint32_t>(nodes_.size()); }
+  const Node& node(uint32_t id) const { return nodes_[id]; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const uint32_t* args(const Node& n) const { return args_.data() + n.arg_begin; }
+  const std::vector<float>& input_values() const { return input_values_; }
+  ParameterCollection& params() const { return *params_; }
+  const TypeTable& types() const;
+  uint32_t generation() const { return generation_; }
+  // Bumps on every change; an engine recomputes when it differs from what it last ran.
+  uint64_t version() const { return version_; }
+  double construction_seconds() const;
+
+  // Checked access for the Expr builders below.
+  const Node& node_of(const Expr& e, const char* fn) const;
+  uint32_t add_node(Op op, Dim dim, const uint32_t* args, uint32_t nargs, uint32_t aux = 0,
+                    uint32_t aux2 = 0, float alpha = 0, float beta = 0);
+  uint32_t add_input(Dim dim, const float* values);
+  uint32_t add_parameter(uint32_t param_id);
+  Expr expr(uint32_t id) { return Expr{this, id, generation_}; }
+
+ private:
+  uint32_t type_of(const Node& n, const uint32_t* args);
+
+  ParameterCollection* params_;
+  std::vector<Node> nodes_;
+  std::vector<uint32_t> args_;
+  std::vector<float> input_values_;
+  std::vector<uint32_t> param_node_;  // parameter id -> node id in this graph (dedup)
+  std::vector<uint32_t> key_;         // scratch for type keys
+  uint32_t generation_ = 1;
+  uint64_t version_ = 0;
+  std::chrono::steady_clock::time_point build_start_;
+};
+
+// ---- building expressions (DyNet style) ----
+Expr input(Graph& g, Dim dim, const std::vector<float>& values);
+Expr input(Graph& g, Dim dim, const float* values);
+Expr input(Graph& g, float value);
+Expr parameter(Graph& g, Parameter p);
+Expr lookup(Graph& g, LookupParameter table, uint32_t index);
+// affine({b, W1, x1, W2, x2, ...}) = b + W1 x1 + W2 x2 + ...
+Expr affine(const std::vector<Expr>& xs);
+Expr matmul(const Expr& a, const Expr& b);
+Expr add(const Expr& a, const Expr& b);
+Expr sum(const std::vector<Expr>& xs);
+Expr subtract(const Expr& a, const Expr& b);
+Expr cmult(const Expr& a, const Expr& b);
+Expr scalar_affine(const Expr& x, float alpha, float beta);
+Expr tanh(const Expr& x);
+Expr sigmoid(const Expr& x);
+Expr relu(const Expr& x);
+Expr concat(const std::vector<Expr>& xs);
+Expr pick(const Expr& x, uint32_t index);
+Expr pick_neg_log_softmax(const Expr& x, uint32_t label);
+Expr sum_losses(const std::vector<Expr>& losses);
+
+inline Expr operator+(const Expr& a, const Expr& b) { return add(a, b); }
+inline Expr operator-(const Expr& a, const Expr& b) { return subtract(a, b); }
+inline Expr operator*(const Expr& a, const Expr& b) { return matmul(a, b); }
+inline Expr operator*(const Expr& x, float a) { return scalar_affine(x, a, 0.0f); }
+inline Expr operator*(float a, const Expr& x) { return scalar_affine(x, a, 0.0f); }
+inline Expr operator+(const Expr& x, float a) { return scalar_affine(x, 1.0f, a); }
+inline Expr operator+(float a, const Expr& x) { return scalar_affine(x, 1.0f, a); }
+inline Expr operator-(const Expr& x, float a) { return scalar_affine(x, 1.0f, -a); }
+inline Expr operator-(float a, const Expr& x) { return scalar_affine(x, -1.0f, a); }
+inline Expr operator-(const Expr& x) { return scalar_affine(x, -1.0f, 0.0f); }
+
+}  // namespace edbatch

@@ -1,0 +1,93 @@
+// Scheduling: the ordered list of batches for a graph, chosen by a policy over the ready frontier.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace edbatch {
+
+class Graph;
+
+struct Batch {
+  uint32_t type;
+  uint32_t begin;  // into Schedule::nodes
+  uint32_t count;
+};
+
+struct Schedule {
+  std::vector<uint32_t> nodes;  // every non-source node exactly once, batch by batch
+  std::vector<Batch> batches;
+  uint32_t lower_bound = 0;     // sum over types of the longest chain of nodes of that type
+  void clear() {
+    nodes.clear();
+    batches.clear();
+    lower_bound = 0;
+  }
+};
+
+// What a frontier policy sees when it chooses. All queries are O(1).
+class Frontier {
+ public:
+  const std::vector<uint32_t>& ready_types() const { return ready_types_; }
+  uint32_t ready_count(uint32_t type) const { return static_cast<uint32_t>(ready_[type].size()); }
+  // Mean depth (longest path from the sources) over all nodes of the type in the graph.
+  double average_depth(uint32_t type) const { return avg_depth_[type]; }
+  // Remaining chain bound of the type: the most type-`type` nodes on one path among the
+  // nodes not yet scheduled, and how many of those critical nodes exist and are ready now.
+  uint32_t remaining_bound(uint32_t type) const { return top_[type]; }
+  uint32_t critical_total(uint32_t type) const;
+  uint32_t critical_ready(uint32_t type) const;
+  uint32_t num_types() const { return static_cast<uint32_t>(ready_.size()); }
+
+ protected:
+  std::vector<std::vector<uint32_t>> ready_;
+  std::vector<uint32_t> ready_types_;
+  std::vector<uint32_t> ready_pos_;  // position in ready_types_, UINT32_MAX when absent
+  std::vector<double> avg_depth_;
+  std::vector<uint32_t> top_;          // per type: current remaining bound
+  std::vector<uint32_t> level_base_;   // per type: offset into the histograms below
+  std::vector<uint32_t> remaining_at_; // per (type, height): unscheduled nodes
+  std::vector<uint32_t> ready_at_;     // per (type, height): ready nodes
+};
+
+class Policy {
+ public:
+  enum class Kind { NodeByNode, Depth, Frontier };
+  virtual ~Policy() = default;
+  virtual const char* name() const = 0;
+  virtual Kind kind() const { return Kind::Frontier; }
+  // Called once per graph before the first choice.
+  virtual void begin(const Graph&) {}
+  // Returns a type from frontier.ready_types().
+  virtual uint32_t choose(const Frontier& frontier) = 0;
+  // Called after each batch of `type` ran, with the nodes it took.
+  virtual void on_batch(uint32_t /*type*/, uint32_t /*count*/) {}
+};
+
+// "none", "depth", "agenda", "lb-greedy". Unknown names throw std::invalid_argument.
+std::unique_ptr<Policy> make_policy(const std::string& name);
+std::vector<std::string> policy_names();
+
+// Builds schedules; keeps its scratch between calls so steady-state scheduling allocates nothing.
+class Scheduler : private Frontier {
+ public:
+  void run(const Graph& g, Policy& policy, Schedule& out);
+
+ private:
+  void prepare(const Graph& g);
+  void run_node_by_node(const Graph& g, Schedule& out);
+  void run_depth(const Graph& g, Schedule& out);
+  void run_frontier(const Graph& g, Policy& policy, Schedule& out);
+  void push_ready(uint32_t node, uint32_t type);
+
+  std::vector<uint32_t> consumer_begin_, consumers_, pending_, depth_, height_;
+  std::vector<uint16_t> chain_;  // nodes x types scratch for the chain bound
+  std::vector<uint32_t> type_count_, bucket_;
+};
+
+// Checks that every non-source node runs exactly once, after all its inputs, and that each batch
+// holds nodes of its type only. Throws std::runtime_error naming the offending node.
+void validate_schedule(const Graph& g, const Schedule& s);
+
+}  // namespace edbatch

@@ -1,0 +1,40 @@
+// Batching signatures ("types"): interned exact keys. Two nodes may run in one batch iff their
+// type ids are equal. The key is compared word for word; the hash only finds the bucket.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "edbatch/op.h"
+
+namespace edbatch {
+
+class TypeTable {
+ public:
+  struct Interned {
+    uint32_t id;
+    bool is_new;
+  };
+  // key[0] must hold the op in its low byte.
+  Interned intern(const uint32_t* key, uint32_t len);
+  void set_name(uint32_t type, std::string name);
+
+  uint32_t size() const { return static_cast<uint32_t>(spans_.size()); }
+  const std::string& name(uint32_t type) const { return names_.at(type); }
+  Op op(uint32_t type) const { return static_cast<Op>(pool_[spans_.at(type).begin] & 0xff); }
+  uint32_t find(std::string_view name) const;  // UINT32_MAX when absent
+
+ private:
+  struct Span {
+    uint32_t begin, len;
+    uint64_t hash;
+  };
+  void grow();
+  std::vector<uint32_t> pool_;
+  std::vector<Span> spans_;
+  std::vector<std::string> names_;
+  std::vector<uint32_t> slots_;  // open addressing: type id + 1, 0 = empty
+};
+
+}  // namespace edbatch
