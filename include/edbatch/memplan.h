@@ -32,19 +32,19 @@ struct BatchPlan {
   uint32_t out_size;
   uint32_t operand_begin;  // into MemoryPlan::operands
   uint32_t operand_count;
+  uint32_t aux_begin;      // into MemoryPlan::aux: per-node lookup index / pick index / label
 };
 
 struct MemoryPlan {
   std::vector<BatchPlan> batches;          // parallel to Schedule::batches
   std::vector<Operand> operands;
   std::vector<uint32_t> index;             // Indexed offsets; Ragged: k+1 row starts, then offsets
+  std::vector<uint32_t> aux;               // per-node integer arguments, batch by batch
   std::vector<uint32_t> node_offset;       // every node's value (UINT32_MAX for parameters)
   uint32_t input_offset = 0;               // Graph::input_values() lives here
   uint32_t total_floats = 0;
-  // Operands a kernel cannot read through an index (GEMM inputs) must be gathered; the bytes such
-  // gathers move per forward pass.
-  uint64_t gather_bytes = 0;
-  uint32_t indexed_operands = 0, contiguous_operands = 0;
+  // Operand counts by mode, over all batches (Param operands are not counted).
+  uint32_t shared_operands = 0, contiguous_operands = 0, indexed_operands = 0, ragged_operands = 0;
 
   void clear();
 };

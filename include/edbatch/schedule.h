@@ -82,7 +82,7 @@ class Scheduler : private Frontier {
   void push_ready(uint32_t node, uint32_t type);
 
   std::vector<uint32_t> consumer_begin_, consumers_, pending_, depth_, height_;
-  std::vector<uint16_t> chain_;  // nodes x types scratch for the chain bound
+  std::vector<uint32_t> chain_;  // nodes x present types: chain heights
   std::vector<uint32_t> type_count_, bucket_;
 };
 

@@ -24,6 +24,9 @@ class TypeTable {
   const std::string& name(uint32_t type) const { return names_.at(type); }
   Op op(uint32_t type) const { return static_cast<Op>(pool_[spans_.at(type).begin] & 0xff); }
   uint32_t find(std::string_view name) const;  // UINT32_MAX when absent
+  // Ragged types batch nodes with different numbers of arguments (key bit kRaggedKey).
+  bool is_ragged(uint32_t type) const { return pool_[spans_.at(type).begin] & kRaggedKey; }
+  static constexpr uint32_t kRaggedKey = 0x100;
 
  private:
   struct Span {

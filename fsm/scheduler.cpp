@@ -1,0 +1,251 @@
+// The ready frontier per type with O(1) updates per node, the per-type chain lower bound, and the
+// three scheduling modes (node by node, static depth groups, frontier policies).
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "edbatch/graph.h"
+#include "edbatch/schedule.h"
+#include "edbatch/types.h"
+
+namespace edbatch {
+
+namespace {
+bool is_source(const Node& n) { return op_info(n.op).rule == BatchRule::Source; }
+}  // namespace
+
+uint32_t Frontier::critical_total(uint32_t t) const { return remaining_at_[level_base_[t] + top_[t]]; }
+uint32_t Frontier::critical_ready(uint32_t t) const { return ready_at_[level_base_[t] + top_[t]]; }
+
+void Scheduler::prepare(const Graph& g) {
+  const uint32_t n = g.size();
+  const uint32_t num_types = g.types().size();
+  const auto& nodes = g.nodes();
+
+  // Types present in this graph get compact local ids for the chain computation.
+  type_count_.assign(num_types, 0);
+  bucket_.assign(num_types, UINT32_MAX);  // global type -> local index
+  uint32_t local_types = 0;
+  for (const Node& v : nodes) {
+    if (is_source(v)) continue;
+    if (type_count_[v.type]++ == 0) bucket_[v.type] = local_types++;
+  }
+
+  // Pending inputs, consumer lists (CSR) and depth.
+  pending_.assign(n, 0);
+  depth_.assign(n, 0);
+  consumer_begin_.assign(n + 1, 0);
+  for (uint32_t v = 0; v < n; ++v) {
+    const Node& nd = nodes[v];
+    if (is_source(nd)) continue;
+    const uint32_t* a = g.args(nd);
+    uint32_t d = 0;
+    for (uint32_t i = 0; i < nd.num_args; ++i) {
+      if (is_source(nodes[a[i]])) continue;
+      ++pending_[v];
+      ++consumer_begin_[a[i] + 1];
+      d = std::max(d, depth_[a[i]]);
+    }
+    depth_[v] = d + 1;
+  }
+  for (uint32_t v = 0; v < n; ++v) consumer_begin_[v + 1] += consumer_begin_[v];
+  consumers_.resize(consumer_begin_[n]);
+  {
+    std::vector<uint32_t>& fill = height_;  // reused as a cursor before heights are computed
+    fill.assign(consumer_begin_.begin(), consumer_begin_.end() - 1);
+    for (uint32_t v = 0; v < n; ++v) {
+      const Node& nd = nodes[v];
+      if (is_source(nd)) continue;
+      const uint32_t* a = g.args(nd);
+      for (uint32_t i = 0; i < nd.num_args; ++i)
+        if (!is_source(nodes[a[i]])) consumers_[fill[a[i]]++] = v;
+    }
+  }
+
+  // Chain heights: chain[v][t] = most type-t nodes on a path from v to a sink, v included.
+  const uint32_t T = std::max(local_types, 1u);
+  chain_.assign(static_cast<size_t>(n) * T, 0);
+  height_.assign(n, 0);
+  for (uint32_t v = n; v-- > 0;) {
+    const Node& nd = nodes[v];
+    if (is_source(nd)) continue;
+    uint32_t* hv = chain_.data() + static_cast<size_t>(v) * T;
+    height_[v] = ++hv[bucket_[nd.type]];
+    const uint32_t* a = g.args(nd);
+    for (uint32_t i = 0; i < nd.num_args; ++i) {
+      if (is_source(nodes[a[i]])) continue;
+      uint32_t* ha = chain_.data() + static_cast<size_t>(a[i]) * T;
+      for (uint32_t t = 0; t < T; ++t) ha[t] = std::max(ha[t], hv[t]);
+    }
+  }
+
+  // Per-type histograms of unscheduled and ready nodes by height, and mean depth.
+  top_.assign(num_types, 0);
+  avg_depth_.assign(num_types, 0.0);
+  for (uint32_t v = 0; v < n; ++v) {
+    const Node& nd = nodes[v];
+    if (is_source(nd)) continue;
+    top_[nd.type] = std::max(top_[nd.type], height_[v]);
+    avg_depth_[nd.type] += depth_[v];
+  }
+  level_base_.assign(num_types, 0);
+  uint32_t total = 0;
+  for (uint32_t t = 0; t < num_types; ++t) {
+    level_base_[t] = total;
+    total += type_count_[t] ? top_[t] + 1 : 1;
+    if (type_count_[t]) avg_depth_[t] /= type_count_[t];
+  }
+  remaining_at_.assign(total, 0);
+  ready_at_.assign(total, 0);
+  for (uint32_t v = 0; v < n; ++v)
+    if (!is_source(nodes[v])) ++remaining_at_[level_base_[nodes[v].type] + height_[v]];
+
+  if (ready_.size() < num_types) ready_.resize(num_types);
+  for (auto& r : ready_) r.clear();
+  ready_types_.clear();
+  ready_pos_.assign(num_types, UINT32_MAX);
+}
+
+void Scheduler::push_ready(uint32_t node, uint32_t type) {
+  if (ready_[type].empty()) {
+    ready_pos_[type] = static_cast<uint32_t>(ready_types_.size());
+    ready_types_.push_back(type);
+  }
+  ready_[type].push_back(node);
+  ++ready_at_[level_base_[type] + height_[node]];
+}
+
+void Scheduler::run(const Graph& g, Policy& policy, Schedule& out) {
+  out.clear();
+  prepare(g);
+  for (uint32_t t = 0; t < top_.size(); ++t) out.lower_bound += top_[t];
+  switch (policy.kind()) {
+    case Policy::Kind::NodeByNode: run_node_by_node(g, out); break;
+    case Policy::Kind::Depth: run_depth(g, out); break;
+    case Policy::Kind::Frontier: run_frontier(g, policy, out); break;
+  }
+}
+
+void Scheduler::run_node_by_node(const Graph& g, Schedule& out) {
+  for (uint32_t v = 0; v < g.size(); ++v) {
+    const Node& nd = g.node(v);
+    if (is_source(nd)) continue;
+    out.batches.push_back({nd.type, static_cast<uint32_t>(out.nodes.size()), 1});
+    out.nodes.push_back(v);
+  }
+}
+
+void Scheduler::run_depth(const Graph& g, Schedule& out) {
+  // Counting sort by (depth, type): one batch per group, in order of depth.
+  const uint32_t n = g.size();
+  uint32_t max_depth = 0;
+  for (uint32_t v = 0; v < n; ++v) max_depth = std::max(max_depth, depth_[v]);
+  std::vector<uint32_t>& start = consumer_begin_;  // consumer lists are not needed here
+  start.assign(max_depth + 2, 0);
+  for (uint32_t v = 0; v < n; ++v)
+    if (!is_source(g.node(v))) ++start[depth_[v] + 1];
+  for (uint32_t d = 0; d <= max_depth; ++d) start[d + 1] += start[d];
+  out.nodes.resize(start[max_depth + 1]);
+  for (uint32_t v = 0; v < n; ++v)
+    if (!is_source(g.node(v))) out.nodes[start[depth_[v]]++] = v;
+  // Within one depth, group by type (stable, so node order is kept inside a batch).
+  uint32_t begin = 0;
+  for (uint32_t d = 1; d <= max_depth; ++d) {
+    const uint32_t end = start[d];
+    std::stable_sort(out.nodes.begin() + begin, out.nodes.begin() + end,
+                     [&](uint32_t a, uint32_t b) { return g.node(a).type < g.node(b).type; });
+    for (uint32_t i = begin; i < end;) {
+      uint32_t j = i;
+      const uint32_t t = g.node(out.nodes[i]).type;
+      while (j < end && g.node(out.nodes[j]).type == t) ++j;
+      out.batches.push_back({t, i, j - i});
+      i = j;
+    }
+    begin = end;
+  }
+}
+
+void Scheduler::run_frontier(const Graph& g, Policy& policy, Schedule& out) {
+  const uint32_t n = g.size();
+  for (uint32_t v = 0; v < n; ++v) {
+    const Node& nd = g.node(v);
+    if (!is_source(nd) && pending_[v] == 0) push_ready(v, nd.type);
+  }
+  policy.begin(g);
+  out.nodes.reserve(n);
+  while (!ready_types_.empty()) {
+    const uint32_t t = policy.choose(*this);
+    if (t >= ready_.size() || ready_[t].empty())
+      throw std::runtime_error(std::string("[Scheduler::run] policy '") + policy.name() +
+                               "' chose type " + std::to_string(t) + ", which has no ready nodes");
+    const uint32_t begin = static_cast<uint32_t>(out.nodes.size());
+    out.nodes.insert(out.nodes.end(), ready_[t].begin(), ready_[t].end());
+    const uint32_t count = static_cast<uint32_t>(ready_[t].size());
+    ready_[t].clear();
+    // Swap-remove t from the ready type list.
+    const uint32_t pos = ready_pos_[t], last = ready_types_.back();
+    ready_types_[pos] = last;
+    ready_pos_[last] = pos;
+    ready_types_.pop_back();
+    ready_pos_[t] = UINT32_MAX;
+
+    const uint32_t base = level_base_[t];
+    for (uint32_t i = begin; i < begin + count; ++i) {
+      const uint32_t v = out.nodes[i];
+      --remaining_at_[base + height_[v]];
+      --ready_at_[base + height_[v]];
+    }
+    while (top_[t] > 0 && remaining_at_[base + top_[t]] == 0) --top_[t];
+    out.batches.push_back({t, begin, count});
+    for (uint32_t i = begin; i < begin + count; ++i) {
+      const uint32_t v = out.nodes[i];
+      for (uint32_t c = consumer_begin_[v]; c < consumer_begin_[v + 1]; ++c) {
+        const uint32_t w = consumers_[c];
+        if (--pending_[w] == 0) push_ready(w, g.node(w).type);
+      }
+    }
+    policy.on_batch(t, count);
+  }
+}
+
+void validate_schedule(const Graph& g, const Schedule& s) {
+  const uint32_t n = g.size();
+  std::vector<uint32_t> step(n, UINT32_MAX);
+  for (uint32_t b = 0; b < s.batches.size(); ++b) {
+    const Batch& batch = s.batches[b];
+    if (batch.count == 0 || batch.begin + batch.count > s.nodes.size())
+      throw std::runtime_error("[validate_schedule] batch " + std::to_string(b) +
+                               " is empty or out of range");
+    for (uint32_t i = batch.begin; i < batch.begin + batch.count; ++i) {
+      const uint32_t v = s.nodes[i];
+      if (v >= n) throw std::runtime_error("[validate_schedule] unknown node " + std::to_string(v));
+      const Node& nd = g.node(v);
+      if (is_source(nd))
+        throw std::runtime_error("[validate_schedule] source node " + std::to_string(v) +
+                                 " was scheduled");
+      if (nd.type != batch.type)
+        throw std::runtime_error("[validate_schedule] node " + std::to_string(v) + " of type '" +
+                                 g.types().name(nd.type) + "' in a batch of type '" +
+                                 g.types().name(batch.type) + "'");
+      if (step[v] != UINT32_MAX)
+        throw std::runtime_error("[validate_schedule] node " + std::to_string(v) +
+                                 " runs twice (batches " + std::to_string(step[v]) + " and " +
+                                 std::to_string(b) + ")");
+      step[v] = b;
+    }
+    for (uint32_t i = batch.begin; i < batch.begin + batch.count; ++i) {
+      const Node& nd = g.node(s.nodes[i]);
+      const uint32_t* a = g.args(nd);
+      for (uint32_t k = 0; k < nd.num_args; ++k)
+        if (!is_source(g.node(a[k])) && (step[a[k]] == UINT32_MAX || step[a[k]] >= b))
+          throw std::runtime_error("[validate_schedule] node " + std::to_string(s.nodes[i]) +
+                                   " runs in batch " + std::to_string(b) + " before its input " +
+                                   std::to_string(a[k]));
+    }
+  }
+  for (uint32_t v = 0; v < n; ++v)
+    if (!is_source(g.node(v)) && step[v] == UINT32_MAX)
+      throw std::runtime_error("[validate_schedule] node " + std::to_string(v) + " never runs");
+}
+
+}  // namespace edbatch

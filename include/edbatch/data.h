@@ -1,0 +1,112 @@
+// Data sets for the models edbatch batches: binary sentiment trees, character lattices and
+// tagged sentences. Loaders for the usual text formats, seeded synthetic generators with the
+// same shape statistics, and the statistics themselves.
+#pragma once
+#include <cstdint>
+#include <istream>
+#include <string>
+#include <vector>
+
+namespace edbatch {
+
+// ---- Binary trees (Stanford Sentiment Treebank) ----
+
+struct TreeNode {
+  int32_t left = -1, right = -1;  // indices into Tree::nodes; -1 for a leaf
+  uint32_t word = 0;              // leaves only
+  uint8_t label = 0;              // 0..4
+  bool leaf() const { return left < 0; }
+};
+
+// Post-order: children come before their parent, and the root is nodes.back().
+struct Tree {
+  std::vector<TreeNode> nodes;
+};
+
+// One bracketed tree per line, e.g. "(3 (2 It) (4 (2 's) (4 good)))". Word ids are given in order
+// of first appearance in the input, then folded modulo vocab_size (0 = no folding).
+std::vector<Tree> parse_trees(std::istream& in, const std::string& source_name,
+                              uint32_t vocab_size = 256);
+std::vector<Tree> load_trees(const std::string& path, uint32_t vocab_size = 256);
+
+// ---- Lattices (character lattices with word arcs, as in lattice LSTMs) ----
+
+struct LatticeArc {
+  uint32_t from;  // source node, always below the node the arc enters
+  uint32_t id;    // vocabulary id of the character or word on the arc
+};
+
+struct Lattice {
+  std::vector<uint8_t> tags;        // one per node (character position), length() entries
+  std::vector<uint32_t> arc_begin;  // length() + 1 entries: arcs into node k are
+                                    // arcs[arc_begin[k] .. arc_begin[k+1])
+  std::vector<LatticeArc> arcs;
+  uint32_t length() const { return static_cast<uint32_t>(tags.size()); }
+  // Character arcs join neighbouring nodes; every other arc spans a word.
+  static bool is_word_arc(uint32_t k, const LatticeArc& a) { return a.from + 1 != k; }
+};
+
+// Text format: the number of lattices on the first line; then per lattice a line with its length
+// L, a line of L integer tags, and L lines "n from_1 id_1 ... from_n id_n" listing the arcs into
+// nodes 0..L-1. Blank lines separate lattices. Arc ids are folded modulo vocab_size (0 = none).
+std::vector<Lattice> parse_lattices(std::istream& in, const std::string& source_name,
+                                    uint32_t vocab_size = 256);
+std::vector<Lattice> load_lattices(const std::string& path, uint32_t vocab_size = 256);
+
+// ---- Tagged sentences ----
+
+struct TaggedSentence {
+  std::vector<uint32_t> words;
+  std::vector<uint32_t> tags;  // one per word
+};
+
+struct TaggedData {
+  std::vector<TaggedSentence> sentences;
+  uint32_t num_tags = 0;
+  std::vector<std::string> tag_names;  // indexed by tag id
+};
+
+// One sentence per line, "word|TAG word|TAG ...". Word ids by first appearance, folded modulo
+// vocab_size (0 = none); tag ids by first appearance, never folded.
+TaggedData parse_tagged(std::istream& in, const std::string& source_name,
+                        uint32_t vocab_size = 256);
+TaggedData load_tagged(const std::string& path, uint32_t vocab_size = 256);
+
+// ---- Synthetic data: deterministic for a seed ----
+
+// SST-like: 19 words on average (1..52), random bracketings of depth ~10 on average and up to
+// ~30, labels 0..4 on every node, Zipf-distributed word ids.
+std::vector<Tree> synthetic_trees(uint32_t n, uint64_t seed, uint32_t vocab_size = 256);
+// 44 nodes on average (5..200), a character arc into every node k >= 1, and word arcs of 2..4
+// characters making about a third of the arcs; tags 0..17.
+std::vector<Lattice> synthetic_lattices(uint32_t n, uint64_t seed, uint32_t vocab_size = 256);
+// 10..50 words per sentence; a word's tag mostly follows from the word, so it can be learned.
+std::vector<TaggedSentence> synthetic_tagged(uint32_t n, uint64_t seed, uint32_t vocab_size = 256,
+                                             uint32_t num_tags = 18);
+
+// ---- Statistics ----
+
+// Edges on the longest root-to-leaf path (0 for a one-word tree). Throws std::invalid_argument
+// when the tree is not in post-order.
+uint32_t tree_depth(const Tree& tree);
+uint32_t tree_words(const Tree& tree);
+
+struct TreeStats {
+  uint32_t count = 0;
+  double mean_words = 0;
+  uint32_t min_words = 0, max_words = 0;
+  double mean_depth = 0;
+  uint32_t max_depth = 0;
+};
+TreeStats tree_stats(const std::vector<Tree>& trees);
+
+struct LatticeStats {
+  uint32_t count = 0;
+  double mean_nodes = 0;
+  uint32_t min_nodes = 0, max_nodes = 0;
+  double mean_arcs = 0;
+  double word_arc_fraction = 0;  // over all arcs of all lattices
+};
+LatticeStats lattice_stats(const std::vector<Lattice>& lattices);
+
+}  // namespace edbatch

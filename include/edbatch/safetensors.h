@@ -1,0 +1,41 @@
+// Reading and writing safetensors files (float32 only), and saving and loading parameter
+// collections through them.
+//
+// File layout: an 8-byte little-endian header length N, N bytes of JSON mapping each tensor
+// name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the end of the
+// header) plus an optional "__metadata__" string map, then the raw little-endian data.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "edbatch/params.h"
+
+namespace edbatch {
+
+struct NamedTensor {
+  std::string name;
+  std::vector<uint64_t> shape;  // row-major, as in PyTorch; empty for a scalar
+  std::vector<float> data;
+};
+
+// Writes the tensors in the given order. Throws std::invalid_argument for an empty, duplicate or
+// reserved name, or data whose size does not match the shape.
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// Returns the tensors in file order (by data offset). Throws std::invalid_argument naming the
+// file (and tensor) for a dtype other than F32, a malformed header, or a truncated file.
+std::vector<NamedTensor> read_safetensors(const std::string& path,
+                                          std::map<std::string, std::string>* metadata = nullptr);
+
+// One tensor per parameter, under its name, laid out as PyTorch would hold it: a rows x cols
+// matrix as shape [rows, cols] (row-major, so transposed from our column-major storage), a
+// vector as [rows], and a lookup table of vocab embeddings of size dim as [vocab, dim].
+void save_parameters(const std::string& path, const ParameterCollection& pc);
+// Fills pc's values from the file. The file must hold exactly pc's parameters with the same
+// shapes; nothing is changed when it does not.
+void load_parameters(const std::string& path, ParameterCollection& pc);
+
+}  // namespace edbatch

@@ -1,0 +1,148 @@
+// The CPU backend: runs a plan batch by batch over one arena of values and one of adjoints,
+// inside a TBB arena of the requested number of threads.
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+#include "edbatch/schedule.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "src/backends.h"
+
+namespace edbatch::cpu {
+
+bool Buffer::reserve(size_t floats) {
+  if (floats <= data_.size()) return false;
+  // Grow with headroom; resize zero-fills, which also takes the page faults up front.
+  data_.resize(std::max(floats, data_.size() + data_.size() / 2));
+  return true;
+}
+
+void parallel_chunks(const Context& c, uint32_t n, double work,
+                     void (*fn)(void*, uint32_t, uint32_t), void* state) {
+  constexpr double kMinParallelWork = 1 << 16;
+  const uint32_t chunks = std::min<uint32_t>(static_cast<uint32_t>(c.threads), n);
+  if (chunks <= 1 || work < kMinParallelWork) {
+    if (n > 0) fn(state, 0, n);
+    return;
+  }
+  tbb::parallel_for(
+      0u, chunks,
+      [&](uint32_t k) {
+        const uint32_t b = static_cast<uint32_t>(static_cast<uint64_t>(n) * k / chunks);
+        const uint32_t e = static_cast<uint32_t>(static_cast<uint64_t>(n) * (k + 1) / chunks);
+        if (b < e) fn(state, b, e);
+      },
+      tbb::simple_partitioner());
+}
+
+namespace {
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(int threads) : threads_(std::max(1, threads)) {
+    if (threads_ > 1) arena_ = std::make_unique<tbb::task_arena>(threads_);
+  }
+  const char* name() const override { return "cpu"; }
+
+  void forward(const PlanRef& p) override {
+    Context c = context(p);
+    if (values_.reserve(p.plan.total_floats)) ++counters_.arena_growths;
+    c.values = values_.data();
+    const auto& in = p.graph.input_values();
+    std::copy(in.begin(), in.end(), c.values + p.plan.input_offset);
+    run([&] {
+      for (size_t b = 0; b < p.schedule.batches.size(); ++b) {
+        const BatchArgs args = batch_args(p, b);
+        cpu_kernels(args.op).forward(c, args);
+      }
+    });
+    counters_.kernels += p.schedule.batches.size();
+    update_bytes();
+  }
+
+  void backward(const PlanRef& p, uint32_t loss_node) override {
+    Context c = context(p);
+    if (adjoints_.reserve(p.plan.total_floats)) ++counters_.arena_growths;
+    c.values = values_.data();
+    c.adjoints = adjoints_.data();
+    run([&] {
+      for_chunks(c, p.plan.total_floats, p.plan.total_floats, [&](uint32_t b, uint32_t e) {
+        std::memset(c.adjoints + b, 0, (e - b) * sizeof(float));
+      });
+      c.adjoints[p.plan.node_offset[loss_node]] = 1.0f;
+      for (size_t b = p.schedule.batches.size(); b-- > 0;) {
+        const BatchArgs args = batch_args(p, b);
+        cpu_kernels(args.op).backward(c, args);
+      }
+    });
+    counters_.kernels += p.schedule.batches.size();
+    update_bytes();
+  }
+
+  const float* value(const MemoryPlan& plan, uint32_t node) const override {
+    return const_cast<Buffer&>(values_).data() + plan.node_offset[node];
+  }
+  const float* adjoint(const MemoryPlan& plan, uint32_t node) const override {
+    return const_cast<Buffer&>(adjoints_).data() + plan.node_offset[node];
+  }
+
+ private:
+  template <class F>
+  void run(const F& f) {
+    if (arena_)
+      arena_->execute(f);
+    else
+      f();
+  }
+
+  Context context(const PlanRef& p) {
+    Context c;
+    c.params = &p.params;
+    c.plan = &p.plan;
+    c.counters = &counters_;
+    c.scratch_x = &scratch_x_;
+    c.scratch_dx = &scratch_dx_;
+    c.threads = threads_;
+    return c;
+  }
+
+  static BatchArgs batch_args(const PlanRef& p, size_t b) {
+    const Batch& batch = p.schedule.batches[b];
+    const BatchPlan& bp = p.plan.batches[b];
+    const Node& first = p.graph.node(p.schedule.nodes[batch.begin]);
+    BatchArgs a;
+    a.op = first.op;
+    a.out_dim = first.dim;
+    a.count = batch.count;
+    a.bp = &bp;
+    a.operands = p.plan.operands.data() + bp.operand_begin;
+    a.aux = p.plan.aux.data() + bp.aux_begin;
+    a.table = first.aux;
+    a.alpha = first.alpha;
+    a.beta = first.beta;
+    a.graph = &p.graph;
+    a.first = &first;
+    return a;
+  }
+
+  void update_bytes() {
+    counters_.arena_bytes =
+        (values_.size() + adjoints_.size() + scratch_x_.size() + scratch_dx_.size()) * sizeof(float);
+  }
+
+  int threads_;
+  std::unique_ptr<tbb::task_arena> arena_;
+  Buffer values_, adjoints_, scratch_x_, scratch_dx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace edbatch::cpu

@@ -1,0 +1,102 @@
+// Internal to the CPU backend: the kernel context, operand access and the kernel tables.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "edbatch/backend.h"
+#include "edbatch/graph.h"
+#include "edbatch/memplan.h"
+#include "edbatch/op.h"
+
+namespace edbatch::cpu {
+
+// Grow-only float buffer: growth is counted, memory is never returned until destruction.
+class Buffer {
+ public:
+  float* data() { return data_.data(); }
+  size_t size() const { return data_.size(); }
+  // Returns true when it had to grow.
+  bool reserve(size_t floats);
+
+ private:
+  std::vector<float> data_;
+};
+
+struct Context {
+  float* values = nullptr;
+  float* adjoints = nullptr;
+  ParameterCollection* params = nullptr;
+  const MemoryPlan* plan = nullptr;
+  ExecCounters* counters = nullptr;
+  Buffer* scratch_x = nullptr;   // GEMM operand gathers
+  Buffer* scratch_dx = nullptr;  // GEMM input gradients before scattering
+  int threads = 1;
+};
+
+struct BatchArgs {
+  Op op;
+  Dim out_dim;         // of one node
+  uint32_t count;      // nodes in the batch
+  const BatchPlan* bp;
+  const Operand* operands;
+  const uint32_t* aux;  // per-node integer argument (lookup index, pick index, label)
+  uint32_t table;       // Lookup: the table's parameter id
+  float alpha, beta;    // ScalarAffine
+  const Graph* graph;
+  const Node* first;    // the batch's first node: operand shapes are the same for all nodes
+};
+
+inline Dim arg_dim(const BatchArgs& b, uint32_t j) {
+  return b.graph->node(b.graph->args(*b.first)[j]).dim;
+}
+
+inline const float* operand_value(const Context& c, const Operand& o, uint32_t i) {
+  switch (o.mode) {
+    case OperandMode::Param: return c.params->values(o.param);
+    case OperandMode::Shared: return c.values + o.offset;
+    case OperandMode::Contiguous: return c.values + o.offset + static_cast<size_t>(i) * o.stride;
+    default: return c.values + c.plan->index[o.index_begin + i];
+  }
+}
+
+inline float* operand_adjoint(const Context& c, const Operand& o, uint32_t i) {
+  switch (o.mode) {
+    case OperandMode::Param: return c.params->grads(o.param);
+    case OperandMode::Shared: return c.adjoints + o.offset;
+    case OperandMode::Contiguous: return c.adjoints + o.offset + static_cast<size_t>(i) * o.stride;
+    default: return c.adjoints + c.plan->index[o.index_begin + i];
+  }
+}
+
+inline float* out_value(const Context& c, const BatchArgs& b, uint32_t i) {
+  return c.values + b.bp->out_offset + static_cast<size_t>(i) * b.bp->out_size;
+}
+inline float* out_adjoint(const Context& c, const BatchArgs& b, uint32_t i) {
+  return c.adjoints + b.bp->out_offset + static_cast<size_t>(i) * b.bp->out_size;
+}
+
+// Splits [0, n) into chunks over the context's threads when `work` (flops or floats) is large
+// enough to pay for it; calls fn(begin, end) for each chunk.
+void parallel_chunks(const Context& c, uint32_t n, double work, void (*fn)(void*, uint32_t, uint32_t),
+                     void* state);
+template <class F>
+void for_chunks(const Context& c, uint32_t n, double work, const F& f) {
+  parallel_chunks(c, n, work,
+                  [](void* s, uint32_t b, uint32_t e) { (*static_cast<const F*>(s))(b, e); },
+                  const_cast<F*>(&f));
+}
+
+using Kernel = void (*)(Context&, const BatchArgs&);
+struct KernelRow {
+  Kernel forward;
+  Kernel backward;
+};
+// One row per Op, defined in elementwise.cpp / linear.cpp.
+const KernelRow& cpu_kernels(Op op);
+
+void affine_forward(Context& c, const BatchArgs& b);
+void affine_backward(Context& c, const BatchArgs& b);
+void matmul_forward(Context& c, const BatchArgs& b);
+void matmul_backward(Context& c, const BatchArgs& b);
+
+}  // namespace edbatch::cpu

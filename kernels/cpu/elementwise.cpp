@@ -1,0 +1,289 @@
+// Elementwise, lookup, concat and loss kernels: one pass over the batch, operands read through
+// their index lists (no gather copies). Forward splits by columns (outputs are disjoint);
+// backward splits by rows, so accumulation into shared or repeated operands never races.
+#include <Eigen/Core>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace edbatch::cpu {
+
+namespace {
+
+using Vec = Eigen::Map<Eigen::ArrayXf>;
+using CVec = Eigen::Map<const Eigen::ArrayXf>;
+
+double batch_floats(const BatchArgs& b) { return static_cast<double>(b.count) * b.out_dim.size(); }
+
+// ---- unary ----
+
+template <class F>
+void unary_forward(Context& c, const BatchArgs& b, F f) {
+  const uint32_t n = b.out_dim.size();
+  for_chunks(c, b.count, batch_floats(b), [&](uint32_t i0, uint32_t i1) {
+    for (uint32_t i = i0; i < i1; ++i)
+      f(Vec(out_value(c, b, i), n), CVec(operand_value(c, b.operands[0], i), n));
+  });
+}
+
+// g(dx, dy, y, x) accumulates the input gradient of rows [r0, r1) of one column.
+template <class G>
+void unary_backward(Context& c, const BatchArgs& b, G g) {
+  const uint32_t n = b.out_dim.size();
+  for_chunks(c, n, batch_floats(b), [&](uint32_t r0, uint32_t r1) {
+    const uint32_t len = r1 - r0;
+    for (uint32_t i = 0; i < b.count; ++i)
+      g(Vec(operand_adjoint(c, b.operands[0], i) + r0, len), CVec(out_adjoint(c, b, i) + r0, len),
+        CVec(out_value(c, b, i) + r0, len), CVec(operand_value(c, b.operands[0], i) + r0, len));
+  });
+}
+
+void tanh_fwd(Context& c, const BatchArgs& b) {
+  unary_forward(c, b, [](Vec y, CVec x) { y = x.tanh(); });
+}
+void tanh_bwd(Context& c, const BatchArgs& b) {
+  unary_backward(c, b, [](Vec dx, CVec dy, CVec y, CVec) { dx += dy * (1.0f - y * y); });
+}
+void sigmoid_fwd(Context& c, const BatchArgs& b) {
+  unary_forward(c, b, [](Vec y, CVec x) { y = x.logistic(); });
+}
+void sigmoid_bwd(Context& c, const BatchArgs& b) {
+  unary_backward(c, b, [](Vec dx, CVec dy, CVec y, CVec) { dx += dy * y * (1.0f - y); });
+}
+void relu_fwd(Context& c, const BatchArgs& b) {
+  unary_forward(c, b, [](Vec y, CVec x) { y = x.max(0.0f); });
+}
+void relu_bwd(Context& c, const BatchArgs& b) {
+  unary_backward(c, b, [](Vec dx, CVec dy, CVec, CVec x) { dx += (x > 0.0f).cast<float>() * dy; });
+}
+void scalar_affine_fwd(Context& c, const BatchArgs& b) {
+  const float a = b.alpha, s = b.beta;
+  unary_forward(c, b, [a, s](Vec y, CVec x) { y = a * x + s; });
+}
+void scalar_affine_bwd(Context& c, const BatchArgs& b) {
+  const float a = b.alpha;
+  unary_backward(c, b, [a](Vec dx, CVec dy, CVec, CVec) { dx += a * dy; });
+}
+
+// ---- binary ----
+
+template <class F>
+void binary_forward(Context& c, const BatchArgs& b, F f) {
+  const uint32_t n = b.out_dim.size();
+  for_chunks(c, b.count, batch_floats(b), [&](uint32_t i0, uint32_t i1) {
+    for (uint32_t i = i0; i < i1; ++i)
+      f(Vec(out_value(c, b, i), n), CVec(operand_value(c, b.operands[0], i), n),
+        CVec(operand_value(c, b.operands[1], i), n));
+  });
+}
+
+// g(da, db, dy, a, b) over rows [r0, r1).
+template <class G>
+void binary_backward(Context& c, const BatchArgs& b, G g) {
+  const uint32_t n = b.out_dim.size();
+  for_chunks(c, n, batch_floats(b), [&](uint32_t r0, uint32_t r1) {
+    const uint32_t len = r1 - r0;
+    for (uint32_t i = 0; i < b.count; ++i)
+      g(Vec(operand_adjoint(c, b.operands[0], i) + r0, len),
+        Vec(operand_adjoint(c, b.operands[1], i) + r0, len), CVec(out_adjoint(c, b, i) + r0, len),
+        CVec(operand_value(c, b.operands[0], i) + r0, len),
+        CVec(operand_value(c, b.operands[1], i) + r0, len));
+  });
+}
+
+void subtract_fwd(Context& c, const BatchArgs& b) {
+  binary_forward(c, b, [](Vec y, CVec x0, CVec x1) { y = x0 - x1; });
+}
+void subtract_bwd(Context& c, const BatchArgs& b) {
+  binary_backward(c, b, [](Vec d0, Vec d1, CVec dy, CVec, CVec) {
+    d0 += dy;
+    d1 -= dy;
+  });
+}
+void cmult_fwd(Context& c, const BatchArgs& b) {
+  binary_forward(c, b, [](Vec y, CVec x0, CVec x1) { y = x0 * x1; });
+}
+void cmult_bwd(Context& c, const BatchArgs& b) {
+  binary_backward(c, b, [](Vec d0, Vec d1, CVec dy, CVec x0, CVec x1) {
+    d0 += dy * x1;
+    d1 += dy * x0;
+  });
+}
+
+// ---- sum: fixed arity (operand slots) or ragged (CSR of offsets) ----
+
+uint32_t sum_arity(const Context& c, const BatchArgs& b, uint32_t i, const uint32_t** offs) {
+  const Operand& o = b.operands[0];
+  const uint32_t* rows = c.plan->index.data() + o.index_begin;
+  *offs = rows + b.count + 1 + rows[i];
+  return rows[i + 1] - rows[i];
+}
+
+void sum_fwd(Context& c, const BatchArgs& b) {
+  const uint32_t n = b.out_dim.size();
+  const bool ragged = b.operands[0].mode == OperandMode::Ragged;
+  const uint32_t slots = b.bp->operand_count;
+  for_chunks(c, b.count, batch_floats(b), [&](uint32_t i0, uint32_t i1) {
+    for (uint32_t i = i0; i < i1; ++i) {
+      Vec y(out_value(c, b, i), n);
+      if (ragged) {
+        const uint32_t* offs;
+        const uint32_t k = sum_arity(c, b, i, &offs);
+        y = CVec(c.values + offs[0], n);
+        for (uint32_t j = 1; j < k; ++j) y += CVec(c.values + offs[j], n);
+      } else {
+        y = CVec(operand_value(c, b.operands[0], i), n);
+        for (uint32_t j = 1; j < slots; ++j) y += CVec(operand_value(c, b.operands[j], i), n);
+      }
+    }
+  });
+}
+
+void sum_bwd(Context& c, const BatchArgs& b) {
+  const uint32_t n = b.out_dim.size();
+  const bool ragged = b.operands[0].mode == OperandMode::Ragged;
+  const uint32_t slots = b.bp->operand_count;
+  for_chunks(c, n, batch_floats(b), [&](uint32_t r0, uint32_t r1) {
+    const uint32_t len = r1 - r0;
+    for (uint32_t i = 0; i < b.count; ++i) {
+      CVec dy(out_adjoint(c, b, i) + r0, len);
+      if (ragged) {
+        const uint32_t* offs;
+        const uint32_t k = sum_arity(c, b, i, &offs);
+        for (uint32_t j = 0; j < k; ++j) Vec(c.adjoints + offs[j] + r0, len) += dy;
+      } else {
+        for (uint32_t j = 0; j < slots; ++j) Vec(operand_adjoint(c, b.operands[j], i) + r0, len) += dy;
+      }
+    }
+  });
+}
+
+// ---- lookup ----
+
+void lookup_fwd(Context& c, const BatchArgs& b) {
+  const uint32_t n = b.out_dim.rows;
+  const float* table = c.params->values(b.table);
+  for_chunks(c, b.count, batch_floats(b), [&](uint32_t i0, uint32_t i1) {
+    for (uint32_t i = i0; i < i1; ++i)
+      Vec(out_value(c, b, i), n) = CVec(table + static_cast<size_t>(b.aux[i]) * n, n);
+  });
+}
+
+void lookup_bwd(Context& c, const BatchArgs& b) {
+  const uint32_t n = b.out_dim.rows;
+  float* grad = c.params->grads(b.table);
+  for (uint32_t i = 0; i < b.count; ++i) {
+    Vec(grad + static_cast<size_t>(b.aux[i]) * n, n) += CVec(out_adjoint(c, b, i), n);
+    c.params->mark_lookup_row(b.table, b.aux[i]);
+  }
+}
+
+// ---- concat: arguments stacked vertically, column by column ----
+
+// f(slot, offset in the output, offset in the argument, length) for each column of each slot.
+template <class F>
+void concat_walk(const BatchArgs& b, F f) {
+  const uint32_t rows = b.out_dim.rows;
+  const uint32_t cols = b.out_dim.cols;
+  uint32_t r = 0;
+  for (uint32_t j = 0; j < b.bp->operand_count; ++j) {
+    const uint32_t len = arg_dim(b, j).rows;
+    for (uint32_t col = 0; col < cols; ++col) f(j, r + col * rows, col * len, len);
+    r += len;
+  }
+}
+
+void concat_fwd(Context& c, const BatchArgs& b) {
+  for_chunks(c, b.count, batch_floats(b), [&](uint32_t i0, uint32_t i1) {
+    for (uint32_t i = i0; i < i1; ++i) {
+      float* y = out_value(c, b, i);
+      concat_walk(b, [&](uint32_t j, uint32_t yoff, uint32_t xoff, uint32_t len) {
+        const float* x = operand_value(c, b.operands[j], i) + xoff;
+        std::copy(x, x + len, y + yoff);
+      });
+    }
+  });
+}
+
+void concat_bwd(Context& c, const BatchArgs& b) {
+  for (uint32_t i = 0; i < b.count; ++i) {
+    const float* dy = out_adjoint(c, b, i);
+    concat_walk(b, [&](uint32_t j, uint32_t yoff, uint32_t xoff, uint32_t len) {
+      Vec(operand_adjoint(c, b.operands[j], i) + xoff, len) += CVec(dy + yoff, len);
+    });
+  }
+}
+
+// ---- pick and the softmax loss ----
+
+void pick_fwd(Context& c, const BatchArgs& b) {
+  for (uint32_t i = 0; i < b.count; ++i)
+    *out_value(c, b, i) = operand_value(c, b.operands[0], i)[b.aux[i]];
+}
+void pick_bwd(Context& c, const BatchArgs& b) {
+  for (uint32_t i = 0; i < b.count; ++i)
+    operand_adjoint(c, b.operands[0], i)[b.aux[i]] += *out_adjoint(c, b, i);
+}
+
+float log_sum_exp(CVec x, float* max_out) {
+  const float m = x.maxCoeff();
+  *max_out = m;
+  return m + std::log((x - m).exp().sum());
+}
+
+void pnls_fwd(Context& c, const BatchArgs& b) {
+  const uint32_t n = arg_dim(b, 0).rows;
+  for_chunks(c, b.count, static_cast<double>(b.count) * n, [&](uint32_t i0, uint32_t i1) {
+    for (uint32_t i = i0; i < i1; ++i) {
+      CVec x(operand_value(c, b.operands[0], i), n);
+      float m;
+      *out_value(c, b, i) = log_sum_exp(x, &m) - x[b.aux[i]];
+    }
+  });
+}
+
+void pnls_bwd(Context& c, const BatchArgs& b) {
+  const uint32_t n = arg_dim(b, 0).rows;
+  for (uint32_t i = 0; i < b.count; ++i) {
+    CVec x(operand_value(c, b.operands[0], i), n);
+    float m;
+    const float lse = log_sum_exp(x, &m);
+    const float dy = *out_adjoint(c, b, i);
+    Vec dx(operand_adjoint(c, b.operands[0], i), n);
+    dx += dy * (x - lse).exp();
+    dx[b.aux[i]] -= dy;
+  }
+}
+
+[[noreturn]] void source_kernel(Context&, const BatchArgs& b) {
+  throw std::runtime_error(std::string("[cpu] source op '") + op_name(b.op) +
+                           "' is never scheduled");
+}
+
+constexpr KernelRow kKernels[] = {
+    {source_kernel, source_kernel},          // Input
+    {source_kernel, source_kernel},          // Parameter
+    {lookup_fwd, lookup_bwd},                // Lookup
+    {affine_forward, affine_backward},       // Affine
+    {matmul_forward, matmul_backward},       // MatMul
+    {sum_fwd, sum_bwd},                      // Sum
+    {subtract_fwd, subtract_bwd},            // Subtract
+    {cmult_fwd, cmult_bwd},                  // CMult
+    {scalar_affine_fwd, scalar_affine_bwd},  // ScalarAffine
+    {tanh_fwd, tanh_bwd},                    // Tanh
+    {sigmoid_fwd, sigmoid_bwd},              // Sigmoid
+    {relu_fwd, relu_bwd},                    // Relu
+    {concat_fwd, concat_bwd},                // Concat
+    {pick_fwd, pick_bwd},                    // Pick
+    {pnls_fwd, pnls_bwd},                    // PickNegLogSoftmax
+};
+static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == static_cast<size_t>(Op::Count),
+              "the CPU kernel table must have one row per Op");
+
+}  // namespace
+
+const KernelRow& cpu_kernels(Op op) { return kKernels[static_cast<size_t>(op)]; }
+
+}  // namespace edbatch::cpu

@@ -1,0 +1,205 @@
+// GEMM kernels. A weight shared by the batch (a parameter, or one value read by every node)
+// becomes one GEMM with a column per node; operands that are not contiguous are gathered first,
+// and those bytes are counted. Per-node matrices (MV-RNN) run one small GEMM per node.
+#include <Eigen/Core>
+#include <algorithm>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace edbatch::cpu {
+
+namespace {
+
+using Mat = Eigen::Map<Eigen::MatrixXf>;
+using CMat = Eigen::Map<const Eigen::MatrixXf>;
+
+bool is_shared(const Operand& o) {
+  return o.mode == OperandMode::Param || o.mode == OperandMode::Shared;
+}
+
+// The batch's X operand as one n x (count*c) matrix: a view when contiguous, else gathered into
+// scratch for columns of nodes [i0, i1).
+const float* stacked_operand(Context& c, const Operand& xo, uint32_t per_node,
+                             uint32_t i0, uint32_t i1, float* scratch) {
+  if (xo.mode == OperandMode::Contiguous && xo.stride == per_node)
+    return c.values + xo.offset + static_cast<size_t>(i0) * per_node;
+  for (uint32_t i = i0; i < i1; ++i) {
+    const float* x = operand_value(c, xo, i);
+    std::copy(x, x + per_node, scratch + static_cast<size_t>(i - i0) * per_node);
+  }
+  return scratch;
+}
+
+bool needs_gather(const Operand& xo, uint32_t per_node) {
+  return !(xo.mode == OperandMode::Contiguous && xo.stride == per_node);
+}
+
+// Y(m x count*cols) += W(m x n) * X, W shared by the batch.
+void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint32_t m, uint32_t n,
+                           const Operand& xo) {
+  const uint32_t cols = b.out_dim.cols;
+  const uint32_t per_node = n * cols;
+  CMat W(w, m, n);
+  Mat Y(out_value(c, b, 0), m, static_cast<Eigen::Index>(b.count) * cols);
+  if (is_shared(xo)) {
+    Eigen::MatrixXf wx = W * CMat(operand_value(c, xo, 0), n, cols);
+    for (uint32_t i = 0; i < b.count; ++i) Y.middleCols(i * cols, cols) += wx;
+    return;
+  }
+  float* scratch = nullptr;
+  if (needs_gather(xo, per_node)) {
+    c.scratch_x->reserve(static_cast<size_t>(b.count) * per_node);
+    scratch = c.scratch_x->data();
+    c.counters->bytes_copied += static_cast<uint64_t>(b.count) * per_node * sizeof(float);
+  }
+  for_chunks(c, b.count, 2.0 * m * n * b.count * cols, [&](uint32_t i0, uint32_t i1) {
+    const float* x = stacked_operand(c, xo, per_node, i0, i1,
+                                     scratch ? scratch + static_cast<size_t>(i0) * per_node : nullptr);
+    const Eigen::Index k = static_cast<Eigen::Index>(i1 - i0) * cols;
+    Y.middleCols(static_cast<Eigen::Index>(i0) * cols, k).noalias() += W * CMat(x, n, k);
+  });
+}
+
+// dW += dY X^T and dX += W^T dY for a shared W.
+void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, float* dw, uint32_t m,
+                            uint32_t n, const Operand& xo) {
+  const uint32_t cols = b.out_dim.cols;
+  const uint32_t per_node = n * cols;
+  const Eigen::Index total = static_cast<Eigen::Index>(b.count) * cols;
+  CMat W(w, m, n);
+  Mat dW(dw, m, n);
+  CMat dY(out_adjoint(c, b, 0), m, total);
+  if (is_shared(xo)) {
+    Eigen::MatrixXf s = Eigen::MatrixXf::Zero(m, cols);
+    for (uint32_t i = 0; i < b.count; ++i) s += dY.middleCols(i * cols, cols);
+    CMat X(operand_value(c, xo, 0), n, cols);
+    dW.noalias() += s * X.transpose();
+    Mat(operand_adjoint(c, xo, 0), n, cols).noalias() += W.transpose() * s;
+    return;
+  }
+  const bool gather = needs_gather(xo, per_node);
+  const float* x = nullptr;
+  if (gather) {
+    c.scratch_x->reserve(static_cast<size_t>(b.count) * per_node);
+    x = stacked_operand(c, xo, per_node, 0, b.count, c.scratch_x->data());
+    c.counters->bytes_copied += 2ull * b.count * per_node * sizeof(float);  // gather + scatter
+  } else {
+    x = stacked_operand(c, xo, per_node, 0, b.count, nullptr);
+  }
+  CMat X(x, n, total);
+  const double flops = 2.0 * m * n * total;
+  // Weight gradient: split by rows of W, so threads never write the same element.
+  for_chunks(c, m, flops, [&](uint32_t r0, uint32_t r1) {
+    dW.middleRows(r0, r1 - r0).noalias() += dY.middleRows(r0, r1 - r0) * X.transpose();
+  });
+  if (!gather) {
+    Mat dX(c.adjoints + xo.offset, n, total);
+    for_chunks(c, b.count, flops, [&](uint32_t i0, uint32_t i1) {
+      const Eigen::Index k = static_cast<Eigen::Index>(i1 - i0) * cols;
+      dX.middleCols(static_cast<Eigen::Index>(i0) * cols, k).noalias() +=
+          W.transpose() * dY.middleCols(static_cast<Eigen::Index>(i0) * cols, k);
+    });
+    return;
+  }
+  c.scratch_dx->reserve(static_cast<size_t>(b.count) * per_node);
+  Mat dXs(c.scratch_dx->data(), n, total);
+  for_chunks(c, b.count, flops, [&](uint32_t i0, uint32_t i1) {
+    const Eigen::Index k = static_cast<Eigen::Index>(i1 - i0) * cols;
+    dXs.middleCols(static_cast<Eigen::Index>(i0) * cols, k).noalias() =
+        W.transpose() * dY.middleCols(static_cast<Eigen::Index>(i0) * cols, k);
+  });
+  // Scatter serially: an operand may repeat within the batch.
+  for (uint32_t i = 0; i < b.count; ++i) {
+    float* dx = operand_adjoint(c, xo, i);
+    const float* src = c.scratch_dx->data() + static_cast<size_t>(i) * per_node;
+    for (uint32_t r = 0; r < per_node; ++r) dx[r] += src[r];
+  }
+}
+
+bool both_contiguous(const Operand& a, const Operand& x) {
+  return a.mode == OperandMode::Contiguous && x.mode == OperandMode::Contiguous;
+}
+
+// Y_i += A_i X_i with a different A per node.
+void per_node_forward(Context& c, const BatchArgs& b, const Operand& ao, uint32_t m, uint32_t n,
+                      const Operand& xo) {
+  const uint32_t cols = b.out_dim.cols;
+  for_chunks(c, b.count, 2.0 * m * n * cols * b.count, [&](uint32_t i0, uint32_t i1) {
+    for (uint32_t i = i0; i < i1; ++i)
+      Mat(out_value(c, b, i), m, cols).noalias() +=
+          CMat(operand_value(c, ao, i), m, n) * CMat(operand_value(c, xo, i), n, cols);
+  });
+}
+
+void per_node_backward(Context& c, const BatchArgs& b, const Operand& ao, uint32_t m, uint32_t n,
+                       const Operand& xo) {
+  const uint32_t cols = b.out_dim.cols;
+  auto body = [&](uint32_t i0, uint32_t i1) {
+    for (uint32_t i = i0; i < i1; ++i) {
+      CMat dY(out_adjoint(c, b, i), m, cols);
+      CMat A(operand_value(c, ao, i), m, n);
+      CMat X(operand_value(c, xo, i), n, cols);
+      Mat(operand_adjoint(c, ao, i), m, n).noalias() += dY * X.transpose();
+      Mat(operand_adjoint(c, xo, i), n, cols).noalias() += A.transpose() * dY;
+    }
+  };
+  // Distinct nodes write distinct adjoints only when both operands are contiguous views.
+  if (both_contiguous(ao, xo))
+    for_chunks(c, b.count, 4.0 * m * n * cols * b.count, body);
+  else
+    body(0, b.count);
+}
+
+void product_forward(Context& c, const BatchArgs& b, uint32_t slot) {
+  const Operand& ao = b.operands[slot];
+  const Operand& xo = b.operands[slot + 1];
+  const Dim a = arg_dim(b, slot);
+  if (is_shared(ao))
+    shared_weight_forward(c, b, operand_value(c, ao, 0), a.rows, a.cols, xo);
+  else
+    per_node_forward(c, b, ao, a.rows, a.cols, xo);
+}
+
+void product_backward(Context& c, const BatchArgs& b, uint32_t slot) {
+  const Operand& ao = b.operands[slot];
+  const Operand& xo = b.operands[slot + 1];
+  const Dim a = arg_dim(b, slot);
+  if (is_shared(ao))
+    shared_weight_backward(c, b, operand_value(c, ao, 0), operand_adjoint(c, ao, 0), a.rows,
+                           a.cols, xo);
+  else
+    per_node_backward(c, b, ao, a.rows, a.cols, xo);
+}
+
+}  // namespace
+
+void affine_forward(Context& c, const BatchArgs& b) {
+  const uint32_t size = b.out_dim.size();
+  const Operand& bias = b.operands[0];
+  for (uint32_t i = 0; i < b.count; ++i) {
+    const float* src = operand_value(c, bias, i);
+    std::copy(src, src + size, out_value(c, b, i));
+  }
+  for (uint32_t j = 1; j + 1 < b.bp->operand_count; j += 2) product_forward(c, b, j);
+}
+
+void affine_backward(Context& c, const BatchArgs& b) {
+  const uint32_t size = b.out_dim.size();
+  const Operand& bias = b.operands[0];
+  for (uint32_t i = 0; i < b.count; ++i) {
+    float* db = operand_adjoint(c, bias, i);
+    const float* dy = out_adjoint(c, b, i);
+    for (uint32_t r = 0; r < size; ++r) db[r] += dy[r];
+  }
+  for (uint32_t j = 1; j + 1 < b.bp->operand_count; j += 2) product_backward(c, b, j);
+}
+
+void matmul_forward(Context& c, const BatchArgs& b) {
+  std::fill(out_value(c, b, 0), out_value(c, b, 0) + static_cast<size_t>(b.count) * b.out_dim.size(),
+            0.0f);
+  product_forward(c, b, 0);
+}
+
+void matmul_backward(Context& c, const BatchArgs& b) { product_backward(c, b, 0); }
+
+}  // namespace edbatch::cpu

@@ -1,0 +1,14 @@
+// Backend factories, one per folder under kernels/. The build picks which CUDA file defines
+// make_cuda_backend: the real one or kernels/no_cuda/, which throws.
+#pragma once
+#include <memory>
+
+#include "edbatch/backend.h"
+
+namespace edbatch {
+namespace cpu {
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+}
+std::unique_ptr<Backend> make_null_backend();
+std::unique_ptr<Backend> make_cuda_backend(int threads);
+}  // namespace edbatch

@@ -1,0 +1,121 @@
+#include "edbatch/engine.h"
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace edbatch {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+}  // namespace
+
+float as_scalar(const Tensor& t) {
+  if (t.data == nullptr)
+    throw std::runtime_error("[as_scalar] no value: the null backend computes no values");
+  if (t.dim.size() != 1)
+    throw std::invalid_argument("[as_scalar] tensor has shape " + to_string(t.dim) +
+                                ", not a scalar");
+  return t.data[0];
+}
+
+std::vector<float> as_vector(const Tensor& t) {
+  if (t.data == nullptr)
+    throw std::runtime_error("[as_vector] no value: the null backend computes no values");
+  return std::vector<float>(t.data, t.data + t.dim.size());
+}
+
+Engine::Engine(ParameterCollection& params, EngineOptions options)
+    : Engine(params, make_policy(options.policy), options) {}
+
+Engine::Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, EngineOptions options)
+    : params_(params), options_(std::move(options)), policy_(std::move(policy)) {
+  if (!policy_) throw std::invalid_argument("[Engine] null policy");
+  options_.policy = policy_->name();
+  backend_ = make_backend(options_.device, options_.threads);
+}
+
+Engine::~Engine() = default;
+
+void Engine::check_graph(const Graph& g, const Expr& e, const char* fn) const {
+  g.node_of(e, fn);
+  if (&g.params() != &params_)
+    throw std::invalid_argument(std::string("[") + fn +
+                                "] graph was built over another ParameterCollection");
+}
+
+const Tensor& Engine::forward(Graph& g, const Expr& e) {
+  check_graph(g, e, "Engine::forward");
+  if (graph_ != &g || graph_generation_ != g.generation() || graph_version_ != g.version()) {
+    stats_.construction_ms = g.construction_seconds() * 1e3;
+    auto t0 = Clock::now();
+    scheduler_.run(g, *policy_, schedule_);
+    plan_memory(g, schedule_, plan_);
+    stats_.scheduling_ms = ms_since(t0);
+    t0 = Clock::now();
+    backend_->forward(PlanRef{g, schedule_, plan_, params_});
+    stats_.execution_ms = ms_since(t0);
+    stats_.backward_ms = 0;
+    stats_.nodes = schedule_.nodes.size();
+    stats_.batches = schedule_.batches.size();
+    stats_.lower_bound = schedule_.lower_bound;
+    graph_ = &g;
+    graph_generation_ = g.generation();
+    graph_version_ = g.version();
+    have_backward_ = false;
+  }
+  const ExecCounters& k = backend_->counters();
+  stats_.kernels = k.kernels;
+  stats_.bytes_copied = k.bytes_copied;
+  stats_.arena_bytes = k.arena_bytes;
+  stats_.arena_growths = k.arena_growths;
+  result_ = value(e);
+  return result_;
+}
+
+void Engine::backward(Graph& g, const Expr& loss) {
+  check_graph(g, loss, "Engine::backward");
+  if (graph_ != &g || graph_generation_ != g.generation() || graph_version_ != g.version())
+    throw std::invalid_argument(
+        "[Engine::backward] run forward() on this graph (in its current state) first");
+  const Node& n = g.node(loss.id);
+  if (n.dim.size() != 1)
+    throw std::invalid_argument("[Engine::backward] loss (node " + std::to_string(loss.id) +
+                                ") has shape " + to_string(n.dim) + ", not a scalar");
+  if (op_info(n.op).rule == BatchRule::Source)
+    throw std::invalid_argument("[Engine::backward] loss (node " + std::to_string(loss.id) +
+                                ") is an input or parameter, not a computed value");
+  const auto t0 = Clock::now();
+  backend_->backward(PlanRef{g, schedule_, plan_, params_}, loss.id);
+  stats_.backward_ms = ms_since(t0);
+  const ExecCounters& k = backend_->counters();
+  stats_.kernels = k.kernels;
+  stats_.bytes_copied = k.bytes_copied;
+  stats_.arena_bytes = k.arena_bytes;
+  stats_.arena_growths = k.arena_growths;
+  have_backward_ = true;
+}
+
+Tensor Engine::value(const Expr& e) const {
+  if (graph_ == nullptr || e.graph != graph_ || e.generation != graph_generation_)
+    throw std::invalid_argument("[Engine::value] expression is not from the last forward graph");
+  graph_->node_of(e, "Engine::value");
+  const Node& n = graph_->node(e.id);
+  if (n.op == Op::Parameter) return Tensor{params_.values(n.aux), n.dim};
+  return Tensor{backend_->value(plan_, e.id), n.dim};
+}
+
+Tensor Engine::gradient(const Expr& e) const {
+  if (!have_backward_) throw std::invalid_argument("[Engine::gradient] run backward() first");
+  if (e.graph != graph_ || e.generation != graph_generation_)
+    throw std::invalid_argument("[Engine::gradient] expression is not from the last graph");
+  graph_->node_of(e, "Engine::gradient");
+  const Node& n = graph_->node(e.id);
+  if (n.op == Op::Parameter) return Tensor{params_.grads(n.aux), n.dim};
+  return Tensor{backend_->adjoint(plan_, e.id), n.dim};
+}
+
+}  // namespace edbatch

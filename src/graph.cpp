@@ -1,0 +1,319 @@
+#include "edbatch/graph.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "edbatch/types.h"
+
+namespace edbatch {
+
+namespace {
+constexpr uint32_t kParamSlot = 0x80000000u;
+constexpr uint32_t kRaggedFlag = TypeTable::kRaggedKey;
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+[[noreturn]] void fail(const char* fn, const std::string& msg) {
+  throw std::invalid_argument(std::string("[") + fn + "] " + msg);
+}
+}  // namespace
+
+Graph::Graph(ParameterCollection& params) : params_(&params) { clear(); }
+
+void Graph::clear() {
+  nodes_.clear();
+  args_.clear();
+  input_values_.clear();
+  param_node_.assign(params_->size(), UINT32_MAX);
+  ++generation_;
+  ++version_;
+  build_start_ = std::chrono::steady_clock::now();
+}
+
+const TypeTable& Graph::types() const { return params_->types(); }
+
+double Graph::construction_seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start_).count();
+}
+
+const Node& Graph::node_of(const Expr& e, const char* fn) const {
+  if (e.graph == nullptr) fail(fn, "uninitialised expression");
+  if (e.graph != this) fail(fn, "expression belongs to another graph");
+  if (e.generation != generation_ || e.id >= nodes_.size())
+    fail(fn, "expression " + std::to_string(e.id) + " is from before Graph::clear()");
+  return nodes_[e.id];
+}
+
+uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
+  const OpInfo& info = op_info(n.op);
+  key_.clear();
+  bool any_param = false;
+  for (uint32_t i = 0; i < n.num_args; ++i) any_param |= nodes_[args[i]].op == Op::Parameter;
+  const bool ragged = info.rule == BatchRule::Ragged && !any_param;
+  key_.push_back(static_cast<uint32_t>(n.op) | (ragged ? kRaggedFlag : 0u));
+  key_.push_back(n.dim.rows);
+  key_.push_back(n.dim.cols);
+  if (n.op == Op::Parameter || n.op == Op::Lookup) key_.push_back(n.aux);
+  if (n.op == Op::ScalarAffine) {
+    key_.push_back(float_bits(n.alpha));
+    key_.push_back(float_bits(n.beta));
+  }
+  if (!ragged) {
+    key_.push_back(n.num_args);
+    for (uint32_t i = 0; i < n.num_args; ++i) {
+      const Node& a = nodes_[args[i]];
+      if (a.op == Op::Parameter) {
+        key_.push_back(kParamSlot | a.aux);
+      } else {
+        key_.push_back(a.dim.rows);
+        key_.push_back(a.dim.cols);
+      }
+    }
+  }
+  TypeTable& table = params_->types();
+  auto interned = table.intern(key_.data(), static_cast<uint32_t>(key_.size()));
+  if (interned.is_new) {
+    // Stable, readable names: op[parameters](operand shapes->output shape).
+    std::string name = info.name;
+    std::string plist, shapes;
+    if (n.op == Op::Parameter || n.op == Op::Lookup) plist = params_->name(n.aux);
+    if (n.op == Op::ScalarAffine)
+      name += "{" + std::to_string(n.alpha) + "," + std::to_string(n.beta) + "}";
+    if (ragged) {
+      shapes = to_string(nodes_[args[0]].dim) + "*";
+    } else {
+      for (uint32_t i = 0; i < n.num_args; ++i) {
+        const Node& a = nodes_[args[i]];
+        if (a.op == Op::Parameter) {
+          plist += (plist.empty() ? "" : ",") + params_->name(a.aux);
+        } else {
+          shapes += (shapes.empty() ? "" : ",") + to_string(a.dim);
+        }
+      }
+    }
+    if (!plist.empty()) name += "[" + plist + "]";
+    name += "(" + shapes + "->" + to_string(n.dim) + ")";
+    table.set_name(interned.id, std::move(name));
+  }
+  return interned.id;
+}
+
+uint32_t Graph::add_node(Op op, Dim dim, const uint32_t* args, uint32_t nargs, uint32_t aux,
+                         uint32_t aux2, float alpha, float beta) {
+  Node n;
+  n.op = op;
+  n.dim = dim;
+  n.arg_begin = static_cast<uint32_t>(args_.size());
+  n.num_args = nargs;
+  n.aux = aux;
+  n.aux2 = aux2;
+  n.alpha = alpha;
+  n.beta = beta;
+  n.type = type_of(n, args);
+  args_.insert(args_.end(), args, args + nargs);
+  nodes_.push_back(n);
+  ++version_;
+  return static_cast<uint32_t>(nodes_.size() - 1);
+}
+
+uint32_t Graph::add_input(Dim dim, const float* values) {
+  if (dim.size() == 0) fail("input", "empty shape " + to_string(dim));
+  const uint32_t offset = static_cast<uint32_t>(input_values_.size());
+  input_values_.insert(input_values_.end(), values, values + dim.size());
+  return add_node(Op::Input, dim, nullptr, 0, offset);
+}
+
+uint32_t Graph::add_parameter(uint32_t id) {
+  if (id >= params_->size())
+    fail("parameter", "no parameter with id " + std::to_string(id) + " in the collection");
+  if (params_->is_lookup(id))
+    fail("parameter", "'" + params_->name(id) + "' is a lookup table: use lookup()");
+  if (param_node_.size() < params_->size()) param_node_.resize(params_->size(), UINT32_MAX);
+  uint32_t& slot = param_node_[id];
+  if (slot == UINT32_MAX) slot = add_node(Op::Parameter, params_->dim(id), nullptr, 0, id);
+  return slot;
+}
+
+// ---- builders ----
+
+namespace {
+
+// A view of arguments that costs no allocation for the common two-argument calls.
+struct Args {
+  const Expr* p;
+  size_t n;
+  Args(const std::vector<Expr>& v) : p(v.data()), n(v.size()) {}
+  Args(const Expr* first, size_t count) : p(first), n(count) {}
+  size_t size() const { return n; }
+  bool empty() const { return n == 0; }
+  const Expr& operator[](size_t i) const { return p[i]; }
+};
+
+Graph& graph_of(Args xs, const char* fn) {
+  if (xs.empty()) fail(fn, "needs at least one argument");
+  if (xs[0].graph == nullptr) fail(fn, "argument 1 is an uninitialised expression");
+  return *xs[0].graph;
+}
+
+// Checks every argument belongs to `g` and collects ids and shapes.
+void collect(Graph& g, Args xs, const char* fn, std::vector<uint32_t>& ids,
+             std::vector<Dim>& dims) {
+  ids.clear();
+  dims.clear();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].graph != &g)
+      fail(fn, "argument " + std::to_string(i + 1) + " belongs to another graph");
+    dims.push_back(g.node_of(xs[i], fn).dim);
+    ids.push_back(xs[i].id);
+  }
+}
+
+std::string where(const Graph& g) { return "node " + std::to_string(g.size()) + ": "; }
+
+Expr elementwise(Op op, Args xs, float alpha = 0, float beta = 0) {
+  const char* fn = op_name(op);
+  Graph& g = graph_of(xs, fn);
+  thread_local std::vector<uint32_t> ids;
+  thread_local std::vector<Dim> dims;
+  collect(g, xs, fn, ids, dims);
+  for (size_t i = 1; i < dims.size(); ++i)
+    if (dims[i] != dims[0])
+      fail(fn, where(g) + "argument " + std::to_string(i + 1) + " has shape " +
+                   to_string(dims[i]) + " but argument 1 has shape " + to_string(dims[0]));
+  return g.expr(g.add_node(op, dims[0], ids.data(), static_cast<uint32_t>(ids.size()), 0, 0,
+                           alpha, beta));
+}
+
+Expr binary(Op op, const Expr& a, const Expr& b) {
+  const Expr xs[2] = {a, b};
+  return elementwise(op, Args(xs, 2));
+}
+
+}  // namespace
+
+Expr input(Graph& g, Dim dim, const std::vector<float>& values) {
+  if (values.size() != dim.size())
+    fail("input", where(g) + "shape " + to_string(dim) + " needs " + std::to_string(dim.size()) +
+                      " values, got " + std::to_string(values.size()));
+  return g.expr(g.add_input(dim, values.data()));
+}
+Expr input(Graph& g, Dim dim, const float* values) { return g.expr(g.add_input(dim, values)); }
+Expr input(Graph& g, float value) { return g.expr(g.add_input(Dim{1, 1}, &value)); }
+
+Expr parameter(Graph& g, Parameter p) {
+  if (!p.valid()) fail("parameter", "uninitialised Parameter handle");
+  return g.expr(g.add_parameter(p.id));
+}
+
+Expr lookup(Graph& g, LookupParameter table, uint32_t index) {
+  if (!table.valid() || table.id >= g.params().size()) fail("lookup", "invalid lookup table handle");
+  if (!g.params().is_lookup(table.id))
+    fail("lookup", "'" + g.params().name(table.id) + "' is not a lookup table");
+  const Dim d = g.params().dim(table.id);
+  if (index >= d.cols)
+    fail("lookup", where(g) + "index " + std::to_string(index) + " out of range for '" +
+                       g.params().name(table.id) + "' with " + std::to_string(d.cols) + " entries");
+  return g.expr(g.add_node(Op::Lookup, Dim{d.rows, 1}, nullptr, 0, table.id, index));
+}
+
+Expr affine(const std::vector<Expr>& xs) {
+  const char* fn = "affine";
+  Graph& g = graph_of(xs, fn);
+  if (xs.size() < 3 || xs.size() % 2 == 0)
+    fail(fn, where(g) + "expects {b, W1, x1, W2, x2, ...}, got " + std::to_string(xs.size()) +
+                 " arguments");
+  thread_local std::vector<uint32_t> ids;
+  thread_local std::vector<Dim> dims;
+  collect(g, xs, fn, ids, dims);
+  const Dim out = dims[0];
+  for (size_t i = 1; i < dims.size(); i += 2) {
+    const Dim w = dims[i], x = dims[i + 1];
+    const std::string k = std::to_string((i + 1) / 2);
+    if (w.cols != x.rows)
+      fail(fn, where(g) + "W" + k + " is " + to_string(w) + " but x" + k + " is " + to_string(x) +
+                   " (needs " + std::to_string(w.cols) + " rows)");
+    if (w.rows != out.rows || x.cols != out.cols)
+      fail(fn, where(g) + "W" + k + " x" + k + " is " + to_string(Dim{w.rows, x.cols}) +
+                   " but b is " + to_string(out));
+  }
+  return g.expr(g.add_node(Op::Affine, out, ids.data(), static_cast<uint32_t>(ids.size())));
+}
+
+Expr matmul(const Expr& a, const Expr& b) {
+  const char* fn = "matmul";
+  const Expr xs[2] = {a, b};
+  Graph& g = graph_of(Args(xs, 2), fn);
+  thread_local std::vector<uint32_t> ids;
+  thread_local std::vector<Dim> dims;
+  collect(g, Args(xs, 2), fn, ids, dims);
+  if (dims[0].cols != dims[1].rows)
+    fail(fn, where(g) + "cannot multiply " + to_string(dims[0]) + " by " + to_string(dims[1]));
+  return g.expr(g.add_node(Op::MatMul, Dim{dims[0].rows, dims[1].cols}, ids.data(), 2));
+}
+
+Expr add(const Expr& a, const Expr& b) { return binary(Op::Sum, a, b); }
+Expr sum(const std::vector<Expr>& xs) {
+  if (xs.size() == 1) {
+    graph_of(Args(xs), "sum").node_of(xs[0], "sum");
+    return xs[0];
+  }
+  return elementwise(Op::Sum, xs);
+}
+Expr subtract(const Expr& a, const Expr& b) { return binary(Op::Subtract, a, b); }
+Expr cmult(const Expr& a, const Expr& b) { return binary(Op::CMult, a, b); }
+Expr scalar_affine(const Expr& x, float alpha, float beta) {
+  return elementwise(Op::ScalarAffine, Args(&x, 1), alpha, beta);
+}
+Expr tanh(const Expr& x) { return elementwise(Op::Tanh, Args(&x, 1)); }
+Expr sigmoid(const Expr& x) { return elementwise(Op::Sigmoid, Args(&x, 1)); }
+Expr relu(const Expr& x) { return elementwise(Op::Relu, Args(&x, 1)); }
+Expr sum_losses(const std::vector<Expr>& losses) {
+  Graph& g = graph_of(losses, "sum_losses");
+  for (const Expr& l : losses)
+    if (l.graph == &g && g.node_of(l, "sum_losses").dim != Dim{1, 1})
+      fail("sum_losses", "loss " + std::to_string(l.id) + " is " +
+                             to_string(g.node(l.id).dim) + ", not a scalar");
+  return sum(losses);
+}
+
+Expr concat(const std::vector<Expr>& xs) {
+  const char* fn = "concat";
+  Graph& g = graph_of(xs, fn);
+  thread_local std::vector<uint32_t> ids;
+  thread_local std::vector<Dim> dims;
+  collect(g, xs, fn, ids, dims);
+  Dim out{0, dims[0].cols};
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i].cols != out.cols)
+      fail(fn, where(g) + "argument " + std::to_string(i + 1) + " has " +
+                   std::to_string(dims[i].cols) + " columns, argument 1 has " +
+                   std::to_string(out.cols));
+    out.rows += dims[i].rows;
+  }
+  return g.expr(g.add_node(Op::Concat, out, ids.data(), static_cast<uint32_t>(ids.size())));
+}
+
+namespace {
+Expr indexed_scalar(Op op, const Expr& x, uint32_t index, const char* what) {
+  const char* fn = op_name(op);
+  Graph& g = graph_of(Args(&x, 1), fn);
+  const Dim d = g.node_of(x, fn).dim;
+  if (d.cols != 1) fail(fn, where(g) + "expects a vector, got " + to_string(d));
+  if (index >= d.rows)
+    fail(fn, where(g) + what + " " + std::to_string(index) + " out of range for a vector of " +
+                 std::to_string(d.rows));
+  return g.expr(g.add_node(op, Dim{1, 1}, &x.id, 1, 0, index));
+}
+}  // namespace
+
+Expr pick(const Expr& x, uint32_t index) { return indexed_scalar(Op::Pick, x, index, "index"); }
+Expr pick_neg_log_softmax(const Expr& x, uint32_t label) {
+  return indexed_scalar(Op::PickNegLogSoftmax, x, label, "label");
+}
+
+}  // namespace edbatch

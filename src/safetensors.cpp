@@ -1,0 +1,284 @@
+// safetensors reader and writer (F32 only) and parameter collections stored through it.
+#include "edbatch/safetensors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace edbatch {
+
+// Tensor data is copied to and from the file as is, which is right on little-endian hosts only.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes little-endian");
+
+namespace {
+
+constexpr const char* kMetadataKey = "__metadata__";
+
+std::string shape_string(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Element count of a shape; false when it overflows.
+bool element_count(const std::vector<uint64_t>& shape, uint64_t& count) {
+  count = 1;
+  for (uint64_t d : shape) {
+    if (d != 0 && count > UINT64_MAX / 4 / d) return false;
+    count *= d;
+  }
+  return true;
+}
+
+// Where one tensor's data lies, relative to the start of the data section.
+struct Entry {
+  std::string name;
+  std::vector<uint64_t> shape;
+  uint64_t begin, end;
+};
+
+class HeaderReader {
+ public:
+  explicit HeaderReader(const std::string& path) : path_(path) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::invalid_argument(fmt::format("[read_safetensors] '{}': {}", path_, what));
+  }
+
+  Entry entry(const std::string& name, const nlohmann::json& v, uint64_t data_size) const {
+    const std::string where = fmt::format("malformed JSON header: tensor '{}'", name);
+    if (!v.is_object()) fail(where + " is not an object");
+    auto dtype = v.find("dtype");
+    if (dtype == v.end() || !dtype->is_string()) fail(where + " has no string \"dtype\"");
+    if (dtype->get<std::string>() != "F32")
+      fail(fmt::format("tensor '{}' has dtype {}: only F32 (float32) is supported", name,
+                       dtype->get<std::string>()));
+    Entry e{name, {}, 0, 0};
+    auto shape = v.find("shape");
+    if (shape == v.end() || !shape->is_array()) fail(where + " has no \"shape\" array");
+    for (const auto& d : *shape) {
+      if (!d.is_number_unsigned()) fail(where + " has a shape entry that is not an unsigned integer");
+      e.shape.push_back(d.get<uint64_t>());
+    }
+    auto offsets = v.find("data_offsets");
+    if (offsets == v.end() || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned())
+      fail(where + " needs \"data_offsets\": [begin, end] with unsigned integers");
+    e.begin = (*offsets)[0].get<uint64_t>();
+    e.end = (*offsets)[1].get<uint64_t>();
+    uint64_t count = 0;
+    if (!element_count(e.shape, count))
+      fail(fmt::format("tensor '{}' has shape {}, too large", name, shape_string(e.shape)));
+    if (e.end < e.begin)
+      fail(fmt::format("tensor '{}' has data_offsets [{}, {}]: expected begin <= end", name,
+                       e.begin, e.end));
+    if (e.end - e.begin != count * 4)
+      fail(fmt::format("tensor '{}' has shape {} ({} bytes of F32) but data_offsets [{}, {}] "
+                       "span {} bytes",
+                       name, shape_string(e.shape), count * 4, e.begin, e.end, e.end - e.begin));
+    if (e.end > data_size)
+      fail(fmt::format("truncated file: tensor '{}' has data_offsets [{}, {}] but the data "
+                       "section holds only {} bytes",
+                       name, e.begin, e.end, data_size));
+    return e;
+  }
+
+  std::map<std::string, std::string> metadata(const nlohmann::json& v) const {
+    if (!v.is_object()) fail("malformed JSON header: \"__metadata__\" is not an object");
+    std::map<std::string, std::string> out;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!it->is_string())
+        fail(fmt::format("malformed JSON header: \"__metadata__\" entry '{}' is not a string",
+                         it.key()));
+      out[it.key()] = it->get<std::string>();
+    }
+    return out;
+  }
+
+ private:
+  const std::string& path_;
+};
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw std::invalid_argument(fmt::format("[read_safetensors] cannot open '{}'", path));
+  const std::streamoff size = in.tellg();
+  std::vector<char> bytes(static_cast<size_t>(size));
+  in.seekg(0);
+  if (!in.read(bytes.data(), size))
+    throw std::runtime_error(fmt::format("[read_safetensors] failed reading '{}'", path));
+  return bytes;
+}
+
+// The tensor layout of a parameter (see safetensors.h).
+std::vector<uint64_t> parameter_shape(const ParameterCollection& pc, uint32_t id) {
+  const Dim d = pc.dim(id);
+  if (pc.is_lookup(id)) return {d.cols, d.rows};
+  if (d.cols == 1) return {d.rows};
+  return {d.rows, d.cols};
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  uint64_t offset = 0;
+  for (const NamedTensor& t : tensors) {
+    if (t.name.empty() || t.name == kMetadataKey)
+      throw std::invalid_argument(
+          fmt::format("[write_safetensors] '{}': invalid tensor name '{}'", path, t.name));
+    if (header.contains(t.name))
+      throw std::invalid_argument(
+          fmt::format("[write_safetensors] '{}': duplicate tensor name '{}'", path, t.name));
+    uint64_t count = 0;
+    if (!element_count(t.shape, count) || count != t.data.size())
+      throw std::invalid_argument(fmt::format(
+          "[write_safetensors] '{}': tensor '{}' has shape {} but {} values", path, t.name,
+          shape_string(t.shape), t.data.size()));
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 4 * count}}};
+    offset += 4 * count;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::type_error& e) {
+    throw std::invalid_argument(fmt::format(
+        "[write_safetensors] '{}': tensor names and metadata must be valid UTF-8 ({})", path,
+        e.what()));
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out)
+    throw std::invalid_argument(
+        fmt::format("[write_safetensors] cannot open '{}' for writing", path));
+  char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  out.write(length, 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const NamedTensor& t : tensors)
+    out.write(reinterpret_cast<const char*>(t.data.data()),
+              static_cast<std::streamsize>(t.data.size() * sizeof(float)));
+  out.close();
+  if (!out) throw std::runtime_error(fmt::format("[write_safetensors] failed writing '{}'", path));
+}
+
+std::vector<NamedTensor> read_safetensors(const std::string& path,
+                                          std::map<std::string, std::string>* metadata) {
+  const HeaderReader reader(path);
+  const std::vector<char> bytes = read_bytes(path);
+  if (bytes.size() < 8)
+    reader.fail(fmt::format("truncated file: {} bytes, expected at least 8 (the header length)",
+                            bytes.size()));
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i)
+    header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
+  if (header_size > bytes.size() - 8)
+    reader.fail(fmt::format("truncated file: the header length is {} bytes but only {} bytes "
+                            "follow it",
+                            header_size, bytes.size() - 8));
+  const char* header_begin = bytes.data() + 8;
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(header_begin, header_begin + header_size);
+  } catch (const nlohmann::json::parse_error& e) {
+    reader.fail(fmt::format("malformed JSON header: {}", e.what()));
+  }
+  if (!header.is_object()) reader.fail("malformed JSON header: expected an object");
+
+  const uint64_t data_size = bytes.size() - 8 - header_size;
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == kMetadataKey) {
+      auto m = reader.metadata(*it);
+      if (metadata) *metadata = std::move(m);
+    } else {
+      entries.push_back(reader.entry(it.key(), *it, data_size));
+    }
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  for (size_t i = 1; i < entries.size(); ++i)
+    if (entries[i].begin < entries[i - 1].end)
+      reader.fail(fmt::format("tensors '{}' and '{}' overlap: data_offsets [{}, {}] and [{}, {}]",
+                              entries[i - 1].name, entries[i].name, entries[i - 1].begin,
+                              entries[i - 1].end, entries[i].begin, entries[i].end));
+
+  const char* data = header_begin + header_size;
+  std::vector<NamedTensor> tensors;
+  tensors.reserve(entries.size());
+  for (Entry& e : entries) {
+    NamedTensor t{std::move(e.name), std::move(e.shape), {}};
+    t.data.resize((e.end - e.begin) / sizeof(float));
+    if (!t.data.empty()) std::memcpy(t.data.data(), data + e.begin, e.end - e.begin);
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+void save_parameters(const std::string& path, const ParameterCollection& pc) {
+  std::vector<NamedTensor> tensors;
+  tensors.reserve(pc.size());
+  for (uint32_t id = 0; id < pc.size(); ++id) {
+    const Dim d = pc.dim(id);
+    const float* v = pc.values(id);
+    NamedTensor t{pc.name(id), parameter_shape(pc, id), std::vector<float>(d.size())};
+    if (pc.is_lookup(id) || d.cols == 1) {
+      std::copy(v, v + d.size(), t.data.begin());
+    } else {
+      for (uint32_t r = 0; r < d.rows; ++r)
+        for (uint32_t c = 0; c < d.cols; ++c) t.data[size_t(r) * d.cols + c] = v[size_t(c) * d.rows + r];
+    }
+    tensors.push_back(std::move(t));
+  }
+  write_safetensors(path, tensors);
+}
+
+void load_parameters(const std::string& path, ParameterCollection& pc) {
+  std::vector<NamedTensor> tensors = read_safetensors(path);
+  std::unordered_map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& t : tensors) by_name[t.name] = &t;
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(fmt::format("[load_parameters] '{}': {}", path, what));
+  };
+
+  // Check everything before changing any value.
+  std::vector<const NamedTensor*> source(pc.size());
+  for (uint32_t id = 0; id < pc.size(); ++id) {
+    const std::vector<uint64_t> expected = parameter_shape(pc, id);
+    auto it = by_name.find(pc.name(id));
+    if (it == by_name.end())
+      fail(fmt::format("tensor '{}' (shape {}) is missing from the file", pc.name(id),
+                       shape_string(expected)));
+    if (it->second->shape != expected)
+      fail(fmt::format("tensor '{}': expected shape {} but found {}", pc.name(id),
+                       shape_string(expected), shape_string(it->second->shape)));
+    source[id] = it->second;
+  }
+  for (const NamedTensor& t : tensors)
+    if (pc.find(t.name) == UINT32_MAX)
+      fail(fmt::format("tensor '{}' (shape {}) in the file is not a parameter of the collection",
+                       t.name, shape_string(t.shape)));
+
+  for (uint32_t id = 0; id < pc.size(); ++id) {
+    const Dim d = pc.dim(id);
+    const std::vector<float>& in = source[id]->data;
+    float* v = pc.values(id);
+    if (pc.is_lookup(id) || d.cols == 1) {
+      std::copy(in.begin(), in.end(), v);
+    } else {
+      for (uint32_t r = 0; r < d.rows; ++r)
+        for (uint32_t c = 0; c < d.cols; ++c) v[size_t(c) * d.rows + r] = in[size_t(r) * d.cols + c];
+    }
+  }
+}
+
+}  // namespace edbatch
