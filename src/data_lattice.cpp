@@ -75,7 +75,8 @@ class LatticeReader {
       fail(v.size() > 1 ? v[1].column : 1,
            fmt::format("expected a single integer ({}) but found {} numbers", what, v.size()));
     if (v[0].value < lo || v[0].value > hi)
-      fail(v[0].column, fmt::format("expected {} in {}..{} but found {}", what, lo, hi, v[0].value));
+      fail(v[0].column,
+           fmt::format("expected {} in {}..{} but found {}", what, lo, hi, v[0].value));
     return v[0].value;
   }
 
@@ -101,16 +102,18 @@ Lattice read_lattice(LatticeReader& r, uint64_t index, uint64_t count, uint32_t 
            fmt::format("expected {} tags for {} (its length) but found {}", length, which,
                        tags.size()));
   for (const Number& t : tags) {
-    if (t.value > 255) r.fail(t.column, fmt::format("expected a tag in 0..255 but found {}", t.value));
+    if (t.value > 255)
+      r.fail(t.column, fmt::format("expected a tag in 0..255 but found {}", t.value));
     lat.tags.push_back(static_cast<uint8_t>(t.value));
   }
 
   lat.arc_begin.push_back(0);
   for (uint32_t k = 0; k < length; ++k) {
     if (!r.next())
-      r.fail_at_end(fmt::format("truncated input: expected the arcs into node {} of {} ({} arc "
-                                "lines)",
-                                k, which, length));
+      r.fail_at_end(
+          fmt::format("truncated input: expected the arcs into node {} of {} ({} arc "
+                      "lines)",
+                      k, which, length));
     std::vector<Number> v = r.numbers("an arc count, source node or arc id");
     if (v.empty())
       r.fail(1, fmt::format("expected the arc count of node {} of {} but found an empty line", k,
@@ -147,8 +150,7 @@ std::vector<Lattice> parse_lattices(std::istream& in, const std::string& source_
     r.fail_at_end("expected the number of lattices on the first line (no lattices)");
   const uint64_t count = r.single("the number of lattices", 1, UINT32_MAX);
   std::vector<Lattice> lattices;
-  for (uint64_t i = 0; i < count; ++i)
-    lattices.push_back(read_lattice(r, i, count, vocab_size));
+  for (uint64_t i = 0; i < count; ++i) lattices.push_back(read_lattice(r, i, count, vocab_size));
   if (r.next_nonblank())
     r.fail(1, fmt::format("expected the end of the input after the {} announced lattices but "
                           "found more lines",

@@ -17,9 +17,8 @@ using Rng = std::mt19937_64;
 
 void check_vocab(const char* function, uint32_t vocab_size) {
   if (vocab_size == 0)
-    throw std::invalid_argument(
-        fmt::format("[{}] expected vocab_size >= 1 but found 0 (synthetic ids need a vocabulary)",
-                    function));
+    throw std::invalid_argument(fmt::format(
+        "[{}] expected vocab_size >= 1 but found 0 (synthetic ids need a vocabulary)", function));
 }
 
 // Zipf's law over ids 0..vocab-1: p(id) proportional to 1 / (id + 1).

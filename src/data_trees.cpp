@@ -35,8 +35,9 @@ class TreeLineParser {
     bool done = false;
     while (skip_space()) {
       const size_t column = pos_ + 1;
-      if (done) fail(column, fmt::format("expected the end of the line after the tree but found '{}'",
-                                         peek_token()));
+      if (done)
+        fail(column, fmt::format("expected the end of the line after the tree but found '{}'",
+                                 peek_token()));
       if (s_[pos_] == '(') {
         open_node(column);
       } else if (s_[pos_] == ')') {
@@ -94,7 +95,8 @@ class TreeLineParser {
     ++pos_;
     OpenNode node;
     node.column = column;
-    if (!skip_space()) fail(pos_ + 1, "expected a label 0-4 after '(' but reached the end of the line");
+    if (!skip_space())
+      fail(pos_ + 1, "expected a label 0-4 after '(' but reached the end of the line");
     const size_t label_column = pos_ + 1;
     std::string_view label = s_[pos_] == '(' || s_[pos_] == ')' ? s_.substr(pos_, 1) : read_atom();
     if (label.size() != 1 || label[0] < '0' || label[0] > '4')
@@ -116,8 +118,8 @@ class TreeLineParser {
       node.left = open.children[0];
       node.right = open.children[1];
     } else if (open.num_children == 1) {
-      fail(column, fmt::format("unary node at column {}: expected a second child before ')'",
-                               open.column));
+      fail(column,
+           fmt::format("unary node at column {}: expected a second child before ')'", open.column));
     } else {
       fail(column, fmt::format("empty node at column {}: expected a word or two children "
                                "before ')'",
@@ -204,8 +206,8 @@ uint32_t tree_depth(const Tree& tree) {
 }
 
 uint32_t tree_words(const Tree& tree) {
-  return static_cast<uint32_t>(
-      std::count_if(tree.nodes.begin(), tree.nodes.end(), [](const TreeNode& n) { return n.leaf(); }));
+  return static_cast<uint32_t>(std::count_if(tree.nodes.begin(), tree.nodes.end(),
+                                             [](const TreeNode& n) { return n.leaf(); }));
 }
 
 TreeStats tree_stats(const std::vector<Tree>& trees) {

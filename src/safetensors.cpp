@@ -62,7 +62,8 @@ class HeaderReader {
     auto shape = v.find("shape");
     if (shape == v.end() || !shape->is_array()) fail(where + " has no \"shape\" array");
     for (const auto& d : *shape) {
-      if (!d.is_number_unsigned()) fail(where + " has a shape entry that is not an unsigned integer");
+      if (!d.is_number_unsigned())
+        fail(where + " has a shape entry that is not an unsigned integer");
       e.shape.push_back(d.get<uint64_t>());
     }
     auto offsets = v.find("data_offsets");
@@ -78,13 +79,15 @@ class HeaderReader {
       fail(fmt::format("tensor '{}' has data_offsets [{}, {}]: expected begin <= end", name,
                        e.begin, e.end));
     if (e.end - e.begin != count * 4)
-      fail(fmt::format("tensor '{}' has shape {} ({} bytes of F32) but data_offsets [{}, {}] "
-                       "span {} bytes",
-                       name, shape_string(e.shape), count * 4, e.begin, e.end, e.end - e.begin));
+      fail(
+          fmt::format("tensor '{}' has shape {} ({} bytes of F32) but data_offsets [{}, {}] "
+                      "span {} bytes",
+                      name, shape_string(e.shape), count * 4, e.begin, e.end, e.end - e.begin));
     if (e.end > data_size)
-      fail(fmt::format("truncated file: tensor '{}' has data_offsets [{}, {}] but the data "
-                       "section holds only {} bytes",
-                       name, e.begin, e.end, data_size));
+      fail(
+          fmt::format("truncated file: tensor '{}' has data_offsets [{}, {}] but the data "
+                      "section holds only {} bytes",
+                      name, e.begin, e.end, data_size));
     return e;
   }
 
@@ -139,19 +142,20 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
           fmt::format("[write_safetensors] '{}': duplicate tensor name '{}'", path, t.name));
     uint64_t count = 0;
     if (!element_count(t.shape, count) || count != t.data.size())
-      throw std::invalid_argument(fmt::format(
-          "[write_safetensors] '{}': tensor '{}' has shape {} but {} values", path, t.name,
-          shape_string(t.shape), t.data.size()));
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 4 * count}}};
+      throw std::invalid_argument(
+          fmt::format("[write_safetensors] '{}': tensor '{}' has shape {} but {} values", path,
+                      t.name, shape_string(t.shape), t.data.size()));
+    header[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 4 * count}}};
     offset += 4 * count;
   }
   std::string text;
   try {
     text = header.dump();
   } catch (const nlohmann::json::type_error& e) {
-    throw std::invalid_argument(fmt::format(
-        "[write_safetensors] '{}': tensor names and metadata must be valid UTF-8 ({})", path,
-        e.what()));
+    throw std::invalid_argument(
+        fmt::format("[write_safetensors] '{}': tensor names and metadata must be valid UTF-8 ({})",
+                    path, e.what()));
   }
   text.append((8 - text.size() % 8) % 8, ' ');
 
@@ -181,9 +185,10 @@ std::vector<NamedTensor> read_safetensors(const std::string& path,
   for (int i = 7; i >= 0; --i)
     header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
   if (header_size > bytes.size() - 8)
-    reader.fail(fmt::format("truncated file: the header length is {} bytes but only {} bytes "
-                            "follow it",
-                            header_size, bytes.size() - 8));
+    reader.fail(
+        fmt::format("truncated file: the header length is {} bytes but only {} bytes "
+                    "follow it",
+                    header_size, bytes.size() - 8));
   const char* header_begin = bytes.data() + 8;
   nlohmann::json header;
   try {
@@ -235,7 +240,8 @@ void save_parameters(const std::string& path, const ParameterCollection& pc) {
       std::copy(v, v + d.size(), t.data.begin());
     } else {
       for (uint32_t r = 0; r < d.rows; ++r)
-        for (uint32_t c = 0; c < d.cols; ++c) t.data[size_t(r) * d.cols + c] = v[size_t(c) * d.rows + r];
+        for (uint32_t c = 0; c < d.cols; ++c)
+          t.data[size_t(r) * d.cols + c] = v[size_t(c) * d.rows + r];
     }
     tensors.push_back(std::move(t));
   }
@@ -276,7 +282,8 @@ void load_parameters(const std::string& path, ParameterCollection& pc) {
       std::copy(in.begin(), in.end(), v);
     } else {
       for (uint32_t r = 0; r < d.rows; ++r)
-        for (uint32_t c = 0; c < d.cols; ++c) v[size_t(c) * d.rows + r] = in[size_t(r) * d.cols + c];
+        for (uint32_t c = 0; c < d.cols; ++c)
+          v[size_t(c) * d.rows + r] = in[size_t(r) * d.cols + c];
     }
   }
 }

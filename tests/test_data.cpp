@@ -1,0 +1,424 @@
+// Data formats: SST trees, lattices, tagged sentences, and the synthetic generators.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "edbatch/data.h"
+
+using namespace edbatch;
+
+namespace {
+
+std::vector<Tree> trees_from(const std::string& text, uint32_t vocab = 256) {
+  std::istringstream in(text);
+  return parse_trees(in, "t.txt", vocab);
+}
+std::vector<Lattice> lattices_from(const std::string& text, uint32_t vocab = 256) {
+  std::istringstream in(text);
+  return parse_lattices(in, "l.txt", vocab);
+}
+TaggedData tagged_from(const std::string& text, uint32_t vocab = 256) {
+  std::istringstream in(text);
+  return parse_tagged(in, "s.txt", vocab);
+}
+
+bool same_tree(const Tree& a, const Tree& b) {
+  if (a.nodes.size() != b.nodes.size()) return false;
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    const TreeNode &x = a.nodes[i], &y = b.nodes[i];
+    if (x.left != y.left || x.right != y.right || x.word != y.word || x.label != y.label)
+      return false;
+  }
+  return true;
+}
+bool same_lattice(const Lattice& a, const Lattice& b) {
+  if (a.tags != b.tags || a.arc_begin != b.arc_begin || a.arcs.size() != b.arcs.size())
+    return false;
+  for (size_t i = 0; i < a.arcs.size(); ++i)
+    if (a.arcs[i].from != b.arcs[i].from || a.arcs[i].id != b.arcs[i].id) return false;
+  return true;
+}
+
+std::filesystem::path scratch_file(const std::string& name, const std::string& text) {
+  auto dir = std::filesystem::temp_directory_path() / "edbatch_test_data";
+  std::filesystem::create_directories(dir);
+  auto path = dir / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kTwoLattices =
+    "2\n"
+    "3\n"
+    "0 1 2\n"
+    "0 \n"
+    "1 0 5\n"
+    "2 1 6 0 300\n"
+    "\n"
+    "4\n"
+    "0 3 3 4\n"
+    "0\n"
+    "1 0 7\n"
+    "1 1 8\n"
+    "3 2 9 0 10 1 11\n";
+
+}  // namespace
+
+TEST_CASE("trees: SST lines parse into post-order binary trees") {
+  auto trees = trees_from("(3 (2 It) (4 (2 's) (4 good)))\n\n  (1 (2 good) (0 bad))  \n", 0);
+  REQUIRE(trees.size() == 2);
+  const auto& a = trees[0].nodes;
+  REQUIRE(a.size() == 5);
+  // It, 's, good, ('s good), root
+  CHECK(a[0].leaf());
+  CHECK(a[0].word == 0);
+  CHECK(a[0].label == 2);
+  CHECK(a[1].word == 1);
+  CHECK(a[2].word == 2);
+  CHECK(a[2].label == 4);
+  CHECK(a[3].left == 1);
+  CHECK(a[3].right == 2);
+  CHECK(a[3].label == 4);
+  CHECK(!a[3].leaf());
+  CHECK(a[4].left == 0);
+  CHECK(a[4].right == 3);
+  CHECK(a[4].label == 3);
+  const auto& b = trees[1].nodes;
+  REQUIRE(b.size() == 3);
+  CHECK(b[0].word == 2);  // "good" keeps its id from the first tree
+  CHECK(b[1].word == 3);
+  CHECK(b[1].label == 0);
+  CHECK(b[2].left == 0);
+  CHECK(b[2].right == 1);
+  CHECK(b[2].label == 1);
+  CHECK(tree_depth(trees[0]) == 2);
+  CHECK(tree_words(trees[0]) == 3);
+  CHECK(tree_depth(trees_from("(2 one)")[0]) == 0);
+}
+
+TEST_CASE("trees: word ids fold modulo the vocabulary size") {
+  auto trees = trees_from("(3 (2 a) (4 (2 b) (4 c)))\n(1 (2 c) (0 d))\n", 2);
+  CHECK(trees[0].nodes[0].word == 0);
+  CHECK(trees[0].nodes[1].word == 1);
+  CHECK(trees[0].nodes[2].word == 0);
+  CHECK(trees[1].nodes[0].word == 0);
+  CHECK(trees[1].nodes[1].word == 1);
+}
+
+TEST_CASE("trees: malformed input names the line, column and what was expected") {
+  auto err = [](const std::string& text) { return trees_from("(2 ok)\n\n" + text); };
+  CHECK_THROWS_WITH_AS(err("(3 (2 a) (2 b)"),
+                       "[parse_trees] t.txt:3:15: unbalanced brackets: expected ')' to close the "
+                       "'(' at column 1 but reached the end of the line",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err(") (2 a)"),
+                       doctest::Contains("t.txt:3:1: unbalanced brackets: ')' without a matching"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(3 (2 a) (2 b) (2 c))"),
+                       doctest::Contains("t.txt:3:16: non-binary node at column 1: expected ')' "
+                                         "after two children"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(3 (2 a) (1 (2 b)))"),
+                       doctest::Contains("t.txt:3:18: unary node at column 10: expected a second "
+                                         "child before ')'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(3 (7 a) (2 b))"),
+                       doctest::Contains("t.txt:3:5: expected a label 0-4 after '(' but found '7'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(x a)"), doctest::Contains("t.txt:3:2: expected a label 0-4"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(-1 a)"), doctest::Contains("but found '-1'"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(12 a)"), doctest::Contains("but found '12'"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(2 a) b"),
+                       doctest::Contains("t.txt:3:7: expected the end of the line after the tree "
+                                         "but found 'b'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(2 a))"), doctest::Contains("t.txt:3:6: expected the end of the line"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(2 a b)"),
+                       doctest::Contains("t.txt:3:6: the node at column 1 already has a word"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(2 a (2 b) (2 c))"),
+                       doctest::Contains("t.txt:3:6: the node at column 1 already has a word: "
+                                         "expected ')' but found '('"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(2 (2 b) c)"),
+                       doctest::Contains("t.txt:3:10: the node at column 1 has children"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("(2)"), doctest::Contains("t.txt:3:3: empty node at column 1"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(err("2 a"), doctest::Contains("t.txt:3:1: expected '(' but found '2'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(trees_from(""),
+                       "[parse_trees] t.txt:1:1: expected a bracketed tree but reached the end "
+                       "of the input (no trees)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(trees_from("\n  \n"), doctest::Contains("t.txt:3:1: expected a bracketed"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("trees: load from a file, and a missing file") {
+  auto path = scratch_file("trees.txt", "(1 (2 a) (3 b))\n(4 c)\n");
+  auto trees = load_trees(path.string());
+  REQUIRE(trees.size() == 2);
+  CHECK(trees[1].nodes[0].word == 2);
+  CHECK_THROWS_WITH_AS(load_trees((path.parent_path() / "absent.txt").string()),
+                       doctest::Contains("[load_trees] cannot open"), std::invalid_argument);
+}
+
+TEST_CASE("trees: synthetic trees are deterministic and shaped like SST") {
+  const auto trees = synthetic_trees(2000, 7, 100);
+  const auto again = synthetic_trees(2000, 7, 100);
+  const auto other = synthetic_trees(2000, 8, 100);
+  REQUIRE(trees.size() == 2000);
+  bool all_same = true, all_same_other = true;
+  for (size_t i = 0; i < trees.size(); ++i) {
+    all_same = all_same && same_tree(trees[i], again[i]);
+    all_same_other = all_same_other && same_tree(trees[i], other[i]);
+  }
+  CHECK(all_same);
+  CHECK(!all_same_other);
+
+  for (const Tree& t : trees) {
+    const uint32_t words = tree_words(t);
+    REQUIRE(t.nodes.size() == 2 * words - 1);
+    std::vector<int> parents(t.nodes.size(), 0);
+    for (size_t i = 0; i < t.nodes.size(); ++i) {
+      const TreeNode& n = t.nodes[i];
+      REQUIRE(n.label <= 4);
+      if (n.leaf()) {
+        REQUIRE(n.right < 0);
+        REQUIRE(n.word < 100);
+      } else {
+        REQUIRE(n.left < static_cast<int32_t>(i));
+        REQUIRE(n.right < static_cast<int32_t>(i));
+        ++parents[n.left];
+        ++parents[n.right];
+      }
+    }
+    for (size_t i = 0; i + 1 < t.nodes.size(); ++i) REQUIRE(parents[i] == 1);
+    REQUIRE(parents.back() == 0);
+  }
+  const TreeStats s = tree_stats(trees);
+  CHECK(s.count == 2000);
+  CHECK(s.mean_words >= 17.0);
+  CHECK(s.mean_words <= 21.0);
+  CHECK(s.min_words >= 1);
+  CHECK(s.max_words <= 52);
+  CHECK(s.mean_depth >= 8.0);
+  CHECK(s.mean_depth <= 12.0);
+  CHECK(s.max_depth >= 20);
+  CHECK(s.max_depth <= 30);
+
+  // Labels and words spread over their ranges.
+  std::vector<int> labels(5, 0);
+  for (const Tree& t : trees)
+    for (const TreeNode& n : t.nodes) ++labels[n.label];
+  for (int c : labels) CHECK(c > 0);
+  CHECK_THROWS_AS(synthetic_trees(1, 1, 0), std::invalid_argument);
+}
+
+TEST_CASE("lattices: a two-lattice file parses into CSR arcs") {
+  auto lats = lattices_from(kTwoLattices);
+  REQUIRE(lats.size() == 2);
+  const Lattice& a = lats[0];
+  CHECK(a.length() == 3);
+  CHECK(a.tags == std::vector<uint8_t>{0, 1, 2});
+  CHECK(a.arc_begin == std::vector<uint32_t>{0, 0, 1, 3});
+  REQUIRE(a.arcs.size() == 3);
+  CHECK(a.arcs[0].from == 0);
+  CHECK(a.arcs[0].id == 5);
+  CHECK(a.arcs[1].from == 1);
+  CHECK(a.arcs[1].id == 6);
+  CHECK(a.arcs[2].from == 0);
+  CHECK(a.arcs[2].id == 300 % 256);
+  CHECK(!Lattice::is_word_arc(2, a.arcs[1]));
+  CHECK(Lattice::is_word_arc(2, a.arcs[2]));
+  const Lattice& b = lats[1];
+  CHECK(b.length() == 4);
+  CHECK(b.tags == std::vector<uint8_t>{0, 3, 3, 4});
+  CHECK(b.arc_begin == std::vector<uint32_t>{0, 0, 1, 2, 5});
+  CHECK(b.arcs[4].from == 1);
+  CHECK(b.arcs[4].id == 11);
+
+  CHECK(lattices_from(kTwoLattices, 0)[0].arcs[2].id == 300);
+  CHECK(lattices_from(kTwoLattices, 4)[0].arcs[2].id == 0);
+
+  const LatticeStats s = lattice_stats(lats);
+  CHECK(s.count == 2);
+  CHECK(s.mean_nodes == doctest::Approx(3.5));
+  CHECK(s.mean_arcs == doctest::Approx(4.0));
+  CHECK(s.word_arc_fraction == doctest::Approx(3.0 / 8.0));
+  CHECK(s.max_nodes == 4);
+}
+
+TEST_CASE("lattices: malformed input names the line, column and what was expected") {
+  const std::string good = kTwoLattices;
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  CHECK_THROWS_WITH_AS(lattices_from(""),
+                       "[parse_lattices] l.txt:1:1: expected the number of lattices on the first "
+                       "line (no lattices) but reached the end of the input",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("2\n3\n", "3\n3\n")),
+                       "[parse_lattices] l.txt:14:1: truncated input: expected lattice 3 of 3 but "
+                       "reached the end of the input",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(good.substr(0, good.find("3 2 9"))),
+                       doctest::Contains("l.txt:13:1: truncated input: expected the arcs into "
+                                         "node 3 of lattice 2 of 2"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("1 0 5\n", "1 1 5\n")),
+                       doctest::Contains("l.txt:5:3: arc 0 into node 1 of lattice 1 of 2 comes "
+                                         "from node 1: expected a source node below 1"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("2 1 6 0 300", "2 1 6 3 300")),
+                       doctest::Contains("l.txt:6:7: arc 1 into node 2"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("0 1 2\n", "0 1\n")),
+                       doctest::Contains("l.txt:3:4: expected 3 tags for lattice 1 of 2 (its "
+                                         "length) but found 2"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("0 3 3 4\n", "0 3 3 4 4\n")),
+                       doctest::Contains("l.txt:9:9: expected 4 tags"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("1 0 7\n", "1 0 x7\n")),
+                       doctest::Contains("l.txt:11:5: expected a non-negative integer (an arc "
+                                         "count, source node or arc id) but found 'x7'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("0 1 2\n", "0 -1 2\n")),
+                       doctest::Contains("l.txt:3:3: expected a non-negative integer (a tag) but "
+                                         "found '-1'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("3 2 9 0 10 1 11", "3 2 9 0 10 1")),
+                       doctest::Contains("l.txt:13:1: the arc line of node 3 of lattice 2 of 2 "
+                                         "announces 3 arcs"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("1 1 8\n", "\n")),
+                       doctest::Contains("l.txt:12:1: expected the arc count of node 2"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("2\n3\n", "1\n3\n")),
+                       doctest::Contains("l.txt:8:1: expected the end of the input after the 1 "
+                                         "announced lattices"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("2\n3\n", "two\n3\n")),
+                       doctest::Contains("l.txt:1:1: expected a non-negative integer (the number "
+                                         "of lattices) but found 'two'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("2\n3\n", "2\n0\n")),
+                       doctest::Contains("l.txt:2:1: expected the lattice length in 1.."),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from(replace("0 1 2\n", "0 1 256\n")),
+                       doctest::Contains("l.txt:3:5: expected a tag in 0..255 but found 256"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("lattices: load from a file, and a missing file") {
+  auto path = scratch_file("lattices.txt", kTwoLattices);
+  auto lats = load_lattices(path.string());
+  REQUIRE(lats.size() == 2);
+  CHECK(same_lattice(lats[1], lattices_from(kTwoLattices)[1]));
+  CHECK_THROWS_WITH_AS(load_lattices((path.parent_path() / "absent.txt").string()),
+                       doctest::Contains("[load_lattices] cannot open"), std::invalid_argument);
+}
+
+TEST_CASE("lattices: synthetic lattices are deterministic and shaped like the real ones") {
+  const auto lats = synthetic_lattices(2000, 11, 500);
+  const auto again = synthetic_lattices(2000, 11, 500);
+  REQUIRE(lats.size() == 2000);
+  bool all_same = true;
+  for (size_t i = 0; i < lats.size(); ++i) all_same = all_same && same_lattice(lats[i], again[i]);
+  CHECK(all_same);
+  CHECK(!same_lattice(lats[0], synthetic_lattices(1, 12, 500)[0]));
+
+  for (const Lattice& lat : lats) {
+    const uint32_t len = lat.length();
+    REQUIRE(len >= 5);
+    REQUIRE(len <= 200);
+    REQUIRE(lat.arc_begin.size() == len + 1);
+    REQUIRE(lat.arc_begin.front() == 0);
+    REQUIRE(lat.arc_begin.back() == lat.arcs.size());
+    REQUIRE(lat.tags[0] == 0);
+    for (uint8_t t : lat.tags) REQUIRE(t < 18);
+    for (uint32_t k = 0; k < len; ++k) {
+      REQUIRE(lat.arc_begin[k] <= lat.arc_begin[k + 1]);
+      bool has_char_arc = k == 0;
+      for (uint32_t a = lat.arc_begin[k]; a < lat.arc_begin[k + 1]; ++a) {
+        REQUIRE(lat.arcs[a].from < k);
+        REQUIRE(k - lat.arcs[a].from <= 4);
+        REQUIRE(lat.arcs[a].id < 500);
+        has_char_arc = has_char_arc || !Lattice::is_word_arc(k, lat.arcs[a]);
+      }
+      REQUIRE(has_char_arc);
+    }
+  }
+  const LatticeStats s = lattice_stats(lats);
+  CHECK(s.mean_nodes >= 40.0);
+  CHECK(s.mean_nodes <= 48.0);
+  CHECK(s.mean_arcs >= 60.0);
+  CHECK(s.mean_arcs <= 72.0);
+  CHECK(s.word_arc_fraction >= 0.28);
+  CHECK(s.word_arc_fraction <= 0.38);
+  CHECK(s.max_nodes >= 120);
+  CHECK_THROWS_AS(synthetic_lattices(1, 1, 0), std::invalid_argument);
+}
+
+TEST_CASE("tagged: sentences parse with word and tag ids by first appearance") {
+  auto data = tagged_from("The|DT dog|NN barks|VBZ\n\n  A|DT cat|NN dog|NN\na|b|SYM\n", 0);
+  REQUIRE(data.sentences.size() == 3);
+  CHECK(data.sentences[0].words == std::vector<uint32_t>{0, 1, 2});
+  CHECK(data.sentences[0].tags == std::vector<uint32_t>{0, 1, 2});
+  CHECK(data.sentences[1].words == std::vector<uint32_t>{3, 4, 1});
+  CHECK(data.sentences[1].tags == std::vector<uint32_t>{0, 1, 1});
+  CHECK(data.sentences[2].words == std::vector<uint32_t>{5});  // the word is "a|b"
+  CHECK(data.num_tags == 4);
+  CHECK(data.tag_names == std::vector<std::string>{"DT", "NN", "VBZ", "SYM"});
+
+  auto folded = tagged_from("The|DT dog|NN barks|VBZ\nA|DT cat|NN dog|NN\n", 2);
+  CHECK(folded.sentences[1].words == std::vector<uint32_t>{1, 0, 1});
+  CHECK(folded.num_tags == 3);  // tags are never folded
+
+  auto path = scratch_file("tagged.txt", "x|A y|B\n");
+  CHECK(load_tagged(path.string()).sentences[0].tags == std::vector<uint32_t>{0, 1});
+  CHECK_THROWS_WITH_AS(load_tagged((path.parent_path() / "absent.txt").string()),
+                       doctest::Contains("[load_tagged] cannot open"), std::invalid_argument);
+}
+
+TEST_CASE("tagged: malformed tokens name the line and column") {
+  CHECK_THROWS_WITH_AS(tagged_from("a|X\nThe|DT dog barks|VBZ\n"),
+                       "[parse_tagged] s.txt:2:8: expected 'word|TAG' but found 'dog' (no '|')",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(tagged_from("a|X |NN\n"),
+                       doctest::Contains("s.txt:1:5: expected a word before '|' in '|NN'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(tagged_from("a|X\n\nbc|\n"),
+                       doctest::Contains("s.txt:3:4: expected a tag after '|' in 'bc|'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(tagged_from(" \n"), doctest::Contains("s.txt:2:1: expected a line of"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("tagged: synthetic sentences") {
+  const auto sents = synthetic_tagged(500, 3, 300, 7);
+  const auto again = synthetic_tagged(500, 3, 300, 7);
+  REQUIRE(sents.size() == 500);
+  uint32_t shortest = 1000, longest = 0;
+  for (size_t i = 0; i < sents.size(); ++i) {
+    const auto& s = sents[i];
+    REQUIRE(s.words.size() == s.tags.size());
+    REQUIRE(s.words == again[i].words);
+    REQUIRE(s.tags == again[i].tags);
+    shortest = std::min<uint32_t>(shortest, static_cast<uint32_t>(s.words.size()));
+    longest = std::max<uint32_t>(longest, static_cast<uint32_t>(s.words.size()));
+    for (uint32_t w : s.words) REQUIRE(w < 300);
+    for (uint32_t t : s.tags) REQUIRE(t < 7);
+  }
+  CHECK(shortest >= 10);
+  CHECK(longest <= 50);
+  CHECK(longest - shortest >= 30);
+  CHECK_THROWS_AS(synthetic_tagged(1, 1, 10, 0), std::invalid_argument);
+  CHECK_THROWS_AS(synthetic_tagged(1, 1, 0, 5), std::invalid_argument);
+}
