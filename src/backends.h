@@ -7,8 +7,8 @@
 
 namespace edbatch {
 namespace cpu {
-std::unique_ptr<Backend> make_cpu_backend(int threads);
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options);
 }
 std::unique_ptr<Backend> make_null_backend();
-std::unique_ptr<Backend> make_cuda_backend(int threads);
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 }  // namespace edbatch

@@ -35,7 +35,7 @@ Engine::Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, Engi
     : params_(params), options_(std::move(options)), policy_(std::move(policy)) {
   if (!policy_) throw std::invalid_argument("[Engine] null policy");
   options_.policy = policy_->name();
-  backend_ = make_backend(options_.device, options_.threads);
+  backend_ = make_backend(options_.device, {options_.threads, options_.min_parallel_work});
 }
 
 Engine::~Engine() = default;

@@ -44,7 +44,13 @@ class Backend {
   ExecCounters counters_;
 };
 
+struct BackendOptions {
+  int threads = 1;
+  // A kernel splits over threads only when its work (flops or floats) reaches this.
+  double min_parallel_work = 65536;
+};
+
 // "cpu", "null", "cuda" (throws when built without CUDA).
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
+std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options);
 
 }  // namespace edbatch

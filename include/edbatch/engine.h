@@ -16,6 +16,7 @@ struct EngineOptions {
   std::string policy = "agenda";  // none | depth | agenda | lb-greedy
   std::string device = "cpu";     // cpu | null | cuda
   int threads = 1;
+  double min_parallel_work = 65536;  // see BackendOptions
 };
 
 struct Stats {

@@ -23,9 +23,8 @@ bool Buffer::reserve(size_t floats) {
 
 void parallel_chunks(const Context& c, uint32_t n, double work,
                      void (*fn)(void*, uint32_t, uint32_t), void* state) {
-  constexpr double kMinParallelWork = 1 << 16;
   const uint32_t chunks = std::min<uint32_t>(static_cast<uint32_t>(c.threads), n);
-  if (chunks <= 1 || work < kMinParallelWork) {
+  if (chunks <= 1 || work < c.min_parallel_work) {
     if (n > 0) fn(state, 0, n);
     return;
   }
@@ -43,7 +42,8 @@ namespace {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(std::max(1, threads)) {
+  explicit CpuBackend(const BackendOptions& o)
+      : threads_(std::max(1, o.threads)), min_parallel_work_(o.min_parallel_work) {
     if (threads_ > 1) arena_ = std::make_unique<tbb::task_arena>(threads_);
   }
   const char* name() const override { return "cpu"; }
@@ -107,6 +107,7 @@ class CpuBackend : public Backend {
     c.scratch_x = &scratch_x_;
     c.scratch_dx = &scratch_dx_;
     c.threads = threads_;
+    c.min_parallel_work = min_parallel_work_;
     return c;
   }
 
@@ -135,14 +136,15 @@ class CpuBackend : public Backend {
   }
 
   int threads_;
+  double min_parallel_work_;
   std::unique_ptr<tbb::task_arena> arena_;
   Buffer values_, adjoints_, scratch_x_, scratch_dx_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
 }
 
 }  // namespace edbatch::cpu

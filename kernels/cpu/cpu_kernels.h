@@ -31,6 +31,7 @@ struct Context {
   Buffer* scratch_x = nullptr;   // GEMM operand gathers
   Buffer* scratch_dx = nullptr;  // GEMM input gradients before scattering
   int threads = 1;
+  double min_parallel_work = 65536;
 };
 
 struct BatchArgs {

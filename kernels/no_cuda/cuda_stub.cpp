@@ -4,7 +4,7 @@
 
 namespace edbatch {
 
-std::unique_ptr<Backend> make_cuda_backend(int) {
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions&) {
   throw std::runtime_error("[cuda] edbatch was built without CUDA");
 }
 

@@ -1,0 +1,104 @@
+// Caller mistakes raise exceptions whose message names the problem.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "edbatch/edbatch.h"
+
+using namespace edbatch;
+
+namespace {
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+}  // namespace
+
+TEST_CASE("errors: shape mismatches name the op, node and shapes") {
+  ParameterCollection pc;
+  const Parameter W = pc.add_parameters("W", Dim{4, 3});
+  const Parameter b = pc.add_parameters("b", Dim{4, 1});
+  Graph g(pc);
+  const Expr x5 = input(g, Dim{5, 1}, std::vector<float>(5, 1.0f));
+  const Expr x4 = input(g, Dim{4, 1}, std::vector<float>(4, 1.0f));
+  std::string m = message_of([&] { affine({parameter(g, b), parameter(g, W), x5}); });
+  CHECK(contains(m, "[affine]"));
+  CHECK(contains(m, "4x3"));
+  CHECK(contains(m, "5"));
+  CHECK(contains(m, "node "));
+  m = message_of([&] { cmult(x5, x4); });
+  CHECK(contains(m, "[cmult]"));
+  CHECK(contains(m, "shape 4"));
+  CHECK(contains(m, "shape 5"));
+  m = message_of([&] { matmul(parameter(g, W), x4); });
+  CHECK(contains(m, "[matmul] node"));
+  CHECK(contains(m, "cannot multiply 4x3 by 4"));
+  m = message_of([&] { concat({x5, input(g, Dim{2, 2}, std::vector<float>(4, 0.0f))}); });
+  CHECK(contains(m, "[concat]"));
+  CHECK(contains(m, "columns"));
+  m = message_of([&] { input(g, Dim{3, 1}, std::vector<float>(2, 0.0f)); });
+  CHECK(contains(m, "needs 3 values, got 2"));
+  CHECK_THROWS_AS(affine({x4, x4}), std::invalid_argument);
+}
+
+TEST_CASE("errors: expressions from another graph or from before clear()") {
+  ParameterCollection pc;
+  Graph g1(pc), g2(pc);
+  const Expr a = input(g1, 1.0f);
+  const Expr b = input(g2, 2.0f);
+  CHECK(contains(message_of([&] { add(a, b); }), "another graph"));
+  g1.clear();
+  CHECK(contains(message_of([&] { tanh(a); }), "before Graph::clear()"));
+  CHECK(contains(message_of([&] { tanh(Expr{}); }), "uninitialised"));
+}
+
+TEST_CASE("errors: backward before forward, non-scalar loss, engine misuse") {
+  ParameterCollection pc;
+  const Parameter W = pc.add_parameters("W", Dim{3, 3});
+  Graph g(pc);
+  const Expr x = input(g, Dim{3, 1}, {1, 2, 3});
+  const Expr y = tanh(matmul(parameter(g, W), x));
+  const Expr loss = pick_neg_log_softmax(y, 1);
+  Engine e(pc);
+  CHECK(contains(message_of([&] { e.backward(g, loss); }), "run forward()"));
+  e.forward(g, loss);
+  CHECK(contains(message_of([&] { e.backward(g, y); }), "not a scalar"));
+  CHECK(contains(message_of([&] { e.gradient(x); }), "run backward() first"));
+  e.backward(g, loss);
+  // Adding a node after forward invalidates the forward for backward.
+  const Expr more = pick(y, 0);
+  CHECK(contains(message_of([&] { e.backward(g, more); }), "run forward()"));
+  ParameterCollection other;
+  Graph g2(other);
+  const Expr z = tanh(input(g2, 1.0f));
+  CHECK(contains(message_of([&] { e.forward(g2, z); }), "another ParameterCollection"));
+}
+
+TEST_CASE("errors: label, index and name ranges") {
+  ParameterCollection pc;
+  const LookupParameter E = pc.add_lookup_parameters("E", 10, 4);
+  Graph g(pc);
+  const Expr x = input(g, Dim{5, 1}, std::vector<float>(5, 0.5f));
+  std::string m = message_of([&] { pick_neg_log_softmax(x, 5); });
+  CHECK(contains(m, "[pick_neg_log_softmax]"));
+  CHECK(contains(m, "label 5 out of range for a vector of 5"));
+  CHECK(contains(message_of([&] { pick(x, 7); }), "index 7 out of range"));
+  m = message_of([&] { lookup(g, E, 10); });
+  CHECK(contains(m, "[lookup]"));
+  CHECK(contains(m, "index 10 out of range for 'E' with 10 entries"));
+  CHECK(contains(message_of([&] { pc.add_parameters("E", Dim{2, 1}); }), "already exists"));
+  CHECK(contains(message_of([&] { make_policy("fastest"); }), "unknown policy 'fastest'"));
+  CHECK(contains(message_of([&] { make_backend("tpu", {}); }), "unknown device 'tpu'"));
+  CHECK(contains(message_of([&] { make_backend("cuda", {}); }), "[cuda]"));
+  CHECK(contains(message_of([&] { parameter(g, Parameter{E.id}); }), "is a lookup table"));
+  CHECK(contains(message_of([&] { sum_losses({x}); }), "not a scalar"));
+}

@@ -1,0 +1,102 @@
+// Memory plans: contiguous batch outputs, operand modes that match the real addresses, and an
+// arena that stops growing after warm-up.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "edbatch/edbatch.h"
+#include "edbatch/zoo.h"
+#include "tests/models.h"
+
+using namespace edbatch;
+using namespace edbatch::testing;
+
+namespace {
+Expr build_trees(Graph& g, const TreeLstmOps& m, uint64_t seed, uint32_t count) {
+  std::mt19937_64 rng(seed);
+  std::vector<Expr> losses;
+  for (uint32_t i = 0; i < count; ++i)
+    losses.push_back(m.build(g, random_tree(rng, 1 + static_cast<uint32_t>(rng() % 30), 11)));
+  return sum_losses(losses);
+}
+}  // namespace
+
+TEST_CASE("memory: batch outputs are contiguous and operand modes match addresses") {
+  ParameterCollection pc(3);
+  TreeLstmOps model(pc, 11, 6);
+  TestModels models(pc, 6, 11);
+  Graph g(pc);
+  std::mt19937_64 rng(5);
+  const Expr loss = build_trees(g, model, 9, 7) + models.lattice(g, rng, 40);
+  for (const std::string& policy : policy_names()) {
+    CAPTURE(policy);
+    Engine e(pc, EngineOptions{policy, "cpu", 1});
+    e.forward(g, loss);
+    const Schedule& s = e.schedule();
+    const MemoryPlan& p = e.plan();
+    REQUIRE(p.batches.size() == s.batches.size());
+    const float* base = e.value(g.expr(s.nodes[0])).data - p.node_offset[s.nodes[0]];
+    for (size_t b = 0; b < s.batches.size(); ++b) {
+      const Batch& batch = s.batches[b];
+      const BatchPlan& bp = p.batches[b];
+      for (uint32_t i = 0; i < batch.count; ++i) {
+        const uint32_t v = s.nodes[batch.begin + i];
+        CHECK(e.value(g.expr(v)).data == base + bp.out_offset + i * bp.out_size);
+      }
+      const Node& first = g.node(s.nodes[batch.begin]);
+      if (g.types().is_ragged(first.type)) continue;
+      for (uint32_t j = 0; j < bp.operand_count; ++j) {
+        const Operand& o = p.operands[bp.operand_begin + j];
+        for (uint32_t i = 0; i < batch.count; ++i) {
+          const Node& n = g.node(s.nodes[batch.begin + i]);
+          const uint32_t arg = g.args(n)[j];
+          const float* actual = e.value(g.expr(arg)).data;
+          switch (o.mode) {
+            case OperandMode::Param: CHECK(actual == pc.values(o.param)); break;
+            case OperandMode::Shared: CHECK(actual == base + o.offset); break;
+            case OperandMode::Contiguous: CHECK(actual == base + o.offset + i * o.stride); break;
+            case OperandMode::Indexed: CHECK(actual == base + p.index[o.index_begin + i]); break;
+            case OperandMode::Ragged: FAIL("ragged operand on an exact type"); break;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("memory: steady-state iterations do not grow the arena") {
+  ParameterCollection pc(3);
+  TreeLstmOps model(pc, 11, 9);
+  Engine e(pc, EngineOptions{"agenda", "cpu", 2});
+  Graph g(pc);
+  // Warm up on the largest mini-batch shape, then run different, smaller ones.
+  uint64_t growths_after_warmup = 0;
+  for (int it = 0; it < 8; ++it) {
+    g.clear();
+    const Expr loss = build_trees(g, model, 100 + it, it == 0 ? 12 : 8);
+    e.forward(g, loss);
+    e.backward(g, loss);
+    pc.sgd_update(0.01f);
+    if (it == 0) growths_after_warmup = e.stats().arena_growths;
+  }
+  CHECK(growths_after_warmup > 0);
+  CHECK(e.stats().arena_growths == growths_after_warmup);
+}
+
+TEST_CASE("memory: the null backend walks the plan without values") {
+  ParameterCollection pc(3);
+  TreeLstmOps model(pc, 11, 9);
+  Graph g(pc);
+  const Expr loss = build_trees(g, model, 4, 5);
+  Engine cpu(pc, EngineOptions{"agenda", "cpu", 1});
+  Engine null(pc, EngineOptions{"agenda", "null", 1});
+  cpu.forward(g, loss);
+  cpu.backward(g, loss);
+  null.forward(g, loss);
+  null.backward(g, loss);
+  CHECK(null.stats().batches == cpu.stats().batches);
+  CHECK(null.stats().kernels == cpu.stats().kernels);
+  CHECK(null.stats().bytes_copied == cpu.stats().bytes_copied);
+  CHECK_THROWS_WITH_AS(as_scalar(null.forward(g, loss)), doctest::Contains("null backend"),
+                       std::runtime_error);
+}
