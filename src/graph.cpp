@@ -1,5 +1,6 @@
 #include "edbatch/graph.h"
 
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -26,11 +27,14 @@ uint32_t float_bits(float f) {
 Graph::Graph(ParameterCollection& params) : params_(&params) { clear(); }
 
 void Graph::clear() {
+  // Generations are unique across all graphs, so an engine never mistakes a new graph that
+  // happens to live at an old one's address for the old one.
+  static std::atomic<uint32_t> next_generation{1};
   nodes_.clear();
   args_.clear();
   input_values_.clear();
   param_node_.assign(params_->size(), UINT32_MAX);
-  ++generation_;
+  generation_ = next_generation.fetch_add(1, std::memory_order_relaxed);
   ++version_;
   build_start_ = std::chrono::steady_clock::now();
 }

@@ -102,3 +102,18 @@ TEST_CASE("errors: label, index and name ranges") {
   CHECK(contains(message_of([&] { parameter(g, Parameter{E.id}); }), "is a lookup table"));
   CHECK(contains(message_of([&] { sum_losses({x}); }), "not a scalar"));
 }
+
+TEST_CASE("engine: a new graph at a recycled address is recomputed, not served from cache") {
+  ParameterCollection pc;
+  const Parameter W = pc.add_parameters("W", Dim{2, 2});
+  Engine e(pc);
+  float first = 0, second = 0;
+  for (int step = 0; step < 2; ++step) {
+    Graph g(pc);  // same stack slot, same node count each step
+    const Expr loss = pick_neg_log_softmax(matmul(parameter(g, W), input(g, Dim{2, 1}, {1, 2})), 0);
+    (step == 0 ? first : second) = as_scalar(e.forward(g, loss));
+    e.backward(g, loss);
+    pc.sgd_update(0.5f);
+  }
+  CHECK(second < first);
+}
