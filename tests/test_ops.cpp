@@ -1,0 +1,442 @@
+// The op harness: every op, forward and backward, at awkward sizes, with k instances per graph so
+// the engine batches them, and operands laid out to hit every operand mode of the memory plan.
+// The engine is checked against the double-precision reference, and the reference against
+// central finite differences.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "edbatch/edbatch.h"
+#include "tests/check.h"
+#include "tests/reference.h"
+
+using namespace edbatch;
+using namespace edbatch::testing;
+
+namespace {
+
+// How one operand slot is laid out over the k instances of a graph. Any: the harness tries each
+// of the four concrete layouts in turn.
+enum class Layout { Contiguous, Indexed, Shared, Param, Any };
+constexpr Layout kLayouts[] = {Layout::Contiguous, Layout::Indexed, Layout::Shared, Layout::Param};
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::Contiguous:
+      return "contiguous";
+    case Layout::Indexed:
+      return "indexed";
+    case Layout::Shared:
+      return "shared";
+    case Layout::Param:
+      return "param";
+    case Layout::Any:
+      return "any";
+  }
+  return "?";
+}
+
+OperandMode mode_of(Layout l) {
+  switch (l) {
+    case Layout::Contiguous:
+      return OperandMode::Contiguous;
+    case Layout::Indexed:
+      return OperandMode::Indexed;
+    case Layout::Shared:
+      return OperandMode::Shared;
+    default:
+      return OperandMode::Param;
+  }
+}
+
+struct Slot {
+  Dim dim;
+  Layout layout = Layout::Any;
+};
+
+// Makes operands: inputs and parameters with values of magnitude in [0.1, 1], so relu never sits
+// near its kink and finite differences stay clean.
+struct Builder {
+  Builder(ParameterCollection& params, Graph& graph, uint64_t seed)
+      : pc(params), g(graph), rng(seed) {}
+  ParameterCollection& pc;
+  Graph& g;
+  std::mt19937_64 rng;
+  uint32_t params_made = 0;
+  LookupParameter table;
+
+  std::vector<float> values(size_t n) {
+    std::uniform_real_distribution<float> mag(0.1f, 1.0f);
+    std::vector<float> v(n);
+    for (float& x : v) x = (rng() & 1 ? 1.0f : -1.0f) * mag(rng);
+    return v;
+  }
+  Expr new_input(Dim d) { return input(g, d, values(d.size())); }
+  void fill(uint32_t id) {
+    const std::vector<float> v = values(pc.dim(id).size());
+    std::copy(v.begin(), v.end(), pc.values(id));
+  }
+  Expr new_param(Dim d) {
+    const Parameter p = pc.add_parameters("p" + std::to_string(params_made++), d);
+    fill(p.id);
+    return parameter(g, p);
+  }
+  LookupParameter lookup_table(uint32_t rows) {
+    if (!table.valid()) {
+      table = pc.add_lookup_parameters("table", 5, rows);
+      fill(table.id);
+    }
+    return table;
+  }
+  // One operand per instance. Contiguous: k inputs created in instance order; Indexed: created in
+  // reverse order; Shared: one input read by every instance; Param: one parameter.
+  std::vector<Expr> operand(Dim d, Layout l, uint32_t k) {
+    std::vector<Expr> xs;
+    if (l == Layout::Shared || l == Layout::Param) {
+      xs.assign(k, l == Layout::Shared ? new_input(d) : new_param(d));
+      return xs;
+    }
+    for (uint32_t i = 0; i < k; ++i) xs.push_back(new_input(d));
+    if (l == Layout::Indexed) std::reverse(xs.begin(), xs.end());
+    return xs;
+  }
+};
+
+using Args = std::vector<Expr>;
+
+// One row of the harness: operand slots as a function of the row's free sizes (s.rows, s.cols),
+// and the op applied to one instance's operands.
+struct OpCase {
+  const char* name;
+  std::vector<Dim> sizes;
+  std::function<std::vector<Slot>(Dim)> slots;
+  std::function<Expr(Builder&, const Args&, uint32_t instance, Dim)> build;
+};
+
+struct Built {
+  Expr loss;
+  std::vector<uint32_t> outs;            // the op's output, per instance
+  std::vector<uint32_t> operand_inputs;  // inputs read by the op (finite-difference sample)
+};
+
+// loss = sum_i u_i y_i v_i with random inputs u_i (1 x rows) and v_i (cols x 1).
+Built build_graph(Builder& b, const OpCase& c, Dim s, uint32_t k,
+                  const std::vector<Layout>& layouts) {
+  const std::vector<Slot> slots = c.slots(s);
+  std::vector<std::vector<Expr>> per_slot;
+  Built r;
+  for (size_t j = 0; j < slots.size(); ++j) {
+    per_slot.push_back(b.operand(slots[j].dim, layouts[j], k));
+    for (const Expr& x : per_slot.back())
+      if (b.g.node(x.id).op == Op::Input) r.operand_inputs.push_back(x.id);
+  }
+  std::vector<Expr> ys, losses;
+  for (uint32_t i = 0; i < k; ++i) {
+    Args a;
+    for (const auto& xs : per_slot) a.push_back(xs[i]);
+    ys.push_back(c.build(b, a, i, s));
+    r.outs.push_back(ys.back().id);
+  }
+  for (const Expr& y : ys) {
+    const Dim d = b.g.node(y.id).dim;
+    const Expr u = b.new_input(Dim{1, d.rows});
+    const Expr v = b.new_input(Dim{d.cols, 1});
+    losses.push_back(matmul(matmul(u, y), v));
+  }
+  r.loss = sum_losses(losses);
+  return r;
+}
+
+// The layouts to try: all Any slots in one concrete layout, then (with several Any slots) mixes
+// where the a-th Any slot is shifted by a, so every slot meets every layout next to others.
+std::vector<std::vector<Layout>> layout_plans(const std::vector<Slot>& slots) {
+  uint32_t any = 0;
+  for (const Slot& s : slots) any += s.layout == Layout::Any;
+  std::vector<std::vector<Layout>> plans;
+  for (uint32_t shift = 0; shift < (any > 1 ? 2u : 1u); ++shift) {
+    for (uint32_t m = 0; m < (any > 0 ? 4u : 1u); ++m) {
+      std::vector<Layout> p;
+      uint32_t a = 0;
+      for (const Slot& s : slots)
+        p.push_back(s.layout == Layout::Any ? kLayouts[(m + shift * a++) % 4] : s.layout);
+      plans.push_back(p);
+    }
+  }
+  return plans;
+}
+
+std::string plan_name(const std::vector<Layout>& p) {
+  std::string s;
+  for (Layout l : p) s += std::string(s.empty() ? "" : ",") + layout_name(l);
+  return s;
+}
+
+// The reference's gradients against central finite differences, on a sample of the op's operand
+// inputs and of all parameters.
+void check_reference_fd(Graph& g, Reference& ref, const Built& bt, std::mt19937_64& rng) {
+  struct Elem {
+    bool param;
+    uint32_t id, k;
+  };
+  std::vector<Elem> all;
+  for (uint32_t p = 0; p < g.params().size(); ++p)
+    for (uint32_t k = 0; k < g.params().dim(p).size(); ++k) all.push_back({true, p, k});
+  std::vector<uint32_t> seen = bt.operand_inputs;
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  for (uint32_t v : seen)
+    for (uint32_t k = 0; k < g.node(v).dim.size(); ++k) all.push_back({false, v, k});
+  std::shuffle(all.begin(), all.end(), rng);
+  if (all.size() > 20) all.resize(20);
+  std::vector<double> fd, analytic;
+  for (const Elem& e : all) {
+    if (e.param) {
+      fd.push_back(ref.fd_param(bt.loss.id, e.id, e.k));
+      analytic.push_back(ref.param_grads[e.id][e.k]);
+    } else {
+      fd.push_back(ref.fd_input(bt.loss.id, g.node(e.id).aux + e.k));
+      analytic.push_back(ref.adjoints[e.id][e.k]);
+    }
+  }
+  check_close(fd, analytic, fd.size(), 1e-5, "reference gradient vs finite differences");
+}
+
+// The batch of the op's first output has all k instances and reads them in the intended modes.
+void check_modes(Graph& g, const Engine& e, const Built& bt, const std::vector<Layout>& layouts) {
+  const Schedule& s = e.schedule();
+  const uint32_t v = bt.outs[0];
+  const auto at = std::find(s.nodes.begin(), s.nodes.end(), v);
+  REQUIRE(at != s.nodes.end());
+  const uint32_t pos = static_cast<uint32_t>(at - s.nodes.begin());
+  size_t b = 0;
+  while (!(s.batches[b].begin <= pos && pos < s.batches[b].begin + s.batches[b].count)) ++b;
+  const Node& first = g.node(v);
+  bool one_type = true;
+  for (uint32_t o : bt.outs) one_type &= g.node(o).type == first.type;
+  if (one_type) CHECK(s.batches[b].count == bt.outs.size());
+  const BatchPlan& bp = e.plan().batches[b];
+  const Operand* ops = e.plan().operands.data() + bp.operand_begin;
+  if (g.types().is_ragged(first.type)) {
+    REQUIRE(bp.operand_count == 1);
+    CHECK(ops[0].mode == OperandMode::Ragged);
+  } else if (first.num_args == layouts.size()) {
+    REQUIRE(bp.operand_count == layouts.size());
+    for (size_t j = 0; j < layouts.size(); ++j) {
+      INFO("operand " << j << " is " << operand_mode_name(ops[j].mode) << ", laid out "
+                      << layout_name(layouts[j]));
+      CHECK(ops[j].mode == mode_of(layouts[j]));
+    }
+  }
+}
+
+// Runs one engine; checks every node's value and adjoint and every parameter gradient against the
+// reference. Returns the number of forward batches.
+uint64_t check_engine(Graph& g, ParameterCollection& pc, const Built& bt, const Reference& ref,
+                      const std::string& policy, int threads, const std::vector<Layout>& layouts) {
+  EngineOptions o;
+  o.policy = policy;
+  o.threads = threads;
+  o.min_parallel_work = 1;  // split every kernel that can be split
+  Engine e(pc, o);
+  e.forward(g, bt.loss);
+  for (uint32_t v = 0; v < g.size(); ++v) {
+    const std::vector<float> y = as_vector(e.value(g.expr(v)));
+    check_close(y, ref.values[v], y.size(), 1e-5,
+                "value of node " + std::to_string(v) + " (" + op_name(g.node(v).op) + ")");
+  }
+  if (policy == "agenda" && bt.outs.size() > 1) check_modes(g, e, bt, layouts);
+  e.backward(g, bt.loss);
+  for (uint32_t p = 0; p < pc.size(); ++p)
+    check_close(pc.grads(p), ref.param_grads[p], pc.dim(p).size(), 1e-5,
+                "gradient of parameter " + pc.name(p));
+  for (uint32_t v = 0; v < g.size(); ++v) {
+    if (g.node(v).op == Op::Parameter) continue;  // that is the parameter gradient, checked above
+    const std::vector<float> dy = as_vector(e.gradient(g.expr(v)));
+    check_close(dy, ref.adjoints[v], dy.size(), 1e-5,
+                "adjoint of node " + std::to_string(v) + " (" + op_name(g.node(v).op) + ")");
+  }
+  pc.zero_grads();
+  return e.stats().batches;
+}
+
+void run_cases(const std::vector<OpCase>& cases) {
+  uint64_t seed = 1;
+  for (const OpCase& c : cases) {
+    for (const Dim s : c.sizes) {
+      for (const std::vector<Layout>& layouts : layout_plans(c.slots(s))) {
+        for (uint32_t k : {1u, 3u, 7u}) {
+          const std::string op = c.name;
+          CAPTURE(op);
+          CAPTURE(to_string(s));
+          CAPTURE(plan_name(layouts));
+          CAPTURE(k);
+          ParameterCollection pc(seed);
+          Graph g(pc);
+          Builder b(pc, g, seed++);
+          const Built bt = build_graph(b, c, s, k, layouts);
+          Reference ref(g);
+          ref.forward();
+          ref.backward(bt.loss.id);
+          check_reference_fd(g, ref, bt, b.rng);
+          uint64_t batches[2] = {0, 0};
+          for (int policy = 0; policy < 2; ++policy) {
+            for (int threads : {1, 2}) {
+              const std::string policy_name = policy == 0 ? "agenda" : "none";
+              CAPTURE(policy_name);
+              CAPTURE(threads);
+              batches[policy] = check_engine(g, pc, bt, ref, policy_name, threads, layouts);
+            }
+          }
+          if (k == 7) CHECK(batches[0] < batches[1]);  // the agenda really batched
+        }
+      }
+    }
+  }
+}
+
+std::vector<Slot> same(Dim d, uint32_t n) {
+  return std::vector<Slot>(n, Slot{d});
+}
+
+constexpr Layout P = Layout::Param;
+const std::vector<Dim> kElementwiseSizes = {{1, 1}, {7, 1}, {13, 3}, {17, 1}};
+const std::vector<Dim> kLinearSizes = {{1, 1}, {7, 13}, {17, 3}};  // W is rows x cols
+
+}  // namespace
+
+TEST_CASE("ops: unary elementwise (tanh, sigmoid, relu, scalar affine)") {
+  auto one = [](Dim s) { return same(s, 1); };
+  run_cases({
+      {"tanh", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return tanh(a[0]); }},
+      {"sigmoid", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return sigmoid(a[0]); }},
+      {"relu", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return relu(a[0]); }},
+      {"x*a", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return a[0] * 1.5f; }},
+      {"a-x", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return 0.75f - a[0]; }},
+      {"x+a", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return a[0] + 0.5f; }},
+      {"-x", kElementwiseSizes, one, [](Builder&, const Args& a, uint32_t, Dim) { return -a[0]; }},
+  });
+}
+
+TEST_CASE("ops: binary elementwise and sums (fixed and ragged arity)") {
+  run_cases({
+      {"subtract", kElementwiseSizes, [](Dim s) { return same(s, 2); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return a[0] - a[1]; }},
+      {"cmult", kElementwiseSizes, [](Dim s) { return same(s, 2); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return cmult(a[0], a[1]); }},
+      {"add", kElementwiseSizes, [](Dim s) { return same(s, 2); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return a[0] + a[1]; }},
+      // One node read twice by the same op.
+      {"x+x", kElementwiseSizes, [](Dim s) { return same(s, 1); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return a[0] + a[0]; }},
+      {"cmult(x, x)", kElementwiseSizes, [](Dim s) { return same(s, 1); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return cmult(a[0], a[0]); }},
+      {"sum of 3", kElementwiseSizes, [](Dim s) { return same(s, 3); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return sum(a); }},
+      {"sum with a parameter", kElementwiseSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{s}, {s, P}, {s}};
+       },
+       [](Builder&, const Args& a, uint32_t, Dim) { return sum(a); }},
+      // Arity 2, 3, 4, 2, ... by instance: one ragged batch.
+      {"sum ragged", kElementwiseSizes, [](Dim s) { return same(s, 4); },
+       [](Builder&, const Args& a, uint32_t i, Dim) {
+         return sum(Args(a.begin(), a.begin() + 2 + i % 3));
+       }},
+  });
+}
+
+TEST_CASE("ops: affine and matmul") {
+  auto affine_op = [](Builder&, const Args& a, uint32_t, Dim) { return affine(a); };
+  auto matmul_op = [](Builder&, const Args& a, uint32_t, Dim) { return matmul(a[0], a[1]); };
+  run_cases({
+      {"affine W=param x=node", kLinearSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{{s.rows, 1}, P}, {s, P}, {{s.cols, 1}}};
+       },
+       affine_op},
+      {"affine W=param x=param", kLinearSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{{s.rows, 1}, P}, {s, P}, {{s.cols, 1}, P}};
+       },
+       affine_op},
+      {"affine bias node", kLinearSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{{s.rows, 1}}, {s, P}, {{s.cols, 1}}};
+       },
+       affine_op},
+      {"affine W=node (per-node GEMM)", kLinearSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{{s.rows, 1}}, {s}, {{s.cols, 1}}};
+       },
+       affine_op},
+      {"affine x with 2 columns", kLinearSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{{s.rows, 2}}, {s, P}, {{s.cols, 2}}};
+       },
+       affine_op},
+      {"affine two (W, x) pairs", kLinearSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{{s.rows, 1}, P}, {s, P}, {{s.cols, 1}}, {{s.rows, 3}}, {{3, 1}}};
+       },
+       affine_op},
+      {"matmul W=param", kLinearSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{s, P}, {{s.cols, 1}}};
+       },
+       matmul_op},
+      {"matmul W=param x=param", kLinearSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{s, P}, {{s.cols, 2}, P}};
+       },
+       matmul_op},
+      {"matmul per-node, x with 3 columns", kLinearSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{s}, {{s.cols, 3}}};
+       },
+       matmul_op},
+  });
+}
+
+TEST_CASE("ops: concat, pick, pick_neg_log_softmax, lookup") {
+  run_cases({
+      {"concat vectors",
+       {{1, 1}, {7, 1}, {13, 1}},
+       [](Dim s) {
+         return std::vector<Slot>{{s}, {{5, 1}}, {{1, 1}}};
+       },
+       [](Builder&, const Args& a, uint32_t, Dim) { return concat(a); }},
+      {"concat matrices",
+       {{1, 2}, {7, 3}},
+       [](Dim s) {
+         return std::vector<Slot>{{s}, {{5, s.cols}}};
+       },
+       [](Builder&, const Args& a, uint32_t, Dim) { return concat(a); }},
+      {"pick",
+       {{1, 1}, {7, 1}, {17, 1}},
+       [](Dim s) { return same(s, 1); },
+       [](Builder&, const Args& a, uint32_t i, Dim s) { return pick(a[0], (3 * i + 1) % s.rows); }},
+      {"pick_neg_log_softmax",
+       {{1, 1}, {3, 1}, {7, 1}, {17, 1}},
+       [](Dim s) { return same(s, 1); },
+       [](Builder&, const Args& a, uint32_t i, Dim s) {
+         return pick_neg_log_softmax(a[0], (2 * i + 1) % s.rows);
+       }},
+      // Indices repeat across instances (vocabulary 5, up to 7 instances).
+      {"lookup",
+       {{1, 1}, {7, 1}, {13, 1}},
+       [](Dim) { return std::vector<Slot>{}; },
+       [](Builder& b, const Args&, uint32_t i, Dim s) {
+         return lookup(b.g, b.lookup_table(s.rows), (2 * i) % 5);
+       }},
+  });
+}
