@@ -44,10 +44,9 @@ void plan_memory(const Graph& g, const Schedule& s, MemoryPlan& out) {
   out.node_offset.assign(g.size(), UINT32_MAX);
 
   // Inputs first, as one block copied from the graph.
-  uint64_t cursor = 0;
   for (uint32_t v = 0; v < g.size(); ++v)
     if (nodes[v].op == Op::Input) out.node_offset[v] = out.input_offset + nodes[v].aux;
-  cursor = align_up(g.input_values().size());
+  uint64_t cursor = align_up(g.input_values().size());
 
   // Outputs, batch by batch.
   out.batches.resize(s.batches.size());

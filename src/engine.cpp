@@ -47,9 +47,21 @@ void Engine::check_graph(const Graph& g, const Expr& e, const char* fn) const {
                                 "] graph was built over another ParameterCollection");
 }
 
+bool Engine::is_current(const Graph& g) const {
+  return graph_ == &g && graph_generation_ == g.generation() && graph_version_ == g.version();
+}
+
+void Engine::sync_counters() {
+  const ExecCounters& k = backend_->counters();
+  stats_.kernels = k.kernels;
+  stats_.bytes_copied = k.bytes_copied;
+  stats_.arena_bytes = k.arena_bytes;
+  stats_.arena_growths = k.arena_growths;
+}
+
 const Tensor& Engine::forward(Graph& g, const Expr& e) {
   check_graph(g, e, "Engine::forward");
-  if (graph_ != &g || graph_generation_ != g.generation() || graph_version_ != g.version()) {
+  if (!is_current(g)) {
     stats_.construction_ms = g.construction_seconds() * 1e3;
     auto t0 = Clock::now();
     scheduler_.run(g, *policy_, schedule_);
@@ -67,18 +79,14 @@ const Tensor& Engine::forward(Graph& g, const Expr& e) {
     graph_version_ = g.version();
     have_backward_ = false;
   }
-  const ExecCounters& k = backend_->counters();
-  stats_.kernels = k.kernels;
-  stats_.bytes_copied = k.bytes_copied;
-  stats_.arena_bytes = k.arena_bytes;
-  stats_.arena_growths = k.arena_growths;
+  sync_counters();
   result_ = value(e);
   return result_;
 }
 
 void Engine::backward(Graph& g, const Expr& loss) {
   check_graph(g, loss, "Engine::backward");
-  if (graph_ != &g || graph_generation_ != g.generation() || graph_version_ != g.version())
+  if (!is_current(g))
     throw std::invalid_argument(
         "[Engine::backward] run forward() on this graph (in its current state) first");
   const Node& n = g.node(loss.id);
@@ -91,11 +99,7 @@ void Engine::backward(Graph& g, const Expr& loss) {
   const auto t0 = Clock::now();
   backend_->backward(PlanRef{g, schedule_, plan_, params_}, loss.id);
   stats_.backward_ms = ms_since(t0);
-  const ExecCounters& k = backend_->counters();
-  stats_.kernels = k.kernels;
-  stats_.bytes_copied = k.bytes_copied;
-  stats_.arena_bytes = k.arena_bytes;
-  stats_.arena_growths = k.arena_growths;
+  sync_counters();
   have_backward_ = true;
 }
 

@@ -33,27 +33,25 @@ TypeTable::Interned TypeTable::intern(const uint32_t* key, uint32_t len) {
   spans_.push_back({static_cast<uint32_t>(pool_.size()), len, h});
   pool_.insert(pool_.end(), key, key + len);
   names_.emplace_back();
-  if (spans_.size() * 2 > slots_.size()) {
+  if (spans_.size() * 2 > slots_.size())
     grow();
-  } else {
-    for (size_t i = h & mask;; i = (i + 1) & mask)
-      if (slots_[i] == 0) {
-        slots_[i] = id + 1;
-        break;
-      }
-  }
+  else
+    place(id);
   return {id, true};
+}
+
+void TypeTable::place(uint32_t type) {
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = spans_[type].hash & mask;; i = (i + 1) & mask)
+    if (slots_[i] == 0) {
+      slots_[i] = type + 1;
+      return;
+    }
 }
 
 void TypeTable::grow() {
   slots_.assign(slots_.size() * 2, 0);
-  const size_t mask = slots_.size() - 1;
-  for (uint32_t t = 0; t < spans_.size(); ++t)
-    for (size_t i = spans_[t].hash & mask;; i = (i + 1) & mask)
-      if (slots_[i] == 0) {
-        slots_[i] = t + 1;
-        break;
-      }
+  for (uint32_t t = 0; t < spans_.size(); ++t) place(t);
 }
 
 void TypeTable::set_name(uint32_t type, std::string name) { names_.at(type) = std::move(name); }

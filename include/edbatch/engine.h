@@ -63,6 +63,8 @@ class Engine {
 
  private:
   void check_graph(const Graph& g, const Expr& e, const char* fn) const;
+  bool is_current(const Graph& g) const;  // the graph version the plan was made for
+  void sync_counters();
 
   ParameterCollection& params_;
   EngineOptions options_;

@@ -34,6 +34,7 @@ class TypeTable {
     uint64_t hash;
   };
   void grow();
+  void place(uint32_t type);  // into the first free slot of its probe sequence
   std::vector<uint32_t> pool_;
   std::vector<Span> spans_;
   std::vector<std::string> names_;
