@@ -11,7 +11,17 @@
 namespace edbatch {
 
 namespace {
-bool is_source(const Node& n) { return op_info(n.op).rule == BatchRule::Source; }
+bool is_source(const Node& n) { return !is_scheduled(n.op); }
+// The scheduled node that computes argument `a` (a view resolves to the node it views), or
+// UINT32_MAX for inputs and parameters.
+uint32_t producer(const Graph& g, uint32_t a) {
+  const Node* n = &g.node(a);
+  while (op_info(n->op).rule == BatchRule::View) {
+    a = g.args(*n)[0];
+    n = &g.node(a);
+  }
+  return is_scheduled(n->op) ? a : UINT32_MAX;
+}
 }  // namespace
 
 uint32_t Frontier::critical_total(uint32_t t) const { return remaining_at_[level_base_[t] + top_[t]]; }
@@ -41,10 +51,11 @@ void Scheduler::prepare(const Graph& g) {
     const uint32_t* a = g.args(nd);
     uint32_t d = 0;
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      if (is_source(nodes[a[i]])) continue;
+      const uint32_t p = producer(g, a[i]);
+      if (p == UINT32_MAX) continue;
       ++pending_[v];
-      ++consumer_begin_[a[i] + 1];
-      d = std::max(d, depth_[a[i]]);
+      ++consumer_begin_[p + 1];
+      d = std::max(d, depth_[p]);
     }
     depth_[v] = d + 1;
   }
@@ -57,8 +68,10 @@ void Scheduler::prepare(const Graph& g) {
       const Node& nd = nodes[v];
       if (is_source(nd)) continue;
       const uint32_t* a = g.args(nd);
-      for (uint32_t i = 0; i < nd.num_args; ++i)
-        if (!is_source(nodes[a[i]])) consumers_[fill[a[i]]++] = v;
+      for (uint32_t i = 0; i < nd.num_args; ++i) {
+        const uint32_t p = producer(g, a[i]);
+        if (p != UINT32_MAX) consumers_[fill[p]++] = v;
+      }
     }
   }
 
@@ -73,8 +86,9 @@ void Scheduler::prepare(const Graph& g) {
     height_[v] = ++hv[bucket_[nd.type]];
     const uint32_t* a = g.args(nd);
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      if (is_source(nodes[a[i]])) continue;
-      uint32_t* ha = chain_.data() + static_cast<size_t>(a[i]) * T;
+      const uint32_t p = producer(g, a[i]);
+      if (p == UINT32_MAX) continue;
+      uint32_t* ha = chain_.data() + static_cast<size_t>(p) * T;
       for (uint32_t t = 0; t < T; ++t) ha[t] = std::max(ha[t], hv[t]);
     }
   }
@@ -236,11 +250,13 @@ void validate_schedule(const Graph& g, const Schedule& s) {
     for (uint32_t i = batch.begin; i < batch.begin + batch.count; ++i) {
       const Node& nd = g.node(s.nodes[i]);
       const uint32_t* a = g.args(nd);
-      for (uint32_t k = 0; k < nd.num_args; ++k)
-        if (!is_source(g.node(a[k])) && (step[a[k]] == UINT32_MAX || step[a[k]] >= b))
+      for (uint32_t k = 0; k < nd.num_args; ++k) {
+        const uint32_t p = producer(g, a[k]);
+        if (p != UINT32_MAX && (step[p] == UINT32_MAX || step[p] >= b))
           throw std::runtime_error("[validate_schedule] node " + std::to_string(s.nodes[i]) +
                                    " runs in batch " + std::to_string(b) + " before its input " +
-                                   std::to_string(a[k]));
+                                   std::to_string(p));
+      }
     }
   }
   for (uint32_t v = 0; v < n; ++v)

@@ -1,10 +1,15 @@
-// Arena layout in schedule order (each batch's outputs contiguous) and operand classification.
+// Arena layout batch by batch (each batch's outputs contiguous), members ordered for their
+// consumers, and operand classification.
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
+#include "edbatch/block.h"
+#include "edbatch/block_plan.h"
 #include "edbatch/graph.h"
 #include "edbatch/memplan.h"
 #include "edbatch/schedule.h"
+#include "memplan/outer_order.h"
 
 namespace edbatch {
 
@@ -24,22 +29,163 @@ const char* operand_mode_name(OperandMode m) {
     case OperandMode::Contiguous: return "contiguous";
     case OperandMode::Indexed: return "indexed";
     case OperandMode::Ragged: return "ragged";
+    case OperandMode::ParamStacked: return "param-stacked";
   }
   return "?";
 }
 
 void MemoryPlan::clear() {
   batches.clear();
+  steps.clear();
   operands.clear();
   index.clear();
   aux.clear();
   node_offset.clear();
   input_offset = total_floats = 0;
   shared_operands = contiguous_operands = indexed_operands = ragged_operands = 0;
+  gather_bytes = 0;
+  layout_ms = 0;
 }
 
-void plan_memory(const Graph& g, const Schedule& s, MemoryPlan& out) {
+Operand classify_offsets(const uint32_t* offsets, uint32_t count, uint32_t size, MemoryPlan& out) {
+  Operand o{OperandMode::Shared, 0, offsets[0], size, 0};
+  bool shared = true, contiguous = true;
+  for (uint32_t i = 1; i < count; ++i) {
+    shared &= offsets[i] == offsets[0];
+    contiguous &= offsets[i] == offsets[0] + i * size;
+  }
+  if (shared) {
+    ++out.shared_operands;
+  } else if (contiguous) {
+    o.mode = OperandMode::Contiguous;
+    ++out.contiguous_operands;
+  } else {
+    o.mode = OperandMode::Indexed;
+    o.index_begin = static_cast<uint32_t>(out.index.size());
+    out.index.insert(out.index.end(), offsets, offsets + count);
+    ++out.indexed_operands;
+  }
+  return o;
+}
+
+namespace {
+
+const BlockPlan& block_plan(const Graph& g, const Node& call) {
+  const Block* b = g.params().block(call.aux);
+  if (b == nullptr)
+    throw std::invalid_argument("[plan_memory] block '" + g.params().block_name(call.aux) +
+                                "' was destroyed before the graph that calls it ran");
+  return b->plan();
+}
+
+bool uses_aux(Op op) { return op == Op::Lookup || op == Op::Pick || op == Op::PickNegLogSoftmax; }
+
+// Places batch b's outputs at `cursor`; returns the end. Block calls get a region of every
+// internal value, and their output views are placed inside it.
+uint64_t place_batch(const Graph& g, const Schedule& s, size_t b, uint64_t cursor,
+                     MemoryPlan& out) {
+  const auto& nodes = g.nodes();
+  const Batch& batch = s.batches[b];
+  const uint32_t* members = s.nodes.data() + batch.begin;
+  const Node& first = nodes[members[0]];
+  BatchPlan& bp = out.batches[b];
+  bp.out_offset = align_up(cursor);
+  bp.count = batch.count;
+  bp.step_begin = bp.step_count = 0;
+  if (first.op != Op::Call) {
+    bp.out_size = first.dim.size();
+    for (uint32_t i = 0; i < batch.count; ++i)
+      out.node_offset[members[i]] = bp.out_offset + i * bp.out_size;
+    return static_cast<uint64_t>(bp.out_offset) + static_cast<uint64_t>(batch.count) * bp.out_size;
+  }
+  const BlockPlan& plan = block_plan(g, first);
+  const uint32_t k = batch.count;
+  bp.out_size = plan.floats_per_invocation;
+  for (uint32_t i = 0; i < k; ++i) {
+    const uint32_t call = members[i];
+    out.node_offset[call] = bp.out_offset;
+    // Block::call adds a call's output views right after it.
+    for (uint32_t o = 0; o < plan.output_node.size(); ++o) {
+      const uint32_t v = call + 1 + o;
+      const uint32_t t = plan.output_node[o];
+      out.node_offset[v] = bp.out_offset + k * plan.base[t] + i * plan.body->node(t).dim.size();
+    }
+  }
+  return static_cast<uint64_t>(bp.out_offset) + static_cast<uint64_t>(k) * bp.out_size;
+}
+
+void plan_operands(const Graph& g, const Schedule& s, size_t b, MemoryPlan& out) {
+  const auto& nodes = g.nodes();
+  const Batch& batch = s.batches[b];
+  BatchPlan& bp = out.batches[b];
+  const uint32_t* members = s.nodes.data() + batch.begin;
+  const Node& first = nodes[members[0]];
+  bp.operand_begin = static_cast<uint32_t>(out.operands.size());
+  bp.aux_begin = static_cast<uint32_t>(out.aux.size());
+  if (uses_aux(first.op))
+    for (uint32_t i = 0; i < batch.count; ++i) out.aux.push_back(nodes[members[i]].aux2);
+
+  if (g.types().is_ragged(first.type)) {
+    Operand o{OperandMode::Ragged, 0, 0, 0, static_cast<uint32_t>(out.index.size())};
+    const size_t rows = out.index.size();
+    out.index.resize(rows + batch.count + 1);
+    uint32_t total = 0;
+    for (uint32_t i = 0; i < batch.count; ++i) {
+      const Node& nd = nodes[members[i]];
+      out.index[rows + i] = total;
+      const uint32_t* a = g.args(nd);
+      for (uint32_t k = 0; k < nd.num_args; ++k) out.index.push_back(out.node_offset[a[k]]);
+      total += nd.num_args;
+    }
+    out.index[rows + batch.count] = total;
+    out.operands.push_back(o);
+    ++out.ragged_operands;
+  } else {
+    thread_local std::vector<uint32_t> offsets;
+    for (uint32_t j = 0; j < first.num_args; ++j) {
+      const Node& a0 = nodes[g.args(first)[j]];
+      if (a0.op == Op::Parameter) {
+        out.operands.push_back(Operand{OperandMode::Param, a0.aux, 0, 0, 0});
+        continue;
+      }
+      offsets.resize(batch.count);
+      for (uint32_t i = 0; i < batch.count; ++i)
+        offsets[i] = out.node_offset[g.args(nodes[members[i]])[j]];
+      out.operands.push_back(classify_offsets(offsets.data(), batch.count, a0.dim.size(), out));
+    }
+  }
+  bp.operand_count = static_cast<uint32_t>(out.operands.size()) - bp.operand_begin;
+  if (first.op == Op::Call) expand_call(g, block_plan(g, first), members, batch.count, bp, out);
+}
+
+// GEMM operands a kernel must gather: neither shared nor a view.
+uint64_t gather_bytes_of(const Graph& g, const BatchPlan& bp, const Node& first,
+                         const MemoryPlan& out) {
+  if (first.op != Op::Affine && first.op != Op::MatMul) return 0;
+  uint64_t bytes = 0;
+  const Operand* ops = out.operands.data() + bp.operand_begin;
+  for (uint32_t j = first.op == Op::Affine ? 1 : 0; j + 1 < bp.operand_count; j += 2) {
+    const OperandMode w = ops[j].mode, x = ops[j + 1].mode;
+    const bool shared_w = w == OperandMode::Param || w == OperandMode::Shared ||
+                          w == OperandMode::ParamStacked;
+    if (shared_w && x == OperandMode::Indexed)
+      bytes += static_cast<uint64_t>(bp.count) * g.node(g.args(first)[j + 1]).dim.size() *
+               sizeof(float);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions& options) {
   out.clear();
+  if (options.order_for_consumers) {
+    thread_local OuterOrderScratch scratch;
+    const auto t0 = std::chrono::steady_clock::now();
+    order_for_consumers(g, s, scratch);
+    out.layout_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   const auto& nodes = g.nodes();
   out.node_offset.assign(g.size(), UINT32_MAX);
 
@@ -48,80 +194,23 @@ void plan_memory(const Graph& g, const Schedule& s, MemoryPlan& out) {
     if (nodes[v].op == Op::Input) out.node_offset[v] = out.input_offset + nodes[v].aux;
   uint64_t cursor = align_up(g.input_values().size());
 
-  // Outputs, batch by batch.
   out.batches.resize(s.batches.size());
-  for (size_t b = 0; b < s.batches.size(); ++b) {
-    const Batch& batch = s.batches[b];
-    BatchPlan& bp = out.batches[b];
-    bp.out_offset = align_up(cursor);
-    bp.out_size = nodes[s.nodes[batch.begin]].dim.size();
-    for (uint32_t i = 0; i < batch.count; ++i)
-      out.node_offset[s.nodes[batch.begin + i]] = bp.out_offset + i * bp.out_size;
-    cursor = static_cast<uint64_t>(bp.out_offset) + static_cast<uint64_t>(batch.count) * bp.out_size;
-  }
+  for (size_t b = 0; b < s.batches.size(); ++b) cursor = place_batch(g, s, b, cursor, out);
   out.total_floats = align_up(cursor);
 
-  // Operands.
   for (size_t b = 0; b < s.batches.size(); ++b) {
-    const Batch& batch = s.batches[b];
-    BatchPlan& bp = out.batches[b];
-    const uint32_t* members = s.nodes.data() + batch.begin;
-    const Node& first = nodes[members[0]];
-    bp.operand_begin = static_cast<uint32_t>(out.operands.size());
-    bp.aux_begin = static_cast<uint32_t>(out.aux.size());
-    if (first.op == Op::Lookup || first.op == Op::Pick || first.op == Op::PickNegLogSoftmax)
-      for (uint32_t i = 0; i < batch.count; ++i) out.aux.push_back(nodes[members[i]].aux2);
-
-    if (g.types().is_ragged(first.type)) {
-      Operand o{OperandMode::Ragged, 0, 0, 0, static_cast<uint32_t>(out.index.size())};
-      const size_t rows = out.index.size();
-      out.index.resize(rows + batch.count + 1);
-      uint32_t total = 0;
-      for (uint32_t i = 0; i < batch.count; ++i) {
-        const Node& nd = nodes[members[i]];
-        out.index[rows + i] = total;
-        const uint32_t* a = g.args(nd);
-        for (uint32_t k = 0; k < nd.num_args; ++k) out.index.push_back(out.node_offset[a[k]]);
-        total += nd.num_args;
-      }
-      out.index[rows + batch.count] = total;
-      out.operands.push_back(o);
-      ++out.ragged_operands;
-    } else {
-      for (uint32_t j = 0; j < first.num_args; ++j) {
-        const Node& a0 = nodes[g.args(first)[j]];
-        Operand o{OperandMode::Param, 0, 0, 0, 0};
-        if (a0.op == Op::Parameter) {
-          o.param = a0.aux;
-        } else {
-          const uint32_t base = out.node_offset[g.args(first)[j]];
-          const uint32_t size = a0.dim.size();
-          bool shared = true, contiguous = true;
-          for (uint32_t i = 1; i < batch.count; ++i) {
-            const uint32_t off = out.node_offset[g.args(nodes[members[i]])[j]];
-            shared &= off == base;
-            contiguous &= off == base + i * size;
-          }
-          o.offset = base;
-          o.stride = size;
-          if (shared) {
-            o.mode = OperandMode::Shared;
-            ++out.shared_operands;
-          } else if (contiguous) {
-            o.mode = OperandMode::Contiguous;
-            ++out.contiguous_operands;
-          } else {
-            o.mode = OperandMode::Indexed;
-            o.index_begin = static_cast<uint32_t>(out.index.size());
-            for (uint32_t i = 0; i < batch.count; ++i)
-              out.index.push_back(out.node_offset[g.args(nodes[members[i]])[j]]);
-            ++out.indexed_operands;
-          }
-        }
-        out.operands.push_back(o);
+    plan_operands(g, s, b, out);
+    const BatchPlan& bp = out.batches[b];
+    const Node& first = nodes[s.nodes[s.batches[b].begin]];
+    out.gather_bytes += gather_bytes_of(g, bp, first, out);
+    if (first.op == Op::Call) {
+      const BlockPlan& plan = block_plan(g, first);
+      for (uint32_t t = 0; t < bp.step_count; ++t) {
+        const BlockStep& st = plan.steps[t];
+        out.gather_bytes += gather_bytes_of(*plan.body, out.steps[bp.step_begin + t],
+                                            plan.body->node(plan.members[st.member_begin]), out);
       }
     }
-    bp.operand_count = static_cast<uint32_t>(out.operands.size()) - bp.operand_begin;
   }
 }
 

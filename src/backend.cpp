@@ -1,8 +1,22 @@
 #include <stdexcept>
 
+#include "edbatch/block.h"
+#include "edbatch/block_plan.h"
+#include "edbatch/graph.h"
+#include "edbatch/schedule.h"
 #include "src/backends.h"
 
 namespace edbatch {
+
+uint64_t kernels_per_pass(const PlanRef& p) {
+  uint64_t k = 0;
+  for (const Batch& b : p.schedule.batches) {
+    const Node& first = p.graph.node(p.schedule.nodes[b.begin]);
+    const Block* block = first.op == Op::Call ? p.params.block(first.aux) : nullptr;
+    k += block ? block->plan().groups.size() : 1;
+  }
+  return k;
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options) {
   if (options.threads < 1)

@@ -35,6 +35,7 @@ Engine::Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, Engi
     : params_(params), options_(std::move(options)), policy_(std::move(policy)) {
   if (!policy_) throw std::invalid_argument("[Engine] null policy");
   options_.policy = policy_->name();
+  plan_options_.order_for_consumers = options_.order_for_consumers;
   backend_ = make_backend(options_.device, {options_.threads, options_.min_parallel_work});
 }
 
@@ -65,7 +66,7 @@ const Tensor& Engine::forward(Graph& g, const Expr& e) {
     stats_.construction_ms = g.construction_seconds() * 1e3;
     auto t0 = Clock::now();
     scheduler_.run(g, *policy_, schedule_);
-    plan_memory(g, schedule_, plan_);
+    plan_memory(g, schedule_, plan_, plan_options_);
     stats_.scheduling_ms = ms_since(t0);
     t0 = Clock::now();
     backend_->forward(PlanRef{g, schedule_, plan_, params_});

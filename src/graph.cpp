@@ -33,6 +33,7 @@ void Graph::clear() {
   nodes_.clear();
   args_.clear();
   input_values_.clear();
+  ints_.clear();
   param_node_.assign(params_->size(), UINT32_MAX);
   generation_ = next_generation.fetch_add(1, std::memory_order_relaxed);
   ++version_;
@@ -55,7 +56,17 @@ const Node& Graph::node_of(const Expr& e, const char* fn) const {
 
 uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
   const OpInfo& info = op_info(n.op);
+  if (info.rule == BatchRule::View) return UINT32_MAX;
   key_.clear();
+  if (n.op == Op::Call) {
+    // All invocations of one block batch together; the block fixed their shapes.
+    key_.push_back(static_cast<uint32_t>(Op::Call));
+    key_.push_back(n.aux);
+    TypeTable& table = params_->types();
+    auto interned = table.intern(key_.data(), static_cast<uint32_t>(key_.size()));
+    if (interned.is_new) table.set_name(interned.id, "block:" + params_->block_name(n.aux));
+    return interned.id;
+  }
   bool any_param = false;
   for (uint32_t i = 0; i < n.num_args; ++i) any_param |= nodes_[args[i]].op == Op::Parameter;
   const bool ragged = info.rule == BatchRule::Ragged && !any_param;
@@ -141,6 +152,17 @@ uint32_t Graph::add_parameter(uint32_t id) {
   uint32_t& slot = param_node_[id];
   if (slot == UINT32_MAX) slot = add_node(Op::Parameter, params_->dim(id), nullptr, 0, id);
   return slot;
+}
+
+uint32_t Graph::add_call(uint32_t block, Dim dim, const uint32_t* args, uint32_t nargs,
+                         const uint32_t* ints, uint32_t nints) {
+  const uint32_t start = static_cast<uint32_t>(ints_.size());
+  ints_.insert(ints_.end(), ints, ints + nints);
+  return add_node(Op::Call, dim, args, nargs, block, start);
+}
+
+uint32_t Graph::add_output(uint32_t call, uint32_t output, Dim dim) {
+  return add_node(Op::Output, dim, &call, 1, output);
 }
 
 // ---- builders ----

@@ -26,8 +26,11 @@ uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup,
   e.name = name;
   e.dim = dim;
   e.lookup = lookup;
-  e.values.resize(dim.size());
-  e.grads.assign(dim.size(), 0.0f);
+  e.storage = static_cast<uint32_t>(storages_.size());
+  storages_.emplace_back();
+  Storage& st = storages_.back();
+  st.values.resize(dim.size());
+  st.grads.assign(dim.size(), 0.0f);
   if (lookup) e.touched_flag.assign(dim.cols, 0);
   if (scale <= 0) {
     // Glorot uniform; a lookup table's fan is its embedding size.
@@ -36,7 +39,7 @@ uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup,
   }
   std::mt19937_64 rng(name_seed(seed_, name));
   std::uniform_real_distribution<float> u(-scale, scale);
-  for (float& v : e.values) v = u(rng);
+  for (float& v : st.values) v = u(rng);
   uint32_t id = static_cast<uint32_t>(entries_.size());
   entries_.push_back(std::move(e));
   by_name_[name] = id;
@@ -68,11 +71,117 @@ uint32_t ParameterCollection::find(const std::string& name) const {
   return it == by_name_.end() ? UINT32_MAX : it->second;
 }
 float* ParameterCollection::values(uint32_t id) {
-  return const_cast<float*>(entry(id).values.data());
+  return const_cast<float*>(static_cast<const ParameterCollection*>(this)->values(id));
 }
-const float* ParameterCollection::values(uint32_t id) const { return entry(id).values.data(); }
-float* ParameterCollection::grads(uint32_t id) { return const_cast<float*>(entry(id).grads.data()); }
-const float* ParameterCollection::grads(uint32_t id) const { return entry(id).grads.data(); }
+const float* ParameterCollection::values(uint32_t id) const {
+  const Entry& e = entry(id);
+  return storages_[e.storage].values.data() + e.offset;
+}
+float* ParameterCollection::grads(uint32_t id) {
+  return const_cast<float*>(static_cast<const ParameterCollection*>(this)->grads(id));
+}
+const float* ParameterCollection::grads(uint32_t id) const {
+  const Entry& e = entry(id);
+  return storages_[e.storage].grads.data() + e.offset;
+}
+
+uint32_t ParameterCollection::register_block(const std::string& name, const Block* block) {
+  if (name.empty()) throw std::invalid_argument("[Block] empty block name");
+  for (size_t i = 0; i < block_names_.size(); ++i)
+    if (block_names_[i] == name && blocks_[i] != nullptr)
+      throw std::invalid_argument("[Block] a block named '" + name +
+                                  "' already exists in this collection");
+  blocks_.push_back(block);
+  block_names_.push_back(name);
+  return static_cast<uint32_t>(blocks_.size() - 1);
+}
+
+void ParameterCollection::unregister_block(uint32_t id) {
+  if (id < blocks_.size()) blocks_[id] = nullptr;
+}
+
+const Block* ParameterCollection::block(uint32_t id) const {
+  return id < blocks_.size() ? blocks_[id] : nullptr;
+}
+
+const std::string& ParameterCollection::block_name(uint32_t id) const {
+  if (id >= block_names_.size())
+    throw std::invalid_argument("[ParameterCollection] no block with id " + std::to_string(id));
+  return block_names_[id];
+}
+
+bool ParameterCollection::is_view(uint32_t id) const { return entry(id).view; }
+
+Parameter ParameterCollection::add_view(const std::string& name, Parameter base,
+                                        uint32_t col_begin, uint32_t cols) {
+  const Entry& b = entry(base.id);
+  if (b.lookup || b.view)
+    throw std::invalid_argument("[add_view] '" + b.name + "' is a lookup table or a view");
+  if (cols == 0 || col_begin + cols > b.dim.cols)
+    throw std::invalid_argument("[add_view] columns " + std::to_string(col_begin) + "+" +
+                                std::to_string(cols) + " out of range for '" + b.name + "' " +
+                                to_string(b.dim));
+  if (by_name_.count(name))
+    throw std::invalid_argument("[add_view] parameter '" + name + "' already exists");
+  Entry e;
+  e.name = name;
+  e.dim = Dim{b.dim.rows, cols};
+  e.view = true;
+  e.storage = b.storage;
+  e.base = base.id;
+  e.base_offset = static_cast<size_t>(col_begin) * b.dim.rows;  // columns are contiguous
+  e.offset = b.offset + e.base_offset;
+  const uint32_t id = static_cast<uint32_t>(entries_.size());
+  entries_.push_back(std::move(e));
+  by_name_[name] = id;
+  return Parameter{id};
+}
+
+bool ParameterCollection::adjacent(uint32_t a, uint32_t b) const {
+  const Entry &ea = entry(a), &eb = entry(b);
+  return ea.storage == eb.storage && ea.offset + ea.dim.size() == eb.offset;
+}
+
+bool ParameterCollection::stack(const std::vector<uint32_t>& ids) {
+  if (ids.empty()) return true;
+  for (uint32_t id : ids) {
+    const Entry& e = entry(id);
+    if (e.lookup || e.view || e.dim != entry(ids[0]).dim) return false;
+  }
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (ids[i] == ids[j]) return false;
+  bool already = true;
+  for (size_t i = 1; i < ids.size(); ++i) already &= adjacent(ids[i - 1], ids[i]);
+  if (already) return true;
+  Storage st;
+  for (uint32_t id : ids) {
+    const size_t n = entry(id).dim.size();
+    st.values.insert(st.values.end(), values(id), values(id) + n);
+    st.grads.insert(st.grads.end(), grads(id), grads(id) + n);
+  }
+  const uint32_t sid = static_cast<uint32_t>(storages_.size());
+  storages_.push_back(std::move(st));
+  size_t offset = 0;
+  for (uint32_t id : ids) {
+    Entry& e = entries_[id];
+    // The old storage may still hold other stacked entries; only this span is abandoned.
+    e.storage = sid;
+    e.offset = offset;
+    offset += e.dim.size();
+  }
+  for (Entry& v : entries_)
+    if (v.view) {
+      v.storage = entries_[v.base].storage;
+      v.offset = entries_[v.base].offset + v.base_offset;
+    }
+  return true;
+}
+
+uint32_t ParameterCollection::view_base(uint32_t id) const {
+  const Entry& e = entry(id);
+  return e.view ? e.base : id;
+}
 
 void ParameterCollection::mark_lookup_row(uint32_t id, uint32_t row) {
   Entry& e = entries_[id];
@@ -83,37 +192,47 @@ void ParameterCollection::mark_lookup_row(uint32_t id, uint32_t row) {
 }
 
 void ParameterCollection::sgd_update(float lr) {
-  for (Entry& e : entries_) {
+  for (uint32_t id = 0; id < entries_.size(); ++id) {
+    const Entry& e = entries_[id];
+    if (e.view) continue;  // updated through its base
+    float* v = values(id);
+    const float* g = grads(id);
     if (e.lookup) {
       const uint32_t d = e.dim.rows;
       for (uint32_t row : e.touched)
-        for (uint32_t i = 0; i < d; ++i) e.values[row * d + i] -= lr * e.grads[row * d + i];
+        for (uint32_t i = 0; i < d; ++i) v[row * d + i] -= lr * g[row * d + i];
     } else {
-      for (size_t i = 0; i < e.values.size(); ++i) e.values[i] -= lr * e.grads[i];
+      for (size_t i = 0; i < e.dim.size(); ++i) v[i] -= lr * g[i];
     }
   }
   zero_grads();
 }
 
 void ParameterCollection::zero_grads() {
-  for (Entry& e : entries_) {
+  for (uint32_t id = 0; id < entries_.size(); ++id) {
+    Entry& e = entries_[id];
+    if (e.view) continue;
+    float* g = grads(id);
     if (e.lookup) {
       const uint32_t d = e.dim.rows;
       for (uint32_t row : e.touched) {
-        std::fill(e.grads.begin() + row * d, e.grads.begin() + (row + 1) * d, 0.0f);
+        std::fill(g + row * d, g + (row + 1) * d, 0.0f);
         e.touched_flag[row] = 0;
       }
       e.touched.clear();
     } else {
-      std::fill(e.grads.begin(), e.grads.end(), 0.0f);
+      std::fill(g, g + e.dim.size(), 0.0f);
     }
   }
 }
 
 double ParameterCollection::grad_squared_norm() const {
   double s = 0;
-  for (const Entry& e : entries_)
-    for (float g : e.grads) s += static_cast<double>(g) * g;
+  for (uint32_t id = 0; id < entries_.size(); ++id) {
+    if (entries_[id].view) continue;
+    const float* g = grads(id);
+    for (size_t i = 0; i < entries_[id].dim.size(); ++i) s += static_cast<double>(g[i]) * g[i];
+  }
   return s;
 }
 

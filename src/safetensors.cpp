@@ -233,6 +233,7 @@ void save_parameters(const std::string& path, const ParameterCollection& pc) {
   std::vector<NamedTensor> tensors;
   tensors.reserve(pc.size());
   for (uint32_t id = 0; id < pc.size(); ++id) {
+    if (pc.is_view(id)) continue;  // saved through its base
     const Dim d = pc.dim(id);
     const float* v = pc.values(id);
     NamedTensor t{pc.name(id), parameter_shape(pc, id), std::vector<float>(d.size())};
@@ -259,6 +260,7 @@ void load_parameters(const std::string& path, ParameterCollection& pc) {
   // Check everything before changing any value.
   std::vector<const NamedTensor*> source(pc.size());
   for (uint32_t id = 0; id < pc.size(); ++id) {
+    if (pc.is_view(id)) continue;
     const std::vector<uint64_t> expected = parameter_shape(pc, id);
     auto it = by_name.find(pc.name(id));
     if (it == by_name.end())
@@ -270,11 +272,12 @@ void load_parameters(const std::string& path, ParameterCollection& pc) {
     source[id] = it->second;
   }
   for (const NamedTensor& t : tensors)
-    if (pc.find(t.name) == UINT32_MAX)
+    if (pc.find(t.name) == UINT32_MAX || pc.is_view(pc.find(t.name)))
       fail(fmt::format("tensor '{}' (shape {}) in the file is not a parameter of the collection",
                        t.name, shape_string(t.shape)));
 
   for (uint32_t id = 0; id < pc.size(); ++id) {
+    if (pc.is_view(id)) continue;
     const Dim d = pc.dim(id);
     const std::vector<float>& in = source[id]->data;
     float* v = pc.values(id);

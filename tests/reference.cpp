@@ -4,6 +4,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "edbatch/block.h"
+#include "edbatch/block_plan.h"
+
 namespace edbatch::testing {
 
 Reference::Reference(const Graph& g) : g_(g) {
@@ -16,23 +19,64 @@ Reference::Reference(const Graph& g) : g_(g) {
   inputs.assign(g.input_values().begin(), g.input_values().end());
 }
 
+namespace {
+const BlockPlan& block_of(const Graph& g, const Node& call) {
+  const Block* b = g.params().block(call.aux);
+  if (b == nullptr) throw std::logic_error("[Reference] block destroyed");
+  return b->plan();
+}
+// A node's integer argument: per invocation inside a block body, else its own.
+uint32_t int_arg(const Reference::Env& env, const Node& nd, uint32_t v) {
+  if (env.block == nullptr || env.block->source_slot[v] == UINT32_MAX) return nd.aux2;
+  return env.ints[env.block->source_slot[v]];
+}
+}  // namespace
+
 void Reference::forward() {
-  const uint32_t n = g_.size();
-  values.assign(n, {});
+  values.clear();
+  calls.clear();
+  run_forward(g_, Env{}, values, calls);
+}
+
+void Reference::run_forward(const Graph& g, const Env& env, Values& vals,
+                            std::vector<Values>& sub) {
+  const uint32_t n = g.size();
+  vals.assign(n, {});
+  sub.assign(n, {});
   for (uint32_t v = 0; v < n; ++v) {
-    const Node& nd = g_.node(v);
-    const uint32_t* a = g_.args(nd);
-    std::vector<double>& y = values[v];
+    const Node& nd = g.node(v);
+    const uint32_t* a = g.args(nd);
+    std::vector<double>& y = vals[v];
     const uint32_t R = nd.dim.rows, C = nd.dim.cols;
+    const uint32_t aux2 = int_arg(env, nd, v);
     y.assign(nd.dim.size(), 0.0);
-    auto x = [&](uint32_t j) -> const std::vector<double>& { return values[a[j]]; };
+    auto x = [&](uint32_t j) -> const std::vector<double>& { return vals[a[j]]; };
     switch (nd.op) {
       case Op::Input:
-        std::copy(inputs.begin() + nd.aux, inputs.begin() + nd.aux + nd.dim.size(), y.begin());
+        if (env.block != nullptr) {
+          const auto& ins = env.block->source_inputs;
+          y = (*env.inputs)[std::find(ins.begin(), ins.end(), v) - ins.begin()];
+        } else {
+          std::copy(inputs.begin() + nd.aux, inputs.begin() + nd.aux + nd.dim.size(), y.begin());
+        }
         break;
+      case Op::Call: {
+        const BlockPlan& b = block_of(g, nd);
+        Values args;
+        for (uint32_t j = 0; j < nd.num_args; ++j) args.push_back(x(j));
+        Env inner{&b, &args, g.ints().data() + nd.aux2};
+        std::vector<Values> unused;
+        run_forward(*b.source, inner, sub[v], unused);
+        break;
+      }
+      case Op::Output: {
+        const BlockPlan& b = block_of(g, g.node(a[0]));
+        y = sub[a[0]][b.source_outputs[nd.aux]];
+        break;
+      }
       case Op::Parameter: y = params[nd.aux]; break;
       case Op::Lookup:
-        for (uint32_t r = 0; r < R; ++r) y[r] = params[nd.aux][nd.aux2 * R + r];
+        for (uint32_t r = 0; r < R; ++r) y[r] = params[nd.aux][aux2 * R + r];
         break;
       case Op::Affine:
       case Op::MatMul: {
@@ -42,7 +86,7 @@ void Reference::forward() {
           j0 = 1;
         }
         for (uint32_t j = j0; j + 1 < nd.num_args; j += 2) {
-          const Dim wd = g_.node(a[j]).dim;
+          const Dim wd = g.node(a[j]).dim;
           const std::vector<double>& W = x(j);
           const std::vector<double>& X = x(j + 1);
           for (uint32_t c = 0; c < C; ++c)
@@ -76,20 +120,20 @@ void Reference::forward() {
       case Op::Concat: {
         uint32_t r0 = 0;
         for (uint32_t j = 0; j < nd.num_args; ++j) {
-          const uint32_t rj = g_.node(a[j]).dim.rows;
+          const uint32_t rj = g.node(a[j]).dim.rows;
           for (uint32_t c = 0; c < C; ++c)
             for (uint32_t r = 0; r < rj; ++r) y[c * R + r0 + r] = x(j)[c * rj + r];
           r0 += rj;
         }
         break;
       }
-      case Op::Pick: y[0] = x(0)[nd.aux2]; break;
+      case Op::Pick: y[0] = x(0)[aux2]; break;
       case Op::PickNegLogSoftmax: {
         const auto& z = x(0);
         const double m = *std::max_element(z.begin(), z.end());
         double s = 0;
         for (double e : z) s += std::exp(e - m);
-        y[0] = m + std::log(s) - z[nd.aux2];
+        y[0] = m + std::log(s) - z[aux2];
         break;
       }
       case Op::Count: throw std::logic_error("[Reference] bad op");
@@ -98,27 +142,66 @@ void Reference::forward() {
 }
 
 void Reference::backward(uint32_t loss) {
-  const uint32_t n = g_.size();
-  adjoints.assign(n, {});
-  for (uint32_t v = 0; v < n; ++v) adjoints[v].assign(values[v].size(), 0.0);
   param_grads.assign(params.size(), {});
   for (size_t p = 0; p < params.size(); ++p) param_grads[p].assign(params[p].size(), 0.0);
+  adjoints.assign(g_.size(), {});
+  for (uint32_t v = 0; v < g_.size(); ++v) adjoints[v].assign(values[v].size(), 0.0);
   adjoints[loss][0] = 1.0;
+  run_backward(g_, Env{}, values, adjoints, calls);
+}
+
+void Reference::run_backward(const Graph& g, const Env& env, const Values& vals, Values& adj,
+                             const std::vector<Values>& sub) {
+  const uint32_t n = g.size();
+  std::vector<Values> sub_adj(n);  // per call node: adjoints of its body
   for (uint32_t v = n; v-- > 0;) {
-    const Node& nd = g_.node(v);
-    const uint32_t* a = g_.args(nd);
-    const std::vector<double>& dy = adjoints[v];
-    const std::vector<double>& y = values[v];
+    const Node& nd = g.node(v);
+    const uint32_t* a = g.args(nd);
+    const std::vector<double>& dy = adj[v];
+    const std::vector<double>& y = vals[v];
     const uint32_t R = nd.dim.rows, C = nd.dim.cols;
-    auto x = [&](uint32_t j) -> const std::vector<double>& { return values[a[j]]; };
-    auto dx = [&](uint32_t j) -> std::vector<double>& { return adjoints[a[j]]; };
+    const uint32_t aux2 = int_arg(env, nd, v);
+    auto x = [&](uint32_t j) -> const std::vector<double>& { return vals[a[j]]; };
+    auto dx = [&](uint32_t j) -> std::vector<double>& { return adj[a[j]]; };
     switch (nd.op) {
-      case Op::Input: break;
+      case Op::Input:
+        if (env.block != nullptr) {
+          const auto& ins = env.block->source_inputs;
+          auto& d = (*env.input_adjoints)[std::find(ins.begin(), ins.end(), v) - ins.begin()];
+          for (size_t i = 0; i < dy.size(); ++i) d[i] += dy[i];
+        }
+        break;
+      case Op::Output: {
+        const uint32_t call = a[0];
+        const BlockPlan& b = block_of(g, g.node(call));
+        Values& ba = sub_adj[call];
+        if (ba.empty()) {
+          ba.resize(sub[call].size());
+          for (size_t i = 0; i < ba.size(); ++i) ba[i].assign(sub[call][i].size(), 0.0);
+        }
+        auto& d = ba[b.source_outputs[nd.aux]];
+        for (size_t i = 0; i < dy.size(); ++i) d[i] += dy[i];
+        break;
+      }
+      case Op::Call: {
+        if (sub_adj[v].empty()) break;  // no output reaches the loss
+        const BlockPlan& b = block_of(g, nd);
+        Values args, arg_adj;
+        for (uint32_t j = 0; j < nd.num_args; ++j) {
+          args.push_back(x(j));
+          arg_adj.emplace_back(x(j).size(), 0.0);
+        }
+        Env inner{&b, &args, g.ints().data() + nd.aux2, &arg_adj};
+        run_backward(*b.source, inner, sub[v], sub_adj[v], std::vector<Values>(b.source->size()));
+        for (uint32_t j = 0; j < nd.num_args; ++j)
+          for (size_t i = 0; i < arg_adj[j].size(); ++i) dx(j)[i] += arg_adj[j][i];
+        break;
+      }
       case Op::Parameter:
         for (size_t i = 0; i < dy.size(); ++i) param_grads[nd.aux][i] += dy[i];
         break;
       case Op::Lookup:
-        for (uint32_t r = 0; r < R; ++r) param_grads[nd.aux][nd.aux2 * R + r] += dy[r];
+        for (uint32_t r = 0; r < R; ++r) param_grads[nd.aux][aux2 * R + r] += dy[r];
         break;
       case Op::Affine:
       case Op::MatMul: {
@@ -128,7 +211,7 @@ void Reference::backward(uint32_t loss) {
           j0 = 1;
         }
         for (uint32_t j = j0; j + 1 < nd.num_args; j += 2) {
-          const uint32_t K = g_.node(a[j]).dim.cols;
+          const uint32_t K = g.node(a[j]).dim.cols;
           const std::vector<double>& W = x(j);
           const std::vector<double>& X = x(j + 1);
           for (uint32_t c = 0; c < C; ++c)
@@ -171,21 +254,21 @@ void Reference::backward(uint32_t loss) {
       case Op::Concat: {
         uint32_t r0 = 0;
         for (uint32_t j = 0; j < nd.num_args; ++j) {
-          const uint32_t rj = g_.node(a[j]).dim.rows;
+          const uint32_t rj = g.node(a[j]).dim.rows;
           for (uint32_t c = 0; c < C; ++c)
             for (uint32_t r = 0; r < rj; ++r) dx(j)[c * rj + r] += dy[c * R + r0 + r];
           r0 += rj;
         }
         break;
       }
-      case Op::Pick: dx(0)[nd.aux2] += dy[0]; break;
+      case Op::Pick: dx(0)[aux2] += dy[0]; break;
       case Op::PickNegLogSoftmax: {
         const auto& z = x(0);
         const double m = *std::max_element(z.begin(), z.end());
         double s = 0;
         for (double e : z) s += std::exp(e - m);
         for (size_t i = 0; i < z.size(); ++i)
-          dx(0)[i] += dy[0] * (std::exp(z[i] - m) / s - (i == nd.aux2 ? 1.0 : 0.0));
+          dx(0)[i] += dy[0] * (std::exp(z[i] - m) / s - (i == aux2 ? 1.0 : 0.0));
         break;
       }
       case Op::Count: throw std::logic_error("[Reference] bad op");

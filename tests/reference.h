@@ -6,9 +6,22 @@
 
 #include "edbatch/graph.h"
 
+namespace edbatch {
+struct BlockPlan;
+}
+
 namespace edbatch::testing {
 
 struct Reference {
+  using Values = std::vector<std::vector<double>>;
+  // Inside a block body: the invocation's inputs, integers and input adjoints.
+  struct Env {
+    const BlockPlan* block = nullptr;
+    const Values* inputs = nullptr;
+    const uint32_t* ints = nullptr;
+    Values* input_adjoints = nullptr;
+  };
+
   std::vector<std::vector<double>> params;       // per parameter id (copied from the collection)
   std::vector<double> inputs;                    // the graph's input values
   std::vector<std::vector<double>> values;       // per node
@@ -23,6 +36,12 @@ struct Reference {
   double fd_input(uint32_t loss, uint32_t k, double eps = 1e-6);
 
  private:
+  // Block calls are evaluated by interpreting the block's body as declared, per invocation.
+  void run_forward(const Graph& g, const Env& env, Values& vals, std::vector<Values>& sub);
+  void run_backward(const Graph& g, const Env& env, const Values& vals, Values& adj,
+                    const std::vector<Values>& sub);
+
+  std::vector<Values> calls;  // per top-level call node: its body's values
   const Graph& g_;
 };
 

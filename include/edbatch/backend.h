@@ -44,6 +44,10 @@ class Backend {
   ExecCounters counters_;
 };
 
+// Kernels one forward (or backward) pass of a plan launches: one per batch, and one per step
+// group for batches of block calls.
+uint64_t kernels_per_pass(const PlanRef& p);
+
 struct BackendOptions {
   int threads = 1;
   // A kernel splits over threads only when its work (flops or floats) reaches this.

@@ -17,6 +17,7 @@ struct EngineOptions {
   std::string device = "cpu";     // cpu | null | cuda
   int threads = 1;
   double min_parallel_work = 65536;  // see BackendOptions
+  bool order_for_consumers = true;    // outer layout planning (see PlanOptions)
 };
 
 struct Stats {
@@ -73,6 +74,7 @@ class Engine {
   Scheduler scheduler_;
   Schedule schedule_;
   MemoryPlan plan_;
+  PlanOptions plan_options_;
   Stats stats_;
   Tensor result_;
   const Graph* graph_ = nullptr;

@@ -47,6 +47,8 @@ class Graph {
   const std::vector<Node>& nodes() const { return nodes_; }
   const uint32_t* args(const Node& n) const { return args_.data() + n.arg_begin; }
   const std::vector<float>& input_values() const { return input_values_; }
+  // Per-invocation integers of block calls (a Call node's start in aux2).
+  const std::vector<uint32_t>& ints() const { return ints_; }
   ParameterCollection& params() const { return *params_; }
   const TypeTable& types() const;
   uint32_t generation() const { return generation_; }
@@ -60,6 +62,10 @@ class Graph {
                     uint32_t aux2 = 0, float alpha = 0, float beta = 0);
   uint32_t add_input(Dim dim, const float* values);
   uint32_t add_parameter(uint32_t param_id);
+  // A call of block `block` (already checked by the caller) and its output views.
+  uint32_t add_call(uint32_t block, Dim dim, const uint32_t* args, uint32_t nargs,
+                    const uint32_t* ints, uint32_t nints);
+  uint32_t add_output(uint32_t call, uint32_t output, Dim dim);
   Expr expr(uint32_t id) { return Expr{this, id, generation_}; }
 
  private:
@@ -69,6 +75,7 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<uint32_t> args_;
   std::vector<float> input_values_;
+  std::vector<uint32_t> ints_;
   std::vector<uint32_t> param_node_;  // parameter id -> node id in this graph (dedup)
   std::vector<uint32_t> key_;         // scratch for type keys
   uint32_t generation_ = 1;

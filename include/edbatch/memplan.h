@@ -15,6 +15,7 @@ enum class OperandMode : uint8_t {
   Contiguous,  // node i reads offset + i * stride: a zero-copy view
   Indexed,     // node i reads index[index_begin + i]
   Ragged,      // variadic: node i reads index[index_begin + k + index[index_begin+i] ...]
+  ParamStacked,  // block steps: member j (nodes j*stride .. ) reads parameter index[index_begin+j]
 };
 
 const char* operand_mode_name(OperandMode m);
@@ -33,10 +34,16 @@ struct BatchPlan {
   uint32_t operand_begin;  // into MemoryPlan::operands
   uint32_t operand_count;
   uint32_t aux_begin;      // into MemoryPlan::aux: per-node lookup index / pick index / label
+  uint32_t count = 0;      // nodes (block steps: members x invocations)
+  // Block calls: the region holds every internal value of the k invocations (value t of the
+  // body at out_offset + k * base[t]); the operands are the block's inputs, and the steps of its
+  // plan are MemoryPlan::steps[step_begin, step_begin + step_count).
+  uint32_t step_begin = 0, step_count = 0;
 };
 
 struct MemoryPlan {
   std::vector<BatchPlan> batches;          // parallel to Schedule::batches
+  std::vector<BatchPlan> steps;            // block steps, expanded for their batch's k
   std::vector<Operand> operands;
   std::vector<uint32_t> index;             // Indexed offsets; Ragged: k+1 row starts, then offsets
   std::vector<uint32_t> aux;               // per-node integer arguments, batch by batch
@@ -45,12 +52,21 @@ struct MemoryPlan {
   uint32_t total_floats = 0;
   // Operand counts by mode, over all batches (Param operands are not counted).
   uint32_t shared_operands = 0, contiguous_operands = 0, indexed_operands = 0, ragged_operands = 0;
+  // Bytes of GEMM operands that are neither shared nor views, so a kernel must gather them.
+  uint64_t gather_bytes = 0;
+  double layout_ms = 0;  // ordering batch members for their consumers (outer planning)
 
   void clear();
 };
 
-// Lays out the values of `g` in schedule order, each batch's outputs contiguous, and classifies
-// every batch operand. Reuses the plan's storage.
-void plan_memory(const Graph& g, const Schedule& s, MemoryPlan& out);
+struct PlanOptions {
+  // Reorder each batch's members so that consumers read them as contiguous views (PQ-tree layout
+  // planner, consumers before producers). Off: members stay in schedule order.
+  bool order_for_consumers = true;
+};
+
+// Lays out the values of `g` batch by batch, each batch's outputs contiguous, and classifies
+// every batch operand. May reorder members within batches of `s`. Reuses the plan's storage.
+void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions& options = {});
 
 }  // namespace edbatch

@@ -21,6 +21,8 @@ enum class Op : uint8_t {
   Concat,       // stack args vertically (rows add up, cols equal)
   Pick,         // element `index` of a vector: 1x1
   PickNegLogSoftmax,  // -log softmax(x)[label]: 1x1
+  Call,         // an invocation of a block (aux: block id, aux2: its integers in Graph::ints())
+  Output,       // output `aux` of the Call that is its only argument: a view, never scheduled
   Count
 };
 
@@ -29,6 +31,7 @@ enum class BatchRule : uint8_t {
   Source,   // never scheduled (inputs, parameters)
   Exact,    // same op, shapes and shared operands
   Ragged,   // as Exact, but the number of args may differ between nodes of a batch
+  View,     // never scheduled: a part of another node's value (block outputs)
 };
 
 struct OpInfo {
@@ -41,5 +44,10 @@ struct OpInfo {
 
 const OpInfo& op_info(Op op);
 inline const char* op_name(Op op) { return op_info(op).name; }
+// Scheduled nodes run in batches; sources and views do not.
+inline bool is_scheduled(Op op) {
+  const BatchRule r = op_info(op).rule;
+  return r != BatchRule::Source && r != BatchRule::View;
+}
 
 }  // namespace edbatch

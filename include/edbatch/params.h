@@ -10,6 +10,8 @@
 
 namespace edbatch {
 
+class Block;
+
 // A handle into a ParameterCollection. Lookup tables are parameters of shape dim x vocab whose
 // columns are the embeddings.
 struct Parameter {
@@ -41,6 +43,20 @@ class ParameterCollection {
   float* grads(uint32_t id);
   const float* grads(uint32_t id) const;
 
+  // A column range of parameter `base` under its own name, sharing base's values and gradients
+  // (blocks split W [a; b] products into W_a a + W_b b). Views are not saved or updated on their
+  // own; their base is.
+  Parameter add_view(const std::string& name, Parameter base, uint32_t col_begin, uint32_t cols);
+  bool is_view(uint32_t id) const;
+  uint32_t view_base(uint32_t id) const;  // the viewed parameter (id itself if not a view)
+  // Moves the given same-shaped parameters into one contiguous buffer, in the given order, so a
+  // batched GEMM can address them with one stride. Returns false (and changes nothing) when one
+  // is a lookup table or a view, or shapes differ. Values and gradients are kept; views of the
+  // stacked parameters follow them.
+  bool stack(const std::vector<uint32_t>& ids);
+  // True when parameter b's storage directly follows a's in one buffer.
+  bool adjacent(uint32_t a, uint32_t b) const;
+
   // Lookup gradients are sparse: backward marks the columns it touched.
   void mark_lookup_row(uint32_t id, uint32_t row);
 
@@ -50,17 +66,33 @@ class ParameterCollection {
   // Sum of squares of all gradients (for clipping and tests).
   double grad_squared_norm() const;
 
+  // Blocks declared over this collection, by id. A block's id stays valid (its entry becomes null)
+  // after the block is destroyed, so stale calls are caught.
+  uint32_t register_block(const std::string& name, const Block* block);
+  void unregister_block(uint32_t id);
+  const Block* block(uint32_t id) const;  // nullptr once destroyed
+  const std::string& block_name(uint32_t id) const;
+
   // Batching types are interned per collection: their keys name this collection's parameters,
   // and their ids stay stable across the graphs built over it.
   TypeTable& types() { return types_; }
   const TypeTable& types() const { return types_; }
 
  private:
+  // Values and gradients live in storages; an entry is a span of one. Stacked parameters share
+  // a storage, views alias part of their base's.
+  struct Storage {
+    std::vector<float> values, grads;
+  };
   struct Entry {
     std::string name;
     Dim dim;
     bool lookup = false;
-    std::vector<float> values, grads;
+    bool view = false;
+    uint32_t base = UINT32_MAX;  // views: the viewed parameter
+    size_t base_offset = 0;      // views: floats from the base's start
+    uint32_t storage = 0;
+    size_t offset = 0;
     std::vector<uint32_t> touched;      // lookup columns with nonzero gradient
     std::vector<uint8_t> touched_flag;  // per column
   };
@@ -69,6 +101,9 @@ class ParameterCollection {
 
   uint64_t seed_;
   std::vector<Entry> entries_;
+  std::vector<Storage> storages_;
+  std::vector<const Block*> blocks_;
+  std::vector<std::string> block_names_;
   std::unordered_map<std::string, uint32_t> by_name_;
   TypeTable types_;
 };

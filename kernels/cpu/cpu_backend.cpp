@@ -54,13 +54,19 @@ class CpuBackend : public Backend {
     c.values = values_.data();
     const auto& in = p.graph.input_values();
     std::copy(in.begin(), in.end(), c.values + p.plan.input_offset);
+    uint64_t kernels = 0;
     run([&] {
       for (size_t b = 0; b < p.schedule.batches.size(); ++b) {
         const BatchArgs args = batch_args(p, b);
+        if (args.op == Op::Call) {
+          kernels += call_forward(c, p, b);
+          continue;
+        }
         cpu_kernels(args.op).forward(c, args);
+        ++kernels;
       }
     });
-    counters_.kernels += p.schedule.batches.size();
+    counters_.kernels += kernels;
     update_bytes();
   }
 
@@ -69,6 +75,7 @@ class CpuBackend : public Backend {
     if (adjoints_.reserve(p.plan.total_floats)) ++counters_.arena_growths;
     c.values = values_.data();
     c.adjoints = adjoints_.data();
+    uint64_t kernels = 0;
     run([&] {
       for_chunks(c, p.plan.total_floats, p.plan.total_floats, [&](uint32_t b, uint32_t e) {
         std::memset(c.adjoints + b, 0, (e - b) * sizeof(float));
@@ -76,10 +83,15 @@ class CpuBackend : public Backend {
       c.adjoints[p.plan.node_offset[loss_node]] = 1.0f;
       for (size_t b = p.schedule.batches.size(); b-- > 0;) {
         const BatchArgs args = batch_args(p, b);
+        if (args.op == Op::Call) {
+          kernels += call_backward(c, p, b);
+          continue;
+        }
         cpu_kernels(args.op).backward(c, args);
+        ++kernels;
       }
     });
-    counters_.kernels += p.schedule.batches.size();
+    counters_.kernels += kernels;
     update_bytes();
   }
 

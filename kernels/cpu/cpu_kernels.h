@@ -100,4 +100,8 @@ void affine_backward(Context& c, const BatchArgs& b);
 void matmul_forward(Context& c, const BatchArgs& b);
 void matmul_backward(Context& c, const BatchArgs& b);
 
+// Block call batches (call.cpp); return the kernels they ran.
+uint32_t call_forward(Context& c, const PlanRef& p, size_t batch);
+uint32_t call_backward(Context& c, const PlanRef& p, size_t batch);
+
 }  // namespace edbatch::cpu

@@ -262,6 +262,11 @@ void pnls_bwd(Context& c, const BatchArgs& b) {
                            "' is never scheduled");
 }
 
+[[noreturn]] void block_kernel(Context&, const BatchArgs& b) {
+  throw std::runtime_error(std::string("[cpu] '") + op_name(b.op) +
+                           "' has no kernel: block calls run their block's steps, outputs are views");
+}
+
 constexpr KernelRow kKernels[] = {
     {source_kernel, source_kernel},          // Input
     {source_kernel, source_kernel},          // Parameter
@@ -278,6 +283,8 @@ constexpr KernelRow kKernels[] = {
     {concat_fwd, concat_bwd},                // Concat
     {pick_fwd, pick_bwd},                    // Pick
     {pnls_fwd, pnls_bwd},                    // PickNegLogSoftmax
+    {block_kernel, block_kernel},            // Call
+    {block_kernel, block_kernel},            // Output
 };
 static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == static_cast<size_t>(Op::Count),
               "the CPU kernel table must have one row per Op");

@@ -1,0 +1,79 @@
+// Outer planning: order the members of each batch of a mini-batch so that the batches reading
+// them find their operands consecutive and in their own order (zero-copy views). Batches are
+// visited consumers first, so a consumer's order is final when its producers are ordered.
+#include <algorithm>
+
+#include "edbatch/graph.h"
+#include "edbatch/schedule.h"
+#include "memplan/layout.h"
+#include "memplan/outer_order.h"
+
+namespace edbatch {
+
+namespace {
+
+// The scheduled node behind argument `a` and which of its outputs it reads (0 for plain nodes).
+struct Source {
+  uint32_t node, output;
+};
+Source source_of(const Graph& g, uint32_t a) {
+  const Node& n = g.node(a);
+  if (n.op == Op::Output) return {g.args(n)[0], n.aux};
+  return {a, 0};
+}
+
+}  // namespace
+
+void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch) {
+  const uint32_t n = g.size();
+  std::vector<uint32_t>& batch_of = scratch.batch_of;
+  std::vector<uint32_t>& pos = scratch.pos;
+  batch_of.assign(n, UINT32_MAX);
+  pos.assign(n, 0);
+  for (uint32_t b = 0; b < s.batches.size(); ++b)
+    for (uint32_t i = 0; i < s.batches[b].count; ++i) {
+      const uint32_t v = s.nodes[s.batches[b].begin + i];
+      batch_of[v] = b;
+      pos[v] = i;
+    }
+  std::vector<std::vector<SequenceWant>>& wants = scratch.wants;
+  wants.resize(s.batches.size());
+  for (auto& w : wants) w.clear();
+  std::vector<uint32_t>& sorted = scratch.sorted;
+  std::vector<uint32_t>& reordered = scratch.reordered;
+
+  for (uint32_t b = static_cast<uint32_t>(s.batches.size()); b-- > 0;) {
+    const Batch& batch = s.batches[b];
+    uint32_t* members = s.nodes.data() + batch.begin;
+    if (!wants[b].empty()) {
+      const GroupOrder o = order_group(batch.count, wants[b]);
+      reordered.assign(members, members + batch.count);
+      for (uint32_t i = 0; i < batch.count; ++i) members[i] = reordered[o.order[i]];
+      for (uint32_t i = 0; i < batch.count; ++i) pos[members[i]] = i;
+    }
+    const Node& first = g.node(members[0]);
+    if (batch.count < 2 || g.types().is_ragged(first.type)) continue;
+    const bool gemm = first.op == Op::Affine || first.op == Op::MatMul || first.op == Op::Call;
+    for (uint32_t j = 0; j < first.num_args; ++j) {
+      const Source s0 = source_of(g, g.args(first)[j]);
+      const uint32_t producer = batch_of[s0.node];
+      if (producer == UINT32_MAX) continue;  // inputs and parameters
+      SequenceWant w;
+      bool ok = true;
+      for (uint32_t i = 0; i < batch.count && ok; ++i) {
+        const Source si = source_of(g, g.args(g.node(members[i]))[j]);
+        ok = batch_of[si.node] == producer && si.output == s0.output;
+        w.elems.push_back(pos[si.node]);
+      }
+      if (!ok) continue;
+      sorted = w.elems;
+      std::sort(sorted.begin(), sorted.end());
+      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) continue;
+      w.bytes = static_cast<uint64_t>(batch.count) * g.node(g.args(first)[j]).dim.size() *
+                sizeof(float) * (gemm ? 2 : 1);
+      wants[producer].push_back(std::move(w));
+    }
+  }
+}
+
+}  // namespace edbatch

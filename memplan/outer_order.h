@@ -1,0 +1,33 @@
+// Internal to the memory planner: ordering batch members for their consumers, and expanding block
+// calls into their steps.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "edbatch/memplan.h"
+#include "memplan/layout.h"
+
+namespace edbatch {
+
+class Graph;
+struct Schedule;
+struct BlockPlan;
+
+struct OuterOrderScratch {
+  std::vector<uint32_t> batch_of, pos, sorted, reordered;
+  std::vector<std::vector<SequenceWant>> wants;
+};
+
+// Reorders members within each batch of `s` (never across batches).
+void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch);
+
+// Appends the steps of a batch of `k` calls of block `b` (members `calls`) to out.steps, and their
+// operands, indices and per-node integers. `bp` is the call batch's plan, whose operands (the
+// block's inputs) are already classified.
+void expand_call(const Graph& g, const BlockPlan& b, const uint32_t* calls, uint32_t k,
+                 BatchPlan& bp, MemoryPlan& out);
+
+// Classifies operand offsets of `count` nodes as shared, a view (constant stride) or indexed.
+Operand classify_offsets(const uint32_t* offsets, uint32_t count, uint32_t size, MemoryPlan& out);
+
+}  // namespace edbatch

@@ -1,0 +1,230 @@
+// Blocks: a block equals the same math written op by op (and the double reference), forward and
+// gradients, for the standard cells at k = 1, 7 and 64 invocations; compiled plans are sound;
+// misuse is reported.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <random>
+
+#include "edbatch/block.h"
+#include "edbatch/block_plan.h"
+#include "edbatch/dump.h"
+#include "edbatch/engine.h"
+#include "tests/check.h"
+#include "tests/models.h"
+#include "tests/reference.h"
+
+using namespace edbatch;
+using edbatch::testing::check_close;
+using edbatch::testing::Reference;
+
+namespace {
+
+constexpr uint32_t H = 7, V = 11, C = 5;
+
+// How a cell reads its per-invocation integers: in a block through slots, op by op directly.
+struct Ints {
+  std::function<Expr(Graph&, LookupParameter, uint32_t)> embed;
+  std::function<Expr(const Expr&, uint32_t)> loss;
+};
+
+struct CellDef {
+  const char* name;
+  std::vector<Dim> inputs;
+  std::vector<uint32_t> int_limits;
+  // The math: inputs and integer slots in, outputs out.
+  std::function<std::vector<Expr>(Graph&, const std::vector<Expr>&, const Ints&)> math;
+};
+
+struct Weights {
+  explicit Weights(ParameterCollection& pc) {
+    E = pc.add_lookup_parameters("E", V, H);
+    for (int k = 0; k < 8; ++k) {
+      W[k] = pc.add_parameters("W" + std::to_string(k), Dim{H, H});
+      U[k] = pc.add_parameters("U" + std::to_string(k), Dim{H, 2 * H});
+      b[k] = pc.add_parameters("b" + std::to_string(k), Dim{H, 1});
+    }
+    bM = pc.add_parameters("bM", Dim{H, H});
+    out = pc.add_parameters("out", Dim{C, H});
+  }
+  LookupParameter E;
+  Parameter W[8], U[8], b[8], bM, out;
+};
+
+Expr P(Graph& g, Parameter p) { return parameter(g, p); }
+
+std::vector<CellDef> cells(const Weights& w) {
+  std::vector<CellDef> cs;
+  const Dim h{H, 1};
+  cs.push_back({"tree_lstm_leaf", {}, {V, C}, [&w](Graph& g, const std::vector<Expr>&, const Ints& ints) {
+                  const Expr e = ints.embed(g, w.E, 0);
+                  const Expr i = sigmoid(affine({P(g, w.b[0]), P(g, w.W[0]), e}));
+                  const Expr o = sigmoid(affine({P(g, w.b[1]), P(g, w.W[1]), e}));
+                  const Expr u = tanh(affine({P(g, w.b[2]), P(g, w.W[2]), e}));
+                  const Expr c = cmult(i, u);
+                  const Expr hh = cmult(o, tanh(c));
+                  return std::vector<Expr>{hh, c, ints.loss(matmul(P(g, w.out), hh), 1)};
+                }});
+  cs.push_back({"tree_lstm_inner", {h, h, h, h}, {C}, [&w](Graph& g, const std::vector<Expr>& in, const Ints& ints) {
+                  const Expr x = concat({in[0], in[2]});
+                  const Expr i = sigmoid(affine({P(g, w.b[0]), P(g, w.U[0]), x}));
+                  const Expr o = sigmoid(affine({P(g, w.b[1]), P(g, w.U[1]), x}));
+                  const Expr u = tanh(affine({P(g, w.b[2]), P(g, w.U[2]), x}));
+                  const Expr f1 = sigmoid(affine({P(g, w.b[3]), P(g, w.W[3]), in[0]}));
+                  const Expr f2 = sigmoid(affine({P(g, w.b[3]), P(g, w.W[4]), in[2]}));
+                  const Expr c = sum({cmult(i, u), cmult(f1, in[1]), cmult(f2, in[3])});
+                  const Expr hh = cmult(o, tanh(c));
+                  return std::vector<Expr>{hh, c, ints.loss(matmul(P(g, w.out), hh), 0)};
+                }});
+  cs.push_back({"lstm", {h, h, h}, {}, [&w](Graph& g, const std::vector<Expr>& in, const Ints&) {
+                  Expr gate[4];
+                  for (int k = 0; k < 4; ++k)
+                    gate[k] = affine({P(g, w.b[k]), P(g, w.W[k]), in[0], P(g, w.W[k + 4]), in[1]});
+                  const Expr i = sigmoid(gate[0]), f = sigmoid(gate[1]), o = sigmoid(gate[2]);
+                  const Expr c = cmult(f, in[2]) + cmult(i, tanh(gate[3]));
+                  return std::vector<Expr>{cmult(o, tanh(c)), c};
+                }});
+  cs.push_back({"gru", {h, h}, {}, [&w](Graph& g, const std::vector<Expr>& in, const Ints&) {
+                  const Expr r = sigmoid(affine({P(g, w.b[0]), P(g, w.W[0]), in[0], P(g, w.W[1]), in[1]}));
+                  const Expr z = sigmoid(affine({P(g, w.b[1]), P(g, w.W[2]), in[0], P(g, w.W[3]), in[1]}));
+                  const Expr c = tanh(affine({P(g, w.b[2]), P(g, w.W[4]), in[0], P(g, w.W[5]), cmult(r, in[1])}));
+                  return std::vector<Expr>{cmult(z, in[1]) + cmult(1.0f - z, c)};
+                }});
+  cs.push_back({"mvrnn", {h, Dim{H, H}, h, Dim{H, H}}, {}, [&w](Graph& g, const std::vector<Expr>& in, const Ints&) {
+                  const Expr v = tanh(affine({P(g, w.b[4]), P(g, w.U[4]),
+                                              concat({matmul(in[3], in[0]), matmul(in[1], in[2])})}));
+                  const Expr M = affine({P(g, w.bM), P(g, w.U[5]), concat({in[1], in[3]})});
+                  return std::vector<Expr>{v, M};
+                }});
+  return cs;
+}
+
+// One random invocation: its input values (given through graph inputs, some through tanh so
+// operands come from computed batches too) and integers.
+struct Invocation {
+  std::vector<std::vector<float>> inputs;
+  std::vector<uint32_t> ints;
+};
+
+std::vector<Invocation> invocations(const CellDef& cell, uint32_t k, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<Invocation> inv(k);
+  for (auto& one : inv) {
+    for (const Dim& d : cell.inputs) {
+      one.inputs.emplace_back(d.size());
+      for (float& x : one.inputs.back()) x = u(rng);
+    }
+    for (uint32_t lim : cell.int_limits) one.ints.push_back(static_cast<uint32_t>(rng() % lim));
+  }
+  return inv;
+}
+
+// A scalar from every output: (row^T out) col, summed over outputs and invocations.
+Expr readout(Graph& g, const std::vector<Expr>& outs, uint32_t salt) {
+  std::vector<Expr> terms;
+  for (size_t o = 0; o < outs.size(); ++o) {
+    const Dim d = g.node(outs[o].id).dim;
+    if (d == Dim{1, 1}) {
+      terms.push_back(outs[o]);
+      continue;
+    }
+    std::vector<float> row(d.rows), col(d.cols);
+    for (uint32_t r = 0; r < d.rows; ++r) row[r] = 0.1f * static_cast<float>((r * 7 + salt + o) % 5) - 0.2f;
+    for (uint32_t c = 0; c < d.cols; ++c) col[c] = 0.3f - 0.1f * static_cast<float>((c + salt) % 4);
+    terms.push_back(matmul(matmul(input(g, Dim{1, d.rows}, row), outs[o]), input(g, Dim{d.cols, 1}, col)));
+  }
+  return sum_losses(terms);
+}
+
+Expr feed(Graph& g, const Dim& d, const std::vector<float>& v, uint32_t i) {
+  const Expr x = input(g, d, v);
+  return i % 2 ? tanh(x) : x;
+}
+
+struct RunResult {
+  double loss;
+  std::vector<std::vector<float>> grads;  // per parameter (views skipped)
+};
+
+RunResult run(ParameterCollection& pc, Graph& g, const Expr& loss, const std::string& policy, int threads) {
+  pc.zero_grads();
+  Engine e(pc, EngineOptions{policy, "cpu", threads, 1.0});
+  RunResult r;
+  r.loss = as_scalar(e.forward(g, loss));
+  e.backward(g, loss);
+  validate_schedule(g, e.schedule());
+  for (uint32_t p = 0; p < pc.size(); ++p) {
+    if (pc.is_view(p)) continue;
+    r.grads.emplace_back(pc.grads(p), pc.grads(p) + pc.dim(p).size());
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("blocks: every cell equals its op-by-op form and the reference, k = 1, 7, 64") {
+  for (uint32_t k : {1u, 7u, 64u}) {
+    ParameterCollection pc(5);
+    Weights w(pc);
+    for (const CellDef& cell : cells(w)) {
+      const std::string cell_name = cell.name;
+      CAPTURE(cell_name);
+      CAPTURE(k);
+      Block blk(pc, cell.name);
+      std::vector<Expr> in;
+      for (size_t j = 0; j < cell.inputs.size(); ++j)
+        in.push_back(blk.input("in" + std::to_string(j), cell.inputs[j]));
+      std::vector<uint32_t> slots;
+      for (size_t s = 0; s < cell.int_limits.size(); ++s) slots.push_back(blk.index("i" + std::to_string(s)));
+      Ints block_ints{[&](Graph&, LookupParameter t, uint32_t s) { return blk.lookup(t, slots[s]); },
+                      [&](const Expr& x, uint32_t s) { return blk.pick_neg_log_softmax(x, slots[s]); }};
+      const std::vector<Expr> outs = cell.math(blk.body(), in, block_ints);
+      for (size_t o = 0; o < outs.size(); ++o) blk.output("out" + std::to_string(o), outs[o]);
+      blk.freeze();
+      CHECK(blk.plan().steps.size() >= blk.plan().lower_bound);
+
+      const auto inv = invocations(cell, k, 100 + k);
+      Graph gb(pc), go(pc);
+      std::vector<Expr> lb, lo;
+      for (uint32_t i = 0; i < k; ++i) {
+        std::vector<Expr> xb, xo;
+        for (size_t j = 0; j < cell.inputs.size(); ++j) {
+          xb.push_back(feed(gb, cell.inputs[j], inv[i].inputs[j], i));
+          xo.push_back(feed(go, cell.inputs[j], inv[i].inputs[j], i));
+        }
+        lb.push_back(readout(gb, blk(gb, xb, inv[i].ints), i));
+        const std::vector<uint32_t>& ints = inv[i].ints;
+        Ints direct{[&](Graph& g, LookupParameter t, uint32_t s) { return lookup(g, t, ints[s]); },
+                    [&](const Expr& x, uint32_t s) { return pick_neg_log_softmax(x, ints[s]); }};
+        lo.push_back(readout(go, cell.math(go, xo, direct), i));
+      }
+      const Expr loss_b = sum_losses(lb), loss_o = sum_losses(lo);
+
+      Reference ref(gb);
+      ref.forward();
+      ref.backward(loss_b.id);
+      const RunResult op = run(pc, go, loss_o, "agenda", 1);
+      for (const char* policy : {"none", "agenda", "lb-greedy"})
+        for (int threads : {1, 2}) {
+          const std::string policy_name = policy;
+          CAPTURE(policy_name);
+          CAPTURE(threads);
+          const RunResult blocked = run(pc, gb, loss_b, policy, threads);
+          const double ref_loss = ref.values[loss_b.id][0];
+          check_close(&blocked.loss, &ref_loss, 1, 1e-4, "loss vs reference");
+          check_close(&blocked.loss, &op.loss, 1, 1e-4, "loss vs op by op");
+          uint32_t q = 0;
+          for (uint32_t p = 0; p < pc.size(); ++p) {
+            if (pc.is_view(p)) continue;
+            const size_t n = blocked.grads[q].size();
+            check_close(blocked.grads[q].data(), ref.param_grads[p].data(), n, 2e-4,
+                        "gradient of " + pc.name(p) + " vs reference");
+            check_close(blocked.grads[q].data(), op.grads[q].data(), n, 2e-4,
+                        "gradient of " + pc.name(p) + " vs op by op");
+            ++q;
+          }
+        }
+    }
+  }
+}
