@@ -136,17 +136,49 @@ std::vector<uint32_t> PQTree::children(uint32_t x) const {
   return out;
 }
 
-void PQTree::rollback() {
-  for (auto it = journal_.rbegin(); it != journal_.rend(); ++it) nodes_[it->id] = it->node;
-  nodes_.resize(base_size_);
-  for (auto it = free_log_.rbegin(); it != free_log_.rend(); ++it) {
-    if (it->pushed) {
+PQTree::Mark PQTree::mark() const {
+  return {journal_.size(), free_log_.size(), static_cast<uint32_t>(nodes_.size()), root_};
+}
+
+// Restores every journaled node newest first, so the oldest copy of a node wins.
+void PQTree::undo(const Mark& m) {
+  for (size_t i = journal_.size(); i-- > m.journal;) nodes_[journal_[i].id] = journal_[i].node;
+  nodes_.resize(m.size);
+  for (size_t i = free_log_.size(); i-- > m.free_log;) {
+    if (free_log_[i].pushed) {
       free_.pop_back();
     } else {
-      free_.push_back(it->id);
+      free_.push_back(free_log_[i].id);
     }
   }
-  root_ = saved_root_;
+  journal_.resize(m.journal);
+  free_log_.resize(m.free_log);
+  root_ = m.root;
+}
+
+void PQTree::checkpoint() {
+  if (checkpoint_open_) {
+    throw std::invalid_argument("[PQTree::checkpoint] a checkpoint is already open");
+  }
+  checkpoint_open_ = true;
+  checkpoint_ = mark();
+}
+
+void PQTree::rollback_to_checkpoint() {
+  if (!checkpoint_open_) {
+    throw std::invalid_argument("[PQTree::rollback_to_checkpoint] no checkpoint is open");
+  }
+  undo(checkpoint_);
+  checkpoint_open_ = false;
+}
+
+void PQTree::release_checkpoint() {
+  if (!checkpoint_open_) {
+    throw std::invalid_argument("[PQTree::release_checkpoint] no checkpoint is open");
+  }
+  checkpoint_open_ = false;
+  journal_.clear();
+  free_log_.clear();
 }
 
 // ---- reduction ----------------------------------------------------------------------------
@@ -191,23 +223,23 @@ bool PQTree::reduce(const std::vector<uint32_t>& subset) {
   }
   if (subset.size() <= 1 || subset.size() == n_) return true;
   bubble(subset);
+  const Mark before = mark();
   journaling_ = true;
-  base_size_ = static_cast<uint32_t>(nodes_.size());
-  saved_root_ = root_;
+  base_size_ = before.size;
   bool ok = false;
   try {
     ok = reduce_pertinent(subset);
   } catch (...) {
     journaling_ = false;
-    rollback();
-    journal_.clear();
-    free_log_.clear();
+    undo(before);
     throw;
   }
   journaling_ = false;
-  if (!ok) rollback();
-  journal_.clear();
-  free_log_.clear();
+  if (!ok) undo(before);
+  if (!checkpoint_open_) {  // the journal outlives a reduce only for a checkpoint
+    journal_.clear();
+    free_log_.clear();
+  }
   return ok;
 }
 
@@ -483,6 +515,10 @@ uint32_t PQTree::splice_partial(uint32_t x, uint32_t z) {
 // ---- queries ------------------------------------------------------------------------------
 
 std::vector<uint32_t> PQTree::frontier() const {
+  return frontier(std::vector<uint8_t>{});
+}
+
+std::vector<uint32_t> PQTree::frontier(const std::vector<uint8_t>& reversed) const {
   std::vector<uint32_t> out;
   out.reserve(n_);
   if (root_ == kNil) return out;
@@ -494,8 +530,9 @@ std::vector<uint32_t> PQTree::frontier() const {
       out.push_back(x);
       continue;
     }
-    for (uint32_t prev = kNil, c = nodes_[x].end[1]; c != kNil;) {
-      stack.push_back(c);  // pushed from end[1] so that end[0] comes out first
+    const uint32_t last = x < reversed.size() && reversed[x] ? 0 : 1;
+    for (uint32_t prev = kNil, c = nodes_[x].end[last]; c != kNil;) {
+      stack.push_back(c);  // pushed from the last end so that the first comes out first
       const uint32_t next = other_sib(c, prev);
       prev = c;
       c = next;

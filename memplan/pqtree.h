@@ -9,21 +9,37 @@ namespace edbatch {
 
 class PQTree {
  public:
+  static constexpr uint32_t kNil = 0xffffffffu;
+
   explicit PQTree(uint32_t n);  // universal tree over leaves 0..n-1 (one P-node)
 
   // Restricts the admitted orders to those where `subset` is consecutive. Returns false, and
   // leaves the tree unchanged, when that is impossible together with the earlier constraints.
   bool reduce(const std::vector<uint32_t>& subset);
 
+  // Groups the reductions that follow: rollback_to_checkpoint() undoes all of them (accepted ones
+  // too), release_checkpoint() keeps them. One checkpoint at a time.
+  void checkpoint();
+  void rollback_to_checkpoint();
+  void release_checkpoint();
+
   std::vector<uint32_t> frontier() const;  // one admitted order (leaves left to right)
-  uint32_t size() const { return n_; }     // number of leaves
+  // One admitted order where node x reads its children right to left iff reversed[x] != 0
+  // (ids past the end of `reversed` read left to right).
+  std::vector<uint32_t> frontier(const std::vector<uint8_t>& reversed) const;
+  uint32_t size() const { return n_; }  // number of leaves
+
+  // Read-only structure, for callers that choose orientations. Leaf i is node i; ids are below
+  // node_capacity() and stay valid until the next reduce.
+  uint32_t node_capacity() const { return static_cast<uint32_t>(nodes_.size()); }
+  uint32_t parent(uint32_t id) const { return nodes_[id].parent; }  // kNil for the root
+  std::vector<uint32_t> children(uint32_t x) const;                 // in stored (unreversed) order
 
   // Every admitted order; for tests and small trees (throws std::invalid_argument if n > 10).
   std::vector<std::vector<uint32_t>> admitted_orders() const;
   std::string to_string() const;  // e.g. "P(0 Q(1 2 3) 4)"
 
  private:
-  static constexpr uint32_t kNil = 0xffffffffu;
   enum class Kind : uint8_t { Leaf, P, Q };
   enum class Label : uint8_t { Empty, Full, Partial };
 
@@ -55,6 +71,12 @@ class PQTree {
     uint32_t id;
     bool pushed;
   };
+  struct Mark {  // a state that undo() returns to
+    size_t journal = 0;
+    size_t free_log = 0;
+    uint32_t size = 0;
+    uint32_t root = kNil;
+  };
 
   // Structure edits; every write to nodes_ goes through edit() so a failed reduce can roll back.
   Node& edit(uint32_t id);
@@ -66,8 +88,8 @@ class PQTree {
   void replace_node(uint32_t old_id, uint32_t new_id);
   void set_parents(uint32_t x, uint32_t skip, uint32_t parent);
   uint32_t other_sib(uint32_t c, uint32_t prev) const;
-  std::vector<uint32_t> children(uint32_t x) const;
-  void rollback();
+  Mark mark() const;
+  void undo(const Mark& m);
 
   // Reduction.
   void begin_epoch();
@@ -101,8 +123,9 @@ class PQTree {
   uint32_t epoch_ = 1;
 
   bool journaling_ = false;
-  uint32_t base_size_ = 0;
-  uint32_t saved_root_ = kNil;
+  uint32_t base_size_ = 0;  // nodes at the start of the current reduce; newer ones need no journal
+  bool checkpoint_open_ = false;
+  Mark checkpoint_;
   std::vector<JournalEntry> journal_;
   std::vector<FreeOp> free_log_;
 };

@@ -290,6 +290,79 @@ TEST_CASE("pqtree: 2000 leaves, thousands of interval constraints of one hidden 
   CHECK(broken == 0);
 }
 
+TEST_CASE("pqtree: a checkpoint undoes or keeps a group of reductions") {
+  size_t undone = 0, kept = 0;
+  for (uint32_t run = 0; run < 300; ++run) {
+    std::mt19937 rng(run);
+    const uint32_t n = 3 + run % 6;
+    Order hidden(n);
+    std::iota(hidden.begin(), hidden.end(), 0u);
+    std::shuffle(hidden.begin(), hidden.end(), rng);
+    PQTree tree(n);
+    Orders current = all_permutations(n);
+    for (uint32_t group = 0; group < n; ++group) {
+      const std::string before = tree.to_string();
+      Orders survivors = current;
+      tree.checkpoint();
+      for (uint32_t step = 1 + rng() % 4; step > 0; --step) {
+        const std::vector<uint32_t> s = random_subset(rng, hidden);
+        const Orders next = filter(survivors, s);
+        CHECK(tree.reduce(s) == !next.empty());
+        if (!next.empty()) survivors = next;
+      }
+      REQUIRE(sorted(tree.admitted_orders()) == survivors);
+      if (rng() % 2 == 0) {
+        ++undone;
+        tree.rollback_to_checkpoint();
+        CHECK(tree.to_string() == before);  // the same structure, not only the same orders
+      } else {
+        ++kept;
+        tree.release_checkpoint();
+        current = survivors;
+      }
+      REQUIRE(sorted(tree.admitted_orders()) == current);
+    }
+  }
+  CHECK(undone > 300);
+  CHECK(kept > 300);
+
+  PQTree t(4);
+  CHECK_THROWS_AS(t.rollback_to_checkpoint(), std::invalid_argument);
+  CHECK_THROWS_AS(t.release_checkpoint(), std::invalid_argument);
+  t.checkpoint();
+  CHECK_THROWS_AS(t.checkpoint(), std::invalid_argument);
+}
+
+TEST_CASE("pqtree: every choice of reversed nodes gives an admitted order") {
+  for (uint32_t run = 0; run < 200; ++run) {
+    std::mt19937 rng(500 + run);
+    const uint32_t n = 2 + run % 7;
+    Order hidden(n);
+    std::iota(hidden.begin(), hidden.end(), 0u);
+    std::shuffle(hidden.begin(), hidden.end(), rng);
+    PQTree tree(n);
+    for (uint32_t step = 0; step < n; ++step) tree.reduce(random_subset(rng, hidden));
+    const Orders admitted = sorted(tree.admitted_orders());
+    for (uint32_t leaf = 0; leaf < n; ++leaf) {  // live nodes are the leaves' ancestors
+      for (uint32_t x = tree.parent(leaf); x != PQTree::kNil; x = tree.parent(x)) {
+        for (uint32_t c : tree.children(x)) CHECK(tree.parent(c) == x);
+      }
+    }
+    for (uint32_t trial = 0; trial < 8; ++trial) {
+      std::vector<uint8_t> reversed(tree.node_capacity());
+      for (uint8_t& r : reversed) r = rng() % 2;
+      CHECK(contains(admitted, tree.frontier(reversed)));
+    }
+  }
+  PQTree chain(5);
+  for (uint32_t i = 0; i + 1 < 5; ++i) CHECK(chain.reduce({i, i + 1}));
+  Order forward = chain.frontier();
+  const Order backward =
+      chain.frontier(std::vector<uint8_t>(chain.node_capacity(), 1));  // the one Q-node flipped
+  std::reverse(forward.begin(), forward.end());
+  CHECK(backward == forward);
+}
+
 TEST_CASE("pqtree: invalid arguments") {
   PQTree t(5);
   CHECK(t.reduce({0, 1}));
