@@ -1,0 +1,130 @@
+// The model zoo: every model of docs/models.md behind one interface, the data sets they read, and
+// the seeded random DAGs of `random_dag`. `edbatch run` is a thin layer over this header.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edbatch/data.h"
+#include "edbatch/engine.h"
+#include "edbatch/graph.h"
+#include "edbatch/params.h"
+
+namespace edbatch {
+
+// ---- Random DAGs ----
+
+struct DagArc {
+  uint32_t from;  // an earlier state
+  uint8_t type;   // arc type, below DagOptions::arc_types
+};
+
+// States in topological order; arcs into state k are arcs[arc_begin[k] .. arc_begin[k+1]).
+struct Dag {
+  std::vector<uint8_t> state_types;  // below DagOptions::state_types
+  std::vector<uint32_t> inputs;      // a vocabulary id per state (its input x)
+  std::vector<uint8_t> labels;       // below DagOptions::labels
+  std::vector<uint32_t> arc_begin;   // size() + 1 entries
+  std::vector<DagArc> arcs;
+  uint32_t size() const { return static_cast<uint32_t>(state_types.size()); }
+};
+
+struct DagOptions {
+  uint32_t min_states = 150, max_states = 250;  // uniform: 200 on average
+  uint32_t max_in_degree = 4;  // every state but the first reads 1..max_in_degree earlier ones
+  uint32_t window = 32;        // ... among the `window` states before it (keeps the DAGs deep)
+  uint32_t arc_types = 2, state_types = 3, labels = 5;
+};
+
+// Deterministic for a seed. Throws std::invalid_argument for inconsistent options.
+std::vector<Dag> synthetic_dags(uint32_t n, uint64_t seed, uint32_t vocab_size = 256,
+                                const DagOptions& options = {});
+
+// ---- Data sets ----
+
+enum class DataKind { Trees, Lattices, Tagged, Dags };
+const char* data_kind_name(DataKind kind);  // "trees", "lattices", ...
+
+struct Dataset {
+  DataKind kind = DataKind::Trees;
+  std::string source;  // the spec it was loaded from
+  std::vector<Tree> trees;
+  std::vector<Lattice> lattices;
+  TaggedData tagged;
+  std::vector<Dag> dags;
+  uint32_t size() const;  // instances of `kind`
+};
+
+// `spec` is "synthetic:N" (seeded generators of data.h / synthetic_dags) or a file in the
+// format of data.h. Throws std::invalid_argument for a malformed spec (naming it) and for data
+// errors (file:line:col from the loaders); DAGs come only from "synthetic:N".
+Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size, uint64_t seed);
+
+// ---- Models ----
+
+struct ModelOptions {
+  uint32_t hidden = 128;  // hidden size = embedding size
+  uint32_t vocab = 256;   // rows of the embedding tables; data ids must be below it
+  bool blocks = true;     // build through blocks (build_blocks), else op by op
+  uint64_t seed = 1;      // structural coins (double_typed_tree_lstm)
+  bool char_embeddings = false;  // bilstm_tagger: character BiLSTM for rare words
+  uint32_t rare_below = 5;       // ... words seen fewer times than this in the data set
+  uint32_t char_vocab = 32;      // ... characters derived from word ids (see docs/models.md)
+};
+
+// One model over one data set. Adds its parameters to the collection it is made with (one
+// collection per model: names are unique per collection). The data set must outlive it.
+class Model {
+ public:
+  Model(std::string name, ParameterCollection& pc, const ModelOptions& options);
+  virtual ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const std::string& name() const { return name_; }
+  const ModelOptions& options() const { return options_; }
+  ParameterCollection& params() const { return pc_; }
+  virtual uint32_t size() const = 0;         // instances in the data set
+  virtual uint32_t num_classes() const = 0;  // rows of W_out
+  // The model's equations, one per line.
+  virtual std::string math() const = 0;
+  // Name, every tensor of the collection with its shape, and math().
+  std::string describe() const;
+
+  // Adds instance `instance` to `g` and returns its loss: the sum over its loss nodes of
+  // pick_neg_log_softmax(W_out h, label). With `logits`, appends each loss node's W_out h in the
+  // order of labels(instance). Op by op, or through build_blocks when options().blocks.
+  Expr build(Graph& g, uint32_t instance, std::vector<Expr>* logits = nullptr);
+  // Gold labels of the instance's loss nodes.
+  virtual std::vector<uint32_t> labels(uint32_t instance) const = 0;
+
+ protected:
+  virtual Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) = 0;
+  // The block path of each model; throws std::logic_error until blocks are built for it.
+  virtual Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) = 0;
+  void check_instance(uint32_t instance) const;
+  // -log softmax(W_out h)[label], recording W_out h in `logits` when given.
+  Expr node_loss(Graph& g, Parameter W_out, const Expr& h, uint32_t label,
+                 std::vector<Expr>* logits) const;
+
+  ParameterCollection& pc_;
+  ModelOptions options_;
+
+ private:
+  std::string name_;
+};
+
+// tree_lstm, tree_gru, double_typed_tree_lstm, mvrnn, lattice_lstm, lattice_gru, bilstm_tagger,
+// random_dag.
+const std::vector<std::string>& model_names();
+// The data a model reads; throws std::invalid_argument for an unknown model, listing the names.
+DataKind model_data_kind(const std::string& model);
+// Throws std::invalid_argument for an unknown model or data of the wrong kind.
+std::unique_ptr<Model> make_model(const std::string& name, ParameterCollection& pc,
+                                  const Dataset& data, const ModelOptions& options);
+
+// argmax of each logit vector after a forward on `engine` (empty with the null device).
+std::vector<uint32_t> predicted_labels(const Engine& engine, const std::vector<Expr>& logits);
+
+}  // namespace edbatch

@@ -1,0 +1,185 @@
+// Lattice RNNs over character lattices with word arcs: `lattice_lstm` and `lattice_gru`. Node k
+// sums an arc cell over its incoming arcs (variable arity); char arcs (from k-1) and word arcs
+// have their own embedding table and weights.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "edbatch/zoo.h"
+#include "src/zoo/zoo_internal.h"
+
+namespace edbatch::zoo {
+
+namespace {
+
+const char* const kArcTypes[2] = {"char", "word"};
+
+uint32_t lattice_classes(const std::vector<Lattice>& lattices) {
+  uint32_t classes = 18;
+  for (const Lattice& l : lattices)
+    for (uint8_t t : l.tags) classes = std::max<uint32_t>(classes, t + 1u);
+  return classes;
+}
+
+// The shared part: data, per-type tables, the output layer and the walk over nodes and arcs.
+class LatticeModel : public Model {
+ public:
+  LatticeModel(const char* name, ParameterCollection& pc, const Dataset& data,
+               const ModelOptions& o)
+      : Model(name, pc, o), lattices_(data.lattices), classes_(lattice_classes(data.lattices)) {
+    for (int t = 0; t < 2; ++t)
+      E_[t] = pc.add_lookup_parameters(std::string(kArcTypes[t]) + ".E", o.vocab, o.hidden);
+  }
+  uint32_t size() const override { return static_cast<uint32_t>(lattices_.size()); }
+  uint32_t num_classes() const override { return classes_; }
+  std::vector<uint32_t> labels(uint32_t i) const override {
+    const Lattice& l = lattices_.at(i);
+    return std::vector<uint32_t>(l.tags.begin(), l.tags.end());
+  }
+
+ protected:
+  // The arc cell of type `type` from the state of node j with input x.
+  virtual CellState arc(Graph& g, int type, const CellState& from, const Expr& x) = 0;
+  virtual CellState no_arcs(Graph& g) = 0;  // the learned state of a node without arcs
+
+  Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+    const Lattice& l = lattices_[instance];
+    states_.resize(l.length());
+    losses_.clear();
+    for (uint32_t k = 0; k < l.length(); ++k) {
+      const uint32_t a0 = l.arc_begin[k], a1 = l.arc_begin[k + 1];
+      if (a0 == a1) {
+        states_[k] = no_arcs(g);
+      } else {
+        hs_.clear();
+        cs_.clear();
+        for (uint32_t a = a0; a < a1; ++a) {
+          const LatticeArc& arc_in = l.arcs[a];
+          if (arc_in.from >= k)
+            throw std::invalid_argument(fmt::format(
+                "[{}] lattice {}: arc into node {} comes from node {}", name(), instance, k,
+                arc_in.from));
+          const int type = Lattice::is_word_arc(k, arc_in) ? 1 : 0;
+          const CellState s = arc(g, type, states_[arc_in.from], lookup(g, E_[type], arc_in.id));
+          hs_.push_back(s.h);
+          if (s.c.graph) cs_.push_back(s.c);
+        }
+        states_[k].h = sum(hs_);
+        states_[k].c = cs_.empty() ? Expr{} : sum(cs_);
+      }
+      losses_.push_back(node_loss(g, W_out_, states_[k].h, l.tags[k], logits));
+    }
+    return sum_losses(losses_);
+  }
+  Expr build_blocks(Graph&, uint32_t, std::vector<Expr>*) override {
+    block_path_missing(name());
+  }
+
+  const std::vector<Lattice>& lattices_;
+  uint32_t classes_;
+  LookupParameter E_[2];
+  Parameter W_out_;
+
+ private:
+  std::vector<CellState> states_;
+  std::vector<Expr> hs_, cs_, losses_;
+};
+
+// Per arc type t and gate g in {f, c, i, o}: U_{t,g} x + W_{t,g} h_j + b_{t,g}.
+class LatticeLstm : public LatticeModel {
+ public:
+  LatticeLstm(ParameterCollection& pc, const Dataset& data, const ModelOptions& o)
+      : LatticeModel("lattice_lstm", pc, data, o) {
+    const uint32_t H = o.hidden;
+    for (int t = 0; t < 2; ++t)
+      for (int gate = 0; gate < 4; ++gate) {
+        const std::string p = std::string(kArcTypes[t]) + ".", s = std::string("_") + "fcio"[gate];
+        U_[t][gate] = pc.add_parameters(p + "U" + s, Dim{H, H});
+        W_[t][gate] = pc.add_parameters(p + "W" + s, Dim{H, H});
+        b_[t][gate] = pc.add_parameters(p + "b" + s, Dim{H, 1});
+      }
+    h0_ = pc.add_parameters("h0", Dim{H, 1});
+    c0_ = pc.add_parameters("c0", Dim{H, 1});
+    W_out_ = pc.add_parameters("W_out", Dim{classes_, H});
+  }
+  std::string math() const override {
+    return "arc (j, id) into node k, type t = char if j = k-1 else word; x = t.E[id]:\n"
+           "  f = sigmoid(t.U_f x + t.W_f h_j + t.b_f); c~ = tanh(t.U_c x + t.W_c h_j + t.b_c)\n"
+           "  i = sigmoid(t.U_i x + t.W_i h_j + t.b_i); o = sigmoid(t.U_o x + t.W_o h_j + t.b_o)\n"
+           "  c' = i.c~ + f.c_j; h' = o.tanh(c')\n"
+           "node: h_k = sum over arcs of h'; c_k = sum over arcs of c'; (h0, c0) without arcs\n"
+           "loss: sum over all nodes of -log softmax(W_out h_k)[tag]";
+  }
+
+ protected:
+  CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
+    Expr gates[4];
+    for (int k = 0; k < 4; ++k)
+      gates[k] = affine({parameter(g, b_[t][k]), parameter(g, U_[t][k]), x,
+                         parameter(g, W_[t][k]), from.h});
+    const Expr f = sigmoid(gates[0]), c_new = tanh(gates[1]), i = sigmoid(gates[2]),
+               o = sigmoid(gates[3]);
+    const Expr c = sum({cmult(i, c_new), cmult(f, from.c)});
+    return {cmult(o, tanh(c)), c};
+  }
+  CellState no_arcs(Graph& g) override { return {parameter(g, h0_), parameter(g, c0_)}; }
+
+ private:
+  Parameter U_[2][4], W_[2][4], b_[2][4], h0_, c0_;
+};
+
+// Per arc type t: r, z, c from U_* h_j + W_* x + b_*; h' = z.h_j + (1-z).c.
+class LatticeGru : public LatticeModel {
+ public:
+  LatticeGru(ParameterCollection& pc, const Dataset& data, const ModelOptions& o)
+      : LatticeModel("lattice_gru", pc, data, o) {
+    const uint32_t H = o.hidden;
+    for (int t = 0; t < 2; ++t)
+      for (int gate = 0; gate < 3; ++gate) {
+        const std::string p = std::string(kArcTypes[t]) + ".", s = std::string("_") + "rzc"[gate];
+        U_[t][gate] = pc.add_parameters(p + "U" + s, Dim{H, H});
+        W_[t][gate] = pc.add_parameters(p + "W" + s, Dim{H, H});
+        b_[t][gate] = pc.add_parameters(p + "b" + s, Dim{H, 1});
+      }
+    h0_ = pc.add_parameters("h0", Dim{H, 1});
+    W_out_ = pc.add_parameters("W_out", Dim{classes_, H});
+  }
+  std::string math() const override {
+    return "arc (j, id) into node k, type t = char if j = k-1 else word; x = t.E[id]:\n"
+           "  r = sigmoid(t.U_r h_j + t.W_r x + t.b_r); z = sigmoid(t.U_z h_j + t.W_z x + t.b_z)\n"
+           "  c = tanh(t.U_c (r.h_j) + t.W_c x + t.b_c); h' = z.h_j + (1-z).c\n"
+           "node: h_k = sum over arcs of h'; h0 without arcs\n"
+           "loss: sum over all nodes of -log softmax(W_out h_k)[tag]";
+  }
+
+ protected:
+  CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
+    const Expr& h = from.h;
+    const Expr r = sigmoid(
+        affine({parameter(g, b_[t][0]), parameter(g, U_[t][0]), h, parameter(g, W_[t][0]), x}));
+    const Expr z = sigmoid(
+        affine({parameter(g, b_[t][1]), parameter(g, U_[t][1]), h, parameter(g, W_[t][1]), x}));
+    const Expr c = tanh(affine({parameter(g, b_[t][2]), parameter(g, U_[t][2]), cmult(r, h),
+                                parameter(g, W_[t][2]), x}));
+    return {sum({cmult(z, h), cmult(1.0f - z, c)}), Expr{}};
+  }
+  CellState no_arcs(Graph& g) override { return {parameter(g, h0_), Expr{}}; }
+
+ private:
+  Parameter U_[2][3], W_[2][3], b_[2][3], h0_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_lattice_lstm(ParameterCollection& pc, const Dataset& data,
+                                         const ModelOptions& o) {
+  return std::make_unique<LatticeLstm>(pc, data, o);
+}
+
+std::unique_ptr<Model> make_lattice_gru(ParameterCollection& pc, const Dataset& data,
+                                        const ModelOptions& o) {
+  return std::make_unique<LatticeGru>(pc, data, o);
+}
+
+}  // namespace edbatch::zoo

@@ -1,0 +1,202 @@
+// The Model base, the registry of model names, and data sets by spec.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "edbatch/models.h"
+#include "src/zoo/zoo_internal.h"
+
+namespace edbatch {
+
+namespace {
+
+using Factory = std::unique_ptr<Model> (*)(ParameterCollection&, const Dataset&,
+                                           const ModelOptions&);
+struct Entry {
+  const char* name;
+  DataKind kind;
+  Factory make;
+};
+
+const std::vector<Entry>& registry() {
+  static const std::vector<Entry> entries = {
+      {"tree_lstm", DataKind::Trees, zoo::make_tree_lstm},
+      {"tree_gru", DataKind::Trees, zoo::make_tree_gru},
+      {"double_typed_tree_lstm", DataKind::Trees, zoo::make_double_typed_tree_lstm},
+      {"mvrnn", DataKind::Trees, zoo::make_mvrnn},
+      {"lattice_lstm", DataKind::Lattices, zoo::make_lattice_lstm},
+      {"lattice_gru", DataKind::Lattices, zoo::make_lattice_gru},
+      {"bilstm_tagger", DataKind::Tagged, zoo::make_bilstm_tagger},
+      {"random_dag", DataKind::Dags, zoo::make_random_dag},
+  };
+  return entries;
+}
+
+const Entry& find_model(const std::string& name, const char* fn) {
+  for (const Entry& e : registry())
+    if (name == e.name) return e;
+  std::string known;
+  for (const std::string& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument(
+      fmt::format("[{}] unknown model '{}' (known: {})", fn, name, known));
+}
+
+}  // namespace
+
+const char* data_kind_name(DataKind kind) {
+  switch (kind) {
+    case DataKind::Trees: return "trees";
+    case DataKind::Lattices: return "lattices";
+    case DataKind::Tagged: return "tagged sentences";
+    case DataKind::Dags: return "DAGs";
+  }
+  return "?";
+}
+
+uint32_t Dataset::size() const {
+  switch (kind) {
+    case DataKind::Trees: return static_cast<uint32_t>(trees.size());
+    case DataKind::Lattices: return static_cast<uint32_t>(lattices.size());
+    case DataKind::Tagged: return static_cast<uint32_t>(tagged.sentences.size());
+    case DataKind::Dags: return static_cast<uint32_t>(dags.size());
+  }
+  return 0;
+}
+
+Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size, uint64_t seed) {
+  Dataset d;
+  d.kind = kind;
+  d.source = spec;
+  const std::string prefix = "synthetic:";
+  if (spec.rfind(prefix, 0) == 0) {
+    const std::string count = spec.substr(prefix.size());
+    size_t used = 0;
+    unsigned long n = 0;
+    try {
+      n = std::stoul(count, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (count.empty() || used != count.size() || count[0] == '-' || n == 0 || n > 100000000ul)
+      throw std::invalid_argument(fmt::format(
+          "[load_dataset] expected synthetic:N with N in 1..10^8 but found '{}'", spec));
+    const uint32_t count32 = static_cast<uint32_t>(n);
+    switch (kind) {
+      case DataKind::Trees: d.trees = synthetic_trees(count32, seed, vocab_size); break;
+      case DataKind::Lattices: d.lattices = synthetic_lattices(count32, seed, vocab_size); break;
+      case DataKind::Tagged:
+        d.tagged.sentences = synthetic_tagged(count32, seed, vocab_size);
+        d.tagged.num_tags = 18;
+        break;
+      case DataKind::Dags: d.dags = synthetic_dags(count32, seed, vocab_size); break;
+    }
+    return d;
+  }
+  switch (kind) {
+    case DataKind::Trees: d.trees = load_trees(spec, vocab_size); break;
+    case DataKind::Lattices: d.lattices = load_lattices(spec, vocab_size); break;
+    case DataKind::Tagged: d.tagged = load_tagged(spec, vocab_size); break;
+    case DataKind::Dags:
+      throw std::invalid_argument(fmt::format(
+          "[load_dataset] DAGs have no file format: use synthetic:N, not '{}'", spec));
+  }
+  if (d.size() == 0)
+    throw std::invalid_argument(fmt::format("[load_dataset] '{}' holds no {}", spec,
+                                            data_kind_name(kind)));
+  return d;
+}
+
+// ---- Model ----
+
+Model::Model(std::string name, ParameterCollection& pc, const ModelOptions& options)
+    : pc_(pc), options_(options), name_(std::move(name)) {
+  if (options.hidden == 0 || options.vocab == 0)
+    throw std::invalid_argument(fmt::format("[{}] hidden and vocab must be at least 1", name_));
+}
+
+Model::~Model() = default;
+
+std::string Model::describe() const {
+  std::string out = fmt::format("model {}: {} instances, hidden {}, {} classes\n\ntensors:\n",
+                                name_, size(), options_.hidden, num_classes());
+  size_t width = 0;
+  for (uint32_t p = 0; p < pc_.size(); ++p) width = std::max(width, pc_.name(p).size());
+  for (uint32_t p = 0; p < pc_.size(); ++p) {
+    const Dim d = pc_.dim(p);
+    const std::string shape = pc_.is_lookup(p)
+                                  ? fmt::format("lookup: {} entries of {}", d.cols, d.rows)
+                                  : fmt::format("{} x {}", d.rows, d.cols);
+    out += fmt::format("  {:<{}}  {}\n", pc_.name(p), width, shape);
+  }
+  out += "\nmath:\n";
+  std::string m = math();
+  size_t begin = 0;
+  while (begin < m.size()) {
+    size_t end = m.find('\n', begin);
+    if (end == std::string::npos) end = m.size();
+    out += "  " + m.substr(begin, end - begin) + "\n";
+    begin = end + 1;
+  }
+  return out;
+}
+
+Expr Model::build(Graph& g, uint32_t instance, std::vector<Expr>* logits) {
+  check_instance(instance);
+  return options_.blocks ? build_blocks(g, instance, logits) : build_ops(g, instance, logits);
+}
+
+void Model::check_instance(uint32_t instance) const {
+  if (instance >= size())
+    throw std::invalid_argument(fmt::format("[{}] instance {} out of range for {} instances",
+                                            name_, instance, size()));
+}
+
+Expr Model::node_loss(Graph& g, Parameter W_out, const Expr& h, uint32_t label,
+                      std::vector<Expr>* logits) const {
+  const Expr z = matmul(parameter(g, W_out), h);
+  if (logits) logits->push_back(z);
+  return pick_neg_log_softmax(z, label);
+}
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Entry& e : registry()) v.push_back(e.name);
+    return v;
+  }();
+  return names;
+}
+
+DataKind model_data_kind(const std::string& model) {
+  return find_model(model, "model_data_kind").kind;
+}
+
+std::unique_ptr<Model> make_model(const std::string& name, ParameterCollection& pc,
+                                  const Dataset& data, const ModelOptions& options) {
+  const Entry& e = find_model(name, "make_model");
+  if (data.kind != e.kind)
+    throw std::invalid_argument(fmt::format("[make_model] {} reads {}, but the data set holds {}",
+                                            name, data_kind_name(e.kind),
+                                            data_kind_name(data.kind)));
+  return e.make(pc, data, options);
+}
+
+std::vector<uint32_t> predicted_labels(const Engine& engine, const std::vector<Expr>& logits) {
+  std::vector<uint32_t> out;
+  out.reserve(logits.size());
+  for (const Expr& z : logits) {
+    const Tensor t = engine.value(z);
+    if (t.data == nullptr) return {};
+    out.push_back(static_cast<uint32_t>(std::max_element(t.data, t.data + t.dim.size()) - t.data));
+  }
+  return out;
+}
+
+namespace zoo {
+void block_path_missing(const std::string& model) {
+  throw std::logic_error("[" + model + "] block path not built yet");
+}
+}  // namespace zoo
+
+}  // namespace edbatch

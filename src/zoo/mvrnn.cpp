@@ -1,0 +1,92 @@
+// The matrix-vector RNN (`mvrnn`, Socher et al. 2012): every node has a vector v and a matrix M;
+// a child's vector is transformed by its sibling's matrix.
+//
+// Word matrices: the op set has no reshape, so a lookup column is always a vector and a computed
+// H x H value can only come from a product with a matrix parameter. Each word's matrix is
+// therefore a rank-one correction of a shared matrix, M_w = M_0 + EM[w] R_M (one affine node), the
+// low-rank word matrices of the MV-RNN paper with rank 1 and M_0 (initialised near I) shared.
+#include "edbatch/zoo.h"
+#include "src/zoo/zoo_internal.h"
+
+namespace edbatch::zoo {
+
+namespace {
+
+class Mvrnn : public Model {
+ public:
+  Mvrnn(ParameterCollection& pc, const Dataset& data, const ModelOptions& o)
+      : Model("mvrnn", pc, o), trees_(data.trees) {
+    const uint32_t H = o.hidden;
+    Ev_ = pc.add_lookup_parameters("Ev", o.vocab, H);
+    EM_ = pc.add_lookup_parameters("EM", o.vocab, H);
+    R_M_ = pc.add_parameters("R_M", Dim{1, H});
+    M_0_ = pc.add_parameters("M_0", Dim{H, H});
+    float* m0 = pc.values(M_0_.id);
+    for (uint32_t i = 0; i < H; ++i) m0[i * H + i] += 1.0f;  // identity plus noise
+    W_v_ = pc.add_parameters("W_v", Dim{H, 2 * H});
+    b_v_ = pc.add_parameters("b_v", Dim{H, 1});
+    W_M_ = pc.add_parameters("W_M", Dim{H, 2 * H});
+    b_M_ = pc.add_parameters("b_M", Dim{H, H});
+    W_out_ = pc.add_parameters("W_out", Dim{5, H});
+  }
+  uint32_t size() const override { return static_cast<uint32_t>(trees_.size()); }
+  uint32_t num_classes() const override { return 5; }
+  std::vector<uint32_t> labels(uint32_t i) const override {
+    const Tree& tree = trees_.at(i);
+    std::vector<uint32_t> out;
+    for (const TreeNode& t : tree.nodes)
+      if (!t.leaf()) out.push_back(t.label);
+    if (out.empty()) out.push_back(tree.nodes.back().label);
+    return out;
+  }
+  std::string math() const override {
+    return "leaf:  v = Ev[w]; M = M_0 + EM[w] R_M   (H x H: a rank-one word correction of M_0)\n"
+           "inner: v = tanh(W_v [M2 v1; M1 v2] + b_v); M = W_M [M1; M2] + b_M\n"
+           "loss:  sum over inner nodes (the root of a one-word tree) of "
+           "-log softmax(W_out v)[label]";
+  }
+
+ protected:
+  Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+    const Tree& tree = trees_[instance];
+    check_tree(tree, "mvrnn");
+    v_.resize(tree.nodes.size());
+    M_.resize(tree.nodes.size());
+    losses_.clear();
+    for (size_t k = 0; k < tree.nodes.size(); ++k) {
+      const TreeNode& t = tree.nodes[k];
+      if (t.leaf()) {
+        v_[k] = lookup(g, Ev_, t.word);
+        M_[k] = affine({parameter(g, M_0_), lookup(g, EM_, t.word), parameter(g, R_M_)});
+        if (tree.nodes.size() > 1) continue;
+      } else {
+        const Expr v1 = v_[t.left], v2 = v_[t.right], M1 = M_[t.left], M2 = M_[t.right];
+        v_[k] = tanh(affine({parameter(g, b_v_), parameter(g, W_v_),
+                             concat({matmul(M2, v1), matmul(M1, v2)})}));
+        // The root's matrix would feed nothing.
+        if (k + 1 < tree.nodes.size())
+          M_[k] = affine({parameter(g, b_M_), parameter(g, W_M_), concat({M1, M2})});
+      }
+      losses_.push_back(node_loss(g, W_out_, v_[k], t.label, logits));
+    }
+    return sum_losses(losses_);
+  }
+  Expr build_blocks(Graph&, uint32_t, std::vector<Expr>*) override {
+    block_path_missing(name());
+  }
+
+ private:
+  const std::vector<Tree>& trees_;
+  LookupParameter Ev_, EM_;
+  Parameter R_M_, M_0_, W_v_, b_v_, W_M_, b_M_, W_out_;
+  std::vector<Expr> v_, M_, losses_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_mvrnn(ParameterCollection& pc, const Dataset& data,
+                                  const ModelOptions& o) {
+  return std::make_unique<Mvrnn>(pc, data, o);
+}
+
+}  // namespace edbatch::zoo

@@ -1,0 +1,226 @@
+// `edbatch run` end to end: exit codes and messages for good runs, bad flags and bad files; the
+// metrics JSON; --outputs; --describe; a save/load weights round trip.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A fresh directory per test case, removed at the end.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("edbatch_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+Result cli(const TempDir& dir, const std::string& args) {
+  const std::string out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd =
+      std::string("'") + EDBATCH_CLI_PATH + "' " + args + " > '" + out + "' 2> '" + err + "'";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+const std::string kSmall = "--no-blocks --hidden 6 --batch 8 --warmup 1 ";
+
+}  // namespace
+
+TEST_CASE("cli: a forward run writes sane metrics and one output line per instance") {
+  TempDir dir;
+  const Result r = cli(dir, "run --model tree_lstm " + kSmall + "--data synthetic:37 --json '" +
+                                dir / "m.json" + "' --outputs '" + dir / "o.jsonl" + "'");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.empty());  // no progress bar when stderr is not a terminal
+  CHECK(r.out.find("instances/s") != std::string::npos);
+  CHECK(r.out.find("construction") != std::string::npos);
+  CHECK(r.out.find("lower bound") != std::string::npos);
+
+  const nlohmann::json m = nlohmann::json::parse(slurp(dir / "m.json"));
+  CHECK(m["model"] == "tree_lstm");
+  CHECK(m["blocks"] == false);
+  CHECK(m["train"] == false);
+  CHECK(m["minibatches"] == 5);  // ceil(37 / 8), one epoch
+  CHECK(m["instances"] == 37);
+  CHECK(m["warmup_minibatches"] == 1);
+  CHECK(m["instances_per_s"].get<double>() > 0);
+  for (const char* key : {"ms_per_minibatch", "construction_ms", "scheduling_ms", "execution_ms",
+                          "batches_per_minibatch", "lower_bound_per_minibatch",
+                          "nodes_per_minibatch", "bytes_copied_per_minibatch"}) {
+    CAPTURE(key);
+    const nlohmann::json& s = m[key];
+    REQUIRE(s.is_object());
+    CHECK(s["p10"].get<double>() <= s["median"].get<double>());
+    CHECK(s["median"].get<double>() <= s["p90"].get<double>());
+  }
+  CHECK(m["ms_per_minibatch"]["median"].get<double>() > 0);
+  CHECK(m["batches_per_minibatch"]["median"].get<double>() >=
+        m["lower_bound_per_minibatch"]["median"].get<double>());
+  CHECK(m["batches_over_lower_bound"].get<double>() >= 1.0);
+  CHECK(m["peak_rss_bytes"].get<double>() > 0);
+  CHECK(m["mean_loss_per_instance"].get<double>() > 0);
+
+  const std::vector<nlohmann::json> lines = json_lines(dir / "o.jsonl");
+  REQUIRE(lines.size() == 37);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    CHECK(lines[i]["instance"] == i);
+    CHECK(std::isfinite(lines[i]["loss"].get<double>()));
+    CHECK(lines[i]["predicted"].size() == lines[i]["labels"].size());
+    CHECK(lines[i]["labels"].size() > 0);
+  }
+}
+
+TEST_CASE("cli: every model runs; training, iterations, threads and the null device") {
+  TempDir dir;
+  for (const char* model : {"tree_gru", "double_typed_tree_lstm", "mvrnn", "lattice_lstm",
+                            "lattice_gru", "bilstm_tagger", "random_dag"}) {
+    CAPTURE(model);
+    const Result r = cli(dir, std::string("run --model ") + model + " " + kSmall +
+                                  "--data synthetic:9 --train --iters 2 --threads 2");
+    INFO(r.err);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("backward") != std::string::npos);
+  }
+  const Result chars =
+      cli(dir, "run --model bilstm_tagger --char " + kSmall + "--data synthetic:9 --iters 1");
+  CHECK(chars.code == 0);
+  const Result null = cli(dir, "run --model lattice_lstm --device null --policy agenda " + kSmall +
+                                   "--data synthetic:9 --json '" + dir / "n.json" + "'");
+  INFO(null.err);
+  REQUIRE(null.code == 0);
+  const nlohmann::json m = nlohmann::json::parse(slurp(dir / "n.json"));
+  CHECK(m["device"] == "null");
+  CHECK(m["policy"] == "agenda");
+  CHECK(m["mean_loss_per_instance"].is_null());
+}
+
+TEST_CASE("cli: usage errors exit 2, runtime errors exit 1, both with a clean message") {
+  TempDir dir;
+  const std::string base = "run --model tree_lstm " + kSmall + "--data synthetic:4 ";
+  for (const std::string& args :
+       {std::string("run"), std::string("run --model nope"), base + "--batch 0",
+        base + "--policy fastest", base + "--device tpu", base + "--hidden -3",
+        base + "--frobnicate", base + "--data synthetic:x", base + "--data synthetic:0",
+        base + "--char", std::string("run --model random_dag --data dags.txt"),
+        std::string("")}) {
+    CAPTURE(args);
+    const Result r = cli(dir, args);
+    CHECK(r.code == 2);
+    CHECK(r.err.rfind("edbatch", 0) == 0);
+  }
+  const Result unknown = cli(dir, base + "--frobnicate");
+  CHECK(unknown.err.rfind("edbatch run: ", 0) == 0);
+
+  // A missing file, a malformed file (the message names file:line:col), mismatched weights.
+  const Result missing = cli(dir, "run --model tree_lstm --no-blocks --data '" +
+                                      dir / "absent.txt" + "'");
+  CHECK(missing.code == 1);
+  CHECK(missing.err.rfind("edbatch run: ", 0) == 0);
+  CHECK(missing.err.find("absent.txt") != std::string::npos);
+  std::ofstream(dir / "bad.txt") << "(3 (2 a) (4 b))\n(3 (2 a)\n";
+  const Result bad = cli(dir, "run --model tree_lstm --no-blocks --data '" + dir / "bad.txt" + "'");
+  CHECK(bad.code == 1);
+  CHECK(bad.err.rfind("edbatch run: ", 0) == 0);
+  CHECK(bad.err.find("bad.txt:2:") != std::string::npos);
+  CHECK(bad.err.find('\n') == bad.err.size() - 1);  // one line, no crash dump
+  const Result weights =
+      cli(dir, base + "--load-weights '" + dir / "bad.txt" + "'");
+  CHECK(weights.code == 1);
+  CHECK(weights.err.rfind("edbatch run: ", 0) == 0);
+}
+
+TEST_CASE("cli: --help and --describe") {
+  TempDir dir;
+  const Result help = cli(dir, "run --help");
+  CHECK(help.code == 0);
+  for (const char* flag :
+       {"--model", "--data", "--vocab-size", "--batch", "--hidden", "--policy", "--device",
+        "--threads", "--epochs", "--iters", "--warmup", "--no-blocks", "--seed", "--train",
+        "--lr", "--char", "--outputs", "--json", "--save-weights", "--load-weights",
+        "--describe"}) {
+    CAPTURE(flag);
+    CHECK(help.out.find(flag) != std::string::npos);
+  }
+  CHECK(help.out.find("lb-greedy") != std::string::npos);
+  const Result d = cli(dir, "run --model lattice_lstm --hidden 9 --describe --data synthetic:2");
+  CHECK(d.code == 0);
+  for (const char* text : {"char.E", "word.U_f", "h0", "c0", "W_out", "9 x 9", "sigmoid"})
+    CHECK(d.out.find(text) != std::string::npos);
+}
+
+TEST_CASE("cli: weights saved after training load back to the same losses") {
+  TempDir dir;
+  const std::string w = dir / "w.safetensors";
+  const std::string common = "run --model tree_gru " + kSmall + "--data synthetic:12 ";
+  const Result train = cli(dir, common + "--train --iters 3 --lr 0.5 --save-weights '" + w +
+                                    "' --outputs '" + dir / "a.jsonl" + "'");
+  INFO(train.err);
+  REQUIRE(train.code == 0);
+  const Result load = cli(dir, common + "--load-weights '" + w + "' --policy none --outputs '" +
+                                   dir / "b.jsonl" + "'");
+  INFO(load.err);
+  REQUIRE(load.code == 0);
+  const Result fresh = cli(dir, common + "--outputs '" + dir / "c.jsonl" + "'");
+  REQUIRE(fresh.code == 0);
+  const auto a = json_lines(dir / "a.jsonl"), b = json_lines(dir / "b.jsonl"),
+             c = json_lines(dir / "c.jsonl");
+  REQUIRE(a.size() == 12);
+  REQUIRE(b.size() == 12);
+  REQUIRE(c.size() == 12);
+  double changed = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double la = a[i]["loss"].get<double>(), lb = b[i]["loss"].get<double>();
+    CHECK(std::fabs(la - lb) <= 1e-5 * std::max(1.0, std::fabs(la)));
+    CHECK(a[i]["predicted"] == b[i]["predicted"]);
+    changed += std::fabs(la - c[i]["loss"].get<double>());
+  }
+  CHECK(changed > 1e-3);  // training moved the weights
+  // Weights of another model do not load.
+  const Result other = cli(dir, "run --model tree_lstm " + kSmall +
+                                    "--data synthetic:4 --load-weights '" + w + "'");
+  CHECK(other.code == 1);
+}

@@ -1,0 +1,24 @@
+// The subcommands of `edbatch`. Each registers its options on the root app and returns what to
+// run when it was the one given.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace edbatch::cli {
+
+// A usage error found after parsing (a bad combination of flags): exit code 2.
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // the exit code
+};
+
+// `edbatch run`: runs a model of the zoo (tools/edbatch/run.cpp).
+Command add_run_command(CLI::App& root);
+
+}  // namespace edbatch::cli

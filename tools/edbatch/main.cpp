@@ -1,0 +1,46 @@
+// `edbatch`: the command line. Exit codes: 0 ok, 1 runtime error, 2 usage error; errors go to
+// stderr as "edbatch <command>: <message>".
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include "tools/edbatch/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace edbatch::cli;
+  CLI::App app{"edbatch: dynamic batching of tree, lattice and DAG networks"};
+  app.require_subcommand(1);
+  std::vector<Command> commands = {add_run_command(app)};
+  // The policy trainer registers here as `edbatch train` (add_train_command) once it exists.
+
+  auto prefix = [&]() -> std::string {
+    for (const Command& c : commands)
+      if (argc > 1 && c.app->check_name(argv[1])) return "edbatch " + c.app->get_name() + ": ";
+    return "edbatch: ";
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s%s\nRun with --help for more information.\n", prefix().c_str(),
+                 e.what());
+    return 2;
+  }
+  for (const Command& c : commands) {
+    if (!c.app->parsed()) continue;
+    try {
+      return c.run();
+    } catch (const UsageError& e) {
+      std::fprintf(stderr, "%s%s\nRun with --help for more information.\n", prefix().c_str(),
+                   e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s%s\n", prefix().c_str(), e.what());
+      return 1;
+    }
+  }
+  return 2;
+}

@@ -1,0 +1,160 @@
+#include "tools/edbatch/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+
+namespace edbatch::cli {
+
+namespace {
+
+// Linear interpolation between the closest ranks.
+double quantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const double pos = q * (sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - lo) * (sorted[hi] - sorted[lo]);
+}
+
+Spread over(const std::vector<MiniBatchSample>& s,
+            const std::function<double(const MiniBatchSample&)>& f) {
+  std::vector<double> v;
+  v.reserve(s.size());
+  for (const MiniBatchSample& x : s) v.push_back(f(x));
+  return spread(std::move(v));
+}
+
+nlohmann::json to_json(const Spread& s) {
+  return {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}, {"mean", s.mean}};
+}
+
+std::string bytes_text(double b) {
+  char buf[64];
+  if (b >= 1 << 30) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  else if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  else if (b >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", b / (1 << 10));
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+struct Totals {
+  double instances = 0, ms = 0, loss = 0, batch_ratio = 0;
+};
+Totals totals(const std::vector<MiniBatchSample>& samples) {
+  Totals t;
+  for (const MiniBatchSample& s : samples) {
+    t.instances += s.instances;
+    t.ms += s.total_ms;
+    t.loss += s.loss;
+    t.batch_ratio += s.lower_bound ? double(s.batches) / double(s.lower_bound) : 1.0;
+  }
+  if (!samples.empty()) t.batch_ratio /= samples.size();
+  return t;
+}
+
+}  // namespace
+
+Spread spread(std::vector<double> v) {
+  Spread s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.median = quantile(v, 0.5);
+  s.p10 = quantile(v, 0.1);
+  s.p90 = quantile(v, 0.9);
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+  return s;
+}
+
+nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSample>& samples) {
+  const Totals t = totals(samples);
+  nlohmann::json j;
+  j["model"] = info.model;
+  j["data"] = info.data;
+  j["data_instances"] = info.data_instances;
+  j["batch"] = info.batch;
+  j["hidden"] = info.hidden;
+  j["vocab"] = info.vocab;
+  j["policy"] = info.policy;
+  j["device"] = info.device;
+  j["threads"] = info.threads;
+  j["blocks"] = info.blocks;
+  j["train"] = info.train;
+  j["lr"] = info.lr;
+  j["seed"] = info.seed;
+  j["warmup_minibatches"] = info.warmup;
+  j["minibatches"] = samples.size();
+  j["instances"] = t.instances;
+  j["instances_per_s"] = t.ms > 0 ? t.instances / (t.ms / 1e3) : 0.0;
+  j["ms_per_minibatch"] = to_json(over(samples, [](auto& s) { return s.total_ms; }));
+  j["construction_ms"] = to_json(over(samples, [](auto& s) { return s.construction_ms; }));
+  j["scheduling_ms"] = to_json(over(samples, [](auto& s) { return s.scheduling_ms; }));
+  j["execution_ms"] = to_json(over(samples, [](auto& s) { return s.execution_ms; }));
+  j["backward_ms"] = to_json(over(samples, [](auto& s) { return s.backward_ms; }));
+  j["update_ms"] = to_json(over(samples, [](auto& s) { return s.update_ms; }));
+  j["nodes_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.nodes); }));
+  j["batches_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.batches); }));
+  j["lower_bound_per_minibatch"] =
+      to_json(over(samples, [](auto& s) { return double(s.lower_bound); }));
+  j["batches_over_lower_bound"] = t.batch_ratio;
+  j["kernels_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.kernels); }));
+  j["bytes_copied_per_minibatch"] =
+      to_json(over(samples, [](auto& s) { return double(s.bytes_copied); }));
+  j["arena_bytes"] = info.arena_bytes;
+  j["arena_growths_after_warmup"] = info.arena_growths_after_warmup;
+  j["peak_rss_bytes"] = info.peak_rss_bytes;
+  if (std::isfinite(t.loss) && t.instances > 0)
+    j["mean_loss_per_instance"] = t.loss / t.instances;
+  else
+    j["mean_loss_per_instance"] = nullptr;
+  j["wall_s"] = info.wall_s;
+  return j;
+}
+
+std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample>& samples) {
+  const Totals t = totals(samples);
+  std::string out;
+  char line[256];
+  auto add = [&](const char* fmt, auto... args) {
+    std::snprintf(line, sizeof line, fmt, args...);
+    out += line;
+  };
+  add("%s on %s (%u instances): mini-batch %u, hidden %u, policy %s, %s x%u thread(s), %s, %s\n",
+      info.model.c_str(), info.data.c_str(), info.data_instances, info.batch, info.hidden,
+      info.policy.c_str(), info.device.c_str(), info.threads, info.blocks ? "blocks" : "op-level",
+      info.train ? "training" : "forward only");
+  add("%zu mini-batches measured after %u warm-up, %.0f instances\n\n", samples.size(),
+      info.warmup, t.instances);
+  add("%-26s %10s %10s %10s\n", "ms per mini-batch", "median", "p10", "p90");
+  auto row = [&](const char* name, const std::function<double(const MiniBatchSample&)>& f) {
+    const Spread s = over(samples, f);
+    add("%-26s %10.3f %10.3f %10.3f\n", name, s.median, s.p10, s.p90);
+  };
+  row("total", [](auto& s) { return s.total_ms; });
+  row("  construction", [](auto& s) { return s.construction_ms; });
+  row("  scheduling", [](auto& s) { return s.scheduling_ms; });
+  row("  execution", [](auto& s) { return s.execution_ms; });
+  if (info.train) {
+    row("  backward", [](auto& s) { return s.backward_ms; });
+    row("  update", [](auto& s) { return s.update_ms; });
+  }
+  out += "\n";
+  const Spread nb = over(samples, [](auto& s) { return double(s.batches); });
+  const Spread lb = over(samples, [](auto& s) { return double(s.lower_bound); });
+  const Spread nodes = over(samples, [](auto& s) { return double(s.nodes); });
+  const Spread copied = over(samples, [](auto& s) { return double(s.bytes_copied); });
+  add("%-26s %10.0f\n", "instances/s", t.ms > 0 ? t.instances / (t.ms / 1e3) : 0.0);
+  add("%-26s %10.0f\n", "nodes per mini-batch", nodes.median);
+  add("%-26s %10.0f   lower bound %.0f, mean ratio %.3f\n", "batches per mini-batch", nb.median,
+      lb.median, t.batch_ratio);
+  add("%-26s %10s\n", "bytes copied/mini-batch", bytes_text(copied.median).c_str());
+  add("%-26s %10s\n", "arena", bytes_text(double(info.arena_bytes)).c_str());
+  add("%-26s %10s\n", "peak memory (RSS)", bytes_text(double(info.peak_rss_bytes)).c_str());
+  if (std::isfinite(t.loss) && t.instances > 0)
+    add("%-26s %10.4f\n", "mean loss per instance", t.loss / t.instances);
+  return out;
+}
+
+}  // namespace edbatch::cli

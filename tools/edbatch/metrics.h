@@ -1,0 +1,40 @@
+// Per-mini-batch measurements of `edbatch run`, their summaries (median and p10/p90 over
+// mini-batches), the metrics JSON and the human table.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace edbatch::cli {
+
+struct MiniBatchSample {
+  uint32_t instances = 0;
+  double total_ms = 0;  // construction through update, as the caller sees it
+  double construction_ms = 0, scheduling_ms = 0, execution_ms = 0, backward_ms = 0,
+         update_ms = 0;
+  uint64_t nodes = 0, batches = 0, lower_bound = 0, kernels = 0, bytes_copied = 0;
+  double loss = 0;  // summed over the mini-batch (NaN with the null device)
+};
+
+struct Spread {
+  double median = 0, p10 = 0, p90 = 0, mean = 0;
+};
+Spread spread(std::vector<double> v);
+
+// Everything about the run that is not a sample: echoed into the JSON and the table header.
+struct RunInfo {
+  std::string model, data, device, policy;
+  uint32_t data_instances = 0, batch = 0, hidden = 0, vocab = 0, threads = 0, warmup = 0;
+  uint64_t seed = 0;
+  bool blocks = false, train = false;
+  float lr = 0;
+  uint64_t arena_bytes = 0, arena_growths_after_warmup = 0, peak_rss_bytes = 0;
+  double wall_s = 0;
+};
+
+nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSample>& samples);
+// The table printed at the end of a run.
+std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample>& samples);
+
+}  // namespace edbatch::cli
