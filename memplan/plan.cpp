@@ -29,7 +29,7 @@ const char* operand_mode_name(OperandMode m) {
     case OperandMode::Contiguous: return "contiguous";
     case OperandMode::Indexed: return "indexed";
     case OperandMode::Ragged: return "ragged";
-    case OperandMode::ParamStacked: return "param-stacked";
+    case OperandMode::PerMember: return "per-member";
   }
   return "?";
 }
@@ -38,12 +38,14 @@ void MemoryPlan::clear() {
   batches.clear();
   steps.clear();
   operands.clear();
+  member_operands.clear();
   index.clear();
   aux.clear();
   node_offset.clear();
   input_offset = total_floats = 0;
   shared_operands = contiguous_operands = indexed_operands = ragged_operands = 0;
   gather_bytes = 0;
+  member_view_operands = per_member_operands = 0;
   layout_ms = 0;
 }
 
@@ -166,8 +168,7 @@ uint64_t gather_bytes_of(const Graph& g, const BatchPlan& bp, const Node& first,
   const Operand* ops = out.operands.data() + bp.operand_begin;
   for (uint32_t j = first.op == Op::Affine ? 1 : 0; j + 1 < bp.operand_count; j += 2) {
     const OperandMode w = ops[j].mode, x = ops[j + 1].mode;
-    const bool shared_w = w == OperandMode::Param || w == OperandMode::Shared ||
-                          w == OperandMode::ParamStacked;
+    const bool shared_w = w == OperandMode::Param || w == OperandMode::Shared;
     if (shared_w && x == OperandMode::Indexed)
       bytes += static_cast<uint64_t>(bp.count) * g.node(g.args(first)[j + 1]).dim.size() *
                sizeof(float);
@@ -203,14 +204,6 @@ void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions
     const BatchPlan& bp = out.batches[b];
     const Node& first = nodes[s.nodes[s.batches[b].begin]];
     out.gather_bytes += gather_bytes_of(g, bp, first, out);
-    if (first.op == Op::Call) {
-      const BlockPlan& plan = block_plan(g, first);
-      for (uint32_t t = 0; t < bp.step_count; ++t) {
-        const BlockStep& st = plan.steps[t];
-        out.gather_bytes += gather_bytes_of(*plan.body, out.steps[bp.step_begin + t],
-                                            plan.body->node(plan.members[st.member_begin]), out);
-      }
-    }
   }
 }
 

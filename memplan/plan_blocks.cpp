@@ -1,8 +1,6 @@
 // Expanding a batch of k block calls into the steps of the block's plan: each step runs over
 // member_count * k virtual nodes (member j, invocation i is node j * k + i) whose operands are
 // internal values of the call region, the block's inputs (the call batch's operands) or weights.
-#include <stdexcept>
-#include <string>
 
 #include "edbatch/block_plan.h"
 #include "edbatch/graph.h"
@@ -12,63 +10,56 @@ namespace edbatch {
 
 namespace {
 
-// Offset of node i's value in an already classified operand (never Param or Ragged).
-uint32_t operand_offset(const Operand& o, uint32_t i, const MemoryPlan& out) {
-  switch (o.mode) {
-    case OperandMode::Shared: return o.offset;
-    case OperandMode::Contiguous: return o.offset + i * o.stride;
-    default: return out.index[o.index_begin + i];
-  }
+// Member j's operand over the k invocations: a weight, a block input (the call batch's operand)
+// or an internal value of the call region.
+Operand member_operand(const BlockPlan& b, uint32_t a, uint32_t k, const BatchPlan& bp,
+                       const MemoryPlan& out) {
+  const Node& n = b.body->node(a);
+  if (n.op == Op::Parameter) return Operand{OperandMode::Param, n.aux, 0, 0, 0};
+  if (b.input_of[a] >= 0) return out.operands[bp.operand_begin + b.input_of[a]];
+  return Operand{OperandMode::Contiguous, 0, bp.out_offset + k * b.base[a], n.dim.size(), 0};
 }
 
-// Operand slot `slot` of a step whose members are `members`.
+bool is_gemm(Op op) { return op == Op::Affine || op == Op::MatMul; }
+
+// GEMM inputs (the x of each W x) that a kernel must gather.
+uint64_t gathered(const Graph& body, const Node& first, uint32_t slot, const Operand& o,
+                  uint32_t k) {
+  if (!is_gemm(first.op) || slot % 2 == (first.op == Op::Affine ? 1u : 0u)) return 0;
+  return o.mode == OperandMode::Indexed
+             ? static_cast<uint64_t>(k) * body.node(body.args(first)[slot]).dim.size() * sizeof(float)
+             : 0;
+}
+
+// Operand slot `slot` of a step whose members are `members`: one operand over all m * k nodes
+// when it can be (a shared weight, one input, or internal values laid out consecutively in member
+// order), else one operand per member.
 Operand step_operand(const BlockPlan& b, const uint32_t* members, uint32_t m, uint32_t slot,
                      uint32_t k, const BatchPlan& bp, MemoryPlan& out) {
   const Graph& body = *b.body;
   auto arg = [&](uint32_t j) { return body.args(body.node(members[j]))[slot]; };
+  const Node& first = body.node(members[0]);
   const uint32_t a0 = arg(0);
   const Node& n0 = body.node(a0);
   const uint32_t size = n0.dim.size();
-  if (n0.op == Op::Parameter) {
-    bool same = true;
-    for (uint32_t j = 1; j < m; ++j) same &= body.node(arg(j)).aux == n0.aux;
-    if (same) return Operand{OperandMode::Param, n0.aux, 0, 0, 0};
-    Operand o{OperandMode::ParamStacked, n0.aux, 0, k, static_cast<uint32_t>(out.index.size())};
-    for (uint32_t j = 0; j < m; ++j) out.index.push_back(body.node(arg(j)).aux);
+  bool same_param = n0.op == Op::Parameter, view = b.base[a0] != UINT32_MAX;
+  for (uint32_t j = 1; j < m; ++j) {
+    same_param = same_param && body.node(arg(j)).aux == n0.aux && body.node(arg(j)).op == Op::Parameter;
+    view = view && b.base[arg(j)] == b.base[a0] + j * size;
+  }
+  if (m == 1 || same_param || view) {
+    const Operand o = member_operand(b, a0, k, bp, out);
+    if (o.mode != OperandMode::Param) ++out.member_view_operands;
+    out.gather_bytes += gathered(body, first, slot, o, k);
     return o;
   }
-  const Operand* inputs = out.operands.data() + bp.operand_begin;
-  if (m == 1 && b.input_of[a0] >= 0) {
-    Operand o = inputs[b.input_of[a0]];
-    if (o.mode == OperandMode::Shared) ++out.shared_operands;
-    if (o.mode == OperandMode::Contiguous) ++out.contiguous_operands;
-    if (o.mode == OperandMode::Indexed) ++out.indexed_operands;
-    return o;
-  }
-  // Internal values laid out consecutively in member order: one view over all m * k nodes.
-  bool view = b.base[a0] != UINT32_MAX;
-  for (uint32_t j = 1; j < m && view; ++j) view = b.base[arg(j)] == b.base[a0] + j * size;
-  if (view) {
-    ++out.contiguous_operands;
-    return Operand{OperandMode::Contiguous, 0, bp.out_offset + k * b.base[a0], size, 0};
-  }
-  thread_local std::vector<uint32_t> offsets;
-  offsets.resize(static_cast<size_t>(m) * k);
+  Operand o{OperandMode::PerMember, 0, 0, 0, static_cast<uint32_t>(out.member_operands.size())};
   for (uint32_t j = 0; j < m; ++j) {
-    const uint32_t a = arg(j);
-    if (b.input_of[a] >= 0) {
-      const Operand& in = inputs[b.input_of[a]];
-      if (in.mode == OperandMode::Param)
-        throw std::invalid_argument("[plan_memory] block '" + b.name + "': input '" +
-                                    b.input_names[b.input_of[a]] +
-                                    "' is a parameter, read in a step together with other values;"
-                                    " pass it through an op (e.g. x * 1) or as a body parameter");
-      for (uint32_t i = 0; i < k; ++i) offsets[j * k + i] = operand_offset(in, i, out);
-    } else {
-      for (uint32_t i = 0; i < k; ++i) offsets[j * k + i] = bp.out_offset + k * b.base[a] + i * size;
-    }
+    out.member_operands.push_back(member_operand(b, arg(j), k, bp, out));
+    out.gather_bytes += gathered(body, first, slot, out.member_operands.back(), k);
   }
-  return classify_offsets(offsets.data(), m * k, size, out);
+  ++out.per_member_operands;
+  return o;
 }
 
 }  // namespace

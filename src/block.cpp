@@ -96,12 +96,12 @@ void Block::output(const std::string& name, const Expr& e) {
   p.source_outputs.push_back(e.id);
 }
 
-void Block::freeze() {
+void Block::freeze(const FreezeOptions& options) {
   BlockPlan& p = *plan_;
   if (p.frozen) fail("Block::freeze", p, "already frozen");
   if (p.source_outputs.empty()) fail("Block::freeze", p, "no outputs declared");
   p.source_slot.resize(p.source->size(), UINT32_MAX);
-  compile_block(p);
+  compile_block(p, options);
   p.frozen = true;
 }
 

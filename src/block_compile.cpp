@@ -404,8 +404,8 @@ void assign_layout(BlockPlan& p, const std::vector<std::vector<uint32_t>>& steps
     for (uint32_t i = s; i < e; ++i) p.steps[i].group = group;
     s = e;
   }
-  // Internal operands: views when the members' arguments are consecutive in member order.
-  p.internal_views = p.internal_indexed = 0;
+  // Internal operands: one view when the members' arguments are consecutive in member order.
+  p.internal_views = p.internal_per_member = 0;
   for (const BlockStep& st : p.steps) {
     const Node& first = g.node(p.members[st.member_begin]);
     for (uint32_t k = 0; k < first.num_args; ++k) {
@@ -416,14 +416,14 @@ void assign_layout(BlockPlan& p, const std::vector<std::vector<uint32_t>>& steps
         view &= p.base[a] != UINT32_MAX &&
                 p.base[a] == p.base[g.args(first)[k]] + j * g.node(a).dim.size();
       }
-      ++(view ? p.internal_views : p.internal_indexed);
+      ++(view ? p.internal_views : p.internal_per_member);
     }
   }
 }
 
 }  // namespace
 
-void compile_block(BlockPlan& p) {
+void compile_block(BlockPlan& p, const FreezeOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   rewrite(p);
   uint32_t num_types = 0;
@@ -431,7 +431,7 @@ void compile_block(BlockPlan& p) {
   BodySearch search(*p.body, type, num_types);
   p.lower_bound = search.lower_bound();
   std::vector<std::vector<uint32_t>> steps = search.run(&p.exact);
-  order_members(p, steps);
+  if (options.plan_layout) order_members(p, steps);
   assign_layout(p, steps);
   p.output_floats = 0;
   for (uint32_t o : p.output_node) p.output_floats += p.body->node(o).dim.size();

@@ -35,7 +35,7 @@ std::string block_json(const BlockPlan& p) {
   j["exact_search"] = p.exact;
   j["freeze_ms"] = p.freeze_ms;
   j["internal_views"] = p.internal_views;
-  j["internal_indexed"] = p.internal_indexed;
+  j["internal_per_member"] = p.internal_per_member;
   for (size_t k = 0; k < p.input_names.size(); ++k)
     j["inputs"].push_back({{"name", p.input_names[k]}, {"shape", to_string(p.input_dims[k])}});
   for (size_t k = 0; k < p.output_names.size(); ++k)

@@ -228,3 +228,128 @@ TEST_CASE("blocks: every cell equals its op-by-op form and the reference, k = 1,
     }
   }
 }
+
+TEST_CASE("blocks: misuse is reported with the block's name") {
+  ParameterCollection pc(2);
+  const Parameter W = pc.add_parameters("W", Dim{3, 3});
+  Block blk(pc, "cell");
+  const Expr x = blk.input("x", Dim{3, 1});
+  Graph g(pc);
+  const Expr in = input(g, Dim{3, 1}, std::vector<float>{1, 2, 3});
+  CHECK_THROWS_WITH_AS(blk(g, {in}), doctest::Contains("call freeze() before invoking"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(blk.freeze(), doctest::Contains("no outputs declared"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(blk.output("x", x), doctest::Contains("not computed by the body"),
+                       std::invalid_argument);
+  blk.output("y", tanh(matmul(parameter(blk.body(), W), x)));
+  CHECK_THROWS_WITH_AS(Block(pc, "cell"), doctest::Contains("already exists"), std::invalid_argument);
+  blk.freeze();
+  CHECK_THROWS_WITH_AS(blk.freeze(), doctest::Contains("already frozen"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(blk.input("z", Dim{3, 1}), doctest::Contains("after freeze()"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(blk(g, {}), doctest::Contains("expects 1 inputs, got 0"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(blk(g, {in, in}), doctest::Contains("expects 1 inputs, got 2"),
+                       std::invalid_argument);
+  const Expr wrong = input(g, Dim{4, 1}, std::vector<float>{1, 2, 3, 4});
+  CHECK_THROWS_WITH_AS(blk(g, {wrong}), doctest::Contains("input 'x' has shape 4, expected 3"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(blk(g, {in}, {7}), doctest::Contains("expects 0 integers, got 1"),
+                       std::invalid_argument);
+  Graph other(pc);
+  const Expr foreign = input(other, Dim{3, 1}, std::vector<float>{1, 2, 3});
+  CHECK_THROWS_WITH_AS(blk(g, {foreign}), doctest::Contains("from another graph"),
+                       std::invalid_argument);
+
+  // Integers are range-checked at the call, where the caller can still be named.
+  const LookupParameter E = pc.add_lookup_parameters("E", 5, 3);
+  Block leaf(pc, "leaf");
+  const uint32_t word = leaf.index("word");
+  leaf.output("h", tanh(leaf.lookup(E, word)));
+  leaf.freeze();
+  CHECK_THROWS_WITH_AS(leaf(g, {}, {5}), doctest::Contains("integer 'word' = 5 is out of range"),
+                       std::invalid_argument);
+  CHECK_NOTHROW(leaf(g, {}, {4}));
+}
+
+TEST_CASE("blocks: planned layouts on random trees: outputs contiguous, views are real views") {
+  // Tree-LSTM-like cells over random trees; every policy; with and without outer planning. Each
+  // batch's outputs must be where the plan says, and every operand classified as a view must
+  // read exactly the argument's value.
+  ParameterCollection pc(9);
+  Weights w(pc);
+  const std::vector<CellDef> cs = cells(w);
+  Block leaf(pc, "leaf"), inner(pc, "inner");
+  for (int which = 0; which < 2; ++which) {
+    Block& blk = which == 0 ? leaf : inner;
+    std::vector<Expr> in;
+    for (size_t j = 0; j < cs[which].inputs.size(); ++j)
+      in.push_back(blk.input("in" + std::to_string(j), cs[which].inputs[j]));
+    std::vector<uint32_t> slots;
+    for (size_t s = 0; s < cs[which].int_limits.size(); ++s) slots.push_back(blk.index("i" + std::to_string(s)));
+    Ints ints{[&](Graph&, LookupParameter t, uint32_t s) { return blk.lookup(t, slots[s]); },
+              [&](const Expr& x, uint32_t s) { return blk.pick_neg_log_softmax(x, slots[s]); }};
+    const std::vector<Expr> outs = cs[which].math(blk.body(), in, ints);
+    for (size_t o = 0; o < outs.size(); ++o) blk.output("o" + std::to_string(o), outs[o]);
+    blk.freeze();
+  }
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 12; ++trial) {
+    Graph g(pc);
+    std::vector<Expr> losses;
+    for (int t = 0; t < 1 + trial % 5; ++t) {
+      const Tree tree = edbatch::testing::random_tree(rng, 1 + static_cast<uint32_t>(rng() % 23), V);
+      std::vector<Expr> h(tree.nodes.size()), c(tree.nodes.size());
+      for (size_t k = 0; k < tree.nodes.size(); ++k) {
+        const TreeNode& n = tree.nodes[k];
+        std::vector<Expr> out = n.leaf() ? leaf(g, {}, {n.word, n.label})
+                                         : inner(g, {h[n.left], c[n.left], h[n.right], c[n.right]}, {n.label});
+        h[k] = out[0];
+        c[k] = out[1];
+        losses.push_back(out[2]);
+      }
+    }
+    const Expr loss = sum_losses(losses);
+    for (const char* policy : {"none", "depth", "lb-greedy"})
+      for (bool plan : {true, false}) {
+        EngineOptions o{policy, "cpu", 1};
+        o.order_for_consumers = plan;
+        Engine e(pc, o);
+        e.forward(g, loss);
+        const Schedule& s = e.schedule();
+        const MemoryPlan& p = e.plan();
+        validate_schedule(g, s);
+        const float* base = e.value(loss).data - p.node_offset[loss.id];
+        for (size_t b = 0; b < s.batches.size(); ++b) {
+          const Batch& batch = s.batches[b];
+          const BatchPlan& bp = p.batches[b];
+          const Node& first = g.node(s.nodes[batch.begin]);
+          for (uint32_t i = 0; i < batch.count; ++i) {
+            const uint32_t v = s.nodes[batch.begin + i];
+            if (first.op != Op::Call) {
+              CHECK(e.value(g.expr(v)).data == base + bp.out_offset + i * bp.out_size);
+              continue;
+            }
+            // Each output of the k calls is one contiguous run, in member order.
+            const BlockPlan& bpl = (first.aux == leaf.id() ? leaf : inner).plan();
+            for (uint32_t o = 0; o < bpl.output_node.size(); ++o) {
+              const uint32_t t = bpl.output_node[o];
+              CHECK(e.value(g.expr(v + 1 + o)).data ==
+                    base + bp.out_offset + batch.count * bpl.base[t] + i * bpl.body->node(t).dim.size());
+            }
+          }
+          if (g.types().is_ragged(first.type)) continue;
+          for (uint32_t j = 0; j < bp.operand_count; ++j) {
+            const Operand& op = p.operands[bp.operand_begin + j];
+            for (uint32_t i = 0; i < batch.count; ++i) {
+              const uint32_t arg = g.args(g.node(s.nodes[batch.begin + i]))[j];
+              const float* actual = g.node(arg).op == Op::Parameter ? pc.values(g.node(arg).aux)
+                                                                    : e.value(g.expr(arg)).data;
+              if (op.mode == OperandMode::Contiguous) CHECK(actual == base + op.offset + i * op.stride);
+              if (op.mode == OperandMode::Indexed) CHECK(actual == base + p.index[op.index_begin + i]);
+              if (op.mode == OperandMode::Shared) CHECK(actual == base + op.offset);
+            }
+          }
+        }
+      }
+  }
+}

@@ -57,7 +57,7 @@ TEST_CASE("memory: batch outputs are contiguous and operand modes match addresse
             case OperandMode::Contiguous: CHECK(actual == base + o.offset + i * o.stride); break;
             case OperandMode::Indexed: CHECK(actual == base + p.index[o.index_begin + i]); break;
             case OperandMode::Ragged: FAIL("ragged operand on an exact type"); break;
-            case OperandMode::ParamStacked: FAIL("stacked weights outside a block"); break;
+            case OperandMode::PerMember: FAIL("per-member operand outside a block"); break;
           }
         }
       }

@@ -15,6 +15,12 @@ namespace edbatch {
 
 struct BlockPlan;
 
+struct FreezeOptions {
+  // Order each internal step's members for the steps that read them (PQ-tree layout planner).
+  // Off: members stay in body order, so more internal operands need index lists.
+  bool plan_layout = true;
+};
+
 class Block {
  public:
   // `name` names the block's batching type ("block:<name>") and must be unique per collection.
@@ -37,7 +43,7 @@ class Block {
   Expr pick_neg_log_softmax(const Expr& x, uint32_t slot);
   void output(const std::string& name, const Expr& e);
   // Compiles the body. Throws if called twice, without outputs, or when the body is malformed.
-  void freeze();
+  void freeze(const FreezeOptions& options = {});
 
   // ---- invoking (after freeze) ----
   // One Expr per output, in declaration order. Inputs and integers in declaration order.

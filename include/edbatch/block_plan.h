@@ -60,8 +60,9 @@ struct BlockPlan {
   uint32_t lower_bound = 0;           // per-type chain bound of the internal schedule
   bool exact = false;                 // internal schedule from the exact search
   std::vector<uint32_t> index_limit;  // per slot: values must be below this
-  // Internal operands (over all steps and slots) that are views, and that need index lists.
-  uint32_t internal_views = 0, internal_indexed = 0;
+  // Internal operands (over all steps and slots): one view over all members, or one view per
+  // member (members' values not consecutive in member order).
+  uint32_t internal_views = 0, internal_per_member = 0;
 };
 
 }  // namespace edbatch

@@ -15,7 +15,7 @@ enum class OperandMode : uint8_t {
   Contiguous,  // node i reads offset + i * stride: a zero-copy view
   Indexed,     // node i reads index[index_begin + i]
   Ragged,      // variadic: node i reads index[index_begin + k + index[index_begin+i] ...]
-  ParamStacked,  // block steps: member j (nodes j*stride .. ) reads parameter index[index_begin+j]
+  PerMember,   // block steps: member j's k nodes read member_operands[index_begin + j]
 };
 
 const char* operand_mode_name(OperandMode m);
@@ -45,6 +45,7 @@ struct MemoryPlan {
   std::vector<BatchPlan> batches;          // parallel to Schedule::batches
   std::vector<BatchPlan> steps;            // block steps, expanded for their batch's k
   std::vector<Operand> operands;
+  std::vector<Operand> member_operands;    // PerMember operands of block steps, over k nodes each
   std::vector<uint32_t> index;             // Indexed offsets; Ragged: k+1 row starts, then offsets
   std::vector<uint32_t> aux;               // per-node integer arguments, batch by batch
   std::vector<uint32_t> node_offset;       // every node's value (UINT32_MAX for parameters)
@@ -54,6 +55,8 @@ struct MemoryPlan {
   uint32_t shared_operands = 0, contiguous_operands = 0, indexed_operands = 0, ragged_operands = 0;
   // Bytes of GEMM operands that are neither shared nor views, so a kernel must gather them.
   uint64_t gather_bytes = 0;
+  // Block step operands: one view over all members, or one operand per member.
+  uint32_t member_view_operands = 0, per_member_operands = 0;
   double layout_ms = 0;  // ordering batch members for their consumers (outer planning)
 
   void clear();

@@ -34,8 +34,9 @@ struct Window {
   BatchArgs args;
 };
 
+// Nodes [first, first + count) of member `member`, whose nodes start at member * k.
 void make_window(const Context& c, const BlockPlan& b, const BlockStep& st, const BatchPlan& sp,
-                 uint32_t first, uint32_t count, uint32_t member, Window& w) {
+                 uint32_t first, uint32_t count, uint32_t member, uint32_t k, Window& w) {
   const Node& node = b.body->node(b.members[st.member_begin]);
   if (sp.operand_count > kMaxArgs)
     throw std::runtime_error("[cpu] block '" + b.name + "': a step has more than 64 operands");
@@ -45,12 +46,14 @@ void make_window(const Context& c, const BlockPlan& b, const BlockStep& st, cons
   const Operand* src = c.plan->operands.data() + sp.operand_begin;
   for (uint32_t s = 0; s < sp.operand_count; ++s) {
     Operand o = src[s];
+    uint32_t shift = first;
+    if (o.mode == OperandMode::PerMember) {
+      o = c.plan->member_operands[o.index_begin + member];
+      shift = first - member * k;
+    }
     switch (o.mode) {
-      case OperandMode::ParamStacked:
-        o = Operand{OperandMode::Param, c.plan->index[o.index_begin + member], 0, 0, 0};
-        break;
-      case OperandMode::Contiguous: o.offset += first * o.stride; break;
-      case OperandMode::Indexed: o.index_begin += first; break;
+      case OperandMode::Contiguous: o.offset += shift * o.stride; break;
+      case OperandMode::Indexed: o.index_begin += shift; break;
       default: break;
     }
     w.ops[s] = o;
@@ -69,19 +72,33 @@ void make_window(const Context& c, const BlockPlan& b, const BlockStep& st, cons
   a.first = &node;
 }
 
+bool has_per_member(const Context& c, const BatchPlan& sp) {
+  for (uint32_t s = 0; s < sp.operand_count; ++s)
+    if (c.plan->operands[sp.operand_begin + s].mode == OperandMode::PerMember) return true;
+  return false;
+}
+
 void run_step(Context& c, const BlockPlan& b, const BlockStep& st, const BatchPlan& sp, uint32_t k,
               bool forward) {
   const KernelRow& row = cpu_kernels(st.op);
   Window w;
-  if (st.stacked) {
+  if (has_per_member(c, sp)) {
     for (uint32_t j = 0; j < st.member_count; ++j) {
-      make_window(c, b, st, sp, j * k, k, j, w);
+      make_window(c, b, st, sp, j * k, k, j, k, w);
       (forward ? row.forward : row.backward)(c, w.args);
     }
     return;
   }
-  make_window(c, b, st, sp, 0, sp.count, 0, w);
+  make_window(c, b, st, sp, 0, sp.count, 0, k, w);
   (forward ? row.forward : row.backward)(c, w.args);
+}
+
+// Views give every node its own operand; shared, indexed and weight operands may repeat.
+bool distinct_rows(const Context& c, const Operand& o, uint32_t members) {
+  if (o.mode != OperandMode::PerMember) return o.mode == OperandMode::Contiguous;
+  for (uint32_t j = 0; j < members; ++j)
+    if (c.plan->member_operands[o.index_begin + j].mode != OperandMode::Contiguous) return false;
+  return true;
 }
 
 // Backward chunks may run in parallel only when no two invocations share an operand adjoint.
@@ -91,7 +108,9 @@ bool chunks_independent(const Context& c, const BlockPlan& b, const BlockGroup& 
     if (b.steps[g.step_begin + s].op == Op::Lookup) return false;  // rows may repeat
     const BatchPlan& sp = c.plan->steps[step_begin + g.step_begin + s];
     for (uint32_t o = 0; o < sp.operand_count; ++o)
-      if (c.plan->operands[sp.operand_begin + o].mode != OperandMode::Contiguous) return false;
+      if (!distinct_rows(c, c.plan->operands[sp.operand_begin + o],
+                         b.steps[g.step_begin + s].member_count))
+        return false;
   }
   return true;
 }
@@ -116,7 +135,7 @@ void run_fused(Context& c, const BlockPlan& b, const BlockGroup& g, uint32_t ste
         const BatchPlan& sp = c.plan->steps[step_begin + g.step_begin + s];
         const KernelRow& row = cpu_kernels(st.op);
         for (uint32_t j = 0; j < st.member_count; ++j) {
-          make_window(one, b, st, sp, j * k + i0, n, j, w);
+          make_window(one, b, st, sp, j * k + i0, n, j, k, w);
           (forward ? row.forward : row.backward)(one, w.args);
         }
       }
