@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -194,52 +195,70 @@ struct TreeLstmBlocks {
   std::vector<Expr> h, c, losses;
 };
 
+// The three forms run round-robin, one mini-batch each in turn, so machine noise hits them alike
+// and their ratios are fair.
 void bench_tree_lstm(uint32_t H, uint32_t batch, uint32_t reps, int threads, const std::string& policy) {
   const std::vector<Tree> trees = synthetic_trees(batch * (reps + 5), 42, 256);
-  std::fprintf(stderr, "\n%-22s %9s %8s %8s %8s %8s %8s %7s %9s %10s\n", "tree_lstm form", "trees/s",
-               "ms", "constr", "sched", "exec", "spread", "batches", "kernels", "gatherB");
-  for (int form = 0; form < 3; ++form) {
-    const char* names[] = {"blocks, outer planning", "blocks, no planning", "op level"};
-    ParameterCollection pc(1);
-    TreeLstmBlocks blocks(pc, H);
-    ParameterCollection pc_ops(1);
-    TreeLstmOps ops(pc_ops, 256, H);
-    EngineOptions o{policy, "cpu", threads};
-    o.order_for_consumers = form != 1;
-    Engine e(form == 2 ? pc_ops : pc, o);
-    Graph g(form == 2 ? pc_ops : pc);
+  const char* names[] = {"blocks, outer planning", "blocks, no planning", "op level"};
+  struct Form {
+    ParameterCollection pc{1};
+    std::unique_ptr<TreeLstmBlocks> blocks;
+    std::unique_ptr<TreeLstmOps> ops;
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<Graph> g;
     std::vector<double> total, con, sch, exe, kernels, gathered, batches;
-    std::vector<Expr> losses;
-    size_t next = 0;
-    for (uint32_t it = 0; it < reps + 5; ++it) {
+  };
+  Form forms[3];
+  for (int f = 0; f < 3; ++f) {
+    Form& F = forms[f];
+    if (f == 2)
+      F.ops = std::make_unique<TreeLstmOps>(F.pc, 256, H);
+    else
+      F.blocks = std::make_unique<TreeLstmBlocks>(F.pc, H);
+    EngineOptions o{policy, "cpu", threads};
+    o.order_for_consumers = f != 1;
+    F.engine = std::make_unique<Engine>(F.pc, o);
+    F.g = std::make_unique<Graph>(F.pc);
+  }
+  std::vector<Expr> losses;
+  for (uint32_t it = 0; it < reps + 5; ++it) {
+    for (int f = 0; f < 3; ++f) {
+      Form& F = forms[f];
+      Engine& e = *F.engine;
       const double t0 = bench::now_ms();
-      g.clear();
+      F.g->clear();
       losses.clear();
       for (uint32_t i = 0; i < batch; ++i) {
-        const Tree& t = trees[next++ % trees.size()];
-        losses.push_back(form == 2 ? ops.build(g, t) : blocks.build(g, t));
+        const Tree& t = trees[(static_cast<size_t>(it) * batch + i) % trees.size()];
+        losses.push_back(f == 2 ? F.ops->build(*F.g, t) : F.blocks->build(*F.g, t));
       }
       const Expr loss = sum_losses(losses);
       const double t1 = bench::now_ms();
       const uint64_t k0 = e.stats().kernels, b0 = e.stats().bytes_copied;
-      e.forward(g, loss);
+      e.forward(*F.g, loss);
       const double t2 = bench::now_ms();
       if (it < 5) continue;
-      total.push_back(t2 - t0);
-      con.push_back(t1 - t0);
-      sch.push_back(e.stats().scheduling_ms);
-      exe.push_back(e.stats().execution_ms);
-      kernels.push_back(static_cast<double>(e.stats().kernels - k0));
-      gathered.push_back(static_cast<double>(e.stats().bytes_copied - b0));
-      batches.push_back(static_cast<double>(e.stats().batches));
+      F.total.push_back(t2 - t0);
+      F.con.push_back(t1 - t0);
+      F.sch.push_back(e.stats().scheduling_ms);
+      F.exe.push_back(e.stats().execution_ms);
+      F.kernels.push_back(static_cast<double>(e.stats().kernels - k0));
+      F.gathered.push_back(static_cast<double>(e.stats().bytes_copied - b0));
+      F.batches.push_back(static_cast<double>(e.stats().batches));
     }
-    const auto T = bench::summarize(total), C = bench::summarize(con), S = bench::summarize(sch),
-               E = bench::summarize(exe), K = bench::summarize(kernels),
-               G = bench::summarize(gathered), B = bench::summarize(batches);
+  }
+  std::fprintf(stderr, "\n%-22s %9s %8s %8s %8s %8s %8s %7s %9s %10s\n", "tree_lstm form", "trees/s",
+               "ms", "constr", "sched", "exec", "spread", "batches", "kernels", "gatherB");
+  for (int f = 0; f < 3; ++f) {
+    const Form& F = forms[f];
+    const auto T = bench::summarize(F.total), C = bench::summarize(F.con),
+               S = bench::summarize(F.sch), E = bench::summarize(F.exe),
+               K = bench::summarize(F.kernels), G = bench::summarize(F.gathered),
+               B = bench::summarize(F.batches);
     std::fprintf(stderr, "%-22s %9.0f %8.3f %8.3f %8.3f %8.3f %7.0f%% %7.0f %9.0f %10.0f\n",
-                 names[form], batch / (T.median / 1e3), T.median, C.median, S.median, E.median,
+                 names[f], batch / (T.median / 1e3), T.median, C.median, S.median, E.median,
                  100.0 * (T.p90 - T.p10) / T.median, B.median, K.median, G.median);
-    nlohmann::json j = {{"bench", "block_tree_lstm"}, {"form", names[form]}, {"policy", policy},
+    nlohmann::json j = {{"bench", "block_tree_lstm"}, {"form", names[f]}, {"policy", policy},
                         {"threads", threads}, {"batch", batch}, {"hidden", H},
                         {"trees_per_s", batch / (T.median / 1e3)}, {"ms_per_batch", T.median},
                         {"ms_p10", T.p10}, {"ms_p90", T.p90}, {"construction_ms", C.median},
@@ -247,8 +266,8 @@ void bench_tree_lstm(uint32_t H, uint32_t batch, uint32_t reps, int threads, con
                         {"batches", B.median}, {"kernels", K.median},
                         {"bytes_gathered", G.median}};
     std::printf("%s\n", j.dump().c_str());
-    std::fflush(stdout);
   }
+  std::fflush(stdout);
 }
 
 }  // namespace
