@@ -276,9 +276,10 @@ Command add_run_command(CLI::App& root) {
   app->add_option("--policy", o->policy,
                   "batching policy: " + CLI::detail::join(policies) +
                       ". lb-greedy is the default: it gives the fewest batches on every zoo "
-                      "model (at the chain lower bound on several) for a scheduling cost a few "
-                      "percent above agenda's, and was the fastest or within noise of the "
-                      "fastest of the four on each zoo model (CPU, hidden 128, mini-batch 32)")
+                      "model (at the chain lower bound on several) in less scheduling time than "
+                      "depth or agenda, and its time per mini-batch was the lowest or within "
+                      "the p10-p90 spread of the lowest on each zoo model (CPU, hidden 128, "
+                      "mini-batch 32; see docs/models.md)")
       ->capture_default_str()
       ->check(CLI::IsMember(policies));
   app->add_option("--device", o->device, "cpu, null (schedules and plans, no math) or cuda")
