@@ -17,6 +17,7 @@ struct Source {
   uint32_t node, output;
 };
 Source source_of(const Graph& g, uint32_t a) {
+  while (g.node(a).op == Op::Reshape) a = g.args(g.node(a))[0];
   const Node& n = g.node(a);
   if (n.op == Op::Output) return {g.args(n)[0], n.aux};
   return {a, 0};

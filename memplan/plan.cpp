@@ -198,6 +198,9 @@ void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions
   out.batches.resize(s.batches.size());
   for (size_t b = 0; b < s.batches.size(); ++b) cursor = place_batch(g, s, b, cursor, out);
   out.total_floats = align_up(cursor);
+  // Reshapes alias their argument (ids are topological, so the argument is placed).
+  for (uint32_t v = 0; v < g.size(); ++v)
+    if (nodes[v].op == Op::Reshape) out.node_offset[v] = out.node_offset[g.args(nodes[v])[0]];
 
   for (size_t b = 0; b < s.batches.size(); ++b) {
     plan_operands(g, s, b, out);

@@ -84,6 +84,9 @@ void rewrite(BlockPlan& p) {
     if (!live[v]) continue;
     const Node& n = src.node(v);
     if (n.op == Op::Call || n.op == Op::Output) fail(p, "a block body cannot call blocks");
+    if (n.op == Op::Reshape)
+      fail(p, "reshape inside a block body is not supported yet; reshape the block's inputs or "
+              "outputs in the graph instead");
     if (n.op == Op::Input) {
       const std::vector<float> zeros(n.dim.size(), 0.0f);
       map[v] = body.add_input(n.dim, zeros.data());

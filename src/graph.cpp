@@ -324,6 +324,19 @@ Expr concat(const std::vector<Expr>& xs) {
   return g.expr(g.add_node(Op::Concat, out, ids.data(), static_cast<uint32_t>(ids.size())));
 }
 
+Expr reshape(const Expr& x, Dim dim) {
+  const char* fn = "reshape";
+  Graph& g = graph_of(Args(&x, 1), fn);
+  const Node& n = g.node_of(x, fn);
+  if (n.dim.size() != dim.size())
+    fail(fn, where(g) + "cannot reshape " + to_string(n.dim) + " (" + std::to_string(n.dim.size()) +
+                 " values) to " + to_string(dim));
+  if (n.op == Op::Parameter)
+    fail(fn, where(g) + "argument is the parameter '" + g.params().name(n.aux) +
+                 "': declare the parameter with the shape you need");
+  return g.expr(g.add_node(Op::Reshape, dim, &x.id, 1));
+}
+
 namespace {
 Expr indexed_scalar(Op op, const Expr& x, uint32_t index, const char* what) {
   const char* fn = op_name(op);

@@ -25,6 +25,7 @@ constexpr OpInfo kOpInfo[] = {
     {"pick_neg_log_softmax", 1, 1, BatchRule::Exact, true},
     {"call", 0, -1, BatchRule::Exact, false},
     {"output", 1, 1, BatchRule::View, false},
+    {"reshape", 1, 1, BatchRule::View, false},
 };
 static_assert(sizeof(kOpInfo) / sizeof(kOpInfo[0]) == static_cast<size_t>(Op::Count),
               "kOpInfo must have one row per Op");

@@ -74,6 +74,7 @@ void Reference::run_forward(const Graph& g, const Env& env, Values& vals,
         y = sub[a[0]][b.source_outputs[nd.aux]];
         break;
       }
+      case Op::Reshape: y = x(0); break;
       case Op::Parameter: y = params[nd.aux]; break;
       case Op::Lookup:
         for (uint32_t r = 0; r < R; ++r) y[r] = params[nd.aux][aux2 * R + r];
@@ -183,6 +184,9 @@ void Reference::run_backward(const Graph& g, const Env& env, const Values& vals,
         for (size_t i = 0; i < dy.size(); ++i) d[i] += dy[i];
         break;
       }
+      case Op::Reshape:
+        for (size_t i = 0; i < dy.size(); ++i) dx(0)[i] += dy[i];
+        break;
       case Op::Call: {
         if (sub_adj[v].empty()) break;  // no output reaches the loss
         const BlockPlan& b = block_of(g, nd);

@@ -101,6 +101,9 @@ Expr tanh(const Expr& x);
 Expr sigmoid(const Expr& x);
 Expr relu(const Expr& x);
 Expr concat(const std::vector<Expr>& xs);
+// The same values (column-major) under shape `dim` of the same size; free (a view). The argument
+// must be computed by the graph or be an input (parameters have their own shapes).
+Expr reshape(const Expr& x, Dim dim);
 Expr pick(const Expr& x, uint32_t index);
 Expr pick_neg_log_softmax(const Expr& x, uint32_t label);
 Expr sum_losses(const std::vector<Expr>& losses);

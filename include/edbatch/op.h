@@ -23,6 +23,7 @@ enum class Op : uint8_t {
   PickNegLogSoftmax,  // -log softmax(x)[label]: 1x1
   Call,         // an invocation of a block (aux: block id, aux2: its integers in Graph::ints())
   Output,       // output `aux` of the Call that is its only argument: a view, never scheduled
+  Reshape,      // its argument's values under another shape of the same size: a view
   Count
 };
 

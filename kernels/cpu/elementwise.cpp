@@ -264,7 +264,7 @@ void pnls_bwd(Context& c, const BatchArgs& b) {
 
 [[noreturn]] void block_kernel(Context&, const BatchArgs& b) {
   throw std::runtime_error(std::string("[cpu] '") + op_name(b.op) +
-                           "' has no kernel: block calls run their block's steps, outputs are views");
+                           "' has no kernel: block calls run their block's steps; outputs and reshapes are views");
 }
 
 constexpr KernelRow kKernels[] = {
@@ -285,6 +285,7 @@ constexpr KernelRow kKernels[] = {
     {pnls_fwd, pnls_bwd},                    // PickNegLogSoftmax
     {block_kernel, block_kernel},            // Call
     {block_kernel, block_kernel},            // Output
+    {block_kernel, block_kernel},            // Reshape
 };
 static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == static_cast<size_t>(Op::Count),
               "the CPU kernel table must have one row per Op");
