@@ -114,11 +114,8 @@ class BilstmTagger : public Model {
 
  protected:
   Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
-    const TaggedSentence& s = data_.sentences[instance];
+    const TaggedSentence& s = sentence(instance);
     const size_t n = s.words.size();
-    if (n == 0 || s.tags.size() != n)
-      throw std::invalid_argument(fmt::format(
-          "[bilstm_tagger] sentence {} has {} words and {} tags", instance, n, s.tags.size()));
     xs_.resize(n);
     for (size_t t = 0; t < n; ++t) xs_[t] = embed(g, s.words[t]);
     lstm_layer(g, layers_[0], xs_, false, h1_);
@@ -127,27 +124,147 @@ class BilstmTagger : public Model {
     lstm_layer(g, layers_[3], h1_, true, b2_);
     losses_.clear();
     for (size_t t = 0; t < n; ++t) {
-      const Expr m = tanh(affine({parameter(g, b_mlp_), parameter(g, W_mlp_),
-                                  concat({f2_[t], b2_[t]})}));
-      losses_.push_back(node_loss(g, W_out_, m, s.tags[t], logits));
+      losses_.push_back(node_loss(g, W_out_, mlp(g, f2_[t], b2_[t]), s.tags[t], logits));
     }
     return sum_losses(losses_);
   }
-  Expr build_blocks(Graph&, uint32_t, std::vector<Expr>*) override {
-    block_path_missing(name());
+  // Blocks: per direction, both layers of one position in one cell, a first-step variant and a
+  // step (inputs x, h1, c1, h2, c2; outputs h1, c1, h2, c2); the MLP and loss per token (inputs
+  // f2_t, b2_t; integer tag); with char_embeddings, per direction a character cell (a first step
+  // and a step with inputs h, c; integer char) and the projection [cf; cb] -> e.
+  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+    const TaggedSentence& s = sentence(instance);
+    const size_t n = s.words.size();
+    if (!out_block_) make_blocks();
+    xs_.resize(n);
+    for (size_t t = 0; t < n; ++t)
+      xs_[t] = rare(s.words[t]) ? embed_chars(g, s.words[t]) : lookup(g, E_, s.words[t]);
+    f2_.resize(n);
+    b2_.resize(n);
+    Expr state[4];  // h1, c1, h2, c2
+    for (int dir = 0; dir < 2; ++dir) {
+      std::vector<Expr>& top = dir == 0 ? f2_ : b2_;
+      for (size_t t = 0; t < n; ++t) {
+        const size_t p = dir == 0 ? t : n - 1 - t;
+        const Expr in[5] = {xs_[p], state[0], state[1], state[2], state[3]};
+        dir_blocks_[dir][t == 0 ? 0 : 1]->call(g, in, t == 0 ? 1 : 5, nullptr, 0, state);
+        top[p] = state[2];
+      }
+    }
+    losses_.clear();
+    Expr out[2];
+    for (size_t t = 0; t < n; ++t) {
+      const Expr in[2] = {f2_[t], b2_[t]};
+      out_block_->call(g, in, 2, &s.tags[t], 1, out);
+      losses_.push_back(call_loss(out, 2, logits));
+    }
+    return sum_losses(losses_);
   }
 
  private:
-  Expr embed(Graph& g, uint32_t w) {
-    if (!options_.char_embeddings) return lookup(g, E_, w);
+  const TaggedSentence& sentence(uint32_t instance) const {
+    const TaggedSentence& s = data_.sentences[instance];
+    if (s.words.empty() || s.tags.size() != s.words.size())
+      throw std::invalid_argument(
+          fmt::format("[bilstm_tagger] sentence {} has {} words and {} tags", instance,
+                      s.words.size(), s.tags.size()));
+    return s;
+  }
+
+  // With char_embeddings: whether word w is embedded through its characters.
+  bool rare(uint32_t w) const {
+    if (!options_.char_embeddings) return false;
     const auto count = counts_.find(w);
-    if (count != counts_.end() && count->second >= options_.rare_below) return lookup(g, E_, w);
+    return count == counts_.end() || count->second < options_.rare_below;
+  }
+
+  // The MLP over [f2_t; b2_t].
+  Expr mlp(Graph& g, const Expr& f2, const Expr& b2) const {
+    return tanh(affine({parameter(g, b_mlp_), parameter(g, W_mlp_), concat({f2, b2})}));
+  }
+  // A rare word's embedding from the last forward and the first backward character state.
+  Expr char_projection(Graph& g, const Expr& cf, const Expr& cb) const {
+    return affine({parameter(g, b_ch_), parameter(g, W_ch_), concat({cf, cb})});
+  }
+
+  // Character BiLSTM of word w through blocks.
+  Expr embed_chars(Graph& g, uint32_t w) {
+    const std::vector<uint32_t> cs = chars_of(w);
+    const size_t m = cs.size();
+    Expr ends[2], state[2];  // ends: the forward state after the last char, the backward one
+                             // after the first
+    for (int dir = 0; dir < 2; ++dir)
+      for (size_t j = 0; j < m; ++j) {
+        const size_t p = dir == 0 ? j : m - 1 - j;
+        const Expr in[2] = {state[0], state[1]};
+        char_blocks_[dir][j == 0 ? 0 : 1]->call(g, in, j == 0 ? 0 : 2, &cs[p], 1, state);
+        ends[dir] = state[0];
+      }
+    const Expr in[2] = {ends[0], ends[1]};
+    Expr e;
+    char_embed_block_->call(g, in, 2, nullptr, 0, &e);
+    return e;
+  }
+
+  void make_blocks() {
+    const Dim h{options_.hidden, 1};
+    const char* const dirs[2] = {"fwd", "bwd"};
+    for (int dir = 0; dir < 2; ++dir)
+      for (int step = 0; step < 2; ++step) {
+        const std::string block_name = name() + "." + dirs[dir] + (step ? ".step" : ".first");
+        dir_blocks_[dir][step] = make_block(pc_, block_name, [&](Block& blk) {
+          const Expr x = blk.input("x", h);
+          CellState prev[2];
+          if (step)
+            for (int layer = 0; layer < 2; ++layer) {
+              const std::string l = std::to_string(layer + 1);
+              prev[layer].h = blk.input("h" + l, h);
+              prev[layer].c = blk.input("c" + l, h);
+            }
+          const CellState s1 =
+              lstm_step(blk.body(), layers_[2 * dir], x, step ? &prev[0] : nullptr);
+          const CellState s2 =
+              lstm_step(blk.body(), layers_[2 * dir + 1], s1.h, step ? &prev[1] : nullptr);
+          blk.output("h1", s1.h);
+          blk.output("c1", s1.c);
+          blk.output("h2", s2.h);
+          blk.output("c2", s2.c);
+        });
+      }
+    out_block_ = make_block(pc_, name() + ".out", [&](Block& blk) {
+      const Expr f2 = blk.input("f2", h), b2 = blk.input("b2", h);
+      output_node_loss(blk, W_out_, mlp(blk.body(), f2, b2), blk.index("tag"));
+    });
+    if (!options_.char_embeddings) return;
+    for (int dir = 0; dir < 2; ++dir)
+      for (int step = 0; step < 2; ++step) {
+        const std::string block_name = name() + ".char_" + dirs[dir] + (step ? ".step" : ".first");
+        char_blocks_[dir][step] = make_block(pc_, block_name, [&](Block& blk) {
+          CellState prev;
+          if (step) {
+            prev.h = blk.input("h", h);
+            prev.c = blk.input("c", h);
+          }
+          const Expr x = blk.lookup(CE_, blk.index("char"));
+          const CellState s = lstm_step(blk.body(), char_[dir], x, step ? &prev : nullptr);
+          blk.output("h", s.h);
+          blk.output("c", s.c);
+        });
+      }
+    char_embed_block_ = make_block(pc_, name() + ".char_embed", [&](Block& blk) {
+      const Expr cf = blk.input("cf", h), cb = blk.input("cb", h);
+      blk.output("e", char_projection(blk.body(), cf, cb));
+    });
+  }
+
+  Expr embed(Graph& g, uint32_t w) {
+    if (!rare(w)) return lookup(g, E_, w);
     const std::vector<uint32_t> cs = chars_of(w);
     chars_.resize(cs.size());
     for (size_t j = 0; j < cs.size(); ++j) chars_[j] = lookup(g, CE_, cs[j]);
     lstm_layer(g, char_[0], chars_, false, cf_);
     lstm_layer(g, char_[1], chars_, true, cb_);
-    return affine({parameter(g, b_ch_), parameter(g, W_ch_), concat({cf_.back(), cb_.front()})});
+    return char_projection(g, cf_.back(), cb_.front());
   }
 
   const TaggedData& data_;
@@ -155,6 +272,8 @@ class BilstmTagger : public Model {
   LstmWeights layers_[4], char_[2];
   Parameter W_mlp_, b_mlp_, W_out_, W_ch_, b_ch_;
   std::unordered_map<uint32_t, uint32_t> counts_;
+  // Made on the first block build: dir_blocks_[fwd, bwd][first, step], char_blocks_ likewise.
+  std::unique_ptr<Block> dir_blocks_[2][2], char_blocks_[2][2], out_block_, char_embed_block_;
   std::vector<Expr> xs_, h1_, f2_, b2_, chars_, cf_, cb_, losses_;
 };
 

@@ -25,9 +25,13 @@ uint32_t lattice_classes(const std::vector<Lattice>& lattices) {
 // The shared part: data, per-type tables, the output layer and the walk over nodes and arcs.
 class LatticeModel : public Model {
  public:
+  // `has_c`: the arc cell carries a memory cell c besides h.
   LatticeModel(const char* name, ParameterCollection& pc, const Dataset& data,
-               const ModelOptions& o)
-      : Model(name, pc, o), lattices_(data.lattices), classes_(lattice_classes(data.lattices)) {
+               const ModelOptions& o, bool has_c)
+      : Model(name, pc, o),
+        lattices_(data.lattices),
+        classes_(lattice_classes(data.lattices)),
+        has_c_(has_c) {
     for (int t = 0; t < 2; ++t)
       E_[t] = pc.add_lookup_parameters(std::string(kArcTypes[t]) + ".E", o.vocab, o.hidden);
   }
@@ -56,11 +60,7 @@ class LatticeModel : public Model {
         cs_.clear();
         for (uint32_t a = a0; a < a1; ++a) {
           const LatticeArc& arc_in = l.arcs[a];
-          if (arc_in.from >= k)
-            throw std::invalid_argument(fmt::format(
-                "[{}] lattice {}: arc into node {} comes from node {}", name(), instance, k,
-                arc_in.from));
-          const int type = Lattice::is_word_arc(k, arc_in) ? 1 : 0;
+          const int type = arc_type(instance, k, arc_in);
           const CellState s = arc(g, type, states_[arc_in.from], lookup(g, E_[type], arc_in.id));
           hs_.push_back(s.h);
           if (s.c.graph) cs_.push_back(s.c);
@@ -72,8 +72,46 @@ class LatticeModel : public Model {
     }
     return sum_losses(losses_);
   }
-  Expr build_blocks(Graph&, uint32_t, std::vector<Expr>*) override {
-    block_path_missing(name());
+  // Blocks: an arc cell per arc type (inputs h_j and c_j; integer id; outputs h', c'), its
+  // variant from a node without arcs (h_j, c_j = the learned state, inside the body), and the node
+  // loss (input h_k, or the learned state; integer tag). The sums over arcs stay outside.
+  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+    const Lattice& l = lattices_[instance];
+    if (!loss_block_) make_blocks();
+    states_.resize(l.length());
+    start_.assign(l.length(), 0);
+    losses_.clear();
+    const uint32_t outs = has_c_ ? 2 : 1;
+    Expr out[2];
+    for (uint32_t k = 0; k < l.length(); ++k) {
+      const uint32_t a0 = l.arc_begin[k], a1 = l.arc_begin[k + 1], tag = l.tags[k];
+      if (a0 == a1) {
+        start_[k] = 1;
+        start_loss_block_->call(g, nullptr, 0, &tag, 1, out);
+        losses_.push_back(call_loss(out, 2, logits));
+        continue;
+      }
+      hs_.clear();
+      cs_.clear();
+      for (uint32_t a = a0; a < a1; ++a) {
+        const LatticeArc& arc_in = l.arcs[a];
+        const int type = arc_type(instance, k, arc_in);
+        const CellState& from = states_[arc_in.from];
+        const Expr in[2] = {from.h, from.c};
+        if (start_[arc_in.from])
+          arc_blocks_[type][1]->call(g, nullptr, 0, &arc_in.id, 1, out);
+        else
+          arc_blocks_[type][0]->call(g, in, outs, &arc_in.id, 1, out);
+        hs_.push_back(out[0]);
+        if (has_c_) cs_.push_back(out[1]);
+      }
+      // A sum of one is the value itself.
+      states_[k].h = hs_.size() == 1 ? hs_[0] : sum(hs_);
+      states_[k].c = !has_c_ ? Expr{} : cs_.size() == 1 ? cs_[0] : sum(cs_);
+      loss_block_->call(g, &states_[k].h, 1, &tag, 1, out);
+      losses_.push_back(call_loss(out, 2, logits));
+    }
+    return sum_losses(losses_);
   }
 
   const std::vector<Lattice>& lattices_;
@@ -82,7 +120,49 @@ class LatticeModel : public Model {
   Parameter W_out_;
 
  private:
+  // 0 for a char arc (from k-1), 1 for a word arc; throws unless the arc comes from before k.
+  int arc_type(uint32_t instance, uint32_t k, const LatticeArc& arc_in) const {
+    if (arc_in.from >= k)
+      throw std::invalid_argument(
+          fmt::format("[{}] lattice {}: arc into node {} comes from node {}", name(), instance, k,
+                      arc_in.from));
+    return Lattice::is_word_arc(k, arc_in) ? 1 : 0;
+  }
+
+  void make_blocks() {
+    const Dim h{options_.hidden, 1};
+    for (int t = 0; t < 2; ++t)
+      for (int from_start = 0; from_start < 2; ++from_start) {
+        const std::string block_name =
+            name() + "." + kArcTypes[t] + (from_start ? "_from_start" : "");
+        arc_blocks_[t][from_start] = make_block(pc_, block_name, [&](Block& blk) {
+          CellState from;
+          if (from_start) {
+            from = no_arcs(blk.body());
+          } else {
+            from.h = blk.input("h", h);
+            if (has_c_) from.c = blk.input("c", h);
+          }
+          const uint32_t id = blk.index("id");
+          const CellState s = arc(blk.body(), t, from, blk.lookup(E_[t], id));
+          blk.output("h", s.h);
+          if (has_c_) blk.output("c", s.c);
+        });
+      }
+    loss_block_ = make_block(pc_, name() + ".loss", [&](Block& blk) {
+      const Expr hk = blk.input("h", h);
+      output_node_loss(blk, W_out_, hk, blk.index("tag"));
+    });
+    start_loss_block_ = make_block(pc_, name() + ".start_loss", [&](Block& blk) {
+      output_node_loss(blk, W_out_, no_arcs(blk.body()).h, blk.index("tag"));
+    });
+  }
+
+  const bool has_c_;
+  // Made on the first block build: arc_blocks_[type][from a node without arcs].
+  std::unique_ptr<Block> arc_blocks_[2][2], loss_block_, start_loss_block_;
   std::vector<CellState> states_;
+  std::vector<uint8_t> start_;  // per node: it has no arcs (its state is the learned one)
   std::vector<Expr> hs_, cs_, losses_;
 };
 
@@ -90,7 +170,7 @@ class LatticeModel : public Model {
 class LatticeLstm : public LatticeModel {
  public:
   LatticeLstm(ParameterCollection& pc, const Dataset& data, const ModelOptions& o)
-      : LatticeModel("lattice_lstm", pc, data, o) {
+      : LatticeModel("lattice_lstm", pc, data, o, true) {
     const uint32_t H = o.hidden;
     for (int t = 0; t < 2; ++t)
       for (int gate = 0; gate < 4; ++gate) {
@@ -133,7 +213,7 @@ class LatticeLstm : public LatticeModel {
 class LatticeGru : public LatticeModel {
  public:
   LatticeGru(ParameterCollection& pc, const Dataset& data, const ModelOptions& o)
-      : LatticeModel("lattice_gru", pc, data, o) {
+      : LatticeModel("lattice_gru", pc, data, o, false) {
     const uint32_t H = o.hidden;
     for (int t = 0; t < 2; ++t)
       for (int gate = 0; gate < 3; ++gate) {

@@ -194,8 +194,10 @@ std::vector<uint32_t> predicted_labels(const Engine& engine, const std::vector<E
 }
 
 namespace zoo {
-void block_path_missing(const std::string& model) {
-  throw std::logic_error("[" + model + "] block path not built yet");
+void output_node_loss(Block& blk, Parameter W_out, const Expr& h, uint32_t label) {
+  const Expr z = matmul(parameter(blk.body(), W_out), h);
+  blk.output("loss", blk.pick_neg_log_softmax(z, label));
+  blk.output("logits", z);
 }
 }  // namespace zoo
 

@@ -57,28 +57,103 @@ class Mvrnn : public Model {
       const TreeNode& t = tree.nodes[k];
       if (t.leaf()) {
         v_[k] = lookup(g, Ev_, t.word);
-        M_[k] = affine({parameter(g, M_0_), lookup(g, EM_, t.word), parameter(g, R_M_)});
+        M_[k] = word_matrix(g, [&] { return lookup(g, EM_, t.word); });
         if (tree.nodes.size() > 1) continue;
       } else {
         const Expr v1 = v_[t.left], v2 = v_[t.right], M1 = M_[t.left], M2 = M_[t.right];
-        v_[k] = tanh(affine({parameter(g, b_v_), parameter(g, W_v_),
-                             concat({matmul(M2, v1), matmul(M1, v2)})}));
+        v_[k] = inner_v(g, v1, M1, v2, M2);
         // The root's matrix would feed nothing.
-        if (k + 1 < tree.nodes.size())
-          M_[k] = affine({parameter(g, b_M_), parameter(g, W_M_), concat({M1, M2})});
+        if (k + 1 < tree.nodes.size()) M_[k] = inner_M(g, M1, M2);
       }
       losses_.push_back(node_loss(g, W_out_, v_[k], t.label, logits));
     }
     return sum_losses(losses_);
   }
-  Expr build_blocks(Graph&, uint32_t, std::vector<Expr>*) override {
-    block_path_missing(name());
+
+  // Blocks: leaf (integer word; outputs v, M), inner (inputs v1, M1, v2, M2; integer label;
+  // outputs v, M, loss, logits), root (as inner without M), and the loss of a one-word tree's
+  // leaf (input v; integer label).
+  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+    const Tree& tree = trees_[instance];
+    check_tree(tree, "mvrnn");
+    if (!leaf_block_) make_blocks();
+    v_.resize(tree.nodes.size());
+    M_.resize(tree.nodes.size());
+    losses_.clear();
+    Expr out[4];
+    for (size_t k = 0; k < tree.nodes.size(); ++k) {
+      const TreeNode& t = tree.nodes[k];
+      const uint32_t label = t.label;
+      if (t.leaf()) {
+        leaf_block_->call(g, nullptr, 0, &t.word, 1, out);
+        v_[k] = out[0];
+        M_[k] = out[1];
+        if (tree.nodes.size() > 1) continue;
+        loss_block_->call(g, &v_[k], 1, &label, 1, out);
+        losses_.push_back(call_loss(out, 2, logits));
+        continue;
+      }
+      const Expr in[4] = {v_[t.left], M_[t.left], v_[t.right], M_[t.right]};
+      if (k + 1 < tree.nodes.size()) {
+        inner_block_->call(g, in, 4, &label, 1, out);
+        v_[k] = out[0];
+        M_[k] = out[1];
+        losses_.push_back(call_loss(out, 4, logits));
+      } else {
+        root_block_->call(g, in, 4, &label, 1, out);
+        losses_.push_back(call_loss(out, 2, logits));
+      }
+    }
+    return sum_losses(losses_);
   }
 
  private:
+  // The cells. `em` makes the word's EM column (called after M_0's node, as the op path has it).
+  template <class Em>
+  Expr word_matrix(Graph& g, Em em) const {
+    return affine({parameter(g, M_0_), em(), parameter(g, R_M_)});
+  }
+  Expr inner_v(Graph& g, const Expr& v1, const Expr& M1, const Expr& v2, const Expr& M2) const {
+    return tanh(
+        affine({parameter(g, b_v_), parameter(g, W_v_), concat({matmul(M2, v1), matmul(M1, v2)})}));
+  }
+  Expr inner_M(Graph& g, const Expr& M1, const Expr& M2) const {
+    return affine({parameter(g, b_M_), parameter(g, W_M_), concat({M1, M2})});
+  }
+
+  void make_blocks() {
+    const uint32_t H = options_.hidden;
+    const Dim h{H, 1}, hh{H, H};
+    leaf_block_ = make_block(pc_, "mvrnn.leaf", [&](Block& blk) {
+      const uint32_t word = blk.index("word");
+      blk.output("v", blk.lookup(Ev_, word));
+      blk.output("M", word_matrix(blk.body(), [&] { return blk.lookup(EM_, word); }));
+    });
+    for (bool root : {false, true}) {
+      (root ? root_block_ : inner_block_) =
+          make_block(pc_, root ? "mvrnn.root" : "mvrnn.inner", [&](Block& blk) {
+            const Expr v1 = blk.input("v1", h), M1 = blk.input("M1", hh);
+            const Expr v2 = blk.input("v2", h), M2 = blk.input("M2", hh);
+            const uint32_t label = blk.index("label");
+            const Expr v = inner_v(blk.body(), v1, M1, v2, M2);
+            if (!root) {
+              blk.output("v", v);
+              blk.output("M", inner_M(blk.body(), M1, M2));
+            }
+            output_node_loss(blk, W_out_, v, label);
+          });
+    }
+    loss_block_ = make_block(pc_, "mvrnn.loss", [&](Block& blk) {
+      const Expr v = blk.input("v", h);
+      output_node_loss(blk, W_out_, v, blk.index("label"));
+    });
+  }
+
   const std::vector<Tree>& trees_;
   LookupParameter Ev_, EM_;
   Parameter R_M_, M_0_, W_v_, b_v_, W_M_, b_M_, W_out_;
+  // Made on the first block build.
+  std::unique_ptr<Block> leaf_block_, inner_block_, root_block_, loss_block_;
   std::vector<Expr> v_, M_, losses_;
 };
 

@@ -49,40 +49,102 @@ class RandomDag : public Model {
 
  protected:
   Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
-    const Dag& d = dags_[instance];
-    if (d.size() == 0)
-      throw std::invalid_argument(fmt::format("[random_dag] DAG {} has no states", instance));
+    const Dag& d = dag(instance);
     h_.resize(d.size());
     losses_.clear();
     for (uint32_t k = 0; k < d.size(); ++k) {
       inputs_.clear();
       for (uint32_t a = d.arc_begin[k]; a < d.arc_begin[k + 1]; ++a) {
-        const DagArc& arc = d.arcs[a];
-        if (arc.from >= k)
-          throw std::invalid_argument(fmt::format(
-              "[random_dag] DAG {}: arc into state {} comes from state {}", instance, k,
-              arc.from));
+        const DagArc& arc = arc_into(instance, k, a);
         inputs_.push_back(matmul(parameter(g, A_[arc.type]), h_[arc.from]));
       }
       const Expr s = inputs_.empty() ? parameter(g, s0_) : sum(inputs_);
-      const uint32_t t = d.state_types[k];
-      h_[k] = tanh(affine({parameter(g, b_[t]), parameter(g, W_[t]),
-                           concat({s, lookup(g, E_, d.inputs[k])})}));
+      h_[k] = state(g, d.state_types[k], s, [&] { return lookup(g, E_, d.inputs[k]); });
       losses_.push_back(node_loss(g, W_out_, h_[k], d.labels[k], logits));
     }
     return sum_losses(losses_);
   }
-  Expr build_blocks(Graph&, uint32_t, std::vector<Expr>*) override {
-    block_path_missing(name());
+
+  // Blocks: a state cell per state type (input s_k; integers input_k, label) with, for its
+  // successors, A<a> h_k for every arc type a, and the state's loss (outputs A0 h, A1 h, ...,
+  // loss, logits); and its variant for a state without arcs (s0 inside the body). The sums over
+  // arcs stay outside.
+  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+    const Dag& d = dag(instance);
+    if (state_blocks_[0].empty()) make_blocks();
+    const uint32_t outs = 2 + arc_types_;
+    products_.resize(static_cast<size_t>(d.size()) * arc_types_);
+    out_.resize(outs);
+    losses_.clear();
+    for (uint32_t k = 0; k < d.size(); ++k) {
+      inputs_.clear();
+      for (uint32_t a = d.arc_begin[k]; a < d.arc_begin[k + 1]; ++a) {
+        const DagArc& arc = arc_into(instance, k, a);
+        inputs_.push_back(products_[static_cast<size_t>(arc.from) * arc_types_ + arc.type]);
+      }
+      const uint32_t t = d.state_types[k], ints[2] = {d.inputs[k], d.labels[k]};
+      if (inputs_.empty()) {
+        state_blocks_[1][t]->call(g, nullptr, 0, ints, 2, out_.data());
+      } else {
+        // A sum of one is the value itself.
+        const Expr s = inputs_.size() == 1 ? inputs_[0] : sum(inputs_);
+        state_blocks_[0][t]->call(g, &s, 1, ints, 2, out_.data());
+      }
+      for (uint32_t a = 0; a < arc_types_; ++a)
+        products_[static_cast<size_t>(k) * arc_types_ + a] = out_[a];
+      losses_.push_back(call_loss(out_.data(), outs, logits));
+    }
+    return sum_losses(losses_);
   }
 
  private:
+  const Dag& dag(uint32_t instance) const {
+    const Dag& d = dags_[instance];
+    if (d.size() == 0)
+      throw std::invalid_argument(fmt::format("[random_dag] DAG {} has no states", instance));
+    return d;
+  }
+  const DagArc& arc_into(uint32_t instance, uint32_t k, uint32_t a) const {
+    const DagArc& arc = dags_[instance].arcs[a];
+    if (arc.from >= k)
+      throw std::invalid_argument(fmt::format(
+          "[random_dag] DAG {}: arc into state {} comes from state {}", instance, k, arc.from));
+    return arc;
+  }
+
+  // h = tanh(W<t> [s; x] + b<t>); `x` makes the embedding (after W<t>'s node, as the op path has
+  // it).
+  template <class X>
+  Expr state(Graph& g, uint32_t t, const Expr& s, X x) const {
+    return tanh(affine({parameter(g, b_[t]), parameter(g, W_[t]), concat({s, x()})}));
+  }
+
+  void make_blocks() {
+    const Dim hd{options_.hidden, 1};
+    for (int start = 0; start < 2; ++start)
+      for (uint32_t t = 0; t < state_types_; ++t) {
+        const std::string block_name =
+            "random_dag.state" + std::to_string(t) + (start ? ".start" : "");
+        state_blocks_[start].push_back(make_block(pc_, block_name, [&](Block& blk) {
+          Graph& g = blk.body();
+          const Expr s = start ? parameter(g, s0_) : blk.input("s", hd);
+          const uint32_t input = blk.index("input"), label = blk.index("label");
+          const Expr h = state(g, t, s, [&] { return blk.lookup(E_, input); });
+          for (uint32_t a = 0; a < arc_types_; ++a)
+            blk.output("A" + std::to_string(a) + "h", matmul(parameter(g, A_[a]), h));
+          output_node_loss(blk, W_out_, h, label);
+        }));
+      }
+  }
+
   const std::vector<Dag>& dags_;
   uint32_t classes_ = 0, state_types_ = 1, arc_types_ = 1;
   LookupParameter E_;
   std::vector<Parameter> A_, W_, b_;
   Parameter s0_, W_out_;
-  std::vector<Expr> h_, inputs_, losses_;
+  // Made on the first block build: state_blocks_[start][state type].
+  std::vector<std::unique_ptr<Block>> state_blocks_[2];
+  std::vector<Expr> h_, inputs_, losses_, products_, out_;
 };
 
 }  // namespace

@@ -50,39 +50,86 @@ class TreeGru : public Model {
     check_tree(tree, "tree_gru");
     h_.resize(tree.nodes.size());
     losses_.clear();
-    const Expr b_r = parameter(g, b_r_), b_z = parameter(g, b_z_), b_c = parameter(g, b_c_);
+    const Expr b[3] = {parameter(g, b_r_), parameter(g, b_z_), parameter(g, b_c_)};
     for (size_t k = 0; k < tree.nodes.size(); ++k) {
       const TreeNode& t = tree.nodes[k];
-      if (t.leaf()) {
-        const Expr e = lookup(g, E_, t.word);
-        const Expr r = sigmoid(affine({b_r, parameter(g, U_r_), e}));
-        const Expr z = sigmoid(affine({b_z, parameter(g, U_z_), e}));
-        const Expr c = tanh(affine({b_c, parameter(g, U_c_), cmult(r, e)}));
-        h_[k] = sum({cmult(z, e), cmult(1.0f - z, c)});
-      } else {
-        std::vector<Expr> terms;
-        const Expr hk[2] = {h_[t.left], h_[t.right]};
-        for (int j = 0; j < 2; ++j) {
-          const Expr r = sigmoid(affine({b_r, parameter(g, U_rk_[j]), hk[j]}));
-          const Expr z = sigmoid(affine({b_z, parameter(g, U_zk_[j]), hk[j]}));
-          const Expr c = tanh(affine({b_c, parameter(g, U_ck_[j]), cmult(r, hk[j])}));
-          terms.push_back(cmult(z, hk[j]));
-          terms.push_back(cmult(1.0f - z, c));
-        }
-        h_[k] = sum(terms) * 0.5f;
-      }
+      h_[k] = t.leaf() ? leaf(g, b, lookup(g, E_, t.word)) : inner(g, b, h_[t.left], h_[t.right]);
       losses_.push_back(node_loss(g, W_out_, h_[k], t.label, logits));
     }
     return sum_losses(losses_);
   }
-  Expr build_blocks(Graph&, uint32_t, std::vector<Expr>*) override {
-    block_path_missing(name());
+
+  // Blocks with the node's loss: leaf (integers word, label), inner (inputs h1, h2; integer
+  // label); outputs h, loss, logits.
+  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+    const Tree& tree = trees_[instance];
+    check_tree(tree, "tree_gru");
+    if (!leaf_block_) make_blocks();
+    h_.resize(tree.nodes.size());
+    losses_.clear();
+    Expr out[3];
+    for (size_t k = 0; k < tree.nodes.size(); ++k) {
+      const TreeNode& t = tree.nodes[k];
+      if (t.leaf()) {
+        const uint32_t ints[2] = {t.word, t.label};
+        leaf_block_->call(g, nullptr, 0, ints, 2, out);
+      } else {
+        const Expr in[2] = {h_[t.left], h_[t.right]};
+        const uint32_t label = t.label;
+        inner_block_->call(g, in, 2, &label, 1, out);
+      }
+      h_[k] = out[0];
+      losses_.push_back(call_loss(out, 3, logits));
+    }
+    return sum_losses(losses_);
   }
 
  private:
+  // The cells; b holds the biases b_r, b_z, b_c.
+  Expr leaf(Graph& g, const Expr b[3], const Expr& e) const {
+    const Expr r = sigmoid(affine({b[0], parameter(g, U_r_), e}));
+    const Expr z = sigmoid(affine({b[1], parameter(g, U_z_), e}));
+    const Expr c = tanh(affine({b[2], parameter(g, U_c_), cmult(r, e)}));
+    return sum({cmult(z, e), cmult(1.0f - z, c)});
+  }
+  Expr inner(Graph& g, const Expr b[3], const Expr& h1, const Expr& h2) const {
+    std::vector<Expr> terms;
+    const Expr hk[2] = {h1, h2};
+    for (int j = 0; j < 2; ++j) {
+      const Expr r = sigmoid(affine({b[0], parameter(g, U_rk_[j]), hk[j]}));
+      const Expr z = sigmoid(affine({b[1], parameter(g, U_zk_[j]), hk[j]}));
+      const Expr c = tanh(affine({b[2], parameter(g, U_ck_[j]), cmult(r, hk[j])}));
+      terms.push_back(cmult(z, hk[j]));
+      terms.push_back(cmult(1.0f - z, c));
+    }
+    return sum(terms) * 0.5f;
+  }
+
+  void make_blocks() {
+    const Dim h{options_.hidden, 1};
+    leaf_block_ = make_block(pc_, "tree_gru.leaf", [&](Block& blk) {
+      Graph& g = blk.body();
+      const uint32_t word = blk.index("word"), label = blk.index("label");
+      const Expr b[3] = {parameter(g, b_r_), parameter(g, b_z_), parameter(g, b_c_)};
+      const Expr hh = leaf(g, b, blk.lookup(E_, word));
+      blk.output("h", hh);
+      output_node_loss(blk, W_out_, hh, label);
+    });
+    inner_block_ = make_block(pc_, "tree_gru.inner", [&](Block& blk) {
+      Graph& g = blk.body();
+      const Expr h1 = blk.input("h1", h), h2 = blk.input("h2", h);
+      const uint32_t label = blk.index("label");
+      const Expr b[3] = {parameter(g, b_r_), parameter(g, b_z_), parameter(g, b_c_)};
+      const Expr hh = inner(g, b, h1, h2);
+      blk.output("h", hh);
+      output_node_loss(blk, W_out_, hh, label);
+    });
+  }
+
   const std::vector<Tree>& trees_;
   LookupParameter E_;
   Parameter U_r_, U_z_, U_c_, U_rk_[2], U_zk_[2], U_ck_[2], b_r_, b_z_, b_c_, W_out_;
+  std::unique_ptr<Block> leaf_block_, inner_block_;  // made on the first block build
   std::vector<Expr> h_, losses_;
 };
 

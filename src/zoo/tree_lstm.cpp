@@ -11,7 +11,10 @@
 namespace edbatch {
 
 CellState tree_lstm_leaf(Graph& g, const TreeLstmLeafWeights& w, uint32_t word) {
-  const Expr e = lookup(g, w.E, word);
+  return zoo::tree_lstm_leaf_cell(g, w, lookup(g, w.E, word));
+}
+
+CellState zoo::tree_lstm_leaf_cell(Graph& g, const TreeLstmLeafWeights& w, const Expr& e) {
   const Expr i = sigmoid(affine({parameter(g, w.b_i), parameter(g, w.W_i), e}));
   const Expr o = sigmoid(affine({parameter(g, w.b_o), parameter(g, w.W_o), e}));
   const Expr u = tanh(affine({parameter(g, w.b_u), parameter(g, w.W_u), e}));
@@ -83,6 +86,65 @@ TreeLstmInnerWeights add_inner_weights(ParameterCollection& pc, uint32_t hidden,
   return w;
 }
 
+// The Tree-LSTM cells as blocks, each with its node's loss: a leaf (integers word, label) and one
+// inner block per inner cell (inputs h1, c1, h2, c2; integer label); outputs h, c, loss, logits.
+class TreeLstmBlocks {
+ public:
+  TreeLstmBlocks(ParameterCollection& pc, const std::string& model, uint32_t hidden,
+                 const TreeLstmLeafWeights& leaf, const TreeLstmInnerWeights* inner,
+                 uint32_t num_inner, Parameter W_out) {
+    const Dim h{hidden, 1};
+    leaf_ = zoo::make_block(pc, model + ".leaf", [&](Block& b) {
+      const uint32_t word = b.index("word"), label = b.index("label");
+      const CellState s = zoo::tree_lstm_leaf_cell(b.body(), leaf, b.lookup(leaf.E, word));
+      b.output("h", s.h);
+      b.output("c", s.c);
+      zoo::output_node_loss(b, W_out, s.h, label);
+    });
+    for (uint32_t k = 0; k < num_inner; ++k) {
+      const std::string name = num_inner == 1 ? ".inner" : ".cell" + std::to_string(k + 1);
+      inner_.push_back(zoo::make_block(pc, model + name, [&](Block& b) {
+        const CellState left{b.input("h1", h), b.input("c1", h)};
+        const CellState right{b.input("h2", h), b.input("c2", h)};
+        const uint32_t label = b.index("label");
+        const CellState s = tree_lstm_inner(b.body(), inner[k], left, right);
+        b.output("h", s.h);
+        b.output("c", s.c);
+        zoo::output_node_loss(b, W_out, s.h, label);
+      }));
+    }
+  }
+
+  // The tree's summed loss; inner node k uses inner cell cell_of(k).
+  template <class CellOf>
+  Expr build(Graph& g, const Tree& tree, std::vector<Expr>* logits, CellOf cell_of) {
+    states_.resize(tree.nodes.size());
+    losses_.clear();
+    Expr out[4];
+    for (uint32_t k = 0; k < tree.nodes.size(); ++k) {
+      const TreeNode& t = tree.nodes[k];
+      if (t.leaf()) {
+        const uint32_t ints[2] = {t.word, t.label};
+        leaf_->call(g, nullptr, 0, ints, 2, out);
+      } else {
+        const Expr in[4] = {states_[t.left].h, states_[t.left].c, states_[t.right].h,
+                            states_[t.right].c};
+        const uint32_t label = t.label;
+        inner_[cell_of(k)]->call(g, in, 4, &label, 1, out);
+      }
+      states_[k] = {out[0], out[1]};
+      losses_.push_back(zoo::call_loss(out, 4, logits));
+    }
+    return sum_losses(losses_);
+  }
+
+ private:
+  std::unique_ptr<Block> leaf_;
+  std::vector<std::unique_ptr<Block>> inner_;
+  std::vector<CellState> states_;
+  std::vector<Expr> losses_;
+};
+
 }  // namespace
 
 TreeLstmOps::TreeLstmOps(ParameterCollection& pc, uint32_t vocab, uint32_t hidden,
@@ -143,13 +205,31 @@ class TreeLstm : public Model {
   Expr build_ops(Graph& g, uint32_t i, std::vector<Expr>* logits) override {
     return ops_.build(g, trees_[i], logits);
   }
-  Expr build_blocks(Graph&, uint32_t, std::vector<Expr>*) override {
-    block_path_missing(name());
+  Expr build_blocks(Graph& g, uint32_t i, std::vector<Expr>* logits) override {
+    check_tree(trees_[i], "tree_lstm");
+    if (!blocks_) {
+      // TreeLstmOps keeps its weights to itself; the blocks find the same ones by name.
+      auto P = [this](const char* n) { return Parameter{pc_.find(n)}; };
+      TreeLstmLeafWeights leaf;
+      leaf.E = LookupParameter{pc_.find("E")};
+      leaf.W_i = P("W_i");
+      leaf.W_o = P("W_o");
+      leaf.W_u = P("W_u");
+      leaf.b_i = P("b_i");
+      leaf.b_o = P("b_o");
+      leaf.b_u = P("b_u");
+      const TreeLstmInnerWeights inner{P("U_i"), P("U_o"), P("U_u"), P("U_f1"), P("U_f2"),
+                                       leaf.b_i, leaf.b_o, leaf.b_u, P("b_f")};
+      blocks_ = std::make_unique<TreeLstmBlocks>(pc_, name(), options_.hidden, leaf, &inner, 1,
+                                                 P("W_out"));
+    }
+    return blocks_->build(g, trees_[i], logits, [](uint32_t) { return 0u; });
   }
 
  private:
   const std::vector<Tree>& trees_;
   TreeLstmOps ops_;
+  std::unique_ptr<TreeLstmBlocks> blocks_;  // made on the first block build
 };
 
 // Each inner node uses one of two inner cells, chosen by a coin seeded by (seed, instance, node).
@@ -192,8 +272,13 @@ class DoubleTypedTreeLstm : public Model {
     }
     return sum_losses(losses_);
   }
-  Expr build_blocks(Graph&, uint32_t, std::vector<Expr>*) override {
-    block_path_missing(name());
+  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+    check_tree(trees_[instance], "double_typed_tree_lstm");
+    if (!blocks_)
+      blocks_ =
+          std::make_unique<TreeLstmBlocks>(pc_, name(), options_.hidden, leaf_, cells_, 2, W_out_);
+    return blocks_->build(g, trees_[instance], logits,
+                          [&](uint32_t node) { return cell_of(instance, node); });
   }
 
  private:
@@ -201,6 +286,7 @@ class DoubleTypedTreeLstm : public Model {
   TreeLstmLeafWeights leaf_;
   TreeLstmInnerWeights cells_[2];
   Parameter W_out_;
+  std::unique_ptr<TreeLstmBlocks> blocks_;  // made on the first block build
   std::vector<CellState> states_;
   std::vector<Expr> losses_;
 };

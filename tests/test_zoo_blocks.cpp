@@ -1,0 +1,239 @@
+// The block path of every zoo model equals its op-level path: on small synthetic data with awkward
+// hidden sizes, two models over collections of the same seed (so the same initial weights) give
+// the same loss, logits and gradient of every parameter, under policies none, agenda and lb-greedy
+// at 1 and 2 threads; the block graph also equals the double-precision reference.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "edbatch/edbatch.h"
+#include "edbatch/models.h"
+#include "tests/check.h"
+#include "tests/reference.h"
+
+using namespace edbatch;
+using namespace edbatch::testing;
+
+namespace {
+
+constexpr uint32_t kVocab = 19;
+
+// A few small instances, with the shapes that take a model's rarer paths: a one-word tree, a
+// lattice whose middle node has no arcs, a one-node lattice, a one-state DAG.
+Dataset small_data(const std::string& model) {
+  Dataset d;
+  d.kind = model_data_kind(model);
+  d.source = "test";
+  switch (d.kind) {
+    case DataKind::Trees: {
+      d.trees = synthetic_trees(3, 21, kVocab);
+      Tree one;
+      one.nodes.push_back(TreeNode{-1, -1, 4, 2});
+      d.trees.insert(d.trees.begin() + 1, one);
+      break;
+    }
+    case DataKind::Lattices: {
+      d.lattices = synthetic_lattices(2, 21, kVocab);
+      Lattice& l = d.lattices[0];
+      const uint32_t keep = std::min<uint32_t>(17, l.length());
+      l.tags.resize(keep);
+      l.arc_begin.resize(keep + 1);
+      l.arcs.resize(l.arc_begin.back());
+      // Nodes 0..3, node 2 without arcs: arcs from it use the learned state too.
+      Lattice gap;
+      gap.tags = {0, 3, 1, 4};
+      gap.arc_begin = {0, 0, 1, 1, 3};
+      gap.arcs = {{0, 5}, {2, 7}, {0, 11}};
+      Lattice one;
+      one.tags = {3};
+      one.arc_begin = {0, 0};
+      d.lattices[1] = gap;
+      d.lattices.push_back(one);
+      break;
+    }
+    case DataKind::Tagged:
+      d.tagged.sentences = synthetic_tagged(3, 21, kVocab, 5);
+      d.tagged.num_tags = 5;
+      for (TaggedSentence& s : d.tagged.sentences) {
+        s.words.resize(std::min<size_t>(s.words.size(), 6));
+        s.tags.resize(s.words.size());
+      }
+      d.tagged.sentences[1].words.resize(1);  // a one-word sentence: first steps only
+      d.tagged.sentences[1].tags.resize(1);
+      break;
+    case DataKind::Dags: {
+      DagOptions o;
+      o.min_states = 1;
+      o.max_states = 19;
+      d.dags = synthetic_dags(4, 21, kVocab, o);
+      d.dags.push_back(synthetic_dags(1, 5, kVocab, DagOptions{1, 1})[0]);
+      break;
+    }
+  }
+  return d;
+}
+
+ModelOptions options(uint32_t hidden, bool blocks, bool chars) {
+  ModelOptions o;
+  o.hidden = hidden;
+  o.vocab = kVocab;
+  o.blocks = blocks;
+  o.seed = 5;
+  o.char_embeddings = chars;
+  o.char_vocab = 7;
+  o.rare_below = 2;  // some words embedded through their characters, some looked up
+  return o;
+}
+
+struct Run {
+  double loss;
+  std::vector<std::vector<float>> grads;  // per parameter id (empty for views)
+  std::vector<std::vector<float>> logits;
+};
+
+Run run_engine(ParameterCollection& pc, Graph& g, const Expr& loss, const std::vector<Expr>& logits,
+               const std::string& policy, int threads) {
+  EngineOptions o;
+  o.policy = policy;
+  o.threads = threads;
+  o.min_parallel_work = 1;  // split every kernel that can be split
+  Engine e(pc, o);
+  Run r;
+  r.loss = as_scalar(e.forward(g, loss));
+  for (const Expr& z : logits) {
+    const Tensor t = e.value(z);
+    r.logits.emplace_back(t.data, t.data + t.dim.size());
+  }
+  e.backward(g, loss);
+  validate_schedule(g, e.schedule());
+  CHECK(e.stats().batches >= e.stats().lower_bound);
+  r.grads.resize(pc.size());
+  for (uint32_t p = 0; p < pc.size(); ++p)
+    if (!pc.is_view(p)) r.grads[p].assign(pc.grads(p), pc.grads(p) + pc.dim(p).size());
+  pc.zero_grads();
+  return r;
+}
+
+struct Built {
+  Expr loss;
+  std::vector<Expr> logits;  // every instance's, in order
+};
+
+Built build_all(Model& m, Graph& g) {
+  Built b;
+  std::vector<Expr> losses;
+  for (uint32_t i = 0; i < m.size(); ++i) {
+    std::vector<Expr> logits;
+    losses.push_back(m.build(g, i, &logits));
+    REQUIRE(logits.size() == m.labels(i).size());
+    b.logits.insert(b.logits.end(), logits.begin(), logits.end());
+  }
+  b.loss = sum_losses(losses);
+  return b;
+}
+
+uint32_t count_calls(const Graph& g) {
+  uint32_t n = 0;
+  for (const Node& node : g.nodes()) n += node.op == Op::Call;
+  return n;
+}
+
+void check_blocks(const std::string& name, uint32_t hidden, bool chars = false) {
+  CAPTURE(name);
+  CAPTURE(hidden);
+  CAPTURE(chars);
+  const Dataset data = small_data(name);
+  ParameterCollection pc_ops(3), pc_blk(3);
+  const auto ops = make_model(name, pc_ops, data, options(hidden, false, chars));
+  const auto blk = make_model(name, pc_blk, data, options(hidden, true, chars));
+  Graph go(pc_ops), gb(pc_blk);
+  const Built bo = build_all(*ops, go), bb = build_all(*blk, gb);
+  REQUIRE(bo.logits.size() == bb.logits.size());
+  CHECK(count_calls(go) == 0);
+  CHECK(count_calls(gb) > 0);
+  CHECK(gb.size() < go.size());
+  for (size_t k = 0; k < bb.logits.size(); ++k)
+    CHECK(gb.node(bb.logits[k].id).dim == Dim{blk->num_classes(), 1});
+
+  const Run op = run_engine(pc_ops, go, bo.loss, bo.logits, "agenda", 1);
+  Reference ref(gb);
+  ref.forward();
+  ref.backward(bb.loss.id);
+  const double ref_loss = ref.values[bb.loss.id][0];
+  check_close(&op.loss, &ref_loss, 1, 1e-4, "op-level loss vs reference");
+  for (const char* policy : {"none", "agenda", "lb-greedy"}) {
+    for (int threads : {1, 2}) {
+      CAPTURE(policy);
+      CAPTURE(threads);
+      const Run r = run_engine(pc_blk, gb, bb.loss, bb.logits, policy, threads);
+      check_close(&r.loss, &ref_loss, 1, 1e-4, "loss vs reference");
+      check_close(&r.loss, &op.loss, 1, 1e-4, "loss vs op level");
+      for (size_t k = 0; k < r.logits.size(); ++k)
+        check_close(r.logits[k], op.logits[k], r.logits[k].size(), 1e-4,
+                    "logits " + std::to_string(k) + " vs op level");
+      uint32_t compared = 0;
+      for (uint32_t p = 0; p < pc_blk.size(); ++p) {
+        if (pc_blk.is_view(p)) continue;
+        const uint32_t q = pc_ops.find(pc_blk.name(p));
+        REQUIRE(q != UINT32_MAX);
+        const size_t n = r.grads[p].size();
+        check_close(r.grads[p], ref.param_grads[p], n, 2e-4,
+                    "gradient of " + pc_blk.name(p) + " vs reference");
+        check_close(r.grads[p], op.grads[q], n, 2e-4,
+                    "gradient of " + pc_blk.name(p) + " vs op level");
+        ++compared;
+      }
+      CHECK(compared == pc_ops.size());
+    }
+  }
+
+  // The blocks are declared once: a second graph adds no tensors and gives the same loss.
+  const uint32_t tensors = pc_blk.size();
+  Graph again(pc_blk);
+  const Expr first = blk->build(again, 0);
+  CHECK(pc_blk.size() == tensors);
+  Graph once(pc_ops);
+  const Expr first_op = ops->build(once, 0);
+  Engine e_blk(pc_blk, EngineOptions{"lb-greedy", "cpu", 1});
+  Engine e_ops(pc_ops, EngineOptions{"lb-greedy", "cpu", 1});
+  const double l_blk = as_scalar(e_blk.forward(again, first));
+  const double l_ops = as_scalar(e_ops.forward(once, first_op));
+  check_close(&l_blk, &l_ops, 1, 1e-4, "instance 0 in a new graph");
+}
+
+}  // namespace
+
+TEST_CASE("zoo blocks: tree_lstm = op level = reference") {
+  check_blocks("tree_lstm", 7);
+  check_blocks("tree_lstm", 1);
+}
+TEST_CASE("zoo blocks: tree_gru = op level = reference") {
+  check_blocks("tree_gru", 7);
+  check_blocks("tree_gru", 2);
+}
+TEST_CASE("zoo blocks: double_typed_tree_lstm = op level = reference") {
+  check_blocks("double_typed_tree_lstm", 5);
+  check_blocks("double_typed_tree_lstm", 11);
+}
+TEST_CASE("zoo blocks: mvrnn = op level = reference") {
+  check_blocks("mvrnn", 5);
+  check_blocks("mvrnn", 1);
+}
+TEST_CASE("zoo blocks: lattice_lstm = op level = reference") {
+  check_blocks("lattice_lstm", 7);
+  check_blocks("lattice_lstm", 1);
+}
+TEST_CASE("zoo blocks: lattice_gru = op level = reference") {
+  check_blocks("lattice_gru", 3);
+  check_blocks("lattice_gru", 13);
+}
+TEST_CASE("zoo blocks: bilstm_tagger = op level = reference, with and without characters") {
+  check_blocks("bilstm_tagger", 7);
+  check_blocks("bilstm_tagger", 5, true);
+  check_blocks("bilstm_tagger", 1, true);
+}
+TEST_CASE("zoo blocks: random_dag = op level = reference") {
+  check_blocks("random_dag", 7);
+  check_blocks("random_dag", 3);
+}
