@@ -101,7 +101,7 @@ class Model {
 
  protected:
   virtual Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) = 0;
-  // The block path of each model; throws std::logic_error until blocks are built for it.
+  // The block path: each structure node is one call of a compiled cell (same math as build_ops).
   virtual Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) = 0;
   void check_instance(uint32_t instance) const;
   // -log softmax(W_out h)[label], recording W_out h in `logits` when given.
