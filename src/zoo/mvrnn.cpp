@@ -1,10 +1,8 @@
 // The matrix-vector RNN (`mvrnn`, Socher et al. 2012): every node has a vector v and a matrix M;
 // a child's vector is transformed by its sibling's matrix.
 //
-// Word matrices: the op set has no reshape, so a lookup column is always a vector and a computed
-// H x H value can only come from a product with a matrix parameter. Each word's matrix is
-// therefore a rank-one correction of a shared matrix, M_w = M_0 + EM[w] R_M (one affine node), the
-// low-rank word matrices of the MV-RNN paper with rank 1 and M_0 (initialised near I) shared.
+// Word matrices: EM's columns hold H*H values, read as an H x H matrix through a reshape view (free
+// in the memory plan). Each word's matrix starts at the identity plus the usual noise.
 #include "edbatch/zoo.h"
 #include "src/zoo/zoo_internal.h"
 
@@ -18,11 +16,10 @@ class Mvrnn : public Model {
       : Model("mvrnn", pc, o), trees_(data.trees) {
     const uint32_t H = o.hidden;
     Ev_ = pc.add_lookup_parameters("Ev", o.vocab, H);
-    EM_ = pc.add_lookup_parameters("EM", o.vocab, H);
-    R_M_ = pc.add_parameters("R_M", Dim{1, H});
-    M_0_ = pc.add_parameters("M_0", Dim{H, H});
-    float* m0 = pc.values(M_0_.id);
-    for (uint32_t i = 0; i < H; ++i) m0[i * H + i] += 1.0f;  // identity plus noise
+    EM_ = pc.add_lookup_parameters("EM", o.vocab, H * H);
+    float* em = pc.values(EM_.id);
+    for (uint32_t w = 0; w < o.vocab; ++w)
+      for (uint32_t i = 0; i < H; ++i) em[static_cast<size_t>(w) * H * H + i * H + i] += 1.0f;
     W_v_ = pc.add_parameters("W_v", Dim{H, 2 * H});
     b_v_ = pc.add_parameters("b_v", Dim{H, 1});
     W_M_ = pc.add_parameters("W_M", Dim{H, 2 * H});
@@ -40,7 +37,7 @@ class Mvrnn : public Model {
     return out;
   }
   std::string math() const override {
-    return "leaf:  v = Ev[w]; M = M_0 + EM[w] R_M   (H x H: a rank-one word correction of M_0)\n"
+    return "leaf:  v = Ev[w]; M = EM[w]   (H x H, a word's own matrix)\n"
            "inner: v = tanh(W_v [M2 v1; M1 v2] + b_v); M = W_M [M1; M2] + b_M\n"
            "loss:  sum over inner nodes (the root of a one-word tree) of "
            "-log softmax(W_out v)[label]";
@@ -57,7 +54,7 @@ class Mvrnn : public Model {
       const TreeNode& t = tree.nodes[k];
       if (t.leaf()) {
         v_[k] = lookup(g, Ev_, t.word);
-        M_[k] = word_matrix(g, [&] { return lookup(g, EM_, t.word); });
+        M_[k] = word_matrix(g, t.word);
         if (tree.nodes.size() > 1) continue;
       } else {
         const Expr v1 = v_[t.left], v2 = v_[t.right], M1 = M_[t.left], M2 = M_[t.right];
@@ -70,13 +67,13 @@ class Mvrnn : public Model {
     return sum_losses(losses_);
   }
 
-  // Blocks: leaf (integer word; outputs v, M), inner (inputs v1, M1, v2, M2; integer label;
-  // outputs v, M, loss, logits), root (as inner without M), and the loss of a one-word tree's
-  // leaf (input v; integer label).
+  // Blocks: inner (inputs v1, M1, v2, M2; integer label; outputs v, M, loss, logits), root (as
+  // inner without M), and the loss of a one-word tree's leaf (input v; integer label). Leaves are
+  // two lookups, the second reshaped (a view), so they need no cell.
   Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
     const Tree& tree = trees_[instance];
     check_tree(tree, "mvrnn");
-    if (!leaf_block_) make_blocks();
+    if (!inner_block_) make_blocks();
     v_.resize(tree.nodes.size());
     M_.resize(tree.nodes.size());
     losses_.clear();
@@ -85,9 +82,8 @@ class Mvrnn : public Model {
       const TreeNode& t = tree.nodes[k];
       const uint32_t label = t.label;
       if (t.leaf()) {
-        leaf_block_->call(g, nullptr, 0, &t.word, 1, out);
-        v_[k] = out[0];
-        M_[k] = out[1];
+        v_[k] = lookup(g, Ev_, t.word);
+        M_[k] = word_matrix(g, t.word);
         if (tree.nodes.size() > 1) continue;
         loss_block_->call(g, &v_[k], 1, &label, 1, out);
         losses_.push_back(call_loss(out, 2, logits));
@@ -108,10 +104,10 @@ class Mvrnn : public Model {
   }
 
  private:
-  // The cells. `em` makes the word's EM column (called after M_0's node, as the op path has it).
-  template <class Em>
-  Expr word_matrix(Graph& g, Em em) const {
-    return affine({parameter(g, M_0_), em(), parameter(g, R_M_)});
+  // The cells.
+  Expr word_matrix(Graph& g, uint32_t word) const {
+    const uint32_t H = options_.hidden;
+    return reshape(lookup(g, EM_, word), Dim{H, H});
   }
   Expr inner_v(Graph& g, const Expr& v1, const Expr& M1, const Expr& v2, const Expr& M2) const {
     return tanh(
@@ -124,11 +120,6 @@ class Mvrnn : public Model {
   void make_blocks() {
     const uint32_t H = options_.hidden;
     const Dim h{H, 1}, hh{H, H};
-    leaf_block_ = make_block(pc_, "mvrnn.leaf", [&](Block& blk) {
-      const uint32_t word = blk.index("word");
-      blk.output("v", blk.lookup(Ev_, word));
-      blk.output("M", word_matrix(blk.body(), [&] { return blk.lookup(EM_, word); }));
-    });
     for (bool root : {false, true}) {
       (root ? root_block_ : inner_block_) =
           make_block(pc_, root ? "mvrnn.root" : "mvrnn.inner", [&](Block& blk) {
@@ -151,9 +142,9 @@ class Mvrnn : public Model {
 
   const std::vector<Tree>& trees_;
   LookupParameter Ev_, EM_;
-  Parameter R_M_, M_0_, W_v_, b_v_, W_M_, b_M_, W_out_;
+  Parameter W_v_, b_v_, W_M_, b_M_, W_out_;
   // Made on the first block build.
-  std::unique_ptr<Block> leaf_block_, inner_block_, root_block_, loss_block_;
+  std::unique_ptr<Block> inner_block_, root_block_, loss_block_;
   std::vector<Expr> v_, M_, losses_;
 };
 
