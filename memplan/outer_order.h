@@ -10,6 +10,7 @@
 namespace edbatch {
 
 class Graph;
+struct Node;
 struct Schedule;
 struct BlockPlan;
 
@@ -26,6 +27,11 @@ void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch
 // block's inputs) are already classified.
 void expand_call(const Graph& g, const BlockPlan& b, const uint32_t* calls, uint32_t k,
                  BatchPlan& bp, MemoryPlan& out);
+
+// Bytes a GEMM kernel gathers for operand `slot` (x) of a batch of `count` nodes whose weight
+// operand is `w`: the x of a shared weight that is neither shared nor a view. 0 for other slots.
+uint64_t gather_bytes(const Graph& g, const Node& first, uint32_t slot, const Operand& x,
+                      const Operand& w, uint32_t count);
 
 // Classifies operand offsets of `count` nodes as shared, a view (constant stride) or indexed.
 Operand classify_offsets(const uint32_t* offsets, uint32_t count, uint32_t size, MemoryPlan& out);

@@ -70,6 +70,17 @@ Operand classify_offsets(const uint32_t* offsets, uint32_t count, uint32_t size,
   return o;
 }
 
+uint64_t gather_bytes(const Graph& g, const Node& first, uint32_t slot, const Operand& x,
+                      const Operand& w, uint32_t count) {
+  const bool gemm = first.op == Op::Affine || first.op == Op::MatMul;
+  // The x of each W x: even slots >= 2 of affine ({b, W1, x1, ...}), slot 1 of matmul. Per-node
+  // weights (a computed W) run per-node GEMMs, which never gather.
+  if (!gemm || slot == 0 || slot % 2 == (first.op == Op::Affine ? 1u : 0u)) return 0;
+  const bool shared_w = w.mode == OperandMode::Param || w.mode == OperandMode::Shared;
+  if (!shared_w || x.mode != OperandMode::Indexed) return 0;
+  return static_cast<uint64_t>(count) * g.node(g.args(first)[slot]).dim.size() * sizeof(float);
+}
+
 namespace {
 
 const BlockPlan& block_plan(const Graph& g, const Node& call) {
@@ -160,22 +171,6 @@ void plan_operands(const Graph& g, const Schedule& s, size_t b, MemoryPlan& out)
   if (first.op == Op::Call) expand_call(g, block_plan(g, first), members, batch.count, bp, out);
 }
 
-// GEMM operands a kernel must gather: neither shared nor a view.
-uint64_t gather_bytes_of(const Graph& g, const BatchPlan& bp, const Node& first,
-                         const MemoryPlan& out) {
-  if (first.op != Op::Affine && first.op != Op::MatMul) return 0;
-  uint64_t bytes = 0;
-  const Operand* ops = out.operands.data() + bp.operand_begin;
-  for (uint32_t j = first.op == Op::Affine ? 1 : 0; j + 1 < bp.operand_count; j += 2) {
-    const OperandMode w = ops[j].mode, x = ops[j + 1].mode;
-    const bool shared_w = w == OperandMode::Param || w == OperandMode::Shared;
-    if (shared_w && x == OperandMode::Indexed)
-      bytes += static_cast<uint64_t>(bp.count) * g.node(g.args(first)[j + 1]).dim.size() *
-               sizeof(float);
-  }
-  return bytes;
-}
-
 }  // namespace
 
 void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions& options) {
@@ -206,7 +201,10 @@ void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions
     plan_operands(g, s, b, out);
     const BatchPlan& bp = out.batches[b];
     const Node& first = nodes[s.nodes[s.batches[b].begin]];
-    out.gather_bytes += gather_bytes_of(g, bp, first, out);
+    if (!g.types().is_ragged(first.type))
+      for (uint32_t j = 1; j < bp.operand_count; ++j)
+        out.gather_bytes += gather_bytes(g, first, j, out.operands[bp.operand_begin + j],
+                                         out.operands[bp.operand_begin + j - 1], bp.count);
   }
 }
 

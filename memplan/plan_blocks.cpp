@@ -20,17 +20,6 @@ Operand member_operand(const BlockPlan& b, uint32_t a, uint32_t k, const BatchPl
   return Operand{OperandMode::Contiguous, 0, bp.out_offset + k * b.base[a], n.dim.size(), 0};
 }
 
-bool is_gemm(Op op) { return op == Op::Affine || op == Op::MatMul; }
-
-// GEMM inputs (the x of each W x) that a kernel must gather.
-uint64_t gathered(const Graph& body, const Node& first, uint32_t slot, const Operand& o,
-                  uint32_t k) {
-  if (!is_gemm(first.op) || slot % 2 == (first.op == Op::Affine ? 1u : 0u)) return 0;
-  return o.mode == OperandMode::Indexed
-             ? static_cast<uint64_t>(k) * body.node(body.args(first)[slot]).dim.size() * sizeof(float)
-             : 0;
-}
-
 // Operand slot `slot` of a step whose members are `members`: one operand over all m * k nodes
 // when it can be (a shared weight, one input, or internal values laid out consecutively in member
 // order), else one operand per member.
@@ -47,16 +36,22 @@ Operand step_operand(const BlockPlan& b, const uint32_t* members, uint32_t m, ui
     same_param = same_param && body.node(arg(j)).aux == n0.aux && body.node(arg(j)).op == Op::Parameter;
     view = view && b.base[arg(j)] == b.base[a0] + j * size;
   }
+  // The step's previous operand (slot - 1, already appended): the weight when this is a GEMM x.
+  const Operand* w = slot > 0 ? &out.operands.back() : nullptr;
+  auto weight_of = [&](uint32_t j) {
+    return w->mode == OperandMode::PerMember ? out.member_operands[w->index_begin + j] : *w;
+  };
   if (m == 1 || same_param || view) {
     const Operand o = member_operand(b, a0, k, bp, out);
     if (o.mode != OperandMode::Param) ++out.member_view_operands;
-    out.gather_bytes += gathered(body, first, slot, o, k);
+    if (w) out.gather_bytes += gather_bytes(body, first, slot, o, weight_of(0), m * k);
     return o;
   }
   Operand o{OperandMode::PerMember, 0, 0, 0, static_cast<uint32_t>(out.member_operands.size())};
   for (uint32_t j = 0; j < m; ++j) {
-    out.member_operands.push_back(member_operand(b, arg(j), k, bp, out));
-    out.gather_bytes += gathered(body, first, slot, out.member_operands.back(), k);
+    const Operand x = member_operand(b, arg(j), k, bp, out);
+    if (w) out.gather_bytes += gather_bytes(body, first, slot, x, weight_of(j), k);
+    out.member_operands.push_back(x);
   }
   ++out.per_member_operands;
   return o;

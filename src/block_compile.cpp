@@ -250,18 +250,12 @@ class BodySearch {
     return best;
   }
 
-  std::vector<std::vector<uint32_t>> steps_from(uint64_t done, bool use_memo) {
+  // The memoised choices from the start, as steps of body node ids.
+  std::vector<std::vector<uint32_t>> replay() {
     std::vector<std::vector<uint32_t>> steps;
     const uint64_t all = nodes_.size() == 64 ? ~0ull : (1ull << nodes_.size()) - 1;
-    while (done != all) {
-      uint32_t t;
-      if (use_memo) {
-        t = memo_.at(done).second;
-      } else {
-        // Greedy: the ready type whose nodes sit lowest (earliest in the body).
-        t = ready_types(done).front();
-      }
-      const uint64_t r = ready_of(done, t);
+    for (uint64_t done = 0; done != all;) {
+      const uint64_t r = ready_of(done, memo_.at(done).second);
       steps.emplace_back();
       for (uint32_t i = 0; i < nodes_.size(); ++i)
         if ((r >> i) & 1u) steps.back().push_back(nodes_[i]);
@@ -269,8 +263,6 @@ class BodySearch {
     }
     return steps;
   }
-
-  std::vector<std::vector<uint32_t>> replay() { return steps_from(0, true); }
 
   std::vector<std::vector<uint32_t>> greedy() {
     // Large bodies: node-level frontier without the 64-bit state.
