@@ -4,6 +4,7 @@
 // in cache.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <stdexcept>
 
 #include "edbatch/block.h"
@@ -147,12 +148,48 @@ void run_fused(Context& c, const BlockPlan& b, const BlockGroup& g, uint32_t ste
     body(0, chunks);
 }
 
+// Forward of invocations [i0, i1) through every step of the block, on the calling thread.
+void forward_invocations(Context& one, const BlockPlan& b, const BatchPlan& bp, uint32_t i0,
+                         uint32_t i1) {
+  const uint32_t k = bp.count;
+  Window w;
+  for (uint32_t s = 0; s < b.steps.size(); ++s) {
+    const BlockStep& st = b.steps[s];
+    const BatchPlan& sp = one.plan->steps[bp.step_begin + s];
+    const KernelRow& row = cpu_kernels(st.op);
+    for (uint32_t j = 0; j < st.member_count; ++j) {
+      make_window(one, b, st, sp, j * k + i0, i1 - i0, j, k, w);
+      row.forward(one, w.args);
+    }
+  }
+}
+
 }  // namespace
 
 uint32_t call_forward(Context& c, const PlanRef& p, size_t batch) {
   const BlockPlan& b = plan_of(p, batch);
   const BatchPlan& bp = p.plan.batches[batch];
   const uint32_t k = bp.count;
+  if (c.threads > 1 && k >= 2) {
+    // Calls are independent: each thread runs the whole plan on its share of the invocations,
+    // one parallel region per batch instead of one per kernel. Each thread gathers into its own
+    // scratch.
+    const double work = 2.0 * k * b.floats_per_invocation * b.floats_per_invocation;
+    std::atomic<uint64_t> copied{0};
+    for_chunks(c, k, work, [&](uint32_t i0, uint32_t i1) {
+      thread_local Buffer scratch_x, scratch_dx;
+      ExecCounters local;
+      Context one = c;
+      one.threads = 1;
+      one.scratch_x = &scratch_x;
+      one.scratch_dx = &scratch_dx;
+      one.counters = &local;
+      forward_invocations(one, b, bp, i0, i1);
+      copied += local.bytes_copied;
+    });
+    c.counters->bytes_copied += copied;
+    return static_cast<uint32_t>(b.groups.size());
+  }
   for (const BlockGroup& g : b.groups) {
     if (g.fused) {
       run_fused(c, b, g, bp.step_begin, k, true);
