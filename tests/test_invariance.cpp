@@ -9,6 +9,7 @@
 #include "edbatch/edbatch.h"
 #include "edbatch/zoo.h"
 #include "tests/check.h"
+#include "tests/engine_run.h"
 #include "tests/models.h"
 #include "tests/reference.h"
 
@@ -58,31 +59,6 @@ Expr build(Graph& g, Fixture& f, Kind kind, uint64_t seed) {
   return sum_losses(losses);
 }
 
-struct Result {
-  float loss;
-  std::vector<std::vector<float>> grads;
-  uint64_t batches, lower_bound;
-};
-
-Result run(Graph& g, const Expr& loss, ParameterCollection& pc, const std::string& policy,
-           int threads) {
-  EngineOptions o;
-  o.policy = policy;
-  o.threads = threads;
-  o.min_parallel_work = 1;  // split every kernel that can be split
-  Engine e(pc, o);
-  Result r;
-  r.loss = as_scalar(e.forward(g, loss));
-  e.backward(g, loss);
-  validate_schedule(g, e.schedule());
-  for (uint32_t p = 0; p < pc.size(); ++p)
-    r.grads.emplace_back(pc.grads(p), pc.grads(p) + pc.dim(p).size());
-  r.batches = e.stats().batches;
-  r.lower_bound = e.stats().lower_bound;
-  pc.zero_grads();
-  return r;
-}
-
 void check_kind(Kind kind, const char* name, int seeds) {
   for (int s = 0; s < seeds; ++s) {
     Fixture f;
@@ -91,7 +67,7 @@ void check_kind(Kind kind, const char* name, int seeds) {
     CAPTURE(name);
     CAPTURE(s);
     CAPTURE(g.size());
-    const Result ref = run(g, loss, f.pc, "none", 1);
+    const EngineRun ref = run_engine(g, loss, "none", 1);
     CHECK(ref.batches >= ref.lower_bound);
 
     // The node-by-node engine agrees with the independent double-precision interpreter.
@@ -108,7 +84,7 @@ void check_kind(Kind kind, const char* name, int seeds) {
       for (int threads : {1, 2}) {
         CAPTURE(policy);
         CAPTURE(threads);
-        const Result r = run(g, loss, f.pc, policy, threads);
+        const EngineRun r = run_engine(g, loss, policy, threads);
         CHECK(r.batches >= r.lower_bound);
         check_close(&r.loss, &ref.loss, 1, 1e-5, "loss");
         for (uint32_t p = 0; p < f.pc.size(); ++p)
@@ -150,10 +126,10 @@ TEST_CASE("invariance: a large tree mini-batch (~2,000 tree nodes)") {
     losses.push_back(f.tree_lstm.build(g, t));
   }
   const Expr loss = sum_losses(losses);
-  const Result ref = run(g, loss, f.pc, "none", 1);
+  const EngineRun ref = run_engine(g, loss, "none", 1);
   for (const char* policy : {"depth", "agenda", "lb-greedy"}) {
     CAPTURE(policy);
-    const Result r = run(g, loss, f.pc, policy, 2);
+    const EngineRun r = run_engine(g, loss, policy, 2);
     check_close(&r.loss, &ref.loss, 1, 1e-5, "loss");
     for (uint32_t p = 0; p < f.pc.size(); ++p)
       check_close(r.grads[p], ref.grads[p], r.grads[p].size(), 1e-5, "grad of " + f.pc.name(p));

@@ -11,6 +11,7 @@
 #include "edbatch/models.h"
 #include "edbatch/zoo.h"
 #include "tests/check.h"
+#include "tests/engine_run.h"
 #include "tests/reference.h"
 
 using namespace edbatch;
@@ -73,29 +74,6 @@ ModelOptions small_options(uint32_t hidden, bool chars = false) {
   return o;
 }
 
-struct Run {
-  float loss;
-  std::vector<std::vector<float>> grads;
-};
-
-Run run_engine(Graph& g, const Expr& loss, ParameterCollection& pc, const std::string& policy,
-               int threads) {
-  EngineOptions o;
-  o.policy = policy;
-  o.threads = threads;
-  o.min_parallel_work = 1;  // split every kernel that can be split
-  Engine e(pc, o);
-  Run r;
-  r.loss = as_scalar(e.forward(g, loss));
-  e.backward(g, loss);
-  validate_schedule(g, e.schedule());
-  CHECK(e.stats().batches >= e.stats().lower_bound);
-  for (uint32_t p = 0; p < pc.size(); ++p)
-    r.grads.emplace_back(pc.grads(p), pc.grads(p) + pc.dim(p).size());
-  pc.zero_grads();
-  return r;
-}
-
 void check_model(const std::string& name, uint32_t hidden, bool chars = false) {
   CAPTURE(name);
   CAPTURE(hidden);
@@ -124,7 +102,7 @@ void check_model(const std::string& name, uint32_t hidden, bool chars = false) {
     for (int threads : {1, 2}) {
       CAPTURE(policy);
       CAPTURE(threads);
-      const Run r = run_engine(g, loss, pc, policy, threads);
+      const EngineRun r = run_engine(g, loss, policy, threads);
       check_close(&r.loss, &ref.values[loss.id][0], 1, 2e-5, "loss vs double reference");
       for (uint32_t p = 0; p < pc.size(); ++p)
         check_close(r.grads[p], ref.param_grads[p], r.grads[p].size(), 2e-5,

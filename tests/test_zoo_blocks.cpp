@@ -10,6 +10,7 @@
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
 #include "tests/check.h"
+#include "tests/engine_run.h"
 #include "tests/reference.h"
 
 using namespace edbatch;
@@ -86,35 +87,6 @@ ModelOptions options(uint32_t hidden, bool blocks, bool chars) {
   return o;
 }
 
-struct Run {
-  double loss;
-  std::vector<std::vector<float>> grads;  // per parameter id (empty for views)
-  std::vector<std::vector<float>> logits;
-};
-
-Run run_engine(ParameterCollection& pc, Graph& g, const Expr& loss, const std::vector<Expr>& logits,
-               const std::string& policy, int threads) {
-  EngineOptions o;
-  o.policy = policy;
-  o.threads = threads;
-  o.min_parallel_work = 1;  // split every kernel that can be split
-  Engine e(pc, o);
-  Run r;
-  r.loss = as_scalar(e.forward(g, loss));
-  for (const Expr& z : logits) {
-    const Tensor t = e.value(z);
-    r.logits.emplace_back(t.data, t.data + t.dim.size());
-  }
-  e.backward(g, loss);
-  validate_schedule(g, e.schedule());
-  CHECK(e.stats().batches >= e.stats().lower_bound);
-  r.grads.resize(pc.size());
-  for (uint32_t p = 0; p < pc.size(); ++p)
-    if (!pc.is_view(p)) r.grads[p].assign(pc.grads(p), pc.grads(p) + pc.dim(p).size());
-  pc.zero_grads();
-  return r;
-}
-
 struct Built {
   Expr loss;
   std::vector<Expr> logits;  // every instance's, in order
@@ -156,7 +128,7 @@ void check_blocks(const std::string& name, uint32_t hidden, bool chars = false) 
   for (size_t k = 0; k < bb.logits.size(); ++k)
     CHECK(gb.node(bb.logits[k].id).dim == Dim{blk->num_classes(), 1});
 
-  const Run op = run_engine(pc_ops, go, bo.loss, bo.logits, "agenda", 1);
+  const EngineRun op = run_engine(go, bo.loss, "agenda", 1, bo.logits);
   Reference ref(gb);
   ref.forward();
   ref.backward(bb.loss.id);
@@ -166,11 +138,11 @@ void check_blocks(const std::string& name, uint32_t hidden, bool chars = false) 
     for (int threads : {1, 2}) {
       CAPTURE(policy);
       CAPTURE(threads);
-      const Run r = run_engine(pc_blk, gb, bb.loss, bb.logits, policy, threads);
+      const EngineRun r = run_engine(gb, bb.loss, policy, threads, bb.logits);
       check_close(&r.loss, &ref_loss, 1, 1e-4, "loss vs reference");
       check_close(&r.loss, &op.loss, 1, 1e-4, "loss vs op level");
-      for (size_t k = 0; k < r.logits.size(); ++k)
-        check_close(r.logits[k], op.logits[k], r.logits[k].size(), 1e-4,
+      for (size_t k = 0; k < r.values.size(); ++k)
+        check_close(r.values[k], op.values[k], r.values[k].size(), 1e-4,
                     "logits " + std::to_string(k) + " vs op level");
       uint32_t compared = 0;
       for (uint32_t p = 0; p < pc_blk.size(); ++p) {

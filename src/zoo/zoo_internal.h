@@ -35,9 +35,6 @@ inline uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Sums the per-node losses of one instance.
-inline Expr instance_loss(const std::vector<Expr>& losses) { return sum_losses(losses); }
-
 // The Tree-LSTM leaf from its embedding e (tree_lstm_leaf looks e up, then calls this).
 CellState tree_lstm_leaf_cell(Graph& g, const TreeLstmLeafWeights& w, const Expr& e);
 
