@@ -1,8 +1,8 @@
 // Blocks and layout planning. Part 1, per cell (Tree-LSTM leaf and inner, LSTM, GRU, MV-RNN) at
-// k invocations: freeze time, internal steps vs their bound, operands that are views vs indexed,
-// bytes gathered and time, with and without the internal layout planner. Part 2, a Tree-LSTM
-// mini-batch written with blocks: time, batches, kernels and bytes gathered with and without the
-// outer planner, and the op-level form for reference. One JSON line per result, a table on stderr.
+// k invocations: freeze time, internal steps vs their bound, operands that are one view vs one
+// view per member, bytes gathered and time, with and without the internal layout planner. Part 2,
+// the zoo's tree_lstm mini-batch with blocks: time, batches, kernels and bytes gathered with and
+// without the outer planner, and the op-level form for reference. One JSON line per result, a table on stderr.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
@@ -14,7 +14,7 @@
 #include "edbatch/block.h"
 #include "edbatch/block_plan.h"
 #include "edbatch/edbatch.h"
-#include "edbatch/zoo.h"
+#include "edbatch/models.h"
 
 using namespace edbatch;
 
@@ -153,57 +153,17 @@ void bench_cells(uint32_t H, uint32_t k, uint32_t reps, int threads) {
   }
 }
 
-// Tree-LSTM with a leaf block and an inner block; the per-node loss is inside the blocks.
-struct TreeLstmBlocks {
-  TreeLstmBlocks(ParameterCollection& pc, uint32_t H) : w(pc, H), leaf(pc, "leaf"), inner(pc, "inner") {
-    const std::vector<Cell> cs = cells(w, H);
-    for (int which = 0; which < 2; ++which) {
-      Block& blk = which == 0 ? leaf : inner;
-      std::vector<Expr> in;
-      for (size_t j = 0; j < cs[which].inputs.size(); ++j)
-        in.push_back(blk.input("in" + std::to_string(j), cs[which].inputs[j]));
-      const std::vector<Expr> outs = cs[which].body(blk, in);
-      blk.output("h", outs[0]);
-      blk.output("c", outs[1]);
-      blk.output("loss", outs[2]);
-      blk.freeze();
-    }
-  }
-  Expr build(Graph& g, const Tree& t) {
-    h.resize(t.nodes.size());
-    c.resize(t.nodes.size());
-    losses.clear();
-    Expr out[3];
-    for (size_t k = 0; k < t.nodes.size(); ++k) {
-      const TreeNode& n = t.nodes[k];
-      if (n.leaf()) {
-        const uint32_t ints[2] = {n.word, n.label};
-        leaf.call(g, nullptr, 0, ints, 2, out);
-      } else {
-        const Expr in[4] = {h[n.left], c[n.left], h[n.right], c[n.right]};
-        const uint32_t label = n.label;
-        inner.call(g, in, 4, &label, 1, out);
-      }
-      h[k] = out[0];
-      c[k] = out[1];
-      losses.push_back(out[2]);
-    }
-    return sum_losses(losses);
-  }
-  CellWeights w;
-  Block leaf, inner;
-  std::vector<Expr> h, c, losses;
-};
-
 // The three forms run round-robin, one mini-batch each in turn, so machine noise hits them alike
 // and their ratios are fair.
+// The zoo's tree_lstm (docs/models.md), built with blocks or op by op.
 void bench_tree_lstm(uint32_t H, uint32_t batch, uint32_t reps, int threads, const std::string& policy) {
-  const std::vector<Tree> trees = synthetic_trees(batch * (reps + 5), 42, 256);
+  Dataset data;
+  data.kind = DataKind::Trees;
+  data.trees = synthetic_trees(batch * (reps + 5), 42, 256);
   const char* names[] = {"blocks, outer planning", "blocks, no planning", "op level"};
   struct Form {
     ParameterCollection pc{1};
-    std::unique_ptr<TreeLstmBlocks> blocks;
-    std::unique_ptr<TreeLstmOps> ops;
+    std::unique_ptr<Model> model;
     std::unique_ptr<Engine> engine;
     std::unique_ptr<Graph> g;
     std::vector<double> total, con, sch, exe, kernels, gathered, batches;
@@ -211,10 +171,10 @@ void bench_tree_lstm(uint32_t H, uint32_t batch, uint32_t reps, int threads, con
   Form forms[3];
   for (int f = 0; f < 3; ++f) {
     Form& F = forms[f];
-    if (f == 2)
-      F.ops = std::make_unique<TreeLstmOps>(F.pc, 256, H);
-    else
-      F.blocks = std::make_unique<TreeLstmBlocks>(F.pc, H);
+    ModelOptions mo;
+    mo.hidden = H;
+    mo.blocks = f != 2;
+    F.model = make_model("tree_lstm", F.pc, data, mo);
     EngineOptions o{policy, "cpu", threads};
     o.order_for_consumers = f != 1;
     F.engine = std::make_unique<Engine>(F.pc, o);
@@ -229,8 +189,7 @@ void bench_tree_lstm(uint32_t H, uint32_t batch, uint32_t reps, int threads, con
       F.g->clear();
       losses.clear();
       for (uint32_t i = 0; i < batch; ++i) {
-        const Tree& t = trees[(static_cast<size_t>(it) * batch + i) % trees.size()];
-        losses.push_back(f == 2 ? F.ops->build(*F.g, t) : F.blocks->build(*F.g, t));
+        losses.push_back(F.model->build(*F.g, (it * batch + i) % data.size()));
       }
       const Expr loss = sum_losses(losses);
       const double t1 = bench::now_ms();

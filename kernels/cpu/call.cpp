@@ -164,6 +164,20 @@ void forward_invocations(Context& one, const BlockPlan& b, const BatchPlan& bp, 
   }
 }
 
+// The plan group by group (backward: in reverse), each kernel splitting over the threads.
+void run_groups(Context& c, const BlockPlan& b, const BatchPlan& bp, bool forward) {
+  const size_t n = b.groups.size();
+  for (size_t q = 0; q < n; ++q) {
+    const BlockGroup& g = b.groups[forward ? q : n - 1 - q];
+    if (g.fused) {
+      run_fused(c, b, g, bp.step_begin, bp.count, forward);
+    } else {
+      const uint32_t s = g.step_begin;
+      run_step(c, b, b.steps[s], c.plan->steps[bp.step_begin + s], bp.count, forward);
+    }
+  }
+}
+
 }  // namespace
 
 uint32_t call_forward(Context& c, const PlanRef& p, size_t batch) {
@@ -190,30 +204,13 @@ uint32_t call_forward(Context& c, const PlanRef& p, size_t batch) {
     c.counters->bytes_copied += copied;
     return static_cast<uint32_t>(b.groups.size());
   }
-  for (const BlockGroup& g : b.groups) {
-    if (g.fused) {
-      run_fused(c, b, g, bp.step_begin, k, true);
-    } else {
-      const uint32_t s = g.step_begin;
-      run_step(c, b, b.steps[s], p.plan.steps[bp.step_begin + s], k, true);
-    }
-  }
+  run_groups(c, b, bp, true);
   return static_cast<uint32_t>(b.groups.size());
 }
 
 uint32_t call_backward(Context& c, const PlanRef& p, size_t batch) {
   const BlockPlan& b = plan_of(p, batch);
-  const BatchPlan& bp = p.plan.batches[batch];
-  const uint32_t k = bp.count;
-  for (size_t gi = b.groups.size(); gi-- > 0;) {
-    const BlockGroup& g = b.groups[gi];
-    if (g.fused) {
-      run_fused(c, b, g, bp.step_begin, k, false);
-    } else {
-      const uint32_t s = g.step_begin;
-      run_step(c, b, b.steps[s], p.plan.steps[bp.step_begin + s], k, false);
-    }
-  }
+  run_groups(c, b, p.plan.batches[batch], false);
   return static_cast<uint32_t>(b.groups.size());
 }
 
