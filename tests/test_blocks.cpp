@@ -167,6 +167,13 @@ TEST_CASE("blocks: every cell equals its op-by-op form and the reference, k = 1,
       for (size_t o = 0; o < outs.size(); ++o) blk.output("out" + std::to_string(o), outs[o]);
       blk.freeze();
       CHECK(blk.plan().steps.size() >= blk.plan().lower_bound);
+      if (cell_name == "tree_lstm_inner") {
+        // i, o, u multiply column views of U0..U2 in one step, f1 and f2 W3 and W4: their
+        // weights now live stacked, one after the other.
+        CHECK(pc.adjacent(w.U[0].id, w.U[1].id));
+        CHECK(pc.adjacent(w.U[1].id, w.U[2].id));
+        CHECK(pc.adjacent(w.W[3].id, w.W[4].id));
+      }
 
       const auto inv = invocations(cell, k, 100 + k);
       Graph gb(pc), go(pc);
