@@ -75,6 +75,8 @@ const Tensor& Engine::forward(Graph& g, const Expr& e) {
     stats_.nodes = schedule_.nodes.size();
     stats_.batches = schedule_.batches.size();
     stats_.lower_bound = schedule_.lower_bound;
+    stats_.policy_hits = policy_->lookups().hits;
+    stats_.policy_misses = policy_->lookups().misses;
     graph_ = &g;
     graph_generation_ = g.generation();
     graph_version_ = g.version();

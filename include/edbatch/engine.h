@@ -28,6 +28,8 @@ struct Stats {
   uint64_t nodes = 0;          // scheduled (non-source) nodes
   uint64_t batches = 0;        // = kernel steps of the forward pass
   uint64_t lower_bound = 0;
+  uint64_t policy_hits = 0;    // learned policies: choices from the table ...
+  uint64_t policy_misses = 0;  // ... and from the fallback (unseen states)
   uint64_t kernels = 0;        // launches, forward + backward so far
   uint64_t bytes_copied = 0;   // gathers, forward + backward so far
   uint64_t arena_bytes = 0;

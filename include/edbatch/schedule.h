@@ -63,6 +63,11 @@ class Policy {
   virtual uint32_t choose(const Frontier& frontier) = 0;
   // Called after each batch of `type` ran, with the nodes it took.
   virtual void on_batch(uint32_t /*type*/, uint32_t /*count*/) {}
+  // Learned policies: choices served by their table and by their fallback since begin().
+  struct Lookups {
+    uint64_t hits = 0, misses = 0;
+  };
+  virtual Lookups lookups() const { return {}; }
 };
 
 // "none", "depth", "agenda", "lb-greedy". Unknown names throw std::invalid_argument.
