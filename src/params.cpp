@@ -43,6 +43,7 @@ uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup,
   uint32_t id = static_cast<uint32_t>(entries_.size());
   entries_.push_back(std::move(e));
   by_name_[name] = id;
+  ++version_;
   return id;
 }
 
@@ -134,6 +135,7 @@ Parameter ParameterCollection::add_view(const std::string& name, Parameter base,
   const uint32_t id = static_cast<uint32_t>(entries_.size());
   entries_.push_back(std::move(e));
   by_name_[name] = id;
+  ++version_;
   return Parameter{id};
 }
 
@@ -175,6 +177,7 @@ bool ParameterCollection::stack(const std::vector<uint32_t>& ids) {
       v.storage = entries_[v.base].storage;
       v.offset = entries_[v.base].offset + v.base_offset;
     }
+  ++version_;
   return true;
 }
 
@@ -209,6 +212,7 @@ void ParameterCollection::sgd_update(float lr) {
 }
 
 void ParameterCollection::zero_grads() {
+  ++version_;
   for (uint32_t id = 0; id < entries_.size(); ++id) {
     Entry& e = entries_[id];
     if (e.view) continue;

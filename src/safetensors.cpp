@@ -289,6 +289,7 @@ void load_parameters(const std::string& path, ParameterCollection& pc) {
           v[size_t(c) * d.rows + r] = in[size_t(r) * d.cols + c];
     }
   }
+  pc.mark_changed();
 }
 
 }  // namespace edbatch

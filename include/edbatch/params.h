@@ -66,6 +66,12 @@ class ParameterCollection {
   // Sum of squares of all gradients (for clipping and tests).
   double grad_squared_norm() const;
 
+  // Changes whenever the collection changes values, gradients or storage itself (adding, views,
+  // stacking, sgd_update, zero_grads, loading weights). Code that writes through values() or
+  // grads() between passes calls mark_changed(), so device backends upload again.
+  uint64_t version() const { return version_; }
+  void mark_changed() { ++version_; }
+
   // Blocks declared over this collection, by id. A block's id stays valid (its entry becomes null)
   // after the block is destroyed, so stale calls are caught.
   uint32_t register_block(const std::string& name, const Block* block);
@@ -100,6 +106,7 @@ class ParameterCollection {
   uint32_t add(const std::string& name, Dim dim, bool lookup, float scale);
 
   uint64_t seed_;
+  uint64_t version_ = 0;
   std::vector<Entry> entries_;
   std::vector<Storage> storages_;
   std::vector<const Block*> blocks_;
