@@ -58,6 +58,8 @@ void Engine::sync_counters() {
   stats_.bytes_copied = k.bytes_copied;
   stats_.arena_bytes = k.arena_bytes;
   stats_.arena_growths = k.arena_growths;
+  stats_.device_forward_ms = k.device_forward_ms;
+  stats_.device_backward_ms = k.device_backward_ms;
 }
 
 const Tensor& Engine::forward(Graph& g, const Expr& e) {

@@ -25,6 +25,9 @@ struct Stats {
   double scheduling_ms = 0;    // scheduling + memory planning
   double execution_ms = 0;     // forward kernels
   double backward_ms = 0;
+  // Device time of the last forward / backward (CUDA events; 0 on the CPU): compare with
+  // execution_ms / backward_ms to see how busy the GPU was.
+  double device_forward_ms = 0, device_backward_ms = 0;
   uint64_t nodes = 0;          // scheduled (non-source) nodes
   uint64_t batches = 0;        // = kernel steps of the forward pass
   uint64_t lower_bound = 0;
