@@ -1,0 +1,162 @@
+#include "src/torch/cells.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace edbatch::torch_adapter {
+
+void check_packed(const Packed& p, const char* fn) {
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(fmt::format("[{}] {}", fn, what));
+  };
+  if (p.num_nodes < 0 || p.num_arcs < 0 || p.num_instances < 0)
+    fail("negative node, arc or instance count");
+  if (p.instance_offsets[0] != 0) fail("instance_offsets[0] must be 0");
+  for (int64_t i = 0; i < p.num_instances; ++i)
+    if (p.instance_offsets[i + 1] <= p.instance_offsets[i])
+      fail(fmt::format("instance {} has no nodes (instance_offsets must increase)", i));
+  if (p.instance_offsets[p.num_instances] != p.num_nodes)
+    fail(fmt::format("instance_offsets ends at {}, not at the number of nodes {}",
+                     p.instance_offsets[p.num_instances], p.num_nodes));
+  if (p.pred_ptr[0] != 0) fail("pred_ptr[0] must be 0");
+  if (p.pred_ptr[p.num_nodes] != p.num_arcs)
+    fail(fmt::format("pred_ptr ends at {}, not at the number of arcs {}", p.pred_ptr[p.num_nodes],
+                     p.num_arcs));
+  int64_t instance = 0;
+  for (int64_t k = 0; k < p.num_nodes; ++k) {
+    while (p.instance_offsets[instance + 1] <= k) ++instance;
+    const int64_t first = p.instance_offsets[instance];
+    if (p.pred_ptr[k + 1] < p.pred_ptr[k]) fail(fmt::format("pred_ptr decreases at node {}", k));
+    if (p.node_inputs[k] < -1 || p.node_inputs[k] >= p.num_x)
+      fail(fmt::format("node {} reads x row {}, outside [-1, {})", k, p.node_inputs[k], p.num_x));
+    if (p.node_types[k] < 0) fail(fmt::format("node {} has negative type", k));
+    for (int64_t a = p.pred_ptr[k]; a < p.pred_ptr[k + 1]; ++a) {
+      const int64_t j = p.pred_ids[a];
+      if (j < first || j >= k)
+        fail(fmt::format("node {} (instance {}) reads node {}: predecessors must come before it "
+                         "in its own instance (nodes {}..{})",
+                         k, instance, j, first, k - 1));
+      if (p.arc_types[a] < 0) fail(fmt::format("arc {} has negative type", a));
+      if (p.arc_inputs[a] < -1 || p.arc_inputs[a] >= p.num_x)
+        fail(fmt::format("arc {} reads x row {}, outside [-1, {})", a, p.arc_inputs[a], p.num_x));
+    }
+  }
+}
+
+Parameter Cell::add(ParameterCollection& pc, const std::string& name, uint32_t rows,
+                    uint32_t cols) {
+  weights_.push_back({name, rows, cols});
+  return pc.add_parameters(name, Dim{rows, std::max(cols, 1u)});
+}
+
+Runner::Runner(const CellConfig& config, const RunOptions& options)
+    : pc_(1),
+      engine_(pc_, EngineOptions{options.policy, options.device, options.threads}),
+      graph_(pc_) {
+  cell_ = make_cell(config, pc_);
+  for (const WeightSpec& w : cell_->weights()) weight_params_.push_back({pc_.find(w.name)});
+}
+
+namespace {
+
+// Row-major rows x cols (torch) to column-major rows x cols (edbatch), and back.
+void to_column_major(const float* src, uint32_t rows, uint32_t cols, float* dst) {
+  if (cols <= 1) {
+    std::memcpy(dst, src, sizeof(float) * rows);
+    return;
+  }
+  for (uint32_t i = 0; i < rows; ++i)
+    for (uint32_t j = 0; j < cols; ++j) dst[static_cast<size_t>(j) * rows + i] = src[i * cols + j];
+}
+
+void to_row_major(const float* src, uint32_t rows, uint32_t cols, float* dst) {
+  if (cols <= 1) {
+    std::memcpy(dst, src, sizeof(float) * rows);
+    return;
+  }
+  for (uint32_t i = 0; i < rows; ++i)
+    for (uint32_t j = 0; j < cols; ++j) dst[i * cols + j] = src[static_cast<size_t>(j) * rows + i];
+}
+
+}  // namespace
+
+void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
+                     const std::vector<float*>& outputs, bool for_backward) {
+  const char* fn = "edbatch.forward";
+  check_packed(p, fn);
+  cell_->check(p, fn);
+  const std::vector<WeightSpec>& specs = cell_->weights();
+  for (size_t i = 0; i < specs.size(); ++i)
+    to_column_major(weights[i], specs[i].rows, specs[i].cols, pc_.values(weight_params_[i].id));
+  num_nodes_ = p.num_nodes;
+  num_x_ = p.num_x;
+  have_graph_ = false;
+  if (p.num_nodes == 0) return;
+
+  graph_.clear();
+  x_.assign(p.num_x, Expr{});
+  const Dim xd{cell_->input_dim(), 1};
+  for (int64_t r = 0; r < p.num_x; ++r) x_[r] = input(graph_, xd, p.x + r * p.x_dim);
+  const uint32_t nout = cell_->num_outputs(), H = cell_->hidden();
+  out_.assign(static_cast<size_t>(nout) * p.num_nodes, Expr{});
+  cell_->build(graph_, p, x_, out_);
+
+  Expr target = out_[0];
+  if (for_backward) {
+    // loss = seed . [every output], so backward from it gives each output the seed's values as
+    // its gradient. The seed is a parameter: backward reads its values after they are written.
+    const uint64_t floats = static_cast<uint64_t>(out_.size()) * H;
+    uint32_t k = 0;
+    while ((uint64_t{1} << k) < floats) ++k;
+    if (seeds_.size() <= k) seeds_.resize(k + 1);
+    if (!seeds_[k].valid())
+      seeds_[k] = pc_.add_parameters("seed" + std::to_string(k), Dim{1, 1u << k});
+    seed_ = seeds_[k];
+    std::vector<Expr> parts(out_);
+    const uint64_t pad = (uint64_t{1} << k) - floats;
+    if (pad > 0)
+      parts.push_back(input(graph_, Dim{static_cast<uint32_t>(pad), 1},
+                            std::vector<float>(pad, 0.0f)));
+    loss_ = matmul(parameter(graph_, seed_), parts.size() == 1 ? parts[0] : concat(parts));
+    target = loss_;
+  }
+  engine_.forward(graph_, target);
+  for (uint32_t o = 0; o < nout; ++o)
+    for (int64_t k = 0; k < p.num_nodes; ++k) {
+      const Tensor t = engine_.value(out_[o * p.num_nodes + k]);
+      std::memcpy(outputs[o] + k * H, t.data, sizeof(float) * H);
+    }
+  have_graph_ = for_backward;
+}
+
+void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
+                      const std::vector<float*>& grad_weights) {
+  const std::vector<WeightSpec>& specs = cell_->weights();
+  const uint32_t H = cell_->hidden(), D = cell_->input_dim();
+  std::fill(grad_x, grad_x + num_x_ * D, 0.0f);
+  if (!have_graph_) {
+    for (size_t i = 0; i < specs.size(); ++i)
+      std::fill(grad_weights[i], grad_weights[i] + specs[i].rows * std::max(specs[i].cols, 1u),
+                0.0f);
+    if (num_nodes_ == 0) return;
+    throw std::runtime_error("[edbatch.backward] forward was not run for backward");
+  }
+  float* seed = pc_.values(seed_.id);
+  const size_t per_output = static_cast<size_t>(num_nodes_) * H;
+  std::fill(seed, seed + pc_.dim(seed_.id).size(), 0.0f);
+  for (size_t o = 0; o < out_grads.size(); ++o)
+    if (out_grads[o]) std::memcpy(seed + o * per_output, out_grads[o], sizeof(float) * per_output);
+  pc_.zero_grads();
+  engine_.backward(graph_, loss_);
+  for (int64_t r = 0; r < num_x_; ++r) {
+    const Tensor t = engine_.gradient(x_[r]);
+    std::memcpy(grad_x + r * D, t.data, sizeof(float) * D);
+  }
+  for (size_t i = 0; i < specs.size(); ++i)
+    to_row_major(pc_.grads(weight_params_[i].id), specs[i].rows, specs[i].cols, grad_weights[i]);
+}
+
+}  // namespace edbatch::torch_adapter

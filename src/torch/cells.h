@@ -1,0 +1,111 @@
+// The torch-free half of the PyTorch adapter: the packed mini-batch format, the cells the ops run
+// (as blocks over a ParameterCollection), and a Runner that builds one mini-batch graph, runs it
+// forward and back-propagates gradients given for every node's outputs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edbatch/block.h"
+#include "edbatch/engine.h"
+#include "edbatch/graph.h"
+#include "edbatch/params.h"
+
+namespace edbatch::torch_adapter {
+
+// A mini-batch of structures (docs/pytorch.md). Nodes of an instance are contiguous and in
+// topological order; the predecessors (children, arc sources) of node k are
+// pred_ids[pred_ptr[k] .. pred_ptr[k+1]), each with an arc type and an arc input (x row or -1).
+struct Packed {
+  int64_t num_nodes = 0, num_arcs = 0, num_instances = 0;
+  const int64_t* node_inputs = nullptr;  // x row per node, or -1
+  const int64_t* node_types = nullptr;   // cell type per node
+  const int64_t* pred_ptr = nullptr;     // num_nodes + 1
+  const int64_t* pred_ids = nullptr;     // num_arcs, global node ids
+  const int64_t* arc_types = nullptr;    // num_arcs
+  const int64_t* arc_inputs = nullptr;   // num_arcs, x row or -1
+  const int64_t* instance_offsets = nullptr;  // num_instances + 1
+  const float* x = nullptr;  // num_x rows of x_dim floats
+  int64_t num_x = 0, x_dim = 0;
+};
+
+// A weight as the torch side holds it: rows x cols row-major (cols == 0: a vector of rows).
+struct WeightSpec {
+  std::string name;
+  uint32_t rows = 0, cols = 0;
+};
+
+// Throws std::invalid_argument naming the first inconsistency (offsets, ranges, order).
+void check_packed(const Packed& p, const char* fn);
+
+class Cell {
+ public:
+  virtual ~Cell() = default;
+  const std::vector<WeightSpec>& weights() const { return weights_; }
+  // Per-node outputs (h, and c for the LSTMs), each hidden() floats.
+  virtual uint32_t num_outputs() const = 0;
+  uint32_t hidden() const { return hidden_; }
+  uint32_t input_dim() const { return input_dim_; }
+  // Throws std::invalid_argument for structures this cell cannot run (arity, types, inputs).
+  virtual void check(const Packed& p, const char* fn) const = 0;
+  // Adds every node of `p` to `g`; out[o * num_nodes + k] is output o of node k. `x(row)` is the
+  // Input node of row `row` of p.x.
+  virtual void build(Graph& g, const Packed& p, const std::vector<Expr>& x,
+                     std::vector<Expr>& out) = 0;
+
+ protected:
+  Cell(uint32_t hidden, uint32_t input_dim) : hidden_(hidden), input_dim_(input_dim) {}
+  Parameter add(ParameterCollection& pc, const std::string& name, uint32_t rows, uint32_t cols);
+  std::vector<WeightSpec> weights_;
+
+ private:
+  uint32_t hidden_, input_dim_;
+};
+
+struct CellConfig {
+  std::string cell;  // tree_lstm | tree_gru | lattice_lstm | lattice_gru | random_dag
+  uint32_t hidden = 0, input_dim = 0;
+  uint32_t node_types = 1, arc_types = 1;  // random_dag: state and arc types
+};
+
+const std::vector<std::string>& cell_names();
+// Adds the cell's weights (names of weights()) and frozen blocks to `pc`.
+std::unique_ptr<Cell> make_cell(const CellConfig& config, ParameterCollection& pc);
+
+struct RunOptions {
+  std::string policy = "lb-greedy";
+  std::string device = "cpu";
+  int threads = 1;
+};
+
+// One cell on one engine; reused across mini-batches (its graph, arena and blocks are kept).
+class Runner {
+ public:
+  Runner(const CellConfig& config, const RunOptions& options);
+  const Cell& cell() const { return *cell_; }
+
+  // weights[i] holds weights()[i] row-major. outputs[o] receives num_nodes x hidden floats.
+  // With `for_backward` the graph also gets the node that backward() seeds.
+  void forward(const Packed& p, const std::vector<const float*>& weights,
+               const std::vector<float*>& outputs, bool for_backward);
+  // out_grads[o]: num_nodes x hidden floats or null (zero). grad_x: num_x x x_dim floats;
+  // grad_weights[i]: as weights()[i]; all overwritten.
+  void backward(const std::vector<const float*>& out_grads, float* grad_x,
+                const std::vector<float*>& grad_weights);
+
+ private:
+  ParameterCollection pc_;
+  std::unique_ptr<Cell> cell_;
+  std::vector<Parameter> weight_params_;
+  std::vector<Parameter> seeds_;  // seeds_[k]: 1 x 2^k, made when first needed
+  Engine engine_;
+  Graph graph_;
+  std::vector<Expr> x_, out_;
+  Expr loss_;
+  Parameter seed_;
+  int64_t num_nodes_ = 0, num_x_ = 0;
+  bool have_graph_ = false;
+};
+
+}  // namespace edbatch::torch_adapter

@@ -1,0 +1,313 @@
+// The libtorch adapter: the edbatch::run_cell op (schema, CPU and CUDA kernels, autograd). Tensors
+// are checked and viewed as the torch-free Packed format of cells.h; the work is a Runner's.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#include <torch/script.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "src/torch/cells.h"
+
+namespace edbatch::torch_adapter {
+
+namespace {
+
+using at::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The structure tensors of one call, in schema order.
+struct Structure {
+  Tensor node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets;
+};
+
+struct CallArgs {
+  CellConfig config;
+  RunOptions options;
+};
+
+// Idle runners by configuration: a call takes one and gives it back after its backward (or at
+// once without autograd), so concurrent graphs never share a runner.
+class RunnerPool {
+ public:
+  static RunnerPool& get() {
+    static RunnerPool pool;
+    return pool;
+  }
+  std::unique_ptr<Runner> take(const CallArgs& a) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& idle = idle_[key(a)];
+      if (!idle.empty()) {
+        std::unique_ptr<Runner> r = std::move(idle.back());
+        idle.pop_back();
+        return r;
+      }
+    }
+    return std::make_unique<Runner>(a.config, a.options);
+  }
+  void give_back(const CallArgs& a, std::unique_ptr<Runner> r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_[key(a)].push_back(std::move(r));
+  }
+
+ private:
+  static std::string key(const CallArgs& a) {
+    const CellConfig& c = a.config;
+    return c.cell + "|" + std::to_string(c.hidden) + "|" + std::to_string(c.input_dim) + "|" +
+           std::to_string(c.node_types) + "|" + std::to_string(c.arc_types) + "|" +
+           a.options.policy + "|" + a.options.device + "|" + std::to_string(a.options.threads);
+  }
+  std::mutex mutex_;
+  std::map<std::string, std::vector<std::unique_ptr<Runner>>> idle_;
+};
+
+// A runner kept between forward and backward; returned to the pool when autograd drops it.
+class RunState : public torch::CustomClassHolder {
+ public:
+  RunState(CallArgs args, std::unique_ptr<Runner> runner, int64_t num_x)
+      : args(std::move(args)), runner(std::move(runner)), num_x(num_x) {}
+  ~RunState() override {
+    if (runner) RunnerPool::get().give_back(args, std::move(runner));
+  }
+  CallArgs args;
+  std::unique_ptr<Runner> runner;
+  int64_t num_x;
+};
+
+void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
+  TORCH_CHECK(t.scalar_type() == at::kLong, "[edbatch] ", name, " must be int64, got ",
+              t.scalar_type());
+  TORCH_CHECK(t.dim() == 1, "[edbatch] ", name, " must be 1-D, got shape ", t.sizes());
+  if (size >= 0)
+    TORCH_CHECK(t.numel() == size, "[edbatch] ", name, " has ", t.numel(), " entries, expected ",
+                size);
+}
+
+// Checks dtypes, devices and shapes; returns contiguous CPU copies where needed.
+void check_inputs(const Tensor& x, Structure& s, std::vector<Tensor>& w, const Cell& cell) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "[edbatch] x must be float32, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() == 2, "[edbatch] x must be 2-D (rows x input size), got shape ", x.sizes());
+  TORCH_CHECK(x.size(1) == cell.input_dim(), "[edbatch] x has ", x.size(1),
+              " columns, the cell's input size is ", cell.input_dim());
+  const int64_t N = s.node_inputs.numel();
+  Tensor* index[] = {&s.node_inputs, &s.node_types, &s.pred_ptr, &s.pred_ids,
+                     &s.arc_types,   &s.arc_inputs, &s.instance_offsets};
+  const char* names[] = {"node_inputs", "node_types", "pred_ptr", "pred_ids",
+                         "arc_types",   "arc_inputs", "instance_offsets"};
+  for (int i = 0; i < 7; ++i)
+    TORCH_CHECK(index[i]->device() == x.device(), "[edbatch] ", names[i], " is on ",
+                index[i]->device(), " but x is on ", x.device());
+  check_index_tensor(s.node_inputs, "node_inputs", -1);
+  check_index_tensor(s.node_types, "node_types", N);
+  check_index_tensor(s.pred_ptr, "pred_ptr", N + 1);
+  check_index_tensor(s.pred_ids, "pred_ids", -1);
+  check_index_tensor(s.arc_types, "arc_types", s.pred_ids.numel());
+  check_index_tensor(s.arc_inputs, "arc_inputs", s.pred_ids.numel());
+  check_index_tensor(s.instance_offsets, "instance_offsets", -1);
+  TORCH_CHECK(s.instance_offsets.numel() >= 1, "[edbatch] instance_offsets needs at least one "
+              "entry (0 for an empty batch)");
+  const std::vector<WeightSpec>& specs = cell.weights();
+  TORCH_CHECK(w.size() == specs.size(), "[edbatch] ", cell.weights().size(),
+              " weights expected, got ", w.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const WeightSpec& spec = specs[i];
+    TORCH_CHECK(w[i].scalar_type() == at::kFloat, "[edbatch] weight ", spec.name,
+                " must be float32, got ", w[i].scalar_type());
+    TORCH_CHECK(w[i].device() == x.device(), "[edbatch] weight ", spec.name, " is on ",
+                w[i].device(), " but x is on ", x.device());
+    const bool ok = spec.cols == 0
+                        ? w[i].dim() == 1 && w[i].size(0) == spec.rows
+                        : w[i].dim() == 2 && w[i].size(0) == spec.rows && w[i].size(1) == spec.cols;
+    TORCH_CHECK(ok, "[edbatch] weight ", spec.name, " has shape ", w[i].sizes(), ", expected ",
+                spec.cols == 0 ? std::vector<int64_t>{spec.rows}
+                               : std::vector<int64_t>{spec.rows, spec.cols});
+  }
+  for (int i = 0; i < 7; ++i) *index[i] = index[i]->to(at::kCPU).contiguous();
+  for (Tensor& t : w) t = t.to(at::kCPU).contiguous();
+}
+
+Packed packed_view(const Tensor& x, const Structure& s) {
+  Packed p;
+  p.num_nodes = s.node_inputs.numel();
+  p.num_arcs = s.pred_ids.numel();
+  p.num_instances = s.instance_offsets.numel() - 1;
+  p.node_inputs = s.node_inputs.data_ptr<int64_t>();
+  p.node_types = s.node_types.data_ptr<int64_t>();
+  p.pred_ptr = s.pred_ptr.data_ptr<int64_t>();
+  p.pred_ids = s.pred_ids.data_ptr<int64_t>();
+  p.arc_types = s.arc_types.data_ptr<int64_t>();
+  p.arc_inputs = s.arc_inputs.data_ptr<int64_t>();
+  p.instance_offsets = s.instance_offsets.data_ptr<int64_t>();
+  p.x = x.data_ptr<float>();
+  p.num_x = x.size(0);
+  p.x_dim = x.size(1);
+  return p;
+}
+
+CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
+                   int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
+                   int64_t threads) {
+  TORCH_CHECK(hidden > 0, "[edbatch] hidden size must be positive, got ", hidden);
+  TORCH_CHECK(x.dim() == 2 && x.size(1) > 0, "[edbatch] x must be 2-D with columns, got shape ",
+              x.sizes());
+  TORCH_CHECK(num_node_types > 0 && num_arc_types > 0,
+              "[edbatch] type counts must be positive");
+  CallArgs a;
+  a.config = {cell, static_cast<uint32_t>(hidden), static_cast<uint32_t>(x.size(1)),
+              static_cast<uint32_t>(num_node_types), static_cast<uint32_t>(num_arc_types)};
+  a.options.policy = policy;
+  a.options.device = x.is_cuda() ? "cuda" : "cpu";
+  a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
+  return a;
+}
+
+// Runs the forward; keeps the runner in `state` when it is given (for backward).
+std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure s,
+                                std::vector<Tensor> w, c10::intrusive_ptr<RunState>* state) {
+  std::unique_ptr<Runner> runner;
+  try {
+    runner = RunnerPool::get().take(a);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  check_inputs(x_in, s, w, runner->cell());
+  const Tensor x = x_in.to(at::kCPU).contiguous();
+  const Packed p = packed_view(x, s);
+  const int64_t H = a.config.hidden;
+  std::vector<Tensor> out;
+  std::vector<float*> out_ptr;
+  for (uint32_t o = 0; o < runner->cell().num_outputs(); ++o) {
+    out.push_back(at::empty({p.num_nodes, H}, x.options()));
+    out_ptr.push_back(out.back().data_ptr<float>());
+  }
+  std::vector<const float*> w_ptr;
+  for (const Tensor& t : w) w_ptr.push_back(t.data_ptr<float>());
+  try {
+    runner->forward(p, w_ptr, out_ptr, state != nullptr);
+  } catch (const std::exception& e) {
+    RunnerPool::get().give_back(a, std::move(runner));
+    TORCH_CHECK(false, e.what());
+  }
+  if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x);
+  else RunnerPool::get().give_back(a, std::move(runner));
+  for (Tensor& t : out) t = t.to(x_in.device());
+  return out;
+}
+
+std::vector<Tensor> run_cell(const std::string& cell, const Tensor& x, const Tensor& node_inputs,
+                             const Tensor& node_types, const Tensor& pred_ptr,
+                             const Tensor& pred_ids, const Tensor& arc_types,
+                             const Tensor& arc_inputs, const Tensor& instance_offsets,
+                             at::TensorList weights, int64_t hidden, int64_t num_node_types,
+                             int64_t num_arc_types, const std::string& policy, int64_t threads) {
+  const CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
+  const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
+                    instance_offsets};
+  return run_forward(a, x, s, weights.vec(), nullptr);
+}
+
+class CellFunction : public torch::autograd::Function<CellFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const std::string& cell, const Tensor& x,
+                               const Tensor& node_inputs, const Tensor& node_types,
+                               const Tensor& pred_ptr, const Tensor& pred_ids,
+                               const Tensor& arc_types, const Tensor& arc_inputs,
+                               const Tensor& instance_offsets, at::TensorList weights,
+                               int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
+                               const std::string& policy, int64_t threads) {
+    const CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
+    const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
+                      instance_offsets};
+    c10::intrusive_ptr<RunState> state;
+    std::vector<Tensor> out = run_forward(a, x, s, weights.vec(), &state);
+    ctx->saved_data["state"] = c10::IValue(state);
+    ctx->saved_data["x_device"] = c10::IValue(x.device());
+    ctx->saved_data["num_weights"] = static_cast<int64_t>(weights.size());
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto state = ctx->saved_data["state"].toCustomClass<RunState>();
+    const c10::Device device = ctx->saved_data["x_device"].toDevice();
+    TORCH_CHECK(state->runner, "[edbatch] backward ran twice through one graph; pass "
+                "retain_graph=False or run the forward again");
+    Runner& runner = *state->runner;
+    const Cell& cell = runner.cell();
+    std::vector<Tensor> g;
+    std::vector<const float*> g_ptr;
+    for (const Tensor& t : grads) {
+      g.push_back(t.defined() ? t.to(at::kCPU, at::kFloat).contiguous() : Tensor());
+      g_ptr.push_back(g.back().defined() ? g.back().data_ptr<float>() : nullptr);
+    }
+    const at::TensorOptions cpu = at::TensorOptions().dtype(at::kFloat);
+    Tensor grad_x = at::empty({state->num_x, cell.input_dim()}, cpu);
+    std::vector<Tensor> grad_w;
+    std::vector<float*> grad_w_ptr;
+    for (const WeightSpec& w : cell.weights()) {
+      grad_w.push_back(w.cols == 0 ? at::empty({w.rows}, cpu) : at::empty({w.rows, w.cols}, cpu));
+      grad_w_ptr.push_back(grad_w.back().data_ptr<float>());
+    }
+    try {
+      runner.backward(g_ptr, grad_x.data_ptr<float>(), grad_w_ptr);
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, e.what());
+    }
+    // The graph is spent: give the runner back now rather than when autograd frees the context.
+    RunnerPool::get().give_back(state->args, std::move(state->runner));
+    // One gradient per forward argument: cell, x, 7 structure tensors, the weights, 5 options.
+    variable_list out;
+    out.push_back(Tensor());
+    out.push_back(grad_x.to(device));
+    for (int i = 0; i < 7; ++i) out.push_back(Tensor());
+    for (Tensor& t : grad_w) out.push_back(t.to(device));
+    for (int i = 0; i < 5; ++i) out.push_back(Tensor());
+    return out;
+  }
+};
+
+std::vector<Tensor> run_cell_autograd(const std::string& cell, const Tensor& x,
+                                      const Tensor& node_inputs, const Tensor& node_types,
+                                      const Tensor& pred_ptr, const Tensor& pred_ids,
+                                      const Tensor& arc_types, const Tensor& arc_inputs,
+                                      const Tensor& instance_offsets, at::TensorList weights,
+                                      int64_t hidden, int64_t num_node_types,
+                                      int64_t num_arc_types, const std::string& policy,
+                                      int64_t threads) {
+  bool needs_grad = x.requires_grad();
+  for (const Tensor& w : weights) needs_grad = needs_grad || w.requires_grad();
+  if (!needs_grad || !at::GradMode::is_enabled()) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return run_cell(cell, x, node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
+                    instance_offsets, weights, hidden, num_node_types, num_arc_types, policy,
+                    threads);
+  }
+  return CellFunction::apply(cell, x, node_inputs, node_types, pred_ptr, pred_ids, arc_types,
+                             arc_inputs, instance_offsets, weights, hidden, num_node_types,
+                             num_arc_types, policy, threads);
+}
+
+std::vector<std::string> list_cells() { return cell_names(); }
+
+}  // namespace
+
+TORCH_LIBRARY(edbatch, m) {
+  m.class_<RunState>("RunState");
+  m.def(
+      "run_cell(str cell, Tensor x, Tensor node_inputs, Tensor node_types, Tensor pred_ptr, "
+      "Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, Tensor instance_offsets, "
+      "Tensor[] weights, int hidden, int num_node_types, int num_arc_types, str policy, "
+      "int threads) -> Tensor[]");
+  m.def("cells() -> str[]", &list_cells);
+}
+
+// The CUDA kernel is the CPU one: the engine takes host-side structures and parameters, and the
+// device the Runner was made for ("cuda" for CUDA tensors) does the math.
+TORCH_LIBRARY_IMPL(edbatch, CPU, m) { m.impl("run_cell", &run_cell); }
+TORCH_LIBRARY_IMPL(edbatch, CUDA, m) { m.impl("run_cell", &run_cell); }
+TORCH_LIBRARY_IMPL(edbatch, Autograd, m) { m.impl("run_cell", &run_cell_autograd); }
+
+}  // namespace edbatch::torch_adapter
