@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <istream>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,17 @@ std::vector<Lattice> synthetic_lattices(uint32_t n, uint64_t seed, uint32_t voca
 // 10..50 words per sentence; a word's tag mostly follows from the word, so it can be learned.
 std::vector<TaggedSentence> synthetic_tagged(uint32_t n, uint64_t seed, uint32_t vocab_size = 256,
                                              uint32_t num_tags = 18);
+
+// ---- Writers: the text formats above ----
+
+// Word id i is written as the token "w<i>" (tag id t, in tagged files without tag names, as
+// "T<t>"). The loaders number words (and tags) by first appearance, so a written file loads back
+// to the same structures with ids renumbered in that order; lattice arc ids are written as they
+// are and load back unchanged. Throw std::invalid_argument for a malformed instance.
+void write_trees(std::ostream& out, const std::vector<Tree>& trees);
+void write_lattices(std::ostream& out, const std::vector<Lattice>& lattices);
+void write_tagged(std::ostream& out, const std::vector<TaggedSentence>& sentences,
+                  const std::vector<std::string>& tag_names = {});
 
 // ---- Statistics ----
 

@@ -29,7 +29,7 @@ double ms_since(Clock::time_point t) {
 
 struct RunOptions {
   std::string model, data = "synthetic:1000", policy = "lb-greedy", device = "cpu";
-  std::string outputs, json, save_weights, load_weights;
+  std::string outputs, json, save_weights, load_weights, write_data;
   uint32_t vocab = 256, batch = 32, hidden = 128, threads = 1, epochs = 1, iters = 0, warmup = 2;
   uint64_t seed = 1;
   float lr = 0.1f;
@@ -165,14 +165,30 @@ void check_usage(const RunOptions& o) {
   } else if (model_data_kind(o.model) == DataKind::Dags) {
     throw UsageError("--data: " + o.model + " reads random DAGs, which only come as synthetic:N");
   }
+  if (!o.write_data.empty() && model_data_kind(o.model) == DataKind::Dags)
+    throw UsageError("--write-data: " + o.model + " reads random DAGs, which have no text format");
   if (o.chars && o.model != "bilstm_tagger")
     throw UsageError("--char applies to bilstm_tagger only");
+}
+
+// The data set in its text format (check_usage refused DAGs).
+int write_data(const Dataset& data, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write '" + path + "'");
+  if (data.kind == DataKind::Trees) write_trees(out, data.trees);
+  if (data.kind == DataKind::Lattices) write_lattices(out, data.lattices);
+  if (data.kind == DataKind::Tagged)
+    write_tagged(out, data.tagged.sentences, data.tagged.tag_names);
+  out.close();
+  if (!out) throw std::runtime_error("error writing '" + path + "'");
+  return 0;
 }
 
 int run(const RunOptions& o) {
   const auto wall0 = Clock::now();
   check_usage(o);
   const Dataset data = load_dataset(model_data_kind(o.model), o.data, o.vocab, o.seed);
+  if (!o.write_data.empty()) return write_data(data, o.write_data);
   ParameterCollection pc(o.seed);
   ModelOptions mo;
   mo.hidden = o.hidden;
@@ -315,6 +331,9 @@ Command add_run_command(CLI::App& root) {
   app->add_option("--save-weights", o->save_weights, "save the weights after the run (safetensors)");
   app->add_option("--load-weights", o->load_weights,
                   "load weights (safetensors) before the run; names and shapes must match");
+  app->add_option("--write-data", o->write_data,
+                  "write the data set --data names in its text format (SST trees, lattices or "
+                  "word|TAG sentences; words become w<id>) to this file, and exit");
   app->add_flag("--describe", o->describe,
                 "print the model's tensors (names, shapes) and math, and exit");
   app->footer(
