@@ -94,10 +94,289 @@ class TreeLstmCell : public Cell {
   std::unique_ptr<Block> leaf_, inner_;
 };
 
+// ---- Tree-GRU (docs/models.md, tree_gru) ----
+
+class TreeGruCell : public Cell {
+ public:
+  TreeGruCell(ParameterCollection& pc, uint32_t H) : Cell(H, H) {
+    const Parameter U_r = add(pc, "U_r", H, H), U_z = add(pc, "U_z", H, H),
+                    U_c = add(pc, "U_c", H, H);
+    Parameter U_rk[2], U_zk[2], U_ck[2];
+    for (int k = 0; k < 2; ++k) {
+      const std::string n = std::to_string(k + 1);
+      U_rk[k] = add(pc, "U_r" + n, H, H);
+      U_zk[k] = add(pc, "U_z" + n, H, H);
+      U_ck[k] = add(pc, "U_c" + n, H, H);
+    }
+    const Parameter b_r = add(pc, "b_r", H, 0), b_z = add(pc, "b_z", H, 0),
+                    b_c = add(pc, "b_c", H, 0);
+    const Dim h{H, 1};
+    leaf_ = frozen(pc, "tree_gru.leaf", [&](Block& b) {
+      Graph& g = b.body();
+      const Expr e = b.input("x", h);
+      const Expr r = sigmoid(affine({parameter(g, b_r), parameter(g, U_r), e}));
+      const Expr z = sigmoid(affine({parameter(g, b_z), parameter(g, U_z), e}));
+      const Expr c = tanh(affine({parameter(g, b_c), parameter(g, U_c), cmult(r, e)}));
+      b.output("h", sum({cmult(z, e), cmult(1.0f - z, c)}));
+    });
+    inner_ = frozen(pc, "tree_gru.inner", [&](Block& b) {
+      Graph& g = b.body();
+      std::vector<Expr> terms;
+      for (int k = 0; k < 2; ++k) {
+        const Expr hk = b.input("h" + std::to_string(k + 1), h);
+        const Expr r = sigmoid(affine({parameter(g, b_r), parameter(g, U_rk[k]), hk}));
+        const Expr z = sigmoid(affine({parameter(g, b_z), parameter(g, U_zk[k]), hk}));
+        const Expr c = tanh(affine({parameter(g, b_c), parameter(g, U_ck[k]), cmult(r, hk)}));
+        terms.push_back(cmult(z, hk));
+        terms.push_back(cmult(1.0f - z, c));
+      }
+      b.output("h", sum(terms) * 0.5f);
+    });
+  }
+  uint32_t num_outputs() const override { return 1; }
+  void check(const Packed& p, const char* fn) const override {
+    binary_tree_check(p, fn, "tree_gru");
+  }
+  void build(Graph& g, const Packed& p, const std::vector<Expr>& x,
+             std::vector<Expr>& out) override {
+    for (int64_t k = 0; k < p.num_nodes; ++k) {
+      const int64_t a = p.pred_ptr[k];
+      if (a == p.pred_ptr[k + 1]) {
+        leaf_->call(g, &x[p.node_inputs[k]], 1, nullptr, 0, &out[k]);
+      } else {
+        const Expr in[2] = {out[p.pred_ids[a]], out[p.pred_ids[a + 1]]};
+        inner_->call(g, in, 2, nullptr, 0, &out[k]);
+      }
+    }
+  }
+
+ private:
+  std::unique_ptr<Block> leaf_, inner_;
+};
+
+// ---- Lattice LSTM / GRU (docs/models.md): an arc cell per arc type, summed per node ----
+
+const char* const kArcTypes[2] = {"char", "word"};
+
+class LatticeCell : public Cell {
+ public:
+  uint32_t num_outputs() const override { return lstm_ ? 2 : 1; }
+  void check(const Packed& p, const char* fn) const override {
+    for (int64_t a = 0; a < p.num_arcs; ++a) {
+      if (p.arc_types[a] > 1)
+        throw std::invalid_argument(fmt::format(
+            "[{}] {}: arc {} has type {}; lattice arcs are 0 (char) or 1 (word)", fn, name_, a,
+            p.arc_types[a]));
+      if (p.arc_inputs[a] < 0)
+        throw std::invalid_argument(
+            fmt::format("[{}] {}: arc {} has no input row", fn, name_, a));
+    }
+  }
+  void build(Graph& g, const Packed& p, const std::vector<Expr>& x,
+             std::vector<Expr>& out) override {
+    const int64_t N = p.num_nodes;
+    Expr o[2];
+    for (int64_t k = 0; k < N; ++k) {
+      const int64_t a0 = p.pred_ptr[k], a1 = p.pred_ptr[k + 1];
+      if (a0 == a1) {
+        out[k] = parameter(g, h0_);
+        if (lstm_) out[N + k] = parameter(g, c0_);
+        continue;
+      }
+      hs_.clear();
+      cs_.clear();
+      for (int64_t a = a0; a < a1; ++a) {
+        const int64_t j = p.pred_ids[a], t = p.arc_types[a];
+        Expr in[3];
+        uint32_t n = 0;
+        const bool from_start = p.pred_ptr[j] == p.pred_ptr[j + 1];
+        if (!from_start) {
+          in[n++] = out[j];
+          if (lstm_) in[n++] = out[N + j];
+        }
+        in[n++] = x[p.arc_inputs[a]];
+        arcs_[t][from_start]->call(g, in, n, nullptr, 0, o);
+        hs_.push_back(o[0]);
+        if (lstm_) cs_.push_back(o[1]);
+      }
+      out[k] = hs_.size() == 1 ? hs_[0] : sum(hs_);
+      if (lstm_) out[N + k] = cs_.size() == 1 ? cs_[0] : sum(cs_);
+    }
+  }
+
+ protected:
+  LatticeCell(const char* name, bool lstm, uint32_t H, uint32_t D)
+      : Cell(H, D), name_(name), lstm_(lstm) {}
+  // The arc cell of type t from state `from` with input x.
+  virtual CellState arc(Graph& g, int t, const CellState& from, const Expr& x) = 0;
+  void make_blocks(ParameterCollection& pc) {
+    const Dim h{hidden(), 1}, xd{input_dim(), 1};
+    for (int t = 0; t < 2; ++t)
+      for (int start = 0; start < 2; ++start)
+        arcs_[t][start] = frozen(
+            pc, std::string(name_) + "." + kArcTypes[t] + (start ? "_from_start" : ""),
+            [&](Block& b) {
+              CellState from;
+              if (start) {
+                from = {parameter(b.body(), h0_), lstm_ ? parameter(b.body(), c0_) : Expr{}};
+              } else {
+                from.h = b.input("h", h);
+                if (lstm_) from.c = b.input("c", h);
+              }
+              const CellState s = arc(b.body(), t, from, b.input("x", xd));
+              b.output("h", s.h);
+              if (lstm_) b.output("c", s.c);
+            });
+  }
+
+  const char* name_;
+  bool lstm_;
+  Parameter h0_, c0_;
+
+ private:
+  std::unique_ptr<Block> arcs_[2][2];  // [arc type][from a node without arcs]
+  std::vector<Expr> hs_, cs_;
+};
+
+class LatticeLstmCell : public LatticeCell {
+ public:
+  LatticeLstmCell(ParameterCollection& pc, uint32_t H, uint32_t D)
+      : LatticeCell("lattice_lstm", true, H, D) {
+    for (int t = 0; t < 2; ++t)
+      for (int k = 0; k < 4; ++k) {
+        const std::string p = std::string(kArcTypes[t]) + "_", gate = std::string("_") + "fcio"[k];
+        U_[t][k] = add(pc, p + "U" + gate, H, D);
+        W_[t][k] = add(pc, p + "W" + gate, H, H);
+        b_[t][k] = add(pc, p + "b" + gate, H, 0);
+      }
+    h0_ = add(pc, "h0", H, 0);
+    c0_ = add(pc, "c0", H, 0);
+    make_blocks(pc);
+  }
+
+ protected:
+  CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
+    Expr gates[4];
+    for (int k = 0; k < 4; ++k)
+      gates[k] = affine({parameter(g, b_[t][k]), parameter(g, U_[t][k]), x,
+                         parameter(g, W_[t][k]), from.h});
+    const Expr f = sigmoid(gates[0]), c_new = tanh(gates[1]), i = sigmoid(gates[2]),
+               o = sigmoid(gates[3]);
+    const Expr c = sum({cmult(i, c_new), cmult(f, from.c)});
+    return {cmult(o, tanh(c)), c};
+  }
+
+ private:
+  Parameter U_[2][4], W_[2][4], b_[2][4];
+};
+
+class LatticeGruCell : public LatticeCell {
+ public:
+  LatticeGruCell(ParameterCollection& pc, uint32_t H, uint32_t D)
+      : LatticeCell("lattice_gru", false, H, D) {
+    for (int t = 0; t < 2; ++t)
+      for (int k = 0; k < 3; ++k) {
+        const std::string p = std::string(kArcTypes[t]) + "_", gate = std::string("_") + "rzc"[k];
+        U_[t][k] = add(pc, p + "U" + gate, H, H);
+        W_[t][k] = add(pc, p + "W" + gate, H, D);
+        b_[t][k] = add(pc, p + "b" + gate, H, 0);
+      }
+    h0_ = add(pc, "h0", H, 0);
+    make_blocks(pc);
+  }
+
+ protected:
+  CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
+    const Expr& h = from.h;
+    auto gate = [&](int k, const Expr& on_h) {
+      return affine({parameter(g, b_[t][k]), parameter(g, U_[t][k]), on_h,
+                     parameter(g, W_[t][k]), x});
+    };
+    const Expr r = sigmoid(gate(0, h)), z = sigmoid(gate(1, h));
+    const Expr c = tanh(gate(2, cmult(r, h)));
+    return {sum({cmult(z, h), cmult(1.0f - z, c)}), Expr{}};
+  }
+
+ private:
+  Parameter U_[2][3], W_[2][3], b_[2][3];
+};
+
+// ---- Random-DAG state cell (docs/models.md, random_dag) ----
+
+class RandomDagCell : public Cell {
+ public:
+  RandomDagCell(ParameterCollection& pc, uint32_t H, uint32_t D, uint32_t state_types,
+                uint32_t arc_types)
+      : Cell(H, D), state_types_(state_types), arc_types_(arc_types) {
+    std::vector<Parameter> A, W, b;
+    for (uint32_t a = 0; a < arc_types; ++a) A.push_back(add(pc, "A" + std::to_string(a), H, H));
+    for (uint32_t t = 0; t < state_types; ++t) {
+      W.push_back(add(pc, "W" + std::to_string(t), H, H + D));
+      b.push_back(add(pc, "b" + std::to_string(t), H, 0));
+    }
+    const Parameter s0 = add(pc, "s0", H, 0);
+    const Dim h{H, 1}, xd{D, 1};
+    for (int start = 0; start < 2; ++start)
+      for (uint32_t t = 0; t < state_types; ++t)
+        blocks_[start].push_back(frozen(
+            pc, "random_dag.state" + std::to_string(t) + (start ? ".start" : ""), [&](Block& blk) {
+              Graph& g = blk.body();
+              const Expr s = start ? parameter(g, s0) : blk.input("s", h);
+              const Expr x = blk.input("x", xd);
+              const Expr hk = tanh(affine({parameter(g, b[t]), parameter(g, W[t]), concat({s, x})}));
+              blk.output("h", hk);
+              for (uint32_t a = 0; a < arc_types; ++a)
+                blk.output("A" + std::to_string(a) + "h", matmul(parameter(g, A[a]), hk));
+            }));
+  }
+  uint32_t num_outputs() const override { return 1; }
+  void check(const Packed& p, const char* fn) const override {
+    for (int64_t k = 0; k < p.num_nodes; ++k) {
+      need_input(p, k, fn, "random_dag");
+      if (p.node_types[k] >= state_types_)
+        throw std::invalid_argument(fmt::format("[{}] random_dag: state {} has type {}, not below "
+                                                "the {} state types",
+                                                fn, k, p.node_types[k], state_types_));
+    }
+    for (int64_t a = 0; a < p.num_arcs; ++a)
+      if (p.arc_types[a] >= arc_types_)
+        throw std::invalid_argument(fmt::format(
+            "[{}] random_dag: arc {} has type {}, not below the {} arc types", fn, a,
+            p.arc_types[a], arc_types_));
+  }
+  void build(Graph& g, const Packed& p, const std::vector<Expr>& x,
+             std::vector<Expr>& out) override {
+    const uint32_t A = arc_types_;
+    products_.resize(static_cast<size_t>(p.num_nodes) * A);
+    std::vector<Expr> o(1 + A);
+    for (int64_t k = 0; k < p.num_nodes; ++k) {
+      inputs_.clear();
+      for (int64_t a = p.pred_ptr[k]; a < p.pred_ptr[k + 1]; ++a)
+        inputs_.push_back(products_[p.pred_ids[a] * A + p.arc_types[a]]);
+      const Expr& xk = x[p.node_inputs[k]];
+      if (inputs_.empty()) {
+        blocks_[1][p.node_types[k]]->call(g, &xk, 1, nullptr, 0, o.data());
+      } else {
+        // A sum of one is the value itself.
+        const Expr in[2] = {inputs_.size() == 1 ? inputs_[0] : sum(inputs_), xk};
+        blocks_[0][p.node_types[k]]->call(g, in, 2, nullptr, 0, o.data());
+      }
+      out[k] = o[0];
+      for (uint32_t a = 0; a < A; ++a) products_[k * A + a] = o[1 + a];
+    }
+  }
+
+ private:
+  uint32_t state_types_, arc_types_;
+  std::vector<std::unique_ptr<Block>> blocks_[2];  // [start][state type]
+  std::vector<Expr> inputs_, products_;
+};
+
 }  // namespace
 
 const std::vector<std::string>& cell_names() {
-  static const std::vector<std::string> names = {"tree_lstm"};
+  static const std::vector<std::string> names = {"tree_lstm", "tree_gru", "lattice_lstm",
+                                                  "lattice_gru", "random_dag"};
   return names;
 }
 
@@ -107,6 +386,18 @@ std::unique_ptr<Cell> make_cell(const CellConfig& c, ParameterCollection& pc) {
                                             "must be positive",
                                             c.cell, c.hidden, c.input_dim));
   if (c.cell == "tree_lstm") return std::make_unique<TreeLstmCell>(pc, c.hidden, c.input_dim);
+  if (c.cell == "tree_gru") {
+    if (c.input_dim != c.hidden)
+      throw std::invalid_argument(fmt::format(
+          "[make_cell] tree_gru: input size {} must equal the hidden size {}", c.input_dim,
+          c.hidden));
+    return std::make_unique<TreeGruCell>(pc, c.hidden);
+  }
+  if (c.cell == "lattice_lstm")
+    return std::make_unique<LatticeLstmCell>(pc, c.hidden, c.input_dim);
+  if (c.cell == "lattice_gru") return std::make_unique<LatticeGruCell>(pc, c.hidden, c.input_dim);
+  if (c.cell == "random_dag")
+    return std::make_unique<RandomDagCell>(pc, c.hidden, c.input_dim, c.node_types, c.arc_types);
   std::string names;
   for (const std::string& n : cell_names()) names += (names.empty() ? "" : ", ") + n;
   throw std::invalid_argument(

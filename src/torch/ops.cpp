@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "src/torch/cells.h"
@@ -292,6 +293,31 @@ std::vector<Tensor> run_cell_autograd(const std::string& cell, const Tensor& x,
 
 std::vector<std::string> list_cells() { return cell_names(); }
 
+// The weights run_cell expects for a configuration: names and torch shapes (cols 0: a vector).
+std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>> weight_shapes(
+    const std::string& cell, int64_t hidden, int64_t input_size, int64_t num_node_types,
+    int64_t num_arc_types) {
+  TORCH_CHECK(hidden > 0 && input_size > 0 && num_node_types > 0 && num_arc_types > 0,
+              "[edbatch] sizes and type counts must be positive");
+  ParameterCollection pc;
+  std::unique_ptr<Cell> c;
+  try {
+    c = make_cell({cell, static_cast<uint32_t>(hidden), static_cast<uint32_t>(input_size),
+                   static_cast<uint32_t>(num_node_types), static_cast<uint32_t>(num_arc_types)},
+                  pc);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  std::vector<std::string> names;
+  std::vector<int64_t> rows, cols;
+  for (const WeightSpec& w : c->weights()) {
+    names.push_back(w.name);
+    rows.push_back(w.rows);
+    cols.push_back(w.cols);
+  }
+  return {names, rows, cols};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(edbatch, m) {
@@ -302,6 +328,9 @@ TORCH_LIBRARY(edbatch, m) {
       "Tensor[] weights, int hidden, int num_node_types, int num_arc_types, str policy, "
       "int threads) -> Tensor[]");
   m.def("cells() -> str[]", &list_cells);
+  m.def("weight_shapes(str cell, int hidden, int input_size, int num_node_types, "
+        "int num_arc_types) -> (str[], int[], int[])",
+        &weight_shapes);
 }
 
 // The CUDA kernel is the CPU one: the engine takes host-side structures and parameters, and the

@@ -1,0 +1,18 @@
+"""edbatch for PyTorch: dynamic batching of tree, lattice and DAG cells as torch ops.
+
+    import edbatch
+    packed = edbatch.pack_trees([((1, 2), 3), 4])
+    model = edbatch.nn.TreeLSTM(vocab=10, input_size=8, hidden_size=16)
+    h, c = model(packed)          # every node's states, in packed order
+"""
+from . import _lib
+from .packing import (Packed, pack_trees, parse_sst, pack_sst, pack_lattices, pack_dags,
+                      concat_packed)
+from .ops import run_cell, cells, weight_shapes
+
+_lib.load()
+
+from . import nn  # noqa: E402  (needs the ops loaded)
+
+__all__ = ["Packed", "pack_trees", "parse_sst", "pack_sst", "pack_lattices", "pack_dags",
+           "concat_packed", "run_cell", "cells", "weight_shapes", "nn"]

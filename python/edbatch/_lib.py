@@ -1,0 +1,27 @@
+"""Loads the compiled extension that registers torch.ops.edbatch.*."""
+import glob
+import os
+
+import torch
+
+_loaded = None
+
+
+def load():
+    """Loads the extension once: $EDBATCH_LIBRARY (a CMake build) or the one `pip install` built."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    path = os.environ.get("EDBATCH_LIBRARY")
+    if not path:
+        here = os.path.dirname(os.path.abspath(__file__))
+        found = sorted(glob.glob(os.path.join(here, "_edbatch*.so")))
+        if not found:
+            raise ImportError(
+                "edbatch: the compiled extension was not found; install the package with "
+                "`pip install --no-build-isolation .` or set EDBATCH_LIBRARY to a CMake build's "
+                "libedbatch_torch.so (docs/pytorch.md)")
+        path = found[0]
+    torch.ops.load_library(path)
+    _loaded = path
+    return path

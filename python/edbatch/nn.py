@@ -1,0 +1,105 @@
+"""nn.Modules over the edbatch ops. Parameters are ordinary nn.Parameters (optimizers, DDP and
+state_dict work as usual); the structure-dependent forward and backward run in edbatch."""
+import math
+
+import torch
+
+from .ops import run_cell, weight_shapes
+
+
+class Cell(torch.nn.Module):
+    """One edbatch cell over packed structures: forward(x, packed) returns its per-node outputs.
+
+    x holds the input rows that packed.node_inputs / packed.arc_inputs point at.
+    """
+
+    def __init__(self, cell, input_size, hidden_size, num_node_types=1, num_arc_types=1,
+                 policy="lb-greedy", threads=0):
+        super().__init__()
+        self.cell, self.input_size, self.hidden_size = cell, input_size, hidden_size
+        self.num_node_types, self.num_arc_types = num_node_types, num_arc_types
+        self.policy, self.threads = policy, threads
+        self.weight_names = []
+        for name, shape in weight_shapes(cell, hidden_size, input_size, num_node_types,
+                                         num_arc_types):
+            self.register_parameter(name, torch.nn.Parameter(torch.empty(shape)))
+            self.weight_names.append(name)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for name in self.weight_names:
+            torch.nn.init.uniform_(getattr(self, name), -bound, bound)
+
+    def weights(self):
+        return [getattr(self, name) for name in self.weight_names]
+
+    def forward(self, x, packed):
+        return run_cell(self.cell, x, packed, self.weights(), self.hidden_size,
+                        self.num_node_types, self.num_arc_types, self.policy, self.threads)
+
+    def extra_repr(self):
+        return (f"{self.cell}, input_size={self.input_size}, hidden_size={self.hidden_size}, "
+                f"policy={self.policy!r}")
+
+
+class _Embedded(torch.nn.Module):
+    """A cell whose input rows are embeddings of packed.input_ids (one table per input kind)."""
+
+    def __init__(self, cell, vocab_size, input_size, hidden_size, kinds=1, **options):
+        super().__init__()
+        self.embeddings = torch.nn.ModuleList(
+            torch.nn.Embedding(vocab_size, input_size) for _ in range(kinds))
+        self.cell = Cell(cell, input_size, hidden_size, **options)
+
+    def embed(self, packed):
+        if len(self.embeddings) == 1:
+            return self.embeddings[0](packed.input_ids)
+        x = self.embeddings[0](packed.input_ids)
+        for kind in range(1, len(self.embeddings)):
+            mask = (packed.input_kinds == kind).unsqueeze(1)
+            x = torch.where(mask, self.embeddings[kind](packed.input_ids), x)
+        return x
+
+    def forward(self, packed, x=None):
+        """Per-node outputs; x overrides the embeddings (rows as packed.input_ids)."""
+        return self.cell(self.embed(packed) if x is None else x, packed)
+
+
+class TreeLSTM(_Embedded):
+    """Binary Tree-LSTM (Tai et al.; the zoo's tree_lstm): forward(packed) -> (h, c)."""
+
+    def __init__(self, vocab_size, input_size, hidden_size, **options):
+        super().__init__("tree_lstm", vocab_size, input_size, hidden_size, **options)
+
+
+class TreeGRU(_Embedded):
+    """Binary Tree-GRU (the zoo's tree_gru; input_size must equal hidden_size): -> [h]."""
+
+    def __init__(self, vocab_size, hidden_size, **options):
+        super().__init__("tree_gru", vocab_size, hidden_size, hidden_size, **options)
+
+
+class LatticeLSTM(_Embedded):
+    """Lattice LSTM with char and word arc cells (the zoo's lattice_lstm): -> (h, c)."""
+
+    def __init__(self, vocab_size, input_size, hidden_size, **options):
+        super().__init__("lattice_lstm", vocab_size, input_size, hidden_size, kinds=2,
+                         num_arc_types=2, **options)
+
+
+class LatticeGRU(_Embedded):
+    """Lattice GRU with char and word arc cells (the zoo's lattice_gru): -> [h]."""
+
+    def __init__(self, vocab_size, input_size, hidden_size, **options):
+        super().__init__("lattice_gru", vocab_size, input_size, hidden_size, kinds=2,
+                         num_arc_types=2, **options)
+
+
+class RandomDAG(_Embedded):
+    """The random-DAG state cell (the zoo's random_dag): -> [h]."""
+
+    def __init__(self, vocab_size, input_size, hidden_size, num_state_types=3,
+                 num_arc_types=2, **options):
+        super().__init__("random_dag", vocab_size, input_size, hidden_size,
+                         num_node_types=num_state_types, num_arc_types=num_arc_types, **options)

@@ -1,0 +1,295 @@
+"""Packs Python structures (nested tuples, SST lines, lattice records, DAG records) into the
+tensor format of the ops (docs/pytorch.md)."""
+import random
+
+import torch
+
+_FIELDS = ("node_inputs", "node_types", "pred_ptr", "pred_ids", "arc_types", "arc_inputs",
+           "instance_offsets", "input_ids", "input_kinds", "labels")
+
+
+class Packed:
+    """A mini-batch of structures as int64 tensors.
+
+    Nodes of one instance are contiguous and topologically ordered (predecessors first).
+    node_inputs[k]: row of x that node k reads, or -1.  node_types[k]: its cell type.
+    pred_ptr (num_nodes + 1) and pred_ids: CSR lists of predecessors (tree children in order,
+    lattice arc sources, DAG arc sources), with arc_types and arc_inputs (row of x or -1) per arc.
+    instance_offsets (num_instances + 1): the node range of each instance.
+    input_ids / input_kinds: per row of x, the vocabulary id and which table it comes from (the
+    modules embed them to make x).  labels: per node, -1 when absent.
+    """
+
+    def __init__(self, **fields):
+        for name in _FIELDS:
+            value = fields.get(name)
+            if value is None:
+                value = []
+            if not isinstance(value, torch.Tensor):
+                value = torch.tensor(value, dtype=torch.long)
+            setattr(self, name, value)
+        if self.instance_offsets.numel() == 0:
+            self.instance_offsets = torch.zeros(1, dtype=torch.long)
+
+    @property
+    def num_nodes(self):
+        return self.node_inputs.numel()
+
+    @property
+    def num_instances(self):
+        return self.instance_offsets.numel() - 1
+
+    @property
+    def roots(self):
+        """The last node of each instance (a tree's root, a lattice's end)."""
+        return self.instance_offsets[1:] - 1
+
+    def structure(self):
+        return (self.node_inputs, self.node_types, self.pred_ptr, self.pred_ids, self.arc_types,
+                self.arc_inputs, self.instance_offsets)
+
+    def to(self, device):
+        out = Packed.__new__(Packed)
+        for name in _FIELDS:
+            setattr(out, name, getattr(self, name).to(device))
+        return out
+
+    def __repr__(self):
+        return (f"Packed({self.num_instances} instances, {self.num_nodes} nodes, "
+                f"{self.pred_ids.numel()} arcs, {self.input_ids.numel()} input rows)")
+
+
+class _Builder:
+    def __init__(self):
+        self.f = {name: [] for name in _FIELDS}
+        self.f["pred_ptr"] = [0]
+        self.f["instance_offsets"] = [0]
+
+    def row(self, vocab_id, kind=0):
+        self.f["input_ids"].append(vocab_id)
+        self.f["input_kinds"].append(kind)
+        return len(self.f["input_ids"]) - 1
+
+    def node(self, input_row=-1, node_type=0, label=-1, arcs=()):
+        """arcs: (global predecessor id, arc type, input row) triples. Returns the node id."""
+        for pred, arc_type, row in arcs:
+            self.f["pred_ids"].append(pred)
+            self.f["arc_types"].append(arc_type)
+            self.f["arc_inputs"].append(row)
+        self.f["pred_ptr"].append(len(self.f["pred_ids"]))
+        self.f["node_inputs"].append(input_row)
+        self.f["node_types"].append(node_type)
+        self.f["labels"].append(label)
+        return len(self.f["node_inputs"]) - 1
+
+    def end_instance(self):
+        self.f["instance_offsets"].append(len(self.f["node_inputs"]))
+
+    def build(self):
+        return Packed(**self.f)
+
+
+def _post_order(tree):
+    """Yields (subtree, child positions in post order) without recursion."""
+    stack = [(tree, False)]
+    order = []
+    while stack:
+        t, expanded = stack.pop()
+        if isinstance(t, tuple) and not expanded:
+            stack.append((t, True))
+            for child in reversed(t):
+                stack.append((child, False))
+        else:
+            order.append(t)
+    return order
+
+
+def pack_trees(trees, labels=None):
+    """Packs trees given as nested tuples of word ids: ((1, 2), 3) has leaves 1, 2, 3.
+
+    Nodes are in post order; labels, when given, holds one list per tree in that order.
+    """
+    b = _Builder()
+    for i, tree in enumerate(trees):
+        base = len(b.f["node_inputs"])
+        ids = []  # post-order position -> node id, via a stack of finished children
+        stack = []
+        for t in _post_order(tree):
+            label = -1 if labels is None else labels[i][len(ids)]
+            if isinstance(t, tuple):
+                if len(t) == 0:
+                    raise ValueError(f"pack_trees: tree {i} has an empty tuple")
+                children = stack[len(stack) - len(t):]
+                del stack[len(stack) - len(t):]
+                k = b.node(label=label, arcs=[(c, a, -1) for a, c in enumerate(children)])
+            else:
+                if not isinstance(t, int) or t < 0:
+                    raise ValueError(f"pack_trees: tree {i} has leaf {t!r}, not a word id")
+                k = b.node(input_row=b.row(t), label=label)
+            ids.append(k)
+            stack.append(k)
+        if labels is not None and len(labels[i]) != len(ids):
+            raise ValueError(f"pack_trees: tree {i} has {len(ids)} nodes but "
+                             f"{len(labels[i])} labels")
+        assert base + len(ids) == len(b.f["node_inputs"])
+        b.end_instance()
+    return b.build()
+
+
+def parse_sst(line, vocab, add=True, unk=0):
+    """Parses one SST line, e.g. "(3 (2 it) (4 (2 's) (4 good)))", into (tree, labels): the tree
+    as nested tuples of word ids (vocab maps words to ids; new words are added when `add`, else
+    map to `unk`) and the node labels in post order."""
+    tokens = line.replace("(", " ( ").replace(")", " ) ").split()
+    pos = 0
+
+    def parse():
+        nonlocal pos
+        if tokens[pos] != "(":
+            raise ValueError(f"parse_sst: expected '(' at token {pos} of {line!r}")
+        label = int(tokens[pos + 1])
+        pos += 2
+        if tokens[pos] != "(":
+            word = tokens[pos]
+            pos += 2  # the word and ')'
+            if word not in vocab:
+                if not add:
+                    return unk, [label]
+                vocab[word] = len(vocab)
+            return vocab[word], [label]
+        children, labels = [], []
+        while tokens[pos] == "(":
+            t, l = parse()
+            children.append(t)
+            labels += l
+        pos += 1
+        return tuple(children), labels + [label]
+
+    try:
+        tree, labels = parse()
+    except (IndexError, ValueError) as e:
+        raise ValueError(f"parse_sst: malformed line {line.strip()!r}: {e}") from None
+    return tree, labels
+
+
+def pack_sst(lines, vocab, add=True):
+    parsed = [parse_sst(line, vocab, add) for line in lines if line.strip()]
+    return pack_trees([t for t, _ in parsed], [l for _, l in parsed])
+
+
+def synthetic_sst(n, vocab_size=1000, seed=1, max_words=24):
+    """Seeded SST-format lines over words "w<id>": random binary trees whose node labels (0..4)
+    follow the summed polarity of the words below (so the labels are learnable)."""
+    rng = random.Random(seed)
+
+    def label(score):
+        return 2 + max(-2, min(2, score))
+
+    def build(words):
+        if len(words) == 1:
+            s = (words[0] % 5) - 2
+            return f"({label(s)} w{words[0]})", s
+        cut = rng.randint(1, len(words) - 1)
+        left, sl = build(words[:cut])
+        right, sr = build(words[cut:])
+        return f"({label(sl + sr)} {left} {right})", sl + sr
+
+    return [build([rng.randrange(vocab_size) for _ in range(rng.randint(1, max_words))])[0]
+            for _ in range(n)]
+
+
+def pack_lattices(records):
+    """Packs lattices: each record {"arcs": [[(from, id), ...] per node], "tags": [...]} as in
+    the zoo's lattice format; an arc from node k-1 into node k is a char arc (type 0, its id from
+    the char table, input kind 0), any other a word arc (type 1, kind 1)."""
+    b = _Builder()
+    for i, rec in enumerate(records):
+        base = len(b.f["node_inputs"])
+        arcs_in = rec["arcs"]
+        tags = rec.get("tags") or [-1] * len(arcs_in)
+        if len(tags) != len(arcs_in):
+            raise ValueError(f"pack_lattices: lattice {i} has {len(arcs_in)} nodes but "
+                             f"{len(tags)} tags")
+        for k, arcs in enumerate(arcs_in):
+            triples = []
+            for j, vocab_id in arcs:
+                if not 0 <= j < k:
+                    raise ValueError(f"pack_lattices: lattice {i}: arc into node {k} comes from "
+                                     f"node {j}")
+                kind = 0 if j == k - 1 else 1
+                triples.append((base + j, kind, b.row(vocab_id, kind)))
+            b.node(label=tags[k], arcs=triples)
+        b.end_instance()
+    return b.build()
+
+
+def parse_lattices(text):
+    """Lattice records from the zoo's text format (docs/models.md)."""
+    tokens = iter(text.split())
+    records = []
+    for _ in range(int(next(tokens))):
+        length = int(next(tokens))
+        tags = [int(next(tokens)) for _ in range(length)]
+        arcs = []
+        for _ in range(length):
+            n = int(next(tokens))
+            arcs.append([(int(next(tokens)), int(next(tokens))) for _ in range(n)])
+        records.append({"arcs": arcs, "tags": tags})
+    return records
+
+
+def pack_dags(records):
+    """Packs DAGs: each record {"types": [...], "inputs": [...], "arcs": [[(from, arc type),
+    ...] per state], "labels": [...] (optional)}; states in topological order."""
+    b = _Builder()
+    for i, rec in enumerate(records):
+        base = len(b.f["node_inputs"])
+        labels = rec.get("labels") or [-1] * len(rec["types"])
+        for k, (t, w, arcs) in enumerate(zip(rec["types"], rec["inputs"], rec["arcs"])):
+            for j, _ in arcs:
+                if not 0 <= j < k:
+                    raise ValueError(f"pack_dags: DAG {i}: arc into state {k} comes from {j}")
+            b.node(input_row=b.row(w), node_type=t, label=labels[k],
+                   arcs=[(base + j, a, -1) for j, a in arcs])
+        b.end_instance()
+    return b.build()
+
+
+def concat_packed(parts):
+    """One Packed holding the instances of several, in order."""
+    b = _Builder()
+    for p in parts:
+        node_base = len(b.f["node_inputs"])
+        row_base = len(b.f["input_ids"])
+        arc_base = len(b.f["pred_ids"])
+        shift_rows = [r + row_base if r >= 0 else -1 for r in p.node_inputs.tolist()]
+        b.f["node_inputs"] += shift_rows
+        b.f["node_types"] += p.node_types.tolist()
+        b.f["labels"] += p.labels.tolist()
+        b.f["pred_ids"] += [j + node_base for j in p.pred_ids.tolist()]
+        b.f["arc_types"] += p.arc_types.tolist()
+        b.f["arc_inputs"] += [r + row_base if r >= 0 else -1 for r in p.arc_inputs.tolist()]
+        b.f["pred_ptr"] += [a + arc_base for a in p.pred_ptr.tolist()[1:]]
+        b.f["instance_offsets"] += [o + node_base for o in p.instance_offsets.tolist()[1:]]
+        b.f["input_ids"] += p.input_ids.tolist()
+        b.f["input_kinds"] += p.input_kinds.tolist()
+    return b.build()
+
+
+def synthetic_lattices(n, vocab_size=1000, seed=1, min_len=8, max_len=24, word_prob=0.3,
+                       tags=18):
+    """Seeded character lattices: a char arc into every node but the first, and word arcs
+    spanning 2..4 characters with probability word_prob per node."""
+    rng = random.Random(seed)
+    records = []
+    for _ in range(n):
+        length = rng.randint(min_len, max_len)
+        arcs = []
+        for k in range(length):
+            a = [] if k == 0 else [(k - 1, rng.randrange(vocab_size))]
+            for span in (2, 3, 4):
+                if k - span >= 0 and rng.random() < word_prob:
+                    a.append((k - span, rng.randrange(vocab_size)))
+            arcs.append(a)
+        records.append({"arcs": arcs, "tags": [rng.randrange(tags) for _ in range(length)]})
+    return records

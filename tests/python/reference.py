@@ -1,0 +1,114 @@
+"""Pure-PyTorch versions of the cells' math (docs/models.md), node by node over a Packed batch:
+the tests' independent reference. W x is W @ x with torch's (out, in) weights."""
+import torch
+
+
+def _preds(p, k):
+    a0, a1 = p.pred_ptr[k].item(), p.pred_ptr[k + 1].item()
+    return [(p.pred_ids[a].item(), p.arc_types[a].item(), p.arc_inputs[a].item())
+            for a in range(a0, a1)]
+
+
+def tree_lstm(x, p, w):
+    hs, cs = [], []
+    for k in range(p.num_nodes):
+        ch = _preds(p, k)
+        if not ch:
+            e = x[p.node_inputs[k]]
+            i = torch.sigmoid(w["W_i"] @ e + w["b_i"])
+            o = torch.sigmoid(w["W_o"] @ e + w["b_o"])
+            u = torch.tanh(w["W_u"] @ e + w["b_u"])
+            c = i * u
+        else:
+            (l, _, _), (r, _, _) = ch
+            xx = torch.cat([hs[l], hs[r]])
+            i = torch.sigmoid(w["U_i"] @ xx + w["b_i"])
+            o = torch.sigmoid(w["U_o"] @ xx + w["b_o"])
+            u = torch.tanh(w["U_u"] @ xx + w["b_u"])
+            f1 = torch.sigmoid(w["U_f1"] @ hs[l] + w["b_f"])
+            f2 = torch.sigmoid(w["U_f2"] @ hs[r] + w["b_f"])
+            c = i * u + f1 * cs[l] + f2 * cs[r]
+        hs.append(o * torch.tanh(c))
+        cs.append(c)
+    return [_stack(hs, x, w), _stack(cs, x, w)]
+
+
+def tree_gru(x, p, w):
+    hs = []
+    for k in range(p.num_nodes):
+        ch = _preds(p, k)
+        if not ch:
+            e = x[p.node_inputs[k]]
+            r = torch.sigmoid(w["U_r"] @ e + w["b_r"])
+            z = torch.sigmoid(w["U_z"] @ e + w["b_z"])
+            c = torch.tanh(w["U_c"] @ (r * e) + w["b_c"])
+            hs.append(z * e + (1 - z) * c)
+        else:
+            total = 0
+            for n, (j, _, _) in enumerate(ch, start=1):
+                h = hs[j]
+                r = torch.sigmoid(w[f"U_r{n}"] @ h + w["b_r"])
+                z = torch.sigmoid(w[f"U_z{n}"] @ h + w["b_z"])
+                c = torch.tanh(w[f"U_c{n}"] @ (r * h) + w["b_c"])
+                total = total + z * h + (1 - z) * c
+            hs.append(total / 2)
+    return [_stack(hs, x, w)]
+
+
+def _lattice(x, p, w, arc, lstm):
+    hs, cs = [], []
+    for k in range(p.num_nodes):
+        arcs = _preds(p, k)
+        if not arcs:
+            hs.append(w["h0"])
+            cs.append(w["c0"] if lstm else None)
+            continue
+        h_sum, c_sum = 0, 0
+        for j, t, row in arcs:
+            h, c = arc("char_" if t == 0 else "word_", hs[j], cs[j], x[row])
+            h_sum = h_sum + h
+            if lstm:
+                c_sum = c_sum + c
+        hs.append(h_sum)
+        cs.append(c_sum if lstm else None)
+    return [_stack(hs, x, w), _stack(cs, x, w)] if lstm else [_stack(hs, x, w)]
+
+
+def lattice_lstm(x, p, w):
+    def arc(t, h, c, e):
+        gate = {g: w[t + "U_" + g] @ e + w[t + "W_" + g] @ h + w[t + "b_" + g] for g in "fcio"}
+        c_new = torch.sigmoid(gate["i"]) * torch.tanh(gate["c"]) + torch.sigmoid(gate["f"]) * c
+        return torch.sigmoid(gate["o"]) * torch.tanh(c_new), c_new
+
+    return _lattice(x, p, w, arc, True)
+
+
+def lattice_gru(x, p, w):
+    def arc(t, h, c, e):
+        r = torch.sigmoid(w[t + "U_r"] @ h + w[t + "W_r"] @ e + w[t + "b_r"])
+        z = torch.sigmoid(w[t + "U_z"] @ h + w[t + "W_z"] @ e + w[t + "b_z"])
+        cand = torch.tanh(w[t + "U_c"] @ (r * h) + w[t + "W_c"] @ e + w[t + "b_c"])
+        return z * h + (1 - z) * cand, None
+
+    return _lattice(x, p, w, arc, False)
+
+
+def random_dag(x, p, w):
+    hs = []
+    for k in range(p.num_nodes):
+        arcs = _preds(p, k)
+        s = w["s0"] if not arcs else sum(w[f"A{a}"] @ hs[j] for j, a, _ in arcs)
+        t = p.node_types[k].item()
+        hs.append(torch.tanh(w[f"W{t}"] @ torch.cat([s, x[p.node_inputs[k]]]) + w[f"b{t}"]))
+    return [_stack(hs, x, w)]
+
+
+def _stack(values, x, w):
+    if not values:
+        hidden = next(iter(w.values())).shape[0]
+        return x.new_zeros((0, hidden))
+    return torch.stack(values)
+
+
+CELLS = {"tree_lstm": tree_lstm, "tree_gru": tree_gru, "lattice_lstm": lattice_lstm,
+         "lattice_gru": lattice_gru, "random_dag": random_dag}
