@@ -18,6 +18,12 @@ uint64_t kernels_per_pass(const PlanRef& p) {
   return k;
 }
 
+std::string device_unavailable(const std::string& device) {
+  if (device == "cpu" || device == "null") return "";
+  if (device == "cuda") return cuda_unavailable();
+  return "unknown device '" + device + "'";
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options) {
   if (options.threads < 1)
     throw std::invalid_argument("[make_backend] threads must be at least 1, got " +

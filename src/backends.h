@@ -2,6 +2,7 @@
 // make_cuda_backend: the real one or kernels/no_cuda/, which throws.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "edbatch/backend.h"
 
@@ -11,4 +12,5 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options);
 }
 std::unique_ptr<Backend> make_null_backend();
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
+std::string cuda_unavailable();  // empty when a CUDA device is usable
 }  // namespace edbatch

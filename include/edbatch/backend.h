@@ -59,5 +59,8 @@ struct BackendOptions {
 
 // "cpu", "null", "cuda" (throws when built without CUDA).
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options);
+// Empty when make_backend(device) can run here; otherwise why not (built without CUDA, no GPU).
+// Cheap: it creates no backend.
+std::string device_unavailable(const std::string& device);
 
 }  // namespace edbatch

@@ -1,0 +1,429 @@
+// The CUDA backend: one stream, a device arena of values and one of adjoints reused across
+// passes, device mirrors of the parameters (uploaded when the collection's version changes,
+// gradients downloaded after backward so host code reads them as before), and passes that are
+// encoded on the host, uploaded in one copy from pinned staging, then launched.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "edbatch/params.h"
+#include "edbatch/schedule.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "src/backends.h"
+
+namespace edbatch::cuda {
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_) cudaFree(data_);
+}
+
+bool DeviceBuffer::reserve(size_t bytes) {
+  if (bytes <= bytes_) return false;
+  const size_t grown = std::max(bytes, bytes_ + bytes_ / 2);
+  if (data_) EDBATCH_CUDA_CHECK(cudaFree(data_));
+  data_ = nullptr;
+  bytes_ = 0;
+  EDBATCH_CUDA_CHECK(cudaMalloc(&data_, grown));
+  bytes_ = grown;
+  return true;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_) cudaFreeHost(data_);
+}
+
+bool PinnedBuffer::reserve(size_t bytes) {
+  if (bytes <= bytes_) return false;
+  const size_t grown = std::max(bytes, bytes_ + bytes_ / 2);
+  if (data_) EDBATCH_CUDA_CHECK(cudaFreeHost(data_));
+  data_ = nullptr;
+  bytes_ = 0;
+  EDBATCH_CUDA_CHECK(cudaMallocHost(&data_, grown));
+  bytes_ = grown;
+  return true;
+}
+
+void ParamMirror::layout(ParameterCollection& pc) {
+  ranges.clear();
+  for (uint32_t id = 0; id < pc.size(); ++id)
+    if (!pc.is_view(id)) ranges.push_back({pc.values(id), pc.grads(id), pc.dim(id).size(), 0});
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.host_values < b.host_values; });
+  // Merge storages that lie back to back in both values and gradients (stacked parameters).
+  std::vector<Range> merged;
+  for (const Range& r : ranges) {
+    if (!merged.empty()) {
+      Range& last = merged.back();
+      if (last.host_values + last.floats == r.host_values &&
+          last.host_grads + last.floats == r.host_grads) {
+        last.floats += r.floats;
+        continue;
+      }
+    }
+    merged.push_back(r);
+  }
+  ranges = std::move(merged);
+  floats = 0;
+  for (Range& r : ranges) {
+    r.device = floats;
+    floats += (r.floats + 31) / 32 * 32;  // 128-byte aligned starts
+  }
+  offset.assign(pc.size(), 0);
+  for (uint32_t id = 0; id < pc.size(); ++id) {
+    const float* v = pc.values(id);
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), v,
+                               [](const float* p, const Range& r) { return p < r.host_values; });
+    if (it == ranges.begin() || v >= (it - 1)->host_values + (it - 1)->floats)
+      throw std::runtime_error("[cuda] parameter '" + pc.name(id) + "' lies in no storage");
+    --it;
+    offset[id] = static_cast<uint32_t>(it->device + static_cast<size_t>(v - it->host_values));
+  }
+  values.reserve(std::max<size_t>(floats, 1) * sizeof(float));
+  grads.reserve(std::max<size_t>(floats, 1) * sizeof(float));
+  staging.reserve(std::max<size_t>(floats, 1) * sizeof(float));
+}
+
+void ParamMirror::upload_values(Stream s) {
+  float* host = staging.as();
+  for (const Range& r : ranges) std::memcpy(host + r.device, r.host_values, r.floats * sizeof(float));
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values.as(), host, floats * sizeof(float),
+                                     cudaMemcpyHostToDevice, s));
+  EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));  // the staging is reused at once
+}
+
+void ParamMirror::upload_grads(Stream s) {
+  float* host = staging.as();
+  for (const Range& r : ranges) std::memcpy(host + r.device, r.host_grads, r.floats * sizeof(float));
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(grads.as(), host, floats * sizeof(float),
+                                     cudaMemcpyHostToDevice, s));
+  EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void ParamMirror::download_grads(Stream s) {
+  float* host = staging.as();
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(host, grads.as(), floats * sizeof(float),
+                                     cudaMemcpyDeviceToHost, s));
+  EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));
+  for (const Range& r : ranges) std::memcpy(r.host_grads, host + r.device, r.floats * sizeof(float));
+}
+
+namespace {
+
+constexpr size_t kMirrorChunk = 4096;  // floats fetched together by value() / adjoint()
+
+size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Host copies of device values, fetched chunk by chunk on first read after a pass.
+struct HostMirror {
+  PinnedBuffer data;
+  std::vector<uint8_t> fetched;
+
+  void reset(size_t floats) {
+    data.reserve(std::max<size_t>(floats, 1) * sizeof(float));
+    fetched.assign((floats + kMirrorChunk - 1) / kMirrorChunk, 0);
+  }
+  const float* read(const float* device, size_t offset, size_t floats, size_t total) {
+    float* host = data.as();
+    const size_t c0 = offset / kMirrorChunk, c1 = (offset + std::max<size_t>(floats, 1) - 1) / kMirrorChunk;
+    for (size_t c = c0; c <= c1 && c < fetched.size(); ++c) {
+      if (fetched[c]) continue;
+      const size_t b = c * kMirrorChunk, e = std::min(total, b + kMirrorChunk);
+      EDBATCH_CUDA_CHECK(cudaMemcpy(host + b, device + b, (e - b) * sizeof(float),
+                                    cudaMemcpyDeviceToHost));
+      fetched[c] = 1;
+    }
+    return host + offset;
+  }
+};
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions&) {
+    int devices = 0;
+    const cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess || devices == 0)
+      throw std::runtime_error(std::string("[cuda] no CUDA device: ") +
+                               (e != cudaSuccess ? cudaGetErrorString(e) : "none found"));
+    EDBATCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    EDBATCH_CUBLAS_CHECK(cublasCreate(&blas_));
+    EDBATCH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    EDBATCH_CUDA_CHECK(cudaEventCreate(&start_));
+    EDBATCH_CUDA_CHECK(cudaEventCreate(&stop_));
+    const char* sync = std::getenv("EDBATCH_CUDA_SYNC");
+    sync_each_ = sync != nullptr && std::strcmp(sync, "0") != 0;
+  }
+
+  ~CudaBackend() override {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  const char* name() const override { return "cuda"; }
+
+  void forward(const PlanRef& p) override {
+    sync_params(p.params);
+    if (values_.reserve(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float)))
+      ++counters_.arena_growths;
+    graph_ = &p.graph;
+    total_floats_ = p.plan.total_floats;
+    values_mirror_.reset(total_floats_);
+    adjoints_mirror_.fetched.assign(0, 0);
+    Pass pass = new_pass(p, true);
+    encode(pass);
+    upload_forward(p, pass);
+    run_pass(pass, "forward", counters_.device_forward_ms);
+  }
+
+  void backward(const PlanRef& p, uint32_t loss_node) override {
+    if (graph_ != &p.graph || total_floats_ != p.plan.total_floats)
+      throw std::invalid_argument("[cuda] backward: run forward on this plan first");
+    if (adjoints_.reserve(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float)))
+      ++counters_.arena_growths;
+    if (params_.grads_version != p.params.version()) {
+      params_.upload_grads(stream_);
+      params_.grads_version = p.params.version();
+    }
+    adjoints_mirror_.reset(total_floats_);
+    Pass pass = new_pass(p, false);
+    encode(pass);
+    upload_pointers(pass, backward_meta_, backward_staging_, 0);
+    EDBATCH_CUDA_CHECK(cudaMemsetAsync(adjoints_.as(), 0, p.plan.total_floats * sizeof(float), stream_));
+    launch_fill(adjoints_.as() + p.plan.node_offset[loss_node], 1, 1.0f, stream_);
+    view_.adjoints = adjoints_.as();
+    run_pass(pass, "backward", counters_.device_backward_ms);
+    params_.download_grads(stream_);
+  }
+
+  const float* value(const MemoryPlan& plan, uint32_t node) const override {
+    return values_mirror_.read(values_.as(), plan.node_offset[node], graph_->node(node).dim.size(),
+                               total_floats_);
+  }
+  const float* adjoint(const MemoryPlan& plan, uint32_t node) const override {
+    return adjoints_mirror_.read(adjoints_.as(), plan.node_offset[node],
+                                 graph_->node(node).dim.size(), total_floats_);
+  }
+
+ private:
+  void sync_params(ParameterCollection& pc) {
+    if (params_.values_version == pc.version()) return;
+    params_.layout(pc);
+    params_.upload_values(stream_);
+    params_.values_version = pc.version();
+    params_.grads_version = UINT64_MAX;  // the layout may have moved: upload before backward
+  }
+
+  Pass new_pass(const PlanRef& p, bool forward) {
+    Pass pass;
+    pass.p = &p;
+    pass.forward = forward;
+    pass.values = values_.as();
+    pass.adjoints = adjoints_.as();
+    pass.params = params_.values.as();
+    pass.grads = params_.grads.as();
+    pass.param_offset = params_.offset.data();
+    return pass;
+  }
+
+  // Encodes, growing scratch and the ones vector and encoding again when they were too small.
+  void encode(Pass& pass) {
+    for (;;) {
+      pass.scratch = scratch_.as();
+      pass.scratch_floats = scratch_.bytes() / sizeof(float);
+      pass.ones = ones_.as();
+      pass.ones_floats = ones_.bytes() / sizeof(float);
+      encode_pass(pass);
+      bool again = false;
+      if (pass.scratch_need > pass.scratch_floats) {
+        scratch_.reserve(pass.scratch_need * sizeof(float));
+        ++counters_.arena_growths;
+        again = true;
+      }
+      if (pass.ones_need > pass.ones_floats) {
+        ones_.reserve(pass.ones_need * sizeof(float));
+        launch_fill(ones_.as(), ones_.bytes() / sizeof(float), 1.0f, stream_);
+        again = true;
+      }
+      if (!again) return;
+    }
+  }
+
+  template <class T>
+  static size_t put(char* staging, size_t at, const std::vector<T>& v) {
+    if (!v.empty() && staging) std::memcpy(staging + at, v.data(), v.size() * sizeof(T));
+    return align_up(at + v.size() * sizeof(T));
+  }
+
+  // One copy: the plan's operand metadata, the parameter offsets, the pass's GEMM pointer arrays
+  // and the graph's input values; then the inputs move to their place in the arena.
+  void upload_forward(const PlanRef& p, const Pass& pass) {
+    const MemoryPlan& plan = p.plan;
+    const std::vector<float>& inputs = p.graph.input_values();
+    size_t at = 0;
+    const size_t at_offsets = at;
+    at = put(nullptr, at, params_.offset);
+    const size_t at_operands = at;
+    at = put(nullptr, at, plan.operands);
+    const size_t at_members = at;
+    at = put(nullptr, at, plan.member_operands);
+    const size_t at_index = at;
+    at = put(nullptr, at, plan.index);
+    const size_t at_aux = at;
+    at = put(nullptr, at, plan.aux);
+    const size_t at_inputs = at;
+    at = put(nullptr, at, inputs);
+    const size_t at_ptrs = at;
+    at = put(nullptr, at, pass.ptrs);
+    forward_staging_.reserve(std::max<size_t>(at, 1));
+    forward_meta_.reserve(std::max<size_t>(at, 1));
+    char* h = forward_staging_.as<char>();
+    put(h, at_offsets, params_.offset);
+    put(h, at_operands, plan.operands);
+    put(h, at_members, plan.member_operands);
+    put(h, at_index, plan.index);
+    put(h, at_aux, plan.aux);
+    put(h, at_inputs, inputs);
+    put(h, at_ptrs, pass.ptrs);
+    char* d = forward_meta_.as<char>();
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, at, cudaMemcpyHostToDevice, stream_));
+    if (!inputs.empty())
+      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values_.as() + plan.input_offset, d + at_inputs,
+                                         inputs.size() * sizeof(float), cudaMemcpyDeviceToDevice,
+                                         stream_));
+    view_ = DeviceView{};
+    view_.values = values_.as();
+    view_.adjoints = adjoints_.as();
+    view_.params = params_.values.as();
+    view_.grads = params_.grads.as();
+    view_.param_offset = reinterpret_cast<const uint32_t*>(d + at_offsets);
+    view_.operands = reinterpret_cast<const Operand*>(d + at_operands);
+    view_.member_operands = reinterpret_cast<const Operand*>(d + at_members);
+    view_.index = reinterpret_cast<const uint32_t*>(d + at_index);
+    view_.aux = reinterpret_cast<const uint32_t*>(d + at_aux);
+    ptrs_ = reinterpret_cast<const float* const*>(d + at_ptrs);
+  }
+
+  void upload_pointers(const Pass& pass, DeviceBuffer& meta, PinnedBuffer& staging, size_t at) {
+    const size_t end = put(nullptr, at, pass.ptrs);
+    staging.reserve(std::max<size_t>(end, 1));
+    meta.reserve(std::max<size_t>(end, 1));
+    put(staging.as<char>(), at, pass.ptrs);
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(meta.as<char>(), staging.as<char>(), end,
+                                       cudaMemcpyHostToDevice, stream_));
+    ptrs_ = reinterpret_cast<const float* const*>(meta.as<char>() + at);
+  }
+
+  std::string describe(const Command& c, const char* pass) const {
+    return std::string("kernel '") + c.what + "' of the " + pass + " pass (batch " +
+           std::to_string(c.batch) + ")";
+  }
+
+  void launch(const Command& c) {
+    static const float one = 1.0f;
+    switch (c.kind) {
+      case Command::Kind::Steps:
+        launch_steps(view_, groups_[c.group], forward_, stream_);
+        return;
+      case Command::Kind::Gather:
+        launch_gather(view_, c.operand, c.count, c.k, c.per_node, c.buffer, stream_);
+        return;
+      case Command::Kind::Scatter:
+        launch_scatter_add(view_, c.operand, c.count, c.k, c.per_node, c.buffer, stream_);
+        return;
+      case Command::Kind::Gemm:
+        EDBATCH_CUBLAS_CHECK(cublasSgemm(blas_, c.ta, c.tb, c.m, c.n, c.kk, &c.alpha, c.a, c.lda,
+                                         c.b, c.ldb, &c.beta, c.c, c.ldc));
+        return;
+      case Command::Kind::GemmBatched: {
+        const float* const* a = ptrs_ + c.ptr_begin;
+        const float* const* b = a + c.batch_count;
+        float* const* cc = const_cast<float* const*>(b + c.batch_count);
+        EDBATCH_CUBLAS_CHECK(cublasSgemmBatched(blas_, c.ta, c.tb, c.m, c.n, c.kk, &c.alpha, a,
+                                                c.lda, b, c.ldb, &c.beta, cc, c.ldc,
+                                                c.batch_count));
+        return;
+      }
+      case Command::Kind::Gemv:
+        EDBATCH_CUBLAS_CHECK(cublasSgemv(blas_, CUBLAS_OP_N, c.m, c.n, &one, c.a, c.lda, c.b, 1,
+                                         &c.beta, c.c, 1));
+        return;
+    }
+  }
+
+  void run_pass(Pass& pass, const char* name, double& device_ms) {
+    groups_ = std::move(pass.groups);
+    forward_ = pass.forward;
+    EDBATCH_CUDA_CHECK(cudaEventRecord(start_, stream_));
+    for (const Command& c : pass.commands) {
+      try {
+        launch(c);
+      } catch (const std::runtime_error& e) {
+        throw std::runtime_error(std::string(e.what()) + " in " + describe(c, name));
+      }
+      cudaError_t e = cudaPeekAtLastError();
+      if (e == cudaSuccess && sync_each_) e = cudaStreamSynchronize(stream_);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        throw std::runtime_error(std::string("[cuda] ") + cudaGetErrorString(e) + " in " +
+                                 describe(c, name));
+      }
+    }
+    EDBATCH_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e != cudaSuccess) {
+      std::string where = "no kernel";
+      if (!pass.commands.empty())
+        where = "kernels from " + describe(pass.commands.front(), name) + " to " +
+                describe(pass.commands.back(), name) +
+                "; EDBATCH_CUDA_SYNC=1 checks after every kernel and names the failing one";
+      throw std::runtime_error(std::string("[cuda] ") + name + ": asynchronous error " +
+                               cudaGetErrorString(e) + " in " + where);
+    }
+    float ms = 0;
+    EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    device_ms = ms;
+    counters_.kernels += pass.commands.size();
+    counters_.bytes_copied += pass.bytes_copied;
+    counters_.arena_bytes = values_.bytes() + adjoints_.bytes() + scratch_.bytes();
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  bool sync_each_ = false;
+  bool forward_ = true;  // the pass being launched
+  DeviceBuffer values_, adjoints_, scratch_, ones_, forward_meta_, backward_meta_;
+  PinnedBuffer forward_staging_, backward_staging_;
+  ParamMirror params_;
+  DeviceView view_;
+  const float* const* ptrs_ = nullptr;
+  std::vector<StepGroup> groups_;
+  const Graph* graph_ = nullptr;
+  size_t total_floats_ = 0;
+  mutable HostMirror values_mirror_, adjoints_mirror_;
+};
+
+}  // namespace
+
+}  // namespace edbatch::cuda
+
+namespace edbatch {
+
+std::string cuda_unavailable() {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess) return std::string("no CUDA device (") + cudaGetErrorString(e) + ")";
+  if (devices == 0) return "no CUDA device";
+  return "";
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(options);
+}
+
+}  // namespace edbatch

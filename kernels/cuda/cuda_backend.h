@@ -1,0 +1,132 @@
+// Internal to the CUDA backend: device buffers, the parameter mirror, and the command list a
+// pass is encoded into before it is uploaded and launched.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "edbatch/backend.h"
+#include "edbatch/graph.h"
+#include "edbatch/memplan.h"
+#include "kernels/cuda/device.h"
+
+namespace edbatch::cuda {
+
+// Grow-only device memory. Growth happens only at the start of a pass, when nothing in the
+// buffer is live, so contents are not kept; it is counted by the caller.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+  bool reserve(size_t bytes);  // true when it had to grow
+  template <class T = float>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Grow-only page-locked host memory (staging for uploads, mirrors for downloads).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+  bool reserve(size_t bytes);
+  template <class T = float>
+  T* as() const { return static_cast<T*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Device copies of a collection's values and gradients. Host storages that lie back to back
+// (stacked parameters) stay back to back on the device, and views point into their base.
+struct ParamMirror {
+  struct Range {
+    float* host_values;
+    float* host_grads;
+    size_t floats;
+    size_t device;  // float offset in the device buffers
+  };
+  std::vector<Range> ranges;
+  std::vector<uint32_t> offset;  // per parameter id
+  size_t floats = 0;
+  DeviceBuffer values, grads;
+  PinnedBuffer staging;
+  uint64_t values_version = UINT64_MAX, grads_version = UINT64_MAX;
+
+  void layout(ParameterCollection& pc);
+  void upload_values(Stream s);
+  void upload_grads(Stream s);
+  void download_grads(Stream s);
+};
+
+// One launch of a pass. Pointers into the pass's uploaded metadata are kept as offsets until the
+// upload's device address is known.
+struct Command {
+  enum class Kind : uint8_t { Steps, Gather, Scatter, Gemm, GemmBatched, Gemv };
+  Kind kind;
+  const char* what;  // for error messages
+  uint32_t batch;
+  // Steps: StepGroup index. Gather, Scatter: the operand and buffer.
+  uint32_t group = 0;
+  Operand operand{};
+  uint32_t count = 0, k = 0, per_node = 0;
+  float* buffer = nullptr;
+  // Gemm, GemmBatched, Gemv (column-major, as cuBLAS).
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  int m = 0, n = 0, kk = 0, lda = 0, ldb = 0, ldc = 0, batch_count = 0;
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* c = nullptr;
+  float alpha = 1, beta = 0;
+  uint32_t ptr_begin = 0;  // GemmBatched: A, B and C pointer arrays at ptrs[ptr_begin + ...]
+};
+
+}  // namespace edbatch::cuda
+
+namespace edbatch::cuda {
+
+// A pass being encoded: the device addresses known before the upload, and what it launches.
+struct Pass {
+  const PlanRef* p = nullptr;
+  bool forward = true;
+  float* values = nullptr;
+  float* adjoints = nullptr;
+  float* params = nullptr;
+  float* grads = nullptr;
+  const uint32_t* param_offset = nullptr;  // host copy, per parameter id
+  float* scratch = nullptr;                // GEMM operand gathers and input-gradient staging
+  size_t scratch_floats = 0, scratch_need = 0;
+  float* ones = nullptr;                   // a vector of ones for bias gradients
+  size_t ones_floats = 0, ones_need = 0;
+  std::vector<Command> commands;
+  std::vector<StepGroup> groups;
+  std::vector<const float*> ptrs;
+  uint64_t bytes_copied = 0;
+
+  void clear_output() {
+    commands.clear();
+    groups.clear();
+    ptrs.clear();
+    bytes_copied = 0;
+    scratch_need = ones_need = 0;
+  }
+};
+
+// Encodes every batch of the plan (backward: in reverse). Sets scratch_need / ones_need; when
+// they exceed what the pass has, the caller grows the buffers and encodes again. Backward also
+// marks the lookup rows it will touch in the collection.
+void encode_pass(Pass& pass);
+
+}  // namespace edbatch::cuda

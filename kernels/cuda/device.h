@@ -1,0 +1,66 @@
+// Internal to the CUDA backend: plain data shared by the host code (.cpp) and the kernels (.cu),
+// and the launchers the kernels export. No CUDA types appear here, so the host side needs only
+// cuda_runtime.h for the stream.
+#pragma once
+#include <cstdint>
+
+#include "edbatch/memplan.h"
+#include "edbatch/op.h"
+
+struct CUstream_st;
+
+namespace edbatch::cuda {
+
+using Stream = CUstream_st*;
+
+// Device addresses every kernel resolves operands against. The metadata arrays are copies of
+// the memory plan's, uploaded once per pass.
+struct DeviceView {
+  float* values = nullptr;
+  float* adjoints = nullptr;
+  float* params = nullptr;  // every parameter's values, at param_offset[id]
+  float* grads = nullptr;   // and gradients, at the same offsets
+  const uint32_t* param_offset = nullptr;
+  const Operand* operands = nullptr;
+  const Operand* member_operands = nullptr;
+  const uint32_t* index = nullptr;
+  const uint32_t* aux = nullptr;
+};
+
+// One elementwise-family step (a plain batch, or one step of a block's plan) over `count`
+// virtual nodes. Node v of a block step belongs to member v / k and invocation v % k; a plain
+// batch has k = count.
+struct StepDesc {
+  uint32_t op;  // edbatch::Op
+  uint32_t count, k;
+  uint32_t out_offset, out_size, rows;
+  uint32_t operand_begin, operand_count;  // into DeviceView::operands
+  uint32_t aux_begin;                     // into DeviceView::aux
+  uint32_t table;                         // Lookup: float offset of the table in params/grads
+  uint32_t arg_rows;                      // Pick, PickNegLogSoftmax: rows of the argument
+  float alpha, beta;                      // ScalarAffine
+  uint16_t concat_rows[8];                // Concat: rows of each argument
+};
+constexpr uint32_t kMaxConcatArgs = 8;
+
+// Steps fused into one launch: each thread block runs every step, in order (backward: reverse),
+// over its share of the invocations, with a block barrier between steps.
+constexpr uint32_t kMaxFusedSteps = 24;
+struct StepGroup {
+  StepDesc steps[kMaxFusedSteps];
+  uint32_t step_count;
+  uint32_t k;      // invocations
+  uint32_t chunk;  // invocations per thread block
+};
+
+void launch_steps(const DeviceView& d, const StepGroup& g, bool forward, Stream s);
+
+// dst[v * per_node + r] = operand(v)[r] for v < count (columns of a GEMM operand, or biases).
+void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,
+                   uint32_t per_node, float* dst, Stream s);
+// operand_adjoint(v)[r] += src[v * per_node + r], atomically (operands may repeat).
+void launch_scatter_add(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,
+                        uint32_t per_node, const float* src, Stream s);
+void launch_fill(float* dst, uint64_t n, float value, Stream s);
+
+}  // namespace edbatch::cuda

@@ -1,0 +1,417 @@
+// Encoding a pass: every batch of the plan becomes launches. Elementwise batches and fused groups
+// of block steps become one step-group kernel each; GEMMs go to cuBLAS: one GEMM when the weight
+// is shared by the batch, a batched GEMM over members when each member of a block step has its
+// own weight, and a batched GEMM over nodes for per-node matrices (read in place through
+// pointer arrays, never gathered).
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "edbatch/block.h"
+#include "edbatch/block_plan.h"
+#include "edbatch/params.h"
+#include "edbatch/schedule.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace edbatch::cuda {
+
+namespace {
+
+// The batch or block step being encoded, in the terms of MemoryPlan.
+struct Item {
+  Op op;
+  uint32_t batch;
+  const BatchPlan* sp;
+  uint32_t k;            // invocations (plain batches: count)
+  const Graph* graph;    // the graph `first` belongs to (a block body for block steps)
+  const Node* first;
+};
+
+const char* gemm_name(bool forward) { return forward ? "gemm forward" : "gemm backward"; }
+
+class Encoder {
+ public:
+  explicit Encoder(Pass& pass)
+      : pass_(pass), plan_(pass.p->plan), params_(pass.p->params) {}
+
+  void run() {
+    const Schedule& s = pass_.p->schedule;
+    const size_t n = s.batches.size();
+    for (size_t q = 0; q < n; ++q) {
+      const uint32_t b = static_cast<uint32_t>(pass_.forward ? q : n - 1 - q);
+      const Node& first = pass_.p->graph.node(s.nodes[s.batches[b].begin]);
+      if (first.op == Op::Call) {
+        call(b, first);
+        continue;
+      }
+      const Item it{first.op, b, &plan_.batches[b], plan_.batches[b].count, &pass_.p->graph, &first};
+      if (first.op == Op::Affine || first.op == Op::MatMul)
+        linear(it);
+      else
+        steps({it});
+    }
+  }
+
+ private:
+  void call(uint32_t b, const Node& first) {
+    const Block* block = params_.block(first.aux);
+    if (block == nullptr)
+      throw std::invalid_argument("[cuda] block '" + params_.block_name(first.aux) +
+                                  "' was destroyed before its calls ran");
+    const BlockPlan& bp = block->plan();
+    const BatchPlan& call = plan_.batches[b];
+    const size_t ng = bp.groups.size();
+    for (size_t q = 0; q < ng; ++q) {
+      const BlockGroup& g = bp.groups[pass_.forward ? q : ng - 1 - q];
+      std::vector<Item> items;
+      for (uint32_t s = g.step_begin; s < g.step_begin + g.step_count; ++s) {
+        const BlockStep& st = bp.steps[s];
+        items.push_back(Item{st.op, b, &plan_.steps[call.step_begin + s], call.count,
+                             bp.body.get(), &bp.body->node(bp.members[st.member_begin])});
+      }
+      if (items.size() == 1 && (items[0].op == Op::Affine || items[0].op == Op::MatMul))
+        linear(items[0]);
+      else
+        steps(items);
+    }
+  }
+
+  Dim arg_dim(const Item& it, uint32_t j) const {
+    return it.graph->node(it.graph->args(*it.first)[j]).dim;
+  }
+
+  // ---- elementwise family ----
+
+  StepDesc describe(const Item& it) {
+    const BatchPlan& sp = *it.sp;
+    StepDesc d{};
+    d.op = static_cast<uint32_t>(it.op);
+    d.count = sp.count;
+    d.k = it.k;
+    d.out_offset = sp.out_offset;
+    d.out_size = sp.out_size;
+    d.rows = it.first->dim.rows;
+    d.operand_begin = sp.operand_begin;
+    d.operand_count = sp.operand_count;
+    d.aux_begin = sp.aux_begin;
+    d.alpha = it.first->alpha;
+    d.beta = it.first->beta;
+    if (it.op == Op::Lookup) {
+      d.table = pass_.param_offset[it.first->aux];
+      if (!pass_.forward)
+        for (uint32_t v = 0; v < sp.count; ++v)
+          params_.mark_lookup_row(it.first->aux, plan_.aux[sp.aux_begin + v]);
+    }
+    if (it.op == Op::Pick || it.op == Op::PickNegLogSoftmax) d.arg_rows = arg_dim(it, 0).rows;
+    if (it.op == Op::Concat) {
+      if (sp.operand_count > kMaxConcatArgs)
+        throw std::runtime_error("[cuda] concat of " + std::to_string(sp.operand_count) +
+                                 " arguments (batch " + std::to_string(it.batch) +
+                                 "): the CUDA backend supports at most 8");
+      for (uint32_t j = 0; j < sp.operand_count; ++j)
+        d.concat_rows[j] = static_cast<uint16_t>(arg_dim(it, j).rows);
+    }
+    return d;
+  }
+
+  void steps(const std::vector<Item>& items) {
+    for (size_t begin = 0; begin < items.size(); begin += kMaxFusedSteps) {
+      const size_t end = std::min(items.size(), begin + kMaxFusedSteps);
+      StepGroup g{};
+      g.k = items[begin].k;
+      uint32_t per_invocation = 1;
+      for (size_t i = begin; i < end; ++i) {
+        g.steps[g.step_count++] = describe(items[i]);
+        const StepDesc& d = g.steps[g.step_count - 1];
+        per_invocation = std::max(per_invocation, d.count / std::max(1u, d.k) * d.out_size);
+      }
+      // Enough thread blocks to fill the GPU, each with a few thousand elements at most.
+      const uint32_t spread = (g.k + 263) / 264;
+      g.chunk = std::max(1u, std::min(spread, 4096u / per_invocation));
+      if (g.k == 0) continue;
+      Command c{};
+      c.kind = Command::Kind::Steps;
+      c.what = pass_.forward ? "steps forward" : "steps backward";
+      c.batch = items[begin].batch;
+      c.group = static_cast<uint32_t>(pass_.groups.size());
+      pass_.groups.push_back(g);
+      pass_.commands.push_back(c);
+    }
+  }
+
+  // ---- linear algebra ----
+
+  static bool is_shared(OperandMode m) { return m == OperandMode::Param || m == OperandMode::Shared; }
+
+  Operand member(const Operand& o, uint32_t& v, uint32_t k) const {
+    if (o.mode != OperandMode::PerMember) return o;
+    const Operand m = plan_.member_operands[o.index_begin + v / k];
+    v %= k;
+    return m;
+  }
+
+  size_t offset_of(const Operand& o, uint32_t v) const {
+    switch (o.mode) {
+      case OperandMode::Param: return pass_.param_offset[o.param];
+      case OperandMode::Shared: return o.offset;
+      case OperandMode::Contiguous: return o.offset + static_cast<size_t>(v) * o.stride;
+      default: return plan_.index[o.index_begin + v];
+    }
+  }
+
+  // Device address of node v's operand value (or adjoint), resolved on the host.
+  float* value_at(const Operand& o0, uint32_t v, uint32_t k) const {
+    const Operand o = member(o0, v, k);
+    return (o.mode == OperandMode::Param ? pass_.params : pass_.values) + offset_of(o, v);
+  }
+  float* adjoint_at(const Operand& o0, uint32_t v, uint32_t k) const {
+    const Operand o = member(o0, v, k);
+    return (o.mode == OperandMode::Param ? pass_.grads : pass_.adjoints) + offset_of(o, v);
+  }
+
+  // The weight of each member, when every member's weight is shared by its nodes.
+  bool member_weights(const Operand& w, uint32_t members, uint32_t k) const {
+    if (w.mode != OperandMode::PerMember) return false;
+    for (uint32_t j = 0; j < members; ++j)
+      if (!is_shared(plan_.member_operands[w.index_begin + j].mode)) return false;
+    (void)k;
+    return true;
+  }
+
+  // True when the operand of all `count` nodes is one dense n x count*cols matrix in place.
+  bool in_place(const Operand& x, uint32_t count, uint32_t k, uint32_t per_node) const {
+    if (x.mode == OperandMode::Contiguous) return x.stride == per_node;
+    if (x.mode != OperandMode::PerMember) return false;
+    const uint32_t members = count / k;
+    const Operand& m0 = plan_.member_operands[x.index_begin];
+    for (uint32_t j = 0; j < members; ++j) {
+      const Operand& m = plan_.member_operands[x.index_begin + j];
+      if (m.mode != OperandMode::Contiguous || m.stride != per_node ||
+          m.offset != m0.offset + static_cast<size_t>(j) * k * per_node)
+        return false;
+    }
+    return true;
+  }
+
+  void need_scratch(size_t floats) { pass_.scratch_need = std::max(pass_.scratch_need, floats); }
+  float* scratch(size_t at, size_t floats) {
+    need_scratch(at + floats);
+    return at + floats <= pass_.scratch_floats ? pass_.scratch + at : nullptr;
+  }
+
+  void gather(const Item& it, const Operand& o, uint32_t per_node, float* dst) {
+    Command c{};
+    c.kind = Command::Kind::Gather;
+    c.what = "gather";
+    c.batch = it.batch;
+    c.operand = o;
+    c.count = it.sp->count;
+    c.k = it.k;
+    c.per_node = per_node;
+    c.buffer = dst;
+    pass_.commands.push_back(c);
+  }
+
+  void scatter(const Item& it, const Operand& o, uint32_t per_node, float* src) {
+    Command c{};
+    c.kind = Command::Kind::Scatter;
+    c.what = "scatter-add";
+    c.batch = it.batch;
+    c.operand = o;
+    c.count = it.sp->count;
+    c.k = it.k;
+    c.per_node = per_node;
+    c.buffer = src;
+    pass_.commands.push_back(c);
+    pass_.bytes_copied += static_cast<uint64_t>(it.sp->count) * per_node * sizeof(float);
+  }
+
+  void gemm(const Item& it, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int kk,
+            const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+    Command g{};
+    g.kind = Command::Kind::Gemm;
+    g.what = gemm_name(pass_.forward);
+    g.batch = it.batch;
+    g.ta = ta;
+    g.tb = tb;
+    g.m = m;
+    g.n = n;
+    g.kk = kk;
+    g.a = a;
+    g.lda = lda;
+    g.b = b;
+    g.ldb = ldb;
+    g.beta = beta;
+    g.c = c;
+    g.ldc = ldc;
+    pass_.commands.push_back(g);
+  }
+
+  // A batched GEMM over the pointer triples (a[i], b[i], c[i]).
+  void gemm_batched(const Item& it, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int kk, const std::vector<const float*>& a, int lda,
+                    const std::vector<const float*>& b, int ldb, float beta,
+                    const std::vector<const float*>& c, int ldc) {
+    Command g{};
+    g.kind = Command::Kind::GemmBatched;
+    g.what = pass_.forward ? "batched gemm forward" : "batched gemm backward";
+    g.batch = it.batch;
+    g.ta = ta;
+    g.tb = tb;
+    g.m = m;
+    g.n = n;
+    g.kk = kk;
+    g.lda = lda;
+    g.ldb = ldb;
+    g.beta = beta;
+    g.ldc = ldc;
+    g.batch_count = static_cast<int>(a.size());
+    g.ptr_begin = static_cast<uint32_t>(pass_.ptrs.size());
+    pass_.ptrs.insert(pass_.ptrs.end(), a.begin(), a.end());
+    pass_.ptrs.insert(pass_.ptrs.end(), b.begin(), b.end());
+    pass_.ptrs.insert(pass_.ptrs.end(), c.begin(), c.end());
+    pass_.commands.push_back(g);
+  }
+
+  void linear(const Item& it) {
+    const Operand* ops = plan_.operands.data() + it.sp->operand_begin;
+    const uint32_t count = it.sp->count;
+    if (count == 0) return;
+    const bool affine = it.op == Op::Affine;
+    float* y = pass_.values + it.sp->out_offset;
+    float* dy = pass_.adjoints + it.sp->out_offset;
+    const uint32_t out_size = it.sp->out_size;
+    if (affine && pass_.forward) gather(it, ops[0], out_size, y);  // biases first, GEMMs add
+    if (affine && !pass_.forward) bias_backward(it, ops[0], dy);
+    for (uint32_t j = affine ? 1 : 0; j + 1 < it.sp->operand_count; j += 2)
+      product(it, ops[j], ops[j + 1], arg_dim(it, j), affine ? 1.0f : 0.0f);
+  }
+
+  void bias_backward(const Item& it, const Operand& bias, float* dy) {
+    const uint32_t count = it.sp->count, size = it.sp->out_size;
+    if (!is_shared(bias.mode)) {
+      scatter(it, bias, size, dy);
+      return;
+    }
+    pass_.ones_need = std::max<size_t>(pass_.ones_need, count);
+    Command c{};
+    c.kind = Command::Kind::Gemv;
+    c.what = "bias gradient";
+    c.batch = it.batch;
+    c.m = static_cast<int>(size);
+    c.n = static_cast<int>(count);
+    c.a = dy;
+    c.lda = static_cast<int>(size);
+    c.b = pass_.ones;
+    c.beta = 1;
+    c.c = adjoint_at(bias, 0, it.k);
+    pass_.commands.push_back(c);
+  }
+
+  // Y += W X for the product with weight operand w and input operand x.
+  void product(const Item& it, const Operand& w, const Operand& x, Dim wd, float beta) {
+    const uint32_t count = it.sp->count, k = it.k, cols = it.first->dim.cols;
+    const int m = static_cast<int>(wd.rows), n = static_cast<int>(wd.cols);
+    const uint32_t px = wd.cols * cols, out_size = it.sp->out_size;
+    const uint32_t members = count / k;
+    const bool shared = is_shared(w.mode);
+    const bool per_member = !shared && member_weights(w, members, k);
+    float* y = pass_.values + it.sp->out_offset;
+    float* dy = pass_.adjoints + it.sp->out_offset;
+    if (!shared && !per_member) {
+      per_node(it, w, x, m, n, static_cast<int>(cols), beta);
+      return;
+    }
+    // X as one n x count*cols matrix: in place, or gathered into scratch.
+    const bool direct = in_place(x, count, k, px);
+    const size_t xfloats = static_cast<size_t>(count) * px;
+    const float* xs = direct ? value_at(x, 0, k) : scratch(0, xfloats);
+    if (!direct) {
+      gather(it, x, px, const_cast<float*>(xs));
+      pass_.bytes_copied += xfloats * sizeof(float);  // the scatter counts its own
+    }
+    float* dxs = direct ? adjoint_at(x, 0, k) : scratch(xfloats, xfloats);
+    const float dx_beta = direct ? 1.0f : 0.0f;
+    const int total = static_cast<int>(count * cols);
+    if (shared) {
+      const float* wp = value_at(w, 0, k);
+      if (pass_.forward) {
+        gemm(it, CUBLAS_OP_N, CUBLAS_OP_N, m, total, n, wp, m, xs, n, beta, y, m);
+        return;
+      }
+      gemm(it, CUBLAS_OP_N, CUBLAS_OP_T, m, n, total, dy, m, xs, n, 1.0f, adjoint_at(w, 0, k), m);
+      gemm(it, CUBLAS_OP_T, CUBLAS_OP_N, n, total, m, wp, m, dy, m, dx_beta, dxs, n);
+    } else {
+      // One GEMM per member over its k invocations, batched.
+      const int per = static_cast<int>(k * cols);
+      std::vector<const float*> wv(members), xv(members), yv(members), dyv(members), dwv(members),
+          dxv(members);
+      for (uint32_t j = 0; j < members; ++j) {
+        wv[j] = value_at(w, j * k, k);
+        dwv[j] = adjoint_at(w, j * k, k);
+        xv[j] = xs + static_cast<size_t>(j) * k * px;
+        dxv[j] = dxs + static_cast<size_t>(j) * k * px;
+        yv[j] = y + static_cast<size_t>(j) * k * out_size;
+        dyv[j] = dy + static_cast<size_t>(j) * k * out_size;
+      }
+      if (pass_.forward) {
+        gemm_batched(it, CUBLAS_OP_N, CUBLAS_OP_N, m, per, n, wv, m, xv, n, beta, yv, m);
+        return;
+      }
+      std::vector<const float*> sorted = dwv;
+      std::sort(sorted.begin(), sorted.end());
+      if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) {
+        gemm_batched(it, CUBLAS_OP_N, CUBLAS_OP_T, m, n, per, dyv, m, xv, n, 1.0f, dwv, m);
+      } else {  // members share a weight: their gradients must not be written concurrently
+        for (uint32_t j = 0; j < members; ++j)
+          gemm(it, CUBLAS_OP_N, CUBLAS_OP_T, m, n, per, dyv[j], m, xv[j], n, 1.0f,
+               const_cast<float*>(dwv[j]), m);
+      }
+      gemm_batched(it, CUBLAS_OP_T, CUBLAS_OP_N, n, per, m, wv, m, dyv, m, dx_beta, dxv, n);
+    }
+    if (!pass_.forward && !direct) scatter(it, x, px, dxs);
+  }
+
+  // Y_v += A_v X_v with a matrix per node, read in place through pointer arrays.
+  void per_node(const Item& it, const Operand& w, const Operand& x, int m, int n, int cols,
+                float beta) {
+    const uint32_t count = it.sp->count, k = it.k, out_size = it.sp->out_size;
+    std::vector<const float*> av(count), xv(count), yv(count);
+    for (uint32_t v = 0; v < count; ++v) {
+      av[v] = value_at(w, v, k);
+      xv[v] = value_at(x, v, k);
+      yv[v] = (pass_.forward ? pass_.values : pass_.adjoints) + it.sp->out_offset +
+              static_cast<size_t>(v) * out_size;
+    }
+    if (pass_.forward) {
+      gemm_batched(it, CUBLAS_OP_N, CUBLAS_OP_N, m, cols, n, av, m, xv, n, beta, yv, m);
+      return;
+    }
+    // Gradients go to scratch first (operands may repeat), then are added in place.
+    const size_t asize = static_cast<size_t>(m) * n, xsize = static_cast<size_t>(n) * cols;
+    float* da = scratch(0, count * asize);
+    float* dx = scratch(count * asize, count * xsize);
+    std::vector<const float*> dav(count), dxv(count);
+    for (uint32_t v = 0; v < count; ++v) {
+      dav[v] = da ? da + v * asize : nullptr;
+      dxv[v] = dx ? dx + v * xsize : nullptr;
+    }
+    gemm_batched(it, CUBLAS_OP_N, CUBLAS_OP_T, m, n, cols, yv, m, xv, n, 0.0f, dav, m);
+    gemm_batched(it, CUBLAS_OP_T, CUBLAS_OP_N, n, cols, m, av, m, yv, m, 0.0f, dxv, n);
+    scatter(it, w, static_cast<uint32_t>(asize), da);
+    scatter(it, x, static_cast<uint32_t>(xsize), dx);
+  }
+
+  Pass& pass_;
+  const MemoryPlan& plan_;
+  ParameterCollection& params_;
+};
+
+}  // namespace
+
+void encode_pass(Pass& pass) {
+  pass.clear_output();
+  Encoder(pass).run();
+}
+
+}  // namespace edbatch::cuda

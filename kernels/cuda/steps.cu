@@ -1,0 +1,280 @@
+// The elementwise family on the GPU: one kernel runs a group of steps (a plain batch, or a
+// fused chain of a block's steps) over its invocations. Operands are read through their plan
+// modes inside the kernel (views, index lists, ragged lists, per-member operands): no gathers.
+// Backward accumulates with atomics, since shared, indexed and weight operands may repeat.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/device.h"
+
+namespace edbatch::cuda {
+
+namespace {
+
+constexpr uint32_t kThreads = 256;
+
+__device__ inline Operand member_operand(const DeviceView& d, Operand o, uint32_t& v, uint32_t k) {
+  if (o.mode == OperandMode::PerMember) {
+    o = d.member_operands[o.index_begin + v / k];
+    v %= k;
+  }
+  return o;
+}
+
+// Float offset of node v's operand within values/adjoints (or params/grads for Param).
+__device__ inline uint64_t operand_offset(const DeviceView& d, const Operand& o, uint32_t v) {
+  switch (o.mode) {
+    case OperandMode::Param: return d.param_offset[o.param];
+    case OperandMode::Shared: return o.offset;
+    case OperandMode::Contiguous: return o.offset + static_cast<uint64_t>(v) * o.stride;
+    default: return d.index[o.index_begin + v];
+  }
+}
+
+__device__ inline const float* value_ptr(const DeviceView& d, Operand o, uint32_t v, uint32_t k) {
+  o = member_operand(d, o, v, k);
+  const float* base = o.mode == OperandMode::Param ? d.params : d.values;
+  return base + operand_offset(d, o, v);
+}
+
+__device__ inline float* adjoint_ptr(const DeviceView& d, Operand o, uint32_t v, uint32_t k) {
+  o = member_operand(d, o, v, k);
+  float* base = o.mode == OperandMode::Param ? d.grads : d.adjoints;
+  return base + operand_offset(d, o, v);
+}
+
+__device__ inline const Operand& slot(const DeviceView& d, const StepDesc& s, uint32_t j) {
+  return d.operands[s.operand_begin + j];
+}
+
+__device__ inline float sigmoidf(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+// Adjoints are read at L2: other threads of the block may have added to them with atomics.
+__device__ inline float load_adjoint(const float* p) { return __ldcg(p); }
+
+__device__ float log_sum_exp(const float* x, uint32_t n) {
+  float m = x[0];
+  for (uint32_t r = 1; r < n; ++r) m = fmaxf(m, x[r]);
+  float s = 0;
+  for (uint32_t r = 0; r < n; ++r) s += expf(x[r] - m);
+  return m + logf(s);
+}
+
+// Concat: which argument holds output row `row`, and the row within it.
+__device__ inline uint32_t concat_slot(const StepDesc& s, uint32_t row, uint32_t* local,
+                                       uint32_t* len) {
+  uint32_t j = 0, start = 0;
+  while (j + 1 < s.operand_count && row >= start + s.concat_rows[j]) start += s.concat_rows[j++];
+  *local = row - start;
+  *len = s.concat_rows[j];
+  return j;
+}
+
+// Element r of node v.
+__device__ void forward_item(const DeviceView& d, const StepDesc& s, uint32_t v, uint32_t r) {
+  float* y = d.values + s.out_offset + static_cast<uint64_t>(v) * s.out_size;
+  const Op op = static_cast<Op>(s.op);
+  switch (op) {
+    case Op::Lookup:
+      y[r] = d.params[s.table + static_cast<uint64_t>(d.aux[s.aux_begin + v]) * s.rows + r];
+      return;
+    case Op::Sum: {
+      const Operand& o0 = slot(d, s, 0);
+      float acc = 0;
+      if (o0.mode == OperandMode::Ragged) {
+        const uint32_t* rows = d.index + o0.index_begin;
+        const uint32_t* offs = rows + s.count + 1;
+        for (uint32_t q = rows[v]; q < rows[v + 1]; ++q) acc += d.values[offs[q] + r];
+      } else {
+        for (uint32_t j = 0; j < s.operand_count; ++j) acc += value_ptr(d, slot(d, s, j), v, s.k)[r];
+      }
+      y[r] = acc;
+      return;
+    }
+    case Op::Subtract:
+      y[r] = value_ptr(d, slot(d, s, 0), v, s.k)[r] - value_ptr(d, slot(d, s, 1), v, s.k)[r];
+      return;
+    case Op::CMult:
+      y[r] = value_ptr(d, slot(d, s, 0), v, s.k)[r] * value_ptr(d, slot(d, s, 1), v, s.k)[r];
+      return;
+    case Op::ScalarAffine:
+      y[r] = s.alpha * value_ptr(d, slot(d, s, 0), v, s.k)[r] + s.beta;
+      return;
+    case Op::Tanh: y[r] = tanhf(value_ptr(d, slot(d, s, 0), v, s.k)[r]); return;
+    case Op::Sigmoid: y[r] = sigmoidf(value_ptr(d, slot(d, s, 0), v, s.k)[r]); return;
+    case Op::Relu: y[r] = fmaxf(value_ptr(d, slot(d, s, 0), v, s.k)[r], 0.0f); return;
+    case Op::Concat: {
+      const uint32_t col = r / s.rows, row = r % s.rows;
+      uint32_t local, len;
+      const uint32_t j = concat_slot(s, row, &local, &len);
+      y[r] = value_ptr(d, slot(d, s, j), v, s.k)[col * len + local];
+      return;
+    }
+    case Op::Pick:
+      y[0] = value_ptr(d, slot(d, s, 0), v, s.k)[d.aux[s.aux_begin + v]];
+      return;
+    case Op::PickNegLogSoftmax: {
+      const float* x = value_ptr(d, slot(d, s, 0), v, s.k);
+      y[0] = log_sum_exp(x, s.arg_rows) - x[d.aux[s.aux_begin + v]];
+      return;
+    }
+    default: return;  // the host never builds other steps
+  }
+}
+
+__device__ void backward_item(const DeviceView& d, const StepDesc& s, uint32_t v, uint32_t r) {
+  const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size;
+  const float dy = load_adjoint(d.adjoints + out + r);
+  const Op op = static_cast<Op>(s.op);
+  if (dy == 0.0f && op != Op::PickNegLogSoftmax) return;
+  switch (op) {
+    case Op::Lookup: {
+      const uint64_t row = d.aux[s.aux_begin + v];
+      atomicAdd(d.grads + s.table + row * s.rows + r, dy);
+      return;
+    }
+    case Op::Sum: {
+      const Operand& o0 = slot(d, s, 0);
+      if (o0.mode == OperandMode::Ragged) {
+        const uint32_t* rows = d.index + o0.index_begin;
+        const uint32_t* offs = rows + s.count + 1;
+        for (uint32_t q = rows[v]; q < rows[v + 1]; ++q) atomicAdd(d.adjoints + offs[q] + r, dy);
+      } else {
+        for (uint32_t j = 0; j < s.operand_count; ++j)
+          atomicAdd(adjoint_ptr(d, slot(d, s, j), v, s.k) + r, dy);
+      }
+      return;
+    }
+    case Op::Subtract:
+      atomicAdd(adjoint_ptr(d, slot(d, s, 0), v, s.k) + r, dy);
+      atomicAdd(adjoint_ptr(d, slot(d, s, 1), v, s.k) + r, -dy);
+      return;
+    case Op::CMult: {
+      const float a = value_ptr(d, slot(d, s, 0), v, s.k)[r];
+      const float b = value_ptr(d, slot(d, s, 1), v, s.k)[r];
+      atomicAdd(adjoint_ptr(d, slot(d, s, 0), v, s.k) + r, dy * b);
+      atomicAdd(adjoint_ptr(d, slot(d, s, 1), v, s.k) + r, dy * a);
+      return;
+    }
+    case Op::ScalarAffine: atomicAdd(adjoint_ptr(d, slot(d, s, 0), v, s.k) + r, s.alpha * dy); return;
+    case Op::Tanh: {
+      const float y = d.values[out + r];
+      atomicAdd(adjoint_ptr(d, slot(d, s, 0), v, s.k) + r, dy * (1.0f - y * y));
+      return;
+    }
+    case Op::Sigmoid: {
+      const float y = d.values[out + r];
+      atomicAdd(adjoint_ptr(d, slot(d, s, 0), v, s.k) + r, dy * y * (1.0f - y));
+      return;
+    }
+    case Op::Relu:
+      if (value_ptr(d, slot(d, s, 0), v, s.k)[r] > 0.0f)
+        atomicAdd(adjoint_ptr(d, slot(d, s, 0), v, s.k) + r, dy);
+      return;
+    case Op::Concat: {
+      const uint32_t col = r / s.rows, row = r % s.rows;
+      uint32_t local, len;
+      const uint32_t j = concat_slot(s, row, &local, &len);
+      atomicAdd(adjoint_ptr(d, slot(d, s, j), v, s.k) + col * len + local, dy);
+      return;
+    }
+    case Op::Pick:
+      atomicAdd(adjoint_ptr(d, slot(d, s, 0), v, s.k) + d.aux[s.aux_begin + v], dy);
+      return;
+    case Op::PickNegLogSoftmax: {
+      if (dy == 0.0f) return;
+      const float* x = value_ptr(d, slot(d, s, 0), v, s.k);
+      float* dx = adjoint_ptr(d, slot(d, s, 0), v, s.k);
+      const float lse = log_sum_exp(x, s.arg_rows);
+      const uint32_t label = d.aux[s.aux_begin + v];
+      for (uint32_t q = 0; q < s.arg_rows; ++q)
+        atomicAdd(dx + q, dy * expf(x[q] - lse) - (q == label ? dy : 0.0f));
+      return;
+    }
+    default: return;
+  }
+}
+
+// Thread block b runs every step over invocations [b * chunk, (b + 1) * chunk).
+template <bool Forward>
+__global__ void __launch_bounds__(kThreads) steps_kernel(DeviceView d, StepGroup g) {
+  const uint32_t i0 = blockIdx.x * g.chunk;
+  const uint32_t n = min(g.chunk, g.k - i0);
+  for (uint32_t q = 0; q < g.step_count; ++q) {
+    const StepDesc& s = g.steps[Forward ? q : g.step_count - 1 - q];
+    const uint32_t members = s.count / s.k;
+    const uint32_t per_node =
+        (s.op == static_cast<uint32_t>(Op::Pick) || s.op == static_cast<uint32_t>(Op::PickNegLogSoftmax))
+            ? 1u
+            : s.out_size;
+    const uint32_t items = members * n * per_node;
+    for (uint32_t t = threadIdx.x; t < items; t += blockDim.x) {
+      const uint32_t r = t % per_node, rest = t / per_node;
+      const uint32_t v = (rest / n) * s.k + i0 + rest % n;
+      if (Forward)
+        forward_item(d, s, v, r);
+      else
+        backward_item(d, s, v, r);
+    }
+    if (q + 1 < g.step_count) __syncthreads();
+  }
+}
+
+__global__ void gather_kernel(DeviceView d, Operand o, uint32_t count, uint32_t k,
+                              uint32_t per_node, float* dst) {
+  const uint64_t total = static_cast<uint64_t>(count) * per_node;
+  for (uint64_t t = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t v = static_cast<uint32_t>(t / per_node), r = static_cast<uint32_t>(t % per_node);
+    dst[t] = value_ptr(d, o, v, k)[r];
+  }
+}
+
+__global__ void scatter_add_kernel(DeviceView d, Operand o, uint32_t count, uint32_t k,
+                                   uint32_t per_node, const float* src) {
+  const uint64_t total = static_cast<uint64_t>(count) * per_node;
+  for (uint64_t t = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t v = static_cast<uint32_t>(t / per_node), r = static_cast<uint32_t>(t % per_node);
+    const float x = src[t];
+    if (x != 0.0f) atomicAdd(adjoint_ptr(d, o, v, k) + r, x);
+  }
+}
+
+__global__ void fill_kernel(float* dst, uint64_t n, float value) {
+  for (uint64_t t = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; t < n;
+       t += static_cast<uint64_t>(gridDim.x) * blockDim.x)
+    dst[t] = value;
+}
+
+unsigned grid_for(uint64_t items) {
+  const uint64_t blocks = (items + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 4096 ? 4096 : blocks));
+}
+
+}  // namespace
+
+void launch_steps(const DeviceView& d, const StepGroup& g, bool forward, Stream s) {
+  const unsigned blocks = (g.k + g.chunk - 1) / g.chunk;
+  if (forward)
+    steps_kernel<true><<<blocks, kThreads, 0, s>>>(d, g);
+  else
+    steps_kernel<false><<<blocks, kThreads, 0, s>>>(d, g);
+}
+
+void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,
+                   uint32_t per_node, float* dst, Stream s) {
+  gather_kernel<<<grid_for(static_cast<uint64_t>(count) * per_node), kThreads, 0, s>>>(
+      d, o, count, k, per_node, dst);
+}
+
+void launch_scatter_add(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,
+                        uint32_t per_node, const float* src, Stream s) {
+  scatter_add_kernel<<<grid_for(static_cast<uint64_t>(count) * per_node), kThreads, 0, s>>>(
+      d, o, count, k, per_node, src);
+}
+
+void launch_fill(float* dst, uint64_t n, float value, Stream s) {
+  fill_kernel<<<grid_for(n), kThreads, 0, s>>>(dst, n, value);
+}
+
+}  // namespace edbatch::cuda

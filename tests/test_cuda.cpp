@@ -1,0 +1,343 @@
+// The CUDA backend against the CPU backend (itself checked against the double reference): every
+// op in every operand layout, every zoo model op by op and through blocks, random trees,
+// lattices, chains and DAGs under every policy, SGD training, and asynchronous errors. Without a
+// GPU (or without CUDA in the build) every case here is skipped, and one case says so.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "edbatch/edbatch.h"
+#include "edbatch/models.h"
+#include "edbatch/zoo.h"
+#include "tests/check.h"
+#include "tests/models.h"
+
+using namespace edbatch;
+using namespace edbatch::testing;
+
+namespace {
+
+const std::string kNoGpu = device_unavailable("cuda");
+const bool kSkip = !kNoGpu.empty();
+constexpr double kTol = 2e-4;  // float32, summed in another order (atomics, cuBLAS)
+
+// Everything one engine computes for a graph: the loss, every value and adjoint, every
+// parameter gradient.
+struct Run {
+  double loss = 0;
+  std::vector<std::vector<float>> values, adjoints, grads;
+  uint64_t batches = 0;
+};
+
+bool compared(const Node& n) { return n.op != Op::Parameter && n.op != Op::Call; }
+
+Run run_on(const std::string& device, Graph& g, const Expr& loss, const std::string& policy,
+           bool blocks_ordered = true) {
+  ParameterCollection& pc = g.params();
+  EngineOptions o;
+  o.device = device;
+  o.policy = policy;
+  o.order_for_consumers = blocks_ordered;
+  Engine e(pc, o);
+  Run r;
+  r.loss = as_scalar(e.forward(g, loss));
+  r.values.resize(g.size());
+  for (uint32_t v = 0; v < g.size(); ++v)
+    if (compared(g.node(v))) r.values[v] = as_vector(e.value(g.expr(v)));
+  e.backward(g, loss);
+  r.adjoints.resize(g.size());
+  for (uint32_t v = 0; v < g.size(); ++v)
+    if (compared(g.node(v))) r.adjoints[v] = as_vector(e.gradient(g.expr(v)));
+  r.grads.resize(pc.size());
+  for (uint32_t p = 0; p < pc.size(); ++p)
+    if (!pc.is_view(p)) r.grads[p].assign(pc.grads(p), pc.grads(p) + pc.dim(p).size());
+  r.batches = e.stats().batches;
+  pc.zero_grads();
+  return r;
+}
+
+void check_same(const Run& gpu, const Run& cpu, const Graph& g) {
+  const double scale = std::max(1.0, std::fabs(cpu.loss));
+  CHECK(std::fabs(gpu.loss - cpu.loss) <= kTol * scale);
+  for (uint32_t v = 0; v < g.size(); ++v) {
+    if (!compared(g.node(v))) continue;
+    const std::string what = std::string(op_name(g.node(v).op)) + " node " + std::to_string(v);
+    REQUIRE(gpu.values[v].size() == cpu.values[v].size());
+    check_close(gpu.values[v], cpu.values[v], cpu.values[v].size(), kTol, "value of " + what);
+    check_close(gpu.adjoints[v], cpu.adjoints[v], cpu.adjoints[v].size(), kTol,
+                "adjoint of " + what);
+  }
+  for (size_t p = 0; p < cpu.grads.size(); ++p)
+    check_close(gpu.grads[p], cpu.grads[p], cpu.grads[p].size(), kTol,
+                "gradient of " + g.params().name(static_cast<uint32_t>(p)));
+}
+
+void check_policies(Graph& g, const Expr& loss) {
+  const Run cpu = run_on("cpu", g, loss, "agenda");
+  for (const char* policy : {"none", "depth", "agenda", "lb-greedy"}) {
+    CAPTURE(policy);
+    check_same(run_on("cuda", g, loss, policy), cpu, g);
+  }
+}
+
+// ---- ops: k instances whose operands are laid out in order (views), reversed (index lists),
+// shared by all, or parameters ----
+
+enum class Layout { InOrder, Reversed, Shared, Param };
+
+struct OpGraph {
+  OpGraph(uint64_t seed) : pc(seed), g(pc), rng(seed) {}
+  ParameterCollection pc;
+  Graph g;
+  std::mt19937_64 rng;
+  uint32_t made = 0;
+
+  std::vector<float> values(size_t n) {
+    std::uniform_real_distribution<float> u(0.1f, 1.0f);
+    std::vector<float> v(n);
+    for (float& x : v) x = (rng() & 1 ? 1.0f : -1.0f) * u(rng);
+    return v;
+  }
+  Expr param(Dim d) {
+    const Parameter p = pc.add_parameters("p" + std::to_string(made++), d);
+    const std::vector<float> v = values(d.size());
+    std::copy(v.begin(), v.end(), pc.values(p.id));
+    return parameter(g, p);
+  }
+  std::vector<Expr> operand(Dim d, Layout l, uint32_t k) {
+    if (l == Layout::Shared) return std::vector<Expr>(k, input(g, d, values(d.size())));
+    if (l == Layout::Param) return std::vector<Expr>(k, param(d));
+    std::vector<Expr> xs;
+    for (uint32_t i = 0; i < k; ++i) xs.push_back(input(g, d, values(d.size())));
+    if (l == Layout::Reversed) std::reverse(xs.begin(), xs.end());
+    return xs;
+  }
+  // A scalar from y: u^T y v with fresh inputs u, v.
+  Expr reduce(const Expr& y) {
+    const Dim d = g.node(y.id).dim;
+    return matmul(matmul(input(g, Dim{1, d.rows}, values(d.rows)), y),
+                  input(g, Dim{d.cols, 1}, values(d.cols)));
+  }
+};
+
+using OpFn = Expr (*)(OpGraph&, const std::vector<Expr>&, uint32_t instance);
+
+struct OpCase {
+  const char* name;
+  std::vector<Dim> slots;  // operand shapes
+  OpFn build;
+};
+
+void check_op(const OpCase& c, Layout l, uint32_t k, uint64_t seed) {
+  OpGraph og(seed);
+  std::vector<std::vector<Expr>> per_slot;
+  for (const Dim d : c.slots) per_slot.push_back(og.operand(d, l, k));
+  std::vector<Expr> losses;
+  for (uint32_t i = 0; i < k; ++i) {
+    std::vector<Expr> args;
+    for (const auto& xs : per_slot) args.push_back(xs[i]);
+    losses.push_back(og.reduce(c.build(og, args, i)));
+  }
+  const Expr loss = sum_losses(losses);
+  check_same(run_on("cuda", og.g, loss, "agenda"), run_on("cpu", og.g, loss, "agenda"), og.g);
+}
+
+const Dim kV{13, 3};
+const std::vector<OpCase> kOps = {
+    {"tanh", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return tanh(a[0]); }},
+    {"sigmoid", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return sigmoid(a[0]); }},
+    {"relu", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return relu(a[0]); }},
+    {"scalar affine", {kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return 0.75f - a[0] * 1.5f; }},
+    {"subtract", {kV, kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return a[0] - a[1]; }},
+    {"cmult", {kV, kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return cmult(a[0], a[1]); }},
+    {"sum of 3", {kV, kV, kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return sum({a[0], a[1], a[2]}); }},
+    {"ragged sum", {kV, kV, kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t i) {
+       return i % 3 == 0 ? sum({a[0]}) : i % 3 == 1 ? sum({a[0], a[2]}) : sum({a[2], a[1], a[0]});
+     }},
+    {"concat", {Dim{5, 3}, Dim{1, 3}, Dim{7, 3}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return concat({a[0], a[1], a[2]}); }},
+    {"pick", {Dim{11, 1}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t i) { return pick(a[0], (i * 5) % 11); }},
+    {"pick_neg_log_softmax", {Dim{11, 1}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t i) {
+       return pick_neg_log_softmax(a[0], (i * 7) % 11);
+     }},
+    {"lookup", {},
+     [](OpGraph& og, const std::vector<Expr>&, uint32_t i) {
+       if (og.pc.find("table") == UINT32_MAX) og.pc.add_lookup_parameters("table", 5, 17);
+       return tanh(lookup(og.g, LookupParameter{og.pc.find("table")}, (i * 3) % 5));
+     }},
+    {"affine", {Dim{17, 3}, Dim{17, 13}, Dim{13, 3}, Dim{17, 7}, Dim{7, 3}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return affine({a[0], a[1], a[2], a[3], a[4]});
+     }},
+    {"matmul", {Dim{17, 13}, Dim{13, 3}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return matmul(a[0], a[1]); }},
+    {"reshape", {Dim{12, 1}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return tanh(reshape(tanh(a[0]), Dim{4, 3})); }},
+};
+
+std::unique_ptr<Model> zoo_model(const std::string& name, ParameterCollection& pc, Dataset& data,
+                                 uint32_t hidden, bool blocks) {
+  data = load_dataset(model_data_kind(name), "synthetic:5", 23, 7);
+  ModelOptions o;
+  o.hidden = hidden;
+  o.vocab = 23;
+  o.blocks = blocks;
+  o.seed = 3;
+  o.char_embeddings = name == "bilstm_tagger";
+  o.char_vocab = 7;
+  o.rare_below = 2;
+  return make_model(name, pc, data, o);
+}
+
+Expr build_model(Model& m, Graph& g) {
+  std::vector<Expr> losses;
+  for (uint32_t i = 0; i < m.size(); ++i) losses.push_back(m.build(g, i));
+  return sum_losses(losses);
+}
+
+#define CUDA_CASE(name) TEST_CASE(name * doctest::skip(kSkip))
+
+}  // namespace
+
+TEST_CASE("cuda: the GPU tests run only with a GPU") {
+  if (kSkip) {
+    MESSAGE("CUDA tests skipped: " << kNoGpu);
+    return;
+  }
+  const std::unique_ptr<Backend> b = make_backend("cuda", {});
+  CHECK(std::string(b->name()) == "cuda");
+}
+
+CUDA_CASE("cuda: every op in every operand layout = cpu") {
+  uint64_t seed = 1;
+  for (const OpCase& c : kOps)
+    for (Layout l : {Layout::InOrder, Layout::Reversed, Layout::Shared, Layout::Param})
+      for (uint32_t k : {1u, 2u, 7u}) {
+        CAPTURE(c.name);
+        CAPTURE(static_cast<int>(l));
+        CAPTURE(k);
+        check_op(c, l, k, seed++);
+      }
+}
+
+CUDA_CASE("cuda: every zoo model, op by op and through blocks, = cpu under every policy") {
+  for (const std::string& name : model_names())
+    for (bool blocks : {false, true})
+      for (uint32_t hidden : {1u, 7u}) {
+        CAPTURE(name);
+        CAPTURE(blocks);
+        CAPTURE(hidden);
+        ParameterCollection pc(3);
+        Dataset data;
+        const std::unique_ptr<Model> m = zoo_model(name, pc, data, hidden, blocks);
+        Graph g(pc);
+        const Expr loss = build_model(*m, g);
+        check_policies(g, loss);
+      }
+}
+
+CUDA_CASE("cuda: random trees, lattices, chains and DAGs = cpu under every policy") {
+  std::mt19937_64 rng(17);
+  ParameterCollection pc(4);
+  TestModels tm(pc, 9, 11);
+  Graph g(pc);
+  std::vector<Expr> losses;
+  for (uint32_t i = 0; i < 3; ++i) {
+    losses.push_back(tm.tree_rnn(g, random_tree(rng, 1 + rng() % 9, 11)));
+    losses.push_back(tm.lattice(g, rng, 1 + rng() % 13));
+    losses.push_back(tm.chain(g, rng, 1 + rng() % 7));
+    losses.push_back(tm.dag(g, rng, 1 + rng() % 17));
+  }
+  check_policies(g, sum_losses(losses));
+}
+
+CUDA_CASE("cuda: SGD training on the GPU follows the CPU") {
+  for (const char* name : {"tree_lstm", "lattice_lstm", "bilstm_tagger"}) {
+    CAPTURE(name);
+    ParameterCollection pc_cpu(5), pc_gpu(5);
+    Dataset d1, d2;
+    const std::unique_ptr<Model> m_cpu = zoo_model(name, pc_cpu, d1, 6, true);
+    const std::unique_ptr<Model> m_gpu = zoo_model(name, pc_gpu, d2, 6, true);
+    Engine e_cpu(pc_cpu, EngineOptions{"agenda", "cpu", 1});
+    Engine e_gpu(pc_gpu, EngineOptions{"agenda", "cuda", 1});
+    Graph g_cpu(pc_cpu), g_gpu(pc_gpu);
+    for (int step = 0; step < 3; ++step) {
+      g_cpu.clear();
+      g_gpu.clear();
+      const Expr l_cpu = build_model(*m_cpu, g_cpu), l_gpu = build_model(*m_gpu, g_gpu);
+      const float loss_cpu = as_scalar(e_cpu.forward(g_cpu, l_cpu));
+      const float loss_gpu = as_scalar(e_gpu.forward(g_gpu, l_gpu));
+      CHECK(std::fabs(loss_gpu - loss_cpu) <= kTol * std::max(1.0f, std::fabs(loss_cpu)));
+      e_cpu.backward(g_cpu, l_cpu);
+      e_gpu.backward(g_gpu, l_gpu);
+      pc_cpu.sgd_update(0.1f);
+      pc_gpu.sgd_update(0.1f);
+    }
+    for (uint32_t p = 0; p < pc_cpu.size(); ++p)
+      check_close(pc_gpu.values(p), pc_cpu.values(p), pc_cpu.dim(p).size(), 1e-3,
+                  "trained " + pc_cpu.name(p));
+    CHECK(e_gpu.stats().arena_growths <= 8);  // grows at the start, not every step
+  }
+}
+
+// A forward whose plan reads far outside the arena: the error surfaces at the pass's sync as an
+// exception. In the child (re-run of this binary) the message is printed; the parent checks it.
+CUDA_CASE("cuda: an asynchronous error surfaces as an exception naming the kernel") {
+  if (std::getenv("EDBATCH_CUDA_FAULT_CHILD")) {
+    ParameterCollection pc;
+    Graph g(pc);
+    const Expr y = tanh(input(g, Dim{5, 1}, std::vector<float>(5, 0.5f)));
+    (void)y;
+    Schedule s;
+    Scheduler scheduler;
+    const std::unique_ptr<Policy> policy = make_policy("agenda");
+    scheduler.run(g, *policy, s);
+    MemoryPlan plan;
+    plan_memory(g, s, plan);
+    Operand& x = plan.operands[plan.batches[0].operand_begin];
+    x.mode = OperandMode::Contiguous;
+    x.offset = 0xF0000000u;  // 15 GiB past the arena
+    const std::unique_ptr<Backend> b = make_backend("cuda", {});
+    try {
+      b->forward(PlanRef{g, s, plan, pc});
+      std::printf("FAULT: none\n");
+    } catch (const std::runtime_error& e) {
+      std::printf("FAULT: %s\n", e.what());
+    }
+    std::fflush(stdout);
+    std::_Exit(0);  // the context is unusable after the fault
+  }
+  auto child = [](const char* env) {
+    const std::string cmd = std::string("EDBATCH_CUDA_FAULT_CHILD=1 ") + env +
+                            " /proc/self/exe --no-skip -tc='cuda: an asynchronous error*' 2>&1";
+    std::string out;
+    FILE* f = popen(cmd.c_str(), "r");
+    REQUIRE(f != nullptr);
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, f)) out += buf;
+    pclose(f);
+    return out;
+  };
+  const std::string exact = child("EDBATCH_CUDA_SYNC=1");
+  INFO(exact);
+  CHECK(exact.find("FAULT: [cuda]") != std::string::npos);
+  CHECK(exact.find("kernel 'steps forward' of the forward pass (batch 0)") != std::string::npos);
+  const std::string async = child("EDBATCH_CUDA_SYNC=0");
+  INFO(async);
+  CHECK(async.find("FAULT: [cuda] forward: asynchronous error") != std::string::npos);
+  CHECK(async.find("steps forward") != std::string::npos);
+}
