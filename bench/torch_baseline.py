@@ -12,6 +12,7 @@ a mismatch beyond float32 tolerance.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import resource
@@ -48,6 +49,19 @@ def blas_libraries():
         return sorted(os.path.realpath(p) for p in libs if p.startswith("/"))
     except OSError:
         return []
+
+
+def keep_freed_memory():
+    """Keeps freed blocks in this process (glibc): no mmap for blocks under 32 MiB and no trimming,
+    so a mini-batch reuses the pages the previous one touched instead of faulting in fresh ones.
+    PyTorch's CPU allocator is malloc; this is the reuse it allows. False where not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
+        return bool(libc.mallopt(m_mmap_threshold, 32 << 20) and
+                    libc.mallopt(m_trim_threshold, 1 << 30) and libc.mallopt(m_top_pad, 64 << 20))
+    except (OSError, AttributeError):
+        return False
 
 
 class Runner:
@@ -130,7 +144,7 @@ class Runner:
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "wall_s": time.perf_counter() - wall0,
             "blas": blas_libraries(),
-            "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
+            "malloc_keep_freed": self.args.malloc_keep_freed,
         }
         if self.device.type == "cuda":
             r["gpu"] = torch.cuda.get_device_name()
@@ -211,10 +225,13 @@ def main(argv=None):
     p.add_argument("--eager-check-limit", type=int, default=128)
     p.add_argument("--rtol", type=float, default=2e-5)
     p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--no-malloc-tuning", action="store_true",
+                   help="leave glibc's malloc settings alone (see keep_freed_memory)")
     a = p.parse_args(argv)
     if a.batch < 1 or a.iters < 1 or a.eager_iters < 1 or a.repeats < 1 or a.threads < 1:
         p.error("--batch, --iters, --eager-iters, --repeats and --threads must be positive")
 
+    a.malloc_keep_freed = False if a.no_malloc_tuning else keep_freed_memory()
     torch.set_num_threads(a.threads)
     try:
         torch.set_num_interop_threads(1)
