@@ -59,13 +59,13 @@ def read_safetensors(path):
 
 def write_safetensors(path, tensors, metadata=None):
     """Writes {name: tensor} (float32, int32, int64 or float64) in safetensors format."""
-    names = {v: k for k, v in _DTYPES.items()}
+    names = {dtype: key for key, (dtype, _) in _DTYPES.items()}
     header, chunks, offset = {}, [], 0
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name, t in tensors.items():
         t = t.detach().to("cpu").contiguous()
-        if t.dtype not in {d for d, _ in _DTYPES.values()}:
+        if t.dtype not in names:
             raise ValueError(f"write_safetensors: tensor {name} has unsupported dtype {t.dtype}")
         raw = t.numpy().tobytes() if _has_numpy() else _tensor_bytes(t)
         header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
