@@ -1,6 +1,7 @@
 // The heuristic policies. Learned policies live beside them and share the Policy interface.
 #include <stdexcept>
 
+#include "edbatch/fsm.h"
 #include "edbatch/schedule.h"
 
 namespace edbatch {
@@ -71,8 +72,12 @@ std::unique_ptr<Policy> make_policy(const std::string& name) {
   if (name == "depth") return std::make_unique<DepthPolicy>();
   if (name == "agenda") return std::make_unique<AgendaPolicy>();
   if (name == "lb-greedy") return std::make_unique<LowerBoundGreedyPolicy>();
+  if (name.rfind("fsm:", 0) == 0 && name.size() > 4) {
+    const std::string path = name.substr(4);
+    return std::make_unique<FsmPolicy>(load_fsm_policy(path), path);
+  }
   throw std::invalid_argument("[make_policy] unknown policy '" + name +
-                              "' (expected none, depth, agenda or lb-greedy)");
+                              "' (expected none, depth, agenda, lb-greedy or fsm:FILE)");
 }
 
 }  // namespace edbatch

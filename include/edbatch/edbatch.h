@@ -3,6 +3,7 @@
 #include "edbatch/backend.h"
 #include "edbatch/dim.h"
 #include "edbatch/engine.h"
+#include "edbatch/fsm.h"
 #include "edbatch/graph.h"
 #include "edbatch/memplan.h"
 #include "edbatch/op.h"

@@ -1,0 +1,150 @@
+// The learned FSM policy on every zoo model: batches per validation mini-batch under fsm, depth,
+// agenda and lb-greedy against the lower bound, training time, and the cost of one decision.
+//
+//   bench_fsm [--models a,b] [--batch 32] [--train-batches 64] [--val-batches 16]
+//             [--episodes 400] [--encoding set+top] [--reps 3] [--seed 1]
+//
+// Training runs --reps times with the same seed (deterministic: the same table each time), so
+// the spread is the machine's. Decision cost: the scheduler runs the validation mini-batches
+// with a wrapper that asks the FSM policy K times per decision; (time(K) - time(1)) / (K - 1)
+// over the decisions made is the time of one choose(), measured on real frontiers.
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "bench/harness.h"
+#include "edbatch/fsm.h"
+#include "edbatch/models.h"
+
+using namespace edbatch;
+using edbatch::bench::now_ms;
+using edbatch::bench::summarize;
+
+namespace {
+
+class Repeat : public Policy {
+ public:
+  Repeat(Policy& inner, uint32_t k) : inner_(inner), k_(k) {}
+  const char* name() const override { return "repeat"; }
+  void begin(const Graph& g) override { inner_.begin(g); }
+  uint32_t choose(const Frontier& f) override {
+    uint32_t t = 0;
+    for (uint32_t i = 0; i < k_; ++i) t = inner_.choose(f);
+    ++decisions;
+    return t;
+  }
+  uint64_t decisions = 0;
+
+ private:
+  Policy& inner_;
+  uint32_t k_;
+};
+
+double ns_per_decision(const std::vector<const Graph*>& graphs, FsmPolicy& policy, int reps) {
+  constexpr uint32_t K = 33;
+  std::vector<double> samples;
+  Scheduler scheduler;
+  Schedule s;
+  for (int r = 0; r < reps + 1; ++r) {
+    double ms[2];
+    uint64_t decisions = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      Repeat rep(policy, pass ? K : 1);
+      const double t0 = now_ms();
+      for (const Graph* g : graphs) scheduler.run(*g, rep, s);
+      ms[pass] = now_ms() - t0;
+      decisions = rep.decisions;
+    }
+    if (r > 0) samples.push_back((ms[1] - ms[0]) * 1e6 / (double(K - 1) * decisions));
+  }
+  return summarize(samples).median;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> models = model_names();
+  uint32_t batch = 32, train_batches = 64, val_batches = 16, reps = 3;
+  uint64_t seed = 1;
+  FsmTrainOptions o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--models") models = split(v);
+    else if (a == "--batch") batch = std::stoul(v);
+    else if (a == "--train-batches") train_batches = std::stoul(v);
+    else if (a == "--val-batches") val_batches = std::stoul(v);
+    else if (a == "--episodes") o.episodes = std::stoul(v);
+    else if (a == "--encoding") o.encoding = parse_fsm_encoding(v);
+    else if (a == "--reps") reps = std::stoul(v);
+    else if (a == "--beam") o.beam_width = std::stoul(v);
+    else if (a == "--refine-passes") o.refine_passes = std::stoul(v);
+    else if (a == "--refine-states") o.refine_states = std::stoul(v);
+    else if (a == "--seed") seed = std::stoull(v);
+    else {
+      std::fprintf(stderr, "bench_fsm: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  o.seed = seed;
+  std::printf("%-24s %8s %8s %8s %9s %8s %8s %12s %10s %8s\n", "model", "fsm", "depth", "agenda",
+              "lb-greedy", "bound", "teacher", "train s", "p10-p90", "ns/dec");
+  for (const std::string& m : models) {
+    const uint32_t n = (train_batches + val_batches) * batch;
+    const Dataset data =
+        load_dataset(model_data_kind(m), "synthetic:" + std::to_string(n), 256, seed);
+    ParameterCollection pc(seed);
+    ModelOptions mo;
+    mo.seed = seed;
+    auto model = make_model(m, pc, data, mo);
+    const FsmWorkload w = make_fsm_workload(*model, batch, train_batches, val_batches, seed);
+    const auto train = w.train_graphs(), val = w.validation_graphs();
+    std::vector<double> seconds;
+    FsmTrainResult result;
+    for (uint32_t r = 0; r < reps; ++r) {
+      const double t0 = now_ms();
+      result = train_fsm_policy(train, val, o);
+      seconds.push_back((now_ms() - t0) / 1e3);
+    }
+    result.policy.info.model = m;
+    FsmPolicy fsm(result.policy, m);
+    const double fsm_b = mean_batches(val, fsm);
+    double heur[3];
+    const char* names[3] = {"depth", "agenda", "lb-greedy"};
+    for (int h = 0; h < 3; ++h) heur[h] = mean_batches(val, *make_policy(names[h]));
+    const double bound = mean_lower_bound(val);
+    const double ns = ns_per_decision(val, fsm, 5);
+    const auto t = summarize(seconds);
+    std::printf("%-24s %8.1f %8.1f %8.1f %9.1f %8.1f %8.1f %12.2f %4.2f-%-5.2f %8.1f\n",
+                m.c_str(), fsm_b, heur[0], heur[1], heur[2], bound, result.teacher_batches,
+                t.median, t.p10, t.p90, ns);
+    nlohmann::json j = {{"bench", "fsm"},
+                        {"model", m},
+                        {"batch", batch},
+                        {"encoding", fsm_encoding_name(o.encoding)},
+                        {"train_minibatches", train.size()},
+                        {"validation_minibatches", val.size()},
+                        {"fsm", fsm_b},
+                        {"depth", heur[0]},
+                        {"agenda", heur[1]},
+                        {"lb_greedy", heur[2]},
+                        {"lower_bound", bound},
+                        {"teacher", result.teacher_batches},
+                        {"best_source", result.best_source},
+                        {"table_entries", result.policy.table.size()},
+                        {"types", result.policy.info.types.size()},
+                        {"train_s", {{"median", t.median}, {"p10", t.p10}, {"p90", t.p90}}},
+                        {"ns_per_decision", ns}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,305 @@
+// The FSM policy at run time: state encodings, the lookup table, policy files and the policy.
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "edbatch/fsm.h"
+#include "edbatch/graph.h"
+#include "edbatch/types.h"
+
+namespace edbatch {
+
+const char* fsm_encoding_name(FsmEncoding e) {
+  switch (e) {
+    case FsmEncoding::Set: return "set";
+    case FsmEncoding::Sorted: return "sorted";
+    case FsmEncoding::SetTop: return "set+top";
+    case FsmEncoding::Cover: return "cover";
+  }
+  return "?";
+}
+
+FsmEncoding parse_fsm_encoding(const std::string& name) {
+  if (name == "set") return FsmEncoding::Set;
+  if (name == "sorted") return FsmEncoding::Sorted;
+  if (name == "set+top") return FsmEncoding::SetTop;
+  if (name == "cover") return FsmEncoding::Cover;
+  throw std::invalid_argument("[parse_fsm_encoding] unknown encoding '" + name +
+                              "' (expected set, sorted, set+top or cover)");
+}
+
+uint32_t fsm_encoding_max_types(FsmEncoding e) {
+  switch (e) {
+    case FsmEncoding::Set: return 128;
+    case FsmEncoding::Sorted: return 254;
+    case FsmEncoding::SetTop: return 120;
+    case FsmEncoding::Cover: return 32;
+  }
+  return 0;
+}
+
+FsmKey fsm_encode(FsmEncoding e, const uint32_t* ids, const uint32_t* counts,
+                  const uint32_t* levels, uint32_t r, uint32_t* scratch) {
+  FsmKey k;
+  if (e == FsmEncoding::Cover) {
+    for (uint32_t i = 0; i < r; ++i) {
+      k.lo |= 1ull << ids[i];
+      k.hi |= static_cast<uint64_t>(levels[i]) << (2 * ids[i]);
+    }
+    return k;
+  }
+  if (e == FsmEncoding::Sorted) {
+    // Insertion sort of positions by (count desc, id asc): r is small.
+    for (uint32_t i = 0; i < r; ++i) {
+      uint32_t j = i;
+      while (j > 0 && (counts[scratch[j - 1]] < counts[i] ||
+                       (counts[scratch[j - 1]] == counts[i] && ids[scratch[j - 1]] > ids[i]))) {
+        scratch[j] = scratch[j - 1];
+        --j;
+      }
+      scratch[j] = i;
+    }
+    const uint32_t n = std::min(r, 16u);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint64_t v = ids[scratch[i]] + 1;  // 0 ends the list
+      if (i < 8) k.lo |= v << (8 * i);
+      else k.hi |= v << (8 * (i - 8));
+    }
+    return k;
+  }
+  uint32_t top = 0, top_count = 0;
+  for (uint32_t i = 0; i < r; ++i) {
+    const uint32_t t = ids[i];
+    if (t < 64) k.lo |= 1ull << t;
+    else k.hi |= 1ull << (t - 64);
+    if (counts[i] > top_count || (counts[i] == top_count && t < top)) {
+      top = t;
+      top_count = counts[i];
+    }
+  }
+  if (e == FsmEncoding::SetTop && r > 0) k.hi |= static_cast<uint64_t>(top + 1) << 56;
+  return k;
+}
+
+void FsmTable::grow() {
+  std::vector<FsmKey> keys = std::move(keys_);
+  std::vector<uint32_t> actions = std::move(actions_);
+  const size_t cap = std::max<size_t>(16, actions.size() * 2);
+  keys_.assign(cap, FsmKey{});
+  actions_.assign(cap, kNone);
+  mask_ = cap - 1;
+  size_ = 0;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i] != kNone) insert(keys[i], actions[i]);
+}
+
+void FsmTable::insert(const FsmKey& key, uint32_t action) {
+  if (action == kNone) throw std::invalid_argument("[FsmTable::insert] reserved action value");
+  if ((size_ + 1) * 2 > actions_.size()) grow();  // load factor at most 1/2
+  for (size_t i = FsmKeyHash()(key) & mask_;; i = (i + 1) & mask_) {
+    if (actions_[i] == kNone) {
+      keys_[i] = key;
+      actions_[i] = action;
+      ++size_;
+      return;
+    }
+    if (keys_[i] == key) {
+      actions_[i] = action;
+      return;
+    }
+  }
+}
+
+void FsmTable::for_each(const std::function<void(const FsmKey&, uint32_t)>& f) const {
+  for (size_t i = 0; i < actions_.size(); ++i)
+    if (actions_[i] != kNone) f(keys_[i], actions_[i]);
+}
+
+// ---- Policy files ----
+
+namespace {
+
+constexpr const char* kFormatName = "edbatch-fsm-policy";
+
+[[noreturn]] void file_error(const std::string& path, const std::string& what) {
+  throw std::runtime_error("[load_fsm_policy] '" + path + "': " + what);
+}
+
+template <typename T>
+T field(const nlohmann::json& j, const char* key, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end()) file_error(path, std::string("missing field '") + key + "'");
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    file_error(path, std::string("field '") + key + "' has the wrong type");
+  }
+}
+
+nlohmann::json parse_object(const std::string& text) {
+  if (text.empty()) return nlohmann::json::object();
+  return nlohmann::json::parse(text);
+}
+
+}  // namespace
+
+void save_fsm_policy(const std::string& path, const FsmPolicyData& policy) {
+  const FsmPolicyInfo& info = policy.info;
+  nlohmann::json j;
+  j["format"] = kFormatName;
+  j["version"] = kFsmFormatVersion;
+  j["model"] = info.model;
+  j["hidden"] = info.hidden;
+  j["encoding"] = fsm_encoding_name(info.encoding);
+  j["types"] = info.types;
+  j["training"] = parse_object(info.training);
+  j["validation"] = parse_object(info.validation);
+  j["validation"]["fsm_batches"] = info.validation_batches;
+  j["validation"]["lower_bound"] = info.validation_lower_bound;
+  // Entries sorted by key so that equal tables give equal files.
+  std::vector<std::array<uint64_t, 3>> rows;
+  policy.table.for_each(
+      [&](const FsmKey& k, uint32_t a) { rows.push_back({k.lo, k.hi, uint64_t(a)}); });
+  std::sort(rows.begin(), rows.end());
+  j["entries"] = rows.size();
+  j["table"] = rows;
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("[save_fsm_policy] cannot write '" + path + "'");
+  out << j.dump(1) << "\n";
+  if (!out) throw std::runtime_error("[save_fsm_policy] error writing '" + path + "'");
+}
+
+FsmPolicyData load_fsm_policy(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("[load_fsm_policy] cannot open '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    file_error(path, std::string("not valid JSON (corrupt or truncated): ") + e.what());
+  }
+  if (!j.is_object() || j.value("format", std::string()) != kFormatName)
+    file_error(path, std::string("not an edbatch policy file (no \"format\": \"") + kFormatName +
+                         "\")");
+  const uint32_t version = field<uint32_t>(j, "version", path);
+  if (version != kFsmFormatVersion)
+    file_error(path, "format version " + std::to_string(version) + ", this build reads version " +
+                         std::to_string(kFsmFormatVersion));
+  FsmPolicyData d;
+  FsmPolicyInfo& info = d.info;
+  info.model = field<std::string>(j, "model", path);
+  info.hidden = field<uint32_t>(j, "hidden", path);
+  try {
+    info.encoding = parse_fsm_encoding(field<std::string>(j, "encoding", path));
+  } catch (const std::invalid_argument& e) {
+    file_error(path, e.what());
+  }
+  info.types = field<std::vector<std::string>>(j, "types", path);
+  if (info.types.size() > fsm_encoding_max_types(info.encoding))
+    file_error(path, std::to_string(info.types.size()) + " types, more than encoding " +
+                         fsm_encoding_name(info.encoding) + " supports");
+  info.training = field<nlohmann::json>(j, "training", path).dump();
+  const nlohmann::json validation = field<nlohmann::json>(j, "validation", path);
+  info.validation = validation.dump();
+  info.validation_batches = field<double>(validation, "fsm_batches", path);
+  info.validation_lower_bound = field<double>(validation, "lower_bound", path);
+  const auto rows = field<std::vector<std::array<uint64_t, 3>>>(j, "table", path);
+  if (rows.size() != field<uint64_t>(j, "entries", path))
+    file_error(path, "table has " + std::to_string(rows.size()) + " entries, the header says " +
+                         std::to_string(field<uint64_t>(j, "entries", path)));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i][2] >= info.types.size())
+      file_error(path, "table entry " + std::to_string(i) + " names type " +
+                           std::to_string(rows[i][2]) + " of " +
+                           std::to_string(info.types.size()));
+    d.table.insert(FsmKey{rows[i][0], rows[i][1]}, static_cast<uint32_t>(rows[i][2]));
+  }
+  return d;
+}
+
+// ---- The policy ----
+
+FsmPolicy::FsmPolicy(FsmPolicyData data, std::string source)
+    : data_(std::move(data)),
+      source_(std::move(source)),
+      name_("fsm:" + source_),
+      fallback_(make_policy("lb-greedy")),
+      cover_(data_.info.encoding == FsmEncoding::Cover) {}
+
+void FsmPolicy::begin(const Graph& g) {
+  lookups_ = {};
+  fallback_->begin(g);
+  const TypeTable& types = g.types();
+  if (mapped_table_ == &types && mapped_size_ == types.size()) return;
+  std::unordered_map<std::string, uint32_t> index;
+  for (uint32_t i = 0; i < data_.info.types.size(); ++i) index.emplace(data_.info.types[i], i);
+  local_of_.assign(types.size(), UINT32_MAX);
+  global_of_.assign(data_.info.types.size(), UINT32_MAX);
+  bool unknown = false;
+  for (uint32_t t = 0; t < types.size(); ++t) {
+    auto it = index.find(types.name(t));
+    if (it != index.end()) {
+      local_of_[t] = it->second;
+      global_of_[it->second] = t;
+    } else {
+      unknown |= is_scheduled(types.op(t));
+    }
+  }
+  if (unknown) {
+    // Only types that this graph schedules matter; others may come from other graphs.
+    std::vector<bool> present(types.size(), false);
+    for (const Node& n : g.nodes())
+      if (is_scheduled(n.op) && n.type < types.size()) present[n.type] = true;
+    std::string missing, absent;
+    for (uint32_t t = 0; t < types.size(); ++t)
+      if (present[t] && local_of_[t] == UINT32_MAX) missing += "\n  " + types.name(t);
+    if (!missing.empty()) {
+      for (uint32_t i = 0; i < global_of_.size(); ++i)
+        if (global_of_[i] == UINT32_MAX || !present[global_of_[i]])
+          absent += "\n  " + data_.info.types[i];
+      throw std::invalid_argument(
+          "[FsmPolicy] policy '" + source_ + "' (model " + data_.info.model + ", hidden " +
+          std::to_string(data_.info.hidden) + ") does not match this graph; types of the graph "
+          "that the policy does not know:" + missing +
+          (absent.empty() ? "" : "\ntypes of the policy that the graph lacks:" + absent));
+    }
+  }
+  mapped_table_ = &types;
+  mapped_size_ = types.size();
+  ids_.resize(data_.info.types.size());
+  counts_.resize(ids_.size());
+  levels_.resize(ids_.size());
+  scratch_.resize(ids_.size());
+}
+
+uint32_t FsmPolicy::choose(const Frontier& f) {
+  const std::vector<uint32_t>& ready = f.ready_types();
+  const uint32_t r = static_cast<uint32_t>(ready.size());
+  bool known = r <= ids_.size();
+  for (uint32_t i = 0; known && i < r; ++i) {
+    const uint32_t t = ready[i];
+    ids_[i] = t < local_of_.size() ? local_of_[t] : UINT32_MAX;
+    counts_[i] = f.ready_count(t);
+    known = ids_[i] != UINT32_MAX;
+    if (cover_) levels_[i] = fsm_coverage_level(f.critical_ready(t), f.critical_total(t));
+  }
+  if (known) {
+    const uint32_t a = data_.table.find(fsm_encode(data_.info.encoding, ids_.data(), counts_.data(),
+                                                   levels_.data(), r, scratch_.data()));
+    if (a != FsmTable::kNone) {
+      const uint32_t t = global_of_[a];
+      if (t != UINT32_MAX && t < f.num_types() && f.ready_count(t) > 0) {
+        ++lookups_.hits;
+        return t;
+      }
+    }
+  }
+  ++lookups_.misses;
+  return fallback_->choose(f);
+}
+
+}  // namespace edbatch

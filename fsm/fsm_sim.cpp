@@ -1,0 +1,181 @@
+#include "fsm/fsm_sim.h"
+
+#include <algorithm>
+#include <random>
+
+#include "edbatch/graph.h"
+
+namespace edbatch {
+
+namespace {
+// The scheduled node computing argument `a` (views resolve to what they view), or UINT32_MAX.
+uint32_t producer(const Graph& g, uint32_t a) {
+  const Node* n = &g.node(a);
+  while (op_info(n->op).rule == BatchRule::View) {
+    a = g.args(*n)[0];
+    n = &g.node(a);
+  }
+  return is_scheduled(n->op) ? a : UINT32_MAX;
+}
+}  // namespace
+
+SimGraph::SimGraph(const Graph& g, const std::vector<uint32_t>& index_of) {
+  const uint32_t n = g.size();
+  std::vector<uint32_t> compact(n, UINT32_MAX), local_of;
+  std::vector<uint32_t> type_count;
+  for (uint32_t v = 0; v < n; ++v) {
+    const Node& nd = g.node(v);
+    if (!is_scheduled(nd.op)) continue;
+    compact[v] = num_nodes++;
+    if (nd.type >= local_of.size()) local_of.resize(nd.type + 1, UINT32_MAX);
+    if (local_of[nd.type] == UINT32_MAX) {
+      local_of[nd.type] = num_types++;
+      global.push_back(nd.type);
+      index.push_back(nd.type < index_of.size() ? index_of[nd.type] : UINT32_MAX);
+      type_count.push_back(0);
+    }
+    type.push_back(local_of[nd.type]);
+    ++type_count[type.back()];
+  }
+  // Inputs, consumers (CSR) and depths in compact ids (compact order = graph order).
+  pending.assign(num_nodes, 0);
+  consumer_begin.assign(num_nodes + 1, 0);
+  std::vector<uint32_t> depth(num_nodes, 0);
+  std::vector<std::pair<uint32_t, uint32_t>> edges;  // (producer, consumer)
+  for (uint32_t v = 0; v < n; ++v) {
+    if (compact[v] == UINT32_MAX) continue;
+    const Node& nd = g.node(v);
+    const uint32_t* a = g.args(nd);
+    uint32_t d = 0;
+    for (uint32_t i = 0; i < nd.num_args; ++i) {
+      const uint32_t p = producer(g, a[i]);
+      if (p == UINT32_MAX) continue;
+      ++pending[compact[v]];
+      ++consumer_begin[compact[p] + 1];
+      edges.emplace_back(compact[p], compact[v]);
+      d = std::max(d, depth[compact[p]]);
+    }
+    depth[compact[v]] = d + 1;
+  }
+  for (uint32_t v = 0; v < num_nodes; ++v) consumer_begin[v + 1] += consumer_begin[v];
+  consumers.resize(edges.size());
+  {
+    std::vector<uint32_t> fill(consumer_begin.begin(), consumer_begin.end() - 1);
+    for (const auto& [p, c] : edges) consumers[fill[p]++] = c;
+  }
+  // Chain heights per (node, local type), as the scheduler computes them.
+  const uint32_t T = std::max(num_types, 1u);
+  std::vector<uint32_t> chain(static_cast<size_t>(num_nodes) * T, 0);
+  height.assign(num_nodes, 0);
+  // Consumers have larger ids than their producers: one reverse pass pulls their chains in.
+  for (uint32_t v = num_nodes; v-- > 0;) {
+    uint32_t* hv = chain.data() + static_cast<size_t>(v) * T;
+    for (uint32_t c = consumer_begin[v]; c < consumer_begin[v + 1]; ++c) {
+      const uint32_t* hc = chain.data() + static_cast<size_t>(consumers[c]) * T;
+      for (uint32_t t = 0; t < T; ++t) hv[t] = std::max(hv[t], hc[t]);
+    }
+    height[v] = ++hv[type[v]];
+  }
+  top.assign(num_types, 0);
+  avg_depth.assign(num_types, 0.0);
+  for (uint32_t v = 0; v < num_nodes; ++v) {
+    top[type[v]] = std::max(top[type[v]], height[v]);
+    avg_depth[type[v]] += depth[v];
+  }
+  level_base.assign(num_types, 0);
+  uint32_t total = 0;
+  for (uint32_t t = 0; t < num_types; ++t) {
+    level_base[t] = total;
+    total += top[t] + 1;
+    avg_depth[t] /= type_count[t];
+    lower_bound += top[t];
+  }
+  remaining_at.assign(total, 0);
+  for (uint32_t v = 0; v < num_nodes; ++v) ++remaining_at[level_base[type[v]] + height[v]];
+  std::mt19937_64 rng(0x5eed);
+  zobrist.resize(num_nodes);
+  for (uint64_t& z : zobrist) z = rng();
+}
+
+SimState::SimState(const SimGraph& graph)
+    : g(&graph),
+      pending(graph.pending),
+      ready(graph.num_types),
+      ready_at(graph.remaining_at.size(), 0),
+      remaining_at(graph.remaining_at),
+      top(graph.top),
+      bound_left(graph.lower_bound) {
+  for (uint32_t v = 0; v < graph.num_nodes; ++v) {
+    if (pending[v] != 0) continue;
+    const uint32_t t = graph.type[v];
+    if (ready[t].empty()) ready_types.push_back(t);
+    ready[t].push_back(v);
+    ++ready_at[graph.level_base[t] + graph.height[v]];
+  }
+}
+
+uint32_t SimState::run(uint32_t t) {
+  std::vector<uint32_t> nodes;
+  nodes.swap(ready[t]);
+  ready_types.erase(std::find(ready_types.begin(), ready_types.end(), t));
+  const uint32_t base = g->level_base[t];
+  for (uint32_t v : nodes) {
+    --remaining_at[base + g->height[v]];
+    --ready_at[base + g->height[v]];
+    hash ^= g->zobrist[v];
+  }
+  while (top[t] > 0 && remaining_at[base + top[t]] == 0) {
+    --top[t];
+    --bound_left;
+  }
+  for (uint32_t v : nodes) {
+    for (uint32_t c = g->consumer_begin[v]; c < g->consumer_begin[v + 1]; ++c) {
+      const uint32_t w = g->consumers[c];
+      if (--pending[w] != 0) continue;
+      const uint32_t tw = g->type[w];
+      if (ready[tw].empty()) ready_types.push_back(tw);
+      ready[tw].push_back(w);
+      ++ready_at[g->level_base[tw] + g->height[w]];
+    }
+  }
+  ++batches;
+  done += static_cast<uint32_t>(nodes.size());
+  const uint32_t count = static_cast<uint32_t>(nodes.size());
+  nodes.clear();
+  if (ready[t].empty()) ready[t].swap(nodes);  // keep the capacity
+  return count;
+}
+
+uint32_t SimState::lb_greedy() const {
+  uint32_t best = UINT32_MAX;
+  double best_share = -1, best_depth = 0;
+  for (uint32_t t : ready_types) {
+    const double share = coverage(t);
+    const double d = g->avg_depth[t];
+    if (share > best_share ||
+        (share == best_share &&
+         (d < best_depth || (d == best_depth && g->global[t] < g->global[best])))) {
+      best = t;
+      best_share = share;
+      best_depth = d;
+    }
+  }
+  return best;
+}
+
+FsmKey SimState::key(FsmEncoding e, KeyScratch& k) const {
+  const uint32_t r = static_cast<uint32_t>(ready_types.size());
+  k.ids.resize(r);
+  k.counts.resize(r);
+  k.levels.resize(r);
+  k.order.resize(r);
+  for (uint32_t i = 0; i < r; ++i) {
+    const uint32_t t = ready_types[i];
+    k.ids[i] = g->index[t];
+    k.counts[i] = static_cast<uint32_t>(ready[t].size());
+    k.levels[i] = fsm_coverage_level(critical_ready(t), critical_total(t));
+  }
+  return fsm_encode(e, k.ids.data(), k.counts.data(), k.levels.data(), r, k.order.data());
+}
+
+}  // namespace edbatch

@@ -1,0 +1,193 @@
+// The learned FSM batching policy: a table from an encoding of the ready frontier to the type to
+// run next, trained offline over many mini-batches (fsm/train.cpp), saved to a versioned policy
+// file keyed by type names, and loaded by `make_policy("fsm:FILE")`. Unseen states fall back to
+// lb-greedy.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edbatch/schedule.h"
+
+namespace edbatch {
+
+class Graph;
+
+// How a frontier becomes a table key. Type ids in keys are indices into the policy's type names.
+//   set:     the set of ready types (at most 128 types)
+//   sorted:  the ready types ordered by ready count, most first, ties by index (the first
+//            16; at most 254 types)
+//   set+top: the set plus the type with the most ready nodes (at most 120 types)
+//   cover:   the set plus, per ready type, how much of its critical nodes (those on its longest
+//            remaining chain) is ready: none, under half, half or more, all (at most 32 types)
+enum class FsmEncoding : uint8_t { Set, Sorted, SetTop, Cover };
+const char* fsm_encoding_name(FsmEncoding e);
+FsmEncoding parse_fsm_encoding(const std::string& name);  // throws std::invalid_argument
+uint32_t fsm_encoding_max_types(FsmEncoding e);
+
+struct FsmKey {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const FsmKey& o) const { return lo == o.lo && hi == o.hi; }
+};
+struct FsmKeyHash {
+  size_t operator()(const FsmKey& k) const {
+    uint64_t h = k.lo * 0x9E3779B97F4A7C15ull ^ (k.hi + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
+    return static_cast<size_t>(h ^ (h >> 31));
+  }
+};
+
+// `ids` (type indices, distinct), `counts` (ready nodes) and `levels` (coverage levels, read by
+// `cover` only) of the r ready types, in any order. `scratch` holds at least r entries. Ids must
+// be below fsm_encoding_max_types(e).
+FsmKey fsm_encode(FsmEncoding e, const uint32_t* ids, const uint32_t* counts,
+                  const uint32_t* levels, uint32_t r, uint32_t* scratch);
+// 0: no critical node ready, 1: under half, 2: half or more, 3: all of them.
+inline uint32_t fsm_coverage_level(uint32_t critical_ready, uint32_t critical_total) {
+  if (critical_ready == 0) return 0;
+  if (critical_ready >= critical_total) return 3;
+  return 2 * critical_ready >= critical_total ? 2 : 1;
+}
+
+// Open addressing, linear probing: O(1) average lookups with no allocation.
+class FsmTable {
+ public:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  void insert(const FsmKey& key, uint32_t action);  // replaces an existing entry
+  uint32_t find(const FsmKey& key) const {
+    if (keys_.empty()) return kNone;
+    for (size_t i = FsmKeyHash()(key) & mask_;; i = (i + 1) & mask_) {
+      if (actions_[i] == kNone) return kNone;
+      if (keys_[i] == key) return actions_[i];
+    }
+  }
+  uint32_t size() const { return size_; }
+  // Every entry, in slot order.
+  void for_each(const std::function<void(const FsmKey&, uint32_t)>& f) const;
+
+ private:
+  void grow();
+  std::vector<FsmKey> keys_;
+  std::vector<uint32_t> actions_;
+  size_t mask_ = 0;
+  uint32_t size_ = 0;
+};
+
+// Everything a policy file holds besides the table.
+struct FsmPolicyInfo {
+  std::string model;  // the zoo model (or another name for graphs built elsewhere)
+  uint32_t hidden = 0;
+  FsmEncoding encoding = FsmEncoding::SetTop;
+  std::vector<std::string> types;  // the type names the table's indices refer to
+  std::string training;  // training settings, a JSON object as text
+  double validation_batches = 0;   // mean batches per validation mini-batch
+  double validation_lower_bound = 0;
+  std::string validation;  // the validation comparison, a JSON object as text
+};
+
+struct FsmPolicyData {
+  FsmPolicyInfo info;
+  FsmTable table;  // key -> index into info.types
+};
+
+constexpr uint32_t kFsmFormatVersion = 1;
+// JSON; the format is described in docs/policies.md. Throws std::runtime_error when the file
+// cannot be written or read, is not a policy file, has another format version, or is corrupt or
+// truncated, naming the file and what is wrong.
+void save_fsm_policy(const std::string& path, const FsmPolicyData& policy);
+FsmPolicyData load_fsm_policy(const std::string& path);
+
+class FsmPolicy : public Policy {
+ public:
+  // `source` names the policy in error messages (the file).
+  FsmPolicy(FsmPolicyData data, std::string source = "<memory>");
+  const char* name() const override { return name_.c_str(); }
+  // Maps the file's type names to the graph's type ids; throws std::invalid_argument naming the
+  // graph's types that the file does not know (and the file's types this graph lacks).
+  void begin(const Graph& g) override;
+  uint32_t choose(const Frontier& f) override;
+  Lookups lookups() const override { return lookups_; }
+  const FsmPolicyData& data() const { return data_; }
+
+ private:
+  FsmPolicyData data_;
+  std::string source_, name_;
+  std::unique_ptr<Policy> fallback_;
+  bool cover_;
+  Lookups lookups_;
+  const void* mapped_table_ = nullptr;  // the TypeTable the maps below were made for ...
+  uint32_t mapped_size_ = 0;            // ... and its size then
+  std::vector<uint32_t> local_of_;      // graph type id -> index into the file's types
+  std::vector<uint32_t> global_of_;     // index -> graph type id (UINT32_MAX when absent)
+  std::vector<uint32_t> ids_, counts_, levels_, scratch_;
+};
+
+// ---- Training ----
+
+// One training or validation mini-batch. The graphs must outlive the training call; all must
+// share one TypeTable (one ParameterCollection).
+struct FsmTrainOptions {
+  FsmEncoding encoding = FsmEncoding::SetTop;
+  uint32_t episodes = 400;       // Q-learning rollouts (each one training mini-batch)
+  uint32_t rollouts_per_round = 16;  // rollouts run in parallel against one frozen table
+  uint32_t n_step = 4;           // n-step returns
+  double alpha = 0.3, gamma = 1.0;
+  double epsilon_start = 0.3, epsilon_end = 0.02;  // linear over the episodes
+  bool teacher = true;           // imitate a beam search bounded by the lower bound first
+  uint32_t beam_width = 16;
+  // Then a search in table space: per visited state (most visited first, at most refine_states
+  // per pass), the action with the fewest batches on the training mini-batches that visit it.
+  uint32_t refine_passes = 2, refine_states = 1000;
+  // Reward per step: the bound reward, or (with cost_reward) minus the estimated kernel time in
+  // units of one launch: 1 + per_row * rows.
+  bool cost_reward = false;
+  double per_row_cost = 0.0;     // per row, in launches (calibrated by the caller)
+  double early_stop = 0.01;      // stop once validation batches <= (1 + this) * lower bound
+  uint32_t eval_every = 1;       // rounds between validations
+  uint64_t seed = 1;
+};
+
+struct FsmCurvePoint {
+  uint32_t episode = 0;           // rollouts done
+  double mean_batches = 0;        // over this round's training rollouts
+  double validation_batches = 0;  // mean over the validation mini-batches (greedy table)
+  double lower_bound = 0;         // mean over the validation mini-batches
+};
+
+struct FsmTrainResult {
+  FsmPolicyData policy;  // the best table by validation batches (info.types set; model/hidden
+                         // left to the caller)
+  std::vector<FsmCurvePoint> curve;
+  double teacher_batches = 0;  // mean batches of the beam search on the validation set (0: off)
+  uint32_t episodes_run = 0;
+  std::string best_source;  // "lb-greedy" (empty table), "teacher", "q-learning" or "search"
+};
+
+FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
+                                const std::vector<const Graph*>& validation,
+                                const FsmTrainOptions& options,
+                                const std::function<void(const FsmCurvePoint&)>& progress = {});
+
+// ---- Workloads: mini-batch graphs of a zoo model for training and comparison ----
+
+class Model;
+
+struct FsmWorkload {
+  std::vector<std::unique_ptr<Graph>> train, validation;
+  std::vector<const Graph*> train_graphs() const;
+  std::vector<const Graph*> validation_graphs() const;
+};
+
+// Shuffles the instances with `seed` and holds out the last fifth (at least one instance) for
+// validation: `validation_batches` consecutive mini-batches of it (fewer when it is short). The
+// `train_batches` training mini-batches each draw `batch` distinct instances from the rest
+// (all instances when the data set has only one). Throws std::invalid_argument when empty.
+FsmWorkload make_fsm_workload(Model& model, uint32_t batch, uint32_t train_batches,
+                              uint32_t validation_batches, uint64_t seed);
+
+// Mean batches per graph under a policy, with the Scheduler (the run-time path).
+double mean_batches(const std::vector<const Graph*>& graphs, Policy& policy);
+double mean_lower_bound(const std::vector<const Graph*>& graphs);
+
+}  // namespace edbatch
