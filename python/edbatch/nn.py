@@ -103,3 +103,26 @@ class RandomDAG(_Embedded):
                  num_arc_types=2, **options):
         super().__init__("random_dag", vocab_size, input_size, hidden_size,
                          num_node_types=num_state_types, num_arc_types=num_arc_types, **options)
+
+
+class MVRNN(torch.nn.Module):
+    """Matrix-vector RNN (Socher et al. 2012; the zoo's mvrnn) over binary trees: every word has a
+    vector and an H x H matrix (initialised to the identity plus noise). forward(packed) ->
+    (v, M): v num_nodes x H, M num_nodes x H x H."""
+
+    def __init__(self, vocab_size, hidden_size, **options):
+        super().__init__()
+        H = self.hidden_size = hidden_size
+        self.vectors = torch.nn.Embedding(vocab_size, H)
+        self.matrices = torch.nn.Embedding(vocab_size, H * H)
+        with torch.no_grad():
+            self.matrices.weight.mul_(0.01).add_(torch.eye(H).reshape(1, -1))
+        self.cell = Cell("mvrnn", H + H * H, H, **options)
+
+    def forward(self, packed):
+        H = self.hidden_size
+        M = self.matrices(packed.input_ids).view(-1, H, H)
+        # The op reads each leaf's matrix column-major.
+        x = torch.cat([self.vectors(packed.input_ids), M.transpose(1, 2).reshape(-1, H * H)], 1)
+        v, m = self.cell(x, packed)
+        return v, m.view(-1, H, H).transpose(1, 2)

@@ -372,11 +372,64 @@ class RandomDagCell : public Cell {
   std::vector<Expr> inputs_, products_;
 };
 
+// ---- MV-RNN (docs/models.md, mvrnn) ----
+
+// A leaf's row of x is [v; vec(M)] (M column-major); outputs v and vec(M) of every node.
+class MvrnnCell : public Cell {
+ public:
+  MvrnnCell(ParameterCollection& pc, uint32_t H) : Cell(H, H + H * H) {
+    const Parameter W_v = add(pc, "W_v", H, 2 * H), b_v = add(pc, "b_v", H, 0);
+    const Parameter W_M = add(pc, "W_M", H, 2 * H), b_M = add(pc, "b_M", H, H);
+    const Dim h{H, 1}, hh{H, H};
+    inner_ = frozen(pc, "mvrnn.inner", [&](Block& b) {
+      Graph& g = b.body();
+      const Expr v1 = b.input("v1", h), M1 = b.input("M1", hh);
+      const Expr v2 = b.input("v2", h), M2 = b.input("M2", hh);
+      b.output("v", tanh(affine({parameter(g, b_v), parameter(g, W_v),
+                                 concat({matmul(M2, v1), matmul(M1, v2)})})));
+      b.output("M", affine({parameter(g, b_M), parameter(g, W_M), concat({M1, M2})}));
+    });
+  }
+  uint32_t num_outputs() const override { return 2; }
+  uint32_t output_size(uint32_t o) const override { return o == 0 ? hidden() : hidden() * hidden(); }
+  std::vector<uint32_t> input_segments() const override { return {hidden(), hidden() * hidden()}; }
+  void check(const Packed& p, const char* fn) const override {
+    binary_tree_check(p, fn, "mvrnn");
+  }
+  void build(Graph& g, const Packed& p, const std::vector<Expr>& x,
+             std::vector<Expr>& out) override {
+    const int64_t N = p.num_nodes;
+    const uint32_t H = hidden();
+    M_.resize(N);
+    Expr o[2];
+    for (int64_t k = 0; k < N; ++k) {
+      const int64_t a = p.pred_ptr[k];
+      if (a == p.pred_ptr[k + 1]) {
+        const int64_t r = p.node_inputs[k];
+        out[k] = x[2 * r];
+        out[N + k] = x[2 * r + 1];
+        M_[k] = reshape(x[2 * r + 1], Dim{H, H});
+        continue;
+      }
+      const int64_t l = p.pred_ids[a], r = p.pred_ids[a + 1];
+      const Expr in[4] = {out[l], M_[l], out[r], M_[r]};
+      inner_->call(g, in, 4, nullptr, 0, o);
+      out[k] = o[0];
+      M_[k] = o[1];
+      out[N + k] = reshape(o[1], Dim{H * H, 1});
+    }
+  }
+
+ private:
+  std::unique_ptr<Block> inner_;
+  std::vector<Expr> M_;
+};
+
 }  // namespace
 
 const std::vector<std::string>& cell_names() {
   static const std::vector<std::string> names = {"tree_lstm", "tree_gru", "lattice_lstm",
-                                                  "lattice_gru", "random_dag"};
+                                                  "lattice_gru", "random_dag", "mvrnn"};
   return names;
 }
 
@@ -396,6 +449,13 @@ std::unique_ptr<Cell> make_cell(const CellConfig& c, ParameterCollection& pc) {
   if (c.cell == "lattice_lstm")
     return std::make_unique<LatticeLstmCell>(pc, c.hidden, c.input_dim);
   if (c.cell == "lattice_gru") return std::make_unique<LatticeGruCell>(pc, c.hidden, c.input_dim);
+  if (c.cell == "mvrnn") {
+    if (c.input_dim != c.hidden + c.hidden * c.hidden)
+      throw std::invalid_argument(fmt::format(
+          "[make_cell] mvrnn: input size {} must be hidden + hidden^2 = {} (a leaf's v and M)",
+          c.input_dim, c.hidden + c.hidden * c.hidden));
+    return std::make_unique<MvrnnCell>(pc, c.hidden);
+  }
   if (c.cell == "random_dag")
     return std::make_unique<RandomDagCell>(pc, c.hidden, c.input_dim, c.node_types, c.arc_types);
   std::string names;

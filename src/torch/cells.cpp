@@ -97,10 +97,16 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   if (p.num_nodes == 0) return;
 
   graph_.clear();
-  x_.assign(p.num_x, Expr{});
-  const Dim xd{cell_->input_dim(), 1};
-  for (int64_t r = 0; r < p.num_x; ++r) x_[r] = input(graph_, xd, p.x + r * p.x_dim);
-  const uint32_t nout = cell_->num_outputs(), H = cell_->hidden();
+  const std::vector<uint32_t> segments = cell_->input_segments();
+  x_.clear();
+  for (int64_t r = 0; r < p.num_x; ++r) {
+    const float* row = p.x + r * p.x_dim;
+    for (uint32_t size : segments) {
+      x_.push_back(input(graph_, Dim{size, 1}, row));
+      row += size;
+    }
+  }
+  const uint32_t nout = cell_->num_outputs();
   out_.assign(static_cast<size_t>(nout) * p.num_nodes, Expr{});
   cell_->build(graph_, p, x_, out_);
 
@@ -108,7 +114,8 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   if (for_backward) {
     // loss = seed . [every output], so backward from it gives each output the seed's values as
     // its gradient. The seed is a parameter: backward reads its values after they are written.
-    const uint64_t floats = static_cast<uint64_t>(out_.size()) * H;
+    uint64_t floats = 0;
+    for (uint32_t o = 0; o < nout; ++o) floats += uint64_t{cell_->output_size(o)} * p.num_nodes;
     uint32_t k = 0;
     while ((uint64_t{1} << k) < floats) ++k;
     if (seeds_.size() <= k) seeds_.resize(k + 1);
@@ -124,18 +131,20 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     target = loss_;
   }
   engine_.forward(graph_, target);
-  for (uint32_t o = 0; o < nout; ++o)
+  for (uint32_t o = 0; o < nout; ++o) {
+    const uint32_t size = cell_->output_size(o);
     for (int64_t k = 0; k < p.num_nodes; ++k) {
       const Tensor t = engine_.value(out_[o * p.num_nodes + k]);
-      std::memcpy(outputs[o] + k * H, t.data, sizeof(float) * H);
+      std::memcpy(outputs[o] + k * size, t.data, sizeof(float) * size);
     }
+  }
   have_graph_ = for_backward;
 }
 
 void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
                       const std::vector<float*>& grad_weights) {
   const std::vector<WeightSpec>& specs = cell_->weights();
-  const uint32_t H = cell_->hidden(), D = cell_->input_dim();
+  const uint32_t D = cell_->input_dim();
   std::fill(grad_x, grad_x + num_x_ * D, 0.0f);
   if (!have_graph_) {
     for (size_t i = 0; i < specs.size(); ++i)
@@ -145,15 +154,21 @@ void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
     throw std::runtime_error("[edbatch.backward] forward was not run for backward");
   }
   float* seed = pc_.values(seed_.id);
-  const size_t per_output = static_cast<size_t>(num_nodes_) * H;
   std::fill(seed, seed + pc_.dim(seed_.id).size(), 0.0f);
-  for (size_t o = 0; o < out_grads.size(); ++o)
-    if (out_grads[o]) std::memcpy(seed + o * per_output, out_grads[o], sizeof(float) * per_output);
+  for (size_t o = 0; o < out_grads.size(); ++o) {
+    const size_t floats = static_cast<size_t>(num_nodes_) * cell_->output_size(o);
+    if (out_grads[o]) std::memcpy(seed, out_grads[o], sizeof(float) * floats);
+    seed += floats;
+  }
   pc_.zero_grads();
   engine_.backward(graph_, loss_);
-  for (int64_t r = 0; r < num_x_; ++r) {
-    const Tensor t = engine_.gradient(x_[r]);
-    std::memcpy(grad_x + r * D, t.data, sizeof(float) * D);
+  const std::vector<uint32_t> segments = cell_->input_segments();
+  float* row = grad_x;
+  for (size_t i = 0; i < x_.size(); ++i) {
+    const uint32_t size = segments[i % segments.size()];
+    const Tensor t = engine_.gradient(x_[i]);
+    std::memcpy(row, t.data, sizeof(float) * size);
+    row += size;
   }
   for (size_t i = 0; i < specs.size(); ++i)
     to_row_major(pc_.grads(weight_params_[i].id), specs[i].rows, specs[i].cols, grad_weights[i]);

@@ -43,14 +43,17 @@ class Cell {
  public:
   virtual ~Cell() = default;
   const std::vector<WeightSpec>& weights() const { return weights_; }
-  // Per-node outputs (h, and c for the LSTMs), each hidden() floats.
+  // Per-node outputs (h, and c for the LSTMs), each output_size(o) floats.
   virtual uint32_t num_outputs() const = 0;
+  virtual uint32_t output_size(uint32_t) const { return hidden_; }
+  // A row of x is read as Input nodes of these sizes (summing to input_dim()).
+  virtual std::vector<uint32_t> input_segments() const { return {input_dim_}; }
   uint32_t hidden() const { return hidden_; }
   uint32_t input_dim() const { return input_dim_; }
   // Throws std::invalid_argument for structures this cell cannot run (arity, types, inputs).
   virtual void check(const Packed& p, const char* fn) const = 0;
-  // Adds every node of `p` to `g`; out[o * num_nodes + k] is output o of node k. `x(row)` is the
-  // Input node of row `row` of p.x.
+  // Adds every node of `p` to `g`; out[o * num_nodes + k] is output o of node k, a column of
+  // output_size(o). x[row * S + s] is segment s of row `row` of p.x (S segments).
   virtual void build(Graph& g, const Packed& p, const std::vector<Expr>& x,
                      std::vector<Expr>& out) = 0;
 
@@ -64,7 +67,7 @@ class Cell {
 };
 
 struct CellConfig {
-  std::string cell;  // tree_lstm | tree_gru | lattice_lstm | lattice_gru | random_dag
+  std::string cell;  // tree_lstm | tree_gru | lattice_lstm | lattice_gru | random_dag | mvrnn
   uint32_t hidden = 0, input_dim = 0;
   uint32_t node_types = 1, arc_types = 1;  // random_dag: state and arc types
 };
@@ -85,11 +88,11 @@ class Runner {
   Runner(const CellConfig& config, const RunOptions& options);
   const Cell& cell() const { return *cell_; }
 
-  // weights[i] holds weights()[i] row-major. outputs[o] receives num_nodes x hidden floats.
+  // weights[i] holds weights()[i] row-major. outputs[o] receives num_nodes x output_size(o).
   // With `for_backward` the graph also gets the node that backward() seeds.
   void forward(const Packed& p, const std::vector<const float*>& weights,
                const std::vector<float*>& outputs, bool for_backward);
-  // out_grads[o]: num_nodes x hidden floats or null (zero). grad_x: num_x x x_dim floats;
+  // out_grads[o]: num_nodes x output_size(o) floats or null (zero). grad_x: num_x x x_dim floats;
   // grad_weights[i]: as weights()[i]; all overwritten.
   void backward(const std::vector<const float*>& out_grads, float* grad_x,
                 const std::vector<float*>& grad_weights);

@@ -178,11 +178,10 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
   check_inputs(x_in, s, w, runner->cell());
   const Tensor x = x_in.to(at::kCPU).contiguous();
   const Packed p = packed_view(x, s);
-  const int64_t H = a.config.hidden;
   std::vector<Tensor> out;
   std::vector<float*> out_ptr;
   for (uint32_t o = 0; o < runner->cell().num_outputs(); ++o) {
-    out.push_back(at::empty({p.num_nodes, H}, x.options()));
+    out.push_back(at::empty({p.num_nodes, int64_t{runner->cell().output_size(o)}}, x.options()));
     out_ptr.push_back(out.back().data_ptr<float>());
   }
   std::vector<const float*> w_ptr;

@@ -103,6 +103,25 @@ def random_dag(x, p, w):
     return [_stack(hs, x, w)]
 
 
+def mvrnn(x, p, w):
+    """Rows of x are [v; vec(M)], vec column-major; the second output is vec(M) per node."""
+    H = w["b_v"].shape[0]
+    vs, Ms = [], []
+    for k in range(p.num_nodes):
+        ch = _preds(p, k)
+        if not ch:
+            row = x[p.node_inputs[k]]
+            vs.append(row[:H])
+            Ms.append(row[H:].reshape(H, H).t())
+        else:
+            (l, _, _), (r, _, _) = ch
+            vs.append(torch.tanh(w["W_v"] @ torch.cat([Ms[r] @ vs[l], Ms[l] @ vs[r]]) + w["b_v"]))
+            Ms.append(w["W_M"] @ torch.cat([Ms[l], Ms[r]]) + w["b_M"])
+    if not vs:
+        return [x.new_zeros((0, H)), x.new_zeros((0, H * H))]
+    return [torch.stack(vs), torch.stack([M.t().reshape(-1) for M in Ms])]
+
+
 def _stack(values, x, w):
     if not values:
         hidden = next(iter(w.values())).shape[0]
@@ -111,4 +130,4 @@ def _stack(values, x, w):
 
 
 CELLS = {"tree_lstm": tree_lstm, "tree_gru": tree_gru, "lattice_lstm": lattice_lstm,
-         "lattice_gru": lattice_gru, "random_dag": random_dag}
+         "lattice_gru": lattice_gru, "random_dag": random_dag, "mvrnn": mvrnn}

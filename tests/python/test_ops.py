@@ -35,10 +35,11 @@ def structures(cell, seed, empty=False):
     """(packed, input size, node types, arc types) for a cell."""
     rng = random.Random(seed)
     n = 0 if empty else 6
-    if cell in ("tree_lstm", "tree_gru"):
+    if cell in ("tree_lstm", "tree_gru", "mvrnn"):
         # Leaves 1 (a single-node instance), 2, 3, 7, ...
         packed = edbatch.pack_trees([random_tree(rng, l) for l in [1, 2, 3, 7, 1, 13][:n]])
-        return packed, (H if cell == "tree_gru" else D), 1, 1
+        input_size = {"tree_lstm": D, "tree_gru": H, "mvrnn": H + H * H}[cell]
+        return packed, input_size, 1, 1
     if cell.startswith("lattice"):
         records = synthetic_lattices(n, vocab_size=50, seed=seed, min_len=1, max_len=9,
                                      word_prob=0.5)
@@ -77,14 +78,16 @@ def test_forward_and_gradients_equal_reference(cell, seed):
     packed, x, w, ours, ref = run_both(cell, seed)
     assert len(ours) == len(ref)
     for a, b in zip(ours, ref):
-        assert a.shape == (packed.num_nodes, H)
+        assert a.shape == b.shape and a.shape[0] == packed.num_nodes
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     upstream = [torch.randn_like(o) for o in ours]
     got = grads(ours, upstream, x, w)
     want = grads(ref, upstream, x, w)
     names = ["x"] + list(w)
     for name, a, b in zip(names, got, want):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=f"gradient of {name}")
+        # float32 sums of many terms: the absolute tolerance follows the gradient's scale.
+        atol = 1e-5 * max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=atol, msg=f"gradient of {name}")
 
 
 @pytest.mark.parametrize("cell", list(reference.CELLS))
@@ -92,7 +95,7 @@ def test_empty_batch(cell):
     packed, x, w, ours, _ = run_both(cell, 3, empty=True)
     assert packed.num_instances == 0
     for o in ours:
-        assert o.shape == (0, H)
+        assert o.shape[0] == 0
     sum(o.sum() for o in ours).backward()
     for p in w.values():
         assert p.grad is None or torch.count_nonzero(p.grad) == 0
