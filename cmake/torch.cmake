@@ -52,6 +52,7 @@ if(EDBATCH_BUILD_TESTS)
   if(rc EQUAL 0)
     add_test(NAME python_tests COMMAND ${CMAKE_COMMAND} -E env
       PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python EDBATCH_LIBRARY=$<TARGET_FILE:edbatch_torch>
+      PYTHONDONTWRITEBYTECODE=1
       ${EDBATCH_PYTHON} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/tests/python)
   else()
     message(STATUS "edbatch: pytest not found for ${EDBATCH_PYTHON}; the Python tests are not run")
