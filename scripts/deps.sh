@@ -2,6 +2,10 @@
 # Installs the Debian 12 packages edbatch builds with, if any are missing.
 set -euo pipefail
 pkgs=(g++ cmake make libeigen3-dev libtbb-dev doctest-dev libcli11-dev nlohmann-json3-dev libfmt-dev)
+# The PyTorch extension and its tests (docs/pytorch.md); EDBATCH_TORCH=OFF skips them.
+if [ "${EDBATCH_TORCH:-ON}" != "OFF" ]; then
+  pkgs+=(python3-torch libtorch-dev python3-pytest)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

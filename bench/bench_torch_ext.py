@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Training step time (forward + backward + SGD update) of Tree-LSTM and Lattice-LSTM through the
+edbatch PyTorch extension vs the node-by-node and the hand-batched (by dependency level) PyTorch
+implementations of bench/torch_models.py, on the same synthetic mini-batches and weights.
+
+The implementations run round-robin (one step each per repetition) so machine noise hits them
+alike; per implementation: median, p10 and p90 over the repetitions, ratios to edbatch from the
+same run. One JSON line per result on stdout, a table on stderr. Structure packing (ours) and
+level plans (hand-batched) are made once per mini-batch, outside the timed step.
+
+    /usr/bin/python3 bench/bench_torch_ext.py [--hidden 128 --batch 32 --reps 9 --device cpu]
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import torch_models  # noqa: E402
+
+try:
+    import edbatch
+except ImportError:
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    for build in ("build", "build-torch"):
+        lib = os.path.join(ROOT, build, "libedbatch_torch.so")
+        if "EDBATCH_LIBRARY" not in os.environ and os.path.exists(lib):
+            os.environ["EDBATCH_LIBRARY"] = lib
+    import edbatch
+from edbatch.packing import synthetic_lattices, synthetic_sst  # noqa: E402
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+# ---- data and weights shared by every implementation ----
+
+def tree_data(args, tmp):
+    lines = synthetic_sst(args.batch * args.batches, vocab_size=args.vocab, seed=args.seed)
+    path = os.path.join(tmp, "trees.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    vocab = {}
+    packs = [edbatch.pack_sst(lines[i:i + args.batch], vocab)
+             for i in range(0, len(lines), args.batch)]
+    trees = torch_models.read_trees(path, vocab=0)  # ids by first appearance, as pack_sst
+    groups = [trees[i:i + args.batch] for i in range(0, len(trees), args.batch)]
+    return packs, groups, len(vocab)
+
+
+def lattice_data(args, tmp):
+    records = synthetic_lattices(args.batch * args.batches, vocab_size=args.vocab,
+                                 seed=args.seed)
+    path = os.path.join(tmp, "lattices.txt")
+    with open(path, "w") as f:
+        f.write(f"{len(records)}\n")
+        for r in records:
+            f.write(f"{len(r['tags'])}\n{' '.join(map(str, r['tags']))}\n")
+            for arcs in r["arcs"]:
+                f.write(" ".join([str(len(arcs))] + [f"{j} {i}" for j, i in arcs]) + "\n")
+    packs = [edbatch.pack_lattices(records[i:i + args.batch])
+             for i in range(0, len(records), args.batch)]
+    lats = torch_models.read_lattices(path, vocab=0)
+    groups = [lats[i:i + args.batch] for i in range(0, len(lats), args.batch)]
+    return packs, groups, args.vocab
+
+
+def zoo_weights(model, vocab, H, classes, seed):
+    """Weights under the zoo's names (what torch_models reads)."""
+    g = torch.Generator().manual_seed(seed)
+    scale = 1.0 / H ** 0.5
+    rnd = lambda *s: (torch.rand(*s, generator=g) * 2 - 1) * scale  # noqa: E731
+    w = {"W_out": rnd(classes, H)}
+    if model == "tree_lstm":
+        w["E"] = rnd(vocab, H)
+        for name, shape in edbatch.weight_shapes("tree_lstm", H, H):
+            w[name] = rnd(*shape)
+    else:
+        for t in ("char", "word"):
+            w[f"{t}.E"] = rnd(vocab, H)
+        for name, shape in edbatch.weight_shapes("lattice_lstm", H, H, 1, 2):
+            w[name.replace("char_", "char.").replace("word_", "word.")] = rnd(*shape)
+    return w
+
+
+class Ours:
+    """The extension's module with the zoo's loss head: sum over nodes of -log softmax."""
+
+    def __init__(self, model, w, vocab, H, device, threads):
+        if model == "tree_lstm":
+            self.m = edbatch.nn.TreeLSTM(vocab, H, H, threads=threads)
+            tables = [w["E"]]
+        else:
+            self.m = edbatch.nn.LatticeLSTM(vocab, H, H, threads=threads)
+            tables = [w["char.E"], w["word.E"]]
+        with torch.no_grad():
+            for emb, table in zip(self.m.embeddings, tables):
+                emb.weight.copy_(table)
+            for name in self.m.cell.weight_names:
+                key = name.replace("char_", "char.").replace("word_", "word.")
+                getattr(self.m.cell, name).copy_(w[key])
+        self.W_out = torch.nn.Parameter(w["W_out"].clone())
+        self.m.to(device)
+        self.W_out.data = self.W_out.data.to(device)
+        self.params = list(self.m.parameters()) + [self.W_out]
+        self.opt = torch.optim.SGD(self.params, lr=0.01)
+
+    def loss(self, packed):
+        h = self.m(packed)[0]
+        return torch.nn.functional.cross_entropy(h @ self.W_out.t(), packed.labels,
+                                                 reduction="sum")
+
+    def step(self, packed):
+        self.opt.zero_grad(set_to_none=False)
+        loss = self.loss(packed)
+        loss.backward()
+        self.opt.step()
+        return loss
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="tree_lstm,lattice_lstm")
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batches", type=int, default=3, help="distinct mini-batches, cycled")
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--eager-reps", type=int, default=3, help="node-by-node repetitions")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--vocab", type=int, default=2000)
+    ap.add_argument("--threads", type=int, default=0, help="edbatch threads (0: torch's)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    H = args.hidden
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in args.models.split(","):
+            packs, groups, vocab = (tree_data if model == "tree_lstm" else lattice_data)(args, tmp)
+            classes = 5 if model == "tree_lstm" else 18
+            w = zoo_weights(model, vocab, H, classes, args.seed)
+            ours = Ours(model, w, vocab, H, device, args.threads)
+            Ref = torch_models.TreeLstm if model == "tree_lstm" else torch_models.LatticeLstm
+            ref = Ref(w, device=device, requires_grad=True)
+            plans = [Ref.plan(g) for g in groups]
+            packs = [p.to(device) for p in packs]
+
+            def ref_step(fn):
+                loss = fn().sum()
+                loss.backward()
+                ref.sgd_step(0.01)
+                return loss
+
+            impls = {
+                "edbatch": lambda i: ours.step(packs[i]),
+                "hand-batched": lambda i: ref_step(lambda: ref.batched_losses(groups[i], plans[i])),
+                "node-by-node": lambda i: ref_step(lambda: ref.eager_losses(groups[i])),
+            }
+            # The same loss before any update (a check that the three compute the same model).
+            with torch.no_grad():
+                check = {"edbatch": ours.loss(packs[0]).item(),
+                         "hand-batched": ref.batched_losses(groups[0], plans[0]).sum().item(),
+                         "node-by-node": ref.eager_losses(groups[0]).sum().item()}
+            print(f"{model}: first mini-batch loss " +
+                  ", ".join(f"{k} {v:.4f}" for k, v in check.items()), file=sys.stderr)
+            times = {name: [] for name in impls}
+            for rep in range(args.warmup + args.reps):
+                for name, step in impls.items():
+                    if name == "node-by-node" and rep >= args.warmup + args.eager_reps:
+                        continue
+                    i = rep % len(packs)
+                    sync(device)
+                    t0 = time.perf_counter()
+                    step(i)
+                    sync(device)
+                    if rep >= args.warmup:
+                        times[name].append((time.perf_counter() - t0) * 1e3)
+            nodes = statistics.mean(p.num_nodes for p in packs)
+            base = statistics.median(times["edbatch"])
+            for name, ts in times.items():
+                med = statistics.median(ts)
+                row = {"bench": "torch_ext", "model": model, "impl": name, "device": args.device,
+                       "batch": args.batch, "hidden": H, "nodes": round(nodes, 1),
+                       "threads": args.threads or torch.get_num_threads(), "reps": len(ts),
+                       "median_ms": round(med, 3), "p10_ms": round(quantile(ts, 0.1), 3),
+                       "p90_ms": round(quantile(ts, 0.9), 3),
+                       "ratio_to_edbatch": round(med / base, 2)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print(f"\n{'model':<13} {'impl':<13} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9}",
+          file=sys.stderr)
+    for r in rows:
+        print(f"{r['model']:<13} {r['impl']:<13} {r['median_ms']:>10.1f} {r['p10_ms']:>9.1f} "
+              f"{r['p90_ms']:>9.1f} {r['ratio_to_edbatch']:>9.2f}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
