@@ -23,6 +23,9 @@ namespace edbatch {
 
 namespace {
 
+// The action "no entry: the fallback chooses", in Q tables and during the table search.
+constexpr uint32_t kFallback = FsmTable::kNone - 1;
+
 struct TrainGraph {
   TrainGraph(const Graph& g, const std::vector<uint32_t>& index_of, uint32_t num_indices)
       : sim(g, index_of), local_of_index(num_indices, UINT32_MAX) {
@@ -120,8 +123,6 @@ std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
 // visits (most visited first), try every ready type and "no entry" (the fallback), and keep a
 // change when it lowers the total batches of the mini-batches that visit the state. Teaches the
 // table what the teacher's plans cannot: one action per state that is best on average.
-constexpr uint32_t kFallback = FsmTable::kNone - 1;
-
 struct Visits {
   std::vector<std::vector<FsmKey>> keys;  // per graph: the states visited, in order
   std::vector<uint32_t> batches;
@@ -247,7 +248,8 @@ FsmTable greedy_table(const QTable& q) {
   // Insert in key order so that equal Q tables give equal tables.
   std::vector<std::pair<FsmKey, uint32_t>> rows;
   for (const auto& [key, entries] : q)
-    if (const QEntry* b = best_entry(entries)) rows.emplace_back(key, b->action);
+    if (const QEntry* b = best_entry(entries); b && b->action != kFallback)
+      rows.emplace_back(key, b->action);
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
     return a.first.lo != b.first.lo ? a.first.lo < b.first.lo : a.first.hi < b.first.hi;
   });
@@ -275,23 +277,27 @@ Rollout rollout(const TrainGraph& tg, const QTable& q, const FsmTrainOptions& o,
   Rollout out;
   while (!s.finished()) {
     const FsmKey key = s.key(o.encoding, k);
+    const uint32_t fallback = s.lb_greedy();
     uint32_t t = UINT32_MAX;
     if (coin(rng) < epsilon) {
       t = s.ready_types[rng() % s.ready_types.size()];
     } else if (auto it = q.find(key); it != q.end()) {
       const QEntry* best = nullptr;
       for (const QEntry& e : it->second) {
-        const uint32_t l = tg.local_of_index[e.action];
+        const uint32_t l = e.action == kFallback ? fallback : tg.local_of_index[e.action];
         if (l == UINT32_MAX || s.ready[l].empty()) continue;
         if (!best || e.q > best->q || (e.q == best->q && e.action < best->action)) best = &e;
       }
-      if (best) t = tg.local_of_index[best->action];
+      if (best) t = best->action == kFallback ? fallback : tg.local_of_index[best->action];
     }
-    if (t == UINT32_MAX) t = s.lb_greedy();
+    if (t == UINT32_MAX) t = fallback;
     const double coverage = s.coverage(t);
-    const uint32_t rows = s.run(t);
-    const double reward = o.cost_reward ? -(1.0 + o.per_row_cost * rows) : -1.0 + coverage;
-    out.steps.push_back({key, tg.sim.index[t], reward});
+    s.run(t);
+    // 0 when the batch takes every critical node of its type (the bound allows no fuller batch).
+    const double reward = -1.0 + coverage;
+    // The fallback's choice is learned as "no entry", so an action tried only by exploration
+    // must beat it to enter the table.
+    out.steps.push_back({key, t == fallback ? kFallback : tg.sim.index[t], reward});
   }
   out.batches = s.batches;
   return out;
@@ -449,7 +455,8 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     const FsmTable table = refine(tgs, best_table, o);
     const uint64_t v = evaluate(vgs, table, o.encoding);
     consider(table, v, "search");
-    FsmCurvePoint p{result.episodes_run, 0, v / nv, bound / nv};
+    const double mean = double(evaluate(tgs, table, o.encoding)) / tgs.size();
+    FsmCurvePoint p{result.episodes_run, mean, v / nv, bound / nv};
     result.curve.push_back(p);
     if (progress) progress(p);
   }
@@ -468,8 +475,6 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
                              {"beam_width", o.beam_width},
                              {"refine_passes", o.refine_passes},
                              {"refine_states", o.refine_states},
-                             {"reward", o.cost_reward ? "cost" : "bound"},
-                             {"per_row_cost", o.per_row_cost},
                              {"early_stop", o.early_stop},
                              {"seed", o.seed},
                              {"training_minibatches", train.size()},

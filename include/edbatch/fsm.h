@@ -78,7 +78,7 @@ class FsmTable {
 struct FsmPolicyInfo {
   std::string model;  // the zoo model (or another name for graphs built elsewhere)
   uint32_t hidden = 0;
-  FsmEncoding encoding = FsmEncoding::SetTop;
+  FsmEncoding encoding = FsmEncoding::Cover;
   std::vector<std::string> types;  // the type names the table's indices refer to
   std::string training;  // training settings, a JSON object as text
   double validation_batches = 0;   // mean batches per validation mini-batch
@@ -128,7 +128,7 @@ class FsmPolicy : public Policy {
 // One training or validation mini-batch. The graphs must outlive the training call; all must
 // share one TypeTable (one ParameterCollection).
 struct FsmTrainOptions {
-  FsmEncoding encoding = FsmEncoding::SetTop;
+  FsmEncoding encoding = FsmEncoding::Cover;
   uint32_t episodes = 400;       // Q-learning rollouts (each one training mini-batch)
   uint32_t rollouts_per_round = 16;  // rollouts run in parallel against one frozen table
   uint32_t n_step = 4;           // n-step returns
@@ -139,10 +139,6 @@ struct FsmTrainOptions {
   // Then a search in table space: per visited state (most visited first, at most refine_states
   // per pass), the action with the fewest batches on the training mini-batches that visit it.
   uint32_t refine_passes = 2, refine_states = 1000;
-  // Reward per step: the bound reward, or (with cost_reward) minus the estimated kernel time in
-  // units of one launch: 1 + per_row * rows.
-  bool cost_reward = false;
-  double per_row_cost = 0.0;     // per row, in launches (calibrated by the caller)
   double early_stop = 0.01;      // stop once validation batches <= (1 + this) * lower bound
   uint32_t eval_every = 1;       // rounds between validations
   uint64_t seed = 1;

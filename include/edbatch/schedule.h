@@ -70,7 +70,8 @@ class Policy {
   virtual Lookups lookups() const { return {}; }
 };
 
-// "none", "depth", "agenda", "lb-greedy". Unknown names throw std::invalid_argument.
+// "none", "depth", "agenda", "lb-greedy", or "fsm:FILE" (a learned policy file, see fsm.h).
+// Unknown names throw std::invalid_argument.
 std::unique_ptr<Policy> make_policy(const std::string& name);
 std::vector<std::string> policy_names();
 

@@ -20,5 +20,7 @@ struct Command {
 
 // `edbatch run`: runs a model of the zoo (tools/edbatch/run.cpp).
 Command add_run_command(CLI::App& root);
+// `edbatch train`: learns an FSM batching policy file (tools/edbatch/train.cpp).
+Command add_train_command(CLI::App& root);
 
 }  // namespace edbatch::cli

@@ -10,8 +10,7 @@ int main(int argc, char** argv) {
   using namespace edbatch::cli;
   CLI::App app{"edbatch: dynamic batching of tree, lattice and DAG networks"};
   app.require_subcommand(1);
-  std::vector<Command> commands = {add_run_command(app)};
-  // The policy trainer registers here as `edbatch train` (add_train_command) once it exists.
+  std::vector<Command> commands = {add_run_command(app), add_train_command(app)};
 
   auto prefix = [&]() -> std::string {
     for (const Command& c : commands)

@@ -42,6 +42,7 @@ std::string bytes_text(double b) {
 
 struct Totals {
   double instances = 0, ms = 0, loss = 0, batch_ratio = 0;
+  uint64_t policy_hits = 0, policy_misses = 0;
 };
 Totals totals(const std::vector<MiniBatchSample>& samples) {
   Totals t;
@@ -50,6 +51,8 @@ Totals totals(const std::vector<MiniBatchSample>& samples) {
     t.ms += s.total_ms;
     t.loss += s.loss;
     t.batch_ratio += s.lower_bound ? double(s.batches) / double(s.lower_bound) : 1.0;
+    t.policy_hits += s.policy_hits;
+    t.policy_misses += s.policy_misses;
   }
   if (!samples.empty()) t.batch_ratio /= samples.size();
   return t;
@@ -99,6 +102,8 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["lower_bound_per_minibatch"] =
       to_json(over(samples, [](auto& s) { return double(s.lower_bound); }));
   j["batches_over_lower_bound"] = t.batch_ratio;
+  j["policy_hits"] = t.policy_hits;
+  j["policy_misses"] = t.policy_misses;
   j["kernels_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.kernels); }));
   j["bytes_copied_per_minibatch"] =
       to_json(over(samples, [](auto& s) { return double(s.bytes_copied); }));
@@ -149,6 +154,11 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
   add("%-26s %10.0f\n", "nodes per mini-batch", nodes.median);
   add("%-26s %10.0f   lower bound %.0f, mean ratio %.3f\n", "batches per mini-batch", nb.median,
       lb.median, t.batch_ratio);
+  if (t.policy_hits + t.policy_misses > 0)
+    add("%-26s %10llu   fallback (unseen states) %llu, hit rate %.3f\n", "policy table hits",
+        static_cast<unsigned long long>(t.policy_hits),
+        static_cast<unsigned long long>(t.policy_misses),
+        double(t.policy_hits) / double(t.policy_hits + t.policy_misses));
   add("%-26s %10s\n", "bytes copied/mini-batch", bytes_text(copied.median).c_str());
   add("%-26s %10s\n", "arena", bytes_text(double(info.arena_bytes)).c_str());
   add("%-26s %10s\n", "peak memory (RSS)", bytes_text(double(info.peak_rss_bytes)).c_str());

@@ -14,6 +14,7 @@ struct MiniBatchSample {
   double construction_ms = 0, scheduling_ms = 0, execution_ms = 0, backward_ms = 0,
          update_ms = 0;
   uint64_t nodes = 0, batches = 0, lower_bound = 0, kernels = 0, bytes_copied = 0;
+  uint64_t policy_hits = 0, policy_misses = 0;  // learned policies: table hits, fallbacks
   double loss = 0;  // summed over the mini-batch (NaN with the null device)
 };
 

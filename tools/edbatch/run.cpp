@@ -112,6 +112,8 @@ class Runner {
     s.nodes = st.nodes;
     s.batches = st.batches;
     s.lower_bound = st.lower_bound;
+    s.policy_hits = st.policy_hits;
+    s.policy_misses = st.policy_misses;
     s.kernels = st.kernels - before.kernels;
     s.bytes_copied = st.bytes_copied - before.bytes_copied;
     s.loss = value.data ? value.data[0] : std::numeric_limits<double>::quiet_NaN();
@@ -291,13 +293,22 @@ Command add_run_command(CLI::App& root) {
   std::vector<std::string> policies = policy_names();
   app->add_option("--policy", o->policy,
                   "batching policy: " + CLI::detail::join(policies) +
+                      ", or fsm:FILE, a learned policy file written by `edbatch train`"
                       ". lb-greedy is the default: it gives the fewest batches on every zoo "
                       "model (at the chain lower bound on several) in less scheduling time than "
                       "depth or agenda, and its time per mini-batch was the lowest or within "
                       "the p10-p90 spread of the lowest on each zoo model (CPU, hidden 128, "
                       "mini-batch 32; see docs/models.md)")
       ->capture_default_str()
-      ->check(CLI::IsMember(policies));
+      ->check(CLI::Validator(
+          [policies](std::string& p) -> std::string {
+            if (p.rfind("fsm:", 0) == 0 && p.size() > 4) return "";
+            for (const std::string& q : policies)
+              if (p == q) return "";
+            return "unknown policy '" + p + "' (expected " + CLI::detail::join(policies) +
+                   " or fsm:FILE)";
+          },
+          "POLICY"));
   app->add_option("--device", o->device, "cpu, null (schedules and plans, no math) or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "null", "cuda"}));

@@ -1,0 +1,198 @@
+// `edbatch train`: learns an FSM batching policy for one zoo model offline (null backend, no
+// math) and writes the policy file that `edbatch run --policy fsm:FILE` loads.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "edbatch/edbatch.h"
+#include "edbatch/models.h"
+#include "tools/edbatch/commands.h"
+
+namespace edbatch::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct TrainOptions {
+  std::string model, data = "synthetic:2560", output, curve, encoding = "cover";
+  uint32_t vocab = 256, batch = 32, hidden = 128, train_batches = 64, val_batches = 16;
+  uint64_t seed = 1;
+  bool no_teacher = false;
+  FsmTrainOptions fsm;
+};
+
+void check_usage(const TrainOptions& o) {
+  const std::string prefix = "synthetic:";
+  if (o.data.rfind(prefix, 0) == 0) {
+    const std::string n = o.data.substr(prefix.size());
+    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(n) == 0)
+      throw UsageError("--data: expected synthetic:N with N in 1..999999999, got '" + o.data +
+                       "'");
+  } else if (model_data_kind(o.model) == DataKind::Dags) {
+    throw UsageError("--data: " + o.model + " reads random DAGs, which only come as synthetic:N");
+  }
+  if (o.fsm.epsilon_start < 0 || o.fsm.epsilon_start > 1 || o.fsm.epsilon_end < 0 ||
+      o.fsm.epsilon_end > 1)
+    throw UsageError("--epsilon-start and --epsilon-end must lie in [0, 1]");
+}
+
+int train(TrainOptions o) {
+  const auto t0 = Clock::now();
+  check_usage(o);
+  o.fsm.encoding = parse_fsm_encoding(o.encoding);
+  o.fsm.seed = o.seed;
+  o.fsm.teacher = !o.no_teacher;
+  const Dataset data = load_dataset(model_data_kind(o.model), o.data, o.vocab, o.seed);
+  ParameterCollection pc(o.seed);
+  ModelOptions mo;
+  mo.hidden = o.hidden;
+  mo.vocab = o.vocab;
+  mo.seed = o.seed;
+  const std::unique_ptr<Model> model = make_model(o.model, pc, data, mo);
+  const FsmWorkload w = make_fsm_workload(*model, o.batch, o.train_batches, o.val_batches, o.seed);
+  const auto train_graphs = w.train_graphs(), val_graphs = w.validation_graphs();
+  std::fprintf(stderr, "%s: %zu training and %zu validation mini-batches of up to %u instances\n",
+               o.model.c_str(), train_graphs.size(), val_graphs.size(), o.batch);
+
+  std::ofstream curve;
+  if (!o.curve.empty()) {
+    curve.open(o.curve);
+    if (!curve) throw std::runtime_error("cannot write '" + o.curve + "'");
+    curve << "episode,mean_batches,validation_batches,lower_bound\n";
+  }
+  auto progress = [&](const FsmCurvePoint& p) {
+    std::fprintf(stderr, "episode %5u  training %8.2f  validation %8.2f  lower bound %8.2f\n",
+                 p.episode, p.mean_batches, p.validation_batches, p.lower_bound);
+    if (curve.is_open())
+      curve << p.episode << "," << p.mean_batches << "," << p.validation_batches << ","
+            << p.lower_bound << "\n";
+  };
+  FsmTrainResult result = train_fsm_policy(train_graphs, val_graphs, o.fsm, progress);
+  const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  // The summary runs the real scheduler with the policy as `edbatch run` would load it.
+  FsmPolicyInfo& info = result.policy.info;
+  info.model = o.model;
+  info.hidden = o.hidden;
+  FsmPolicy fsm(result.policy, o.output);
+  nlohmann::json validation;
+  const double fsm_batches = mean_batches(val_graphs, fsm);
+  validation["minibatches"] = val_graphs.size();
+  for (const char* h : {"depth", "agenda", "lb-greedy"})
+    validation[h] = mean_batches(val_graphs, *make_policy(h));
+  validation["teacher"] = result.teacher_batches;
+  validation["best"] = result.best_source;
+  info.validation = validation.dump();
+  info.validation_batches = fsm_batches;
+  save_fsm_policy(o.output, result.policy);
+  if (curve.is_open() && !curve) throw std::runtime_error("error writing '" + o.curve + "'");
+
+  std::printf("%s, mini-batch %u, hidden %u, encoding %s: %zu validation mini-batches\n",
+              o.model.c_str(), o.batch, o.hidden, o.encoding.c_str(), val_graphs.size());
+  std::printf("%-12s %12s %10s\n", "policy", "batches", "vs bound");
+  const double bound = info.validation_lower_bound;
+  auto row = [&](const char* name, double b) {
+    std::printf("%-12s %12.2f %10.3f\n", name, b, bound > 0 ? b / bound : 1.0);
+  };
+  row("fsm", fsm_batches);
+  for (const char* h : {"depth", "agenda", "lb-greedy"}) row(h, validation[h].get<double>());
+  row("lower bound", bound);
+  std::printf("table: %u states (best: %s), %u episodes, trained in %.1f s; written to %s\n",
+              result.policy.table.size(), result.best_source.c_str(), result.episodes_run,
+              train_s, o.output.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& root) {
+  auto o = std::make_shared<TrainOptions>();
+  CLI::App* app = root.add_subcommand(
+      "train",
+      "Learn an FSM batching policy for a model offline (null backend) and write a policy file "
+      "for `edbatch run --policy fsm:FILE`");
+  std::string models;
+  for (const std::string& m : model_names()) models += (models.empty() ? "" : ", ") + m;
+  app->add_option("--model", o->model, "the model: " + models)
+      ->required()
+      ->check(CLI::IsMember(model_names()));
+  app->add_option("-o,--output", o->output, "the policy file to write (JSON)")->required();
+  app->add_option("--data", o->data,
+                  "synthetic:N (seeded generator) or a data file of the model's kind; a fifth "
+                  "is held out for validation")
+      ->capture_default_str();
+  app->add_option("--vocab-size", o->vocab, "embedding rows; file word ids fold modulo this")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 24));
+  app->add_option("--batch", o->batch, "instances per mini-batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  app->add_option("--hidden", o->hidden,
+                  "hidden size; types carry shapes, so run with the same --hidden")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 14));
+  app->add_option("--encoding", o->encoding,
+                  "state encoding: set (ready types), sorted (ready types by count), set+top "
+                  "(set and the most populated type), cover (set and how much of each type's "
+                  "critical nodes is ready: the strongest on lattices and DAGs)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"set", "sorted", "set+top", "cover"}));
+  app->add_option("--episodes", o->fsm.episodes, "Q-learning rollouts")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1u << 24));
+  app->add_option("--train-batches", o->train_batches,
+                  "training mini-batches, each a random sample of the training instances")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 16));
+  app->add_option("--val-batches", o->val_batches, "validation mini-batches (held-out instances)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 16));
+  app->add_option("--seed", o->seed, "seed of the data, the sampling and the rollouts")
+      ->capture_default_str();
+  app->add_option("--curve", o->curve,
+                  "learning-curve CSV: episode, mean_batches, validation_batches, lower_bound")
+      ->capture_default_str();
+  app->add_option("--n-step", o->fsm.n_step, "n of the n-step returns")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
+  app->add_option("--alpha", o->fsm.alpha, "Q-learning step size")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app->add_option("--epsilon-start", o->fsm.epsilon_start,
+                  "exploration rate of the first rollouts, decaying linearly ...")
+      ->capture_default_str();
+  app->add_option("--epsilon-end", o->fsm.epsilon_end, "... to this one at the last")
+      ->capture_default_str();
+  app->add_option("--rollouts-per-round", o->fsm.rollouts_per_round,
+                  "rollouts run in parallel against one table between updates")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 16));
+  app->add_flag("--no-teacher", o->no_teacher,
+                "skip the beam-search teacher (Q-learning and the table search only)");
+  app->add_option("--beam", o->fsm.beam_width, "beam width of the teacher")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 12));
+  app->add_option("--refine-passes", o->fsm.refine_passes,
+                  "passes of the table search on the training mini-batches (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 64u));
+  app->add_option("--refine-states", o->fsm.refine_states,
+                  "states tried per pass of the table search, most visited first")
+      ->capture_default_str();
+  app->footer(
+      "Training: a beam search bounded by the lower bound plans each training mini-batch and the "
+      "table imitates it; Q-learning (n-step, epsilon-greedy, reward -1 + the share of the "
+      "type's critical nodes in the batch) and a search over table entries refine it. The table "
+      "kept is the best by batches on the validation mini-batches; training stops early within "
+      "1% of the lower bound.\n"
+      "Exit codes: 0 ok, 1 runtime error (data, files), 2 usage error. Progress goes to stderr, "
+      "the summary to stdout.");
+  return Command{app, [o] { return train(*o); }};
+}
+
+}  // namespace edbatch::cli
