@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# On a GPU machine, in one go: build (Release, native vector units, sm_90), run the CUDA tests
+# and the CPU tests, benchmark every zoo model on the GPU (mini-batch 32 and 128, hidden 128 and
+# 512, forward and forward+backward: instances/s, device time against end-to-end time, kernels
+# per mini-batch), and run the PyTorch baseline side by side (scripts/bench_torch.sh, when
+# bench/torch_baseline.py exists). Writes logs, JSON lines and a markdown summary into the
+# output folder ($OUT when set, else gpu-results).
+#
+#   scripts/gpu.sh [--out DIR] [--build DIR] [--models "a,b"] [--iters N] [--rounds N]
+#                  [--no-tests] [--no-torch]
+#
+# Missing TBB, fmt or nlohmann-json: Debian packages in .deb/ (apt-get download libtbb-dev
+# libtbb12 libtbbmalloc2 libtbbbind-2-5 libfmt-dev libfmt9 nlohmann-json3-dev) are unpacked into a
+# private prefix and used from there.
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-gpu-results}
+build=build-gpu
+models=""
+iters=20
+rounds=3
+tests=1
+torch=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --no-tests) tests=0; shift ;;
+    --no-torch) torch=0; shift ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$root"
+work=$(mktemp -d /tmp/edbatch-gpu.XXXXXX)
+status=0
+
+# ---- dependencies ----
+if ls .deb/*.deb > /dev/null 2>&1; then
+  prefix=/tmp/edbatch-prefix
+  mkdir -p "$prefix"
+  for f in .deb/*.deb; do dpkg -x "$f" "$prefix"; done
+  export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$work/gpu.txt"
+
+# ---- build ----
+jobs=$(nproc)
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEDBATCH_NATIVE=ON \
+         -DEDBATCH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DEDBATCH_BUILD_EXAMPLES=OFF \
+         -DEDBATCH_TORCH=OFF &&
+       ninja -C "$build" -j "$jobs" edbatch_tests edbatch_cli bench_cuda; } > "$out/build.log" 2>&1; then
+  echo "gpu.sh: build failed (build.log):" >&2
+  grep -E -A8 "error|FAILED" "$out/build.log" | head -60 >&2
+  exit 1
+fi
+echo "gpu.sh: built in $build" >&2
+
+# ---- tests ----
+if [ "$tests" = 1 ]; then
+  "$build/edbatch_tests" -tc='cuda*' > "$out/tests_cuda.log" 2>&1 || status=1
+  tail -3 "$out/tests_cuda.log" | sed 's/^/cuda tests: /' >&2
+  "$build/edbatch_tests" -tce='cuda*' > "$out/tests_cpu.log" 2>&1 || status=1
+  tail -3 "$out/tests_cpu.log" | sed 's/^/cpu tests: /' >&2
+fi
+
+# ---- the zoo on the GPU ----
+bench_args=(--iters "$iters")
+[ -n "$models" ] && bench_args+=(--models "$models")
+"$build/bench_cuda" "${bench_args[@]}" > "$out/bench_cuda.jsonl" 2> "$work/bench_cuda.txt" || status=1
+cat "$work/bench_cuda.txt" >&2
+
+# ---- PyTorch side by side (same data, weights and process layout as edbatch run) ----
+if [ "$torch" = 1 ] && [ -f bench/torch_baseline.py ] && [ -x scripts/bench_torch.sh ]; then
+  if scripts/bench_torch.sh --edbatch "$build/edbatch" --device cuda --threads 1 \
+       --rounds "$rounds" --out "$work/torch" > "$work/torch.log" 2>&1; then
+    cp "$work/torch/results.jsonl" "$out/torch_results.jsonl"
+    cp "$work/torch/summary.md" "$out/torch_summary.md"
+  else
+    status=1
+    cp "$work/torch.log" "$out/torch_failed.log"
+    echo "gpu.sh: PyTorch comparison failed (torch_failed.log)" >&2
+  fi
+fi
+
+# ---- summary ----
+python3 - "$out" "$work/gpu.txt" <<'EOF'
+import json, os, sys
+out, gpu = sys.argv[1], open(sys.argv[2]).read().strip()
+rows = [json.loads(l) for l in open(os.path.join(out, "bench_cuda.jsonl")) if l.strip()]
+lines = [f"# edbatch on {gpu}", "",
+         "Zoo models through blocks, policy lb-greedy, end-to-end per mini-batch (graph "
+         "construction, scheduling, planning, upload, kernels, download; train adds backward and "
+         "the SGD update). Device ms: CUDA-event time of the passes; busy = device / end-to-end.",
+         "", "| model | batch | hidden | mode | instances/s | ms median (p10-p90) | device ms | "
+         "busy | kernels/mini-batch | nodes | batches |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    lines.append(f"| {r['model']} | {r['batch']} | {r['hidden']} | {r['mode']} | "
+                 f"{r['instances_per_s']:,.0f} | {r['ms_median']:.2f} ({r['ms_p10']:.2f}-"
+                 f"{r['ms_p90']:.2f}) | {r['device_ms_median']:.3f} | "
+                 f"{100 * r['device_busy']:.0f}% | {r['kernels_per_minibatch']:.0f} | "
+                 f"{r['nodes']:.0f} | {r['batches']:.0f} |")
+torch_md = os.path.join(out, "torch_summary.md")
+if os.path.exists(torch_md):
+    lines += ["", "## Against PyTorch (scripts/bench_torch.sh, same data and weights)", "",
+              open(torch_md).read()]
+open(os.path.join(out, "gpu_results.md"), "w").write("\n".join(lines) + "\n")
+EOF
+echo "gpu.sh: results in $out (gpu_results.md)" >&2
+rm -rf "$work"
+exit $status
