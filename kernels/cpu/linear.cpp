@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemm.h"
 
 namespace edbatch::cpu {
 
@@ -55,8 +56,7 @@ void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint3
   for_chunks(c, b.count, 2.0 * m * n * b.count * cols, [&](uint32_t i0, uint32_t i1) {
     const float* x = stacked_operand(c, xo, per_node, i0, i1,
                                      scratch ? scratch + static_cast<size_t>(i0) * per_node : nullptr);
-    const Eigen::Index k = static_cast<Eigen::Index>(i1 - i0) * cols;
-    Y.middleCols(static_cast<Eigen::Index>(i0) * cols, k).noalias() += W * CMat(x, n, k);
+    gemm_acc(m, n, (i1 - i0) * cols, w, m, x, n, Y.data() + static_cast<size_t>(i0) * cols * m, m);
   });
 }
 
@@ -126,8 +126,8 @@ void per_node_forward(Context& c, const BatchArgs& b, const Operand& ao, uint32_
   const uint32_t cols = b.out_dim.cols;
   for_chunks(c, b.count, 2.0 * m * n * cols * b.count, [&](uint32_t i0, uint32_t i1) {
     for (uint32_t i = i0; i < i1; ++i)
-      Mat(out_value(c, b, i), m, cols).noalias() +=
-          CMat(operand_value(c, ao, i), m, n) * CMat(operand_value(c, xo, i), n, cols);
+      gemm_acc(m, n, cols, operand_value(c, ao, i), m, operand_value(c, xo, i), n,
+               out_value(c, b, i), m);
   });
 }
 

@@ -1,0 +1,17 @@
+// A small-GEMM kernel for the CPU backend: Y += W X with column-major operands, W read in place
+// (no packing), for the thin products of dynamic batching (a few to a few hundred columns).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace edbatch::cpu {
+
+// Y (m x k) += W (m x n) * X (n x k); column-major with leading dimensions ldw, ldx, ldy. Uses
+// AVX-512 when the build targets it, Eigen otherwise.
+void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
+              size_t ldx, float* y, size_t ldy);
+
+// True when gemm_acc has its own kernel in this build (false: it forwards to Eigen).
+bool gemm_acc_native();
+
+}  // namespace edbatch::cpu
