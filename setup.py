@@ -11,6 +11,8 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+# As the CMake build: the host's vector units unless EDBATCH_NATIVE=OFF (portable wheels).
+NATIVE = [] if os.environ.get("EDBATCH_NATIVE", "ON") == "OFF" else ["-march=native"]
 
 
 def sources():
@@ -36,7 +38,7 @@ setup(
             include_dirs=[ROOT, os.path.join(ROOT, "include"), "/usr/include/eigen3"],
             libraries=["tbb", "fmt"],
             define_macros=[("EIGEN_DONT_PARALLELIZE", None)],
-            extra_compile_args=["-O3", "-std=c++17"],
+            extra_compile_args=["-O3", "-std=c++17"] + NATIVE,
         )
     ],
     cmdclass={"build_ext": BuildExtension},

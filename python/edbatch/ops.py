@@ -22,16 +22,21 @@ def weight_shapes(cell, hidden_size, input_size, num_node_types=1, num_arc_types
         names, rows, cols = torch.ops.edbatch.weight_shapes(cell, hidden_size, input_size,
                                                             num_node_types, num_arc_types)
     except RuntimeError as e:
-        raise ValueError(_message(e)) from None
+        message = _message(e)
+        if message is None:
+            raise
+        raise ValueError(message) from None
     return [(n, (r,) if c == 0 else (r, c)) for n, r, c in zip(names, rows, cols)]
 
 
 def _message(error):
-    text = str(error)
-    start = text.find("[edbatch")
-    text = text[start:] if start >= 0 else text
-    # Drop libtorch's C++ backtrace and source location lines.
-    return text.split("\nException raised from")[0].split("\n")[0].strip()
+    """The library's own message ("[function] what"), without libtorch's backtrace; None when
+    the error did not come from edbatch."""
+    text = str(error).split("\nException raised from")[0].strip()
+    for line in text.split("\n"):
+        if line.startswith("["):
+            return line.strip()
+    return None
 
 
 def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_types=1,
@@ -75,6 +80,7 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
         return list(torch.ops.edbatch.run_cell(cell, x, *structure, list(weights), hidden_size,
                                                num_node_types, num_arc_types, policy, threads))
     except RuntimeError as e:
-        if "[edbatch" in str(e) or "[make_cell" in str(e):
-            raise ValueError(_message(e)) from None
-        raise
+        message = _message(e)
+        if message is None:
+            raise
+        raise ValueError(message) from None

@@ -226,3 +226,9 @@ def test_inconsistent_structures():
         edbatch.run_cell("tree_lstm", torch.randn(2, D), packed, w, H)
     with pytest.raises(ValueError, match="unknown cell 'tree_rnn'"):
         edbatch.weight_shapes("tree_rnn", H, D)
+
+
+def test_unknown_policy():
+    packed, w = tree_call()
+    with pytest.raises(ValueError, match=r"\[make_policy\] unknown policy 'fastest'"):
+        edbatch.run_cell("tree_lstm", torch.randn(4, D), packed, w, H, policy="fastest")
