@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# EDBATCH_TORCH=OFF leaves out the PyTorch extension and its tests (docs/pytorch.md).
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DEDBATCH_TORCH="${EDBATCH_TORCH:-ON}" "$@" >/dev/null
 cmake --build build -j "$(nproc)"
