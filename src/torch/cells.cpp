@@ -53,7 +53,8 @@ Parameter Cell::add(ParameterCollection& pc, const std::string& name, uint32_t r
 }
 
 Runner::Runner(const CellConfig& config, const RunOptions& options)
-    : pc_(1),
+    : device_(options.device),
+      pc_(1),
       engine_(pc_, EngineOptions{options.policy, options.device, options.threads}),
       graph_(pc_) {
   cell_ = make_cell(config, pc_);
@@ -91,6 +92,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   const std::vector<WeightSpec>& specs = cell_->weights();
   for (size_t i = 0; i < specs.size(); ++i)
     to_column_major(weights[i], specs[i].rows, specs[i].cols, pc_.values(weight_params_[i].id));
+  pc_.mark_changed();  // device backends upload the parameters again
   num_nodes_ = p.num_nodes;
   num_x_ = p.num_x;
   have_graph_ = false;
@@ -159,6 +161,13 @@ void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
     const size_t floats = static_cast<size_t>(num_nodes_) * cell_->output_size(o);
     if (out_grads[o]) std::memcpy(seed, out_grads[o], sizeof(float) * floats);
     seed += floats;
+  }
+  pc_.mark_changed();
+  if (device_ != "cpu") {
+    // A device backend uploads parameters at forward only: run the graph again (one node more
+    // makes it a new version) so that backward sees the seed.
+    input(graph_, 0.0f);
+    engine_.forward(graph_, loss_);
   }
   pc_.zero_grads();
   engine_.backward(graph_, loss_);
