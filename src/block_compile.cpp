@@ -381,6 +381,9 @@ void assign_layout(BlockPlan& p, const std::vector<std::vector<uint32_t>>& steps
     st.member_count = static_cast<uint32_t>(members.size());
     st.stacked = is_gemm(st.op) && members.size() > 1 && stack_weights(p, members);
     st.group = 0;
+    // Each step starts on 16 floats (64 bytes): with an aligned region, its k columns of member 0
+    // (and of every member whose size is a multiple of 16) start aligned for vector kernels.
+    cursor = (cursor + 15u) & ~15u;
     for (uint32_t m : members) {
       p.base[m] = cursor;
       cursor += g.node(m).dim.size();
@@ -388,7 +391,7 @@ void assign_layout(BlockPlan& p, const std::vector<std::vector<uint32_t>>& steps
     }
     p.steps.push_back(st);
   }
-  p.floats_per_invocation = cursor;
+  p.floats_per_invocation = (cursor + 15u) & ~15u;
   // Elementwise runs become fused groups; GEMM steps stand alone.
   for (uint32_t s = 0; s < p.steps.size();) {
     uint32_t e = s + 1;
