@@ -145,6 +145,8 @@ class Runner:
             "wall_s": time.perf_counter() - wall0,
             "blas": blas_libraries(),
             "malloc_keep_freed": self.args.malloc_keep_freed,
+            "thread_env": {k: v for k, v in os.environ.items()
+                           if k.startswith(("OMP_", "GOMP_", "OPENBLAS_", "MKL_"))},
         }
         if self.device.type == "cuda":
             r["gpu"] = torch.cuda.get_device_name()

@@ -115,12 +115,16 @@ def med(v):
     n = len(v)
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
+# Ratios of throughput medians over rounds, and of the p10 time per mini-batch (median over
+# rounds), which load from other processes on the machine disturbs least.
 lines = ["| model | mode | threads | impl | instances/s median (min-max over rounds) | "
-         "ms/mini-batch median (p10-p90, median round) | edbatch / impl |",
-         "|---|---|---|---|---|---|---|"]
+         "ms/mini-batch median (p10-p90, median round) | edbatch / impl | same, by p10 ms |",
+         "|---|---|---|---|---|---|---|---|"]
 for key in sorted(runs):
     impls = runs[key]
-    ed = med([r["instances_per_s"] for r in impls.get("edbatch", [])]) if "edbatch" in impls else None
+    ed = med([r["instances_per_s"] for r in impls["edbatch"]]) if "edbatch" in impls else None
+    ed_p10 = (med([r["ms_per_minibatch"]["p10"] for r in impls["edbatch"]])
+              if "edbatch" in impls else None)
     for impl in ("edbatch", "torch_batched", "torch_eager"):
         rs = impls.get(impl)
         if not rs:
@@ -128,9 +132,11 @@ for key in sorted(runs):
         ips = [r["instances_per_s"] for r in rs]
         mid = sorted(rs, key=lambda r: r["instances_per_s"])[len(rs) // 2]["ms_per_minibatch"]
         ratio = f"{ed / med(ips):.2f}x" if ed and impl != "edbatch" else ""
+        p10 = med([r["ms_per_minibatch"]["p10"] for r in rs])
+        ratio_p10 = f"{p10 / ed_p10:.2f}x" if ed_p10 and impl != "edbatch" else ""
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {impl} | {med(ips):,.0f} "
                      f"({min(ips):,.0f}-{max(ips):,.0f}) | {mid['median']:.2f} "
-                     f"({mid['p10']:.2f}-{mid['p90']:.2f}) | {ratio} |")
+                     f"({mid['p10']:.2f}-{mid['p90']:.2f}) | {ratio} | {ratio_p10} |")
 checks = [r for r in rows if "check" in r]
 lines.append("")
 for c in checks:
