@@ -24,9 +24,6 @@ uint32_t producer(const Graph& g, uint32_t a) {
 }
 }  // namespace
 
-uint32_t Frontier::critical_total(uint32_t t) const { return remaining_at_[level_base_[t] + top_[t]]; }
-uint32_t Frontier::critical_ready(uint32_t t) const { return ready_at_[level_base_[t] + top_[t]]; }
-
 void Scheduler::prepare(const Graph& g) {
   const uint32_t n = g.size();
   const uint32_t num_types = g.types().size();

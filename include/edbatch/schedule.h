@@ -36,8 +36,10 @@ class Frontier {
   // Remaining chain bound of the type: the most type-`type` nodes on one path among the
   // nodes not yet scheduled, and how many of those critical nodes exist and are ready now.
   uint32_t remaining_bound(uint32_t type) const { return top_[type]; }
-  uint32_t critical_total(uint32_t type) const;
-  uint32_t critical_ready(uint32_t type) const;
+  uint32_t critical_total(uint32_t type) const {
+    return remaining_at_[level_base_[type] + top_[type]];
+  }
+  uint32_t critical_ready(uint32_t type) const { return ready_at_[level_base_[type] + top_[type]]; }
   uint32_t num_types() const { return static_cast<uint32_t>(ready_.size()); }
 
  protected:
