@@ -34,9 +34,10 @@ struct CallArgs {
 // once without autograd), so concurrent graphs never share a runner.
 class RunnerPool {
  public:
+  // Never destroyed: autograd graphs that outlive static destruction still give runners back.
   static RunnerPool& get() {
-    static RunnerPool pool;
-    return pool;
+    static RunnerPool* pool = new RunnerPool;
+    return *pool;
   }
   std::unique_ptr<Runner> take(const CallArgs& a) {
     {
