@@ -283,9 +283,9 @@ uint32_t FsmPolicy::choose(const Frontier& f) {
   for (uint32_t i = 0; known && i < r; ++i) {
     const uint32_t t = ready[i];
     ids_[i] = t < local_of_.size() ? local_of_[t] : UINT32_MAX;
-    counts_[i] = f.ready_count(t);
     known = ids_[i] != UINT32_MAX;
     if (cover_) levels_[i] = fsm_coverage_level(f.critical_ready(t), f.critical_total(t));
+    else counts_[i] = f.ready_count(t);
   }
   if (known) {
     const uint32_t a = data_.table.find(fsm_encode(data_.info.encoding, ids_.data(), counts_.data(),
