@@ -17,12 +17,25 @@ using CVec = Eigen::Map<const Eigen::ArrayXf>;
 
 double batch_floats(const BatchArgs& b) { return static_cast<double>(b.count) * b.out_dim.size(); }
 
+// A view whose stride is the output's: nodes [i0, i1) read it as one flat array, like the output
+// (block steps read their internal values this way), so one vector loop covers the whole run.
+bool flat(const BatchArgs& b, const Operand& o) {
+  const uint32_t n = b.out_dim.size();
+  return o.mode == OperandMode::Contiguous && o.stride == n && b.bp->out_size == n;
+}
+
 // ---- unary ----
 
 template <class F>
 void unary_forward(Context& c, const BatchArgs& b, F f) {
   const uint32_t n = b.out_dim.size();
+  const bool one_pass = flat(b, b.operands[0]);
   for_chunks(c, b.count, batch_floats(b), [&](uint32_t i0, uint32_t i1) {
+    if (one_pass) {
+      const Eigen::Index len = static_cast<Eigen::Index>(i1 - i0) * n;
+      f(Vec(out_value(c, b, i0), len), CVec(operand_value(c, b.operands[0], i0), len));
+      return;
+    }
     for (uint32_t i = i0; i < i1; ++i)
       f(Vec(out_value(c, b, i), n), CVec(operand_value(c, b.operands[0], i), n));
   });
@@ -72,7 +85,14 @@ void scalar_affine_bwd(Context& c, const BatchArgs& b) {
 template <class F>
 void binary_forward(Context& c, const BatchArgs& b, F f) {
   const uint32_t n = b.out_dim.size();
+  const bool one_pass = flat(b, b.operands[0]) && flat(b, b.operands[1]);
   for_chunks(c, b.count, batch_floats(b), [&](uint32_t i0, uint32_t i1) {
+    if (one_pass) {
+      const Eigen::Index len = static_cast<Eigen::Index>(i1 - i0) * n;
+      f(Vec(out_value(c, b, i0), len), CVec(operand_value(c, b.operands[0], i0), len),
+        CVec(operand_value(c, b.operands[1], i0), len));
+      return;
+    }
     for (uint32_t i = i0; i < i1; ++i)
       f(Vec(out_value(c, b, i), n), CVec(operand_value(c, b.operands[0], i), n),
         CVec(operand_value(c, b.operands[1], i), n));
@@ -125,7 +145,16 @@ void sum_fwd(Context& c, const BatchArgs& b) {
   const uint32_t n = b.out_dim.size();
   const bool ragged = b.operands[0].mode == OperandMode::Ragged;
   const uint32_t slots = b.bp->operand_count;
+  bool one_pass = !ragged;
+  for (uint32_t j = 0; j < slots && one_pass; ++j) one_pass = flat(b, b.operands[j]);
   for_chunks(c, b.count, batch_floats(b), [&](uint32_t i0, uint32_t i1) {
+    if (one_pass) {
+      const Eigen::Index len = static_cast<Eigen::Index>(i1 - i0) * n;
+      Vec y(out_value(c, b, i0), len);
+      y = CVec(operand_value(c, b.operands[0], i0), len);
+      for (uint32_t j = 1; j < slots; ++j) y += CVec(operand_value(c, b.operands[j], i0), len);
+      return;
+    }
     for (uint32_t i = i0; i < i1; ++i) {
       Vec y(out_value(c, b, i), n);
       if (ragged) {
