@@ -260,6 +260,22 @@ CUDA_CASE("cuda: every zoo model, op by op and through blocks, = cpu under every
       }
 }
 
+CUDA_CASE("cuda: GEMM steps through cuBLAS (gathers, batched GEMMs over members) = cpu") {
+  setenv("EDBATCH_CUDA_LINEAR", "cublas", 1);
+  for (const std::string name : {"tree_lstm", "double_typed_tree_lstm", "lattice_gru", "random_dag"})
+    for (bool blocks : {false, true}) {
+      CAPTURE(name);
+      CAPTURE(blocks);
+      ParameterCollection pc(3);
+      Dataset data;
+      const std::unique_ptr<Model> m = zoo_model(name, pc, data, 7, blocks);
+      Graph g(pc);
+      const Expr loss = build_model(*m, g);
+      check_same(run_on("cuda", g, loss, "lb-greedy"), run_on("cpu", g, loss, "lb-greedy"), g);
+    }
+  unsetenv("EDBATCH_CUDA_LINEAR");
+}
+
 CUDA_CASE("cuda: random trees, lattices, chains and DAGs = cpu under every policy") {
   std::mt19937_64 rng(17);
   ParameterCollection pc(4);

@@ -3,6 +3,9 @@
 // gradients downloaded after backward so host code reads them as before), and passes that are
 // encoded on the host, uploaded in one copy from pinned staging, then launched.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -155,9 +158,15 @@ class CudaBackend : public Backend {
     EDBATCH_CUDA_CHECK(cudaEventCreate(&stop_));
     const char* sync = std::getenv("EDBATCH_CUDA_SYNC");
     sync_each_ = sync != nullptr && std::strcmp(sync, "0") != 0;
+    const char* linear = std::getenv("EDBATCH_CUDA_LINEAR");
+    fused_linear_ = linear == nullptr || std::strcmp(linear, "cublas") != 0;
+    const char* profile = std::getenv("EDBATCH_CUDA_PROFILE");
+    profile_ = profile != nullptr && std::strcmp(profile, "0") != 0;
   }
 
   ~CudaBackend() override {
+    if (profile_) print_profile();
+    for (cudaEvent_t ev : events_) cudaEventDestroy(ev);
     cudaEventDestroy(start_);
     cudaEventDestroy(stop_);
     cublasDestroy(blas_);
@@ -227,6 +236,7 @@ class CudaBackend : public Backend {
     pass.params = params_.values.as();
     pass.grads = params_.grads.as();
     pass.param_offset = params_.offset.data();
+    pass.fused_linear = fused_linear_;
     return pass;
   }
 
@@ -291,6 +301,9 @@ class CudaBackend : public Backend {
     put(h, at_ptrs, pass.ptrs);
     char* d = forward_meta_.as<char>();
     EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, at, cudaMemcpyHostToDevice, stream_));
+    // Fused GEMM steps add their partial sums into zeroed outputs.
+    EDBATCH_CUDA_CHECK(
+        cudaMemsetAsync(values_.as(), 0, static_cast<size_t>(plan.total_floats) * sizeof(float), stream_));
     if (!inputs.empty())
       EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values_.as() + plan.input_offset, d + at_inputs,
                                          inputs.size() * sizeof(float), cudaMemcpyDeviceToDevice,
@@ -348,6 +361,15 @@ class CudaBackend : public Backend {
                                                 c.batch_count));
         return;
       }
+      case Command::Kind::LinearForward:
+        launch_linear_forward(view_, linears_[c.group], stream_);
+        return;
+      case Command::Kind::LinearBackwardX:
+        launch_linear_backward_x(view_, linears_[c.group], stream_);
+        return;
+      case Command::Kind::LinearBackwardW:
+        launch_linear_backward_w(view_, linears_[c.group], stream_);
+        return;
       case Command::Kind::Gemv:
         EDBATCH_CUBLAS_CHECK(cublasSgemv(blas_, CUBLAS_OP_N, c.m, c.n, &one, c.a, c.lda, c.b, 1,
                                          &c.beta, c.c, 1));
@@ -357,9 +379,14 @@ class CudaBackend : public Backend {
 
   void run_pass(Pass& pass, const char* name, double& device_ms) {
     groups_ = std::move(pass.groups);
+    linears_ = std::move(pass.linears);
     forward_ = pass.forward;
+    if (profile_) profile_events(pass.commands.size() + 1);
+    const auto host_start = std::chrono::steady_clock::now();
     EDBATCH_CUDA_CHECK(cudaEventRecord(start_, stream_));
-    for (const Command& c : pass.commands) {
+    for (size_t i = 0; i < pass.commands.size(); ++i) {
+      const Command& c = pass.commands[i];
+      if (profile_) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[i], stream_));
       try {
         launch(c);
       } catch (const std::runtime_error& e) {
@@ -373,7 +400,10 @@ class CudaBackend : public Backend {
                                  describe(c, name));
       }
     }
+    if (profile_) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[pass.commands.size()], stream_));
     EDBATCH_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    const double host_ms = std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - host_start).count();
     const cudaError_t e = cudaStreamSynchronize(stream_);
     if (e != cudaSuccess) {
       std::string where = "no kernel";
@@ -387,22 +417,69 @@ class CudaBackend : public Backend {
     float ms = 0;
     EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
     device_ms = ms;
+    if (profile_) profile_pass(pass, host_ms, ms);
     counters_.kernels += pass.commands.size();
+    for (const Command& c : pass.commands)  // the weight gradient's bias pass
+      counters_.kernels += c.kind == Command::Kind::LinearBackwardW && linears_[c.group].bias != kNoOperand;
     counters_.bytes_copied += pass.bytes_copied;
     counters_.arena_bytes = values_.bytes() + adjoints_.bytes() + scratch_.bytes();
   }
+
+  // EDBATCH_CUDA_PROFILE=1: events around every launch; the totals by kernel go to stderr when
+  // the backend is destroyed.
+  void profile_events(size_t n) {
+    while (events_.size() < n) {
+      cudaEvent_t ev;
+      EDBATCH_CUDA_CHECK(cudaEventCreate(&ev));
+      events_.push_back(ev);
+    }
+  }
+
+  void profile_pass(const Pass& pass, double host_ms, float device_ms) {
+    for (size_t i = 0; i < pass.commands.size(); ++i) {
+      float ms = 0;
+      EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+      Profile& p = profiles_[pass.commands[i].what];
+      p.count += 1;
+      p.ms += ms;
+    }
+    Profile& total = profiles_[pass.forward ? "(forward passes: host enqueue)" : "(backward passes: host enqueue)"];
+    total.count += 1;
+    total.ms += host_ms;
+    Profile& span = profiles_[pass.forward ? "(forward passes: device span)" : "(backward passes: device span)"];
+    span.count += 1;
+    span.ms += device_ms;
+  }
+
+  void print_profile() const {
+    std::fprintf(stderr, "[cuda] profile: %-34s %9s %12s %10s\n", "kernel", "launches", "total ms",
+                 "mean us");
+    for (const auto& [what, p] : profiles_)
+      std::fprintf(stderr, "[cuda] profile: %-34s %9llu %12.3f %10.2f\n", what.c_str(),
+                   static_cast<unsigned long long>(p.count), p.ms, 1e3 * p.ms / p.count);
+  }
+
+  struct Profile {
+    uint64_t count = 0;
+    double ms = 0;
+  };
+  bool profile_ = false;
+  std::vector<cudaEvent_t> events_;
+  std::map<std::string, Profile> profiles_;
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   bool sync_each_ = false;
   bool forward_ = true;  // the pass being launched
+  bool fused_linear_ = true;
   DeviceBuffer values_, adjoints_, scratch_, ones_, forward_meta_, backward_meta_;
   PinnedBuffer forward_staging_, backward_staging_;
   ParamMirror params_;
   DeviceView view_;
   const float* const* ptrs_ = nullptr;
   std::vector<StepGroup> groups_;
+  std::vector<LinearDesc> linears_;
   const Graph* graph_ = nullptr;
   size_t total_floats_ = 0;
   mutable HostMirror values_mirror_, adjoints_mirror_;

@@ -74,11 +74,13 @@ struct ParamMirror {
 // One launch of a pass. Pointers into the pass's uploaded metadata are kept as offsets until the
 // upload's device address is known.
 struct Command {
-  enum class Kind : uint8_t { Steps, Gather, Scatter, Gemm, GemmBatched, Gemv };
+  enum class Kind : uint8_t {
+    Steps, Gather, Scatter, Gemm, GemmBatched, Gemv, LinearForward, LinearBackwardX, LinearBackwardW
+  };
   Kind kind;
   const char* what;  // for error messages
   uint32_t batch;
-  // Steps: StepGroup index. Gather, Scatter: the operand and buffer.
+  // Steps: StepGroup index; Linear*: LinearDesc index. Gather, Scatter: the operand and buffer.
   uint32_t group = 0;
   Operand operand{};
   uint32_t count = 0, k = 0, per_node = 0;
@@ -101,6 +103,7 @@ namespace edbatch::cuda {
 struct Pass {
   const PlanRef* p = nullptr;
   bool forward = true;
+  bool fused_linear = true;  // GEMM steps through the fused kernel where it applies
   float* values = nullptr;
   float* adjoints = nullptr;
   float* params = nullptr;
@@ -112,12 +115,14 @@ struct Pass {
   size_t ones_floats = 0, ones_need = 0;
   std::vector<Command> commands;
   std::vector<StepGroup> groups;
+  std::vector<LinearDesc> linears;
   std::vector<const float*> ptrs;
   uint64_t bytes_copied = 0;
 
   void clear_output() {
     commands.clear();
     groups.clear();
+    linears.clear();
     ptrs.clear();
     bytes_copied = 0;
     scratch_need = ones_need = 0;

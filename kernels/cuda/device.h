@@ -40,6 +40,7 @@ struct StepDesc {
   uint32_t arg_rows;                      // Pick, PickNegLogSoftmax: rows of the argument
   float alpha, beta;                      // ScalarAffine
   uint16_t concat_rows[8];                // Concat: rows of each argument
+  uint32_t cache_begin;                   // its operands' place in the group's shared cache
 };
 constexpr uint32_t kMaxConcatArgs = 8;
 
@@ -51,9 +52,35 @@ struct StepGroup {
   uint32_t step_count;
   uint32_t k;      // invocations
   uint32_t chunk;  // invocations per thread block
+  // Operands of all steps, and the per-member operands they point to, copied to shared memory
+  // once per thread block (0 when they do not fit: read from global memory).
+  uint32_t cached_operands, cached_members;
 };
+constexpr uint32_t kOperandCache = 128, kMemberCache = 256;
 
 void launch_steps(const DeviceView& d, const StepGroup& g, bool forward, Stream s);
+
+// Y += b + sum_p W_p X_p (into outputs the forward pass zeroed) over a batch or block step whose
+// weights are shared by the batch or
+// by each member: columns of X are read through their operand modes (views, index lists, per
+// member), the bias is added in the same pass, so a GEMM step is one launch. Column t of the
+// batch is column t % cols of node t / cols.
+constexpr uint32_t kMaxProducts = 8;
+constexpr uint32_t kNoOperand = UINT32_MAX;
+struct LinearDesc {
+  uint32_t count, k, cols, m;  // nodes, invocations, columns per node, output rows
+  uint32_t out_offset, out_size;
+  uint32_t bias;               // index into DeviceView::operands, or kNoOperand (matmul)
+  uint32_t products;
+  uint32_t w[kMaxProducts], x[kMaxProducts], n[kMaxProducts];  // operand indices, inner sizes
+  uint32_t max_n;
+  uint32_t splits;             // dW: column ranges reduced by separate thread blocks
+};
+void launch_linear_forward(const DeviceView& d, const LinearDesc& l, Stream s);
+// dX_p += W_p^T dY, added atomically into each node's operand adjoint.
+void launch_linear_backward_x(const DeviceView& d, const LinearDesc& l, Stream s);
+// dW_p += dY X_p^T per member, and the bias gradient.
+void launch_linear_backward_w(const DeviceView& d, const LinearDesc& l, Stream s);
 
 // dst[v * per_node + r] = operand(v)[r] for v < count (columns of a GEMM operand, or biases).
 void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,

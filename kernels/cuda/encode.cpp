@@ -29,10 +29,13 @@ struct Item {
 
 const char* gemm_name(bool forward) { return forward ? "gemm forward" : "gemm backward"; }
 
+// Multiply-adds above which a GEMM step goes to cuBLAS instead of the fused tiled kernel.
+constexpr double kFusedMacs = 1 << 25;
+
 class Encoder {
  public:
   explicit Encoder(Pass& pass)
-      : pass_(pass), plan_(pass.p->plan), params_(pass.p->params) {}
+      : pass_(pass), plan_(pass.p->plan), params_(pass.p->params), fused_(pass.fused_linear) {}
 
   void run() {
     const Schedule& s = pass_.p->schedule;
@@ -120,10 +123,20 @@ class Encoder {
       StepGroup g{};
       g.k = items[begin].k;
       uint32_t per_invocation = 1;
+      uint32_t operands = 0, members = 0;
       for (size_t i = begin; i < end; ++i) {
-        g.steps[g.step_count++] = describe(items[i]);
-        const StepDesc& d = g.steps[g.step_count - 1];
+        StepDesc& d = g.steps[g.step_count++];
+        d = describe(items[i]);
+        d.cache_begin = operands;
+        operands += d.operand_count;
+        for (uint32_t j = 0; j < d.operand_count; ++j)
+          if (plan_.operands[d.operand_begin + j].mode == OperandMode::PerMember)
+            members += d.count / std::max(1u, d.k);
         per_invocation = std::max(per_invocation, d.count / std::max(1u, d.k) * d.out_size);
+      }
+      if (operands <= kOperandCache && members <= kMemberCache) {
+        g.cached_operands = operands;
+        g.cached_members = members;
       }
       // Enough thread blocks to fill the GPU, each with a few thousand elements at most.
       const uint32_t spread = (g.k + 263) / 264;
@@ -273,10 +286,60 @@ class Encoder {
     pass_.commands.push_back(g);
   }
 
+  // One fused launch per pass when every weight is shared by the batch or by each member and
+  // the step is small enough that cuBLAS would not beat the simple tiled kernel.
+  bool fused_linear(const Item& it) {
+    const Operand* ops = plan_.operands.data() + it.sp->operand_begin;
+    const bool affine = it.op == Op::Affine;
+    const uint32_t count = it.sp->count, k = it.k, members = count / k;
+    LinearDesc l{};
+    l.count = count;
+    l.k = k;
+    l.cols = it.first->dim.cols;
+    l.m = it.first->dim.rows;
+    l.out_offset = it.sp->out_offset;
+    l.out_size = it.sp->out_size;
+    l.bias = affine ? it.sp->operand_begin : kNoOperand;
+    double macs = 0;
+    for (uint32_t j = affine ? 1 : 0; j + 1 < it.sp->operand_count; j += 2) {
+      const Operand& w = ops[j];
+      if (l.products == kMaxProducts) return false;
+      if (!is_shared(w.mode) && !member_weights(w, members, k)) return false;
+      const Dim wd = arg_dim(it, j);
+      if (wd.rows != l.m) return false;
+      l.w[l.products] = it.sp->operand_begin + j;
+      l.x[l.products] = it.sp->operand_begin + j + 1;
+      l.n[l.products] = wd.cols;
+      l.max_n = std::max(l.max_n, wd.cols);
+      ++l.products;
+      macs += static_cast<double>(wd.rows) * wd.cols * count * l.cols;
+    }
+    if (l.products == 0 || macs > kFusedMacs) return false;
+    l.splits = std::max(1u, std::min(16u, k * l.cols / 256));
+    const uint32_t index = static_cast<uint32_t>(pass_.linears.size());
+    pass_.linears.push_back(l);
+    auto add = [&](Command::Kind kind, const char* what) {
+      Command c{};
+      c.kind = kind;
+      c.what = what;
+      c.batch = it.batch;
+      c.group = index;
+      pass_.commands.push_back(c);
+    };
+    if (pass_.forward) {
+      add(Command::Kind::LinearForward, "linear forward");
+    } else {
+      add(Command::Kind::LinearBackwardX, "linear backward (inputs)");
+      add(Command::Kind::LinearBackwardW, "linear backward (weights)");
+    }
+    return true;
+  }
+
   void linear(const Item& it) {
     const Operand* ops = plan_.operands.data() + it.sp->operand_begin;
     const uint32_t count = it.sp->count;
     if (count == 0) return;
+    if (fused_ && fused_linear(it)) return;
     const bool affine = it.op == Op::Affine;
     float* y = pass_.values + it.sp->out_offset;
     float* dy = pass_.adjoints + it.sp->out_offset;
@@ -405,6 +468,7 @@ class Encoder {
   Pass& pass_;
   const MemoryPlan& plan_;
   ParameterCollection& params_;
+  bool fused_;
 };
 
 }  // namespace
