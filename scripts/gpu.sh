@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one go: build (Release, native vector units, sm_90), run the CUDA tests
-# and the CPU tests, benchmark every zoo model on the GPU (mini-batch 32 and 128, hidden 128 and
+# and the CPU tests, run `edbatch run --device cuda` for every zoo model (op by op and through
+# blocks, forward and --train), benchmark every zoo model on the GPU (mini-batch 32 and 128, hidden 128 and
 # 512, forward and forward+backward: instances/s, device time against end-to-end time, kernels
 # per mini-batch), and run the PyTorch baseline side by side (scripts/bench_torch.sh, when
 # bench/torch_baseline.py exists). Writes logs, JSON lines and a markdown summary into the
@@ -70,6 +71,24 @@ if [ "$tests" = 1 ]; then
   "$build/edbatch_tests" -tce='cuda*' > "$out/tests_cpu.log" 2>&1 || status=1
   tail -3 "$out/tests_cpu.log" | sed 's/^/cpu tests: /' >&2
 fi
+
+# ---- edbatch run --device cuda: every model, op by op and through blocks, forward and --train ----
+: > "$out/run_cuda.log"
+for m in $("$build/edbatch" run --help | sed -n 's/.*the model: \([a-z_, ]*\).*/\1/p' | tr ',' ' '); do
+  for blocks in "" --no-blocks; do
+    for train in "" --train; do
+      if "$build/edbatch" run --model "$m" --device cuda --data synthetic:96 --batch 32 --hidden 64 \
+           --iters 3 --warmup 1 $blocks $train >> "$out/run_cuda.log" 2>&1; then
+        echo "ok   $m $blocks $train" >> "$out/run_cuda.log"
+      else
+        echo "FAIL $m $blocks $train" >> "$out/run_cuda.log"; status=1
+      fi
+    done
+  done
+done
+echo "edbatch run --device cuda: $(grep -c '^ok ' "$out/run_cuda.log") runs ok," \
+  "$(grep -c '^FAIL ' "$out/run_cuda.log") failed" >&2
+grep '^FAIL ' "$out/run_cuda.log" >&2
 
 # ---- the zoo on the GPU ----
 bench_args=(--iters "$iters")
