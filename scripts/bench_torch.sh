@@ -83,13 +83,13 @@ for model in $models; do
       for r in $(seq 1 "$rounds"); do
         json="$out/$model.edbatch.$mode.t$t.r$r.json"
         "$edbatch" run "${common[@]}" --data "$data" --load-weights "$weights" \
-          --device "$device" --threads "$t" --iters "$iters" "${train[@]}" --json "$json" > /dev/null
+          --device "$device" --threads "$t" --iters "$iters" ${train[@]+"${train[@]}"} --json "$json" > /dev/null
         "$python" -c 'import json,sys; j=json.load(open(sys.argv[1])); j["impl"]="edbatch"; j["round"]=int(sys.argv[2]); print(json.dumps(j))' \
           "$json" "$r" >> "$results"
         for impl in batched eager; do
           "${baseline[@]}" --model "$model" --data "$data" --weights "$weights" \
             --device "$device" --threads "$t" --impl "$impl" --iters "$iters" \
-            --eager-iters "$eager_iters" "${train[@]}" |
+            --eager-iters "$eager_iters" ${train[@]+"${train[@]}"} |
             "$python" -c 'import json,sys
 for line in sys.stdin:
     j = json.loads(line); j["round"] = int(sys.argv[1]); print(json.dumps(j))' "$r" >> "$results"
