@@ -196,6 +196,43 @@ class Runner:
               f"(max abs diff {worst_abs:.3g}, max rel diff {worst_rel:.3g})", file=sys.stderr)
 
 
+def check_train_step(args, impl, path):
+    """One SGD step on the whole data set as one mini-batch (the sum of its losses, lr / size),
+    from --weights; the result must equal the weights `edbatch run --train --iters 1 --warmup 0
+    --batch <size>` saved in `path`. Checks the gradients of the whole model."""
+    cls, reader = torch_models.MODELS[args.model]
+    data = reader(args.data, args.vocab_size)
+    start = torch_models.read_safetensors(args.weights)
+    model = cls(start, args.device, requires_grad=True)
+    before = cls(start, args.device)
+    ref = cls(torch_models.read_safetensors(path), args.device)
+    losses = model.eager_losses(data) if impl == "eager" else model.batched_losses(data)
+    losses.sum().backward()
+    model.sgd_step(args.lr / len(data))
+    worst, worst_name, moved, bad = 0.0, "", 0.0, []
+    with torch.no_grad():
+        for name, p in model.params.items():
+            d = (p - ref.params[name]).abs()
+            tol = args.step_atol + args.step_rtol * ref.params[name].abs()
+            moved = max(moved, (ref.params[name] - before.params[name]).abs().max().item())
+            if d.max().item() > worst:
+                worst, worst_name = d.max().item(), name
+            if (d > tol).any():
+                bad.append(name)
+    ok = not bad and moved > 0
+    print(json.dumps({"check": "pass" if ok else "FAIL", "kind": "train_step",
+                      "impl": "torch_" + impl, "model": args.model, "data": args.data,
+                      "device": args.device, "instances": len(data),
+                      "max_abs_diff": worst, "worst_tensor": worst_name,
+                      "largest_update": moved, "mismatched_tensors": bad}), flush=True)
+    if not ok:
+        raise SystemExit(f"torch_baseline: train-step check FAILED for {impl}: tensors {bad} "
+                         f"differ from {path} (largest update {moved:.3g})")
+    print(f"train-step check {args.model} {impl}: {len(data)} instances, weights after one SGD "
+          f"step within tolerance (max abs diff {worst:.3g} in {worst_name}, largest update "
+          f"{moved:.3g})", file=sys.stderr)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, choices=sorted(torch_models.MODELS))
@@ -227,6 +264,12 @@ def main(argv=None):
     p.add_argument("--eager-check-limit", type=int, default=128)
     p.add_argument("--rtol", type=float, default=2e-5)
     p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--check-train-step", metavar="FILE",
+                   help="weights edbatch saved after one training step on the whole data as one "
+                        "mini-batch (--train --iters 1 --warmup 0 --batch <size>) from "
+                        "--weights: take the same step and compare every tensor, then exit")
+    p.add_argument("--step-rtol", type=float, default=1e-4)
+    p.add_argument("--step-atol", type=float, default=2e-5)
     p.add_argument("--no-malloc-tuning", action="store_true",
                    help="leave glibc's malloc settings alone (see keep_freed_memory)")
     a = p.parse_args(argv)
@@ -244,8 +287,12 @@ def main(argv=None):
             raise SystemExit("torch_baseline: --device cuda but torch has no CUDA device")
         torch.backends.cuda.matmul.allow_tf32 = False  # float32 math, as edbatch
         torch.backends.cudnn.allow_tf32 = False
-    runner = Runner(a)
     impls = ["batched", "eager"] if a.impl == "both" else [a.impl]
+    if a.check_train_step:
+        for impl in impls:
+            check_train_step(a, impl, a.check_train_step)
+        return 0
+    runner = Runner(a)
     if a.check_against:
         for impl in impls:
             runner.check(impl, a.check_against)

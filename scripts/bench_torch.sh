@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # edbatch against the PyTorch baselines (bench/torch_baseline.py), side by side on the same data
 # and weights: tree_lstm and lattice_lstm, mini-batch 32, hidden 128, forward and
-# forward+backward, for each thread count. The loss check runs first and stops the script on a
-# mismatch. Rounds interleave edbatch, batched PyTorch and eager PyTorch so that machine noise hits
+# forward+backward, for each thread count. The checks run first (per-instance losses, and the
+# weights after one training step) and stop the script on a mismatch. Rounds interleave edbatch, batched PyTorch and eager PyTorch so that machine noise hits
 # them alike; the summary gives medians over rounds, their range, and the ratios.
 #
 #   scripts/bench_torch.sh [--edbatch BIN] [--device cpu|cuda] [--out DIR] [--threads "1 2"]
@@ -76,6 +76,15 @@ for model in $models; do
     --outputs "$outputs" --save-weights "$weights" > /dev/null
   "${baseline[@]}" --model "$model" --data "$data" --weights "$weights" --device "$device" \
     --check-against "$outputs" --check-only --impl both | tee -a "$results"
+  # Gradients: one SGD step on 32 other instances as one mini-batch, from the same weights.
+  step_data="$out/$model.step.data.txt"
+  step_weights="$out/$model.step.safetensors"
+  "$edbatch" run --model "$model" --hidden 128 --seed $((seed + 1)) --data synthetic:32 \
+    --write-data "$step_data"
+  "$edbatch" run --model "$model" --hidden 128 --batch 32 --data "$step_data" --device "$device" \
+    --load-weights "$weights" --train --iters 1 --warmup 0 --save-weights "$step_weights" > /dev/null
+  "${baseline[@]}" --model "$model" --data "$step_data" --weights "$weights" --device "$device" \
+    --check-train-step "$step_weights" --impl both | tee -a "$results"
 
   for t in $threads; do
     for mode in forward train; do
@@ -140,9 +149,14 @@ for key in sorted(runs):
 checks = [r for r in rows if "check" in r]
 lines.append("")
 for c in checks:
-    lines.append(f"loss check {c['model']} {c['impl']} ({c['device']}): {c['check']}, "
-                 f"{c['instances']} instances, max abs diff {c['max_abs_diff']:.3g}, "
-                 f"max rel diff {c['max_rel_diff']:.3g}")
+    if c.get("kind") == "train_step":
+        lines.append(f"train-step check {c['model']} {c['impl']} ({c['device']}): {c['check']}, "
+                     f"{c['instances']} instances, max abs diff of the weights "
+                     f"{c['max_abs_diff']:.3g}, largest update {c['largest_update']:.3g}")
+    else:
+        lines.append(f"loss check {c['model']} {c['impl']} ({c['device']}): {c['check']}, "
+                     f"{c['instances']} instances, max abs diff {c['max_abs_diff']:.3g}, "
+                     f"max rel diff {c['max_rel_diff']:.3g}")
 text = "\n".join(lines) + "\n"
 open(sys.argv[2], "w").write(text)
 print(text)
