@@ -28,8 +28,13 @@ void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch
 void expand_call(const Graph& g, const BlockPlan& b, const uint32_t* calls, uint32_t k,
                  BatchPlan& bp, MemoryPlan& out);
 
+// An x of at least this many columns per node (a matrix, as in MV-RNN) is multiplied in place,
+// one GEMM per node, instead of being gathered: each product is already wide enough to run well.
+constexpr uint32_t kDirectGemmCols = 8;
+
 // Bytes a GEMM kernel gathers for operand `slot` (x) of a batch of `count` nodes whose weight
-// operand is `w`: the x of a shared weight that is neither shared nor a view. 0 for other slots.
+// operand is `w`: the x of a shared weight that is neither shared nor a view, with fewer than
+// kDirectGemmCols columns. 0 for other slots.
 uint64_t gather_bytes(const Graph& g, const Node& first, uint32_t slot, const Operand& x,
                       const Operand& w, uint32_t count);
 

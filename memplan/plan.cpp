@@ -77,8 +77,9 @@ uint64_t gather_bytes(const Graph& g, const Node& first, uint32_t slot, const Op
   // weights (a computed W) run per-node GEMMs, which never gather.
   if (!gemm || slot == 0 || slot % 2 == (first.op == Op::Affine ? 1u : 0u)) return 0;
   const bool shared_w = w.mode == OperandMode::Param || w.mode == OperandMode::Shared;
-  if (!shared_w || x.mode != OperandMode::Indexed) return 0;
-  return static_cast<uint64_t>(count) * g.node(g.args(first)[slot]).dim.size() * sizeof(float);
+  const Dim xd = g.node(g.args(first)[slot]).dim;
+  if (!shared_w || x.mode != OperandMode::Indexed || xd.cols >= kDirectGemmCols) return 0;
+  return static_cast<uint64_t>(count) * xd.size() * sizeof(float);
 }
 
 namespace {

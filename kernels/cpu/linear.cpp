@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm.h"
+#include "memplan/outer_order.h"
 
 namespace edbatch::cpu {
 
@@ -35,6 +36,11 @@ bool needs_gather(const Operand& xo, uint32_t per_node) {
   return !(xo.mode == OperandMode::Contiguous && xo.stride == per_node);
 }
 
+// Scattered x operands of kDirectGemmCols columns or more are multiplied where they are.
+bool direct(const Operand& xo, uint32_t per_node, uint32_t cols) {
+  return needs_gather(xo, per_node) && cols >= kDirectGemmCols;
+}
+
 // Y(m x count*cols) += W(m x n) * X, W shared by the batch.
 void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint32_t m, uint32_t n,
                            const Operand& xo) {
@@ -45,6 +51,13 @@ void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint3
   if (is_shared(xo)) {
     Eigen::MatrixXf wx = W * CMat(operand_value(c, xo, 0), n, cols);
     for (uint32_t i = 0; i < b.count; ++i) Y.middleCols(i * cols, cols) += wx;
+    return;
+  }
+  if (direct(xo, per_node, cols)) {
+    for_chunks(c, b.count, 2.0 * m * n * b.count * cols, [&](uint32_t i0, uint32_t i1) {
+      for (uint32_t i = i0; i < i1; ++i)
+        gemm_acc(m, n, cols, w, m, operand_value(c, xo, i), n, out_value(c, b, i), m);
+    });
     return;
   }
   float* scratch = nullptr;
@@ -75,6 +88,20 @@ void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, floa
     CMat X(operand_value(c, xo, 0), n, cols);
     dW.noalias() += s * X.transpose();
     Mat(operand_adjoint(c, xo, 0), n, cols).noalias() += W.transpose() * s;
+    return;
+  }
+  if (direct(xo, per_node, cols)) {
+    const double flops = 2.0 * m * n * b.count * cols;
+    for_chunks(c, m, flops, [&](uint32_t r0, uint32_t r1) {
+      for (uint32_t i = 0; i < b.count; ++i)
+        dW.middleRows(r0, r1 - r0).noalias() +=
+            CMat(out_adjoint(c, b, i), m, cols).middleRows(r0, r1 - r0) *
+            CMat(operand_value(c, xo, i), n, cols).transpose();
+    });
+    // Serially: an operand may repeat within the batch.
+    for (uint32_t i = 0; i < b.count; ++i)
+      Mat(operand_adjoint(c, xo, i), n, cols).noalias() +=
+          W.transpose() * CMat(out_adjoint(c, b, i), m, cols);
     return;
   }
   const bool gather = needs_gather(xo, per_node);
