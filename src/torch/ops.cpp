@@ -1,8 +1,10 @@
 // The libtorch adapter: the edbatch::run_cell op (schema, CPU and CUDA kernels, autograd). Tensors
 // are checked and viewed as the torch-free Packed format of cells.h; the work is a Runner's.
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/custom_class.h>
 #include <torch/library.h>
-#include <torch/script.h>
 
 #include <map>
 #include <mutex>
