@@ -272,7 +272,6 @@ void FsmPolicy::begin(const Graph& g) {
   mapped_size_ = types.size();
   ids_.resize(data_.info.types.size());
   counts_.resize(ids_.size());
-  levels_.resize(ids_.size());
   scratch_.resize(ids_.size());
 }
 
@@ -280,16 +279,30 @@ uint32_t FsmPolicy::choose(const Frontier& f) {
   const std::vector<uint32_t>& ready = f.ready_types();
   const uint32_t r = static_cast<uint32_t>(ready.size());
   bool known = r <= ids_.size();
-  for (uint32_t i = 0; known && i < r; ++i) {
-    const uint32_t t = ready[i];
-    ids_[i] = t < local_of_.size() ? local_of_[t] : UINT32_MAX;
-    known = ids_[i] != UINT32_MAX;
-    if (cover_) levels_[i] = fsm_coverage_level(f.critical_ready(t), f.critical_total(t));
-    else counts_[i] = f.ready_count(t);
+  FsmKey key;
+  if (cover_) {
+    // The common case, encoded in the same pass (the key fsm_encode gives for `cover`).
+    for (uint32_t i = 0; known && i < r; ++i) {
+      const uint32_t t = ready[i];
+      const uint32_t id = t < local_of_.size() ? local_of_[t] : UINT32_MAX;
+      known = id != UINT32_MAX;
+      const uint64_t level = fsm_coverage_level(f.critical_ready(t), f.critical_total(t));
+      key.lo |= 1ull << (id & 63);
+      key.hi |= level << (2 * (id & 31));
+    }
+  } else {
+    for (uint32_t i = 0; known && i < r; ++i) {
+      const uint32_t t = ready[i];
+      ids_[i] = t < local_of_.size() ? local_of_[t] : UINT32_MAX;
+      known = ids_[i] != UINT32_MAX;
+      counts_[i] = f.ready_count(t);
+    }
+    if (known)
+      key = fsm_encode(data_.info.encoding, ids_.data(), counts_.data(), nullptr, r,
+                       scratch_.data());
   }
   if (known) {
-    const uint32_t a = data_.table.find(fsm_encode(data_.info.encoding, ids_.data(), counts_.data(),
-                                                   levels_.data(), r, scratch_.data()));
+    const uint32_t a = data_.table.find(key);
     if (a != FsmTable::kNone) {
       const uint32_t t = global_of_[a];
       if (t != UINT32_MAX && t < f.num_types() && f.ready_count(t) > 0) {

@@ -386,9 +386,17 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     result.best_source = source;
   };
   auto good_enough = [&] { return best <= (1.0 + o.early_stop) * bound; };
+  // A learning-curve point for a candidate table: its mean over the training mini-batches too.
+  auto report = [&](const FsmTable& table, uint64_t validation_total) {
+    const double mean = double(evaluate(tgs, table, o.encoding)) / tgs.size();
+    FsmCurvePoint p{result.episodes_run, mean, validation_total / nv, bound / nv};
+    result.curve.push_back(p);
+    if (progress) progress(p);
+  };
+  report(best_table, best);
 
   QTable q;
-  if (o.teacher) {
+  if (o.teacher && !good_enough()) {
     std::vector<std::vector<uint32_t>> plans(tgs.size());
     tbb::parallel_for(size_t(0), tgs.size(),
                       [&](size_t i) { plans[i] = beam_search(tgs[i], o.beam_width); });
@@ -418,7 +426,9 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
         entries.push_back({action, action == top->first ? 0.0 : -1.0});
     }
     const FsmTable table = greedy_table(q);
-    consider(table, evaluate(vgs, table, o.encoding), "teacher");
+    const uint64_t v = evaluate(vgs, table, o.encoding);
+    consider(table, v, "teacher");
+    report(table, v);
   }
 
   std::mt19937_64 rng(o.seed);
@@ -455,10 +465,7 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     const FsmTable table = refine(tgs, best_table, o);
     const uint64_t v = evaluate(vgs, table, o.encoding);
     consider(table, v, "search");
-    const double mean = double(evaluate(tgs, table, o.encoding)) / tgs.size();
-    FsmCurvePoint p{result.episodes_run, mean, v / nv, bound / nv};
-    result.curve.push_back(p);
-    if (progress) progress(p);
+    report(table, v);
   }
   result.policy.table = std::move(best_table);
   info.validation_batches = best / nv;

@@ -120,7 +120,7 @@ class FsmPolicy : public Policy {
   uint32_t mapped_size_ = 0;            // ... and its size then
   std::vector<uint32_t> local_of_;      // graph type id -> index into the file's types
   std::vector<uint32_t> global_of_;     // index -> graph type id (UINT32_MAX when absent)
-  std::vector<uint32_t> ids_, counts_, levels_, scratch_;
+  std::vector<uint32_t> ids_, counts_, scratch_;
 };
 
 // ---- Training ----
@@ -138,7 +138,7 @@ struct FsmTrainOptions {
   uint32_t beam_width = 16;
   // Then a search in table space: per visited state (most visited first, at most refine_states
   // per pass), the action with the fewest batches on the training mini-batches that visit it.
-  uint32_t refine_passes = 2, refine_states = 1000;
+  uint32_t refine_passes = 1, refine_states = 300;
   double early_stop = 0.01;      // stop once validation batches <= (1 + this) * lower bound
   uint32_t eval_every = 1;       // rounds between validations
   uint64_t seed = 1;

@@ -1,0 +1,145 @@
+// `edbatch train` end to end: a tiny synthetic training run writes a policy file, a learning
+// curve and a summary; `edbatch run --policy fsm:FILE` loads it (table hits in its JSON) and
+// rejects it for another model; usage and file errors.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("edbatch_train_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+Result cli(const TempDir& dir, const std::string& args) {
+  const std::string out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd =
+      std::string("'") + EDBATCH_CLI_PATH + "' " + args + " > '" + out + "' 2> '" + err + "'";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+const std::string kTiny =
+    "--data synthetic:60 --batch 8 --hidden 8 --train-batches 4 --val-batches 2 --episodes 16 ";
+
+}  // namespace
+
+TEST_CASE("cli train: a policy file that edbatch run loads") {
+  TempDir dir;
+  const std::string policy = dir / "lattice.json", curve = dir / "curve.csv";
+  const Result t = cli(dir, "train --model lattice_lstm " + kTiny + "--seed 4 -o '" + policy +
+                                "' --curve '" + curve + "'");
+  INFO(t.err);
+  REQUIRE(t.code == 0);
+  for (const char* word : {"fsm", "depth", "agenda", "lb-greedy", "lower bound"})
+    CHECK(t.out.find(word) != std::string::npos);
+  CHECK(t.err.find("validation") != std::string::npos);  // progress
+
+  const nlohmann::json file = nlohmann::json::parse(slurp(policy));
+  CHECK(file["format"] == "edbatch-fsm-policy");
+  CHECK(file["version"] == 1);
+  CHECK(file["model"] == "lattice_lstm");
+  CHECK(file["hidden"] == 8);
+  CHECK(file["encoding"] == "cover");
+  CHECK(file["training"]["seed"] == 4);
+  CHECK(file["types"].size() > 0);
+  CHECK(file["table"].size() == file["entries"]);
+  // The stored validation batches are no worse than any heuristic's on the same mini-batches.
+  const nlohmann::json& v = file["validation"];
+  for (const char* h : {"depth", "agenda", "lb-greedy"})
+    CHECK(v["fsm_batches"].get<double>() <= v[h].get<double>());
+  CHECK(v["fsm_batches"].get<double>() >= v["lower_bound"].get<double>());
+
+  std::istringstream lines(slurp(curve));
+  std::string header, row;
+  std::getline(lines, header);
+  CHECK(header == "episode,mean_batches,validation_batches,lower_bound");
+  int rows = 0;
+  while (std::getline(lines, row)) ++rows;
+  CHECK(rows > 0);
+
+  // The same seed writes the same file.
+  const std::string again = dir / "again.json";
+  REQUIRE(cli(dir, "train --model lattice_lstm " + kTiny + "--seed 4 -o '" + again + "'").code ==
+          0);
+  CHECK(slurp(again) == slurp(policy));
+
+  const std::string json = dir / "run.json";
+  const Result r = cli(dir, "run --model lattice_lstm --device null --data synthetic:24 --batch 8 "
+                            "--hidden 8 --policy 'fsm:" + policy + "' --json '" + json + "'");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json m = nlohmann::json::parse(slurp(json));
+  CHECK(m["policy"] == "fsm:" + policy);
+  const uint64_t hits = m["policy_hits"], misses = m["policy_misses"];
+  CHECK(hits + misses > 0);
+  if (file["entries"].get<int>() > 0) CHECK(r.out.find("policy table hits") != std::string::npos);
+
+  // Another model, or another hidden size (types carry shapes), is refused by name.
+  const Result other = cli(dir, "run --model tree_lstm --device null --data synthetic:8 --batch 8 "
+                                "--hidden 8 --policy 'fsm:" + policy + "'");
+  CHECK(other.code == 1);
+  CHECK(other.err.find("block:tree_lstm.leaf") != std::string::npos);
+  const Result hidden = cli(dir, "run --model lattice_lstm --device null --data synthetic:8 "
+                                 "--batch 8 --hidden 9 --policy 'fsm:" + policy + "'");
+  CHECK(hidden.code == 1);
+  CHECK(hidden.err.find("does not match") != std::string::npos);
+}
+
+TEST_CASE("cli train: usage and file errors") {
+  TempDir dir;
+  CHECK(cli(dir, "train --model lattice_lstm " + kTiny).code == 2);  // no -o
+  CHECK(cli(dir, "train --model nope -o x.json").code == 2);
+  CHECK(cli(dir, "train --model tree_lstm --encoding bits -o x.json").code == 2);
+  CHECK(cli(dir, "train --model tree_lstm --data synthetic:0 -o x.json").code == 2);
+  const Result help = cli(dir, "train --help");
+  CHECK(help.code == 0);
+  for (const char* flag : {"--model", "--data", "--batch", "--encoding", "--episodes", "--seed",
+                           "--output", "--curve"})
+    CHECK(help.out.find(flag) != std::string::npos);
+
+  const std::string bad = dir / "bad.json";
+  std::ofstream(bad) << "{\"format\": \"edbatch-fsm-policy\", \"version\": 1, \"mod";
+  const Result r = cli(dir, "run --model tree_lstm --device null --data synthetic:8 --policy "
+                            "'fsm:" + bad + "'");
+  CHECK(r.code == 1);
+  CHECK(r.err.find("corrupt or truncated") != std::string::npos);
+  CHECK(cli(dir, "run --model tree_lstm --device null --policy fsm:").code == 2);
+  CHECK(cli(dir, "run --model tree_lstm --device null --policy fastest").code == 2);
+}
