@@ -1,5 +1,7 @@
 import os
 import sys
 
-# Run from a checkout: the package from python/, the library from $EDBATCH_LIBRARY (CTest sets it).
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+# From a CMake build (CTest sets EDBATCH_LIBRARY): the package from the checkout's python/.
+# Otherwise the installed package (`pip install`) is tested.
+if os.environ.get("EDBATCH_LIBRARY"):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
