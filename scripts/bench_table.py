@@ -4,7 +4,14 @@
 One row per run: instances/s, ms per mini-batch (median, p10-p90) split into construction,
 scheduling and execution (+ backward when training), batches vs the lower bound, bytes copied,
 peak memory. Runs that failed are listed after the table with their error.
+
+Then, where a file has runs with and without blocks, the speed-up of blocks over op level per
+model and thread count: the best op-level median of `depth`/`agenda` over the blocks median (the
+default policy `lb-greedy`, and the best blocks policy), each ratio taken within one file. Given
+several files (repeated runs of bench_models.sh), the first file's table is printed and the
+ratios are summarised as median [min-max] over the files.
 """
+import statistics
 import json
 import sys
 
@@ -16,16 +23,70 @@ def fmt_bytes(b):
     return f"{b:.0f} B"
 
 
-def main(argv):
-    if len(argv) != 2:
-        print("usage: bench_table.py RESULTS.jsonl", file=sys.stderr)
-        return 2
+def load(path):
     rows, failed = [], []
-    with open(argv[1]) as f:
+    with open(path) as f:
         for line in f:
             if line.strip():
                 r = json.loads(line)
                 (failed if "error" in r else rows).append(r)
+    return rows, failed
+
+
+def ratios(rows):
+    """{(model, threads): (op-level best ms, blocks lb-greedy ms, blocks best ms)}"""
+    ms = {}
+    for r in rows:
+        if r.get("train"):
+            continue
+        key = (r["model"], r["threads"])
+        ms.setdefault(key, {})[(r["blocks"], r["policy"])] = r["ms_per_minibatch"]["median"]
+    out = {}
+    for key, m in ms.items():
+        ops = [m[(False, p)] for p in ("depth", "agenda") if (False, p) in m]
+        blocks = [v for (b, _), v in m.items() if b]
+        if ops and blocks:
+            out[key] = (min(ops), m.get((True, "lb-greedy")), min(blocks))
+    return out
+
+
+def span(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    if len(xs) == 1:
+        return f"{xs[0]:.2f}"
+    return f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
+
+
+def print_ratios(files):
+    per_file = [ratios(load(p)[0]) for p in files]
+    keys = sorted({k for r in per_file for k in r}, key=lambda k: (k[0], k[1]))
+    if not keys:
+        return
+    print()
+    print(f"Blocks vs op level (forward; {len(files)} run(s): median [min-max] over runs; ratio = "
+          "best of depth/agenda without blocks over blocks, within one run)")
+    print()
+    print("| model | threads | op level best ms | blocks lb-greedy ms | blocks best ms | "
+          "ratio (lb-greedy) | ratio (best blocks) |")
+    print("|---|---|---|---|---|---|---|")
+    for k in keys:
+        rs = [r[k] for r in per_file if k in r]
+        ops = [r[0] for r in rs]
+        lb = [r[1] for r in rs]
+        best = [r[2] for r in rs]
+        ratio_lb = [o / b for o, b in zip(ops, lb) if b]
+        ratio_best = [o / b for o, b in zip(ops, best)]
+        print(f"| {k[0]} | {k[1]} | {span(ops)} | {span(lb)} | {span(best)} | {span(ratio_lb)} | "
+              f"{span(ratio_best)} |")
+
+
+def main(argv):
+    if len(argv) < 2:
+        print("usage: bench_table.py RESULTS.jsonl [MORE_RESULTS.jsonl ...]", file=sys.stderr)
+        return 2
+    rows, failed = load(argv[1])
     train = any(r.get("train") for r in rows)
     head = ["model", "blocks", "policy", "threads", "inst/s", "ms/mb (p10-p90)", "constr",
             "sched", "exec"] + (["bwd"] if train else []) + \
@@ -52,6 +113,7 @@ def main(argv):
         for r in failed:
             print(f"- failed: {r['model']} blocks={'on' if r.get('blocks') else 'off'} "
                   f"{r['policy']} x{r['threads']}: {r['error']}")
+    print_ratios(argv[1:])
     return 0
 
 

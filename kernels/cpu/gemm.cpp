@@ -15,15 +15,6 @@ namespace edbatch::cpu {
 
 namespace {
 
-void eigen_gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw,
-                    const float* x, size_t ldx, float* y, size_t ldy) {
-  using Stride = Eigen::OuterStride<>;
-  Eigen::Map<const Eigen::MatrixXf, 0, Stride> W(w, m, n, Stride(ldw));
-  Eigen::Map<const Eigen::MatrixXf, 0, Stride> X(x, n, k, Stride(ldx));
-  Eigen::Map<Eigen::MatrixXf, 0, Stride> Y(y, m, k, Stride(ldy));
-  Y.noalias() += W * X;
-}
-
 #if defined(__AVX512F__)
 
 // R registers of 16 rows (the last one masked when M) by NC columns, over the inner dimension n.
@@ -99,6 +90,15 @@ void strip_of(uint32_t regs, uint32_t n, uint32_t k, const float* w, size_t ldw,
 
 }  // namespace
 
+void gemm_acc_eigen(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
+                    size_t ldx, float* y, size_t ldy) {
+  using Stride = Eigen::OuterStride<>;
+  Eigen::Map<const Eigen::MatrixXf, 0, Stride> W(w, m, n, Stride(ldw));
+  Eigen::Map<const Eigen::MatrixXf, 0, Stride> X(x, n, k, Stride(ldx));
+  Eigen::Map<Eigen::MatrixXf, 0, Stride> Y(y, m, k, Stride(ldy));
+  Y.noalias() += W * X;
+}
+
 bool gemm_acc_native() {
 #if defined(__AVX512F__)
   return true;
@@ -112,7 +112,7 @@ void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, co
   if (m == 0 || k == 0) return;
 #if defined(__AVX512F__)
   // One column is a matrix-vector product, bound by reading W: Eigen's is as fast.
-  if (k == 1) return eigen_gemm_acc(m, n, k, w, ldw, x, ldx, y, ldy);
+  if (k == 1) return gemm_acc_eigen(m, n, k, w, ldw, x, ldx, y, ldy);
   // Panels of 48 columns keep X's panel in L1 while each row strip of W is reused across it.
   constexpr uint32_t kPanel = 48;
   for (uint32_t c0 = 0; c0 < k; c0 += kPanel) {
@@ -135,7 +135,7 @@ void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, co
     }
   }
 #else
-  eigen_gemm_acc(m, n, k, w, ldw, x, ldx, y, ldy);
+  gemm_acc_eigen(m, n, k, w, ldw, x, ldx, y, ldy);
 #endif
 }
 

@@ -11,6 +11,10 @@ namespace edbatch::cpu {
 void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
               size_t ldx, float* y, size_t ldy);
 
+// The same product through Eigen's GEMM (what gemm_acc replaces), for benchmarks and tests.
+void gemm_acc_eigen(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
+                    size_t ldx, float* y, size_t ldy);
+
 // True when gemm_acc has its own kernel in this build (false: it forwards to Eigen).
 bool gemm_acc_native();
 
