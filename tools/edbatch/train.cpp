@@ -21,7 +21,7 @@ struct TrainOptions {
   std::string model, data = "synthetic:2560", output, curve, encoding = "cover";
   uint32_t vocab = 256, batch = 32, hidden = 128, train_batches = 64, val_batches = 16;
   uint64_t seed = 1;
-  bool no_teacher = false;
+  bool no_teacher = false, no_blocks = false;
   FsmTrainOptions fsm;
 };
 
@@ -53,6 +53,7 @@ int train(TrainOptions o) {
   mo.hidden = o.hidden;
   mo.vocab = o.vocab;
   mo.seed = o.seed;
+  mo.blocks = !o.no_blocks;
   const std::unique_ptr<Model> model = make_model(o.model, pc, data, mo);
   const FsmWorkload w = make_fsm_workload(*model, o.batch, o.train_batches, o.val_batches, o.seed);
   const auto train_graphs = w.train_graphs(), val_graphs = w.validation_graphs();
@@ -172,6 +173,9 @@ Command add_train_command(CLI::App& root) {
                   "rollouts run in parallel against one table between updates")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 16));
+  app->add_flag("--no-blocks", o->no_blocks,
+                "op-level graphs (as edbatch run --no-blocks): their types differ from the block "
+                "path's, so train and run alike");
   app->add_flag("--no-teacher", o->no_teacher,
                 "skip the beam-search teacher (Q-learning and the table search only)");
   app->add_option("--beam", o->fsm.beam_width, "beam width of the teacher")
