@@ -45,9 +45,8 @@ FsmKey fsm_encode(FsmEncoding e, const uint32_t* ids, const uint32_t* counts,
                   const uint32_t* levels, uint32_t r, uint32_t* scratch);
 // 0: no critical node ready, 1: under half, 2: half or more, 3: all of them.
 inline uint32_t fsm_coverage_level(uint32_t critical_ready, uint32_t critical_total) {
-  if (critical_ready == 0) return 0;
-  if (critical_ready >= critical_total) return 3;
-  return 2 * critical_ready >= critical_total ? 2 : 1;
+  return (critical_ready > 0) + (2 * critical_ready >= critical_total) +
+         (critical_ready >= critical_total);  // branch-free; critical_total > 0
 }
 
 // Open addressing, linear probing: O(1) average lookups with no allocation.
