@@ -1,4 +1,4 @@
-// `edbatch train`: learns an FSM batching policy for one zoo model offline (null backend, no
+// `edbatch train`: learns an FSM batching policy for one zoo model offline (scheduling only, no
 // math) and writes the policy file that `edbatch run --policy fsm:FILE` loads.
 #include <unistd.h>
 
@@ -115,8 +115,8 @@ Command add_train_command(CLI::App& root) {
   auto o = std::make_shared<TrainOptions>();
   CLI::App* app = root.add_subcommand(
       "train",
-      "Learn an FSM batching policy for a model offline (null backend) and write a policy file "
-      "for `edbatch run --policy fsm:FILE`");
+      "Learn an FSM batching policy for a model offline (scheduling only, no math) and write a "
+      "policy file for `edbatch run --policy fsm:FILE`");
   std::string models;
   for (const std::string& m : model_names()) models += (models.empty() ? "" : ", ") + m;
   app->add_option("--model", o->model, "the model: " + models)
