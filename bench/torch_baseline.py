@@ -285,8 +285,12 @@ def main(argv=None):
     if a.device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise SystemExit("torch_baseline: --device cuda but torch has no CUDA device")
-        torch.backends.cuda.matmul.allow_tf32 = False  # float32 math, as edbatch
-        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")  # float32 math, no TF32, as edbatch
+        try:
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        except (AttributeError, RuntimeError):
+            pass
     impls = ["batched", "eager"] if a.impl == "both" else [a.impl]
     if a.check_train_step:
         for impl in impls:
