@@ -24,14 +24,25 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_) cudaFree(data_);
 }
 
-bool DeviceBuffer::reserve(size_t bytes) {
+// Growth doubles (from 1 MiB): a run of growing mini-batches pays for few growths (pinned host
+// memory in particular costs milliseconds to allocate).
+namespace {
+size_t grown_size(size_t bytes, size_t old) { return std::max({bytes, 2 * old, size_t{1} << 20}); }
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+bool DeviceBuffer::reserve(size_t bytes, Stream s) {
   if (bytes <= bytes_) return false;
-  const size_t grown = std::max(bytes, bytes_ + bytes_ / 2);
-  if (data_) EDBATCH_CUDA_CHECK(cudaFree(data_));
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t grown = grown_size(bytes, bytes_);
+  if (data_) EDBATCH_CUDA_CHECK(cudaFreeAsync(data_, s));
   data_ = nullptr;
   bytes_ = 0;
-  EDBATCH_CUDA_CHECK(cudaMalloc(&data_, grown));
+  EDBATCH_CUDA_CHECK(cudaMallocAsync(&data_, grown, s));
   bytes_ = grown;
+  grow_ms_ += ms_since(t0);
   return true;
 }
 
@@ -41,16 +52,18 @@ PinnedBuffer::~PinnedBuffer() {
 
 bool PinnedBuffer::reserve(size_t bytes) {
   if (bytes <= bytes_) return false;
-  const size_t grown = std::max(bytes, bytes_ + bytes_ / 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t grown = grown_size(bytes, bytes_);
   if (data_) EDBATCH_CUDA_CHECK(cudaFreeHost(data_));
   data_ = nullptr;
   bytes_ = 0;
   EDBATCH_CUDA_CHECK(cudaMallocHost(&data_, grown));
   bytes_ = grown;
+  grow_ms_ += ms_since(t0);
   return true;
 }
 
-void ParamMirror::layout(ParameterCollection& pc) {
+void ParamMirror::layout(ParameterCollection& pc, Stream s) {
   ranges.clear();
   for (uint32_t id = 0; id < pc.size(); ++id)
     if (!pc.is_view(id)) ranges.push_back({pc.values(id), pc.grads(id), pc.dim(id).size(), 0});
@@ -85,8 +98,8 @@ void ParamMirror::layout(ParameterCollection& pc) {
     --it;
     offset[id] = static_cast<uint32_t>(it->device + static_cast<size_t>(v - it->host_values));
   }
-  values.reserve(std::max<size_t>(floats, 1) * sizeof(float));
-  grads.reserve(std::max<size_t>(floats, 1) * sizeof(float));
+  values.reserve(std::max<size_t>(floats, 1) * sizeof(float), s);
+  grads.reserve(std::max<size_t>(floats, 1) * sizeof(float), s);
   staging.reserve(std::max<size_t>(floats, 1) * sizeof(float));
 }
 
@@ -120,17 +133,22 @@ constexpr size_t kMirrorChunk = 4096;  // floats fetched together by value() / a
 
 size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Host copies of device values, fetched chunk by chunk on first read after a pass.
+// Host copies of device values, fetched chunk by chunk on first read after a pass. Ordinary
+// memory, left untouched until read: a pass usually reads a few values of a large arena.
 struct HostMirror {
-  PinnedBuffer data;
+  std::unique_ptr<float[]> data;
+  size_t capacity = 0;
   std::vector<uint8_t> fetched;
 
   void reset(size_t floats) {
-    data.reserve(std::max<size_t>(floats, 1) * sizeof(float));
+    if (floats > capacity) {
+      capacity = std::max(floats, 2 * capacity);
+      data.reset(new float[capacity]);
+    }
     fetched.assign((floats + kMirrorChunk - 1) / kMirrorChunk, 0);
   }
   const float* read(const float* device, size_t offset, size_t floats, size_t total) {
-    float* host = data.as();
+    float* host = data.get();
     const size_t c0 = offset / kMirrorChunk, c1 = (offset + std::max<size_t>(floats, 1) - 1) / kMirrorChunk;
     for (size_t c = c0; c <= c1 && c < fetched.size(); ++c) {
       if (fetched[c]) continue;
@@ -152,6 +170,13 @@ class CudaBackend : public Backend {
       throw std::runtime_error(std::string("[cuda] no CUDA device: ") +
                                (e != cudaSuccess ? cudaGetErrorString(e) : "none found"));
     EDBATCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // The arenas grow through the device's pool: keep what they free for the next growth.
+    int device = 0;
+    cudaMemPool_t pool;
+    EDBATCH_CUDA_CHECK(cudaGetDevice(&device));
+    EDBATCH_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep = UINT64_MAX;
+    EDBATCH_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     EDBATCH_CUBLAS_CHECK(cublasCreate(&blas_));
     EDBATCH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     EDBATCH_CUDA_CHECK(cudaEventCreate(&start_));
@@ -177,7 +202,7 @@ class CudaBackend : public Backend {
 
   void forward(const PlanRef& p) override {
     sync_params(p.params);
-    if (values_.reserve(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float)))
+    if (values_.reserve(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float), stream_))
       ++counters_.arena_growths;
     graph_ = &p.graph;
     total_floats_ = p.plan.total_floats;
@@ -192,7 +217,7 @@ class CudaBackend : public Backend {
   void backward(const PlanRef& p, uint32_t loss_node) override {
     if (graph_ != &p.graph || total_floats_ != p.plan.total_floats)
       throw std::invalid_argument("[cuda] backward: run forward on this plan first");
-    if (adjoints_.reserve(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float)))
+    if (adjoints_.reserve(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float), stream_))
       ++counters_.arena_growths;
     if (params_.grads_version != p.params.version()) {
       params_.upload_grads(stream_);
@@ -221,7 +246,7 @@ class CudaBackend : public Backend {
  private:
   void sync_params(ParameterCollection& pc) {
     if (params_.values_version == pc.version()) return;
-    params_.layout(pc);
+    params_.layout(pc, stream_);
     params_.upload_values(stream_);
     params_.values_version = pc.version();
     params_.grads_version = UINT64_MAX;  // the layout may have moved: upload before backward
@@ -250,12 +275,12 @@ class CudaBackend : public Backend {
       encode_pass(pass);
       bool again = false;
       if (pass.scratch_need > pass.scratch_floats) {
-        scratch_.reserve(pass.scratch_need * sizeof(float));
+        scratch_.reserve(pass.scratch_need * sizeof(float), stream_);
         ++counters_.arena_growths;
         again = true;
       }
       if (pass.ones_need > pass.ones_floats) {
-        ones_.reserve(pass.ones_need * sizeof(float));
+        ones_.reserve(pass.ones_need * sizeof(float), stream_);
         launch_fill(ones_.as(), ones_.bytes() / sizeof(float), 1.0f, stream_);
         again = true;
       }
@@ -290,7 +315,7 @@ class CudaBackend : public Backend {
     const size_t at_ptrs = at;
     at = put(nullptr, at, pass.ptrs);
     forward_staging_.reserve(std::max<size_t>(at, 1));
-    forward_meta_.reserve(std::max<size_t>(at, 1));
+    forward_meta_.reserve(std::max<size_t>(at, 1), stream_);
     char* h = forward_staging_.as<char>();
     put(h, at_offsets, params_.offset);
     put(h, at_operands, plan.operands);
@@ -324,7 +349,7 @@ class CudaBackend : public Backend {
   void upload_pointers(const Pass& pass, DeviceBuffer& meta, PinnedBuffer& staging, size_t at) {
     const size_t end = put(nullptr, at, pass.ptrs);
     staging.reserve(std::max<size_t>(end, 1));
-    meta.reserve(std::max<size_t>(end, 1));
+    meta.reserve(std::max<size_t>(end, 1), stream_);
     put(staging.as<char>(), at, pass.ptrs);
     EDBATCH_CUDA_CHECK(cudaMemcpyAsync(meta.as<char>(), staging.as<char>(), end,
                                        cudaMemcpyHostToDevice, stream_));
@@ -452,6 +477,13 @@ class CudaBackend : public Backend {
   }
 
   void print_profile() const {
+    const std::pair<const char*, double> growth[] = {
+        {"values", values_.grow_ms()},         {"adjoints", adjoints_.grow_ms()},
+        {"scratch", scratch_.grow_ms()},       {"metadata", forward_meta_.grow_ms() + backward_meta_.grow_ms()},
+        {"staging (pinned)", forward_staging_.grow_ms() + backward_staging_.grow_ms()},
+        {"parameters", params_.values.grow_ms() + params_.grads.grow_ms() + params_.staging.grow_ms()}};
+    for (const auto& [what, ms] : growth)
+      std::fprintf(stderr, "[cuda] profile: growing %-26s %12.3f ms\n", what, ms);
     std::fprintf(stderr, "[cuda] profile: %-34s %9s %12s %10s\n", "kernel", "launches", "total ms",
                  "mean us");
     for (const auto& [what, p] : profiles_)

@@ -23,14 +23,18 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer();
-  bool reserve(size_t bytes);  // true when it had to grow
+  // True when it had to grow. Stream-ordered (the pool keeps freed memory), so growing neither
+  // waits for the device nor returns memory to the driver.
+  bool reserve(size_t bytes, Stream s);
   template <class T = float>
   T* as() const { return static_cast<T*>(data_); }
   size_t bytes() const { return bytes_; }
+  double grow_ms() const { return grow_ms_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  double grow_ms_ = 0;  // host time spent growing
 };
 
 // Grow-only page-locked host memory (staging for uploads, mirrors for downloads).
@@ -43,10 +47,12 @@ class PinnedBuffer {
   bool reserve(size_t bytes);
   template <class T = float>
   T* as() const { return static_cast<T*>(data_); }
+  double grow_ms() const { return grow_ms_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  double grow_ms_ = 0;
 };
 
 // Device copies of a collection's values and gradients. Host storages that lie back to back
@@ -65,7 +71,7 @@ struct ParamMirror {
   PinnedBuffer staging;
   uint64_t values_version = UINT64_MAX, grads_version = UINT64_MAX;
 
-  void layout(ParameterCollection& pc);
+  void layout(ParameterCollection& pc, Stream s);
   void upload_values(Stream s);
   void upload_grads(Stream s);
   void download_grads(Stream s);
