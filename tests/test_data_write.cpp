@@ -160,7 +160,7 @@ TEST_CASE("write: synthetic sentences load back with renumbered words and named 
   }
 }
 
-TEST_CASE("write: a tree 20,000 levels deep writes (without recursion) and loads back") {
+TEST_CASE("write: a tree 20000 levels deep writes (without recursion) and loads back") {
   Tree deep;  // a left spine: each inner node joins the spine so far with a new leaf
   deep.nodes.push_back(leaf(0, 0));
   int32_t spine = 0;
