@@ -95,14 +95,13 @@ for model in $models; do
           --device "$device" --threads "$t" --iters "$iters" ${train[@]+"${train[@]}"} --json "$json" > /dev/null
         "$python" -c 'import json,sys; j=json.load(open(sys.argv[1])); j["impl"]="edbatch"; j["round"]=int(sys.argv[2]); print(json.dumps(j))' \
           "$json" "$r" >> "$results"
-        for impl in batched eager; do
-          "${baseline[@]}" --model "$model" --data "$data" --weights "$weights" \
-            --device "$device" --threads "$t" --impl "$impl" --iters "$iters" \
-            --eager-iters "$eager_iters" ${train[@]+"${train[@]}"} |
-            "$python" -c 'import json,sys
+        # Batched, then eager, in one process (one torch import and device start per round).
+        "${baseline[@]}" --model "$model" --data "$data" --weights "$weights" \
+          --device "$device" --threads "$t" --impl both --iters "$iters" \
+          --eager-iters "$eager_iters" ${train[@]+"${train[@]}"} |
+          "$python" -c 'import json,sys
 for line in sys.stdin:
     j = json.loads(line); j["round"] = int(sys.argv[1]); print(json.dumps(j))' "$r" >> "$results"
-        done
         echo "  $model $mode x$t round $r done" >&2
       done
     done
