@@ -124,8 +124,7 @@ class FsmPolicy : public Policy {
 
 // ---- Training ----
 
-// One training or validation mini-batch. The graphs must outlive the training call; all must
-// share one TypeTable (one ParameterCollection).
+// Settings of train_fsm_policy (docs/policies.md describes the method).
 struct FsmTrainOptions {
   FsmEncoding encoding = FsmEncoding::Cover;
   uint32_t episodes = 400;       // Q-learning rollouts (each one training mini-batch)
@@ -145,7 +144,7 @@ struct FsmTrainOptions {
 
 struct FsmCurvePoint {
   uint32_t episode = 0;           // rollouts done
-  double mean_batches = 0;        // over this round's training rollouts
+  double mean_batches = 0;        // over the training mini-batches (Q-learning: its rollouts)
   double validation_batches = 0;  // mean over the validation mini-batches (greedy table)
   double lower_bound = 0;         // mean over the validation mini-batches
 };
@@ -159,6 +158,9 @@ struct FsmTrainResult {
   std::string best_source;  // "lb-greedy" (empty table), "teacher", "q-learning" or "search"
 };
 
+// Each graph is one mini-batch; all must share one TypeTable (one ParameterCollection) and outlive
+// the call. Deterministic for options.seed at any thread count. Throws std::invalid_argument for
+// empty lists, zero widths or counts, and more types than the encoding supports.
 FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
                                 const std::vector<const Graph*>& validation,
                                 const FsmTrainOptions& options,
