@@ -1,61 +1,29 @@
 // `edbatch run` end to end: exit codes and messages for good runs, bad flags and bad files; the
 // metrics JSON; --outputs; --describe; a save/load weights round trip.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/cli_run.h"
+
 namespace fs = std::filesystem;
+namespace test = edbatch::test;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
+using test::slurp;
+using Result = test::CliResult;
+
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("edbatch_cli") {}
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A fresh directory per test case, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("edbatch_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-Result cli(const TempDir& dir, const std::string& args) {
-  const std::string out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string cmd =
-      std::string("'") + EDBATCH_CLI_PATH + "' " + args + " > '" + out + "' 2> '" + err + "'";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+Result cli(const TempDir& dir, const std::string& args) { return test::run_cli(dir, args); }
 
 std::vector<nlohmann::json> json_lines(const std::string& path) {
   std::ifstream in(path);

@@ -1,16 +1,13 @@
 // Data writers: exact text of small hand-built instances, write-then-load round trips on seeded
 // synthetic data of awkward sizes, errors, and `edbatch run --write-data` end to end.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "edbatch/data.h"
+#include "tests/cli_run.h"
 
 using namespace edbatch;
 
@@ -68,12 +65,7 @@ Lattice lattice(std::vector<uint8_t> tags, const std::vector<std::vector<Lattice
   return l;
 }
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::slurp;
 
 }  // namespace
 
@@ -192,29 +184,20 @@ TEST_CASE("write: malformed instances are refused with what is wrong") {
                        doctest::Contains("tag 3 has no name"), std::invalid_argument);
 }
 
-#ifdef EDBATCH_CLI_PATH
 TEST_CASE("write: edbatch run --write-data writes the data set --data names") {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("edbatch_write_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path file = dir / "lattices.txt";
-  auto run = [&](const std::string& args) {
-    const std::string cmd = std::string("'") + EDBATCH_CLI_PATH + "' run " + args + " > '" +
-                            (dir / "out.txt").string() + "' 2>&1";
-    const int status = std::system(cmd.c_str());
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  };
-  CHECK(run("--model lattice_lstm --data synthetic:9 --seed 4 --write-data '" + file.string() +
-            "'") == 0);
-  CHECK(slurp(file) == lattices_text(synthetic_lattices(9, 4, 256)));
-  const fs::path trees = dir / "trees.txt";
-  CHECK(run("--model tree_lstm --data synthetic:3 --seed 2 --vocab-size 50 --write-data '" +
-            trees.string() + "'") == 0);
+  const test::TempDir dir("edbatch_write");
+  auto run = [&](const std::string& args) { return test::run_cli(dir, "run " + args); };
+  const std::string lattices = dir / "lattices.txt", trees = dir / "trees.txt";
+  CHECK(run("--model lattice_lstm --data synthetic:9 --seed 4 --write-data '" + lattices + "'")
+            .code == 0);
+  CHECK(slurp(lattices) == lattices_text(synthetic_lattices(9, 4, 256)));
+  CHECK(run("--model tree_lstm --data synthetic:3 --seed 2 --vocab-size 50 --write-data '" + trees +
+            "'")
+            .code == 0);
   CHECK(slurp(trees) == trees_text(synthetic_trees(3, 2, 50)));
-  CHECK(run("--model random_dag --data synthetic:3 --write-data '" + (dir / "d.txt").string() +
-            "'") == 2);
-  CHECK(slurp(dir / "out.txt").find("--write-data") != std::string::npos);
-  std::error_code ec;
-  fs::remove_all(dir, ec);
+  const test::CliResult dag =
+      run("--model random_dag --data synthetic:3 --write-data '" + (dir / "d.txt") + "'");
+  CHECK(dag.code == 2);
+  CHECK(dag.err.find("--write-data") != std::string::npos);
 }
-#endif
+

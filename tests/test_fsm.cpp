@@ -18,6 +18,7 @@
 
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
+#include "tests/cli_run.h"
 
 using namespace edbatch;
 
@@ -29,12 +30,7 @@ std::string temp_path(const std::string& name) {
       .string();
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using edbatch::test::slurp;
 
 // A random DAG of `n` scheduled nodes of `types` kinds: tanh (one input), add and cmult (two);
 // inputs come from earlier nodes or fresh graph inputs.

@@ -1,0 +1,49 @@
+#include "tests/cli_run.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace edbatch::test {
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  static int counter = 0;
+  path = std::filesystem::temp_directory_path() /
+         (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::create_directories(path);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+CliResult run_cli(const TempDir& dir, const std::string& args) {
+#ifdef EDBATCH_CLI_PATH
+  const std::string out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd =
+      std::string("'") + EDBATCH_CLI_PATH + "' " + args + " > '" + out + "' 2> '" + err + "'";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+#else
+  (void)dir;
+  (void)args;
+  return CliResult{-1, "", "the tests were built without the edbatch command line"};
+#endif
+}
+
+}  // namespace edbatch::test

@@ -1,0 +1,31 @@
+// Running the `edbatch` command line from tests: a scratch directory per case, the exit code and
+// both output streams of one run, and whole-file reads.
+#pragma once
+#include <filesystem>
+#include <string>
+
+namespace edbatch::test {
+
+// The whole file as a string ("" when it cannot be read).
+std::string slurp(const std::filesystem::path& p);
+
+// A fresh directory under the system temp directory, removed with everything in it at the end.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix = "edbatch_test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+struct CliResult {
+  int code = -1;  // exit code, -1 when the process did not exit normally
+  std::string out, err;
+};
+
+// Runs `edbatch <args>` (args are passed to the shell as written) with its stdout and stderr
+// captured in files of `dir`.
+CliResult run_cli(const TempDir& dir, const std::string& args);
+
+}  // namespace edbatch::test
