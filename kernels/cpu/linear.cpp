@@ -1,6 +1,8 @@
 // GEMM kernels. A weight shared by the batch (a parameter, or one value read by every node)
 // becomes one GEMM with a column per node; operands that are not contiguous are gathered first,
-// and those bytes are counted. Per-node matrices (MV-RNN) run one small GEMM per node.
+// and those bytes are counted, except operands of kDirectGemmCols columns or more, multiplied in
+// place one node at a time. Per-node matrices (MV-RNN) run one small GEMM per node. Forward
+// products run gemm_acc (gemm.cpp); backward runs Eigen.
 #include <Eigen/Core>
 #include <algorithm>
 
