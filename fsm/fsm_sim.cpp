@@ -4,20 +4,9 @@
 #include <random>
 
 #include "edbatch/graph.h"
+#include "edbatch/schedule.h"
 
 namespace edbatch {
-
-namespace {
-// The scheduled node computing argument `a` (views resolve to what they view), or UINT32_MAX.
-uint32_t producer(const Graph& g, uint32_t a) {
-  const Node* n = &g.node(a);
-  while (op_info(n->op).rule == BatchRule::View) {
-    a = g.args(*n)[0];
-    n = &g.node(a);
-  }
-  return is_scheduled(n->op) ? a : UINT32_MAX;
-}
-}  // namespace
 
 SimGraph::SimGraph(const Graph& g, const std::vector<uint32_t>& index_of) {
   const uint32_t n = g.size();
@@ -48,7 +37,7 @@ SimGraph::SimGraph(const Graph& g, const std::vector<uint32_t>& index_of) {
     const uint32_t* a = g.args(nd);
     uint32_t d = 0;
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      const uint32_t p = producer(g, a[i]);
+      const uint32_t p = scheduled_producer(g, a[i]);
       if (p == UINT32_MAX) continue;
       ++pending[compact[v]];
       ++consumer_begin[compact[p] + 1];

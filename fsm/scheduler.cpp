@@ -12,9 +12,10 @@ namespace edbatch {
 
 namespace {
 bool is_source(const Node& n) { return !is_scheduled(n.op); }
-// The scheduled node that computes argument `a` (a view resolves to the node it views), or
-// UINT32_MAX for inputs and parameters.
-uint32_t producer(const Graph& g, uint32_t a) {
+uint32_t producer(const Graph& g, uint32_t a) { return scheduled_producer(g, a); }
+}  // namespace
+
+uint32_t scheduled_producer(const Graph& g, uint32_t a) {
   const Node* n = &g.node(a);
   while (op_info(n->op).rule == BatchRule::View) {
     a = g.args(*n)[0];
@@ -22,7 +23,6 @@ uint32_t producer(const Graph& g, uint32_t a) {
   }
   return is_scheduled(n->op) ? a : UINT32_MAX;
 }
-}  // namespace
 
 void Scheduler::prepare(const Graph& g) {
   const uint32_t n = g.size();

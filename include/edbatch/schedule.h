@@ -94,6 +94,10 @@ class Scheduler : private Frontier {
   std::vector<uint32_t> type_count_, bucket_;
 };
 
+// The scheduled node that computes node `a`'s value (a view resolves to the node it views), or
+// UINT32_MAX for inputs and parameters.
+uint32_t scheduled_producer(const Graph& g, uint32_t a);
+
 // Checks that every non-source node runs exactly once, after all its inputs, and that each batch
 // holds nodes of its type only. Throws std::runtime_error naming the offending node.
 void validate_schedule(const Graph& g, const Schedule& s);

@@ -18,6 +18,10 @@ struct Command {
   std::function<int()> run;  // the exit code
 };
 
+// Checks --data for `model`: a file name, or synthetic:N with N in 1..999999999 (random DAGs only
+// come synthetic). Throws UsageError.
+void check_data_flag(const std::string& model, const std::string& data);
+
 // `edbatch run`: runs a model of the zoo (tools/edbatch/run.cpp).
 Command add_run_command(CLI::App& root);
 // `edbatch train`: learns an FSM batching policy file (tools/edbatch/train.cpp).

@@ -20,6 +20,18 @@
 
 namespace edbatch::cli {
 
+void check_data_flag(const std::string& model, const std::string& data) {
+  const std::string prefix = "synthetic:";
+  if (data.rfind(prefix, 0) == 0) {
+    const std::string n = data.substr(prefix.size());
+    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(n) == 0)
+      throw UsageError("--data: expected synthetic:N with N in 1..999999999, got '" + data + "'");
+  } else if (model_data_kind(model) == DataKind::Dags) {
+    throw UsageError("--data: " + model + " reads random DAGs, which only come as synthetic:N");
+  }
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -157,16 +169,7 @@ class Runner {
 };
 
 void check_usage(const RunOptions& o) {
-  const std::string prefix = "synthetic:";
-  if (o.data.rfind(prefix, 0) == 0) {
-    const std::string n = o.data.substr(prefix.size());
-    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(n) == 0)
-      throw UsageError("--data: expected synthetic:N with N in 1..999999999, got '" + o.data +
-                       "'");
-  } else if (model_data_kind(o.model) == DataKind::Dags) {
-    throw UsageError("--data: " + o.model + " reads random DAGs, which only come as synthetic:N");
-  }
+  check_data_flag(o.model, o.data);
   if (!o.write_data.empty() && model_data_kind(o.model) == DataKind::Dags)
     throw UsageError("--write-data: " + o.model + " reads random DAGs, which have no text format");
   if (o.chars && o.model != "bilstm_tagger")

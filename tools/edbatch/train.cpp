@@ -26,16 +26,7 @@ struct TrainOptions {
 };
 
 void check_usage(const TrainOptions& o) {
-  const std::string prefix = "synthetic:";
-  if (o.data.rfind(prefix, 0) == 0) {
-    const std::string n = o.data.substr(prefix.size());
-    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(n) == 0)
-      throw UsageError("--data: expected synthetic:N with N in 1..999999999, got '" + o.data +
-                       "'");
-  } else if (model_data_kind(o.model) == DataKind::Dags) {
-    throw UsageError("--data: " + o.model + " reads random DAGs, which only come as synthetic:N");
-  }
+  check_data_flag(o.model, o.data);
   if (o.fsm.epsilon_start < 0 || o.fsm.epsilon_start > 1 || o.fsm.epsilon_end < 0 ||
       o.fsm.epsilon_end > 1)
     throw UsageError("--epsilon-start and --epsilon-end must lie in [0, 1]");
