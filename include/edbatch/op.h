@@ -1,6 +1,7 @@
 // The closed set of operations. Adding an op: one enum entry, one kOpInfo row, one kernel row per
 // backend, one case in the op harness (tests/test_ops.cpp).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace edbatch {
@@ -43,7 +44,35 @@ struct OpInfo {
   bool elementwise;  // one pass over the output, operands read through index lists
 };
 
-const OpInfo& op_info(Op op);
+namespace detail {
+// One row per Op, in enum order.
+inline constexpr OpInfo kOpInfo[] = {
+    // name, min args, max args, rule, elementwise
+    {"input", 0, 0, BatchRule::Source, false},
+    {"parameter", 0, 0, BatchRule::Source, false},
+    {"lookup", 0, 0, BatchRule::Exact, true},
+    {"affine", 3, -1, BatchRule::Exact, false},
+    {"matmul", 2, 2, BatchRule::Exact, false},
+    {"sum", 1, -1, BatchRule::Ragged, true},
+    {"subtract", 2, 2, BatchRule::Exact, true},
+    {"cmult", 2, 2, BatchRule::Exact, true},
+    {"scalar_affine", 1, 1, BatchRule::Exact, true},
+    {"tanh", 1, 1, BatchRule::Exact, true},
+    {"sigmoid", 1, 1, BatchRule::Exact, true},
+    {"relu", 1, 1, BatchRule::Exact, true},
+    {"concat", 1, -1, BatchRule::Exact, true},
+    {"pick", 1, 1, BatchRule::Exact, true},
+    {"pick_neg_log_softmax", 1, 1, BatchRule::Exact, true},
+    {"call", 0, -1, BatchRule::Exact, false},
+    {"output", 1, 1, BatchRule::View, false},
+    {"reshape", 1, 1, BatchRule::View, false},
+};
+static_assert(sizeof(kOpInfo) / sizeof(kOpInfo[0]) == static_cast<size_t>(Op::Count),
+              "kOpInfo must have one row per Op");
+}  // namespace detail
+
+// Inline: the scheduler, planner and kernels ask per node. Ops come from the enum only.
+inline const OpInfo& op_info(Op op) { return detail::kOpInfo[static_cast<size_t>(op)]; }
 inline const char* op_name(Op op) { return op_info(op).name; }
 // Scheduled nodes run in batches; sources and views do not.
 inline bool is_scheduled(Op op) {
