@@ -276,6 +276,22 @@ CUDA_CASE("cuda: GEMM steps through cuBLAS (gathers, batched GEMMs over members)
   unsetenv("EDBATCH_CUDA_LINEAR");
 }
 
+CUDA_CASE("cuda: a pass as one persistent cooperative launch = cpu") {
+  setenv("EDBATCH_CUDA_PERSISTENT", "1", 1);
+  for (const std::string name : {"tree_lstm", "lattice_lstm", "bilstm_tagger", "random_dag"})
+    for (bool blocks : {false, true}) {
+      CAPTURE(name);
+      CAPTURE(blocks);
+      ParameterCollection pc(3);
+      Dataset data;
+      const std::unique_ptr<Model> m = zoo_model(name, pc, data, 7, blocks);
+      Graph g(pc);
+      const Expr loss = build_model(*m, g);
+      check_same(run_on("cuda", g, loss, "agenda"), run_on("cpu", g, loss, "agenda"), g);
+    }
+  unsetenv("EDBATCH_CUDA_PERSISTENT");
+}
+
 CUDA_CASE("cuda: random trees, lattices, chains and DAGs = cpu under every policy") {
   std::mt19937_64 rng(17);
   ParameterCollection pc(4);

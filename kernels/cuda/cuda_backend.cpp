@@ -185,6 +185,8 @@ class CudaBackend : public Backend {
     sync_each_ = sync != nullptr && std::strcmp(sync, "0") != 0;
     const char* linear = std::getenv("EDBATCH_CUDA_LINEAR");
     fused_linear_ = linear == nullptr || std::strcmp(linear, "cublas") != 0;
+    const char* persistent = std::getenv("EDBATCH_CUDA_PERSISTENT");
+    persistent_ = persistent != nullptr && std::strcmp(persistent, "0") != 0;
     const char* profile = std::getenv("EDBATCH_CUDA_PROFILE");
     profile_ = profile != nullptr && std::strcmp(profile, "0") != 0;
   }
@@ -210,6 +212,7 @@ class CudaBackend : public Backend {
     adjoints_mirror_.fetched.assign(0, 0);
     Pass pass = new_pass(p, true);
     encode(pass);
+    plan_stages(pass);
     upload_forward(p, pass);
     run_pass(pass, "forward", counters_.device_forward_ms);
   }
@@ -226,6 +229,7 @@ class CudaBackend : public Backend {
     adjoints_mirror_.reset(total_floats_);
     Pass pass = new_pass(p, false);
     encode(pass);
+    plan_stages(pass);
     upload_pointers(pass, backward_meta_, backward_staging_, 0);
     EDBATCH_CUDA_CHECK(cudaMemsetAsync(adjoints_.as(), 0, p.plan.total_floats * sizeof(float), stream_));
     launch_fill(adjoints_.as() + p.plan.node_offset[loss_node], 1, 1.0f, stream_);
@@ -313,7 +317,7 @@ class CudaBackend : public Backend {
     const size_t at_inputs = at;
     at = put(nullptr, at, inputs);
     const size_t at_ptrs = at;
-    at = put(nullptr, at, pass.ptrs);
+    at = put_pass(nullptr, at, pass);
     forward_staging_.reserve(std::max<size_t>(at, 1));
     forward_meta_.reserve(std::max<size_t>(at, 1), stream_);
     char* h = forward_staging_.as<char>();
@@ -323,7 +327,7 @@ class CudaBackend : public Backend {
     put(h, at_index, plan.index);
     put(h, at_aux, plan.aux);
     put(h, at_inputs, inputs);
-    put(h, at_ptrs, pass.ptrs);
+    put_pass(h, at_ptrs, pass);
     char* d = forward_meta_.as<char>();
     EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, at, cudaMemcpyHostToDevice, stream_));
     // Fused GEMM steps add their partial sums into zeroed outputs.
@@ -343,17 +347,54 @@ class CudaBackend : public Backend {
     view_.member_operands = reinterpret_cast<const Operand*>(d + at_members);
     view_.index = reinterpret_cast<const uint32_t*>(d + at_index);
     view_.aux = reinterpret_cast<const uint32_t*>(d + at_aux);
-    ptrs_ = reinterpret_cast<const float* const*>(d + at_ptrs);
+    pass_data_at(d, at_ptrs, pass);
   }
 
   void upload_pointers(const Pass& pass, DeviceBuffer& meta, PinnedBuffer& staging, size_t at) {
-    const size_t end = put(nullptr, at, pass.ptrs);
+    const size_t end = put_pass(nullptr, at, pass);
     staging.reserve(std::max<size_t>(end, 1));
     meta.reserve(std::max<size_t>(end, 1), stream_);
-    put(staging.as<char>(), at, pass.ptrs);
+    put_pass(staging.as<char>(), at, pass);
     EDBATCH_CUDA_CHECK(cudaMemcpyAsync(meta.as<char>(), staging.as<char>(), end,
                                        cudaMemcpyHostToDevice, stream_));
-    ptrs_ = reinterpret_cast<const float* const*>(meta.as<char>() + at);
+    pass_data_at(meta.as<char>(), at, pass);
+  }
+
+  // The pass's own data, after the plan's: GEMM pointer arrays, and for the persistent kernel the
+  // step groups, fused GEMM descriptions and stages.
+  size_t put_pass(char* h, size_t at, const Pass& pass) const {
+    at = put(h, at, pass.ptrs);
+    if (stages_.empty()) return at;
+    at = put(h, at, pass.groups);
+    at = put(h, at, pass.linears);
+    return put(h, at, stages_);
+  }
+  void pass_data_at(char* d, size_t at, const Pass& pass) {
+    ptrs_ = reinterpret_cast<const float* const*>(d + at);
+    at = put(nullptr, at, pass.ptrs);
+    if (stages_.empty()) return;
+    device_groups_ = reinterpret_cast<const StepGroup*>(d + at);
+    at = put(nullptr, at, pass.groups);
+    device_linears_ = reinterpret_cast<const LinearDesc*>(d + at);
+    at = put(nullptr, at, pass.linears);
+    device_stages_ = reinterpret_cast<const Stage*>(d + at);
+  }
+
+  // The persistent kernel takes the pass when every command is one of its stages.
+  void plan_stages(const Pass& pass) {
+    stages_.clear();
+    if (!persistent_ || sync_each_) return;
+    for (const Command& c : pass.commands) {
+      switch (c.kind) {
+        case Command::Kind::Steps:
+          stages_.push_back({pass.forward ? Stage::StepsForward : Stage::StepsBackward, c.group});
+          break;
+        case Command::Kind::LinearForward: stages_.push_back({Stage::LinearForward, c.group}); break;
+        case Command::Kind::LinearBackwardX: stages_.push_back({Stage::LinearBackwardX, c.group}); break;
+        case Command::Kind::LinearBackwardW: stages_.push_back({Stage::LinearBackwardW, c.group}); break;
+        default: stages_.clear(); return;
+      }
+    }
   }
 
   std::string describe(const Command& c, const char* pass) const {
@@ -409,7 +450,13 @@ class CudaBackend : public Backend {
     if (profile_) profile_events(pass.commands.size() + 1);
     const auto host_start = std::chrono::steady_clock::now();
     EDBATCH_CUDA_CHECK(cudaEventRecord(start_, stream_));
-    for (size_t i = 0; i < pass.commands.size(); ++i) {
+    bool persistent = false;
+    if (!stages_.empty()) {
+      persistent = launch_persistent(view_, device_stages_, static_cast<uint32_t>(stages_.size()),
+                                     device_groups_, device_linears_, stream_);
+      if (!persistent) cudaGetLastError();  // not possible here: launch one by one
+    }
+    for (size_t i = 0; i < pass.commands.size() && !persistent; ++i) {
       const Command& c = pass.commands[i];
       if (profile_) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[i], stream_));
       try {
@@ -425,7 +472,7 @@ class CudaBackend : public Backend {
                                  describe(c, name));
       }
     }
-    if (profile_) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[pass.commands.size()], stream_));
+    if (profile_ && !persistent) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[pass.commands.size()], stream_));
     EDBATCH_CUDA_CHECK(cudaEventRecord(stop_, stream_));
     const double host_ms = std::chrono::duration<double, std::milli>(
                                std::chrono::steady_clock::now() - host_start).count();
@@ -433,7 +480,8 @@ class CudaBackend : public Backend {
     if (e != cudaSuccess) {
       std::string where = "no kernel";
       if (!pass.commands.empty())
-        where = "kernels from " + describe(pass.commands.front(), name) + " to " +
+        where = std::string(persistent ? "the persistent kernel, running " : "") + "kernels from " +
+                describe(pass.commands.front(), name) + " to " +
                 describe(pass.commands.back(), name) +
                 "; EDBATCH_CUDA_SYNC=1 checks after every kernel and names the failing one";
       throw std::runtime_error(std::string("[cuda] ") + name + ": asynchronous error " +
@@ -442,7 +490,7 @@ class CudaBackend : public Backend {
     float ms = 0;
     EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
     device_ms = ms;
-    if (profile_) profile_pass(pass, host_ms, ms);
+    if (profile_) profile_pass(pass, host_ms, ms, persistent);
     counters_.kernels += pass.commands.size();
     for (const Command& c : pass.commands)  // the weight gradient's bias pass
       counters_.kernels += c.kind == Command::Kind::LinearBackwardW && linears_[c.group].bias != kNoOperand;
@@ -460,8 +508,8 @@ class CudaBackend : public Backend {
     }
   }
 
-  void profile_pass(const Pass& pass, double host_ms, float device_ms) {
-    for (size_t i = 0; i < pass.commands.size(); ++i) {
+  void profile_pass(const Pass& pass, double host_ms, float device_ms, bool persistent) {
+    for (size_t i = 0; i < pass.commands.size() && !persistent; ++i) {
       float ms = 0;
       EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
       Profile& p = profiles_[pass.commands[i].what];
@@ -505,6 +553,13 @@ class CudaBackend : public Backend {
   bool sync_each_ = false;
   bool forward_ = true;  // the pass being launched
   bool fused_linear_ = true;
+  // EDBATCH_CUDA_PERSISTENT=1: a pass as one cooperative launch. Off by default: on an H100 its
+  // grid-wide barriers cost more than the launches they replace (docs/cuda.md).
+  bool persistent_ = false;
+  std::vector<Stage> stages_;  // the pass as persistent-kernel stages (empty: launch one by one)
+  const Stage* device_stages_ = nullptr;
+  const StepGroup* device_groups_ = nullptr;
+  const LinearDesc* device_linears_ = nullptr;
   DeviceBuffer values_, adjoints_, scratch_, ones_, forward_meta_, backward_meta_;
   PinnedBuffer forward_staging_, backward_staging_;
   ParamMirror params_;

@@ -82,6 +82,16 @@ void launch_linear_backward_x(const DeviceView& d, const LinearDesc& l, Stream s
 // dW_p += dY X_p^T per member, and the bias gradient.
 void launch_linear_backward_w(const DeviceView& d, const LinearDesc& l, Stream s);
 
+// A whole pass in one cooperative launch: the kernel walks the stages (every launch the pass
+// would make, as uploaded arrays), all thread blocks sharing each stage's blocks, with a
+// grid-wide barrier between stages. Returns false when the device cannot run it.
+struct Stage {
+  enum Kind : uint32_t { StepsForward, StepsBackward, LinearForward, LinearBackwardX, LinearBackwardW };
+  uint32_t kind, index;  // index into the StepGroup or LinearDesc array
+};
+bool launch_persistent(const DeviceView& d, const Stage* stages, uint32_t count,
+                       const StepGroup* groups, const LinearDesc* linears, Stream s);
+
 // dst[v * per_node + r] = operand(v)[r] for v < count (columns of a GEMM operand, or biases).
 void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,
                    uint32_t per_node, float* dst, Stream s);

@@ -29,6 +29,20 @@ struct Item {
 
 const char* gemm_name(bool forward) { return forward ? "gemm forward" : "gemm backward"; }
 
+// The ops of the step kernels (steps.cu); affine and matmul go to the GEMM paths, calls run
+// their block's steps, sources and views never run. A new Op fails here until it has a row.
+static_assert(static_cast<int>(Op::Count) == 18, "a new Op needs its CUDA kernel (kernels/cuda)");
+bool step_op(Op op) {
+  switch (op) {
+    case Op::Lookup: case Op::Sum: case Op::Subtract: case Op::CMult: case Op::ScalarAffine:
+    case Op::Tanh: case Op::Sigmoid: case Op::Relu: case Op::Concat: case Op::Pick:
+    case Op::PickNegLogSoftmax:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Multiply-adds above which a GEMM step goes to cuBLAS instead of the fused tiled kernel.
 constexpr double kFusedMacs = 1 << 25;
 
@@ -86,6 +100,9 @@ class Encoder {
   // ---- elementwise family ----
 
   StepDesc describe(const Item& it) {
+    if (!step_op(it.op))
+      throw std::runtime_error(std::string("[cuda] op '") + op_name(it.op) + "' (batch " +
+                               std::to_string(it.batch) + ") has no CUDA kernel");
     const BatchPlan& sp = *it.sp;
     StepDesc d{};
     d.op = static_cast<uint32_t>(it.op);

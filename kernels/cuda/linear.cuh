@@ -1,0 +1,268 @@
+// Internal to the CUDA kernels: the fused GEMM steps' device code, shared by their own kernels
+// and the persistent one. Thread-block coordinates come in as arguments.
+#pragma once
+#include <algorithm>
+
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/operands.cuh"
+
+namespace edbatch::cuda {
+
+namespace {
+
+
+constexpr uint32_t kTM = 64, kTN = 32, kTK = 16, kLinearThreads = 256;
+
+struct Columns {
+  uint32_t begin, end;  // batch columns of this tile
+};
+
+// Tile `tile` of member `member`: k * cols columns per member.
+__device__ inline Columns member_columns(const LinearDesc& l, uint32_t member, uint32_t tile) {
+  const uint32_t per_member = l.k * l.cols;
+  const uint32_t base = member * per_member;
+  const uint32_t b = base + tile * kTN;
+  return Columns{b, min(base + per_member, b + kTN)};
+}
+
+__device__ inline const Operand& op(const DeviceView& d, uint32_t i) { return d.operands[i]; }
+
+// Inner-dimension chunk of one thread block: the products' inner sizes are split so that even a
+// batch of a few columns spreads over many thread blocks; partial sums meet in the zeroed output
+// with atomics, and the first chunk adds the bias.
+constexpr uint32_t kKC = 32;
+
+__host__ __device__ inline uint32_t chunks(uint32_t n) { return (n + kKC - 1) / kKC; }
+
+// Grid: x = row tiles of m, y = members x column tiles, z = (product, inner chunk) pairs.
+__device__ void linear_forward_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
+  __shared__ float ws[kTK][kTM + 4];
+  __shared__ float xs[kTK][kTN + 1];
+  __shared__ const float* xcol[kTN];
+  uint32_t p = 0, z = block.z;
+  while (p + 1 < l.products && z >= chunks(l.n[p])) z -= chunks(l.n[p++]);
+  const uint32_t n = l.n[p], kb = z * kKC, ke = min(n, kb + kKC);
+  const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
+  const uint32_t member = block.y / tiles;
+  const Columns cs = member_columns(l, member, block.y % tiles);
+  const uint32_t r0 = block.x * kTM;
+  const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+  const float* w = value_ptr(d, op(d, l.w[p]), member * l.k, l.k);
+  if (threadIdx.x < kTN) {
+    const uint32_t t = cs.begin + threadIdx.x;
+    xcol[threadIdx.x] =
+        t < cs.end ? value_ptr(d, op(d, l.x[p]), t / l.cols, l.k) + (t % l.cols) * n : nullptr;
+  }
+  __syncthreads();
+  for (uint32_t k0 = kb; k0 < ke; k0 += kTK) {
+    for (uint32_t e = threadIdx.x; e < kTK * kTM; e += kLinearThreads) {
+      const uint32_t q = e / kTM, r = e % kTM;
+      ws[q][r] = (r0 + r < l.m && k0 + q < ke) ? w[(r0 + r) + static_cast<uint64_t>(k0 + q) * l.m] : 0.0f;
+    }
+    for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
+      const uint32_t c = e / kTK, q = e % kTK;
+      xs[q][c] = (xcol[c] != nullptr && k0 + q < ke) ? xcol[c][k0 + q] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (uint32_t q = 0; q < kTK; ++q) {
+      const float b0 = xs[q][tx * 2], b1 = xs[q][tx * 2 + 1];
+#pragma unroll
+      for (uint32_t i = 0; i < 4; ++i) {
+        const float a = ws[q][ty * 4 + i];
+        acc[i][0] += a * b0;
+        acc[i][1] += a * b1;
+      }
+    }
+    __syncthreads();
+  }
+  const bool bias = l.bias != kNoOperand && block.z == 0;
+#pragma unroll
+  for (uint32_t j = 0; j < 2; ++j) {
+    const uint32_t t = cs.begin + tx * 2 + j;
+    if (t >= cs.end) continue;
+    const uint32_t v = t / l.cols, c = t % l.cols;
+    float* y = d.values + l.out_offset + static_cast<uint64_t>(v) * l.out_size + c * l.m;
+    const float* b = bias ? value_ptr(d, op(d, l.bias), v, l.k) + c * l.m : nullptr;
+#pragma unroll
+    for (uint32_t i = 0; i < 4; ++i) {
+      const uint32_t r = r0 + ty * 4 + i;
+      if (r < l.m) atomicAdd(y + r, acc[i][j] + (b ? b[r] : 0.0f));
+    }
+  }
+}
+
+// dX_p = W_p^T dY. Grid: x = row tiles of max_n, y = members x column tiles, z = products x
+// chunks of m (the reduced dimension).
+__device__ void linear_backward_x_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
+  __shared__ float ws[kTK][kTM + 4];  // ws[q][i] = W[k0 + q, r0 + i]
+  __shared__ float ys[kTK][kTN + 1];
+  const uint32_t p = block.z / chunks(l.m), n = l.n[p];
+  const uint32_t kb = (block.z % chunks(l.m)) * kKC, ke = min(l.m, kb + kKC);
+  const uint32_t r0 = block.x * kTM;
+  if (r0 >= n) return;
+  const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
+  const uint32_t member = block.y / tiles;
+  const Columns cs = member_columns(l, member, block.y % tiles);
+  const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const float* w = value_ptr(d, op(d, l.w[p]), member * l.k, l.k);
+  float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+  for (uint32_t k0 = kb; k0 < ke; k0 += kTK) {
+    for (uint32_t e = threadIdx.x; e < kTK * kTM; e += kLinearThreads) {
+      const uint32_t i = e / kTK, q = e % kTK;
+      ws[q][i] = (r0 + i < n && k0 + q < ke) ? w[(k0 + q) + static_cast<uint64_t>(r0 + i) * l.m] : 0.0f;
+    }
+    for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
+      const uint32_t c = e / kTK, q = e % kTK;
+      const uint32_t t = cs.begin + c;
+      float y = 0.0f;
+      if (t < cs.end && k0 + q < ke)
+        y = d.adjoints[l.out_offset + static_cast<uint64_t>(t / l.cols) * l.out_size +
+                       (t % l.cols) * l.m + k0 + q];
+      ys[q][c] = y;
+    }
+    __syncthreads();
+#pragma unroll
+    for (uint32_t q = 0; q < kTK; ++q) {
+      const float b0 = ys[q][tx * 2], b1 = ys[q][tx * 2 + 1];
+#pragma unroll
+      for (uint32_t i = 0; i < 4; ++i) {
+        const float a = ws[q][ty * 4 + i];
+        acc[i][0] += a * b0;
+        acc[i][1] += a * b1;
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (uint32_t j = 0; j < 2; ++j) {
+    const uint32_t t = cs.begin + tx * 2 + j;
+    if (t >= cs.end) continue;
+    float* dx = adjoint_ptr(d, op(d, l.x[p]), t / l.cols, l.k) + (t % l.cols) * n;
+#pragma unroll
+    for (uint32_t i = 0; i < 4; ++i) {
+      const uint32_t r = r0 + ty * 4 + i;
+      if (r < n && acc[i][j] != 0.0f) atomicAdd(dx + r, acc[i][j]);
+    }
+  }
+}
+
+// dW_p += dY X_p^T over one member's columns (a share of them per split). Grid: x = row tiles of
+// m, y = column tiles of max_n, z = (products x members) x splits.
+__device__ void linear_backward_w_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
+  __shared__ float ys[kTK][kTM + 4];  // ys[q][r] = dY[r0 + r, column t0 + q]
+  __shared__ float xs[kTK][kTN + 1];  // xs[q][j] = X[j0 + j, column t0 + q]
+  __shared__ const float* xcol[kTK];
+  const uint32_t members = l.count / l.k;
+  const uint32_t split = block.z % l.splits, pm = block.z / l.splits;
+  const uint32_t p = pm / members, member = pm % members, n = l.n[p];
+  const uint32_t r0 = block.x * kTM, j0 = block.y * kTN;
+  if (j0 >= n) return;
+  const uint32_t per_member = l.k * l.cols;
+  const uint32_t chunk = (per_member + l.splits - 1) / l.splits;
+  const uint32_t t_begin = member * per_member + split * chunk;
+  const uint32_t t_end = min(member * per_member + per_member, t_begin + chunk);
+  const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+  for (uint32_t t0 = t_begin; t0 < t_end; t0 += kTK) {
+    if (threadIdx.x < kTK) {
+      const uint32_t t = t0 + threadIdx.x;
+      xcol[threadIdx.x] =
+          t < t_end ? value_ptr(d, op(d, l.x[p]), t / l.cols, l.k) + (t % l.cols) * n : nullptr;
+    }
+    __syncthreads();
+    for (uint32_t e = threadIdx.x; e < kTK * kTM; e += kLinearThreads) {
+      const uint32_t q = e / kTM, r = e % kTM;
+      const uint32_t t = t0 + q;
+      float y = 0.0f;
+      if (t < t_end && r0 + r < l.m)
+        y = d.adjoints[l.out_offset + static_cast<uint64_t>(t / l.cols) * l.out_size +
+                       (t % l.cols) * l.m + r0 + r];
+      ys[q][r] = y;
+    }
+    for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
+      const uint32_t q = e / kTN, j = e % kTN;
+      xs[q][j] = (xcol[q] != nullptr && j0 + j < n) ? xcol[q][j0 + j] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (uint32_t q = 0; q < kTK; ++q) {
+      const float b0 = xs[q][tx * 2], b1 = xs[q][tx * 2 + 1];
+#pragma unroll
+      for (uint32_t i = 0; i < 4; ++i) {
+        const float a = ys[q][ty * 4 + i];
+        acc[i][0] += a * b0;
+        acc[i][1] += a * b1;
+      }
+    }
+    __syncthreads();
+  }
+  float* dw = adjoint_ptr(d, op(d, l.w[p]), member * l.k, l.k);
+#pragma unroll
+  for (uint32_t j = 0; j < 2; ++j) {
+    const uint32_t c = j0 + tx * 2 + j;
+    if (c >= n) continue;
+#pragma unroll
+    for (uint32_t i = 0; i < 4; ++i) {
+      const uint32_t r = r0 + ty * 4 + i;
+      if (r < l.m && acc[i][j] != 0.0f) atomicAdd(dw + r + static_cast<uint64_t>(c) * l.m, acc[i][j]);
+    }
+  }
+}
+
+// db: one thread per (member, element) sums its member's nodes when the member's bias is shared
+// by them; otherwise each node's gradient goes to its own bias.
+__device__ void linear_bias_body(const DeviceView& d, const LinearDesc& l, uint32_t block,
+                                 uint32_t blocks) {
+  const uint32_t members = l.count / l.k;
+  const uint64_t total = static_cast<uint64_t>(members) * l.out_size;
+  for (uint64_t e = block * static_cast<uint64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<uint64_t>(blocks) * blockDim.x) {
+    const uint32_t member = static_cast<uint32_t>(e / l.out_size);
+    const uint32_t r = static_cast<uint32_t>(e % l.out_size);
+    Operand b = op(d, l.bias);
+    uint32_t v0 = member * l.k;
+    b = member_operand(d, b, v0, l.k);
+    const float* dy = d.adjoints + l.out_offset + r;
+    if (b.mode == OperandMode::Param || b.mode == OperandMode::Shared) {
+      float s = 0.0f;
+      for (uint32_t i = 0; i < l.k; ++i)
+        s += dy[static_cast<uint64_t>(member * l.k + i) * l.out_size];
+      if (s != 0.0f) atomicAdd(adjoint_ptr(d, op(d, l.bias), member * l.k, l.k) + r, s);
+    } else {
+      for (uint32_t i = 0; i < l.k; ++i) {
+        const uint32_t v = member * l.k + i;
+        const float g = dy[static_cast<uint64_t>(v) * l.out_size];
+        if (g != 0.0f) atomicAdd(adjoint_ptr(d, op(d, l.bias), v, l.k) + r, g);
+      }
+    }
+  }
+}
+
+// Thread blocks of each launch, as a grid.
+__host__ __device__ inline dim3 linear_forward_grid(const LinearDesc& l) {
+  const uint32_t members = l.count / l.k;
+  const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
+  dim3 g((l.m + kTM - 1) / kTM, members * tiles, 0);
+  for (uint32_t p = 0; p < l.products; ++p) g.z += chunks(l.n[p]);
+  return g;
+}
+__host__ __device__ inline dim3 linear_backward_x_grid(const LinearDesc& l) {
+  const uint32_t members = l.count / l.k;
+  const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
+  return dim3((l.max_n + kTM - 1) / kTM, members * tiles, l.products * chunks(l.m));
+}
+__host__ __device__ inline dim3 linear_backward_w_grid(const LinearDesc& l) {
+  const uint32_t members = l.count / l.k;
+  return dim3((l.m + kTM - 1) / kTM, (l.max_n + kTN - 1) / kTN, l.products * members * l.splits);
+}
+__host__ __device__ inline uint32_t linear_bias_blocks(const LinearDesc& l) {
+  const uint64_t total = static_cast<uint64_t>(l.count / l.k) * l.out_size;
+  const uint64_t b = (total + 255) / 256;
+  return static_cast<uint32_t>(b < 4096 ? b : 4096);
+}
+
+}  // namespace
+
+}  // namespace edbatch::cuda

@@ -1,0 +1,248 @@
+// Internal to the CUDA kernels: the elementwise family's device code (one thread block runs a
+// group of steps over a chunk of invocations), shared by its own kernels and the persistent one.
+#pragma once
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/operands.cuh"
+
+namespace edbatch::cuda {
+
+namespace {
+
+
+constexpr uint32_t kStepThreads = 256;
+
+// A step's operands and the per-member operands they refer to: in the block's shared cache, or
+// the plan's arrays in global memory.
+struct Ops {
+  const Operand* slots;
+  const Operand* members;  // PerMember operands' index_begin points here
+};
+
+__device__ inline const Operand& slot(const Ops& o, const StepDesc&, uint32_t j) {
+  return o.slots[j];
+}
+
+__device__ inline const float* value_at(const DeviceView& d, const Ops& ops, Operand o, uint32_t v,
+                                        uint32_t k) {
+  if (o.mode == OperandMode::PerMember) {
+    o = ops.members[o.index_begin + v / k];
+    v %= k;
+  }
+  return (o.mode == OperandMode::Param ? d.params : d.values) + operand_offset(d, o, v);
+}
+
+__device__ inline float* adjoint_at(const DeviceView& d, const Ops& ops, Operand o, uint32_t v,
+                                    uint32_t k) {
+  if (o.mode == OperandMode::PerMember) {
+    o = ops.members[o.index_begin + v / k];
+    v %= k;
+  }
+  return (o.mode == OperandMode::Param ? d.grads : d.adjoints) + operand_offset(d, o, v);
+}
+
+__device__ inline float sigmoidf(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+// Adjoints are read at L2: other threads of the block may have added to them with atomics.
+__device__ inline float load_adjoint(const float* p) { return __ldcg(p); }
+
+__device__ float log_sum_exp(const float* x, uint32_t n) {
+  float m = x[0];
+  for (uint32_t r = 1; r < n; ++r) m = fmaxf(m, x[r]);
+  float s = 0;
+  for (uint32_t r = 0; r < n; ++r) s += expf(x[r] - m);
+  return m + logf(s);
+}
+
+// Concat: which argument holds output row `row`, and the row within it.
+__device__ inline uint32_t concat_slot(const StepDesc& s, uint32_t row, uint32_t* local,
+                                       uint32_t* len) {
+  uint32_t j = 0, start = 0;
+  while (j + 1 < s.operand_count && row >= start + s.concat_rows[j]) start += s.concat_rows[j++];
+  *local = row - start;
+  *len = s.concat_rows[j];
+  return j;
+}
+
+// Element r of node v.
+__device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
+                             uint32_t r) {
+  float* y = d.values + s.out_offset + static_cast<uint64_t>(v) * s.out_size;
+  const Op op = static_cast<Op>(s.op);
+  switch (op) {
+    case Op::Lookup:
+      y[r] = d.params[s.table + static_cast<uint64_t>(d.aux[s.aux_begin + v]) * s.rows + r];
+      return;
+    case Op::Sum: {
+      const Operand& o0 = slot(ops, s, 0);
+      float acc = 0;
+      if (o0.mode == OperandMode::Ragged) {
+        const uint32_t* rows = d.index + o0.index_begin;
+        const uint32_t* offs = rows + s.count + 1;
+        for (uint32_t q = rows[v]; q < rows[v + 1]; ++q) acc += d.values[offs[q] + r];
+      } else {
+        for (uint32_t j = 0; j < s.operand_count; ++j) acc += value_at(d, ops, slot(ops, s, j), v, s.k)[r];
+      }
+      y[r] = acc;
+      return;
+    }
+    case Op::Subtract:
+      y[r] = value_at(d, ops, slot(ops, s, 0), v, s.k)[r] - value_at(d, ops, slot(ops, s, 1), v, s.k)[r];
+      return;
+    case Op::CMult:
+      y[r] = value_at(d, ops, slot(ops, s, 0), v, s.k)[r] * value_at(d, ops, slot(ops, s, 1), v, s.k)[r];
+      return;
+    case Op::ScalarAffine:
+      y[r] = s.alpha * value_at(d, ops, slot(ops, s, 0), v, s.k)[r] + s.beta;
+      return;
+    case Op::Tanh: y[r] = tanhf(value_at(d, ops, slot(ops, s, 0), v, s.k)[r]); return;
+    case Op::Sigmoid: y[r] = sigmoidf(value_at(d, ops, slot(ops, s, 0), v, s.k)[r]); return;
+    case Op::Relu: y[r] = fmaxf(value_at(d, ops, slot(ops, s, 0), v, s.k)[r], 0.0f); return;
+    case Op::Concat: {
+      const uint32_t col = r / s.rows, row = r % s.rows;
+      uint32_t local, len;
+      const uint32_t j = concat_slot(s, row, &local, &len);
+      y[r] = value_at(d, ops, slot(ops, s, j), v, s.k)[col * len + local];
+      return;
+    }
+    case Op::Pick:
+      y[0] = value_at(d, ops, slot(ops, s, 0), v, s.k)[d.aux[s.aux_begin + v]];
+      return;
+    case Op::PickNegLogSoftmax: {
+      const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k);
+      y[0] = log_sum_exp(x, s.arg_rows) - x[d.aux[s.aux_begin + v]];
+      return;
+    }
+    default: return;  // the host never builds other steps
+  }
+}
+
+__device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
+                              uint32_t r) {
+  const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size;
+  const float dy = load_adjoint(d.adjoints + out + r);
+  const Op op = static_cast<Op>(s.op);
+  if (dy == 0.0f && op != Op::PickNegLogSoftmax) return;
+  switch (op) {
+    case Op::Lookup: {
+      const uint64_t row = d.aux[s.aux_begin + v];
+      atomicAdd(d.grads + s.table + row * s.rows + r, dy);
+      return;
+    }
+    case Op::Sum: {
+      const Operand& o0 = slot(ops, s, 0);
+      if (o0.mode == OperandMode::Ragged) {
+        const uint32_t* rows = d.index + o0.index_begin;
+        const uint32_t* offs = rows + s.count + 1;
+        for (uint32_t q = rows[v]; q < rows[v + 1]; ++q) atomicAdd(d.adjoints + offs[q] + r, dy);
+      } else {
+        for (uint32_t j = 0; j < s.operand_count; ++j)
+          atomicAdd(adjoint_at(d, ops, slot(ops, s, j), v, s.k) + r, dy);
+      }
+      return;
+    }
+    case Op::Subtract:
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy);
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, 1), v, s.k) + r, -dy);
+      return;
+    case Op::CMult: {
+      const float a = value_at(d, ops, slot(ops, s, 0), v, s.k)[r];
+      const float b = value_at(d, ops, slot(ops, s, 1), v, s.k)[r];
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy * b);
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, 1), v, s.k) + r, dy * a);
+      return;
+    }
+    case Op::ScalarAffine: atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, s.alpha * dy); return;
+    case Op::Tanh: {
+      const float y = d.values[out + r];
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy * (1.0f - y * y));
+      return;
+    }
+    case Op::Sigmoid: {
+      const float y = d.values[out + r];
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy * y * (1.0f - y));
+      return;
+    }
+    case Op::Relu:
+      if (value_at(d, ops, slot(ops, s, 0), v, s.k)[r] > 0.0f)
+        atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy);
+      return;
+    case Op::Concat: {
+      const uint32_t col = r / s.rows, row = r % s.rows;
+      uint32_t local, len;
+      const uint32_t j = concat_slot(s, row, &local, &len);
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, j), v, s.k) + col * len + local, dy);
+      return;
+    }
+    case Op::Pick:
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + d.aux[s.aux_begin + v], dy);
+      return;
+    case Op::PickNegLogSoftmax: {
+      if (dy == 0.0f) return;
+      const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k);
+      float* dx = adjoint_at(d, ops, slot(ops, s, 0), v, s.k);
+      const float lse = log_sum_exp(x, s.arg_rows);
+      const uint32_t label = d.aux[s.aux_begin + v];
+      for (uint32_t q = 0; q < s.arg_rows; ++q)
+        atomicAdd(dx + q, dy * expf(x[q] - lse) - (q == label ? dy : 0.0f));
+      return;
+    }
+    default: return;
+  }
+}
+
+// Thread block b runs every step over invocations [b * chunk, (b + 1) * chunk).
+// Copies every step's operands, and the per-member operands they refer to (re-pointed into the
+// copy), to shared memory.
+__device__ void cache_operands(const DeviceView& d, const StepGroup& g, Operand* slots,
+                               Operand* members) {
+  uint32_t member_at = 0;
+  for (uint32_t q = 0; q < g.step_count; ++q) {
+    const StepDesc& s = g.steps[q];
+    const uint32_t per = s.count / s.k;
+    for (uint32_t j = 0; j < s.operand_count; ++j) {
+      Operand o = d.operands[s.operand_begin + j];
+      if (o.mode == OperandMode::PerMember) {
+        for (uint32_t m = threadIdx.x; m < per; m += blockDim.x)
+          members[member_at + m] = d.member_operands[o.index_begin + m];
+        o.index_begin = member_at;
+        member_at += per;
+      }
+      if (threadIdx.x == 0) slots[s.cache_begin + j] = o;
+    }
+  }
+  __syncthreads();
+}
+
+template <bool Forward>
+__device__ void steps_body(const DeviceView& d, const StepGroup& g, uint32_t block) {
+  __shared__ Operand slots[kOperandCache];
+  __shared__ Operand members[kMemberCache];
+  const bool cached = g.cached_operands > 0;
+  if (cached) cache_operands(d, g, slots, members);
+  const uint32_t i0 = block * g.chunk;
+  const uint32_t n = min(g.chunk, g.k - i0);
+  for (uint32_t q = 0; q < g.step_count; ++q) {
+    const StepDesc& s = g.steps[Forward ? q : g.step_count - 1 - q];
+    const Ops ops = cached ? Ops{slots + s.cache_begin, members}
+                           : Ops{d.operands + s.operand_begin, d.member_operands};
+    const uint32_t members = s.count / s.k;
+    const uint32_t per_node =
+        (s.op == static_cast<uint32_t>(Op::Pick) || s.op == static_cast<uint32_t>(Op::PickNegLogSoftmax))
+            ? 1u
+            : s.out_size;
+    const uint32_t items = members * n * per_node;
+    for (uint32_t t = threadIdx.x; t < items; t += blockDim.x) {
+      const uint32_t r = t % per_node, rest = t / per_node;
+      const uint32_t v = (rest / n) * s.k + i0 + rest % n;
+      if (Forward)
+        forward_item(d, ops, s, v, r);
+      else
+        backward_item(d, ops, s, v, r);
+    }
+    if (q + 1 < g.step_count) __syncthreads();
+  }
+}
+
+}  // namespace
+
+}  // namespace edbatch::cuda
