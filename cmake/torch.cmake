@@ -44,6 +44,11 @@ add_library(edbatch_torch SHARED ${EDBATCH_TORCH_SOURCES})
 target_include_directories(edbatch_torch PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(edbatch_torch PRIVATE edbatch fmt::fmt ${TORCH_LIBRARIES})
 target_compile_options(edbatch_torch PRIVATE ${EDBATCH_WARNINGS})
+# GCC 13 reports false array-bounds and stringop-overflow errors inside libstdc++'s vector<bool>::reserve as inlined from
+# torch::autograd::Function::apply (torch 2.x headers), not in our code.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 13)
+  target_compile_options(edbatch_torch PRIVATE -Wno-array-bounds -Wno-stringop-overflow)
+endif()
 message(STATUS "edbatch: PyTorch extension for ${EDBATCH_PYTHON} (torch ${Torch_VERSION})")
 
 if(EDBATCH_BUILD_TESTS)

@@ -129,7 +129,18 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     if (pad > 0)
       parts.push_back(input(graph_, Dim{static_cast<uint32_t>(pad), 1},
                             std::vector<float>(pad, 0.0f)));
-    loss_ = matmul(parameter(graph_, seed_), parts.size() == 1 ? parts[0] : concat(parts));
+    // Concatenated as a tree of at most 8 arguments per node: the CUDA backend's concat kernel
+    // takes at most 8, and nodes of one level batch together.
+    while (parts.size() > 1) {
+      std::vector<Expr> level;
+      for (size_t b = 0; b < parts.size(); b += 8) {
+        const size_t e = std::min(parts.size(), b + 8);
+        level.push_back(e - b == 1 ? parts[b]
+                                   : concat(std::vector<Expr>(parts.begin() + b, parts.begin() + e)));
+      }
+      parts.swap(level);
+    }
+    loss_ = matmul(parameter(graph_, seed_), parts[0]);
     target = loss_;
   }
   engine_.forward(graph_, target);
