@@ -2,6 +2,7 @@
 // run when it was the one given.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,10 @@ struct Command {
 // Checks --data for `model`: a file name, or synthetic:N with N in 1..999999999 (random DAGs only
 // come synthetic). Throws UsageError.
 void check_data_flag(const std::string& model, const std::string& data);
+
+// Options both subcommands take: --model (required, one of the zoo's), --vocab-size, --batch.
+void add_model_option(CLI::App* app, std::string& model);
+void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch);
 
 // `edbatch run`: runs a model of the zoo (tools/edbatch/run.cpp).
 Command add_run_command(CLI::App& root);

@@ -32,6 +32,23 @@ void check_data_flag(const std::string& model, const std::string& data) {
   }
 }
 
+void add_model_option(CLI::App* app, std::string& model) {
+  std::string models;
+  for (const std::string& m : model_names()) models += (models.empty() ? "" : ", ") + m;
+  app->add_option("--model", model, "the model: " + models)
+      ->required()
+      ->check(CLI::IsMember(model_names()));
+}
+
+void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch) {
+  app->add_option("--vocab-size", vocab, "embedding rows; file word ids fold modulo this")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 24));
+  app->add_option("--batch", batch, "instances per mini-batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -183,7 +200,7 @@ int write_data(const Dataset& data, const std::string& path) {
   if (data.kind == DataKind::Trees) write_trees(out, data.trees);
   if (data.kind == DataKind::Lattices) write_lattices(out, data.lattices);
   if (data.kind == DataKind::Tagged)
-    write_tagged(out, data.tagged.sentences, data.tagged.tag_names);
+    write_tagged(out, data.tagged.sentences, data.tagged.tag_names, data.tagged.spellings);
   out.close();
   if (!out) throw std::runtime_error("error writing '" + path + "'");
   return 0;
@@ -275,21 +292,12 @@ Command add_run_command(CLI::App& root) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* app = root.add_subcommand(
       "run", "Run a model of the zoo over a data set and report throughput and batching");
-  std::string models;
-  for (const std::string& m : model_names()) models += (models.empty() ? "" : ", ") + m;
-  app->add_option("--model", o->model, "the model: " + models)
-      ->required()
-      ->check(CLI::IsMember(model_names()));
+  add_model_option(app, o->model);
   app->add_option("--data", o->data,
                   "synthetic:N (seeded generator) or a data file: SST trees, lattices or "
                   "word|TAG sentences, as the model reads")
       ->capture_default_str();
-  app->add_option("--vocab-size", o->vocab, "embedding rows; file word ids fold modulo this")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 24));
-  app->add_option("--batch", o->batch, "instances per mini-batch")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 20));
+  add_size_options(app, o->vocab, o->batch);
   app->add_option("--hidden", o->hidden, "hidden size (= embedding size)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 14));

@@ -108,22 +108,13 @@ Command add_train_command(CLI::App& root) {
       "train",
       "Learn an FSM batching policy for a model offline (scheduling only, no math) and write a "
       "policy file for `edbatch run --policy fsm:FILE`");
-  std::string models;
-  for (const std::string& m : model_names()) models += (models.empty() ? "" : ", ") + m;
-  app->add_option("--model", o->model, "the model: " + models)
-      ->required()
-      ->check(CLI::IsMember(model_names()));
+  add_model_option(app, o->model);
   app->add_option("-o,--output", o->output, "the policy file to write (JSON)")->required();
   app->add_option("--data", o->data,
                   "synthetic:N (seeded generator) or a data file of the model's kind; a fifth "
                   "is held out for validation")
       ->capture_default_str();
-  app->add_option("--vocab-size", o->vocab, "embedding rows; file word ids fold modulo this")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 24));
-  app->add_option("--batch", o->batch, "instances per mini-batch")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 20));
+  add_size_options(app, o->vocab, o->batch);
   app->add_option("--hidden", o->hidden,
                   "hidden size; types carry shapes, so run with the same --hidden")
       ->capture_default_str()
