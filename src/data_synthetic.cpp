@@ -6,6 +6,8 @@
 #include <cmath>
 #include <random>
 #include <stdexcept>
+#include <string>
+#include <unordered_set>
 
 #include "edbatch/data.h"
 
@@ -171,6 +173,28 @@ std::vector<TaggedSentence> synthetic_tagged(uint32_t n, uint64_t seed, uint32_t
     }
   }
   return sentences;
+}
+
+std::vector<std::string> synthetic_spellings(uint32_t vocab_size, uint64_t seed) {
+  check_vocab("synthetic_spellings", vocab_size);
+  // English letter frequencies in running text, in percent, for a..z.
+  static const double kLetterPercent[26] = {8.2,  1.5,  2.8, 4.3,  12.7, 2.2,  2.0, 6.1,   7.0,
+                                            0.15, 0.77, 4.0, 2.4,  6.7,  7.5,  1.9, 0.095, 6.0,
+                                            6.3,  9.1,  2.8, 0.98, 2.4,  0.15, 2.0, 0.074};
+  Rng rng(seed ^ 0x5be11edc0ffee5ull);  // not the stream of synthetic_tagged
+  std::discrete_distribution<int> letter(std::begin(kLetterPercent), std::end(kLetterPercent));
+  std::vector<std::string> spellings(vocab_size);
+  std::unordered_set<std::string> taken;
+  for (uint32_t id = 0; id < vocab_size; ++id) {
+    // Frequent words are short ("the", "of"); the mean grows with the log of the Zipf rank.
+    const double mean = std::min(8.0, 3.0 + 0.8 * std::log(id + 1.0));
+    std::string& w = spellings[id];
+    do {
+      w.resize(skewed_length(rng, mean, 2.0, 2, 12));
+      for (char& c : w) c = static_cast<char>('a' + letter(rng));
+    } while (!taken.insert(w).second);
+  }
+  return spellings;
 }
 
 }  // namespace edbatch

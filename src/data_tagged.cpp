@@ -39,6 +39,7 @@ class TaggedParser {
     data.sentences = std::move(sentences);
     data.num_tags = static_cast<uint32_t>(tag_names_.size());
     data.tag_names = std::move(tag_names_);
+    data.spellings = std::move(spellings_);
     return data;
   }
 
@@ -57,8 +58,10 @@ class TaggedParser {
     if (bar + 1 == token.size())
       fail(line_no, column + bar + 1, fmt::format("expected a tag after '|' in '{}'", token));
     std::string_view word = token.substr(0, bar), tag = token.substr(bar + 1);
-    auto w = words_.emplace(std::string(word), static_cast<uint32_t>(words_.size())).first;
-    out.words.push_back(vocab_size_ ? w->second % vocab_size_ : w->second);
+    auto w = words_.emplace(std::string(word), static_cast<uint32_t>(words_.size()));
+    const uint32_t id = vocab_size_ ? w.first->second % vocab_size_ : w.first->second;
+    if (id == spellings_.size()) spellings_.emplace_back(word);  // the first word on this id
+    out.words.push_back(id);
     auto t = tags_.emplace(std::string(tag), static_cast<uint32_t>(tags_.size()));
     if (t.second) tag_names_.emplace_back(tag);
     out.tags.push_back(t.first->second);
@@ -67,7 +70,7 @@ class TaggedParser {
   const std::string& source_;
   uint32_t vocab_size_;
   std::unordered_map<std::string, uint32_t> words_, tags_;
-  std::vector<std::string> tag_names_;
+  std::vector<std::string> tag_names_, spellings_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Writers for the text formats of data.h: SST trees, lattices and tagged sentences.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -103,7 +104,13 @@ void write_lattices(std::ostream& out, const std::vector<Lattice>& lattices) {
 }
 
 void write_tagged(std::ostream& out, const std::vector<TaggedSentence>& sentences,
-                  const std::vector<std::string>& tag_names) {
+                  const std::vector<std::string>& tag_names,
+                  const std::vector<std::string>& spellings) {
+  for (size_t w = 0; w < spellings.size(); ++w)
+    for (char c : spellings[w])
+      if (std::isspace(static_cast<unsigned char>(c)))
+        throw std::invalid_argument(fmt::format(
+            "[write_tagged] the spelling of word {} ('{}') contains white space", w, spellings[w]));
   for (size_t i = 0; i < sentences.size(); ++i) {
     const TaggedSentence& s = sentences[i];
     if (s.words.empty() || s.words.size() != s.tags.size())
@@ -112,7 +119,13 @@ void write_tagged(std::ostream& out, const std::vector<TaggedSentence>& sentence
           "(at least one)",
           i, s.words.size(), s.tags.size()));
     for (size_t k = 0; k < s.words.size(); ++k) {
-      out << (k ? " " : "") << 'w' << s.words[k] << '|';
+      const uint32_t w = s.words[k];
+      out << (k ? " " : "");
+      if (w < spellings.size() && !spellings[w].empty()) {
+        out << spellings[w] << '|';
+      } else {
+        out << 'w' << w << '|';
+      }
       if (tag_names.empty()) {
         out << 'T' << s.tags[k];
       } else if (s.tags[k] < tag_names.size()) {

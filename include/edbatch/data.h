@@ -65,10 +65,14 @@ struct TaggedData {
   std::vector<TaggedSentence> sentences;
   uint32_t num_tags = 0;
   std::vector<std::string> tag_names;  // indexed by tag id
+  // Indexed by word id: the word as spelled in the input. An id beyond the end, or an empty
+  // entry, has no spelling (e.g. data built in code); bilstm_tagger then derives its characters.
+  std::vector<std::string> spellings;
 };
 
 // One sentence per line, "word|TAG word|TAG ...". Word ids by first appearance, folded modulo
-// vocab_size (0 = none); tag ids by first appearance, never folded.
+// vocab_size (0 = none); tag ids by first appearance, never folded. spellings[id] is the first
+// word that took the id: when several words fold onto one id, the later ones' spellings are lost.
 TaggedData parse_tagged(std::istream& in, const std::string& source_name,
                         uint32_t vocab_size = 256);
 TaggedData load_tagged(const std::string& path, uint32_t vocab_size = 256);
@@ -84,17 +88,24 @@ std::vector<Lattice> synthetic_lattices(uint32_t n, uint64_t seed, uint32_t voca
 // 10..50 words per sentence; a word's tag mostly follows from the word, so it can be learned.
 std::vector<TaggedSentence> synthetic_tagged(uint32_t n, uint64_t seed, uint32_t vocab_size = 256,
                                              uint32_t num_tags = 18);
+// Spellings for word ids 0..vocab_size-1 to go with synthetic_tagged (their own random stream,
+// so the sentences do not change): distinct lowercase words of 2..12 letters with English letter
+// frequencies, shorter for the frequent (low) ids, as in running text.
+std::vector<std::string> synthetic_spellings(uint32_t vocab_size, uint64_t seed);
 
 // ---- Writers: the text formats above ----
 
-// Word id i is written as the token "w<i>" (tag id t, in tagged files without tag names, as
-// "T<t>"). The loaders number words (and tags) by first appearance, so a written file loads back
-// to the same structures with ids renumbered in that order; lattice arc ids are written as they
-// are and load back unchanged. Throw std::invalid_argument for a malformed instance.
+// Word id i is written as the token "w<i>", in tagged files as spellings[i] when it has one (tag
+// id t, in tagged files without tag names, as "T<t>"). The loaders number words (and tags) by
+// first appearance, so a written file loads back to the same structures with ids renumbered in
+// that order (ids with equal spellings merge) and each token keeps its spelling; lattice arc ids
+// are written as they are and load back unchanged. Throw std::invalid_argument for a malformed
+// instance or a spelling with white space.
 void write_trees(std::ostream& out, const std::vector<Tree>& trees);
 void write_lattices(std::ostream& out, const std::vector<Lattice>& lattices);
 void write_tagged(std::ostream& out, const std::vector<TaggedSentence>& sentences,
-                  const std::vector<std::string>& tag_names = {});
+                  const std::vector<std::string>& tag_names = {},
+                  const std::vector<std::string>& spellings = {});
 
 // ---- Statistics ----
 

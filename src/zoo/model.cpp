@@ -87,6 +87,7 @@ Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size
       case DataKind::Lattices: d.lattices = synthetic_lattices(count32, seed, vocab_size); break;
       case DataKind::Tagged:
         d.tagged.sentences = synthetic_tagged(count32, seed, vocab_size);
+        d.tagged.spellings = synthetic_spellings(vocab_size, seed);
         d.tagged.num_tags = 18;
         break;
       case DataKind::Dags: d.dags = synthetic_dags(count32, seed, vocab_size); break;

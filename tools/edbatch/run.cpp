@@ -355,7 +355,8 @@ Command add_run_command(CLI::App& root) {
                   "load weights (safetensors) before the run; names and shapes must match");
   app->add_option("--write-data", o->write_data,
                   "write the data set --data names in its text format (SST trees, lattices or "
-                  "word|TAG sentences; words become w<id>) to this file, and exit");
+                  "word|TAG sentences; tree words become w<id>, tagged words keep their "
+                  "spellings) to this file, and exit");
   app->add_flag("--describe", o->describe,
                 "print the model's tensors (names, shapes) and math, and exit");
   app->footer(
