@@ -43,13 +43,7 @@ work=$(mktemp -d /tmp/edbatch-gpu.XXXXXX)
 status=0
 
 # ---- dependencies ----
-if ls .deb/*.deb > /dev/null 2>&1; then
-  prefix=/tmp/edbatch-prefix
-  mkdir -p "$prefix"
-  for f in .deb/*.deb; do dpkg -x "$f" "$prefix"; done
-  export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+source scripts/gpu_deps.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$work/gpu.txt"
 
 # ---- build ----

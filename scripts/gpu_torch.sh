@@ -29,13 +29,7 @@ out=$(cd "$out" && pwd)
 cd "$root"
 status=0
 
-if ls .deb/*.deb > /dev/null 2>&1; then
-  prefix=/tmp/edbatch-prefix
-  mkdir -p "$prefix"
-  for f in .deb/*.deb; do dpkg -x "$f" "$prefix"; done
-  export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+source scripts/gpu_deps.sh
 py=$(command -v python3)
 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
 
