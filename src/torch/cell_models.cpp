@@ -1,5 +1,5 @@
-// The cells the PyTorch ops run, as blocks. The Tree-LSTM is the zoo's (zoo.h); the others follow
-// the math of docs/models.md with the embedding lookups replaced by rows of the op's input x.
+// The cells the PyTorch ops run, as blocks: the zoo's cells (src/zoo/zoo_internal.h), with the
+// embedding lookups replaced by rows of the op's input x.
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -94,43 +94,31 @@ class TreeLstmCell : public Cell {
   std::unique_ptr<Block> leaf_, inner_;
 };
 
-// ---- Tree-GRU (docs/models.md, tree_gru) ----
+// ---- Tree-GRU (the zoo's cells) ----
 
 class TreeGruCell : public Cell {
  public:
   TreeGruCell(ParameterCollection& pc, uint32_t H) : Cell(H, H) {
-    const Parameter U_r = add(pc, "U_r", H, H), U_z = add(pc, "U_z", H, H),
-                    U_c = add(pc, "U_c", H, H);
-    Parameter U_rk[2], U_zk[2], U_ck[2];
+    zoo::TreeGruWeights w;
+    w.U_r = add(pc, "U_r", H, H);
+    w.U_z = add(pc, "U_z", H, H);
+    w.U_c = add(pc, "U_c", H, H);
     for (int k = 0; k < 2; ++k) {
       const std::string n = std::to_string(k + 1);
-      U_rk[k] = add(pc, "U_r" + n, H, H);
-      U_zk[k] = add(pc, "U_z" + n, H, H);
-      U_ck[k] = add(pc, "U_c" + n, H, H);
+      w.U_rk[k] = add(pc, "U_r" + n, H, H);
+      w.U_zk[k] = add(pc, "U_z" + n, H, H);
+      w.U_ck[k] = add(pc, "U_c" + n, H, H);
     }
-    const Parameter b_r = add(pc, "b_r", H, 0), b_z = add(pc, "b_z", H, 0),
-                    b_c = add(pc, "b_c", H, 0);
+    w.b_r = add(pc, "b_r", H, 0);
+    w.b_z = add(pc, "b_z", H, 0);
+    w.b_c = add(pc, "b_c", H, 0);
     const Dim h{H, 1};
     leaf_ = frozen(pc, "tree_gru.leaf", [&](Block& b) {
-      Graph& g = b.body();
-      const Expr e = b.input("x", h);
-      const Expr r = sigmoid(affine({parameter(g, b_r), parameter(g, U_r), e}));
-      const Expr z = sigmoid(affine({parameter(g, b_z), parameter(g, U_z), e}));
-      const Expr c = tanh(affine({parameter(g, b_c), parameter(g, U_c), cmult(r, e)}));
-      b.output("h", sum({cmult(z, e), cmult(1.0f - z, c)}));
+      b.output("h", zoo::tree_gru_leaf(b.body(), w, b.input("x", h)));
     });
     inner_ = frozen(pc, "tree_gru.inner", [&](Block& b) {
-      Graph& g = b.body();
-      std::vector<Expr> terms;
-      for (int k = 0; k < 2; ++k) {
-        const Expr hk = b.input("h" + std::to_string(k + 1), h);
-        const Expr r = sigmoid(affine({parameter(g, b_r), parameter(g, U_rk[k]), hk}));
-        const Expr z = sigmoid(affine({parameter(g, b_z), parameter(g, U_zk[k]), hk}));
-        const Expr c = tanh(affine({parameter(g, b_c), parameter(g, U_ck[k]), cmult(r, hk)}));
-        terms.push_back(cmult(z, hk));
-        terms.push_back(cmult(1.0f - z, c));
-      }
-      b.output("h", sum(terms) * 0.5f);
+      const Expr h1 = b.input("h1", h), h2 = b.input("h2", h);
+      b.output("h", zoo::tree_gru_inner(b.body(), w, h1, h2));
     });
   }
   uint32_t num_outputs() const override { return 1; }
@@ -154,7 +142,7 @@ class TreeGruCell : public Cell {
   std::unique_ptr<Block> leaf_, inner_;
 };
 
-// ---- Lattice LSTM / GRU (docs/models.md): an arc cell per arc type, summed per node ----
+// ---- Lattice LSTM / GRU (the zoo's arc cells): an arc cell per arc type, summed per node ----
 
 const char* const kArcTypes[2] = {"char", "word"};
 
@@ -209,6 +197,7 @@ class LatticeCell : public Cell {
       : Cell(H, D), name_(name), lstm_(lstm) {}
   // The arc cell of type t from state `from` with input x.
   virtual CellState arc(Graph& g, int t, const CellState& from, const Expr& x) = 0;
+  // h0 (and c0, for the LSTM) must be set first.
   void make_blocks(ParameterCollection& pc) {
     const Dim h{hidden(), 1}, xd{input_dim(), 1};
     for (int t = 0; t < 2; ++t)
@@ -245,29 +234,22 @@ class LatticeLstmCell : public LatticeCell {
     for (int t = 0; t < 2; ++t)
       for (int k = 0; k < 4; ++k) {
         const std::string p = std::string(kArcTypes[t]) + "_", gate = std::string("_") + "fcio"[k];
-        U_[t][k] = add(pc, p + "U" + gate, H, D);
-        W_[t][k] = add(pc, p + "W" + gate, H, H);
-        b_[t][k] = add(pc, p + "b" + gate, H, 0);
+        w_.U[t][k] = add(pc, p + "U" + gate, H, D);
+        w_.W[t][k] = add(pc, p + "W" + gate, H, H);
+        w_.b[t][k] = add(pc, p + "b" + gate, H, 0);
       }
-    h0_ = add(pc, "h0", H, 0);
-    c0_ = add(pc, "c0", H, 0);
+    h0_ = w_.h0 = add(pc, "h0", H, 0);
+    c0_ = w_.c0 = add(pc, "c0", H, 0);
     make_blocks(pc);
   }
 
  protected:
   CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
-    Expr gates[4];
-    for (int k = 0; k < 4; ++k)
-      gates[k] = affine({parameter(g, b_[t][k]), parameter(g, U_[t][k]), x,
-                         parameter(g, W_[t][k]), from.h});
-    const Expr f = sigmoid(gates[0]), c_new = tanh(gates[1]), i = sigmoid(gates[2]),
-               o = sigmoid(gates[3]);
-    const Expr c = sum({cmult(i, c_new), cmult(f, from.c)});
-    return {cmult(o, tanh(c)), c};
+    return zoo::lattice_lstm_arc(g, w_, t, from, x);
   }
 
  private:
-  Parameter U_[2][4], W_[2][4], b_[2][4];
+  zoo::LatticeLstmWeights w_;
 };
 
 class LatticeGruCell : public LatticeCell {
@@ -277,56 +259,48 @@ class LatticeGruCell : public LatticeCell {
     for (int t = 0; t < 2; ++t)
       for (int k = 0; k < 3; ++k) {
         const std::string p = std::string(kArcTypes[t]) + "_", gate = std::string("_") + "rzc"[k];
-        U_[t][k] = add(pc, p + "U" + gate, H, H);
-        W_[t][k] = add(pc, p + "W" + gate, H, D);
-        b_[t][k] = add(pc, p + "b" + gate, H, 0);
+        w_.U[t][k] = add(pc, p + "U" + gate, H, H);
+        w_.W[t][k] = add(pc, p + "W" + gate, H, D);
+        w_.b[t][k] = add(pc, p + "b" + gate, H, 0);
       }
-    h0_ = add(pc, "h0", H, 0);
+    h0_ = w_.h0 = add(pc, "h0", H, 0);
     make_blocks(pc);
   }
 
  protected:
   CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
-    const Expr& h = from.h;
-    auto gate = [&](int k, const Expr& on_h) {
-      return affine({parameter(g, b_[t][k]), parameter(g, U_[t][k]), on_h,
-                     parameter(g, W_[t][k]), x});
-    };
-    const Expr r = sigmoid(gate(0, h)), z = sigmoid(gate(1, h));
-    const Expr c = tanh(gate(2, cmult(r, h)));
-    return {sum({cmult(z, h), cmult(1.0f - z, c)}), Expr{}};
+    return zoo::lattice_gru_arc(g, w_, t, from, x);
   }
 
  private:
-  Parameter U_[2][3], W_[2][3], b_[2][3];
+  zoo::LatticeGruWeights w_;
 };
 
-// ---- Random-DAG state cell (docs/models.md, random_dag) ----
+// ---- Random-DAG state cell (the zoo's) ----
 
 class RandomDagCell : public Cell {
  public:
   RandomDagCell(ParameterCollection& pc, uint32_t H, uint32_t D, uint32_t state_types,
                 uint32_t arc_types)
       : Cell(H, D), state_types_(state_types), arc_types_(arc_types) {
-    std::vector<Parameter> A, W, b;
-    for (uint32_t a = 0; a < arc_types; ++a) A.push_back(add(pc, "A" + std::to_string(a), H, H));
+    zoo::RandomDagWeights w;
+    for (uint32_t a = 0; a < arc_types; ++a) w.A.push_back(add(pc, "A" + std::to_string(a), H, H));
     for (uint32_t t = 0; t < state_types; ++t) {
-      W.push_back(add(pc, "W" + std::to_string(t), H, H + D));
-      b.push_back(add(pc, "b" + std::to_string(t), H, 0));
+      w.W.push_back(add(pc, "W" + std::to_string(t), H, H + D));
+      w.b.push_back(add(pc, "b" + std::to_string(t), H, 0));
     }
-    const Parameter s0 = add(pc, "s0", H, 0);
+    w.s0 = add(pc, "s0", H, 0);
     const Dim h{H, 1}, xd{D, 1};
     for (int start = 0; start < 2; ++start)
       for (uint32_t t = 0; t < state_types; ++t)
         blocks_[start].push_back(frozen(
             pc, "random_dag.state" + std::to_string(t) + (start ? ".start" : ""), [&](Block& blk) {
               Graph& g = blk.body();
-              const Expr s = start ? parameter(g, s0) : blk.input("s", h);
-              const Expr x = blk.input("x", xd);
-              const Expr hk = tanh(affine({parameter(g, b[t]), parameter(g, W[t]), concat({s, x})}));
+              const Expr s = start ? parameter(g, w.s0) : blk.input("s", h);
+              const Expr hk = zoo::random_dag_state(g, w, t, s, blk.input("x", xd));
               blk.output("h", hk);
               for (uint32_t a = 0; a < arc_types; ++a)
-                blk.output("A" + std::to_string(a) + "h", matmul(parameter(g, A[a]), hk));
+                blk.output("A" + std::to_string(a) + "h", matmul(parameter(g, w.A[a]), hk));
             }));
   }
   uint32_t num_outputs() const override { return 1; }
@@ -372,22 +346,23 @@ class RandomDagCell : public Cell {
   std::vector<Expr> inputs_, products_;
 };
 
-// ---- MV-RNN (docs/models.md, mvrnn) ----
+// ---- MV-RNN (the zoo's inner cell) ----
 
 // A leaf's row of x is [v; vec(M)] (M column-major); outputs v and vec(M) of every node.
 class MvrnnCell : public Cell {
  public:
   MvrnnCell(ParameterCollection& pc, uint32_t H) : Cell(H, H + H * H) {
-    const Parameter W_v = add(pc, "W_v", H, 2 * H), b_v = add(pc, "b_v", H, 0);
-    const Parameter W_M = add(pc, "W_M", H, 2 * H), b_M = add(pc, "b_M", H, H);
+    zoo::MvrnnWeights w;
+    w.W_v = add(pc, "W_v", H, 2 * H);
+    w.b_v = add(pc, "b_v", H, 0);
+    w.W_M = add(pc, "W_M", H, 2 * H);
+    w.b_M = add(pc, "b_M", H, H);
     const Dim h{H, 1}, hh{H, H};
     inner_ = frozen(pc, "mvrnn.inner", [&](Block& b) {
-      Graph& g = b.body();
       const Expr v1 = b.input("v1", h), M1 = b.input("M1", hh);
       const Expr v2 = b.input("v2", h), M2 = b.input("M2", hh);
-      b.output("v", tanh(affine({parameter(g, b_v), parameter(g, W_v),
-                                 concat({matmul(M2, v1), matmul(M1, v2)})})));
-      b.output("M", affine({parameter(g, b_M), parameter(g, W_M), concat({M1, M2})}));
+      b.output("v", zoo::mvrnn_v(b.body(), w, v1, M1, v2, M2));
+      b.output("M", zoo::mvrnn_M(b.body(), w, M1, M2));
     });
   }
   uint32_t num_outputs() const override { return 2; }

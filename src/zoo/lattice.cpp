@@ -175,12 +175,12 @@ class LatticeLstm : public LatticeModel {
     for (int t = 0; t < 2; ++t)
       for (int gate = 0; gate < 4; ++gate) {
         const std::string p = std::string(kArcTypes[t]) + ".", s = std::string("_") + "fcio"[gate];
-        U_[t][gate] = pc.add_parameters(p + "U" + s, Dim{H, H});
-        W_[t][gate] = pc.add_parameters(p + "W" + s, Dim{H, H});
-        b_[t][gate] = pc.add_parameters(p + "b" + s, Dim{H, 1});
+        w_.U[t][gate] = pc.add_parameters(p + "U" + s, Dim{H, H});
+        w_.W[t][gate] = pc.add_parameters(p + "W" + s, Dim{H, H});
+        w_.b[t][gate] = pc.add_parameters(p + "b" + s, Dim{H, 1});
       }
-    h0_ = pc.add_parameters("h0", Dim{H, 1});
-    c0_ = pc.add_parameters("c0", Dim{H, 1});
+    w_.h0 = pc.add_parameters("h0", Dim{H, 1});
+    w_.c0 = pc.add_parameters("c0", Dim{H, 1});
     W_out_ = pc.add_parameters("W_out", Dim{classes_, H});
   }
   std::string math() const override {
@@ -194,19 +194,12 @@ class LatticeLstm : public LatticeModel {
 
  protected:
   CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
-    Expr gates[4];
-    for (int k = 0; k < 4; ++k)
-      gates[k] = affine({parameter(g, b_[t][k]), parameter(g, U_[t][k]), x,
-                         parameter(g, W_[t][k]), from.h});
-    const Expr f = sigmoid(gates[0]), c_new = tanh(gates[1]), i = sigmoid(gates[2]),
-               o = sigmoid(gates[3]);
-    const Expr c = sum({cmult(i, c_new), cmult(f, from.c)});
-    return {cmult(o, tanh(c)), c};
+    return lattice_lstm_arc(g, w_, t, from, x);
   }
-  CellState no_arcs(Graph& g) override { return {parameter(g, h0_), parameter(g, c0_)}; }
+  CellState no_arcs(Graph& g) override { return {parameter(g, w_.h0), parameter(g, w_.c0)}; }
 
  private:
-  Parameter U_[2][4], W_[2][4], b_[2][4], h0_, c0_;
+  LatticeLstmWeights w_;
 };
 
 // Per arc type t: r, z, c from U_* h_j + W_* x + b_*; h' = z.h_j + (1-z).c.
@@ -218,11 +211,11 @@ class LatticeGru : public LatticeModel {
     for (int t = 0; t < 2; ++t)
       for (int gate = 0; gate < 3; ++gate) {
         const std::string p = std::string(kArcTypes[t]) + ".", s = std::string("_") + "rzc"[gate];
-        U_[t][gate] = pc.add_parameters(p + "U" + s, Dim{H, H});
-        W_[t][gate] = pc.add_parameters(p + "W" + s, Dim{H, H});
-        b_[t][gate] = pc.add_parameters(p + "b" + s, Dim{H, 1});
+        w_.U[t][gate] = pc.add_parameters(p + "U" + s, Dim{H, H});
+        w_.W[t][gate] = pc.add_parameters(p + "W" + s, Dim{H, H});
+        w_.b[t][gate] = pc.add_parameters(p + "b" + s, Dim{H, 1});
       }
-    h0_ = pc.add_parameters("h0", Dim{H, 1});
+    w_.h0 = pc.add_parameters("h0", Dim{H, 1});
     W_out_ = pc.add_parameters("W_out", Dim{classes_, H});
   }
   std::string math() const override {
@@ -235,22 +228,39 @@ class LatticeGru : public LatticeModel {
 
  protected:
   CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
-    const Expr& h = from.h;
-    const Expr r = sigmoid(
-        affine({parameter(g, b_[t][0]), parameter(g, U_[t][0]), h, parameter(g, W_[t][0]), x}));
-    const Expr z = sigmoid(
-        affine({parameter(g, b_[t][1]), parameter(g, U_[t][1]), h, parameter(g, W_[t][1]), x}));
-    const Expr c = tanh(affine({parameter(g, b_[t][2]), parameter(g, U_[t][2]), cmult(r, h),
-                                parameter(g, W_[t][2]), x}));
-    return {sum({cmult(z, h), cmult(1.0f - z, c)}), Expr{}};
+    return lattice_gru_arc(g, w_, t, from, x);
   }
-  CellState no_arcs(Graph& g) override { return {parameter(g, h0_), Expr{}}; }
+  CellState no_arcs(Graph& g) override { return {parameter(g, w_.h0), Expr{}}; }
 
  private:
-  Parameter U_[2][3], W_[2][3], b_[2][3], h0_;
+  LatticeGruWeights w_;
 };
 
 }  // namespace
+
+CellState lattice_lstm_arc(Graph& g, const LatticeLstmWeights& w, int t, const CellState& from,
+                           const Expr& x) {
+  Expr gates[4];
+  for (int k = 0; k < 4; ++k)
+    gates[k] = affine({parameter(g, w.b[t][k]), parameter(g, w.U[t][k]), x,
+                       parameter(g, w.W[t][k]), from.h});
+  const Expr f = sigmoid(gates[0]), c_new = tanh(gates[1]), i = sigmoid(gates[2]),
+             o = sigmoid(gates[3]);
+  const Expr c = sum({cmult(i, c_new), cmult(f, from.c)});
+  return {cmult(o, tanh(c)), c};
+}
+
+CellState lattice_gru_arc(Graph& g, const LatticeGruWeights& w, int t, const CellState& from,
+                          const Expr& x) {
+  const Expr& h = from.h;
+  auto gate = [&](int k, const Expr& on_h) {
+    return affine(
+        {parameter(g, w.b[t][k]), parameter(g, w.U[t][k]), on_h, parameter(g, w.W[t][k]), x});
+  };
+  const Expr r = sigmoid(gate(0, h)), z = sigmoid(gate(1, h));
+  const Expr c = tanh(gate(2, cmult(r, h)));
+  return {sum({cmult(z, h), cmult(1.0f - z, c)}), Expr{}};
+}
 
 std::unique_ptr<Model> make_lattice_lstm(ParameterCollection& pc, const Dataset& data,
                                          const ModelOptions& o) {

@@ -20,10 +20,10 @@ class Mvrnn : public Model {
     float* em = pc.values(EM_.id);
     for (uint32_t w = 0; w < o.vocab; ++w)
       for (uint32_t i = 0; i < H; ++i) em[static_cast<size_t>(w) * H * H + i * H + i] += 1.0f;
-    W_v_ = pc.add_parameters("W_v", Dim{H, 2 * H});
-    b_v_ = pc.add_parameters("b_v", Dim{H, 1});
-    W_M_ = pc.add_parameters("W_M", Dim{H, 2 * H});
-    b_M_ = pc.add_parameters("b_M", Dim{H, H});
+    w_.W_v = pc.add_parameters("W_v", Dim{H, 2 * H});
+    w_.b_v = pc.add_parameters("b_v", Dim{H, 1});
+    w_.W_M = pc.add_parameters("W_M", Dim{H, 2 * H});
+    w_.b_M = pc.add_parameters("b_M", Dim{H, H});
     W_out_ = pc.add_parameters("W_out", Dim{5, H});
   }
   uint32_t size() const override { return static_cast<uint32_t>(trees_.size()); }
@@ -58,9 +58,9 @@ class Mvrnn : public Model {
         if (tree.nodes.size() > 1) continue;
       } else {
         const Expr v1 = v_[t.left], v2 = v_[t.right], M1 = M_[t.left], M2 = M_[t.right];
-        v_[k] = inner_v(g, v1, M1, v2, M2);
+        v_[k] = mvrnn_v(g, w_, v1, M1, v2, M2);
         // The root's matrix would feed nothing.
-        if (k + 1 < tree.nodes.size()) M_[k] = inner_M(g, M1, M2);
+        if (k + 1 < tree.nodes.size()) M_[k] = mvrnn_M(g, w_, M1, M2);
       }
       losses_.push_back(node_loss(g, W_out_, v_[k], t.label, logits));
     }
@@ -104,17 +104,10 @@ class Mvrnn : public Model {
   }
 
  private:
-  // The cells.
+  // A leaf's matrix.
   Expr word_matrix(Graph& g, uint32_t word) const {
     const uint32_t H = options_.hidden;
     return reshape(lookup(g, EM_, word), Dim{H, H});
-  }
-  Expr inner_v(Graph& g, const Expr& v1, const Expr& M1, const Expr& v2, const Expr& M2) const {
-    return tanh(
-        affine({parameter(g, b_v_), parameter(g, W_v_), concat({matmul(M2, v1), matmul(M1, v2)})}));
-  }
-  Expr inner_M(Graph& g, const Expr& M1, const Expr& M2) const {
-    return affine({parameter(g, b_M_), parameter(g, W_M_), concat({M1, M2})});
   }
 
   void make_blocks() {
@@ -126,10 +119,10 @@ class Mvrnn : public Model {
             const Expr v1 = blk.input("v1", h), M1 = blk.input("M1", hh);
             const Expr v2 = blk.input("v2", h), M2 = blk.input("M2", hh);
             const uint32_t label = blk.index("label");
-            const Expr v = inner_v(blk.body(), v1, M1, v2, M2);
+            const Expr v = mvrnn_v(blk.body(), w_, v1, M1, v2, M2);
             if (!root) {
               blk.output("v", v);
-              blk.output("M", inner_M(blk.body(), M1, M2));
+              blk.output("M", mvrnn_M(blk.body(), w_, M1, M2));
             }
             output_node_loss(blk, W_out_, v, label);
           });
@@ -142,13 +135,24 @@ class Mvrnn : public Model {
 
   const std::vector<Tree>& trees_;
   LookupParameter Ev_, EM_;
-  Parameter W_v_, b_v_, W_M_, b_M_, W_out_;
+  MvrnnWeights w_;
+  Parameter W_out_;
   // Made on the first block build.
   std::unique_ptr<Block> inner_block_, root_block_, loss_block_;
   std::vector<Expr> v_, M_, losses_;
 };
 
 }  // namespace
+
+Expr mvrnn_v(Graph& g, const MvrnnWeights& w, const Expr& v1, const Expr& M1, const Expr& v2,
+             const Expr& M2) {
+  return tanh(
+      affine({parameter(g, w.b_v), parameter(g, w.W_v), concat({matmul(M2, v1), matmul(M1, v2)})}));
+}
+
+Expr mvrnn_M(Graph& g, const MvrnnWeights& w, const Expr& M1, const Expr& M2) {
+  return affine({parameter(g, w.b_M), parameter(g, w.W_M), concat({M1, M2})});
+}
 
 std::unique_ptr<Model> make_mvrnn(ParameterCollection& pc, const Dataset& data,
                                   const ModelOptions& o) {

@@ -26,12 +26,12 @@ class RandomDag : public Model {
     }
     E_ = pc.add_lookup_parameters("E", o.vocab, H);
     for (uint32_t a = 0; a < arc_types_; ++a)
-      A_.push_back(pc.add_parameters("A" + std::to_string(a), Dim{H, H}));
+      w_.A.push_back(pc.add_parameters("A" + std::to_string(a), Dim{H, H}));
     for (uint32_t t = 0; t < state_types_; ++t) {
-      W_.push_back(pc.add_parameters("W" + std::to_string(t), Dim{H, 2 * H}));
-      b_.push_back(pc.add_parameters("b" + std::to_string(t), Dim{H, 1}));
+      w_.W.push_back(pc.add_parameters("W" + std::to_string(t), Dim{H, 2 * H}));
+      w_.b.push_back(pc.add_parameters("b" + std::to_string(t), Dim{H, 1}));
     }
-    s0_ = pc.add_parameters("s0", Dim{H, 1});
+    w_.s0 = pc.add_parameters("s0", Dim{H, 1});
     W_out_ = pc.add_parameters("W_out", Dim{classes_, H});
   }
   uint32_t size() const override { return static_cast<uint32_t>(dags_.size()); }
@@ -56,10 +56,10 @@ class RandomDag : public Model {
       inputs_.clear();
       for (uint32_t a = d.arc_begin[k]; a < d.arc_begin[k + 1]; ++a) {
         const DagArc& arc = arc_into(instance, k, a);
-        inputs_.push_back(matmul(parameter(g, A_[arc.type]), h_[arc.from]));
+        inputs_.push_back(matmul(parameter(g, w_.A[arc.type]), h_[arc.from]));
       }
-      const Expr s = inputs_.empty() ? parameter(g, s0_) : sum(inputs_);
-      h_[k] = state(g, d.state_types[k], s, [&] { return lookup(g, E_, d.inputs[k]); });
+      const Expr s = inputs_.empty() ? parameter(g, w_.s0) : sum(inputs_);
+      h_[k] = random_dag_state(g, w_, d.state_types[k], s, lookup(g, E_, d.inputs[k]));
       losses_.push_back(node_loss(g, W_out_, h_[k], d.labels[k], logits));
     }
     return sum_losses(losses_);
@@ -112,13 +112,6 @@ class RandomDag : public Model {
     return arc;
   }
 
-  // h = tanh(W<t> [s; x] + b<t>); `x` makes the embedding (after W<t>'s node, as the op path has
-  // it).
-  template <class X>
-  Expr state(Graph& g, uint32_t t, const Expr& s, X x) const {
-    return tanh(affine({parameter(g, b_[t]), parameter(g, W_[t]), concat({s, x()})}));
-  }
-
   void make_blocks() {
     const Dim hd{options_.hidden, 1};
     for (int start = 0; start < 2; ++start)
@@ -127,11 +120,11 @@ class RandomDag : public Model {
             "random_dag.state" + std::to_string(t) + (start ? ".start" : "");
         state_blocks_[start].push_back(make_block(pc_, block_name, [&](Block& blk) {
           Graph& g = blk.body();
-          const Expr s = start ? parameter(g, s0_) : blk.input("s", hd);
+          const Expr s = start ? parameter(g, w_.s0) : blk.input("s", hd);
           const uint32_t input = blk.index("input"), label = blk.index("label");
-          const Expr h = state(g, t, s, [&] { return blk.lookup(E_, input); });
+          const Expr h = random_dag_state(g, w_, t, s, blk.lookup(E_, input));
           for (uint32_t a = 0; a < arc_types_; ++a)
-            blk.output("A" + std::to_string(a) + "h", matmul(parameter(g, A_[a]), h));
+            blk.output("A" + std::to_string(a) + "h", matmul(parameter(g, w_.A[a]), h));
           output_node_loss(blk, W_out_, h, label);
         }));
       }
@@ -140,14 +133,19 @@ class RandomDag : public Model {
   const std::vector<Dag>& dags_;
   uint32_t classes_ = 0, state_types_ = 1, arc_types_ = 1;
   LookupParameter E_;
-  std::vector<Parameter> A_, W_, b_;
-  Parameter s0_, W_out_;
+  RandomDagWeights w_;
+  Parameter W_out_;
   // Made on the first block build: state_blocks_[start][state type].
   std::vector<std::unique_ptr<Block>> state_blocks_[2];
   std::vector<Expr> h_, inputs_, losses_, products_, out_;
 };
 
 }  // namespace
+
+Expr random_dag_state(Graph& g, const RandomDagWeights& w, uint32_t t, const Expr& s,
+                      const Expr& x) {
+  return tanh(affine({parameter(g, w.b[t]), parameter(g, w.W[t]), concat({s, x})}));
+}
 
 std::unique_ptr<Model> make_random_dag(ParameterCollection& pc, const Dataset& data,
                                        const ModelOptions& o) {

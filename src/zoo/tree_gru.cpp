@@ -14,18 +14,18 @@ class TreeGru : public Model {
     const uint32_t H = o.hidden;
     const Dim hh{H, H}, h1{H, 1};
     E_ = pc.add_lookup_parameters("E", o.vocab, H);
-    U_r_ = pc.add_parameters("U_r", hh);
-    U_z_ = pc.add_parameters("U_z", hh);
-    U_c_ = pc.add_parameters("U_c", hh);
+    w_.U_r = pc.add_parameters("U_r", hh);
+    w_.U_z = pc.add_parameters("U_z", hh);
+    w_.U_c = pc.add_parameters("U_c", hh);
     for (int k = 0; k < 2; ++k) {
       const std::string s = std::to_string(k + 1);
-      U_rk_[k] = pc.add_parameters("U_r" + s, hh);
-      U_zk_[k] = pc.add_parameters("U_z" + s, hh);
-      U_ck_[k] = pc.add_parameters("U_c" + s, hh);
+      w_.U_rk[k] = pc.add_parameters("U_r" + s, hh);
+      w_.U_zk[k] = pc.add_parameters("U_z" + s, hh);
+      w_.U_ck[k] = pc.add_parameters("U_c" + s, hh);
     }
-    b_r_ = pc.add_parameters("b_r", h1);
-    b_z_ = pc.add_parameters("b_z", h1);
-    b_c_ = pc.add_parameters("b_c", h1);
+    w_.b_r = pc.add_parameters("b_r", h1);
+    w_.b_z = pc.add_parameters("b_z", h1);
+    w_.b_c = pc.add_parameters("b_c", h1);
     W_out_ = pc.add_parameters("W_out", Dim{5, H});
   }
   uint32_t size() const override { return static_cast<uint32_t>(trees_.size()); }
@@ -50,10 +50,10 @@ class TreeGru : public Model {
     check_tree(tree, "tree_gru");
     h_.resize(tree.nodes.size());
     losses_.clear();
-    const Expr b[3] = {parameter(g, b_r_), parameter(g, b_z_), parameter(g, b_c_)};
     for (size_t k = 0; k < tree.nodes.size(); ++k) {
       const TreeNode& t = tree.nodes[k];
-      h_[k] = t.leaf() ? leaf(g, b, lookup(g, E_, t.word)) : inner(g, b, h_[t.left], h_[t.right]);
+      h_[k] = t.leaf() ? tree_gru_leaf(g, w_, lookup(g, E_, t.word))
+                       : tree_gru_inner(g, w_, h_[t.left], h_[t.right]);
       losses_.push_back(node_loss(g, W_out_, h_[k], t.label, logits));
     }
     return sum_losses(losses_);
@@ -85,42 +85,18 @@ class TreeGru : public Model {
   }
 
  private:
-  // The cells; b holds the biases b_r, b_z, b_c.
-  Expr leaf(Graph& g, const Expr b[3], const Expr& e) const {
-    const Expr r = sigmoid(affine({b[0], parameter(g, U_r_), e}));
-    const Expr z = sigmoid(affine({b[1], parameter(g, U_z_), e}));
-    const Expr c = tanh(affine({b[2], parameter(g, U_c_), cmult(r, e)}));
-    return sum({cmult(z, e), cmult(1.0f - z, c)});
-  }
-  Expr inner(Graph& g, const Expr b[3], const Expr& h1, const Expr& h2) const {
-    std::vector<Expr> terms;
-    const Expr hk[2] = {h1, h2};
-    for (int j = 0; j < 2; ++j) {
-      const Expr r = sigmoid(affine({b[0], parameter(g, U_rk_[j]), hk[j]}));
-      const Expr z = sigmoid(affine({b[1], parameter(g, U_zk_[j]), hk[j]}));
-      const Expr c = tanh(affine({b[2], parameter(g, U_ck_[j]), cmult(r, hk[j])}));
-      terms.push_back(cmult(z, hk[j]));
-      terms.push_back(cmult(1.0f - z, c));
-    }
-    return sum(terms) * 0.5f;
-  }
-
   void make_blocks() {
     const Dim h{options_.hidden, 1};
     leaf_block_ = make_block(pc_, "tree_gru.leaf", [&](Block& blk) {
-      Graph& g = blk.body();
       const uint32_t word = blk.index("word"), label = blk.index("label");
-      const Expr b[3] = {parameter(g, b_r_), parameter(g, b_z_), parameter(g, b_c_)};
-      const Expr hh = leaf(g, b, blk.lookup(E_, word));
+      const Expr hh = tree_gru_leaf(blk.body(), w_, blk.lookup(E_, word));
       blk.output("h", hh);
       output_node_loss(blk, W_out_, hh, label);
     });
     inner_block_ = make_block(pc_, "tree_gru.inner", [&](Block& blk) {
-      Graph& g = blk.body();
       const Expr h1 = blk.input("h1", h), h2 = blk.input("h2", h);
       const uint32_t label = blk.index("label");
-      const Expr b[3] = {parameter(g, b_r_), parameter(g, b_z_), parameter(g, b_c_)};
-      const Expr hh = inner(g, b, h1, h2);
+      const Expr hh = tree_gru_inner(blk.body(), w_, h1, h2);
       blk.output("h", hh);
       output_node_loss(blk, W_out_, hh, label);
     });
@@ -128,12 +104,33 @@ class TreeGru : public Model {
 
   const std::vector<Tree>& trees_;
   LookupParameter E_;
-  Parameter U_r_, U_z_, U_c_, U_rk_[2], U_zk_[2], U_ck_[2], b_r_, b_z_, b_c_, W_out_;
+  TreeGruWeights w_;
+  Parameter W_out_;
   std::unique_ptr<Block> leaf_block_, inner_block_;  // made on the first block build
   std::vector<Expr> h_, losses_;
 };
 
 }  // namespace
+
+Expr tree_gru_leaf(Graph& g, const TreeGruWeights& w, const Expr& e) {
+  const Expr r = sigmoid(affine({parameter(g, w.b_r), parameter(g, w.U_r), e}));
+  const Expr z = sigmoid(affine({parameter(g, w.b_z), parameter(g, w.U_z), e}));
+  const Expr c = tanh(affine({parameter(g, w.b_c), parameter(g, w.U_c), cmult(r, e)}));
+  return sum({cmult(z, e), cmult(1.0f - z, c)});
+}
+
+Expr tree_gru_inner(Graph& g, const TreeGruWeights& w, const Expr& h1, const Expr& h2) {
+  std::vector<Expr> terms;
+  const Expr hk[2] = {h1, h2};
+  for (int k = 0; k < 2; ++k) {
+    const Expr r = sigmoid(affine({parameter(g, w.b_r), parameter(g, w.U_rk[k]), hk[k]}));
+    const Expr z = sigmoid(affine({parameter(g, w.b_z), parameter(g, w.U_zk[k]), hk[k]}));
+    const Expr c = tanh(affine({parameter(g, w.b_c), parameter(g, w.U_ck[k]), cmult(r, hk[k])}));
+    terms.push_back(cmult(z, hk[k]));
+    terms.push_back(cmult(1.0f - z, c));
+  }
+  return sum(terms) * 0.5f;
+}
 
 std::unique_ptr<Model> make_tree_gru(ParameterCollection& pc, const Dataset& data,
                                      const ModelOptions& o) {

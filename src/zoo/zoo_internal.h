@@ -35,8 +35,64 @@ inline uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The Tree-LSTM leaf from its embedding e (tree_lstm_leaf looks e up, then calls this).
+// ---- The cells ----
+// Each cell's math, defined once over a Graph and its weights: the instance graph (the op path),
+// a block body (the block path), or the PyTorch adapter's blocks (src/torch/cell_models.cpp),
+// where an input x stands for the embedding the zoo looks up. Every call adds its own parameter
+// nodes. The callers add the weights, under their own names and shapes.
+
+// The Tree-LSTM leaf from its embedding e (tree_lstm_leaf looks e up, then calls this). The inner
+// cell is tree_lstm_inner (models.h).
 CellState tree_lstm_leaf_cell(Graph& g, const TreeLstmLeafWeights& w, const Expr& e);
+
+// Tree-GRU (tree_gru.cpp): the leaf's U_r, U_z, U_c; the inner cell's per child k U_rk, U_zk,
+// U_ck; biases shared by both.
+struct TreeGruWeights {
+  Parameter U_r, U_z, U_c;
+  Parameter U_rk[2], U_zk[2], U_ck[2];
+  Parameter b_r, b_z, b_c;
+};
+// r = sigmoid(U_r e + b_r); z = sigmoid(U_z e + b_z); c = tanh(U_c (r.e) + b_c); z.e + (1-z).c
+Expr tree_gru_leaf(Graph& g, const TreeGruWeights& w, const Expr& e);
+// Per child k: the leaf's update with U_rk, U_zk, U_ck on h_k; the two averaged.
+Expr tree_gru_inner(Graph& g, const TreeGruWeights& w, const Expr& h1, const Expr& h2);
+
+// MV-RNN (mvrnn.cpp).
+struct MvrnnWeights {
+  Parameter W_v, b_v, W_M, b_M;
+};
+// v = tanh(W_v [M2 v1; M1 v2] + b_v)
+Expr mvrnn_v(Graph& g, const MvrnnWeights& w, const Expr& v1, const Expr& M1, const Expr& v2,
+             const Expr& M2);
+// M = W_M [M1; M2] + b_M
+Expr mvrnn_M(Graph& g, const MvrnnWeights& w, const Expr& M1, const Expr& M2);
+
+// Lattice arc cells (lattice.cpp), per arc type t (0 char, 1 word) and gate; h0 (and c0) is the
+// learned state of a node without arcs.
+struct LatticeLstmWeights {
+  Parameter U[2][4], W[2][4], b[2][4];  // gates f, c, i, o; U on x, W on h
+  Parameter h0, c0;
+};
+struct LatticeGruWeights {
+  Parameter U[2][3], W[2][3], b[2][3];  // gates r, z, c; U on h, W on x
+  Parameter h0;
+};
+// The arc cell of type t from state `from` with input x: the new (h, c) of the arc.
+CellState lattice_lstm_arc(Graph& g, const LatticeLstmWeights& w, int t, const CellState& from,
+                           const Expr& x);
+// As lattice_lstm_arc, without c (the result's c is empty).
+CellState lattice_gru_arc(Graph& g, const LatticeGruWeights& w, int t, const CellState& from,
+                          const Expr& x);
+
+// Random-DAG state cell (random_dag.cpp): A<a> per arc type, W<t> and b<t> per state type, s0
+// the arc sum of a state without arcs.
+struct RandomDagWeights {
+  std::vector<Parameter> A, W, b;
+  Parameter s0;
+};
+// h = tanh(W<t> [s; x] + b<t>)
+Expr random_dag_state(Graph& g, const RandomDagWeights& w, uint32_t t, const Expr& s,
+                      const Expr& x);
 
 // ---- Blocks ----
 
