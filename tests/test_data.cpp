@@ -1,8 +1,11 @@
 // Data formats: SST trees, lattices, tagged sentences, and the synthetic generators.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <set>
 #include <sstream>
 
 #include "edbatch/data.h"
@@ -387,6 +390,39 @@ TEST_CASE("tagged: sentences parse with word and tag ids by first appearance") {
                        doctest::Contains("[load_tagged] cannot open"), std::invalid_argument);
 }
 
+TEST_CASE("tagged: each word id keeps the spelling of the first word that took it") {
+  const std::string text = "The|DT dog|NN barks|VBZ\n\n  A|DT cat|NN dog|NN\na|b|SYM\n";
+  CHECK(tagged_from(text, 0).spellings ==
+        std::vector<std::string>{"The", "dog", "barks", "A", "cat", "a|b"});
+  CHECK(tagged_from(text, 4).spellings == std::vector<std::string>{"The", "dog", "barks", "A"});
+  CHECK(tagged_from(text, 2).spellings == std::vector<std::string>{"The", "dog"});
+
+  // Seeded random text over a small pool of words: the spelling of each folded id is the word
+  // whose first appearance comes first among those folding onto it.
+  std::mt19937 rng(17);
+  const std::vector<std::string> pool = {"x", "yy", "a|b", "Zebra", "q1", "--", "ab", "ba", "é"};
+  for (uint32_t vocab : {0u, 1u, 3u, 7u, 256u}) {
+    CAPTURE(vocab);
+    std::string file;
+    std::vector<std::string> order;  // distinct words in order of first appearance
+    for (int line = 0; line < 5; ++line) {
+      for (uint32_t k = 0, n = 1 + rng() % 6; k < n; ++k) {
+        const std::string& w = pool[rng() % pool.size()];
+        if (std::find(order.begin(), order.end(), w) == order.end()) order.push_back(w);
+        file += w + "|T ";
+      }
+      file += "\n";
+    }
+    std::vector<std::string> expected;
+    for (size_t i = 0; i < order.size() && (vocab == 0 || i < vocab); ++i)
+      expected.push_back(order[i]);
+    const TaggedData data = tagged_from(file, vocab);
+    CHECK(data.spellings == expected);
+    for (const TaggedSentence& s : data.sentences)
+      for (uint32_t w : s.words) CHECK(w < data.spellings.size());
+  }
+}
+
 TEST_CASE("tagged: malformed tokens name the line and column") {
   CHECK_THROWS_WITH_AS(tagged_from("a|X\nThe|DT dog barks|VBZ\n"),
                        "[parse_tagged] s.txt:2:8: expected 'word|TAG' but found 'dog' (no '|')",
@@ -421,4 +457,36 @@ TEST_CASE("tagged: synthetic sentences") {
   CHECK(longest - shortest >= 30);
   CHECK_THROWS_AS(synthetic_tagged(1, 1, 10, 0), std::invalid_argument);
   CHECK_THROWS_AS(synthetic_tagged(1, 1, 0, 5), std::invalid_argument);
+}
+
+TEST_CASE("tagged: synthetic spellings are distinct lowercase words, fixed by the seed") {
+  for (uint32_t vocab : {1u, 29u, 1000u}) {
+    CAPTURE(vocab);
+    const std::vector<std::string> words = synthetic_spellings(vocab, 3);
+    REQUIRE(words.size() == vocab);
+    CHECK(synthetic_spellings(vocab, 3) == words);
+    CHECK(std::set<std::string>(words.begin(), words.end()).size() == vocab);
+    for (const std::string& w : words) {
+      CHECK(w.size() >= 2);
+      CHECK(w.size() <= 12);
+      for (char c : w) CHECK((c >= 'a' && c <= 'z'));
+    }
+  }
+  const std::vector<std::string> a = synthetic_spellings(1000, 3), b = synthetic_spellings(1000, 4);
+  size_t same = 0, letters = 0, vowels = 0;
+  double frequent = 0, rare = 0;  // mean lengths of the first and the last 100 ids
+  for (size_t i = 0; i < a.size(); ++i) {
+    same += a[i] == b[i];
+    for (char c : a[i]) {
+      ++letters;
+      vowels += std::string("aeiou").find(c) != std::string::npos;
+    }
+    if (i < 100) frequent += a[i].size() / 100.0;
+    if (i >= 900) rare += a[i].size() / 100.0;
+  }
+  CHECK(same < 50);
+  CHECK(frequent < rare - 1.5);
+  CHECK(vowels > letters / 4);  // English letter frequencies: about 38% vowels
+  CHECK(vowels < letters / 2);
+  CHECK_THROWS_AS(synthetic_spellings(0, 1), std::invalid_argument);
 }

@@ -1,6 +1,7 @@
 // Data writers: exact text of small hand-built instances, write-then-load round trips on seeded
 // synthetic data of awkward sizes, errors, and `edbatch run --write-data` end to end.
 #include <doctest/doctest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -90,6 +91,10 @@ TEST_CASE("write: hand-built trees, lattices and sentences give the exact format
   CHECK(plain.str() == "w4|T1 w0|T0 w4|T2\nw2|T0\n");
   write_tagged(named, {s}, {"NN", "DT", "VB"});
   CHECK(named.str() == "w4|DT w0|NN w4|VB\n");
+  std::ostringstream spelled;  // ids 0 and 4 spelled, 2 with an empty spelling
+  write_tagged(spelled, {s, TaggedSentence{{2}, {0}}}, {"NN", "DT", "VB"},
+               {"dog", "x", "", "y", "a|b"});
+  CHECK(spelled.str() == "a|b|DT dog|NN a|b|VB\nw2|NN\n");
 }
 
 TEST_CASE("write: synthetic trees load back with the same shapes, labels and renumbered words") {
@@ -129,11 +134,13 @@ TEST_CASE("write: synthetic lattices load back identical, arc ids included") {
   }
 }
 
-TEST_CASE("write: synthetic sentences load back with renumbered words and named tags") {
+TEST_CASE("write: synthetic sentences load back with renumbered words, spellings, named tags") {
   for (uint32_t n : {1u, 11u}) {
     const std::vector<TaggedSentence> sentences = synthetic_tagged(n, 5 + n, 97, 18);
+    // Ids 0..88 spelled, the rest without a spelling (written as w<id>).
+    std::vector<std::string> spellings = synthetic_spellings(89, 5 + n);
     std::ostringstream out;
-    write_tagged(out, sentences);
+    write_tagged(out, sentences, {}, spellings);
     std::istringstream in(out.str());
     const TaggedData back = parse_tagged(in, "written", 97);
     REQUIRE(back.sentences.size() == sentences.size());
@@ -141,7 +148,10 @@ TEST_CASE("write: synthetic sentences load back with renumbered words and named 
     for (size_t i = 0; i < sentences.size(); ++i) {
       REQUIRE(back.sentences[i].words.size() == sentences[i].words.size());
       for (size_t k = 0; k < sentences[i].words.size(); ++k) {
-        CHECK(back.sentences[i].words[k] == words(sentences[i].words[k]));
+        const uint32_t w = sentences[i].words[k], w_back = back.sentences[i].words[k];
+        CHECK(w_back == words(w));
+        REQUIRE(w_back < back.spellings.size());
+        CHECK(back.spellings[w_back] == (w < 89 ? spellings[w] : "w" + std::to_string(w)));
         const uint32_t tag = back.sentences[i].tags[k];
         CHECK(tag == tags(sentences[i].tags[k]));
         REQUIRE(tag < back.tag_names.size());
@@ -182,6 +192,9 @@ TEST_CASE("write: malformed instances are refused with what is wrong") {
                        doctest::Contains("2 words and 1 tags"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(write_tagged(out, {TaggedSentence{{1}, {3}}}, {"A"}),
                        doctest::Contains("tag 3 has no name"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(write_tagged(out, {TaggedSentence{{0}, {0}}}, {}, {"ok", "two words"}),
+                       doctest::Contains("the spelling of word 1 ('two words') contains white"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("write: edbatch run --write-data writes the data set --data names") {
@@ -195,9 +208,15 @@ TEST_CASE("write: edbatch run --write-data writes the data set --data names") {
             "'")
             .code == 0);
   CHECK(slurp(trees) == trees_text(synthetic_trees(3, 2, 50)));
+  const std::string tagged = dir / "tagged.txt";
+  CHECK(run("--model bilstm_tagger --data synthetic:4 --seed 6 --vocab-size 40 --write-data '" +
+            tagged + "'")
+            .code == 0);
+  std::ostringstream spelled;
+  write_tagged(spelled, synthetic_tagged(4, 6, 40), {}, synthetic_spellings(40, 6));
+  CHECK(slurp(tagged) == spelled.str());
   const test::CliResult dag =
       run("--model random_dag --data synthetic:3 --write-data '" + (dir / "d.txt") + "'");
   CHECK(dag.code == 2);
   CHECK(dag.err.find("--write-data") != std::string::npos);
 }
-

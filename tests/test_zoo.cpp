@@ -3,6 +3,7 @@
 // and every parameter gradient; deterministic builds for a seed; the DAG generator; the factory.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -47,6 +48,7 @@ Dataset small_data(const std::string& model, uint64_t seed) {
     case DataKind::Tagged:
       d.tagged.sentences = synthetic_tagged(3, seed, kVocab, 5);
       d.tagged.num_tags = 5;
+      d.tagged.spellings = synthetic_spellings(kVocab - 4, seed);  // the top ids unspelled
       for (TaggedSentence& s : d.tagged.sentences) {
         s.words.resize(std::min<size_t>(s.words.size(), 7));
         s.tags.resize(s.words.size());
@@ -167,6 +169,58 @@ TEST_CASE("zoo: bilstm_tagger = reference, with and without character embeddings
   check_model("bilstm_tagger", 7);
   check_model("bilstm_tagger", 5, true);
 }
+// bilstm_tagger with characters (words seen once), loss by the double-precision reference.
+double tagger_loss(const TaggedData& tagged) {
+  Dataset data;
+  data.kind = DataKind::Tagged;
+  data.tagged = tagged;
+  ParameterCollection pc(3);
+  ModelOptions o = small_options(5, true);
+  o.rare_below = 2;
+  const std::unique_ptr<Model> model = make_model("bilstm_tagger", pc, data, o);
+  Graph g(pc);
+  std::vector<Expr> losses;
+  for (uint32_t i = 0; i < model->size(); ++i) losses.push_back(model->build(g, i));
+  const Expr loss = sum_losses(losses);
+  Reference ref(g);
+  ref.forward();
+  return ref.values[loss.id][0];
+}
+
+TEST_CASE("zoo: bilstm_tagger's rare words are read from their spellings") {
+  // Words 3 and 4 are rare. Every variant below keeps the characters' first appearances (t h e c
+  // a s m r n, 9 characters folded into char_vocab 7) so only the rare words' characters change.
+  TaggedData base;
+  base.sentences = {{{1, 2, 3, 1}, {0, 1, 2, 0}}, {{2, 4, 1}, {1, 3, 0}}};
+  base.num_tags = 4;
+  base.spellings = {"the", "cat", "sat", "mat", "ran", "rat", "at", "mta"};
+  const double loss = tagger_loss(base);
+
+  TaggedData other_id = base;  // word 3 replaced by word 7, spelled as word 3 was
+  other_id.sentences[0].words[2] = 7;
+  other_id.spellings[7] = "mat";
+  CHECK(tagger_loss(other_id) == loss);
+
+  for (const char* respelled : {"tam", "rat", "ma", "mats"}) {
+    CAPTURE(respelled);
+    TaggedData changed = base;
+    changed.spellings[3] = respelled;
+    CHECK(std::abs(tagger_loss(changed) - loss) > 1e-9);
+  }
+
+  // Without spellings, characters come from the ids: moving a word to another id changes them.
+  TaggedData unspelled = base, unspelled_other_id = other_id;
+  unspelled.spellings.resize(3);
+  unspelled_other_id.spellings.resize(3);
+  unspelled_other_id.spellings.resize(8);  // empty spellings count as none
+  CHECK(std::abs(tagger_loss(unspelled) - loss) > 1e-9);
+  CHECK(std::abs(tagger_loss(unspelled_other_id) - tagger_loss(unspelled)) > 1e-9);
+
+  // Synthetic data sets come spelled.
+  CHECK(load_dataset(DataKind::Tagged, "synthetic:5", 11, 1).tagged.spellings ==
+        synthetic_spellings(11, 1));
+}
+
 TEST_CASE("zoo: random_dag = reference") { check_model("random_dag", 7); }
 
 TEST_CASE("zoo: builds are deterministic for a seed") {

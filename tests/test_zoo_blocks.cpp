@@ -56,6 +56,7 @@ Dataset small_data(const std::string& model) {
     case DataKind::Tagged:
       d.tagged.sentences = synthetic_tagged(3, 21, kVocab, 5);
       d.tagged.num_tags = 5;
+      d.tagged.spellings = synthetic_spellings(kVocab - 3, 21);  // the top ids unspelled
       for (TaggedSentence& s : d.tagged.sentences) {
         s.words.resize(std::min<size_t>(s.words.size(), 6));
         s.tags.resize(s.words.size());

@@ -70,7 +70,7 @@ struct ModelOptions {
   uint64_t seed = 1;      // structural coins (double_typed_tree_lstm)
   bool char_embeddings = false;  // bilstm_tagger: character BiLSTM for rare words
   uint32_t rare_below = 5;       // ... words seen fewer times than this in the data set
-  uint32_t char_vocab = 32;      // ... characters derived from word ids (see docs/models.md)
+  uint32_t char_vocab = 128;     // ... rows of the character table (see docs/models.md)
 };
 
 // One model over one data set. Adds its parameters to the collection it is made with (one

@@ -1,8 +1,10 @@
 // The BiLSTM tagger (`bilstm_tagger`): word embeddings (or, with char_embeddings, a character
-// BiLSTM for rare words), a 2-layer forward and a 2-layer backward LSTM, and an MLP per token.
+// BiLSTM over the spelling of rare words), a 2-layer forward and a 2-layer backward LSTM, and an
+// MLP per token.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -81,6 +83,7 @@ class BilstmTagger : public Model {
       b_ch_ = pc.add_parameters("b_ch", Dim{H, 1});
       for (const TaggedSentence& s : data_.sentences)
         for (uint32_t w : s.words) ++counts_[w];
+      number_chars();
     }
   }
   uint32_t size() const override { return static_cast<uint32_t>(data_.sentences.size()); }
@@ -99,12 +102,22 @@ class BilstmTagger : public Model {
       m += "\nrare words (fewer than " + std::to_string(options_.rare_below) +
            " occurrences in the data set) instead:\n"
            "  e_t = W_ch [cf_last; cb_first] + b_ch, cf/cb = LSTM_char_fwd/bwd over CE[chars]\n"
-           "  chars of word w: length 2 + (mix(w) mod 8), char j = mix(w, j) mod char_vocab";
+           "  chars of word w: its spelling's bytes, each byte's id by first appearance over the "
+           "data set's spellings (in word id order) mod char_vocab\n"
+           "  a word without a spelling: length 2 + (mix(w) mod 8), char j = mix(w, j) mod "
+           "char_vocab";
     return m;
   }
 
-  // The character ids derived from word id `w` (the loaders keep no spellings).
+  // The character ids of word id `w`: its spelling's, else derived from the id.
   std::vector<uint32_t> chars_of(uint32_t w) const {
+    if (w < data_.spellings.size() && !data_.spellings[w].empty()) {
+      const std::string& spelling = data_.spellings[w];
+      std::vector<uint32_t> cs(spelling.size());
+      for (size_t j = 0; j < cs.size(); ++j)
+        cs[j] = char_ids_[static_cast<unsigned char>(spelling[j])];
+      return cs;
+    }
     const uint64_t h = mix64(w + 0x1234567ull);
     std::vector<uint32_t> cs(2 + h % 8);
     for (size_t j = 0; j < cs.size(); ++j)
@@ -169,6 +182,18 @@ class BilstmTagger : public Model {
           fmt::format("[bilstm_tagger] sentence {} has {} words and {} tags", instance,
                       s.words.size(), s.tags.size()));
     return s;
+  }
+
+  // Character ids by first appearance of each byte over the spellings, in word id order, folded
+  // modulo char_vocab like word ids.
+  void number_chars() {
+    char_ids_.fill(kNoChar);
+    uint32_t next = 0;
+    for (const std::string& spelling : data_.spellings)
+      for (char c : spelling) {
+        uint32_t& id = char_ids_[static_cast<unsigned char>(c)];
+        if (id == kNoChar) id = next++ % options_.char_vocab;
+      }
   }
 
   // With char_embeddings: whether word w is embedded through its characters.
@@ -272,6 +297,8 @@ class BilstmTagger : public Model {
   LstmWeights layers_[4], char_[2];
   Parameter W_mlp_, b_mlp_, W_out_, W_ch_, b_ch_;
   std::unordered_map<uint32_t, uint32_t> counts_;
+  static constexpr uint32_t kNoChar = ~0u;
+  std::array<uint32_t, 256> char_ids_{};  // by byte value
   // Made on the first block build: dir_blocks_[fwd, bwd][first, step], char_blocks_ likewise.
   std::unique_ptr<Block> dir_blocks_[2][2], char_blocks_[2][2], out_block_, char_embed_block_;
   std::vector<Expr> xs_, h1_, f2_, b2_, chars_, cf_, cb_, losses_;
