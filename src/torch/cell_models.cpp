@@ -167,8 +167,9 @@ class LatticeCell : public Cell {
     for (int64_t k = 0; k < N; ++k) {
       const int64_t a0 = p.pred_ptr[k], a1 = p.pred_ptr[k + 1];
       if (a0 == a1) {
-        out[k] = parameter(g, h0_);
-        if (lstm_) out[N + k] = parameter(g, c0_);
+        const CellState s = no_arcs(g);
+        out[k] = s.h;
+        if (lstm_) out[N + k] = s.c;
         continue;
       }
       hs_.clear();
@@ -197,7 +198,8 @@ class LatticeCell : public Cell {
       : Cell(H, D), name_(name), lstm_(lstm) {}
   // The arc cell of type t from state `from` with input x.
   virtual CellState arc(Graph& g, int t, const CellState& from, const Expr& x) = 0;
-  // h0 (and c0, for the LSTM) must be set first.
+  // The learned state of a node without arcs.
+  virtual CellState no_arcs(Graph& g) = 0;
   void make_blocks(ParameterCollection& pc) {
     const Dim h{hidden(), 1}, xd{input_dim(), 1};
     for (int t = 0; t < 2; ++t)
@@ -207,7 +209,7 @@ class LatticeCell : public Cell {
             [&](Block& b) {
               CellState from;
               if (start) {
-                from = {parameter(b.body(), h0_), lstm_ ? parameter(b.body(), c0_) : Expr{}};
+                from = no_arcs(b.body());
               } else {
                 from.h = b.input("h", h);
                 if (lstm_) from.c = b.input("c", h);
@@ -220,7 +222,6 @@ class LatticeCell : public Cell {
 
   const char* name_;
   bool lstm_;
-  Parameter h0_, c0_;
 
  private:
   std::unique_ptr<Block> arcs_[2][2];  // [arc type][from a node without arcs]
@@ -238,8 +239,8 @@ class LatticeLstmCell : public LatticeCell {
         w_.W[t][k] = add(pc, p + "W" + gate, H, H);
         w_.b[t][k] = add(pc, p + "b" + gate, H, 0);
       }
-    h0_ = w_.h0 = add(pc, "h0", H, 0);
-    c0_ = w_.c0 = add(pc, "c0", H, 0);
+    w_.h0 = add(pc, "h0", H, 0);
+    w_.c0 = add(pc, "c0", H, 0);
     make_blocks(pc);
   }
 
@@ -247,6 +248,7 @@ class LatticeLstmCell : public LatticeCell {
   CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
     return zoo::lattice_lstm_arc(g, w_, t, from, x);
   }
+  CellState no_arcs(Graph& g) override { return {parameter(g, w_.h0), parameter(g, w_.c0)}; }
 
  private:
   zoo::LatticeLstmWeights w_;
@@ -263,7 +265,7 @@ class LatticeGruCell : public LatticeCell {
         w_.W[t][k] = add(pc, p + "W" + gate, H, D);
         w_.b[t][k] = add(pc, p + "b" + gate, H, 0);
       }
-    h0_ = w_.h0 = add(pc, "h0", H, 0);
+    w_.h0 = add(pc, "h0", H, 0);
     make_blocks(pc);
   }
 
@@ -271,6 +273,7 @@ class LatticeGruCell : public LatticeCell {
   CellState arc(Graph& g, int t, const CellState& from, const Expr& x) override {
     return zoo::lattice_gru_arc(g, w_, t, from, x);
   }
+  CellState no_arcs(Graph& g) override { return {parameter(g, w_.h0), Expr{}}; }
 
  private:
   zoo::LatticeGruWeights w_;
