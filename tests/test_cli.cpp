@@ -16,14 +16,10 @@ namespace test = edbatch::test;
 
 namespace {
 
-using test::slurp;
 using Result = test::CliResult;
-
-struct TempDir : test::TempDir {
-  TempDir() : test::TempDir("edbatch_cli") {}
-};
-
-Result cli(const TempDir& dir, const std::string& args) { return test::run_cli(dir, args); }
+using test::slurp;
+using test::TempDir;
+constexpr auto& cli = test::run_cli;
 
 std::vector<nlohmann::json> json_lines(const std::string& path) {
   std::ifstream in(path);

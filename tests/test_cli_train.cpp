@@ -16,14 +16,10 @@ namespace test = edbatch::test;
 
 namespace {
 
-using test::slurp;
 using Result = test::CliResult;
-
-struct TempDir : test::TempDir {
-  TempDir() : test::TempDir("edbatch_train") {}
-};
-
-Result cli(const TempDir& dir, const std::string& args) { return test::run_cli(dir, args); }
+using test::slurp;
+using test::TempDir;
+constexpr auto& cli = test::run_cli;
 
 const std::string kTiny =
     "--data synthetic:60 --batch 8 --hidden 8 --train-batches 4 --val-batches 2 --episodes 16 ";
