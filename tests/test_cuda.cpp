@@ -3,6 +3,7 @@
 // lattices, chains and DAGs under every policy, SGD training, and asynchronous errors. Without a
 // GPU (or without CUDA in the build) every case here is skipped, and one case says so.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +13,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
@@ -38,7 +37,9 @@ struct Run {
   uint64_t batches = 0;
 };
 
-bool compared(const Node& n) { return n.op != Op::Parameter && n.op != Op::Call; }
+bool compared(const Node& n) {
+  return n.op != Op::Parameter && n.op != Op::Call;
+}
 
 Run run_on(const std::string& device, Graph& g, const Expr& loss, const std::string& policy,
            bool blocks_ordered = true) {
@@ -156,39 +157,57 @@ const std::vector<OpCase> kOps = {
     {"tanh", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return tanh(a[0]); }},
     {"sigmoid", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return sigmoid(a[0]); }},
     {"relu", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return relu(a[0]); }},
-    {"scalar affine", {kV},
+    {"scalar affine",
+     {kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return 0.75f - a[0] * 1.5f; }},
-    {"subtract", {kV, kV},
+    {"subtract",
+     {kV, kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return a[0] - a[1]; }},
-    {"cmult", {kV, kV},
+    {"cmult",
+     {kV, kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return cmult(a[0], a[1]); }},
-    {"sum of 3", {kV, kV, kV},
-     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return sum({a[0], a[1], a[2]}); }},
-    {"ragged sum", {kV, kV, kV},
+    {"sum of 3",
+     {kV, kV, kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return sum({a[0], a[1], a[2]});
+     }},
+    {"ragged sum",
+     {kV, kV, kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t i) {
        return i % 3 == 0 ? sum({a[0]}) : i % 3 == 1 ? sum({a[0], a[2]}) : sum({a[2], a[1], a[0]});
      }},
-    {"concat", {Dim{5, 3}, Dim{1, 3}, Dim{7, 3}},
-     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return concat({a[0], a[1], a[2]}); }},
-    {"pick", {Dim{11, 1}},
+    {"concat",
+     {Dim{5, 3}, Dim{1, 3}, Dim{7, 3}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return concat({a[0], a[1], a[2]});
+     }},
+    {"pick",
+     {Dim{11, 1}},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t i) { return pick(a[0], (i * 5) % 11); }},
-    {"pick_neg_log_softmax", {Dim{11, 1}},
+    {"pick_neg_log_softmax",
+     {Dim{11, 1}},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t i) {
        return pick_neg_log_softmax(a[0], (i * 7) % 11);
      }},
-    {"lookup", {},
+    {"lookup",
+     {},
      [](OpGraph& og, const std::vector<Expr>&, uint32_t i) {
        if (og.pc.find("table") == UINT32_MAX) og.pc.add_lookup_parameters("table", 5, 17);
        return tanh(lookup(og.g, LookupParameter{og.pc.find("table")}, (i * 3) % 5));
      }},
-    {"affine", {Dim{17, 3}, Dim{17, 13}, Dim{13, 3}, Dim{17, 7}, Dim{7, 3}},
+    {"affine",
+     {Dim{17, 3}, Dim{17, 13}, Dim{13, 3}, Dim{17, 7}, Dim{7, 3}},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
        return affine({a[0], a[1], a[2], a[3], a[4]});
      }},
-    {"matmul", {Dim{17, 13}, Dim{13, 3}},
+    {"matmul",
+     {Dim{17, 13}, Dim{13, 3}},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return matmul(a[0], a[1]); }},
-    {"reshape", {Dim{12, 1}},
-     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return tanh(reshape(tanh(a[0]), Dim{4, 3})); }},
+    {"reshape",
+     {Dim{12, 1}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return tanh(reshape(tanh(a[0]), Dim{4, 3}));
+     }},
 };
 
 std::unique_ptr<Model> zoo_model(const std::string& name, ParameterCollection& pc, Dataset& data,
@@ -219,7 +238,7 @@ Expr build_model(Model& m, Graph& g) {
   return sum_losses(losses);
 }
 
-#define CUDA_CASE(name) TEST_CASE(name * doctest::skip(kSkip))
+#define CUDA_CASE(name) TEST_CASE(name* doctest::skip(kSkip))
 
 }  // namespace
 
@@ -260,9 +279,12 @@ CUDA_CASE("cuda: every zoo model, op by op and through blocks, = cpu under every
       }
 }
 
-CUDA_CASE("cuda: GEMM steps through cuBLAS (gathers, batched GEMMs over members) = cpu") {
-  setenv("EDBATCH_CUDA_LINEAR", "cublas", 1);
-  for (const std::string name : {"tree_lstm", "double_typed_tree_lstm", "lattice_gru", "random_dag"})
+// The models, op by op and through blocks, at hidden 7 under `policy`, on cuda with the
+// environment variable `var` set to `value` (a backend switch) and on the cpu: equal.
+static void models_equal_with(const char* var, const char* value,
+                              std::initializer_list<const char*> names, const std::string& policy) {
+  setenv(var, value, 1);
+  for (const std::string name : names)
     for (bool blocks : {false, true}) {
       CAPTURE(name);
       CAPTURE(blocks);
@@ -271,25 +293,20 @@ CUDA_CASE("cuda: GEMM steps through cuBLAS (gathers, batched GEMMs over members)
       const std::unique_ptr<Model> m = zoo_model(name, pc, data, 7, blocks);
       Graph g(pc);
       const Expr loss = build_model(*m, g);
-      check_same(run_on("cuda", g, loss, "lb-greedy"), run_on("cpu", g, loss, "lb-greedy"), g);
+      check_same(run_on("cuda", g, loss, policy), run_on("cpu", g, loss, policy), g);
     }
-  unsetenv("EDBATCH_CUDA_LINEAR");
+  unsetenv(var);
+}
+
+CUDA_CASE("cuda: GEMM steps through cuBLAS (gathers, batched GEMMs over members) = cpu") {
+  models_equal_with("EDBATCH_CUDA_LINEAR", "cublas",
+                    {"tree_lstm", "double_typed_tree_lstm", "lattice_gru", "random_dag"},
+                    "lb-greedy");
 }
 
 CUDA_CASE("cuda: a pass as one persistent cooperative launch = cpu") {
-  setenv("EDBATCH_CUDA_PERSISTENT", "1", 1);
-  for (const std::string name : {"tree_lstm", "lattice_lstm", "bilstm_tagger", "random_dag"})
-    for (bool blocks : {false, true}) {
-      CAPTURE(name);
-      CAPTURE(blocks);
-      ParameterCollection pc(3);
-      Dataset data;
-      const std::unique_ptr<Model> m = zoo_model(name, pc, data, 7, blocks);
-      Graph g(pc);
-      const Expr loss = build_model(*m, g);
-      check_same(run_on("cuda", g, loss, "agenda"), run_on("cpu", g, loss, "agenda"), g);
-    }
-  unsetenv("EDBATCH_CUDA_PERSISTENT");
+  models_equal_with("EDBATCH_CUDA_PERSISTENT", "1",
+                    {"tree_lstm", "lattice_lstm", "bilstm_tagger", "random_dag"}, "agenda");
 }
 
 CUDA_CASE("cuda: random trees, lattices, chains and DAGs = cpu under every policy") {

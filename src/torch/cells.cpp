@@ -36,9 +36,10 @@ void check_packed(const Packed& p, const char* fn) {
     for (int64_t a = p.pred_ptr[k]; a < p.pred_ptr[k + 1]; ++a) {
       const int64_t j = p.pred_ids[a];
       if (j < first || j >= k)
-        fail(fmt::format("node {} (instance {}) reads node {}: predecessors must come before it "
-                         "in its own instance (nodes {}..{})",
-                         k, instance, j, first, k - 1));
+        fail(
+            fmt::format("node {} (instance {}) reads node {}: predecessors must come before it "
+                        "in its own instance (nodes {}..{})",
+                        k, instance, j, first, k - 1));
       if (p.arc_types[a] < 0) fail(fmt::format("arc {} has negative type", a));
       if (p.arc_inputs[a] < -1 || p.arc_inputs[a] >= p.num_x)
         fail(fmt::format("arc {} reads x row {}, outside [-1, {})", a, p.arc_inputs[a], p.num_x));
@@ -127,16 +128,17 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     std::vector<Expr> parts(out_);
     const uint64_t pad = (uint64_t{1} << k) - floats;
     if (pad > 0)
-      parts.push_back(input(graph_, Dim{static_cast<uint32_t>(pad), 1},
-                            std::vector<float>(pad, 0.0f)));
+      parts.push_back(
+          input(graph_, Dim{static_cast<uint32_t>(pad), 1}, std::vector<float>(pad, 0.0f)));
     // Concatenated as a tree of at most 8 arguments per node: the CUDA backend's concat kernel
     // takes at most 8, and nodes of one level batch together.
     while (parts.size() > 1) {
       std::vector<Expr> level;
       for (size_t b = 0; b < parts.size(); b += 8) {
         const size_t e = std::min(parts.size(), b + 8);
-        level.push_back(e - b == 1 ? parts[b]
-                                   : concat(std::vector<Expr>(parts.begin() + b, parts.begin() + e)));
+        level.push_back(e - b == 1
+                            ? parts[b]
+                            : concat(std::vector<Expr>(parts.begin() + b, parts.begin() + e)));
       }
       parts.swap(level);
     }
