@@ -89,6 +89,18 @@ TEST_CASE("cli: every model runs; training, iterations, threads and the null dev
     CHECK(r.code == 0);
     CHECK(r.out.find("backward") != std::string::npos);
   }
+  // Training by epochs reports each epoch's loss; with --iters it does not.
+  const Result epochs = cli(dir, "run --model tree_lstm " + kSmall +
+                                     "--data synthetic:20 --train " + "--epochs 2 --lr 0.5");
+  REQUIRE(epochs.code == 0);
+  const size_t e1 = epochs.out.find("epoch 1/2  mean loss per instance ");
+  const size_t e2 = epochs.out.find("epoch 2/2  mean loss per instance ");
+  REQUIRE(e1 != std::string::npos);
+  REQUIRE(e2 != std::string::npos);
+  const double loss1 = std::stod(epochs.out.substr(e1 + 34)),
+               loss2 = std::stod(epochs.out.substr(e2 + 34));
+  CHECK(std::isfinite(loss1));
+  CHECK(loss2 < loss1);  // 20 trees, lr 0.5: the second pass fits better
   const Result chars =
       cli(dir, "run --model bilstm_tagger --char " + kSmall + "--data synthetic:9 --iters 1");
   CHECK(chars.code == 0);
@@ -109,8 +121,7 @@ TEST_CASE("cli: usage errors exit 2, runtime errors exit 1, both with a clean me
        {std::string("run"), std::string("run --model nope"), base + "--batch 0",
         base + "--policy fastest", base + "--device tpu", base + "--hidden -3",
         base + "--frobnicate", base + "--data synthetic:x", base + "--data synthetic:0",
-        base + "--char", std::string("run --model random_dag --data dags.txt"),
-        std::string("")}) {
+        base + "--char", std::string("run --model random_dag --data dags.txt"), std::string("")}) {
     CAPTURE(args);
     const Result r = cli(dir, args);
     CHECK(r.code == 2);
@@ -120,8 +131,8 @@ TEST_CASE("cli: usage errors exit 2, runtime errors exit 1, both with a clean me
   CHECK(unknown.err.rfind("edbatch run: ", 0) == 0);
 
   // A missing file, a malformed file (the message names file:line:col), mismatched weights.
-  const Result missing = cli(dir, "run --model tree_lstm --no-blocks --data '" +
-                                      dir / "absent.txt" + "'");
+  const Result missing =
+      cli(dir, "run --model tree_lstm --no-blocks --data '" + dir / "absent.txt" + "'");
   CHECK(missing.code == 1);
   CHECK(missing.err.rfind("edbatch run: ", 0) == 0);
   CHECK(missing.err.find("absent.txt") != std::string::npos);
@@ -131,8 +142,7 @@ TEST_CASE("cli: usage errors exit 2, runtime errors exit 1, both with a clean me
   CHECK(bad.err.rfind("edbatch run: ", 0) == 0);
   CHECK(bad.err.find("bad.txt:2:") != std::string::npos);
   CHECK(bad.err.find('\n') == bad.err.size() - 1);  // one line, no crash dump
-  const Result weights =
-      cli(dir, base + "--load-weights '" + dir / "bad.txt" + "'");
+  const Result weights = cli(dir, base + "--load-weights '" + dir / "bad.txt" + "'");
   CHECK(weights.code == 1);
   CHECK(weights.err.rfind("edbatch run: ", 0) == 0);
 }
@@ -142,10 +152,10 @@ TEST_CASE("cli: --help and --describe") {
   const Result help = cli(dir, "run --help");
   CHECK(help.code == 0);
   for (const char* flag :
-       {"--model", "--data", "--vocab-size", "--batch", "--hidden", "--policy", "--device",
-        "--threads", "--epochs", "--iters", "--warmup", "--no-blocks", "--seed", "--train",
-        "--lr", "--char", "--outputs", "--json", "--save-weights", "--load-weights",
-        "--describe"}) {
+       {"--model",        "--data",         "--vocab-size", "--batch", "--hidden",  "--policy",
+        "--device",       "--threads",      "--epochs",     "--iters", "--warmup",  "--no-blocks",
+        "--seed",         "--train",        "--lr",         "--char",  "--outputs", "--json",
+        "--save-weights", "--load-weights", "--describe"}) {
     CAPTURE(flag);
     CHECK(help.out.find(flag) != std::string::npos);
   }
@@ -164,8 +174,8 @@ TEST_CASE("cli: weights saved after training load back to the same losses") {
                                     "' --outputs '" + dir / "a.jsonl" + "'");
   INFO(train.err);
   REQUIRE(train.code == 0);
-  const Result load = cli(dir, common + "--load-weights '" + w + "' --policy none --outputs '" +
-                                   dir / "b.jsonl" + "'");
+  const Result load = cli(
+      dir, common + "--load-weights '" + w + "' --policy none --outputs '" + dir / "b.jsonl" + "'");
   INFO(load.err);
   REQUIRE(load.code == 0);
   const Result fresh = cli(dir, common + "--outputs '" + dir / "c.jsonl" + "'");
@@ -184,7 +194,7 @@ TEST_CASE("cli: weights saved after training load back to the same losses") {
   }
   CHECK(changed > 1e-3);  // training moved the weights
   // Weights of another model do not load.
-  const Result other = cli(dir, "run --model tree_lstm " + kSmall +
-                                    "--data synthetic:4 --load-weights '" + w + "'");
+  const Result other =
+      cli(dir, "run --model tree_lstm " + kSmall + "--data synthetic:4 --load-weights '" + w + "'");
   CHECK(other.code == 1);
 }

@@ -246,13 +246,23 @@ int run(const RunOptions& o) {
   const bool show = isatty(STDERR_FILENO);
   std::vector<MiniBatchSample> samples;
   samples.reserve(total);
-  double instances = 0, ms = 0;
+  double instances = 0, ms = 0, epoch_loss = 0, epoch_instances = 0;
   for (uint32_t b = 0; b < total; ++b) {
     stream.next(ids);
     samples.push_back(runner.step(ids, o.train));
     instances += samples.back().instances;
     ms += samples.back().total_ms;
+    epoch_loss += samples.back().loss;
+    epoch_instances += samples.back().instances;
     if (show) progress(b + 1, total, instances, ms);
+    // Training by epochs: the loss of each pass over the data, as it went.
+    if (o.train && !o.iters && (b + 1) % stream.per_epoch() == 0) {
+      if (show) std::fputs("\r\033[K", stderr);
+      std::printf("epoch %u/%u  mean loss per instance %.4f\n", (b + 1) / stream.per_epoch(),
+                  o.epochs, epoch_loss / epoch_instances);
+      std::fflush(stdout);
+      epoch_loss = epoch_instances = 0;
+    }
   }
 
   RunInfo info;
