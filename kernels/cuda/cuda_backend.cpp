@@ -221,6 +221,9 @@ class CudaBackend : public Backend {
   void backward(const PlanRef& p, uint32_t loss_node) override {
     if (graph_ != &p.graph || total_floats_ != p.plan.total_floats)
       throw std::invalid_argument("[cuda] backward: run forward on this plan first");
+    // Backward reads the parameters as they are now, as on the CPU (they may have changed since
+    // forward, e.g. a seed written between the two).
+    sync_params(p.params);
     if (adjoints_.reserve(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float), stream_))
       ++counters_.arena_growths;
     if (params_.grads_version != p.params.version()) {

@@ -54,8 +54,7 @@ Parameter Cell::add(ParameterCollection& pc, const std::string& name, uint32_t r
 }
 
 Runner::Runner(const CellConfig& config, const RunOptions& options)
-    : device_(options.device),
-      pc_(1),
+    : pc_(1),
       engine_(pc_, EngineOptions{options.policy, options.device, options.threads}),
       graph_(pc_) {
   cell_ = make_cell(config, pc_);
@@ -175,13 +174,7 @@ void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
     if (out_grads[o]) std::memcpy(seed, out_grads[o], sizeof(float) * floats);
     seed += floats;
   }
-  pc_.mark_changed();
-  if (device_ != "cpu") {
-    // A device backend uploads parameters at forward only: run the graph again (one node more
-    // makes it a new version) so that backward sees the seed.
-    input(graph_, 0.0f);
-    engine_.forward(graph_, loss_);
-  }
+  pc_.mark_changed();  // a device backend uploads the seed before backward
   pc_.zero_grads();
   engine_.backward(graph_, loss_);
   const std::vector<uint32_t> segments = cell_->input_segments();

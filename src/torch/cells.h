@@ -98,7 +98,6 @@ class Runner {
                 const std::vector<float*>& grad_weights);
 
  private:
-  std::string device_;
   ParameterCollection pc_;
   std::unique_ptr<Cell> cell_;
   std::vector<Parameter> weight_params_;
