@@ -5,6 +5,7 @@
 
 #include "edbatch/graph.h"
 #include "edbatch/schedule.h"
+#include "fsm/lb_greedy.h"
 
 namespace edbatch {
 
@@ -136,20 +137,9 @@ uint32_t SimState::run(uint32_t t) {
 }
 
 uint32_t SimState::lb_greedy() const {
-  uint32_t best = UINT32_MAX;
-  double best_share = -1, best_depth = 0;
-  for (uint32_t t : ready_types) {
-    const double share = coverage(t);
-    const double d = g->avg_depth[t];
-    if (share > best_share ||
-        (share == best_share &&
-         (d < best_depth || (d == best_depth && g->global[t] < g->global[best])))) {
-      best = t;
-      best_share = share;
-      best_depth = d;
-    }
-  }
-  return best;
+  LbGreedyChoice best;
+  for (uint32_t t : ready_types) best.offer(t, g->global[t], coverage(t), g->avg_depth[t]);
+  return best.type;
 }
 
 FsmKey SimState::key(FsmEncoding e, KeyScratch& k) const {

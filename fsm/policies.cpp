@@ -3,6 +3,7 @@
 
 #include "edbatch/fsm.h"
 #include "edbatch/schedule.h"
+#include "fsm/lb_greedy.h"
 
 namespace edbatch {
 
@@ -47,19 +48,11 @@ class LowerBoundGreedyPolicy : public Policy {
  public:
   const char* name() const override { return "lb-greedy"; }
   uint32_t choose(const Frontier& f) override {
-    uint32_t best = UINT32_MAX;
-    double best_share = -1, best_depth = 0;
-    for (uint32_t t : f.ready_types()) {
-      const double share = static_cast<double>(f.critical_ready(t)) / f.critical_total(t);
-      const double d = f.average_depth(t);
-      if (share > best_share || (share == best_share && (d < best_depth ||
-                                                         (d == best_depth && t < best)))) {
-        best = t;
-        best_share = share;
-        best_depth = d;
-      }
-    }
-    return best;
+    LbGreedyChoice best;
+    for (uint32_t t : f.ready_types())
+      best.offer(t, t, static_cast<double>(f.critical_ready(t)) / f.critical_total(t),
+                 f.average_depth(t));
+    return best.type;
   }
 };
 
