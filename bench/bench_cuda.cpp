@@ -1,8 +1,11 @@
 // The zoo on a device: every model at each mini-batch size and hidden size, forward only and
-// forward + backward + SGD update, through blocks. Per configuration: instances/s from the median
-// mini-batch time (construction through update, as a caller sees it) with the p10/p90 spread,
-// the device time of the passes (CUDA events) against that end-to-end time, and kernels per
-// mini-batch. One JSON line per configuration on stdout, a table on stderr.
+// forward + backward + SGD update, through blocks, each plain (every mini-batch's loss read before
+// the next is built) and pipelined (Engine::submit: mini-batch i+1 is built, scheduled, planned
+// and queued before the loss of i is read, so CPU work overlaps the device's). Per
+// configuration: instances/s from the median mini-batch time (construction through update, as a
+// caller sees it; pipelined, the steady-state period) with the p10/p90 spread, the device time of
+// the passes (CUDA events) against that time, and kernels per mini-batch. One JSON line per
+// configuration on stdout, a table on stderr.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
@@ -22,7 +25,7 @@ namespace {
 struct Config {
   std::string model, device, policy;
   uint32_t batch, hidden;
-  bool train, blocks;
+  bool train, blocks, pipelined, host_sgd;
 };
 
 struct Result {
@@ -53,6 +56,9 @@ Result measure(const Config& c, int warmup, int iters, uint32_t mini_batches) {
   Graph g(pc);
   std::vector<double> ms, device_ms, build_ms, schedule_ms, kernels, nodes, batches;
   std::vector<Expr> losses;
+  const float lr = 0.01f / static_cast<float>(c.batch);
+  uint64_t previous = 0;  // pipelined: the ticket of the mini-batch before
+  double checksum = 0;    // losses are read, as a training loop would
   for (int it = 0; it < warmup + iters; ++it) {
     const uint32_t first = (static_cast<uint32_t>(it) % mini_batches) * c.batch;
     const uint64_t kernels_before = engine.stats().kernels;
@@ -62,10 +68,23 @@ Result measure(const Config& c, int warmup, int iters, uint32_t mini_batches) {
     for (uint32_t i = 0; i < c.batch; ++i) losses.push_back(model->build(g, first + i));
     const Expr loss = sum_losses(losses);
     const double t1 = bench::now_ms();
-    engine.forward(g, loss);
-    if (c.train) {
-      engine.backward(g, loss);
-      pc.sgd_update(0.01f / static_cast<float>(c.batch));
+    if (c.pipelined) {
+      const uint64_t ticket = engine.submit(g, loss);
+      if (c.train) {
+        engine.backward(g, loss);
+        engine.sgd_update(lr);
+      }
+      if (it > 0) checksum += as_scalar(engine.result(previous));
+      previous = ticket;
+    } else {
+      checksum += as_scalar(engine.forward(g, loss));
+      if (c.train) {
+        engine.backward(g, loss);
+        if (c.host_sgd)
+          pc.sgd_update(lr);
+        else
+          engine.sgd_update(lr);
+      }
     }
     const double t2 = bench::now_ms();
     if (it < warmup) continue;
@@ -78,6 +97,8 @@ Result measure(const Config& c, int warmup, int iters, uint32_t mini_batches) {
     nodes.push_back(static_cast<double>(s.nodes));
     batches.push_back(static_cast<double>(s.batches));
   }
+  if (c.pipelined) checksum += as_scalar(engine.result(previous));
+  if (!(checksum == checksum)) std::fprintf(stderr, "bench_cuda: %s: loss is NaN\n", c.model.c_str());
   Result r;
   r.ms = bench::summarize(ms);
   r.device_ms = bench::summarize(device_ms);
@@ -93,15 +114,22 @@ Result measure(const Config& c, int warmup, int iters, uint32_t mini_batches) {
 
 int main(int argc, char** argv) {
   CLI::App app{"edbatch zoo benchmark on a device (CUDA by default)"};
-  std::string models = "", batches = "32,128", hiddens = "128,512", modes = "forward,train";
+  std::string models = "", batches = "32,128", hiddens = "128,512",
+              modes = "forward,train,forward-pipelined,train-pipelined";
   std::string device = "cuda", policy = "lb-greedy";
   int warmup = 5, iters = 30;
   uint32_t mini_batches = 4;
-  bool op_level = false;
+  bool op_level = false, host_sgd = false;
   app.add_option("--models", models, "comma-separated zoo models (default: all)");
   app.add_option("--batch", batches, "comma-separated mini-batch sizes");
   app.add_option("--hidden", hiddens, "comma-separated hidden sizes");
-  app.add_option("--modes", modes, "forward and/or train (forward, backward and SGD update)");
+  app.add_option("--modes", modes,
+                 "forward, train (forward, backward and SGD update), forward-pipelined, "
+                 "train-pipelined (Engine::submit: the next mini-batch is built and queued before "
+                 "this one's loss is read)");
+  app.add_flag("--host-sgd", host_sgd,
+               "plain train: update on the host (ParameterCollection::sgd_update: gradients "
+               "downloaded, values uploaded) instead of Engine::sgd_update on the device");
   app.add_option("--device", device, "cuda or cpu");
   app.add_option("--policy", policy, "batching policy");
   app.add_option("--warmup", warmup, "mini-batches run before timing");
@@ -111,14 +139,20 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const std::vector<std::string> names = models.empty() ? model_names() : split(models);
-  std::fprintf(stderr, "%-24s %5s %6s %-7s %12s %18s %10s %8s %9s %8s\n", "model", "batch",
+  std::fprintf(stderr, "%-24s %5s %6s %-17s %12s %18s %10s %8s %9s %8s\n", "model", "batch",
                "hidden", "mode", "inst/s", "ms p10-p90", "device ms", "busy", "kernels", "build ms");
   for (const std::string& name : names)
     for (const std::string& b : split(batches))
       for (const std::string& h : split(hiddens))
         for (const std::string& mode : split(modes)) {
+          if (mode != "forward" && mode != "train" && mode != "forward-pipelined" &&
+              mode != "train-pipelined") {
+            std::fprintf(stderr, "bench_cuda: unknown mode '%s'\n", mode.c_str());
+            return 2;
+          }
           const Config c{name, device, policy, static_cast<uint32_t>(std::stoul(b)),
-                         static_cast<uint32_t>(std::stoul(h)), mode == "train", !op_level};
+                         static_cast<uint32_t>(std::stoul(h)), mode.rfind("train", 0) == 0,
+                         !op_level, mode.find("pipelined") != std::string::npos, host_sgd};
           const Result r = measure(c, warmup, iters, mini_batches);
           const double per_s = c.batch / r.ms.median * 1e3;
           nlohmann::json j{{"bench", "cuda"},
@@ -129,6 +163,7 @@ int main(int argc, char** argv) {
                            {"batch", c.batch},
                            {"hidden", c.hidden},
                            {"mode", mode},
+                           {"host_sgd", c.train && !c.pipelined && host_sgd},
                            {"instances_per_s", per_s},
                            {"ms_median", r.ms.median},
                            {"ms_p10", r.ms.p10},
@@ -143,7 +178,7 @@ int main(int argc, char** argv) {
                            {"iters", iters}};
           std::printf("%s\n", j.dump().c_str());
           std::fflush(stdout);
-          std::fprintf(stderr, "%-24s %5u %6u %-7s %12.0f %8.2f-%-9.2f %10.3f %7.0f%% %9.0f %8.2f\n",
+          std::fprintf(stderr, "%-24s %5u %6u %-17s %12.0f %8.2f-%-9.2f %10.3f %7.0f%% %9.0f %8.2f\n",
                        name.c_str(), c.batch, c.hidden, mode.c_str(), per_s, r.ms.p10, r.ms.p90,
                        r.device_ms.median, 100 * r.device_ms.median / r.ms.median, r.kernels,
                        r.build_ms.median);

@@ -90,11 +90,16 @@ for model in $models; do
     for mode in forward train; do
       train=(); [ "$mode" = train ] && train=(--train)
       for r in $(seq 1 "$rounds"); do
-        json="$out/$model.edbatch.$mode.t$t.r$r.json"
-        "$edbatch" run "${common[@]}" --data "$data" --load-weights "$weights" \
-          --device "$device" --threads "$t" --iters "$iters" ${train[@]+"${train[@]}"} --json "$json" > /dev/null
-        "$python" -c 'import json,sys; j=json.load(open(sys.argv[1])); j["impl"]="edbatch"; j["round"]=int(sys.argv[2]); print(json.dumps(j))' \
-          "$json" "$r" >> "$results"
+        # edbatch plain (each loss read before the next mini-batch is built) and pipelined.
+        for impl in edbatch edbatch_pipelined; do
+          pipe=(); [ "$impl" = edbatch_pipelined ] && pipe=(--pipeline)
+          json="$out/$model.$impl.$mode.t$t.r$r.json"
+          "$edbatch" run "${common[@]}" --data "$data" --load-weights "$weights" \
+            --device "$device" --threads "$t" --iters "$iters" ${train[@]+"${train[@]}"} \
+            ${pipe[@]+"${pipe[@]}"} --json "$json" > /dev/null
+          "$python" -c 'import json,sys; j=json.load(open(sys.argv[1])); j["impl"]=sys.argv[3]; j["round"]=int(sys.argv[2]); print(json.dumps(j))' \
+            "$json" "$r" "$impl" >> "$results"
+        done
         # Batched, then eager, in one process (one torch import and device start per round).
         "${baseline[@]}" --model "$model" --data "$data" --weights "$weights" \
           --device "$device" --threads "$t" --impl both --iters "$iters" \
@@ -126,25 +131,30 @@ def med(v):
 # Ratios of throughput medians over rounds, and of the p10 time per mini-batch (median over
 # rounds), which load from other processes on the machine disturbs least.
 lines = ["| model | mode | threads | impl | instances/s median (min-max over rounds) | "
-         "ms/mini-batch median (p10-p90, median round) | edbatch / impl | same, by p10 ms |",
-         "|---|---|---|---|---|---|---|---|"]
+         "ms/mini-batch median (p10-p90, median round) | edbatch / impl | same, by p10 ms | "
+         "edbatch pipelined / impl |",
+         "|---|---|---|---|---|---|---|---|---|"]
 for key in sorted(runs):
     impls = runs[key]
     ed = med([r["instances_per_s"] for r in impls["edbatch"]]) if "edbatch" in impls else None
     ed_p10 = (med([r["ms_per_minibatch"]["p10"] for r in impls["edbatch"]])
               if "edbatch" in impls else None)
-    for impl in ("edbatch", "torch_batched", "torch_eager"):
+    pipe = (med([r["instances_per_s"] for r in impls["edbatch_pipelined"]])
+            if "edbatch_pipelined" in impls else None)
+    for impl in ("edbatch", "edbatch_pipelined", "torch_batched", "torch_eager"):
         rs = impls.get(impl)
         if not rs:
             continue
         ips = [r["instances_per_s"] for r in rs]
         mid = sorted(rs, key=lambda r: r["instances_per_s"])[len(rs) // 2]["ms_per_minibatch"]
-        ratio = f"{ed / med(ips):.2f}x" if ed and impl != "edbatch" else ""
+        ratio = f"{ed / med(ips):.2f}x" if ed and not impl.startswith("edbatch") else ""
+        ratio_pipe = f"{pipe / med(ips):.2f}x" if pipe and not impl.startswith("edbatch") else ""
         p10 = med([r["ms_per_minibatch"]["p10"] for r in rs])
-        ratio_p10 = f"{p10 / ed_p10:.2f}x" if ed_p10 and impl != "edbatch" else ""
+        ratio_p10 = f"{p10 / ed_p10:.2f}x" if ed_p10 and not impl.startswith("edbatch") else ""
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {impl} | {med(ips):,.0f} "
                      f"({min(ips):,.0f}-{max(ips):,.0f}) | {mid['median']:.2f} "
-                     f"({mid['p10']:.2f}-{mid['p90']:.2f}) | {ratio} | {ratio_p10} |")
+                     f"({mid['p10']:.2f}-{mid['p90']:.2f}) | {ratio} | {ratio_p10} | "
+                     f"{ratio_pipe} |")
 checks = [r for r in rows if "check" in r]
 lines.append("")
 for c in checks:

@@ -1,8 +1,11 @@
 #include <stdexcept>
+#include <string>
 
 #include "edbatch/block.h"
 #include "edbatch/block_plan.h"
 #include "edbatch/graph.h"
+#include "edbatch/memplan.h"
+#include "edbatch/params.h"
 #include "edbatch/schedule.h"
 #include "src/backends.h"
 
@@ -17,6 +20,33 @@ uint64_t kernels_per_pass(const PlanRef& p) {
   }
   return k;
 }
+
+void Backend::check_ticket(uint64_t ticket) const {
+  if (ticket >= next_ticket_)
+    throw std::invalid_argument("[Backend::staged] ticket " + std::to_string(ticket) +
+                                " was never issued");
+  if (ticket + kStagedSlots < next_ticket_)
+    throw std::invalid_argument("[Backend::staged] ticket " + std::to_string(ticket) +
+                                " is spent: only the last " + std::to_string(kStagedSlots) +
+                                " staged values are kept");
+}
+
+uint64_t Backend::stage(const MemoryPlan& plan, uint32_t node, uint32_t floats) {
+  const uint64_t ticket = next_ticket_++;
+  const float* v = value(plan, node);
+  const size_t slot = ticket % kStagedSlots;
+  staged_null_[slot] = v == nullptr;
+  if (v) staged_[slot].assign(v, v + floats);
+  return ticket;
+}
+
+const float* Backend::staged(uint64_t ticket) {
+  check_ticket(ticket);
+  const size_t slot = ticket % kStagedSlots;
+  return staged_null_[slot] ? nullptr : staged_[slot].data();
+}
+
+void Backend::sgd_update(ParameterCollection& params, float lr) { params.sgd_update(lr); }
 
 std::string device_unavailable(const std::string& device) {
   if (device == "cpu" || device == "null") return "";

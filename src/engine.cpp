@@ -52,7 +52,7 @@ bool Engine::is_current(const Graph& g) const {
   return graph_ == &g && graph_generation_ == g.generation() && graph_version_ == g.version();
 }
 
-void Engine::sync_counters() {
+void Engine::sync_counters() const {
   const ExecCounters& k = backend_->counters();
   stats_.kernels = k.kernels;
   stats_.bytes_copied = k.bytes_copied;
@@ -62,8 +62,8 @@ void Engine::sync_counters() {
   stats_.device_backward_ms = k.device_backward_ms;
 }
 
-const Tensor& Engine::forward(Graph& g, const Expr& e) {
-  check_graph(g, e, "Engine::forward");
+void Engine::run_forward(Graph& g, const Expr& e, const char* fn) {
+  check_graph(g, e, fn);
   if (!is_current(g)) {
     stats_.construction_ms = g.construction_seconds() * 1e3;
     auto t0 = Clock::now();
@@ -84,9 +84,38 @@ const Tensor& Engine::forward(Graph& g, const Expr& e) {
     graph_version_ = g.version();
     have_backward_ = false;
   }
+}
+
+const Tensor& Engine::forward(Graph& g, const Expr& e) {
+  run_forward(g, e, "Engine::forward");
+  result_ = value(e);  // waits for a device
   sync_counters();
-  result_ = value(e);
   return result_;
+}
+
+uint64_t Engine::submit(Graph& g, const Expr& e) {
+  check_graph(g, e, "Engine::submit");
+  const Node& n = g.node(e.id);
+  if (n.op == Op::Parameter)
+    throw std::invalid_argument("[Engine::submit] node " + std::to_string(e.id) +
+                                " is a parameter, not computed by the pass; read it from the "
+                                "ParameterCollection");
+  run_forward(g, e, "Engine::submit");
+  const uint64_t ticket = backend_->stage(plan_, e.id, n.dim.size());
+  staged_dim_[ticket % Backend::kStagedSlots] = n.dim;
+  sync_counters();
+  return ticket;
+}
+
+Tensor Engine::result(uint64_t ticket) {
+  const float* data = backend_->staged(ticket);
+  sync_counters();
+  return Tensor{data, staged_dim_[ticket % Backend::kStagedSlots]};
+}
+
+void Engine::sgd_update(float lr) {
+  backend_->sgd_update(params_, lr);
+  sync_counters();
 }
 
 void Engine::backward(Graph& g, const Expr& loss) {

@@ -15,7 +15,30 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
 }
 }  // namespace
 
+void ParameterCollection::fetch_from_device() const {
+  if (!fetch_) return;
+  std::function<void()> f = std::move(fetch_);
+  fetch_ = nullptr;  // the fetch itself reads and writes through the host storages
+  f();
+}
+
+void ParameterCollection::set_device_fetch(const void* owner, std::function<void()> fetch) {
+  if (fetch_ && fetch_owner_ != owner) fetch_from_device();
+  fetch_ = std::move(fetch);
+  fetch_owner_ = owner;
+}
+
+void ParameterCollection::updated_on_device(const void* owner, std::function<void()> fetch) {
+  set_device_fetch(owner, std::move(fetch));
+  for (Entry& e : entries_) {
+    for (uint32_t row : e.touched) e.touched_flag[row] = 0;
+    e.touched.clear();
+  }
+  ++version_;
+}
+
 uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup, float scale) {
+  fetch_from_device();  // storages may move
   if (name.empty()) throw std::invalid_argument("[add_parameters] empty parameter name");
   if (by_name_.count(name))
     throw std::invalid_argument("[add_parameters] parameter '" + name + "' already exists");
@@ -75,6 +98,7 @@ float* ParameterCollection::values(uint32_t id) {
   return const_cast<float*>(static_cast<const ParameterCollection*>(this)->values(id));
 }
 const float* ParameterCollection::values(uint32_t id) const {
+  fetch_from_device();
   const Entry& e = entry(id);
   return storages_[e.storage].values.data() + e.offset;
 }
@@ -82,6 +106,7 @@ float* ParameterCollection::grads(uint32_t id) {
   return const_cast<float*>(static_cast<const ParameterCollection*>(this)->grads(id));
 }
 const float* ParameterCollection::grads(uint32_t id) const {
+  fetch_from_device();
   const Entry& e = entry(id);
   return storages_[e.storage].grads.data() + e.offset;
 }
@@ -156,6 +181,7 @@ bool ParameterCollection::stack(const std::vector<uint32_t>& ids) {
   bool already = true;
   for (size_t i = 1; i < ids.size(); ++i) already &= adjacent(ids[i - 1], ids[i]);
   if (already) return true;
+  fetch_from_device();
   Storage st;
   for (uint32_t id : ids) {
     const size_t n = entry(id).dim.size();
@@ -195,6 +221,7 @@ void ParameterCollection::mark_lookup_row(uint32_t id, uint32_t row) {
 }
 
 void ParameterCollection::sgd_update(float lr) {
+  fetch_from_device();
   for (uint32_t id = 0; id < entries_.size(); ++id) {
     const Entry& e = entries_[id];
     if (e.view) continue;  // updated through its base
@@ -212,6 +239,7 @@ void ParameterCollection::sgd_update(float lr) {
 }
 
 void ParameterCollection::zero_grads() {
+  fetch_from_device();
   ++version_;
   for (uint32_t id = 0; id < entries_.size(); ++id) {
     Entry& e = entries_[id];

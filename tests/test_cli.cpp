@@ -101,6 +101,32 @@ TEST_CASE("cli: every model runs; training, iterations, threads and the null dev
                loss2 = std::stod(epochs.out.substr(e2 + 34));
   CHECK(std::isfinite(loss1));
   CHECK(loss2 < loss1);  // 20 trees, lr 0.5: the second pass fits better
+  // --pipeline reads each loss one mini-batch later: the same losses, forward and training.
+  for (const char* train : {"", "--train "}) {
+    CAPTURE(train);
+    const std::string args = "run --model lattice_gru " + kSmall + "--data synthetic:17 --epochs 2 " +
+                             train + "--json '" + dir / "p.json" + "'";
+    const Result first = cli(dir, args);
+    REQUIRE(first.code == 0);
+    const nlohmann::json plain = nlohmann::json::parse(slurp(dir / "p.json"));
+    const Result piped = cli(dir, args + " --pipeline");
+    INFO(piped.err);
+    REQUIRE(piped.code == 0);
+    const nlohmann::json m = nlohmann::json::parse(slurp(dir / "p.json"));
+    CHECK(m["pipeline"] == true);
+    CHECK(plain["pipeline"] == false);
+    CHECK(m["mean_loss_per_instance"].get<double>() ==
+          doctest::Approx(plain["mean_loss_per_instance"].get<double>()).epsilon(1e-6));
+    // Training by epochs prints the same per-epoch losses.
+    auto epoch_lines = [](const std::string& out) {
+      std::string lines;
+      for (size_t at = out.find("epoch "); at != std::string::npos; at = out.find("epoch ", at + 1))
+        lines += out.substr(at, out.find('\n', at) - at) + "\n";
+      return lines;
+    };
+    CHECK(epoch_lines(piped.out) == epoch_lines(first.out));
+    if (*train) CHECK(epoch_lines(piped.out).find("epoch 2/2") != std::string::npos);
+  }
   const Result chars =
       cli(dir, "run --model bilstm_tagger --char " + kSmall + "--data synthetic:9 --iters 1");
   CHECK(chars.code == 0);

@@ -398,6 +398,74 @@ CUDA_CASE("cuda: SGD training on the GPU follows the CPU") {
   }
 }
 
+// Pipelined training as a throughput loop runs it: each mini-batch is submitted, back-propagated
+// and updated on the device before the previous loss is read, every graph built while the
+// device still works on the last one. Losses and final weights follow the CPU trained the plain
+// way (forward, backward, host SGD), including lookup tables (sparse host updates, dense on the
+// device).
+CUDA_CASE("cuda: pipelined training (submit, backward, device SGD) follows the cpu") {
+  for (const std::string name : {"tree_lstm", "lattice_lstm", "bilstm_tagger"}) {
+    CAPTURE(name);
+    ParameterCollection pc_cpu(5), pc_gpu(5);
+    Dataset d1, d2;
+    const std::unique_ptr<Model> m_cpu = zoo_model(name, pc_cpu, d1, 6, true);
+    const std::unique_ptr<Model> m_gpu = zoo_model(name, pc_gpu, d2, 6, true);
+    Engine e_cpu(pc_cpu, EngineOptions{"agenda", "cpu", 1});
+    Engine e_gpu(pc_gpu, EngineOptions{"lb-greedy", "cuda", 1});
+    Graph g_cpu(pc_cpu), g_gpu(pc_gpu);
+    // Mini-batches of 1 to 3 instances out of 5, differently shaped each step.
+    const std::vector<std::vector<uint32_t>> batches = {{0, 1}, {2}, {3, 4, 0}, {1, 3}, {4}, {2, 0}};
+    auto build = [](Model& m, Graph& g, const std::vector<uint32_t>& ids) {
+      g.clear();
+      std::vector<Expr> losses;
+      for (uint32_t i : ids) losses.push_back(m.build(g, i));
+      return sum_losses(losses);
+    };
+    std::vector<float> loss_cpu, loss_gpu;
+    for (const auto& ids : batches) {
+      const Expr l = build(*m_cpu, g_cpu, ids);
+      loss_cpu.push_back(as_scalar(e_cpu.forward(g_cpu, l)));
+      e_cpu.backward(g_cpu, l);
+      pc_cpu.sgd_update(0.1f);
+    }
+    std::vector<uint64_t> tickets;
+    for (size_t step = 0; step < batches.size(); ++step) {
+      const Expr l = build(*m_gpu, g_gpu, batches[step]);
+      tickets.push_back(e_gpu.submit(g_gpu, l));
+      e_gpu.backward(g_gpu, l);
+      e_gpu.sgd_update(0.1f);
+      if (step > 0) loss_gpu.push_back(as_scalar(e_gpu.result(tickets[step - 1])));
+    }
+    loss_gpu.push_back(as_scalar(e_gpu.result(tickets.back())));
+    CHECK_THROWS_WITH_AS(e_gpu.result(tickets[0]), doctest::Contains("spent"),
+                         std::invalid_argument);
+    REQUIRE(loss_gpu.size() == loss_cpu.size());
+    for (size_t i = 0; i < loss_cpu.size(); ++i)
+      CHECK(std::fabs(loss_gpu[i] - loss_cpu[i]) <= kTol * std::max(1.0f, std::fabs(loss_cpu[i])));
+    // Host reads fetch the device's newer parameters.
+    for (uint32_t p = 0; p < pc_cpu.size(); ++p)
+      check_close(pc_gpu.values(p), pc_cpu.values(p), pc_cpu.dim(p).size(), 1e-3,
+                  "trained " + pc_cpu.name(p));
+    // After the fetch the host may change a weight: the next pass uses the host's numbers.
+    const uint32_t w = 0;
+    pc_cpu.values(w)[0] += 0.25f;
+    pc_cpu.mark_changed();
+    pc_gpu.values(w)[0] += 0.25f;
+    pc_gpu.mark_changed();
+    const Expr l_cpu = build(*m_cpu, g_cpu, {0, 1, 2, 3, 4});
+    const Expr l_gpu = build(*m_gpu, g_gpu, {0, 1, 2, 3, 4});
+    const float a = as_scalar(e_cpu.forward(g_cpu, l_cpu)), b = as_scalar(e_gpu.forward(g_gpu, l_gpu));
+    CHECK(std::fabs(a - b) <= kTol * std::max(1.0f, std::fabs(a)));
+    // Gradients left on the device by a backward are fetched by host code that reads them.
+    e_cpu.backward(g_cpu, l_cpu);
+    e_gpu.backward(g_gpu, l_gpu);
+    for (uint32_t p = 0; p < pc_cpu.size(); ++p)
+      if (!pc_cpu.is_view(p))
+        check_close(pc_gpu.grads(p), pc_cpu.grads(p), pc_cpu.dim(p).size(), 1e-3,
+                    "gradient " + pc_cpu.name(p));
+  }
+}
+
 // A forward whose plan reads far outside the arena: the error surfaces at the pass's sync as an
 // exception. In the child (re-run of this binary) the message is printed; the parent checks it.
 CUDA_CASE("cuda: an asynchronous error surfaces as an exception naming the kernel") {
@@ -405,7 +473,6 @@ CUDA_CASE("cuda: an asynchronous error surfaces as an exception naming the kerne
     ParameterCollection pc;
     Graph g(pc);
     const Expr y = tanh(input(g, Dim{5, 1}, std::vector<float>(5, 0.5f)));
-    (void)y;
     Schedule s;
     Scheduler scheduler;
     const std::unique_ptr<Policy> policy = make_policy("agenda");
@@ -417,7 +484,8 @@ CUDA_CASE("cuda: an asynchronous error surfaces as an exception naming the kerne
     x.offset = 0xF0000000u;  // 15 GiB past the arena
     const std::unique_ptr<Backend> b = make_backend("cuda", {});
     try {
-      b->forward(PlanRef{g, s, plan, pc});
+      b->forward(PlanRef{g, s, plan, pc});  // queued: the error surfaces at the read
+      b->value(plan, y.id);
       std::printf("FAULT: none\n");
     } catch (const std::runtime_error& e) {
       std::printf("FAULT: %s\n", e.what());

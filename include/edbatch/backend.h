@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "edbatch/dim.h"
 
@@ -39,12 +40,34 @@ class Backend {
   virtual void backward(const PlanRef& p, uint32_t loss_node) = 0;
   // Host-visible value / adjoint of a node after forward / backward. nullptr where the backend
   // does no math (null).
+  // A device backend returns from forward() and backward() once their work is queued, and these
+  // wait for it (an asynchronous error surfaces here).
   virtual const float* value(const MemoryPlan& plan, uint32_t node) const = 0;
   virtual const float* adjoint(const MemoryPlan& plan, uint32_t node) const = 0;
+
+  // Pipelining: queues a copy of `floats` floats of node's value after the work queued so far,
+  // so later passes may be queued before it is read. staged(ticket) waits for the copy and
+  // returns host memory, valid until kStagedSlots more stage() calls (nullptr where the backend
+  // computes no values). The CPU copies at once.
+  static constexpr uint64_t kStagedSlots = 4;
+  virtual uint64_t stage(const MemoryPlan& plan, uint32_t node, uint32_t floats);
+  virtual const float* staged(uint64_t ticket);
+  // values -= lr * grads and zero the gradients, where the parameters live: on a device without
+  // a host round trip (the host copies are fetched when host code next reads them).
+  virtual void sgd_update(ParameterCollection& params, float lr);
+  // Waits for all queued work (no-op where nothing is queued).
+  virtual void synchronize() {}
+
   const ExecCounters& counters() const { return counters_; }
 
  protected:
+  void check_ticket(uint64_t ticket) const;
   ExecCounters counters_;
+  uint64_t next_ticket_ = 0;
+
+ private:
+  std::vector<float> staged_[kStagedSlots];
+  bool staged_null_[kStagedSlots] = {};
 };
 
 // Kernels one forward (or backward) pass of a plan launches: one per batch, and one per step

@@ -56,12 +56,28 @@ class Engine {
 
   // Runs every node of `g` (once per graph version) and returns the value of `e`.
   const Tensor& forward(Graph& g, const Expr& e);
+  // Pipelined forward: schedules, plans and queues the forward pass of `g` (once per graph
+  // version) and returns a ticket for the value of `e`. A device backend returns as soon as the
+  // work is queued; the CPU computes it first. Building and submitting the next mini-batch before
+  // reading result(ticket) overlaps its CPU work (construction, scheduling, planning, encoding)
+  // with the device's work on this one. After submit the engine is at `g` as after forward():
+  // backward(), value() and gradient() work as usual. The last Backend::kStagedSlots results can
+  // be read; result() waits for its pass.
+  uint64_t submit(Graph& g, const Expr& e);
+  Tensor result(uint64_t ticket);
+  // values -= lr * grads and the gradients zeroed (ParameterCollection::sgd_update), done where
+  // the backend holds the parameters: on a device, without copying them to the host and back.
+  void sgd_update(float lr);
   // Back-propagates from the scalar `loss`; parameter gradients accumulate in the collection.
   void backward(Graph& g, const Expr& loss);
   Tensor value(const Expr& e) const;
   Tensor gradient(const Expr& e) const;  // after backward
 
-  const Stats& stats() const { return stats_; }
+  // Device times are those of the latest finished passes (a device runs passes asynchronously).
+  const Stats& stats() const {
+    sync_counters();
+    return stats_;
+  }
   const Schedule& schedule() const { return schedule_; }
   const MemoryPlan& plan() const { return plan_; }
   const Policy& policy() const { return *policy_; }
@@ -70,7 +86,8 @@ class Engine {
  private:
   void check_graph(const Graph& g, const Expr& e, const char* fn) const;
   bool is_current(const Graph& g) const;  // the graph version the plan was made for
-  void sync_counters();
+  void sync_counters() const;
+  void run_forward(Graph& g, const Expr& e, const char* fn);
 
   ParameterCollection& params_;
   EngineOptions options_;
@@ -80,8 +97,9 @@ class Engine {
   Schedule schedule_;
   MemoryPlan plan_;
   PlanOptions plan_options_;
-  Stats stats_;
+  mutable Stats stats_;
   Tensor result_;
+  Dim staged_dim_[Backend::kStagedSlots];
   const Graph* graph_ = nullptr;
   uint32_t graph_generation_ = 0;
   uint64_t graph_version_ = UINT64_MAX;

@@ -1,6 +1,7 @@
 // Named parameters and lookup tables, their gradients, and a plain SGD update.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -72,6 +73,18 @@ class ParameterCollection {
   uint64_t version() const { return version_; }
   void mark_changed() { ++version_; }
 
+  // A device backend that holds newer values or gradients than the host (gradients a backward
+  // left on the device, an update done there) leaves here how to copy them back. Every host
+  // access of values or gradients (values(), grads(), sgd_update, zero_grads, stacking, adding)
+  // runs it first, once, so host code always sees current numbers. A fetch left by another
+  // owner runs before it is replaced.
+  void set_device_fetch(const void* owner, std::function<void()> fetch);
+  void fetch_from_device() const;
+  const void* device_fetch_owner() const { return fetch_ ? fetch_owner_ : nullptr; }
+  // After an update made on the device (values -= lr * grads, gradients zeroed there): a new
+  // version, the lookup columns' touched marks cleared, and `fetch` left as above.
+  void updated_on_device(const void* owner, std::function<void()> fetch);
+
   // Blocks declared over this collection, by id. A block's id stays valid (its entry becomes null)
   // after the block is destroyed, so stale calls are caught.
   uint32_t register_block(const std::string& name, const Block* block);
@@ -107,6 +120,8 @@ class ParameterCollection {
 
   uint64_t seed_;
   uint64_t version_ = 0;
+  mutable std::function<void()> fetch_;
+  const void* fetch_owner_ = nullptr;
   std::vector<Entry> entries_;
   std::vector<Storage> storages_;
   std::vector<const Block*> blocks_;

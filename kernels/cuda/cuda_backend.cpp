@@ -3,6 +3,7 @@
 // gradients downloaded after backward so host code reads them as before), and passes that are
 // encoded on the host, uploaded in one copy from pinned staging, then launched.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -119,6 +120,14 @@ void ParamMirror::upload_grads(Stream s) {
   EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+void ParamMirror::download_values(Stream s) {
+  float* host = staging.as();
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(host, values.as(), floats * sizeof(float),
+                                     cudaMemcpyDeviceToHost, s));
+  EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));
+  for (const Range& r : ranges) std::memcpy(r.host_values, host + r.device, r.floats * sizeof(float));
+}
+
 void ParamMirror::download_grads(Stream s) {
   float* host = staging.as();
   EDBATCH_CUDA_CHECK(cudaMemcpyAsync(host, grads.as(), floats * sizeof(float),
@@ -180,8 +189,15 @@ class CudaBackend : public Backend {
     EDBATCH_CUBLAS_CHECK(cublasCreate(&blas_));
     EDBATCH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     warm_up_cublas();
-    EDBATCH_CUDA_CHECK(cudaEventCreate(&start_));
-    EDBATCH_CUDA_CHECK(cudaEventCreate(&stop_));
+    for (Timing& t : timings_) {
+      EDBATCH_CUDA_CHECK(cudaEventCreate(&t.start));
+      EDBATCH_CUDA_CHECK(cudaEventCreate(&t.stop));
+    }
+    for (StagingRing* ring : {&forward_staging_, &backward_staging_})
+      for (cudaEvent_t& ev : ring->copied)
+        EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    for (Staged& st : staged_slots_)
+      EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
     const char* sync = std::getenv("EDBATCH_CUDA_SYNC");
     sync_each_ = sync != nullptr && std::strcmp(sync, "0") != 0;
     const char* linear = std::getenv("EDBATCH_CUDA_LINEAR");
@@ -193,10 +209,21 @@ class CudaBackend : public Backend {
   }
 
   ~CudaBackend() override {
+    // Leave the host copies current when the device holds newer parameters or gradients.
+    try {
+      if (pc_ && pc_->device_fetch_owner() == this) pc_->fetch_from_device();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+    }
     if (profile_) print_profile();
     for (cudaEvent_t ev : events_) cudaEventDestroy(ev);
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
+    for (Timing& t : timings_) {
+      cudaEventDestroy(t.start);
+      cudaEventDestroy(t.stop);
+    }
+    for (StagingRing* ring : {&forward_staging_, &backward_staging_})
+      for (cudaEvent_t ev : ring->copied) cudaEventDestroy(ev);
+    for (Staged& st : staged_slots_) cudaEventDestroy(st.copied);
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
@@ -215,7 +242,7 @@ class CudaBackend : public Backend {
     encode(pass);
     plan_stages(pass);
     upload_forward(p, pass);
-    run_pass(pass, "forward", counters_.device_forward_ms);
+    run_pass(pass, "forward");
   }
 
   void backward(const PlanRef& p, uint32_t loss_node) override {
@@ -226,10 +253,7 @@ class CudaBackend : public Backend {
     sync_params(p.params);
     if (adjoints_.reserve(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float), stream_))
       ++counters_.arena_growths;
-    if (params_.grads_version != p.params.version()) {
-      params_.upload_grads(stream_);
-      params_.grads_version = p.params.version();
-    }
+    upload_grads_if_changed(p.params);
     adjoints_mirror_.reset(total_floats_);
     Pass pass = new_pass(p, false);
     encode(pass);
@@ -238,18 +262,57 @@ class CudaBackend : public Backend {
     EDBATCH_CUDA_CHECK(cudaMemsetAsync(adjoints_.as(), 0, p.plan.total_floats * sizeof(float), stream_));
     launch_fill(adjoints_.as() + p.plan.node_offset[loss_node], 1, 1.0f, stream_);
     view_.adjoints = adjoints_.as();
-    run_pass(pass, "backward", counters_.device_backward_ms);
-    params_.download_grads(stream_);
+    run_pass(pass, "backward");
+    // The gradients stay on the device; host code that reads them fetches them first.
+    grads_newer_ = true;
+    p.params.set_device_fetch(this, [this] { fetch_params(); });
   }
 
   const float* value(const MemoryPlan& plan, uint32_t node) const override {
+    self().wait("reading a value");
     return values_mirror_.read(values_.as(), plan.node_offset[node], graph_->node(node).dim.size(),
                                total_floats_);
   }
   const float* adjoint(const MemoryPlan& plan, uint32_t node) const override {
+    self().wait("reading an adjoint");
     return adjoints_mirror_.read(adjoints_.as(), plan.node_offset[node],
                                  graph_->node(node).dim.size(), total_floats_);
   }
+
+  uint64_t stage(const MemoryPlan& plan, uint32_t node, uint32_t floats) override {
+    const uint64_t ticket = next_ticket_++;
+    Staged& st = staged_slots_[ticket % kStagedSlots];
+    // Growing frees the pinned buffer: the copy of the ticket it held must be done first.
+    if (st.queued && floats * sizeof(float) > st.bytes) wait_event(st.copied, "staging a value");
+    st.host.reserve(std::max<size_t>(floats, 1) * sizeof(float));
+    st.bytes = std::max(st.bytes, std::max<size_t>(floats, 1) * sizeof(float));
+    if (floats > 0)
+      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(st.host.as(), values_.as() + plan.node_offset[node],
+                                         floats * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    EDBATCH_CUDA_CHECK(cudaEventRecord(st.copied, stream_));
+    st.queued = true;
+    return ticket;
+  }
+
+  const float* staged(uint64_t ticket) override {
+    check_ticket(ticket);
+    Staged& st = staged_slots_[ticket % kStagedSlots];
+    wait_event(st.copied, "reading a staged value");
+    return st.host.as();
+  }
+
+  void sgd_update(ParameterCollection& pc, float lr) override {
+    sync_params(pc);
+    upload_grads_if_changed(pc);
+    launch_sgd(params_.values.as(), params_.grads.as(), params_.floats, lr, stream_);
+    EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
+    queued_.push_back({"sgd update", "the SGD update kernel"});
+    values_newer_ = grads_newer_ = true;
+    pc.updated_on_device(this, [this] { fetch_params(); });
+    params_.values_version = params_.grads_version = pc.version();
+  }
+
+  void synchronize() override { wait("synchronize"); }
 
  private:
   // cuBLAS pays 29-45 ms on its first batched GEMMs (measured on an H100, inside timed
@@ -281,12 +344,79 @@ class CudaBackend : public Backend {
     EDBATCH_CUDA_CHECK(cudaFree(ptrs));
     EDBATCH_CUDA_CHECK(cudaFree(buf));
   }
+  CudaBackend& self() const { return const_cast<CudaBackend&>(*this); }
+
   void sync_params(ParameterCollection& pc) {
+    pc_ = &pc;
     if (params_.values_version == pc.version()) return;
+    // The host copies are the ones to upload: bring them up to date first (a fetch of ours or
+    // of another device's is pending when the device updated them).
+    pc.fetch_from_device();
+    wait("uploading parameters");  // the staging may still feed a queued copy
     params_.layout(pc, stream_);
     params_.upload_values(stream_);
     params_.values_version = pc.version();
     params_.grads_version = UINT64_MAX;  // the layout may have moved: upload before backward
+    values_newer_ = grads_newer_ = false;
+  }
+
+  void upload_grads_if_changed(ParameterCollection& pc) {
+    if (params_.grads_version == pc.version()) return;
+    wait("uploading gradients");
+    params_.upload_grads(stream_);
+    params_.grads_version = pc.version();
+    grads_newer_ = false;
+  }
+
+  // The pending fetch left in the collection: host copies of what the device changed.
+  void fetch_params() {
+    wait("reading parameters back");
+    if (values_newer_) params_.download_values(stream_);
+    if (grads_newer_) params_.download_grads(stream_);
+    values_newer_ = grads_newer_ = false;
+  }
+
+  // Waits for all queued work. An asynchronous error becomes an exception naming the passes
+  // queued since the last wait and their kernel ranges.
+  void wait(const char* why) {
+    (void)why;
+    check_async(cudaStreamSynchronize(stream_));
+    collect_timings();
+  }
+  void wait_event(cudaEvent_t ev, const char* why) {
+    (void)why;
+    check_async(cudaEventSynchronize(ev));
+    collect_timings();
+  }
+  void check_async(cudaError_t e) {
+    if (e == cudaSuccess) {
+      if (cudaStreamQuery(stream_) == cudaSuccess) queued_.clear();
+      return;
+    }
+    std::string names, where;
+    for (const auto& [name, kernels] : queued_) {
+      names += (names.empty() ? "" : ", ") + name;
+      where += (where.empty() ? "" : "; ") + kernels;
+    }
+    if (names.empty()) names = "device";
+    if (where.empty()) where = "no kernel";
+    queued_.clear();
+    throw std::runtime_error("[cuda] " + names + ": asynchronous error " + cudaGetErrorString(e) +
+                             " in " + where +
+                             "; EDBATCH_CUDA_SYNC=1 checks after every kernel and names the "
+                             "failing one");
+  }
+
+  // Device time of finished passes (CUDA events): the latest finished forward and backward.
+  void collect_timings() {
+    for (size_t i = 0; i < timings_.size(); ++i) {
+      Timing& t = timings_[(next_timing_ + i) % timings_.size()];  // oldest first
+      if (!t.queued || cudaEventQuery(t.stop) != cudaSuccess) continue;
+      float ms = 0;
+      EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
+      (t.forward ? counters_.device_forward_ms : counters_.device_backward_ms) = ms;
+      t.queued = false;
+    }
   }
 
   Pass new_pass(const PlanRef& p, bool forward) {
@@ -351,9 +481,9 @@ class CudaBackend : public Backend {
     at = put(nullptr, at, inputs);
     const size_t at_ptrs = at;
     at = put_pass(nullptr, at, pass);
-    forward_staging_.reserve(std::max<size_t>(at, 1));
+    PinnedBuffer& staging = acquire(forward_staging_, std::max<size_t>(at, 1));
     forward_meta_.reserve(std::max<size_t>(at, 1), stream_);
-    char* h = forward_staging_.as<char>();
+    char* h = staging.as<char>();
     put(h, at_offsets, params_.offset);
     put(h, at_operands, plan.operands);
     put(h, at_members, plan.member_operands);
@@ -363,6 +493,7 @@ class CudaBackend : public Backend {
     put_pass(h, at_ptrs, pass);
     char* d = forward_meta_.as<char>();
     EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, at, cudaMemcpyHostToDevice, stream_));
+    release(forward_staging_);
     // Fused GEMM steps add their partial sums into zeroed outputs.
     EDBATCH_CUDA_CHECK(
         cudaMemsetAsync(values_.as(), 0, static_cast<size_t>(plan.total_floats) * sizeof(float), stream_));
@@ -383,14 +514,31 @@ class CudaBackend : public Backend {
     pass_data_at(d, at_ptrs, pass);
   }
 
-  void upload_pointers(const Pass& pass, DeviceBuffer& meta, PinnedBuffer& staging, size_t at) {
+  void upload_pointers(const Pass& pass, DeviceBuffer& meta, StagingRing& ring, size_t at) {
     const size_t end = put_pass(nullptr, at, pass);
-    staging.reserve(std::max<size_t>(end, 1));
+    PinnedBuffer& staging = acquire(ring, std::max<size_t>(end, 1));
     meta.reserve(std::max<size_t>(end, 1), stream_);
     put_pass(staging.as<char>(), at, pass);
     EDBATCH_CUDA_CHECK(cudaMemcpyAsync(meta.as<char>(), staging.as<char>(), end,
                                        cudaMemcpyHostToDevice, stream_));
+    release(ring);
     pass_data_at(meta.as<char>(), at, pass);
+  }
+
+  // The ring's next buffer, at least `bytes` large, once the copy it last fed is done.
+  PinnedBuffer& acquire(StagingRing& ring, size_t bytes) {
+    if (ring.queued[ring.next]) {
+      wait_event(ring.copied[ring.next], "reusing upload staging");
+      ring.queued[ring.next] = false;
+    }
+    PinnedBuffer& b = ring.buffers[ring.next];
+    b.reserve(bytes);
+    return b;
+  }
+  void release(StagingRing& ring) {
+    EDBATCH_CUDA_CHECK(cudaEventRecord(ring.copied[ring.next], stream_));
+    ring.queued[ring.next] = true;
+    ring.next ^= 1;
   }
 
   // The pass's own data, after the plan's: GEMM pointer arrays, and for the persistent kernel the
@@ -476,13 +624,19 @@ class CudaBackend : public Backend {
     }
   }
 
-  void run_pass(Pass& pass, const char* name, double& device_ms) {
+  // Queues the pass's launches; waits only in the debugging modes (sync after every kernel,
+  // profile).
+  void run_pass(Pass& pass, const char* name) {
     groups_ = std::move(pass.groups);
     linears_ = std::move(pass.linears);
     forward_ = pass.forward;
     if (profile_) profile_events(pass.commands.size() + 1);
+    Timing& timing = timings_[next_timing_];
+    next_timing_ = (next_timing_ + 1) % timings_.size();
+    if (timing.queued) wait_event(timing.stop, "reusing pass timing events");
+    timing.forward = pass.forward;
     const auto host_start = std::chrono::steady_clock::now();
-    EDBATCH_CUDA_CHECK(cudaEventRecord(start_, stream_));
+    EDBATCH_CUDA_CHECK(cudaEventRecord(timing.start, stream_));
     bool persistent = false;
     if (!stages_.empty()) {
       persistent = launch_persistent(view_, device_stages_, static_cast<uint32_t>(stages_.size()),
@@ -506,24 +660,22 @@ class CudaBackend : public Backend {
       }
     }
     if (profile_ && !persistent) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[pass.commands.size()], stream_));
-    EDBATCH_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    EDBATCH_CUDA_CHECK(cudaEventRecord(timing.stop, stream_));
+    timing.queued = true;
     const double host_ms = std::chrono::duration<double, std::milli>(
                                std::chrono::steady_clock::now() - host_start).count();
-    const cudaError_t e = cudaStreamSynchronize(stream_);
-    if (e != cudaSuccess) {
-      std::string where = "no kernel";
-      if (!pass.commands.empty())
-        where = std::string(persistent ? "the persistent kernel, running " : "") + "kernels from " +
-                describe(pass.commands.front(), name) + " to " +
-                describe(pass.commands.back(), name) +
-                "; EDBATCH_CUDA_SYNC=1 checks after every kernel and names the failing one";
-      throw std::runtime_error(std::string("[cuda] ") + name + ": asynchronous error " +
-                               cudaGetErrorString(e) + " in " + where);
+    std::string where = "no kernel";
+    if (!pass.commands.empty())
+      where = std::string(persistent ? "the persistent kernel, running " : "") + "kernels from " +
+              describe(pass.commands.front(), name) + " to " + describe(pass.commands.back(), name);
+    queued_.push_back({name, where});
+    if (queued_.size() > 8) queued_.erase(queued_.begin());
+    if (profile_) {
+      wait(name);
+      float ms = 0;
+      EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, timing.start, timing.stop));
+      profile_pass(pass, host_ms, ms, persistent);
     }
-    float ms = 0;
-    EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-    device_ms = ms;
-    if (profile_) profile_pass(pass, host_ms, ms, persistent);
     counters_.kernels += pass.commands.size();
     for (const Command& c : pass.commands)  // the weight gradient's bias pass
       counters_.kernels += c.kind == Command::Kind::LinearBackwardW && linears_[c.group].bias != kNoOperand;
@@ -561,7 +713,8 @@ class CudaBackend : public Backend {
     const std::pair<const char*, double> growth[] = {
         {"values", values_.grow_ms()},         {"adjoints", adjoints_.grow_ms()},
         {"scratch", scratch_.grow_ms()},       {"metadata", forward_meta_.grow_ms() + backward_meta_.grow_ms()},
-        {"staging (pinned)", forward_staging_.grow_ms() + backward_staging_.grow_ms()},
+        {"staging (pinned)", forward_staging_.buffers[0].grow_ms() + forward_staging_.buffers[1].grow_ms() +
+                                 backward_staging_.buffers[0].grow_ms() + backward_staging_.buffers[1].grow_ms()},
         {"parameters", params_.values.grow_ms() + params_.grads.grow_ms() + params_.staging.grow_ms()}};
     for (const auto& [what, ms] : growth)
       std::fprintf(stderr, "[cuda] profile: growing %-26s %12.3f ms\n", what, ms);
@@ -582,7 +735,25 @@ class CudaBackend : public Backend {
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  // Events around each queued pass, for its device time (read once it has finished).
+  struct Timing {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    bool forward = true, queued = false;
+  };
+  std::array<Timing, 16> timings_;
+  size_t next_timing_ = 0;
+  // Passes queued since the last wait: name and kernel range, for asynchronous errors.
+  std::vector<std::pair<std::string, std::string>> queued_;
+  // Values copied out by stage(), one slot per ticket modulo kStagedSlots.
+  struct Staged {
+    PinnedBuffer host;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;
+    bool queued = false;
+  };
+  Staged staged_slots_[kStagedSlots];
+  ParameterCollection* pc_ = nullptr;  // the collection mirrored (set at each pass)
+  bool values_newer_ = false, grads_newer_ = false;  // the device's copies are ahead of the host
   bool sync_each_ = false;
   bool forward_ = true;  // the pass being launched
   bool fused_linear_ = true;
@@ -594,7 +765,7 @@ class CudaBackend : public Backend {
   const StepGroup* device_groups_ = nullptr;
   const LinearDesc* device_linears_ = nullptr;
   DeviceBuffer values_, adjoints_, scratch_, ones_, forward_meta_, backward_meta_;
-  PinnedBuffer forward_staging_, backward_staging_;
+  StagingRing forward_staging_, backward_staging_;
   ParamMirror params_;
   DeviceView view_;
   const float* const* ptrs_ = nullptr;

@@ -74,7 +74,17 @@ struct ParamMirror {
   void layout(ParameterCollection& pc, Stream s);
   void upload_values(Stream s);
   void upload_grads(Stream s);
+  void download_values(Stream s);
   void download_grads(Stream s);
+};
+
+// Pinned staging for one kind of upload, two deep: a pass fills one buffer while the copy from
+// the other may still be queued behind the previous pass.
+struct StagingRing {
+  PinnedBuffer buffers[2];
+  cudaEvent_t copied[2] = {nullptr, nullptr};
+  bool queued[2] = {false, false};
+  int next = 0;
 };
 
 // One launch of a pass. Pointers into the pass's uploaded metadata are kept as offsets until the

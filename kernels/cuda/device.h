@@ -99,5 +99,7 @@ void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32
 void launch_scatter_add(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,
                         uint32_t per_node, const float* src, Stream s);
 void launch_fill(float* dst, uint64_t n, float value, Stream s);
+// values[i] -= lr * grads[i]; grads[i] = 0 (the SGD update on the device's parameter mirror).
+void launch_sgd(float* values, float* grads, uint64_t n, float lr, Stream s);
 
 }  // namespace edbatch::cuda

@@ -44,6 +44,14 @@ __global__ void fill_kernel(float* dst, uint64_t n, float value) {
     dst[t] = value;
 }
 
+__global__ void sgd_kernel(float* values, float* grads, uint64_t n, float lr) {
+  for (uint64_t t = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; t < n;
+       t += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    values[t] -= lr * grads[t];
+    grads[t] = 0.0f;
+  }
+}
+
 unsigned grid_for(uint64_t items) {
   const uint64_t blocks = (items + kStepThreads - 1) / kStepThreads;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 4096 ? 4096 : blocks));
@@ -73,6 +81,10 @@ void launch_scatter_add(const DeviceView& d, const Operand& o, uint32_t count, u
 
 void launch_fill(float* dst, uint64_t n, float value, Stream s) {
   fill_kernel<<<grid_for(n), kStepThreads, 0, s>>>(dst, n, value);
+}
+
+void launch_sgd(float* values, float* grads, uint64_t n, float lr, Stream s) {
+  sgd_kernel<<<grid_for(n), kStepThreads, 0, s>>>(values, grads, n, lr);
 }
 
 }  // namespace edbatch::cuda

@@ -85,6 +85,7 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["threads"] = info.threads;
   j["blocks"] = info.blocks;
   j["train"] = info.train;
+  j["pipeline"] = info.pipeline;
   j["lr"] = info.lr;
   j["seed"] = info.seed;
   j["warmup_minibatches"] = info.warmup;
@@ -129,7 +130,8 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
   add("%s on %s (%u instances): mini-batch %u, hidden %u, policy %s, %s x%u thread(s), %s, %s\n",
       info.model.c_str(), info.data.c_str(), info.data_instances, info.batch, info.hidden,
       info.policy.c_str(), info.device.c_str(), info.threads, info.blocks ? "blocks" : "op-level",
-      info.train ? "training" : "forward only");
+      info.train ? (info.pipeline ? "training, pipelined" : "training")
+                 : (info.pipeline ? "forward only, pipelined" : "forward only"));
   add("%zu mini-batches measured after %u warm-up, %.0f instances\n\n", samples.size(),
       info.warmup, t.instances);
   add("%-26s %10s %10s %10s\n", "ms per mini-batch", "median", "p10", "p90");

@@ -62,7 +62,7 @@ struct RunOptions {
   uint32_t vocab = 256, batch = 32, hidden = 128, threads = 1, epochs = 1, iters = 0, warmup = 2;
   uint64_t seed = 1;
   float lr = 0.1f;
-  bool no_blocks = false, train = false, describe = false, chars = false;
+  bool no_blocks = false, train = false, describe = false, chars = false, pipeline = false;
 };
 
 // Mini-batches of instance ids: the data set in order (shuffled by the seed when training),
@@ -116,7 +116,11 @@ class Runner {
   Runner(const RunOptions& o, Model& model, Engine& engine)
       : o_(o), model_(model), engine_(engine), g_(model.params()) {}
 
-  MiniBatchSample step(const std::vector<uint32_t>& ids, bool train) {
+  // With --pipeline the loss is read one mini-batch later (finish() reads the last one): this
+  // mini-batch is queued before the loss of `previous` is read, so its CPU work overlaps the
+  // device's work on the previous one.
+  MiniBatchSample step(const std::vector<uint32_t>& ids, bool train,
+                       MiniBatchSample* previous = nullptr) {
     MiniBatchSample s;
     const Stats before = engine_.stats();
     const auto t0 = Clock::now();
@@ -124,12 +128,23 @@ class Runner {
     losses_.clear();
     for (uint32_t i : ids) losses_.push_back(model_.build(g_, i));
     const Expr loss = sum_losses(losses_);
-    const Tensor& value = engine_.forward(g_, loss);
+    Tensor value;
+    uint64_t ticket = 0;
+    if (o_.pipeline)
+      ticket = engine_.submit(g_, loss);
+    else
+      value = engine_.forward(g_, loss);
     if (train) {
       engine_.backward(g_, loss);
       const auto t1 = Clock::now();
-      model_.params().sgd_update(o_.lr / static_cast<float>(ids.size()));
+      // Where the parameters live: on a device, without a round trip through the host.
+      engine_.sgd_update(o_.lr / static_cast<float>(ids.size()));
       s.update_ms = ms_since(t1);
+    }
+    if (o_.pipeline) {
+      if (pending_ && previous) previous->loss = loss_of(engine_.result(pending_ticket_));
+      pending_ = true;
+      pending_ticket_ = ticket;
     }
     s.total_ms = ms_since(t0);
     const Stats& st = engine_.stats();
@@ -145,8 +160,16 @@ class Runner {
     s.policy_misses = st.policy_misses;
     s.kernels = st.kernels - before.kernels;
     s.bytes_copied = st.bytes_copied - before.bytes_copied;
-    s.loss = value.data ? value.data[0] : std::numeric_limits<double>::quiet_NaN();
+    if (!o_.pipeline) s.loss = loss_of(value);
     return s;
+  }
+
+  // --pipeline: reads the loss of the last mini-batch queued.
+  void finish(MiniBatchSample* last) {
+    if (!pending_) return;
+    const double loss = loss_of(engine_.result(pending_ticket_));
+    if (last) last->loss = loss;
+    pending_ = false;
   }
 
   // One forward pass over the whole data set, one JSON line per instance.
@@ -183,6 +206,12 @@ class Runner {
   Engine& engine_;
   Graph g_;
   std::vector<Expr> losses_;
+  bool pending_ = false;
+  uint64_t pending_ticket_ = 0;
+
+  static double loss_of(const Tensor& t) {
+    return t.data ? t.data[0] : std::numeric_limits<double>::quiet_NaN();
+  }
 };
 
 void check_usage(const RunOptions& o) {
@@ -239,6 +268,7 @@ int run(const RunOptions& o) {
     warm.next(ids);
     runner.step(ids, o.train);
   }
+  runner.finish(nullptr);
   const uint64_t growths_at_warmup = engine.stats().arena_growths;
 
   BatchStream stream(model->size(), o.batch, o.train, o.seed);
@@ -246,24 +276,31 @@ int run(const RunOptions& o) {
   const bool show = isatty(STDERR_FILENO);
   std::vector<MiniBatchSample> samples;
   samples.reserve(total);
-  double instances = 0, ms = 0, epoch_loss = 0, epoch_instances = 0;
+  double instances = 0, ms = 0;
+  size_t epoch_first = 0;  // the first sample of the current epoch
   for (uint32_t b = 0; b < total; ++b) {
     stream.next(ids);
-    samples.push_back(runner.step(ids, o.train));
+    MiniBatchSample* previous = samples.empty() ? nullptr : &samples.back();
+    samples.push_back(runner.step(ids, o.train, previous));  // reserved: no reallocation
     instances += samples.back().instances;
     ms += samples.back().total_ms;
-    epoch_loss += samples.back().loss;
-    epoch_instances += samples.back().instances;
     if (show) progress(b + 1, total, instances, ms);
     // Training by epochs: the loss of each pass over the data, as it went.
     if (o.train && !o.iters && (b + 1) % stream.per_epoch() == 0) {
+      runner.finish(&samples.back());
+      double epoch_loss = 0, epoch_instances = 0;
+      for (size_t k = epoch_first; k < samples.size(); ++k) {
+        epoch_loss += samples[k].loss;
+        epoch_instances += samples[k].instances;
+      }
+      epoch_first = samples.size();
       if (show) std::fputs("\r\033[K", stderr);
       std::printf("epoch %u/%u  mean loss per instance %.4f\n", (b + 1) / stream.per_epoch(),
                   o.epochs, epoch_loss / epoch_instances);
       std::fflush(stdout);
-      epoch_loss = epoch_instances = 0;
     }
   }
+  runner.finish(samples.empty() ? nullptr : &samples.back());
 
   RunInfo info;
   info.model = o.model;
@@ -279,6 +316,7 @@ int run(const RunOptions& o) {
   info.seed = o.seed;
   info.blocks = mo.blocks;
   info.train = o.train;
+  info.pipeline = o.pipeline;
   info.lr = o.lr;
   info.arena_bytes = engine.stats().arena_bytes;
   info.arena_growths_after_warmup = engine.stats().arena_growths - growths_at_warmup;
@@ -354,6 +392,10 @@ Command add_run_command(CLI::App& root) {
                 "forward, backward and an SGD update per mini-batch (data shuffled per epoch)");
   app->add_option("--lr", o->lr, "SGD learning rate on the mean per-instance loss")
       ->capture_default_str();
+  app->add_flag("--pipeline", o->pipeline,
+                "queue each mini-batch before reading the previous one's loss "
+                "(Engine::submit), so building, scheduling and planning overlap the device's "
+                "work; the same numbers, read one mini-batch later");
   app->add_flag("--char", o->chars,
                 "bilstm_tagger: character BiLSTM embeddings for words seen fewer than 5 times");
   app->add_option("--outputs", o->outputs,
