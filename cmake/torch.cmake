@@ -49,7 +49,15 @@ target_compile_options(edbatch_torch PRIVATE ${EDBATCH_WARNINGS})
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 13)
   target_compile_options(edbatch_torch PRIVATE -Wno-array-bounds -Wno-stringop-overflow)
 endif()
-message(STATUS "edbatch: PyTorch extension for ${EDBATCH_PYTHON} (torch ${Torch_VERSION})")
+# With a CUDA torch and the CUDA backend, CUDA tensors stay on the GPU (src/torch/ops.cpp reads
+# torch's current stream through c10_cuda); otherwise they go through host memory.
+set(EDBATCH_TORCH_GPU "host round trip for CUDA tensors")
+if(EDBATCH_CUDA AND TARGET torch_cuda)
+  target_compile_definitions(edbatch_torch PRIVATE EDBATCH_TORCH_CUDA)
+  set(EDBATCH_TORCH_GPU "CUDA tensors stay on the GPU")
+endif()
+message(STATUS "edbatch: PyTorch extension for ${EDBATCH_PYTHON} (torch ${Torch_VERSION}; "
+               "${EDBATCH_TORCH_GPU})")
 
 if(EDBATCH_BUILD_TESTS)
   execute_process(COMMAND ${EDBATCH_PYTHON} -c "import pytest" RESULT_VARIABLE rc

@@ -31,6 +31,34 @@ struct PlanRef {
   ParameterCollection& params;
 };
 
+// Device memory shared with a caller that computes on the same device (the PyTorch adapter on
+// CUDA tensors): parameters, gradients, inputs and node values move between the caller's device
+// buffers and the backend's without passing through the host. Every call is queued on the
+// backend's stream, in order with its passes; pointers are device memory.
+class DeviceInterop {
+ public:
+  virtual ~DeviceInterop() = default;
+  // Queue all further work on this stream (a cudaStream_t; nullptr: the backend's own), after
+  // everything already queued on the previous one.
+  virtual void use_stream(void* stream) = 0;
+  // Writes floats [offset, offset + floats) of parameter `id` from `src` (nullptr: zeros). With
+  // `row_major` the whole rows x cols parameter is read from a row-major matrix (offset 0).
+  // The device copy becomes the current one: the host copy is fetched when host code reads it.
+  virtual void write_parameter(ParameterCollection& pc, uint32_t id, const float* src,
+                               size_t offset, size_t floats, bool row_major) = 0;
+  // Copies parameter `id`'s gradient to `dst` (row-major rows x cols when asked).
+  virtual void read_gradient(ParameterCollection& pc, uint32_t id, float* dst, bool row_major) = 0;
+  // Zeroes every gradient on the device (ParameterCollection::zero_grads without the host).
+  virtual void zero_gradients(ParameterCollection& pc) = 0;
+  // The next forward pass takes the first `floats` floats of the graph's input values from
+  // `src` instead of the host values it was built with.
+  virtual void inputs_from_device(const float* src, size_t floats) = 0;
+  // Writes the values (adjoints, after backward) of `nodes` one after another to `dst`: node i's
+  // dim.size() floats follow node i-1's.
+  virtual void read_nodes(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,
+                          float* dst, bool adjoints) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -57,6 +85,8 @@ class Backend {
   virtual void sgd_update(ParameterCollection& params, float lr);
   // Waits for all queued work (no-op where nothing is queued).
   virtual void synchronize() {}
+  // Device memory interop; nullptr on backends without a device.
+  virtual DeviceInterop* device_interop() { return nullptr; }
 
   const ExecCounters& counters() const { return counters_; }
 

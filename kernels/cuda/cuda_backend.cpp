@@ -170,7 +170,7 @@ struct HostMirror {
   }
 };
 
-class CudaBackend : public Backend {
+class CudaBackend : public Backend, public DeviceInterop {
  public:
   explicit CudaBackend(const BackendOptions&) {
     int devices = 0;
@@ -178,7 +178,9 @@ class CudaBackend : public Backend {
     if (e != cudaSuccess || devices == 0)
       throw std::runtime_error(std::string("[cuda] no CUDA device: ") +
                                (e != cudaSuccess ? cudaGetErrorString(e) : "none found"));
-    EDBATCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    EDBATCH_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking));
+    stream_ = own_stream_;
+    EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&switch_, cudaEventDisableTiming));
     // The arenas grow through the device's pool: keep what they free for the next growth.
     int device = 0;
     cudaMemPool_t pool;
@@ -193,7 +195,7 @@ class CudaBackend : public Backend {
       EDBATCH_CUDA_CHECK(cudaEventCreate(&t.start));
       EDBATCH_CUDA_CHECK(cudaEventCreate(&t.stop));
     }
-    for (StagingRing* ring : {&forward_staging_, &backward_staging_})
+    for (StagingRing* ring : {&forward_staging_, &backward_staging_, &interop_staging_})
       for (cudaEvent_t& ev : ring->copied)
         EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     for (Staged& st : staged_slots_)
@@ -224,8 +226,13 @@ class CudaBackend : public Backend {
     for (StagingRing* ring : {&forward_staging_, &backward_staging_})
       for (cudaEvent_t ev : ring->copied) cudaEventDestroy(ev);
     for (Staged& st : staged_slots_) cudaEventDestroy(st.copied);
+    for (cudaEvent_t ev : interop_staging_.copied) cudaEventDestroy(ev);
+    cudaEventDestroy(switch_);
     cublasDestroy(blas_);
-    cudaStreamDestroy(stream_);
+    if (stream_ != own_stream_) {  // the caller's stream: its later work may free what ours reads
+      cudaStreamSynchronize(stream_);
+    }
+    cudaStreamDestroy(own_stream_);
   }
 
   const char* name() const override { return "cuda"; }
@@ -313,6 +320,95 @@ class CudaBackend : public Backend {
   }
 
   void synchronize() override { wait("synchronize"); }
+  DeviceInterop* device_interop() override { return this; }
+
+  // ---- DeviceInterop ----
+  void use_stream(void* stream) override {
+    cudaStream_t next = stream ? static_cast<cudaStream_t>(stream) : own_stream_;
+    if (next == stream_) return;
+    EDBATCH_CUDA_CHECK(cudaEventRecord(switch_, stream_));
+    EDBATCH_CUDA_CHECK(cudaStreamWaitEvent(next, switch_, 0));
+    stream_ = next;
+    EDBATCH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  }
+
+  void write_parameter(ParameterCollection& pc, uint32_t id, const float* src, size_t offset,
+                       size_t floats, bool row_major) override {
+    sync_params(pc);
+    const Dim d = pc.dim(id);
+    if (offset + floats > d.size())
+      throw std::invalid_argument("[cuda] write_parameter: floats " + std::to_string(offset) +
+                                  "+" + std::to_string(floats) + " out of range for '" +
+                                  pc.name(id) + "' " + to_string(d));
+    float* dst = params_.values.as() + params_.offset[id] + offset;
+    if (row_major && d.cols > 1) {
+      if (offset != 0 || floats != d.size() || !src)
+        throw std::invalid_argument("[cuda] write_parameter: a row-major write covers the whole "
+                                    "parameter '" + pc.name(id) + "'");
+      launch_transpose(src, d.rows, d.cols, dst, stream_);
+      EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
+    } else if (src) {
+      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(dst, src, floats * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream_));
+    } else {
+      EDBATCH_CUDA_CHECK(cudaMemsetAsync(dst, 0, floats * sizeof(float), stream_));
+    }
+    values_newer_ = true;
+    pc.set_device_fetch(this, [this] { fetch_params(); });
+  }
+
+  void read_gradient(ParameterCollection& pc, uint32_t id, float* dst, bool row_major) override {
+    sync_params(pc);
+    upload_grads_if_changed(pc);
+    const Dim d = pc.dim(id);
+    const float* src = params_.grads.as() + params_.offset[id];
+    if (row_major && d.cols > 1) {
+      launch_transpose(src, d.cols, d.rows, dst, stream_);  // column-major = cols x rows row-major
+      EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
+    } else {
+      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(dst, src, d.size() * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
+
+  void zero_gradients(ParameterCollection& pc) override {
+    sync_params(pc);
+    EDBATCH_CUDA_CHECK(cudaMemsetAsync(params_.grads.as(), 0,
+                                       std::max<size_t>(params_.floats, 1) * sizeof(float), stream_));
+    params_.grads_version = pc.version();
+    grads_newer_ = true;
+    pc.set_device_fetch(this, [this] { fetch_params(); });
+  }
+
+  void inputs_from_device(const float* src, size_t floats) override {
+    device_inputs_ = src;
+    device_input_floats_ = floats;
+  }
+
+  void read_nodes(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,
+                  float* dst, bool adjoints) override {
+    if (nodes.empty()) return;
+    if (&g != graph_ || plan.total_floats != total_floats_)
+      throw std::invalid_argument("[cuda] read_nodes: not the graph of the last forward pass");
+    std::vector<uint32_t>& spans = spans_;
+    spans.clear();
+    uint32_t to = 0;
+    for (uint32_t v : nodes) {
+      const uint32_t n = g.node(v).dim.size();
+      spans.insert(spans.end(), {plan.node_offset[v], to, n});
+      to += n;
+    }
+    const size_t bytes = spans.size() * sizeof(uint32_t);
+    PinnedBuffer& staging = acquire(interop_staging_, bytes);
+    std::memcpy(staging.as<char>(), spans.data(), bytes);
+    interop_meta_.reserve(bytes, stream_);
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(interop_meta_.as<char>(), staging.as<char>(), bytes,
+                                       cudaMemcpyHostToDevice, stream_));
+    release(interop_staging_);
+    launch_gather_spans(adjoints ? adjoints_.as() : values_.as(), interop_meta_.as<uint32_t>(),
+                        static_cast<uint32_t>(nodes.size()), dst, stream_);
+    EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
+  }
 
  private:
   // cuBLAS pays 29-45 ms on its first batched GEMMs (measured on an H100, inside timed
@@ -501,6 +597,18 @@ class CudaBackend : public Backend {
       EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values_.as() + plan.input_offset, d + at_inputs,
                                          inputs.size() * sizeof(float), cudaMemcpyDeviceToDevice,
                                          stream_));
+    if (device_inputs_) {  // DeviceInterop::inputs_from_device: the caller's device memory
+      const float* src = device_inputs_;
+      device_inputs_ = nullptr;
+      if (device_input_floats_ > inputs.size())
+        throw std::invalid_argument("[cuda] inputs_from_device: " +
+                                    std::to_string(device_input_floats_) +
+                                    " floats, but the graph has " + std::to_string(inputs.size()));
+      if (device_input_floats_ > 0)
+        EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values_.as() + plan.input_offset, src,
+                                           device_input_floats_ * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, stream_));
+    }
     view_ = DeviceView{};
     view_.values = values_.as();
     view_.adjoints = adjoints_.as();
@@ -733,8 +841,15 @@ class CudaBackend : public Backend {
   std::vector<cudaEvent_t> events_;
   std::map<std::string, Profile> profiles_;
 
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t own_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // own_stream_, or a caller's (DeviceInterop::use_stream)
+  cudaEvent_t switch_ = nullptr;   // orders work across a stream switch
   cublasHandle_t blas_ = nullptr;
+  const float* device_inputs_ = nullptr;  // DeviceInterop::inputs_from_device, for the next forward
+  size_t device_input_floats_ = 0;
+  std::vector<uint32_t> spans_;  // read_nodes' copy list
+  DeviceBuffer interop_meta_;
+  StagingRing interop_staging_;
   // Events around each queued pass, for its device time (read once it has finished).
   struct Timing {
     cudaEvent_t start = nullptr, stop = nullptr;

@@ -99,6 +99,12 @@ void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32
 void launch_scatter_add(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,
                         uint32_t per_node, const float* src, Stream s);
 void launch_fill(float* dst, uint64_t n, float value, Stream s);
+// src is rows x cols row-major; dst becomes cols x rows row-major (rows x cols column-major).
+void launch_transpose(const float* src, uint32_t rows, uint32_t cols, float* dst, Stream s);
+// Span i (spans[3i..3i+2] = source offset, destination offset, floats) copies
+// src[source offset ..) to dst[destination offset ..).
+void launch_gather_spans(const float* src, const uint32_t* spans, uint32_t count, float* dst,
+                         Stream s);
 // values[i] -= lr * grads[i]; grads[i] = 0 (the SGD update on the device's parameter mirror).
 void launch_sgd(float* values, float* grads, uint64_t n, float lr, Stream s);
 

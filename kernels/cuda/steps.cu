@@ -52,6 +52,31 @@ __global__ void sgd_kernel(float* values, float* grads, uint64_t n, float lr) {
   }
 }
 
+constexpr uint32_t kTile = 32;
+
+// 32 x 32 tiles through shared memory: reads and writes both coalesced.
+__global__ void transpose_kernel(const float* src, uint32_t rows, uint32_t cols, float* dst) {
+  __shared__ float tile[kTile][kTile + 1];
+  const uint32_t r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
+  for (uint32_t i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const uint32_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[i][threadIdx.x] = src[static_cast<uint64_t>(r) * cols + c];
+  }
+  __syncthreads();
+  for (uint32_t i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const uint32_t c = c0 + i, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) dst[static_cast<uint64_t>(c) * rows + r] = tile[threadIdx.x][i];
+  }
+}
+
+__global__ void gather_spans_kernel(const float* src, const uint32_t* spans, uint32_t count,
+                                    float* dst) {
+  for (uint32_t i = blockIdx.x; i < count; i += gridDim.x) {
+    const uint32_t from = spans[3 * i], to = spans[3 * i + 1], n = spans[3 * i + 2];
+    for (uint32_t r = threadIdx.x; r < n; r += blockDim.x) dst[to + r] = src[from + r];
+  }
+}
+
 unsigned grid_for(uint64_t items) {
   const uint64_t blocks = (items + kStepThreads - 1) / kStepThreads;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 4096 ? 4096 : blocks));
@@ -81,6 +106,18 @@ void launch_scatter_add(const DeviceView& d, const Operand& o, uint32_t count, u
 
 void launch_fill(float* dst, uint64_t n, float value, Stream s) {
   fill_kernel<<<grid_for(n), kStepThreads, 0, s>>>(dst, n, value);
+}
+
+void launch_transpose(const float* src, uint32_t rows, uint32_t cols, float* dst, Stream s) {
+  if (rows == 0 || cols == 0) return;
+  const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile), block(kTile, 8);
+  transpose_kernel<<<grid, block, 0, s>>>(src, rows, cols, dst);
+}
+
+void launch_gather_spans(const float* src, const uint32_t* spans, uint32_t count, float* dst,
+                         Stream s) {
+  if (count == 0) return;
+  gather_spans_kernel<<<count < 65535 ? count : 65535, 128, 0, s>>>(src, spans, count, dst);
 }
 
 void launch_sgd(float* values, float* grads, uint64_t n, float lr, Stream s) {

@@ -60,7 +60,7 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
     for name, t in zip(names, structure):
         if t.dtype != torch.long:
             raise TypeError(f"edbatch.run_cell: packed.{name} must be int64, got {t.dtype}")
-        if t.device != x.device:
+        if t.device != x.device and t.device.type != "cpu":
             raise ValueError(f"edbatch.run_cell: packed.{name} is on {t.device} but x is on "
                              f"{x.device} (use packed.to(device))")
     expected = weight_shapes(cell, hidden_size, x.shape[1], num_node_types, num_arc_types)

@@ -4,6 +4,7 @@ import random
 
 import torch
 
+_DEVICE_FIELDS = ("input_ids", "input_kinds", "labels")
 _FIELDS = ("node_inputs", "node_types", "pred_ptr", "pred_ids", "arc_types", "arc_inputs",
            "instance_offsets", "input_ids", "input_kinds", "labels")
 
@@ -49,9 +50,13 @@ class Packed:
                 self.arc_inputs, self.instance_offsets)
 
     def to(self, device):
+        """The input rows and labels (input_ids, input_kinds, labels) on `device`. The structure
+        tensors stay in host memory: the extension reads them on the host, and copying them back from a GPU on every
+        call would wait for the GPU each time."""
         out = Packed.__new__(Packed)
         for name in _FIELDS:
-            setattr(out, name, getattr(self, name).to(device))
+            t = getattr(self, name)
+            setattr(out, name, t.to(device) if name in _DEVICE_FIELDS else t.cpu())
         return out
 
     def __repr__(self):

@@ -84,15 +84,34 @@ void to_row_major(const float* src, uint32_t rows, uint32_t cols, float* dst) {
 
 }  // namespace
 
+DeviceInterop& Runner::interop(const char* fn) {
+  DeviceInterop* io = engine_.device_interop();
+  if (!io)
+    throw std::invalid_argument(std::string("[") + fn + "] device memory given, but the engine "
+                                "runs on " + engine_.options().device);
+  return *io;
+}
+
 void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
-                     const std::vector<float*>& outputs, bool for_backward) {
+                     const std::vector<float*>& outputs, bool for_backward, bool on_device,
+                     void* stream) {
   const char* fn = "edbatch.forward";
   check_packed(p, fn);
   cell_->check(p, fn);
   const std::vector<WeightSpec>& specs = cell_->weights();
-  for (size_t i = 0; i < specs.size(); ++i)
-    to_column_major(weights[i], specs[i].rows, specs[i].cols, pc_.values(weight_params_[i].id));
-  pc_.mark_changed();  // device backends upload the parameters again
+  if (on_device) {
+    DeviceInterop& io = interop(fn);
+    io.use_stream(stream);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const size_t floats = size_t{specs[i].rows} * std::max(specs[i].cols, 1u);
+      io.write_parameter(pc_, weight_params_[i].id, weights[i], 0, floats, specs[i].cols > 1);
+    }
+  } else {
+    for (size_t i = 0; i < specs.size(); ++i)
+      to_column_major(weights[i], specs[i].rows, specs[i].cols, pc_.values(weight_params_[i].id));
+    pc_.mark_changed();  // device backends upload the parameters again
+  }
+  on_device_ = on_device;
   num_nodes_ = p.num_nodes;
   num_x_ = p.num_x;
   have_graph_ = false;
@@ -101,8 +120,10 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   graph_.clear();
   const std::vector<uint32_t> segments = cell_->input_segments();
   x_.clear();
+  if (on_device) zeros_.assign(static_cast<size_t>(p.x_dim), 0.0f);
   for (int64_t r = 0; r < p.num_x; ++r) {
-    const float* row = p.x + r * p.x_dim;
+    // On the device the x rows are the graph's first input values, filled from p.x there.
+    const float* row = on_device ? zeros_.data() : p.x + r * p.x_dim;
     for (uint32_t size : segments) {
       x_.push_back(input(graph_, Dim{size, 1}, row));
       row += size;
@@ -144,6 +165,18 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     loss_ = matmul(parameter(graph_, seed_), parts[0]);
     target = loss_;
   }
+  if (on_device) {
+    DeviceInterop& io = interop(fn);
+    io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim));
+    engine_.submit(graph_, target);  // queued; nothing waits for it
+    for (uint32_t o = 0; o < nout; ++o) {
+      ids_.clear();
+      for (int64_t k = 0; k < p.num_nodes; ++k) ids_.push_back(out_[o * p.num_nodes + k].id);
+      io.read_nodes(graph_, engine_.plan(), ids_, outputs[o], false);
+    }
+    have_graph_ = for_backward;
+    return;
+  }
   engine_.forward(graph_, target);
   for (uint32_t o = 0; o < nout; ++o) {
     const uint32_t size = cell_->output_size(o);
@@ -156,9 +189,13 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
 }
 
 void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
-                      const std::vector<float*>& grad_weights) {
+                      const std::vector<float*>& grad_weights, void* stream) {
   const std::vector<WeightSpec>& specs = cell_->weights();
   const uint32_t D = cell_->input_dim();
+  if (on_device_) {
+    backward_on_device(out_grads, grad_x, grad_weights, stream);
+    return;
+  }
   std::fill(grad_x, grad_x + num_x_ * D, 0.0f);
   if (!have_graph_) {
     for (size_t i = 0; i < specs.size(); ++i)
@@ -187,6 +224,39 @@ void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
   }
   for (size_t i = 0; i < specs.size(); ++i)
     to_row_major(pc_.grads(weight_params_[i].id), specs[i].rows, specs[i].cols, grad_weights[i]);
+}
+
+// The backward of a forward on device memory: the seed, the gradients and grad_x move on the
+// device; nothing waits.
+void Runner::backward_on_device(const std::vector<const float*>& out_grads, float* grad_x,
+                                const std::vector<float*>& grad_weights, void* stream) {
+  const char* fn = "edbatch.backward";
+  const std::vector<WeightSpec>& specs = cell_->weights();
+  DeviceInterop& io = interop(fn);
+  io.use_stream(stream);
+  if (!have_graph_) {
+    if (num_nodes_ != 0) throw std::runtime_error("[edbatch.backward] forward was not run for backward");
+    // No nodes: every gradient is zero.
+    io.zero_gradients(pc_);
+    for (size_t i = 0; i < specs.size(); ++i)
+      io.read_gradient(pc_, weight_params_[i].id, grad_weights[i], specs[i].cols > 1);
+    return;
+  }
+  size_t at = 0;
+  for (size_t o = 0; o < out_grads.size(); ++o) {
+    const size_t floats = static_cast<size_t>(num_nodes_) * cell_->output_size(o);
+    io.write_parameter(pc_, seed_.id, out_grads[o], at, floats, false);
+    at += floats;
+  }
+  const size_t seed_floats = pc_.dim(seed_.id).size();
+  if (at < seed_floats) io.write_parameter(pc_, seed_.id, nullptr, at, seed_floats - at, false);
+  io.zero_gradients(pc_);
+  engine_.backward(graph_, loss_);
+  ids_.clear();
+  for (const Expr& x : x_) ids_.push_back(x.id);
+  io.read_nodes(graph_, engine_.plan(), ids_, grad_x, true);
+  for (size_t i = 0; i < specs.size(); ++i)
+    io.read_gradient(pc_, weight_params_[i].id, grad_weights[i], specs[i].cols > 1);
 }
 
 }  // namespace edbatch::torch_adapter

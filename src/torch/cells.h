@@ -90,12 +90,19 @@ class Runner {
 
   // weights[i] holds weights()[i] row-major. outputs[o] receives num_nodes x output_size(o).
   // With `for_backward` the graph also gets the node that backward() seeds.
+  // With `on_device`, p.x, the weights and the outputs are device memory of the engine's device
+  // (the structure arrays stay host memory), and all work is queued on `stream` (a
+  // cudaStream_t; nullptr: the engine's own) without waiting for it: nothing passes through the
+  // host. The backward after such a forward takes and fills device memory too.
   void forward(const Packed& p, const std::vector<const float*>& weights,
-               const std::vector<float*>& outputs, bool for_backward);
+               const std::vector<float*>& outputs, bool for_backward, bool on_device = false,
+               void* stream = nullptr);
   // out_grads[o]: num_nodes x output_size(o) floats or null (zero). grad_x: num_x x x_dim floats;
   // grad_weights[i]: as weights()[i]; all overwritten.
+  // After a forward on device memory, all of these are device memory and the work is queued on
+  // `stream`.
   void backward(const std::vector<const float*>& out_grads, float* grad_x,
-                const std::vector<float*>& grad_weights);
+                const std::vector<float*>& grad_weights, void* stream = nullptr);
 
  private:
   ParameterCollection pc_;
@@ -109,6 +116,13 @@ class Runner {
   Parameter seed_;
   int64_t num_nodes_ = 0, num_x_ = 0;
   bool have_graph_ = false;
+  bool on_device_ = false;  // the last forward's memory
+  std::vector<float> zeros_;  // placeholder input values (the device fills them)
+  std::vector<uint32_t> ids_;
+
+  DeviceInterop& interop(const char* fn);
+  void backward_on_device(const std::vector<const float*>& out_grads, float* grad_x,
+                          const std::vector<float*>& grad_weights, void* stream);
 };
 
 }  // namespace edbatch::torch_adapter

@@ -5,6 +5,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
+#ifdef EDBATCH_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <map>
 #include <mutex>
@@ -30,7 +33,29 @@ struct Structure {
 struct CallArgs {
   CellConfig config;
   RunOptions options;
+  int device_index = -1;  // CUDA: the tensors' device (runners are per device)
 };
+
+// CUDA tensors stay on the GPU when the extension was built with the CUDA backend: weights,
+// inputs, outputs and gradients move on the device, on torch's current stream, and nothing
+// waits for the GPU. Otherwise they make a round trip through host memory.
+bool device_resident(const Tensor& x) {
+#ifdef EDBATCH_TORCH_CUDA
+  return x.is_cuda();
+#else
+  (void)x;
+  return false;
+#endif
+}
+
+void* current_stream(const Tensor& t) {
+#ifdef EDBATCH_TORCH_CUDA
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+#else
+  (void)t;
+  return nullptr;
+#endif
+}
 
 // Idle runners by configuration: a call takes one and gives it back after its backward (or at
 // once without autograd), so concurrent graphs never share a runner.
@@ -63,7 +88,8 @@ class RunnerPool {
     const CellConfig& c = a.config;
     return c.cell + "|" + std::to_string(c.hidden) + "|" + std::to_string(c.input_dim) + "|" +
            std::to_string(c.node_types) + "|" + std::to_string(c.arc_types) + "|" +
-           a.options.policy + "|" + a.options.device + "|" + std::to_string(a.options.threads);
+           a.options.policy + "|" + a.options.device + "|" + std::to_string(a.options.threads) +
+           "|" + std::to_string(a.device_index);
   }
   std::mutex mutex_;
   std::map<std::string, std::vector<std::unique_ptr<Runner>>> idle_;
@@ -72,14 +98,15 @@ class RunnerPool {
 // A runner kept between forward and backward; returned to the pool when autograd drops it.
 class RunState : public torch::CustomClassHolder {
  public:
-  RunState(CallArgs args, std::unique_ptr<Runner> runner, int64_t num_x)
-      : args(std::move(args)), runner(std::move(runner)), num_x(num_x) {}
+  RunState(CallArgs args, std::unique_ptr<Runner> runner, int64_t num_x, bool on_device)
+      : args(std::move(args)), runner(std::move(runner)), num_x(num_x), on_device(on_device) {}
   ~RunState() override {
     if (runner) RunnerPool::get().give_back(args, std::move(runner));
   }
   CallArgs args;
   std::unique_ptr<Runner> runner;
   int64_t num_x;
+  bool on_device;  // the forward ran on device memory: so does the backward
 };
 
 void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
@@ -91,8 +118,10 @@ void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
                 size);
 }
 
-// Checks dtypes, devices and shapes; returns contiguous CPU copies where needed.
-void check_inputs(const Tensor& x, Structure& s, std::vector<Tensor>& w, const Cell& cell) {
+// Checks dtypes, devices and shapes; returns contiguous CPU copies where needed (structure
+// tensors always; weights unless they stay on the device).
+void check_inputs(const Tensor& x, Structure& s, std::vector<Tensor>& w, const Cell& cell,
+                  bool on_device) {
   TORCH_CHECK(x.scalar_type() == at::kFloat, "[edbatch] x must be float32, got ", x.scalar_type());
   TORCH_CHECK(x.dim() == 2, "[edbatch] x must be 2-D (rows x input size), got shape ", x.sizes());
   TORCH_CHECK(x.size(1) == cell.input_dim(), "[edbatch] x has ", x.size(1),
@@ -102,9 +131,10 @@ void check_inputs(const Tensor& x, Structure& s, std::vector<Tensor>& w, const C
                      &s.arc_types,   &s.arc_inputs, &s.instance_offsets};
   const char* names[] = {"node_inputs", "node_types", "pred_ptr", "pred_ids",
                          "arc_types",   "arc_inputs", "instance_offsets"};
+  // Structure tensors may also stay on the CPU when x is on a GPU (they are read on the host).
   for (int i = 0; i < 7; ++i)
-    TORCH_CHECK(index[i]->device() == x.device(), "[edbatch] ", names[i], " is on ",
-                index[i]->device(), " but x is on ", x.device());
+    TORCH_CHECK(index[i]->device() == x.device() || index[i]->device().is_cpu(), "[edbatch] ",
+                names[i], " is on ", index[i]->device(), " but x is on ", x.device());
   check_index_tensor(s.node_inputs, "node_inputs", -1);
   check_index_tensor(s.node_types, "node_types", N);
   check_index_tensor(s.pred_ptr, "pred_ptr", N + 1);
@@ -131,7 +161,7 @@ void check_inputs(const Tensor& x, Structure& s, std::vector<Tensor>& w, const C
                                : std::vector<int64_t>{spec.rows, spec.cols});
   }
   for (int i = 0; i < 7; ++i) *index[i] = index[i]->to(at::kCPU).contiguous();
-  for (Tensor& t : w) t = t.to(at::kCPU).contiguous();
+  for (Tensor& t : w) t = on_device ? t.contiguous() : t.to(at::kCPU).contiguous();
 }
 
 Packed packed_view(const Tensor& x, const Structure& s) {
@@ -165,6 +195,7 @@ CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
               static_cast<uint32_t>(num_node_types), static_cast<uint32_t>(num_arc_types)};
   a.options.policy = policy;
   a.options.device = x.is_cuda() ? "cuda" : "cpu";
+  a.device_index = x.is_cuda() ? x.device().index() : -1;
   a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
   return a;
 }
@@ -172,14 +203,16 @@ CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
 // Runs the forward; keeps the runner in `state` when it is given (for backward).
 std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure s,
                                 std::vector<Tensor> w, c10::intrusive_ptr<RunState>* state) {
+  const c10::DeviceGuard guard(x_in.device());  // a runner's CUDA state is made on its device
   std::unique_ptr<Runner> runner;
   try {
     runner = RunnerPool::get().take(a);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, e.what());
   }
-  check_inputs(x_in, s, w, runner->cell());
-  const Tensor x = x_in.to(at::kCPU).contiguous();
+  const bool on_device = device_resident(x_in);
+  check_inputs(x_in, s, w, runner->cell(), on_device);
+  const Tensor x = on_device ? x_in.contiguous() : x_in.to(at::kCPU).contiguous();
   const Packed p = packed_view(x, s);
   std::vector<Tensor> out;
   std::vector<float*> out_ptr;
@@ -190,14 +223,16 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
   std::vector<const float*> w_ptr;
   for (const Tensor& t : w) w_ptr.push_back(t.data_ptr<float>());
   try {
-    runner->forward(p, w_ptr, out_ptr, state != nullptr);
+    runner->forward(p, w_ptr, out_ptr, state != nullptr, on_device,
+                    on_device ? current_stream(x) : nullptr);
   } catch (const std::exception& e) {
     RunnerPool::get().give_back(a, std::move(runner));
     TORCH_CHECK(false, e.what());
   }
-  if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x);
+  if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x, on_device);
   else RunnerPool::get().give_back(a, std::move(runner));
-  for (Tensor& t : out) t = t.to(x_in.device());
+  if (!on_device)
+    for (Tensor& t : out) t = t.to(x_in.device());
   return out;
 }
 
@@ -240,22 +275,30 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
                 "retain_graph=False or run the forward again");
     Runner& runner = *state->runner;
     const Cell& cell = runner.cell();
+    const bool on_device = state->on_device;
+    const c10::DeviceGuard guard(device);
     std::vector<Tensor> g;
     std::vector<const float*> g_ptr;
     for (const Tensor& t : grads) {
-      g.push_back(t.defined() ? t.to(at::kCPU, at::kFloat).contiguous() : Tensor());
+      g.push_back(!t.defined() ? Tensor()
+                  : on_device  ? t.to(device, at::kFloat).contiguous()
+                               : t.to(at::kCPU, at::kFloat).contiguous());
       g_ptr.push_back(g.back().defined() ? g.back().data_ptr<float>() : nullptr);
     }
-    const at::TensorOptions cpu = at::TensorOptions().dtype(at::kFloat);
-    Tensor grad_x = at::empty({state->num_x, cell.input_dim()}, cpu);
+    const at::TensorOptions where =
+        at::TensorOptions().dtype(at::kFloat).device(on_device ? device : c10::Device(at::kCPU));
+    // Zeros: x rows that no node reads (and an empty batch) get no gradient written.
+    Tensor grad_x = on_device ? at::zeros({state->num_x, cell.input_dim()}, where)
+                              : at::empty({state->num_x, cell.input_dim()}, where);
     std::vector<Tensor> grad_w;
     std::vector<float*> grad_w_ptr;
     for (const WeightSpec& w : cell.weights()) {
-      grad_w.push_back(w.cols == 0 ? at::empty({w.rows}, cpu) : at::empty({w.rows, w.cols}, cpu));
+      grad_w.push_back(w.cols == 0 ? at::empty({w.rows}, where) : at::empty({w.rows, w.cols}, where));
       grad_w_ptr.push_back(grad_w.back().data_ptr<float>());
     }
     try {
-      runner.backward(g_ptr, grad_x.data_ptr<float>(), grad_w_ptr);
+      runner.backward(g_ptr, grad_x.data_ptr<float>(), grad_w_ptr,
+                      on_device ? current_stream(grad_x) : nullptr);
     } catch (const std::exception& e) {
       TORCH_CHECK(false, e.what());
     }

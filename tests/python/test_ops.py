@@ -199,8 +199,13 @@ def test_mismatched_weight_shapes():
 
 def test_wrong_devices():
     packed, w = tree_call()
+    moved = packed.to("meta")
+    # Structure tensors stay on the host (the extension reads them there); rows and labels move.
+    assert moved.node_inputs.device.type == "cpu" and moved.pred_ids.device.type == "cpu"
+    assert moved.input_ids.device.type == "meta" and moved.labels.device.type == "meta"
+    moved.node_inputs = moved.node_inputs.to("meta")
     with pytest.raises(ValueError, match="packed.node_inputs is on meta"):
-        edbatch.run_cell("tree_lstm", torch.randn(4, D), packed.to("meta"), w, H)
+        edbatch.run_cell("tree_lstm", torch.randn(4, D), moved, w, H)
 
 
 def test_inconsistent_structures():
