@@ -94,15 +94,13 @@ const Tensor& Engine::forward(Graph& g, const Expr& e) {
 }
 
 uint64_t Engine::submit(Graph& g, const Expr& e) {
-  check_graph(g, e, "Engine::submit");
-  const Node& n = g.node(e.id);
-  if (n.op == Op::Parameter)
-    throw std::invalid_argument("[Engine::submit] node " + std::to_string(e.id) +
-                                " is a parameter, not computed by the pass; read it from the "
-                                "ParameterCollection");
   run_forward(g, e, "Engine::submit");
-  const uint64_t ticket = backend_->stage(plan_, e.id, n.dim.size());
+  const Node& n = g.node(e.id);
+  // A parameter is not in the arena: its result is read from the collection.
+  const bool param = n.op == Op::Parameter;
+  const uint64_t ticket = backend_->stage(plan_, e.id, param ? 0 : n.dim.size());
   staged_dim_[ticket % Backend::kStagedSlots] = n.dim;
+  staged_param_[ticket % Backend::kStagedSlots] = param ? n.aux : UINT32_MAX;
   sync_counters();
   return ticket;
 }
@@ -110,7 +108,9 @@ uint64_t Engine::submit(Graph& g, const Expr& e) {
 Tensor Engine::result(uint64_t ticket) {
   const float* data = backend_->staged(ticket);
   sync_counters();
-  return Tensor{data, staged_dim_[ticket % Backend::kStagedSlots]};
+  const size_t slot = ticket % Backend::kStagedSlots;
+  if (staged_param_[slot] != UINT32_MAX) data = params_.values(staged_param_[slot]);
+  return Tensor{data, staged_dim_[slot]};
 }
 
 void Engine::sgd_update(float lr) {

@@ -38,9 +38,11 @@ struct PlanRef {
 class DeviceInterop {
  public:
   virtual ~DeviceInterop() = default;
-  // Queue all further work on this stream (a cudaStream_t; nullptr: the backend's own), after
-  // everything already queued on the previous one.
+  // Queue all further work on this stream (a cudaStream_t, as the caller holds it: nullptr is
+  // the default stream), after everything already queued on the previous one.
   virtual void use_stream(void* stream) = 0;
+  // Back to the backend's own stream (likewise ordered).
+  virtual void use_own_stream() = 0;
   // Writes floats [offset, offset + floats) of parameter `id` from `src` (nullptr: zeros). With
   // `row_major` the whole rows x cols parameter is read from a row-major matrix (offset 0).
   // The device copy becomes the current one: the host copy is fetched when host code reads it.

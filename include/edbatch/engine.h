@@ -102,6 +102,7 @@ class Engine {
   mutable Stats stats_;
   Tensor result_;
   Dim staged_dim_[Backend::kStagedSlots];
+  uint32_t staged_param_[Backend::kStagedSlots] = {};  // a parameter's id, or UINT32_MAX
   const Graph* graph_ = nullptr;
   uint32_t graph_generation_ = 0;
   uint64_t graph_version_ = UINT64_MAX;

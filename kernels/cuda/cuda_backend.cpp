@@ -323,8 +323,9 @@ class CudaBackend : public Backend, public DeviceInterop {
   DeviceInterop* device_interop() override { return this; }
 
   // ---- DeviceInterop ----
-  void use_stream(void* stream) override {
-    cudaStream_t next = stream ? static_cast<cudaStream_t>(stream) : own_stream_;
+  void use_stream(void* stream) override { switch_to(static_cast<cudaStream_t>(stream)); }
+  void use_own_stream() override { switch_to(own_stream_); }
+  void switch_to(cudaStream_t next) {
     if (next == stream_) return;
     EDBATCH_CUDA_CHECK(cudaEventRecord(switch_, stream_));
     EDBATCH_CUDA_CHECK(cudaStreamWaitEvent(next, switch_, 0));

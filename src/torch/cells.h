@@ -92,8 +92,8 @@ class Runner {
   // With `for_backward` the graph also gets the node that backward() seeds.
   // With `on_device`, p.x, the weights and the outputs are device memory of the engine's device
   // (the structure arrays stay host memory), and all work is queued on `stream` (a
-  // cudaStream_t; nullptr: the engine's own) without waiting for it: nothing passes through the
-  // host. The backward after such a forward takes and fills device memory too.
+  // cudaStream_t; nullptr: the default stream) without waiting for it: nothing passes through
+  // the host. The backward after such a forward takes and fills device memory too.
   void forward(const Packed& p, const std::vector<const float*>& weights,
                const std::vector<float*>& outputs, bool for_backward, bool on_device = false,
                void* stream = nullptr);
