@@ -68,6 +68,8 @@ class Engine {
   // values -= lr * grads and the gradients zeroed (ParameterCollection::sgd_update), done where
   // the backend holds the parameters: on a device, without copying them to the host and back.
   void sgd_update(float lr);
+  // Waits for everything queued on the device (no-op on the CPU).
+  void synchronize() { backend_->synchronize(); }
   // The backend's device memory interop (nullptr on the CPU): see DeviceInterop.
   DeviceInterop* device_interop() { return backend_->device_interop(); }
   // Back-propagates from the scalar `loss`; parameter gradients accumulate in the collection.

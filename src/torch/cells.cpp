@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -83,6 +84,14 @@ void to_row_major(const float* src, uint32_t rows, uint32_t cols, float* dst) {
 }
 
 }  // namespace
+
+bool Runner::wait_each_call() {
+  static const bool wait = [] {
+    const char* v = std::getenv("EDBATCH_TORCH_WAIT");
+    return v != nullptr && std::string(v) != "0";
+  }();
+  return wait;
+}
 
 DeviceInterop& Runner::interop(const char* fn) {
   DeviceInterop* io = engine_.device_interop();
@@ -174,6 +183,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
       for (int64_t k = 0; k < p.num_nodes; ++k) ids_.push_back(out_[o * p.num_nodes + k].id);
       io.read_nodes(graph_, engine_.plan(), ids_, outputs[o], false);
     }
+    if (wait_each_call()) engine_.synchronize();
     have_graph_ = for_backward;
     return;
   }
@@ -257,6 +267,7 @@ void Runner::backward_on_device(const std::vector<const float*>& out_grads, floa
   io.read_nodes(graph_, engine_.plan(), ids_, grad_x, true);
   for (size_t i = 0; i < specs.size(); ++i)
     io.read_gradient(pc_, weight_params_[i].id, grad_weights[i], specs[i].cols > 1);
+  if (wait_each_call()) engine_.synchronize();
 }
 
 }  // namespace edbatch::torch_adapter

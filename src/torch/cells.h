@@ -121,6 +121,7 @@ class Runner {
   std::vector<uint32_t> ids_;
 
   DeviceInterop& interop(const char* fn);
+  static bool wait_each_call();
   void backward_on_device(const std::vector<const float*>& out_grads, float* grad_x,
                           const std::vector<float*>& grad_weights, void* stream);
 };
