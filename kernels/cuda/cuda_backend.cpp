@@ -298,6 +298,7 @@ class CudaBackend : public Backend, public DeviceInterop {
                                          floats * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     EDBATCH_CUDA_CHECK(cudaEventRecord(st.copied, stream_));
     st.queued = true;
+    queued_work_ = true;
     return ticket;
   }
 
@@ -314,6 +315,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     launch_sgd(params_.values.as(), params_.grads.as(), params_.floats, lr, stream_);
     EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
     queued_.push_back({"sgd update", "the SGD update kernel"});
+    queued_work_ = true;
     values_newer_ = grads_newer_ = true;
     pc.updated_on_device(this, [this] { fetch_params(); });
     params_.values_version = params_.grads_version = pc.version();
@@ -327,6 +329,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   void use_own_stream() override { switch_to(own_stream_); }
   void switch_to(cudaStream_t next) {
     if (next == stream_) return;
+    queued_work_ = true;  // the next wait covers the stream we leave too
     EDBATCH_CUDA_CHECK(cudaEventRecord(switch_, stream_));
     EDBATCH_CUDA_CHECK(cudaStreamWaitEvent(next, switch_, 0));
     stream_ = next;
@@ -336,6 +339,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   void write_parameter(ParameterCollection& pc, uint32_t id, const float* src, size_t offset,
                        size_t floats, bool row_major) override {
     sync_params(pc);
+    queued_work_ = true;
     const Dim d = pc.dim(id);
     if (offset + floats > d.size())
       throw std::invalid_argument("[cuda] write_parameter: floats " + std::to_string(offset) +
@@ -360,6 +364,7 @@ class CudaBackend : public Backend, public DeviceInterop {
 
   void read_gradient(ParameterCollection& pc, uint32_t id, float* dst, bool row_major) override {
     sync_params(pc);
+    queued_work_ = true;
     upload_grads_if_changed(pc);
     const Dim d = pc.dim(id);
     const float* src = params_.grads.as() + params_.offset[id];
@@ -374,6 +379,7 @@ class CudaBackend : public Backend, public DeviceInterop {
 
   void zero_gradients(ParameterCollection& pc) override {
     sync_params(pc);
+    queued_work_ = true;
     EDBATCH_CUDA_CHECK(cudaMemsetAsync(params_.grads.as(), 0,
                                        std::max<size_t>(params_.floats, 1) * sizeof(float), stream_));
     params_.grads_version = pc.version();
@@ -389,6 +395,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   void read_nodes(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,
                   float* dst, bool adjoints) override {
     if (nodes.empty()) return;
+    queued_work_ = true;
     if (&g != graph_ || plan.total_floats != total_floats_)
       throw std::invalid_argument("[cuda] read_nodes: not the graph of the last forward pass");
     std::vector<uint32_t>& spans = spans_;
@@ -477,8 +484,10 @@ class CudaBackend : public Backend, public DeviceInterop {
   // queued since the last wait and their kernel ranges.
   void wait(const char* why) {
     (void)why;
+    if (!queued_work_) return;  // value() reads node by node: nothing to wait for after the first
     check_async(cudaStreamSynchronize(stream_));
     collect_timings();
+    queued_work_ = false;
   }
   void wait_event(cudaEvent_t ev, const char* why) {
     (void)why;
@@ -779,6 +788,7 @@ class CudaBackend : public Backend, public DeviceInterop {
               describe(pass.commands.front(), name) + " to " + describe(pass.commands.back(), name);
     queued_.push_back({name, where});
     if (queued_.size() > 8) queued_.erase(queued_.begin());
+    queued_work_ = true;
     if (profile_) {
       wait(name);
       float ms = 0;
@@ -870,6 +880,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   Staged staged_slots_[kStagedSlots];
   ParameterCollection* pc_ = nullptr;  // the collection mirrored (set at each pass)
   bool values_newer_ = false, grads_newer_ = false;  // the device's copies are ahead of the host
+  bool queued_work_ = false;  // work queued since the last wait (interop copies count too)
   bool sync_each_ = false;
   bool forward_ = true;  // the pass being launched
   bool fused_linear_ = true;
