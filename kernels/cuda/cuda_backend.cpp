@@ -104,36 +104,23 @@ void ParamMirror::layout(ParameterCollection& pc, Stream s) {
   staging.reserve(std::max<size_t>(floats, 1) * sizeof(float));
 }
 
-void ParamMirror::upload_values(Stream s) {
+// Host ranges <-> the device buffer, through the staging (synchronous: the staging is reused at
+// once). `grads` picks the gradients' host ranges and buffer instead of the values'.
+void ParamMirror::copy(bool grads_, bool to_device, Stream s) {
   float* host = staging.as();
-  for (const Range& r : ranges) std::memcpy(host + r.device, r.host_values, r.floats * sizeof(float));
-  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values.as(), host, floats * sizeof(float),
-                                     cudaMemcpyHostToDevice, s));
-  EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));  // the staging is reused at once
-}
-
-void ParamMirror::upload_grads(Stream s) {
-  float* host = staging.as();
-  for (const Range& r : ranges) std::memcpy(host + r.device, r.host_grads, r.floats * sizeof(float));
-  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(grads.as(), host, floats * sizeof(float),
-                                     cudaMemcpyHostToDevice, s));
-  EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));
-}
-
-void ParamMirror::download_values(Stream s) {
-  float* host = staging.as();
-  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(host, values.as(), floats * sizeof(float),
+  float* device = grads_ ? grads.as() : values.as();
+  auto host_of = [grads_](const Range& r) { return grads_ ? r.host_grads : r.host_values; };
+  if (to_device) {
+    for (const Range& r : ranges) std::memcpy(host + r.device, host_of(r), r.floats * sizeof(float));
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(device, host, floats * sizeof(float),
+                                       cudaMemcpyHostToDevice, s));
+    EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));
+    return;
+  }
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(host, device, floats * sizeof(float),
                                      cudaMemcpyDeviceToHost, s));
   EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));
-  for (const Range& r : ranges) std::memcpy(r.host_values, host + r.device, r.floats * sizeof(float));
-}
-
-void ParamMirror::download_grads(Stream s) {
-  float* host = staging.as();
-  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(host, grads.as(), floats * sizeof(float),
-                                     cudaMemcpyDeviceToHost, s));
-  EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));
-  for (const Range& r : ranges) std::memcpy(r.host_grads, host + r.device, r.floats * sizeof(float));
+  for (const Range& r : ranges) std::memcpy(host_of(r), host + r.device, r.floats * sizeof(float));
 }
 
 namespace {

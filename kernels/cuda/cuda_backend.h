@@ -72,10 +72,11 @@ struct ParamMirror {
   uint64_t values_version = UINT64_MAX, grads_version = UINT64_MAX;
 
   void layout(ParameterCollection& pc, Stream s);
-  void upload_values(Stream s);
-  void upload_grads(Stream s);
-  void download_values(Stream s);
-  void download_grads(Stream s);
+  void upload_values(Stream s) { copy(false, true, s); }
+  void upload_grads(Stream s) { copy(true, true, s); }
+  void download_values(Stream s) { copy(false, false, s); }
+  void download_grads(Stream s) { copy(true, false, s); }
+  void copy(bool grads, bool to_device, Stream s);
 };
 
 // Pinned staging for one kind of upload, two deep: a pass fills one buffer while the copy from
