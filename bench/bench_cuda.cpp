@@ -138,6 +138,12 @@ int main(int argc, char** argv) {
   app.add_flag("--op-level", op_level, "build the models op by op instead of through blocks");
   CLI11_PARSE(app, argc, argv);
 
+  for (const std::string& mode : split(modes))
+    if (mode != "forward" && mode != "train" && mode != "forward-pipelined" &&
+        mode != "train-pipelined") {
+      std::fprintf(stderr, "bench_cuda: unknown mode '%s'\n", mode.c_str());
+      return 2;
+    }
   const std::vector<std::string> names = models.empty() ? model_names() : split(models);
   std::fprintf(stderr, "%-24s %5s %6s %-17s %12s %18s %10s %8s %9s %8s\n", "model", "batch",
                "hidden", "mode", "inst/s", "ms p10-p90", "device ms", "busy", "kernels", "build ms");
@@ -145,11 +151,6 @@ int main(int argc, char** argv) {
     for (const std::string& b : split(batches))
       for (const std::string& h : split(hiddens))
         for (const std::string& mode : split(modes)) {
-          if (mode != "forward" && mode != "train" && mode != "forward-pipelined" &&
-              mode != "train-pipelined") {
-            std::fprintf(stderr, "bench_cuda: unknown mode '%s'\n", mode.c_str());
-            return 2;
-          }
           const Config c{name, device, policy, static_cast<uint32_t>(std::stoul(b)),
                          static_cast<uint32_t>(std::stoul(h)), mode.rfind("train", 0) == 0,
                          !op_level, mode.find("pipelined") != std::string::npos, host_sgd};

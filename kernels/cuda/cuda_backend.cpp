@@ -182,7 +182,7 @@ class CudaBackend : public Backend, public DeviceInterop {
       EDBATCH_CUDA_CHECK(cudaEventCreate(&t.start));
       EDBATCH_CUDA_CHECK(cudaEventCreate(&t.stop));
     }
-    for (StagingRing* ring : {&forward_staging_, &backward_staging_, &interop_staging_})
+    for (StagingRing* ring : rings())
       for (cudaEvent_t& ev : ring->copied)
         EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     for (Staged& st : staged_slots_)
@@ -210,10 +210,9 @@ class CudaBackend : public Backend, public DeviceInterop {
       cudaEventDestroy(t.start);
       cudaEventDestroy(t.stop);
     }
-    for (StagingRing* ring : {&forward_staging_, &backward_staging_})
+    for (StagingRing* ring : rings())
       for (cudaEvent_t ev : ring->copied) cudaEventDestroy(ev);
     for (Staged& st : staged_slots_) cudaEventDestroy(st.copied);
-    for (cudaEvent_t ev : interop_staging_.copied) cudaEventDestroy(ev);
     cudaEventDestroy(switch_);
     cublasDestroy(blas_);
     if (stream_ != own_stream_) {  // the caller's stream: its later work may free what ours reads
@@ -263,12 +262,12 @@ class CudaBackend : public Backend, public DeviceInterop {
   }
 
   const float* value(const MemoryPlan& plan, uint32_t node) const override {
-    self().wait("reading a value");
+    self().wait();
     return values_mirror_.read(values_.as(), plan.node_offset[node], graph_->node(node).dim.size(),
                                total_floats_);
   }
   const float* adjoint(const MemoryPlan& plan, uint32_t node) const override {
-    self().wait("reading an adjoint");
+    self().wait();
     return adjoints_mirror_.read(adjoints_.as(), plan.node_offset[node],
                                  graph_->node(node).dim.size(), total_floats_);
   }
@@ -277,9 +276,9 @@ class CudaBackend : public Backend, public DeviceInterop {
     const uint64_t ticket = next_ticket_++;
     Staged& st = staged_slots_[ticket % kStagedSlots];
     // Growing frees the pinned buffer: the copy of the ticket it held must be done first.
-    if (st.queued && floats * sizeof(float) > st.bytes) wait_event(st.copied, "staging a value");
-    st.host.reserve(std::max<size_t>(floats, 1) * sizeof(float));
-    st.bytes = std::max(st.bytes, std::max<size_t>(floats, 1) * sizeof(float));
+    const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
+    if (st.queued && bytes > st.host.bytes()) wait_event(st.copied);
+    st.host.reserve(bytes);
     if (floats > 0)
       EDBATCH_CUDA_CHECK(cudaMemcpyAsync(st.host.as(), values_.as() + plan.node_offset[node],
                                          floats * sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -292,7 +291,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   const float* staged(uint64_t ticket) override {
     check_ticket(ticket);
     Staged& st = staged_slots_[ticket % kStagedSlots];
-    wait_event(st.copied, "reading a staged value");
+    wait_event(st.copied);
     return st.host.as();
   }
 
@@ -308,7 +307,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     params_.values_version = params_.grads_version = pc.version();
   }
 
-  void synchronize() override { wait("synchronize"); }
+  void synchronize() override { wait(); }
   DeviceInterop* device_interop() override { return this; }
 
   // ---- DeviceInterop ----
@@ -436,6 +435,9 @@ class CudaBackend : public Backend, public DeviceInterop {
     EDBATCH_CUDA_CHECK(cudaFree(buf));
   }
   CudaBackend& self() const { return const_cast<CudaBackend&>(*this); }
+  std::array<StagingRing*, 3> rings() {
+    return {&forward_staging_, &backward_staging_, &interop_staging_};
+  }
 
   void sync_params(ParameterCollection& pc) {
     pc_ = &pc;
@@ -443,7 +445,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     // The host copies are the ones to upload: bring them up to date first (a fetch of ours or
     // of another device's is pending when the device updated them).
     pc.fetch_from_device();
-    wait("uploading parameters");  // the staging may still feed a queued copy
+    wait();  // the staging may still feed a queued copy
     params_.layout(pc, stream_);
     params_.upload_values(stream_);
     params_.values_version = pc.version();
@@ -453,7 +455,7 @@ class CudaBackend : public Backend, public DeviceInterop {
 
   void upload_grads_if_changed(ParameterCollection& pc) {
     if (params_.grads_version == pc.version()) return;
-    wait("uploading gradients");
+    wait();
     params_.upload_grads(stream_);
     params_.grads_version = pc.version();
     grads_newer_ = false;
@@ -461,7 +463,7 @@ class CudaBackend : public Backend, public DeviceInterop {
 
   // The pending fetch left in the collection: host copies of what the device changed.
   void fetch_params() {
-    wait("reading parameters back");
+    wait();
     if (values_newer_) params_.download_values(stream_);
     if (grads_newer_) params_.download_grads(stream_);
     values_newer_ = grads_newer_ = false;
@@ -469,15 +471,13 @@ class CudaBackend : public Backend, public DeviceInterop {
 
   // Waits for all queued work. An asynchronous error becomes an exception naming the passes
   // queued since the last wait and their kernel ranges.
-  void wait(const char* why) {
-    (void)why;
+  void wait() {
     if (!queued_work_) return;  // value() reads node by node: nothing to wait for after the first
     check_async(cudaStreamSynchronize(stream_));
     collect_timings();
     queued_work_ = false;
   }
-  void wait_event(cudaEvent_t ev, const char* why) {
-    (void)why;
+  void wait_event(cudaEvent_t ev) {
     check_async(cudaEventSynchronize(ev));
     collect_timings();
   }
@@ -633,7 +633,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   // The ring's next buffer, at least `bytes` large, once the copy it last fed is done.
   PinnedBuffer& acquire(StagingRing& ring, size_t bytes) {
     if (ring.queued[ring.next]) {
-      wait_event(ring.copied[ring.next], "reusing upload staging");
+      wait_event(ring.copied[ring.next]);
       ring.queued[ring.next] = false;
     }
     PinnedBuffer& b = ring.buffers[ring.next];
@@ -738,7 +738,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     if (profile_) profile_events(pass.commands.size() + 1);
     Timing& timing = timings_[next_timing_];
     next_timing_ = (next_timing_ + 1) % timings_.size();
-    if (timing.queued) wait_event(timing.stop, "reusing pass timing events");
+    if (timing.queued) wait_event(timing.stop);
     timing.forward = pass.forward;
     const auto host_start = std::chrono::steady_clock::now();
     EDBATCH_CUDA_CHECK(cudaEventRecord(timing.start, stream_));
@@ -777,7 +777,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     if (queued_.size() > 8) queued_.erase(queued_.begin());
     queued_work_ = true;
     if (profile_) {
-      wait(name);
+      wait();
       float ms = 0;
       EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, timing.start, timing.stop));
       profile_pass(pass, host_ms, ms, persistent);
@@ -815,12 +815,18 @@ class CudaBackend : public Backend, public DeviceInterop {
     span.ms += device_ms;
   }
 
+  double staging_grow_ms() const {
+    double ms = 0;
+    for (const StagingRing* ring : {&forward_staging_, &backward_staging_, &interop_staging_})
+      for (const PinnedBuffer& b : ring->buffers) ms += b.grow_ms();
+    return ms;
+  }
+
   void print_profile() const {
     const std::pair<const char*, double> growth[] = {
         {"values", values_.grow_ms()},         {"adjoints", adjoints_.grow_ms()},
         {"scratch", scratch_.grow_ms()},       {"metadata", forward_meta_.grow_ms() + backward_meta_.grow_ms()},
-        {"staging (pinned)", forward_staging_.buffers[0].grow_ms() + forward_staging_.buffers[1].grow_ms() +
-                                 backward_staging_.buffers[0].grow_ms() + backward_staging_.buffers[1].grow_ms()},
+        {"staging (pinned)", staging_grow_ms()},
         {"parameters", params_.values.grow_ms() + params_.grads.grow_ms() + params_.staging.grow_ms()}};
     for (const auto& [what, ms] : growth)
       std::fprintf(stderr, "[cuda] profile: growing %-26s %12.3f ms\n", what, ms);
@@ -860,7 +866,6 @@ class CudaBackend : public Backend, public DeviceInterop {
   // Values copied out by stage(), one slot per ticket modulo kStagedSlots.
   struct Staged {
     PinnedBuffer host;
-    size_t bytes = 0;
     cudaEvent_t copied = nullptr;
     bool queued = false;
   };

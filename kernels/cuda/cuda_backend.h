@@ -47,6 +47,7 @@ class PinnedBuffer {
   bool reserve(size_t bytes);
   template <class T = float>
   T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
   double grow_ms() const { return grow_ms_; }
 
  private:

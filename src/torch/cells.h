@@ -103,6 +103,8 @@ class Runner {
   // `stream`.
   void backward(const std::vector<const float*>& out_grads, float* grad_x,
                 const std::vector<float*>& grad_weights, void* stream = nullptr);
+  // Whether the last forward ran on device memory (so its backward does too).
+  bool on_device() const { return on_device_; }
 
  private:
   ParameterCollection pc_;

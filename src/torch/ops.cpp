@@ -98,15 +98,14 @@ class RunnerPool {
 // A runner kept between forward and backward; returned to the pool when autograd drops it.
 class RunState : public torch::CustomClassHolder {
  public:
-  RunState(CallArgs args, std::unique_ptr<Runner> runner, int64_t num_x, bool on_device)
-      : args(std::move(args)), runner(std::move(runner)), num_x(num_x), on_device(on_device) {}
+  RunState(CallArgs args, std::unique_ptr<Runner> runner, int64_t num_x)
+      : args(std::move(args)), runner(std::move(runner)), num_x(num_x) {}
   ~RunState() override {
     if (runner) RunnerPool::get().give_back(args, std::move(runner));
   }
   CallArgs args;
   std::unique_ptr<Runner> runner;
   int64_t num_x;
-  bool on_device;  // the forward ran on device memory: so does the backward
 };
 
 void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
@@ -229,7 +228,7 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
     RunnerPool::get().give_back(a, std::move(runner));
     TORCH_CHECK(false, e.what());
   }
-  if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x, on_device);
+  if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x);
   else RunnerPool::get().give_back(a, std::move(runner));
   if (!on_device)
     for (Tensor& t : out) t = t.to(x_in.device());
@@ -275,7 +274,7 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
                 "retain_graph=False or run the forward again");
     Runner& runner = *state->runner;
     const Cell& cell = runner.cell();
-    const bool on_device = state->on_device;
+    const bool on_device = runner.on_device();
     const c10::DeviceGuard guard(device);
     std::vector<Tensor> g;
     std::vector<const float*> g_ptr;
