@@ -49,13 +49,11 @@ target_compile_options(edbatch_torch PRIVATE ${EDBATCH_WARNINGS})
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 13)
   target_compile_options(edbatch_torch PRIVATE -Wno-array-bounds -Wno-stringop-overflow)
 endif()
-# EDBATCH_TORCH_DEVICE_RESIDENT (with a CUDA torch and the CUDA backend): CUDA tensors stay on the
-# GPU (src/torch/ops.cpp reads torch's current stream through c10_cuda). Off by default: on an
-# H100 it still fails bench/torch_ext_cuda_check.py (an illegal address in some forward passes,
-# wrong mvrnn gradients; docs/pytorch.md). Otherwise CUDA tensors go through host memory.
-option(EDBATCH_TORCH_DEVICE_RESIDENT "PyTorch extension: keep CUDA tensors on the GPU (experimental)" OFF)
+# With a CUDA torch and the CUDA backend, CUDA tensors stay on the GPU (src/torch/ops.cpp reads
+# torch's current stream through c10_cuda; EDBATCH_TORCH_HOST_COPY=1 at run time copies through
+# host memory instead). Otherwise CUDA tensors go through host memory.
 set(EDBATCH_TORCH_GPU "host round trip for CUDA tensors")
-if(EDBATCH_TORCH_DEVICE_RESIDENT AND EDBATCH_CUDA AND TARGET torch_cuda)
+if(EDBATCH_CUDA AND TARGET torch_cuda)
   target_compile_definitions(edbatch_torch PRIVATE EDBATCH_TORCH_CUDA)
   set(EDBATCH_TORCH_GPU "CUDA tensors stay on the GPU")
 endif()

@@ -2,7 +2,8 @@
 # On a GPU machine with PyTorch: build the PyTorch extension with the CUDA backend, run its pytest
 # suite (when pytest is there), check the extension on cuda against itself on cpu
 # (bench/torch_ext_cuda_check.py), and time training steps through the extension against
-# node-by-node and hand-batched PyTorch on the GPU (bench/bench_torch_ext.py). Logs go to the
+# node-by-node and hand-batched PyTorch on the GPU (bench/bench_torch_ext.py); the check and the
+# timing run twice, with CUDA tensors kept on the GPU and copied through host memory. Logs go to the
 # output folder ($OUT when set, else gpu-torch-results).
 #
 #   scripts/gpu_torch.sh [--out DIR] [--build DIR] [--reps N]
@@ -50,8 +51,15 @@ if "$py" -c 'import pytest' 2> /dev/null; then
 else
   echo "gpu_torch.sh: no pytest here; the Python tests were not run" >&2
 fi
-"$py" bench/torch_ext_cuda_check.py 2>&1 | tee "$out/cuda_check.log" || status=1
-"$py" bench/bench_torch_ext.py --device cuda --reps "$reps" > "$out/bench_torch_ext.jsonl" \
-  2> "$out/bench_torch_ext.txt" || status=1
-cat "$out/bench_torch_ext.txt" >&2
+# Both ways CUDA tensors can go: kept on the GPU (the default) and copied through host memory.
+for path in device host; do
+  copy=0
+  [ "$path" = host ] && copy=1
+  echo "== CUDA tensors: $path path (EDBATCH_TORCH_HOST_COPY=$copy)" >&2
+  EDBATCH_TORCH_HOST_COPY=$copy "$py" bench/torch_ext_cuda_check.py 2>&1 |
+    tee "$out/cuda_check_$path.log" || status=1
+  EDBATCH_TORCH_HOST_COPY=$copy "$py" bench/bench_torch_ext.py --device cuda --reps "$reps" \
+    > "$out/bench_torch_ext_$path.jsonl" 2> "$out/bench_torch_ext_$path.txt" || status=1
+  cat "$out/bench_torch_ext_$path.txt" >&2
+done
 exit $status

@@ -4,6 +4,9 @@
 // GPU (or without CUDA in the build) every case here is skipped, and one case says so.
 #include <doctest/doctest.h>
 #include <unistd.h>
+#ifdef EDBATCH_TEST_CUDA_RUNTIME
+#include <cuda_runtime.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -180,6 +183,12 @@ const std::vector<OpCase> kOps = {
      {Dim{5, 3}, Dim{1, 3}, Dim{7, 3}},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
        return concat({a[0], a[1], a[2]});
+     }},
+    // Argument sizes past 16 bits (the PyTorch adapter's seed concatenates every output).
+    {"wide concat",
+     {Dim{65541, 1}, Dim{3, 1}, Dim{65536, 1}, Dim{2, 1}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return concat({a[0], a[1], a[2], a[3]});
      }},
     {"pick",
      {Dim{11, 1}},
@@ -515,3 +524,151 @@ CUDA_CASE("cuda: an asynchronous error surfaces as an exception naming the kerne
   CHECK(async.find("FAULT: [cuda] forward: asynchronous error") != std::string::npos);
   CHECK(async.find("steps forward") != std::string::npos);
 }
+
+#ifdef EDBATCH_TEST_CUDA_RUNTIME
+// ---- DeviceInterop: a caller's device memory in and out ----
+
+namespace {
+
+struct DeviceFloats {
+  explicit DeviceFloats(const std::vector<float>& host) : n(host.size()) {
+    REQUIRE(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, host.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  explicit DeviceFloats(size_t floats) : DeviceFloats(std::vector<float>(floats, -7.0f)) {}
+  ~DeviceFloats() { cudaFree(p); }
+  std::vector<float> host() const {
+    std::vector<float> h(n);
+    REQUIRE(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+  }
+  float* p = nullptr;
+  size_t n;
+};
+
+// Parameters W (rows x cols), b and h0, and a seed row over the outputs; x_i are inputs.
+struct InteropModel {
+  static constexpr uint32_t kRows = 6, kCols = 5, kInstances = 7;
+  InteropModel() : pc(11), g(pc) {
+    W = pc.add_parameters("W", Dim{kRows, kCols});
+    b = pc.add_parameters("b", Dim{kRows, 1});
+    h0 = pc.add_parameters("h0", Dim{kRows, 1});
+  }
+  // Outputs of instance i: y_i, the input x_i, the parameter h0, a view of a value computed from
+  // a view of y_i, and y_i + h0; the loss is seed . [every output].
+  Expr build(const std::vector<float>& x) {
+    for (uint32_t i = 0; i < kInstances; ++i) {
+      xs.push_back(input(g, Dim{kCols, 1}, std::vector<float>(x.begin() + i * kCols,
+                                                             x.begin() + (i + 1) * kCols)));
+      const Expr y = tanh(affine({parameter(g, b), parameter(g, W), xs.back()}));
+      const Expr r = reshape(tanh(reshape(y, Dim{2, kRows / 2})), Dim{kRows, 1});
+      for (const Expr& o : {y, xs.back(), parameter(g, h0), r, sum({y, parameter(g, h0)})})
+        outputs.push_back(o);
+    }
+    uint32_t floats = 0;
+    for (const Expr& o : outputs) floats += g.node(o.id).dim.size();
+    seed = pc.add_parameters("seed", Dim{1, floats});
+    std::vector<Expr> parts;
+    for (size_t i = 0; i < outputs.size(); i += 5)
+      parts.push_back(concat(std::vector<Expr>(outputs.begin() + i, outputs.begin() + i + 5)));
+    return matmul(parameter(g, seed), concat(parts));
+  }
+  std::vector<uint32_t> ids() const {
+    std::vector<uint32_t> v;
+    for (const Expr& o : outputs) v.push_back(o.id);
+    return v;
+  }
+  ParameterCollection pc;
+  Graph g;
+  Parameter W, b, h0, seed;
+  std::vector<Expr> xs, outputs;
+};
+
+std::vector<float> transposed(const std::vector<float>& m, uint32_t rows, uint32_t cols) {
+  std::vector<float> t(m.size());
+  for (uint32_t r = 0; r < rows; ++r)
+    for (uint32_t c = 0; c < cols; ++c) t[c * rows + r] = m[r * cols + c];
+  return t;  // row-major rows x cols -> column-major
+}
+
+}  // namespace
+
+CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradients in device "
+          "memory, = cpu") {
+  using M = InteropModel;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = u(rng);
+    return v;
+  };
+  const std::vector<float> W_rows = random(M::kRows * M::kCols), b = random(M::kRows),
+                           h0 = random(M::kRows), x = random(M::kInstances * M::kCols);
+
+  // The CPU: values set on the host, x in the graph.
+  M cpu;
+  const Expr cpu_loss = cpu.build(x);
+  const std::vector<float> seed = random(cpu.pc.dim(cpu.seed.id).size());
+  const std::vector<float> W_cols = transposed(W_rows, M::kRows, M::kCols);
+  std::copy(W_cols.begin(), W_cols.end(), cpu.pc.values(cpu.W.id));
+  std::copy(b.begin(), b.end(), cpu.pc.values(cpu.b.id));
+  std::copy(h0.begin(), h0.end(), cpu.pc.values(cpu.h0.id));
+  std::copy(seed.begin(), seed.end(), cpu.pc.values(cpu.seed.id));
+  EngineOptions o;
+  o.device = "cpu";
+  Engine ce(cpu.pc, o);
+  ce.forward(cpu.g, cpu_loss);
+  std::vector<float> want_values, want_adjoints;
+  for (const Expr& e : cpu.outputs) {
+    const std::vector<float> v = as_vector(ce.value(e));
+    want_values.insert(want_values.end(), v.begin(), v.end());
+  }
+  ce.backward(cpu.g, cpu_loss);
+  for (const Expr& e : cpu.outputs) {
+    const std::vector<float> v = as_vector(ce.gradient(e));
+    want_adjoints.insert(want_adjoints.end(), v.begin(), v.end());
+  }
+
+  // The GPU: parameters and x from device memory (the graph's own x values are zeros), twice,
+  // so the second round reads what the first left behind only through the interop.
+  M gpu;
+  const Expr gpu_loss = gpu.build(std::vector<float>(x.size(), 0.0f));
+  o.device = "cuda";
+  Engine ge(gpu.pc, o);
+  DeviceInterop* io = ge.device_interop();
+  REQUIRE(io != nullptr);
+  const DeviceFloats dW(W_rows), db(b), dh0(h0), dseed(seed), dx(x);
+  DeviceFloats values(want_values.size()), adjoints(want_adjoints.size()),
+      gW(W_rows.size()), gh0(h0.size());
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    io->write_parameter(gpu.pc, gpu.W.id, dW.p, 0, W_rows.size(), true);
+    io->write_parameter(gpu.pc, gpu.b.id, db.p, 0, b.size(), false);
+    io->write_parameter(gpu.pc, gpu.h0.id, dh0.p, 0, h0.size(), false);
+    io->write_parameter(gpu.pc, gpu.seed.id, dseed.p, 0, seed.size(), false);
+    io->inputs_from_device(dx.p, x.size());
+    ge.forward(gpu.g, gpu_loss);
+    io->read_nodes(gpu.g, ge.plan(), gpu.ids(), values.p, false);
+    io->zero_gradients(gpu.pc);
+    ge.backward(gpu.g, gpu_loss);
+    io->read_nodes(gpu.g, ge.plan(), gpu.ids(), adjoints.p, true);
+    io->read_gradient(gpu.pc, gpu.W.id, gW.p, true);
+    io->read_gradient(gpu.pc, gpu.h0.id, gh0.p, false);
+    ge.synchronize();
+    check_close(values.host(), want_values, want_values.size(), kTol, "node values");
+    check_close(adjoints.host(), want_adjoints, want_adjoints.size(), kTol, "node adjoints");
+    const std::vector<float> cpu_gW = as_vector(Tensor{cpu.pc.grads(cpu.W.id), Dim{M::kRows, M::kCols}});
+    check_close(gW.host(), transposed(cpu_gW, M::kCols, M::kRows), W_rows.size(), kTol,
+                "gradient of W, row-major");
+    check_close(gh0.host(), std::vector<float>(cpu.pc.grads(cpu.h0.id), cpu.pc.grads(cpu.h0.id) + M::kRows),
+                M::kRows, kTol, "gradient of h0");
+  }
+  // Host code sees the device's parameters and gradients (the pending fetch).
+  check_close(std::vector<float>(gpu.pc.values(gpu.W.id), gpu.pc.values(gpu.W.id) + W_cols.size()),
+              W_cols, W_cols.size(), 0, "W on the host after device writes");
+  check_close(std::vector<float>(gpu.pc.grads(gpu.b.id), gpu.pc.grads(gpu.b.id) + M::kRows),
+              std::vector<float>(cpu.pc.grads(cpu.b.id), cpu.pc.grads(cpu.b.id) + M::kRows),
+              M::kRows, kTol, "gradient of b on the host");
+}
+#endif

@@ -384,14 +384,24 @@ class CudaBackend : public Backend, public DeviceInterop {
     queued_work_ = true;
     if (&g != graph_ || plan.total_floats != total_floats_)
       throw std::invalid_argument("[cuda] read_nodes: not the graph of the last forward pass");
+    // Spans from the arena, then spans from the parameter mirror (a parameter node has no arena
+    // offset; reshape refuses parameters, so no view of one has either).
     std::vector<uint32_t>& spans = spans_;
+    std::vector<uint32_t>& param_spans = param_spans_;
     spans.clear();
+    param_spans.clear();
     uint32_t to = 0;
     for (uint32_t v : nodes) {
       const uint32_t n = g.node(v).dim.size();
-      spans.insert(spans.end(), {plan.node_offset[v], to, n});
+      if (g.node(v).op == Op::Parameter) {  // the forward pass laid out the mirror
+        param_spans.insert(param_spans.end(), {params_.offset[g.node(v).aux], to, n});
+      } else {
+        spans.insert(spans.end(), {plan.node_offset[v], to, n});
+      }
       to += n;
     }
+    const size_t arena_bytes = spans.size() * sizeof(uint32_t);
+    spans.insert(spans.end(), param_spans.begin(), param_spans.end());
     const size_t bytes = spans.size() * sizeof(uint32_t);
     PinnedBuffer& staging = acquire(interop_staging_, bytes);
     std::memcpy(staging.as<char>(), spans.data(), bytes);
@@ -399,8 +409,14 @@ class CudaBackend : public Backend, public DeviceInterop {
     EDBATCH_CUDA_CHECK(cudaMemcpyAsync(interop_meta_.as<char>(), staging.as<char>(), bytes,
                                        cudaMemcpyHostToDevice, stream_));
     release(interop_staging_);
-    launch_gather_spans(adjoints ? adjoints_.as() : values_.as(), interop_meta_.as<uint32_t>(),
-                        static_cast<uint32_t>(nodes.size()), dst, stream_);
+    const uint32_t from_arena = static_cast<uint32_t>(arena_bytes / sizeof(uint32_t) / 3);
+    if (from_arena > 0)
+      launch_gather_spans(adjoints ? adjoints_.as() : values_.as(), interop_meta_.as<uint32_t>(),
+                          from_arena, dst, stream_);
+    if (!param_spans.empty())
+      launch_gather_spans(adjoints ? params_.grads.as() : params_.values.as(),
+                          interop_meta_.as<uint32_t>() + 3 * from_arena,
+                          static_cast<uint32_t>(param_spans.size() / 3), dst, stream_);
     EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
   }
 
@@ -851,7 +867,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   cublasHandle_t blas_ = nullptr;
   const float* device_inputs_ = nullptr;  // DeviceInterop::inputs_from_device, for the next forward
   size_t device_input_floats_ = 0;
-  std::vector<uint32_t> spans_;  // read_nodes' copy list
+  std::vector<uint32_t> spans_, param_spans_;  // read_nodes' copy lists
   DeviceBuffer interop_meta_;
   StagingRing interop_staging_;
   // Events around each queued pass, for its device time (read once it has finished).

@@ -39,7 +39,7 @@ struct StepDesc {
   uint32_t table;                         // Lookup: float offset of the table in params/grads
   uint32_t arg_rows;                      // Pick, PickNegLogSoftmax: rows of the argument
   float alpha, beta;                      // ScalarAffine
-  uint16_t concat_rows[8];                // Concat: rows of each argument
+  uint32_t concat_rows[8];                // Concat: rows of each argument
   uint32_t cache_begin;                   // its operands' place in the group's shared cache
 };
 constexpr uint32_t kMaxConcatArgs = 8;

@@ -129,7 +129,7 @@ class Encoder {
                                  " arguments (batch " + std::to_string(it.batch) +
                                  "): the CUDA backend supports at most 8");
       for (uint32_t j = 0; j < sp.operand_count; ++j)
-        d.concat_rows[j] = static_cast<uint16_t>(arg_dim(it, j).rows);
+        d.concat_rows[j] = arg_dim(it, j).rows;
     }
     return d;
   }

@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -38,10 +39,15 @@ struct CallArgs {
 
 // CUDA tensors stay on the GPU when the extension was built with the CUDA backend: weights,
 // inputs, outputs and gradients move on the device, on torch's current stream, and nothing
-// waits for the GPU. Otherwise they make a round trip through host memory.
+// waits for the GPU. Otherwise, or with EDBATCH_TORCH_HOST_COPY=1, they make a round trip
+// through host memory.
 bool device_resident(const Tensor& x) {
 #ifdef EDBATCH_TORCH_CUDA
-  return x.is_cuda();
+  static const bool host_copy = [] {
+    const char* v = std::getenv("EDBATCH_TORCH_HOST_COPY");
+    return v != nullptr && std::string(v) != "0";
+  }();
+  return x.is_cuda() && !host_copy;
 #else
   (void)x;
   return false;
