@@ -133,6 +133,41 @@ class Ours:
         return loss
 
 
+def profile(ours, packs, device, n, model):
+    """Where an edbatch training step's time goes: each phase waited for, then torch.profiler."""
+    phases = {"forward": [], "loss": [], "backward": [], "optimizer": []}
+    for i in range(n):
+        p = packs[i % len(packs)]
+        ours.opt.zero_grad(set_to_none=False)
+        sync(device)
+        t0 = time.perf_counter()
+        h = ours.m(p)[0]
+        sync(device)
+        t1 = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(h @ ours.W_out.t(), p.labels, reduction="sum")
+        sync(device)
+        t2 = time.perf_counter()
+        loss.backward()
+        sync(device)
+        t3 = time.perf_counter()
+        ours.opt.step()
+        sync(device)
+        t4 = time.perf_counter()
+        for name, a, b in (("forward", t0, t1), ("loss", t1, t2), ("backward", t2, t3),
+                           ("optimizer", t3, t4)):
+            phases[name].append((b - a) * 1e3)
+    print(f"{model}: edbatch step by phase, median ms over {n}: " +
+          ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in phases.items()), file=sys.stderr)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for i in range(n):
+            ours.step(packs[i % len(packs)])
+        sync(device)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="tree_lstm,lattice_lstm")
@@ -146,6 +181,9 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="edbatch threads (0: torch's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after timing, N edbatch steps phase by phase (forward, loss, backward, "
+                         "optimizer; each waited for) and under torch.profiler, on stderr")
     args = ap.parse_args()
     device = torch.device(args.device)
     H = args.hidden
@@ -191,6 +229,8 @@ def main():
                     sync(device)
                     if rep >= args.warmup:
                         times[name].append((time.perf_counter() - t0) * 1e3)
+            if args.profile:
+                profile(ours, packs, device, args.profile, model)
             nodes = statistics.mean(p.num_nodes for p in packs)
             base = statistics.median(times["edbatch"])
             for name, ts in times.items():
