@@ -692,8 +692,10 @@ class CudaBackend : public Backend, public DeviceInterop {
           stages_.push_back({pass.forward ? Stage::StepsForward : Stage::StepsBackward, c.group});
           break;
         case Command::Kind::LinearForward: stages_.push_back({Stage::LinearForward, c.group}); break;
-        case Command::Kind::LinearBackwardX: stages_.push_back({Stage::LinearBackwardX, c.group}); break;
-        case Command::Kind::LinearBackwardW: stages_.push_back({Stage::LinearBackwardW, c.group}); break;
+        case Command::Kind::LinearBackward:
+          stages_.push_back({Stage::LinearBackwardX, c.group});
+          stages_.push_back({Stage::LinearBackwardW, c.group});
+          break;
         default: stages_.clear(); return;
       }
     }
@@ -732,11 +734,8 @@ class CudaBackend : public Backend, public DeviceInterop {
       case Command::Kind::LinearForward:
         launch_linear_forward(view_, linears_[c.group], stream_);
         return;
-      case Command::Kind::LinearBackwardX:
-        launch_linear_backward_x(view_, linears_[c.group], stream_);
-        return;
-      case Command::Kind::LinearBackwardW:
-        launch_linear_backward_w(view_, linears_[c.group], stream_);
+      case Command::Kind::LinearBackward:
+        launch_linear_backward(view_, linears_[c.group], stream_);
         return;
       case Command::Kind::Gemv:
         EDBATCH_CUBLAS_CHECK(cublasSgemv(blas_, CUBLAS_OP_N, c.m, c.n, &one, c.a, c.lda, c.b, 1,
@@ -799,8 +798,9 @@ class CudaBackend : public Backend, public DeviceInterop {
       profile_pass(pass, host_ms, ms, persistent);
     }
     counters_.kernels += pass.commands.size();
-    for (const Command& c : pass.commands)  // the weight gradient's bias pass
-      counters_.kernels += c.kind == Command::Kind::LinearBackwardW && linears_[c.group].bias != kNoOperand;
+    for (const Command& c : pass.commands)  // a bias gradient that needs its own launch
+      if (c.kind == Command::Kind::LinearBackward)
+        counters_.kernels += linear_backward_launches(linears_[c.group]) - 1;
     counters_.bytes_copied += pass.bytes_copied;
     counters_.arena_bytes = values_.bytes() + adjoints_.bytes() + scratch_.bytes();
   }

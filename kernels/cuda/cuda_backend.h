@@ -93,7 +93,7 @@ struct StagingRing {
 // upload's device address is known.
 struct Command {
   enum class Kind : uint8_t {
-    Steps, Gather, Scatter, Gemm, GemmBatched, Gemv, LinearForward, LinearBackwardX, LinearBackwardW
+    Steps, Gather, Scatter, Gemm, GemmBatched, Gemv, LinearForward, LinearBackward
   };
   Kind kind;
   const char* what;  // for error messages

@@ -75,12 +75,16 @@ struct LinearDesc {
   uint32_t w[kMaxProducts], x[kMaxProducts], n[kMaxProducts];  // operand indices, inner sizes
   uint32_t max_n;
   uint32_t splits;             // dW: column ranges reduced by separate thread blocks
+  uint32_t bias_in_w;          // 1: the dW thread blocks also reduce db (one column per node,
+                               // each member's bias shared by its nodes)
 };
 void launch_linear_forward(const DeviceView& d, const LinearDesc& l, Stream s);
-// dX_p += W_p^T dY, added atomically into each node's operand adjoint.
-void launch_linear_backward_x(const DeviceView& d, const LinearDesc& l, Stream s);
-// dW_p += dY X_p^T per member, and the bias gradient.
-void launch_linear_backward_w(const DeviceView& d, const LinearDesc& l, Stream s);
+// One launch: dX_p += W_p^T dY, added atomically into each node's operand adjoint, and, in other
+// thread blocks of the same grid, dW_p += dY X_p^T per member and the bias gradient (a second
+// launch only when the bias gradient cannot ride along: see bias_in_w).
+void launch_linear_backward(const DeviceView& d, const LinearDesc& l, Stream s);
+// Launches launch_linear_backward makes for `l`.
+uint32_t linear_backward_launches(const LinearDesc& l);
 
 // A whole pass in one cooperative launch: the kernel walks the stages (every launch the pass
 // would make, as uploaded arrays), all thread blocks sharing each stage's blocks, with a

@@ -333,6 +333,8 @@ class Encoder {
     }
     if (l.products == 0 || macs > kFusedMacs) return false;
     l.splits = std::max(1u, std::min(16u, k * l.cols / 256));
+    // db rides along with dW when each member's bias is one vector shared by its nodes.
+    l.bias_in_w = affine && l.cols == 1 && (is_shared(ops[0].mode) || member_weights(ops[0], members, k));
     const uint32_t index = static_cast<uint32_t>(pass_.linears.size());
     pass_.linears.push_back(l);
     auto add = [&](Command::Kind kind, const char* what) {
@@ -346,8 +348,7 @@ class Encoder {
     if (pass_.forward) {
       add(Command::Kind::LinearForward, "linear forward");
     } else {
-      add(Command::Kind::LinearBackwardX, "linear backward (inputs)");
-      add(Command::Kind::LinearBackwardW, "linear backward (weights)");
+      add(Command::Kind::LinearBackward, "linear backward");
     }
     return true;
   }

@@ -27,6 +27,11 @@ __device__ inline Columns member_columns(const LinearDesc& l, uint32_t member, u
 
 __device__ inline const Operand& op(const DeviceView& d, uint32_t i) { return d.operands[i]; }
 
+// Block i of a grid g, in row-major order of (x, y, z).
+__device__ inline dim3 block_of(uint32_t i, dim3 g) {
+  return dim3(i % g.x, (i / g.x) % g.y, i / (g.x * g.y));
+}
+
 // Inner-dimension chunk of one thread block: the products' inner sizes are split so that even a
 // batch of a few columns spreads over many thread blocks; partial sums meet in the zeroed output
 // with atomics, and the first chunk adds the bias.
@@ -149,7 +154,8 @@ __device__ void linear_backward_x_body(const DeviceView& d, const LinearDesc& l,
 }
 
 // dW_p += dY X_p^T over one member's columns (a share of them per split). Grid: x = row tiles of
-// m, y = column tiles of max_n, z = (products x members) x splits.
+// m, y = column tiles of max_n, z = (products x members) x splits. With bias_in_w the blocks of
+// product 0 and column tile 0 also sum their rows of dY over their columns into db.
 __device__ void linear_backward_w_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
   __shared__ float ys[kTK][kTM + 4];  // ys[q][r] = dY[r0 + r, column t0 + q]
   __shared__ float xs[kTK][kTN + 1];  // xs[q][j] = X[j0 + j, column t0 + q]
@@ -164,7 +170,9 @@ __device__ void linear_backward_w_body(const DeviceView& d, const LinearDesc& l,
   const uint32_t t_begin = member * per_member + split * chunk;
   const uint32_t t_end = min(member * per_member + per_member, t_begin + chunk);
   const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const bool bias = l.bias_in_w && p == 0 && block.y == 0;
   float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+  float db = 0.0f;
   for (uint32_t t0 = t_begin; t0 < t_end; t0 += kTK) {
     if (threadIdx.x < kTK) {
       const uint32_t t = t0 + threadIdx.x;
@@ -196,8 +204,13 @@ __device__ void linear_backward_w_body(const DeviceView& d, const LinearDesc& l,
         acc[i][1] += a * b1;
       }
     }
+    if (bias && threadIdx.x < kTM)
+#pragma unroll
+      for (uint32_t q = 0; q < kTK; ++q) db += ys[q][threadIdx.x];
     __syncthreads();
   }
+  if (bias && threadIdx.x < kTM && r0 + threadIdx.x < l.m && db != 0.0f)
+    atomicAdd(adjoint_ptr(d, op(d, l.bias), member * l.k, l.k) + r0 + threadIdx.x, db);
   float* dw = adjoint_ptr(d, op(d, l.w[p]), member * l.k, l.k);
 #pragma unroll
   for (uint32_t j = 0; j < 2; ++j) {

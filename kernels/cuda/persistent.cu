@@ -16,10 +16,6 @@ constexpr uint32_t kPersistentThreads = 256;
 static_assert(kPersistentThreads == kStepThreads && kPersistentThreads == kLinearThreads,
               "the persistent kernel runs every stage with one block size");
 
-__device__ inline dim3 block_of(uint32_t i, dim3 g) {
-  return dim3(i % g.x, (i / g.x) % g.y, i / (g.x * g.y));
-}
-
 // Runs body(virtual block) for every block of a grid of `blocks`, shared over the resident ones;
 // the barrier lets the next virtual block reuse shared memory.
 template <class F>
@@ -66,7 +62,7 @@ __global__ void __launch_bounds__(kPersistentThreads)
         const LinearDesc& l = linears[st.index];
         const dim3 g = linear_backward_w_grid(l);
         share(g.x * g.y * g.z, [&](uint32_t b) { linear_backward_w_body(d, l, block_of(b, g)); });
-        if (l.bias != kNoOperand) {
+        if (l.bias != kNoOperand && !l.bias_in_w) {
           const uint32_t blocks = linear_bias_blocks(l);
           share(blocks, [&](uint32_t b) { linear_bias_body(d, l, b, blocks); });
         }
