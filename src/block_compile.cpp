@@ -367,6 +367,40 @@ void order_members(BlockPlan& p, std::vector<std::vector<uint32_t>>& steps) {
   }
 }
 
+// Moves elementwise steps later, past steps that do not read them, to just before the next
+// elementwise step, so that elementwise runs split only by independent GEMM steps become one
+// fused group (one launch instead of two on a GPU). The order stays topological: a step moves
+// only past steps that do not depend on it.
+void gather_elementwise(const BlockPlan& p, std::vector<std::vector<uint32_t>>& steps) {
+  const Graph& g = *p.body;
+  auto elementwise = [&](const std::vector<uint32_t>& st) {
+    return op_info(g.node(st[0]).op).elementwise;
+  };
+  std::vector<uint8_t> in_step(g.size(), 0);
+  auto reads = [&](const std::vector<uint32_t>& later) {  // any argument marked in in_step
+    for (uint32_t m : later) {
+      const Node& n = g.node(m);
+      for (uint32_t k = 0; k < n.num_args; ++k)
+        if (in_step[g.args(n)[k]]) return true;
+    }
+    return false;
+  };
+  for (size_t i = 0; i + 1 < steps.size();) {
+    size_t j = i + 1;
+    if (elementwise(steps[i]) && !elementwise(steps[i + 1])) {
+      for (uint32_t m : steps[i]) in_step[m] = 1;
+      while (j < steps.size() && !elementwise(steps[j]) && !reads(steps[j])) ++j;
+      for (uint32_t m : steps[i]) in_step[m] = 0;
+      if (j < steps.size() && j > i + 1 && elementwise(steps[j])) {
+        std::rotate(steps.begin() + i, steps.begin() + i + 1, steps.begin() + j);
+        if (i > 0) --i;  // the step before may now move too
+        continue;
+      }
+    }
+    ++i;
+  }
+}
+
 void assign_layout(BlockPlan& p, const std::vector<std::vector<uint32_t>>& steps) {
   const Graph& g = *p.body;
   p.base.assign(g.size(), UINT32_MAX);
@@ -429,6 +463,7 @@ void compile_block(BlockPlan& p, const FreezeOptions& options) {
   BodySearch search(*p.body, type, num_types);
   p.lower_bound = search.lower_bound();
   std::vector<std::vector<uint32_t>> steps = search.run(&p.exact);
+  gather_elementwise(p, steps);
   if (options.plan_layout) order_members(p, steps);
   assign_layout(p, steps);
   p.output_floats = 0;

@@ -691,10 +691,16 @@ class CudaBackend : public Backend, public DeviceInterop {
         case Command::Kind::Steps:
           stages_.push_back({pass.forward ? Stage::StepsForward : Stage::StepsBackward, c.group});
           break;
-        case Command::Kind::LinearForward: stages_.push_back({Stage::LinearForward, c.group}); break;
+        case Command::Kind::LinearForward:
+          for (uint32_t g : {c.group, c.group2})
+            if (g != kNoOperand) stages_.push_back({Stage::LinearForward, g});
+          break;
         case Command::Kind::LinearBackward:
-          stages_.push_back({Stage::LinearBackwardX, c.group});
-          stages_.push_back({Stage::LinearBackwardW, c.group});
+          for (uint32_t g : {c.group, c.group2})
+            if (g != kNoOperand) {
+              stages_.push_back({Stage::LinearBackwardX, g});
+              stages_.push_back({Stage::LinearBackwardW, g});
+            }
           break;
         default: stages_.clear(); return;
       }
@@ -704,6 +710,10 @@ class CudaBackend : public Backend, public DeviceInterop {
   std::string describe(const Command& c, const char* pass) const {
     return std::string("kernel '") + c.what + "' of the " + pass + " pass (batch " +
            std::to_string(c.batch) + ")";
+  }
+
+  const LinearDesc* second_linear(const Command& c) const {
+    return c.group2 == kNoOperand ? nullptr : &linears_[c.group2];
   }
 
   void launch(const Command& c) {
@@ -732,10 +742,10 @@ class CudaBackend : public Backend, public DeviceInterop {
         return;
       }
       case Command::Kind::LinearForward:
-        launch_linear_forward(view_, linears_[c.group], stream_);
+        launch_linear_forward(view_, linears_[c.group], second_linear(c), stream_);
         return;
       case Command::Kind::LinearBackward:
-        launch_linear_backward(view_, linears_[c.group], stream_);
+        launch_linear_backward(view_, linears_[c.group], second_linear(c), stream_);
         return;
       case Command::Kind::Gemv:
         EDBATCH_CUBLAS_CHECK(cublasSgemv(blas_, CUBLAS_OP_N, c.m, c.n, &one, c.a, c.lda, c.b, 1,
@@ -800,7 +810,8 @@ class CudaBackend : public Backend, public DeviceInterop {
     counters_.kernels += pass.commands.size();
     for (const Command& c : pass.commands)  // a bias gradient that needs its own launch
       if (c.kind == Command::Kind::LinearBackward)
-        counters_.kernels += linear_backward_launches(linears_[c.group]) - 1;
+        for (uint32_t g : {c.group, c.group2})
+          if (g != kNoOperand) counters_.kernels += linear_backward_launches(linears_[g]) - 1;
     counters_.bytes_copied += pass.bytes_copied;
     counters_.arena_bytes = values_.bytes() + adjoints_.bytes() + scratch_.bytes();
   }

@@ -100,6 +100,9 @@ struct Command {
   uint32_t batch;
   // Steps: StepGroup index; Linear*: LinearDesc index. Gather, Scatter: the operand and buffer.
   uint32_t group = 0;
+  // LinearForward, LinearBackward: a second, independent GEMM step of the same block call run
+  // in the same launch (a LinearDesc index), or kNoOperand.
+  uint32_t group2 = kNoOperand;
   Operand operand{};
   uint32_t count = 0, k = 0, per_node = 0;
   float* buffer = nullptr;

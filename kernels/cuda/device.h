@@ -78,11 +78,14 @@ struct LinearDesc {
   uint32_t bias_in_w;          // 1: the dW thread blocks also reduce db (one column per node,
                                // each member's bias shared by its nodes)
 };
-void launch_linear_forward(const DeviceView& d, const LinearDesc& l, Stream s);
+// With l2, a second GEMM step that neither reads nor writes what l does runs in the same grid.
+void launch_linear_forward(const DeviceView& d, const LinearDesc& l, const LinearDesc* l2,
+                           Stream s);
 // One launch: dX_p += W_p^T dY, added atomically into each node's operand adjoint, and, in other
 // thread blocks of the same grid, dW_p += dY X_p^T per member and the bias gradient (a second
 // launch only when the bias gradient cannot ride along: see bias_in_w).
-void launch_linear_backward(const DeviceView& d, const LinearDesc& l, Stream s);
+void launch_linear_backward(const DeviceView& d, const LinearDesc& l, const LinearDesc* l2,
+                            Stream s);
 // Launches launch_linear_backward makes for `l`.
 uint32_t linear_backward_launches(const LinearDesc& l);
 

@@ -25,7 +25,26 @@ struct Item {
   uint32_t k;            // invocations (plain batches: count)
   const Graph* graph;    // the graph `first` belongs to (a block body for block steps)
   const Node* first;
+  const BlockPlan* block = nullptr;  // block steps: the block and the step
+  const BlockStep* step = nullptr;
 };
+
+// True when block step `later` (after `earlier` in the block's forward order, same call) reads
+// no value that `earlier` computes: their GEMMs may then share a launch, forward and backward.
+bool independent(const Item& earlier, const Item& later) {
+  if (!earlier.step || !later.step || earlier.block != later.block || earlier.batch != later.batch)
+    return false;
+  const BlockPlan& bp = *earlier.block;
+  const Graph& body = *bp.body;
+  const uint32_t* e0 = bp.members.data() + earlier.step->member_begin;
+  const uint32_t* e1 = e0 + earlier.step->member_count;
+  for (uint32_t j = 0; j < later.step->member_count; ++j) {
+    const Node& n = body.node(bp.members[later.step->member_begin + j]);
+    for (uint32_t a = 0; a < n.num_args; ++a)
+      if (std::find(e0, e1, body.args(n)[a]) != e1) return false;
+  }
+  return true;
+}
 
 const char* gemm_name(bool forward) { return forward ? "gemm forward" : "gemm backward"; }
 
@@ -84,7 +103,8 @@ class Encoder {
       for (uint32_t s = g.step_begin; s < g.step_begin + g.step_count; ++s) {
         const BlockStep& st = bp.steps[s];
         items.push_back(Item{st.op, b, &plan_.steps[call.step_begin + s], call.count,
-                             bp.body.get(), &bp.body->node(bp.members[st.member_begin])});
+                             bp.body.get(), &bp.body->node(bp.members[st.member_begin]), &bp,
+                             &st});
       }
       if (items.size() == 1 && (items[0].op == Op::Affine || items[0].op == Op::MatMul))
         linear(items[0]);
@@ -337,6 +357,18 @@ class Encoder {
     l.bias_in_w = affine && l.cols == 1 && (is_shared(ops[0].mode) || member_weights(ops[0], members, k));
     const uint32_t index = static_cast<uint32_t>(pass_.linears.size());
     pass_.linears.push_back(l);
+    // The previous command is this call's previous GEMM step and the two are independent: one
+    // launch runs both (backward walks the steps in reverse, so there `it` comes first).
+    if (last_linear_ == pass_.commands.size() && last_linear_ > 0) {
+      Command& prev = pass_.commands.back();
+      if (prev.group2 == kNoOperand &&
+          (pass_.forward ? independent(last_item_, it) : independent(it, last_item_))) {
+        prev.group2 = index;
+        return true;
+      }
+    }
+    last_item_ = it;
+    last_linear_ = pass_.commands.size() + 1;
     auto add = [&](Command::Kind kind, const char* what) {
       Command c{};
       c.kind = kind;
@@ -483,6 +515,9 @@ class Encoder {
     scatter(it, x, static_cast<uint32_t>(xsize), dx);
   }
 
+  // The last fused GEMM command (its index + 1, when it is still the last command) and its step.
+  size_t last_linear_ = 0;
+  Item last_item_{};
   Pass& pass_;
   const MemoryPlan& plan_;
   ParameterCollection& params_;

@@ -13,32 +13,58 @@ namespace edbatch::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(kLinearThreads) forward_kernel(DeviceView d, LinearDesc l) {
-  linear_forward_body(d, l, blockIdx);
+// One or two GEMM steps in one grid: thread blocks [0, n1) are l's, the rest l2's.
+__global__ void __launch_bounds__(kLinearThreads) forward_kernel(DeviceView d, LinearDesc l,
+                                                                 LinearDesc l2, uint32_t n1) {
+  if (blockIdx.x < n1)
+    linear_forward_body(d, l, block_of(blockIdx.x, linear_forward_grid(l)));
+  else
+    linear_forward_body(d, l2, block_of(blockIdx.x - n1, linear_forward_grid(l2)));
 }
-// Thread blocks [0, dX blocks) compute dX, the rest dW (and db): both read only dY, X and W.
-__global__ void __launch_bounds__(kLinearThreads) backward_kernel(DeviceView d, LinearDesc l) {
+
+// A step's backward blocks: [0, dX blocks) compute dX, the rest dW (and db); both read only dY,
+// X and W.
+__device__ void backward_block(const DeviceView& d, const LinearDesc& l, uint32_t b) {
   const dim3 gx = linear_backward_x_grid(l);
   const uint32_t nx = gx.x * gx.y * gx.z;
-  if (blockIdx.x < nx)
-    linear_backward_x_body(d, l, block_of(blockIdx.x, gx));
+  if (b < nx)
+    linear_backward_x_body(d, l, block_of(b, gx));
   else
-    linear_backward_w_body(d, l, block_of(blockIdx.x - nx, linear_backward_w_grid(l)));
+    linear_backward_w_body(d, l, block_of(b - nx, linear_backward_w_grid(l)));
+}
+__global__ void __launch_bounds__(kLinearThreads) backward_kernel(DeviceView d, LinearDesc l,
+                                                                  LinearDesc l2, uint32_t n1) {
+  if (blockIdx.x < n1)
+    backward_block(d, l, blockIdx.x);
+  else
+    backward_block(d, l2, blockIdx.x - n1);
 }
 __global__ void bias_kernel(DeviceView d, LinearDesc l) {
   linear_bias_body(d, l, blockIdx.x, gridDim.x);
 }
 
-}  // namespace
-
-void launch_linear_forward(const DeviceView& d, const LinearDesc& l, Stream s) {
-  forward_kernel<<<linear_forward_grid(l), kLinearThreads, 0, s>>>(d, l);
+uint32_t blocks(dim3 g) { return g.x * g.y * g.z; }
+uint32_t backward_blocks(const LinearDesc& l) {
+  return blocks(linear_backward_x_grid(l)) + blocks(linear_backward_w_grid(l));
 }
 
-void launch_linear_backward(const DeviceView& d, const LinearDesc& l, Stream s) {
-  const dim3 gx = linear_backward_x_grid(l), gw = linear_backward_w_grid(l);
-  backward_kernel<<<gx.x * gx.y * gx.z + gw.x * gw.y * gw.z, kLinearThreads, 0, s>>>(d, l);
-  if (l.bias != kNoOperand && !l.bias_in_w) bias_kernel<<<linear_bias_blocks(l), 256, 0, s>>>(d, l);
+}  // namespace
+
+void launch_linear_forward(const DeviceView& d, const LinearDesc& l, const LinearDesc* l2,
+                           Stream s) {
+  const uint32_t n1 = blocks(linear_forward_grid(l));
+  const uint32_t n = n1 + (l2 ? blocks(linear_forward_grid(*l2)) : 0);
+  forward_kernel<<<n, kLinearThreads, 0, s>>>(d, l, l2 ? *l2 : l, n1);
+}
+
+void launch_linear_backward(const DeviceView& d, const LinearDesc& l, const LinearDesc* l2,
+                            Stream s) {
+  const uint32_t n1 = backward_blocks(l);
+  const uint32_t n = n1 + (l2 ? backward_blocks(*l2) : 0);
+  backward_kernel<<<n, kLinearThreads, 0, s>>>(d, l, l2 ? *l2 : l, n1);
+  for (const LinearDesc* x : {&l, l2})
+    if (x && x->bias != kNoOperand && !x->bias_in_w)
+      bias_kernel<<<linear_bias_blocks(*x), 256, 0, s>>>(d, *x);
 }
 
 uint32_t linear_backward_launches(const LinearDesc& l) {
