@@ -367,18 +367,19 @@ void order_members(BlockPlan& p, std::vector<std::vector<uint32_t>>& steps) {
   }
 }
 
-// Moves elementwise steps later, past steps that do not read them, to just before the next
-// elementwise step, so that elementwise runs split only by independent GEMM steps become one
-// fused group (one launch instead of two on a GPU). The order stays topological: a step moves
-// only past steps that do not depend on it.
+// Moves elementwise steps later, past GEMM (and other non-elementwise) steps that do not read
+// them: a step that would then sit just before the next elementwise run joins it (one fused
+// group, so one launch fewer on a GPU), and a lone elementwise step between two GEMM steps
+// moves out of their way (independent GEMM steps next to each other share a launch on a GPU).
+// A step that ends an elementwise run stays unless it joins the next run, so no run is split
+// into more groups. The order stays topological: a step moves only past steps that do not
+// read it.
 void gather_elementwise(const BlockPlan& p, std::vector<std::vector<uint32_t>>& steps) {
   const Graph& g = *p.body;
-  auto elementwise = [&](const std::vector<uint32_t>& st) {
-    return op_info(g.node(st[0]).op).elementwise;
-  };
+  auto elementwise = [&](size_t s) { return op_info(g.node(steps[s][0]).op).elementwise; };
   std::vector<uint8_t> in_step(g.size(), 0);
-  auto reads = [&](const std::vector<uint32_t>& later) {  // any argument marked in in_step
-    for (uint32_t m : later) {
+  auto reads = [&](size_t s) {  // step s has an argument marked in in_step
+    for (uint32_t m : steps[s]) {
       const Node& n = g.node(m);
       for (uint32_t k = 0; k < n.num_args; ++k)
         if (in_step[g.args(n)[k]]) return true;
@@ -386,12 +387,14 @@ void gather_elementwise(const BlockPlan& p, std::vector<std::vector<uint32_t>>& 
     return false;
   };
   for (size_t i = 0; i + 1 < steps.size();) {
-    size_t j = i + 1;
-    if (elementwise(steps[i]) && !elementwise(steps[i + 1])) {
+    if (elementwise(i) && !elementwise(i + 1)) {
       for (uint32_t m : steps[i]) in_step[m] = 1;
-      while (j < steps.size() && !elementwise(steps[j]) && !reads(steps[j])) ++j;
+      size_t j = i + 1;
+      while (j < steps.size() && !elementwise(j) && !reads(j)) ++j;
       for (uint32_t m : steps[i]) in_step[m] = 0;
-      if (j < steps.size() && j > i + 1 && elementwise(steps[j])) {
+      const bool joins = j < steps.size() && elementwise(j);
+      const bool alone = i == 0 || !elementwise(i - 1);
+      if (j > i + 1 && (joins || alone)) {
         std::rotate(steps.begin() + i, steps.begin() + i + 1, steps.begin() + j);
         if (i > 0) --i;  // the step before may now move too
         continue;
