@@ -666,6 +666,8 @@ class CudaBackend : public Backend, public DeviceInterop {
   // step groups, fused GEMM descriptions and stages.
   size_t put_pass(char* h, size_t at, const Pass& pass) const {
     at = put(h, at, pass.ptrs);
+    at = put(h, at, pass.lookups);
+    at = put(h, at, pass.lookup_starts);
     if (stages_.empty()) return at;
     at = put(h, at, pass.groups);
     at = put(h, at, pass.linears);
@@ -674,6 +676,11 @@ class CudaBackend : public Backend, public DeviceInterop {
   void pass_data_at(char* d, size_t at, const Pass& pass) {
     ptrs_ = reinterpret_cast<const float* const*>(d + at);
     at = put(nullptr, at, pass.ptrs);
+    lookups_ = reinterpret_cast<const StepDesc*>(d + at);
+    at = put(nullptr, at, pass.lookups);
+    lookup_starts_ = reinterpret_cast<const uint32_t*>(d + at);
+    lookup_blocks_ = pass.lookup_starts.empty() ? 0 : pass.lookup_starts.back();
+    at = put(nullptr, at, pass.lookup_starts);
     if (stages_.empty()) return;
     device_groups_ = reinterpret_cast<const StepGroup*>(d + at);
     at = put(nullptr, at, pass.groups);
@@ -701,6 +708,9 @@ class CudaBackend : public Backend, public DeviceInterop {
               stages_.push_back({Stage::LinearBackwardX, g});
               stages_.push_back({Stage::LinearBackwardW, g});
             }
+          break;
+        case Command::Kind::Lookups:
+          stages_.push_back({pass.forward ? Stage::LookupsForward : Stage::LookupsBackward, c.count});
           break;
         default: stages_.clear(); return;
       }
@@ -747,6 +757,9 @@ class CudaBackend : public Backend, public DeviceInterop {
       case Command::Kind::LinearBackward:
         launch_linear_backward(view_, linears_[c.group], second_linear(c), stream_);
         return;
+      case Command::Kind::Lookups:
+        launch_lookups(view_, lookups_, lookup_starts_, c.count, lookup_blocks_, forward_, stream_);
+        return;
       case Command::Kind::Gemv:
         EDBATCH_CUBLAS_CHECK(cublasSgemv(blas_, CUBLAS_OP_N, c.m, c.n, &one, c.a, c.lda, c.b, 1,
                                          &c.beta, c.c, 1));
@@ -770,7 +783,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     bool persistent = false;
     if (!stages_.empty()) {
       persistent = launch_persistent(view_, device_stages_, static_cast<uint32_t>(stages_.size()),
-                                     device_groups_, device_linears_, stream_);
+                                     device_groups_, device_linears_, lookups_, stream_);
       if (!persistent) cudaGetLastError();  // not possible here: launch one by one
     }
     for (size_t i = 0; i < pass.commands.size() && !persistent; ++i) {
@@ -915,6 +928,9 @@ class CudaBackend : public Backend, public DeviceInterop {
   ParamMirror params_;
   DeviceView view_;
   const float* const* ptrs_ = nullptr;
+  const StepDesc* lookups_ = nullptr;  // the pass's hoisted lookups (uploaded)
+  const uint32_t* lookup_starts_ = nullptr;
+  uint32_t lookup_blocks_ = 0;
   std::vector<StepGroup> groups_;
   std::vector<LinearDesc> linears_;
   const Graph* graph_ = nullptr;

@@ -93,7 +93,7 @@ struct StagingRing {
 // upload's device address is known.
 struct Command {
   enum class Kind : uint8_t {
-    Steps, Gather, Scatter, Gemm, GemmBatched, Gemv, LinearForward, LinearBackward
+    Steps, Gather, Scatter, Gemm, GemmBatched, Gemv, LinearForward, LinearBackward, Lookups
   };
   Kind kind;
   const char* what;  // for error messages
@@ -138,6 +138,9 @@ struct Pass {
   std::vector<StepGroup> groups;
   std::vector<LinearDesc> linears;
   std::vector<const float*> ptrs;
+  // Lookup steps run together (Command::Kind::Lookups): first in forward, last in backward.
+  std::vector<StepDesc> lookups;
+  std::vector<uint32_t> lookup_starts;  // thread blocks of each (launch_lookups), then the total
   uint64_t bytes_copied = 0;
 
   void clear_output() {
@@ -145,6 +148,8 @@ struct Pass {
     groups.clear();
     linears.clear();
     ptrs.clear();
+    lookups.clear();
+    lookup_starts.assign(1, 0);
     bytes_copied = 0;
     scratch_need = ones_need = 0;
   }

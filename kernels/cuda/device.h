@@ -60,6 +60,19 @@ constexpr uint32_t kOperandCache = 128, kMemberCache = 256;
 
 void launch_steps(const DeviceView& d, const StepGroup& g, bool forward, Stream s);
 
+// The lookups of a whole pass in one launch (`count` Lookup steps, each a block's lookup step or
+// a plain lookup batch, none of which reads anything the pass computes): forward copies table
+// rows into the outputs, at the start of the pass; backward adds the outputs' adjoints into the
+// table's gradient rows, at its end. Step i gets thread blocks [starts[i], starts[i + 1]) (in
+// proportion to its count * out_size: see lookup_blocks).
+void launch_lookups(const DeviceView& d, const StepDesc* descs, const uint32_t* starts,
+                    uint32_t count, uint32_t blocks, bool forward, Stream s);
+constexpr uint32_t kLookupThreads = 256;
+// Thread blocks for a lookup step of `floats` elements: a few elements per thread.
+inline uint32_t lookup_blocks(uint64_t floats) {
+  return static_cast<uint32_t>((floats + 4 * kLookupThreads - 1) / (4 * kLookupThreads));
+}
+
 // Y += b + sum_p W_p X_p (into outputs the forward pass zeroed) over a batch or block step whose
 // weights are shared by the batch or
 // by each member: columns of X are read through their operand modes (views, index lists, per
@@ -93,11 +106,15 @@ uint32_t linear_backward_launches(const LinearDesc& l);
 // would make, as uploaded arrays), all thread blocks sharing each stage's blocks, with a
 // grid-wide barrier between stages. Returns false when the device cannot run it.
 struct Stage {
-  enum Kind : uint32_t { StepsForward, StepsBackward, LinearForward, LinearBackwardX, LinearBackwardW };
-  uint32_t kind, index;  // index into the StepGroup or LinearDesc array
+  enum Kind : uint32_t {
+    StepsForward, StepsBackward, LinearForward, LinearBackwardX, LinearBackwardW,
+    LookupsForward, LookupsBackward
+  };
+  uint32_t kind, index;  // index into the StepGroup or LinearDesc array; Lookups*: their count
 };
 bool launch_persistent(const DeviceView& d, const Stage* stages, uint32_t count,
-                       const StepGroup* groups, const LinearDesc* linears, Stream s);
+                       const StepGroup* groups, const LinearDesc* linears,
+                       const StepDesc* lookups, Stream s);
 
 // dst[v * per_node + r] = operand(v)[r] for v < count (columns of a GEMM operand, or biases).
 void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,

@@ -83,8 +83,23 @@ class Encoder {
       const Item it{first.op, b, &plan_.batches[b], plan_.batches[b].count, &pass_.p->graph, &first};
       if (first.op == Op::Affine || first.op == Op::MatMul)
         linear(it);
+      else if (first.op == Op::Lookup)
+        hoist_lookups({it});
       else
         steps({it});
+    }
+    // The pass's lookups, in one launch: first in forward (they read only tables and host
+    // indices), last in backward (when every adjoint they pass on is complete).
+    if (!pass_.lookups.empty()) {
+      Command c{};
+      c.kind = Command::Kind::Lookups;
+      c.what = pass_.forward ? "lookups forward" : "lookups backward";
+      c.batch = lookup_batch_;
+      c.count = static_cast<uint32_t>(pass_.lookups.size());
+      if (pass_.forward)
+        pass_.commands.insert(pass_.commands.begin(), c);
+      else
+        pass_.commands.push_back(c);
     }
   }
 
@@ -106,8 +121,12 @@ class Encoder {
                              bp.body.get(), &bp.body->node(bp.members[st.member_begin]), &bp,
                              &st});
       }
+      const bool lookups = std::all_of(items.begin(), items.end(),
+                                       [](const Item& i) { return i.op == Op::Lookup; });
       if (items.size() == 1 && (items[0].op == Op::Affine || items[0].op == Op::MatMul))
         linear(items[0]);
+      else if (lookups)
+        hoist_lookups(items);
       else
         steps(items);
     }
@@ -186,6 +205,17 @@ class Encoder {
       c.group = static_cast<uint32_t>(pass_.groups.size());
       pass_.groups.push_back(g);
       pass_.commands.push_back(c);
+    }
+  }
+
+  void hoist_lookups(const std::vector<Item>& items) {
+    for (const Item& it : items) {
+      if (it.sp->count == 0) continue;
+      if (pass_.lookups.empty()) lookup_batch_ = it.batch;
+      const StepDesc d = describe(it);
+      pass_.lookups.push_back(d);
+      pass_.lookup_starts.push_back(pass_.lookup_starts.back() +
+                                    lookup_blocks(static_cast<uint64_t>(d.count) * d.out_size));
     }
   }
 
@@ -517,6 +547,7 @@ class Encoder {
 
   // The last fused GEMM command (its index + 1, when it is still the last command) and its step.
   size_t last_linear_ = 0;
+  uint32_t lookup_batch_ = 0;  // the first hoisted lookup's batch (for error messages)
   Item last_item_{};
   Pass& pass_;
   const MemoryPlan& plan_;

@@ -28,7 +28,7 @@ __device__ void share(uint32_t blocks, const F& body) {
 
 __global__ void __launch_bounds__(kPersistentThreads)
     persistent_kernel(DeviceView d, const Stage* stages, uint32_t count, const StepGroup* groups,
-                      const LinearDesc* linears) {
+                      const LinearDesc* linears, const StepDesc* lookups) {
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
   for (uint32_t i = 0; i < count; ++i) {
     const Stage st = stages[i];
@@ -68,6 +68,12 @@ __global__ void __launch_bounds__(kPersistentThreads)
         }
         break;
       }
+      case Stage::LookupsForward:
+        share(st.index, [&](uint32_t b) { lookup_range<true>(d, lookups[b], threadIdx.x, blockDim.x); });
+        break;
+      case Stage::LookupsBackward:
+        share(st.index, [&](uint32_t b) { lookup_range<false>(d, lookups[b], threadIdx.x, blockDim.x); });
+        break;
       default: break;
     }
     if (i + 1 < count) grid.sync();
@@ -93,11 +99,12 @@ int persistent_blocks() {
 }  // namespace
 
 bool launch_persistent(const DeviceView& d, const Stage* stages, uint32_t count,
-                       const StepGroup* groups, const LinearDesc* linears, Stream s) {
+                       const StepGroup* groups, const LinearDesc* linears,
+                       const StepDesc* lookups, Stream s) {
   const int blocks = persistent_blocks();
   if (blocks == 0) return false;
   DeviceView view = d;
-  void* args[] = {&view, &stages, &count, &groups, &linears};
+  void* args[] = {&view, &stages, &count, &groups, &linears, &lookups};
   return cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel), dim3(blocks),
                                      dim3(kPersistentThreads), args, 0, s) == cudaSuccess;
 }

@@ -4,6 +4,8 @@
 // Backward accumulates with atomics, since shared, indexed and weight operands may repeat.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/operands.cuh"
 #include "kernels/cuda/steps.cuh"
@@ -15,6 +17,25 @@ namespace {
 template <bool Forward>
 __global__ void __launch_bounds__(kStepThreads) steps_kernel(DeviceView d, StepGroup g) {
   steps_body<Forward>(d, g, blockIdx.x);
+}
+
+// Thread block b belongs to step i with starts[i] <= b < starts[i + 1].
+template <bool Forward>
+__global__ void __launch_bounds__(kLookupThreads) lookups_kernel(DeviceView d, const StepDesc* descs,
+                                                                 const uint32_t* starts,
+                                                                 uint32_t count) {
+  uint32_t lo = 0, hi = count;
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (starts[mid] <= blockIdx.x)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const uint32_t blocks = starts[lo + 1] - starts[lo];
+  lookup_range<Forward>(d, descs[lo],
+                        static_cast<uint64_t>(blockIdx.x - starts[lo]) * blockDim.x + threadIdx.x,
+                        static_cast<uint64_t>(blocks) * blockDim.x);
 }
 
 __global__ void gather_kernel(DeviceView d, Operand o, uint32_t count, uint32_t k,
@@ -90,6 +111,15 @@ void launch_steps(const DeviceView& d, const StepGroup& g, bool forward, Stream 
     steps_kernel<true><<<blocks, kStepThreads, 0, s>>>(d, g);
   else
     steps_kernel<false><<<blocks, kStepThreads, 0, s>>>(d, g);
+}
+
+void launch_lookups(const DeviceView& d, const StepDesc* descs, const uint32_t* starts,
+                    uint32_t count, uint32_t blocks, bool forward, Stream s) {
+  if (blocks == 0) return;
+  if (forward)
+    lookups_kernel<true><<<blocks, kLookupThreads, 0, s>>>(d, descs, starts, count);
+  else
+    lookups_kernel<false><<<blocks, kLookupThreads, 0, s>>>(d, descs, starts, count);
 }
 
 void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,

@@ -190,6 +190,24 @@ __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDes
   }
 }
 
+// Elements first, first + stride, ... of Lookup step s (hoisted: see launch_lookups).
+template <bool Forward>
+__device__ void lookup_range(const DeviceView& d, const StepDesc& s, uint64_t first,
+                             uint64_t stride) {
+  const uint64_t total = static_cast<uint64_t>(s.count) * s.out_size;
+  for (uint64_t e = first; e < total; e += stride) {
+    const uint32_t v = static_cast<uint32_t>(e / s.out_size), r = static_cast<uint32_t>(e % s.out_size);
+    const uint64_t row = d.aux[s.aux_begin + v];
+    const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size + r;
+    if (Forward) {
+      d.values[out] = d.params[s.table + row * s.rows + r];
+    } else {
+      const float dy = load_adjoint(d.adjoints + out);
+      if (dy != 0.0f) atomicAdd(d.grads + s.table + row * s.rows + r, dy);
+    }
+  }
+}
+
 // Thread block b runs every step over invocations [b * chunk, (b + 1) * chunk).
 // Copies every step's operands, and the per-member operands they refer to (re-pointed into the
 // copy), to shared memory.
