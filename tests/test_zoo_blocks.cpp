@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <string>
 
+#include "edbatch/block.h"
+#include "edbatch/block_plan.h"
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
 #include "tests/check.h"
@@ -209,4 +211,49 @@ TEST_CASE("zoo blocks: bilstm_tagger = op level = reference, with and without ch
 TEST_CASE("zoo blocks: random_dag = op level = reference") {
   check_blocks("random_dag", 7);
   check_blocks("random_dag", 3);
+}
+
+// Block compilation gathers elementwise steps: the last step of an elementwise group that is
+// followed by GEMM (non-elementwise) groups and then another elementwise group is read by one
+// of those GEMM steps (else it would have joined the later group). The Tree-LSTM's inner cell,
+// whose internal schedule put tanh(u) between its two GEMM steps, is the case that needed it.
+TEST_CASE("zoo blocks: no elementwise run is split by GEMM steps that do not read it") {
+  for (const std::string& name : model_names()) {
+    CAPTURE(name);
+    const Dataset data = small_data(name);
+    ParameterCollection pc(3);
+    const auto m = make_model(name, pc, data, options(7, true, false));
+    Graph g(pc);
+    build_all(*m, g);
+    std::vector<uint32_t> seen;
+    for (const Node& n : g.nodes()) {
+      if (n.op != Op::Call || std::find(seen.begin(), seen.end(), n.aux) != seen.end()) continue;
+      seen.push_back(n.aux);
+      const BlockPlan& p = pc.block(n.aux)->plan();
+      CAPTURE(p.name);
+      const Graph& body = *p.body;
+      auto elementwise = [&](const BlockGroup& gr) {
+        return op_info(p.steps[gr.step_begin].op).elementwise;
+      };
+      for (size_t i = 0; i < p.groups.size(); ++i) {
+        if (!elementwise(p.groups[i])) continue;
+        size_t j = i + 1;
+        while (j < p.groups.size() && !elementwise(p.groups[j])) ++j;
+        if (j == i + 1 || j == p.groups.size()) continue;
+        const BlockStep& last = p.steps[p.groups[i].step_begin + p.groups[i].step_count - 1];
+        const uint32_t* m0 = p.members.data() + last.member_begin;
+        const uint32_t* m1 = m0 + last.member_count;
+        bool read = false;
+        for (size_t q = i + 1; q < j; ++q)
+          for (uint32_t s = p.groups[q].step_begin; s < p.groups[q].step_begin + p.groups[q].step_count; ++s)
+            for (uint32_t k = 0; k < p.steps[s].member_count; ++k) {
+              const Node& mn = body.node(p.members[p.steps[s].member_begin + k]);
+              for (uint32_t a = 0; a < mn.num_args; ++a)
+                read |= std::find(m0, m1, body.args(mn)[a]) != m1;
+            }
+        CHECK(read);
+      }
+    }
+    CHECK(!seen.empty());
+  }
 }
