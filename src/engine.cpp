@@ -130,8 +130,34 @@ void Engine::backward(Graph& g, const Expr& loss) {
   if (op_info(n.op).rule == BatchRule::Source)
     throw std::invalid_argument("[Engine::backward] loss (node " + std::to_string(loss.id) +
                                 ") is an input or parameter, not a computed value");
+  BackwardSeed seed;
+  seed.loss_node = loss.id;
+  run_backward(g, seed);
+}
+
+void Engine::backward(Graph& g, const std::vector<Expr>& outputs, const float* seeds,
+                      bool seeds_on_device) {
+  if (!outputs.empty()) check_graph(g, outputs[0], "Engine::backward");
+  if (!is_current(g))
+    throw std::invalid_argument(
+        "[Engine::backward] run forward() on this graph (in its current state) first");
+  seed_nodes_.clear();
+  for (const Expr& e : outputs) {
+    check_graph(g, e, "Engine::backward");
+    seed_nodes_.push_back(e.id);
+  }
+  if (seeds == nullptr && !outputs.empty())
+    throw std::invalid_argument("[Engine::backward] seeds is null");
+  BackwardSeed seed;
+  seed.nodes = &seed_nodes_;
+  seed.values = seeds;
+  seed.on_device = seeds_on_device;
+  run_backward(g, seed);
+}
+
+void Engine::run_backward(Graph& g, const BackwardSeed& seed) {
   const auto t0 = Clock::now();
-  backend_->backward(PlanRef{g, schedule_, plan_, params_}, loss.id);
+  backend_->backward(PlanRef{g, schedule_, plan_, params_}, seed);
   stats_.backward_ms = ms_since(t0);
   sync_counters();
   have_backward_ = true;

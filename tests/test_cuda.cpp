@@ -664,6 +664,24 @@ CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradien
     check_close(gh0.host(), std::vector<float>(cpu.pc.grads(cpu.h0.id), cpu.pc.grads(cpu.h0.id) + M::kRows),
                 M::kRows, kTol, "gradient of h0");
   }
+  // Backward from the outputs' adjoints (Engine::backward with seeds), from host and from device
+  // memory, equals the backward of the seed row above.
+  const DeviceFloats dseeds(seed);
+  for (bool on_device : {false, true}) {
+    CAPTURE(on_device);
+    io->zero_gradients(gpu.pc);
+    ge.backward(gpu.g, gpu.outputs, on_device ? dseeds.p : seed.data(), on_device);
+    io->read_nodes(gpu.g, ge.plan(), gpu.ids(), adjoints.p, true);
+    io->read_gradient(gpu.pc, gpu.W.id, gW.p, true);
+    io->read_gradient(gpu.pc, gpu.h0.id, gh0.p, false);
+    ge.synchronize();
+    check_close(adjoints.host(), want_adjoints, want_adjoints.size(), kTol, "seeded node adjoints");
+    const std::vector<float> cpu_gW = as_vector(Tensor{cpu.pc.grads(cpu.W.id), Dim{M::kRows, M::kCols}});
+    check_close(gW.host(), transposed(cpu_gW, M::kCols, M::kRows), W_rows.size(), kTol,
+                "seeded gradient of W");
+    check_close(gh0.host(), std::vector<float>(cpu.pc.grads(cpu.h0.id), cpu.pc.grads(cpu.h0.id) + M::kRows),
+                M::kRows, kTol, "seeded gradient of h0");
+  }
   // Host code sees the device's parameters and gradients (the pending fetch).
   check_close(std::vector<float>(gpu.pc.values(gpu.W.id), gpu.pc.values(gpu.W.id) + W_cols.size()),
               W_cols, W_cols.size(), 0, "W on the host after device writes");

@@ -61,13 +61,24 @@ class DeviceInterop {
                           float* dst, bool adjoints) = 0;
 };
 
+// Where a backward pass starts: the adjoint 1 at `loss_node`, or, when `nodes` is given, node
+// i's adjoint is dim.size() floats of `values` (after node i-1's), added (nodes may repeat or
+// share storage; a parameter node's seed goes to its gradient). `values` is host memory, or
+// with `on_device` device memory of a device backend.
+struct BackwardSeed {
+  uint32_t loss_node = UINT32_MAX;
+  const std::vector<uint32_t>* nodes = nullptr;
+  const float* values = nullptr;
+  bool on_device = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
   virtual void forward(const PlanRef& p) = 0;
-  // Adjoint of `loss_node` is 1; accumulates parameter gradients into the collection.
-  virtual void backward(const PlanRef& p, uint32_t loss_node) = 0;
+  // Accumulates parameter gradients into the collection.
+  virtual void backward(const PlanRef& p, const BackwardSeed& seed) = 0;
   // Host-visible value / adjoint of a node after forward / backward. nullptr where the backend
   // does no math (null).
   // A device backend returns from forward() and backward() once their work is queued, and these

@@ -74,6 +74,12 @@ class Engine {
   DeviceInterop* device_interop() { return backend_->device_interop(); }
   // Back-propagates from the scalar `loss`; parameter gradients accumulate in the collection.
   void backward(Graph& g, const Expr& loss);
+  // Back-propagates from given adjoints of `outputs` (a vector-Jacobian product): output i's
+  // adjoint is its dim.size() floats of `seeds`, after output i-1's; outputs may repeat (their
+  // seeds add). `seeds` is host memory, or with `seeds_on_device` device memory of the engine's
+  // device (queued on its DeviceInterop stream).
+  void backward(Graph& g, const std::vector<Expr>& outputs, const float* seeds,
+                bool seeds_on_device = false);
   Tensor value(const Expr& e) const;
   Tensor gradient(const Expr& e) const;  // after backward
 
@@ -92,6 +98,7 @@ class Engine {
   bool is_current(const Graph& g) const;  // the graph version the plan was made for
   void sync_counters() const;
   void run_forward(Graph& g, const Expr& e, const char* fn);
+  void run_backward(Graph& g, const BackwardSeed& seed);
 
   ParameterCollection& params_;
   EngineOptions options_;
@@ -100,6 +107,7 @@ class Engine {
   Scheduler scheduler_;
   Schedule schedule_;
   MemoryPlan plan_;
+  std::vector<uint32_t> seed_nodes_;  // backward(outputs, seeds)
   PlanOptions plan_options_;
   mutable Stats stats_;
   Tensor result_;

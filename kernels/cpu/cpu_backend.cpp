@@ -70,7 +70,9 @@ class CpuBackend : public Backend {
     update_bytes();
   }
 
-  void backward(const PlanRef& p, uint32_t loss_node) override {
+  void backward(const PlanRef& p, const BackwardSeed& seed) override {
+    if (seed.on_device)
+      throw std::invalid_argument("[cpu] backward: seeds in device memory need a device backend");
     Context c = context(p);
     if (adjoints_.reserve(p.plan.total_floats)) ++counters_.arena_growths;
     c.values = values_.data();
@@ -80,7 +82,19 @@ class CpuBackend : public Backend {
       for_chunks(c, p.plan.total_floats, p.plan.total_floats, [&](uint32_t b, uint32_t e) {
         std::memset(c.adjoints + b, 0, (e - b) * sizeof(float));
       });
-      c.adjoints[p.plan.node_offset[loss_node]] = 1.0f;
+      if (seed.nodes == nullptr) {
+        c.adjoints[p.plan.node_offset[seed.loss_node]] = 1.0f;
+      } else {
+        const float* v = seed.values;
+        for (uint32_t node : *seed.nodes) {
+          const Node& n = p.graph.node(node);
+          const uint32_t size = n.dim.size();
+          float* dst = n.op == Op::Parameter ? p.params.grads(n.aux)
+                                             : c.adjoints + p.plan.node_offset[node];
+          for (uint32_t r = 0; r < size; ++r) dst[r] += v[r];
+          v += size;
+        }
+      }
       for (size_t b = p.schedule.batches.size(); b-- > 0;) {
         const BatchArgs args = batch_args(p, b);
         if (args.op == Op::Call) {

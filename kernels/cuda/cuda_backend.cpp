@@ -238,7 +238,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     run_pass(pass, "forward");
   }
 
-  void backward(const PlanRef& p, uint32_t loss_node) override {
+  void backward(const PlanRef& p, const BackwardSeed& seed) override {
     if (graph_ != &p.graph || total_floats_ != p.plan.total_floats)
       throw std::invalid_argument("[cuda] backward: run forward on this plan first");
     // Backward reads the parameters as they are now, as on the CPU (they may have changed since
@@ -253,7 +253,10 @@ class CudaBackend : public Backend, public DeviceInterop {
     plan_stages(pass);
     upload_pointers(pass, backward_meta_, backward_staging_, 0);
     EDBATCH_CUDA_CHECK(cudaMemsetAsync(adjoints_.as(), 0, p.plan.total_floats * sizeof(float), stream_));
-    launch_fill(adjoints_.as() + p.plan.node_offset[loss_node], 1, 1.0f, stream_);
+    if (seed.nodes == nullptr)
+      launch_fill(adjoints_.as() + p.plan.node_offset[seed.loss_node], 1, 1.0f, stream_);
+    else
+      add_seeds(p, seed);
     view_.adjoints = adjoints_.as();
     run_pass(pass, "backward");
     // The gradients stay on the device; host code that reads them fetches them first.
@@ -309,6 +312,48 @@ class CudaBackend : public Backend, public DeviceInterop {
 
   void synchronize() override { wait(); }
   DeviceInterop* device_interop() override { return this; }
+
+  // Adds the seeds of a backward from given adjoints: spans (destination offset, seed offset,
+  // floats) into the arena's adjoints, then into the gradients of parameter nodes; host seeds
+  // travel with the spans.
+  void add_seeds(const PlanRef& p, const BackwardSeed& seed) {
+    std::vector<uint32_t>& spans = spans_;
+    std::vector<uint32_t>& param_spans = param_spans_;
+    spans.clear();
+    param_spans.clear();
+    uint32_t at = 0;
+    for (uint32_t node : *seed.nodes) {
+      const Node& n = p.graph.node(node);
+      const uint32_t size = n.dim.size();
+      if (n.op == Op::Parameter)
+        param_spans.insert(param_spans.end(), {params_.offset[n.aux], at, size});
+      else
+        spans.insert(spans.end(), {p.plan.node_offset[node], at, size});
+      at += size;
+    }
+    if (at == 0) return;
+    const uint32_t from_arena = static_cast<uint32_t>(spans.size() / 3);
+    spans.insert(spans.end(), param_spans.begin(), param_spans.end());
+    const size_t span_bytes = spans.size() * sizeof(uint32_t);
+    const size_t seed_at = align_up(span_bytes);
+    const size_t bytes = seed_at + (seed.on_device ? 0 : size_t{at} * sizeof(float));
+    PinnedBuffer& staging = acquire(interop_staging_, bytes);
+    std::memcpy(staging.as<char>(), spans.data(), span_bytes);
+    if (!seed.on_device)
+      std::memcpy(staging.as<char>() + seed_at, seed.values, size_t{at} * sizeof(float));
+    interop_meta_.reserve(bytes, stream_);
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(interop_meta_.as<char>(), staging.as<char>(), bytes,
+                                       cudaMemcpyHostToDevice, stream_));
+    release(interop_staging_);
+    const float* src = seed.on_device ? seed.values
+                                      : reinterpret_cast<const float*>(interop_meta_.as<char>() + seed_at);
+    const uint32_t* d_spans = interop_meta_.as<uint32_t>();
+    if (from_arena > 0) launch_add_spans(src, d_spans, from_arena, adjoints_.as(), stream_);
+    const uint32_t from_params = static_cast<uint32_t>(spans.size() / 3) - from_arena;
+    if (from_params > 0)
+      launch_add_spans(src, d_spans + 3 * from_arena, from_params, params_.grads.as(), stream_);
+    EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
+  }
 
   // ---- DeviceInterop ----
   void use_stream(void* stream) override { switch_to(static_cast<cudaStream_t>(stream)); }

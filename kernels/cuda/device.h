@@ -129,6 +129,10 @@ void launch_transpose(const float* src, uint32_t rows, uint32_t cols, float* dst
 // src[source offset ..) to dst[destination offset ..).
 void launch_gather_spans(const float* src, const uint32_t* spans, uint32_t count, float* dst,
                          Stream s);
+// Span i (spans[3i..3i+2] = destination offset, source offset, floats) adds
+// src[source offset ..) into dst[destination offset ..), atomically (spans may overlap).
+void launch_add_spans(const float* src, const uint32_t* spans, uint32_t count, float* dst,
+                      Stream s);
 // values[i] -= lr * grads[i]; grads[i] = 0 (the SGD update on the device's parameter mirror).
 void launch_sgd(float* values, float* grads, uint64_t n, float lr, Stream s);
 

@@ -98,6 +98,14 @@ __global__ void gather_spans_kernel(const float* src, const uint32_t* spans, uin
   }
 }
 
+__global__ void add_spans_kernel(const float* src, const uint32_t* spans, uint32_t count,
+                                 float* dst) {
+  for (uint32_t i = blockIdx.x; i < count; i += gridDim.x) {
+    const uint32_t to = spans[3 * i], from = spans[3 * i + 1], n = spans[3 * i + 2];
+    for (uint32_t r = threadIdx.x; r < n; r += blockDim.x) atomicAdd(dst + to + r, src[from + r]);
+  }
+}
+
 unsigned grid_for(uint64_t items) {
   const uint64_t blocks = (items + kStepThreads - 1) / kStepThreads;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 4096 ? 4096 : blocks));
@@ -148,6 +156,12 @@ void launch_gather_spans(const float* src, const uint32_t* spans, uint32_t count
                          Stream s) {
   if (count == 0) return;
   gather_spans_kernel<<<count < 65535 ? count : 65535, 128, 0, s>>>(src, spans, count, dst);
+}
+
+void launch_add_spans(const float* src, const uint32_t* spans, uint32_t count, float* dst,
+                      Stream s) {
+  if (count == 0) return;
+  add_spans_kernel<<<count < 65535 ? count : 65535, 128, 0, s>>>(src, spans, count, dst);
 }
 
 void launch_sgd(float* values, float* grads, uint64_t n, float lr, Stream s) {

@@ -17,7 +17,7 @@ class NullBackend : public Backend {
     counters_.bytes_copied += p.plan.gather_bytes;
     counters_.arena_bytes = static_cast<uint64_t>(p.plan.total_floats) * sizeof(float);
   }
-  void backward(const PlanRef& p, uint32_t) override {
+  void backward(const PlanRef& p, const BackwardSeed&) override {
     counters_.kernels += kernels_per_pass(p);
     counters_.bytes_copied += 2 * p.plan.gather_bytes;  // gather and scatter back
     counters_.arena_bytes = 2ull * p.plan.total_floats * sizeof(float);

@@ -142,38 +142,8 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   out_.assign(static_cast<size_t>(nout) * p.num_nodes, Expr{});
   cell_->build(graph_, p, x_, out_);
 
-  Expr target = out_[0];
-  if (for_backward) {
-    // loss = seed . [every output], so backward from it gives each output the seed's values as
-    // its gradient. The seed is a parameter: backward reads its values after they are written.
-    uint64_t floats = 0;
-    for (uint32_t o = 0; o < nout; ++o) floats += uint64_t{cell_->output_size(o)} * p.num_nodes;
-    uint32_t k = 0;
-    while ((uint64_t{1} << k) < floats) ++k;
-    if (seeds_.size() <= k) seeds_.resize(k + 1);
-    if (!seeds_[k].valid())
-      seeds_[k] = pc_.add_parameters("seed" + std::to_string(k), Dim{1, 1u << k});
-    seed_ = seeds_[k];
-    std::vector<Expr> parts(out_);
-    const uint64_t pad = (uint64_t{1} << k) - floats;
-    if (pad > 0)
-      parts.push_back(
-          input(graph_, Dim{static_cast<uint32_t>(pad), 1}, std::vector<float>(pad, 0.0f)));
-    // Concatenated as a tree of at most 8 arguments per node: the CUDA backend's concat kernel
-    // takes at most 8, and nodes of one level batch together.
-    while (parts.size() > 1) {
-      std::vector<Expr> level;
-      for (size_t b = 0; b < parts.size(); b += 8) {
-        const size_t e = std::min(parts.size(), b + 8);
-        level.push_back(e - b == 1
-                            ? parts[b]
-                            : concat(std::vector<Expr>(parts.begin() + b, parts.begin() + e)));
-      }
-      parts.swap(level);
-    }
-    loss_ = matmul(parameter(graph_, seed_), parts[0]);
-    target = loss_;
-  }
+  // Backward seeds the outputs' adjoints directly (Engine::backward from outputs).
+  const Expr target = out_[0];
   if (on_device) {
     DeviceInterop& io = interop(fn);
     io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim));
@@ -198,12 +168,12 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   have_graph_ = for_backward;
 }
 
-void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
-                      const std::vector<float*>& grad_weights, void* stream) {
+void Runner::backward(const float* out_grad, float* grad_x, const std::vector<float*>& grad_weights,
+                      void* stream) {
   const std::vector<WeightSpec>& specs = cell_->weights();
   const uint32_t D = cell_->input_dim();
   if (on_device_) {
-    backward_on_device(out_grads, grad_x, grad_weights, stream);
+    backward_on_device(out_grad, grad_x, grad_weights, stream);
     return;
   }
   std::fill(grad_x, grad_x + num_x_ * D, 0.0f);
@@ -214,16 +184,8 @@ void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
     if (num_nodes_ == 0) return;
     throw std::runtime_error("[edbatch.backward] forward was not run for backward");
   }
-  float* seed = pc_.values(seed_.id);
-  std::fill(seed, seed + pc_.dim(seed_.id).size(), 0.0f);
-  for (size_t o = 0; o < out_grads.size(); ++o) {
-    const size_t floats = static_cast<size_t>(num_nodes_) * cell_->output_size(o);
-    if (out_grads[o]) std::memcpy(seed, out_grads[o], sizeof(float) * floats);
-    seed += floats;
-  }
-  pc_.mark_changed();  // a device backend uploads the seed before backward
   pc_.zero_grads();
-  engine_.backward(graph_, loss_);
+  engine_.backward(graph_, out_, out_grad);
   const std::vector<uint32_t> segments = cell_->input_segments();
   float* row = grad_x;
   for (size_t i = 0; i < x_.size(); ++i) {
@@ -236,9 +198,9 @@ void Runner::backward(const std::vector<const float*>& out_grads, float* grad_x,
     to_row_major(pc_.grads(weight_params_[i].id), specs[i].rows, specs[i].cols, grad_weights[i]);
 }
 
-// The backward of a forward on device memory: the seed, the gradients and grad_x move on the
+// The backward of a forward on device memory: the seeds, the gradients and grad_x move on the
 // device; nothing waits.
-void Runner::backward_on_device(const std::vector<const float*>& out_grads, float* grad_x,
+void Runner::backward_on_device(const float* out_grad, float* grad_x,
                                 const std::vector<float*>& grad_weights, void* stream) {
   const char* fn = "edbatch.backward";
   const std::vector<WeightSpec>& specs = cell_->weights();
@@ -252,16 +214,8 @@ void Runner::backward_on_device(const std::vector<const float*>& out_grads, floa
       io.read_gradient(pc_, weight_params_[i].id, grad_weights[i], specs[i].cols > 1);
     return;
   }
-  size_t at = 0;
-  for (size_t o = 0; o < out_grads.size(); ++o) {
-    const size_t floats = static_cast<size_t>(num_nodes_) * cell_->output_size(o);
-    io.write_parameter(pc_, seed_.id, out_grads[o], at, floats, false);
-    at += floats;
-  }
-  const size_t seed_floats = pc_.dim(seed_.id).size();
-  if (at < seed_floats) io.write_parameter(pc_, seed_.id, nullptr, at, seed_floats - at, false);
   io.zero_gradients(pc_);
-  engine_.backward(graph_, loss_);
+  engine_.backward(graph_, out_, out_grad, true);
   ids_.clear();
   for (const Expr& x : x_) ids_.push_back(x.id);
   io.read_nodes(graph_, engine_.plan(), ids_, grad_x, true);

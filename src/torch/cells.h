@@ -89,7 +89,7 @@ class Runner {
   const Cell& cell() const { return *cell_; }
 
   // weights[i] holds weights()[i] row-major. outputs[o] receives num_nodes x output_size(o).
-  // With `for_backward` the graph also gets the node that backward() seeds.
+  // With `for_backward` the graph is kept for backward().
   // With `on_device`, p.x, the weights and the outputs are device memory of the engine's device
   // (the structure arrays stay host memory), and all work is queued on `stream` (a
   // cudaStream_t; nullptr: the default stream) without waiting for it: nothing passes through
@@ -97,12 +97,13 @@ class Runner {
   void forward(const Packed& p, const std::vector<const float*>& weights,
                const std::vector<float*>& outputs, bool for_backward, bool on_device = false,
                void* stream = nullptr);
-  // out_grads[o]: num_nodes x output_size(o) floats or null (zero). grad_x: num_x x x_dim floats;
-  // grad_weights[i]: as weights()[i]; all overwritten.
+  // out_grad: the outputs' gradients one after another (output 0 of every node, num_nodes x
+  // output_size(0) floats, then output 1, ...). grad_x: num_x x x_dim floats; grad_weights[i]: as
+  // weights()[i]; all overwritten.
   // After a forward on device memory, all of these are device memory and the work is queued on
   // `stream`.
-  void backward(const std::vector<const float*>& out_grads, float* grad_x,
-                const std::vector<float*>& grad_weights, void* stream = nullptr);
+  void backward(const float* out_grad, float* grad_x, const std::vector<float*>& grad_weights,
+                void* stream = nullptr);
   // Whether the last forward ran on device memory (so its backward does too).
   bool on_device() const { return on_device_; }
 
@@ -110,12 +111,9 @@ class Runner {
   ParameterCollection pc_;
   std::unique_ptr<Cell> cell_;
   std::vector<Parameter> weight_params_;
-  std::vector<Parameter> seeds_;  // seeds_[k]: 1 x 2^k, made when first needed
   Engine engine_;
   Graph graph_;
   std::vector<Expr> x_, out_;
-  Expr loss_;
-  Parameter seed_;
   int64_t num_nodes_ = 0, num_x_ = 0;
   bool have_graph_ = false;
   bool on_device_ = false;  // the last forward's memory
@@ -124,7 +122,7 @@ class Runner {
 
   DeviceInterop& interop(const char* fn);
   static bool wait_each_call();
-  void backward_on_device(const std::vector<const float*>& out_grads, float* grad_x,
+  void backward_on_device(const float* out_grad, float* grad_x,
                           const std::vector<float*>& grad_weights, void* stream);
 };
 

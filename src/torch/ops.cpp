@@ -104,14 +104,14 @@ class RunnerPool {
 // A runner kept between forward and backward; returned to the pool when autograd drops it.
 class RunState : public torch::CustomClassHolder {
  public:
-  RunState(CallArgs args, std::unique_ptr<Runner> runner, int64_t num_x)
-      : args(std::move(args)), runner(std::move(runner)), num_x(num_x) {}
+  RunState(CallArgs args, std::unique_ptr<Runner> runner, int64_t num_x, int64_t num_nodes)
+      : args(std::move(args)), runner(std::move(runner)), num_x(num_x), num_nodes(num_nodes) {}
   ~RunState() override {
     if (runner) RunnerPool::get().give_back(args, std::move(runner));
   }
   CallArgs args;
   std::unique_ptr<Runner> runner;
-  int64_t num_x;
+  int64_t num_x, num_nodes;
 };
 
 void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
@@ -234,7 +234,7 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
     RunnerPool::get().give_back(a, std::move(runner));
     TORCH_CHECK(false, e.what());
   }
-  if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x);
+  if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x, p.num_nodes);
   else RunnerPool::get().give_back(a, std::move(runner));
   if (!on_device)
     for (Tensor& t : out) t = t.to(x_in.device());
@@ -282,16 +282,15 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
     const Cell& cell = runner.cell();
     const bool on_device = runner.on_device();
     const c10::DeviceGuard guard(device);
-    std::vector<Tensor> g;
-    std::vector<const float*> g_ptr;
-    for (const Tensor& t : grads) {
-      g.push_back(!t.defined() ? Tensor()
-                  : on_device  ? t.to(device, at::kFloat).contiguous()
-                               : t.to(at::kCPU, at::kFloat).contiguous());
-      g_ptr.push_back(g.back().defined() ? g.back().data_ptr<float>() : nullptr);
-    }
     const at::TensorOptions where =
         at::TensorOptions().dtype(at::kFloat).device(on_device ? device : c10::Device(at::kCPU));
+    // The outputs' gradients one after another (zeros for an output autograd left undefined).
+    std::vector<Tensor> parts;
+    for (size_t o = 0; o < grads.size(); ++o) {
+      const int64_t n = state->num_nodes * cell.output_size(static_cast<uint32_t>(o));
+      parts.push_back(grads[o].defined() ? grads[o].to(where).reshape({n}) : at::zeros({n}, where));
+    }
+    const Tensor seeds = parts.empty() ? at::zeros({0}, where) : at::cat(parts).contiguous();
     // Zeros: x rows that no node reads (and an empty batch) get no gradient written.
     Tensor grad_x = on_device ? at::zeros({state->num_x, cell.input_dim()}, where)
                               : at::empty({state->num_x, cell.input_dim()}, where);
@@ -302,7 +301,7 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
       grad_w_ptr.push_back(grad_w.back().data_ptr<float>());
     }
     try {
-      runner.backward(g_ptr, grad_x.data_ptr<float>(), grad_w_ptr,
+      runner.backward(seeds.data_ptr<float>(), grad_x.data_ptr<float>(), grad_w_ptr,
                       on_device ? current_stream(grad_x) : nullptr);
     } catch (const std::exception& e) {
       TORCH_CHECK(false, e.what());
