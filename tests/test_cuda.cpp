@@ -641,20 +641,30 @@ CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradien
   const DeviceFloats dW(W_rows), db(b), dh0(h0), dseed(seed), dx(x);
   DeviceFloats values(want_values.size()), adjoints(want_adjoints.size()),
       gW(W_rows.size()), gh0(h0.size());
+  // Round 0 moves parameters one by one, round 1 in one batch (write_parameters, read_gradients).
   for (int round = 0; round < 2; ++round) {
     CAPTURE(round);
-    io->write_parameter(gpu.pc, gpu.W.id, dW.p, 0, W_rows.size(), true);
-    io->write_parameter(gpu.pc, gpu.b.id, db.p, 0, b.size(), false);
-    io->write_parameter(gpu.pc, gpu.h0.id, dh0.p, 0, h0.size(), false);
-    io->write_parameter(gpu.pc, gpu.seed.id, dseed.p, 0, seed.size(), false);
+    if (round == 0) {
+      io->write_parameter(gpu.pc, gpu.W.id, dW.p, 0, W_rows.size(), true);
+      io->write_parameter(gpu.pc, gpu.b.id, db.p, 0, b.size(), false);
+      io->write_parameter(gpu.pc, gpu.h0.id, dh0.p, 0, h0.size(), false);
+      io->write_parameter(gpu.pc, gpu.seed.id, dseed.p, 0, seed.size(), false);
+    } else {
+      io->write_parameters(gpu.pc, {{gpu.W.id, dW.p, true}, {gpu.b.id, db.p, false},
+                                    {gpu.h0.id, dh0.p, false}, {gpu.seed.id, dseed.p, false}});
+    }
     io->inputs_from_device(dx.p, x.size());
     ge.forward(gpu.g, gpu_loss);
     io->read_nodes(gpu.g, ge.plan(), gpu.ids(), values.p, false);
     io->zero_gradients(gpu.pc);
     ge.backward(gpu.g, gpu_loss);
     io->read_nodes(gpu.g, ge.plan(), gpu.ids(), adjoints.p, true);
-    io->read_gradient(gpu.pc, gpu.W.id, gW.p, true);
-    io->read_gradient(gpu.pc, gpu.h0.id, gh0.p, false);
+    if (round == 0) {
+      io->read_gradient(gpu.pc, gpu.W.id, gW.p, true);
+      io->read_gradient(gpu.pc, gpu.h0.id, gh0.p, false);
+    } else {
+      io->read_gradients(gpu.pc, {{gpu.W.id, gW.p, true}, {gpu.h0.id, gh0.p, false}});
+    }
     ge.synchronize();
     check_close(values.host(), want_values, want_values.size(), kTol, "node values");
     check_close(adjoints.host(), want_adjoints, want_adjoints.size(), kTol, "node adjoints");

@@ -50,6 +50,16 @@ class DeviceInterop {
                                size_t offset, size_t floats, bool row_major) = 0;
   // Copies parameter `id`'s gradient to `dst` (row-major rows x cols when asked).
   virtual void read_gradient(ParameterCollection& pc, uint32_t id, float* dst, bool row_major) = 0;
+  // A whole parameter and caller device memory: what write_parameters reads, read_gradients
+  // writes.
+  struct Transfer {
+    uint32_t id;
+    float* data;
+    bool row_major;
+  };
+  // write_parameter (whole parameters) and read_gradient for several parameters, in one launch.
+  virtual void write_parameters(ParameterCollection& pc, const std::vector<Transfer>& t) = 0;
+  virtual void read_gradients(ParameterCollection& pc, const std::vector<Transfer>& t) = 0;
   // Zeroes every gradient on the device (ParameterCollection::zero_grads without the host).
   virtual void zero_gradients(ParameterCollection& pc) = 0;
   // The next forward pass takes the first `floats` floats of the graph's input values from

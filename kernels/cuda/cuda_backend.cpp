@@ -408,6 +408,51 @@ class CudaBackend : public Backend, public DeviceInterop {
     }
   }
 
+  void write_parameters(ParameterCollection& pc, const std::vector<Transfer>& t) override {
+    sync_params(pc);
+    transfers(pc, t, true);
+    values_newer_ = true;
+    pc.set_device_fetch(this, [this] { fetch_params(); });
+  }
+
+  void read_gradients(ParameterCollection& pc, const std::vector<Transfer>& t) override {
+    sync_params(pc);
+    upload_grads_if_changed(pc);
+    transfers(pc, t, false);
+  }
+
+  // Descriptors for the transfers kernel, uploaded through the interop staging.
+  void transfers(ParameterCollection& pc, const std::vector<Transfer>& t, bool write) {
+    if (t.empty()) return;
+    queued_work_ = true;
+    std::vector<TransferDesc>& descs = transfer_descs_;
+    descs.clear();
+    uint64_t max_floats = 0;
+    for (const Transfer& x : t) {
+      const Dim d = pc.dim(x.id);
+      float* mirror = (write ? params_.values.as() : params_.grads.as()) + params_.offset[x.id];
+      const bool transpose = x.row_major && d.cols > 1;
+      TransferDesc desc{};
+      desc.src = write ? x.data : mirror;
+      desc.dst = write ? mirror : x.data;
+      desc.rows = d.rows;
+      desc.cols = d.cols;
+      desc.mode = !transpose ? 0 : write ? 1 : 2;
+      descs.push_back(desc);
+      max_floats = std::max<uint64_t>(max_floats, d.size());
+    }
+    const size_t bytes = descs.size() * sizeof(TransferDesc);
+    PinnedBuffer& staging = acquire(interop_staging_, bytes);
+    std::memcpy(staging.as<char>(), descs.data(), bytes);
+    interop_meta_.reserve(bytes, stream_);
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(interop_meta_.as<char>(), staging.as<char>(), bytes,
+                                       cudaMemcpyHostToDevice, stream_));
+    release(interop_staging_);
+    launch_transfers(interop_meta_.as<TransferDesc>(), static_cast<uint32_t>(descs.size()),
+                     max_floats, stream_);
+    EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
+  }
+
   void zero_gradients(ParameterCollection& pc) override {
     sync_params(pc);
     queued_work_ = true;
@@ -610,9 +655,13 @@ class CudaBackend : public Backend, public DeviceInterop {
   }
 
   template <class T>
+  static size_t put(char* staging, size_t at, const T* v, size_t n) {
+    if (n > 0 && staging) std::memcpy(staging + at, v, n * sizeof(T));
+    return align_up(at + n * sizeof(T));
+  }
+  template <class T>
   static size_t put(char* staging, size_t at, const std::vector<T>& v) {
-    if (!v.empty() && staging) std::memcpy(staging + at, v.data(), v.size() * sizeof(T));
-    return align_up(at + v.size() * sizeof(T));
+    return put(staging, at, v.data(), v.size());
   }
 
   // One copy: the plan's operand metadata, the parameter offsets, the pass's GEMM pointer arrays
@@ -620,6 +669,16 @@ class CudaBackend : public Backend, public DeviceInterop {
   void upload_forward(const PlanRef& p, const Pass& pass) {
     const MemoryPlan& plan = p.plan;
     const std::vector<float>& inputs = p.graph.input_values();
+    if (device_inputs_ && device_input_floats_ > inputs.size()) {
+      device_inputs_ = nullptr;
+      throw std::invalid_argument("[cuda] inputs_from_device: " +
+                                  std::to_string(device_input_floats_) +
+                                  " floats, but the graph has " + std::to_string(inputs.size()));
+    }
+    // Input values the caller's device memory provides are not uploaded.
+    const size_t skip = device_inputs_ ? device_input_floats_ : 0;
+    const float* host_inputs = inputs.data() + skip;
+    const size_t host_floats = inputs.size() - skip;
     size_t at = 0;
     const size_t at_offsets = at;
     at = put(nullptr, at, params_.offset);
@@ -632,7 +691,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     const size_t at_aux = at;
     at = put(nullptr, at, plan.aux);
     const size_t at_inputs = at;
-    at = put(nullptr, at, inputs);
+    at = put(nullptr, at, host_inputs, host_floats);
     const size_t at_ptrs = at;
     at = put_pass(nullptr, at, pass);
     PinnedBuffer& staging = acquire(forward_staging_, std::max<size_t>(at, 1));
@@ -643,7 +702,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     put(h, at_members, plan.member_operands);
     put(h, at_index, plan.index);
     put(h, at_aux, plan.aux);
-    put(h, at_inputs, inputs);
+    put(h, at_inputs, host_inputs, host_floats);
     put_pass(h, at_ptrs, pass);
     char* d = forward_meta_.as<char>();
     EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, at, cudaMemcpyHostToDevice, stream_));
@@ -651,21 +710,17 @@ class CudaBackend : public Backend, public DeviceInterop {
     // Fused GEMM steps add their partial sums into zeroed outputs.
     EDBATCH_CUDA_CHECK(
         cudaMemsetAsync(values_.as(), 0, static_cast<size_t>(plan.total_floats) * sizeof(float), stream_));
-    if (!inputs.empty())
-      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values_.as() + plan.input_offset, d + at_inputs,
-                                         inputs.size() * sizeof(float), cudaMemcpyDeviceToDevice,
+    if (host_floats > 0)
+      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values_.as() + plan.input_offset + skip, d + at_inputs,
+                                         host_floats * sizeof(float), cudaMemcpyDeviceToDevice,
                                          stream_));
     if (device_inputs_) {  // DeviceInterop::inputs_from_device: the caller's device memory
       const float* src = device_inputs_;
       device_inputs_ = nullptr;
-      if (device_input_floats_ > inputs.size())
-        throw std::invalid_argument("[cuda] inputs_from_device: " +
-                                    std::to_string(device_input_floats_) +
-                                    " floats, but the graph has " + std::to_string(inputs.size()));
-      if (device_input_floats_ > 0)
+      if (skip > 0)
         EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values_.as() + plan.input_offset, src,
-                                           device_input_floats_ * sizeof(float),
-                                           cudaMemcpyDeviceToDevice, stream_));
+                                           skip * sizeof(float), cudaMemcpyDeviceToDevice,
+                                           stream_));
     }
     view_ = DeviceView{};
     view_.values = values_.as();
@@ -937,6 +992,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   const float* device_inputs_ = nullptr;  // DeviceInterop::inputs_from_device, for the next forward
   size_t device_input_floats_ = 0;
   std::vector<uint32_t> spans_, param_spans_;  // read_nodes' copy lists
+  std::vector<TransferDesc> transfer_descs_;
   DeviceBuffer interop_meta_;
   StagingRing interop_staging_;
   // Events around each queued pass, for its device time (read once it has finished).

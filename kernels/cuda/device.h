@@ -133,6 +133,14 @@ void launch_gather_spans(const float* src, const uint32_t* spans, uint32_t count
 // src[source offset ..) into dst[destination offset ..), atomically (spans may overlap).
 void launch_add_spans(const float* src, const uint32_t* spans, uint32_t count, float* dst,
                       Stream s);
+// Copies between caller memory and the parameter mirror, one descriptor per parameter: mode 0 a
+// plain copy, 1 row-major rows x cols src to column-major dst, 2 column-major src to row-major.
+struct TransferDesc {
+  const float* src;
+  float* dst;
+  uint32_t rows, cols, mode, pad;
+};
+void launch_transfers(const TransferDesc* descs, uint32_t count, uint64_t max_floats, Stream s);
 // values[i] -= lr * grads[i]; grads[i] = 0 (the SGD update on the device's parameter mirror).
 void launch_sgd(float* values, float* grads, uint64_t n, float lr, Stream s);
 

@@ -106,6 +106,21 @@ __global__ void add_spans_kernel(const float* src, const uint32_t* spans, uint32
   }
 }
 
+__global__ void transfers_kernel(const TransferDesc* descs) {
+  const TransferDesc t = descs[blockIdx.y];
+  const uint64_t n = static_cast<uint64_t>(t.rows) * t.cols;
+  for (uint64_t e = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t r = e / t.cols, c = e % t.cols;
+    if (t.mode == 0)
+      t.dst[e] = t.src[e];
+    else if (t.mode == 1)
+      t.dst[c * t.rows + r] = t.src[e];
+    else
+      t.dst[e] = t.src[c * t.rows + r];
+  }
+}
+
 unsigned grid_for(uint64_t items) {
   const uint64_t blocks = (items + kStepThreads - 1) / kStepThreads;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 4096 ? 4096 : blocks));
@@ -162,6 +177,13 @@ void launch_add_spans(const float* src, const uint32_t* spans, uint32_t count, f
                       Stream s) {
   if (count == 0) return;
   add_spans_kernel<<<count < 65535 ? count : 65535, 128, 0, s>>>(src, spans, count, dst);
+}
+
+void launch_transfers(const TransferDesc* descs, uint32_t count, uint64_t max_floats, Stream s) {
+  if (count == 0) return;
+  const uint32_t x = static_cast<uint32_t>(std::min<uint64_t>(64, (max_floats + 255) / 256));
+  for (uint32_t b = 0; b < count; b += 65535)
+    transfers_kernel<<<dim3(std::max(x, 1u), std::min(count - b, 65535u)), 256, 0, s>>>(descs + b);
 }
 
 void launch_sgd(float* values, float* grads, uint64_t n, float lr, Stream s) {

@@ -111,10 +111,10 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   if (on_device) {
     DeviceInterop& io = interop(fn);
     io.use_stream(stream);
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const size_t floats = size_t{specs[i].rows} * std::max(specs[i].cols, 1u);
-      io.write_parameter(pc_, weight_params_[i].id, weights[i], 0, floats, specs[i].cols > 1);
-    }
+    transfers_.clear();
+    for (size_t i = 0; i < specs.size(); ++i)
+      transfers_.push_back({weight_params_[i].id, const_cast<float*>(weights[i]), specs[i].cols > 1});
+    io.write_parameters(pc_, transfers_);
   } else {
     for (size_t i = 0; i < specs.size(); ++i)
       to_column_major(weights[i], specs[i].rows, specs[i].cols, pc_.values(weight_params_[i].id));
@@ -198,20 +198,25 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
     to_row_major(pc_.grads(weight_params_[i].id), specs[i].rows, specs[i].cols, grad_weights[i]);
 }
 
+void Runner::read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights) {
+  const std::vector<WeightSpec>& specs = cell_->weights();
+  transfers_.clear();
+  for (size_t i = 0; i < specs.size(); ++i)
+    transfers_.push_back({weight_params_[i].id, grad_weights[i], specs[i].cols > 1});
+  io.read_gradients(pc_, transfers_);
+}
+
 // The backward of a forward on device memory: the seeds, the gradients and grad_x move on the
 // device; nothing waits.
 void Runner::backward_on_device(const float* out_grad, float* grad_x,
                                 const std::vector<float*>& grad_weights, void* stream) {
-  const char* fn = "edbatch.backward";
-  const std::vector<WeightSpec>& specs = cell_->weights();
-  DeviceInterop& io = interop(fn);
+  DeviceInterop& io = interop("edbatch.backward");
   io.use_stream(stream);
   if (!have_graph_) {
     if (num_nodes_ != 0) throw std::runtime_error("[edbatch.backward] forward was not run for backward");
     // No nodes: every gradient is zero.
     io.zero_gradients(pc_);
-    for (size_t i = 0; i < specs.size(); ++i)
-      io.read_gradient(pc_, weight_params_[i].id, grad_weights[i], specs[i].cols > 1);
+    read_gradients(io, grad_weights);
     return;
   }
   io.zero_gradients(pc_);
@@ -219,8 +224,7 @@ void Runner::backward_on_device(const float* out_grad, float* grad_x,
   ids_.clear();
   for (const Expr& x : x_) ids_.push_back(x.id);
   io.read_nodes(graph_, engine_.plan(), ids_, grad_x, true);
-  for (size_t i = 0; i < specs.size(); ++i)
-    io.read_gradient(pc_, weight_params_[i].id, grad_weights[i], specs[i].cols > 1);
+  read_gradients(io, grad_weights);
   if (wait_each_call()) engine_.synchronize();
 }
 

@@ -119,9 +119,11 @@ class Runner {
   bool on_device_ = false;  // the last forward's memory
   std::vector<float> zeros_;  // placeholder input values (the device fills them)
   std::vector<uint32_t> ids_;
+  std::vector<DeviceInterop::Transfer> transfers_;
 
   DeviceInterop& interop(const char* fn);
   static bool wait_each_call();
+  void read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights);
   void backward_on_device(const float* out_grad, float* grad_x,
                           const std::vector<float*>& grad_weights, void* stream);
 };
