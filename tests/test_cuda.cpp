@@ -641,6 +641,15 @@ CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradien
   const DeviceFloats dW(W_rows), db(b), dh0(h0), dseed(seed), dx(x);
   DeviceFloats values(want_values.size()), adjoints(want_adjoints.size()),
       gW(W_rows.size()), gh0(h0.size());
+  // The node adjoints and gradients read back into device memory, against the CPU's.
+  const std::vector<float> cpu_gW = as_vector(Tensor{cpu.pc.grads(cpu.W.id), Dim{M::kRows, M::kCols}});
+  const std::vector<float> cpu_gh0(cpu.pc.grads(cpu.h0.id), cpu.pc.grads(cpu.h0.id) + M::kRows);
+  auto check_backward = [&](const std::string& what) {
+    check_close(adjoints.host(), want_adjoints, want_adjoints.size(), kTol, what + "node adjoints");
+    check_close(gW.host(), transposed(cpu_gW, M::kCols, M::kRows), W_rows.size(), kTol,
+                what + "gradient of W, row-major");
+    check_close(gh0.host(), cpu_gh0, M::kRows, kTol, what + "gradient of h0");
+  };
   // Round 0 moves parameters one by one, round 1 in one batch (write_parameters, read_gradients).
   for (int round = 0; round < 2; ++round) {
     CAPTURE(round);
@@ -667,12 +676,7 @@ CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradien
     }
     ge.synchronize();
     check_close(values.host(), want_values, want_values.size(), kTol, "node values");
-    check_close(adjoints.host(), want_adjoints, want_adjoints.size(), kTol, "node adjoints");
-    const std::vector<float> cpu_gW = as_vector(Tensor{cpu.pc.grads(cpu.W.id), Dim{M::kRows, M::kCols}});
-    check_close(gW.host(), transposed(cpu_gW, M::kCols, M::kRows), W_rows.size(), kTol,
-                "gradient of W, row-major");
-    check_close(gh0.host(), std::vector<float>(cpu.pc.grads(cpu.h0.id), cpu.pc.grads(cpu.h0.id) + M::kRows),
-                M::kRows, kTol, "gradient of h0");
+    check_backward("");
   }
   // Backward from the outputs' adjoints (Engine::backward with seeds), from host and from device
   // memory, equals the backward of the seed row above.
@@ -685,12 +689,7 @@ CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradien
     io->read_gradient(gpu.pc, gpu.W.id, gW.p, true);
     io->read_gradient(gpu.pc, gpu.h0.id, gh0.p, false);
     ge.synchronize();
-    check_close(adjoints.host(), want_adjoints, want_adjoints.size(), kTol, "seeded node adjoints");
-    const std::vector<float> cpu_gW = as_vector(Tensor{cpu.pc.grads(cpu.W.id), Dim{M::kRows, M::kCols}});
-    check_close(gW.host(), transposed(cpu_gW, M::kCols, M::kRows), W_rows.size(), kTol,
-                "seeded gradient of W");
-    check_close(gh0.host(), std::vector<float>(cpu.pc.grads(cpu.h0.id), cpu.pc.grads(cpu.h0.id) + M::kRows),
-                M::kRows, kTol, "seeded gradient of h0");
+    check_backward("seeded ");
   }
   // Host code sees the device's parameters and gradients (the pending fetch).
   check_close(std::vector<float>(gpu.pc.values(gpu.W.id), gpu.pc.values(gpu.W.id) + W_cols.size()),

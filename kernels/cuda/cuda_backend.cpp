@@ -337,17 +337,12 @@ class CudaBackend : public Backend, public DeviceInterop {
     const size_t span_bytes = spans.size() * sizeof(uint32_t);
     const size_t seed_at = align_up(span_bytes);
     const size_t bytes = seed_at + (seed.on_device ? 0 : size_t{at} * sizeof(float));
-    PinnedBuffer& staging = acquire(interop_staging_, bytes);
-    std::memcpy(staging.as<char>(), spans.data(), span_bytes);
-    if (!seed.on_device)
-      std::memcpy(staging.as<char>() + seed_at, seed.values, size_t{at} * sizeof(float));
-    interop_meta_.reserve(bytes, stream_);
-    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(interop_meta_.as<char>(), staging.as<char>(), bytes,
-                                       cudaMemcpyHostToDevice, stream_));
-    release(interop_staging_);
-    const float* src = seed.on_device ? seed.values
-                                      : reinterpret_cast<const float*>(interop_meta_.as<char>() + seed_at);
-    const uint32_t* d_spans = interop_meta_.as<uint32_t>();
+    char* h = acquire(interop_staging_, bytes).as<char>();
+    std::memcpy(h, spans.data(), span_bytes);
+    if (!seed.on_device) std::memcpy(h + seed_at, seed.values, size_t{at} * sizeof(float));
+    const char* d = upload_interop(h, bytes);
+    const float* src = seed.on_device ? seed.values : reinterpret_cast<const float*>(d + seed_at);
+    const uint32_t* d_spans = reinterpret_cast<const uint32_t*>(d);
     if (from_arena > 0) launch_add_spans(src, d_spans, from_arena, adjoints_.as(), stream_);
     const uint32_t from_params = static_cast<uint32_t>(spans.size() / 3) - from_arena;
     if (from_params > 0)
@@ -442,13 +437,10 @@ class CudaBackend : public Backend, public DeviceInterop {
       max_floats = std::max<uint64_t>(max_floats, d.size());
     }
     const size_t bytes = descs.size() * sizeof(TransferDesc);
-    PinnedBuffer& staging = acquire(interop_staging_, bytes);
-    std::memcpy(staging.as<char>(), descs.data(), bytes);
-    interop_meta_.reserve(bytes, stream_);
-    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(interop_meta_.as<char>(), staging.as<char>(), bytes,
-                                       cudaMemcpyHostToDevice, stream_));
-    release(interop_staging_);
-    launch_transfers(interop_meta_.as<TransferDesc>(), static_cast<uint32_t>(descs.size()),
+    char* h = acquire(interop_staging_, bytes).as<char>();
+    std::memcpy(h, descs.data(), bytes);
+    const char* d = upload_interop(h, bytes);
+    launch_transfers(reinterpret_cast<const TransferDesc*>(d), static_cast<uint32_t>(descs.size()),
                      max_floats, stream_);
     EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
   }
@@ -493,19 +485,16 @@ class CudaBackend : public Backend, public DeviceInterop {
     const size_t arena_bytes = spans.size() * sizeof(uint32_t);
     spans.insert(spans.end(), param_spans.begin(), param_spans.end());
     const size_t bytes = spans.size() * sizeof(uint32_t);
-    PinnedBuffer& staging = acquire(interop_staging_, bytes);
-    std::memcpy(staging.as<char>(), spans.data(), bytes);
-    interop_meta_.reserve(bytes, stream_);
-    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(interop_meta_.as<char>(), staging.as<char>(), bytes,
-                                       cudaMemcpyHostToDevice, stream_));
-    release(interop_staging_);
+    char* h = acquire(interop_staging_, bytes).as<char>();
+    std::memcpy(h, spans.data(), bytes);
+    const uint32_t* d_spans = reinterpret_cast<const uint32_t*>(upload_interop(h, bytes));
     const uint32_t from_arena = static_cast<uint32_t>(arena_bytes / sizeof(uint32_t) / 3);
     if (from_arena > 0)
-      launch_gather_spans(adjoints ? adjoints_.as() : values_.as(), interop_meta_.as<uint32_t>(),
-                          from_arena, dst, stream_);
+      launch_gather_spans(adjoints ? adjoints_.as() : values_.as(), d_spans, from_arena, dst,
+                          stream_);
     if (!param_spans.empty())
       launch_gather_spans(adjoints ? params_.grads.as() : params_.values.as(),
-                          interop_meta_.as<uint32_t>() + 3 * from_arena,
+                          d_spans + 3 * from_arena,
                           static_cast<uint32_t>(param_spans.size() / 3), dst, stream_);
     EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
   }
@@ -755,6 +744,15 @@ class CudaBackend : public Backend, public DeviceInterop {
     PinnedBuffer& b = ring.buffers[ring.next];
     b.reserve(bytes);
     return b;
+  }
+  // Copies `bytes` that the caller wrote into the interop ring's current buffer `h` to the
+  // device (interop_meta_, reused in stream order); returns their device address.
+  const char* upload_interop(const char* h, size_t bytes) {
+    interop_meta_.reserve(bytes, stream_);
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(interop_meta_.as<char>(), h, bytes, cudaMemcpyHostToDevice,
+                                       stream_));
+    release(interop_staging_);
+    return interop_meta_.as<char>();
   }
   void release(StagingRing& ring) {
     EDBATCH_CUDA_CHECK(cudaEventRecord(ring.copied[ring.next], stream_));
