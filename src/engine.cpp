@@ -137,7 +137,6 @@ void Engine::backward(Graph& g, const Expr& loss) {
 
 void Engine::backward(Graph& g, const std::vector<Expr>& outputs, const float* seeds,
                       bool seeds_on_device) {
-  if (!outputs.empty()) check_graph(g, outputs[0], "Engine::backward");
   if (!is_current(g))
     throw std::invalid_argument(
         "[Engine::backward] run forward() on this graph (in its current state) first");

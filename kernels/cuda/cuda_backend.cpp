@@ -317,23 +317,10 @@ class CudaBackend : public Backend, public DeviceInterop {
   // floats) into the arena's adjoints, then into the gradients of parameter nodes; host seeds
   // travel with the spans.
   void add_seeds(const PlanRef& p, const BackwardSeed& seed) {
-    std::vector<uint32_t>& spans = spans_;
-    std::vector<uint32_t>& param_spans = param_spans_;
-    spans.clear();
-    param_spans.clear();
     uint32_t at = 0;
-    for (uint32_t node : *seed.nodes) {
-      const Node& n = p.graph.node(node);
-      const uint32_t size = n.dim.size();
-      if (n.op == Op::Parameter)
-        param_spans.insert(param_spans.end(), {params_.offset[n.aux], at, size});
-      else
-        spans.insert(spans.end(), {p.plan.node_offset[node], at, size});
-      at += size;
-    }
+    const uint32_t from_arena = node_spans(p.graph, p.plan, *seed.nodes, &at);
     if (at == 0) return;
-    const uint32_t from_arena = static_cast<uint32_t>(spans.size() / 3);
-    spans.insert(spans.end(), param_spans.begin(), param_spans.end());
+    const std::vector<uint32_t>& spans = spans_;
     const size_t span_bytes = spans.size() * sizeof(uint32_t);
     const size_t seed_at = align_up(span_bytes);
     const size_t bytes = seed_at + (seed.on_device ? 0 : size_t{at} * sizeof(float));
@@ -466,36 +453,20 @@ class CudaBackend : public Backend, public DeviceInterop {
     queued_work_ = true;
     if (&g != graph_ || plan.total_floats != total_floats_)
       throw std::invalid_argument("[cuda] read_nodes: not the graph of the last forward pass");
-    // Spans from the arena, then spans from the parameter mirror (a parameter node has no arena
-    // offset; reshape refuses parameters, so no view of one has either).
-    std::vector<uint32_t>& spans = spans_;
-    std::vector<uint32_t>& param_spans = param_spans_;
-    spans.clear();
-    param_spans.clear();
     uint32_t to = 0;
-    for (uint32_t v : nodes) {
-      const uint32_t n = g.node(v).dim.size();
-      if (g.node(v).op == Op::Parameter) {  // the forward pass laid out the mirror
-        param_spans.insert(param_spans.end(), {params_.offset[g.node(v).aux], to, n});
-      } else {
-        spans.insert(spans.end(), {plan.node_offset[v], to, n});
-      }
-      to += n;
-    }
-    const size_t arena_bytes = spans.size() * sizeof(uint32_t);
-    spans.insert(spans.end(), param_spans.begin(), param_spans.end());
+    const uint32_t from_arena = node_spans(g, plan, nodes, &to);
+    const std::vector<uint32_t>& spans = spans_;
     const size_t bytes = spans.size() * sizeof(uint32_t);
     char* h = acquire(interop_staging_, bytes).as<char>();
     std::memcpy(h, spans.data(), bytes);
     const uint32_t* d_spans = reinterpret_cast<const uint32_t*>(upload_interop(h, bytes));
-    const uint32_t from_arena = static_cast<uint32_t>(arena_bytes / sizeof(uint32_t) / 3);
     if (from_arena > 0)
       launch_gather_spans(adjoints ? adjoints_.as() : values_.as(), d_spans, from_arena, dst,
                           stream_);
-    if (!param_spans.empty())
+    const uint32_t from_params = static_cast<uint32_t>(spans.size() / 3) - from_arena;
+    if (from_params > 0)
       launch_gather_spans(adjoints ? params_.grads.as() : params_.values.as(),
-                          d_spans + 3 * from_arena,
-                          static_cast<uint32_t>(param_spans.size() / 3), dst, stream_);
+                          d_spans + 3 * from_arena, from_params, dst, stream_);
     EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
   }
 
@@ -745,6 +716,32 @@ class CudaBackend : public Backend, public DeviceInterop {
     b.reserve(bytes);
     return b;
   }
+  // spans_ = one span (place of the node's floats, running offset, floats) per node: first those
+  // in the arena, then parameters in the mirror (a parameter node has no arena offset; reshape
+  // refuses parameters, so no view of one has either; the forward pass laid out the mirror).
+  // Returns how many spans are in the arena; *floats gets the sum of the nodes' sizes.
+  uint32_t node_spans(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,
+                      uint32_t* floats) {
+    std::vector<uint32_t>& spans = spans_;
+    std::vector<uint32_t>& param_spans = param_spans_;
+    spans.clear();
+    param_spans.clear();
+    uint32_t at = 0;
+    for (uint32_t v : nodes) {
+      const Node& n = g.node(v);
+      const uint32_t size = n.dim.size();
+      if (n.op == Op::Parameter)
+        param_spans.insert(param_spans.end(), {params_.offset[n.aux], at, size});
+      else
+        spans.insert(spans.end(), {plan.node_offset[v], at, size});
+      at += size;
+    }
+    const uint32_t from_arena = static_cast<uint32_t>(spans.size() / 3);
+    spans.insert(spans.end(), param_spans.begin(), param_spans.end());
+    *floats = at;
+    return from_arena;
+  }
+
   // Copies `bytes` that the caller wrote into the interop ring's current buffer `h` to the
   // device (interop_meta_, reused in stream order); returns their device address.
   const char* upload_interop(const char* h, size_t bytes) {
@@ -989,7 +986,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   cublasHandle_t blas_ = nullptr;
   const float* device_inputs_ = nullptr;  // DeviceInterop::inputs_from_device, for the next forward
   size_t device_input_floats_ = 0;
-  std::vector<uint32_t> spans_, param_spans_;  // read_nodes' copy lists
+  std::vector<uint32_t> spans_, param_spans_;  // node_spans' lists
   std::vector<TransferDesc> transfer_descs_;
   DeviceBuffer interop_meta_;
   StagingRing interop_staging_;

@@ -32,6 +32,22 @@ __device__ inline dim3 block_of(uint32_t i, dim3 g) {
   return dim3(i % g.x, (i / g.x) % g.y, i / (g.x * g.y));
 }
 
+// acc[i][j] += sum_q a[q][ty * 4 + i] * b[q][tx * 2 + j]: one thread's 4 x 2 share of a tile
+// product, from the 16-deep tiles in shared memory.
+__device__ inline void accumulate_tile(const float (&a)[kTK][kTM + 4], const float (&b)[kTK][kTN + 1],
+                                       uint32_t tx, uint32_t ty, float (&acc)[4][2]) {
+#pragma unroll
+  for (uint32_t q = 0; q < kTK; ++q) {
+    const float b0 = b[q][tx * 2], b1 = b[q][tx * 2 + 1];
+#pragma unroll
+    for (uint32_t i = 0; i < 4; ++i) {
+      const float x = a[q][ty * 4 + i];
+      acc[i][0] += x * b0;
+      acc[i][1] += x * b1;
+    }
+  }
+}
+
 // Inner-dimension chunk of one thread block: the products' inner sizes are split so that even a
 // batch of a few columns spreads over many thread blocks; partial sums meet in the zeroed output
 // with atomics, and the first chunk adds the bias.
@@ -70,16 +86,7 @@ __device__ void linear_forward_body(const DeviceView& d, const LinearDesc& l, di
       xs[q][c] = (xcol[c] != nullptr && k0 + q < ke) ? xcol[c][k0 + q] : 0.0f;
     }
     __syncthreads();
-#pragma unroll
-    for (uint32_t q = 0; q < kTK; ++q) {
-      const float b0 = xs[q][tx * 2], b1 = xs[q][tx * 2 + 1];
-#pragma unroll
-      for (uint32_t i = 0; i < 4; ++i) {
-        const float a = ws[q][ty * 4 + i];
-        acc[i][0] += a * b0;
-        acc[i][1] += a * b1;
-      }
-    }
+    accumulate_tile(ws, xs, tx, ty, acc);
     __syncthreads();
   }
   const bool bias = l.bias != kNoOperand && block.z == 0;
@@ -128,16 +135,7 @@ __device__ void linear_backward_x_body(const DeviceView& d, const LinearDesc& l,
       ys[q][c] = y;
     }
     __syncthreads();
-#pragma unroll
-    for (uint32_t q = 0; q < kTK; ++q) {
-      const float b0 = ys[q][tx * 2], b1 = ys[q][tx * 2 + 1];
-#pragma unroll
-      for (uint32_t i = 0; i < 4; ++i) {
-        const float a = ws[q][ty * 4 + i];
-        acc[i][0] += a * b0;
-        acc[i][1] += a * b1;
-      }
-    }
+    accumulate_tile(ws, ys, tx, ty, acc);
     __syncthreads();
   }
 #pragma unroll
@@ -194,16 +192,7 @@ __device__ void linear_backward_w_body(const DeviceView& d, const LinearDesc& l,
       xs[q][j] = (xcol[q] != nullptr && j0 + j < n) ? xcol[q][j0 + j] : 0.0f;
     }
     __syncthreads();
-#pragma unroll
-    for (uint32_t q = 0; q < kTK; ++q) {
-      const float b0 = xs[q][tx * 2], b1 = xs[q][tx * 2 + 1];
-#pragma unroll
-      for (uint32_t i = 0; i < 4; ++i) {
-        const float a = ys[q][ty * 4 + i];
-        acc[i][0] += a * b0;
-        acc[i][1] += a * b1;
-      }
-    }
+    accumulate_tile(ys, xs, tx, ty, acc);
     if (bias && threadIdx.x < kTM)
 #pragma unroll
       for (uint32_t q = 0; q < kTK; ++q) db += ys[q][threadIdx.x];
