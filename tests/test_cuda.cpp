@@ -247,6 +247,23 @@ Expr build_model(Model& m, Graph& g) {
   return sum_losses(losses);
 }
 
+// One zoo model (hidden 6, through blocks) twice, over collections of one seed (so the same
+// initial weights): a copy to train on the CPU and a copy to train on the GPU.
+struct Twins {
+  explicit Twins(const std::string& name)
+      : m_cpu(zoo_model(name, pc_cpu, d_cpu, 6, true)), m_gpu(zoo_model(name, pc_gpu, d_gpu, 6, true)) {}
+  // The GPU copy's weights (fetched from the device where newer) equal the CPU copy's.
+  void check_trained() {
+    for (uint32_t p = 0; p < pc_cpu.size(); ++p)
+      check_close(pc_gpu.values(p), pc_cpu.values(p), pc_cpu.dim(p).size(), 1e-3,
+                  "trained " + pc_cpu.name(p));
+  }
+  ParameterCollection pc_cpu{5}, pc_gpu{5};
+  Dataset d_cpu, d_gpu;
+  std::unique_ptr<Model> m_cpu, m_gpu;
+  Graph g_cpu{pc_cpu}, g_gpu{pc_gpu};
+};
+
 #define CUDA_CASE(name) TEST_CASE(name* doctest::skip(kSkip))
 
 }  // namespace
@@ -381,13 +398,10 @@ CUDA_CASE("cuda: random trees, lattices, chains and DAGs = cpu under every polic
 CUDA_CASE("cuda: SGD training on the GPU follows the CPU") {
   for (const std::string name : {"tree_lstm", "lattice_lstm", "bilstm_tagger"}) {
     CAPTURE(name);
-    ParameterCollection pc_cpu(5), pc_gpu(5);
-    Dataset d1, d2;
-    const std::unique_ptr<Model> m_cpu = zoo_model(name, pc_cpu, d1, 6, true);
-    const std::unique_ptr<Model> m_gpu = zoo_model(name, pc_gpu, d2, 6, true);
+    Twins t(name);
+    auto& [pc_cpu, pc_gpu, d_cpu, d_gpu, m_cpu, m_gpu, g_cpu, g_gpu] = t;
     Engine e_cpu(pc_cpu, EngineOptions{"agenda", "cpu", 1});
     Engine e_gpu(pc_gpu, EngineOptions{"agenda", "cuda", 1});
-    Graph g_cpu(pc_cpu), g_gpu(pc_gpu);
     for (int step = 0; step < 3; ++step) {
       g_cpu.clear();
       g_gpu.clear();
@@ -400,9 +414,7 @@ CUDA_CASE("cuda: SGD training on the GPU follows the CPU") {
       pc_cpu.sgd_update(0.1f);
       pc_gpu.sgd_update(0.1f);
     }
-    for (uint32_t p = 0; p < pc_cpu.size(); ++p)
-      check_close(pc_gpu.values(p), pc_cpu.values(p), pc_cpu.dim(p).size(), 1e-3,
-                  "trained " + pc_cpu.name(p));
+    t.check_trained();
     CHECK(e_gpu.stats().arena_growths <= 8);  // grows at the start, not every step
   }
 }
@@ -415,13 +427,10 @@ CUDA_CASE("cuda: SGD training on the GPU follows the CPU") {
 CUDA_CASE("cuda: pipelined training (submit, backward, device SGD) follows the cpu") {
   for (const std::string name : {"tree_lstm", "lattice_lstm", "bilstm_tagger"}) {
     CAPTURE(name);
-    ParameterCollection pc_cpu(5), pc_gpu(5);
-    Dataset d1, d2;
-    const std::unique_ptr<Model> m_cpu = zoo_model(name, pc_cpu, d1, 6, true);
-    const std::unique_ptr<Model> m_gpu = zoo_model(name, pc_gpu, d2, 6, true);
+    Twins t(name);
+    auto& [pc_cpu, pc_gpu, d_cpu, d_gpu, m_cpu, m_gpu, g_cpu, g_gpu] = t;
     Engine e_cpu(pc_cpu, EngineOptions{"agenda", "cpu", 1});
     Engine e_gpu(pc_gpu, EngineOptions{"lb-greedy", "cuda", 1});
-    Graph g_cpu(pc_cpu), g_gpu(pc_gpu);
     // Mini-batches of 1 to 3 instances out of 5, differently shaped each step.
     const std::vector<std::vector<uint32_t>> batches = {{0, 1}, {2}, {3, 4, 0}, {1, 3}, {4}, {2, 0}};
     auto build = [](Model& m, Graph& g, const std::vector<uint32_t>& ids) {
@@ -452,9 +461,7 @@ CUDA_CASE("cuda: pipelined training (submit, backward, device SGD) follows the c
     for (size_t i = 0; i < loss_cpu.size(); ++i)
       CHECK(std::fabs(loss_gpu[i] - loss_cpu[i]) <= kTol * std::max(1.0f, std::fabs(loss_cpu[i])));
     // Host reads fetch the device's newer parameters.
-    for (uint32_t p = 0; p < pc_cpu.size(); ++p)
-      check_close(pc_gpu.values(p), pc_cpu.values(p), pc_cpu.dim(p).size(), 1e-3,
-                  "trained " + pc_cpu.name(p));
+    t.check_trained();
     // After the fetch the host may change a weight: the next pass uses the host's numbers.
     const uint32_t w = 0;
     pc_cpu.values(w)[0] += 0.25f;
