@@ -28,6 +28,14 @@ Tree random_tree(std::mt19937_64& rng, uint32_t leaves, uint32_t vocab) {
   return t;
 }
 
+Expr random_tree_losses(Graph& g, const TreeLstmOps& m, std::mt19937_64& rng, uint32_t count,
+                        uint32_t max_leaves) {
+  std::vector<Expr> losses;
+  for (uint32_t i = 0; i < count; ++i)
+    losses.push_back(m.build(g, random_tree(rng, 1 + static_cast<uint32_t>(rng() % max_leaves), 11)));
+  return sum_losses(losses);
+}
+
 TestModels::TestModels(ParameterCollection& p, uint32_t h, uint32_t v)
     : pc(p), hidden(h), vocab(v) {
   const Dim hh{h, h}, h1{h, 1};

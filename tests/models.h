@@ -6,11 +6,17 @@
 
 #include "edbatch/data.h"
 #include "edbatch/graph.h"
+#include "edbatch/zoo.h"
 
 namespace edbatch::testing {
 
 // A random binary tree with `leaves` leaves (post-order), random words and labels.
 Tree random_tree(std::mt19937_64& rng, uint32_t leaves, uint32_t vocab);
+
+// The summed losses of `count` random trees of 1 to max_leaves leaves (vocabulary 11) under the
+// op-level Tree-LSTM `m`.
+Expr random_tree_losses(Graph& g, const TreeLstmOps& m, std::mt19937_64& rng, uint32_t count,
+                        uint32_t max_leaves);
 
 // Models over a shared collection. Each adds one instance to the graph and returns its loss.
 struct TestModels {

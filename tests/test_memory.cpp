@@ -14,10 +14,7 @@ using namespace edbatch::testing;
 namespace {
 Expr build_trees(Graph& g, const TreeLstmOps& m, uint64_t seed, uint32_t count) {
   std::mt19937_64 rng(seed);
-  std::vector<Expr> losses;
-  for (uint32_t i = 0; i < count; ++i)
-    losses.push_back(m.build(g, random_tree(rng, 1 + static_cast<uint32_t>(rng() % 30), 11)));
-  return sum_losses(losses);
+  return random_tree_losses(g, m, rng, count, 30);
 }
 }  // namespace
 

@@ -19,11 +19,8 @@ using namespace edbatch::testing;
 namespace {
 Expr random_batch(Graph& g, const TreeLstmOps& m, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::vector<Expr> losses;
   const uint32_t count = 1 + static_cast<uint32_t>(rng() % 5);
-  for (uint32_t i = 0; i < count; ++i)
-    losses.push_back(m.build(g, random_tree(rng, 1 + static_cast<uint32_t>(rng() % 13), 11)));
-  return sum_losses(losses);
+  return random_tree_losses(g, m, rng, count, 13);
 }
 }  // namespace
 
