@@ -37,7 +37,7 @@ constexpr double kTol = 2e-4;  // float32, summed in another order (atomics, cuB
 struct Run {
   double loss = 0;
   std::vector<std::vector<float>> values, adjoints, grads;
-  uint64_t batches = 0;
+  uint64_t batches = 0, kernels = 0;
 };
 
 bool compared(const Node& n) {
@@ -65,6 +65,7 @@ Run run_on(const std::string& device, Graph& g, const Expr& loss, const std::str
   for (uint32_t p = 0; p < pc.size(); ++p)
     if (!pc.is_view(p)) r.grads[p].assign(pc.grads(p), pc.grads(p) + pc.dim(p).size());
   r.batches = e.stats().batches;
+  r.kernels = e.stats().kernels;
   pc.zero_grads();
   return r;
 }
@@ -375,9 +376,40 @@ CUDA_CASE("cuda: GEMM steps through cuBLAS (gathers, batched GEMMs over members)
                     "lb-greedy");
 }
 
-CUDA_CASE("cuda: a pass as one persistent cooperative launch = cpu") {
-  models_equal_with("EDBATCH_CUDA_PERSISTENT", "1",
-                    {"tree_lstm", "lattice_lstm", "bilstm_tagger", "random_dag"}, "agenda");
+CUDA_CASE("cuda: one launch per kernel, or chained forward passes only, = cpu") {
+  for (const char* mode : {"0", "forward"}) {
+    CAPTURE(std::string(mode));
+    models_equal_with("EDBATCH_CUDA_CHAIN", mode,
+                      {"tree_lstm", "lattice_lstm", "bilstm_tagger", "random_dag"}, "agenda");
+  }
+}
+
+// 64 trees at hidden 96 (every GEMM step small enough for the fused kernel, so nothing breaks
+// the chain): the chained forward and backward launches have thousands of thread blocks, more
+// than the GPU holds at once, so most of them start while earlier stages run and wait for theirs.
+CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu") {
+  for (const std::string chain : {"1", "0"}) {
+    CAPTURE(chain);
+    setenv("EDBATCH_CUDA_CHAIN", chain.c_str(), 1);
+    ParameterCollection pc(3);
+    const Dataset data = load_dataset(model_data_kind("tree_lstm"), "synthetic:64", 23, 7);
+    ModelOptions o;
+    o.hidden = 96;
+    o.vocab = 23;
+    o.blocks = true;
+    o.seed = 3;
+    const std::unique_ptr<Model> m = make_model("tree_lstm", pc, data, o);
+    Graph g(pc);
+    const Expr loss = build_model(*m, g);
+    const Run gpu = run_on("cuda", g, loss, "agenda");
+    check_same(gpu, run_on("cpu", g, loss, "agenda"), g);
+    // Chained: a few launches for the whole forward and backward; otherwise several per batch.
+    if (chain == "1")
+      CHECK(gpu.kernels < gpu.batches);
+    else
+      CHECK(gpu.kernels > gpu.batches);
+  }
+  unsetenv("EDBATCH_CUDA_CHAIN");
 }
 
 CUDA_CASE("cuda: random trees, lattices, chains and DAGs = cpu under every policy") {

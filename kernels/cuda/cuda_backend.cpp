@@ -191,8 +191,9 @@ class CudaBackend : public Backend, public DeviceInterop {
     sync_each_ = sync != nullptr && std::strcmp(sync, "0") != 0;
     const char* linear = std::getenv("EDBATCH_CUDA_LINEAR");
     fused_linear_ = linear == nullptr || std::strcmp(linear, "cublas") != 0;
-    const char* persistent = std::getenv("EDBATCH_CUDA_PERSISTENT");
-    persistent_ = persistent != nullptr && std::strcmp(persistent, "0") != 0;
+    const char* chain = std::getenv("EDBATCH_CUDA_CHAIN");
+    if (chain != nullptr && std::strcmp(chain, "0") == 0) chain_ = ChainMode::None;
+    if (chain != nullptr && std::strcmp(chain, "forward") == 0) chain_ = ChainMode::Forward;
     const char* profile = std::getenv("EDBATCH_CUDA_PROFILE");
     profile_ = profile != nullptr && std::strcmp(profile, "0") != 0;
   }
@@ -233,7 +234,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     adjoints_mirror_.fetched.assign(0, 0);
     Pass pass = new_pass(p, true);
     encode(pass);
-    plan_stages(pass);
+    plan_launches(pass);
     upload_forward(p, pass);
     run_pass(pass, "forward");
   }
@@ -250,7 +251,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     adjoints_mirror_.reset(total_floats_);
     Pass pass = new_pass(p, false);
     encode(pass);
-    plan_stages(pass);
+    plan_launches(pass);
     upload_pointers(pass, backward_meta_, backward_staging_, 0);
     EDBATCH_CUDA_CHECK(cudaMemsetAsync(adjoints_.as(), 0, p.plan.total_floats * sizeof(float), stream_));
     if (seed.nodes == nullptr)
@@ -757,8 +758,9 @@ class CudaBackend : public Backend, public DeviceInterop {
     ring.next ^= 1;
   }
 
-  // The pass's own data, after the plan's: GEMM pointer arrays, and for the persistent kernel the
-  // step groups, fused GEMM descriptions and stages.
+  // The pass's own data, after the plan's: GEMM pointer arrays, the hoisted lookups, and for
+  // chained launches the step groups, fused GEMM descriptions, stages, ticket map and zeroed
+  // counters.
   size_t put_pass(char* h, size_t at, const Pass& pass) const {
     at = put(h, at, pass.ptrs);
     at = put(h, at, pass.lookups);
@@ -766,7 +768,11 @@ class CudaBackend : public Backend, public DeviceInterop {
     if (stages_.empty()) return at;
     at = put(h, at, pass.groups);
     at = put(h, at, pass.linears);
-    return put(h, at, stages_);
+    at = put(h, at, stages_);
+    at = put(h, at, stage_first_);
+    at = put(h, at, stage_of_);
+    if (h) std::memset(h + at, 0, counters_floats_ * sizeof(uint32_t));
+    return align_up(at + counters_floats_ * sizeof(uint32_t));
   }
   void pass_data_at(char* d, size_t at, const Pass& pass) {
     ptrs_ = reinterpret_cast<const float* const*>(d + at);
@@ -782,39 +788,93 @@ class CudaBackend : public Backend, public DeviceInterop {
     device_linears_ = reinterpret_cast<const LinearDesc*>(d + at);
     at = put(nullptr, at, pass.linears);
     device_stages_ = reinterpret_cast<const Stage*>(d + at);
+    at = put(nullptr, at, stages_);
+    device_first_ = reinterpret_cast<const uint32_t*>(d + at);
+    at = put(nullptr, at, stage_first_);
+    device_stage_of_ = reinterpret_cast<const uint16_t*>(d + at);
+    at = put(nullptr, at, stage_of_);
+    device_counters_ = reinterpret_cast<uint32_t*>(d + at);
   }
 
-  // The persistent kernel takes the pass when every command is one of its stages.
-  void plan_stages(const Pass& pass) {
+  // The stage a command runs as in a chained launch, or false when it cannot be chained (cuBLAS,
+  // gathers and scatters are launched on their own).
+  bool stage_of_command(const Pass& pass, const Command& c, Stage* st) const {
+    *st = Stage{0, c.group, c.group2, 0};
+    switch (c.kind) {
+      case Command::Kind::Steps:
+        st->kind = pass.forward ? Stage::StepsForward : Stage::StepsBackward;
+        break;
+      case Command::Kind::LinearForward: st->kind = Stage::LinearForward; break;
+      case Command::Kind::LinearBackward: st->kind = Stage::LinearBackward; break;
+      case Command::Kind::Lookups:
+        st->kind = pass.forward ? Stage::LookupsForward : Stage::LookupsBackward;
+        st->index = c.count;
+        break;
+      default: return false;
+    }
+    st->blocks = stage_blocks(*st, pass.groups.data(), pass.linears.data(),
+                              pass.lookup_starts.empty() ? 0 : pass.lookup_starts.back());
+    return true;
+  }
+
+  // Splits the pass into launches: each run of two or more commands that can be chained becomes
+  // one chained launch (unless EDBATCH_CUDA_CHAIN=0 or EDBATCH_CUDA_SYNC=1); every other command
+  // is a launch of its own.
+  void plan_launches(const Pass& pass) {
+    launches_.clear();
     stages_.clear();
-    if (!persistent_ || sync_each_) return;
-    for (const Command& c : pass.commands) {
-      switch (c.kind) {
-        case Command::Kind::Steps:
-          stages_.push_back({pass.forward ? Stage::StepsForward : Stage::StepsBackward, c.group});
-          break;
-        case Command::Kind::LinearForward:
-          for (uint32_t g : {c.group, c.group2})
-            if (g != kNoOperand) stages_.push_back({Stage::LinearForward, g});
-          break;
-        case Command::Kind::LinearBackward:
-          for (uint32_t g : {c.group, c.group2})
-            if (g != kNoOperand) {
-              stages_.push_back({Stage::LinearBackwardX, g});
-              stages_.push_back({Stage::LinearBackwardW, g});
-            }
-          break;
-        case Command::Kind::Lookups:
-          stages_.push_back({pass.forward ? Stage::LookupsForward : Stage::LookupsBackward, c.count});
-          break;
-        default: stages_.clear(); return;
+    stage_first_.clear();
+    stage_of_.clear();
+    counters_floats_ = 0;
+    const size_t n = pass.commands.size();
+    const bool chain = (chain_ == ChainMode::All || (chain_ == ChainMode::Forward && pass.forward)) &&
+                       !sync_each_;
+    std::vector<Stage>& run = run_;
+    for (size_t i = 0; i < n;) {
+      run.clear();
+      Stage st{};
+      size_t j = i;
+      while (chain && j < n && run.size() < kMaxChainStages &&
+             stage_of_command(pass, pass.commands[j], &st)) {
+        if (st.blocks > 0) run.push_back(st);
+        ++j;
       }
+      if (j - i < 2 || run.empty()) {
+        launches_.push_back(Launch{static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)});
+        ++i;
+        continue;
+      }
+      Launch l{static_cast<uint32_t>(i), static_cast<uint32_t>(j)};
+      l.stage_begin = static_cast<uint32_t>(stages_.size());
+      l.stages = static_cast<uint32_t>(run.size());
+      l.map_begin = static_cast<uint32_t>(stage_of_.size());
+      l.counter_begin = counters_floats_;
+      for (uint32_t q = 0; q < run.size(); ++q) {
+        stage_first_.push_back(l.blocks);
+        l.blocks += run[q].blocks;
+        stage_of_.insert(stage_of_.end(), run[q].blocks, static_cast<uint16_t>(q));
+      }
+      stages_.insert(stages_.end(), run.begin(), run.end());
+      counters_floats_ += chain_counters(l.stages);
+      launches_.push_back(l);
+      i = j;
     }
   }
 
   std::string describe(const Command& c, const char* pass) const {
     return std::string("kernel '") + c.what + "' of the " + pass + " pass (batch " +
            std::to_string(c.batch) + ")";
+  }
+
+  std::string describe(const Pass& pass, const Launch& l, const char* name) const {
+    const Command& c = pass.commands[l.begin];
+    if (l.stages == 0) return describe(c, name);
+    return "a chained launch of " + std::to_string(l.end - l.begin) + " kernels, from " +
+           describe(c, name) + " to " + describe(pass.commands[l.end - 1], name);
+  }
+  const char* launch_name(const Pass& pass, const Launch& l) const {
+    if (l.stages > 0) return forward_ ? "chained launch (forward)" : "chained launch (backward)";
+    return pass.commands[l.begin].what;
   }
 
   const LinearDesc* second_linear(const Command& c) const {
@@ -868,43 +928,44 @@ class CudaBackend : public Backend, public DeviceInterop {
     groups_ = std::move(pass.groups);
     linears_ = std::move(pass.linears);
     forward_ = pass.forward;
-    if (profile_) profile_events(pass.commands.size() + 1);
+    if (profile_) profile_events(launches_.size() + 1);
     Timing& timing = timings_[next_timing_];
     next_timing_ = (next_timing_ + 1) % timings_.size();
     if (timing.queued) wait_event(timing.stop);
     timing.forward = pass.forward;
     const auto host_start = std::chrono::steady_clock::now();
     EDBATCH_CUDA_CHECK(cudaEventRecord(timing.start, stream_));
-    bool persistent = false;
-    if (!stages_.empty()) {
-      persistent = launch_persistent(view_, device_stages_, static_cast<uint32_t>(stages_.size()),
-                                     device_groups_, device_linears_, lookups_, stream_);
-      if (!persistent) cudaGetLastError();  // not possible here: launch one by one
-    }
-    for (size_t i = 0; i < pass.commands.size() && !persistent; ++i) {
-      const Command& c = pass.commands[i];
+    for (size_t i = 0; i < launches_.size(); ++i) {
+      const Launch& l = launches_[i];
       if (profile_) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[i], stream_));
       try {
-        launch(c);
+        if (l.stages > 0)
+          launch_chain(view_,
+                       Chain{device_stages_ + l.stage_begin, device_stage_of_ + l.map_begin,
+                             device_first_ + l.stage_begin, device_counters_ + l.counter_begin,
+                             device_groups_, device_linears_, lookups_, lookup_starts_, l.blocks},
+                       stream_);
+        else
+          launch(pass.commands[l.begin]);
       } catch (const std::runtime_error& e) {
-        throw std::runtime_error(std::string(e.what()) + " in " + describe(c, name));
+        throw std::runtime_error(std::string(e.what()) + " in " + describe(pass, l, name));
       }
       cudaError_t e = cudaPeekAtLastError();
       if (e == cudaSuccess && sync_each_) e = cudaStreamSynchronize(stream_);
       if (e != cudaSuccess) {
         cudaGetLastError();
         throw std::runtime_error(std::string("[cuda] ") + cudaGetErrorString(e) + " in " +
-                                 describe(c, name));
+                                 describe(pass, l, name));
       }
     }
-    if (profile_ && !persistent) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[pass.commands.size()], stream_));
+    if (profile_) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[launches_.size()], stream_));
     EDBATCH_CUDA_CHECK(cudaEventRecord(timing.stop, stream_));
     timing.queued = true;
     const double host_ms = std::chrono::duration<double, std::milli>(
                                std::chrono::steady_clock::now() - host_start).count();
     std::string where = "no kernel";
     if (!pass.commands.empty())
-      where = std::string(persistent ? "the persistent kernel, running " : "") + "kernels from " +
+      where = std::string(stages_.empty() ? "" : "chained launches running ") + "kernels from " +
               describe(pass.commands.front(), name) + " to " + describe(pass.commands.back(), name);
     queued_.push_back({name, where});
     if (queued_.size() > 8) queued_.erase(queued_.begin());
@@ -913,13 +974,15 @@ class CudaBackend : public Backend, public DeviceInterop {
       wait();
       float ms = 0;
       EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, timing.start, timing.stop));
-      profile_pass(pass, host_ms, ms, persistent);
+      profile_pass(pass, host_ms, ms);
     }
-    counters_.kernels += pass.commands.size();
-    for (const Command& c : pass.commands)  // a bias gradient that needs its own launch
-      if (c.kind == Command::Kind::LinearBackward)
+    counters_.kernels += launches_.size();
+    for (const Launch& l : launches_) {  // a bias gradient that needs its own launch
+      const Command& c = pass.commands[l.begin];
+      if (l.stages == 0 && c.kind == Command::Kind::LinearBackward)
         for (uint32_t g : {c.group, c.group2})
           if (g != kNoOperand) counters_.kernels += linear_backward_launches(linears_[g]) - 1;
+    }
     counters_.bytes_copied += pass.bytes_copied;
     counters_.arena_bytes = values_.bytes() + adjoints_.bytes() + scratch_.bytes();
   }
@@ -934,11 +997,11 @@ class CudaBackend : public Backend, public DeviceInterop {
     }
   }
 
-  void profile_pass(const Pass& pass, double host_ms, float device_ms, bool persistent) {
-    for (size_t i = 0; i < pass.commands.size() && !persistent; ++i) {
+  void profile_pass(const Pass& pass, double host_ms, float device_ms) {
+    for (size_t i = 0; i < launches_.size(); ++i) {
       float ms = 0;
       EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
-      Profile& p = profiles_[pass.commands[i].what];
+      Profile& p = profiles_[launch_name(pass, launches_[i])];
       p.count += 1;
       p.ms += ms;
     }
@@ -1012,11 +1075,19 @@ class CudaBackend : public Backend, public DeviceInterop {
   bool sync_each_ = false;
   bool forward_ = true;  // the pass being launched
   bool fused_linear_ = true;
-  // EDBATCH_CUDA_PERSISTENT=1: a pass as one cooperative launch. Off by default: on an H100 its
-  // grid-wide barriers cost more than the launches they replace (docs/cuda.md).
-  bool persistent_ = false;
-  std::vector<Stage> stages_;  // the pass as persistent-kernel stages (empty: launch one by one)
+  // Chained launches: EDBATCH_CUDA_CHAIN=0 launches every kernel on its own, =forward chains
+  // forward passes only.
+  enum class ChainMode { None, Forward, All } chain_ = ChainMode::All;
+  std::vector<Stage> run_;
+  std::vector<Launch> launches_;
+  std::vector<Stage> stages_;          // every chained launch's stages
+  std::vector<uint32_t> stage_first_;  // per stage: its first ticket within its launch
+  std::vector<uint16_t> stage_of_;     // per ticket of each chained launch: its stage
+  uint32_t counters_floats_ = 0;
   const Stage* device_stages_ = nullptr;
+  const uint32_t* device_first_ = nullptr;
+  const uint16_t* device_stage_of_ = nullptr;
+  uint32_t* device_counters_ = nullptr;
   const StepGroup* device_groups_ = nullptr;
   const LinearDesc* device_linears_ = nullptr;
   DeviceBuffer values_, adjoints_, scratch_, ones_, forward_meta_, backward_meta_;

@@ -116,6 +116,14 @@ struct Command {
   uint32_t ptr_begin = 0;  // GemmBatched: A, B and C pointer arrays at ptrs[ptr_begin + ...]
 };
 
+// One launch of a pass: commands [begin, end) as one chained launch of `stages` stages (from
+// stage_begin in the pass's stage list, tickets mapped from map_begin, counters from
+// counter_begin), or one command launched alone (stages 0).
+struct Launch {
+  uint32_t begin = 0, end = 0;
+  uint32_t stage_begin = 0, stages = 0, map_begin = 0, counter_begin = 0, blocks = 0;
+};
+
 }  // namespace edbatch::cuda
 
 namespace edbatch::cuda {

@@ -102,19 +102,43 @@ void launch_linear_backward(const DeviceView& d, const LinearDesc& l, const Line
 // Launches launch_linear_backward makes for `l`.
 uint32_t linear_backward_launches(const LinearDesc& l);
 
-// A whole pass in one cooperative launch: the kernel walks the stages (every launch the pass
-// would make, as uploaded arrays), all thread blocks sharing each stage's blocks, with a
-// grid-wide barrier between stages. Returns false when the device cannot run it.
+// Chained launches: a run of a pass's kernels (step groups, fused GEMM steps, the hoisted
+// lookups) in one launch. Each kernel the run would launch becomes a stage with the thread blocks
+// its own launch would have; every thread block of the chained launch takes a ticket on start
+// (an atomic counter), and ticket t runs thread block t - first of the stage that holds it, after
+// every thread block of the stage before has finished (a per-stage counter). Tickets go in start
+// order, so a thread block only ever waits for thread blocks that are already running: the launch
+// cannot deadlock however few blocks fit on the device at once, and needs no cooperative launch.
 struct Stage {
   enum Kind : uint32_t {
-    StepsForward, StepsBackward, LinearForward, LinearBackwardX, LinearBackwardW,
-    LookupsForward, LookupsBackward
+    StepsForward, StepsBackward, LinearForward, LinearBackward, LookupsForward, LookupsBackward
   };
-  uint32_t kind, index;  // index into the StepGroup or LinearDesc array; Lookups*: their count
+  uint32_t kind;
+  uint32_t index;   // StepGroup or LinearDesc index; Lookups*: how many lookups
+  uint32_t index2;  // Linear*: a second, independent LinearDesc in the same stage, or kNoOperand
+  uint32_t blocks;  // thread blocks: those its own launch would have (stage_blocks)
 };
-bool launch_persistent(const DeviceView& d, const Stage* stages, uint32_t count,
-                       const StepGroup* groups, const LinearDesc* linears,
-                       const StepDesc* lookups, Stream s);
+// Thread blocks a stage needs: those of the launches it replaces. lookup_blocks: the pass's
+// lookup_starts total.
+uint32_t stage_blocks(const Stage& s, const StepGroup* groups, const LinearDesc* linears,
+                      uint32_t lookup_blocks);
+// Counters a chained launch uses (zeroed before it runs): a ticket, then one per stage, each on
+// its own 32-byte sector.
+constexpr uint32_t kCounterStride = 8;
+inline uint32_t chain_counters(uint32_t stages) { return (stages + 1) * kCounterStride; }
+struct Chain {
+  const Stage* stages;         // this launch's stages
+  const uint16_t* stage_of;    // per ticket: its stage
+  const uint32_t* first;       // per stage: its first ticket
+  uint32_t* counters;          // chain_counters(stages), zeroed
+  const StepGroup* groups;     // the pass's descriptors (uploaded)
+  const LinearDesc* linears;
+  const StepDesc* lookups;
+  const uint32_t* lookup_starts;
+  uint32_t blocks;             // thread blocks of the launch (sum over its stages)
+};
+constexpr uint32_t kMaxChainStages = 65535;  // stage_of entries are 16 bits
+void launch_chain(const DeviceView& d, const Chain& c, Stream s);
 
 // dst[v * per_node + r] = operand(v)[r] for v < count (columns of a GEMM operand, or biases).
 void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,

@@ -22,53 +22,38 @@ __global__ void __launch_bounds__(kLinearThreads) forward_kernel(DeviceView d, L
     linear_forward_body(d, l2, block_of(blockIdx.x - n1, linear_forward_grid(l2)));
 }
 
-// A step's backward blocks: [0, dX blocks) compute dX, the rest dW (and db); both read only dY,
-// X and W.
-__device__ void backward_block(const DeviceView& d, const LinearDesc& l, uint32_t b) {
-  const dim3 gx = linear_backward_x_grid(l);
-  const uint32_t nx = gx.x * gx.y * gx.z;
-  if (b < nx)
-    linear_backward_x_body(d, l, block_of(b, gx));
-  else
-    linear_backward_w_body(d, l, block_of(b - nx, linear_backward_w_grid(l)));
-}
 __global__ void __launch_bounds__(kLinearThreads) backward_kernel(DeviceView d, LinearDesc l,
                                                                   LinearDesc l2, uint32_t n1) {
   if (blockIdx.x < n1)
-    backward_block(d, l, blockIdx.x);
+    linear_backward_block(d, l, blockIdx.x);
   else
-    backward_block(d, l2, blockIdx.x - n1);
+    linear_backward_block(d, l2, blockIdx.x - n1);
 }
 __global__ void bias_kernel(DeviceView d, LinearDesc l) {
   linear_bias_body(d, l, blockIdx.x, gridDim.x);
-}
-
-uint32_t blocks(dim3 g) { return g.x * g.y * g.z; }
-uint32_t backward_blocks(const LinearDesc& l) {
-  return blocks(linear_backward_x_grid(l)) + blocks(linear_backward_w_grid(l));
 }
 
 }  // namespace
 
 void launch_linear_forward(const DeviceView& d, const LinearDesc& l, const LinearDesc* l2,
                            Stream s) {
-  const uint32_t n1 = blocks(linear_forward_grid(l));
-  const uint32_t n = n1 + (l2 ? blocks(linear_forward_grid(*l2)) : 0);
+  const uint32_t n1 = grid_blocks(linear_forward_grid(l));
+  const uint32_t n = n1 + (l2 ? grid_blocks(linear_forward_grid(*l2)) : 0);
   forward_kernel<<<n, kLinearThreads, 0, s>>>(d, l, l2 ? *l2 : l, n1);
 }
 
 void launch_linear_backward(const DeviceView& d, const LinearDesc& l, const LinearDesc* l2,
                             Stream s) {
-  const uint32_t n1 = backward_blocks(l);
-  const uint32_t n = n1 + (l2 ? backward_blocks(*l2) : 0);
+  const uint32_t n1 = linear_backward_blocks(l);
+  const uint32_t n = n1 + (l2 ? linear_backward_blocks(*l2) : 0);
   backward_kernel<<<n, kLinearThreads, 0, s>>>(d, l, l2 ? *l2 : l, n1);
   for (const LinearDesc* x : {&l, l2})
-    if (x && x->bias != kNoOperand && !x->bias_in_w)
+    if (x && separate_bias(*x))
       bias_kernel<<<linear_bias_blocks(*x), 256, 0, s>>>(d, *x);
 }
 
 uint32_t linear_backward_launches(const LinearDesc& l) {
-  return l.bias != kNoOperand && !l.bias_in_w ? 2 : 1;
+  return separate_bias(l) ? 2 : 1;
 }
 
 }  // namespace edbatch::cuda

@@ -265,6 +265,26 @@ __host__ __device__ inline uint32_t linear_bias_blocks(const LinearDesc& l) {
   return static_cast<uint32_t>(b < 4096 ? b : 4096);
 }
 
+
+__host__ __device__ inline uint32_t grid_blocks(dim3 g) { return g.x * g.y * g.z; }
+
+// A step's backward thread blocks: [0, dX blocks) compute dX, the rest dW (and db); both read
+// only dY, X and W.
+__host__ __device__ inline uint32_t linear_backward_blocks(const LinearDesc& l) {
+  return grid_blocks(linear_backward_x_grid(l)) + grid_blocks(linear_backward_w_grid(l));
+}
+__device__ inline void linear_backward_block(const DeviceView& d, const LinearDesc& l, uint32_t b) {
+  const dim3 gx = linear_backward_x_grid(l);
+  const uint32_t nx = grid_blocks(gx);
+  if (b < nx)
+    linear_backward_x_body(d, l, block_of(b, gx));
+  else
+    linear_backward_w_body(d, l, block_of(b - nx, linear_backward_w_grid(l)));
+}
+// True when the bias gradient needs thread blocks of its own (linear_bias_body).
+__host__ __device__ inline bool separate_bias(const LinearDesc& l) {
+  return l.bias != kNoOperand && !l.bias_in_w;
+}
 }  // namespace
 
 }  // namespace edbatch::cuda

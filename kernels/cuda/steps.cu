@@ -19,23 +19,11 @@ __global__ void __launch_bounds__(kStepThreads) steps_kernel(DeviceView d, StepG
   steps_body<Forward>(d, g, blockIdx.x);
 }
 
-// Thread block b belongs to step i with starts[i] <= b < starts[i + 1].
 template <bool Forward>
 __global__ void __launch_bounds__(kLookupThreads) lookups_kernel(DeviceView d, const StepDesc* descs,
                                                                  const uint32_t* starts,
                                                                  uint32_t count) {
-  uint32_t lo = 0, hi = count;
-  while (hi - lo > 1) {
-    const uint32_t mid = (lo + hi) / 2;
-    if (starts[mid] <= blockIdx.x)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  const uint32_t blocks = starts[lo + 1] - starts[lo];
-  lookup_range<Forward>(d, descs[lo],
-                        static_cast<uint64_t>(blockIdx.x - starts[lo]) * blockDim.x + threadIdx.x,
-                        static_cast<uint64_t>(blocks) * blockDim.x);
+  lookups_block<Forward>(d, descs, starts, count, blockIdx.x);
 }
 
 __global__ void gather_kernel(DeviceView d, Operand o, uint32_t count, uint32_t k,

@@ -208,6 +208,24 @@ __device__ void lookup_range(const DeviceView& d, const StepDesc& s, uint64_t fi
   }
 }
 
+// Thread block b of the hoisted lookups (launch_lookups): it belongs to lookup i with
+// starts[i] <= b < starts[i + 1].
+template <bool Forward>
+__device__ void lookups_block(const DeviceView& d, const StepDesc* descs, const uint32_t* starts,
+                              uint32_t count, uint32_t b) {
+  uint32_t lo = 0, hi = count;
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (starts[mid] <= b)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const uint32_t blocks = starts[lo + 1] - starts[lo];
+  lookup_range<Forward>(d, descs[lo], static_cast<uint64_t>(b - starts[lo]) * blockDim.x + threadIdx.x,
+                        static_cast<uint64_t>(blocks) * blockDim.x);
+}
+
 // Thread block b runs every step over invocations [b * chunk, (b + 1) * chunk).
 // Copies every step's operands, and the per-member operands they refer to (re-pointed into the
 // copy), to shared memory.
