@@ -769,7 +769,6 @@ class CudaBackend : public Backend, public DeviceInterop {
     at = put(h, at, pass.groups);
     at = put(h, at, pass.linears);
     at = put(h, at, stages_);
-    at = put(h, at, stage_first_);
     at = put(h, at, stage_of_);
     if (h) std::memset(h + at, 0, counters_floats_ * sizeof(uint32_t));
     return align_up(at + counters_floats_ * sizeof(uint32_t));
@@ -789,16 +788,14 @@ class CudaBackend : public Backend, public DeviceInterop {
     at = put(nullptr, at, pass.linears);
     device_stages_ = reinterpret_cast<const Stage*>(d + at);
     at = put(nullptr, at, stages_);
-    device_first_ = reinterpret_cast<const uint32_t*>(d + at);
-    at = put(nullptr, at, stage_first_);
     device_stage_of_ = reinterpret_cast<const uint16_t*>(d + at);
     at = put(nullptr, at, stage_of_);
     device_counters_ = reinterpret_cast<uint32_t*>(d + at);
   }
 
-  // The stage a command runs as in a chained launch, or false when it cannot be chained (cuBLAS,
-  // gathers and scatters are launched on their own).
-  bool stage_of_command(const Pass& pass, const Command& c, Stage* st) const {
+  // The stage a command runs as in a chained launch and its thread blocks, or false when it cannot
+  // be chained (cuBLAS, gathers and scatters are launched on their own).
+  bool stage_of_command(const Pass& pass, const Command& c, Stage* st, uint32_t* blocks) const {
     *st = Stage{0, c.group, c.group2, 0};
     switch (c.kind) {
       case Command::Kind::Steps:
@@ -812,8 +809,8 @@ class CudaBackend : public Backend, public DeviceInterop {
         break;
       default: return false;
     }
-    st->blocks = stage_blocks(*st, pass.groups.data(), pass.linears.data(),
-                              pass.lookup_starts.empty() ? 0 : pass.lookup_starts.back());
+    *blocks = stage_blocks(*st, pass.groups.data(), pass.linears.data(),
+                           pass.lookup_starts.empty() ? 0 : pass.lookup_starts.back());
     return true;
   }
 
@@ -823,41 +820,39 @@ class CudaBackend : public Backend, public DeviceInterop {
   void plan_launches(const Pass& pass) {
     launches_.clear();
     stages_.clear();
-    stage_first_.clear();
     stage_of_.clear();
     counters_floats_ = 0;
-    const size_t n = pass.commands.size();
+    const uint32_t n = static_cast<uint32_t>(pass.commands.size());
     const bool chain = (chain_ == ChainMode::All || (chain_ == ChainMode::Forward && pass.forward)) &&
                        !sync_each_;
-    std::vector<Stage>& run = run_;
-    for (size_t i = 0; i < n;) {
-      run.clear();
+    for (uint32_t i = 0; i < n;) {
+      Launch l{i, i};
+      l.stage_begin = static_cast<uint32_t>(stages_.size());
+      l.map_begin = static_cast<uint32_t>(stage_of_.size());
+      l.counter_begin = counters_floats_;
       Stage st{};
-      size_t j = i;
-      while (chain && j < n && run.size() < kMaxChainStages &&
-             stage_of_command(pass, pass.commands[j], &st)) {
-        if (st.blocks > 0) run.push_back(st);
-        ++j;
+      uint32_t blocks = 0;
+      while (chain && l.end < n && l.stages < kMaxChainStages &&
+             stage_of_command(pass, pass.commands[l.end], &st, &blocks)) {
+        if (blocks > 0) {
+          st.first = l.blocks;
+          stages_.push_back(st);
+          stage_of_.insert(stage_of_.end(), blocks, static_cast<uint16_t>(l.stages));
+          l.blocks += blocks;
+          ++l.stages;
+        }
+        ++l.end;
       }
-      if (j - i < 2 || run.empty()) {
-        launches_.push_back(Launch{static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)});
+      if (l.end - l.begin < 2 || l.stages == 0) {  // command i on its own
+        stages_.resize(l.stage_begin);
+        stage_of_.resize(l.map_begin);
+        launches_.push_back(Launch{i, i + 1});
         ++i;
         continue;
       }
-      Launch l{static_cast<uint32_t>(i), static_cast<uint32_t>(j)};
-      l.stage_begin = static_cast<uint32_t>(stages_.size());
-      l.stages = static_cast<uint32_t>(run.size());
-      l.map_begin = static_cast<uint32_t>(stage_of_.size());
-      l.counter_begin = counters_floats_;
-      for (uint32_t q = 0; q < run.size(); ++q) {
-        stage_first_.push_back(l.blocks);
-        l.blocks += run[q].blocks;
-        stage_of_.insert(stage_of_.end(), run[q].blocks, static_cast<uint16_t>(q));
-      }
-      stages_.insert(stages_.end(), run.begin(), run.end());
       counters_floats_ += chain_counters(l.stages);
       launches_.push_back(l);
-      i = j;
+      i = l.end;
     }
   }
 
@@ -942,7 +937,7 @@ class CudaBackend : public Backend, public DeviceInterop {
         if (l.stages > 0)
           launch_chain(view_,
                        Chain{device_stages_ + l.stage_begin, device_stage_of_ + l.map_begin,
-                             device_first_ + l.stage_begin, device_counters_ + l.counter_begin,
+                             device_counters_ + l.counter_begin,
                              device_groups_, device_linears_, lookups_, lookup_starts_, l.blocks},
                        stream_);
         else
@@ -1078,14 +1073,11 @@ class CudaBackend : public Backend, public DeviceInterop {
   // Chained launches: EDBATCH_CUDA_CHAIN=0 launches every kernel on its own, =forward chains
   // forward passes only.
   enum class ChainMode { None, Forward, All } chain_ = ChainMode::All;
-  std::vector<Stage> run_;
   std::vector<Launch> launches_;
-  std::vector<Stage> stages_;          // every chained launch's stages
-  std::vector<uint32_t> stage_first_;  // per stage: its first ticket within its launch
-  std::vector<uint16_t> stage_of_;     // per ticket of each chained launch: its stage
+  std::vector<Stage> stages_;       // every chained launch's stages
+  std::vector<uint16_t> stage_of_;  // per ticket of each chained launch: its stage
   uint32_t counters_floats_ = 0;
   const Stage* device_stages_ = nullptr;
-  const uint32_t* device_first_ = nullptr;
   const uint16_t* device_stage_of_ = nullptr;
   uint32_t* device_counters_ = nullptr;
   const StepGroup* device_groups_ = nullptr;

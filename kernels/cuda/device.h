@@ -116,10 +116,11 @@ struct Stage {
   uint32_t kind;
   uint32_t index;   // StepGroup or LinearDesc index; Lookups*: how many lookups
   uint32_t index2;  // Linear*: a second, independent LinearDesc in the same stage, or kNoOperand
-  uint32_t blocks;  // thread blocks: those its own launch would have (stage_blocks)
+  uint32_t first;   // its first ticket within the launch (its thread blocks: up to the next
+                    // stage's first, or the launch's end)
 };
-// Thread blocks a stage needs: those of the launches it replaces. lookup_blocks: the pass's
-// lookup_starts total.
+// Thread blocks a stage needs: those of the launches it replaces (its own launch would have).
+// lookup_blocks: the pass's lookup_starts total.
 uint32_t stage_blocks(const Stage& s, const StepGroup* groups, const LinearDesc* linears,
                       uint32_t lookup_blocks);
 // Counters a chained launch uses (zeroed before it runs): a ticket, then one per stage, each on
@@ -129,7 +130,6 @@ inline uint32_t chain_counters(uint32_t stages) { return (stages + 1) * kCounter
 struct Chain {
   const Stage* stages;         // this launch's stages
   const uint16_t* stage_of;    // per ticket: its stage
-  const uint32_t* first;       // per stage: its first ticket
   uint32_t* counters;          // chain_counters(stages), zeroed
   const StepGroup* groups;     // the pass's descriptors (uploaded)
   const LinearDesc* linears;
