@@ -6,7 +6,18 @@ implementations of bench/torch_models.py, on the same synthetic mini-batches and
 The implementations run round-robin (one step each per repetition) so machine noise hits them
 alike; per implementation: median, p10 and p90 over the repetitions, ratios to edbatch from the
 same run. One JSON line per result on stdout, a table on stderr. Structure packing (ours) and
-level plans (hand-batched) are made once per mini-batch, outside the timed step.
+level plans (hand-batched) are made once per mini-batch, outside the timed step. edbatch runs
+twice: plain (graph build, scheduling and planning inside the step) and edbatch-prefetch, whose
+step starts edbatch.prepare on the next mini-batch first (that host work then overlaps the step,
+on a worker thread), as edbatch.prefetch does in a training loop.
+
+Both implementations update their parameters with the same code (torch_models.sgd_update: one
+multi-tensor add over the parameters with gradients, p -= 0.01 * grad).
+Gradients (--grads): both implementations either drop them after the update ("drop": PyTorch's
+zero_grad(set_to_none=True) default, so autograd hands over fresh gradient tensors) or zero them
+in place ("zero": buffers reused, and backward adds into them). The default is "drop" on CUDA,
+where the caching allocator reuses the memory, and "zero" on the CPU, where fresh gradient
+buffers would be touched page by page again every step.
 
     /usr/bin/python3 bench/bench_torch_ext.py [--hidden 128 --batch 32 --reps 9 --device cpu]
 """
@@ -101,7 +112,7 @@ def zoo_weights(model, vocab, H, classes, seed):
 class Ours:
     """The extension's module with the zoo's loss head: sum over nodes of -log softmax."""
 
-    def __init__(self, model, w, vocab, H, device, threads):
+    def __init__(self, model, w, vocab, H, device, threads, drop_grads):
         if model == "tree_lstm":
             self.m = edbatch.nn.TreeLSTM(vocab, H, H, threads=threads)
             tables = [w["E"]]
@@ -118,18 +129,21 @@ class Ours:
         self.m.to(device)
         self.W_out.data = self.W_out.data.to(device)
         self.params = list(self.m.parameters()) + [self.W_out]
-        self.opt = torch.optim.SGD(self.params, lr=0.01)
+        self.drop_grads = drop_grads
 
     def loss(self, packed):
         h = self.m(packed)[0]
         return torch.nn.functional.cross_entropy(h @ self.W_out.t(), packed.labels,
                                                  reduction="sum")
 
+    def update(self):
+        """The same SGD update as the PyTorch models' (torch_models.sgd_update)."""
+        torch_models.sgd_update(self.params, 0.01, self.drop_grads)
+
     def step(self, packed):
-        self.opt.zero_grad(set_to_none=False)
         loss = self.loss(packed)
         loss.backward()
-        self.opt.step()
+        self.update()
         return loss
 
 
@@ -138,7 +152,6 @@ def profile(ours, packs, device, n, model):
     phases = {"forward": [], "loss": [], "backward": [], "optimizer": []}
     for i in range(n):
         p = packs[i % len(packs)]
-        ours.opt.zero_grad(set_to_none=False)
         sync(device)
         t0 = time.perf_counter()
         h = ours.m(p)[0]
@@ -150,7 +163,7 @@ def profile(ours, packs, device, n, model):
         loss.backward()
         sync(device)
         t3 = time.perf_counter()
-        ours.opt.step()
+        ours.update()
         sync(device)
         t4 = time.perf_counter()
         for name, a, b in (("forward", t0, t1), ("loss", t1, t2), ("backward", t2, t3),
@@ -180,12 +193,16 @@ def main():
     ap.add_argument("--vocab", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=0, help="edbatch threads (0: torch's)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--grads", choices=("drop", "zero"), default=None,
+                    help="after each update, drop the gradients (set to None) or zero them in "
+                         "place; both implementations alike (default: drop on cuda, zero on cpu)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="after timing, N edbatch steps phase by phase (forward, loss, backward, "
                          "optimizer; each waited for) and under torch.profiler, on stderr")
     args = ap.parse_args()
     device = torch.device(args.device)
+    drop_grads = (args.grads or ("drop" if device.type == "cuda" else "zero")) == "drop"
     H = args.hidden
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,7 +210,7 @@ def main():
             packs, groups, vocab = (tree_data if model == "tree_lstm" else lattice_data)(args, tmp)
             classes = 5 if model == "tree_lstm" else 18
             w = zoo_weights(model, vocab, H, classes, args.seed)
-            ours = Ours(model, w, vocab, H, device, args.threads)
+            ours = Ours(model, w, vocab, H, device, args.threads, drop_grads)
             Ref = torch_models.TreeLstm if model == "tree_lstm" else torch_models.LatticeLstm
             ref = Ref(w, device=device, requires_grad=True)
             plans = [Ref.plan(g) for g in groups]
@@ -202,10 +219,19 @@ def main():
             def ref_step(fn):
                 loss = fn().sum()
                 loss.backward()
-                ref.sgd_step(0.01)
+                ref.sgd_step(0.01, drop_grads)
                 return loss
 
+            def prefetched(i):
+                # The next mini-batch's host work (edbatch.prepare) overlaps this step, as
+                # edbatch.prefetch does in a training loop.
+                ours.m.prepare(packs[(i + 1) % len(packs)])
+                return ours.step(packs[i])
+
+            # edbatch-prefetch runs first in each repetition: it takes the mini-batch prepared
+            # in the repetition before, so the plain edbatch step never finds one prepared.
             impls = {
+                "edbatch-prefetch": prefetched,
                 "edbatch": lambda i: ours.step(packs[i]),
                 "hand-batched": lambda i: ref_step(lambda: ref.batched_losses(groups[i], plans[i])),
                 "node-by-node": lambda i: ref_step(lambda: ref.eager_losses(groups[i])),
@@ -233,21 +259,25 @@ def main():
                 profile(ours, packs, device, args.profile, model)
             nodes = statistics.mean(p.num_nodes for p in packs)
             base = statistics.median(times["edbatch"])
+            base_prefetch = statistics.median(times["edbatch-prefetch"])
             for name, ts in times.items():
                 med = statistics.median(ts)
                 row = {"bench": "torch_ext", "model": model, "impl": name, "device": args.device,
                        "batch": args.batch, "hidden": H, "nodes": round(nodes, 1),
                        "threads": args.threads or torch.get_num_threads(), "reps": len(ts),
+                       "grads": "drop" if drop_grads else "zero",
                        "median_ms": round(med, 3), "p10_ms": round(quantile(ts, 0.1), 3),
                        "p90_ms": round(quantile(ts, 0.9), 3),
-                       "ratio_to_edbatch": round(med / base, 2)}
+                       "ratio_to_edbatch": round(med / base, 2),
+                       "ratio_to_edbatch_prefetch": round(med / base_prefetch, 2)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print(f"\n{'model':<13} {'impl':<13} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9}",
-          file=sys.stderr)
+    print(f"\n{'model':<13} {'impl':<17} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
+          f"{'x prefetch':>10}", file=sys.stderr)
     for r in rows:
-        print(f"{r['model']:<13} {r['impl']:<13} {r['median_ms']:>10.1f} {r['p10_ms']:>9.1f} "
-              f"{r['p90_ms']:>9.1f} {r['ratio_to_edbatch']:>9.2f}", file=sys.stderr)
+        print(f"{r['model']:<13} {r['impl']:<17} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
+              f"{r['p90_ms']:>9.2f} {r['ratio_to_edbatch']:>9.2f} "
+              f"{r['ratio_to_edbatch_prefetch']:>10.2f}", file=sys.stderr)
 
 
 if __name__ == "__main__":

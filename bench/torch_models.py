@@ -236,6 +236,24 @@ def _require(weights, name, shape):
     return t
 
 
+def sgd_update(params, lr, drop_grads=False):
+    """p -= lr * grad for every parameter with a gradient, as one multi-tensor add. Gradients
+    are then zeroed in place so their buffers are reused, or with `drop_grads` set to None
+    (PyTorch's zero_grad default), so that the next backward hands over fresh gradient tensors
+    instead of adding into zeroed ones."""
+    with torch.no_grad():
+        params = [p for p in params if p.grad is not None]
+        grads = [p.grad for p in params]
+        if not params:
+            return
+        torch._foreach_add_(params, grads, alpha=-lr)
+        if drop_grads:
+            for p in params:
+                p.grad = None
+        else:
+            torch._foreach_zero_(grads)
+
+
 class _Model:
     """Parameters on a device, the per-mini-batch metadata upload, and the loss head.
 
@@ -256,13 +274,8 @@ class _Model:
         self.params[name] = p
         return p
 
-    def sgd_step(self, lr):
-        """p -= lr * grad in place; grads are zeroed in place so their buffers are reused."""
-        with torch.no_grad():
-            for p in self.params.values():
-                if p.grad is not None:
-                    p.add_(p.grad, alpha=-lr)
-                    p.grad.zero_()
+    def sgd_step(self, lr, drop_grads=False):
+        sgd_update(self.params.values(), lr, drop_grads)
 
     def upload(self, host):
         """One host-to-device copy of a mini-batch's packed int64 metadata (pinned staging,

@@ -52,6 +52,10 @@ bool Engine::is_current(const Graph& g) const {
   return graph_ == &g && graph_generation_ == g.generation() && graph_version_ == g.version();
 }
 
+bool Engine::has_run(const Graph& g) const {
+  return is_current(g) && ran_ && ran_inputs_version_ == g.inputs_version();
+}
+
 void Engine::sync_counters() const {
   const ExecCounters& k = backend_->counters();
   stats_.kernels = k.kernels;
@@ -62,28 +66,43 @@ void Engine::sync_counters() const {
   stats_.device_backward_ms = k.device_backward_ms;
 }
 
+void Engine::plan_graph(Graph& g) {
+  if (is_current(g)) return;
+  stats_.construction_ms = g.construction_seconds() * 1e3;
+  const auto t0 = Clock::now();
+  scheduler_.run(g, *policy_, schedule_);
+  plan_memory(g, schedule_, plan_, plan_options_);
+  stats_.scheduling_ms = ms_since(t0);
+  stats_.nodes = schedule_.nodes.size();
+  stats_.batches = schedule_.batches.size();
+  stats_.lower_bound = schedule_.lower_bound;
+  stats_.policy_hits = policy_->lookups().hits;
+  stats_.policy_misses = policy_->lookups().misses;
+  graph_ = &g;
+  graph_generation_ = g.generation();
+  graph_version_ = g.version();
+  ran_ = false;
+  have_backward_ = false;
+}
+
+void Engine::prepare(Graph& g) {
+  if (&g.params() != &params_)
+    throw std::invalid_argument("[Engine::prepare] graph was built over another "
+                                "ParameterCollection");
+  plan_graph(g);
+}
+
 void Engine::run_forward(Graph& g, const Expr& e, const char* fn) {
   check_graph(g, e, fn);
-  if (!is_current(g)) {
-    stats_.construction_ms = g.construction_seconds() * 1e3;
-    auto t0 = Clock::now();
-    scheduler_.run(g, *policy_, schedule_);
-    plan_memory(g, schedule_, plan_, plan_options_);
-    stats_.scheduling_ms = ms_since(t0);
-    t0 = Clock::now();
-    backend_->forward(PlanRef{g, schedule_, plan_, params_});
-    stats_.execution_ms = ms_since(t0);
-    stats_.backward_ms = 0;
-    stats_.nodes = schedule_.nodes.size();
-    stats_.batches = schedule_.batches.size();
-    stats_.lower_bound = schedule_.lower_bound;
-    stats_.policy_hits = policy_->lookups().hits;
-    stats_.policy_misses = policy_->lookups().misses;
-    graph_ = &g;
-    graph_generation_ = g.generation();
-    graph_version_ = g.version();
-    have_backward_ = false;
-  }
+  plan_graph(g);
+  if (has_run(g)) return;
+  const auto t0 = Clock::now();
+  backend_->forward(PlanRef{g, schedule_, plan_, params_});
+  stats_.execution_ms = ms_since(t0);
+  stats_.backward_ms = 0;
+  ran_ = true;
+  ran_inputs_version_ = g.inputs_version();
+  have_backward_ = false;
 }
 
 const Tensor& Engine::forward(Graph& g, const Expr& e) {
@@ -120,7 +139,7 @@ void Engine::sgd_update(float lr) {
 
 void Engine::backward(Graph& g, const Expr& loss) {
   check_graph(g, loss, "Engine::backward");
-  if (!is_current(g))
+  if (!has_run(g))
     throw std::invalid_argument(
         "[Engine::backward] run forward() on this graph (in its current state) first");
   const Node& n = g.node(loss.id);
@@ -137,7 +156,7 @@ void Engine::backward(Graph& g, const Expr& loss) {
 
 void Engine::backward(Graph& g, const std::vector<Expr>& outputs, const float* seeds,
                       bool seeds_on_device) {
-  if (!is_current(g))
+  if (!has_run(g))
     throw std::invalid_argument(
         "[Engine::backward] run forward() on this graph (in its current state) first");
   seed_nodes_.clear();
@@ -165,6 +184,7 @@ void Engine::run_backward(Graph& g, const BackwardSeed& seed) {
 Tensor Engine::value(const Expr& e) const {
   if (graph_ == nullptr || e.graph != graph_ || e.generation != graph_generation_)
     throw std::invalid_argument("[Engine::value] expression is not from the last forward graph");
+  if (!ran_) throw std::invalid_argument("[Engine::value] the graph was prepared but not run");
   graph_->node_of(e, "Engine::value");
   const Node& n = graph_->node(e.id);
   if (n.op == Op::Parameter) return Tensor{params_.values(n.aux), n.dim};

@@ -143,6 +143,15 @@ uint32_t Graph::add_input(Dim dim, const float* values) {
   return add_node(Op::Input, dim, nullptr, 0, offset);
 }
 
+void Graph::write_inputs(size_t offset, const float* values, size_t n) {
+  if (offset > input_values_.size() || n > input_values_.size() - offset)
+    fail("Graph::write_inputs",
+         "floats [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
+             ") are outside the graph's " + std::to_string(input_values_.size()) + " input floats");
+  if (n > 0) std::memcpy(input_values_.data() + offset, values, n * sizeof(float));
+  ++inputs_version_;
+}
+
 uint32_t Graph::add_parameter(uint32_t id) {
   if (id >= params_->size())
     fail("parameter", "no parameter with id " + std::to_string(id) + " in the collection");

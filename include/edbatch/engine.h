@@ -54,8 +54,14 @@ class Engine {
   Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, EngineOptions options = {});
   ~Engine();
 
-  // Runs every node of `g` (once per graph version) and returns the value of `e`.
+  // Runs every node of `g` (once per graph version and inputs version) and returns the value of
+  // `e`. A graph whose inputs were rewritten (Graph::write_inputs) runs again on the same plan.
   const Tensor& forward(Graph& g, const Expr& e);
+  // Schedules and plans `g` without running it, so that the next forward() or submit() of `g`
+  // only runs the plan. This is host work alone (the backend is not touched): it may be done
+  // ahead, on another thread, while nothing else uses this engine. Like forward(), it replaces
+  // the plan of the graph before (whose backward can no longer run).
+  void prepare(Graph& g);
   // Pipelined forward: schedules, plans and queues the forward pass of `g` (once per graph
   // version) and returns a ticket for the value of `e`. A device backend returns as soon as the
   // work is queued; the CPU computes it first. Building and submitting the next mini-batch before
@@ -96,6 +102,8 @@ class Engine {
  private:
   void check_graph(const Graph& g, const Expr& e, const char* fn) const;
   bool is_current(const Graph& g) const;  // the graph version the plan was made for
+  bool has_run(const Graph& g) const;     // ... and the plan has run on its current inputs
+  void plan_graph(Graph& g);
   void sync_counters() const;
   void run_forward(Graph& g, const Expr& e, const char* fn);
   void run_backward(Graph& g, const BackwardSeed& seed);
@@ -116,6 +124,8 @@ class Engine {
   const Graph* graph_ = nullptr;
   uint32_t graph_generation_ = 0;
   uint64_t graph_version_ = UINT64_MAX;
+  bool ran_ = false;              // the plan's forward has run ...
+  uint64_t ran_inputs_version_ = 0;  // ... on these inputs
   bool have_backward_ = false;
 };
 

@@ -52,8 +52,15 @@ class Graph {
   ParameterCollection& params() const { return *params_; }
   const TypeTable& types() const;
   uint32_t generation() const { return generation_; }
-  // Bumps on every change; an engine recomputes when it differs from what it last ran.
+  // Bumps on every change of structure; an engine schedules and plans again when it differs
+  // from what it last planned.
   uint64_t version() const { return version_; }
+  // Overwrites input values [offset, offset + n): the floats of the graph's inputs, in the order
+  // they were added. The structure stays: an engine runs the next forward again on the plan it
+  // has, without scheduling or planning.
+  void write_inputs(size_t offset, const float* values, size_t n);
+  // Bumps on write_inputs(); an engine runs forward again when it differs from what it last ran.
+  uint64_t inputs_version() const { return inputs_version_; }
   double construction_seconds() const;
 
   // Checked access for the Expr builders below.
@@ -80,6 +87,7 @@ class Graph {
   std::vector<uint32_t> key_;         // scratch for type keys
   uint32_t generation_ = 1;
   uint64_t version_ = 0;
+  uint64_t inputs_version_ = 0;
   std::chrono::steady_clock::time_point build_start_;
 };
 

@@ -755,7 +755,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   void release(StagingRing& ring) {
     EDBATCH_CUDA_CHECK(cudaEventRecord(ring.copied[ring.next], stream_));
     ring.queued[ring.next] = true;
-    ring.next ^= 1;
+    ring.next = (ring.next + 1) % StagingRing::kDepth;
   }
 
   // The pass's own data, after the plan's: GEMM pointer arrays, the hoisted lookups, and for

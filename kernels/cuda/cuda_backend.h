@@ -80,12 +80,16 @@ struct ParamMirror {
   void copy(bool grads, bool to_device, Stream s);
 };
 
-// Pinned staging for one kind of upload, two deep: a pass fills one buffer while the copy from
-// the other may still be queued behind the previous pass.
+// Pinned staging for one kind of upload, kDepth deep: an upload fills one buffer while the
+// copies from the others may still be queued behind earlier work. A buffer is reused once its
+// copy is done, so the host waits for the device only when it runs kDepth uploads ahead (the
+// PyTorch adapter makes about 6 interop uploads per training step; with 2 buffers it waited for
+// the previous step's backward pass at every call).
 struct StagingRing {
-  PinnedBuffer buffers[2];
-  cudaEvent_t copied[2] = {nullptr, nullptr};
-  bool queued[2] = {false, false};
+  static constexpr int kDepth = 8;
+  PinnedBuffer buffers[kDepth];
+  cudaEvent_t copied[kDepth] = {};
+  bool queued[kDepth] = {};
   int next = 0;
 };
 

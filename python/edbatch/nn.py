@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from .ops import run_cell, weight_shapes
+from .ops import prepare, run_cell, weight_shapes
 
 
 class Cell(torch.nn.Module):
@@ -38,6 +38,14 @@ class Cell(torch.nn.Module):
         return run_cell(self.cell, x, packed, self.weights(), self.hidden_size,
                         self.num_node_types, self.num_arc_types, self.policy, self.threads)
 
+    def prepare(self, packed, num_x=None):
+        """Starts the host work of a later forward(x, packed) (x of num_x rows; default
+        packed.input_ids' length) on a worker thread: edbatch.prepare for this cell's options,
+        on the device of its parameters."""
+        device = self.weights()[0].device if self.weight_names else torch.device("cpu")
+        prepare(self.cell, packed, self.input_size, self.hidden_size, device, num_x,
+                self.num_node_types, self.num_arc_types, self.policy, self.threads)
+
     def extra_repr(self):
         return (f"{self.cell}, input_size={self.input_size}, hidden_size={self.hidden_size}, "
                 f"policy={self.policy!r}")
@@ -64,6 +72,10 @@ class _Embedded(torch.nn.Module):
     def forward(self, packed, x=None):
         """Per-node outputs; x overrides the embeddings (rows as packed.input_ids)."""
         return self.cell(self.embed(packed) if x is None else x, packed)
+
+    def prepare(self, packed):
+        """Starts the host work of a later forward(packed) on a worker thread (Cell.prepare)."""
+        self.cell.prepare(packed)
 
 
 class TreeLSTM(_Embedded):
@@ -118,6 +130,10 @@ class MVRNN(torch.nn.Module):
         with torch.no_grad():
             self.matrices.weight.mul_(0.01).add_(torch.eye(H).reshape(1, -1))
         self.cell = Cell("mvrnn", H + H * H, H, **options)
+
+    def prepare(self, packed):
+        """Starts the host work of a later forward(packed) on a worker thread (Cell.prepare)."""
+        self.cell.prepare(packed)
 
     def forward(self, packed):
         H = self.hidden_size

@@ -47,6 +47,81 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
     x: float32 (rows x input size), the rows node_inputs / arc_inputs point at.  weights: in the
     order of weight_shapes().  threads 0: torch.get_num_threads().
     """
+    structure = packed.structure() if hasattr(packed, "structure") else None
+    if isinstance(x, torch.Tensor) and structure is not None:
+        # The op checks everything itself; the checks below only run to explain a failure
+        # (they cost about as much as the op's own host work on small mini-batches).
+        try:
+            return list(torch.ops.edbatch.run_cell(cell, x, *structure, list(weights),
+                                                   hidden_size, num_node_types, num_arc_types,
+                                                   policy, threads))
+        except (RuntimeError, TypeError) as e:
+            error = e
+    else:
+        error = None
+    _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, num_arc_types)
+    if error is None:
+        raise TypeError(f"edbatch.run_cell: packed must be a Packed structure, got "
+                        f"{type(packed).__name__}")
+    message = _message(error)
+    if message is None:
+        raise error
+    raise ValueError(message) from None
+
+
+def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num_node_types=1,
+            num_arc_types=1, policy="lb-greedy", threads=0):
+    """Starts the structure-only host work of a later run_cell call on `packed` (checking it,
+    building its graph, scheduling and memory planning) on a worker thread, and returns at once.
+
+    The run_cell call whose structure equals `packed`'s, with the same cell, sizes, options and
+    device, and x of `num_x` rows (default: packed.input_ids' length), then only runs the plan.
+    Typically the next mini-batch is prepared while this one trains (see prefetch()). A call that
+    matches no prepared structure works as usual; an error in the structure is raised by the
+    run_cell call. Up to 8 prepared structures wait; preparing more drops the oldest.
+    """
+    _lib.load()
+    if num_x is None:
+        num_x = packed.input_ids.numel()
+    try:
+        torch.ops.edbatch.prepare(cell, str(torch.device(device)), input_size, num_x,
+                                  *packed.structure(), hidden_size, num_node_types, num_arc_types,
+                                  policy, threads)
+    except RuntimeError as e:
+        message = _message(e)
+        if message is None:
+            raise
+        raise ValueError(message) from None
+
+
+def prepare_stats():
+    """Counts of prepare() over the process: {"prepared", "used" (by a matching call), "failed"
+    (a bad structure; its call raised), "dropped" (more than 8 waited), "waiting" (now)}."""
+    _lib.load()
+    return dict(zip(("prepared", "used", "failed", "dropped", "waiting"),
+                    torch.ops.edbatch.prepare_counts()))
+
+
+def prefetch(module, batches):
+    """Yields the packed mini-batches of `batches` (an iterable), each after starting
+    module.prepare() on the one after it, so that its host work overlaps this one's step:
+
+        for packed in edbatch.prefetch(model, loader):
+            loss = loss_fn(model(packed.to(device)), packed)
+            ...
+    """
+    it = iter(batches)
+    end = object()
+    upcoming = next(it, end)
+    while upcoming is not end:
+        current, upcoming = upcoming, next(it, end)
+        if upcoming is not end:
+            module.prepare(upcoming)
+        yield current
+
+
+def _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, num_arc_types):
+    """Raises TypeError / ValueError naming the first bad argument of run_cell."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"edbatch.run_cell: x must be a tensor, got {type(x).__name__}")
     if x.dtype != torch.float32:
@@ -54,9 +129,10 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
     if x.dim() != 2:
         raise ValueError(f"edbatch.run_cell: x must be 2-D (rows x input size), got shape "
                          f"{tuple(x.shape)}")
+    if structure is None:
+        return
     names = ("node_inputs", "node_types", "pred_ptr", "pred_ids", "arc_types", "arc_inputs",
              "instance_offsets")
-    structure = packed.structure()
     for name, t in zip(names, structure):
         if t.dtype != torch.long:
             raise TypeError(f"edbatch.run_cell: packed.{name} must be int64, got {t.dtype}")
@@ -76,11 +152,3 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
         if w.device != x.device:
             raise ValueError(f"edbatch.run_cell: weight {name} is on {w.device} but x is on "
                              f"{x.device}")
-    try:
-        return list(torch.ops.edbatch.run_cell(cell, x, *structure, list(weights), hidden_size,
-                                               num_node_types, num_arc_types, policy, threads))
-    except RuntimeError as e:
-        message = _message(e)
-        if message is None:
-            raise
-        raise ValueError(message) from None

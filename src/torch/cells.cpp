@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 namespace edbatch::torch_adapter {
@@ -47,6 +50,58 @@ void check_packed(const Packed& p, const char* fn) {
     }
   }
 }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// EDBATCH_TORCH_PROFILE=1: the host time of every Runner call by phase, printed at exit (median
+// and 90th percentile over the calls of all runners and threads).
+class HostProfile {
+ public:
+  enum Phase { Check, Weights, Build, Schedule, Launch, Read, BackZero, BackLaunch, BackRead, kN };
+  // nullptr unless profiling is on.
+  static HostProfile* get() {
+    static HostProfile* profile = [] {
+      const char* v = std::getenv("EDBATCH_TORCH_PROFILE");
+      return v != nullptr && std::string(v) != "0" ? new HostProfile : nullptr;
+    }();
+    return profile;
+  }
+  void add(Phase phase, double ms) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    samples_[phase].push_back(ms);
+  }
+  // Adds the time since `t` to `phase` and restarts `t`.
+  void lap(Phase phase, Clock::time_point& t) {
+    add(phase, ms_since(t));
+    t = Clock::now();
+  }
+
+ private:
+  HostProfile() { std::atexit([] { get()->print(); }); }
+  void print() const {
+    static const char* names[kN] = {"check",        "weights",       "graph build",
+                                    "schedule+plan", "encode+launch", "read outputs",
+                                    "zero grads",   "backward pass", "read gradients"};
+    std::fprintf(stderr, "edbatch adapter host time per call, median (p90) ms over calls:");
+    for (int i = 0; i < kN; ++i) {
+      std::vector<double> v = samples_[i];
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::fprintf(stderr, " %s %.3f (%.3f);", names[i], v[v.size() / 2], v[v.size() * 9 / 10]);
+    }
+    std::fprintf(stderr, " %zu calls\n", samples_[Check].size());
+  }
+  std::mutex mutex_;
+  std::vector<double> samples_[kN];
+};
+
+}  // namespace
 
 Parameter Cell::add(ParameterCollection& pc, const std::string& name, uint32_t rows,
                     uint32_t cols) {
@@ -101,12 +156,87 @@ DeviceInterop& Runner::interop(const char* fn) {
   return *io;
 }
 
+void Runner::stage(const Packed& p) {
+  prepared_ = false;
+  const int64_t N = p.num_nodes, A = p.num_arcs, B = p.num_instances;
+  staged_.resize(static_cast<size_t>(2 * N + (N + 1) + 3 * A + (B + 1)));
+  int64_t* at = staged_.data();
+  auto put = [&at](const int64_t* src, int64_t n) {
+    if (n > 0) std::memcpy(at, src, sizeof(int64_t) * static_cast<size_t>(n));
+    const int64_t* view = at;
+    at += n;
+    return view;
+  };
+  staged_view_ = p;
+  staged_view_.x = nullptr;
+  staged_view_.node_inputs = put(p.node_inputs, N);
+  staged_view_.node_types = put(p.node_types, N);
+  staged_view_.pred_ptr = put(p.pred_ptr, N + 1);
+  staged_view_.pred_ids = put(p.pred_ids, A);
+  staged_view_.arc_types = put(p.arc_types, A);
+  staged_view_.arc_inputs = put(p.arc_inputs, A);
+  staged_view_.instance_offsets = put(p.instance_offsets, B + 1);
+}
+
+void Runner::prepare() {
+  prepared_ = false;
+  const char* fn = "edbatch.prepare";
+  check_packed(staged_view_, fn);
+  cell_->check(staged_view_, fn);
+  if (staged_view_.num_nodes > 0) {
+    build_graph(staged_view_, nullptr);
+    engine_.prepare(graph_);
+  }
+  prepared_ = true;
+}
+
+bool Runner::staged_matches(const Packed& p) const {
+  const Packed& s = staged_view_;
+  if (staged_.empty() || p.num_nodes != s.num_nodes || p.num_arcs != s.num_arcs ||
+      p.num_instances != s.num_instances || p.num_x != s.num_x || p.x_dim != s.x_dim)
+    return false;
+  auto same = [](const int64_t* a, const int64_t* b, int64_t n) {
+    return n == 0 || std::memcmp(a, b, sizeof(int64_t) * static_cast<size_t>(n)) == 0;
+  };
+  const int64_t N = p.num_nodes, A = p.num_arcs;
+  return same(p.node_inputs, s.node_inputs, N) && same(p.node_types, s.node_types, N) &&
+         same(p.pred_ptr, s.pred_ptr, N + 1) && same(p.pred_ids, s.pred_ids, A) &&
+         same(p.arc_types, s.arc_types, A) && same(p.arc_inputs, s.arc_inputs, A) &&
+         same(p.instance_offsets, s.instance_offsets, p.num_instances + 1);
+}
+
+// The graph of `p`'s nodes over input nodes for x's rows, holding `x` (nullptr: zeros, written
+// later or taken from device memory).
+void Runner::build_graph(const Packed& p, const float* x) {
+  graph_.clear();
+  const std::vector<uint32_t> segments = cell_->input_segments();
+  x_.clear();
+  if (x == nullptr) zeros_.assign(static_cast<size_t>(p.x_dim), 0.0f);
+  for (int64_t r = 0; r < p.num_x; ++r) {
+    const float* row = x == nullptr ? zeros_.data() : x + r * p.x_dim;
+    for (uint32_t size : segments) {
+      x_.push_back(input(graph_, Dim{size, 1}, row));
+      row += size;
+    }
+  }
+  out_.assign(static_cast<size_t>(cell_->num_outputs()) * p.num_nodes, Expr{});
+  cell_->build(graph_, p, x_, out_);
+}
+
 void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
                      const std::vector<float*>& outputs, bool for_backward, bool on_device,
                      void* stream) {
   const char* fn = "edbatch.forward";
-  check_packed(p, fn);
-  cell_->check(p, fn);
+  HostProfile* prof = HostProfile::get();
+  Clock::time_point t = prof ? Clock::now() : Clock::time_point{};
+  // A prepared graph is this structure's: checked, built, scheduled and planned.
+  const bool reuse = prepared_ && staged_matches(p);
+  prepared_ = false;
+  if (!reuse) {
+    check_packed(p, fn);
+    cell_->check(p, fn);
+  }
+  if (prof) prof->lap(HostProfile::Check, t);
   const std::vector<WeightSpec>& specs = cell_->weights();
   if (on_device) {
     DeviceInterop& io = interop(fn);
@@ -120,27 +250,20 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
       to_column_major(weights[i], specs[i].rows, specs[i].cols, pc_.values(weight_params_[i].id));
     pc_.mark_changed();  // device backends upload the parameters again
   }
+  if (prof) prof->lap(HostProfile::Weights, t);
   on_device_ = on_device;
   num_nodes_ = p.num_nodes;
   num_x_ = p.num_x;
   have_graph_ = false;
   if (p.num_nodes == 0) return;
 
-  graph_.clear();
-  const std::vector<uint32_t> segments = cell_->input_segments();
-  x_.clear();
-  if (on_device) zeros_.assign(static_cast<size_t>(p.x_dim), 0.0f);
-  for (int64_t r = 0; r < p.num_x; ++r) {
-    // On the device the x rows are the graph's first input values, filled from p.x there.
-    const float* row = on_device ? zeros_.data() : p.x + r * p.x_dim;
-    for (uint32_t size : segments) {
-      x_.push_back(input(graph_, Dim{size, 1}, row));
-      row += size;
-    }
-  }
+  // On the device the x rows are the graph's first input values, filled from p.x there.
+  if (!reuse)
+    build_graph(p, on_device ? nullptr : p.x);
+  else if (!on_device)
+    graph_.write_inputs(0, p.x, static_cast<size_t>(p.num_x * p.x_dim));
+  if (prof) prof->lap(HostProfile::Build, t);
   const uint32_t nout = cell_->num_outputs();
-  out_.assign(static_cast<size_t>(nout) * p.num_nodes, Expr{});
-  cell_->build(graph_, p, x_, out_);
 
   // Backward seeds the outputs' adjoints directly (Engine::backward from outputs).
   const Expr target = out_[0];
@@ -148,12 +271,19 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     DeviceInterop& io = interop(fn);
     io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim));
     engine_.submit(graph_, target);  // queued; nothing waits for it
+    if (prof) {
+      const double scheduling_ms = reuse ? 0.0 : engine_.stats().scheduling_ms;
+      prof->add(HostProfile::Schedule, scheduling_ms);
+      prof->add(HostProfile::Launch, ms_since(t) - scheduling_ms);
+      t = Clock::now();
+    }
     for (uint32_t o = 0; o < nout; ++o) {
       ids_.clear();
       for (int64_t k = 0; k < p.num_nodes; ++k) ids_.push_back(out_[o * p.num_nodes + k].id);
       io.read_nodes(graph_, engine_.plan(), ids_, outputs[o], false);
     }
     if (wait_each_call()) engine_.synchronize();
+    if (prof) prof->lap(HostProfile::Read, t);
     have_graph_ = for_backward;
     return;
   }
@@ -219,13 +349,18 @@ void Runner::backward_on_device(const float* out_grad, float* grad_x,
     read_gradients(io, grad_weights);
     return;
   }
+  HostProfile* prof = HostProfile::get();
+  Clock::time_point t = prof ? Clock::now() : Clock::time_point{};
   io.zero_gradients(pc_);
+  if (prof) prof->lap(HostProfile::BackZero, t);
   engine_.backward(graph_, out_, out_grad, true);
+  if (prof) prof->lap(HostProfile::BackLaunch, t);
   ids_.clear();
   for (const Expr& x : x_) ids_.push_back(x.id);
   io.read_nodes(graph_, engine_.plan(), ids_, grad_x, true);
   read_gradients(io, grad_weights);
   if (wait_each_call()) engine_.synchronize();
+  if (prof) prof->lap(HostProfile::BackRead, t);
 }
 
 }  // namespace edbatch::torch_adapter

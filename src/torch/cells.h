@@ -107,6 +107,17 @@ class Runner {
   // Whether the last forward ran on device memory (so its backward does too).
   bool on_device() const { return on_device_; }
 
+  // The structure-only work of a forward, done ahead (docs/pytorch.md, "Preparing mini-batches
+  // ahead"): stage() copies the structure of `p` (p.x is not read: p.num_x and p.x_dim are the
+  // rows the forward will get); prepare() then checks it, builds the graph and schedules and
+  // plans it, on any thread, while nothing else uses this runner. The next forward() whose
+  // structure equals the staged one (staged_matches) only runs the plan; any other builds anew.
+  // prepare() throws what forward() would for a bad structure (the forward then fails alike).
+  void stage(const Packed& p);
+  void prepare();
+  bool staged_matches(const Packed& p) const;
+  bool prepared() const { return prepared_; }
+
  private:
   ParameterCollection pc_;
   std::unique_ptr<Cell> cell_;
@@ -121,6 +132,12 @@ class Runner {
   std::vector<uint32_t> ids_;
   std::vector<DeviceInterop::Transfer> transfers_;
 
+  // The staged structure: its arrays back to back in staged_, viewed by staged_view_.
+  std::vector<int64_t> staged_;
+  Packed staged_view_;
+  bool prepared_ = false;  // graph_ and the engine's plan are the staged structure's
+
+  void build_graph(const Packed& p, const float* x);
   DeviceInterop& interop(const char* fn);
   static bool wait_each_call();
   void read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights);

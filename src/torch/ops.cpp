@@ -8,11 +8,16 @@
 #ifdef EDBATCH_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
 #endif
+#include <fmt/format.h>
 
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <list>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -25,6 +30,17 @@ namespace {
 using at::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Raises the error torch shows as a Python RuntimeError. Messages are formatted here into one
+// string: streaming integers or shapes through c10's message stream crashed under torch 2.11's
+// wheels, while a single string is passed through as it is.
+[[noreturn]] void fail(const std::string& what) { TORCH_CHECK(false, what); }
+
+std::string shape(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
 
 // The structure tensors of one call, in schema order.
 struct Structure {
@@ -64,7 +80,9 @@ void* current_stream(const Tensor& t) {
 }
 
 // Idle runners by configuration: a call takes one and gives it back after its backward (or at
-// once without autograd), so concurrent graphs never share a runner.
+// once without autograd), so concurrent graphs never share a runner. Runners prepared ahead for a
+// structure (prepare) wait here until a call with that structure takes them; one worker thread
+// does their preparation, in the order asked.
 class RunnerPool {
  public:
   // Never destroyed: autograd graphs that outlive static destruction still give runners back.
@@ -72,10 +90,24 @@ class RunnerPool {
     static RunnerPool* pool = new RunnerPool;
     return *pool;
   }
-  std::unique_ptr<Runner> take(const CallArgs& a) {
+
+  // A runner for `a`: the one prepared for `p`'s structure when there is one (once its
+  // preparation is done), else an idle or a new one.
+  std::unique_ptr<Runner> take(const CallArgs& a, const Packed& p) {
+    const std::string k = key(a);
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto& idle = idle_[key(a)];
+      std::unique_lock<std::mutex> lock(mutex_);
+      for (auto it = prepared_.begin(); it != prepared_.end(); ++it) {
+        Prepared& e = **it;
+        // The staged structure is written before the entry is listed and never changes after.
+        if (e.key != k || !e.runner->staged_matches(p)) continue;
+        done_.wait(lock, [&e] { return e.done; });
+        ++counts_[e.runner->prepared() ? kUsed : kFailed];
+        std::unique_ptr<Runner> r = std::move(e.runner);
+        prepared_.erase(it);
+        return r;
+      }
+      auto& idle = idle_[k];
       if (!idle.empty()) {
         std::unique_ptr<Runner> r = std::move(idle.back());
         idle.pop_back();
@@ -84,12 +116,84 @@ class RunnerPool {
     }
     return std::make_unique<Runner>(a.config, a.options);
   }
+
   void give_back(const CallArgs& a, std::unique_ptr<Runner> r) {
     std::lock_guard<std::mutex> lock(mutex_);
     idle_[key(a)].push_back(std::move(r));
   }
 
+  // Stages `p`'s structure on a runner for `a` and queues its preparation. At most kMaxPrepared
+  // wait unclaimed: the oldest goes back to the idle runners first.
+  void prepare(const CallArgs& a, const Packed& p) {
+    std::unique_ptr<Runner> runner;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& idle = idle_[key(a)];
+      if (!idle.empty()) {
+        runner = std::move(idle.back());
+        idle.pop_back();
+      }
+    }
+    if (!runner) runner = std::make_unique<Runner>(a.config, a.options);
+    runner->stage(p);
+    auto entry = std::make_unique<Prepared>();
+    entry->key = key(a);
+    entry->runner = std::move(runner);
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (prepared_.size() >= kMaxPrepared) {
+      Prepared& old = *prepared_.front();
+      done_.wait(lock, [&old] { return old.done; });
+      ++counts_[kDropped];
+      idle_[old.key].push_back(std::move(old.runner));
+      prepared_.pop_front();
+    }
+    ++counts_[kPrepared];
+    queue_.push_back(entry.get());
+    prepared_.push_back(std::move(entry));
+    if (!worker_started_) {
+      std::thread(&RunnerPool::work, this).detach();  // lives as long as the (leaked) pool
+      worker_started_ = true;
+    }
+    work_.notify_one();
+  }
+
+  // Preparations asked for, used by a call, failed (bad structure), dropped unused; then how
+  // many wait now.
+  enum Count { kPrepared, kUsed, kFailed, kDropped, kCounts };
+  std::vector<int64_t> counts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int64_t> c(counts_, counts_ + kCounts);
+    c.push_back(static_cast<int64_t>(prepared_.size()));
+    return c;
+  }
+
  private:
+  struct Prepared {
+    std::string key;
+    std::unique_ptr<Runner> runner;
+    bool done = false;
+  };
+  static constexpr size_t kMaxPrepared = 8;
+
+  // The worker: prepares queued runners one by one. A failed preparation leaves the runner
+  // unprepared, so the call that takes it builds its graph and reports the error itself.
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      work_.wait(lock, [this] { return !queue_.empty(); });
+      Prepared* e = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      try {
+        e->runner->prepare();
+      } catch (...) {
+      }
+      lock.lock();
+      e->done = true;
+      done_.notify_all();
+    }
+  }
+
   static std::string key(const CallArgs& a) {
     const CellConfig& c = a.config;
     return c.cell + "|" + std::to_string(c.hidden) + "|" + std::to_string(c.input_dim) + "|" +
@@ -99,6 +203,11 @@ class RunnerPool {
   }
   std::mutex mutex_;
   std::map<std::string, std::vector<std::unique_ptr<Runner>>> idle_;
+  std::list<std::unique_ptr<Prepared>> prepared_;  // oldest first
+  std::deque<Prepared*> queue_;                    // waiting for the worker
+  std::condition_variable work_, done_;
+  bool worker_started_ = false;
+  int64_t counts_[kCounts] = {};
 };
 
 // A runner kept between forward and backward; returned to the pool when autograd drops it.
@@ -115,22 +224,17 @@ class RunState : public torch::CustomClassHolder {
 };
 
 void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
-  TORCH_CHECK(t.scalar_type() == at::kLong, "[edbatch] ", name, " must be int64, got ",
-              t.scalar_type());
-  TORCH_CHECK(t.dim() == 1, "[edbatch] ", name, " must be 1-D, got shape ", t.sizes());
-  if (size >= 0)
-    TORCH_CHECK(t.numel() == size, "[edbatch] ", name, " has ", t.numel(), " entries, expected ",
-                size);
+  if (t.scalar_type() != at::kLong)
+    fail(fmt::format("[edbatch] {} must be int64, got {}", name, c10::toString(t.scalar_type())));
+  if (t.dim() != 1)
+    fail(fmt::format("[edbatch] {} must be 1-D, got shape {}", name, shape(t.sizes())));
+  if (size >= 0 && t.numel() != size)
+    fail(fmt::format("[edbatch] {} has {} entries, expected {}", name, t.numel(), size));
 }
 
-// Checks dtypes, devices and shapes; returns contiguous CPU copies where needed (structure
-// tensors always; weights unless they stay on the device).
-void check_inputs(const Tensor& x, Structure& s, std::vector<Tensor>& w, const Cell& cell,
-                  bool on_device) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat, "[edbatch] x must be float32, got ", x.scalar_type());
-  TORCH_CHECK(x.dim() == 2, "[edbatch] x must be 2-D (rows x input size), got shape ", x.sizes());
-  TORCH_CHECK(x.size(1) == cell.input_dim(), "[edbatch] x has ", x.size(1),
-              " columns, the cell's input size is ", cell.input_dim());
+// Checks the structure tensors' dtypes, devices and sizes and makes them contiguous CPU tensors
+// (where the structure is read).
+void check_structure(const c10::Device& device, Structure& s) {
   const int64_t N = s.node_inputs.numel();
   Tensor* index[] = {&s.node_inputs, &s.node_types, &s.pred_ptr, &s.pred_ids,
                      &s.arc_types,   &s.arc_inputs, &s.instance_offsets};
@@ -138,8 +242,9 @@ void check_inputs(const Tensor& x, Structure& s, std::vector<Tensor>& w, const C
                          "arc_types",   "arc_inputs", "instance_offsets"};
   // Structure tensors may also stay on the CPU when x is on a GPU (they are read on the host).
   for (int i = 0; i < 7; ++i)
-    TORCH_CHECK(index[i]->device() == x.device() || index[i]->device().is_cpu(), "[edbatch] ",
-                names[i], " is on ", index[i]->device(), " but x is on ", x.device());
+    if (index[i]->device() != device && !index[i]->device().is_cpu())
+      fail(fmt::format("[edbatch] {} is on {} but x is on {}", names[i], index[i]->device().str(),
+                       device.str()));
   check_index_tensor(s.node_inputs, "node_inputs", -1);
   check_index_tensor(s.node_types, "node_types", N);
   check_index_tensor(s.pred_ptr, "pred_ptr", N + 1);
@@ -147,29 +252,42 @@ void check_inputs(const Tensor& x, Structure& s, std::vector<Tensor>& w, const C
   check_index_tensor(s.arc_types, "arc_types", s.pred_ids.numel());
   check_index_tensor(s.arc_inputs, "arc_inputs", s.pred_ids.numel());
   check_index_tensor(s.instance_offsets, "instance_offsets", -1);
-  TORCH_CHECK(s.instance_offsets.numel() >= 1, "[edbatch] instance_offsets needs at least one "
-              "entry (0 for an empty batch)");
+  if (s.instance_offsets.numel() < 1)
+    fail("[edbatch] instance_offsets needs at least one entry (0 for an empty batch)");
+  for (int i = 0; i < 7; ++i) *index[i] = index[i]->to(at::kCPU).contiguous();
+}
+
+// Checks x (float32, 2-D: call_args) and the weights against the cell; returns contiguous copies where needed (on the CPU
+// unless they stay on the device).
+void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell, bool on_device) {
+  if (x.size(1) != cell.input_dim())
+    fail(fmt::format("[edbatch] x has {} columns, the cell's input size is {}", x.size(1),
+                     cell.input_dim()));
   const std::vector<WeightSpec>& specs = cell.weights();
-  TORCH_CHECK(w.size() == specs.size(), "[edbatch] ", cell.weights().size(),
-              " weights expected, got ", w.size());
+  if (w.size() != specs.size())
+    fail(fmt::format("[edbatch] {} weights expected, got {}", specs.size(), w.size()));
   for (size_t i = 0; i < specs.size(); ++i) {
     const WeightSpec& spec = specs[i];
-    TORCH_CHECK(w[i].scalar_type() == at::kFloat, "[edbatch] weight ", spec.name,
-                " must be float32, got ", w[i].scalar_type());
-    TORCH_CHECK(w[i].device() == x.device(), "[edbatch] weight ", spec.name, " is on ",
-                w[i].device(), " but x is on ", x.device());
+    if (w[i].scalar_type() != at::kFloat)
+      fail(fmt::format("[edbatch] weight {} must be float32, got {}", spec.name,
+                       c10::toString(w[i].scalar_type())));
+    if (w[i].device() != x.device())
+      fail(fmt::format("[edbatch] weight {} is on {} but x is on {}", spec.name,
+                       w[i].device().str(), x.device().str()));
     const bool ok = spec.cols == 0
                         ? w[i].dim() == 1 && w[i].size(0) == spec.rows
                         : w[i].dim() == 2 && w[i].size(0) == spec.rows && w[i].size(1) == spec.cols;
-    TORCH_CHECK(ok, "[edbatch] weight ", spec.name, " has shape ", w[i].sizes(), ", expected ",
-                spec.cols == 0 ? std::vector<int64_t>{spec.rows}
-                               : std::vector<int64_t>{spec.rows, spec.cols});
+    if (!ok)
+      fail(fmt::format("[edbatch] weight {} has shape {}, expected {}", spec.name,
+                       shape(w[i].sizes()),
+                       spec.cols == 0 ? fmt::format("[{}]", spec.rows)
+                                      : fmt::format("[{}, {}]", spec.rows, spec.cols)));
   }
-  for (int i = 0; i < 7; ++i) *index[i] = index[i]->to(at::kCPU).contiguous();
   for (Tensor& t : w) t = on_device ? t.contiguous() : t.to(at::kCPU).contiguous();
 }
 
-Packed packed_view(const Tensor& x, const Structure& s) {
+// The structure of `s` for x of num_x rows of x_dim floats at `x` (nullptr: not known yet).
+Packed packed_view(const Structure& s, const float* x, int64_t num_x, int64_t x_dim) {
   Packed p;
   p.num_nodes = s.node_inputs.numel();
   p.num_arcs = s.pred_ids.numel();
@@ -181,44 +299,60 @@ Packed packed_view(const Tensor& x, const Structure& s) {
   p.arc_types = s.arc_types.data_ptr<int64_t>();
   p.arc_inputs = s.arc_inputs.data_ptr<int64_t>();
   p.instance_offsets = s.instance_offsets.data_ptr<int64_t>();
-  p.x = x.data_ptr<float>();
-  p.num_x = x.size(0);
-  p.x_dim = x.size(1);
+  p.x = x;
+  p.num_x = num_x;
+  p.x_dim = x_dim;
   return p;
+}
+
+CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t input_size,
+                   int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
+                   const std::string& policy, int64_t threads) {
+  if (hidden <= 0) fail(fmt::format("[edbatch] hidden size must be positive, got {}", hidden));
+  if (input_size <= 0)
+    fail(fmt::format("[edbatch] the input size must be positive, got {}", input_size));
+  if (num_node_types <= 0 || num_arc_types <= 0) fail("[edbatch] type counts must be positive");
+  CallArgs a;
+  a.config = {cell, static_cast<uint32_t>(hidden), static_cast<uint32_t>(input_size),
+              static_cast<uint32_t>(num_node_types), static_cast<uint32_t>(num_arc_types)};
+  a.options.policy = policy;
+  a.options.device = device.is_cuda() ? "cuda" : "cpu";
+  a.device_index = device.is_cuda() ? device.index() : -1;
+  a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
+  return a;
 }
 
 CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
                    int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
                    int64_t threads) {
-  TORCH_CHECK(hidden > 0, "[edbatch] hidden size must be positive, got ", hidden);
-  TORCH_CHECK(x.dim() == 2 && x.size(1) > 0, "[edbatch] x must be 2-D with columns, got shape ",
-              x.sizes());
-  TORCH_CHECK(num_node_types > 0 && num_arc_types > 0,
-              "[edbatch] type counts must be positive");
-  CallArgs a;
-  a.config = {cell, static_cast<uint32_t>(hidden), static_cast<uint32_t>(x.size(1)),
-              static_cast<uint32_t>(num_node_types), static_cast<uint32_t>(num_arc_types)};
-  a.options.policy = policy;
-  a.options.device = x.is_cuda() ? "cuda" : "cpu";
-  a.device_index = x.is_cuda() ? x.device().index() : -1;
-  a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
-  return a;
+  if (x.dim() != 2 || x.size(1) == 0)
+    fail(fmt::format("[edbatch] x must be 2-D with columns, got shape {}", shape(x.sizes())));
+  return call_args(cell, x.device(), x.size(1), hidden, num_node_types, num_arc_types, policy,
+                   threads);
 }
 
 // Runs the forward; keeps the runner in `state` when it is given (for backward).
 std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure s,
                                 std::vector<Tensor> w, c10::intrusive_ptr<RunState>* state) {
   const c10::DeviceGuard guard(x_in.device());  // a runner's CUDA state is made on its device
+  if (x_in.scalar_type() != at::kFloat)
+    fail(fmt::format("[edbatch] x must be float32, got {}", c10::toString(x_in.scalar_type())));
+  check_structure(x_in.device(), s);
+  const bool on_device = device_resident(x_in);
+  const Tensor x = on_device ? x_in.contiguous() : x_in.to(at::kCPU).contiguous();
+  const Packed p = packed_view(s, x.data_ptr<float>(), x.size(0), x.size(1));
   std::unique_ptr<Runner> runner;
   try {
-    runner = RunnerPool::get().take(a);
+    runner = RunnerPool::get().take(a, p);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, e.what());
+    fail(e.what());
   }
-  const bool on_device = device_resident(x_in);
-  check_inputs(x_in, s, w, runner->cell(), on_device);
-  const Tensor x = on_device ? x_in.contiguous() : x_in.to(at::kCPU).contiguous();
-  const Packed p = packed_view(x, s);
+  try {
+    check_inputs(x, w, runner->cell(), on_device);
+  } catch (...) {
+    RunnerPool::get().give_back(a, std::move(runner));
+    throw;
+  }
   std::vector<Tensor> out;
   std::vector<float*> out_ptr;
   for (uint32_t o = 0; o < runner->cell().num_outputs(); ++o) {
@@ -232,7 +366,7 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
                     on_device ? current_stream(x) : nullptr);
   } catch (const std::exception& e) {
     RunnerPool::get().give_back(a, std::move(runner));
-    TORCH_CHECK(false, e.what());
+    fail(e.what());
   }
   if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x, p.num_nodes);
   else RunnerPool::get().give_back(a, std::move(runner));
@@ -304,7 +438,7 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
       runner.backward(seeds.data_ptr<float>(), grad_x.data_ptr<float>(), grad_w_ptr,
                       on_device ? current_stream(grad_x) : nullptr);
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, e.what());
+      fail(e.what());
     }
     // The graph is spent: give the runner back now rather than when autograd frees the context.
     RunnerPool::get().give_back(state->args, std::move(state->runner));
@@ -340,6 +474,33 @@ std::vector<Tensor> run_cell_autograd(const std::string& cell, const Tensor& x,
                              num_arc_types, policy, threads);
 }
 
+// Prepares a later run_cell call with this structure (and x of num_x rows on `device`) on a
+// worker thread: checks, graph build, scheduling and planning (docs/pytorch.md).
+void prepare(const std::string& cell, const std::string& device, int64_t input_size,
+             int64_t num_x, const Tensor& node_inputs, const Tensor& node_types,
+             const Tensor& pred_ptr, const Tensor& pred_ids, const Tensor& arc_types,
+             const Tensor& arc_inputs, const Tensor& instance_offsets, int64_t hidden,
+             int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
+             int64_t threads) {
+  const c10::Device where(device);
+  if (num_x < 0)
+    fail(fmt::format("[edbatch] the number of x rows must not be negative, got {}", num_x));
+  const CallArgs a =
+      call_args(cell, where, input_size, hidden, num_node_types, num_arc_types, policy, threads);
+  Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
+              instance_offsets};
+  check_structure(where, s);
+  const c10::DeviceGuard guard(where);  // a runner's CUDA state is made on its device
+  try {
+    RunnerPool::get().prepare(a, packed_view(s, nullptr, num_x, input_size));
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}
+
+// [prepared, used, failed, dropped, waiting]: RunnerPool::counts.
+std::vector<int64_t> prepare_counts() { return RunnerPool::get().counts(); }
+
 std::vector<std::string> list_cells() { return cell_names(); }
 
 // The weights run_cell expects for a configuration: names and torch shapes (cols 0: a vector).
@@ -355,7 +516,7 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>>
                    static_cast<uint32_t>(num_node_types), static_cast<uint32_t>(num_arc_types)},
                   pc);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, e.what());
+    fail(e.what());
   }
   std::vector<std::string> names;
   std::vector<int64_t> rows, cols;
@@ -376,6 +537,13 @@ TORCH_LIBRARY(edbatch, m) {
       "Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, Tensor instance_offsets, "
       "Tensor[] weights, int hidden, int num_node_types, int num_arc_types, str policy, "
       "int threads) -> Tensor[]");
+  m.def(
+      "prepare(str cell, str device, int input_size, int num_x, Tensor node_inputs, "
+      "Tensor node_types, Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, "
+      "Tensor arc_inputs, Tensor instance_offsets, int hidden, int num_node_types, "
+      "int num_arc_types, str policy, int threads) -> ()",
+      &prepare);
+  m.def("prepare_counts() -> int[]", &prepare_counts);
   m.def("cells() -> str[]", &list_cells);
   m.def("weight_shapes(str cell, int hidden, int input_size, int num_node_types, "
         "int num_arc_types) -> (str[], int[], int[])",

@@ -237,3 +237,34 @@ def test_unknown_policy():
     packed, w = tree_call()
     with pytest.raises(ValueError, match=r"\[make_policy\] unknown policy 'fastest'"):
         edbatch.run_cell("tree_lstm", torch.randn(4, D), packed, w, H, policy="fastest")
+
+
+def test_the_op_itself_explains_bad_inputs():
+    """The op checks everything on its own (the Python wrapper only explains its failures)."""
+    packed, w = tree_call()
+    x = torch.randn(4, D)
+    op = torch.ops.edbatch.run_cell
+
+    def call(x=x, structure=packed.structure(), weights=w):
+        return op("tree_lstm", x, *structure, weights, H, 1, 1, "lb-greedy", 1)
+
+    bad_shape = list(w)
+    bad_shape[6] = torch.randn(H, H)
+    cases = [
+        (dict(x=x.double()), "x must be float32, got Double"),
+        # x's columns are the cell's input size, so the weights no longer fit.
+        (dict(x=torch.randn(4, D + 1)), r"weight W_i has shape \[7, 5\], expected \[7, 6\]"),
+        (dict(weights=bad_shape), r"weight U_i has shape \[7, 7\], expected \[7, 14\]"),
+        (dict(weights=w[:-1]), "12 weights expected, got 11"),
+        (dict(weights=[t.double() if i == 3 else t for i, t in enumerate(w)]),
+         "weight b_i must be float32, got Double"),
+        (dict(structure=packed.structure()[:3] + (packed.pred_ids.int(),) +
+              packed.structure()[4:]), "pred_ids must be int64, got Int"),
+        (dict(structure=(packed.node_inputs.view(2, 3),) + packed.structure()[1:]),
+         r"node_inputs must be 1-D, got shape \[2, 3\]"),
+        (dict(structure=packed.structure()[:1] + (packed.node_types[:-1],) +
+              packed.structure()[2:]), "node_types has 5 entries, expected 6"),
+    ]
+    for change, message in cases:
+        with pytest.raises(RuntimeError, match=message):
+            call(**change)

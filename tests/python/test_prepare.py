@@ -1,0 +1,136 @@
+"""Preparing mini-batches ahead (edbatch.prepare / prefetch): a call that finds its structure
+prepared gives exactly the outputs and gradients of a call that builds everything itself, calls
+that do not match (another structure, a structure changed in place, other options) are not
+served a stale plan, and a bad structure fails at the call as it would unprepared."""
+import pytest
+import torch
+
+import edbatch
+
+import reference
+from test_ops import H, structures, weights_for
+
+
+def step(cell, packed, x, w, node_types, arc_types, **options):
+    """Outputs and the gradients of x and every weight for fixed upstream gradients."""
+    x = x.detach().clone().requires_grad_()
+    w = {k: v.detach().clone().requires_grad_() for k, v in w.items()}
+    outputs = edbatch.run_cell(cell, x, packed, list(w.values()), H, node_types, arc_types,
+                               threads=1, **options)
+    g = torch.Generator().manual_seed(7)
+    sum((o * torch.randn(o.shape, generator=g)).sum() for o in outputs).backward()
+    return [o.detach() for o in outputs] + [x.grad] + [p.grad for p in w.values()]
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for u, v in zip(a, b):
+        assert torch.equal(u, v)
+
+
+def counts():
+    return edbatch.prepare_stats()
+
+
+def case(cell, seed):
+    packed, input_size, node_types, arc_types = structures(cell, seed)
+    w = weights_for(cell, input_size, node_types, arc_types, seed)
+    x = torch.randn(packed.input_ids.numel(), input_size,
+                    generator=torch.Generator().manual_seed(seed + 1))
+    return packed, input_size, node_types, arc_types, w, x
+
+
+@pytest.mark.parametrize("cell", list(reference.CELLS))
+def test_prepared_call_equals_unprepared(cell):
+    packed, input_size, nt, at, w, x = case(cell, 11)
+    want = step(cell, packed, x, w, nt, at)
+    before = counts()
+    edbatch.prepare(cell, packed, input_size, H, num_node_types=nt, num_arc_types=at, threads=1)
+    got = step(cell, packed, x, w, nt, at)
+    assert counts()["used"] == before["used"] + 1
+    assert_same(got, want)
+    # The same structure with other rows of x: the prepared graph takes the call's x.
+    x2 = torch.randn(x.shape, generator=torch.Generator().manual_seed(12))
+    want2 = step(cell, packed, x2, w, nt, at)
+    edbatch.prepare(cell, packed, input_size, H, num_node_types=nt, num_arc_types=at, threads=1)
+    assert_same(step(cell, packed, x2, w, nt, at), want2)
+    assert counts()["used"] == before["used"] + 2
+
+
+def test_other_structures_and_options_are_not_served_the_prepared_plan():
+    cell = "tree_lstm"
+    a, input_size, nt, at, w, x = case(cell, 21)
+    b = structures(cell, 22)[0]
+    xb = torch.randn(b.input_ids.numel(), input_size)
+    want_b = step(cell, b, xb, w, nt, at)
+    before = counts()
+    edbatch.prepare(cell, a, input_size, H, threads=1)
+    assert_same(step(cell, b, xb, w, nt, at), want_b)  # another structure: built anew
+    assert_same(step(cell, a, x, w, nt, at, policy="depth"), step(cell, a, x, w, nt, at,
+                                                                     policy="depth"))
+    assert counts()["used"] == before["used"]
+    # The structure changed in place after prepare: the children of the last root swap, which
+    # changes the result (separate forget-gate weights per child).
+    root = a.instance_offsets[-1].item() - 1
+    lo, hi = a.pred_ptr[root].item(), a.pred_ptr[root + 1].item()
+    assert hi - lo == 2
+    a.pred_ids[lo:hi] = a.pred_ids[lo:hi].flip(0).clone()
+    swapped_want = step(cell, a, x, w, nt, at)
+    a.pred_ids[lo:hi] = a.pred_ids[lo:hi].flip(0).clone()
+    original = step(cell, a, x, w, nt, at)
+    assert not torch.equal(swapped_want[0], original[0])
+    edbatch.prepare(cell, a, input_size, H, threads=1)
+    a.pred_ids[lo:hi] = a.pred_ids[lo:hi].flip(0).clone()
+    used = counts()["used"]
+    assert_same(step(cell, a, x, w, nt, at), swapped_want)
+    assert counts()["used"] == used
+
+
+def test_bad_structure_fails_at_the_call():
+    packed = edbatch.pack_trees([((1, 2), 3), 4])
+    packed.pred_ids = torch.tensor([0, 1, 2, 5])  # a child after its parent
+    weights = [torch.randn(s) for _, s in edbatch.weight_shapes("tree_lstm", H, 5)]
+    before = counts()
+    edbatch.prepare("tree_lstm", packed, 5, H)  # returns at once; the worker finds the error
+    with pytest.raises(ValueError, match="predecessors must come before it"):
+        edbatch.run_cell("tree_lstm", torch.randn(4, 5), packed, weights, H)
+    assert counts()["failed"] == before["failed"] + 1
+    with pytest.raises(ValueError, match="unknown policy 'fastest'"):
+        edbatch.prepare("tree_lstm", packed, 5, H, policy="fastest")
+    with pytest.raises(ValueError, match="unknown cell 'tree_rnn'"):
+        edbatch.prepare("tree_rnn", packed, 5, H)
+
+
+def test_more_prepared_than_kept():
+    cell = "tree_lstm"
+    cases = [case(cell, 30 + i) for i in range(10)]
+    wants = [step(cell, p, x, w, nt, at) for p, _, nt, at, w, x in cases]
+    before = counts()
+    for p, input_size, *_ in cases:
+        edbatch.prepare(cell, p, input_size, H, threads=1)
+    after = counts()
+    # 8 wait at most: the oldest go, first any left from before, then 2 of these.
+    assert after["waiting"] == 8
+    assert after["dropped"] == before["dropped"] + before["waiting"] + 2
+    for (p, _, nt, at, w, x), want in zip(cases, wants):
+        assert_same(step(cell, p, x, w, nt, at), want)
+    assert counts()["used"] == before["used"] + 8
+
+
+def test_prefetch_with_a_module():
+    torch.manual_seed(0)
+    model = edbatch.nn.TreeLSTM(50, 5, H, threads=1)
+    packs = [structures("tree_lstm", 40 + i)[0] for i in range(4)]
+    with torch.no_grad():
+        want = [model(p)[0] for p in packs]
+    before = counts()
+    seen = []
+    for p in edbatch.prefetch(model, packs):
+        h, c = model(p)
+        (h.sum() + c.sum()).backward()
+        seen.append(h.detach())
+    assert len(seen) == 4
+    for a, b in zip(seen, want):
+        assert torch.equal(a, b)
+    assert counts()["used"] == before["used"] + 3  # every mini-batch after the first
+    assert list(edbatch.prefetch(model, [])) == []
