@@ -3,7 +3,9 @@
 the gradients of its inputs and weights, on the same seeded structures and weights, with the
 module on cuda (which runs edbatch's CUDA backend on torch's tensors in place, on torch's current
 stream) and on cpu; the same on a side stream; three optimizer steps, so the GPU reads weights
-that changed between calls; and an empty batch. Exits 1 on a mismatch beyond float32 tolerance,
+that changed between calls; three steps with each mini-batch prepared ahead (edbatch.prepare: the
+call runs a graph and plan made on the worker thread, with x written into it on the device); and
+an empty batch. Exits 1 on a mismatch beyond float32 tolerance,
 2 when no GPU is usable.
 
     python3 bench/torch_ext_cuda_check.py     # EDBATCH_LIBRARY=path/libedbatch_torch.so if not installed
@@ -41,8 +43,10 @@ def structures():
     ]
 
 
-def run(make, packed, device, seed, steps=1, stream=None):
-    """Outputs and gradients of the last of `steps` SGD steps, and the weights after them."""
+def run(make, packed, device, seed, steps=1, stream=None, prepare=False):
+    """Outputs and gradients of the last of `steps` SGD steps, and the weights after them. With
+    `prepare`, each step's call is prepared ahead (and must have used it)."""
+    used = edbatch.prepare_stats()["used"]
     torch.manual_seed(seed)
     m = make()
     m.to(device)
@@ -56,6 +60,8 @@ def run(make, packed, device, seed, steps=1, stream=None):
     for _ in range(steps):
         with torch.cuda.stream(stream) if stream is not None else _nothing():
             opt.zero_grad()
+            if prepare:
+                m.prepare(p)
             outs = m(p)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             loss = sum((o * torch.randn(o.shape, generator=g).to(device)).sum() for o in outs)
@@ -64,6 +70,8 @@ def run(make, packed, device, seed, steps=1, stream=None):
                      if q.grad is not None}
             torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
             opt.step()
+    if prepare and edbatch.prepare_stats()["used"] != used + steps:
+        raise RuntimeError("a prepared mini-batch was not used")
     weights = {n: q.detach().cpu() for n, q in m.named_parameters()}
     return [o.detach().cpu() for o in outs], grads, weights
 
@@ -88,9 +96,10 @@ def main():
     bad = 0
     side = torch.cuda.Stream()
     for name, make, packed in structures():
-        for what, steps, stream in (("", 1, None), (", side stream", 1, side),
-                                    (", 3 SGD steps", 3, None)):
-            out_gpu, g_gpu, w_gpu = run(make, packed, "cuda", 7, steps, stream)
+        for what, steps, stream, prepare in (("", 1, None, False), (", side stream", 1, side, False),
+                                             (", 3 SGD steps", 3, None, False),
+                                             (", 3 SGD steps prepared ahead", 3, None, True)):
+            out_gpu, g_gpu, w_gpu = run(make, packed, "cuda", 7, steps, stream, prepare)
             out_cpu, g_cpu, w_cpu = run(make, packed, "cpu", 7, steps)
             torch.cuda.synchronize()
             out_err = max(error(a, b) for a, b in zip(out_gpu, out_cpu))

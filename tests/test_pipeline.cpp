@@ -143,3 +143,66 @@ TEST_CASE("params: a pending device fetch runs once, before any host access") {
   pc.sgd_update(1.0f);  // ... which the host update ignores: row 3 is no longer marked
   CHECK(pc.values(table.id)[6] == before);
 }
+
+namespace {
+// Chains over input vectors (x_t of 3 floats): h = tanh(W x_t + U h + b), summed squares of h.
+Expr input_chains(Graph& g, ParameterCollection& pc, const std::vector<float>& xs) {
+  const Parameter W{pc.find("W")}, U{pc.find("U")}, b{pc.find("b")};
+  std::vector<Expr> losses;
+  size_t at = 0;
+  for (uint32_t length : {1u, 4u, 2u, 7u}) {
+    Expr h = parameter(g, b);
+    for (uint32_t t = 0; t < length; ++t, at += 3) {
+      const Expr x = input(g, Dim{3, 1}, xs.data() + at);
+      h = tanh(affine({parameter(g, b), parameter(g, W), x, parameter(g, U), h}));
+    }
+    losses.push_back(matmul(reshape(h, Dim{1, 5}), h));
+  }
+  return sum_losses(losses);
+}
+}  // namespace
+
+TEST_CASE("pipeline: a prepared graph runs its plan, and rewritten inputs run it again") {
+  ParameterCollection pc(9);
+  pc.add_parameters("W", Dim{5, 3});
+  pc.add_parameters("U", Dim{5, 5});
+  pc.add_parameters("b", Dim{5, 1});
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> xs(14 * 3), ys(14 * 3);
+  for (float& v : xs) v = uniform(rng);
+  for (float& v : ys) v = uniform(rng);
+  Graph a(pc), b(pc);
+  const Expr la = input_chains(a, pc, xs);
+  Engine prepared(pc, EngineOptions{"lb-greedy", "cpu", 1});
+  prepared.prepare(a);
+  CHECK_THROWS_WITH_AS(prepared.value(la), doctest::Contains("prepared but not run"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(prepared.backward(a, la), doctest::Contains("run forward()"),
+                       std::invalid_argument);
+  // The same graph built and run by another engine, first on xs, then on ys.
+  Engine fresh(pc, EngineOptions{"agenda", "cpu", 1});
+  const Expr lb = input_chains(b, pc, xs);
+  const float on_xs = as_scalar(fresh.forward(b, lb));
+  CHECK(as_scalar(prepared.forward(a, la)) == doctest::Approx(on_xs).epsilon(1e-6));
+  a.write_inputs(0, ys.data(), ys.size());
+  CHECK_THROWS_WITH_AS(prepared.backward(a, la), doctest::Contains("run forward()"),
+                       std::invalid_argument);
+  Graph c(pc);
+  const Expr lc = input_chains(c, pc, ys);
+  const float on_ys = as_scalar(fresh.forward(c, lc));
+  CHECK(on_ys != doctest::Approx(on_xs).epsilon(1e-3));
+  CHECK(as_scalar(prepared.forward(a, la)) == doctest::Approx(on_ys).epsilon(1e-6));
+  // Backward after the rerun: the inputs' adjoints are those of the graph built on ys.
+  prepared.backward(a, la);
+  fresh.backward(c, lc);
+  for (uint32_t id = 0; id < a.size(); ++id) {
+    if (a.node(id).op != Op::Input) continue;
+    const std::vector<float> got = as_vector(prepared.gradient(a.expr(id)));
+    const std::vector<float> want = as_vector(fresh.gradient(c.expr(id)));
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
+  }
+  CHECK_THROWS_WITH_AS(a.write_inputs(40, ys.data(), 3), doctest::Contains("outside the graph"),
+                       std::invalid_argument);
+}

@@ -257,8 +257,8 @@ void check_structure(const c10::Device& device, Structure& s) {
   for (int i = 0; i < 7; ++i) *index[i] = index[i]->to(at::kCPU).contiguous();
 }
 
-// Checks x (float32, 2-D: call_args) and the weights against the cell; returns contiguous copies where needed (on the CPU
-// unless they stay on the device).
+// Checks x as the caller gave it (float32, 2-D: call_args) and the weights against the cell;
+// returns contiguous copies of the weights (on the CPU unless they stay on the device).
 void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell, bool on_device) {
   if (x.size(1) != cell.input_dim())
     fail(fmt::format("[edbatch] x has {} columns, the cell's input size is {}", x.size(1),
@@ -348,7 +348,7 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
     fail(e.what());
   }
   try {
-    check_inputs(x, w, runner->cell(), on_device);
+    check_inputs(x_in, w, runner->cell(), on_device);
   } catch (...) {
     RunnerPool::get().give_back(a, std::move(runner));
     throw;
