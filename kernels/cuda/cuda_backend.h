@@ -83,8 +83,8 @@ struct ParamMirror {
 // Pinned staging for one kind of upload, kDepth deep: an upload fills one buffer while the
 // copies from the others may still be queued behind earlier work. A buffer is reused once its
 // copy is done, so the host waits for the device only when it runs kDepth uploads ahead (the
-// PyTorch adapter makes about 6 interop uploads per training step; with 2 buffers it waited for
-// the previous step's backward pass at every call).
+// PyTorch adapter makes about 6 interop uploads per training step; with 2 buffers writing its
+// weights waited for earlier GPU work, 0.21 ms per call against 0.04 ms with 8).
 struct StagingRing {
   static constexpr int kDepth = 8;
   PinnedBuffer buffers[kDepth];
