@@ -136,7 +136,9 @@ def main():
 
     for epoch in range(1, args.epochs + 1):
         t0 = time.perf_counter()
-        losses = [step(b, model) for b in batches]
+        # prefetch: each next mini-batch's graph is built and planned on a worker thread while
+        # this one trains.
+        losses = [step(b, model) for b in edbatch.prefetch(model.tree, batches)]
         with torch.no_grad():
             correct = sum((model(b)[b.roots].argmax(1) == b.labels[b.roots]).sum().item()
                           for b in batches)
