@@ -22,11 +22,16 @@ def weight_shapes(cell, hidden_size, input_size, num_node_types=1, num_arc_types
         names, rows, cols = torch.ops.edbatch.weight_shapes(cell, hidden_size, input_size,
                                                             num_node_types, num_arc_types)
     except RuntimeError as e:
-        message = _message(e)
-        if message is None:
-            raise
-        raise ValueError(message) from None
+        _reraise(e)
     return [(n, (r,) if c == 0 else (r, c)) for n, r, c in zip(names, rows, cols)]
+
+
+def _reraise(error):
+    """Raises the library's own message as a ValueError, and any other error as it is."""
+    message = _message(error)
+    if message is None:
+        raise error
+    raise ValueError(message) from None
 
 
 def _message(error):
@@ -63,10 +68,7 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
     if error is None:
         raise TypeError(f"edbatch.run_cell: packed must be a Packed structure, got "
                         f"{type(packed).__name__}")
-    message = _message(error)
-    if message is None:
-        raise error
-    raise ValueError(message) from None
+    _reraise(error)
 
 
 def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num_node_types=1,
@@ -88,10 +90,7 @@ def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num
                                   *packed.structure(), hidden_size, num_node_types, num_arc_types,
                                   policy, threads)
     except RuntimeError as e:
-        message = _message(e)
-        if message is None:
-            raise
-        raise ValueError(message) from None
+        _reraise(e)
 
 
 def prepare_stats():
