@@ -98,14 +98,14 @@ class RunnerPool {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       for (auto it = prepared_.begin(); it != prepared_.end(); ++it) {
-        Prepared& e = **it;
         // The staged structure is written before the entry is listed and never changes after.
-        if (e.key != k || !e.runner->staged_matches(p)) continue;
-        done_.wait(lock, [&e] { return e.done; });
-        ++counts_[e.runner->prepared() ? kUsed : kFailed];
-        std::unique_ptr<Runner> r = std::move(e.runner);
+        if ((*it)->key != k || !(*it)->runner->staged_matches(p)) continue;
+        // Owned here before waiting, so no other thread can take or drop it meanwhile.
+        std::unique_ptr<Prepared> e = std::move(*it);
         prepared_.erase(it);
-        return r;
+        done_.wait(lock, [&e] { return e->done; });
+        ++counts_[e->runner->prepared() ? kUsed : kFailed];
+        return std::move(e->runner);
       }
       auto& idle = idle_[k];
       if (!idle.empty()) {
@@ -140,12 +140,12 @@ class RunnerPool {
     entry->key = key(a);
     entry->runner = std::move(runner);
     std::unique_lock<std::mutex> lock(mutex_);
-    if (prepared_.size() >= kMaxPrepared) {
-      Prepared& old = *prepared_.front();
-      done_.wait(lock, [&old] { return old.done; });
-      ++counts_[kDropped];
-      idle_[old.key].push_back(std::move(old.runner));
+    while (prepared_.size() >= kMaxPrepared) {
+      std::unique_ptr<Prepared> old = std::move(prepared_.front());
       prepared_.pop_front();
+      done_.wait(lock, [&old] { return old->done; });
+      ++counts_[kDropped];
+      idle_[old->key].push_back(std::move(old->runner));
     }
     ++counts_[kPrepared];
     queue_.push_back(entry.get());
