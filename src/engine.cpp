@@ -41,11 +41,15 @@ Engine::Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, Engi
 
 Engine::~Engine() = default;
 
-void Engine::check_graph(const Graph& g, const Expr& e, const char* fn) const {
-  g.node_of(e, fn);
+void Engine::check_params(const Graph& g, const char* fn) const {
   if (&g.params() != &params_)
     throw std::invalid_argument(std::string("[") + fn +
                                 "] graph was built over another ParameterCollection");
+}
+
+void Engine::check_graph(const Graph& g, const Expr& e, const char* fn) const {
+  g.node_of(e, fn);
+  check_params(g, fn);
 }
 
 bool Engine::is_current(const Graph& g) const {
@@ -86,9 +90,7 @@ void Engine::plan_graph(Graph& g) {
 }
 
 void Engine::prepare(Graph& g) {
-  if (&g.params() != &params_)
-    throw std::invalid_argument("[Engine::prepare] graph was built over another "
-                                "ParameterCollection");
+  check_params(g, "Engine::prepare");
   plan_graph(g);
 }
 

@@ -100,6 +100,7 @@ class Engine {
   const EngineOptions& options() const { return options_; }
 
  private:
+  void check_params(const Graph& g, const char* fn) const;  // built over this collection
   void check_graph(const Graph& g, const Expr& e, const char* fn) const;
   bool is_current(const Graph& g) const;  // the graph version the plan was made for
   bool has_run(const Graph& g) const;     // ... and the plan has run on its current inputs

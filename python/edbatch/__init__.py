@@ -15,4 +15,5 @@ _lib.load()
 from . import nn  # noqa: E402  (needs the ops loaded)
 
 __all__ = ["Packed", "pack_trees", "parse_sst", "pack_sst", "pack_lattices", "pack_dags",
-           "concat_packed", "run_cell", "prepare", "prepare_stats", "prefetch", "cells", "weight_shapes", "nn"]
+           "concat_packed", "run_cell", "prepare", "prepare_stats", "prefetch", "cells",
+           "weight_shapes", "nn"]

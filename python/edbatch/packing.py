@@ -51,8 +51,8 @@ class Packed:
 
     def to(self, device):
         """The input rows and labels (input_ids, input_kinds, labels) on `device`. The structure
-        tensors stay in host memory: the extension reads them on the host, and copying them back from a GPU on every
-        call would wait for the GPU each time."""
+        tensors stay in host memory: the extension reads them on the host, and copying them back
+        from a GPU on every call would wait for the GPU each time."""
         out = Packed.__new__(Packed)
         for name in _FIELDS:
             t = getattr(self, name)

@@ -51,6 +51,11 @@ void check_packed(const Packed& p, const char* fn) {
   }
 }
 
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) != "0";
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -66,10 +71,7 @@ class HostProfile {
   enum Phase { Check, Weights, Build, Schedule, Launch, Read, BackZero, BackLaunch, BackRead, kN };
   // nullptr unless profiling is on.
   static HostProfile* get() {
-    static HostProfile* profile = [] {
-      const char* v = std::getenv("EDBATCH_TORCH_PROFILE");
-      return v != nullptr && std::string(v) != "0" ? new HostProfile : nullptr;
-    }();
+    static HostProfile* profile = env_flag("EDBATCH_TORCH_PROFILE") ? new HostProfile : nullptr;
     return profile;
   }
   void add(Phase phase, double ms) {
@@ -141,10 +143,7 @@ void to_row_major(const float* src, uint32_t rows, uint32_t cols, float* dst) {
 }  // namespace
 
 bool Runner::wait_each_call() {
-  static const bool wait = [] {
-    const char* v = std::getenv("EDBATCH_TORCH_WAIT");
-    return v != nullptr && std::string(v) != "0";
-  }();
+  static const bool wait = env_flag("EDBATCH_TORCH_WAIT");
   return wait;
 }
 
@@ -243,7 +242,8 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     io.use_stream(stream);
     transfers_.clear();
     for (size_t i = 0; i < specs.size(); ++i)
-      transfers_.push_back({weight_params_[i].id, const_cast<float*>(weights[i]), specs[i].cols > 1});
+      transfers_.push_back(
+          {weight_params_[i].id, const_cast<float*>(weights[i]), specs[i].cols > 1});
     io.write_parameters(pc_, transfers_);
   } else {
     for (size_t i = 0; i < specs.size(); ++i)
@@ -343,7 +343,8 @@ void Runner::backward_on_device(const float* out_grad, float* grad_x,
   DeviceInterop& io = interop("edbatch.backward");
   io.use_stream(stream);
   if (!have_graph_) {
-    if (num_nodes_ != 0) throw std::runtime_error("[edbatch.backward] forward was not run for backward");
+    if (num_nodes_ != 0)
+      throw std::runtime_error("[edbatch.backward] forward was not run for backward");
     // No nodes: every gradient is zero.
     io.zero_gradients(pc_);
     read_gradients(io, grad_weights);

@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <list>
 #include <map>
@@ -59,10 +58,7 @@ struct CallArgs {
 // through host memory.
 bool device_resident(const Tensor& x) {
 #ifdef EDBATCH_TORCH_CUDA
-  static const bool host_copy = [] {
-    const char* v = std::getenv("EDBATCH_TORCH_HOST_COPY");
-    return v != nullptr && std::string(v) != "0";
-  }();
+  static const bool host_copy = env_flag("EDBATCH_TORCH_HOST_COPY");
   return x.is_cuda() && !host_copy;
 #else
   (void)x;
@@ -107,14 +103,8 @@ class RunnerPool {
         ++counts_[e->runner->prepared() ? kUsed : kFailed];
         return std::move(e->runner);
       }
-      auto& idle = idle_[k];
-      if (!idle.empty()) {
-        std::unique_ptr<Runner> r = std::move(idle.back());
-        idle.pop_back();
-        return r;
-      }
     }
-    return std::make_unique<Runner>(a.config, a.options);
+    return idle_or_new(a, k);
   }
 
   void give_back(const CallArgs& a, std::unique_ptr<Runner> r) {
@@ -125,20 +115,10 @@ class RunnerPool {
   // Stages `p`'s structure on a runner for `a` and queues its preparation. At most kMaxPrepared
   // wait unclaimed: the oldest goes back to the idle runners first.
   void prepare(const CallArgs& a, const Packed& p) {
-    std::unique_ptr<Runner> runner;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto& idle = idle_[key(a)];
-      if (!idle.empty()) {
-        runner = std::move(idle.back());
-        idle.pop_back();
-      }
-    }
-    if (!runner) runner = std::make_unique<Runner>(a.config, a.options);
-    runner->stage(p);
     auto entry = std::make_unique<Prepared>();
     entry->key = key(a);
-    entry->runner = std::move(runner);
+    entry->runner = idle_or_new(a, entry->key);
+    entry->runner->stage(p);
     std::unique_lock<std::mutex> lock(mutex_);
     while (prepared_.size() >= kMaxPrepared) {
       std::unique_ptr<Prepared> old = std::move(prepared_.front());
@@ -174,6 +154,20 @@ class RunnerPool {
     bool done = false;
   };
   static constexpr size_t kMaxPrepared = 8;
+
+  // An idle runner of configuration `a` (key k), or a new one (made outside the lock).
+  std::unique_ptr<Runner> idle_or_new(const CallArgs& a, const std::string& k) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& idle = idle_[k];
+      if (!idle.empty()) {
+        std::unique_ptr<Runner> r = std::move(idle.back());
+        idle.pop_back();
+        return r;
+      }
+    }
+    return std::make_unique<Runner>(a.config, a.options);
+  }
 
   // The worker: prepares queued runners one by one. A failed preparation leaves the runner
   // unprepared, so the call that takes it builds its graph and reports the error itself.
@@ -431,7 +425,8 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
     std::vector<Tensor> grad_w;
     std::vector<float*> grad_w_ptr;
     for (const WeightSpec& w : cell.weights()) {
-      grad_w.push_back(w.cols == 0 ? at::empty({w.rows}, where) : at::empty({w.rows, w.cols}, where));
+      grad_w.push_back(w.cols == 0 ? at::empty({w.rows}, where)
+                                   : at::empty({w.rows, w.cols}, where));
       grad_w_ptr.push_back(grad_w.back().data_ptr<float>());
     }
     try {
