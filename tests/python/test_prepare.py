@@ -2,6 +2,10 @@
 prepared gives exactly the outputs and gradients of a call that builds everything itself, calls
 that do not match (another structure, a structure changed in place, other options) are not
 served a stale plan, and a bad structure fails at the call as it would unprepared."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -99,6 +103,12 @@ def test_bad_structure_fails_at_the_call():
         edbatch.prepare("tree_lstm", packed, 5, H, policy="fastest")
     with pytest.raises(ValueError, match="unknown cell 'tree_rnn'"):
         edbatch.prepare("tree_rnn", packed, 5, H)
+    with pytest.raises(ValueError, match="number of x rows must not be negative, got -1"):
+        edbatch.prepare("tree_lstm", packed, 5, H, num_x=-1)
+    bad = edbatch.pack_trees([((1, 2), 3), 4])
+    bad.pred_ids = bad.pred_ids.int()
+    with pytest.raises(ValueError, match="pred_ids must be int64, got Int"):
+        edbatch.prepare("tree_lstm", bad, 5, H)
 
 
 def test_more_prepared_than_kept():
@@ -134,3 +144,22 @@ def test_prefetch_with_a_module():
         assert torch.equal(a, b)
     assert counts()["used"] == before["used"] + 3  # every mini-batch after the first
     assert list(edbatch.prefetch(model, [])) == []
+
+
+def test_host_profile_is_printed_at_exit():
+    """EDBATCH_TORCH_PROFILE=1: the adapter's host time by phase, printed when the process ends."""
+    code = ("import torch, edbatch; m = edbatch.nn.TreeLSTM(50, 5, 7, threads=1); "
+            "p = edbatch.pack_trees([((1, 2), 3), 4]); m.prepare(p); h, c = m(p); "
+            "(h.sum() + c.sum()).backward()")
+    env = dict(os.environ, EDBATCH_TORCH_PROFILE="1")
+    if env.get("EDBATCH_LIBRARY"):  # the checkout's package, as conftest.py uses
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "..",
+                                                          "python"), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    line = [l for l in done.stderr.splitlines() if l.startswith("edbatch adapter host time")]
+    assert len(line) == 1, done.stderr
+    for phase in ("check", "weights", "graph build"):
+        assert f" {phase} " in line[0]
+    assert line[0].endswith(" 1 calls")
