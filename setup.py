@@ -16,7 +16,7 @@ NATIVE = [] if os.environ.get("EDBATCH_NATIVE", "ON") == "OFF" else ["-march=nat
 
 
 def sources():
-    folders = ["src", "src/zoo", "fsm", "memplan", "kernels/cpu", "kernels/null",
+    folders = ["src/core", "src/io", "src/zoo", "fsm", "memplan", "kernels/cpu", "kernels/null",
                "kernels/no_cuda", "src/torch"]
     files = []
     for folder in folders:

@@ -10,7 +10,7 @@
 
 #include "edbatch/schedule.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "src/backends.h"
+#include "src/core/backends.h"
 
 namespace edbatch::cpu {
 

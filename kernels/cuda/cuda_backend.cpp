@@ -17,7 +17,7 @@
 #include "edbatch/schedule.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "src/backends.h"
+#include "src/core/backends.h"
 
 namespace edbatch::cuda {
 

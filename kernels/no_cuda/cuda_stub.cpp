@@ -1,6 +1,6 @@
 #include <stdexcept>
 
-#include "src/backends.h"
+#include "src/core/backends.h"
 
 namespace edbatch {
 

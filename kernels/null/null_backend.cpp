@@ -3,7 +3,7 @@
 #include "edbatch/graph.h"
 #include "edbatch/memplan.h"
 #include "edbatch/schedule.h"
-#include "src/backends.h"
+#include "src/core/backends.h"
 
 namespace edbatch {
 

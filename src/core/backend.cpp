@@ -7,7 +7,7 @@
 #include "edbatch/memplan.h"
 #include "edbatch/params.h"
 #include "edbatch/schedule.h"
-#include "src/backends.h"
+#include "src/core/backends.h"
 
 namespace edbatch {
 

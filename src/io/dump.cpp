@@ -9,7 +9,7 @@
 #include "edbatch/memplan.h"
 #include "edbatch/schedule.h"
 #include "edbatch/types.h"
-#include "src/block_compile.h"
+#include "src/core/block_compile.h"
 
 namespace edbatch {
 

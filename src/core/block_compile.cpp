@@ -10,7 +10,7 @@
 #include <unordered_map>
 
 #include "memplan/layout.h"
-#include "src/block_compile.h"
+#include "src/core/block_compile.h"
 
 namespace edbatch {
 

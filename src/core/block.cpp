@@ -6,7 +6,7 @@
 
 #include "edbatch/block_plan.h"
 #include "edbatch/types.h"
-#include "src/block_compile.h"
+#include "src/core/block_compile.h"
 
 namespace edbatch {
 
