@@ -127,10 +127,21 @@ class Backend {
 // group for batches of block calls.
 uint64_t kernels_per_pass(const PlanRef& p);
 
+// Switches of the CUDA backend (ignored elsewhere). Debugging and comparison aids; the defaults
+// are the fast path. apply_debug_env (edbatch/options.h) maps EDBATCH_CUDA_* onto them.
+struct CudaOptions {
+  enum class Chain { None, Forward, All };
+  Chain chain = Chain::All;       // chained launches: off, forward passes only, or every pass
+  bool sync_each_launch = false;  // wait and check after every launch (names the failing kernel)
+  bool fused_linear = true;       // fused GEMM kernels; false: every GEMM step through cuBLAS
+  bool profile = false;           // print kernel counts and device times per pass at exit
+};
+
 struct BackendOptions {
   int threads = 1;
   // A kernel splits over threads only when its work (flops or floats) reaches this.
   double min_parallel_work = 65536;
+  CudaOptions cuda;
 };
 
 // "cpu", "null", "cuda" (throws when built without CUDA).

@@ -36,7 +36,8 @@ Engine::Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, Engi
   if (!policy_) throw std::invalid_argument("[Engine] null policy");
   options_.policy = policy_->name();
   plan_options_.order_for_consumers = options_.order_for_consumers;
-  backend_ = make_backend(options_.device, {options_.threads, options_.min_parallel_work});
+  backend_ = make_backend(options_.device,
+                          {options_.threads, options_.min_parallel_work, options_.cuda});
 }
 
 Engine::~Engine() = default;

@@ -1,5 +1,7 @@
 #include "src/torch/cells.h"
 
+#include "edbatch/options.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -49,11 +51,6 @@ void check_packed(const Packed& p, const char* fn) {
         fail(fmt::format("arc {} reads x row {}, outside [-1, {})", a, p.arc_inputs[a], p.num_x));
     }
   }
-}
-
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) != "0";
 }
 
 namespace {

@@ -39,9 +39,6 @@ struct WeightSpec {
 // Throws std::invalid_argument naming the first inconsistency (offsets, ranges, order).
 void check_packed(const Packed& p, const char* fn);
 
-// Whether environment variable `name` is set to anything but "0" (the adapter's switches).
-bool env_flag(const char* name);
-
 class Cell {
  public:
   virtual ~Cell() = default;

@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "edbatch/options.h"
 #include "src/torch/cells.h"
 
 namespace edbatch::torch_adapter {

@@ -1,0 +1,28 @@
+// The one place where environment variables reach edbatch: debugging switches mapped onto the
+// options structs. Nothing else in the library reads the environment.
+//
+//   EDBATCH_CUDA_CHAIN=0|forward   CudaOptions::chain (None | Forward; unset or 1: All)
+//   EDBATCH_CUDA_SYNC=1            CudaOptions::sync_each_launch
+//   EDBATCH_CUDA_LINEAR=cublas     CudaOptions::fused_linear = false
+//   EDBATCH_CUDA_PROFILE=1         CudaOptions::profile
+//
+// The command line and the PyTorch adapter apply it to their options; programs using the C++
+// API call it where they want the same switches.
+#pragma once
+#include "edbatch/backend.h"
+#include "edbatch/engine.h"
+
+namespace edbatch {
+
+// Returns `o` with the switches the environment sets; unset variables leave fields as they are.
+// A set variable with a value it does not know throws std::invalid_argument naming it.
+CudaOptions apply_debug_env(CudaOptions o);
+inline EngineOptions apply_debug_env(EngineOptions o) {
+  o.cuda = apply_debug_env(o.cuda);
+  return o;
+}
+// A "0"-or-anything flag: true when `name` is set to anything but "" or "0". Used by the
+// adapters' own switches, which are documented next to apply_debug_env's.
+bool env_flag(const char* name);
+
+}  // namespace edbatch
