@@ -6,6 +6,7 @@
 
 #include "edbatch/block.h"
 #include "edbatch/block_plan.h"
+#include "kernels/op_math.h"
 
 namespace edbatch::testing {
 
@@ -100,24 +101,20 @@ void Reference::run_forward(const Graph& g, const Env& env, Values& vals,
         for (uint32_t j = 0; j < nd.num_args; ++j)
           for (uint32_t i = 0; i < y.size(); ++i) y[i] += x(j)[i];
         break;
-      case Op::Subtract:
-        for (uint32_t i = 0; i < y.size(); ++i) y[i] = x(0)[i] - x(1)[i];
-        break;
-      case Op::CMult:
-        for (uint32_t i = 0; i < y.size(); ++i) y[i] = x(0)[i] * x(1)[i];
-        break;
-      case Op::ScalarAffine:
-        for (uint32_t i = 0; i < y.size(); ++i) y[i] = double(nd.alpha) * x(0)[i] + nd.beta;
-        break;
-      case Op::Tanh:
-        for (uint32_t i = 0; i < y.size(); ++i) y[i] = std::tanh(x(0)[i]);
-        break;
-      case Op::Sigmoid:
-        for (uint32_t i = 0; i < y.size(); ++i) y[i] = 1.0 / (1.0 + std::exp(-x(0)[i]));
-        break;
-      case Op::Relu:
-        for (uint32_t i = 0; i < y.size(); ++i) y[i] = std::max(0.0, x(0)[i]);
-        break;
+#define EDBATCH_REF_UNARY(op, m)                                                      \
+  case Op::op:                                                                        \
+    for (uint32_t i = 0; i < y.size(); ++i)                                           \
+      y[i] = math::m::value<math::ScalarMath>(x(0)[i], math::Attr{nd.alpha, nd.beta}); \
+    break;
+      EDBATCH_UNARY_OPS(EDBATCH_REF_UNARY)
+#undef EDBATCH_REF_UNARY
+#define EDBATCH_REF_BINARY(op, m)                                                     \
+  case Op::op:                                                                        \
+    for (uint32_t i = 0; i < y.size(); ++i)                                           \
+      y[i] = math::m::value<math::ScalarMath>(x(0)[i], x(1)[i]);                      \
+    break;
+      EDBATCH_BINARY_OPS(EDBATCH_REF_BINARY)
+#undef EDBATCH_REF_BINARY
       case Op::Concat: {
         uint32_t r0 = 0;
         for (uint32_t j = 0; j < nd.num_args; ++j) {
@@ -231,30 +228,23 @@ void Reference::run_backward(const Graph& g, const Env& env, const Values& vals,
         for (uint32_t j = 0; j < nd.num_args; ++j)
           for (size_t i = 0; i < dy.size(); ++i) dx(j)[i] += dy[i];
         break;
-      case Op::Subtract:
-        for (size_t i = 0; i < dy.size(); ++i) {
-          dx(0)[i] += dy[i];
-          dx(1)[i] -= dy[i];
-        }
-        break;
-      case Op::CMult:
-        for (size_t i = 0; i < dy.size(); ++i) {
-          dx(0)[i] += dy[i] * x(1)[i];
-          dx(1)[i] += dy[i] * x(0)[i];
-        }
-        break;
-      case Op::ScalarAffine:
-        for (size_t i = 0; i < dy.size(); ++i) dx(0)[i] += double(nd.alpha) * dy[i];
-        break;
-      case Op::Tanh:
-        for (size_t i = 0; i < dy.size(); ++i) dx(0)[i] += dy[i] * (1 - y[i] * y[i]);
-        break;
-      case Op::Sigmoid:
-        for (size_t i = 0; i < dy.size(); ++i) dx(0)[i] += dy[i] * y[i] * (1 - y[i]);
-        break;
-      case Op::Relu:
-        for (size_t i = 0; i < dy.size(); ++i) dx(0)[i] += x(0)[i] > 0 ? dy[i] : 0.0;
-        break;
+#define EDBATCH_REF_UNARY(op, m)                                                         \
+  case Op::op:                                                                           \
+    for (size_t i = 0; i < dy.size(); ++i)                                               \
+      dx(0)[i] += dy[i] * math::m::derivative<math::ScalarMath>(                         \
+                              x(0)[i], y[i], math::Attr{nd.alpha, nd.beta});              \
+    break;
+      EDBATCH_UNARY_OPS(EDBATCH_REF_UNARY)
+#undef EDBATCH_REF_UNARY
+#define EDBATCH_REF_BINARY(op, m)                                                        \
+  case Op::op:                                                                           \
+    for (size_t i = 0; i < dy.size(); ++i) {                                             \
+      dx(0)[i] += dy[i] * math::m::d_a<math::ScalarMath>(x(0)[i], x(1)[i], y[i]);        \
+      dx(1)[i] += dy[i] * math::m::d_b<math::ScalarMath>(x(0)[i], x(1)[i], y[i]);        \
+    }                                                                                    \
+    break;
+      EDBATCH_BINARY_OPS(EDBATCH_REF_BINARY)
+#undef EDBATCH_REF_BINARY
       case Op::Concat: {
         uint32_t r0 = 0;
         for (uint32_t j = 0; j < nd.num_args; ++j) {

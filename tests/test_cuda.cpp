@@ -161,6 +161,8 @@ const std::vector<OpCase> kOps = {
     {"tanh", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return tanh(a[0]); }},
     {"sigmoid", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return sigmoid(a[0]); }},
     {"relu", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return relu(a[0]); }},
+    {"softplus", {kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return softplus(a[0]); }},
     {"scalar affine",
      {kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return 0.75f - a[0] * 1.5f; }},

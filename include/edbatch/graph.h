@@ -108,6 +108,7 @@ Expr scalar_affine(const Expr& x, float alpha, float beta);
 Expr tanh(const Expr& x);
 Expr sigmoid(const Expr& x);
 Expr relu(const Expr& x);
+Expr softplus(const Expr& x);  // log(1 + e^x)
 Expr concat(const std::vector<Expr>& xs);
 // The same values (column-major) under shape `dim` of the same size; free (a view). The argument
 // must be computed by the graph or be an input (parameters have their own shapes).

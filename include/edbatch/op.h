@@ -1,5 +1,6 @@
-// The closed set of operations. Adding an op: one enum entry, one kOpInfo row, one kernel row per
-// backend, one case in the op harness (tests/test_ops.cpp).
+// The closed set of operations. Adding an op: docs/architecture.md, "Adding an op" (for an
+// elementwise op: the enum entry and kOpInfo row here, its math in kernels/op_math.h, the builder,
+// a case in the op harness).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,7 @@ enum class Op : uint8_t {
   Tanh,
   Sigmoid,
   Relu,
+  Softplus,     // log(1 + e^x)
   Concat,       // stack args vertically (rows add up, cols equal)
   Pick,         // element `index` of a vector: 1x1
   PickNegLogSoftmax,  // -log softmax(x)[label]: 1x1
@@ -60,6 +62,7 @@ inline constexpr OpInfo kOpInfo[] = {
     {"tanh", 1, 1, BatchRule::Exact, true},
     {"sigmoid", 1, 1, BatchRule::Exact, true},
     {"relu", 1, 1, BatchRule::Exact, true},
+    {"softplus", 1, 1, BatchRule::Exact, true},
     {"concat", 1, -1, BatchRule::Exact, true},
     {"pick", 1, 1, BatchRule::Exact, true},
     {"pick_neg_log_softmax", 1, 1, BatchRule::Exact, true},

@@ -5,6 +5,9 @@
 //   EDBATCH_CUDA_SYNC=1            CudaOptions::sync_each_launch
 //   EDBATCH_CUDA_LINEAR=cublas     CudaOptions::fused_linear = false
 //   EDBATCH_CUDA_PROFILE=1         CudaOptions::profile
+//   EDBATCH_TORCH_PROFILE=1        AdapterDebugOptions::profile
+//   EDBATCH_TORCH_HOST_COPY=1      AdapterDebugOptions::host_copy
+//   EDBATCH_TORCH_WAIT=1           AdapterDebugOptions::wait_each_call
 //
 // The command line and the PyTorch adapter apply it to their options; programs using the C++
 // API call it where they want the same switches.
@@ -21,8 +24,15 @@ inline EngineOptions apply_debug_env(EngineOptions o) {
   o.cuda = apply_debug_env(o.cuda);
   return o;
 }
-// A "0"-or-anything flag: true when `name` is set to anything but "" or "0". Used by the
-// adapters' own switches, which are documented next to apply_debug_env's.
+// The PyTorch adapter's debugging switches (docs/pytorch.md).
+struct AdapterDebugOptions {
+  bool profile = false;         // host time per call by phase, printed at exit
+  bool host_copy = false;       // CUDA tensors through host memory instead of device interop
+  bool wait_each_call = false;  // wait for the device after every call (attributes errors)
+};
+AdapterDebugOptions adapter_debug_env();
+
+// True when `name` is set to anything but "" or "0".
 bool env_flag(const char* name);
 
 }  // namespace edbatch

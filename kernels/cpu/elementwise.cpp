@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/array_math.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace edbatch::cpu {
@@ -53,31 +54,18 @@ void unary_backward(Context& c, const BatchArgs& b, G g) {
   });
 }
 
-void tanh_fwd(Context& c, const BatchArgs& b) {
-  unary_forward(c, b, [](Vec y, CVec x) { y = x.tanh(); });
+// An op of kernels/op_math.h on whole columns (or one flat run of columns).
+template <class U>
+void unary_math_fwd(Context& c, const BatchArgs& b) {
+  const math::Attr a{b.alpha, b.beta};
+  unary_forward(c, b, [a](Vec y, CVec x) { y = U::template value<ArrayMath>(x, a); });
 }
-void tanh_bwd(Context& c, const BatchArgs& b) {
-  unary_backward(c, b, [](Vec dx, CVec dy, CVec y, CVec) { dx += dy * (1.0f - y * y); });
-}
-void sigmoid_fwd(Context& c, const BatchArgs& b) {
-  unary_forward(c, b, [](Vec y, CVec x) { y = x.logistic(); });
-}
-void sigmoid_bwd(Context& c, const BatchArgs& b) {
-  unary_backward(c, b, [](Vec dx, CVec dy, CVec y, CVec) { dx += dy * y * (1.0f - y); });
-}
-void relu_fwd(Context& c, const BatchArgs& b) {
-  unary_forward(c, b, [](Vec y, CVec x) { y = x.max(0.0f); });
-}
-void relu_bwd(Context& c, const BatchArgs& b) {
-  unary_backward(c, b, [](Vec dx, CVec dy, CVec, CVec x) { dx += (x > 0.0f).cast<float>() * dy; });
-}
-void scalar_affine_fwd(Context& c, const BatchArgs& b) {
-  const float a = b.alpha, s = b.beta;
-  unary_forward(c, b, [a, s](Vec y, CVec x) { y = a * x + s; });
-}
-void scalar_affine_bwd(Context& c, const BatchArgs& b) {
-  const float a = b.alpha;
-  unary_backward(c, b, [a](Vec dx, CVec dy, CVec, CVec) { dx += a * dy; });
+template <class U>
+void unary_math_bwd(Context& c, const BatchArgs& b) {
+  const math::Attr a{b.alpha, b.beta};
+  unary_backward(c, b, [a](Vec dx, CVec dy, CVec y, CVec x) {
+    dx += dy * U::template derivative<ArrayMath>(x, y, a);
+  });
 }
 
 // ---- binary ----
@@ -113,22 +101,23 @@ void binary_backward(Context& c, const BatchArgs& b, G g) {
   });
 }
 
-void subtract_fwd(Context& c, const BatchArgs& b) {
-  binary_forward(c, b, [](Vec y, CVec x0, CVec x1) { y = x0 - x1; });
+template <class B>
+void binary_math_fwd(Context& c, const BatchArgs& b) {
+  binary_forward(c, b, [](Vec y, CVec x0, CVec x1) { y = B::template value<ArrayMath>(x0, x1); });
 }
-void subtract_bwd(Context& c, const BatchArgs& b) {
-  binary_backward(c, b, [](Vec d0, Vec d1, CVec dy, CVec, CVec) {
-    d0 += dy;
-    d1 -= dy;
-  });
-}
-void cmult_fwd(Context& c, const BatchArgs& b) {
-  binary_forward(c, b, [](Vec y, CVec x0, CVec x1) { y = x0 * x1; });
-}
-void cmult_bwd(Context& c, const BatchArgs& b) {
+template <class B>
+void binary_math_bwd(Context& c, const BatchArgs& b) {
   binary_backward(c, b, [](Vec d0, Vec d1, CVec dy, CVec x0, CVec x1) {
-    d0 += dy * x1;
-    d1 += dy * x0;
+    // y is not stored for the binary ops of op_math.h that need it: recompute on demand.
+    if constexpr (B::kUsesY) {
+      const Eigen::ArrayXf y = B::template value<ArrayMath>(x0, x1);
+      const CVec yv(y.data(), y.size());
+      d0 += dy * B::template d_a<ArrayMath>(x0, x1, yv);
+      d1 += dy * B::template d_b<ArrayMath>(x0, x1, yv);
+    } else {
+      d0 += dy * B::template d_a<ArrayMath>(x0, x1, x0);
+      d1 += dy * B::template d_b<ArrayMath>(x0, x1, x0);
+    }
   });
 }
 
@@ -296,31 +285,46 @@ void pnls_bwd(Context& c, const BatchArgs& b) {
                            "' has no kernel: block calls run their block's steps; outputs and reshapes are views");
 }
 
-constexpr KernelRow kKernels[] = {
-    {source_kernel, source_kernel},          // Input
-    {source_kernel, source_kernel},          // Parameter
-    {lookup_fwd, lookup_bwd},                // Lookup
-    {affine_forward, affine_backward},       // Affine
-    {matmul_forward, matmul_backward},       // MatMul
-    {sum_fwd, sum_bwd},                      // Sum
-    {subtract_fwd, subtract_bwd},            // Subtract
-    {cmult_fwd, cmult_bwd},                  // CMult
-    {scalar_affine_fwd, scalar_affine_bwd},  // ScalarAffine
-    {tanh_fwd, tanh_bwd},                    // Tanh
-    {sigmoid_fwd, sigmoid_bwd},              // Sigmoid
-    {relu_fwd, relu_bwd},                    // Relu
-    {concat_fwd, concat_bwd},                // Concat
-    {pick_fwd, pick_bwd},                    // Pick
-    {pnls_fwd, pnls_bwd},                    // PickNegLogSoftmax
-    {block_kernel, block_kernel},            // Call
-    {block_kernel, block_kernel},            // Output
-    {block_kernel, block_kernel},            // Reshape
-};
-static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == static_cast<size_t>(Op::Count),
-              "the CPU kernel table must have one row per Op");
+[[noreturn]] void missing_kernel(Context&, const BatchArgs& b) {
+  throw std::runtime_error(std::string("[cpu] op '") + op_name(b.op) + "' has no CPU kernel");
+}
 
+// The rows of ops with kernels of their own; the math ops of op_math.h get theirs below.
+KernelRow own_kernels(Op op) {
+  switch (op) {
+    case Op::Input: case Op::Parameter: return {source_kernel, source_kernel};
+    case Op::Lookup: return {lookup_fwd, lookup_bwd};
+    case Op::Affine: return {affine_forward, affine_backward};
+    case Op::MatMul: return {matmul_forward, matmul_backward};
+    case Op::Sum: return {sum_fwd, sum_bwd};
+    case Op::Concat: return {concat_fwd, concat_bwd};
+    case Op::Pick: return {pick_fwd, pick_bwd};
+    case Op::PickNegLogSoftmax: return {pnls_fwd, pnls_bwd};
+    case Op::Call: case Op::Output: case Op::Reshape: return {block_kernel, block_kernel};
+    default: return {missing_kernel, missing_kernel};
+  }
+}
+
+struct KernelTable {
+  KernelRow rows[static_cast<size_t>(Op::Count)];
+  KernelTable() {
+    for (size_t i = 0; i < static_cast<size_t>(Op::Count); ++i)
+      rows[i] = own_kernels(static_cast<Op>(i));
+#define EDBATCH_UNARY_ROW(op, m) \
+  rows[static_cast<size_t>(Op::op)] = {unary_math_fwd<math::m>, unary_math_bwd<math::m>};
+    EDBATCH_UNARY_OPS(EDBATCH_UNARY_ROW)
+#undef EDBATCH_UNARY_ROW
+#define EDBATCH_BINARY_ROW(op, m) \
+  rows[static_cast<size_t>(Op::op)] = {binary_math_fwd<math::m>, binary_math_bwd<math::m>};
+    EDBATCH_BINARY_OPS(EDBATCH_BINARY_ROW)
+#undef EDBATCH_BINARY_ROW
+  }
+};
 }  // namespace
 
-const KernelRow& cpu_kernels(Op op) { return kKernels[static_cast<size_t>(op)]; }
+const KernelRow& cpu_kernels(Op op) {
+  static const KernelTable table;
+  return table.rows[static_cast<size_t>(op)];
+}
 
 }  // namespace edbatch::cpu

@@ -12,6 +12,7 @@
 #include "edbatch/params.h"
 #include "edbatch/schedule.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/op_math.h"
 
 namespace edbatch::cuda {
 
@@ -48,14 +49,14 @@ bool independent(const Item& earlier, const Item& later) {
 
 const char* gemm_name(bool forward) { return forward ? "gemm forward" : "gemm backward"; }
 
-// The ops of the step kernels (steps.cu); affine and matmul go to the GEMM paths, calls run
-// their block's steps, sources and views never run. A new Op fails here until it has a row.
-static_assert(static_cast<int>(Op::Count) == 18, "a new Op needs its CUDA kernel (kernels/cuda)");
+// The ops of the step kernels (steps.cu): the math ops of kernels/op_math.h and the rest of the
+// elementwise ops, each a case of forward_item / backward_item. Affine and matmul go to the GEMM
+// paths, calls run their block's steps, sources and views never run. Any other op is refused
+// when a pass is encoded, naming it.
 bool step_op(Op op) {
+  if (math::is_unary(op) || math::is_binary(op)) return true;
   switch (op) {
-    case Op::Lookup: case Op::Sum: case Op::Subtract: case Op::CMult: case Op::ScalarAffine:
-    case Op::Tanh: case Op::Sigmoid: case Op::Relu: case Op::Concat: case Op::Pick:
-    case Op::PickNegLogSoftmax:
+    case Op::Lookup: case Op::Sum: case Op::Concat: case Op::Pick: case Op::PickNegLogSoftmax:
       return true;
     default:
       return false;

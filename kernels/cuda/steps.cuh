@@ -3,6 +3,7 @@
 #pragma once
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/operands.cuh"
+#include "kernels/op_math.h"
 
 namespace edbatch::cuda {
 
@@ -39,8 +40,6 @@ __device__ inline float* adjoint_at(const DeviceView& d, const Ops& ops, Operand
   }
   return (o.mode == OperandMode::Param ? d.grads : d.adjoints) + operand_offset(d, o, v);
 }
-
-__device__ inline float sigmoidf(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
 // Adjoints are read at L2: other threads of the block may have added to them with atomics.
 __device__ inline float load_adjoint(const float* p) { return __ldcg(p); }
@@ -85,18 +84,20 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
       y[r] = acc;
       return;
     }
-    case Op::Subtract:
-      y[r] = value_at(d, ops, slot(ops, s, 0), v, s.k)[r] - value_at(d, ops, slot(ops, s, 1), v, s.k)[r];
-      return;
-    case Op::CMult:
-      y[r] = value_at(d, ops, slot(ops, s, 0), v, s.k)[r] * value_at(d, ops, slot(ops, s, 1), v, s.k)[r];
-      return;
-    case Op::ScalarAffine:
-      y[r] = s.alpha * value_at(d, ops, slot(ops, s, 0), v, s.k)[r] + s.beta;
-      return;
-    case Op::Tanh: y[r] = tanhf(value_at(d, ops, slot(ops, s, 0), v, s.k)[r]); return;
-    case Op::Sigmoid: y[r] = sigmoidf(value_at(d, ops, slot(ops, s, 0), v, s.k)[r]); return;
-    case Op::Relu: y[r] = fmaxf(value_at(d, ops, slot(ops, s, 0), v, s.k)[r], 0.0f); return;
+#define EDBATCH_STEP_UNARY(op, m)                                                     \
+  case Op::op:                                                                        \
+    y[r] = math::m::value<math::ScalarMath>(value_at(d, ops, slot(ops, s, 0), v, s.k)[r], \
+                                            math::Attr{s.alpha, s.beta});             \
+    return;
+    EDBATCH_UNARY_OPS(EDBATCH_STEP_UNARY)
+#undef EDBATCH_STEP_UNARY
+#define EDBATCH_STEP_BINARY(op, m)                                                    \
+  case Op::op:                                                                        \
+    y[r] = math::m::value<math::ScalarMath>(value_at(d, ops, slot(ops, s, 0), v, s.k)[r], \
+                                            value_at(d, ops, slot(ops, s, 1), v, s.k)[r]); \
+    return;
+    EDBATCH_BINARY_OPS(EDBATCH_STEP_BINARY)
+#undef EDBATCH_STEP_BINARY
     case Op::Concat: {
       const uint32_t col = r / s.rows, row = r % s.rows;
       uint32_t local, len;
@@ -114,6 +115,32 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
     }
     default: return;  // the host never builds other steps
   }
+}
+
+// The backward of an op of kernels/op_math.h at element r of node v, loading only what its
+// derivative reads.
+template <class U>
+__device__ void unary_backward(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
+                               uint32_t r, uint64_t out, float dy) {
+  const Operand& o = slot(ops, s, 0);
+  float x = 0, y = 0;
+  if constexpr (U::kUsesX) x = value_at(d, ops, o, v, s.k)[r];
+  if constexpr (U::kUsesY) y = d.values[out + r];
+  const float g = dy * U::template derivative<math::ScalarMath>(x, y, math::Attr{s.alpha, s.beta});
+  if (g != 0.0f) atomicAdd(adjoint_at(d, ops, o, v, s.k) + r, g);
+}
+
+template <class B>
+__device__ void binary_backward(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
+                                uint32_t r, float dy) {
+  const Operand& o0 = slot(ops, s, 0);
+  const Operand& o1 = slot(ops, s, 1);
+  float a = 0, b = 0, y = 0;
+  if constexpr (B::kUsesA || B::kUsesY) a = value_at(d, ops, o0, v, s.k)[r];
+  if constexpr (B::kUsesB || B::kUsesY) b = value_at(d, ops, o1, v, s.k)[r];
+  if constexpr (B::kUsesY) y = B::template value<math::ScalarMath>(a, b);
+  atomicAdd(adjoint_at(d, ops, o0, v, s.k) + r, dy * B::template d_a<math::ScalarMath>(a, b, y));
+  atomicAdd(adjoint_at(d, ops, o1, v, s.k) + r, dy * B::template d_b<math::ScalarMath>(a, b, y));
 }
 
 __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
@@ -140,32 +167,18 @@ __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDes
       }
       return;
     }
-    case Op::Subtract:
-      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy);
-      atomicAdd(adjoint_at(d, ops, slot(ops, s, 1), v, s.k) + r, -dy);
-      return;
-    case Op::CMult: {
-      const float a = value_at(d, ops, slot(ops, s, 0), v, s.k)[r];
-      const float b = value_at(d, ops, slot(ops, s, 1), v, s.k)[r];
-      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy * b);
-      atomicAdd(adjoint_at(d, ops, slot(ops, s, 1), v, s.k) + r, dy * a);
-      return;
-    }
-    case Op::ScalarAffine: atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, s.alpha * dy); return;
-    case Op::Tanh: {
-      const float y = d.values[out + r];
-      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy * (1.0f - y * y));
-      return;
-    }
-    case Op::Sigmoid: {
-      const float y = d.values[out + r];
-      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy * y * (1.0f - y));
-      return;
-    }
-    case Op::Relu:
-      if (value_at(d, ops, slot(ops, s, 0), v, s.k)[r] > 0.0f)
-        atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy);
-      return;
+#define EDBATCH_STEP_UNARY(op, m)        \
+  case Op::op:                           \
+    unary_backward<math::m>(d, ops, s, v, r, out, dy); \
+    return;
+    EDBATCH_UNARY_OPS(EDBATCH_STEP_UNARY)
+#undef EDBATCH_STEP_UNARY
+#define EDBATCH_STEP_BINARY(op, m)        \
+  case Op::op:                            \
+    binary_backward<math::m>(d, ops, s, v, r, dy); \
+    return;
+    EDBATCH_BINARY_OPS(EDBATCH_STEP_BINARY)
+#undef EDBATCH_STEP_BINARY
     case Op::Concat: {
       const uint32_t col = r / s.rows, row = r % s.rows;
       uint32_t local, len;

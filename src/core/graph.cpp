@@ -307,6 +307,7 @@ Expr scalar_affine(const Expr& x, float alpha, float beta) {
 Expr tanh(const Expr& x) { return elementwise(Op::Tanh, Args(&x, 1)); }
 Expr sigmoid(const Expr& x) { return elementwise(Op::Sigmoid, Args(&x, 1)); }
 Expr relu(const Expr& x) { return elementwise(Op::Relu, Args(&x, 1)); }
+Expr softplus(const Expr& x) { return elementwise(Op::Softplus, Args(&x, 1)); }
 Expr sum_losses(const std::vector<Expr>& losses) {
   Graph& g = graph_of(losses, "sum_losses");
   for (const Expr& l : losses)

@@ -37,4 +37,12 @@ CudaOptions apply_debug_env(CudaOptions o) {
   return o;
 }
 
+AdapterDebugOptions adapter_debug_env() {
+  AdapterDebugOptions o;
+  o.profile = env_flag("EDBATCH_TORCH_PROFILE");
+  o.host_copy = env_flag("EDBATCH_TORCH_HOST_COPY");
+  o.wait_each_call = env_flag("EDBATCH_TORCH_WAIT");
+  return o;
+}
+
 }  // namespace edbatch

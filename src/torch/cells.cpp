@@ -68,7 +68,7 @@ class HostProfile {
   enum Phase { Check, Weights, Build, Schedule, Launch, Read, BackZero, BackLaunch, BackRead, kN };
   // nullptr unless profiling is on.
   static HostProfile* get() {
-    static HostProfile* profile = env_flag("EDBATCH_TORCH_PROFILE") ? new HostProfile : nullptr;
+    static HostProfile* profile = adapter_debug_env().profile ? new HostProfile : nullptr;
     return profile;
   }
   void add(Phase phase, double ms) {
@@ -110,7 +110,7 @@ Parameter Cell::add(ParameterCollection& pc, const std::string& name, uint32_t r
 
 Runner::Runner(const CellConfig& config, const RunOptions& options)
     : pc_(1),
-      engine_(pc_, EngineOptions{options.policy, options.device, options.threads}),
+      engine_(pc_, apply_debug_env(EngineOptions{options.policy, options.device, options.threads})),
       graph_(pc_) {
   cell_ = make_cell(config, pc_);
   for (const WeightSpec& w : cell_->weights()) weight_params_.push_back({pc_.find(w.name)});
@@ -140,7 +140,7 @@ void to_row_major(const float* src, uint32_t rows, uint32_t cols, float* dst) {
 }  // namespace
 
 bool Runner::wait_each_call() {
-  static const bool wait = env_flag("EDBATCH_TORCH_WAIT");
+  static const bool wait = adapter_debug_env().wait_each_call;
   return wait;
 }
 

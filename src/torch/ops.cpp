@@ -59,7 +59,7 @@ struct CallArgs {
 // through host memory.
 bool device_resident(const Tensor& x) {
 #ifdef EDBATCH_TORCH_CUDA
-  static const bool host_copy = env_flag("EDBATCH_TORCH_HOST_COPY");
+  static const bool host_copy = adapter_debug_env().host_copy;
   return x.is_cuda() && !host_copy;
 #else
   (void)x;

@@ -1,0 +1,20 @@
+// The primitives of kernels/op_math.h over Eigen array expressions: the CPU kernels evaluate an
+// op's math on whole columns (or runs of columns) at once, with Eigen's vectorised functions.
+#pragma once
+#include <Eigen/Core>
+
+#include "kernels/op_math.h"
+
+namespace edbatch::cpu {
+
+struct ArrayMath {
+  template <class X> static auto exp(const X& x) { return x.exp(); }
+  template <class X> static auto tanh(const X& x) { return x.tanh(); }
+  template <class X> static auto log1p(const X& x) { return x.log1p(); }
+  template <class X> static auto sigmoid(const X& x) { return x.logistic(); }
+  template <class X> static auto abs(const X& x) { return x.abs(); }
+  template <class X> static auto max0(const X& x) { return x.max(0.0f); }
+  template <class X> static auto step(const X& x) { return (x > 0.0f).template cast<float>(); }
+};
+
+}  // namespace edbatch::cpu
