@@ -2,7 +2,7 @@
 
     import edbatch
     packed = edbatch.pack_trees([((1, 2), 3), 4])
-    model = edbatch.nn.TreeLSTM(vocab=10, input_size=8, hidden_size=16)
+    model = edbatch.nn.TreeLSTM(vocab_size=10, input_size=8, hidden_size=16)
     h, c = model(packed)          # every node's states, in packed order
 """
 from . import _lib
