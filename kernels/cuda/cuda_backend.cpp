@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -159,7 +158,7 @@ struct HostMirror {
 
 class CudaBackend : public Backend, public DeviceInterop {
  public:
-  explicit CudaBackend(const BackendOptions&) {
+  explicit CudaBackend(const BackendOptions& options) : options_(options.cuda) {
     int devices = 0;
     const cudaError_t e = cudaGetDeviceCount(&devices);
     if (e != cudaSuccess || devices == 0)
@@ -187,15 +186,6 @@ class CudaBackend : public Backend, public DeviceInterop {
         EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     for (Staged& st : staged_slots_)
       EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
-    const char* sync = std::getenv("EDBATCH_CUDA_SYNC");
-    sync_each_ = sync != nullptr && std::strcmp(sync, "0") != 0;
-    const char* linear = std::getenv("EDBATCH_CUDA_LINEAR");
-    fused_linear_ = linear == nullptr || std::strcmp(linear, "cublas") != 0;
-    const char* chain = std::getenv("EDBATCH_CUDA_CHAIN");
-    if (chain != nullptr && std::strcmp(chain, "0") == 0) chain_ = ChainMode::None;
-    if (chain != nullptr && std::strcmp(chain, "forward") == 0) chain_ = ChainMode::Forward;
-    const char* profile = std::getenv("EDBATCH_CUDA_PROFILE");
-    profile_ = profile != nullptr && std::strcmp(profile, "0") != 0;
   }
 
   ~CudaBackend() override {
@@ -205,7 +195,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
     }
-    if (profile_) print_profile();
+    if (options_.profile) print_profile();
     for (cudaEvent_t ev : events_) cudaEventDestroy(ev);
     for (Timing& t : timings_) {
       cudaEventDestroy(t.start);
@@ -563,8 +553,8 @@ class CudaBackend : public Backend, public DeviceInterop {
     queued_.clear();
     throw std::runtime_error("[cuda] " + names + ": asynchronous error " + cudaGetErrorString(e) +
                              " in " + where +
-                             "; EDBATCH_CUDA_SYNC=1 checks after every kernel and names the "
-                             "failing one");
+                             "; CudaOptions::sync_each_launch (EDBATCH_CUDA_SYNC=1) checks after "
+                             "every kernel and names the failing one");
   }
 
   // Device time of finished passes (CUDA events): the latest finished forward and backward.
@@ -588,7 +578,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     pass.params = params_.values.as();
     pass.grads = params_.grads.as();
     pass.param_offset = params_.offset.data();
-    pass.fused_linear = fused_linear_;
+    pass.fused_linear = options_.fused_linear;
     return pass;
   }
 
@@ -815,16 +805,17 @@ class CudaBackend : public Backend, public DeviceInterop {
   }
 
   // Splits the pass into launches: each run of two or more commands that can be chained becomes
-  // one chained launch (unless EDBATCH_CUDA_CHAIN=0 or EDBATCH_CUDA_SYNC=1); every other command
-  // is a launch of its own.
+  // one chained launch (CudaOptions::chain, not with sync_each_launch); every other command is a
+  // launch of its own.
   void plan_launches(const Pass& pass) {
     launches_.clear();
     stages_.clear();
     stage_of_.clear();
     counters_floats_ = 0;
     const uint32_t n = static_cast<uint32_t>(pass.commands.size());
-    const bool chain = (chain_ == ChainMode::All || (chain_ == ChainMode::Forward && pass.forward)) &&
-                       !sync_each_;
+    const bool chain = (options_.chain == CudaOptions::Chain::All ||
+                        (options_.chain == CudaOptions::Chain::Forward && pass.forward)) &&
+                       !options_.sync_each_launch;
     for (uint32_t i = 0; i < n;) {
       Launch l{i, i};
       l.stage_begin = static_cast<uint32_t>(stages_.size());
@@ -923,7 +914,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     groups_ = std::move(pass.groups);
     linears_ = std::move(pass.linears);
     forward_ = pass.forward;
-    if (profile_) profile_events(launches_.size() + 1);
+    if (options_.profile) profile_events(launches_.size() + 1);
     Timing& timing = timings_[next_timing_];
     next_timing_ = (next_timing_ + 1) % timings_.size();
     if (timing.queued) wait_event(timing.stop);
@@ -932,7 +923,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     EDBATCH_CUDA_CHECK(cudaEventRecord(timing.start, stream_));
     for (size_t i = 0; i < launches_.size(); ++i) {
       const Launch& l = launches_[i];
-      if (profile_) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[i], stream_));
+      if (options_.profile) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[i], stream_));
       try {
         if (l.stages > 0)
           launch_chain(view_,
@@ -946,14 +937,14 @@ class CudaBackend : public Backend, public DeviceInterop {
         throw std::runtime_error(std::string(e.what()) + " in " + describe(pass, l, name));
       }
       cudaError_t e = cudaPeekAtLastError();
-      if (e == cudaSuccess && sync_each_) e = cudaStreamSynchronize(stream_);
+      if (e == cudaSuccess && options_.sync_each_launch) e = cudaStreamSynchronize(stream_);
       if (e != cudaSuccess) {
         cudaGetLastError();
         throw std::runtime_error(std::string("[cuda] ") + cudaGetErrorString(e) + " in " +
                                  describe(pass, l, name));
       }
     }
-    if (profile_) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[launches_.size()], stream_));
+    if (options_.profile) EDBATCH_CUDA_CHECK(cudaEventRecord(events_[launches_.size()], stream_));
     EDBATCH_CUDA_CHECK(cudaEventRecord(timing.stop, stream_));
     timing.queued = true;
     const double host_ms = std::chrono::duration<double, std::milli>(
@@ -965,7 +956,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     queued_.push_back({name, where});
     if (queued_.size() > 8) queued_.erase(queued_.begin());
     queued_work_ = true;
-    if (profile_) {
+    if (options_.profile) {
       wait();
       float ms = 0;
       EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, timing.start, timing.stop));
@@ -982,8 +973,8 @@ class CudaBackend : public Backend, public DeviceInterop {
     counters_.arena_bytes = values_.bytes() + adjoints_.bytes() + scratch_.bytes();
   }
 
-  // EDBATCH_CUDA_PROFILE=1: events around every launch; the totals by kernel go to stderr when
-  // the backend is destroyed.
+  // CudaOptions::profile: events around every launch; the totals by kernel go to stderr when the
+  // backend is destroyed.
   void profile_events(size_t n) {
     while (events_.size() < n) {
       cudaEvent_t ev;
@@ -1034,7 +1025,7 @@ class CudaBackend : public Backend, public DeviceInterop {
     uint64_t count = 0;
     double ms = 0;
   };
-  bool profile_ = false;
+  CudaOptions options_;
   std::vector<cudaEvent_t> events_;
   std::map<std::string, Profile> profiles_;
 
@@ -1067,12 +1058,7 @@ class CudaBackend : public Backend, public DeviceInterop {
   ParameterCollection* pc_ = nullptr;  // the collection mirrored (set at each pass)
   bool values_newer_ = false, grads_newer_ = false;  // the device's copies are ahead of the host
   bool queued_work_ = false;  // work queued since the last wait (interop copies count too)
-  bool sync_each_ = false;
   bool forward_ = true;  // the pass being launched
-  bool fused_linear_ = true;
-  // Chained launches: EDBATCH_CUDA_CHAIN=0 launches every kernel on its own, =forward chains
-  // forward passes only.
-  enum class ChainMode { None, Forward, All } chain_ = ChainMode::All;
   std::vector<Launch> launches_;
   std::vector<Stage> stages_;       // every chained launch's stages
   std::vector<uint16_t> stage_of_;  // per ticket of each chained launch: its stage
