@@ -17,6 +17,7 @@
 #include "bench/harness.h"
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
+#include "edbatch/options.h"
 
 using namespace edbatch;
 
@@ -52,6 +53,7 @@ Result measure(const Config& c, int warmup, int iters, uint32_t mini_batches) {
   EngineOptions eo;
   eo.device = c.device;
   eo.policy = c.policy;
+  eo = apply_debug_env(eo);  // EDBATCH_CUDA_* debugging switches
   Engine engine(pc, eo);
   Graph g(pc);
   std::vector<double> ms, device_ms, build_ms, schedule_ms, kernels, nodes, batches;

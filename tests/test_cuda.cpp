@@ -19,6 +19,7 @@
 
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
+#include "edbatch/options.h"
 #include "edbatch/zoo.h"
 #include "tests/check.h"
 #include "tests/models.h"
@@ -45,12 +46,13 @@ bool compared(const Node& n) {
 }
 
 Run run_on(const std::string& device, Graph& g, const Expr& loss, const std::string& policy,
-           bool blocks_ordered = true) {
+           bool blocks_ordered = true, const CudaOptions& cuda = {}) {
   ParameterCollection& pc = g.params();
   EngineOptions o;
   o.device = device;
   o.policy = policy;
   o.order_for_consumers = blocks_ordered;
+  o.cuda = cuda;
   Engine e(pc, o);
   Run r;
   r.loss = as_scalar(e.forward(g, loss));
@@ -309,10 +311,9 @@ CUDA_CASE("cuda: every zoo model, op by op and through blocks, = cpu under every
 }
 
 // The models, op by op and through blocks, at hidden 7 under `policy`, on cuda with the
-// environment variable `var` set to `value` (a backend switch) and on the cpu: equal.
-static void models_equal_with(const char* var, const char* value,
-                              std::initializer_list<const char*> names, const std::string& policy) {
-  setenv(var, value, 1);
+// backend switches `cuda` and on the cpu: equal.
+static void models_equal_with(const CudaOptions& cuda, std::initializer_list<const char*> names,
+                              const std::string& policy) {
   for (const std::string name : names)
     for (bool blocks : {false, true}) {
       CAPTURE(name);
@@ -322,9 +323,8 @@ static void models_equal_with(const char* var, const char* value,
       const std::unique_ptr<Model> m = zoo_model(name, pc, data, 7, blocks);
       Graph g(pc);
       const Expr loss = build_model(*m, g);
-      check_same(run_on("cuda", g, loss, policy), run_on("cpu", g, loss, policy), g);
+      check_same(run_on("cuda", g, loss, policy, true, cuda), run_on("cpu", g, loss, policy), g);
     }
-  unsetenv(var);
 }
 
 // Forward, then every parameter scaled by 1.25 (the change a backward seed or an optimizer step
@@ -373,16 +373,19 @@ CUDA_CASE("cuda: a backward reads parameters changed after its forward, as the c
 }
 
 CUDA_CASE("cuda: GEMM steps through cuBLAS (gathers, batched GEMMs over members) = cpu") {
-  models_equal_with("EDBATCH_CUDA_LINEAR", "cublas",
-                    {"tree_lstm", "double_typed_tree_lstm", "lattice_gru", "random_dag"},
+  CudaOptions cuda;
+  cuda.fused_linear = false;
+  models_equal_with(cuda, {"tree_lstm", "double_typed_tree_lstm", "lattice_gru", "random_dag"},
                     "lb-greedy");
 }
 
 CUDA_CASE("cuda: one launch per kernel, or chained forward passes only, = cpu") {
-  for (const char* mode : {"0", "forward"}) {
-    CAPTURE(std::string(mode));
-    models_equal_with("EDBATCH_CUDA_CHAIN", mode,
-                      {"tree_lstm", "lattice_lstm", "bilstm_tagger", "random_dag"}, "agenda");
+  for (const CudaOptions::Chain chain : {CudaOptions::Chain::None, CudaOptions::Chain::Forward}) {
+    CAPTURE(std::string(chain == CudaOptions::Chain::None ? "none" : "forward"));
+    CudaOptions cuda;
+    cuda.chain = chain;
+    models_equal_with(cuda, {"tree_lstm", "lattice_lstm", "bilstm_tagger", "random_dag"},
+                      "agenda");
   }
 }
 
@@ -390,9 +393,10 @@ CUDA_CASE("cuda: one launch per kernel, or chained forward passes only, = cpu") 
 // the chain): the chained forward and backward launches have thousands of thread blocks, more
 // than the GPU holds at once, so most of them start while earlier stages run and wait for theirs.
 CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu") {
-  for (const std::string chain : {"1", "0"}) {
-    CAPTURE(chain);
-    setenv("EDBATCH_CUDA_CHAIN", chain.c_str(), 1);
+  for (const bool chained : {true, false}) {
+    CAPTURE(chained);
+    CudaOptions cuda;
+    cuda.chain = chained ? CudaOptions::Chain::All : CudaOptions::Chain::None;
     ParameterCollection pc(3);
     const Dataset data = load_dataset(model_data_kind("tree_lstm"), "synthetic:64", 23, 7);
     ModelOptions o;
@@ -403,15 +407,14 @@ CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu
     const std::unique_ptr<Model> m = make_model("tree_lstm", pc, data, o);
     Graph g(pc);
     const Expr loss = build_model(*m, g);
-    const Run gpu = run_on("cuda", g, loss, "agenda");
+    const Run gpu = run_on("cuda", g, loss, "agenda", true, cuda);
     check_same(gpu, run_on("cpu", g, loss, "agenda"), g);
     // Chained: a few launches for the whole forward and backward; otherwise several per batch.
-    if (chain == "1")
+    if (chained)
       CHECK(gpu.kernels < gpu.batches);
     else
       CHECK(gpu.kernels > gpu.batches);
   }
-  unsetenv("EDBATCH_CUDA_CHAIN");
 }
 
 CUDA_CASE("cuda: random trees, lattices, chains and DAGs = cpu under every policy") {
@@ -532,7 +535,10 @@ CUDA_CASE("cuda: an asynchronous error surfaces as an exception naming the kerne
     Operand& x = plan.operands[plan.batches[0].operand_begin];
     x.mode = OperandMode::Contiguous;
     x.offset = 0xF0000000u;  // 15 GiB past the arena
-    const std::unique_ptr<Backend> b = make_backend("cuda", {});
+    // The parent sets EDBATCH_CUDA_SYNC for this child process.
+    BackendOptions options;
+    options.cuda = apply_debug_env(options.cuda);
+    const std::unique_ptr<Backend> b = make_backend("cuda", options);
     try {
       b->forward(PlanRef{g, s, plan, pc});  // queued: the error surfaces at the read
       b->value(plan, y.id);

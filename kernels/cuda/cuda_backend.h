@@ -1,10 +1,12 @@
 // Internal to the CUDA backend: device buffers, the parameter mirror, and the command list a
-// pass is encoded into before it is uploaded and launched.
+// pass is encoded into before it is uploaded and launched. The parts that use them are in
+// backend_parts.h.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -87,10 +89,27 @@ struct ParamMirror {
 // weights waited for earlier GPU work, 0.21 ms per call against 0.04 ms with 8).
 struct StagingRing {
   static constexpr int kDepth = 8;
+  StagingRing();  // creates the events
+  StagingRing(const StagingRing&) = delete;
+  StagingRing& operator=(const StagingRing&) = delete;
+  ~StagingRing();
   PinnedBuffer buffers[kDepth];
   cudaEvent_t copied[kDepth] = {};
   bool queued[kDepth] = {};
   int next = 0;
+};
+
+constexpr size_t kMirrorChunk = 4096;  // floats fetched together by value() / adjoint()
+
+// Host copies of device values, fetched chunk by chunk on first read after a pass. Ordinary
+// memory, left untouched until read: a pass usually reads a few values of a large arena.
+struct HostMirror {
+  std::unique_ptr<float[]> data;
+  size_t capacity = 0;
+  std::vector<uint8_t> fetched;
+
+  void reset(size_t floats);
+  const float* read(const float* device, size_t offset, size_t floats, size_t total);
 };
 
 // One launch of a pass. Pointers into the pass's uploaded metadata are kept as offsets until the

@@ -14,6 +14,7 @@
 
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
+#include "edbatch/options.h"
 #include "edbatch/safetensors.h"
 #include "tools/edbatch/commands.h"
 #include "tools/edbatch/metrics.h"
@@ -258,6 +259,7 @@ int run(const RunOptions& o) {
   eo.policy = o.policy;
   eo.device = o.device;
   eo.threads = static_cast<int>(o.threads);
+  eo = apply_debug_env(eo);  // EDBATCH_CUDA_* debugging switches
   Engine engine(pc, eo);
   Runner runner(o, *model, engine);
 

@@ -1,0 +1,309 @@
+// Internal to the CUDA backend: the parts CudaBackend (cuda_backend.cpp) owns and coordinates,
+// one concern each. Every part queues its work on the one DeviceQueue, so work stays in order.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "edbatch/backend.h"
+#include "edbatch/graph.h"
+#include "edbatch/memplan.h"
+#include "edbatch/params.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device.h"
+
+namespace edbatch::cuda {
+
+inline size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The value and adjoint arenas (of the graph of the last forward pass), and the scratch and ones
+// vector its GEMM commands use. Grow-only, reused across passes.
+struct Arenas {
+  DeviceBuffer values, adjoints, scratch, ones;
+  const Graph* graph = nullptr;
+  size_t total_floats = 0;
+};
+
+// ---- device_queue.cpp ----
+
+// The stream every part queues work on (the backend's own, or a caller's: DeviceInterop), the
+// cuBLAS handle bound to it, and the waits: an asynchronous error surfaces at a wait as an
+// exception naming the passes queued since the last one. Also the device time of each pass.
+class DeviceQueue {
+ public:
+  // Throws when there is no device; warms cuBLAS up.
+  explicit DeviceQueue(ExecCounters& counters);
+  DeviceQueue(const DeviceQueue&) = delete;
+  DeviceQueue& operator=(const DeviceQueue&) = delete;
+  ~DeviceQueue();
+
+  cudaStream_t stream() const { return stream_; }
+  cudaStream_t own_stream() const { return own_stream_; }
+  cublasHandle_t blas() const { return blas_; }
+  // Queues all further work on `next`, after everything queued on the current stream.
+  void switch_to(cudaStream_t next);
+  // Work was queued that the next wait must cover (interop copies count too).
+  void mark_queued() { queued_work_ = true; }
+  // Names queued work and its kernels for an asynchronous error; `trim`: keep the last 8.
+  void note_queued(std::string name, std::string where, bool trim);
+  // Waits for all queued work. An asynchronous error becomes an exception naming the passes
+  // queued since the last wait and their kernel ranges.
+  void wait();
+  void wait_event(cudaEvent_t ev);
+
+  // Events around one queued pass, for its device time (read once it has finished).
+  struct Timing {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    bool forward = true, queued = false;
+  };
+  // The next pair of the ring, once the pass it last timed has finished.
+  Timing& next_timing(bool forward);
+
+  // Destroys the cuBLAS handle now; cublasDestroy waits for the whole device.
+  void release_blas();
+
+ private:
+  void warm_up_cublas();
+  void check_async(cudaError_t e);
+  void collect_timings();
+
+  ExecCounters& counters_;
+  cudaStream_t own_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // own_stream_, or a caller's (DeviceInterop::use_stream)
+  cudaEvent_t switch_ = nullptr;   // orders work across a stream switch
+  cublasHandle_t blas_ = nullptr;
+  std::array<Timing, 16> timings_;
+  size_t next_timing_ = 0;
+  // Passes queued since the last wait: name and kernel range, for asynchronous errors.
+  std::vector<std::pair<std::string, std::string>> queued_;
+  bool queued_work_ = false;  // work queued since the last wait
+};
+
+// ---- param_mirror.cpp ----
+
+// The device copy of the collection in use and which side is newer: values are uploaded when
+// the collection's version moves; what the device changed is fetched when host code reads it.
+class ParamSync {
+ public:
+  explicit ParamSync(DeviceQueue& queue) : queue_(queue) {}
+  ParamMirror& mirror() { return mirror_; }
+  const ParamMirror& mirror() const { return mirror_; }
+  // Lays out and uploads the values when the collection changed since the last upload.
+  void sync(ParameterCollection& pc);
+  void upload_grads_if_changed(ParameterCollection& pc);
+  // The device wrote values and/or gradients: host reads fetch them first.
+  void device_wrote(ParameterCollection& pc, bool values, bool grads);
+  // Backend::sgd_update ran on the device: both are newer there, at the collection's version.
+  void device_updated(ParameterCollection& pc);
+  // Leaves the host copies current if a fetch of ours is pending (at destruction).
+  void fetch_if_pending();
+
+ private:
+  void fetch();
+
+  DeviceQueue& queue_;
+  ParamMirror mirror_;
+  ParameterCollection* pc_ = nullptr;  // the collection mirrored (set at each pass)
+  bool values_newer_ = false, grads_newer_ = false;  // the device's copies are ahead of the host
+};
+
+// ---- staging.cpp ----
+
+// Device addresses of a pass's uploaded data, which its launches read.
+struct PassAddresses {
+  DeviceView view;
+  const float* const* ptrs = nullptr;
+  const StepDesc* lookups = nullptr;  // the pass's hoisted lookups
+  const uint32_t* lookup_starts = nullptr;
+  uint32_t lookup_blocks = 0;
+  const StepGroup* groups = nullptr;  // chained launches only, like the rest
+  const LinearDesc* linears = nullptr;
+  const Stage* stages = nullptr;
+  const uint16_t* stage_of = nullptr;
+  uint32_t* counters = nullptr;
+};
+
+struct LaunchPlan;
+
+// Uploads through pinned staging rings: a pass's metadata in one copy (and the forward pass's
+// inputs), and the interop's small descriptor uploads.
+class Uploads {
+ public:
+  explicit Uploads(DeviceQueue& queue) : queue_(queue) {}
+  // One copy: the plan's operand metadata, the parameter offsets, the pass's GEMM pointer arrays
+  // and the graph's input values; then the inputs move to their place in the arena.
+  void forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
+               const Arenas& arenas, const ParamMirror& params);
+  // The backward pass's own data (the plan's metadata is the forward's).
+  void backward(const Pass& pass, const LaunchPlan& launches);
+  const PassAddresses& addresses() const { return at_; }
+  void set_adjoints(float* adjoints) { at_.view.adjoints = adjoints; }
+
+  // DeviceInterop::inputs_from_device: the next forward takes its first inputs from `src`.
+  void inputs_from_device(const float* src, size_t floats) {
+    device_inputs_ = src;
+    device_input_floats_ = floats;
+  }
+  // The interop ring's next buffer, then its upload; returns the bytes' device address.
+  PinnedBuffer& interop_staging(size_t bytes) { return acquire(interop_staging_, bytes); }
+  const char* upload_interop(const char* h, size_t bytes);
+
+  double staging_grow_ms() const;
+  double metadata_grow_ms() const { return forward_meta_.grow_ms() + backward_meta_.grow_ms(); }
+
+ private:
+  void upload_pointers(const Pass& pass, const LaunchPlan& launches, DeviceBuffer& meta,
+                       StagingRing& ring, size_t at);
+  PinnedBuffer& acquire(StagingRing& ring, size_t bytes);
+  void release(StagingRing& ring);
+  size_t put_pass(char* h, size_t at, const Pass& pass, const LaunchPlan& launches) const;
+  void pass_data_at(char* d, size_t at, const Pass& pass, const LaunchPlan& launches);
+
+  DeviceQueue& queue_;
+  StagingRing forward_staging_, backward_staging_, interop_staging_;
+  DeviceBuffer forward_meta_, backward_meta_, interop_meta_;
+  const float* device_inputs_ = nullptr;  // DeviceInterop::inputs_from_device, for the next forward
+  size_t device_input_floats_ = 0;
+  PassAddresses at_;
+};
+
+// Values copied out by Backend::stage, one pinned slot per ticket modulo kStagedSlots.
+class StagedCopies {
+ public:
+  explicit StagedCopies(DeviceQueue& queue);
+  StagedCopies(const StagedCopies&) = delete;
+  StagedCopies& operator=(const StagedCopies&) = delete;
+  ~StagedCopies();
+  // Queues a copy of `floats` floats from device `src` into the ticket's slot.
+  void copy(uint64_t ticket, const float* src, uint32_t floats);
+  // The ticket's host copy, once it is done.
+  const float* host(uint64_t ticket);
+
+ private:
+  struct Slot {
+    PinnedBuffer host;
+    cudaEvent_t copied = nullptr;
+    bool queued = false;
+  };
+  DeviceQueue& queue_;
+  Slot slots_[Backend::kStagedSlots];
+};
+
+// ---- launch_plan.cpp ----
+
+// A pass's commands as launches: each run of two or more commands that can be chained becomes one
+// chained launch (CudaOptions::chain, not with sync_each_launch); every other command is a launch
+// of its own.
+struct LaunchPlan {
+  std::vector<Launch> launches;
+  std::vector<Stage> stages;       // every chained launch's stages
+  std::vector<uint16_t> stage_of;  // per ticket of each chained launch: its stage
+  uint32_t counters_floats = 0;
+
+  void plan(const Pass& pass, const CudaOptions& options);
+};
+
+// ---- profile.cpp ----
+
+// CudaOptions::profile: events around every launch; the totals by kernel go to stderr when the
+// backend is destroyed.
+class Profiler {
+ public:
+  explicit Profiler(bool enabled) : enabled_(enabled) {}
+  Profiler(const Profiler&) = delete;
+  Profiler& operator=(const Profiler&) = delete;
+  ~Profiler();
+  bool enabled() const { return enabled_; }
+  // At least `n` events.
+  void reserve_events(size_t n);
+  cudaEvent_t event(size_t i) const { return events_[i]; }
+  // Adds a finished pass: each launch's device time, the host enqueue time and the device span.
+  void add_pass(const Pass& pass, const std::vector<Launch>& launches, double host_ms,
+                float device_ms);
+  // The time each kind of buffer spent growing, then the totals by kernel.
+  void print(const std::vector<std::pair<const char*, double>>& growth) const;
+
+ private:
+  struct Profile {
+    uint64_t count = 0;
+    double ms = 0;
+  };
+  bool enabled_ = false;
+  std::vector<cudaEvent_t> events_;
+  std::map<std::string, Profile> profiles_;
+};
+
+// ---- launcher.cpp ----
+
+// Queues a planned pass's launches and counts them. A launch error names the kernel and batch
+// (with sync_each_launch, an asynchronous one too).
+class Launcher {
+ public:
+  Launcher(DeviceQueue& queue, Profiler& profiler, const CudaOptions& options,
+           const Arenas& arenas, ExecCounters& counters)
+      : queue_(queue), profiler_(profiler), options_(options), arenas_(arenas),
+        counters_(counters) {}
+  // Queues the pass's launches; waits only in the debugging modes (sync after every kernel,
+  // profile).
+  void run_pass(Pass& pass, const char* name, const LaunchPlan& launches,
+                const PassAddresses& at);
+
+ private:
+  void launch(const Command& c, const PassAddresses& at);
+  const LinearDesc* second_linear(const Command& c) const;
+
+  DeviceQueue& queue_;
+  Profiler& profiler_;
+  const CudaOptions& options_;
+  const Arenas& arenas_;
+  ExecCounters& counters_;
+  std::vector<StepGroup> groups_;  // the pass being launched
+  std::vector<LinearDesc> linears_;
+  bool forward_ = true;
+};
+
+// ---- interop.cpp ----
+
+// DeviceInterop on the backend's parts: a caller's device memory to and from the parameter
+// mirror and the arenas, queued on the queue's stream in order with the passes.
+class CudaInterop : public DeviceInterop {
+ public:
+  CudaInterop(DeviceQueue& queue, ParamSync& params, Uploads& uploads, const Arenas& arenas)
+      : queue_(queue), params_(params), uploads_(uploads), arenas_(arenas) {}
+
+  void use_stream(void* stream) override;
+  void use_own_stream() override;
+  void write_parameter(ParameterCollection& pc, uint32_t id, const float* src, size_t offset,
+                       size_t floats, bool row_major) override;
+  void read_gradient(ParameterCollection& pc, uint32_t id, float* dst, bool row_major) override;
+  void write_parameters(ParameterCollection& pc, const std::vector<Transfer>& t) override;
+  void read_gradients(ParameterCollection& pc, const std::vector<Transfer>& t) override;
+  void zero_gradients(ParameterCollection& pc) override;
+  void inputs_from_device(const float* src, size_t floats) override;
+  void read_nodes(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,
+                  float* dst, bool adjoints) override;
+
+  // Adds the seeds of a backward from given adjoints (BackwardSeed::nodes) into the arena's
+  // adjoints and the gradients of parameter nodes.
+  void add_seeds(const PlanRef& p, const BackwardSeed& seed);
+
+ private:
+  void transfers(ParameterCollection& pc, const std::vector<Transfer>& t, bool write);
+  uint32_t node_spans(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,
+                      uint32_t* floats);
+
+  DeviceQueue& queue_;
+  ParamSync& params_;
+  Uploads& uploads_;
+  const Arenas& arenas_;
+  std::vector<uint32_t> spans_, param_spans_;  // node_spans' lists
+  std::vector<TransferDesc> transfer_descs_;
+};
+
+}  // namespace edbatch::cuda

@@ -1,0 +1,149 @@
+// The stream, the cuBLAS handle bound to it, waiting, asynchronous error reporting and the device
+// time of each pass.
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/backend_parts.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace edbatch::cuda {
+
+DeviceQueue::DeviceQueue(ExecCounters& counters) : counters_(counters) {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0)
+    throw std::runtime_error(std::string("[cuda] no CUDA device: ") +
+                             (e != cudaSuccess ? cudaGetErrorString(e) : "none found"));
+  EDBATCH_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking));
+  stream_ = own_stream_;
+  EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&switch_, cudaEventDisableTiming));
+  // The arenas grow through the device's pool: keep what they free for the next growth.
+  int device = 0;
+  cudaMemPool_t pool;
+  EDBATCH_CUDA_CHECK(cudaGetDevice(&device));
+  EDBATCH_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t keep = UINT64_MAX;
+  EDBATCH_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  EDBATCH_CUBLAS_CHECK(cublasCreate(&blas_));
+  EDBATCH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  warm_up_cublas();
+  for (Timing& t : timings_) {
+    EDBATCH_CUDA_CHECK(cudaEventCreate(&t.start));
+    EDBATCH_CUDA_CHECK(cudaEventCreate(&t.stop));
+  }
+}
+
+DeviceQueue::~DeviceQueue() {
+  for (Timing& t : timings_) {
+    cudaEventDestroy(t.start);
+    cudaEventDestroy(t.stop);
+  }
+  cudaEventDestroy(switch_);
+  release_blas();
+  if (stream_ != own_stream_) {  // the caller's stream: its later work may free what ours reads
+    cudaStreamSynchronize(stream_);
+  }
+  cudaStreamDestroy(own_stream_);
+}
+
+void DeviceQueue::release_blas() {
+  if (blas_) cublasDestroy(blas_);
+  blas_ = nullptr;
+}
+
+// cuBLAS pays 29-45 ms on its first batched GEMMs (measured on an H100, inside timed
+// mini-batches; not module loading). Pay it here, once, on tiny products of every transpose
+// combination the encoder uses: afterwards those calls took 0.13 ms.
+void DeviceQueue::warm_up_cublas() {
+  constexpr int n = 64, batch = 2;
+  float* buf = nullptr;
+  const float** ptrs = nullptr;
+  EDBATCH_CUDA_CHECK(cudaMalloc(&buf, sizeof(float) * 3 * batch * n * n));
+  EDBATCH_CUDA_CHECK(cudaMalloc(&ptrs, sizeof(float*) * 3 * batch));
+  EDBATCH_CUDA_CHECK(cudaMemsetAsync(buf, 0, sizeof(float) * 3 * batch * n * n, stream_));
+  const float* host[3 * batch];
+  for (int i = 0; i < 3 * batch; ++i) host[i] = buf + static_cast<size_t>(i) * n * n;
+  EDBATCH_CUDA_CHECK(
+      cudaMemcpyAsync(ptrs, host, sizeof(host), cudaMemcpyHostToDevice, stream_));
+  const float one = 1.0f;
+  const cublasOperation_t ops[3][2] = {
+      {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}, {CUBLAS_OP_T, CUBLAS_OP_N}};
+  for (const auto& op : ops) {
+    EDBATCH_CUBLAS_CHECK(cublasSgemmBatched(blas_, op[0], op[1], n, n, n, &one, ptrs, n,
+                                            ptrs + batch, n, &one,
+                                            const_cast<float* const*>(ptrs + 2 * batch), n,
+                                            batch));
+    EDBATCH_CUBLAS_CHECK(cublasSgemm(blas_, op[0], op[1], n, n, n, &one, buf, n, buf + n * n,
+                                     n, &one, buf + 2 * n * n, n));
+  }
+  EDBATCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  EDBATCH_CUDA_CHECK(cudaFree(ptrs));
+  EDBATCH_CUDA_CHECK(cudaFree(buf));
+}
+
+void DeviceQueue::switch_to(cudaStream_t next) {
+  if (next == stream_) return;
+  queued_work_ = true;  // the next wait covers the stream we leave too
+  EDBATCH_CUDA_CHECK(cudaEventRecord(switch_, stream_));
+  EDBATCH_CUDA_CHECK(cudaStreamWaitEvent(next, switch_, 0));
+  stream_ = next;
+  EDBATCH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+}
+
+void DeviceQueue::note_queued(std::string name, std::string where, bool trim) {
+  queued_.push_back({std::move(name), std::move(where)});
+  if (trim && queued_.size() > 8) queued_.erase(queued_.begin());
+}
+
+void DeviceQueue::wait() {
+  if (!queued_work_) return;  // value() reads node by node: nothing to wait for after the first
+  check_async(cudaStreamSynchronize(stream_));
+  collect_timings();
+  queued_work_ = false;
+}
+
+void DeviceQueue::wait_event(cudaEvent_t ev) {
+  check_async(cudaEventSynchronize(ev));
+  collect_timings();
+}
+
+void DeviceQueue::check_async(cudaError_t e) {
+  if (e == cudaSuccess) {
+    if (cudaStreamQuery(stream_) == cudaSuccess) queued_.clear();
+    return;
+  }
+  std::string names, where;
+  for (const auto& [name, kernels] : queued_) {
+    names += (names.empty() ? "" : ", ") + name;
+    where += (where.empty() ? "" : "; ") + kernels;
+  }
+  if (names.empty()) names = "device";
+  if (where.empty()) where = "no kernel";
+  queued_.clear();
+  throw std::runtime_error("[cuda] " + names + ": asynchronous error " + cudaGetErrorString(e) +
+                           " in " + where +
+                           "; CudaOptions::sync_each_launch (EDBATCH_CUDA_SYNC=1) checks after "
+                           "every kernel and names the failing one");
+}
+
+DeviceQueue::Timing& DeviceQueue::next_timing(bool forward) {
+  Timing& timing = timings_[next_timing_];
+  next_timing_ = (next_timing_ + 1) % timings_.size();
+  if (timing.queued) wait_event(timing.stop);
+  timing.forward = forward;
+  return timing;
+}
+
+// Device time of finished passes (CUDA events): the latest finished forward and backward.
+void DeviceQueue::collect_timings() {
+  for (size_t i = 0; i < timings_.size(); ++i) {
+    Timing& t = timings_[(next_timing_ + i) % timings_.size()];  // oldest first
+    if (!t.queued || cudaEventQuery(t.stop) != cudaSuccess) continue;
+    float ms = 0;
+    EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
+    (t.forward ? counters_.device_forward_ms : counters_.device_backward_ms) = ms;
+    t.queued = false;
+  }
+}
+
+}  // namespace edbatch::cuda

@@ -1,0 +1,215 @@
+// Pinned staging: a pass's metadata uploaded in one copy through a ring of buffers (so a pass is
+// encoded while earlier copies may still be queued), the interop's descriptor uploads, and the
+// values Backend::stage copies out.
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/backend_parts.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace edbatch::cuda {
+
+namespace {
+
+template <class T>
+size_t put(char* staging, size_t at, const T* v, size_t n) {
+  if (n > 0 && staging) std::memcpy(staging + at, v, n * sizeof(T));
+  return align_up(at + n * sizeof(T));
+}
+template <class T>
+size_t put(char* staging, size_t at, const std::vector<T>& v) {
+  return put(staging, at, v.data(), v.size());
+}
+
+}  // namespace
+
+void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
+                      const Arenas& arenas, const ParamMirror& params) {
+  const cudaStream_t stream = queue_.stream();
+  const MemoryPlan& plan = p.plan;
+  const std::vector<float>& inputs = p.graph.input_values();
+  if (device_inputs_ && device_input_floats_ > inputs.size()) {
+    device_inputs_ = nullptr;
+    throw std::invalid_argument("[cuda] inputs_from_device: " +
+                                std::to_string(device_input_floats_) +
+                                " floats, but the graph has " + std::to_string(inputs.size()));
+  }
+  // Input values the caller's device memory provides are not uploaded.
+  const size_t skip = device_inputs_ ? device_input_floats_ : 0;
+  const float* host_inputs = inputs.data() + skip;
+  const size_t host_floats = inputs.size() - skip;
+  size_t at = 0;
+  const size_t at_offsets = at;
+  at = put(nullptr, at, params.offset);
+  const size_t at_operands = at;
+  at = put(nullptr, at, plan.operands);
+  const size_t at_members = at;
+  at = put(nullptr, at, plan.member_operands);
+  const size_t at_index = at;
+  at = put(nullptr, at, plan.index);
+  const size_t at_aux = at;
+  at = put(nullptr, at, plan.aux);
+  const size_t at_inputs = at;
+  at = put(nullptr, at, host_inputs, host_floats);
+  const size_t at_ptrs = at;
+  at = put_pass(nullptr, at, pass, launches);
+  PinnedBuffer& staging = acquire(forward_staging_, std::max<size_t>(at, 1));
+  forward_meta_.reserve(std::max<size_t>(at, 1), stream);
+  char* h = staging.as<char>();
+  put(h, at_offsets, params.offset);
+  put(h, at_operands, plan.operands);
+  put(h, at_members, plan.member_operands);
+  put(h, at_index, plan.index);
+  put(h, at_aux, plan.aux);
+  put(h, at_inputs, host_inputs, host_floats);
+  put_pass(h, at_ptrs, pass, launches);
+  char* d = forward_meta_.as<char>();
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, at, cudaMemcpyHostToDevice, stream));
+  release(forward_staging_);
+  float* values = arenas.values.as();
+  // Fused GEMM steps add their partial sums into zeroed outputs.
+  EDBATCH_CUDA_CHECK(
+      cudaMemsetAsync(values, 0, static_cast<size_t>(plan.total_floats) * sizeof(float), stream));
+  if (host_floats > 0)
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values + plan.input_offset + skip, d + at_inputs,
+                                       host_floats * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       stream));
+  if (device_inputs_) {  // DeviceInterop::inputs_from_device: the caller's device memory
+    const float* src = device_inputs_;
+    device_inputs_ = nullptr;
+    if (skip > 0)
+      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values + plan.input_offset, src, skip * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream));
+  }
+  DeviceView& view = at_.view;
+  view = DeviceView{};
+  view.values = values;
+  view.adjoints = arenas.adjoints.as();
+  view.params = params.values.as();
+  view.grads = params.grads.as();
+  view.param_offset = reinterpret_cast<const uint32_t*>(d + at_offsets);
+  view.operands = reinterpret_cast<const Operand*>(d + at_operands);
+  view.member_operands = reinterpret_cast<const Operand*>(d + at_members);
+  view.index = reinterpret_cast<const uint32_t*>(d + at_index);
+  view.aux = reinterpret_cast<const uint32_t*>(d + at_aux);
+  pass_data_at(d, at_ptrs, pass, launches);
+}
+
+void Uploads::backward(const Pass& pass, const LaunchPlan& launches) {
+  upload_pointers(pass, launches, backward_meta_, backward_staging_, 0);
+}
+
+void Uploads::upload_pointers(const Pass& pass, const LaunchPlan& launches, DeviceBuffer& meta,
+                              StagingRing& ring, size_t at) {
+  const size_t end = put_pass(nullptr, at, pass, launches);
+  PinnedBuffer& staging = acquire(ring, std::max<size_t>(end, 1));
+  meta.reserve(std::max<size_t>(end, 1), queue_.stream());
+  put_pass(staging.as<char>(), at, pass, launches);
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(meta.as<char>(), staging.as<char>(), end,
+                                     cudaMemcpyHostToDevice, queue_.stream()));
+  release(ring);
+  pass_data_at(meta.as<char>(), at, pass, launches);
+}
+
+// The ring's next buffer, at least `bytes` large, once the copy it last fed is done.
+PinnedBuffer& Uploads::acquire(StagingRing& ring, size_t bytes) {
+  if (ring.queued[ring.next]) {
+    queue_.wait_event(ring.copied[ring.next]);
+    ring.queued[ring.next] = false;
+  }
+  PinnedBuffer& b = ring.buffers[ring.next];
+  b.reserve(bytes);
+  return b;
+}
+
+// Copies `bytes` that the caller wrote into the interop ring's current buffer `h` to the
+// device (interop_meta_, reused in stream order); returns their device address.
+const char* Uploads::upload_interop(const char* h, size_t bytes) {
+  interop_meta_.reserve(bytes, queue_.stream());
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(interop_meta_.as<char>(), h, bytes, cudaMemcpyHostToDevice,
+                                     queue_.stream()));
+  release(interop_staging_);
+  return interop_meta_.as<char>();
+}
+
+void Uploads::release(StagingRing& ring) {
+  EDBATCH_CUDA_CHECK(cudaEventRecord(ring.copied[ring.next], queue_.stream()));
+  ring.queued[ring.next] = true;
+  ring.next = (ring.next + 1) % StagingRing::kDepth;
+}
+
+// The pass's own data, after the plan's: GEMM pointer arrays, the hoisted lookups, and for
+// chained launches the step groups, fused GEMM descriptions, stages, ticket map and zeroed
+// counters.
+size_t Uploads::put_pass(char* h, size_t at, const Pass& pass, const LaunchPlan& launches) const {
+  at = put(h, at, pass.ptrs);
+  at = put(h, at, pass.lookups);
+  at = put(h, at, pass.lookup_starts);
+  if (launches.stages.empty()) return at;
+  at = put(h, at, pass.groups);
+  at = put(h, at, pass.linears);
+  at = put(h, at, launches.stages);
+  at = put(h, at, launches.stage_of);
+  if (h) std::memset(h + at, 0, launches.counters_floats * sizeof(uint32_t));
+  return align_up(at + launches.counters_floats * sizeof(uint32_t));
+}
+
+void Uploads::pass_data_at(char* d, size_t at, const Pass& pass, const LaunchPlan& launches) {
+  at_.ptrs = reinterpret_cast<const float* const*>(d + at);
+  at = put(nullptr, at, pass.ptrs);
+  at_.lookups = reinterpret_cast<const StepDesc*>(d + at);
+  at = put(nullptr, at, pass.lookups);
+  at_.lookup_starts = reinterpret_cast<const uint32_t*>(d + at);
+  at_.lookup_blocks = pass.lookup_starts.empty() ? 0 : pass.lookup_starts.back();
+  at = put(nullptr, at, pass.lookup_starts);
+  if (launches.stages.empty()) return;
+  at_.groups = reinterpret_cast<const StepGroup*>(d + at);
+  at = put(nullptr, at, pass.groups);
+  at_.linears = reinterpret_cast<const LinearDesc*>(d + at);
+  at = put(nullptr, at, pass.linears);
+  at_.stages = reinterpret_cast<const Stage*>(d + at);
+  at = put(nullptr, at, launches.stages);
+  at_.stage_of = reinterpret_cast<const uint16_t*>(d + at);
+  at = put(nullptr, at, launches.stage_of);
+  at_.counters = reinterpret_cast<uint32_t*>(d + at);
+}
+
+double Uploads::staging_grow_ms() const {
+  double ms = 0;
+  for (const StagingRing* ring : {&forward_staging_, &backward_staging_, &interop_staging_})
+    for (const PinnedBuffer& b : ring->buffers) ms += b.grow_ms();
+  return ms;
+}
+
+StagedCopies::StagedCopies(DeviceQueue& queue) : queue_(queue) {
+  for (Slot& st : slots_)
+    EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
+}
+
+StagedCopies::~StagedCopies() {
+  for (Slot& st : slots_) cudaEventDestroy(st.copied);
+}
+
+void StagedCopies::copy(uint64_t ticket, const float* src, uint32_t floats) {
+  Slot& st = slots_[ticket % Backend::kStagedSlots];
+  // Growing frees the pinned buffer: the copy of the ticket it held must be done first.
+  const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
+  if (st.queued && bytes > st.host.bytes()) queue_.wait_event(st.copied);
+  st.host.reserve(bytes);
+  if (floats > 0)
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(st.host.as(), src, floats * sizeof(float),
+                                       cudaMemcpyDeviceToHost, queue_.stream()));
+  EDBATCH_CUDA_CHECK(cudaEventRecord(st.copied, queue_.stream()));
+  st.queued = true;
+  queue_.mark_queued();
+}
+
+const float* StagedCopies::host(uint64_t ticket) {
+  Slot& st = slots_[ticket % Backend::kStagedSlots];
+  queue_.wait_event(st.copied);
+  return st.host.as();
+}
+
+}  // namespace edbatch::cuda
