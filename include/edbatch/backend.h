@@ -141,7 +141,7 @@ struct BackendOptions {
   int threads = 1;
   // A kernel splits over threads only when its work (flops or floats) reaches this.
   double min_parallel_work = 65536;
-  CudaOptions cuda;
+  CudaOptions cuda{};
 };
 
 // "cpu", "null", "cuda" (throws when built without CUDA).

@@ -18,7 +18,7 @@ struct EngineOptions {
   int threads = 1;
   double min_parallel_work = 65536;  // see BackendOptions
   bool order_for_consumers = true;    // outer layout planning (see PlanOptions)
-  CudaOptions cuda;                   // device == "cuda" only
+  CudaOptions cuda{};                 // device == "cuda" only
 };
 
 struct Stats {
