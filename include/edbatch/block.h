@@ -16,7 +16,7 @@ namespace edbatch {
 struct BlockPlan;
 
 struct FreezeOptions {
-  // Order each internal step's members for the steps that read them (PQ-tree layout planner).
+  // Order each internal step's members for the steps that read them (the layout planner).
   // Off: members stay in body order, so more internal operands need index lists.
   bool plan_layout = true;
 };

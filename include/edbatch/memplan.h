@@ -63,7 +63,7 @@ struct MemoryPlan {
 };
 
 struct PlanOptions {
-  // Reorder each batch's members so that consumers read them as contiguous views (PQ-tree layout
+  // Reorder each batch's members so that consumers read them as contiguous views (the layout
   // planner, consumers before producers). Off: members stay in schedule order.
   bool order_for_consumers = true;
 };

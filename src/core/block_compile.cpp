@@ -1,5 +1,5 @@
 // Block compilation: rewrite the body, batch it internally (exact search for small bodies),
-// stack the weights of batched GEMMs, lay the values out with the PQ-tree planner, and group
+// stack the weights of batched GEMMs, lay the values out with the layout planner, and group
 // elementwise steps into fused passes.
 #include <algorithm>
 #include <chrono>
