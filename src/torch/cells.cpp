@@ -118,23 +118,26 @@ Runner::Runner(const CellConfig& config, const RunOptions& options)
 
 namespace {
 
-// Row-major rows x cols (torch) to column-major rows x cols (edbatch), and back.
-void to_column_major(const float* src, uint32_t rows, uint32_t cols, float* dst) {
-  if (cols <= 1) {
-    std::memcpy(dst, src, sizeof(float) * rows);
+// A weight from torch's row-major rows x cols to the engine's column-major rows x cols, and back;
+// weights whose memory already is the engine's (WeightSpec::transpose false) are copied as they are.
+void to_engine(const float* src, const WeightSpec& w, float* dst) {
+  const size_t n = static_cast<size_t>(w.rows) * std::max(w.cols, 1u);
+  if (w.cols <= 1 || !w.transpose) {
+    std::memcpy(dst, src, sizeof(float) * n);
     return;
   }
-  for (uint32_t i = 0; i < rows; ++i)
-    for (uint32_t j = 0; j < cols; ++j) dst[static_cast<size_t>(j) * rows + i] = src[i * cols + j];
+  for (uint32_t i = 0; i < w.rows; ++i)
+    for (uint32_t j = 0; j < w.cols; ++j) dst[static_cast<size_t>(j) * w.rows + i] = src[i * w.cols + j];
 }
 
-void to_row_major(const float* src, uint32_t rows, uint32_t cols, float* dst) {
-  if (cols <= 1) {
-    std::memcpy(dst, src, sizeof(float) * rows);
+void to_torch(const float* src, const WeightSpec& w, float* dst) {
+  const size_t n = static_cast<size_t>(w.rows) * std::max(w.cols, 1u);
+  if (w.cols <= 1 || !w.transpose) {
+    std::memcpy(dst, src, sizeof(float) * n);
     return;
   }
-  for (uint32_t i = 0; i < rows; ++i)
-    for (uint32_t j = 0; j < cols; ++j) dst[i * cols + j] = src[static_cast<size_t>(j) * rows + i];
+  for (uint32_t i = 0; i < w.rows; ++i)
+    for (uint32_t j = 0; j < w.cols; ++j) dst[i * w.cols + j] = src[static_cast<size_t>(j) * w.rows + i];
 }
 
 }  // namespace
@@ -240,11 +243,11 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     transfers_.clear();
     for (size_t i = 0; i < specs.size(); ++i)
       transfers_.push_back(
-          {weight_params_[i].id, const_cast<float*>(weights[i]), specs[i].cols > 1});
+          {weight_params_[i].id, const_cast<float*>(weights[i]), specs[i].row_major()});
     io.write_parameters(pc_, transfers_);
   } else {
     for (size_t i = 0; i < specs.size(); ++i)
-      to_column_major(weights[i], specs[i].rows, specs[i].cols, pc_.values(weight_params_[i].id));
+      to_engine(weights[i], specs[i], pc_.values(weight_params_[i].id));
     pc_.mark_changed();  // device backends upload the parameters again
   }
   if (prof) prof->lap(HostProfile::Weights, t);
@@ -322,14 +325,14 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
     row += size;
   }
   for (size_t i = 0; i < specs.size(); ++i)
-    to_row_major(pc_.grads(weight_params_[i].id), specs[i].rows, specs[i].cols, grad_weights[i]);
+    to_torch(pc_.grads(weight_params_[i].id), specs[i], grad_weights[i]);
 }
 
 void Runner::read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights) {
   const std::vector<WeightSpec>& specs = cell_->weights();
   transfers_.clear();
   for (size_t i = 0; i < specs.size(); ++i)
-    transfers_.push_back({weight_params_[i].id, grad_weights[i], specs[i].cols > 1});
+    transfers_.push_back({weight_params_[i].id, grad_weights[i], specs[i].row_major()});
   io.read_gradients(pc_, transfers_);
 }
 

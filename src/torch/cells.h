@@ -28,12 +28,19 @@ struct Packed {
   const int64_t* instance_offsets = nullptr;  // num_instances + 1
   const float* x = nullptr;  // num_x rows of x_dim floats
   int64_t num_x = 0, x_dim = 0;
+  const int64_t* ids = nullptr;  // traced cells that embed ids: one per row (x_dim is then 0)
+  uint64_t seed = 0;             // traced cells: the seed of the call's dropout masks
 };
 
-// A weight as the torch side holds it: rows x cols row-major (cols == 0: a vector of rows).
+// A weight as the torch side holds it: rows x cols row-major (cols == 0: a vector of rows). With
+// `transpose` the engine's parameter is the same matrix, column-major; without it the torch
+// memory is taken as it is (an `x @ W` matrix: the engine's cols x rows; an embedding table).
 struct WeightSpec {
   std::string name;
   uint32_t rows = 0, cols = 0;
+  bool transpose = true;
+  // Whether a device copy transposes it (DeviceInterop::Transfer::row_major).
+  bool row_major() const { return transpose && cols > 1; }
 };
 
 // Throws std::invalid_argument naming the first inconsistency (offsets, ranges, order).

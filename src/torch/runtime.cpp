@@ -1,0 +1,244 @@
+#include "src/torch/runtime.h"
+
+#ifdef EDBATCH_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include "edbatch/options.h"
+
+namespace edbatch::torch_adapter {
+
+void fail(const std::string& what) { TORCH_CHECK(false, what); }
+
+std::string shape(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
+// CUDA tensors stay on the GPU when the extension was built with the CUDA backend: weights,
+// inputs, outputs and gradients move on the device, on torch's current stream, and nothing
+// waits for the GPU. Otherwise, or with EDBATCH_TORCH_HOST_COPY=1, they make a round trip
+// through host memory.
+bool device_resident(const Tensor& x) {
+#ifdef EDBATCH_TORCH_CUDA
+  static const bool host_copy = adapter_debug_env().host_copy;
+  return x.is_cuda() && !host_copy;
+#else
+  (void)x;
+  return false;
+#endif
+}
+
+void* current_stream(const Tensor& t) {
+#ifdef EDBATCH_TORCH_CUDA
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+#else
+  (void)t;
+  return nullptr;
+#endif
+}
+
+void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
+  if (t.scalar_type() != at::kLong)
+    fail(fmt::format("[edbatch] {} must be int64, got {}", name, c10::toString(t.scalar_type())));
+  if (t.dim() != 1)
+    fail(fmt::format("[edbatch] {} must be 1-D, got shape {}", name, shape(t.sizes())));
+  if (size >= 0 && t.numel() != size)
+    fail(fmt::format("[edbatch] {} has {} entries, expected {}", name, t.numel(), size));
+}
+
+// Checks the structure tensors' dtypes, devices and sizes and makes them contiguous CPU tensors
+// (where the structure is read).
+void check_structure(const c10::Device& device, Structure& s) {
+  const int64_t N = s.node_inputs.numel();
+  Tensor* index[] = {&s.node_inputs, &s.node_types, &s.pred_ptr, &s.pred_ids,
+                     &s.arc_types,   &s.arc_inputs, &s.instance_offsets};
+  const char* names[] = {"node_inputs", "node_types", "pred_ptr", "pred_ids",
+                         "arc_types",   "arc_inputs", "instance_offsets"};
+  // Structure tensors may also stay on the CPU when x is on a GPU (they are read on the host).
+  for (int i = 0; i < 7; ++i)
+    if (index[i]->device() != device && !index[i]->device().is_cpu())
+      fail(fmt::format("[edbatch] {} is on {} but x is on {}", names[i], index[i]->device().str(),
+                       device.str()));
+  check_index_tensor(s.node_inputs, "node_inputs", -1);
+  check_index_tensor(s.node_types, "node_types", N);
+  check_index_tensor(s.pred_ptr, "pred_ptr", N + 1);
+  check_index_tensor(s.pred_ids, "pred_ids", -1);
+  check_index_tensor(s.arc_types, "arc_types", s.pred_ids.numel());
+  check_index_tensor(s.arc_inputs, "arc_inputs", s.pred_ids.numel());
+  check_index_tensor(s.instance_offsets, "instance_offsets", -1);
+  if (s.instance_offsets.numel() < 1)
+    fail("[edbatch] instance_offsets needs at least one entry (0 for an empty batch)");
+  for (int i = 0; i < 7; ++i) *index[i] = index[i]->to(at::kCPU).contiguous();
+}
+
+// Checks x as the caller gave it (float32, 2-D: call_args) and the weights against the cell;
+// returns contiguous copies of the weights (on the CPU unless they stay on the device).
+void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell, bool on_device) {
+  if (x.size(1) != cell.input_dim())
+    fail(fmt::format("[edbatch] x has {} columns, the cell's input size is {}", x.size(1),
+                     cell.input_dim()));
+  const std::vector<WeightSpec>& specs = cell.weights();
+  if (w.size() != specs.size())
+    fail(fmt::format("[edbatch] {} weights expected, got {}", specs.size(), w.size()));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const WeightSpec& spec = specs[i];
+    if (w[i].scalar_type() != at::kFloat)
+      fail(fmt::format("[edbatch] weight {} must be float32, got {}", spec.name,
+                       c10::toString(w[i].scalar_type())));
+    if (w[i].device() != x.device())
+      fail(fmt::format("[edbatch] weight {} is on {} but x is on {}", spec.name,
+                       w[i].device().str(), x.device().str()));
+    const bool ok = spec.cols == 0
+                        ? w[i].dim() == 1 && w[i].size(0) == spec.rows
+                        : w[i].dim() == 2 && w[i].size(0) == spec.rows && w[i].size(1) == spec.cols;
+    if (!ok)
+      fail(fmt::format("[edbatch] weight {} has shape {}, expected {}", spec.name,
+                       shape(w[i].sizes()),
+                       spec.cols == 0 ? fmt::format("[{}]", spec.rows)
+                                      : fmt::format("[{}, {}]", spec.rows, spec.cols)));
+  }
+  for (Tensor& t : w) t = on_device ? t.contiguous() : t.to(at::kCPU).contiguous();
+}
+
+// The structure of `s` for x of num_x rows of x_dim floats at `x` (nullptr: not known yet).
+Packed packed_view(const Structure& s, const float* x, int64_t num_x, int64_t x_dim) {
+  Packed p;
+  p.num_nodes = s.node_inputs.numel();
+  p.num_arcs = s.pred_ids.numel();
+  p.num_instances = s.instance_offsets.numel() - 1;
+  p.node_inputs = s.node_inputs.data_ptr<int64_t>();
+  p.node_types = s.node_types.data_ptr<int64_t>();
+  p.pred_ptr = s.pred_ptr.data_ptr<int64_t>();
+  p.pred_ids = s.pred_ids.data_ptr<int64_t>();
+  p.arc_types = s.arc_types.data_ptr<int64_t>();
+  p.arc_inputs = s.arc_inputs.data_ptr<int64_t>();
+  p.instance_offsets = s.instance_offsets.data_ptr<int64_t>();
+  p.x = x;
+  p.num_x = num_x;
+  p.x_dim = x_dim;
+  return p;
+}
+
+CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t input_size,
+                   int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
+                   const std::string& policy, int64_t threads) {
+  if (hidden <= 0) fail(fmt::format("[edbatch] hidden size must be positive, got {}", hidden));
+  if (input_size <= 0)
+    fail(fmt::format("[edbatch] the input size must be positive, got {}", input_size));
+  if (num_node_types <= 0 || num_arc_types <= 0) fail("[edbatch] type counts must be positive");
+  CallArgs a;
+  a.config = {cell, static_cast<uint32_t>(hidden), static_cast<uint32_t>(input_size),
+              static_cast<uint32_t>(num_node_types), static_cast<uint32_t>(num_arc_types)};
+  a.options.policy = policy;
+  a.options.device = device.is_cuda() ? "cuda" : "cpu";
+  a.device_index = device.is_cuda() ? device.index() : -1;
+  a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
+  return a;
+}
+
+CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
+                   int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
+                   int64_t threads) {
+  if (x.dim() != 2 || x.size(1) == 0)
+    fail(fmt::format("[edbatch] x must be 2-D with columns, got shape {}", shape(x.sizes())));
+  return call_args(cell, x.device(), x.size(1), hidden, num_node_types, num_arc_types, policy,
+                   threads);
+}
+
+// Runs the forward; keeps the runner in `state` when it is given (for backward).
+std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure s,
+                                std::vector<Tensor> w, c10::intrusive_ptr<RunState>* state,
+                                const CallExtras& extras) {
+  const c10::DeviceGuard guard(x_in.device());  // a runner's CUDA state is made on its device
+  if (x_in.scalar_type() != at::kFloat)
+    fail(fmt::format("[edbatch] x must be float32, got {}", c10::toString(x_in.scalar_type())));
+  check_structure(x_in.device(), s);
+  const bool on_device = device_resident(x_in);
+  const Tensor x = on_device ? x_in.contiguous() : x_in.to(at::kCPU).contiguous();
+  Packed p = packed_view(s, x.data_ptr<float>(), x.size(0), x.size(1));
+  Tensor ids;
+  if (extras.ids.defined()) {
+    check_index_tensor(extras.ids, "ids", -1);
+    ids = extras.ids.to(at::kCPU).contiguous();
+    p.ids = ids.data_ptr<int64_t>();
+  }
+  p.seed = extras.seed;
+  std::unique_ptr<Runner> runner;
+  try {
+    runner = RunnerPool::get().take(a, p);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  try {
+    check_inputs(x_in, w, runner->cell(), on_device);
+  } catch (...) {
+    RunnerPool::get().give_back(a, std::move(runner));
+    throw;
+  }
+  std::vector<Tensor> out;
+  std::vector<float*> out_ptr;
+  for (uint32_t o = 0; o < runner->cell().num_outputs(); ++o) {
+    out.push_back(at::empty({p.num_nodes, int64_t{runner->cell().output_size(o)}}, x.options()));
+    out_ptr.push_back(out.back().data_ptr<float>());
+  }
+  std::vector<const float*> w_ptr;
+  for (const Tensor& t : w) w_ptr.push_back(t.data_ptr<float>());
+  try {
+    runner->forward(p, w_ptr, out_ptr, state != nullptr, on_device,
+                    on_device ? current_stream(x) : nullptr);
+  } catch (const std::exception& e) {
+    RunnerPool::get().give_back(a, std::move(runner));
+    fail(e.what());
+  }
+  if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x, p.num_nodes);
+  else RunnerPool::get().give_back(a, std::move(runner));
+  if (!on_device)
+    for (Tensor& t : out) t = t.to(x_in.device());
+  return out;
+}
+
+Gradients run_backward(RunState& state, const c10::Device& device,
+                       const torch::autograd::variable_list& grads) {
+  TORCH_CHECK(state.runner, "[edbatch] backward ran twice through one graph; pass "
+              "retain_graph=False or run the forward again");
+  Runner& runner = *state.runner;
+  const Cell& cell = runner.cell();
+  const bool on_device = runner.on_device();
+  const c10::DeviceGuard guard(device);
+  const at::TensorOptions where =
+      at::TensorOptions().dtype(at::kFloat).device(on_device ? device : c10::Device(at::kCPU));
+  // The outputs' gradients one after another (zeros for an output autograd left undefined).
+  std::vector<Tensor> parts;
+  for (size_t o = 0; o < grads.size(); ++o) {
+    const int64_t n = state.num_nodes * cell.output_size(static_cast<uint32_t>(o));
+    parts.push_back(grads[o].defined() ? grads[o].to(where).reshape({n}) : at::zeros({n}, where));
+  }
+  const Tensor seeds = parts.empty() ? at::zeros({0}, where) : at::cat(parts).contiguous();
+  // Zeros: x rows that no node reads (and an empty batch) get no gradient written.
+  Tensor grad_x = on_device ? at::zeros({state.num_x, cell.input_dim()}, where)
+                            : at::empty({state.num_x, cell.input_dim()}, where);
+  Gradients g;
+  std::vector<float*> grad_w_ptr;
+  for (const WeightSpec& w : cell.weights()) {
+    g.weights.push_back(w.cols == 0 ? at::empty({w.rows}, where)
+                                    : at::empty({w.rows, w.cols}, where));
+    grad_w_ptr.push_back(g.weights.back().data_ptr<float>());
+  }
+  try {
+    runner.backward(seeds.data_ptr<float>(), grad_x.data_ptr<float>(), grad_w_ptr,
+                    on_device ? current_stream(grad_x) : nullptr);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  // The graph is spent: give the runner back now rather than when autograd frees the context.
+  RunnerPool::get().give_back(state.args, std::move(state.runner));
+  g.x = grad_x.to(device);
+  for (Tensor& t : g.weights) t = t.to(device);
+  return g;
+}
+
+}  // namespace edbatch::torch_adapter

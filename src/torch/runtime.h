@@ -1,0 +1,220 @@
+// The libtorch half of the adapter, shared by its ops (ops.cpp: the built-in cells; program_ops.cpp:
+// traced user cells): argument checks, the pool of runners, and running a forward.
+#pragma once
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/custom_class.h>
+
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "src/torch/cells.h"
+
+namespace edbatch::torch_adapter {
+
+using at::Tensor;
+
+// Raises the error torch shows as a Python RuntimeError. Messages are formatted here into one
+// string: streaming integers or shapes through c10's message stream crashed under torch 2.11's
+// wheels, while a single string is passed through as it is.
+[[noreturn]] void fail(const std::string& what);
+
+std::string shape(at::IntArrayRef sizes);
+
+// The structure tensors of one call, in schema order.
+struct Structure {
+  Tensor node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets;
+};
+
+struct CallArgs {
+  CellConfig config;
+  RunOptions options;
+  int device_index = -1;  // CUDA: the tensors' device (runners are per device)
+};
+
+// Whether x's device memory is used in place (CUDA tensors with the CUDA backend), and
+// torch's current stream on its device.
+bool device_resident(const Tensor& x);
+void* current_stream(const Tensor& t);
+
+// Idle runners by configuration: a call takes one and gives it back after its backward (or at
+// once without autograd), so concurrent graphs never share a runner. Runners prepared ahead for a
+// structure (prepare) wait here until a call with that structure takes them; one worker thread
+// does their preparation, in the order asked.
+class RunnerPool {
+ public:
+  // Never destroyed: autograd graphs that outlive static destruction still give runners back.
+  static RunnerPool& get() {
+    static RunnerPool* pool = new RunnerPool;
+    return *pool;
+  }
+
+  // A runner for `a`: the one prepared for `p`'s structure when there is one (once its
+  // preparation is done), else an idle or a new one.
+  std::unique_ptr<Runner> take(const CallArgs& a, const Packed& p) {
+    const std::string k = key(a);
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      for (auto it = prepared_.begin(); it != prepared_.end(); ++it) {
+        // The staged structure is written before the entry is listed and never changes after.
+        if ((*it)->key != k || !(*it)->runner->staged_matches(p)) continue;
+        // Owned here before waiting, so no other thread can take or drop it meanwhile.
+        std::unique_ptr<Prepared> e = std::move(*it);
+        prepared_.erase(it);
+        done_.wait(lock, [&e] { return e->done; });
+        ++counts_[e->runner->prepared() ? kUsed : kFailed];
+        return std::move(e->runner);
+      }
+    }
+    return idle_or_new(a, k);
+  }
+
+  void give_back(const CallArgs& a, std::unique_ptr<Runner> r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_[key(a)].push_back(std::move(r));
+  }
+
+  // Stages `p`'s structure on a runner for `a` and queues its preparation. At most kMaxPrepared
+  // wait unclaimed: the oldest goes back to the idle runners first.
+  void prepare(const CallArgs& a, const Packed& p) {
+    auto entry = std::make_unique<Prepared>();
+    entry->key = key(a);
+    entry->runner = idle_or_new(a, entry->key);
+    entry->runner->stage(p);
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (prepared_.size() >= kMaxPrepared) {
+      std::unique_ptr<Prepared> old = std::move(prepared_.front());
+      prepared_.pop_front();
+      done_.wait(lock, [&old] { return old->done; });
+      ++counts_[kDropped];
+      idle_[old->key].push_back(std::move(old->runner));
+    }
+    ++counts_[kPrepared];
+    queue_.push_back(entry.get());
+    prepared_.push_back(std::move(entry));
+    if (!worker_started_) {
+      std::thread(&RunnerPool::work, this).detach();  // lives as long as the (leaked) pool
+      worker_started_ = true;
+    }
+    work_.notify_one();
+  }
+
+  // Preparations asked for, used by a call, failed (bad structure), dropped unused; then how
+  // many wait now.
+  enum Count { kPrepared, kUsed, kFailed, kDropped, kCounts };
+  std::vector<int64_t> counts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int64_t> c(counts_, counts_ + kCounts);
+    c.push_back(static_cast<int64_t>(prepared_.size()));
+    return c;
+  }
+
+ private:
+  struct Prepared {
+    std::string key;
+    std::unique_ptr<Runner> runner;
+    bool done = false;
+  };
+  static constexpr size_t kMaxPrepared = 8;
+
+  // An idle runner of configuration `a` (key k), or a new one (made outside the lock).
+  std::unique_ptr<Runner> idle_or_new(const CallArgs& a, const std::string& k) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& idle = idle_[k];
+      if (!idle.empty()) {
+        std::unique_ptr<Runner> r = std::move(idle.back());
+        idle.pop_back();
+        return r;
+      }
+    }
+    return std::make_unique<Runner>(a.config, a.options);
+  }
+
+  // The worker: prepares queued runners one by one. A failed preparation leaves the runner
+  // unprepared, so the call that takes it builds its graph and reports the error itself.
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      work_.wait(lock, [this] { return !queue_.empty(); });
+      Prepared* e = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      try {
+        e->runner->prepare();
+      } catch (...) {
+      }
+      lock.lock();
+      e->done = true;
+      done_.notify_all();
+    }
+  }
+
+  static std::string key(const CallArgs& a) {
+    const CellConfig& c = a.config;
+    return c.cell + "|" + std::to_string(c.hidden) + "|" + std::to_string(c.input_dim) + "|" +
+           std::to_string(c.node_types) + "|" + std::to_string(c.arc_types) + "|" +
+           a.options.policy + "|" + a.options.device + "|" + std::to_string(a.options.threads) +
+           "|" + std::to_string(a.device_index);
+  }
+  std::mutex mutex_;
+  std::map<std::string, std::vector<std::unique_ptr<Runner>>> idle_;
+  std::list<std::unique_ptr<Prepared>> prepared_;  // oldest first
+  std::deque<Prepared*> queue_;                    // waiting for the worker
+  std::condition_variable work_, done_;
+  bool worker_started_ = false;
+  int64_t counts_[kCounts] = {};
+};
+
+// A runner kept between forward and backward; returned to the pool when autograd drops it.
+class RunState : public torch::CustomClassHolder {
+ public:
+  RunState(CallArgs args, std::unique_ptr<Runner> runner, int64_t num_x, int64_t num_nodes)
+      : args(std::move(args)), runner(std::move(runner)), num_x(num_x), num_nodes(num_nodes) {}
+  ~RunState() override {
+    if (runner) RunnerPool::get().give_back(args, std::move(runner));
+  }
+  CallArgs args;
+  std::unique_ptr<Runner> runner;
+  int64_t num_x, num_nodes;
+};
+
+void check_index_tensor(const Tensor& t, const char* name, int64_t size);
+// Checks the structure tensors' dtypes, devices and sizes and makes them contiguous CPU tensors.
+void check_structure(const c10::Device& device, Structure& s);
+// Checks x (float32, 2-D) and the weights against the cell; makes the weights contiguous.
+void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell, bool on_device);
+// The structure of `s` for x of num_x rows of x_dim floats at `x` (nullptr: not known yet).
+Packed packed_view(const Structure& s, const float* x, int64_t num_x, int64_t x_dim);
+CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t input_size,
+                   int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
+                   const std::string& policy, int64_t threads);
+CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
+                   int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
+                   int64_t threads);
+// What a call adds to the structure: per-row integer inputs (traced cells embedding ids; an int64
+// tensor, or undefined) and the seed of its dropout masks.
+struct CallExtras {
+  Tensor ids;
+  uint64_t seed = 0;
+};
+// Runs the forward; keeps the runner in `state` when it is given (for backward).
+std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure s,
+                                std::vector<Tensor> w, c10::intrusive_ptr<RunState>* state,
+                                const CallExtras& extras = {});
+// The backward of a forward kept in `state`, from the outputs' gradients: the gradients of x
+// and of the weights, on x's device. Gives the runner back to the pool.
+struct Gradients {
+  Tensor x;
+  std::vector<Tensor> weights;
+};
+Gradients run_backward(RunState& state, const c10::Device& device,
+                       const torch::autograd::variable_list& grads);
+
+}  // namespace edbatch::torch_adapter
