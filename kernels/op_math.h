@@ -1,4 +1,4 @@
-// The math of the elementwise ops, written once: each op's value and derivative as templates over
+// The math of the elementwise ops, written once: each op's value and gradient as templates over
 // a primitives struct M and a value type T. The CPU kernels instantiate them with Eigen array
 // expressions (kernels/cpu/array_math.h), the CUDA step kernels with float on the device
 // (ScalarMath), the double-precision test reference with double. Backends differ in how they
@@ -61,15 +61,15 @@ struct ScalarMath {
   static double step(double x) { return x > 0 ? 1.0 : 0.0; }
 };
 
-// ---- unary: y = value(x); dx += dy * derivative(x, y). kUsesX / kUsesY say which of x and y
-// the derivative reads, so that kernels load only those. ----
+// ---- unary: y = value(x); dx += gradient(dy, x, y), dy times the derivative at x. kUsesX /
+// kUsesY say which of x and y the gradient reads, so that kernels load only those. ----
 
 struct Tanh {
   static constexpr bool kUsesX = false, kUsesY = true;
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) { return M::tanh(x); }
   template <class M, class T>
-  EDBATCH_HD static auto derivative(const T&, const T& y, Attr) { return 1.0f - y * y; }
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T& y, Attr) { return dy * (1.0f - y * y); }
 };
 
 struct Sigmoid {
@@ -77,7 +77,7 @@ struct Sigmoid {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) { return M::sigmoid(x); }
   template <class M, class T>
-  EDBATCH_HD static auto derivative(const T&, const T& y, Attr) { return y * (1.0f - y); }
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T& y, Attr) { return dy * y * (1.0f - y); }
 };
 
 struct Relu {
@@ -85,7 +85,7 @@ struct Relu {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) { return M::max0(x); }
   template <class M, class T>
-  EDBATCH_HD static auto derivative(const T& x, const T&, Attr) { return M::step(x); }
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) { return M::step(x) * dy; }
 };
 
 // log(1 + e^x), in the form that neither overflows for large x nor loses small ones.
@@ -94,7 +94,7 @@ struct Softplus {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) { return M::max0(x) + M::log1p(M::exp(-M::abs(x))); }
   template <class M, class T>
-  EDBATCH_HD static auto derivative(const T& x, const T&, Attr) { return M::sigmoid(x); }
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) { return dy * M::sigmoid(x); }
 };
 
 // alpha * x + beta.
@@ -103,19 +103,19 @@ struct ScalarAffine {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr a) { return a.alpha * x + a.beta; }
   template <class M, class T>
-  EDBATCH_HD static auto derivative(const T&, const T&, Attr a) { return a.alpha; }
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr a) { return a.alpha * dy; }
 };
 
-// ---- binary: y = value(a, b); da += dy * d_a(a, b, y); db += dy * d_b(a, b, y). ----
+// ---- binary: y = value(a, b); da += grad_a(dy, a, b, y); db += grad_b(dy, a, b, y). ----
 
 struct Subtract {
   static constexpr bool kUsesA = false, kUsesB = false, kUsesY = false;
   template <class M, class T>
   EDBATCH_HD static auto value(const T& a, const T& b) { return a - b; }
   template <class M, class T>
-  EDBATCH_HD static auto d_a(const T&, const T&, const T&) { return 1.0f; }
+  EDBATCH_HD static auto grad_a(const T& dy, const T&, const T&, const T&) { return dy; }
   template <class M, class T>
-  EDBATCH_HD static auto d_b(const T&, const T&, const T&) { return -1.0f; }
+  EDBATCH_HD static auto grad_b(const T& dy, const T&, const T&, const T&) { return -dy; }
 };
 
 struct CMult {
@@ -123,9 +123,9 @@ struct CMult {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& a, const T& b) { return a * b; }
   template <class M, class T>
-  EDBATCH_HD static auto d_a(const T&, const T& b, const T&) { return b; }
+  EDBATCH_HD static auto grad_a(const T& dy, const T&, const T& b, const T&) { return dy * b; }
   template <class M, class T>
-  EDBATCH_HD static auto d_b(const T& a, const T&, const T&) { return a; }
+  EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T&, const T&) { return dy * a; }
 };
 
 // The ops above by name: X(Op enumerator, math struct). Kernels and the reference expand these.

@@ -231,16 +231,16 @@ void Reference::run_backward(const Graph& g, const Env& env, const Values& vals,
 #define EDBATCH_REF_UNARY(op, m)                                                         \
   case Op::op:                                                                           \
     for (size_t i = 0; i < dy.size(); ++i)                                               \
-      dx(0)[i] += dy[i] * math::m::derivative<math::ScalarMath>(                         \
-                              x(0)[i], y[i], math::Attr{nd.alpha, nd.beta});              \
+      dx(0)[i] += math::m::gradient<math::ScalarMath>(dy[i], x(0)[i], y[i],              \
+                                                      math::Attr{nd.alpha, nd.beta});   \
     break;
       EDBATCH_UNARY_OPS(EDBATCH_REF_UNARY)
 #undef EDBATCH_REF_UNARY
 #define EDBATCH_REF_BINARY(op, m)                                                        \
   case Op::op:                                                                           \
     for (size_t i = 0; i < dy.size(); ++i) {                                             \
-      dx(0)[i] += dy[i] * math::m::d_a<math::ScalarMath>(x(0)[i], x(1)[i], y[i]);        \
-      dx(1)[i] += dy[i] * math::m::d_b<math::ScalarMath>(x(0)[i], x(1)[i], y[i]);        \
+      dx(0)[i] += math::m::grad_a<math::ScalarMath>(dy[i], x(0)[i], x(1)[i], y[i]);      \
+      dx(1)[i] += math::m::grad_b<math::ScalarMath>(dy[i], x(0)[i], x(1)[i], y[i]);      \
     }                                                                                    \
     break;
       EDBATCH_BINARY_OPS(EDBATCH_REF_BINARY)

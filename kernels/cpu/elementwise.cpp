@@ -64,7 +64,7 @@ template <class U>
 void unary_math_bwd(Context& c, const BatchArgs& b) {
   const math::Attr a{b.alpha, b.beta};
   unary_backward(c, b, [a](Vec dx, CVec dy, CVec y, CVec x) {
-    dx += dy * U::template derivative<ArrayMath>(x, y, a);
+    dx += U::template gradient<ArrayMath>(dy, x, y, a);
   });
 }
 
@@ -112,11 +112,11 @@ void binary_math_bwd(Context& c, const BatchArgs& b) {
     if constexpr (B::kUsesY) {
       const Eigen::ArrayXf y = B::template value<ArrayMath>(x0, x1);
       const CVec yv(y.data(), y.size());
-      d0 += dy * B::template d_a<ArrayMath>(x0, x1, yv);
-      d1 += dy * B::template d_b<ArrayMath>(x0, x1, yv);
+      d0 += B::template grad_a<ArrayMath>(dy, x0, x1, yv);
+      d1 += B::template grad_b<ArrayMath>(dy, x0, x1, yv);
     } else {
-      d0 += dy * B::template d_a<ArrayMath>(x0, x1, x0);
-      d1 += dy * B::template d_b<ArrayMath>(x0, x1, x0);
+      d0 += B::template grad_a<ArrayMath>(dy, x0, x1, x0);
+      d1 += B::template grad_b<ArrayMath>(dy, x0, x1, x0);
     }
   });
 }

@@ -118,7 +118,7 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
 }
 
 // The backward of an op of kernels/op_math.h at element r of node v, loading only what its
-// derivative reads.
+// gradient reads.
 template <class U>
 __device__ void unary_backward(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
                                uint32_t r, uint64_t out, float dy) {
@@ -126,7 +126,7 @@ __device__ void unary_backward(const DeviceView& d, const Ops& ops, const StepDe
   float x = 0, y = 0;
   if constexpr (U::kUsesX) x = value_at(d, ops, o, v, s.k)[r];
   if constexpr (U::kUsesY) y = d.values[out + r];
-  const float g = dy * U::template derivative<math::ScalarMath>(x, y, math::Attr{s.alpha, s.beta});
+  const float g = U::template gradient<math::ScalarMath>(dy, x, y, math::Attr{s.alpha, s.beta});
   if (g != 0.0f) atomicAdd(adjoint_at(d, ops, o, v, s.k) + r, g);
 }
 
@@ -139,8 +139,8 @@ __device__ void binary_backward(const DeviceView& d, const Ops& ops, const StepD
   if constexpr (B::kUsesA || B::kUsesY) a = value_at(d, ops, o0, v, s.k)[r];
   if constexpr (B::kUsesB || B::kUsesY) b = value_at(d, ops, o1, v, s.k)[r];
   if constexpr (B::kUsesY) y = B::template value<math::ScalarMath>(a, b);
-  atomicAdd(adjoint_at(d, ops, o0, v, s.k) + r, dy * B::template d_a<math::ScalarMath>(a, b, y));
-  atomicAdd(adjoint_at(d, ops, o1, v, s.k) + r, dy * B::template d_b<math::ScalarMath>(a, b, y));
+  atomicAdd(adjoint_at(d, ops, o0, v, s.k) + r, B::template grad_a<math::ScalarMath>(dy, a, b, y));
+  atomicAdd(adjoint_at(d, ops, o1, v, s.k) + r, B::template grad_b<math::ScalarMath>(dy, a, b, y));
 }
 
 __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
