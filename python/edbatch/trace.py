@@ -173,6 +173,17 @@ class _Tracer(fx.Tracer):
             self.values[arg] = self.attribute(arg.target)  # made without create_proxy
         return arg
 
+    def path_of_module(self, mod):
+        try:
+            return super().path_of_module(mod)
+        except NameError:  # a module from outside the cell (a function's closure)
+            name = f"module{self._external}"
+            self._external += 1
+            self.root.add_module(name, mod)
+            self.submodule_paths = None  # fx's cache, where it has one
+            self.body.module_paths[mod] = name
+            return name
+
     def create_proxy(self, kind, target, args, kwargs, *rest, **options):
         proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
         frame = user_frame(_current_frames()) if kind != "placeholder" else None
@@ -226,7 +237,9 @@ class _Tracer(fx.Tracer):
             return Param((key, lambda m=owner, n=name: getattr(m, n)), value)
         if isinstance(value, torch.Tensor):
             raise Refusal("tensor constants and buffers are not supported in cells: make the "
-                          "tensor an nn.Parameter (requires_grad=False to keep it fixed)")
+                          "tensor an nn.Parameter (requires_grad=False to keep it fixed); in a "
+                          "function cell, an expression of a parameter that no module holds "
+                          "(such as W.t()) is computed before tracing and is such a constant")
         return value
 
 

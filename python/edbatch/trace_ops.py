@@ -398,6 +398,12 @@ def f_dropout(body, args, kwargs):
     return dropout_of(body, a["input"], a["p"], a["training"], a["inplace"])
 
 
+def comparison(body, args, kwargs):
+    raise Refusal("comparisons of tensor values are not supported: a cell cannot branch on "
+                  "tensor values (Python control flow is not traced); write the choice with "
+                  "arithmetic, e.g. a gate g * a + (1 - g) * b")
+
+
 # ---- the tables ----
 
 _ACTIVATIONS = {"sigmoid": (torch.sigmoid, F.sigmoid), "tanh": (torch.tanh, F.tanh),
@@ -418,6 +424,8 @@ FUNCTIONS = {
     torch.softmax: softmax("softmax"), F.softmax: softmax("softmax"),
     torch.log_softmax: softmax("log_softmax"), F.log_softmax: softmax("log_softmax"),
     torch.zeros_like: like(0.0), torch.ones_like: like(1.0), torch.full_like: like(None),
+    **{op: comparison for op in (operator.gt, operator.ge, operator.lt, operator.le,
+                                 operator.eq, operator.ne)},
 }
 for _name, _fns in _ACTIVATIONS.items():
     for _fn in _fns:
