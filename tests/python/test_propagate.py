@@ -2,9 +2,10 @@
 equal the user's own cells applied node by node in eager PyTorch (reference.propagate_reference),
 on seeded trees of mixed arity, lattices, DAGs, single-node instances and empty batches.
 
-Every case runs on two backends: "program", which runs the traced program in Python
-(program_runner.py: checks the tracer and the program format now), and "op", the extension's
-torch.ops.edbatch.propagate (skipped while the loaded extension does not register it)."""
+Every case runs on two backends (conftest.py's `backend`): "program", the traced program run in
+Python (program_runner.py: checks the tracer and the program format without the extension's op),
+and "op", torch.ops.edbatch.propagate (skipped while the loaded extension does not register it).
+"""
 import pytest
 import torch
 
@@ -12,21 +13,10 @@ import edbatch
 from edbatch import propagate as propagate_module
 
 import cells
-import program_runner
 import reference
 import structures
 
 D = 5
-
-
-@pytest.fixture(params=["program", "op"])
-def backend(request, monkeypatch):
-    if request.param == "program":
-        monkeypatch.setattr(propagate_module, "run_program", program_runner.run_program)
-    elif not propagate_module.has_propagate_op():
-        pytest.skip("torch.ops.edbatch.propagate is not registered by the loaded extension "
-                    "(user cells need the extension's propagate op)")
-    return request.param
 
 
 def inputs_for(packed, seed, ids=False):
