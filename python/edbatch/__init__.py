@@ -4,16 +4,20 @@
     packed = edbatch.pack_trees([((1, 2), 3), 4])
     model = edbatch.nn.TreeLSTM(vocab_size=10, input_size=8, hidden_size=16)
     h, c = model(packed)          # every node's states, in packed order
+
+User cells (any nn.Module of supported PyTorch ops) run batched through edbatch.nn.Propagate.
 """
 from . import _lib
 from .packing import (Packed, pack_trees, parse_sst, pack_sst, pack_lattices, pack_dags,
-                      concat_packed)
+                      pack_edges, concat_packed, collate)
 from .ops import run_cell, prepare, prepare_stats, prefetch, cells, weight_shapes
 
 _lib.load()
 
 from . import nn  # noqa: E402  (needs the ops loaded)
+from .propagate import Propagate  # noqa: E402
+from .trace import dropout_mask  # noqa: E402
 
 __all__ = ["Packed", "pack_trees", "parse_sst", "pack_sst", "pack_lattices", "pack_dags",
-           "concat_packed", "run_cell", "prepare", "prepare_stats", "prefetch", "cells",
+           "pack_edges", "concat_packed", "collate", "Propagate", "dropout_mask", "run_cell", "prepare", "prepare_stats", "prefetch", "cells",
            "weight_shapes", "nn"]

@@ -5,6 +5,7 @@ import math
 import torch
 
 from .ops import prepare, run_cell, weight_shapes
+from .propagate import Propagate  # noqa: F401  (user cells: edbatch.nn.Propagate)
 
 
 class Cell(torch.nn.Module):

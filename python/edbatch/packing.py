@@ -1,5 +1,6 @@
 """Packs Python structures (nested tuples, SST lines, lattice records, DAG records) into the
 tensor format of the ops (docs/pytorch.md)."""
+import heapq
 import random
 
 import torch
@@ -94,49 +95,73 @@ class _Builder:
         return Packed(**self.f)
 
 
+def _children(t):
+    """A tree node's children: a tuple's items, a dict node's "children"; None for a leaf id."""
+    if isinstance(t, tuple):
+        return t
+    if isinstance(t, dict):
+        return tuple(t.get("children", ()))
+    return None
+
+
 def _post_order(tree):
-    """Yields (subtree, child positions in post order) without recursion."""
+    """The subtrees of `tree` in post order, without recursion."""
     stack = [(tree, False)]
     order = []
     while stack:
         t, expanded = stack.pop()
-        if isinstance(t, tuple) and not expanded:
+        children = _children(t)
+        if children and not expanded:
             stack.append((t, True))
-            for child in reversed(t):
+            for child in reversed(children):
                 stack.append((child, False))
         else:
             order.append(t)
     return order
 
 
-def pack_trees(trees, labels=None):
-    """Packs trees given as nested tuples of word ids: ((1, 2), 3) has leaves 1, 2, 3.
+def _tree_word(i, t):
+    """The word id a tree node reads, or None."""
+    if isinstance(t, tuple):
+        if not t:
+            raise ValueError(f"pack_trees: tree {i} has an empty tuple")
+        return None
+    word = t.get("word") if isinstance(t, dict) else t
+    if word is not None and (not isinstance(word, int) or word < 0):
+        raise ValueError(f"pack_trees: tree {i} has leaf {word!r}, not a word id")
+    return word
+
+
+def pack_trees(trees, labels=None, edge_inputs=None):
+    """Packs trees of any arity given as nested tuples of word ids: ((1, 2), 3) has leaves 1, 2,
+    3 (a tuple is an inner node with those children, in order). A node may also be a dict
+    {"word": id, "children": [...]} (a word at an inner node, as in dependency trees).
 
     Nodes are in post order; labels, when given, holds one list per tree in that order.
+    edge_inputs="parent": each arc (child -> parent) reads the parent's input row (-1 when the
+    parent has no word), e.g. for Child-Sum Tree-LSTM forget gates; default: no arc input.
     """
+    if edge_inputs not in (None, "parent"):
+        raise ValueError(f"pack_trees: edge_inputs must be None or 'parent', got {edge_inputs!r}")
     b = _Builder()
     for i, tree in enumerate(trees):
-        base = len(b.f["node_inputs"])
         ids = []  # post-order position -> node id, via a stack of finished children
         stack = []
         for t in _post_order(tree):
             label = -1 if labels is None else labels[i][len(ids)]
-            if isinstance(t, tuple):
-                if len(t) == 0:
-                    raise ValueError(f"pack_trees: tree {i} has an empty tuple")
-                children = stack[len(stack) - len(t):]
-                del stack[len(stack) - len(t):]
-                k = b.node(label=label, arcs=[(c, a, -1) for a, c in enumerate(children)])
-            else:
-                if not isinstance(t, int) or t < 0:
-                    raise ValueError(f"pack_trees: tree {i} has leaf {t!r}, not a word id")
-                k = b.node(input_row=b.row(t), label=label)
+            word = _tree_word(i, t)
+            row = -1 if word is None else b.row(word)
+            n = len(_children(t) or ())
+            children = stack[len(stack) - n:] if n else []
+            del stack[len(stack) - n:]
+            arc_row = row if edge_inputs == "parent" else -1
+            k = b.node(input_row=row, label=label,
+                       arcs=[(c, a, arc_row) for a, c in enumerate(children)])
             ids.append(k)
             stack.append(k)
         if labels is not None and len(labels[i]) != len(ids):
             raise ValueError(f"pack_trees: tree {i} has {len(ids)} nodes but "
                              f"{len(labels[i])} labels")
-        assert base + len(ids) == len(b.f["node_inputs"])
         b.end_instance()
     return b.build()
 
@@ -258,6 +283,116 @@ def pack_dags(records):
                    arcs=[(base + j, a, -1) for j, a in arcs])
         b.end_instance()
     return b.build()
+
+
+def _edge_lists(i, inst):
+    """Per node of edge-list instance i: its incoming (source, kind) pairs, in the given order."""
+    n = inst["num_nodes"]
+    preds = [[] for _ in range(n)]
+    for e in inst.get("edges", ()):
+        if len(e) not in (2, 3):
+            raise ValueError(f"pack_edges: instance {i}: edge {e!r} is not (src, dst[, kind])")
+        src, dst = e[0], e[1]
+        for v in (src, dst):
+            if not isinstance(v, int) or not 0 <= v < n:
+                raise ValueError(f"pack_edges: instance {i}: edge {tuple(e)} names node {v!r}, "
+                                 f"outside 0..{n - 1}")
+        preds[dst].append((src, e[2] if len(e) == 3 else 0))
+    return preds
+
+
+def _topological(i, preds):
+    """Kahn's order of one instance (smallest node first among the ready ones, so an order that
+    is already topological is kept); ValueError naming a node on a cycle."""
+    n = len(preds)
+    succs = [[] for _ in range(n)]
+    waiting = [len(p) for p in preds]
+    for k, p in enumerate(preds):
+        for j, _ in p:
+            succs[j].append(k)
+    ready = [k for k in range(n) if waiting[k] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        j = heapq.heappop(ready)
+        order.append(j)
+        for k in succs[j]:
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                heapq.heappush(ready, k)
+    if len(order) < n:
+        left = {k for k in range(n) if waiting[k] > 0}
+        k, seen = min(left), set()
+        while k not in seen:  # walk back through unfinished predecessors to a cycle
+            seen.add(k)
+            k = next(j for j, _ in preds[k] if j in left)
+        raise ValueError(f"pack_edges: instance {i} has a cycle through node {k}")
+    return order
+
+
+def pack_edges(instances, edge_inputs=None, return_order=False):
+    """Packs DAGs given as edge lists, in any node order: each instance {"num_nodes": n, "edges":
+    [(src, dst) or (src, dst, kind)], "inputs": [word id or None per node], "kinds": [node kind],
+    "labels": [...]} (all but num_nodes optional). Nodes are sorted topologically; a node's
+    incoming arcs keep the order of "edges". edge_inputs="target": each arc reads its target
+    node's input row. return_order: also return, per instance, the packed id of each node.
+    """
+    if edge_inputs not in (None, "target"):
+        raise ValueError(f"pack_edges: edge_inputs must be None or 'target', got {edge_inputs!r}")
+    b, orders = _Builder(), []
+    for i, inst in enumerate(instances):
+        n = inst["num_nodes"]
+        preds = _edge_lists(i, inst)
+        base = len(b.f["node_inputs"])
+        position = [0] * n
+        order = _topological(i, preds)
+        for pos, k in enumerate(order):
+            position[k] = base + pos
+        inputs = inst.get("inputs") or [None] * n
+        kinds = inst.get("kinds") or [0] * n
+        labels = inst.get("labels") or [-1] * n
+        for name, values in (("inputs", inputs), ("kinds", kinds), ("labels", labels)):
+            if len(values) != n:
+                raise ValueError(f"pack_edges: instance {i} has {n} nodes but {len(values)} "
+                                 f"{name}")
+        for k in order:
+            word = inputs[k]
+            row = -1 if word is None or word < 0 else b.row(word)
+            arc_row = row if edge_inputs == "target" else -1
+            b.node(input_row=row, node_type=kinds[k], label=labels[k],
+                   arcs=[(position[j], kind, arc_row) for j, kind in preds[k]])
+        b.end_instance()
+        orders.append(position)
+    return (b.build(), orders) if return_order else b.build()
+
+
+def collate(instances):
+    """One Packed from a list of instances of one kind (a DataLoader's collate_fn): Packed
+    objects, edge-list dicts (pack_edges), lattice records (pack_lattices), DAG records with
+    "types" (pack_dags), trees (pack_trees), or (tree, labels) pairs."""
+    if not instances:
+        return _Builder().build()
+    first = instances[0]
+    if isinstance(first, Packed):
+        return concat_packed(instances)
+    if isinstance(first, dict) and "num_nodes" in first:
+        return pack_edges(instances)
+    if isinstance(first, dict) and "types" in first:
+        return pack_dags(instances)
+    if isinstance(first, dict) and "arcs" in first:
+        return pack_lattices(instances)
+    if isinstance(first, str):
+        raise TypeError("collate: parse SST lines in the dataset (parse_sst needs the "
+                        "vocabulary) and give (tree, labels) pairs")
+    if _is_labelled(first):
+        if not all(_is_labelled(t) for t in instances):
+            raise TypeError("collate: mixed labelled and unlabelled trees")
+        return pack_trees([t for t, _ in instances], [list(l) for _, l in instances])
+    return pack_trees(list(instances))
+
+
+def _is_labelled(t):
+    return isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], list)
 
 
 def concat_packed(parts):

@@ -131,3 +131,120 @@ def _stack(values, x, w):
 
 CELLS = {"tree_lstm": tree_lstm, "tree_gru": tree_gru, "lattice_lstm": lattice_lstm,
          "lattice_gru": lattice_gru, "random_dag": random_dag, "mvrnn": mvrnn}
+
+
+# ---- user cells (edbatch.nn.Propagate), node by node in eager PyTorch ----
+
+class _Dropout:
+    """Replaces F.dropout while the reference runs: the mask of docs/programs.md for the cell
+    invocation being run (index, next site), so that eager cells see the op's masks."""
+
+    def __init__(self, seed):
+        self.seed, self.index, self.site = seed, 0, 0
+
+    def __call__(self, input, p=0.5, training=True, inplace=False):
+        if not training or p == 0:
+            return input
+        from edbatch.trace import dropout_mask
+        mask = dropout_mask(self.seed, self.index, self.site, input.shape[-1], p)
+        self.site += 1
+        return input * mask.to(input.dtype) / (1 - p)
+
+
+def _as_list(cells):
+    if isinstance(cells, dict):
+        return [cells[k] for k in sorted(cells)]
+    return list(cells) if isinstance(cells, (list, tuple, torch.nn.ModuleList)) else [cells]
+
+
+def _pick(cells, kind):
+    return cells[kind] if len(cells) > 1 else cells[0]
+
+
+def _sizes(size):
+    return (size,) if isinstance(size, int) else tuple(size)
+
+
+def propagate_reference(node_cells, edge_cells, packed, x=None, ids=None, *, state_size,
+                        message_size=None, reduce="sum", initial=None, dropout=None):
+    """edbatch.nn.Propagate's math, node by node with the user's own cells (docs/programs.md,
+    "Propagation"). node_cells / edge_cells: a cell or a list by kind (one cell: every kind).
+    initial: None (zeros) or one tensor per message component. dropout: (seed, node sites per
+    node kind, edge sites per arc kind) to use the op's masks (site: the cell's first dropout
+    site in the program). Returns the state (one tensor, or a tuple when state_size is one)."""
+    nodes, edges = _as_list(node_cells), _as_list(edge_cells) if edge_cells is not None else []
+    state = _sizes(state_size)
+    message = _sizes(message_size) if message_size is not None else state
+    message_tuple = not isinstance(message_size if message_size is not None else state_size, int)
+    state_tuple = not isinstance(state_size, int)
+    hook = _Dropout(dropout[0]) if dropout else None
+    original = torch.nn.functional.dropout
+    if hook:
+        torch.nn.functional.dropout = hook
+    try:
+        states = _run(packed, x, ids, nodes, edges, message, message_tuple, state_tuple, reduce,
+                      initial, hook, dropout)
+    finally:
+        torch.nn.functional.dropout = original
+    like = x if x is not None else torch.zeros(0)
+    out = [torch.cat([s[i] for s in states]) if states else like.new_zeros((0, size))
+           for i, size in enumerate(state)]
+    return tuple(out) if state_tuple else out[0]
+
+
+def _input(x, ids, row):
+    if x is not None:
+        return x[row:row + 1] if row >= 0 else x.new_zeros((1, x.shape[1]))
+    if ids is not None:
+        if row < 0:
+            raise ValueError("the reference has no integer input for row -1")
+        return ids[row:row + 1]
+    return None
+
+
+def _pack(parts, as_tuple):
+    return tuple(parts) if as_tuple else parts[0]
+
+
+def _unpack(value):
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def _reduce(messages, how):
+    stacked = torch.stack(messages)
+    if how == "sum":
+        return stacked.sum(0)
+    if how == "mean":
+        return stacked.mean(0)
+    return stacked.max(0).values
+
+
+def _run(packed, x, ids, nodes, edges, message, message_tuple, state_tuple, how, initial, hook,
+         dropout):
+    states, n = [], packed.num_nodes
+    for k in range(n):
+        incoming = []
+        for a in range(packed.pred_ptr[k].item(), packed.pred_ptr[k + 1].item()):
+            j, kind = packed.pred_ids[a].item(), packed.arc_types[a].item()
+            if not edges:
+                incoming.append(states[j])
+                continue
+            if hook:
+                hook.index, hook.site = n + a, dropout[2][kind]
+            incoming.append(_unpack(_pick(edges, kind)(_pack(states[j], state_tuple),
+                                                       _input(x, ids,
+                                                              packed.arc_inputs[a].item()))))
+        if incoming:
+            reduced = [_reduce([m[i] for m in incoming], how) for i in range(len(message))]
+        elif initial is not None:
+            reduced = [w.view(1, -1) for w in initial]
+        else:
+            like = x if x is not None else torch.zeros(0)
+            reduced = [like.new_zeros((1, s)) for s in message]
+        kind = packed.node_types[k].item()
+        if hook:
+            hook.index, hook.site = k, dropout[1][kind]
+        out = _pick(nodes, kind)(_input(x, ids, packed.node_inputs[k].item()),
+                                 _pack(reduced, message_tuple))
+        states.append(_unpack(out))
+    return states

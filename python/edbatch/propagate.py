@@ -1,0 +1,142 @@
+"""edbatch.nn.Propagate: user cells (nn.Modules or functions of PyTorch ops) run batched over
+trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorch.md)."""
+import torch
+
+from .ops import _reraise
+from .trace import as_cells, sizes_of, trace_program
+
+
+def has_propagate_op():
+    """Whether the loaded extension registers torch.ops.edbatch.propagate."""
+    try:
+        torch.ops.edbatch.propagate
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def run_program(program, x, ids, packed, weights, seed, policy, threads):
+    """Runs a traced Program over `packed` with the op: one tensor per state component."""
+    if not has_propagate_op():
+        raise RuntimeError("edbatch.nn.Propagate: the loaded extension has no "
+                           "torch.ops.edbatch.propagate; rebuild it from a version with user "
+                           "cells (docs/pytorch.md)")
+    try:
+        return list(torch.ops.edbatch.propagate(program.text, x, ids, *packed.structure(),
+                                                weights, seed, policy, threads))
+    except RuntimeError as e:
+        _reraise(e)
+
+
+class Propagate(torch.nn.Module):
+    """Runs user cells over every node of a packed mini-batch, in topological order:
+
+        message of arc j -> k:  edge_cell[arc kind](state_j, x_arc)   (the state when no edge cell)
+        reduced message of k:   reduce over k's incoming arcs ("sum", "mean", "max"); a node
+                                without arcs gets zeros, or learned vectors (initial="learned")
+        state_k:                node_cell[node kind](x_k, reduced message)
+
+    Cells are nn.Modules or functions of the PyTorch operations of docs/pytorch.md; a list or a
+    dict {kind: cell} gives one per kind. state_size: an int (the state is one tensor) or a
+    tuple (a tuple of tensors). message_size: the edge cells' message sizes when they differ
+    from state_size (needed for initial="learned" only). forward(packed, x=None, ids=None)
+    returns every node's state (one row per node, in packed order).
+    """
+
+    def __init__(self, node_cell, edge_cell=None, reduce="sum", state_size=None,
+                 initial="zeros", message_size=None, policy="lb-greedy", threads=0):
+        super().__init__()
+        if state_size is None:
+            raise TypeError("Propagate needs state_size= (an int, or a tuple for a tuple state)")
+        if reduce not in ("sum", "mean", "max"):
+            raise ValueError(f"Propagate: reduce must be 'sum', 'mean' or 'max', got {reduce!r}")
+        if initial not in ("zeros", "learned"):
+            raise ValueError(f"Propagate: initial must be 'zeros' or 'learned', got {initial!r}")
+        self.node_cells = torch.nn.ModuleList(as_cells(node_cell, "node"))
+        self.edge_cells = torch.nn.ModuleList(as_cells(edge_cell, "edge"))
+        # A single cell (not a list or dict) serves every node / arc kind of the data.
+        self._every_kind = (_single(node_cell), _single(edge_cell) and edge_cell is not None)
+        if not len(self.node_cells):
+            raise ValueError("Propagate needs at least one node cell")
+        sizes_of(state_size, "state_size")
+        self.state_size, self.message_size = state_size, message_size
+        self.reduce, self.initial_kind = reduce, initial
+        self.policy, self.threads = policy, threads
+        self.initial = torch.nn.ParameterList()
+        if initial == "learned":
+            sizes = sizes_of(state_size if message_size is None else message_size,
+                             "message_size")[0]
+            self.initial.extend(torch.nn.Parameter(torch.zeros(s)) for s in sizes)
+        self._programs, self.last_seed = {}, 0
+
+    def program(self, input_kind="x", input_size=0, node_kinds=1, arc_kinds=1):
+        """The traced Program for this input kind and size in the current training mode (a
+        single cell given for a role is listed for node_kinds / arc_kinds kinds)."""
+        node_kinds = node_kinds if self._every_kind[0] else 0
+        arc_kinds = arc_kinds if self._every_kind[1] else 0
+        key = (input_kind, input_size, self.training, node_kinds, arc_kinds)
+        if key not in self._programs:
+            initial = [(f"initial.{i}", p) for i, p in enumerate(self.initial)]
+            nodes = list(self.node_cells) * (node_kinds or 1)
+            edges = list(self.edge_cells) * (arc_kinds or 1)
+            self._programs[key] = trace_program(
+                nodes, edges or None,
+                state_size=self.state_size, input_kind=input_kind, input_size=input_size,
+                reduce=self.reduce, initial=self.initial_kind, initial_weights=initial,
+                message_size=self.message_size)
+        return self._programs[key]
+
+    def retrace(self):
+        """Drops the traced programs (after changing a cell's code or structure)."""
+        self._programs.clear()
+
+    def forward(self, packed, x=None, ids=None):
+        kind, size, x, ids = self._inputs(x, ids)
+        program = self.program(kind, size, *_kinds(packed))
+        weights = program.weights()
+        if kind == "none" and weights:
+            x = x.to(weights[0].device)
+        seed = 0
+        if self.training and program.has_dropout:
+            seed = int(torch.randint(0, 2 ** 62, ()).item())
+        self.last_seed = seed  # the dropout masks' seed (edbatch.dropout_mask rebuilds them)
+        outputs = run_program(program, x, ids, packed, weights, seed, self.policy, self.threads)
+        return tuple(outputs) if program.state_tuple else outputs[0]
+
+    @staticmethod
+    def _inputs(x, ids):
+        """(input kind, input size, x, ids) as the op takes them."""
+        if x is not None and ids is not None:
+            raise ValueError("Propagate: give x (float rows) or ids (int64 per row), not both")
+        if x is not None:
+            if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() != 2:
+                raise TypeError(f"Propagate: x must be a float32 tensor (rows x input size), got "
+                                f"{_describe(x)}")
+            return "x", x.shape[1], x, torch.empty(0, dtype=torch.long, device=x.device)
+        if ids is not None:
+            if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 1:
+                raise TypeError(f"Propagate: ids must be an int64 tensor (one id per row), got "
+                                f"{_describe(ids)}")
+            return "ids", 0, torch.empty(0, 0, device=ids.device), ids
+        return "none", 0, torch.empty(0, 0), torch.empty(0, dtype=torch.long)
+
+    def extra_repr(self):
+        return (f"state_size={self.state_size}, reduce={self.reduce!r}, "
+                f"initial={self.initial_kind!r}, policy={self.policy!r}")
+
+
+def _single(cells):
+    return not isinstance(cells, (list, tuple, dict, torch.nn.ModuleList, torch.nn.ModuleDict))
+
+
+def _kinds(packed):
+    """(node kinds, arc kinds) a packed mini-batch uses: the largest type + 1, at least 1."""
+    def count(types):
+        return int(types.max()) + 1 if types.numel() else 1
+    return count(packed.node_types), count(packed.arc_types)
+
+
+def _describe(t):
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} of shape {tuple(t.shape)}"
+    return type(t).__name__

@@ -1,0 +1,535 @@
+"""Traces user cells (nn.Modules or functions of PyTorch ops) with torch.fx into a cell program,
+the JSON document of docs/programs.md that the extension's op `edbatch::propagate` runs.
+
+Calling conventions (batch dim 0: every value is (rows, features)):
+  node cell: cell(x, message) -> state;  edge cell: cell(state, x) -> message
+where x is the input (float rows, int64 ids, or None), and state / message are a tensor or a
+tuple of tensors.
+
+Refusals: an operation a program cannot express (or Python control flow on tensor values) raises
+TypeError; sizes that do not fit (wrong output sizes, mismatched operands, operations along the
+batch dim) raise ValueError. Both name the cell, the operation and the user's file:line.
+"""
+import inspect
+import json
+import linecache
+import os
+import traceback
+
+import torch
+import torch.fx as fx
+
+from . import trace_ops
+from .trace_ops import Ids, Param, Refusal, Shape, Vec
+
+# Frames in these are not the user's (torch, this package, the standard library).
+_SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os)) + (
+    os.path.dirname(__file__) + os.sep,)
+_REDUCES = ("sum", "mean", "max")
+_INITIALS = ("zeros", "learned")
+_INPUT_KINDS = ("x", "ids", "none")
+
+
+class FunctionCell(torch.nn.Module):
+    """A plain function as a cell module (so that fx traces into it)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, first, second):
+        return self.fn(first, second)
+
+    def extra_repr(self):
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+
+def cell_class_name(cell):
+    if isinstance(cell, FunctionCell):
+        return getattr(cell.fn, "__name__", type(cell.fn).__name__)
+    return type(cell).__name__
+
+
+# ---- weights ----
+
+class Weights:
+    """The program's weight list: one entry per (tensor, layout), with a getter per entry that
+    returns the tensor to pass to the op on every call."""
+
+    def __init__(self):
+        self.entries, self.getters, self._index = [], [], {}
+
+    def add(self, param, layout):
+        key = (id(param.tensor), layout)
+        if key not in self._index:
+            name, getter = param.key
+            t = param.tensor
+            if layout == "vector" and t.dim() != 1 or layout != "vector" and t.dim() != 2:
+                raise Refusal(f"weight {name} has shape {tuple(t.shape)}, unusable as a "
+                              f"{'vector' if layout == 'vector' else 'matrix'}", ValueError)
+            rows, cols = (t.shape[0], 0) if t.dim() == 1 else tuple(t.shape)
+            self._index[key] = len(self.entries)
+            self.entries.append({"name": name, "rows": rows, "cols": cols, "layout": layout})
+            self.getters.append(getter)
+        return self._index[key]
+
+    def tensors(self):
+        return [get() for get in self.getters]
+
+
+# ---- one cell ----
+
+class Body:
+    """The instructions of one cell as they are traced."""
+
+    def __init__(self, weights):
+        self.instructions, self.weights, self.where = [], weights, None
+
+    def emit(self, op, size, args, **fields):
+        ins = {"op": op, "size": int(size)}
+        if args:
+            ins["args"] = [a.index for a in args]
+        ins.update(fields)
+        if self.where:
+            ins["where"] = self.where[0]
+        self.instructions.append(ins)
+        index = len(self.instructions) - 1
+        return Ids(index) if op == "ids" else Vec(index, size)
+
+    def vector(self, v):
+        """v as a feature value: a vector weight becomes a `weight` instruction."""
+        if isinstance(v, Vec):
+            return v
+        if isinstance(v, Param) and v.tensor.dim() == 1 and not v.transposed:
+            return self.emit("weight", v.tensor.shape[0], None, weight=self.weight(v, "vector"))
+        if isinstance(v, Param):
+            raise Refusal(f"a weight of shape {tuple(v.tensor.shape)} used elementwise: only "
+                          f"vector weights can be (matrices go into products)", ValueError)
+        raise Refusal(f"{trace_ops.describe(v)} where a tensor is expected")
+
+    def weight(self, param, layout):
+        return self.weights.add(param, layout)
+
+    def param_of(self, module, name):
+        """A module's own parameter (nn.Linear.weight...), or None."""
+        t = module._parameters.get(name)  # not getattr: fx patches it while tracing
+        if t is None:
+            return None
+        path = _user_path(self.module_paths[module]) + name
+        return Param((self.prefix + path, lambda m=module, n=name: getattr(m, n)), t)
+
+
+def _user_path(path):
+    """A path under the tracing wrapper as a path under the user's cell, with a trailing dot."""
+    if path == "cell":
+        return ""
+    path = path[len("cell."):] if path.startswith("cell.") else path
+    return path + "." if path else ""
+
+
+def user_frame(frames):
+    """The innermost frame of `frames` (innermost first) in the user's code, or None."""
+    for filename, line in frames:
+        if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<"):
+            return filename, line
+    return None
+
+
+def format_where(frame):
+    filename, line = frame
+    rel = os.path.relpath(filename)
+    return f"{filename if rel.startswith('..') else rel}:{line}", filename, line
+
+
+def _current_frames():
+    frame = inspect.currentframe()
+    while frame is not None:
+        yield frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+
+
+class _Tracer(fx.Tracer):
+    """fx's tracer, evaluating every node as it is created (sizes, instructions) so that chunks
+    unpack, sizes are plain ints and errors point at the user's line."""
+
+    def __init__(self, body, placeholders, prefix):
+        super().__init__()
+        self.record_stack_traces = True
+        self.body, self.placeholders, self.values = body, placeholders, {}
+        self.body.prefix = prefix
+        self._external = 0
+
+    def trace(self, root, *args, **kwargs):
+        self.body.module_paths = {m: p for p, m in root.named_modules()}
+        return super().trace(root, *args, **kwargs)
+
+    def create_arg(self, a):
+        if isinstance(a, torch.nn.Parameter) and all(a is not p for p in self.root.parameters()):
+            # A parameter from outside the cell (a function's closure): one weight of its own.
+            self.root.register_parameter(f"param{self._external}", a)
+            self._external += 1
+        arg = super().create_arg(a)
+        if isinstance(arg, fx.Node) and arg.op == "get_attr" and arg not in self.values:
+            self.values[arg] = self.attribute(arg.target)  # made without create_proxy
+        return arg
+
+    def path_of_module(self, mod):
+        try:
+            return super().path_of_module(mod)
+        except NameError:  # a module from outside the cell (a function's closure)
+            name = f"module{self._external}"
+            self._external += 1
+            self.root.add_module(name, mod)
+            self.submodule_paths = None  # fx's cache, where it has one
+            self.body.module_paths[mod] = name
+            return name
+
+    def create_proxy(self, kind, target, args, kwargs, *rest, **options):
+        proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
+        frame = user_frame(_current_frames()) if kind != "placeholder" else None
+        self.body.where = format_where(frame) if frame else None
+        value = self.evaluate(proxy.node)
+        self.values[proxy.node] = value
+        if isinstance(value, (int, float, bool)):
+            return value
+        if isinstance(value, tuple):
+            return tuple(self.create_proxy("call_function", trace_ops.operator.getitem,
+                                           (proxy, i), {}) for i in range(len(value)))
+        return proxy
+
+    def iter(self, obj):
+        value = self.values.get(obj.node)
+        if isinstance(value, tuple):
+            return iter([obj[i] for i in range(len(value))])
+        return super().iter(obj)
+
+    def evaluate(self, node):
+        if node.op == "placeholder":
+            return self.placeholders[node.target](self.body)
+        if node.op == "get_attr":
+            return self.attribute(node.target)
+        args = fx.node.map_arg(node.args, self.values.__getitem__)
+        kwargs = fx.node.map_arg(node.kwargs, self.values.__getitem__)
+        if node.op == "call_module":
+            module = self.root.get_submodule(node.target)
+            handler = trace_ops.MODULES.get(type(module))
+            if handler is None:
+                raise Refusal(f"{_module_name(module)} is not supported in cells")
+            return handler(self.body, module, args, kwargs)
+        if node.op == "call_method":
+            handler, name = trace_ops.METHODS.get(node.target), f"Tensor.{node.target}"
+            if node.target.endswith("_") and not node.target.endswith("__"):
+                raise Refusal(f"the in-place method {name} is not supported")
+        else:
+            handler, name = trace_ops.FUNCTIONS.get(node.target), _function_name(node.target)
+        if handler is None:
+            raise Refusal(f"{name} is not supported in cells")
+        return handler(self.body, args, kwargs)
+
+    def attribute(self, path):
+        owner_path, _, name = path.rpartition(".")
+        owner = self.root.get_submodule(owner_path) if owner_path else self.root
+        value = owner._parameters.get(name)  # not getattr: fx patches it while tracing
+        if value is None:
+            value = owner._buffers.get(name, owner.__dict__.get(name))
+        if isinstance(value, torch.nn.Parameter):
+            key = self.body.prefix + _user_path(owner_path) + name
+            return Param((key, lambda m=owner, n=name: getattr(m, n)), value)
+        if isinstance(value, torch.Tensor):
+            raise Refusal("tensor constants and buffers are not supported in cells: make the "
+                          "tensor an nn.Parameter (requires_grad=False to keep it fixed); in a "
+                          "function cell, an expression of a parameter that no module holds "
+                          "(such as W.t()) is computed before tracing and is such a constant")
+        return value
+
+
+def _module_name(module):
+    cls = type(module)
+    return f"nn.{cls.__name__}" if cls.__module__.startswith("torch.nn") else cls.__qualname__
+
+
+def _function_name(fn):
+    module = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__name__", repr(fn))
+    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
+        return f"F.{name}"
+    if module.startswith("_operator") or module == "operator":
+        return f"operator.{name}"
+    return f"torch.{name}" if module.startswith("torch") else f"{module}.{name}"
+
+
+def _wrapper(cell, role, n_first, tuple_first, n_second, tuple_second):
+    """A module whose forward takes one placeholder per input slot and calls the cell with the
+    user's convention (tuples rebuilt, None for a missing input)."""
+    names = [f"a{i}" for i in range(n_first + n_second)]
+
+    def group(part, as_tuple):
+        if not part:
+            return "None"
+        return f"({', '.join(part)},)" if as_tuple else part[0]
+
+    first = group(names[:n_first], tuple_first)
+    second = group(names[n_first:], tuple_second)
+    source = f"def forward(self, {', '.join(names)}):\n    return self.cell({first}, {second})\n"
+    scope = {}
+    exec(compile(source, "<edbatch cell>", "exec"), scope)
+    wrapper = type(f"{role}_cell", (torch.nn.Module,), {"forward": scope["forward"]})()
+    wrapper.cell = cell
+    return wrapper
+
+
+def _refuse(error, cell_name, where, frames=None):
+    if where is None and frames is not None:
+        frame = user_frame(frames)
+        where = format_where(frame) if frame else None
+    location, text = "", ""
+    if where is not None:
+        location = f" at {where[0]}"
+        line = linecache.getline(where[1], where[2]).strip()
+        text = f"\n    {line}" if line else ""
+    return f"{cell_name}{location}: {error}{text}"
+
+
+def trace_cell(cell, cell_name, role, inputs, weights, prefix):
+    """Traces one cell. inputs: the cell's two arguments (first, second), each (slots,
+    as_tuple) with slots a list of (kind, slot, size). Returns (instructions,
+    output sizes, whether the output is a tuple)."""
+    (first, tuple_first), (second, tuple_second) = inputs
+    body = Body(weights)
+    placeholders = {}
+    for i, (kind, slot, size) in enumerate(first + second):
+        placeholders[f"a{i}"] = _slot(kind, slot, size)
+    root = _wrapper(cell, role, len(first), tuple_first, len(second), tuple_second)
+    tracer = _Tracer(body, placeholders, prefix)
+    try:
+        graph = tracer.trace(root)
+    except Refusal as e:
+        raise e.error(_refuse(f"{e} (cells may contain: {trace_ops.SUPPORTED}; "
+                              f"docs/pytorch.md)" if e.error is TypeError else str(e),
+                              cell_name, body.where)) from None
+    except Exception as e:  # fx's TraceError (control flow) and anything else tracing raised
+        frames = [(f.filename, f.lineno) for f in reversed(traceback.extract_tb(e.__traceback__))]
+        if isinstance(e, fx.proxy.TraceError):
+            message = ("Python control flow on tensor values (if/while/for over a traced "
+                       "tensor) cannot be traced: a cell must run the same operations for every "
+                       f"node ({e.__class__.__name__}: {str(e).splitlines()[0]})")
+        else:
+            message = f"tracing failed: {e.__class__.__name__}: {e}"
+        raise TypeError(_refuse(message, cell_name, None, frames)) from e
+    return _outputs(graph, tracer, cell_name) + (body.instructions,)
+
+
+def _slot(kind, slot, size):
+    if kind == "ids":
+        return lambda body: body.emit("ids", 1, None, slot=slot)
+    return lambda body: body.emit("input", size, None, slot=slot)
+
+
+def _outputs(graph, tracer, cell_name):
+    output = next(n for n in graph.nodes if n.op == "output")
+    result = fx.node.map_arg(output.args[0], tracer.values.__getitem__)
+    as_tuple = isinstance(result, (tuple, list))
+    parts = list(result) if as_tuple else [result]
+    outputs = []
+    for part in parts:
+        if isinstance(part, Param) and part.tensor.dim() == 1:
+            tracer.body.where = None
+            part = tracer.body.vector(part)
+        if not isinstance(part, Vec):
+            raise TypeError(f"{cell_name} returns {trace_ops.describe(part)}; a cell returns a "
+                            f"tensor or a tuple of tensors")
+        outputs.append(part)
+    return [v.index for v in outputs], tuple(v.size for v in outputs), as_tuple
+
+
+# ---- programs ----
+
+class Program:
+    """A traced program: `doc` (docs/programs.md), `text` (its JSON), and `weights()` (the op's
+    weight tensors, in order). `cell_sites[c]` is the dropout site of cell c's first dropout."""
+
+    def __init__(self, doc, weights, state_tuple, message_tuple):
+        self.doc, self.text = doc, json.dumps(doc, separators=(",", ":"))
+        self._weights, self.state_tuple, self.message_tuple = weights, state_tuple, message_tuple
+        self.cell_sites, site = [], 0
+        for cell in doc["cells"]:
+            self.cell_sites.append(site)
+            site += sum(ins["op"] == "dropout" for ins in cell["body"])
+        self.has_dropout = site > 0
+
+    def weights(self):
+        return self._weights.tensors()
+
+
+def sizes_of(size, what):
+    """(sizes tuple, as_tuple) from an int or a tuple of ints."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        sizes, as_tuple = (size,), False
+    else:
+        sizes, as_tuple = tuple(size), True
+    if not sizes or any(not isinstance(s, int) or s <= 0 for s in sizes):
+        raise ValueError(f"{what} must be a positive int or a tuple of them, got {size!r}")
+    return sizes, as_tuple
+
+
+def as_cells(cells, role):
+    """A cell, or a list / dict (kinds 0..n-1) of them, as a list of modules."""
+    if cells is None:
+        return []
+    if isinstance(cells, dict) or isinstance(cells, torch.nn.ModuleDict):
+        keys = sorted(int(k) for k in cells.keys())
+        if keys != list(range(len(keys))):
+            raise ValueError(f"{role} cells by kind: the keys must be the kinds 0..n-1, got "
+                             f"{sorted(cells.keys())}")
+        cells = [cells[k] if k in cells else cells[str(k)] for k in keys]
+    elif not isinstance(cells, (list, tuple, torch.nn.ModuleList)):
+        cells = [cells]
+    out = []
+    for c in cells:
+        if not callable(c):
+            raise TypeError(f"a {role} cell must be an nn.Module or a function, got "
+                            f"{type(c).__name__}")
+        out.append(c if isinstance(c, torch.nn.Module) else FunctionCell(c))
+    return out
+
+
+def _identity(cell):
+    return id(cell.fn) if isinstance(cell, FunctionCell) else id(cell)
+
+
+def _input_slots(kind, size, slot):
+    return {"x": [("x", slot, size)], "ids": [("ids", slot, 0)], "none": []}[kind]
+
+
+def trace_program(node_cells, edge_cells=None, *, state_size, input_kind="x", input_size=0,
+                  reduce="sum", initial="zeros", initial_weights=(), message_size=None,
+                  prefixes=("node_cells.", "edge_cells.")):
+    """Traces the cells into a Program. node_cells / edge_cells: a cell, or a list / dict of
+    cells by node / arc kind. initial_weights: (name, tensor) per message component for
+    initial="learned". Raises TypeError / ValueError naming the cell (module docstring)."""
+    if input_kind not in _INPUT_KINDS or reduce not in _REDUCES or initial not in _INITIALS:
+        raise ValueError(f"input kind {input_kind!r}, reduce {reduce!r}, initial {initial!r}: "
+                         f"expected one of {_INPUT_KINDS}, {_REDUCES}, {_INITIALS}")
+    state, state_tuple = sizes_of(state_size, "state_size")
+    nodes, edges = as_cells(node_cells, "node"), as_cells(edge_cells, "edge")
+    if not nodes:
+        raise ValueError("Propagate needs at least one node cell")
+    weights = Weights()
+    edge_cells_, message, message_tuple = _trace_edges(
+        edges, weights, state, state_tuple, _input_slots(input_kind, input_size, len(state)),
+        prefixes[1])
+    if message is None:
+        message, message_tuple = state, state_tuple
+    if message_size is not None and sizes_of(message_size, "message_size")[0] != message:
+        raise ValueError(f"the edge cells return messages of sizes {message}, but message_size "
+                         f"is {message_size!r}")
+    node_cells_ = _trace_nodes(nodes, weights, state, message, message_tuple,
+                               _input_slots(input_kind, input_size, 0), prefixes[0])
+    cells = [c for c in node_cells_["cells"]] + [c for c in edge_cells_["cells"]]
+    offset = len(node_cells_["cells"])
+    doc = {"version": 1, "input": {"kind": input_kind,
+                                   "size": input_size if input_kind == "x" else 0},
+           "state": list(state), "message": list(message), "reduce": reduce,
+           "initial": initial,
+           "initial_weights": _initial(initial, initial_weights, message, weights),
+           "node_cells": node_cells_["kinds"],
+           "edge_cells": [offset + c for c in edge_cells_["kinds"]],
+           "weights": weights.entries, "cells": cells}
+    return Program(doc, weights, state_tuple, message_tuple)
+
+
+def _trace_role(cells, role, weights, inputs, prefix, check):
+    """Traces each distinct cell once: {"cells": [...], "kinds": [cell index per kind]}, and
+    the first cell's output (sizes, as_tuple)."""
+    out, kinds, seen, first = [], [], {}, None
+    for kind, cell in enumerate(cells):
+        key = _identity(cell)
+        if key not in seen:
+            name = f"{role} cell {kind} ({cell_class_name(cell)})"
+            outputs, sizes, as_tuple, body = trace_cell(cell, name, role, inputs, weights,
+                                                        f"{prefix}{kind}.")
+            check(name, sizes, first)
+            first = first or (name, sizes, as_tuple)
+            seen[key] = len(out)
+            out.append({"name": name, "body": body, "outputs": outputs})
+        kinds.append(seen[key])
+    return {"cells": out, "kinds": kinds}, first
+
+
+def _trace_edges(edges, weights, state, state_tuple, slots, prefix):
+    if not edges:
+        return {"cells": [], "kinds": []}, None, False
+
+    def check(name, sizes, first):
+        if first is not None and sizes != first[1]:
+            raise ValueError(f"{name} returns a message of sizes {sizes}, but {first[0]} "
+                             f"returns {first[1]}: every edge cell must return the same sizes")
+
+    inputs = (([("x", i, s) for i, s in enumerate(state)], state_tuple), (slots, False))
+    result, first = _trace_role(edges, "edge", weights, inputs, prefix, check)
+    return result, first[1], first[2]
+
+
+def _trace_nodes(nodes, weights, state, message, message_tuple, slots, prefix):
+    def check(name, sizes, first):
+        if sizes != state:
+            also = (f" (and {first[0]} returns {first[1]}: node cells' states must not differ "
+                    f"between kinds)" if first is not None and first[1] != sizes else "")
+            raise ValueError(f"{name} returns a state of sizes {sizes}, but state_size is "
+                             f"{state if len(state) > 1 else state[0]}{also}")
+
+    # Slot 0 is the input even when there is none (docs/programs.md): messages from slot 1.
+    inputs = ((slots, False), ([("x", 1 + i, s) for i, s in enumerate(message)], message_tuple))
+    return _trace_role(nodes, "node", weights, inputs, prefix, check)[0]
+
+
+def _initial(initial, initial_weights, message, weights):
+    if initial == "zeros":
+        return []
+    if len(initial_weights) != len(message):
+        raise ValueError(f"initial='learned' needs one weight per message component "
+                         f"({len(message)}), got {len(initial_weights)}")
+    out = []
+    for i, ((name, tensor), size) in enumerate(zip(initial_weights, message)):
+        if tuple(tensor.shape) != (size,):
+            raise ValueError(f"the learned initial message component {i} ({name}) has shape "
+                             f"{tuple(tensor.shape)}, but the message component has size {size} "
+                             f"(pass message_size= to Propagate when edge cells change sizes)")
+        try:
+            out.append(weights.add(Param((name, lambda t=tensor: t), tensor), "vector"))
+        except Refusal as e:
+            raise ValueError(str(e)) from None
+    return out
+
+
+# ---- dropout masks (kernels/op_math.h) ----
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix(h):
+    """murmur3's fmix32."""
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _M32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _M32
+    return h ^ (h >> 16)
+
+
+def dropout_key(seed, index, site):
+    """The key of one dropout invocation: index is the node number (node cells) or num_nodes +
+    the arc number (edge cells), site the dropout instruction's number in the program."""
+    low, high = seed & _M32, (seed >> 32) & _M32
+    return _mix(_mix(low ^ _mix(high)) ^ _mix(index & _M32) ^ ((site * 0x9E3779B9) & _M32))
+
+
+def dropout_hash(key, i):
+    return _mix(key ^ ((i * 0x27D4EB2F) & _M32) ^ 0x165667B1)
+
+
+def dropout_mask(seed, index, site, size, p):
+    """The kept entries (a bool tensor of `size`) of one dropout invocation."""
+    key = dropout_key(seed, index, site)
+    threshold = p * 4294967296.0
+    return torch.tensor([dropout_hash(key, i) >= threshold for i in range(size)],
+                        dtype=torch.bool)

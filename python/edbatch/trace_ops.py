@@ -1,0 +1,500 @@
+"""What each supported PyTorch operation becomes in a cell program (docs/programs.md).
+
+Handlers take the cell being built (`Body`) and the traced call's arguments, already mapped to
+symbolic values, and return the result's value: a `Vec` (a feature vector of the program), an
+`Ids` (the integer input), a `Param` (a weight, possibly transposed), a `Shape`, a tuple of
+values, or a plain Python number. They raise `Refusal` for anything docs/programs.md cannot say.
+"""
+import operator
+
+import torch
+import torch.nn.functional as F
+
+nn = torch.nn
+
+SUPPORTED = (
+    "nn.Linear, F.linear, x @ W, torch.matmul, torch.addmm (W an nn.Parameter, or W.t()); "
+    "+ - * / with tensors, weight vectors and Python numbers, unary minus; "
+    "sigmoid, tanh, relu, gelu (approximate='none'), softplus (beta=1, threshold=20), exp, log, "
+    "sqrt (torch., F., method and module forms); torch.cat, chunk, split, narrow and slicing "
+    "(x[:, a:b]) along the last dim; nn.Embedding of the integer input; nn.LayerNorm / "
+    "F.layer_norm over the last dim; nn.Dropout / F.dropout; softmax / log_softmax over the last "
+    "dim; zeros_like / ones_like / full_like; tuple returns and unpacking")
+
+
+class Refusal(Exception):
+    """A traced operation that a program cannot express; `error` is the type to raise."""
+
+    def __init__(self, message, error=TypeError):
+        super().__init__(message)
+        self.error = error
+
+
+class Vec:
+    """A feature vector: value number `index` of the cell's body, `size` entries."""
+    __slots__ = ("index", "size")
+
+    def __init__(self, index, size):
+        self.index, self.size = index, size
+
+
+class Ids:
+    """The integer input (only an embedding may read it)."""
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+
+class Param:
+    """A weight tensor read by the cell: `key` names it for the program, `transposed` after .t()."""
+    __slots__ = ("key", "tensor", "transposed")
+
+    def __init__(self, key, tensor, transposed=False):
+        self.key, self.tensor, self.transposed = key, tensor, transposed
+
+
+class Shape:
+    """x.shape / x.size() of a feature value: (batch, size); only the size is known."""
+    __slots__ = ("size",)
+
+    def __init__(self, size):
+        self.size = size
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def describe(v):
+    names = {Vec: "a tensor", Ids: "the integer input", Param: "a weight", Shape: "a shape"}
+    return names.get(type(v), type(v).__name__)
+
+
+def bind(args, kwargs, names, defaults):
+    """Python's argument binding for a traced call: {name: value}."""
+    out = dict(defaults)
+    out.update(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names and k not in defaults:
+            raise Refusal(f"argument {k}= is not supported")
+        out[k] = v
+    return out
+
+
+def feature_dim(dim, what):
+    if dim in (1, -1):
+        return
+    if dim in (0, -2):
+        raise Refusal(f"{what} along the batch dim (dim {dim}) is not supported: a cell sees one "
+                      f"row per node, and works along the features (dim -1)", ValueError)
+    raise Refusal(f"{what} along dim {dim} is not supported: values are (batch, features)",
+                  ValueError)
+
+
+def same_size(a, b, what):
+    if a.size != b.size:
+        raise Refusal(f"{what} of sizes {a.size} and {b.size}", ValueError)
+
+
+# ---- elementwise ----
+
+_SCALAR_RIGHT = {"add": lambda s: (1.0, s), "sub": lambda s: (1.0, -s),
+                 "mul": lambda s: (s, 0.0), "div": lambda s: (1.0 / s, 0.0)}
+_SCALAR_LEFT = {"add": lambda s: (1.0, s), "sub": lambda s: (-1.0, s), "mul": lambda s: (s, 0.0)}
+_PYTHON = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+           "div": operator.truediv}
+
+
+def binary(name):
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "other"), {"alpha": 1})
+        if a["alpha"] != 1:
+            raise Refusal(f"{name} with alpha={a['alpha']} is not supported")
+        x, y = a["input"], a["other"]
+        if is_number(x) and is_number(y):
+            return _PYTHON[name](x, y)
+        if is_number(y):
+            alpha, beta = _SCALAR_RIGHT[name](float(y))
+            return body.emit("scale", body.vector(x).size, [body.vector(x)], alpha=alpha,
+                             beta=beta)
+        if is_number(x):
+            v = body.vector(y)
+            if name == "div":
+                return body.emit("rdiv", v.size, [v], alpha=float(x))
+            alpha, beta = _SCALAR_LEFT[name](float(x))
+            return body.emit("scale", v.size, [v], alpha=alpha, beta=beta)
+        x, y = body.vector(x), body.vector(y)
+        same_size(x, y, f"{name} of tensors")
+        return body.emit(name, x.size, [x, y])
+    return handle
+
+
+def negate(body, args, kwargs):
+    v = body.vector(args[0])
+    return body.emit("scale", v.size, [v], alpha=-1.0, beta=0.0)
+
+
+def identity(body, args, kwargs):
+    return args[0]
+
+
+def unary(name, check=None):
+    def handle(body, args, kwargs):
+        if check is not None:
+            check(args[1:], kwargs)
+        v = body.vector(args[0])
+        return body.emit(name, v.size, [v])
+    return handle
+
+
+def _no_inplace(args, kwargs):
+    if kwargs.get("inplace") or (args and args[0] is True):
+        raise Refusal("in-place operations (inplace=True) are not supported")
+
+
+def _gelu(args, kwargs):
+    if bind(args, kwargs, ("approximate",), {"approximate": "none"})["approximate"] != "none":
+        raise Refusal("gelu with approximate='tanh' is not supported (use approximate='none')")
+
+
+def _softplus(args, kwargs):
+    a = bind(args, kwargs, ("beta", "threshold"), {"beta": 1, "threshold": 20})
+    if a["beta"] != 1 or a["threshold"] != 20:
+        raise Refusal("softplus is supported with beta=1 and threshold=20 only")
+
+
+def like(value):
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "fill_value"),
+                 {"fill_value": value, "dtype": None, "device": None, "requires_grad": False,
+                  "memory_format": None, "layout": None, "pin_memory": None})
+        v = body.vector(a["input"])
+        return body.emit("const", v.size, [], value=float(a["fill_value"]))
+    return handle
+
+
+def softmax(name):
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "dim"), {"dim": None, "_stacklevel": 3, "dtype": None})
+        if a["dtype"] is not None:
+            raise Refusal(f"{name} with dtype= is not supported")
+        if a["dim"] is not None:  # None: PyTorch's implicit dim, 1 for (batch, features)
+            feature_dim(a["dim"], name)
+        v = body.vector(a["input"])
+        return body.emit(name, v.size, [v])
+    return handle
+
+
+# ---- products ----
+
+def linear_of(body, x, weight, bias, form):
+    """x W^T + b (form "linear": weight is torch (out, in)) or x W + b (form "matmul")."""
+    if not isinstance(x, Vec):
+        raise Refusal(f"a product needs a tensor on the left, got {describe(x)}")
+    if not isinstance(weight, Param) or weight.tensor.dim() != 2:
+        raise Refusal("products are supported with a weight matrix (an nn.Parameter of the cell, "
+                      f"or its .t()) on the right, got {describe(weight)}")
+    rows, cols = weight.tensor.shape
+    as_is = (form == "matmul") != weight.transposed
+    layout = "as_is" if as_is else "transpose"
+    size_in, size_out = (rows, cols) if as_is else (cols, rows)
+    if x.size != size_in:
+        raise Refusal(f"a product of a size-{x.size} tensor with a weight expecting {size_in} "
+                      f"inputs", ValueError)
+    b = -1
+    if bias is not None:
+        if not isinstance(bias, Param) or bias.tensor.dim() != 1:
+            out = body.emit("linear", size_out, [x], weight=body.weight(weight, layout), bias=-1)
+            return binary("add")(body, (out, bias), {})
+        if bias.tensor.shape[0] != size_out:
+            raise Refusal(f"a bias of size {bias.tensor.shape[0]} for {size_out} outputs",
+                          ValueError)
+        b = body.weight(bias, "vector")
+    return body.emit("linear", size_out, [x], weight=body.weight(weight, layout), bias=b)
+
+
+def f_linear(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "weight", "bias"), {"bias": None})
+    return linear_of(body, a["input"], a["weight"], a["bias"], "linear")
+
+
+def matmul(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "other"), {})
+    return linear_of(body, a["input"], a["other"], None, "matmul")
+
+
+def addmm(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "mat1", "mat2"), {"beta": 1, "alpha": 1})
+    if a["beta"] != 1 or a["alpha"] != 1:
+        raise Refusal("addmm with alpha or beta other than 1 is not supported")
+    return linear_of(body, a["mat1"], a["mat2"], a["input"], "matmul")
+
+
+def transpose_weight(body, args, kwargs):
+    w = args[0]
+    if isinstance(w, Param) and w.tensor.dim() == 2:
+        return Param(w.key, w.tensor, not w.transposed)
+    raise Refusal(f"transposing {describe(w)} is not supported (only a weight matrix's .t())",
+                  ValueError if isinstance(w, Vec) else TypeError)
+
+
+def embedding_of(body, ids, weight, options):
+    if not isinstance(ids, Ids):
+        raise Refusal(f"an embedding reads the integer input (input kind 'ids'), got "
+                      f"{describe(ids)}")
+    for name in ("padding_idx", "max_norm", "scale_grad_by_freq", "sparse"):
+        value = options.get(name)
+        if value is not None and value is not False:
+            raise Refusal(f"an embedding with {name}={value!r} is not supported")
+    return body.emit("embedding", weight.tensor.shape[1], [ids], weight=body.weight(weight,
+                                                                                    "lookup"))
+
+
+def f_embedding(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "weight", "padding_idx", "max_norm", "norm_type",
+                            "scale_grad_by_freq", "sparse"), {})
+    return embedding_of(body, a["input"], a["weight"], a)
+
+
+# ---- features: cat, slices ----
+
+def cat(body, args, kwargs):
+    a = bind(args, kwargs, ("tensors", "dim"), {"dim": 0})
+    feature_dim(a["dim"], "torch.cat")
+    parts = [body.vector(v) for v in a["tensors"]]
+    return body.emit("cat", sum(p.size for p in parts), parts)
+
+
+def slice_of(body, v, begin, end):
+    if begin == 0 and end == v.size:
+        return v
+    if not 0 <= begin < end <= v.size:
+        raise Refusal(f"an empty or out-of-range slice [{begin}, {end}) of a size-{v.size} "
+                      f"tensor", ValueError)
+    return body.emit("slice", end - begin, [v], begin=begin, end=end)
+
+
+def pieces(body, v, sizes):
+    out, begin = [], 0
+    for s in sizes:
+        out.append(slice_of(body, v, begin, begin + s))
+        begin += s
+    return tuple(out)
+
+
+def chunk(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "chunks", "dim"), {"dim": 0})
+    feature_dim(a["dim"], "chunk")
+    v = body.vector(a["input"])
+    step = -(-v.size // a["chunks"])  # torch.chunk: ceil(size / chunks) each, the last smaller
+    return pieces(body, v, [min(step, v.size - b) for b in range(0, v.size, step)])
+
+
+def split(body, args, kwargs):
+    a = bind(args, kwargs, ("tensor", "split_size_or_sections", "dim"),
+             {"dim": 0, "split_size": None})
+    feature_dim(a["dim"], "split")
+    v = body.vector(a["tensor"])
+    sizes = a.get("split_size_or_sections", a["split_size"])
+    if isinstance(sizes, int):
+        sizes = [min(sizes, v.size - b) for b in range(0, v.size, sizes)]
+    elif sum(sizes) != v.size:
+        raise Refusal(f"split sizes {list(sizes)} do not add up to {v.size}", ValueError)
+    return pieces(body, v, sizes)
+
+
+def narrow(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "dim", "start", "length"), {})
+    feature_dim(a["dim"], "narrow")
+    v = body.vector(a["input"])
+    start = a["start"] + v.size if a["start"] < 0 else a["start"]
+    return slice_of(body, v, start, start + a["length"])
+
+
+def getitem(body, args, kwargs):
+    v, index = args
+    if isinstance(v, (tuple, list)):
+        return v[index]
+    if isinstance(v, Shape):
+        if index in (1, -1):
+            return v.size
+        raise Refusal("the batch size (shape[0]) is not known when a cell is traced", ValueError)
+    if not isinstance(v, Vec):
+        raise Refusal(f"indexing {describe(v)} is not supported")
+    if not isinstance(index, tuple):
+        index = (index,)
+    if index[:1] == (Ellipsis,) and len(index) == 2:
+        index = (slice(None), index[1])
+    if index == (Ellipsis,) or index == (slice(None),):
+        return v
+    if len(index) != 2 or index[0] != slice(None):
+        raise Refusal("indexing along the batch dim is not supported: slice the features with "
+                      "x[:, a:b] or x[..., a:b]", ValueError)
+    s = index[1]
+    if not isinstance(s, slice):
+        raise Refusal(f"x[:, {s!r}] drops the feature dim; use a slice such as x[:, a:a+1]",
+                      ValueError)
+    begin, end, step = s.indices(v.size)
+    if step != 1:
+        raise Refusal("slices with a step are not supported", ValueError)
+    return slice_of(body, v, begin, end)
+
+
+def size(body, args, kwargs):
+    v = args[0]
+    if not isinstance(v, Vec):
+        raise Refusal(f"the size of {describe(v)} is not supported")
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    return Shape(v.size) if dim is None else getitem(body, (Shape(v.size), dim), {})
+
+
+def get_attribute(body, args, kwargs):
+    v, name = args
+    if name == "T":
+        return transpose_weight(body, (v,), {})
+    if name == "shape":
+        return size(body, (v,), {})
+    raise Refusal(f"the attribute .{name} is not supported")
+
+
+# ---- layer norm, dropout ----
+
+def layer_norm_of(body, x, shape, weight, bias, eps):
+    v = body.vector(x)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if shape != (v.size,):
+        raise Refusal(f"layer_norm over shape {shape} of a size-{v.size} tensor: only the last "
+                      f"dim is supported", ValueError)
+    refs = []
+    for p in (weight, bias):
+        if p is not None and not (isinstance(p, Param) and p.tensor.dim() == 1):
+            raise Refusal("layer_norm's weight and bias must be vector weights (nn.Parameter)")
+        refs.append(-1 if p is None else body.weight(p, "vector"))
+    return body.emit("layer_norm", v.size, [v], eps=float(eps), weight=refs[0], bias=refs[1])
+
+
+def f_layer_norm(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "normalized_shape", "weight", "bias", "eps"),
+             {"weight": None, "bias": None, "eps": 1e-5})
+    return layer_norm_of(body, a["input"], a["normalized_shape"], a["weight"], a["bias"],
+                         a["eps"])
+
+
+def dropout_of(body, x, p, training, inplace):
+    if inplace:
+        raise Refusal("in-place operations (inplace=True) are not supported")
+    if not 0 <= p < 1:
+        raise Refusal(f"dropout with p={p} is not supported (0 <= p < 1)", ValueError)
+    v = body.vector(x)
+    if not training or p == 0:
+        return v
+    return body.emit("dropout", v.size, [v], p=float(p))
+
+
+def f_dropout(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "p", "training", "inplace"),
+             {"p": 0.5, "training": True, "inplace": False})
+    return dropout_of(body, a["input"], a["p"], a["training"], a["inplace"])
+
+
+def comparison(body, args, kwargs):
+    raise Refusal("comparisons of tensor values are not supported: a cell cannot branch on "
+                  "tensor values (Python control flow is not traced); write the choice with "
+                  "arithmetic, e.g. a gate g * a + (1 - g) * b")
+
+
+# ---- the tables ----
+
+_ACTIVATIONS = {"sigmoid": (torch.sigmoid, F.sigmoid), "tanh": (torch.tanh, F.tanh),
+                "relu": (torch.relu, F.relu), "exp": (torch.exp,), "log": (torch.log,),
+                "sqrt": (torch.sqrt,)}
+
+FUNCTIONS = {
+    operator.add: binary("add"), operator.sub: binary("sub"), operator.mul: binary("mul"),
+    operator.truediv: binary("div"), operator.neg: negate, operator.pos: identity,
+    torch.add: binary("add"), torch.sub: binary("sub"), torch.mul: binary("mul"),
+    torch.div: binary("div"), torch.neg: negate,
+    operator.matmul: matmul, torch.matmul: matmul, torch.mm: matmul, F.linear: f_linear,
+    torch.addmm: addmm, torch.t: transpose_weight,
+    F.gelu: unary("gelu", _gelu), F.softplus: unary("softplus", _softplus),
+    torch.cat: cat, torch.chunk: chunk, torch.split: split, torch.narrow: narrow,
+    operator.getitem: getitem, getattr: get_attribute,
+    F.embedding: f_embedding, F.layer_norm: f_layer_norm, F.dropout: f_dropout,
+    torch.softmax: softmax("softmax"), F.softmax: softmax("softmax"),
+    torch.log_softmax: softmax("log_softmax"), F.log_softmax: softmax("log_softmax"),
+    torch.zeros_like: like(0.0), torch.ones_like: like(1.0), torch.full_like: like(None),
+    **{op: comparison for op in (operator.gt, operator.ge, operator.lt, operator.le,
+                                 operator.eq, operator.ne)},
+}
+for _name, _fns in _ACTIVATIONS.items():
+    for _fn in _fns:
+        FUNCTIONS[_fn] = unary(_name, _no_inplace if _fn is F.relu else None)
+
+METHODS = {
+    "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div"),
+    "neg": negate, "matmul": matmul, "mm": matmul, "t": transpose_weight,
+    "gelu": unary("gelu", _gelu), "chunk": chunk, "split": split, "narrow": narrow,
+    "size": size, "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
+    "contiguous": identity, "clone": identity, "float": identity,
+    **{name: unary(name) for name in _ACTIVATIONS},
+}
+
+
+def _module_activation(name, check=None):
+    def handle(body, module, args, kwargs):
+        if check is not None:
+            check(module)
+        return unary(name)(body, args, kwargs)
+    return handle
+
+
+def _check_module_inplace(module):
+    if getattr(module, "inplace", False):
+        raise Refusal("in-place operations (inplace=True) are not supported")
+
+
+def _check_module_gelu(module):
+    _gelu((getattr(module, "approximate", "none"),), {})
+
+
+def _check_module_softplus(module):
+    _softplus((module.beta, module.threshold), {})
+
+
+def _module_linear(body, m, args, kwargs):
+    return linear_of(body, args[0], body.param_of(m, "weight"), body.param_of(m, "bias"),
+                     "linear")
+
+
+def _module_embedding(body, m, args, kwargs):
+    options = {"padding_idx": m.padding_idx, "max_norm": m.max_norm,
+               "scale_grad_by_freq": m.scale_grad_by_freq, "sparse": m.sparse}
+    return embedding_of(body, args[0], body.param_of(m, "weight"), options)
+
+
+def _module_layer_norm(body, m, args, kwargs):
+    return layer_norm_of(body, args[0], m.normalized_shape, body.param_of(m, "weight"),
+                         body.param_of(m, "bias"), m.eps)
+
+
+def _module_dropout(body, m, args, kwargs):
+    return dropout_of(body, args[0], m.p, m.training, m.inplace)
+
+
+def _module_softmax(name):
+    def handle(body, m, args, kwargs):
+        return softmax(name)(body, (args[0], m.dim), {})
+    return handle
+
+
+MODULES = {
+    nn.Linear: _module_linear, nn.Embedding: _module_embedding,
+    nn.LayerNorm: _module_layer_norm, nn.Dropout: _module_dropout,
+    nn.Sigmoid: _module_activation("sigmoid"), nn.Tanh: _module_activation("tanh"),
+    nn.ReLU: _module_activation("relu", _check_module_inplace),
+    nn.GELU: _module_activation("gelu", _check_module_gelu),
+    nn.Softplus: _module_activation("softplus", _check_module_softplus),
+    nn.Softmax: _module_softmax("softmax"), nn.LogSoftmax: _module_softmax("log_softmax"),
+    nn.Identity: lambda body, m, args, kwargs: args[0],
+}

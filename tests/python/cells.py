@@ -1,0 +1,141 @@
+"""User cells for the tests: one node cell per supported operation (each form: function, method,
+module), LSTM-like tuple cells, edge cells. Values stay bounded over deep structures."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _small(module, scale=0.3):
+    with torch.no_grad():
+        for p in module.parameters():
+            p.mul_(scale)
+    return module
+
+
+class OpCell(nn.Module):
+    """Node cell: a = lin(x) + U(m), then the operation `op` (OPS) on a, m and x."""
+
+    def __init__(self, op, size, input_size, vocab=0):
+        super().__init__()
+        S, D = size, input_size
+        self.op = op
+        self.lin = nn.Linear(D, S) if D else None
+        self.emb = nn.Embedding(vocab, S) if vocab else None
+        self.U = _small(nn.Linear(S, S))
+        self.W = nn.Parameter(0.3 * torch.randn(S, S))
+        self.Wx = nn.Parameter(0.3 * torch.randn(max(D, 1), S))
+        self.b = nn.Parameter(0.3 * torch.randn(S))
+        self.b2 = nn.Parameter(1 + 0.1 * torch.randn(S))
+        self.two = _small(nn.Linear(S, 2 * S), 1.0)
+        self.back = _small(nn.Linear(2 * S, S), 1.0)
+        self.ln = nn.LayerNorm(S)
+        self.ln_plain = nn.LayerNorm(S, elementwise_affine=False)
+        self.act = {"nn.Sigmoid": nn.Sigmoid(), "nn.Tanh": nn.Tanh(), "nn.ReLU": nn.ReLU(),
+                    "nn.GELU": nn.GELU(), "nn.Softplus": nn.Softplus(),
+                    "nn.Softmax": nn.Softmax(-1), "nn.LogSoftmax": nn.LogSoftmax(dim=-1),
+                    "nn.Identity": nn.Identity()}.get(op, nn.Identity())
+
+    def pre(self, x, m):
+        if self.emb is not None:
+            return self.emb(x) + self.U(m)
+        return (self.lin(x) if self.lin is not None else 0) + self.U(m)
+
+    def forward(self, x, m):
+        a = self.pre(x, m)
+        return torch.tanh(OPS[self.op](self, a, m, x))
+
+
+OPS = {
+    "nn.Linear": lambda c, a, m, x: a,
+    "F.linear": lambda c, a, m, x: F.linear(m, c.U.weight, c.U.bias) + F.linear(a, c.W),
+    "@": lambda c, a, m, x: a @ c.W + x @ c.Wx,
+    "torch.matmul": lambda c, a, m, x: torch.matmul(a, c.W),
+    "torch.addmm": lambda c, a, m, x: torch.addmm(c.b, a, c.W),
+    "W.t()": lambda c, a, m, x: a @ c.W.t() + m @ c.U.weight.T,
+    "tensor arithmetic": lambda c, a, m, x: a * m - a / (m * m + 1) + m,
+    "scalar arithmetic": lambda c, a, m, x: 2.0 * a - 1.5 + a / 4 - (3 - a) * 0.5 + 1 * a,
+    "rdiv": lambda c, a, m, x: 1 / (a * a + 1),
+    "neg": lambda c, a, m, x: -a + (+m),
+    "torch.add/sub/mul/div": lambda c, a, m, x: torch.div(torch.mul(torch.sub(a, m), 0.5),
+                                                          torch.add(m * m, 2)),
+    "methods add/sub/mul/div/neg": lambda c, a, m, x: a.add(m).mul(0.5).sub(m.div(2)).neg(),
+    "vector weights": lambda c, a, m, x: (a + c.b) * c.b2 - c.b,
+    "sigmoid": lambda c, a, m, x: torch.sigmoid(a) + torch.sigmoid(m) + a.sigmoid(),
+    "tanh": lambda c, a, m, x: torch.tanh(a) + torch.tanh(m) + a.tanh(),
+    "relu": lambda c, a, m, x: torch.relu(a) + F.relu(m) + a.relu(),
+    "gelu": lambda c, a, m, x: F.gelu(a) + F.gelu(m, approximate="none"),
+    "softplus": lambda c, a, m, x: F.softplus(a) + F.softplus(m, beta=1, threshold=20),
+    "exp": lambda c, a, m, x: torch.exp(torch.tanh(a)) + m.tanh().exp(),
+    "log": lambda c, a, m, x: torch.log(a * a + 1) + (m * m + 0.5).log(),
+    "sqrt": lambda c, a, m, x: torch.sqrt(a * a + 1) + (m * m + 0.5).sqrt(),
+    "nn.Sigmoid": lambda c, a, m, x: c.act(a), "nn.Tanh": lambda c, a, m, x: c.act(a),
+    "nn.ReLU": lambda c, a, m, x: c.act(a), "nn.GELU": lambda c, a, m, x: c.act(a),
+    "nn.Softplus": lambda c, a, m, x: c.act(a), "nn.Softmax": lambda c, a, m, x: c.act(a),
+    "nn.LogSoftmax": lambda c, a, m, x: c.act(a), "nn.Identity": lambda c, a, m, x: c.act(a),
+    "torch.cat": lambda c, a, m, x: c.back(torch.cat([a, m], -1)) + c.back(torch.cat((m, a), 1)),
+    "chunk": lambda c, a, m, x: _product(c.two(a).chunk(2, -1)) + _product(
+        torch.chunk(c.two(m), 2, dim=1)),
+    "split": lambda c, a, m, x: _product(torch.split(c.two(a), a.shape[-1], dim=-1)) + _product(
+        c.two(m).split([m.size(-1), m.size(1)], 1)),
+    "narrow": lambda c, a, m, x: torch.narrow(c.two(a), -1, a.size(-1), a.size(-1)) * c.two(
+        m).narrow(1, 0, m.shape[1]),
+    "slicing": lambda c, a, m, x: torch.cat([c.two(a)[:, :3], c.two(m)[..., 3 - a.shape[-1]:]],
+                                            -1),
+    "layer_norm": lambda c, a, m, x: c.ln(a) + c.ln_plain(m) + F.layer_norm(
+        a, (a.shape[-1],), c.b2, c.b, eps=1e-3) + F.layer_norm(m, [m.size(-1)]),
+    "softmax": lambda c, a, m, x: torch.softmax(a, -1) + F.softmax(m, dim=-1) + a.softmax(-1),
+    "log_softmax": lambda c, a, m, x: (torch.log_softmax(a, -1) + F.log_softmax(m, dim=1) +
+                                       m.log_softmax(dim=-1)) / 10,
+    "like": lambda c, a, m, x: a + torch.ones_like(a) * 0.5 + torch.zeros_like(m) +
+    torch.full_like(a, 0.25),
+    "contiguous": lambda c, a, m, x: a.contiguous() + m.clone(),
+}
+
+
+def _product(parts):
+    p, q = parts
+    return torch.tanh(p) * torch.sigmoid(q)
+
+
+class LSTMCell(nn.Module):
+    """Node cell over (h, c): Tree-LSTM-like gates of x and the summed message."""
+
+    def __init__(self, size, input_size, dropout=0.0):
+        super().__init__()
+        self.W = nn.Linear(input_size, 4 * size)
+        self.U = _small(nn.Linear(size, 4 * size, bias=False), 1.0)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, state):
+        h, c = state
+        i, o, u, f = (self.W(x) + self.U(h)).chunk(4, -1)
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(f) * c * 0.5
+        h = torch.sigmoid(o) * torch.tanh(self.drop(c))
+        return h, c
+
+
+class GateEdge(nn.Module):
+    """Edge cell over (h, c): (U h, sigmoid(V h + W x) * c); reads the arc's input."""
+
+    def __init__(self, size, input_size, dropout=0.0):
+        super().__init__()
+        self.U = _small(nn.Linear(size, size))
+        self.V = nn.Linear(size, size)
+        self.W = nn.Linear(input_size, size, bias=False)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, state, x):
+        h, c = state
+        return torch.tanh(self.U(self.drop(h))), torch.sigmoid(self.V(h) + self.W(x)) * c
+
+
+class ScaleEdge(nn.Module):
+    """Edge cell over a single state: tanh(alpha * A h)."""
+
+    def __init__(self, size, alpha=1.0):
+        super().__init__()
+        self.A = _small(nn.Linear(size, size, bias=False), 1.0)
+        self.alpha = alpha
+
+    def forward(self, h, x):
+        return torch.tanh(self.alpha * self.A(h))

@@ -1,0 +1,84 @@
+"""The user-cell examples: each model equals its node-by-node PyTorch version in loss and in
+the gradients of every parameter, and a few optimizer steps lower its loss."""
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+import edbatch
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+sys.path.insert(0, EXAMPLES)
+
+
+def example(name):
+    return importlib.import_module(name)
+
+
+def sst_batch(edge_inputs=None):
+    vocab = {}
+    lines = edbatch.packing.synthetic_sst(6, vocab_size=30, seed=3, max_words=7)
+    parsed = [edbatch.parse_sst(line, vocab) for line in lines]
+    packed = edbatch.pack_trees([t for t, _ in parsed], [l for _, l in parsed],
+                                edge_inputs=edge_inputs)
+    return packed, len(vocab)
+
+
+def lattice_batch():
+    records = edbatch.packing.synthetic_lattices(4, vocab_size=30, seed=3, min_len=2,
+                                                 max_len=7, tags=5)
+    return edbatch.pack_lattices(records), 30
+
+
+def models():
+    child_sum, nary, lattice = (example(n) for n in ("child_sum_tree_lstm", "nary_tree_lstm",
+                                                     "lattice_user_cell"))
+    return {
+        "child_sum": (child_sum, lambda: sst_batch("parent"),
+                      lambda v: child_sum.Sentiment(v, 9)),
+        "nary": (nary, sst_batch, lambda v: nary.Sentiment(v, 9)),
+        "lattice": (lattice, lattice_batch, lambda v: lattice.Tagger(v, 9, 5)),
+    }
+
+
+@pytest.mark.parametrize("name", ["child_sum", "nary", "lattice"])
+def test_example_equals_node_by_node(backend, name):
+    module, batch, make = models()[name]
+    torch.manual_seed(4)
+    packed, vocab = batch()
+    model = make(vocab)
+    labels = packed.labels
+
+    def loss_and_grads(logits):
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(logits[labels >= 0], labels[labels >= 0])
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()
+                             if p.grad is not None}
+
+    ours, ours_grads = loss_and_grads(model(packed))
+    want, want_grads = loss_and_grads(module.node_by_node(model, packed))
+    assert ours == pytest.approx(want, rel=1e-5)
+    assert ours_grads.keys() == want_grads.keys()
+    for n, g in want_grads.items():
+        torch.testing.assert_close(ours_grads[n], g, rtol=1e-5,
+                                   atol=1e-6 * max(1.0, g.abs().max().item()), msg=n)
+
+
+@pytest.mark.parametrize("name", ["child_sum", "nary", "lattice"])
+def test_example_training_lowers_the_loss(backend, name):
+    _, batch, make = models()[name]
+    torch.manual_seed(5)
+    packed, vocab = batch()
+    model = make(vocab)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(6):
+        opt.zero_grad()
+        loss = model.loss(packed)[0]
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.9 * losses[0]

@@ -1,0 +1,107 @@
+"""Packing for user cells: trees of any arity (and single nodes), arcs reading the parent's row,
+DAG edge lists in any order (sorted; cycles and bad nodes refused), collate for DataLoader, and
+Packed pickles."""
+import pickle
+import random
+
+import pytest
+import torch
+
+import edbatch
+
+import structures
+
+
+def preds(p, k):
+    return p.pred_ids[p.pred_ptr[k]:p.pred_ptr[k + 1]].tolist()
+
+
+def test_trees_of_any_arity():
+    tree = ((1,), (2, 3, 4, 5, 6, 7), 8)  # arities 1, 6, 0, 3
+    p = edbatch.pack_trees([tree, 9])
+    assert p.num_nodes == 12 and p.num_instances == 2
+    assert preds(p, 1) == [0]                         # the unary node
+    assert preds(p, 8) == [2, 3, 4, 5, 6, 7]          # six children, in order
+    assert preds(p, 10) == [1, 8, 9] and preds(p, 11) == []  # the root; a single-node tree
+    assert p.arc_types[p.pred_ptr[8]:p.pred_ptr[9]].tolist() == [0, 1, 2, 3, 4, 5]
+    assert p.node_inputs.tolist() == [0, -1, 1, 2, 3, 4, 5, 6, -1, 7, -1, 8]
+    with pytest.raises(ValueError, match="empty tuple"):
+        edbatch.pack_trees([(1, ())])
+
+
+def test_edge_inputs_parent_and_words_at_inner_nodes():
+    tree = {"word": 5, "children": [1, {"word": 6, "children": [2]}]}
+    p = edbatch.pack_trees([tree, (3, 4)], edge_inputs="parent")
+    # Nodes: 1, 2, {6}, {5}, 3, 4, (3 4); rows in creation order.
+    assert p.input_ids.tolist() == [1, 2, 6, 5, 3, 4]
+    assert p.node_inputs.tolist() == [0, 1, 2, 3, 4, 5, -1]
+    assert p.arc_inputs.tolist() == [2, 3, 3, -1, -1]  # each arc reads its parent's row
+    assert edbatch.pack_trees([tree]).arc_inputs.tolist() == [-1, -1, -1]
+
+
+def test_pack_edges_sorts_topologically():
+    inst = {"num_nodes": 4, "edges": [(3, 0), (2, 3, 1), (2, 0, 2), (1, 2)],
+            "inputs": [10, 11, None, 13], "kinds": [1, 0, 0, 1], "labels": [0, 1, 2, 3]}
+    p, order = edbatch.pack_edges([{"num_nodes": 1}, inst], return_order=True)
+    assert order == [[0], [4, 1, 2, 3]]  # packed ids of given nodes 0..3
+    assert p.labels.tolist() == [-1, 1, 2, 3, 0]           # given nodes 1, 2, 3, 0
+    assert p.node_types.tolist() == [0, 0, 0, 1, 1]
+    assert preds(p, 4) == [3, 2]                            # node 0: from 3 then 2, as given
+    assert p.arc_types[p.pred_ptr[4]:].tolist() == [0, 2]
+    assert p.node_inputs.tolist() == [-1, 0, -1, 1, 2]      # node 2 has no input
+    assert p.input_ids.tolist() == [11, 13, 10]
+
+
+def test_pack_edges_refuses_cycles_and_bad_nodes():
+    with pytest.raises(ValueError, match="instance 1 has a cycle through node [123]"):
+        edbatch.pack_edges([{"num_nodes": 2, "edges": [(0, 1)]},
+                            {"num_nodes": 4, "edges": [(0, 1), (1, 2), (2, 3), (3, 1)]}])
+    with pytest.raises(ValueError, match="cycle through node 0"):
+        edbatch.pack_edges([{"num_nodes": 1, "edges": [(0, 0)]}])
+    with pytest.raises(ValueError, match=r"instance 0: edge \(0, 3\) names node 3, outside 0..2"):
+        edbatch.pack_edges([{"num_nodes": 3, "edges": [(0, 3)]}])
+    with pytest.raises(ValueError, match="names node -1"):
+        edbatch.pack_edges([{"num_nodes": 3, "edges": [(-1, 2)]}])
+    with pytest.raises(ValueError, match="3 nodes but 2 kinds"):
+        edbatch.pack_edges([{"num_nodes": 3, "kinds": [0, 1]}])
+
+
+def test_random_dags_keep_their_edges():
+    rng = random.Random(3)
+    insts = [structures.random_dag(rng, n, 2, 3) for n in (1, 5, 20)]
+    p, orders = edbatch.pack_edges(insts, return_order=True)
+    for inst, order in zip(insts, orders):
+        got = set()
+        for k in range(p.num_nodes):
+            for a in range(p.pred_ptr[k], p.pred_ptr[k + 1]):
+                got.add((p.pred_ids[a].item(), k, p.arc_types[a].item()))
+        for s, d, kind in inst["edges"]:
+            assert (order[s], order[d], kind) in got
+            assert order[s] < order[d]
+
+
+def test_collate_and_pickle():
+    trees = [((1, 2), 3), 4]
+    assert torch.equal(edbatch.collate(trees).pred_ids, edbatch.pack_trees(trees).pred_ids)
+    labelled = [(((1, 2), 3), [0, 1, 2, 3, 4]), (4, [2])]
+    assert edbatch.collate(labelled).labels.tolist() == [0, 1, 2, 3, 4, 2]
+    assert edbatch.collate([{"num_nodes": 2, "edges": [(1, 0)]}]).pred_ids.tolist() == [0]
+    lattice = {"arcs": [[], [(0, 7)]], "tags": [1, 2]}
+    assert edbatch.collate([lattice]).input_ids.tolist() == [7]
+    parts = [edbatch.pack_trees([t]) for t in trees]
+    assert torch.equal(edbatch.collate(parts).pred_ptr, edbatch.pack_trees(trees).pred_ptr)
+    empty = edbatch.collate([])
+    assert empty.num_instances == 0 and empty.pred_ptr.tolist() == [0]
+    with pytest.raises(TypeError, match="parse SST lines"):
+        edbatch.collate(["(1 a)"])
+    p = pickle.loads(pickle.dumps(edbatch.collate(labelled)))
+    assert torch.equal(p.labels, edbatch.collate(labelled).labels) and p.num_nodes == 6
+
+
+def test_dataloader_workers():
+    data = [structures.random_tree(random.Random(i), 9) for i in range(8)]
+    loader = torch.utils.data.DataLoader(data, batch_size=4, collate_fn=edbatch.collate,
+                                         num_workers=2)
+    batches = list(loader)
+    assert len(batches) == 2
+    assert torch.equal(batches[0].pred_ids, edbatch.pack_trees(data[:4]).pred_ids)

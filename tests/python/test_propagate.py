@@ -1,0 +1,280 @@
+"""edbatch.nn.Propagate with user cells: outputs and gradients (of x and of every parameter)
+equal the user's own cells applied node by node in eager PyTorch (reference.propagate_reference),
+on seeded trees of mixed arity, lattices, DAGs, single-node instances and empty batches.
+
+Every case runs on two backends (conftest.py's `backend`): "program", the traced program run in
+Python (program_runner.py: checks the tracer and the program format without the extension's op),
+and "op", torch.ops.edbatch.propagate (skipped while the loaded extension does not register it).
+"""
+import pytest
+import torch
+
+import edbatch
+from edbatch import propagate as propagate_module
+
+import cells
+import reference
+import structures
+
+D = 5
+
+
+def inputs_for(packed, seed, ids=False):
+    g = torch.Generator().manual_seed(seed)
+    if ids:
+        return {"ids": packed.input_ids.clone()}
+    return {"x": torch.randn(packed.input_ids.numel(), D, generator=g).requires_grad_()}
+
+
+def reference_of(model, packed, inputs, dropout=None, message_size=None):
+    initial = list(model.initial) if model.initial_kind == "learned" else None
+    edges = list(model.edge_cells) or None
+    return reference.propagate_reference(list(model.node_cells), edges, packed, **inputs,
+                                         state_size=model.state_size, reduce=model.reduce,
+                                         initial=initial, dropout=dropout,
+                                         message_size=message_size)
+
+
+def gradients(outputs, upstream, params):
+    for p in params:
+        p.grad = None
+    total = sum((o * g).sum() for o, g in zip(outputs, upstream))
+    if torch.is_tensor(total) and total.requires_grad:  # not for an empty batch
+        total.backward()
+    return [None if p.grad is None else p.grad.clone() for p in params]
+
+
+def assert_same(model, packed, inputs, seed=0, **reference_options):
+    """The module's outputs and gradients equal the eager reference's."""
+    params = [p for p in model.parameters()] + [v for v in inputs.values() if v.is_floating_point()]
+    torch.manual_seed(seed)
+    ours = model(packed, **inputs)
+    ref = reference_of(model, packed, inputs, **reference_options)
+    ours, ref = _components(ours), _components(ref)
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        assert a.shape == b.shape == (packed.num_nodes, b.shape[1])
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * max(1.0, _max(b)))
+    g = torch.Generator().manual_seed(seed + 7)
+    upstream = [torch.randn(o.shape, generator=g) for o in ref]
+    got, want = gradients(ours, upstream, params), gradients(ref, upstream, params)
+    names = [n for n, _ in model.named_parameters()] + list(inputs)
+    for name, a, b in zip(names, got, want):
+        if b is None or a is None:
+            assert (a is None or not a.any()) and (b is None or not b.any()), name
+            continue
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * max(1.0, _max(b)),
+                                   msg=lambda m: f"gradient of {name}: {m}")
+
+
+def _components(out):
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _max(t):
+    return t.abs().max().item() if t.numel() else 0.0
+
+
+# ---- every operation ----
+
+@pytest.mark.parametrize("op", list(cells.OPS))
+def test_each_operation(backend, op):
+    torch.manual_seed(1)
+    model = edbatch.nn.Propagate(cells.OpCell(op, 7, D), state_size=7)
+    packed = structures.packed("trees", 1)
+    assert_same(model, packed, inputs_for(packed, 1))
+
+
+@pytest.mark.parametrize("size", [13, 129])
+@pytest.mark.parametrize("op", ["chunk", "slicing", "layer_norm", "softmax", "@", "torch.cat"])
+def test_operations_at_other_sizes(backend, op, size):
+    torch.manual_seed(2)
+    model = edbatch.nn.Propagate(cells.OpCell(op, size, D), state_size=size)
+    packed = structures.packed("dags", 2)
+    assert_same(model, packed, inputs_for(packed, 2))
+
+
+def test_embedding_of_ids(backend):
+    torch.manual_seed(3)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, 0, vocab=structures.VOCAB),
+                                 state_size=7)
+    packed = structures.packed("dags", 3)  # every DAG node has an input id
+    assert_same(model, packed, inputs_for(packed, 3, ids=True))
+
+
+# ---- structures, reduce, initial, kinds ----
+
+@pytest.mark.parametrize("kind", ["trees", "lattices", "dags", "empty"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_structures_and_reduce(backend, kind, reduce):
+    torch.manual_seed(4)
+    model = edbatch.nn.Propagate(cells.LSTMCell(7, D), cells.GateEdge(7, D), reduce=reduce,
+                                 state_size=(7, 7))
+    packed = structures.packed(kind, 4, edge_inputs="parent")
+    assert_same(model, packed, inputs_for(packed, 4))
+
+
+@pytest.mark.parametrize("size", [7, 13, 129])
+def test_learned_initial_state(backend, size):
+    torch.manual_seed(5)
+    model = edbatch.nn.Propagate(cells.LSTMCell(size, D), state_size=(size, size),
+                                 initial="learned")
+    with torch.no_grad():
+        for p in model.initial:
+            p.normal_()
+    packed = structures.packed("lattices", 5)
+    assert_same(model, packed, inputs_for(packed, 5))
+
+
+def test_node_and_edge_kinds(backend):
+    torch.manual_seed(6)
+    nodes = [cells.OpCell("sigmoid", 7, D), cells.OpCell("chunk", 7, D)]
+    edges = {0: cells.ScaleEdge(7, 1.0), 1: cells.ScaleEdge(7, -0.5), 2: cells.ScaleEdge(7, 2)}
+    model = edbatch.nn.Propagate(nodes, edges, reduce="mean", state_size=7)
+    packed = structures.packed("dags", 6)
+    assert set(packed.node_types.tolist()) == {0, 1}
+    assert_same(model, packed, inputs_for(packed, 6))
+
+
+def test_function_cells_and_input_kind_none(backend):
+    torch.manual_seed(7)
+    W = torch.nn.Parameter(0.3 * torch.randn(7, 7))
+    b = torch.nn.Parameter(torch.randn(7))
+
+    def node(x, m):
+        assert x is None
+        return torch.tanh(m @ W + b)
+
+    model = edbatch.nn.Propagate(node, lambda h, x: h * 0.5, state_size=7, initial="learned")
+    with torch.no_grad():
+        model.initial[0].normal_()
+    packed = structures.packed("trees", 7)
+    out = model(packed)
+    ref = reference_of(model, packed, {})
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    assert W.grad is not None and b.grad is not None  # parameters outside a module train too
+
+
+def test_same_cell_for_every_kind(backend):
+    """A single cell (not a list) serves every node kind and arc kind of the data."""
+    torch.manual_seed(8)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), cells.ScaleEdge(7), state_size=7)
+    packed = structures.packed("dags", 8)
+    assert packed.arc_types.max() == 2
+    assert_same(model, packed, inputs_for(packed, 8))
+
+
+def test_eval_mode_and_no_grad(backend):
+    torch.manual_seed(9)
+    model = edbatch.nn.Propagate(cells.LSTMCell(7, D, dropout=0.5), state_size=(7, 7)).eval()
+    packed = structures.packed("trees", 9)
+    inputs = inputs_for(packed, 9)
+    assert not model.program("x", D).has_dropout
+    with torch.no_grad():
+        h, c = model(packed, **inputs)
+    assert not h.requires_grad
+    ref_h, _ = reference_of(model, packed, inputs)
+    torch.testing.assert_close(h, ref_h.detach(), rtol=1e-5, atol=1e-5)
+
+
+# ---- dropout ----
+
+def dropout_sites(model, packed, kind="x", size=D):
+    nk, ak = propagate_module._kinds(packed)
+    program = model.program(kind, size, nk, ak)
+    doc = program.doc
+    return ([program.cell_sites[c] for c in doc["node_cells"]],
+            [program.cell_sites[c] for c in doc["edge_cells"]])
+
+
+@pytest.mark.parametrize("p", [0.2, 0.5])
+def test_dropout_uses_the_shared_masks(backend, p):
+    torch.manual_seed(10)
+    model = edbatch.nn.Propagate(cells.LSTMCell(13, D, dropout=p), cells.GateEdge(13, D, p),
+                                 state_size=(13, 13)).train()
+    packed = structures.packed("trees", 10, edge_inputs="parent")
+    inputs = inputs_for(packed, 10)
+    torch.manual_seed(11)
+    model(packed, **inputs)
+    seed = model.last_seed
+    assert seed != 0
+    nodes, edges = dropout_sites(model, packed)
+    assert nodes == [0] and set(edges) == {1}  # node cell first, then the edge cell
+    # The same call again (same global seed) draws the same masks; compare with the reference.
+    assert_same(model, packed, inputs, seed=11, dropout=(seed, nodes, edges))
+    torch.manual_seed(12)
+    model(packed, **inputs)
+    assert model.last_seed != seed  # every training call draws a new seed
+
+
+def test_dropout_mask_statistics():
+    """Keep rate 1 - p within 5 binomial standard deviations, for several keys and sizes."""
+    for p in (0.1, 0.5, 0.9):
+        kept = total = 0
+        for index in range(200):
+            mask = edbatch.dropout_mask(12345, index, index % 3, 129, p)
+            kept += int(mask.sum())
+            total += mask.numel()
+        sd = (total * p * (1 - p)) ** 0.5
+        assert abs(kept - total * (1 - p)) < 5 * sd, (p, kept, total)
+    a = edbatch.dropout_mask(1, 0, 0, 64, 0.5)
+    assert not torch.equal(a, edbatch.dropout_mask(1, 0, 1, 64, 0.5))  # sites differ
+    assert not torch.equal(a, edbatch.dropout_mask(1, 1, 0, 64, 0.5))  # invocations differ
+    assert not torch.equal(a, edbatch.dropout_mask(2 << 32, 0, 0, 64, 0.5))  # high seed bits
+
+
+def test_dropout_output_statistics(backend):
+    """The op's dropout of ones: entries are 0 or 1 / (1 - p), kept at rate 1 - p."""
+    p = 0.3
+    model = edbatch.nn.Propagate(lambda x, m: torch.nn.functional.dropout(x, p, True),
+                                 state_size=129)
+    packed = edbatch.pack_trees([1] * 100)
+    out = model(packed, x=torch.ones(100, 129))
+    kept = (out != 0)
+    assert torch.allclose(out[kept], torch.full_like(out[kept], 1 / (1 - p)))
+    n, rate = out.numel(), kept.float().mean().item()
+    assert abs(rate - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    for k in range(3):
+        want = edbatch.dropout_mask(model.last_seed, k, 0, 129, p)
+        assert torch.equal(kept[k], want)
+
+
+# ---- the module ----
+
+def test_module_parameters_state_dict_and_programs():
+    torch.manual_seed(13)
+    node = cells.LSTMCell(7, D)
+    model = edbatch.nn.Propagate(node, cells.GateEdge(7, D), state_size=(7, 7),
+                                 initial="learned")
+    names = [n for n, _ in model.named_parameters()]
+    assert "node_cells.0.W.weight" in names and "edge_cells.0.V.bias" in names
+    assert "initial.0" in names and "initial.1" in names
+    assert set(model.state_dict()) >= set(names)
+    doc = model.program("x", D).doc
+    assert doc["weights"][doc["initial_weights"][0]]["name"] == "initial.0"
+    assert {w["name"] for w in doc["weights"]} <= set(names)
+    training = model.program("x", D)
+    assert model.program("x", D) is training  # cached
+    model.eval()
+    assert model.program("x", D) is not training  # one program per mode
+
+
+def test_missing_op_is_explained(monkeypatch):
+    monkeypatch.setattr(propagate_module, "has_propagate_op", lambda: False)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7)
+    with pytest.raises(RuntimeError, match="no torch.ops.edbatch.propagate"):
+        model(edbatch.pack_trees([1]), x=torch.randn(1, D))
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="state_size"):
+        edbatch.nn.Propagate(cells.OpCell("tanh", 7, D))
+    with pytest.raises(ValueError, match="reduce must be"):
+        edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), reduce="min", state_size=7)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7)
+    packed = edbatch.pack_trees([1])
+    with pytest.raises(TypeError, match="x must be a float32"):
+        model(packed, x=torch.randn(1, D, dtype=torch.float64))
+    with pytest.raises(ValueError, match="not both"):
+        model(packed, x=torch.randn(1, D), ids=packed.input_ids)

@@ -1,0 +1,253 @@
+"""The tracer's programs (docs/programs.md): instructions, sizes, weights and layouts,
+deduplication, dropout sites; refusals name the operation, the cell and the line; the dropout
+hash equals an independent uint32 implementation."""
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import edbatch
+from edbatch.trace import dropout_hash, dropout_key, trace_program
+
+
+def trace(node, edge=None, state_size=7, **options):
+    options.setdefault("input_size", 5)
+    return trace_program(node, edge, state_size=state_size, **options)
+
+
+def body(program, cell=0):
+    return [{k: v for k, v in ins.items() if k != "where"}
+            for ins in program.doc["cells"][cell]["body"]]
+
+
+class Simple(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(5, 7)
+
+    def forward(self, x, m):
+        return torch.tanh(self.lin(x) + m)
+
+
+def test_a_simple_cell():
+    program = trace(Simple())
+    doc = json.loads(program.text)
+    assert doc["version"] == 1 and doc["input"] == {"kind": "x", "size": 5}
+    assert doc["state"] == [7] and doc["message"] == [7] and doc["reduce"] == "sum"
+    assert doc["node_cells"] == [0] and doc["edge_cells"] == [] and doc["initial_weights"] == []
+    assert doc["weights"] == [
+        {"name": "node_cells.0.lin.bias", "rows": 7, "cols": 0, "layout": "vector"},
+        {"name": "node_cells.0.lin.weight", "rows": 7, "cols": 5, "layout": "transpose"}]
+    assert body(program) == [
+        {"op": "input", "size": 5, "slot": 0}, {"op": "input", "size": 7, "slot": 1},
+        {"op": "linear", "size": 7, "args": [0], "weight": 1, "bias": 0},
+        {"op": "add", "size": 7, "args": [2, 1]}, {"op": "tanh", "size": 7, "args": [3]}]
+    assert doc["cells"][0]["outputs"] == [4]
+    assert doc["cells"][0]["name"] == "node cell 0 (Simple)"
+    where = doc["cells"][0]["body"][2]["where"]
+    assert where.endswith(f"test_trace.py:{Simple.forward.__code__.co_firstlineno + 1}")
+
+
+class Shared(nn.Module):
+    """Weights used by a node cell and an edge cell."""
+
+    def __init__(self):
+        super().__init__()
+        self.W = nn.Parameter(torch.randn(7, 3))  # (in, out): x @ W is as_is
+        self.emb = nn.Embedding(11, 7)
+
+    def node(self, ids, m):
+        return torch.tanh(torch.cat([self.emb(ids) @ self.W, m @ self.W.t().t(), m[:, :1]], -1))
+
+    def edge(self, h, ids):
+        return h @ self.W @ self.W.T + self.emb(ids)
+
+
+def test_layouts_and_weight_sharing():
+    shared = Shared()
+    program = trace(shared.node, shared.edge, input_kind="ids")
+    doc = program.doc
+    layouts = [(w["rows"], w["cols"], w["layout"]) for w in doc["weights"]]
+    assert layouts.count((7, 3, "as_is")) == 1  # one weight for every use by both cells
+    assert (7, 3, "transpose") in layouts and (11, 7, "lookup") in layouts
+    assert len(layouts) == 3 and doc["input"] == {"kind": "ids", "size": 0}
+    assert body(program, 0)[0] == {"op": "ids", "size": 1, "slot": 0}
+    assert body(program, 0)[1] == {"op": "input", "size": 7, "slot": 1}
+    assert [i["op"] for i in body(program, 1)][:3] == ["input", "ids", "linear"]
+    weights = program.weights()
+    assert sum(w is shared.W for w in weights) == 2 and any(w is shared.emb.weight
+                                                            for w in weights)
+
+
+def test_scalars_and_unary_minus():
+    program = trace(lambda x, m: (2 - m) + m / 4 + 3 / m + (-m) * 0.5 + (m - 1))
+    ops = [(i["op"], i.get("alpha"), i.get("beta")) for i in body(program)[2:]]
+    assert ops == [("scale", -1.0, 2.0), ("scale", 0.25, 0.0), ("add", None, None),
+                   ("rdiv", 3.0, None), ("add", None, None), ("scale", -1.0, 0.0),
+                   ("scale", 0.5, 0.0), ("add", None, None), ("scale", 1.0, -1.0),
+                   ("add", None, None)]
+
+
+def test_chunk_split_and_slice_sizes():
+    def node(x, m):
+        a, b, c = m.chunk(3, -1)           # 7 -> 3, 3, 1
+        d, e = torch.split(m, [2, 5], 1)
+        f = m[..., -4:-1]
+        return torch.cat([a, b, c, d, e, f, x.narrow(-1, 1, 2)], -1)[:, 4:11]
+
+    program = trace(node)
+    slices = [(i["begin"], i["end"], i["size"]) for i in body(program) if i["op"] == "slice"]
+    assert slices == [(0, 3, 3), (3, 6, 3), (6, 7, 1), (0, 2, 2), (2, 7, 5), (3, 6, 3),
+                      (1, 3, 2), (4, 11, 7)]
+
+
+def test_dropout_in_training_only_and_sites():
+    class Cell(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(0.25)
+
+        def forward(self, x, m):
+            return F.dropout(self.drop(m), 0.5, self.training) + F.dropout(m, 0.1, False)
+
+    cell = Cell()
+    edge = lambda h, x: F.dropout(h, 0.3)  # noqa: E731  (F.dropout's training=True default)
+    program = trace(cell.train(), [edge, edge])
+    assert [i["p"] for i in body(program) if i["op"] == "dropout"] == [0.25, 0.5]
+    assert program.cell_sites == [0, 2] and program.has_dropout
+    assert program.doc["edge_cells"] == [1, 1]  # one cell for both arc kinds
+    program = trace(cell.eval())
+    assert not program.has_dropout
+
+
+def test_layer_norm_softmax_and_learned_initial():
+    ln = nn.LayerNorm(7, eps=1e-3)
+    init = nn.Parameter(torch.zeros(7))
+    program = trace(lambda x, m: torch.log_softmax(ln(m), -1), initial="learned",
+                    initial_weights=[("initial.0", init)])
+    ops = body(program)
+    assert ops[2] == {"op": "layer_norm", "size": 7, "args": [1], "eps": 1e-3, "weight": 0,
+                      "bias": 1}
+    assert ops[3] == {"op": "log_softmax", "size": 7, "args": [2]}
+    assert program.doc["initial_weights"] == [2]
+    assert program.doc["weights"][2] == {"name": "initial.0", "rows": 7, "cols": 0,
+                                         "layout": "vector"}
+
+
+def test_input_kind_none_keeps_slot_zero():
+    program = trace(lambda x, s: (s[0] * 2, s[1]), state_size=(7, 3), input_kind="none")
+    assert body(program)[:2] == [{"op": "input", "size": 7, "slot": 1},
+                                 {"op": "input", "size": 3, "slot": 2}]
+    assert program.doc["cells"][0]["outputs"] == [2, 1]
+
+
+def test_edge_cells_define_the_message():
+    program = trace(lambda x, m: torch.tanh(m[0][:, :7] + m[1]),
+                    lambda s, x: (torch.cat([s, s], -1), s), state_size=7)
+    assert program.doc["message"] == [14, 7] and program.message_tuple
+    edge = program.doc["cells"][1]
+    assert [i["slot"] for i in edge["body"] if i["op"] == "input"] == [0, 1]  # state, then x
+
+
+# ---- refusals ----
+
+def refused(error, *patterns, **options):
+    def check(node, edge=None):
+        with pytest.raises(error) as info:
+            trace(node, edge, **options)
+        for p in patterns:
+            assert p in str(info.value), (p, str(info.value))
+        return str(info.value)
+    return check
+
+
+class Stacks(nn.Module):
+    def forward(self, x, m):
+        return torch.stack([m, m]).sum(0)
+
+
+def test_unsupported_operation_names_op_cell_and_line():
+    line = Stacks.forward.__code__.co_firstlineno + 1
+    message = refused(TypeError, "torch.stack is not supported", "node cell 0 (Stacks)",
+                      f"test_trace.py:{line}", "torch.stack([m, m])", "cells may contain")(
+        Stacks())
+    assert "nn.Linear" in message  # lists what is supported
+
+
+def test_unsupported_module_and_methods():
+    refused(TypeError, "nn.LSTMCell is not supported", "node cell 0")(
+        lambda x, m, cell=nn.LSTMCell(7, 7): cell(m)[0])
+    refused(TypeError, "Tensor.view is not supported")(lambda x, m: m.view(-1, 7))
+    refused(TypeError, "in-place method Tensor.add_")(lambda x, m: m.add_(1))
+    refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))
+    refused(TypeError, "approximate='none'")(lambda x, m: F.gelu(m, approximate="tanh"))
+    refused(TypeError, "beta=1")(lambda x, m: F.softplus(m, beta=2))
+    refused(TypeError, "tensor constants")(lambda x, m: m + torch.ones(7))
+    refused(TypeError, "integer input")(lambda x, m, e=nn.Embedding(3, 7): e(x))
+
+
+def test_control_flow_is_refused_with_its_line():
+    def branches(x, m):
+        if m:
+            return m
+        return -m
+
+    def compares(x, m):
+        return m if (m > 0).all() else -m
+
+    line = branches.__code__.co_firstlineno + 1
+    refused(TypeError, "control flow", f"test_trace.py:{line}", "node cell 0 (branches)")(
+        branches)
+    refused(TypeError, "cannot branch on tensor values", "compares")(compares)
+
+
+def test_wrong_sizes_are_refused_naming_the_cell():
+    refused(ValueError, "node cell 0 (<lambda>) returns a state of sizes (5,)",
+            "state_size is 7")(lambda x, m: m[:, :5])
+    refused(ValueError, "node cell 1", "between kinds")(
+        [lambda x, m: m, lambda x, m: m[:, :5]])
+    refused(ValueError, "edge cell 1 (<lambda>) returns a message of sizes (3,)",
+            "edge cell 0")(lambda x, m: m, [lambda h, x: h, lambda h, x: h[:, :3]])
+    refused(ValueError, "sizes 7 and 5")(lambda x, m: m + x)
+    refused(ValueError, "expecting 7 inputs")(lambda x, m, lin=nn.Linear(7, 7): lin(x))
+
+
+def test_operations_along_the_batch_dim_are_refused():
+    refused(ValueError, "batch dim")(lambda x, m: torch.cat([m, m], 0)[:1])
+    refused(ValueError, "batch dim")(lambda x, m: m[1:])
+    refused(ValueError, "batch dim")(lambda x, m: torch.softmax(m, 0))
+    refused(ValueError, "batch size")(lambda x, m: m * m.shape[0])
+
+
+# ---- dropout hash ----
+
+def _mix(h):
+    h = np.uint32(h)
+    with np.errstate(over="ignore"):
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    return h
+
+
+def test_dropout_hash_equals_uint32_arithmetic():
+    with np.errstate(over="ignore"):
+        for seed in (0, 1, 12345678901234, 2 ** 62 + 3):
+            for index, site in ((0, 0), (7, 1), (123456, 5)):
+                s = np.uint64(seed)
+                key = _mix(_mix(np.uint32(s & np.uint64(0xFFFFFFFF)) ^ _mix(
+                    np.uint32(s >> np.uint64(32)))) ^ _mix(np.uint32(index)) ^ (
+                    np.uint32(site) * np.uint32(0x9E3779B9)))
+                assert dropout_key(seed, index, site) == int(key)
+                for i in (0, 1, 128):
+                    h = _mix(key ^ (np.uint32(i) * np.uint32(0x27D4EB2F)) ^
+                             np.uint32(0x165667B1))
+                    assert dropout_hash(int(key), i) == int(h)
+    mask = edbatch.dropout_mask(5, 3, 1, 64, 0.25)
+    key = dropout_key(5, 3, 1)
+    assert mask.tolist() == [dropout_hash(key, i) >= 0.25 * 2 ** 32 for i in range(64)]
