@@ -1,9 +1,11 @@
-"""DistributedDataParallel: 2 processes (gloo, CPU), each with half of a mini-batch, take one SGD
-step; the parameters equal one single-process step on the whole mini-batch."""
+"""DistributedDataParallel: 2 processes, each with half of a mini-batch, take one SGD step; the
+parameters equal one single-process step on the whole mini-batch. With a built-in cell and with
+a user cell (edbatch.nn.Propagate), on the CPU (gloo) and, with two GPUs, on CUDA (NCCL)."""
 import os
 import random
 import tempfile
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -13,9 +15,28 @@ import edbatch
 WORLD = 2
 
 
-def make_model():
+class UserCell(torch.nn.Module):
+    """A Child-Sum style node cell: (h, c) from x and the children's summed (h, c)."""
+
+    def __init__(self, d, h):
+        super().__init__()
+        self.W, self.U = torch.nn.Linear(d, 4 * h), torch.nn.Linear(h, 4 * h, bias=False)
+
+    def forward(self, x, message):
+        h, c = message
+        i, o, u, f = (self.W(x) + self.U(h)).chunk(4, -1)
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(f) * c
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def make_model(kind="builtin"):
     torch.manual_seed(7)
-    return torch.nn.ModuleDict({"tree": edbatch.nn.TreeLSTM(40, 6, 8, threads=1),
+    if kind == "builtin":
+        return torch.nn.ModuleDict({"tree": edbatch.nn.TreeLSTM(40, 6, 8, threads=1),
+                                    "out": torch.nn.Linear(8, 5)})
+    return torch.nn.ModuleDict({"embed": torch.nn.Embedding(40, 6),
+                                "tree": edbatch.nn.Propagate(UserCell(6, 8), state_size=(8, 8),
+                                                             threads=1),
                                 "out": torch.nn.Linear(8, 5)})
 
 
@@ -43,7 +64,10 @@ class Classifier(torch.nn.Module):
         self.model = model
 
     def forward(self, packed):
-        h, _ = self.model["tree"](packed)
+        if "embed" in self.model:
+            h, _ = self.model["tree"](packed, x=self.model["embed"](packed.input_ids))
+        else:
+            h, _ = self.model["tree"](packed)
         return self.model["out"](h)
 
 
@@ -51,34 +75,48 @@ def loss_of(module, packed):
     return torch.nn.functional.cross_entropy(module(packed), packed.labels, reduction="sum")
 
 
-def worker(rank, store_path, result_path):
-    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank,
+def worker(rank, store_path, result_path, kind, backend):
+    dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank,
                             world_size=WORLD)
-    model = torch.nn.parallel.DistributedDataParallel(Classifier(make_model()))
+    device = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    model = Classifier(make_model(kind)).to(device)
+    model = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[rank] if device.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     opt.zero_grad()
-    loss_of(model, shards()[rank]).backward()  # DDP averages the two shards' gradients
+    loss_of(model, shards()[rank].to(device)).backward()  # DDP averages the shards' gradients
     opt.step()
     if rank == 0:
-        torch.save({k: v.detach().clone() for k, v in model.module.state_dict().items()},
+        torch.save({k: v.detach().cpu().clone() for k, v in model.module.state_dict().items()},
                    result_path)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def test_ddp_step_equals_single_process_step():
+def two_gpus():
+    return torch.cuda.is_available() and torch.cuda.device_count() >= 2
+
+
+@pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=pytest.mark.skipif(
+    not two_gpus(), reason="NCCL needs two GPUs"))])
+@pytest.mark.parametrize("kind", ["builtin", "user"])
+def test_ddp_step_equals_single_process_step(kind, backend):
+    if backend == "nccl":
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     with tempfile.TemporaryDirectory() as tmp:
         store, result = os.path.join(tmp, "store"), os.path.join(tmp, "result.pt")
-        mp.spawn(worker, args=(store, result), nprocs=WORLD, join=True)
+        mp.spawn(worker, args=(store, result, kind, backend), nprocs=WORLD, join=True)
         distributed = torch.load(result)
 
-    single = Classifier(make_model())
+    single = Classifier(make_model(kind))
     opt = torch.optim.SGD(single.parameters(), lr=0.1)
     opt.zero_grad()
     whole = edbatch.concat_packed(shards())
     (loss_of(single, whole) / WORLD).backward()
     opt.step()
-    before = Classifier(make_model()).state_dict()
+    before = Classifier(make_model(kind)).state_dict()
     for name, value in single.state_dict().items():
         assert not torch.equal(value, before[name]), f"{name} did not change"
         torch.testing.assert_close(distributed[name], value, rtol=1e-5, atol=1e-6, msg=name)

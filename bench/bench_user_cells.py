@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Training step time (forward, backward, SGD update) of user cells run by edbatch.nn.Propagate,
+against the same model in plain PyTorch, node by node and hand-batched by level, on the same
+mini-batches and weights (bench/user_cell_models.py):
+
+- childsum: a Child-Sum Tree-LSTM over SST-format trees of any arity (synthetic, or --trees FILE);
+- lattice: a lattice LSTM with the built-in lattice_lstm's math written as user cells, next to
+  the built-in cell (edbatch.nn.LatticeLSTM) and bench/torch_models.LatticeLstm.
+
+The implementations run round-robin, one step each per repetition, so machine noise hits them
+alike; each row gives the median, p10 and p90 over the repetitions and the ratio of its median to
+edbatch's (user cells) from the same run. Plans (packing, level schedules) are made once per
+mini-batch outside the timed step. Every implementation updates with torch_models.sgd_update.
+Before timing, the first mini-batch's loss is compared across implementations.
+
+    /usr/bin/python3 bench/bench_user_cells.py [--models childsum,lattice --batch 32 --hidden 128
+                                                --device cpu --reps 9]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_torch_ext as ext  # noqa: E402  (finds and loads edbatch)
+import torch_models  # noqa: E402
+import user_cell_models as ucm  # noqa: E402
+
+edbatch = ext.edbatch
+
+
+def childsum_impls(args, device, drop_grads):
+    if args.trees:
+        with open(args.trees) as f:
+            lines = [line for line in f if line.strip()][:args.batch * args.batches]
+    else:
+        lines = ext.synthetic_sst(args.batch * args.batches, vocab_size=args.vocab,
+                                  seed=args.seed)
+    vocab, parsed = {}, []
+    for line in lines:
+        parsed.append(edbatch.parse_sst(line, vocab))
+    packs = [edbatch.pack_trees([t for t, _ in parsed[i:i + args.batch]],
+                                [lab for _, lab in parsed[i:i + args.batch]],
+                                edge_inputs="parent")
+             for i in range(0, len(parsed), args.batch)]
+    torch.manual_seed(args.seed)
+    model = ucm.ChildSumModel(len(vocab), args.hidden).to(device)
+    prop = ucm.child_sum_propagate(model, threads=args.threads)
+    batched = ucm.ChildSumBatched(model, device)
+    plans = [batched.plan(p) for p in packs]
+    packs = [p.to(device) for p in packs]
+    params = list(model.parameters())
+
+    def ours(i):
+        h, _ = prop(packs[i], x=model.embed(packs[i].input_ids))
+        return model.head(h, packs[i].labels)
+
+    losses = {"edbatch": ours,
+              "hand-batched": lambda i: batched.loss(packs[i], plans[i]),
+              "node-by-node": lambda i: ucm.child_sum_node_by_node(model, packs[i])}
+    return losses, params, packs
+
+
+def lattice_impls(args, device, drop_grads, tmp):
+    packs, groups, vocab = ext.lattice_data(args, tmp)
+    H = args.hidden
+    w = ext.zoo_weights("lattice_lstm", vocab, H, 18, args.seed)
+    builtin = ext.Ours("lattice_lstm", w, vocab, H, device, args.threads, drop_grads)
+    prop = ucm.lattice_user_cells(w, H, device, threads=args.threads)
+    ref = torch_models.LatticeLstm(w, device=device, requires_grad=True)
+    plans = [torch_models.LatticeLstm.plan(g) for g in groups]
+    packs = [p.to(device) for p in packs]
+    params = builtin.params + list(prop.parameters()) + list(ref.params.values())
+
+    def user(i):
+        h, _ = prop(packs[i], x=builtin.m.embed(packs[i]))
+        return torch.nn.functional.cross_entropy(h @ builtin.W_out.t(), packs[i].labels,
+                                                 reduction="sum")
+
+    losses = {"edbatch": user,
+              "edbatch built-in cell": lambda i: builtin.loss(packs[i]),
+              "hand-batched": lambda i: ref.batched_losses(groups[i], plans[i]).sum(),
+              "node-by-node": lambda i: ref.eager_losses(groups[i]).sum()}
+    return losses, params, packs
+
+
+def time_model(name, losses, params, packs, args, device, drop_grads):
+    with torch.no_grad():
+        check = {k: f(0).item() for k, f in losses.items()}
+    print(f"{name}: first mini-batch loss " + ", ".join(f"{k} {v:.4f}" for k, v in check.items()),
+          file=sys.stderr)
+    times = {k: [] for k in losses}
+    for rep in range(args.warmup + args.reps):
+        for impl, loss_of in losses.items():
+            if impl == "node-by-node" and rep >= args.warmup + args.eager_reps:
+                continue
+            i = rep % len(packs)
+            ext.sync(device)
+            t0 = time.perf_counter()
+            loss = loss_of(i)
+            loss.backward()
+            torch_models.sgd_update([p for p in params if p.grad is not None], 0.01, drop_grads)
+            ext.sync(device)
+            if rep >= args.warmup:
+                times[impl].append((time.perf_counter() - t0) * 1e3)
+    base = statistics.median(times["edbatch"])
+    nodes = statistics.mean(p.num_nodes for p in packs)
+    rows = []
+    for impl, ts in times.items():
+        med = statistics.median(ts)
+        row = {"bench": "user_cells", "model": name, "impl": impl, "device": args.device,
+               "batch": args.batch, "hidden": args.hidden, "nodes": round(nodes, 1),
+               "threads": args.threads or torch.get_num_threads(), "reps": len(ts),
+               "median_ms": round(med, 3), "p10_ms": round(ext.quantile(ts, 0.1), 3),
+               "p90_ms": round(ext.quantile(ts, 0.9), 3), "ratio_to_edbatch": round(med / base, 2),
+               "first_loss": round(check[impl], 4)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="childsum,lattice")
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batches", type=int, default=3, help="distinct mini-batches, cycled")
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--eager-reps", type=int, default=3, help="node-by-node repetitions")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--vocab", type=int, default=2000)
+    ap.add_argument("--trees", default="", help="SST-format file for childsum (default synthetic)")
+    ap.add_argument("--threads", type=int, default=0, help="edbatch threads (0: torch's)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    drop_grads = device.type == "cuda"
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            if name == "childsum":
+                losses, params, packs = childsum_impls(args, device, drop_grads)
+            elif name == "lattice":
+                losses, params, packs = lattice_impls(args, device, drop_grads, tmp)
+            else:
+                ap.error(f"unknown model {name!r} (childsum, lattice)")
+            rows += time_model(name, losses, params, packs, args, device, drop_grads)
+    print(f"\n{'model':<9} {'impl':<22} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9}",
+          file=sys.stderr)
+    for r in rows:
+        print(f"{r['model']:<9} {r['impl']:<22} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
+              f"{r['p90_ms']:>9.2f} {r['ratio_to_edbatch']:>9.2f}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
