@@ -8,6 +8,8 @@
 // EDBATCH_BINARY_OPS. The kernels of every backend and the reference follow from these lists.
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "edbatch/op.h"
 
@@ -47,6 +49,27 @@ struct ScalarMath {
     return std::log1p(x);
 #endif
   }
+  EDBATCH_HD static float log(float x) {
+#if defined(__CUDA_ARCH__)
+    return logf(x);
+#else
+    return std::log(x);
+#endif
+  }
+  EDBATCH_HD static float sqrt(float x) {
+#if defined(__CUDA_ARCH__)
+    return sqrtf(x);
+#else
+    return std::sqrt(x);
+#endif
+  }
+  EDBATCH_HD static float erf(float x) {
+#if defined(__CUDA_ARCH__)
+    return erff(x);
+#else
+    return std::erf(x);
+#endif
+  }
   EDBATCH_HD static float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
   EDBATCH_HD static float abs(float x) { return x < 0 ? -x : x; }
   EDBATCH_HD static float max0(float x) { return x > 0 ? x : 0.0f; }
@@ -55,11 +78,24 @@ struct ScalarMath {
   static double exp(double x) { return std::exp(x); }
   static double tanh(double x) { return std::tanh(x); }
   static double log1p(double x) { return std::log1p(x); }
+  static double log(double x) { return std::log(x); }
+  static double sqrt(double x) { return std::sqrt(x); }
+  static double erf(double x) { return std::erf(x); }
   static double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
   static double abs(double x) { return std::abs(x); }
   static double max0(double x) { return x > 0 ? x : 0.0; }
   static double step(double x) { return x > 0 ? 1.0 : 0.0; }
 };
+
+// A constant in T's precision: double for the reference, float for the kernels (Eigen arrays of
+// float do not mix with double scalars).
+template <class T>
+EDBATCH_HD constexpr auto constant(double c) {
+  if constexpr (std::is_same_v<T, double>)
+    return c;
+  else
+    return static_cast<float>(c);
+}
 
 // ---- unary: y = value(x); dx += gradient(dy, x, y), dy times the derivative at x. kUsesX /
 // kUsesY say which of x and y the gradient reads, so that kernels load only those. ----
@@ -97,6 +133,44 @@ struct Softplus {
   EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) { return dy * M::sigmoid(x); }
 };
 
+struct Exp {
+  static constexpr bool kUsesX = false, kUsesY = true;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) { return M::exp(x); }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T& y, Attr) { return dy * y; }
+};
+
+struct Log {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) { return M::log(x); }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) { return dy / x; }
+};
+
+struct Sqrt {
+  static constexpr bool kUsesX = false, kUsesY = true;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) { return M::sqrt(x); }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T& y, Attr) { return dy * (0.5f / y); }
+};
+
+// The exact GELU (PyTorch's default): x Phi(x); its derivative Phi(x) + x phi(x).
+struct Gelu {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return 0.5f * x * (1.0f + M::erf(x * constant<T>(0.70710678118654752440)));
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return dy * (0.5f * (1.0f + M::erf(x * constant<T>(0.70710678118654752440))) +
+                 x * M::exp(-0.5f * x * x) * constant<T>(0.39894228040143267794));
+  }
+};
+
 // alpha * x + beta.
 struct ScalarAffine {
   static constexpr bool kUsesX = false, kUsesY = false;
@@ -104,6 +178,15 @@ struct ScalarAffine {
   EDBATCH_HD static auto value(const T& x, Attr a) { return a.alpha * x + a.beta; }
   template <class M, class T>
   EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr a) { return a.alpha * dy; }
+};
+
+// alpha / x.
+struct ScalarDivide {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr a) { return a.alpha / x; }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr a) { return dy * (-a.alpha / (x * x)); }
 };
 
 // ---- binary: y = value(a, b); da += grad_a(dy, a, b, y); db += grad_b(dy, a, b, y). ----
@@ -128,16 +211,32 @@ struct CMult {
   EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T&, const T&) { return dy * a; }
 };
 
+struct Divide {
+  static constexpr bool kUsesA = true, kUsesB = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& a, const T& b) { return a / b; }
+  template <class M, class T>
+  EDBATCH_HD static auto grad_a(const T& dy, const T&, const T& b, const T&) { return dy / b; }
+  template <class M, class T>
+  EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T& b, const T&) { return dy * (-a / (b * b)); }
+};
+
 // The ops above by name: X(Op enumerator, math struct). Kernels and the reference expand these.
 #define EDBATCH_UNARY_OPS(X) \
   X(Tanh, Tanh)              \
   X(Sigmoid, Sigmoid)        \
   X(Relu, Relu)              \
   X(Softplus, Softplus)      \
-  X(ScalarAffine, ScalarAffine)
+  X(Exp, Exp)                \
+  X(Log, Log)                \
+  X(Sqrt, Sqrt)              \
+  X(Gelu, Gelu)              \
+  X(ScalarAffine, ScalarAffine) \
+  X(ScalarDivide, ScalarDivide)
 #define EDBATCH_BINARY_OPS(X) \
   X(Subtract, Subtract)       \
-  X(CMult, CMult)
+  X(CMult, CMult)             \
+  X(Divide, Divide)
 
 EDBATCH_HD constexpr bool is_unary(Op op) {
   switch (op) {
@@ -157,6 +256,49 @@ EDBATCH_HD constexpr bool is_binary(Op op) {
       return false;
   }
 #undef EDBATCH_MATH_CASE
+}
+
+// ---- dropout masks (docs/programs.md): uint32 arithmetic, the same on host, device and in
+// python/edbatch/trace.py. Entry i of a dropout value with key k is kept, and scaled by
+// 1 / (1 - p), when dropout_hash(k, i) >= p * 2^32. ----
+
+// murmur3's fmix32.
+EDBATCH_HD constexpr uint32_t mix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+// The key of one dropout site of one invocation: `index` numbers the invocation, `site` the
+// dropout instruction within the program.
+EDBATCH_HD constexpr uint32_t dropout_key(uint64_t seed, uint32_t index, uint32_t site) {
+  return mix32(mix32(static_cast<uint32_t>(seed) ^ mix32(static_cast<uint32_t>(seed >> 32))) ^
+               mix32(index) ^ (site * 0x9e3779b9u));
+}
+
+EDBATCH_HD constexpr uint32_t dropout_hash(uint32_t key, uint32_t i) {
+  return mix32(key ^ (i * 0x27d4eb2fu) ^ 0x165667b1u);
+}
+
+// The least uint32 h with h >= p * 2^32 (p in [0, 1), a float, so p * 2^32 is exact in double):
+// entry i is kept iff dropout_hash(key, i) >= dropout_threshold(p).
+EDBATCH_HD inline uint32_t dropout_threshold(float p) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(ceil(static_cast<double>(p) * 4294967296.0));
+#else
+  return static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 4294967296.0));
+#endif
+}
+
+// The scale of kept entries, in float on every backend.
+EDBATCH_HD inline float dropout_scale(float p) { return 1.0f / (1.0f - p); }
+
+// The factor entry i is multiplied by: 1 / (1 - p) when kept, else 0.
+EDBATCH_HD inline float dropout_factor(uint32_t key, uint32_t i, uint32_t threshold, float scale) {
+  return dropout_hash(key, i) >= threshold ? scale : 0.0f;
 }
 
 }  // namespace edbatch::math

@@ -92,8 +92,6 @@ const BlockPlan& block_plan(const Graph& g, const Node& call) {
   return b->plan();
 }
 
-bool uses_aux(Op op) { return op == Op::Lookup || op == Op::Pick || op == Op::PickNegLogSoftmax; }
-
 // Places batch b's outputs at `cursor`; returns the end. Block calls get a region of every
 // internal value, and their output views are placed inside it.
 uint64_t place_batch(const Graph& g, const Schedule& s, size_t b, uint64_t cursor,
@@ -136,7 +134,7 @@ void plan_operands(const Graph& g, const Schedule& s, size_t b, MemoryPlan& out)
   const Node& first = nodes[members[0]];
   bp.operand_begin = static_cast<uint32_t>(out.operands.size());
   bp.aux_begin = static_cast<uint32_t>(out.aux.size());
-  if (uses_aux(first.op))
+  if (per_node_int(first.op))
     for (uint32_t i = 0; i < batch.count; ++i) out.aux.push_back(nodes[members[i]].aux2);
 
   if (g.types().is_ragged(first.type)) {

@@ -73,7 +73,7 @@ void expand_call(const Graph& g, const BlockPlan& b, const uint32_t* calls, uint
     sp.out_size = first.dim.size();
     sp.count = m * k;
     sp.aux_begin = static_cast<uint32_t>(out.aux.size());
-    if (first.op == Op::Lookup || first.op == Op::Pick || first.op == Op::PickNegLogSoftmax) {
+    if (per_node_int(first.op)) {
       for (uint32_t j = 0; j < m; ++j) {
         const uint32_t slot = b.slot[members[j]];
         for (uint32_t i = 0; i < k; ++i)

@@ -31,6 +31,49 @@ uint32_t int_arg(const Reference::Env& env, const Node& nd, uint32_t v) {
   if (env.block == nullptr || env.block->source_slot[v] == UINT32_MAX) return nd.aux2;
   return env.ints[env.block->source_slot[v]];
 }
+
+// Softmax, log softmax and layer norm of one column of n rows.
+void column_forward(const Node& nd, const double* x, double* y, uint32_t n) {
+  double mean = 0, var = 0, m = x[0], s = 0;
+  for (uint32_t r = 0; r < n; ++r) {
+    mean += x[r] / n;
+    m = std::max(m, x[r]);
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    var += (x[r] - mean) * (x[r] - mean) / n;
+    s += std::exp(x[r] - m);
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    if (nd.op == Op::Softmax) y[r] = std::exp(x[r] - m) / s;
+    if (nd.op == Op::LogSoftmax) y[r] = x[r] - m - std::log(s);
+    if (nd.op == Op::LayerNorm) y[r] = (x[r] - mean) / std::sqrt(var + double(nd.alpha));
+  }
+}
+
+// dx_j += sum_i dy_i dy_i/dx_j with the Jacobian written out entry by entry.
+void column_backward(const Node& nd, const double* x, const double* y, const double* dy,
+                     double* dx, uint32_t n) {
+  double mean = 0, var = 0;
+  for (uint32_t r = 0; r < n; ++r) mean += x[r] / n;
+  for (uint32_t r = 0; r < n; ++r) var += (x[r] - mean) * (x[r] - mean) / n;
+  const double inv_std = 1 / std::sqrt(var + double(nd.alpha));
+  for (uint32_t j = 0; j < n; ++j)
+    for (uint32_t i = 0; i < n; ++i) {
+      const double delta = i == j ? 1.0 : 0.0;
+      double jac = 0;
+      if (nd.op == Op::Softmax) jac = y[i] * (delta - y[j]);
+      if (nd.op == Op::LogSoftmax) jac = delta - std::exp(y[j]);
+      if (nd.op == Op::LayerNorm) jac = inv_std * (delta - 1.0 / n - y[i] * y[j] / n);
+      dx[j] += dy[i] * jac;
+    }
+}
+
+// Entry i of a dropout value: kept, times 1 / (1 - p), when its hash is at least p * 2^32.
+double dropout_factor(const Node& nd, uint32_t key, size_t i) {
+  const double p = nd.alpha;
+  const bool keep = math::dropout_hash(key, static_cast<uint32_t>(i)) >= p * 4294967296.0;
+  return keep ? 1 / (1 - p) : 0.0;
+}
 }  // namespace
 
 void Reference::forward() {
@@ -134,6 +177,30 @@ void Reference::run_forward(const Graph& g, const Env& env, Values& vals,
         y[0] = m + std::log(s) - z[aux2];
         break;
       }
+      case Op::Average:
+        for (uint32_t j = 0; j < nd.num_args; ++j)
+          for (uint32_t i = 0; i < y.size(); ++i) y[i] += x(j)[i] / nd.num_args;
+        break;
+      case Op::Maximum:
+        y = x(0);
+        for (uint32_t j = 1; j < nd.num_args; ++j)
+          for (uint32_t i = 0; i < y.size(); ++i) y[i] = std::max(y[i], x(j)[i]);
+        break;
+      case Op::SliceRows: {
+        const uint32_t in_rows = g.node(a[0]).dim.rows;
+        for (uint32_t c = 0; c < C; ++c)
+          for (uint32_t r = 0; r < R; ++r) y[c * R + r] = x(0)[c * in_rows + nd.aux + r];
+        break;
+      }
+      case Op::Softmax:
+      case Op::LogSoftmax:
+      case Op::LayerNorm:
+        for (uint32_t c = 0; c < C; ++c)
+          column_forward(nd, x(0).data() + c * R, y.data() + c * R, R);
+        break;
+      case Op::Dropout:
+        for (uint32_t i = 0; i < y.size(); ++i) y[i] = x(0)[i] * dropout_factor(nd, aux2, i);
+        break;
       case Op::Count: throw std::logic_error("[Reference] bad op");
     }
   }
@@ -256,6 +323,33 @@ void Reference::run_backward(const Graph& g, const Env& env, const Values& vals,
         break;
       }
       case Op::Pick: dx(0)[aux2] += dy[0]; break;
+      case Op::Average:
+        for (uint32_t j = 0; j < nd.num_args; ++j)
+          for (size_t i = 0; i < dy.size(); ++i) dx(j)[i] += dy[i] / nd.num_args;
+        break;
+      case Op::Maximum:
+        for (size_t i = 0; i < dy.size(); ++i) {
+          uint32_t first = 0;
+          while (x(first)[i] != y[i]) ++first;
+          dx(first)[i] += dy[i];
+        }
+        break;
+      case Op::SliceRows: {
+        const uint32_t in_rows = g.node(a[0]).dim.rows;
+        for (uint32_t c = 0; c < C; ++c)
+          for (uint32_t r = 0; r < R; ++r) dx(0)[c * in_rows + nd.aux + r] += dy[c * R + r];
+        break;
+      }
+      case Op::Softmax:
+      case Op::LogSoftmax:
+      case Op::LayerNorm:
+        for (uint32_t c = 0; c < C; ++c)
+          column_backward(nd, x(0).data() + c * R, y.data() + c * R, dy.data() + c * R,
+                          dx(0).data() + c * R, R);
+        break;
+      case Op::Dropout:
+        for (size_t i = 0; i < dy.size(); ++i) dx(0)[i] += dy[i] * dropout_factor(nd, aux2, i);
+        break;
       case Op::PickNegLogSoftmax: {
         const auto& z = x(0);
         const double m = *std::max_element(z.begin(), z.end());

@@ -29,6 +29,7 @@ constexpr uint32_t H = 7, V = 11, C = 5;
 struct Ints {
   std::function<Expr(Graph&, LookupParameter, uint32_t)> embed;
   std::function<Expr(const Expr&, uint32_t)> loss;
+  std::function<Expr(const Expr&, float, uint32_t)> drop;  // dropout keyed by a slot
 };
 
 struct CellDef {
@@ -99,6 +100,16 @@ std::vector<CellDef> cells(const Weights& w) {
                   const Expr M = affine({P(g, w.bM), P(g, w.U[5]), concat({in[1], in[3]})});
                   return std::vector<Expr>{v, M};
                 }});
+  // Pooling (maximum, average), normalisation and the other ops that are not GEMMs, with a
+  // dropout keyed by the invocation's integer.
+  cs.push_back({"pooled", {h, h, h}, {0xffffffffu}, [&w](Graph& g, const std::vector<Expr>& in, const Ints& ints) {
+                  const Expr m = maximum({in[0], in[1], in[2]});
+                  const Expr a = average({in[1], in[2]});
+                  const Expr z = layer_norm(affine({P(g, w.b[5]), P(g, w.W[5]), m, P(g, w.W[6]), a}), 1e-5f);
+                  const Expr s = softmax(slice_rows(gelu(z), 1, H - 1));
+                  const Expr r = log_softmax(a / (2.0f + exp(in[0]))) + 0.5f / (1.5f + tanh(m));
+                  return std::vector<Expr>{ints.drop(z, 0.25f, 0), s, r, sqrt(1.0f + cmult(m, m))};
+                }});
   return cs;
 }
 
@@ -148,6 +159,8 @@ Expr feed(Graph& g, const Dim& d, const std::vector<float>& v, uint32_t i) {
 }  // namespace
 
 TEST_CASE("blocks: every cell equals its op-by-op form and the reference, k = 1, 7, 64") {
+  // Cells: Tree-LSTM leaf and inner, LSTM, GRU, MV-RNN, and a pooling cell (maximum, average,
+  // layer norm, softmax, slices, dropout, ...).
   for (uint32_t k : {1u, 7u, 64u}) {
     ParameterCollection pc(5);
     Weights w(pc);
@@ -162,7 +175,8 @@ TEST_CASE("blocks: every cell equals its op-by-op form and the reference, k = 1,
       std::vector<uint32_t> slots;
       for (size_t s = 0; s < cell.int_limits.size(); ++s) slots.push_back(blk.index("i" + std::to_string(s)));
       Ints block_ints{[&](Graph&, LookupParameter t, uint32_t s) { return blk.lookup(t, slots[s]); },
-                      [&](const Expr& x, uint32_t s) { return blk.pick_neg_log_softmax(x, slots[s]); }};
+                      [&](const Expr& x, uint32_t s) { return blk.pick_neg_log_softmax(x, slots[s]); },
+                      [&](const Expr& x, float p, uint32_t s) { return blk.dropout(x, p, slots[s]); }};
       const std::vector<Expr> outs = cell.math(blk.body(), in, block_ints);
       for (size_t o = 0; o < outs.size(); ++o) blk.output("out" + std::to_string(o), outs[o]);
       blk.freeze();
@@ -187,7 +201,8 @@ TEST_CASE("blocks: every cell equals its op-by-op form and the reference, k = 1,
         lb.push_back(readout(gb, blk(gb, xb, inv[i].ints), i));
         const std::vector<uint32_t>& ints = inv[i].ints;
         Ints direct{[&](Graph& g, LookupParameter t, uint32_t s) { return lookup(g, t, ints[s]); },
-                    [&](const Expr& x, uint32_t s) { return pick_neg_log_softmax(x, ints[s]); }};
+                    [&](const Expr& x, uint32_t s) { return pick_neg_log_softmax(x, ints[s]); },
+                    [&](const Expr& x, float p, uint32_t s) { return dropout(x, p, ints[s]); }};
         lo.push_back(readout(go, cell.math(go, xo, direct), i));
       }
       const Expr loss_b = sum_losses(lb), loss_o = sum_losses(lo);
@@ -276,7 +291,8 @@ TEST_CASE("blocks: planned layouts on random trees: outputs contiguous, views ar
     std::vector<uint32_t> slots;
     for (size_t s = 0; s < cs[which].int_limits.size(); ++s) slots.push_back(blk.index("i" + std::to_string(s)));
     Ints ints{[&](Graph&, LookupParameter t, uint32_t s) { return blk.lookup(t, slots[s]); },
-              [&](const Expr& x, uint32_t s) { return blk.pick_neg_log_softmax(x, slots[s]); }};
+              [&](const Expr& x, uint32_t s) { return blk.pick_neg_log_softmax(x, slots[s]); },
+              [&](const Expr& x, float p, uint32_t s) { return blk.dropout(x, p, slots[s]); }};
     const std::vector<Expr> outs = cs[which].math(blk.body(), in, ints);
     for (size_t o = 0; o < outs.size(); ++o) blk.output("o" + std::to_string(o), outs[o]);
     blk.freeze();

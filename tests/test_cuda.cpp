@@ -12,15 +12,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "edbatch/block.h"
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
 #include "edbatch/options.h"
 #include "edbatch/zoo.h"
+#include "kernels/op_math.h"
 #include "tests/check.h"
 #include "tests/models.h"
 
@@ -222,6 +225,49 @@ const std::vector<OpCase> kOps = {
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
        return tanh(reshape(tanh(a[0]), Dim{4, 3}));
      }},
+    {"exp", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return exp(a[0]); }},
+    // log and sqrt of positive values.
+    {"log", {kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return log(1.5f + a[0]); }},
+    {"sqrt", {kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return sqrt(1.5f + a[0]); }},
+    {"gelu", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return gelu(a[0]); }},
+    {"scalar_divide", {kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return 0.5f / a[0]; }},
+    {"divide",
+     {kV, kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return a[0] / a[1]; }},
+    {"average of 3",
+     {kV, kV, kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return average({a[0], a[1], a[2]}); }},
+    {"ragged average and maximum",
+     {kV, kV, kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t i) {
+       return i % 3 == 0   ? average({a[0], a[1]})
+              : i % 3 == 1 ? maximum({a[0], a[2]}) + average({a[2], a[1], a[0]})
+                           : maximum({a[2], a[1], a[0]});
+     }},
+    {"slice_rows",
+     {Dim{17, 3}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return slice_rows(a[0], 3, 14); }},
+    // Columns shorter and longer than a warp (32 rows).
+    {"softmax",
+     {Dim{7, 3}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return softmax(a[0]); }},
+    {"log_softmax",
+     {Dim{77, 2}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return log_softmax(a[0]); }},
+    {"layer_norm",
+     {Dim{45, 3}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return layer_norm(a[0], 1e-5f); }},
+    {"softmax, layer_norm of one row",
+     {Dim{1, 3}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return softmax(a[0]) + layer_norm(a[0], 1e-3f);
+     }},
+    {"dropout",
+     {kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t i) { return dropout(a[0], 0.3f, 17 * i); }},
 };
 
 std::unique_ptr<Model> zoo_model(const std::string& name, ParameterCollection& pc, Dataset& data,
@@ -355,6 +401,45 @@ static std::vector<std::vector<float>> grads_after_change(const std::string& dev
   pc.mark_changed();
   pc.zero_grads();
   return grads;
+}
+
+// The ops that are neither GEMMs nor functions of one element, in a block's fused groups (where
+// column reductions share a thread block with other steps) and op by op, at k = 1, 7 and 64.
+CUDA_CASE("cuda: a block of pooling, normalisation, slices and dropout = cpu") {
+  ParameterCollection pc(4);
+  const Dim h{40, 1};
+  const Parameter W = pc.add_parameters("W", Dim{40, 40}), b = pc.add_parameters("b", h);
+  auto cell = [&](Graph& g, const std::vector<Expr>& in, const std::function<Expr(Expr)>& drop) {
+    const Expr m = maximum({in[0], in[1], in[2]}), a = average({in[1], in[2]});
+    const Expr z = layer_norm(affine({parameter(g, b), parameter(g, W), m}), 1e-5f);
+    return std::vector<Expr>{drop(gelu(z)), softmax(slice_rows(z + a, 3, 37)),
+                             log_softmax(a / (2.0f + exp(in[0])))};
+  };
+  Block blk(pc, "pooled");
+  std::vector<Expr> ins;
+  for (int j = 0; j < 3; ++j) ins.push_back(blk.input("in" + std::to_string(j), h));
+  const uint32_t key = blk.index("key");
+  const auto outs = cell(blk.body(), ins, [&](Expr x) { return blk.dropout(x, 0.2f, key); });
+  for (size_t o = 0; o < outs.size(); ++o) blk.output("out" + std::to_string(o), outs[o]);
+  blk.freeze();
+  for (uint32_t k : {1u, 7u, 64u})
+    for (bool blocks : {true, false}) {
+      CAPTURE(k);
+      CAPTURE(blocks);
+      OpGraph og(k);
+      std::vector<Expr> losses;
+      for (uint32_t i = 0; i < k; ++i) {
+        std::vector<Expr> in;
+        for (int j = 0; j < 3; ++j) in.push_back(tanh(input(og.g, h, og.values(h.size()))));
+        const uint32_t drop_key = math::dropout_key(5, i, 0);
+        const std::vector<Expr> y =
+            blocks ? blk(og.g, in, {drop_key})
+                   : cell(og.g, in, [&](Expr x) { return dropout(x, 0.2f, drop_key); });
+        for (const Expr& e : y) losses.push_back(og.reduce(e));
+      }
+      const Expr loss = sum_losses(losses);
+      check_same(run_on("cuda", og.g, loss, "agenda"), run_on("cpu", og.g, loss, "agenda"), og.g);
+    }
 }
 
 CUDA_CASE("cuda: a backward reads parameters changed after its forward, as the cpu does") {

@@ -50,6 +50,36 @@ TEST_CASE("errors: shape mismatches name the op, node and shapes") {
   CHECK_THROWS_AS(affine({x4, x4}), std::invalid_argument);
 }
 
+TEST_CASE("errors: arguments of slices, layer norm, dropout, average and maximum") {
+  ParameterCollection pc;
+  Graph g(pc);
+  const Expr x = input(g, Dim{5, 2}, std::vector<float>(10, 1.0f));
+  const Expr v = input(g, Dim{5, 1}, std::vector<float>(5, 1.0f));
+  std::string m = message_of([&] { slice_rows(x, 3, 6); });
+  CHECK(contains(m, "[slice_rows] node "));
+  CHECK(contains(m, "rows [3, 6) of 5x2 are out of range"));
+  m = message_of([&] { slice_rows(x, 2, 2); });
+  CHECK(contains(m, "rows [2, 2) of 5x2 are empty"));
+  CHECK_NOTHROW(slice_rows(x, 0, 5));
+  m = message_of([&] { dropout(v, 1.0f, 3); });
+  CHECK(contains(m, "[dropout] node "));
+  CHECK(contains(m, "p = 1 for 5 is outside [0, 1)"));
+  CHECK(contains(message_of([&] { dropout(v, -0.1f, 3); }), "p = -0.1 for 5"));
+  CHECK_NOTHROW(dropout(v, 0.0f, 3));
+  m = message_of([&] { layer_norm(x, -1e-5f); });
+  CHECK(contains(m, "[layer_norm] node "));
+  CHECK(contains(m, "eps = -1e-05 for 5x2"));
+  CHECK_NOTHROW(layer_norm(input(g, 2.0f), 1e-5f));  // one row: variance 0
+  m = message_of([&] { average({v, x}); });
+  CHECK(contains(m, "[average] node "));
+  CHECK(contains(m, "argument 2 has shape 5x2 but argument 1 has shape 5"));
+  CHECK(contains(message_of([&] { maximum({v, v, x}); }), "[maximum] node "));
+  CHECK(contains(message_of([&] { maximum({}); }), "[maximum] needs at least one argument"));
+  // One argument is the argument itself, as for sum.
+  CHECK(average({v}).id == v.id);
+  CHECK(maximum({v}).id == v.id);
+}
+
 TEST_CASE("errors: expressions from another graph or from before clear()") {
   ParameterCollection pc;
   Graph g1(pc), g2(pc);

@@ -57,10 +57,11 @@ OperandMode mode_of(Layout l) {
 struct Slot {
   Dim dim;
   Layout layout = Layout::Any;
+  bool positive = false;  // values in [0.1, 1] (log, sqrt), else of either sign
 };
 
 // Makes operands: inputs and parameters with values of magnitude in [0.1, 1], so relu never sits
-// near its kink and finite differences stay clean.
+// near its kink, divisors stay away from 0 and finite differences stay clean.
 struct Builder {
   Builder(ParameterCollection& params, Graph& graph, uint64_t seed)
       : pc(params), g(graph), rng(seed) {}
@@ -70,20 +71,20 @@ struct Builder {
   uint32_t params_made = 0;
   LookupParameter table;
 
-  std::vector<float> values(size_t n) {
+  std::vector<float> values(size_t n, bool positive = false) {
     std::uniform_real_distribution<float> mag(0.1f, 1.0f);
     std::vector<float> v(n);
-    for (float& x : v) x = (rng() & 1 ? 1.0f : -1.0f) * mag(rng);
+    for (float& x : v) x = (positive || rng() & 1 ? 1.0f : -1.0f) * mag(rng);
     return v;
   }
-  Expr new_input(Dim d) { return input(g, d, values(d.size())); }
-  void fill(uint32_t id) {
-    const std::vector<float> v = values(pc.dim(id).size());
+  Expr new_input(Dim d, bool positive = false) { return input(g, d, values(d.size(), positive)); }
+  void fill(uint32_t id, bool positive = false) {
+    const std::vector<float> v = values(pc.dim(id).size(), positive);
     std::copy(v.begin(), v.end(), pc.values(id));
   }
-  Expr new_param(Dim d) {
+  Expr new_param(Dim d, bool positive = false) {
     const Parameter p = pc.add_parameters("p" + std::to_string(params_made++), d);
-    fill(p.id);
+    fill(p.id, positive);
     return parameter(g, p);
   }
   LookupParameter lookup_table(uint32_t rows) {
@@ -95,13 +96,13 @@ struct Builder {
   }
   // One operand per instance. Contiguous: k inputs created in instance order; Indexed: created in
   // reverse order; Shared: one input read by every instance; Param: one parameter.
-  std::vector<Expr> operand(Dim d, Layout l, uint32_t k) {
+  std::vector<Expr> operand(Dim d, Layout l, uint32_t k, bool positive) {
     std::vector<Expr> xs;
     if (l == Layout::Shared || l == Layout::Param) {
-      xs.assign(k, l == Layout::Shared ? new_input(d) : new_param(d));
+      xs.assign(k, l == Layout::Shared ? new_input(d, positive) : new_param(d, positive));
       return xs;
     }
-    for (uint32_t i = 0; i < k; ++i) xs.push_back(new_input(d));
+    for (uint32_t i = 0; i < k; ++i) xs.push_back(new_input(d, positive));
     if (l == Layout::Indexed) std::reverse(xs.begin(), xs.end());
     return xs;
   }
@@ -131,7 +132,7 @@ Built build_graph(Builder& b, const OpCase& c, Dim s, uint32_t k,
   std::vector<std::vector<Expr>> per_slot;
   Built r;
   for (size_t j = 0; j < slots.size(); ++j) {
-    per_slot.push_back(b.operand(slots[j].dim, layouts[j], k));
+    per_slot.push_back(b.operand(slots[j].dim, layouts[j], k, slots[j].positive));
     for (const Expr& x : per_slot.back())
       if (b.g.node(x.id).op == Op::Input) r.operand_inputs.push_back(x.id);
   }
@@ -307,11 +308,9 @@ constexpr Layout P = Layout::Param;
 const std::vector<Dim> kElementwiseSizes = {{1, 1}, {7, 1}, {13, 3}, {17, 1}};
 const std::vector<Dim> kLinearSizes = {{1, 1}, {7, 13}, {17, 3}};  // W is rows x cols
 
-}  // namespace
-
-TEST_CASE("ops: unary elementwise (tanh, sigmoid, relu, softplus, scalar affine)") {
+std::vector<OpCase> unary_cases() {
   auto one = [](Dim s) { return same(s, 1); };
-  run_cases({
+  return {
       {"tanh", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return tanh(a[0]); }},
       {"sigmoid", kElementwiseSizes, one,
@@ -327,11 +326,11 @@ TEST_CASE("ops: unary elementwise (tanh, sigmoid, relu, softplus, scalar affine)
       {"x+a", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return a[0] + 0.5f; }},
       {"-x", kElementwiseSizes, one, [](Builder&, const Args& a, uint32_t, Dim) { return -a[0]; }},
-  });
+  };
 }
 
-TEST_CASE("ops: binary elementwise and sums (fixed and ragged arity)") {
-  run_cases({
+std::vector<OpCase> binary_cases() {
+  return {
       {"subtract", kElementwiseSizes, [](Dim s) { return same(s, 2); },
        [](Builder&, const Args& a, uint32_t, Dim) { return a[0] - a[1]; }},
       {"cmult", kElementwiseSizes, [](Dim s) { return same(s, 2); },
@@ -355,13 +354,13 @@ TEST_CASE("ops: binary elementwise and sums (fixed and ragged arity)") {
        [](Builder&, const Args& a, uint32_t i, Dim) {
          return sum(Args(a.begin(), a.begin() + 2 + i % 3));
        }},
-  });
+  };
 }
 
-TEST_CASE("ops: affine and matmul") {
+std::vector<OpCase> linear_cases() {
   auto affine_op = [](Builder&, const Args& a, uint32_t, Dim) { return affine(a); };
   auto matmul_op = [](Builder&, const Args& a, uint32_t, Dim) { return matmul(a[0], a[1]); };
-  run_cases({
+  return {
       {"affine W=param x=node", kLinearSizes,
        [](Dim s) {
          return std::vector<Slot>{{{s.rows, 1}, P}, {s, P}, {{s.cols, 1}}};
@@ -407,11 +406,11 @@ TEST_CASE("ops: affine and matmul") {
          return std::vector<Slot>{{s}, {{s.cols, 3}}};
        },
        matmul_op},
-  });
+  };
 }
 
-TEST_CASE("ops: concat, pick, pick_neg_log_softmax, lookup") {
-  run_cases({
+std::vector<OpCase> indexing_cases() {
+  return {
       {"concat vectors",
        {{1, 1}, {7, 1}, {13, 1}},
        [](Dim s) {
@@ -441,7 +440,135 @@ TEST_CASE("ops: concat, pick, pick_neg_log_softmax, lookup") {
        [](Builder& b, const Args&, uint32_t i, Dim s) {
          return lookup(b.g, b.lookup_table(s.rows), (2 * i) % 5);
        }},
-  });
+  };
+}
+
+// The math ops added with kernels/op_math.h's structs; log and sqrt of positive inputs, divisors
+// of magnitude at least 0.1.
+std::vector<OpCase> math_cases() {
+  auto one = [](Dim s) { return same(s, 1); };
+  auto positive = [](Dim s) { return std::vector<Slot>{{s, Layout::Any, true}}; };
+  return {
+      {"exp", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return exp(a[0]); }},
+      {"log", kElementwiseSizes, positive,
+       [](Builder&, const Args& a, uint32_t, Dim) { return log(a[0]); }},
+      {"sqrt", kElementwiseSizes, positive,
+       [](Builder&, const Args& a, uint32_t, Dim) { return sqrt(a[0]); }},
+      {"gelu", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return gelu(a[0]); }},
+      {"a/x", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return 0.5f / a[0]; }},
+      {"scalar_divide(-2, x)", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return scalar_divide(-2.0f, a[0]); }},
+      {"x/a", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return a[0] / 4.0f; }},
+      {"divide", kElementwiseSizes, [](Dim s) { return same(s, 2); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return a[0] / a[1]; }},
+      {"divide(x, x)", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return divide(a[0], a[0]); }},
+  };
+}
+
+// average and maximum batch like sum: fixed arity, ragged, and with a parameter argument (which
+// makes the type exact). Maximum's arguments are distinct random values: no ties.
+std::vector<OpCase> variadic_cases() {
+  auto three = [](Dim s) { return same(s, 3); };
+  auto with_param = [](Dim s) { return std::vector<Slot>{{s}, {s, P}, {s}}; };
+  auto ragged = [](Dim s) { return same(s, 4); };
+  auto first = [](const Args& a, uint32_t i) { return Args(a.begin(), a.begin() + 2 + i % 3); };
+  return {
+      {"average of 3", kElementwiseSizes, three,
+       [](Builder&, const Args& a, uint32_t, Dim) { return average(a); }},
+      {"average with a parameter", kElementwiseSizes, with_param,
+       [](Builder&, const Args& a, uint32_t, Dim) { return average(a); }},
+      {"average ragged", kElementwiseSizes, ragged,
+       [first](Builder&, const Args& a, uint32_t i, Dim) { return average(first(a, i)); }},
+      {"maximum of 3", kElementwiseSizes, three,
+       [](Builder&, const Args& a, uint32_t, Dim) { return maximum(a); }},
+      {"maximum with a parameter", kElementwiseSizes, with_param,
+       [](Builder&, const Args& a, uint32_t, Dim) { return maximum(a); }},
+      {"maximum ragged", kElementwiseSizes, ragged,
+       [first](Builder&, const Args& a, uint32_t i, Dim) { return maximum(first(a, i)); }},
+  };
+}
+
+// Slices, the reductions over each column's rows (1-row columns included: layer norm's variance
+// is then 0) and dropout, whose key differs by instance.
+std::vector<OpCase> row_cases() {
+  auto one = [](Dim s) { return same(s, 1); };
+  const std::vector<Dim> columns = {{1, 1}, {7, 1}, {13, 3}, {17, 1}, {37, 2}};
+  return {
+      {"slice_rows middle", {{3, 1}, {13, 3}, {17, 2}}, one,
+       [](Builder&, const Args& a, uint32_t, Dim s) { return slice_rows(a[0], 1, s.rows - 1); }},
+      {"slice_rows last row", {{1, 1}, {7, 2}}, one,
+       [](Builder&, const Args& a, uint32_t, Dim s) {
+         return slice_rows(a[0], s.rows - 1, s.rows);
+       }},
+      {"softmax", columns, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return softmax(a[0]); }},
+      {"log_softmax", columns, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return log_softmax(a[0]); }},
+      {"layer_norm", columns, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return layer_norm(a[0], 1e-5f); }},
+      {"layer_norm eps 0.5", {{7, 1}, {13, 3}}, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return layer_norm(a[0], 0.5f); }},
+      {"dropout", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t i, Dim) {
+         return dropout(a[0], 0.3f, math::dropout_key(11, i, 0));
+       }},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("ops: unary elementwise (tanh, sigmoid, relu, softplus, scalar affine)") {
+  run_cases(unary_cases());
+}
+
+TEST_CASE("ops: binary elementwise and sums (fixed and ragged arity)") {
+  run_cases(binary_cases());
+}
+
+TEST_CASE("ops: affine and matmul") {
+  run_cases(linear_cases());
+}
+
+TEST_CASE("ops: concat, pick, pick_neg_log_softmax, lookup") {
+  run_cases(indexing_cases());
+}
+
+TEST_CASE("ops: exp, log, sqrt, gelu, divide, scalar_divide") {
+  run_cases(math_cases());
+}
+
+TEST_CASE("ops: average and maximum (fixed and ragged arity)") {
+  run_cases(variadic_cases());
+}
+
+TEST_CASE("ops: slice_rows, softmax, log_softmax, layer_norm, dropout") {
+  run_cases(row_cases());
+}
+
+// A new op without a case above would be untested: every scheduled op of the enum but block
+// calls (tests/test_blocks.cpp) must be the output of some case.
+TEST_CASE("ops: every op of the enum has a case in the harness") {
+  std::vector<bool> seen(static_cast<size_t>(Op::Count), false);
+  for (const auto& cases : {unary_cases(), binary_cases(), linear_cases(), indexing_cases(),
+                            math_cases(), variadic_cases(), row_cases()})
+    for (const OpCase& c : cases) {
+      ParameterCollection pc(1);
+      Graph g(pc);
+      Builder b(pc, g, 1);
+      const Built bt = build_graph(b, c, c.sizes[0], 1, layout_plans(c.slots(c.sizes[0]))[0]);
+      seen[static_cast<size_t>(g.node(bt.outs[0]).op)] = true;
+    }
+  for (size_t i = 0; i < seen.size(); ++i) {
+    const Op op = static_cast<Op>(i);
+    if (!is_scheduled(op) || op == Op::Call) continue;
+    INFO("op '" << op_name(op) << "' has no case in tests/test_ops.cpp");
+    CHECK(seen[i]);
+  }
 }
 
 // The reference takes its elementwise math from kernels/op_math.h, like the kernels; the values
@@ -464,4 +591,36 @@ TEST_CASE("op math: values against closed forms") {
           doctest::Approx(math::Softplus::value<ScalarMath>(double(xf), Attr{})).epsilon(1e-6));
   }
   CHECK(math::Softplus::value<ScalarMath>(1e-30, Attr{}) == doctest::Approx(std::log(2.0)));
+}
+
+TEST_CASE("op math: exp, log, sqrt, gelu, divisions against closed forms") {
+  using math::Attr;
+  using math::ScalarMath;
+  const double kPi = 3.14159265358979323846;
+  for (double x : {-60.0, -20.0, -3.5, -1e-3, 1e-7, 0.25, 2.0, 17.0, 60.0}) {
+    CAPTURE(x);
+    const double ax = std::fabs(x);
+    CHECK(math::Exp::value<ScalarMath>(x, Attr{}) == doctest::Approx(std::exp(x)).epsilon(1e-14));
+    CHECK(math::Log::value<ScalarMath>(ax, Attr{}) == doctest::Approx(std::log(ax)).epsilon(1e-14));
+    CHECK(math::Sqrt::value<ScalarMath>(ax, Attr{}) ==
+          doctest::Approx(std::sqrt(ax)).epsilon(1e-14));
+    // The normal distribution's CDF from erfc (no cancellation for negative x), times x.
+    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2 * kPi);
+    CHECK(math::Gelu::value<ScalarMath>(x, Attr{}) == doctest::Approx(x * cdf).epsilon(1e-12));
+    CHECK(math::Gelu::gradient<ScalarMath>(1.0, x, 0.0, Attr{}) ==
+          doctest::Approx(cdf + x * pdf).epsilon(1e-12));
+    CHECK(math::ScalarDivide::value<ScalarMath>(x, Attr{-1.5f}) == doctest::Approx(-1.5 / x));
+    CHECK(math::Divide::value<ScalarMath>(3.0, x) == doctest::Approx(3.0 / x));
+    // The float instantiation the CUDA kernels use agrees with the double one.
+    const float xf = static_cast<float>(x);
+    CHECK(math::Gelu::value<ScalarMath>(xf, Attr{}) ==
+          doctest::Approx(math::Gelu::value<ScalarMath>(double(xf), Attr{})).epsilon(1e-6));
+  }
+  // Thresholds: p * 2^32 exactly, rounded up.
+  CHECK(math::dropout_threshold(0.0f) == 0u);
+  CHECK(math::dropout_threshold(0.25f) == 1u << 30);
+  CHECK(math::dropout_threshold(0.5f) == 1u << 31);
+  CHECK(math::dropout_threshold(1e-12f) == 1u);
+  CHECK(math::dropout_threshold(0.99999994f) == 4294967040u);
 }

@@ -41,6 +41,8 @@ class Block {
   Expr lookup(LookupParameter table, uint32_t slot);
   // -log softmax(x)[label], the label being the invocation's integer in `slot`.
   Expr pick_neg_log_softmax(const Expr& x, uint32_t slot);
+  // dropout(x, p, key) (graph.h), the key being the invocation's integer in `slot`.
+  Expr dropout(const Expr& x, float p, uint32_t slot);
   void output(const std::string& name, const Expr& e);
   // Compiles the body. Throws if called twice, without outputs, or when the body is malformed.
   void freeze(const FreezeOptions& options = {});

@@ -59,7 +59,7 @@ struct BlockPlan {
   uint32_t output_floats = 0;         // sum of output sizes (the call node's shape)
   uint32_t lower_bound = 0;           // per-type chain bound of the internal schedule
   bool exact = false;                 // internal schedule from the exact search
-  std::vector<uint32_t> index_limit;  // per slot: values must be below this
+  std::vector<uint32_t> index_limit;  // per slot: values must be below this (UINT32_MAX: any)
   // Internal operands (over all steps and slots): one view over all members, or one view per
   // member (members' values not consecutive in member order).
   uint32_t internal_views = 0, internal_per_member = 0;

@@ -19,9 +19,11 @@ struct Node {
   Dim dim;
   uint32_t arg_begin;  // into Graph::args()
   uint32_t num_args;
-  uint32_t aux;   // Parameter/Lookup: parameter id; Input: offset into input values
-  uint32_t aux2;  // Lookup, Pick: index; PickNegLogSoftmax: label
-  float alpha, beta;  // ScalarAffine
+  uint32_t aux;   // Parameter/Lookup: parameter id; Input: offset into input values;
+                  // SliceRows: first row
+  uint32_t aux2;  // Lookup, Pick: index; PickNegLogSoftmax: label; Dropout: key
+  float alpha, beta;  // ScalarAffine: alpha, beta; ScalarDivide: alpha; LayerNorm: eps;
+                      // Dropout: p
 };
 
 class Graph;
@@ -102,14 +104,35 @@ Expr affine(const std::vector<Expr>& xs);
 Expr matmul(const Expr& a, const Expr& b);
 Expr add(const Expr& a, const Expr& b);
 Expr sum(const std::vector<Expr>& xs);
+// Elementwise mean and max of same-shaped args; like sum, ragged (nodes of different arity batch
+// together) and one argument is returned as is. maximum's gradient goes to the first maximal
+// argument of each element.
+Expr average(const std::vector<Expr>& xs);
+Expr maximum(const std::vector<Expr>& xs);
 Expr subtract(const Expr& a, const Expr& b);
 Expr cmult(const Expr& a, const Expr& b);
+Expr divide(const Expr& a, const Expr& b);  // a ./ b
 Expr scalar_affine(const Expr& x, float alpha, float beta);
+Expr scalar_divide(float alpha, const Expr& x);  // alpha ./ x
 Expr tanh(const Expr& x);
 Expr sigmoid(const Expr& x);
 Expr relu(const Expr& x);
 Expr softplus(const Expr& x);  // log(1 + e^x)
+Expr exp(const Expr& x);
+Expr log(const Expr& x);
+Expr sqrt(const Expr& x);
+Expr gelu(const Expr& x);  // exact: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), PyTorch's default
 Expr concat(const std::vector<Expr>& xs);
+// Rows [begin, end) of every column.
+Expr slice_rows(const Expr& x, uint32_t begin, uint32_t end);
+// Over the rows of each column: (x - mean) / sqrt(var + eps) with the biased variance (PyTorch's
+// layer_norm without weight and bias); softmax; log softmax.
+Expr layer_norm(const Expr& x, float eps);
+Expr softmax(const Expr& x);
+Expr log_softmax(const Expr& x);
+// Training-mode dropout: entry i is kept and scaled by 1 / (1 - p) when
+// dropout_hash(key, i) >= p * 2^32 (kernels/op_math.h, docs/programs.md), else 0. p in [0, 1).
+Expr dropout(const Expr& x, float p, uint32_t key);
 // The same values (column-major) under shape `dim` of the same size; free (a view). The argument
 // must be computed by the graph or be an input (parameters have their own shapes).
 Expr reshape(const Expr& x, Dim dim);
@@ -127,5 +150,8 @@ inline Expr operator+(float a, const Expr& x) { return scalar_affine(x, 1.0f, a)
 inline Expr operator-(const Expr& x, float a) { return scalar_affine(x, 1.0f, -a); }
 inline Expr operator-(float a, const Expr& x) { return scalar_affine(x, -1.0f, a); }
 inline Expr operator-(const Expr& x) { return scalar_affine(x, -1.0f, 0.0f); }
+inline Expr operator/(const Expr& a, const Expr& b) { return divide(a, b); }
+inline Expr operator/(float a, const Expr& x) { return scalar_divide(a, x); }
+inline Expr operator/(const Expr& x, float a) { return scalar_affine(x, 1.0f / a, 0.0f); }
 
 }  // namespace edbatch

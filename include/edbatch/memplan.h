@@ -33,7 +33,7 @@ struct BatchPlan {
   uint32_t out_size;
   uint32_t operand_begin;  // into MemoryPlan::operands
   uint32_t operand_count;
-  uint32_t aux_begin;      // into MemoryPlan::aux: per-node lookup index / pick index / label
+  uint32_t aux_begin;      // into MemoryPlan::aux: per-node integers (per_node_int in op.h)
   uint32_t count = 0;      // nodes (block steps: members x invocations)
   // Block calls: the region holds every internal value of the k invocations (value t of the
   // body at out_offset + k * base[t]); the operands are the block's inputs, and the steps of its

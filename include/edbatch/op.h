@@ -14,16 +14,29 @@ enum class Op : uint8_t {
   Affine,       // b + W1 x1 + W2 x2 + ...   args: b, W1, x1, W2, x2, ...
   MatMul,       // a * b
   Sum,          // variadic sum of same-shaped args (ragged: arity is not part of the type)
+  Average,      // variadic elementwise mean, ragged like Sum
+  Maximum,      // variadic elementwise max, ragged like Sum; gradient to the first maximal arg
   Subtract,     // a - b
   CMult,        // a .* b
+  Divide,       // a ./ b
   ScalarAffine, // alpha * x + beta (x*a, a-x, x+a)
+  ScalarDivide, // alpha ./ x
   Tanh,
   Sigmoid,
   Relu,
   Softplus,     // log(1 + e^x)
+  Exp,
+  Log,
+  Sqrt,
+  Gelu,         // x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), exact
   Concat,       // stack args vertically (rows add up, cols equal)
+  SliceRows,    // rows [aux, aux + rows) of every column of the argument
   Pick,         // element `index` of a vector: 1x1
   PickNegLogSoftmax,  // -log softmax(x)[label]: 1x1
+  Softmax,      // over each column's rows
+  LogSoftmax,   // over each column's rows
+  LayerNorm,    // per column (x - mean) / sqrt(var + alpha), var biased
+  Dropout,      // entry i times 1/(1-alpha) if dropout_hash(aux2, i) >= alpha * 2^32, else 0
   Call,         // an invocation of a block (aux: block id, aux2: its integers in Graph::ints())
   Output,       // output `aux` of the Call that is its only argument: a view, never scheduled
   Reshape,      // its argument's values under another shape of the same size: a view
@@ -56,16 +69,29 @@ inline constexpr OpInfo kOpInfo[] = {
     {"affine", 3, -1, BatchRule::Exact, false},
     {"matmul", 2, 2, BatchRule::Exact, false},
     {"sum", 1, -1, BatchRule::Ragged, true},
+    {"average", 1, -1, BatchRule::Ragged, true},
+    {"maximum", 1, -1, BatchRule::Ragged, true},
     {"subtract", 2, 2, BatchRule::Exact, true},
     {"cmult", 2, 2, BatchRule::Exact, true},
+    {"divide", 2, 2, BatchRule::Exact, true},
     {"scalar_affine", 1, 1, BatchRule::Exact, true},
+    {"scalar_divide", 1, 1, BatchRule::Exact, true},
     {"tanh", 1, 1, BatchRule::Exact, true},
     {"sigmoid", 1, 1, BatchRule::Exact, true},
     {"relu", 1, 1, BatchRule::Exact, true},
     {"softplus", 1, 1, BatchRule::Exact, true},
+    {"exp", 1, 1, BatchRule::Exact, true},
+    {"log", 1, 1, BatchRule::Exact, true},
+    {"sqrt", 1, 1, BatchRule::Exact, true},
+    {"gelu", 1, 1, BatchRule::Exact, true},
     {"concat", 1, -1, BatchRule::Exact, true},
+    {"slice_rows", 1, 1, BatchRule::Exact, true},
     {"pick", 1, 1, BatchRule::Exact, true},
     {"pick_neg_log_softmax", 1, 1, BatchRule::Exact, true},
+    {"softmax", 1, 1, BatchRule::Exact, true},
+    {"log_softmax", 1, 1, BatchRule::Exact, true},
+    {"layer_norm", 1, 1, BatchRule::Exact, true},
+    {"dropout", 1, 1, BatchRule::Exact, true},
     {"call", 0, -1, BatchRule::Exact, false},
     {"output", 1, 1, BatchRule::View, false},
     {"reshape", 1, 1, BatchRule::View, false},
@@ -81,6 +107,11 @@ inline const char* op_name(Op op) { return op_info(op).name; }
 inline bool is_scheduled(Op op) {
   const BatchRule r = op_info(op).rule;
   return r != BatchRule::Source && r != BatchRule::View;
+}
+// Ops with a per-node integer (Node::aux2: a lookup column, a pick index or label, a dropout
+// key), which may differ between the nodes of a batch: the memory plan lists it per node.
+inline bool per_node_int(Op op) {
+  return op == Op::Lookup || op == Op::Pick || op == Op::PickNegLogSoftmax || op == Op::Dropout;
 }
 
 }  // namespace edbatch

@@ -2,6 +2,7 @@
 // op's math on whole columns (or runs of columns) at once, with Eigen's vectorised functions.
 #pragma once
 #include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>  // Array::erf (vectorised)
 
 #include "kernels/op_math.h"
 
@@ -11,6 +12,9 @@ struct ArrayMath {
   template <class X> static auto exp(const X& x) { return x.exp(); }
   template <class X> static auto tanh(const X& x) { return x.tanh(); }
   template <class X> static auto log1p(const X& x) { return x.log1p(); }
+  template <class X> static auto log(const X& x) { return x.log(); }
+  template <class X> static auto sqrt(const X& x) { return x.sqrt(); }
+  template <class X> static auto erf(const X& x) { return x.erf(); }
   template <class X> static auto sigmoid(const X& x) { return x.logistic(); }
   template <class X> static auto abs(const X& x) { return x.abs(); }
   template <class X> static auto max0(const X& x) { return x.max(0.0f); }

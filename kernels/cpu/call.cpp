@@ -67,6 +67,7 @@ void make_window(const Context& c, const BlockPlan& b, const BlockStep& st, cons
   a.operands = w.ops.data();
   a.aux = c.plan->aux.data() + sp.aux_begin + first;
   a.table = node.aux;
+  a.first_row = node.aux;
   a.alpha = node.alpha;
   a.beta = node.beta;
   a.graph = b.body.get();

@@ -149,6 +149,7 @@ class CpuBackend : public Backend {
     a.operands = p.plan.operands.data() + bp.operand_begin;
     a.aux = p.plan.aux.data() + bp.aux_begin;
     a.table = first.aux;
+    a.first_row = first.aux;
     a.alpha = first.alpha;
     a.beta = first.beta;
     a.graph = &p.graph;

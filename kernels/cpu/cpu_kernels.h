@@ -43,9 +43,10 @@ struct BatchArgs {
   uint32_t count;      // nodes in the batch
   const BatchPlan* bp;
   const Operand* operands;
-  const uint32_t* aux;  // per-node integer argument (lookup index, pick index, label)
+  const uint32_t* aux;  // per-node integer argument (lookup index, pick index, label, dropout key)
   uint32_t table;       // Lookup: the table's parameter id
-  float alpha, beta;    // ScalarAffine
+  uint32_t first_row;   // SliceRows: the first row taken (Node::aux)
+  float alpha, beta;    // Node::alpha, beta (ScalarAffine, ScalarDivide, LayerNorm, Dropout)
   const Graph* graph;
   const Node* first;    // the batch's first node: operand shapes are the same for all nodes
 };
@@ -70,6 +71,15 @@ inline float* operand_adjoint(const Context& c, const Operand& o, uint32_t i) {
     case OperandMode::Contiguous: return c.adjoints + o.offset + static_cast<size_t>(i) * o.stride;
     default: return c.adjoints + c.plan->index[o.index_begin + i];
   }
+}
+
+// Node i's arguments of a ragged batch (sum, average, maximum): their count, and their arena
+// offsets in *offs.
+inline uint32_t ragged_args(const Context& c, const BatchArgs& b, uint32_t i,
+                            const uint32_t** offs) {
+  const uint32_t* rows = c.plan->index.data() + b.operands[0].index_begin;
+  *offs = rows + b.count + 1 + rows[i];
+  return rows[i + 1] - rows[i];
 }
 
 inline float* out_value(const Context& c, const BatchArgs& b, uint32_t i) {
@@ -102,6 +112,22 @@ void affine_forward(Context& c, const BatchArgs& b);
 void affine_backward(Context& c, const BatchArgs& b);
 void matmul_forward(Context& c, const BatchArgs& b);
 void matmul_backward(Context& c, const BatchArgs& b);
+
+// rows.cpp: elementwise ops that are not a function of one element.
+void slice_rows_forward(Context& c, const BatchArgs& b);
+void slice_rows_backward(Context& c, const BatchArgs& b);
+void softmax_forward(Context& c, const BatchArgs& b);
+void softmax_backward(Context& c, const BatchArgs& b);
+void log_softmax_forward(Context& c, const BatchArgs& b);
+void log_softmax_backward(Context& c, const BatchArgs& b);
+void layer_norm_forward(Context& c, const BatchArgs& b);
+void layer_norm_backward(Context& c, const BatchArgs& b);
+void average_forward(Context& c, const BatchArgs& b);
+void average_backward(Context& c, const BatchArgs& b);
+void maximum_forward(Context& c, const BatchArgs& b);
+void maximum_backward(Context& c, const BatchArgs& b);
+void dropout_forward(Context& c, const BatchArgs& b);
+void dropout_backward(Context& c, const BatchArgs& b);
 
 // Block call batches (call.cpp); return the kernels they ran.
 uint32_t call_forward(Context& c, const PlanRef& p, size_t batch);

@@ -123,13 +123,6 @@ void binary_math_bwd(Context& c, const BatchArgs& b) {
 
 // ---- sum: fixed arity (operand slots) or ragged (CSR of offsets) ----
 
-uint32_t sum_arity(const Context& c, const BatchArgs& b, uint32_t i, const uint32_t** offs) {
-  const Operand& o = b.operands[0];
-  const uint32_t* rows = c.plan->index.data() + o.index_begin;
-  *offs = rows + b.count + 1 + rows[i];
-  return rows[i + 1] - rows[i];
-}
-
 void sum_fwd(Context& c, const BatchArgs& b) {
   const uint32_t n = b.out_dim.size();
   const bool ragged = b.operands[0].mode == OperandMode::Ragged;
@@ -148,7 +141,7 @@ void sum_fwd(Context& c, const BatchArgs& b) {
       Vec y(out_value(c, b, i), n);
       if (ragged) {
         const uint32_t* offs;
-        const uint32_t k = sum_arity(c, b, i, &offs);
+        const uint32_t k = ragged_args(c, b, i, &offs);
         y = CVec(c.values + offs[0], n);
         for (uint32_t j = 1; j < k; ++j) y += CVec(c.values + offs[j], n);
       } else {
@@ -169,7 +162,7 @@ void sum_bwd(Context& c, const BatchArgs& b) {
       CVec dy(out_adjoint(c, b, i) + r0, len);
       if (ragged) {
         const uint32_t* offs;
-        const uint32_t k = sum_arity(c, b, i, &offs);
+        const uint32_t k = ragged_args(c, b, i, &offs);
         for (uint32_t j = 0; j < k; ++j) Vec(c.adjoints + offs[j] + r0, len) += dy;
       } else {
         for (uint32_t j = 0; j < slots; ++j) Vec(operand_adjoint(c, b.operands[j], i) + r0, len) += dy;
@@ -300,6 +293,13 @@ KernelRow own_kernels(Op op) {
     case Op::Concat: return {concat_fwd, concat_bwd};
     case Op::Pick: return {pick_fwd, pick_bwd};
     case Op::PickNegLogSoftmax: return {pnls_fwd, pnls_bwd};
+    case Op::SliceRows: return {slice_rows_forward, slice_rows_backward};
+    case Op::Softmax: return {softmax_forward, softmax_backward};
+    case Op::LogSoftmax: return {log_softmax_forward, log_softmax_backward};
+    case Op::LayerNorm: return {layer_norm_forward, layer_norm_backward};
+    case Op::Average: return {average_forward, average_backward};
+    case Op::Maximum: return {maximum_forward, maximum_backward};
+    case Op::Dropout: return {dropout_forward, dropout_backward};
     case Op::Call: case Op::Output: case Op::Reshape: return {block_kernel, block_kernel};
     default: return {missing_kernel, missing_kernel};
   }

@@ -6,6 +6,7 @@
 
 #include "edbatch/memplan.h"
 #include "edbatch/op.h"
+#include "kernels/op_math.h"  // EDBATCH_HD
 
 struct CUstream_st;
 
@@ -37,12 +38,28 @@ struct StepDesc {
   uint32_t operand_begin, operand_count;  // into DeviceView::operands
   uint32_t aux_begin;                     // into DeviceView::aux
   uint32_t table;                         // Lookup: float offset of the table in params/grads
-  uint32_t arg_rows;                      // Pick, PickNegLogSoftmax: rows of the argument
-  float alpha, beta;                      // ScalarAffine
+  uint32_t arg_rows;                      // Pick, PickNegLogSoftmax, SliceRows: argument rows
+  uint32_t attr;                          // SliceRows: first row; Dropout: keep threshold
+  float alpha, beta;                      // Node::alpha, beta
   uint32_t concat_rows[8];                // Concat: rows of each argument
   uint32_t cache_begin;                   // its operands' place in the group's shared cache
 };
 constexpr uint32_t kMaxConcatArgs = 8;
+
+// Reductions over the rows of each column (softmax, log softmax, layer norm) run one warp per
+// column: the step kernels give them kColumnThreads items per column.
+constexpr uint32_t kColumnThreads = 32;
+EDBATCH_HD constexpr bool column_op(Op op) {
+  return op == Op::Softmax || op == Op::LogSoftmax || op == Op::LayerNorm;
+}
+// Items (threads) a step gives each node: one per element, one for the 1x1 picks, a warp per
+// column for the column reductions.
+EDBATCH_HD inline uint32_t items_per_node(const StepDesc& s) {
+  const Op op = static_cast<Op>(s.op);
+  if (op == Op::Pick || op == Op::PickNegLogSoftmax) return 1;
+  if (column_op(op)) return kColumnThreads * (s.out_size / s.rows);
+  return s.out_size;
+}
 
 // Steps fused into one launch: each thread block runs every step, in order (backward: reverse),
 // over its share of the invocations, with a block barrier between steps.

@@ -56,7 +56,9 @@ const char* gemm_name(bool forward) { return forward ? "gemm forward" : "gemm ba
 bool step_op(Op op) {
   if (math::is_unary(op) || math::is_binary(op)) return true;
   switch (op) {
-    case Op::Lookup: case Op::Sum: case Op::Concat: case Op::Pick: case Op::PickNegLogSoftmax:
+    case Op::Lookup: case Op::Sum: case Op::Average: case Op::Maximum: case Op::Concat:
+    case Op::SliceRows: case Op::Pick: case Op::PickNegLogSoftmax: case Op::Softmax:
+    case Op::LogSoftmax: case Op::LayerNorm: case Op::Dropout:
       return true;
     default:
       return false;
@@ -162,7 +164,10 @@ class Encoder {
         for (uint32_t v = 0; v < sp.count; ++v)
           params_.mark_lookup_row(it.first->aux, plan_.aux[sp.aux_begin + v]);
     }
-    if (it.op == Op::Pick || it.op == Op::PickNegLogSoftmax) d.arg_rows = arg_dim(it, 0).rows;
+    if (it.op == Op::Pick || it.op == Op::PickNegLogSoftmax || it.op == Op::SliceRows)
+      d.arg_rows = arg_dim(it, 0).rows;
+    if (it.op == Op::SliceRows) d.attr = it.first->aux;
+    if (it.op == Op::Dropout) d.attr = math::dropout_threshold(it.first->alpha);
     if (it.op == Op::Concat) {
       if (sp.operand_count > kMaxConcatArgs)
         throw std::runtime_error("[cuda] concat of " + std::to_string(sp.operand_count) +
@@ -189,7 +194,7 @@ class Encoder {
         for (uint32_t j = 0; j < d.operand_count; ++j)
           if (plan_.operands[d.operand_begin + j].mode == OperandMode::PerMember)
             members += d.count / std::max(1u, d.k);
-        per_invocation = std::max(per_invocation, d.count / std::max(1u, d.k) * d.out_size);
+        per_invocation = std::max(per_invocation, d.count / std::max(1u, d.k) * items_per_node(d));
       }
       if (operands <= kOperandCache && members <= kMemberCache) {
         g.cached_operands = operands;

@@ -62,11 +62,144 @@ __device__ inline uint32_t concat_slot(const StepDesc& s, uint32_t row, uint32_t
   return j;
 }
 
+// The arguments of node v of a variadic step (average, maximum): its CSR row of arena offsets
+// when ragged, else one per operand slot.
+struct VarArgs {
+  const uint32_t* offs;  // nullptr: operand slots
+  uint32_t count;
+};
+
+__device__ inline VarArgs var_args(const DeviceView& d, const Ops& ops, const StepDesc& s,
+                                   uint32_t v) {
+  const Operand& o0 = slot(ops, s, 0);
+  if (o0.mode != OperandMode::Ragged) return VarArgs{nullptr, s.operand_count};
+  const uint32_t* rows = d.index + o0.index_begin;
+  return VarArgs{rows + s.count + 1 + rows[v], rows[v + 1] - rows[v]};
+}
+__device__ inline const float* var_value(const DeviceView& d, const Ops& ops, const StepDesc& s,
+                                         const VarArgs& a, uint32_t v, uint32_t j) {
+  return a.offs ? d.values + a.offs[j] : value_at(d, ops, slot(ops, s, j), v, s.k);
+}
+__device__ inline float* var_adjoint(const DeviceView& d, const Ops& ops, const StepDesc& s,
+                                     const VarArgs& a, uint32_t v, uint32_t j) {
+  return a.offs ? d.adjoints + a.offs[j] : adjoint_at(d, ops, slot(ops, s, j), v, s.k);
+}
+
+// The first argument holding the maximum of element r (maximum's gradient goes there).
+__device__ inline uint32_t first_max(const DeviceView& d, const Ops& ops, const StepDesc& s,
+                                     const VarArgs& a, uint32_t v, uint32_t r) {
+  uint32_t best = 0;
+  float m = var_value(d, ops, s, a, v, 0)[r];
+  for (uint32_t j = 1; j < a.count; ++j) {
+    const float x = var_value(d, ops, s, a, v, j)[r];
+    if (x > m) {
+      m = x;
+      best = j;
+    }
+  }
+  return best;
+}
+
+// ---- reductions over the rows of a column (softmax, log softmax, layer norm): one warp per
+// column. steps_body gives such a step 32 items per column (items_per_node, device.h), and a
+// thread block's threads and a step's items are multiples of 32, so the 32 lanes of a warp hold
+// the same node and column; each lane takes rows lane, lane + 32, ..., and the column's
+// statistics are reduced with shuffles, once per column. ----
+
+constexpr uint32_t kWarp = kColumnThreads;
+
+__device__ inline float warp_sum(float x) {
+  for (uint32_t o = kWarp / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ inline float warp_max(float x) {
+  for (uint32_t o = kWarp / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// Mean and 1 / sqrt(var + eps) (biased variance) of a column of n rows.
+__device__ inline void column_moments(const float* x, uint32_t n, uint32_t lane, float eps,
+                                      float* mean, float* inv_std) {
+  float acc = 0;
+  for (uint32_t q = lane; q < n; q += kWarp) acc += x[q];
+  const float m = warp_sum(acc) / n;
+  acc = 0;
+  for (uint32_t q = lane; q < n; q += kWarp) acc += (x[q] - m) * (x[q] - m);
+  *mean = m;
+  *inv_std = rsqrtf(warp_sum(acc) / n + eps);
+}
+
+// Column r / 32 of node v (lane r % 32).
+__device__ void column_forward(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
+                               uint32_t r) {
+  const uint32_t lane = r % kWarp, n = s.rows;
+  const uint64_t col = static_cast<uint64_t>(r / kWarp) * n;
+  const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k) + col;
+  float* y = d.values + s.out_offset + static_cast<uint64_t>(v) * s.out_size + col;
+  const Op op = static_cast<Op>(s.op);
+  if (op == Op::LayerNorm) {
+    float mean, inv_std;
+    column_moments(x, n, lane, s.alpha, &mean, &inv_std);
+    for (uint32_t q = lane; q < n; q += kWarp) y[q] = (x[q] - mean) * inv_std;
+    return;
+  }
+  float m = -INFINITY;
+  for (uint32_t q = lane; q < n; q += kWarp) m = fmaxf(m, x[q]);
+  m = warp_max(m);
+  float e = 0;
+  for (uint32_t q = lane; q < n; q += kWarp) e += expf(x[q] - m);
+  e = warp_sum(e);
+  if (op == Op::Softmax) {
+    for (uint32_t q = lane; q < n; q += kWarp) y[q] = expf(x[q] - m) / e;
+  } else {
+    const float lse = m + logf(e);
+    for (uint32_t q = lane; q < n; q += kWarp) y[q] = x[q] - lse;
+  }
+}
+
+__device__ void column_backward(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
+                                uint32_t r) {
+  const uint32_t lane = r % kWarp, n = s.rows;
+  const uint64_t col = static_cast<uint64_t>(r / kWarp) * n;
+  const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size + col;
+  const float* y = d.values + out;
+  const float* dy = d.adjoints + out;
+  float* dx = adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + col;
+  const Op op = static_cast<Op>(s.op);
+  float sum_dy = 0, sum_dy_y = 0;
+  for (uint32_t q = lane; q < n; q += kWarp) {
+    const float g = load_adjoint(dy + q);
+    sum_dy += g;
+    sum_dy_y += g * y[q];
+  }
+  sum_dy = warp_sum(sum_dy);
+  sum_dy_y = warp_sum(sum_dy_y);
+  float mean = 0, inv_std = 0;
+  if (op == Op::LayerNorm)
+    column_moments(value_at(d, ops, slot(ops, s, 0), v, s.k) + col, n, lane, s.alpha, &mean,
+                   &inv_std);
+  for (uint32_t q = lane; q < n; q += kWarp) {
+    const float g = load_adjoint(dy + q);
+    float gx;
+    if (op == Op::Softmax)
+      gx = y[q] * (g - sum_dy_y);
+    else if (op == Op::LogSoftmax)
+      gx = g - expf(y[q]) * sum_dy;
+    else
+      gx = inv_std * (g - sum_dy / n - y[q] * (sum_dy_y / n));
+    if (gx != 0.0f) atomicAdd(dx + q, gx);
+  }
+}
+
 // Element r of node v.
 __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
                              uint32_t r) {
   float* y = d.values + s.out_offset + static_cast<uint64_t>(v) * s.out_size;
   const Op op = static_cast<Op>(s.op);
+  if (column_op(op)) {
+    column_forward(d, ops, s, v, r);
+    return;
+  }
   switch (op) {
     case Op::Lookup:
       y[r] = d.params[s.table + static_cast<uint64_t>(d.aux[s.aux_begin + v]) * s.rows + r];
@@ -105,6 +238,26 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
       y[r] = value_at(d, ops, slot(ops, s, j), v, s.k)[col * len + local];
       return;
     }
+    case Op::Average:
+    case Op::Maximum: {
+      const VarArgs a = var_args(d, ops, s, v);
+      float acc = var_value(d, ops, s, a, v, 0)[r];
+      for (uint32_t j = 1; j < a.count; ++j) {
+        const float x = var_value(d, ops, s, a, v, j)[r];
+        acc = op == Op::Average ? acc + x : fmaxf(acc, x);
+      }
+      y[r] = op == Op::Average ? acc / static_cast<float>(a.count) : acc;
+      return;
+    }
+    case Op::SliceRows: {
+      const uint32_t col = r / s.rows, row = r % s.rows;
+      y[r] = value_at(d, ops, slot(ops, s, 0), v, s.k)[col * s.arg_rows + s.attr + row];
+      return;
+    }
+    case Op::Dropout:
+      y[r] = value_at(d, ops, slot(ops, s, 0), v, s.k)[r] *
+             math::dropout_factor(d.aux[s.aux_begin + v], r, s.attr, math::dropout_scale(s.alpha));
+      return;
     case Op::Pick:
       y[0] = value_at(d, ops, slot(ops, s, 0), v, s.k)[d.aux[s.aux_begin + v]];
       return;
@@ -145,9 +298,13 @@ __device__ void binary_backward(const DeviceView& d, const Ops& ops, const StepD
 
 __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
                               uint32_t r) {
+  const Op op = static_cast<Op>(s.op);
+  if (column_op(op)) {  // every lane of the warp, whatever its adjoints
+    column_backward(d, ops, s, v, r);
+    return;
+  }
   const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size;
   const float dy = load_adjoint(d.adjoints + out + r);
-  const Op op = static_cast<Op>(s.op);
   if (dy == 0.0f && op != Op::PickNegLogSoftmax) return;
   switch (op) {
     case Op::Lookup: {
@@ -184,6 +341,28 @@ __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDes
       uint32_t local, len;
       const uint32_t j = concat_slot(s, row, &local, &len);
       atomicAdd(adjoint_at(d, ops, slot(ops, s, j), v, s.k) + col * len + local, dy);
+      return;
+    }
+    case Op::Average: {
+      const VarArgs a = var_args(d, ops, s, v);
+      const float share = dy / static_cast<float>(a.count);
+      for (uint32_t j = 0; j < a.count; ++j) atomicAdd(var_adjoint(d, ops, s, a, v, j) + r, share);
+      return;
+    }
+    case Op::Maximum: {
+      const VarArgs a = var_args(d, ops, s, v);
+      atomicAdd(var_adjoint(d, ops, s, a, v, first_max(d, ops, s, a, v, r)) + r, dy);
+      return;
+    }
+    case Op::SliceRows: {
+      const uint32_t col = r / s.rows, row = r % s.rows;
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + col * s.arg_rows + s.attr + row, dy);
+      return;
+    }
+    case Op::Dropout: {
+      const float f =
+          math::dropout_factor(d.aux[s.aux_begin + v], r, s.attr, math::dropout_scale(s.alpha));
+      if (f != 0.0f) atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r, dy * f);
       return;
     }
     case Op::Pick:
@@ -275,10 +454,7 @@ __device__ void steps_body(const DeviceView& d, const StepGroup& g, uint32_t blo
     const Ops ops = cached ? Ops{slots + s.cache_begin, members}
                            : Ops{d.operands + s.operand_begin, d.member_operands};
     const uint32_t members = s.count / s.k;
-    const uint32_t per_node =
-        (s.op == static_cast<uint32_t>(Op::Pick) || s.op == static_cast<uint32_t>(Op::PickNegLogSoftmax))
-            ? 1u
-            : s.out_size;
+    const uint32_t per_node = items_per_node(s);
     const uint32_t items = members * n * per_node;
     for (uint32_t t = threadIdx.x; t < items; t += blockDim.x) {
       const uint32_t r = t % per_node, rest = t / per_node;

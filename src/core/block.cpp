@@ -11,6 +11,8 @@
 namespace edbatch {
 
 namespace {
+constexpr uint32_t kNoLimit = UINT32_MAX;  // an integer slot that takes any value (dropout keys)
+
 [[noreturn]] void fail(const char* fn, const BlockPlan& p, const std::string& msg) {
   throw std::invalid_argument(std::string("[") + fn + "] block '" + p.name + "': " + msg);
 }
@@ -51,7 +53,7 @@ uint32_t Block::index(const std::string& name) {
   for (const std::string& n : p.index_names)
     if (n == name) fail("Block::index", p, "integer '" + name + "' declared twice");
   p.index_names.push_back(name);
-  p.index_limit.push_back(UINT32_MAX);
+  p.index_limit.push_back(kNoLimit);
   return static_cast<uint32_t>(p.index_names.size() - 1);
 }
 
@@ -80,6 +82,16 @@ Expr Block::pick_neg_log_softmax(const Expr& x, uint32_t slot) {
     fail("Block::pick_neg_log_softmax", p, "no integer slot " + std::to_string(slot));
   const Expr e = edbatch::pick_neg_log_softmax(x, 0);
   mark_slot(p, e, slot, p.source->node(x.id).dim.rows);
+  return e;
+}
+
+Expr Block::dropout(const Expr& x, float p, uint32_t slot) {
+  BlockPlan& bp = *plan_;
+  if (bp.frozen) fail("Block::dropout", bp, "the body is frozen");
+  if (slot >= bp.index_names.size())
+    fail("Block::dropout", bp, "no integer slot " + std::to_string(slot));
+  const Expr e = edbatch::dropout(x, p, 0);
+  mark_slot(bp, e, slot, kNoLimit);
   return e;
 }
 
@@ -136,7 +148,7 @@ void Block::call(Graph& g, const Expr* inputs, uint32_t num_inputs, const uint32
     ids[k] = inputs[k].id;
   }
   for (uint32_t k = 0; k < num_indices; ++k)
-    if (indices[k] >= p.index_limit[k])
+    if (p.index_limit[k] != kNoLimit && indices[k] >= p.index_limit[k])
       fail(fn, p, "integer '" + p.index_names[k] + "' = " + std::to_string(indices[k]) +
                       " is out of range (must be below " + std::to_string(p.index_limit[k]) + ")");
   const uint32_t call = g.add_call(p.id, Dim{p.output_floats, 1}, ids.data(), num_inputs,

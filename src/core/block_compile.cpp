@@ -146,7 +146,7 @@ std::vector<uint32_t> local_types(const BlockPlan& p, uint32_t* count) {
     const Node& n = g.node(v);
     if (!is_scheduled(n.op)) continue;
     key = {static_cast<uint32_t>(n.op), n.dim.rows, n.dim.cols, n.num_args, float_bits(n.alpha),
-           float_bits(n.beta), n.op == Op::Lookup ? n.aux : 0u,
+           float_bits(n.beta), n.op == Op::Lookup || n.op == Op::SliceRows ? n.aux : 0u,
            p.slot[v] == UINT32_MAX ? n.aux2 : UINT32_MAX};
     const bool weights_any = n.op == Op::Affine || n.op == Op::MatMul;
     for (uint32_t k = 0; k < n.num_args; ++k) {

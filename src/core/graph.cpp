@@ -1,6 +1,9 @@
 #include "edbatch/graph.h"
 
 #include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -21,6 +24,22 @@ uint32_t float_bits(float f) {
 
 [[noreturn]] void fail(const char* fn, const std::string& msg) {
   throw std::invalid_argument(std::string("[") + fn + "] " + msg);
+}
+
+// The shortest decimal that reads back as f ("0.1", "1e-05"): type names must tell apart every
+// attribute that the key does.
+std::string short_float(float f) {
+  char buf[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  return buf;
+}
+
+// Ops whose math depends on one float attribute (Node::alpha): it is part of the type.
+bool alpha_attribute(Op op) {
+  return op == Op::ScalarDivide || op == Op::LayerNorm || op == Op::Dropout;
 }
 }  // namespace
 
@@ -73,11 +92,12 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
   key_.push_back(static_cast<uint32_t>(n.op) | (ragged ? kRaggedFlag : 0u));
   key_.push_back(n.dim.rows);
   key_.push_back(n.dim.cols);
-  if (n.op == Op::Parameter || n.op == Op::Lookup) key_.push_back(n.aux);
+  if (n.op == Op::Parameter || n.op == Op::Lookup || n.op == Op::SliceRows) key_.push_back(n.aux);
   if (n.op == Op::ScalarAffine) {
     key_.push_back(float_bits(n.alpha));
     key_.push_back(float_bits(n.beta));
   }
+  if (alpha_attribute(n.op)) key_.push_back(float_bits(n.alpha));
   if (!ragged) {
     key_.push_back(n.num_args);
     for (uint32_t i = 0; i < n.num_args; ++i) {
@@ -99,6 +119,9 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
     if (n.op == Op::Parameter || n.op == Op::Lookup) plist = params_->name(n.aux);
     if (n.op == Op::ScalarAffine)
       name += "{" + std::to_string(n.alpha) + "," + std::to_string(n.beta) + "}";
+    if (alpha_attribute(n.op)) name += "{" + short_float(n.alpha) + "}";
+    if (n.op == Op::SliceRows)
+      name += "{" + std::to_string(n.aux) + "," + std::to_string(n.aux + n.dim.rows) + "}";
     if (ragged) {
       shapes = to_string(nodes_[args[0]].dim) + "*";
     } else {
@@ -291,23 +314,69 @@ Expr matmul(const Expr& a, const Expr& b) {
   return g.expr(g.add_node(Op::MatMul, Dim{dims[0].rows, dims[1].cols}, ids.data(), 2));
 }
 
-Expr add(const Expr& a, const Expr& b) { return binary(Op::Sum, a, b); }
-Expr sum(const std::vector<Expr>& xs) {
+namespace {
+// Sum, average, maximum: one argument is returned as is.
+Expr variadic(Op op, const std::vector<Expr>& xs) {
   if (xs.size() == 1) {
-    graph_of(Args(xs), "sum").node_of(xs[0], "sum");
+    graph_of(Args(xs), op_name(op)).node_of(xs[0], op_name(op));
     return xs[0];
   }
-  return elementwise(Op::Sum, xs);
+  return elementwise(op, xs);
 }
+}  // namespace
+
+Expr add(const Expr& a, const Expr& b) { return binary(Op::Sum, a, b); }
+Expr sum(const std::vector<Expr>& xs) { return variadic(Op::Sum, xs); }
+Expr average(const std::vector<Expr>& xs) { return variadic(Op::Average, xs); }
+Expr maximum(const std::vector<Expr>& xs) { return variadic(Op::Maximum, xs); }
 Expr subtract(const Expr& a, const Expr& b) { return binary(Op::Subtract, a, b); }
 Expr cmult(const Expr& a, const Expr& b) { return binary(Op::CMult, a, b); }
+Expr divide(const Expr& a, const Expr& b) { return binary(Op::Divide, a, b); }
 Expr scalar_affine(const Expr& x, float alpha, float beta) {
   return elementwise(Op::ScalarAffine, Args(&x, 1), alpha, beta);
+}
+Expr scalar_divide(float alpha, const Expr& x) {
+  return elementwise(Op::ScalarDivide, Args(&x, 1), alpha);
 }
 Expr tanh(const Expr& x) { return elementwise(Op::Tanh, Args(&x, 1)); }
 Expr sigmoid(const Expr& x) { return elementwise(Op::Sigmoid, Args(&x, 1)); }
 Expr relu(const Expr& x) { return elementwise(Op::Relu, Args(&x, 1)); }
 Expr softplus(const Expr& x) { return elementwise(Op::Softplus, Args(&x, 1)); }
+Expr exp(const Expr& x) { return elementwise(Op::Exp, Args(&x, 1)); }
+Expr log(const Expr& x) { return elementwise(Op::Log, Args(&x, 1)); }
+Expr sqrt(const Expr& x) { return elementwise(Op::Sqrt, Args(&x, 1)); }
+Expr gelu(const Expr& x) { return elementwise(Op::Gelu, Args(&x, 1)); }
+Expr softmax(const Expr& x) { return elementwise(Op::Softmax, Args(&x, 1)); }
+Expr log_softmax(const Expr& x) { return elementwise(Op::LogSoftmax, Args(&x, 1)); }
+
+Expr layer_norm(const Expr& x, float eps) {
+  const char* fn = "layer_norm";
+  Graph& g = graph_of(Args(&x, 1), fn);
+  const Dim d = g.node_of(x, fn).dim;
+  if (!(eps >= 0) || std::isinf(eps))
+    fail(fn, where(g) + "eps = " + short_float(eps) + " for " + to_string(d) +
+                 ": needs a finite eps >= 0");
+  return elementwise(Op::LayerNorm, Args(&x, 1), eps);
+}
+
+Expr dropout(const Expr& x, float p, uint32_t key) {
+  const char* fn = "dropout";
+  Graph& g = graph_of(Args(&x, 1), fn);
+  const Dim d = g.node_of(x, fn).dim;
+  if (!(p >= 0 && p < 1))
+    fail(fn, where(g) + "p = " + short_float(p) + " for " + to_string(d) + " is outside [0, 1)");
+  return g.expr(g.add_node(Op::Dropout, d, &x.id, 1, 0, key, p));
+}
+
+Expr slice_rows(const Expr& x, uint32_t begin, uint32_t end) {
+  const char* fn = "slice_rows";
+  Graph& g = graph_of(Args(&x, 1), fn);
+  const Dim d = g.node_of(x, fn).dim;
+  if (begin >= end || end > d.rows)
+    fail(fn, where(g) + "rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
+                 to_string(d) + (begin >= end ? " are empty" : " are out of range"));
+  return g.expr(g.add_node(Op::SliceRows, Dim{end - begin, d.cols}, &x.id, 1, begin));
+}
 Expr sum_losses(const std::vector<Expr>& losses) {
   Graph& g = graph_of(losses, "sum_losses");
   for (const Expr& l : losses)
