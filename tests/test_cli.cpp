@@ -78,7 +78,7 @@ TEST_CASE("cli: a forward run writes sane metrics and one output line per instan
   }
 }
 
-TEST_CASE("cli: every model runs; training, iterations, threads and the null device") {
+TEST_CASE("cli: every model runs, with training, iterations, threads and the null device") {
   TempDir dir;
   for (const char* model : {"tree_gru", "double_typed_tree_lstm", "mvrnn", "lattice_lstm",
                             "lattice_gru", "bilstm_tagger", "random_dag"}) {
