@@ -94,8 +94,10 @@ class Propagate(torch.nn.Module):
         kind, size, x, ids = self._inputs(x, ids)
         program = self.program(kind, size, *_kinds(packed))
         weights = program.weights()
-        if kind == "none" and weights:
-            x = x.to(weights[0].device)
+        if kind != "x":  # no float input: x has a row (of no columns) per input row
+            rows = ids.numel() if kind == "ids" else packed.input_ids.numel()
+            device = ids.device if kind == "ids" else (weights[0].device if weights else "cpu")
+            x = torch.empty(rows, 0, device=device)
         seed = 0
         if self.training and program.has_dropout:
             seed = int(torch.randint(0, 2 ** 62, ()).item())

@@ -78,12 +78,24 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
   if (info.rule == BatchRule::View) return UINT32_MAX;
   key_.clear();
   if (n.op == Op::Call) {
-    // All invocations of one block batch together; the block fixed their shapes.
+    // Invocations of one block batch together (the block fixed their shapes), except that an
+    // input given as a parameter is the batch's shared operand, as for any op: calls reading
+    // different parameters, or a parameter and a computed value, in one slot never batch.
     key_.push_back(static_cast<uint32_t>(Op::Call));
     key_.push_back(n.aux);
+    std::string shared;
+    for (uint32_t i = 0; i < n.num_args; ++i) {
+      const Node& a = nodes_[args[i]];
+      if (a.op != Op::Parameter) continue;
+      key_.push_back(i);
+      key_.push_back(kParamSlot | a.aux);
+      shared += (shared.empty() ? "" : ",") + std::to_string(i) + "=" + params_->name(a.aux);
+    }
     TypeTable& table = params_->types();
     auto interned = table.intern(key_.data(), static_cast<uint32_t>(key_.size()));
-    if (interned.is_new) table.set_name(interned.id, "block:" + params_->block_name(n.aux));
+    if (interned.is_new)
+      table.set_name(interned.id, "block:" + params_->block_name(n.aux) +
+                                      (shared.empty() ? "" : "[" + shared + "]"));
     return interned.id;
   }
   bool any_param = false;

@@ -6,6 +6,7 @@
 
 #include "edbatch/zoo.h"
 #include "src/torch/cells.h"
+#include "src/torch/program.h"
 #include "src/zoo/zoo_internal.h"
 
 namespace edbatch::torch_adapter {
@@ -412,6 +413,8 @@ const std::vector<std::string>& cell_names() {
 }
 
 std::unique_ptr<Cell> make_cell(const CellConfig& c, ParameterCollection& pc) {
+  if (is_program(c.cell))
+    return make_program_cell(c.cell.substr(std::string(kProgramPrefix).size()), pc);
   if (c.hidden == 0 || c.input_dim == 0)
     throw std::invalid_argument(fmt::format("[make_cell] {}: hidden size {} and input size {} "
                                             "must be positive",

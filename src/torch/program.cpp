@@ -1,0 +1,534 @@
+#include "src/torch/program.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "edbatch/block.h"
+#include "kernels/op_math.h"
+
+namespace edbatch::torch_adapter {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kFn = "edbatch.propagate";
+
+[[noreturn]] void bad(const std::string& what) {
+  throw std::invalid_argument(fmt::format("[{}] program: {}", kFn, what));
+}
+
+enum class InputKind { X, Ids, None };
+enum class Reduce { Sum, Mean, Max };
+
+struct Instr {
+  std::string op, where;
+  std::vector<uint32_t> args;
+  uint32_t size = 0, begin = 0, end = 0;
+  int32_t slot = -1, weight = -1, bias = -1;
+  float alpha = 0, beta = 0, eps = 1e-5f, p = 0, value = 0;
+};
+
+struct CellProgram {
+  std::string name;
+  std::vector<Instr> body;
+  std::vector<uint32_t> outputs;
+  std::unique_ptr<Block> block;
+  std::vector<int32_t> float_slots;  // the block's inputs, in declaration order
+  int32_t input_slot = 0;            // the slot of the x row (node cells 0, edge cells last)
+  bool pass_through = false;         // a node cell returning its message: no block, no call
+  bool reads_ids = false;            // the block's first integer is the input id
+  uint32_t first_site = 0, sites = 0;  // its dropout sites (integers after the id)
+};
+
+template <class T>
+T field(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) bad(fmt::format("{}: missing \"{}\"", where, key));
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    bad(fmt::format("{}: \"{}\" has the wrong type", where, key));
+  }
+}
+
+template <class T>
+T field_or(const json& j, const char* key, T fallback, const std::string& where) {
+  return j.contains(key) ? field<T>(j, key, where) : fallback;
+}
+
+Instr read_instr(const json& j, const std::string& cell, size_t v) {
+  const std::string at = fmt::format("{}, value {}", cell, v);
+  Instr in;
+  in.op = field<std::string>(j, "op", at);
+  in.where = field_or<std::string>(j, "where", "", at);
+  in.args = field_or<std::vector<uint32_t>>(j, "args", {}, at);
+  for (uint32_t a : in.args)
+    if (a >= v) bad(fmt::format("{} ({}) reads value {}, not defined before it", at, in.op, a));
+  if (in.op != "ids") in.size = field<uint32_t>(j, "size", at);
+  in.slot = field_or<int32_t>(j, "slot", -1, at);
+  in.weight = field_or<int32_t>(j, "weight", -1, at);
+  in.bias = field_or<int32_t>(j, "bias", -1, at);
+  in.alpha = field_or<float>(j, "alpha", 0.0f, at);
+  in.beta = field_or<float>(j, "beta", 0.0f, at);
+  in.eps = field_or<float>(j, "eps", 1e-5f, at);
+  in.p = field_or<float>(j, "p", 0.0f, at);
+  in.value = field_or<float>(j, "value", 0.0f, at);
+  in.begin = field_or<uint32_t>(j, "begin", 0, at);
+  in.end = field_or<uint32_t>(j, "end", 0, at);
+  return in;
+}
+
+// A sum of products with weights, kept while a cell is translated so that `W1 x + W2 h + b`
+// becomes one affine node (one GEMM step) rather than two and an addition.
+struct LinearForm {
+  std::vector<Expr> terms;  // W1, x1, W2, x2, ... (parameter nodes and values)
+  std::vector<Expr> biases;
+};
+
+class ProgramCell : public Cell {
+ public:
+  ProgramCell(const json& doc, ParameterCollection& pc, uint32_t input_size);
+  uint32_t num_outputs() const override { return static_cast<uint32_t>(state_.size()); }
+  uint32_t output_size(uint32_t o) const override { return state_[o]; }
+  std::vector<uint32_t> input_segments() const override {
+    return kind_ == InputKind::X ? std::vector<uint32_t>{input_dim()} : std::vector<uint32_t>{};
+  }
+  void check(const Packed& p, const char* fn) const override;
+  void build(Graph& g, const Packed& p, const std::vector<Expr>& x,
+             std::vector<Expr>& out) override;
+
+ private:
+  void read_weights(const json& doc, ParameterCollection& pc);
+  void compile(CellProgram& c, bool edge, ParameterCollection& pc, uint32_t site);
+  Expr translate(CellProgram& c, const Instr& in, size_t v, std::vector<Expr>& val,
+                 std::vector<LinearForm>& form, const std::vector<uint32_t>& uses,
+                 const std::map<int32_t, Expr>& slots, uint32_t& next_site);
+  Expr affine_of(Graph& b, const LinearForm& f);
+  Parameter weight(int32_t w, const std::string& at, bool vector) const;
+  Parameter constant(float value, uint32_t size);
+  Expr zeros(Graph& g, uint32_t size);
+  // Calls cell c: `floats` are the values of its slots 0, 1, ...; `in_row` the x/ids row.
+  void call(Graph& g, const Packed& p, CellProgram& c, const Expr* floats, int64_t in_row,
+            const std::vector<Expr>& x, uint32_t key_index, Expr* outs);
+
+  ParameterCollection& pc_;
+  InputKind kind_ = InputKind::X;
+  Reduce reduce_ = Reduce::Sum;
+  std::vector<uint32_t> state_, message_;
+  std::vector<Parameter> params_;  // one per weight (lookup tables by id too)
+  std::vector<std::string> layouts_;
+  std::vector<Parameter> initial_;  // learned initial message, per component
+  std::vector<CellProgram> cells_;
+  std::vector<uint32_t> node_cells_, edge_cells_;
+  std::map<std::pair<float, uint32_t>, Parameter> constants_;
+  uint32_t sites_ = 0;
+  // Per build: zero columns by size, the messages of one node.
+  std::map<uint32_t, Expr> zeros_;
+  std::vector<std::vector<Expr>> messages_;
+};
+
+ProgramCell::ProgramCell(const json& doc, ParameterCollection& pc, uint32_t input_size)
+    : Cell(1, input_size), pc_(pc) {
+  const std::string at = "document";
+  if (field<int>(doc, "version", at) != 1) bad("only version 1 is known");
+  const json& input = doc.at("input");
+  const std::string kind = field<std::string>(input, "kind", "input");
+  kind_ = kind == "x" ? InputKind::X : kind == "ids" ? InputKind::Ids : InputKind::None;
+  if (kind != "x" && kind != "ids" && kind != "none")
+    bad("input kind '" + kind + "' (expected x, ids or none)");
+  state_ = field<std::vector<uint32_t>>(doc, "state", at);
+  message_ = field<std::vector<uint32_t>>(doc, "message", at);
+  if (state_.empty() || message_.empty()) bad("empty state or message");
+  for (uint32_t s : state_)
+    if (s == 0) bad("a state component of size 0");
+  const std::string reduce = field<std::string>(doc, "reduce", at);
+  if (reduce == "sum") reduce_ = Reduce::Sum;
+  else if (reduce == "mean") reduce_ = Reduce::Mean;
+  else if (reduce == "max") reduce_ = Reduce::Max;
+  else bad("reduce '" + reduce + "' (expected sum, mean or max)");
+  read_weights(doc, pc);
+  const std::string initial = field<std::string>(doc, "initial", at);
+  if (initial == "learned") {
+    const auto ws = field<std::vector<int32_t>>(doc, "initial_weights", at);
+    if (ws.size() != message_.size()) bad("one initial weight per message component expected");
+    for (size_t c = 0; c < ws.size(); ++c) {
+      initial_.push_back(weight(ws[c], "initial message", true));
+      if (weights_[ws[c]].rows != message_[c])
+        bad(fmt::format("initial weight {} has {} entries, message component {} has {}", ws[c],
+                        weights_[ws[c]].rows, c, message_[c]));
+    }
+  } else if (initial != "zeros") {
+    bad("initial '" + initial + "' (expected zeros or learned)");
+  }
+  node_cells_ = field<std::vector<uint32_t>>(doc, "node_cells", at);
+  edge_cells_ = field<std::vector<uint32_t>>(doc, "edge_cells", at);
+  if (node_cells_.empty()) bad("no node cells");
+  if (edge_cells_.empty() && message_ != state_) bad("without edge cells the message is the state");
+  const json& cells = doc.at("cells");
+  cells_.resize(cells.size());
+  for (size_t c = 0; c < cells.size(); ++c) {
+    CellProgram& cp = cells_[c];
+    cp.name = field<std::string>(cells[c], "name", fmt::format("cell {}", c));
+    const json& body = cells[c].at("body");
+    for (size_t v = 0; v < body.size(); ++v) cp.body.push_back(read_instr(body[v], cp.name, v));
+    cp.outputs = field<std::vector<uint32_t>>(cells[c], "outputs", cp.name);
+    for (uint32_t o : cp.outputs)
+      if (o >= cp.body.size()) bad(fmt::format("{}: output value {} is not defined", cp.name, o));
+  }
+  auto listed = [](const std::vector<uint32_t>& list, uint32_t c) {
+    return std::find(list.begin(), list.end(), c) != list.end();
+  };
+  for (uint32_t c : node_cells_)
+    if (c >= cells_.size()) bad(fmt::format("node cell {} is not defined", c));
+  for (uint32_t c : edge_cells_)
+    if (c >= cells_.size()) bad(fmt::format("edge cell {} is not defined", c));
+  // In document order, so that dropout sites count through the program as written.
+  for (uint32_t c = 0; c < cells_.size(); ++c) {
+    const bool node = listed(node_cells_, c), edge = listed(edge_cells_, c);
+    if (node && edge) bad(fmt::format("cell {} is both a node cell and an edge cell", c));
+    if (!node && !edge) continue;
+    compile(cells_[c], edge, pc, sites_);
+    sites_ += cells_[c].sites;
+  }
+}
+
+void ProgramCell::read_weights(const json& doc, ParameterCollection& pc) {
+  const json& ws = doc.at("weights");
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const std::string at = fmt::format("weight {}", i);
+    WeightSpec s;
+    s.name = fmt::format("w{}.{}", i, field<std::string>(ws[i], "name", at));
+    s.rows = field<uint32_t>(ws[i], "rows", at);
+    s.cols = field<uint32_t>(ws[i], "cols", at);
+    const std::string layout = field<std::string>(ws[i], "layout", at);
+    if (s.rows == 0) bad(at + " has no rows");
+    Parameter p;
+    if (layout == "transpose" && s.cols > 0) {
+      p = pc.add_parameters(s.name, Dim{s.rows, s.cols});
+    } else if (layout == "as_is" && s.cols > 0) {
+      p = pc.add_parameters(s.name, Dim{s.cols, s.rows});
+      s.transpose = false;
+    } else if (layout == "lookup" && s.cols > 0) {
+      p.id = pc.add_lookup_parameters(s.name, s.rows, s.cols).id;
+      s.transpose = false;
+    } else if (layout == "vector" && s.cols == 0) {
+      p = pc.add_parameters(s.name, Dim{s.rows, 1});
+    } else {
+      bad(fmt::format("{} ({}): layout '{}' does not fit {} columns", at, s.name, layout, s.cols));
+    }
+    weights_.push_back(s);
+    params_.push_back(p);
+    layouts_.push_back(layout);
+  }
+}
+
+Parameter ProgramCell::weight(int32_t w, const std::string& at, bool vector) const {
+  if (w < 0 || static_cast<size_t>(w) >= params_.size())
+    bad(fmt::format("{}: weight {} is not defined", at, w));
+  if (vector != (layouts_[w] == "vector"))
+    bad(fmt::format("{}: weight {} ({}) is {}", at, w, weights_[w].name,
+                    vector ? "a matrix where a vector is needed" : "not a matrix"));
+  return params_[w];
+}
+
+Parameter ProgramCell::constant(float value, uint32_t size) {
+  auto it = constants_.find({value, size});
+  if (it != constants_.end()) return it->second;
+  const Parameter p = pc_.add_parameters(fmt::format("const{}", constants_.size()), Dim{size, 1});
+  std::fill(pc_.values(p.id), pc_.values(p.id) + size, value);
+  return constants_[{value, size}] = p;
+}
+
+// A cell's block: inputs for the slots the body reads (ascending), the id and one integer per
+// dropout site, the body translated instruction by instruction, and the outputs checked.
+void ProgramCell::compile(CellProgram& c, bool edge, ParameterCollection& pc, uint32_t site) {
+  const uint32_t S = static_cast<uint32_t>(state_.size());
+  const uint32_t in_slot = edge ? S : 0;
+  auto slot_size = [&](int32_t s) -> uint32_t {
+    if (s < 0) bad(c.name + ": an input without a slot");
+    if (static_cast<uint32_t>(s) == in_slot) return kind_ == InputKind::X ? input_dim() : 0;
+    const uint32_t comp = edge ? static_cast<uint32_t>(s) : static_cast<uint32_t>(s) - 1;
+    const std::vector<uint32_t>& sizes = edge ? state_ : message_;
+    if (comp >= sizes.size()) bad(fmt::format("{}: input slot {} does not exist", c.name, s));
+    return sizes[comp];
+  };
+  c.input_slot = static_cast<int32_t>(in_slot);
+  if (!edge && message_ == state_ && c.outputs.size() == state_.size()) {
+    c.pass_through = true;  // e.g. a lattice LSTM's node, whose state is the sum of its arcs
+    for (size_t o = 0; o < c.outputs.size(); ++o) {
+      const Instr& in = c.body[c.outputs[o]];
+      c.pass_through = c.pass_through && in.op == "input" && in.slot == static_cast<int32_t>(o + 1);
+    }
+    if (c.pass_through) return;
+  }
+  c.block = std::make_unique<Block>(pc, c.name);
+  Block& blk = *c.block;
+  std::map<int32_t, Expr> slots;
+  std::vector<int32_t> read;
+  for (const Instr& in : c.body) {
+    if (in.op == "input") read.push_back(in.slot);
+    if (in.op == "ids") c.reads_ids = true;
+    if (in.op == "dropout") ++c.sites;
+  }
+  std::sort(read.begin(), read.end());
+  read.erase(std::unique(read.begin(), read.end()), read.end());
+  for (int32_t s : read) {
+    const uint32_t size = slot_size(s);
+    if (size == 0) bad(fmt::format("{}: slot {} is not a vector input", c.name, s));
+    c.float_slots.push_back(s);
+    slots[s] = blk.input(fmt::format("slot{}", s), Dim{size, 1});
+  }
+  if (c.reads_ids && kind_ != InputKind::Ids) bad(c.name + " embeds ids, but the input is not ids");
+  if (c.reads_ids) blk.index("id");
+  c.first_site = site;
+  std::vector<uint32_t> uses(c.body.size(), 0);
+  for (const Instr& in : c.body)
+    for (uint32_t a : in.args) ++uses[a];
+  for (uint32_t o : c.outputs) ++uses[o];
+  std::vector<Expr> val(c.body.size());
+  std::vector<LinearForm> form(c.body.size());
+  uint32_t next_site = 0;
+  for (size_t v = 0; v < c.body.size(); ++v) {
+    try {
+      val[v] = translate(c, c.body[v], v, val, form, uses, slots, next_site);
+    } catch (const std::invalid_argument& e) {
+      const Instr& in = c.body[v];
+      bad(fmt::format("{}, value {} ({}{}): {}", c.name, v, in.op,
+                      in.where.empty() ? "" : ", " + in.where, e.what()));
+    }
+  }
+  const std::vector<uint32_t>& want = edge ? message_ : state_;
+  if (c.outputs.size() != want.size())
+    bad(fmt::format("{} returns {} tensors, the {} has {}", c.name, c.outputs.size(),
+                    edge ? "message" : "state", want.size()));
+  for (size_t o = 0; o < c.outputs.size(); ++o) {
+    Expr e = val[c.outputs[o]];
+    if (c.body[c.outputs[o]].size != want[o])
+      bad(fmt::format("{}: output {} has {} entries, the {} component has {}", c.name, o,
+                      c.body[c.outputs[o]].size, edge ? "message" : "state", want[o]));
+    // An output that is an input or a weight (an edge cell passing the state on, a constant)
+    // still needs a value of its own in the block.
+    const Op op = blk.body().node(e.id).op;
+    if (op == Op::Input || op == Op::Parameter) e = scalar_affine(e, 1.0f, 0.0f);
+    blk.output(fmt::format("out{}", o), e);
+  }
+  blk.freeze();
+}
+
+Expr ProgramCell::affine_of(Graph& b, const LinearForm& f) {
+  const uint32_t rows = b.node(f.terms[0].id).dim.rows;
+  std::vector<Expr> args;
+  args.push_back(f.biases.empty() ? parameter(b, constant(0.0f, rows)) : f.biases[0]);
+  args.insert(args.end(), f.terms.begin(), f.terms.end());
+  Expr y = affine(args);
+  for (size_t i = 1; i < f.biases.size(); ++i) y = y + f.biases[i];
+  return y;
+}
+
+Expr ProgramCell::translate(CellProgram& c, const Instr& in, size_t v, std::vector<Expr>& val,
+                            std::vector<LinearForm>& form, const std::vector<uint32_t>& uses,
+                            const std::map<int32_t, Expr>& slots, uint32_t& next_site) {
+  Block& blk = *c.block;
+  Graph& b = blk.body();
+  auto arg = [&](size_t i) -> const Expr& {
+    if (i >= in.args.size()) throw std::invalid_argument("too few arguments");
+    const Expr& e = val[in.args[i]];
+    if (e.graph == nullptr) throw std::invalid_argument("reads the integer ids as a vector");
+    return e;
+  };
+  const std::string& op = in.op;
+  Expr y;
+  if (op == "input") {
+    y = slots.at(in.slot);
+  } else if (op == "ids") {
+    return Expr{};  // read by `embedding` through the block's integer 0
+  } else if (op == "weight") {
+    y = parameter(b, weight(in.weight, "weight value", true));
+  } else if (op == "const") {
+    y = parameter(b, constant(in.value, in.size));
+  } else if (op == "linear") {
+    LinearForm& f = form[v];
+    f.terms = {parameter(b, weight(in.weight, "linear", false)), arg(0)};
+    if (in.bias >= 0) f.biases.push_back(parameter(b, weight(in.bias, "linear bias", true)));
+    y = affine_of(b, f);
+  } else if (op == "embedding") {
+    if (in.args.size() != 1 || c.body[in.args[0]].op != "ids")
+      throw std::invalid_argument("embedding reads the cell's ids input");
+    y = blk.lookup(LookupParameter{weight(in.weight, "embedding", false).id}, 0);
+  } else if (op == "add" && !form[in.args.at(0)].terms.empty() &&
+             !form[in.args.at(1)].terms.empty() && uses[in.args[0]] == 1 &&
+             uses[in.args[1]] == 1) {
+    LinearForm& f = form[v];  // both sides are products used only here: one affine
+    for (uint32_t a : {in.args[0], in.args[1]}) {
+      f.terms.insert(f.terms.end(), form[a].terms.begin(), form[a].terms.end());
+      f.biases.insert(f.biases.end(), form[a].biases.begin(), form[a].biases.end());
+    }
+    y = affine_of(b, f);
+  } else if (op == "add") {
+    y = arg(0) + arg(1);
+  } else if (op == "sub") {
+    y = arg(0) - arg(1);
+  } else if (op == "mul") {
+    y = cmult(arg(0), arg(1));
+  } else if (op == "div") {
+    y = divide(arg(0), arg(1));
+  } else if (op == "scale") {
+    y = scalar_affine(arg(0), in.alpha, in.beta);
+  } else if (op == "rdiv") {
+    y = scalar_divide(in.alpha, arg(0));
+  } else if (op == "sigmoid") {
+    y = sigmoid(arg(0));
+  } else if (op == "tanh") {
+    y = tanh(arg(0));
+  } else if (op == "relu") {
+    y = relu(arg(0));
+  } else if (op == "gelu") {
+    y = gelu(arg(0));
+  } else if (op == "softplus") {
+    y = softplus(arg(0));
+  } else if (op == "exp") {
+    y = exp(arg(0));
+  } else if (op == "log") {
+    y = log(arg(0));
+  } else if (op == "sqrt") {
+    y = sqrt(arg(0));
+  } else if (op == "cat") {
+    std::vector<Expr> xs;
+    for (size_t i = 0; i < in.args.size(); ++i) xs.push_back(arg(i));
+    y = concat(xs);
+  } else if (op == "slice") {
+    y = slice_rows(arg(0), in.begin, in.end);
+  } else if (op == "layer_norm") {
+    y = layer_norm(arg(0), in.eps);
+    if (in.weight >= 0) y = cmult(y, parameter(b, weight(in.weight, "layer_norm weight", true)));
+    if (in.bias >= 0) y = y + parameter(b, weight(in.bias, "layer_norm bias", true));
+  } else if (op == "dropout") {
+    const uint32_t slot = blk.index(fmt::format("dropout{}", c.first_site + next_site++));
+    y = blk.dropout(arg(0), in.p, slot);
+  } else if (op == "softmax") {
+    y = softmax(arg(0));
+  } else if (op == "log_softmax") {
+    y = log_softmax(arg(0));
+  } else {
+    throw std::invalid_argument("unknown instruction");
+  }
+  const uint32_t rows = b.node(y.id).dim.rows;
+  if (rows != in.size)
+    throw std::invalid_argument(fmt::format("has {} entries, the program says {}", rows, in.size));
+  return y;
+}
+
+void ProgramCell::check(const Packed& p, const char* fn) const {
+  const bool edges = !edge_cells_.empty();
+  auto need_row = [&](const CellProgram& c, int64_t row, const std::string& what) {
+    if (c.reads_ids && row < 0)
+      throw std::invalid_argument(fmt::format(
+          "[{}] {} has no input row (-1), but {} embeds its id", fn, what, c.name));
+  };
+  for (int64_t k = 0; k < p.num_nodes; ++k) {
+    const int64_t t = p.node_types[k];
+    if (t < 0 || t >= static_cast<int64_t>(node_cells_.size()))
+      throw std::invalid_argument(fmt::format("[{}] node {} has kind {}; the module has {} node cells",
+                                              fn, k, t, node_cells_.size()));
+    need_row(cells_[node_cells_[t]], p.node_inputs[k], fmt::format("node {}", k));
+  }
+  if (!edges) return;
+  for (int64_t a = 0; a < p.num_arcs; ++a) {
+    const int64_t t = p.arc_types[a];
+    if (t >= static_cast<int64_t>(edge_cells_.size()))
+      throw std::invalid_argument(fmt::format("[{}] arc {} has kind {}; the module has {} edge cells",
+                                              fn, a, t, edge_cells_.size()));
+    need_row(cells_[edge_cells_[t]], p.arc_inputs[a], fmt::format("arc {}", a));
+  }
+}
+
+Expr ProgramCell::zeros(Graph& g, uint32_t size) {
+  auto it = zeros_.find(size);
+  if (it != zeros_.end()) return it->second;
+  return zeros_[size] = input(g, Dim{size, 1}, std::vector<float>(size, 0.0f));
+}
+
+void ProgramCell::call(Graph& g, const Packed& p, CellProgram& c, const Expr* floats,
+                       int64_t in_row, const std::vector<Expr>& x, uint32_t key_index,
+                       Expr* outs) {
+  Expr in[16];
+  std::vector<Expr> many;
+  Expr* ins = c.float_slots.size() <= 16 ? in : (many.resize(c.float_slots.size()), many.data());
+  for (size_t i = 0; i < c.float_slots.size(); ++i) {
+    const int32_t s = c.float_slots[i];
+    if (s == c.input_slot) ins[i] = in_row >= 0 ? x[in_row] : zeros(g, input_dim());
+    else ins[i] = floats[s];
+  }
+  uint32_t ints[64];
+  std::vector<uint32_t> more;
+  const uint32_t n_ints = (c.reads_ids ? 1 : 0) + c.sites;
+  uint32_t* iv = n_ints <= 64 ? ints : (more.resize(n_ints), more.data());
+  uint32_t q = 0;
+  if (c.reads_ids) iv[q++] = static_cast<uint32_t>(p.ids[in_row]);
+  for (uint32_t s = 0; s < c.sites; ++s) iv[q++] = math::dropout_key(p.seed, key_index, c.first_site + s);
+  c.block->call(g, ins, static_cast<uint32_t>(c.float_slots.size()), iv, n_ints, outs);
+}
+
+void ProgramCell::build(Graph& g, const Packed& p, const std::vector<Expr>& x,
+                        std::vector<Expr>& out) {
+  const int64_t N = p.num_nodes;
+  const uint32_t S = static_cast<uint32_t>(state_.size()), M = static_cast<uint32_t>(message_.size());
+  zeros_.clear();
+  messages_.resize(M);
+  std::vector<Expr> state(S), msg(M), reduced(M + 1);
+  for (int64_t k = 0; k < N; ++k) {
+    for (auto& m : messages_) m.clear();
+    for (int64_t a = p.pred_ptr[k]; a < p.pred_ptr[k + 1]; ++a) {
+      const int64_t j = p.pred_ids[a];
+      for (uint32_t s = 0; s < S; ++s) state[s] = out[s * N + j];
+      if (edge_cells_.empty()) {
+        for (uint32_t m = 0; m < M; ++m) messages_[m].push_back(state[m]);
+        continue;
+      }
+      CellProgram& e = cells_[edge_cells_[p.arc_types[a]]];
+      call(g, p, e, state.data(), p.arc_inputs[a], x, static_cast<uint32_t>(N + a), msg.data());
+      for (uint32_t m = 0; m < M; ++m) messages_[m].push_back(msg[m]);
+    }
+    for (uint32_t m = 0; m < M; ++m) {
+      const std::vector<Expr>& ms = messages_[m];
+      if (ms.empty()) reduced[m + 1] = initial_.empty() ? zeros(g, message_[m]) : parameter(g, initial_[m]);
+      else if (reduce_ == Reduce::Sum) reduced[m + 1] = sum(ms);
+      else if (reduce_ == Reduce::Mean) reduced[m + 1] = average(ms);
+      else reduced[m + 1] = maximum(ms);
+    }
+    CellProgram& nc = cells_[node_cells_[p.node_types[k]]];
+    if (nc.pass_through) {
+      for (uint32_t s = 0; s < S; ++s) out[s * N + k] = reduced[s + 1];
+      continue;
+    }
+    Expr o[64];
+    std::vector<Expr> more;
+    Expr* os = S <= 64 ? o : (more.resize(S), more.data());
+    call(g, p, nc, reduced.data(), p.node_inputs[k], x, static_cast<uint32_t>(k), os);
+    for (uint32_t s = 0; s < S; ++s) out[s * N + k] = os[s];
+  }
+}
+
+}  // namespace
+
+bool is_program(const std::string& cell) { return cell.rfind(kProgramPrefix, 0) == 0; }
+
+std::unique_ptr<Cell> make_program_cell(const std::string& program, ParameterCollection& pc) {
+  json doc;
+  try {
+    doc = json::parse(program);
+  } catch (const json::exception& e) {
+    bad(std::string("not valid JSON: ") + e.what());
+  }
+  if (!doc.is_object() || !doc.contains("input") || !doc.contains("cells") || !doc.contains("weights"))
+    bad("not a program document (docs/programs.md)");
+  const uint32_t input_size =
+      doc["input"].value("kind", "") == "x" ? field<uint32_t>(doc["input"], "size", "input") : 0;
+  return std::make_unique<ProgramCell>(doc, pc, input_size);
+}
+
+}  // namespace edbatch::torch_adapter

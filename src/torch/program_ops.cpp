@@ -1,0 +1,123 @@
+// The op for traced user cells: edbatch::propagate runs a program (docs/programs.md) over a packed
+// mini-batch, with autograd into x and the weights. Runners, checks and the backward are the
+// built-in cells' (runtime.h).
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+#include "src/torch/program.h"
+#include "src/torch/runtime.h"
+
+namespace edbatch::torch_adapter {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+CallArgs program_args(const std::string& program, const Tensor& x, const Tensor& ids,
+                      const std::string& policy, int64_t threads) {
+  if (x.dim() != 2)
+    fail(fmt::format("[edbatch.propagate] x must be 2-D, got shape {}", shape(x.sizes())));
+  if (ids.numel() > 0 && ids.numel() != x.size(0))
+    fail(fmt::format("[edbatch.propagate] {} ids for {} input rows", ids.numel(), x.size(0)));
+  CallArgs a;
+  a.config.cell = kProgramPrefix + program;
+  a.config.hidden = 1;
+  a.config.input_dim = static_cast<uint32_t>(x.size(1));
+  a.options.policy = policy;
+  a.options.device = x.is_cuda() ? "cuda" : "cpu";
+  a.device_index = x.is_cuda() ? x.device().index() : -1;
+  a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
+  return a;
+}
+
+std::vector<Tensor> run_program(const std::string& program, const Tensor& x, const Tensor& ids,
+                                const Structure& s, at::TensorList weights, int64_t seed,
+                                const std::string& policy, int64_t threads,
+                                c10::intrusive_ptr<RunState>* state) {
+  const CallArgs a = program_args(program, x, ids, policy, threads);
+  CallExtras extras;
+  if (ids.numel() > 0) extras.ids = ids;
+  extras.seed = static_cast<uint64_t>(seed);
+  return run_forward(a, x, s, weights.vec(), state, extras);
+}
+
+std::vector<Tensor> propagate(const std::string& program, const Tensor& x, const Tensor& ids,
+                              const Tensor& node_inputs, const Tensor& node_types,
+                              const Tensor& pred_ptr, const Tensor& pred_ids,
+                              const Tensor& arc_types, const Tensor& arc_inputs,
+                              const Tensor& instance_offsets, at::TensorList weights,
+                              int64_t seed, const std::string& policy, int64_t threads) {
+  const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
+                    instance_offsets};
+  return run_program(program, x, ids, s, weights, seed, policy, threads, nullptr);
+}
+
+class ProgramFunction : public torch::autograd::Function<ProgramFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const std::string& program, const Tensor& x,
+                               const Tensor& ids, const Tensor& node_inputs,
+                               const Tensor& node_types, const Tensor& pred_ptr,
+                               const Tensor& pred_ids, const Tensor& arc_types,
+                               const Tensor& arc_inputs, const Tensor& instance_offsets,
+                               at::TensorList weights, int64_t seed, const std::string& policy,
+                               int64_t threads) {
+    const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
+                      instance_offsets};
+    c10::intrusive_ptr<RunState> state;
+    std::vector<Tensor> out =
+        run_program(program, x, ids, s, weights, seed, policy, threads, &state);
+    ctx->saved_data["state"] = c10::IValue(state);
+    ctx->saved_data["x_device"] = c10::IValue(x.device());
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto state = ctx->saved_data["state"].toCustomClass<RunState>();
+    Gradients g = run_backward(*state, ctx->saved_data["x_device"].toDevice(), grads);
+    // One gradient per forward argument: program, x, ids, 7 structure tensors, the weights,
+    // seed, policy, threads.
+    variable_list out{Tensor(), g.x, Tensor()};
+    for (int i = 0; i < 7; ++i) out.push_back(Tensor());
+    for (Tensor& t : g.weights) out.push_back(t);
+    for (int i = 0; i < 3; ++i) out.push_back(Tensor());
+    return out;
+  }
+};
+
+std::vector<Tensor> propagate_autograd(const std::string& program, const Tensor& x,
+                                       const Tensor& ids, const Tensor& node_inputs,
+                                       const Tensor& node_types, const Tensor& pred_ptr,
+                                       const Tensor& pred_ids, const Tensor& arc_types,
+                                       const Tensor& arc_inputs, const Tensor& instance_offsets,
+                                       at::TensorList weights, int64_t seed,
+                                       const std::string& policy, int64_t threads) {
+  bool needs_grad = x.requires_grad();
+  for (const Tensor& w : weights) needs_grad = needs_grad || w.requires_grad();
+  if (!needs_grad || !at::GradMode::is_enabled()) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return propagate(program, x, ids, node_inputs, node_types, pred_ptr, pred_ids, arc_types,
+                     arc_inputs, instance_offsets, weights, seed, policy, threads);
+  }
+  return ProgramFunction::apply(program, x, ids, node_inputs, node_types, pred_ptr, pred_ids,
+                                arc_types, arc_inputs, instance_offsets, weights, seed, policy,
+                                threads);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(edbatch, m) {
+  m.def(
+      "propagate(str program, Tensor x, Tensor ids, Tensor node_inputs, Tensor node_types, "
+      "Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "
+      "Tensor instance_offsets, Tensor[] weights, int seed, str policy, int threads) -> Tensor[]");
+}
+TORCH_LIBRARY_IMPL(edbatch, CPU, m) { m.impl("propagate", &propagate); }
+TORCH_LIBRARY_IMPL(edbatch, CUDA, m) { m.impl("propagate", &propagate); }
+TORCH_LIBRARY_IMPL(edbatch, Autograd, m) { m.impl("propagate", &propagate_autograd); }
+
+}  // namespace edbatch::torch_adapter

@@ -1,0 +1,82 @@
+"""User cells on CUDA: edbatch.nn.Propagate with CUDA tensors gives the outputs and gradients it
+gives on the CPU (test_propagate.py checks the CPU against the user's cells run node by node),
+for every supported operation, the structures, reductions and initial states, and dropout under
+the same seed. Skipped without a GPU."""
+import copy
+
+import pytest
+import torch
+
+import edbatch
+
+import cells
+import structures
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+D = 5
+
+
+def run(model, packed, x, seed, device):
+    """Outputs and gradients (of every parameter and of x) on `device`, returned on the CPU."""
+    m = copy.deepcopy(model).to(device)
+    xd = x.detach().to(device).requires_grad_()
+    torch.manual_seed(seed)
+    out = m(packed.to(device), x=xd)
+    out = list(out) if isinstance(out, tuple) else [out]
+    g = torch.Generator().manual_seed(seed + 7)
+    upstream = [torch.randn(o.shape, generator=g).to(device) for o in out]
+    total = sum((o * u).sum() for o, u in zip(out, upstream))
+    if torch.is_tensor(total) and total.requires_grad:
+        total.backward()
+    grads = {n: p.grad.cpu() for n, p in m.named_parameters() if p.grad is not None}
+    if xd.grad is not None:
+        grads["x"] = xd.grad.cpu()
+    return [o.detach().cpu() for o in out], grads
+
+
+def assert_cuda_equals_cpu(model, packed, seed=0):
+    x = torch.randn(packed.input_ids.numel(), D, generator=torch.Generator().manual_seed(seed))
+    cpu_out, cpu_grads = run(model, packed, x, seed, "cpu")
+    gpu_out, gpu_grads = run(model, packed, x, seed, "cuda")
+    for a, b in zip(gpu_out, cpu_out):
+        torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-4 * max(1.0, b.abs().max().item()))
+    assert gpu_grads.keys() == cpu_grads.keys()
+    for name, b in cpu_grads.items():
+        torch.testing.assert_close(gpu_grads[name], b, rtol=2e-4,
+                                   atol=2e-4 * max(1.0, b.abs().max().item()),
+                                   msg=lambda m: f"gradient of {name}: {m}")
+
+
+@pytest.mark.parametrize("op", list(cells.OPS))
+def test_each_operation_on_cuda(op):
+    torch.manual_seed(1)
+    model = edbatch.nn.Propagate(cells.OpCell(op, 7, D), state_size=7)
+    assert_cuda_equals_cpu(model, structures.packed("trees", 1), seed=1)
+
+
+@pytest.mark.parametrize("kind", ["trees", "lattices", "dags", "empty"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_structures_and_reduce_on_cuda(kind, reduce):
+    torch.manual_seed(4)
+    model = edbatch.nn.Propagate(cells.LSTMCell(7, D), cells.GateEdge(7, D), reduce=reduce,
+                                 state_size=(7, 7))
+    assert_cuda_equals_cpu(model, structures.packed(kind, 4, edge_inputs="parent"), seed=4)
+
+
+@pytest.mark.parametrize("size", [13, 129])
+def test_learned_initial_state_and_sizes_on_cuda(size):
+    torch.manual_seed(5)
+    model = edbatch.nn.Propagate(cells.LSTMCell(size, D), state_size=(size, size),
+                                 initial="learned")
+    with torch.no_grad():
+        for p in model.initial:
+            p.normal_()
+    assert_cuda_equals_cpu(model, structures.packed("lattices", 5), seed=5)
+
+
+def test_dropout_on_cuda_uses_the_cpu_masks():
+    torch.manual_seed(6)
+    model = edbatch.nn.Propagate(cells.LSTMCell(13, D, dropout=0.3), cells.GateEdge(13, D, 0.3),
+                                 state_size=(13, 13)).train()
+    assert_cuda_equals_cpu(model, structures.packed("trees", 6, edge_inputs="parent"), seed=6)
