@@ -105,8 +105,10 @@ void check_policies(Graph& g, const Expr& loss) {
 enum class Layout { InOrder, Reversed, Shared, Param };
 
 struct OpGraph {
-  OpGraph(uint64_t seed) : pc(seed), g(pc), rng(seed) {}
-  ParameterCollection pc;
+  explicit OpGraph(uint64_t seed, ParameterCollection* shared = nullptr)
+      : own(seed), pc(shared ? *shared : own), g(pc), rng(seed) {}
+  ParameterCollection own;
+  ParameterCollection& pc;  // own, or the caller's (whose blocks the graph calls)
   Graph g;
   std::mt19937_64 rng;
   uint32_t made = 0;
@@ -426,7 +428,7 @@ CUDA_CASE("cuda: a block of pooling, normalisation, slices and dropout = cpu") {
     for (bool blocks : {true, false}) {
       CAPTURE(k);
       CAPTURE(blocks);
-      OpGraph og(k);
+      OpGraph og(k, &pc);  // over the block's collection
       std::vector<Expr> losses;
       for (uint32_t i = 0; i < k; ++i) {
         std::vector<Expr> in;
