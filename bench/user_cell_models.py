@@ -9,37 +9,17 @@ edbatch.nn.Propagate) and the plain-PyTorch implementations they are timed again
   a pass-through node cell, learned initial state), next to the built-in cell and
   bench/torch_models.LatticeLstm (node by node, hand-batched).
 """
+import os
+import sys
+
 import torch
 from torch import nn
 
-
-class ChildSumNode(nn.Module):
-    """(h, c) of a node from its x and the summed message (sum h_k, sum f_k c_k)."""
-
-    def __init__(self, input_size, hidden):
-        super().__init__()
-        self.W = nn.Linear(input_size, 3 * hidden)
-        self.U = nn.Linear(hidden, 3 * hidden, bias=False)
-
-    def forward(self, x, message):
-        h_sum, fc_sum = message
-        i, o, u = (self.W(x) + self.U(h_sum)).chunk(3, -1)
-        c = torch.sigmoid(i) * torch.tanh(u) + fc_sum
-        return torch.sigmoid(o) * torch.tanh(c), c
-
-
-class ChildForget(nn.Module):
-    """The message of child k: (h_k, f_k * c_k), f_k from the parent's x and h_k."""
-
-    def __init__(self, input_size, hidden):
-        super().__init__()
-        self.W_f = nn.Linear(input_size, hidden)
-        self.U_f = nn.Linear(hidden, hidden, bias=False)
-
-    def forward(self, state, x_parent):
-        h, c = state
-        f = torch.sigmoid(self.W_f(x_parent) + self.U_f(h))
-        return h, f * c
+# The cells are the examples' own (examples/child_sum_tree_lstm.py, examples/lattice_user_cell.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "examples"))
+from child_sum_tree_lstm import ChildForget, ChildSumNode  # noqa: E402
+from lattice_user_cell import ArcLSTM  # noqa: E402
 
 
 class ChildSumModel(nn.Module):
@@ -154,21 +134,6 @@ class ChildSumBatched:
         return m.head(S[:, :H], labels)
 
 
-class LatticeArc(nn.Module):
-    """The built-in lattice_lstm's arc cell for one arc kind: gates f, c~, i, o from U x + W h + b."""
-
-    def __init__(self, hidden):
-        super().__init__()
-        self.U = nn.Linear(hidden, 4 * hidden)
-        self.W = nn.Linear(hidden, 4 * hidden, bias=False)
-
-    def forward(self, state, x):
-        h, c = state
-        f, cn, i, o = (self.U(x) + self.W(h)).chunk(4, -1)
-        c = torch.sigmoid(i) * torch.tanh(cn) + torch.sigmoid(f) * c
-        return torch.sigmoid(o) * torch.tanh(c), c
-
-
 def lattice_node(x, message):
     """A lattice node's state is the sum of its arcs' states."""
     return message
@@ -179,7 +144,7 @@ def lattice_user_cells(w, H, device, policy="lb-greedy", threads=0):
     import edbatch
     arcs = []
     for t in ("char", "word"):
-        arc = LatticeArc(H)
+        arc = ArcLSTM(H, H)  # gates f, c~, i, o as the built-in cell's
         with torch.no_grad():
             arc.U.weight.copy_(torch.cat([w[f"{t}.U_{g}"] for g in "fcio"]))
             arc.U.bias.copy_(torch.cat([w[f"{t}.b_{g}"] for g in "fcio"]))
