@@ -2,11 +2,13 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
+#include "edbatch/files.h"
 #include "edbatch/fsm.h"
 #include "edbatch/graph.h"
 #include "edbatch/types.h"
@@ -147,7 +149,7 @@ nlohmann::json parse_object(const std::string& text) {
 
 }  // namespace
 
-void save_fsm_policy(const std::string& path, const FsmPolicyData& policy) {
+std::string fsm_policy_json(const FsmPolicyData& policy) {
   const FsmPolicyInfo& info = policy.info;
   nlohmann::json j;
   j["format"] = kFormatName;
@@ -167,18 +169,26 @@ void save_fsm_policy(const std::string& path, const FsmPolicyData& policy) {
   std::sort(rows.begin(), rows.end());
   j["entries"] = rows.size();
   j["table"] = rows;
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("[save_fsm_policy] cannot write '" + path + "'");
-  out << j.dump(1) << "\n";
-  if (!out) throw std::runtime_error("[save_fsm_policy] error writing '" + path + "'");
+  return j.dump(1) + "\n";
+}
+
+void save_fsm_policy(const std::string& path, const FsmPolicyData& policy) {
+  const std::string text = fsm_policy_json(policy);
+  write_file_atomically(path, [&](std::ostream& out) { out << text; });
 }
 
 FsmPolicyData load_fsm_policy(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("[load_fsm_policy] cannot open '" + path + "'");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error("[load_fsm_policy] error reading '" + path + "'");
+  return parse_fsm_policy(text, path);
+}
+
+FsmPolicyData parse_fsm_policy(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     file_error(path, std::string("not valid JSON (corrupt or truncated): ") + e.what());
   }

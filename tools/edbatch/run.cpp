@@ -7,12 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <numeric>
 #include <random>
 
 #include "edbatch/edbatch.h"
+#include "edbatch/files.h"
 #include "edbatch/models.h"
 #include "edbatch/options.h"
 #include "edbatch/safetensors.h"
@@ -175,8 +175,11 @@ class Runner {
 
   // One forward pass over the whole data set, one JSON line per instance.
   void write_outputs(const std::string& path) {
-    std::ofstream out(path);
-    if (!out) throw std::runtime_error("cannot write '" + path + "'");
+    write_file_atomically(path, [&](std::ostream& out) { write_outputs_to(out); });
+  }
+
+ private:
+  void write_outputs_to(std::ostream& out) {
     BatchStream stream(model_.size(), o_.batch, false, 0);
     std::vector<uint32_t> ids;
     std::vector<std::vector<Expr>> logits;
@@ -198,10 +201,8 @@ class Runner {
         out << line.dump() << "\n";
       }
     }
-    if (!out) throw std::runtime_error("error writing '" + path + "'");
   }
 
- private:
   const RunOptions& o_;
   Model& model_;
   Engine& engine_;
@@ -225,14 +226,12 @@ void check_usage(const RunOptions& o) {
 
 // The data set in its text format (check_usage refused DAGs).
 int write_data(const Dataset& data, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write '" + path + "'");
-  if (data.kind == DataKind::Trees) write_trees(out, data.trees);
-  if (data.kind == DataKind::Lattices) write_lattices(out, data.lattices);
-  if (data.kind == DataKind::Tagged)
-    write_tagged(out, data.tagged.sentences, data.tagged.tag_names, data.tagged.spellings);
-  out.close();
-  if (!out) throw std::runtime_error("error writing '" + path + "'");
+  write_file_atomically(path, [&](std::ostream& out) {
+    if (data.kind == DataKind::Trees) write_trees(out, data.trees);
+    if (data.kind == DataKind::Lattices) write_lattices(out, data.lattices);
+    if (data.kind == DataKind::Tagged)
+      write_tagged(out, data.tagged.sentences, data.tagged.tag_names, data.tagged.spellings);
+  });
   return 0;
 }
 
@@ -328,9 +327,8 @@ int run(const RunOptions& o) {
   info.peak_rss_bytes = peak_rss_bytes();
   info.wall_s = ms_since(wall0) / 1e3;
   if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << metrics_json(info, samples).dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write '" + o.json + "'");
+    const std::string text = metrics_json(info, samples).dump(2) + "\n";
+    write_file_atomically(o.json, [&](std::ostream& out) { out << text; });
   }
   std::fputs(metrics_table(info, samples).c_str(), stdout);
   return 0;
