@@ -2,11 +2,15 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 #include <unordered_map>
 
+#include "edbatch/files.h"
 #include "edbatch/fsm.h"
 #include "edbatch/graph.h"
 #include "edbatch/types.h"
@@ -129,15 +133,45 @@ constexpr const char* kFormatName = "edbatch-fsm-policy";
   throw std::runtime_error("[load_fsm_policy] '" + path + "': " + what);
 }
 
+// An unsigned integer that fits T: nlohmann's own conversion would wrap negative numbers and
+// take floats (1e300 into a uint32_t is undefined behaviour).
+template <typename T>
+T unsigned_value(const nlohmann::json& v, const std::string& what, const std::string& path) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > std::numeric_limits<T>::max())
+    file_error(path, what + " must be an unsigned integer up to " +
+                         std::to_string(std::numeric_limits<T>::max()) + ", found " + v.dump());
+  return static_cast<T>(v.get<uint64_t>());
+}
+
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const std::string& path) {
   auto it = j.find(key);
   if (it == j.end()) file_error(path, std::string("missing field '") + key + "'");
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    file_error(path, std::string("field '") + key + "' has the wrong type");
+  if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
+    return unsigned_value<T>(*it, std::string("field '") + key + "'", path);
+  } else {
+    try {
+      return it->get<T>();
+    } catch (const nlohmann::json::exception&) {
+      file_error(path, std::string("field '") + key + "' has the wrong type");
+    }
   }
+}
+
+// The table: rows [key lo, key hi, type index] of unsigned integers.
+std::vector<std::array<uint64_t, 3>> table_rows(const nlohmann::json& j, const std::string& path) {
+  const nlohmann::json table = field<nlohmann::json>(j, "table", path);
+  if (!table.is_array()) file_error(path, "field 'table' must be an array of [lo, hi, type] rows");
+  std::vector<std::array<uint64_t, 3>> rows;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const nlohmann::json& r = table[i];
+    const std::string what = "table entry " + std::to_string(i);
+    if (!r.is_array() || r.size() != 3) file_error(path, what + " must be [lo, hi, type]");
+    rows.push_back({unsigned_value<uint64_t>(r[0], what + " lo", path),
+                    unsigned_value<uint64_t>(r[1], what + " hi", path),
+                    unsigned_value<uint64_t>(r[2], what + " type", path)});
+  }
+  return rows;
 }
 
 nlohmann::json parse_object(const std::string& text) {
@@ -147,7 +181,7 @@ nlohmann::json parse_object(const std::string& text) {
 
 }  // namespace
 
-void save_fsm_policy(const std::string& path, const FsmPolicyData& policy) {
+std::string fsm_policy_json(const FsmPolicyData& policy) {
   const FsmPolicyInfo& info = policy.info;
   nlohmann::json j;
   j["format"] = kFormatName;
@@ -167,22 +201,31 @@ void save_fsm_policy(const std::string& path, const FsmPolicyData& policy) {
   std::sort(rows.begin(), rows.end());
   j["entries"] = rows.size();
   j["table"] = rows;
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("[save_fsm_policy] cannot write '" + path + "'");
-  out << j.dump(1) << "\n";
-  if (!out) throw std::runtime_error("[save_fsm_policy] error writing '" + path + "'");
+  return j.dump(1) + "\n";
+}
+
+void save_fsm_policy(const std::string& path, const FsmPolicyData& policy) {
+  const std::string text = fsm_policy_json(policy);
+  write_file_atomically(path, [&](std::ostream& out) { out << text; });
 }
 
 FsmPolicyData load_fsm_policy(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("[load_fsm_policy] cannot open '" + path + "'");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error("[load_fsm_policy] error reading '" + path + "'");
+  return parse_fsm_policy(text, path);
+}
+
+FsmPolicyData parse_fsm_policy(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     file_error(path, std::string("not valid JSON (corrupt or truncated): ") + e.what());
   }
-  if (!j.is_object() || j.value("format", std::string()) != kFormatName)
+  const auto format = j.is_object() ? j.find("format") : j.end();
+  if (format == j.end() || !format->is_string() || format->get<std::string>() != kFormatName)
     file_error(path, std::string("not an edbatch policy file (no \"format\": \"") + kFormatName +
                          "\")");
   const uint32_t version = field<uint32_t>(j, "version", path);
@@ -207,10 +250,11 @@ FsmPolicyData load_fsm_policy(const std::string& path) {
   info.validation = validation.dump();
   info.validation_batches = field<double>(validation, "fsm_batches", path);
   info.validation_lower_bound = field<double>(validation, "lower_bound", path);
-  const auto rows = field<std::vector<std::array<uint64_t, 3>>>(j, "table", path);
-  if (rows.size() != field<uint64_t>(j, "entries", path))
+  const auto rows = table_rows(j, path);
+  const uint64_t entries = field<uint64_t>(j, "entries", path);
+  if (rows.size() != entries)
     file_error(path, "table has " + std::to_string(rows.size()) + " entries, the header says " +
-                         std::to_string(field<uint64_t>(j, "entries", path)));
+                         std::to_string(entries));
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i][2] >= info.types.size())
       file_error(path, "table entry " + std::to_string(i) + " names type " +

@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
@@ -356,6 +357,21 @@ TEST_CASE("fsm: truncated, corrupt and foreign files are clear errors") {
   j = nlohmann::json::parse(text);
   j["entries"] = 12345;
   CHECK(error_of(j.dump()).find("header says 12345") != std::string::npos);
+  // Fields of the wrong kind: clean errors, never a JSON library exception or a number that
+  // wrapped around (found by fuzz/fuzz_policy.cpp).
+  const std::pair<const char*, nlohmann::json> wrong[] = {
+      {"format", 4}, {"hidden", 1e300}, {"hidden", -1}, {"version", "1"}, {"entries", 2.5}};
+  for (const auto& [key, value] : wrong) {
+    CAPTURE(key);
+    j = nlohmann::json::parse(text);
+    j[key] = value;
+    CHECK(error_of(j.dump()).rfind("[load_fsm_policy] '" + path + "': ", 0) == 0);
+  }
+  j = nlohmann::json::parse(text);
+  j["table"] = {{1, -2, 0}};
+  j["entries"] = 1;
+  CHECK(error_of(j.dump()).find("table entry 0 hi must be an unsigned integer") !=
+        std::string::npos);
   CHECK_THROWS_AS(load_fsm_policy(temp_path("missing.json")), std::runtime_error);
   CHECK_THROWS_AS(make_policy("fsm:" + temp_path("missing.json")), std::runtime_error);
   std::remove(path.c_str());

@@ -95,6 +95,11 @@ class Backend {
   // wait for it (an asynchronous error surfaces here).
   virtual const float* value(const MemoryPlan& plan, uint32_t node) const = 0;
   virtual const float* adjoint(const MemoryPlan& plan, uint32_t node) const = 0;
+  // Host copy of `floats` floats of the value (or adjoint) arena from `offset` after the last
+  // pass, waiting for a device: how EngineOptions::check_numerics reads block internals, which
+  // are not nodes. nullptr where the backend computes no values.
+  virtual const float* arena(const MemoryPlan& plan, uint32_t offset, uint32_t floats,
+                             bool adjoints) const;
 
   // Pipelining: queues a copy of `floats` floats of node's value after the work queued so far,
   // so later passes may be queued before it is read. staged(ticket) waits for the copy and

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,17 @@ struct EngineOptions {
   double min_parallel_work = 65536;  // see BackendOptions
   bool order_for_consumers = true;    // outer layout planning (see PlanOptions)
   CudaOptions cuda = {};              // device == "cuda" only
+  // After every pass, check that every value (forward) or gradient (backward) it computed is
+  // finite, in the order the pass computed them, and throw NumericsError naming the first one
+  // that is not: its batch, op and node (the block, its body node and call for values inside
+  // blocks), or the parameter or input. Reads all values back from a device (so pipelined
+  // passes wait); a debugging aid that costs a pass over the arena.
+  bool check_numerics = false;
+};
+
+// A non-finite value found by EngineOptions::check_numerics.
+struct NumericsError : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 struct Stats {
@@ -109,6 +121,9 @@ class Engine {
   void sync_counters() const;
   void run_forward(Graph& g, const Expr& e, const char* fn);
   void run_backward(Graph& g, const BackwardSeed& seed);
+  // EngineOptions::check_numerics after a pass (src/core/numerics.cpp).
+  void check_forward_numerics(const Graph& g, const char* fn) const;
+  void check_backward_numerics(const Graph& g) const;
 
   ParameterCollection& params_;
   EngineOptions options_;

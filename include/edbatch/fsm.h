@@ -96,6 +96,9 @@ constexpr uint32_t kFsmFormatVersion = 1;
 // truncated, naming the file and what is wrong.
 void save_fsm_policy(const std::string& path, const FsmPolicyData& policy);
 FsmPolicyData load_fsm_policy(const std::string& path);
+// The file's text, and reading it from memory (`source_name` names it in errors).
+std::string fsm_policy_json(const FsmPolicyData& policy);
+FsmPolicyData parse_fsm_policy(const std::string& text, const std::string& source_name);
 
 class FsmPolicy : public Policy {
  public:

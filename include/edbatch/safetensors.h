@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -22,13 +23,22 @@ struct NamedTensor {
 
 // Writes the tensors in the given order. Throws std::invalid_argument for an empty, duplicate or
 // reserved name, or data whose size does not match the shape.
+// The file goes to a temporary file renamed over `path` once complete (write_file_atomically).
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+// The same into a stream; `name` names it in errors.
+void write_safetensors(std::ostream& out, const std::string& name,
+                       const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 // Returns the tensors in file order (by data offset). Throws std::invalid_argument naming the
 // file (and tensor) for a dtype other than F32, a malformed header, or a truncated file.
 std::vector<NamedTensor> read_safetensors(const std::string& path,
                                           std::map<std::string, std::string>* metadata = nullptr);
+// The same for a file's bytes in memory; `source_name` names it in errors.
+std::vector<NamedTensor> parse_safetensors(const char* bytes, size_t size,
+                                           const std::string& source_name,
+                                           std::map<std::string, std::string>* metadata = nullptr);
 
 // One tensor per parameter, under its name, laid out as PyTorch would hold it: a rows x cols
 // matrix as shape [rows, cols] (row-major, so transposed from our column-major storage), a

@@ -65,7 +65,8 @@ void make_window(const Context& c, const BlockPlan& b, const BlockStep& st, cons
   a.count = count;
   a.bp = &w.bp;
   a.operands = w.ops.data();
-  a.aux = c.plan->aux.data() + sp.aux_begin + first;
+  // No pointer arithmetic on the null data() of an empty list (blocks without integers).
+  a.aux = c.plan->aux.empty() ? nullptr : c.plan->aux.data() + sp.aux_begin + first;
   a.table = node.aux;
   a.first_row = node.aux;
   a.alpha = node.alpha;

@@ -115,6 +115,9 @@ class CpuBackend : public Backend {
   const float* adjoint(const MemoryPlan& plan, uint32_t node) const override {
     return const_cast<Buffer&>(adjoints_).data() + plan.node_offset[node];
   }
+  const float* arena(const MemoryPlan&, uint32_t offset, uint32_t, bool adjoints) const override {
+    return const_cast<Buffer&>(adjoints ? adjoints_ : values_).data() + offset;
+  }
 
  private:
   template <class F>

@@ -99,6 +99,13 @@ class CudaBackend : public Backend {
     return adjoints_mirror_.read(arenas_.adjoints.as(), plan.node_offset[node],
                                  arenas_.graph->node(node).dim.size(), arenas_.total_floats);
   }
+  const float* arena(const MemoryPlan&, uint32_t offset, uint32_t floats,
+                     bool adjoints) const override {
+    self().queue_.wait();
+    return adjoints ? adjoints_mirror_.read(arenas_.adjoints.as(), offset, floats,
+                                            arenas_.total_floats)
+                    : values_mirror_.read(arenas_.values.as(), offset, floats, arenas_.total_floats);
+  }
 
   uint64_t stage(const MemoryPlan& plan, uint32_t node, uint32_t floats) override {
     const uint64_t ticket = next_ticket_++;

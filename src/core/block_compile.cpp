@@ -166,7 +166,7 @@ std::vector<uint32_t> local_types(const BlockPlan& p, uint32_t* count) {
 class BodySearch {
  public:
   BodySearch(const Graph& g, const std::vector<uint32_t>& type, uint32_t num_types)
-      : g_(g), type_(type), T_(num_types) {
+      : type_(type), T_(num_types) {
     for (uint32_t v = 0; v < g.size(); ++v)
       if (is_scheduled(g.node(v).op)) nodes_.push_back(v);
     std::vector<uint32_t> local(g.size(), UINT32_MAX);
@@ -292,7 +292,6 @@ class BodySearch {
     return steps;
   }
 
-  const Graph& g_;
   const std::vector<uint32_t>& type_;
   uint32_t T_;
   std::vector<uint32_t> nodes_;

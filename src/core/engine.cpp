@@ -106,6 +106,7 @@ void Engine::run_forward(Graph& g, const Expr& e, const char* fn) {
   ran_ = true;
   ran_inputs_version_ = g.inputs_version();
   have_backward_ = false;
+  if (options_.check_numerics) check_forward_numerics(g, fn);
 }
 
 const Tensor& Engine::forward(Graph& g, const Expr& e) {
@@ -182,6 +183,7 @@ void Engine::run_backward(Graph& g, const BackwardSeed& seed) {
   stats_.backward_ms = ms_since(t0);
   sync_counters();
   have_backward_ = true;
+  if (options_.check_numerics) check_backward_numerics(g);
 }
 
 Tensor Engine::value(const Expr& e) const {

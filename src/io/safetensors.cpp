@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "edbatch/files.h"
+
 namespace edbatch {
 
 // Tensor data is copied to and from the file as is, which is right on little-endian hosts only.
@@ -126,10 +128,10 @@ std::vector<uint64_t> parameter_shape(const ParameterCollection& pc, uint32_t id
   return {d.rows, d.cols};
 }
 
-}  // namespace
-
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+// The JSON header of a file holding `tensors`, padded to a multiple of 8 bytes, after its 8-byte
+// length. Throws std::invalid_argument naming `path` (the file) for tensors it cannot hold.
+std::string header_bytes(const std::string& path, const std::vector<NamedTensor>& tensors,
+                         const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header[kMetadataKey] = metadata;
   uint64_t offset = 0;
@@ -159,37 +161,58 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   }
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out)
-    throw std::invalid_argument(
-        fmt::format("[write_safetensors] cannot open '{}' for writing", path));
-  char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
-  out.write(length, 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  return bytes + text;
+}
+
+void write_body(std::ostream& out, const std::string& header,
+                const std::vector<NamedTensor>& tensors) {
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
   for (const NamedTensor& t : tensors)
     out.write(reinterpret_cast<const char*>(t.data.data()),
               static_cast<std::streamsize>(t.data.size() * sizeof(float)));
-  out.close();
-  if (!out) throw std::runtime_error(fmt::format("[write_safetensors] failed writing '{}'", path));
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string header = header_bytes(path, tensors, metadata);
+  write_file_atomically(path, [&](std::ostream& out) { write_body(out, header, tensors); });
+}
+
+void write_safetensors(std::ostream& out, const std::string& name,
+                       const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string header = header_bytes(name, tensors, metadata);
+  write_body(out, header, tensors);
+  if (!out)
+    throw std::runtime_error(fmt::format("[write_safetensors] '{}': error writing", name));
 }
 
 std::vector<NamedTensor> read_safetensors(const std::string& path,
                                           std::map<std::string, std::string>* metadata) {
-  const HeaderReader reader(path);
   const std::vector<char> bytes = read_bytes(path);
-  if (bytes.size() < 8)
-    reader.fail(fmt::format("truncated file: {} bytes, expected at least 8 (the header length)",
-                            bytes.size()));
+  return parse_safetensors(bytes.data(), bytes.size(), path, metadata);
+}
+
+std::vector<NamedTensor> parse_safetensors(const char* bytes, size_t size,
+                                           const std::string& source_name,
+                                           std::map<std::string, std::string>* metadata) {
+  const HeaderReader reader(source_name);
+  if (size < 8)
+    reader.fail(
+        fmt::format("truncated file: {} bytes, expected at least 8 (the header length)", size));
   uint64_t header_size = 0;
   for (int i = 7; i >= 0; --i)
     header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
-  if (header_size > bytes.size() - 8)
+  if (header_size > size - 8)
     reader.fail(
         fmt::format("truncated file: the header length is {} bytes but only {} bytes "
                     "follow it",
-                    header_size, bytes.size() - 8));
-  const char* header_begin = bytes.data() + 8;
+                    header_size, size - 8));
+  const char* header_begin = bytes + 8;
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(header_begin, header_begin + header_size);
@@ -198,7 +221,7 @@ std::vector<NamedTensor> read_safetensors(const std::string& path,
   }
   if (!header.is_object()) reader.fail("malformed JSON header: expected an object");
 
-  const uint64_t data_size = bytes.size() - 8 - header_size;
+  const uint64_t data_size = size - 8 - header_size;
   std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == kMetadataKey) {

@@ -7,12 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <numeric>
 #include <random>
 
 #include "edbatch/edbatch.h"
+#include "edbatch/files.h"
 #include "edbatch/models.h"
 #include "edbatch/options.h"
 #include "edbatch/safetensors.h"
@@ -64,6 +64,7 @@ struct RunOptions {
   uint64_t seed = 1;
   float lr = 0.1f;
   bool no_blocks = false, train = false, describe = false, chars = false, pipeline = false;
+  bool check_numerics = false;
 };
 
 // Mini-batches of instance ids: the data set in order (shuffled by the seed when training),
@@ -165,6 +166,8 @@ class Runner {
     return s;
   }
 
+  // --pipeline: whether the loss of the last mini-batch queued is still to be read.
+  bool pending() const { return pending_; }
   // --pipeline: reads the loss of the last mini-batch queued.
   void finish(MiniBatchSample* last) {
     if (!pending_) return;
@@ -175,8 +178,11 @@ class Runner {
 
   // One forward pass over the whole data set, one JSON line per instance.
   void write_outputs(const std::string& path) {
-    std::ofstream out(path);
-    if (!out) throw std::runtime_error("cannot write '" + path + "'");
+    write_file_atomically(path, [&](std::ostream& out) { write_outputs_to(out); });
+  }
+
+ private:
+  void write_outputs_to(std::ostream& out) {
     BatchStream stream(model_.size(), o_.batch, false, 0);
     std::vector<uint32_t> ids;
     std::vector<std::vector<Expr>> logits;
@@ -198,10 +204,8 @@ class Runner {
         out << line.dump() << "\n";
       }
     }
-    if (!out) throw std::runtime_error("error writing '" + path + "'");
   }
 
- private:
   const RunOptions& o_;
   Model& model_;
   Engine& engine_;
@@ -215,6 +219,48 @@ class Runner {
   }
 };
 
+// Training stops at the first mini-batch whose loss is not finite (on by default; a loss is read
+// one mini-batch late with --pipeline), and a NumericsError of --check-numerics is reported with
+// the mini-batch it came from.
+class LossCheck {
+ public:
+  LossCheck(const RunOptions& o, uint32_t per_epoch, bool warmup)
+      : on_(o.train && o.device != "null"), per_epoch_(per_epoch), warmup_(warmup) {}
+
+  // "epoch 2, mini-batch 7 of 32" for the b-th mini-batch (0-based) of the stream.
+  std::string where(size_t b) const {
+    if (warmup_) return "warm-up mini-batch " + std::to_string(b + 1);
+    return "epoch " + std::to_string(b / per_epoch_ + 1) + ", mini-batch " +
+           std::to_string(b % per_epoch_ + 1) + " of " + std::to_string(per_epoch_);
+  }
+  // Checks the samples whose loss is known: all but the last while `last_pending`.
+  void operator()(const std::vector<MiniBatchSample>& samples, bool last_pending) {
+    const size_t known = samples.size() - (last_pending && !samples.empty() ? 1 : 0);
+    for (; on_ && checked_ < known; ++checked_)
+      if (!std::isfinite(samples[checked_].loss))
+        throw std::runtime_error(
+            where(checked_) + ": the training loss is " + std::to_string(samples[checked_].loss) +
+            "; training stopped (lower --lr, or find the first non-finite value with "
+            "--check-numerics)");
+    checked_ = std::max(checked_, known);
+  }
+  // Runs one step, naming its mini-batch in a --check-numerics error.
+  template <class F>
+  MiniBatchSample step(size_t b, const F& f) const {
+    try {
+      return f();
+    } catch (const NumericsError& e) {
+      throw NumericsError(where(b) + ": " + e.what());
+    }
+  }
+
+ private:
+  bool on_;
+  uint32_t per_epoch_;
+  bool warmup_;
+  size_t checked_ = 0;
+};
+
 void check_usage(const RunOptions& o) {
   check_data_flag(o.model, o.data);
   if (!o.write_data.empty() && model_data_kind(o.model) == DataKind::Dags)
@@ -225,14 +271,12 @@ void check_usage(const RunOptions& o) {
 
 // The data set in its text format (check_usage refused DAGs).
 int write_data(const Dataset& data, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write '" + path + "'");
-  if (data.kind == DataKind::Trees) write_trees(out, data.trees);
-  if (data.kind == DataKind::Lattices) write_lattices(out, data.lattices);
-  if (data.kind == DataKind::Tagged)
-    write_tagged(out, data.tagged.sentences, data.tagged.tag_names, data.tagged.spellings);
-  out.close();
-  if (!out) throw std::runtime_error("error writing '" + path + "'");
+  write_file_atomically(path, [&](std::ostream& out) {
+    if (data.kind == DataKind::Trees) write_trees(out, data.trees);
+    if (data.kind == DataKind::Lattices) write_lattices(out, data.lattices);
+    if (data.kind == DataKind::Tagged)
+      write_tagged(out, data.tagged.sentences, data.tagged.tag_names, data.tagged.spellings);
+  });
   return 0;
 }
 
@@ -259,6 +303,7 @@ int run(const RunOptions& o) {
   eo.policy = o.policy;
   eo.device = o.device;
   eo.threads = static_cast<int>(o.threads);
+  eo.check_numerics = o.check_numerics;
   eo = apply_debug_env(eo);  // EDBATCH_CUDA_* debugging switches
   Engine engine(pc, eo);
   Runner runner(o, *model, engine);
@@ -266,11 +311,18 @@ int run(const RunOptions& o) {
   // Warm-up mini-batches (the first of the data) fill the arena and caches; not measured.
   BatchStream warm(model->size(), o.batch, false, o.seed);
   std::vector<uint32_t> ids;
+  std::vector<MiniBatchSample> warm_samples;
+  warm_samples.reserve(o.warmup);
+  LossCheck warm_check(o, warm.per_epoch(), true);
   for (uint32_t w = 0; w < o.warmup; ++w) {
     warm.next(ids);
-    runner.step(ids, o.train);
+    MiniBatchSample* previous = warm_samples.empty() ? nullptr : &warm_samples.back();
+    warm_samples.push_back(
+        warm_check.step(w, [&] { return runner.step(ids, o.train, previous); }));
+    warm_check(warm_samples, runner.pending());
   }
-  runner.finish(nullptr);
+  runner.finish(warm_samples.empty() ? nullptr : &warm_samples.back());
+  warm_check(warm_samples, false);
   const uint64_t growths_at_warmup = engine.stats().arena_growths;
 
   BatchStream stream(model->size(), o.batch, o.train, o.seed);
@@ -280,16 +332,20 @@ int run(const RunOptions& o) {
   samples.reserve(total);
   double instances = 0, ms = 0;
   size_t epoch_first = 0;  // the first sample of the current epoch
+  LossCheck check(o, stream.per_epoch(), false);
   for (uint32_t b = 0; b < total; ++b) {
     stream.next(ids);
     MiniBatchSample* previous = samples.empty() ? nullptr : &samples.back();
-    samples.push_back(runner.step(ids, o.train, previous));  // reserved: no reallocation
+    // Reserved: no reallocation.
+    samples.push_back(check.step(b, [&] { return runner.step(ids, o.train, previous); }));
+    check(samples, runner.pending());
     instances += samples.back().instances;
     ms += samples.back().total_ms;
     if (show) progress(b + 1, total, instances, ms);
     // Training by epochs: the loss of each pass over the data, as it went.
     if (o.train && !o.iters && (b + 1) % stream.per_epoch() == 0) {
       runner.finish(&samples.back());
+      check(samples, false);
       double epoch_loss = 0, epoch_instances = 0;
       for (size_t k = epoch_first; k < samples.size(); ++k) {
         epoch_loss += samples[k].loss;
@@ -303,6 +359,7 @@ int run(const RunOptions& o) {
     }
   }
   runner.finish(samples.empty() ? nullptr : &samples.back());
+  check(samples, false);
 
   RunInfo info;
   info.model = o.model;
@@ -328,9 +385,8 @@ int run(const RunOptions& o) {
   info.peak_rss_bytes = peak_rss_bytes();
   info.wall_s = ms_since(wall0) / 1e3;
   if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << metrics_json(info, samples).dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write '" + o.json + "'");
+    const std::string text = metrics_json(info, samples).dump(2) + "\n";
+    write_file_atomically(o.json, [&](std::ostream& out) { out << text; });
   }
   std::fputs(metrics_table(info, samples).c_str(), stdout);
   return 0;
@@ -398,6 +454,11 @@ Command add_run_command(CLI::App& root) {
                 "queue each mini-batch before reading the previous one's loss "
                 "(Engine::submit), so building, scheduling and planning overlap the device's "
                 "work; the same numbers, read one mini-batch later");
+  app->add_flag("--check-numerics", o->check_numerics,
+                "check every value of every pass (and every gradient when training) and stop at "
+                "the first that is not finite, naming its mini-batch, batch, op and node "
+                "(EngineOptions::check_numerics; slower). Without it, training still stops at "
+                "the first mini-batch whose loss is not finite");
   app->add_flag("--char", o->chars,
                 "bilstm_tagger: character BiLSTM embeddings for words seen fewer than 5 times");
   app->add_option("--outputs", o->outputs,

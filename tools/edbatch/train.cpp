@@ -4,10 +4,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "edbatch/edbatch.h"
+#include "edbatch/files.h"
 #include "edbatch/models.h"
 #include "tools/edbatch/commands.h"
 
@@ -51,18 +52,14 @@ int train(TrainOptions o) {
   std::fprintf(stderr, "%s: %zu training and %zu validation mini-batches of up to %u instances\n",
                o.model.c_str(), train_graphs.size(), val_graphs.size(), o.batch);
 
-  std::ofstream curve;
-  if (!o.curve.empty()) {
-    curve.open(o.curve);
-    if (!curve) throw std::runtime_error("cannot write '" + o.curve + "'");
-    curve << "episode,mean_batches,validation_batches,lower_bound\n";
-  }
+  // The curve is written at the end, whole (write_file_atomically).
+  std::ostringstream curve;
+  curve << "episode,mean_batches,validation_batches,lower_bound\n";
   auto progress = [&](const FsmCurvePoint& p) {
     std::fprintf(stderr, "episode %5u  training %8.2f  validation %8.2f  lower bound %8.2f\n",
                  p.episode, p.mean_batches, p.validation_batches, p.lower_bound);
-    if (curve.is_open())
-      curve << p.episode << "," << p.mean_batches << "," << p.validation_batches << ","
-            << p.lower_bound << "\n";
+    curve << p.episode << "," << p.mean_batches << "," << p.validation_batches << ","
+          << p.lower_bound << "\n";
   };
   FsmTrainResult result = train_fsm_policy(train_graphs, val_graphs, o.fsm, progress);
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -82,7 +79,8 @@ int train(TrainOptions o) {
   info.validation = validation.dump();
   info.validation_batches = fsm_batches;
   save_fsm_policy(o.output, result.policy);
-  if (curve.is_open() && !curve) throw std::runtime_error("error writing '" + o.curve + "'");
+  if (!o.curve.empty())
+    write_file_atomically(o.curve, [&](std::ostream& out) { out << curve.str(); });
 
   std::printf("%s, mini-batch %u, hidden %u, encoding %s: %zu validation mini-batches\n",
               o.model.c_str(), o.batch, o.hidden, o.encoding.c_str(), val_graphs.size());

@@ -1,0 +1,19 @@
+// Files written whole or not at all.
+#pragma once
+#include <functional>
+#include <ostream>
+#include <string>
+
+namespace edbatch {
+
+// Writes `path` through a temporary file in the same folder ("<path>.tmp.<pid>.<n>"), flushed to
+// disk and then renamed over `path`: a reader, or a process killed mid-write, sees the old file
+// or the complete new one, never a part. `write` gets a binary stream on the temporary file;
+// when it throws, or anything fails, the temporary file is removed and `path` is left as it was.
+// An existing `path` keeps its permissions; a symbolic link is written through; a path that
+// exists and is not a regular file (/dev/stdout, a pipe) is written directly. Throws
+// std::runtime_error "[write_file_atomically] '<path>': ..." naming the failed step.
+void write_file_atomically(const std::string& path,
+                           const std::function<void(std::ostream&)>& write);
+
+}  // namespace edbatch
