@@ -8,7 +8,12 @@
 # output folder ($OUT when set, else gpu-results).
 #
 #   scripts/gpu.sh [--out DIR] [--build DIR] [--models "a,b"] [--iters N] [--rounds N]
-#                  [--no-tests] [--no-torch]
+#                  [--no-tests] [--no-torch] [--sanitize [SECONDS]] [--no-bench]
+#
+# --sanitize: the CUDA tests under compute-sanitizer too: memcheck over every CUDA test case,
+# racecheck and synccheck over the op harness and the block of column reductions (the kernels
+# with shared memory and barriers); each tool's report in sanitize_<tool>.log, at most SECONDS
+# (default 900) each.
 #
 # Missing TBB, fmt or nlohmann-json: Debian packages in .deb/ (apt-get download libtbb-dev
 # libtbb12 libtbbmalloc2 libtbbbind-2-5 libfmt-dev libfmt9 nlohmann-json3-dev) are unpacked into a
@@ -23,6 +28,8 @@ iters=20
 rounds=3
 tests=1
 torch=1
+sanitize=0
+bench=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -32,6 +39,10 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --no-tests) tests=0; shift ;;
     --no-torch) torch=0; shift ;;
+    --no-bench) bench=0; torch=0; shift ;;
+    --sanitize)
+      sanitize=900; shift
+      if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then sanitize=$1; shift; fi ;;
     -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -64,6 +75,26 @@ if [ "$tests" = 1 ]; then
   tail -3 "$out/tests_cuda.log" | sed 's/^/cuda tests: /' >&2
   "$build/edbatch_tests" -tce='cuda*' > "$out/tests_cpu.log" 2>&1 || status=1
   tail -3 "$out/tests_cpu.log" | sed 's/^/cpu tests: /' >&2
+fi
+if [ "$sanitize" != 0 ]; then
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck synccheck; do
+    cases='cuda*'
+    [ "$tool" != memcheck ] && cases='cuda: every op*,cuda: a block of pooling*'
+    if timeout "$sanitize" "$cs" --tool "$tool" --error-exitcode 3 \
+         "$build/edbatch_tests" -tc="$cases" > "$out/sanitize_$tool.log" 2>&1; then
+      echo "compute-sanitizer $tool: $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' \
+        "$out/sanitize_$tool.log" | tail -1)" >&2
+    else
+      status=1
+      echo "compute-sanitizer $tool: failed or timed out (sanitize_$tool.log):" >&2
+      grep -E "ERROR SUMMARY|=========" "$out/sanitize_$tool.log" | head -20 >&2
+    fi
+  done
+fi
+if [ "$bench" = 0 ]; then
+  rm -rf "$work"
+  exit $status
 fi
 
 # ---- edbatch run --device cuda: every model, op by op and through blocks, forward and --train ----
