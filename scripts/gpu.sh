@@ -83,7 +83,7 @@ if [ "$sanitize" != 0 ]; then
     [ "$tool" != memcheck ] && cases='cuda: every op*,cuda: a block of pooling*'
     if timeout "$sanitize" "$cs" --tool "$tool" --error-exitcode 3 \
          "$build/edbatch_tests" -tc="$cases" > "$out/sanitize_$tool.log" 2>&1; then
-      echo "compute-sanitizer $tool: $(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' \
+      echo "compute-sanitizer $tool: $(grep -oE '(ERROR|RACECHECK) SUMMARY: [0-9]* (error|hazard)[s]*( displayed)?' \
         "$out/sanitize_$tool.log" | tail -1)" >&2
     else
       status=1
