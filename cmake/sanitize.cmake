@@ -1,9 +1,10 @@
 # Sanitizer builds: -DEDBATCH_SANITIZE=address,undefined (ASan + UBSan) or thread (TSan) builds
 # every target of this project with the sanitizers, keeping frame pointers for readable stacks,
 # and makes undefined behaviour halt the program like an ASan report (-fno-sanitize-recover).
-# CUDA device code is not instrumented: use compute-sanitizer for it. Run the tests with
+# CUDA device code is not instrumented: use compute-sanitizer for it. TSan needs a oneTBB built
+# with it too (-DTBB_DIR=..., scripts/tbb_tsan.sh). Run the tests with
 #   ASAN_OPTIONS=halt_on_error=1:print_stacktrace=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-#   TSAN_OPTIONS=halt_on_error=1:suppressions=<source>/cmake/tsan.supp
+#   TSAN_OPTIONS=halt_on_error=1
 # (scripts/sanitize.sh does; docs/reliability.md has what each run found).
 set(EDBATCH_SANITIZE "" CACHE STRING
     "Sanitizers for the project's targets: address,undefined or thread (empty: none)")

@@ -5,8 +5,9 @@
 #
 #   scripts/sanitize.sh [address,undefined | thread] [--build DIR] [ctest arguments]
 #
-# address,undefined (the default) builds into build-asan, thread into build-tsan. TSan runs with
-# cmake/tsan.supp, which silences TBB's own synchronisation only (see the file).
+# address,undefined (the default) builds into build-asan; thread builds into build-tsan against
+# a oneTBB built with ThreadSanitizer (scripts/tbb_tsan.sh, into build-tsan/tbb-tsan, once), so
+# that TSan sees TBB's synchronisation and needs no suppressions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +22,13 @@ generator=()
 command -v ninja > /dev/null && [ ! -f "$build/Makefile" ] && generator=(-G Ninja)
 start=$(date +%s)
 mkdir -p "$build"
-cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" \
+tbb=()
+if [ "$sanitizers" = thread ]; then
+  [ -f "$build/tbb-tsan/lib/cmake/TBB/TBBConfig.cmake" ] || bash scripts/tbb_tsan.sh "$build/tbb-tsan"
+  tbb=(-DTBB_DIR="$PWD/$build/tbb-tsan/lib/cmake/TBB")
+fi
+cmake -S . -B "$build" "${generator[@]}" "${tbb[@]}" -DCMAKE_BUILD_TYPE=Debug \
+  "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" \
   -DEDBATCH_SANITIZE="$sanitizers" -DEDBATCH_CUDA=OFF -DEDBATCH_TORCH=OFF \
   -DEDBATCH_BUILD_EXAMPLES=OFF -DEDBATCH_BUILD_BENCH=OFF > "$build/configure.log" 2>&1 ||
   { cat "$build/configure.log" >&2; exit 1; }
@@ -30,5 +37,5 @@ echo "sanitize.sh: built $build ($sanitizers) in $(( $(date +%s) - start )) s" >
 
 export ASAN_OPTIONS=halt_on_error=1:print_stacktrace=1:detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/cmake/tsan.supp"
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 cd "$build" && ctest --output-on-failure -j "$(nproc)" "$@"
