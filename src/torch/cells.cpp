@@ -31,11 +31,17 @@ void check_packed(const Packed& p, const char* fn) {
   if (p.pred_ptr[p.num_nodes] != p.num_arcs)
     fail(fmt::format("pred_ptr ends at {}, not at the number of arcs {}", p.pred_ptr[p.num_nodes],
                      p.num_arcs));
+  // pred_ptr whole first: no arc is read before every range is known to lie in [0, num_arcs].
+  for (int64_t k = 0; k < p.num_nodes; ++k) {
+    if (p.pred_ptr[k + 1] < p.pred_ptr[k]) fail(fmt::format("pred_ptr decreases at node {}", k));
+    if (p.pred_ptr[k + 1] > p.num_arcs)
+      fail(fmt::format("pred_ptr[{}] = {} passes the number of arcs {}", k + 1,
+                       p.pred_ptr[k + 1], p.num_arcs));
+  }
   int64_t instance = 0;
   for (int64_t k = 0; k < p.num_nodes; ++k) {
     while (p.instance_offsets[instance + 1] <= k) ++instance;
     const int64_t first = p.instance_offsets[instance];
-    if (p.pred_ptr[k + 1] < p.pred_ptr[k]) fail(fmt::format("pred_ptr decreases at node {}", k));
     if (p.node_inputs[k] < -1 || p.node_inputs[k] >= p.num_x)
       fail(fmt::format("node {} reads x row {}, outside [-1, {})", k, p.node_inputs[k], p.num_x));
     if (p.node_types[k] < 0) fail(fmt::format("node {} has negative type", k));

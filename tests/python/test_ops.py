@@ -268,3 +268,12 @@ def test_the_op_itself_explains_bad_inputs():
     for change, message in cases:
         with pytest.raises(RuntimeError, match=message):
             call(**change)
+
+
+def test_pred_ptr_passing_the_arcs_is_refused_before_any_arc_is_read():
+    # pred_ptr rises past the number of arcs and comes back down: refused before reading
+    # pred_ids past its end (the fuzzer's heap overflow read).
+    x = torch.randn(4, D)
+    packed, w = tree_call(pred_ptr=torch.tensor([0, 0, 0, 9, 2, 4, 4]))
+    with pytest.raises(ValueError, match="pred_ptr\\[3\\] = 9 passes the number of arcs 4"):
+        edbatch.run_cell("tree_lstm", x, packed, w, H)
