@@ -174,9 +174,20 @@ std::vector<std::array<uint64_t, 3>> table_rows(const nlohmann::json& j, const s
   return rows;
 }
 
-nlohmann::json parse_object(const std::string& text) {
+// FsmPolicyInfo::training or ::validation, JSON text set by the caller.
+nlohmann::json parse_object(const std::string& text, const char* field) {
   if (text.empty()) return nlohmann::json::object();
-  return nlohmann::json::parse(text);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("[fsm_policy_json] FsmPolicyInfo::") + field +
+                                " is not JSON: " + e.what());
+  }
+  if (!j.is_object())
+    throw std::invalid_argument(std::string("[fsm_policy_json] FsmPolicyInfo::") + field +
+                                " is not a JSON object: " + text);
+  return j;
 }
 
 }  // namespace
@@ -190,8 +201,8 @@ std::string fsm_policy_json(const FsmPolicyData& policy) {
   j["hidden"] = info.hidden;
   j["encoding"] = fsm_encoding_name(info.encoding);
   j["types"] = info.types;
-  j["training"] = parse_object(info.training);
-  j["validation"] = parse_object(info.validation);
+  j["training"] = parse_object(info.training, "training");
+  j["validation"] = parse_object(info.validation, "validation");
   j["validation"]["fsm_batches"] = info.validation_batches;
   j["validation"]["lower_bound"] = info.validation_lower_bound;
   // Entries sorted by key so that equal tables give equal files.
@@ -245,8 +256,11 @@ FsmPolicyData parse_fsm_policy(const std::string& text, const std::string& path)
   if (info.types.size() > fsm_encoding_max_types(info.encoding))
     file_error(path, std::to_string(info.types.size()) + " types, more than encoding " +
                          fsm_encoding_name(info.encoding) + " supports");
-  info.training = field<nlohmann::json>(j, "training", path).dump();
+  const nlohmann::json training = field<nlohmann::json>(j, "training", path);
   const nlohmann::json validation = field<nlohmann::json>(j, "validation", path);
+  if (!training.is_object() || !validation.is_object())
+    file_error(path, "fields 'training' and 'validation' must be objects");
+  info.training = training.dump();
   info.validation = validation.dump();
   info.validation_batches = field<double>(validation, "fsm_batches", path);
   info.validation_lower_bound = field<double>(validation, "lower_bound", path);

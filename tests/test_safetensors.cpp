@@ -154,6 +154,11 @@ TEST_CASE("safetensors: corrupted files give errors naming the file and tensor")
   p = write_raw("bad_json.st", R"({"w":{"dtype":"F32",)", four);
   CHECK_THROWS_WITH_AS(read_safetensors(p), contains("'" + p + "': malformed JSON header"),
                        std::invalid_argument);
+  // A number too large for a double is a JSON error too (found by fuzz/fuzz_safetensors.cpp).
+  p = write_raw("huge_number.st", R"({"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,16]}})",
+                four);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), contains("'" + p + "': malformed JSON header"),
+                       std::invalid_argument);
   p = write_raw("array.st", "[1, 2]", "");
   CHECK_THROWS_WITH_AS(read_safetensors(p), contains("malformed JSON header: expected an object"),
                        std::invalid_argument);

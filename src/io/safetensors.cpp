@@ -216,7 +216,7 @@ std::vector<NamedTensor> parse_safetensors(const char* bytes, size_t size,
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(header_begin, header_begin + header_size);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers out of range
     reader.fail(fmt::format("malformed JSON header: {}", e.what()));
   }
   if (!header.is_object()) reader.fail("malformed JSON header: expected an object");
