@@ -13,7 +13,7 @@ file(GLOB_RECURSE sources RELATIVE ${ROOT}
   ${ROOT}/memplan/*.cpp ${ROOT}/memplan/*.h ${ROOT}/kernels/*.cpp ${ROOT}/kernels/*.h
   ${ROOT}/kernels/*.cu ${ROOT}/kernels/*.cuh ${ROOT}/tools/*.cpp ${ROOT}/tools/*.h
   ${ROOT}/bench/*.cpp ${ROOT}/bench/*.h ${ROOT}/bench/*.py ${ROOT}/python/*.py
-  ${ROOT}/examples/*.cpp ${ROOT}/examples/*.py)
+  ${ROOT}/examples/*.cpp ${ROOT}/examples/*.py ${ROOT}/fuzz/*.cpp ${ROOT}/fuzz/*.h)
 set(errors "")
 foreach(f ${sources})
   file(READ ${ROOT}/${f} content)
