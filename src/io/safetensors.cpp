@@ -228,6 +228,8 @@ std::vector<NamedTensor> parse_safetensors(const char* bytes, size_t size,
       auto m = reader.metadata(*it);
       if (metadata) *metadata = std::move(m);
     } else {
+      // write_safetensors refuses empty names, so a file with one could not be written back.
+      if (it.key().empty()) reader.fail("malformed JSON header: a tensor with an empty name");
       entries.push_back(reader.entry(it.key(), *it, data_size));
     }
   }
