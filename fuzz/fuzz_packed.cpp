@@ -52,8 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // What the torch side refuses before the structure reaches the adapter (check_structure):
   // array lengths. Sizes are bounded to keep each run short.
   if (int64_t(a[1].size()) != N || int64_t(a[2].size()) != N + 1 || int64_t(a[4].size()) != A ||
-      int64_t(a[5].size()) != A || a[6].empty() || N > kMaxNodes || t.num_x < 0 ||
-      t.num_x > kMaxX)
+      int64_t(a[5].size()) != A || a[6].empty() || N > kMaxNodes || t.num_x < 0 || t.num_x > kMaxX)
     return 0;
   // Known bug in check_packed (docs/reliability.md, reproducer fuzz/known/packed_pred_ptr.txt):
   // a pred_ptr that rises above the number of arcs and falls back later makes it read pred_ids

@@ -187,8 +187,7 @@ void write_safetensors(std::ostream& out, const std::string& name,
                        const std::map<std::string, std::string>& metadata) {
   const std::string header = header_bytes(name, tensors, metadata);
   write_body(out, header, tensors);
-  if (!out)
-    throw std::runtime_error(fmt::format("[write_safetensors] '{}': error writing", name));
+  if (!out) throw std::runtime_error(fmt::format("[write_safetensors] '{}': error writing", name));
 }
 
 std::vector<NamedTensor> read_safetensors(const std::string& path,
