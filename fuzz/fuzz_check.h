@@ -16,8 +16,8 @@ namespace edbatch::fuzz {
   std::abort();
 }
 
-#define FUZZ_CHECK(cond, what)                                             \
-  do {                                                                      \
+#define FUZZ_CHECK(cond, what)                                                \
+  do {                                                                        \
     if (!(cond)) ::edbatch::fuzz::broken(std::string(#cond) + ": " + (what)); \
   } while (0)
 

@@ -17,8 +17,7 @@ constexpr uint32_t kVocab = 64;
 void check_lattice(const Lattice& l) {
   const uint32_t n = l.length();
   FUZZ_CHECK(n >= 1, "an empty lattice");
-  FUZZ_CHECK(l.arc_begin.size() == n + 1 && l.arc_begin[0] == 0 &&
-                 l.arc_begin[n] == l.arcs.size(),
+  FUZZ_CHECK(l.arc_begin.size() == n + 1 && l.arc_begin[0] == 0 && l.arc_begin[n] == l.arcs.size(),
              "arc_begin does not span the arcs");
   for (uint32_t k = 0; k < n; ++k) {
     FUZZ_CHECK(l.arc_begin[k] <= l.arc_begin[k + 1], "arc_begin decreases");

@@ -52,15 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // What the torch side refuses before the structure reaches the adapter (check_structure):
   // array lengths. Sizes are bounded to keep each run short.
   if (int64_t(a[1].size()) != N || int64_t(a[2].size()) != N + 1 || int64_t(a[4].size()) != A ||
-      int64_t(a[5].size()) != A || a[6].empty() || N > kMaxNodes || t.num_x < 0 ||
-      t.num_x > kMaxX)
+      int64_t(a[5].size()) != A || a[6].empty() || N > kMaxNodes || t.num_x < 0 || t.num_x > kMaxX)
     return 0;
-  // Known bug in check_packed (docs/reliability.md, reproducer fuzz/known/packed_pred_ptr.txt):
-  // a pred_ptr that rises above the number of arcs and falls back later makes it read pred_ids
-  // past the end before it sees the decrease. Until it checks pred_ptr first, such inputs are
-  // skipped here so that the fuzzer keeps looking for other failures.
-  for (int64_t k = 0; k < N; ++k)
-    if (a[2][size_t(k)] > a[2][size_t(k) + 1] || a[2][size_t(k) + 1] > A) return 0;
   const size_t cell = static_cast<size_t>(t.cell < 0 ? -t.cell : t.cell) % std::size(kCells);
   ta::Runner& r = runner(cell);
   const uint32_t D = kCells[cell].input_dim;

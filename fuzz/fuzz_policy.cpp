@@ -31,8 +31,7 @@ bool same(const FsmPolicyData& a, const FsmPolicyData& b) {
   const FsmPolicyInfo &x = a.info, &y = b.info;
   return x.model == y.model && x.hidden == y.hidden && x.encoding == y.encoding &&
          x.types == y.types && same_json(x.training, y.training) &&
-         same_json(x.validation, y.validation) &&
-         x.validation_batches == y.validation_batches &&
+         same_json(x.validation, y.validation) && x.validation_batches == y.validation_batches &&
          x.validation_lower_bound == y.validation_lower_bound && rows(a.table) == rows(b.table);
 }
 

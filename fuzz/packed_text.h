@@ -13,14 +13,14 @@ namespace edbatch::fuzz {
 
 // The cells the target runs, indexed by the first number of the text (modulo their count), with
 // the input sizes they take at hidden size kHidden.
-constexpr uint32_t kHidden = 3;
+constexpr uint32_t kHidden = 3, kMvrnnInput = kHidden + kHidden * kHidden;  // a leaf's v and M
 struct FuzzCell {
   const char* name;
   uint32_t input_dim;
 };
-inline constexpr FuzzCell kCells[] = {{"tree_lstm", 2},   {"tree_gru", kHidden},
+inline constexpr FuzzCell kCells[] = {{"tree_lstm", 2},    {"tree_gru", kHidden},
                                       {"lattice_lstm", 2}, {"lattice_gru", 2},
-                                      {"random_dag", 2},   {"mvrnn", kHidden + kHidden * kHidden}};
+                                      {"random_dag", 2},   {"mvrnn", kMvrnnInput}};
 
 struct PackedText {
   int64_t cell = 0, num_x = 0;

@@ -10,7 +10,6 @@
 # SECONDS (default 60) is per target; --jobs runs that many targets at a time. New inputs go to
 # DIR/corpus/<target>, which later runs start from too; fuzz/corpus stays as checked in unless
 # --make-corpus rewrites its seeds with fuzz_make_corpus (the project's generators and writers).
-# fuzz/known holds reproducers of known bugs that the targets skip (docs/reliability.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

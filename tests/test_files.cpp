@@ -38,8 +38,11 @@ void remove_temporaries(const std::string& path) {
     if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path());
 }
 
-// Version v of the weights file: one tensor of a size that differs per version, all v.
-uint64_t version_size(int v) { return (1u << 20) + static_cast<uint64_t>(v) * 4099; }  // 4 MiB+
+// Version v of the weights file: one tensor of a size that differs per version (4 MiB and
+// some), all v.
+uint64_t version_size(int v) {
+  return (1u << 20) + static_cast<uint64_t>(v) * 4099;
+}
 std::vector<NamedTensor> version(int v) {
   const uint64_t n = version_size(v);
   return {{"w", {n}, std::vector<float>(n, static_cast<float>(v))}};

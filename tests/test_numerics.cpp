@@ -111,8 +111,8 @@ TEST_CASE("numerics: inside a block, the body node and the call are named") {
   const std::string m = numerics_error([&] { engine.forward(g, loss); });
   INFO(m);
   const uint32_t third_call = g.args(g.node(ys[2].id))[0];
-  CHECK(contains(m, "(op scalar_affine) of block 'blow_up' in call node " +
-                        std::to_string(third_call)));
+  CHECK(contains(
+      m, "(op scalar_affine) of block 'blow_up' in call node " + std::to_string(third_call)));
   CHECK(contains(m, "holds inf at element 1 of 2"));
 }
 
@@ -151,11 +151,12 @@ TEST_CASE("numerics: edbatch run --train stops at a diverging mini-batch, naming
   CHECK(contains(r.err, "(op "));
   CHECK(contains(r.err, "node "));
   // A sane run passes the check, training or not.
+  const std::string sane =
+      "run --model tree_lstm --data synthetic:20 --batch 8 --hidden 6 --warmup 1 "
+      "--check-numerics ";
   for (const char* mode : {"", "--train"}) {
     CAPTURE(mode);
-    const test::CliResult ok = test::run_cli(
-        dir, std::string("run --model tree_lstm --data synthetic:20 --batch 8 --hidden 6 "
-                         "--warmup 1 --check-numerics ") + mode);
+    const test::CliResult ok = test::run_cli(dir, sane + mode);
     INFO(ok.err);
     CHECK(ok.code == 0);
   }

@@ -159,6 +159,9 @@ TEST_CASE("safetensors: corrupted files give errors naming the file and tensor")
                 four);
   CHECK_THROWS_WITH_AS(read_safetensors(p), contains("'" + p + "': malformed JSON header"),
                        std::invalid_argument);
+  p = write_raw("empty_name.st", R"({"":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", four);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), contains("a tensor with an empty name"),
+                       std::invalid_argument);
   p = write_raw("array.st", "[1, 2]", "");
   CHECK_THROWS_WITH_AS(read_safetensors(p), contains("malformed JSON header: expected an object"),
                        std::invalid_argument);

@@ -102,9 +102,9 @@ class CudaBackend : public Backend {
   const float* arena(const MemoryPlan&, uint32_t offset, uint32_t floats,
                      bool adjoints) const override {
     self().queue_.wait();
-    return adjoints ? adjoints_mirror_.read(arenas_.adjoints.as(), offset, floats,
-                                            arenas_.total_floats)
-                    : values_mirror_.read(arenas_.values.as(), offset, floats, arenas_.total_floats);
+    return adjoints
+               ? adjoints_mirror_.read(arenas_.adjoints.as(), offset, floats, arenas_.total_floats)
+               : values_mirror_.read(arenas_.values.as(), offset, floats, arenas_.total_floats);
   }
 
   uint64_t stage(const MemoryPlan& plan, uint32_t node, uint32_t floats) override {

@@ -31,7 +31,9 @@ void Backend::check_ticket(uint64_t ticket) const {
                                 " staged values are kept");
 }
 
-const float* Backend::arena(const MemoryPlan&, uint32_t, uint32_t, bool) const { return nullptr; }
+const float* Backend::arena(const MemoryPlan&, uint32_t, uint32_t, bool) const {
+  return nullptr;
+}
 
 uint64_t Backend::stage(const MemoryPlan& plan, uint32_t node, uint32_t floats) {
   const uint64_t ticket = next_ticket_++;

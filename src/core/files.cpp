@@ -26,8 +26,8 @@ namespace fs = std::filesystem;
 std::string create_temporary(const std::string& path, const std::string& target) {
   static std::atomic<uint64_t> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const std::string name = target + ".tmp." + std::to_string(::getpid()) + "." +
-                             std::to_string(counter.fetch_add(1));
+    const std::string name =
+        target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
     const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) {
       ::close(fd);

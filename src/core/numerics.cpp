@@ -42,8 +42,8 @@ class Checker {
       const uint64_t n = pc.dim(id).size();
       const float* v = adjoints_ ? pc.grads(id) : pc.values(id);
       if (found(v, n, f))
-        return named(f, fmt::format("{}parameter '{}'", adjoints_ ? "the gradient of " : "",
-                                    pc.name(id)));
+        return named(
+            f, fmt::format("{}parameter '{}'", adjoints_ ? "the gradient of " : "", pc.name(id)));
     }
     return false;
   }
@@ -97,8 +97,8 @@ class Checker {
       const uint32_t body_node = plan.members[step.member_begin + member];
       f.element %= sp.out_size;
       f.size = sp.out_size;
-      return named(f, fmt::format("{}body node {} (op {}) of block '{}' in call node {}",
-                                  prefix(), body_node, op_info(step.op).name, plan.name, call));
+      return named(f, fmt::format("{}body node {} (op {}) of block '{}' in call node {}", prefix(),
+                                  body_node, op_info(step.op).name, plan.name, call));
     }
     return false;
   }
@@ -128,9 +128,10 @@ class Checker {
 
 [[noreturn]] void report(const char* fn, const char* kind, const Finding& f,
                          const std::string& where) {
-  throw NumericsError(fmt::format("[{}] non-finite {}: {} holds {} at element {} of {}, {} "
-                                  "(EngineOptions::check_numerics)",
-                                  fn, kind, f.what, f.value, f.element, f.size, where));
+  throw NumericsError(
+      fmt::format("[{}] non-finite {}: {} holds {} at element {} of {}, {} "
+                  "(EngineOptions::check_numerics)",
+                  fn, kind, f.what, f.value, f.element, f.size, where));
 }
 
 }  // namespace
@@ -156,9 +157,9 @@ void Engine::check_backward_numerics(const Graph& g) const {
   // In the order backward finishes gradients: a batch's nodes once all their consumers ran.
   for (size_t b = batches; b-- > 0;)
     if (check.batch(b, f))
-      report(fn, "gradient", f,
-             fmt::format("the output of forward batch {} of {}, after the backward pass", b,
-                         batches));
+      report(
+          fn, "gradient", f,
+          fmt::format("the output of forward batch {} of {}, after the backward pass", b, batches));
   if (check.parameters(f)) report(fn, "gradient", f, "after the backward pass");
 }
 

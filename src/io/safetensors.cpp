@@ -187,8 +187,7 @@ void write_safetensors(std::ostream& out, const std::string& name,
                        const std::map<std::string, std::string>& metadata) {
   const std::string header = header_bytes(name, tensors, metadata);
   write_body(out, header, tensors);
-  if (!out)
-    throw std::runtime_error(fmt::format("[write_safetensors] '{}': error writing", name));
+  if (!out) throw std::runtime_error(fmt::format("[write_safetensors] '{}': error writing", name));
 }
 
 std::vector<NamedTensor> read_safetensors(const std::string& path,
@@ -228,6 +227,8 @@ std::vector<NamedTensor> parse_safetensors(const char* bytes, size_t size,
       auto m = reader.metadata(*it);
       if (metadata) *metadata = std::move(m);
     } else {
+      // write_safetensors refuses empty names, so a file with one could not be written back.
+      if (it.key().empty()) reader.fail("malformed JSON header: a tensor with an empty name");
       entries.push_back(reader.entry(it.key(), *it, data_size));
     }
   }

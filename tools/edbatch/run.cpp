@@ -317,8 +317,7 @@ int run(const RunOptions& o) {
   for (uint32_t w = 0; w < o.warmup; ++w) {
     warm.next(ids);
     MiniBatchSample* previous = warm_samples.empty() ? nullptr : &warm_samples.back();
-    warm_samples.push_back(
-        warm_check.step(w, [&] { return runner.step(ids, o.train, previous); }));
+    warm_samples.push_back(warm_check.step(w, [&] { return runner.step(ids, o.train, previous); }));
     warm_check(warm_samples, runner.pending());
   }
   runner.finish(warm_samples.empty() ? nullptr : &warm_samples.back());

@@ -4,8 +4,8 @@
 
 #include <chrono>
 #include <cstdio>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "edbatch/edbatch.h"
 #include "edbatch/files.h"
