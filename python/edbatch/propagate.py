@@ -68,6 +68,7 @@ class Propagate(torch.nn.Module):
                              "message_size")[0]
             self.initial.extend(torch.nn.Parameter(torch.zeros(s)) for s in sizes)
         self._programs, self.last_seed = {}, 0
+        self._last_input = None  # (input kind, size, device) of the last forward, for prepare
 
     def program(self, input_kind="x", input_size=0, node_kinds=1, arc_kinds=1):
         """The traced Program for this input kind and size in the current training mode (a
@@ -92,6 +93,7 @@ class Propagate(torch.nn.Module):
 
     def forward(self, packed, x=None, ids=None):
         kind, size, x, ids = self._inputs(x, ids)
+        self._last_input = (kind, size, x.device)
         program = self.program(kind, size, *_kinds(packed))
         weights = program.weights()
         if kind != "x":  # no float input: x has a row (of no columns) per input row
@@ -104,6 +106,39 @@ class Propagate(torch.nn.Module):
         self.last_seed = seed  # the dropout masks' seed (edbatch.dropout_mask rebuilds them)
         outputs = run_program(program, x, ids, packed, weights, seed, self.policy, self.threads)
         return tuple(outputs) if program.state_tuple else outputs[0]
+
+    def prepare(self, packed, input_size=None, num_x=None, device=None):
+        """Starts the host work of a later forward(packed, x=...) on a worker thread: checking
+        the structure, building its graph, scheduling and memory planning, as the built-in
+        cells' prepare() does (edbatch.prefetch calls it for the next mini-batch). x will have
+        num_x rows (default: packed.input_ids' length) of input_size floats on `device`
+        (defaults: those of the last forward). Returns at once; the forward with that structure
+        and x then only runs the plan, one with anything else works as usual.
+
+        Not prepared (a no-op): cells that embed ids, and cells with dropout while training,
+        whose graphs depend on the call's ids or masks; a module that has not run yet and is
+        given no input_size.
+        """
+        last = self._last_input
+        if input_size is None:
+            if last is None or last[0] != "x":
+                return
+            input_size = last[1]
+        if device is None:
+            device = last[2] if last is not None else "cpu"
+        program = self.program("x", input_size, *_kinds(packed))
+        if self.training and program.has_dropout:
+            return
+        if num_x is None:
+            num_x = packed.input_ids.numel()
+        try:
+            torch.ops.edbatch.propagate_prepare(program.text, str(torch.device(device)),
+                                                input_size, num_x, *packed.structure(),
+                                                self.policy, self.threads)
+        except (AttributeError, RuntimeError) as e:
+            if isinstance(e, AttributeError):
+                return  # an extension without propagate_prepare: nothing to prepare with
+            _reraise(e)
 
     @staticmethod
     def _inputs(x, ids):

@@ -198,8 +198,9 @@ void Runner::prepare() {
 bool Runner::staged_matches(const Packed& p) const {
   const Packed& s = staged_view_;
   if (staged_.empty() || p.num_nodes != s.num_nodes || p.num_arcs != s.num_arcs ||
-      p.num_instances != s.num_instances || p.num_x != s.num_x || p.x_dim != s.x_dim)
-    return false;
+      p.num_instances != s.num_instances || p.num_x != s.num_x || p.x_dim != s.x_dim ||
+      p.seed != s.seed || p.ids != nullptr || s.ids != nullptr)
+    return false;  // dropout masks and ids are part of a traced cell's graph: not prepared
   auto same = [](const int64_t* a, const int64_t* b, int64_t n) {
     return n == 0 || std::memcmp(a, b, sizeof(int64_t) * static_cast<size_t>(n)) == 0;
   };

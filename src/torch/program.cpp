@@ -9,6 +9,7 @@
 
 #include "edbatch/block.h"
 #include "kernels/op_math.h"
+#include "src/torch/program_parts.h"
 
 namespace edbatch::torch_adapter {
 
@@ -24,26 +25,6 @@ constexpr const char* kFn = "edbatch.propagate";
 
 enum class InputKind { X, Ids, None };
 enum class Reduce { Sum, Mean, Max };
-
-struct Instr {
-  std::string op, where;
-  std::vector<uint32_t> args;
-  uint32_t size = 0, begin = 0, end = 0;
-  int32_t slot = -1, weight = -1, bias = -1;
-  float alpha = 0, beta = 0, eps = 1e-5f, p = 0, value = 0;
-};
-
-struct CellProgram {
-  std::string name;
-  std::vector<Instr> body;
-  std::vector<uint32_t> outputs;
-  std::unique_ptr<Block> block;
-  std::vector<int32_t> float_slots;  // the block's inputs, in declaration order
-  int32_t input_slot = 0;            // the slot of the x row (node cells 0, edge cells last)
-  bool pass_through = false;         // a node cell returning its message: no block, no call
-  bool reads_ids = false;            // the block's first integer is the input id
-  uint32_t first_site = 0, sites = 0;  // its dropout sites (integers after the id)
-};
 
 template <class T>
 T field(const json& j, const char* key, const std::string& where) {
@@ -104,9 +85,14 @@ class ProgramCell : public Cell {
  private:
   void read_weights(const json& doc, ParameterCollection& pc);
   void compile(CellProgram& c, bool edge, ParameterCollection& pc, uint32_t site);
-  Expr translate(CellProgram& c, const Instr& in, size_t v, std::vector<Expr>& val,
+  Expr translate(Block& blk, CellProgram& c, const Instr& in, size_t v, std::vector<Expr>& val,
                  std::vector<LinearForm>& form, const std::vector<uint32_t>& uses,
                  const std::map<int32_t, Expr>& slots, uint32_t& next_site);
+  Expr translate_at(Block& blk, CellProgram& c, size_t v, std::vector<Expr>& val,
+                    std::vector<LinearForm>& form, const std::vector<uint32_t>& uses,
+                    const std::map<int32_t, Expr>& slots, uint32_t& next_site);
+  void compile_projection(CellProgram& c, const Hoisting& h, const std::vector<uint32_t>& uses);
+  const Expr* projected(Graph& g, CellProgram& c, int64_t in_row, const std::vector<Expr>& x);
   Expr affine_of(Graph& b, const LinearForm& f);
   Parameter weight(int32_t w, const std::string& at, bool vector) const;
   Parameter constant(float value, uint32_t size);
@@ -265,12 +251,14 @@ void ProgramCell::compile(CellProgram& c, bool edge, ParameterCollection& pc, ui
     }
     if (c.pass_through) return;
   }
+  const Hoisting h = plan_hoisting(c.body, c.outputs, c.input_slot, kind_ == InputKind::X);
   c.block = std::make_unique<Block>(pc, c.name);
   Block& blk = *c.block;
   std::map<int32_t, Expr> slots;
   std::vector<int32_t> read;
-  for (const Instr& in : c.body) {
-    if (in.op == "input") read.push_back(in.slot);
+  for (size_t v = 0; v < c.body.size(); ++v) {
+    const Instr& in = c.body[v];
+    if (in.op == "input" && h.in_main[v]) read.push_back(in.slot);
     if (in.op == "ids") c.reads_ids = true;
     if (in.op == "dropout") ++c.sites;
   }
@@ -282,6 +270,12 @@ void ProgramCell::compile(CellProgram& c, bool edge, ParameterCollection& pc, ui
     c.float_slots.push_back(s);
     slots[s] = blk.input(fmt::format("slot{}", s), Dim{size, 1});
   }
+  std::map<uint32_t, Expr> hoisted;  // instruction -> the block input of its projected value
+  for (size_t i = 0; i < h.outputs.size(); ++i) {
+    c.float_slots.push_back(kHoistedSlot + static_cast<int32_t>(i));
+    hoisted[h.outputs[i]] =
+        blk.input(fmt::format("projection{}", i), Dim{c.body[h.outputs[i]].size, 1});
+  }
   if (c.reads_ids && kind_ != InputKind::Ids) bad(c.name + " embeds ids, but the input is not ids");
   if (c.reads_ids) blk.index("id");
   c.first_site = site;
@@ -289,17 +283,19 @@ void ProgramCell::compile(CellProgram& c, bool edge, ParameterCollection& pc, ui
   for (const Instr& in : c.body)
     for (uint32_t a : in.args) ++uses[a];
   for (uint32_t o : c.outputs) ++uses[o];
+  if (h.any()) compile_projection(c, h, uses);
   std::vector<Expr> val(c.body.size());
   std::vector<LinearForm> form(c.body.size());
   uint32_t next_site = 0;
   for (size_t v = 0; v < c.body.size(); ++v) {
-    try {
-      val[v] = translate(c, c.body[v], v, val, form, uses, slots, next_site);
-    } catch (const std::invalid_argument& e) {
-      const Instr& in = c.body[v];
-      bad(fmt::format("{}, value {} ({}{}): {}", c.name, v, in.op,
-                      in.where.empty() ? "" : ", " + in.where, e.what()));
+    if (!h.in_main[v]) continue;
+    auto it = hoisted.find(static_cast<uint32_t>(v));
+    if (it != hoisted.end()) {
+      val[v] = it->second;
+      form[v].biases = {it->second};  // adds into an affine as its bias
+      continue;
     }
+    val[v] = translate_at(blk, c, v, val, form, uses, slots, next_site);
   }
   const std::vector<uint32_t>& want = edge ? message_ : state_;
   if (c.outputs.size() != want.size())
@@ -319,6 +315,57 @@ void ProgramCell::compile(CellProgram& c, bool edge, ParameterCollection& pc, ui
   blk.freeze();
 }
 
+// Translates instruction v of cell c into `blk`, naming the cell and instruction in errors.
+Expr ProgramCell::translate_at(Block& blk, CellProgram& c, size_t v, std::vector<Expr>& val,
+                               std::vector<LinearForm>& form, const std::vector<uint32_t>& uses,
+                               const std::map<int32_t, Expr>& slots, uint32_t& next_site) {
+  try {
+    return translate(blk, c, c.body[v], v, val, form, uses, slots, next_site);
+  } catch (const std::invalid_argument& e) {
+    const Instr& in = c.body[v];
+    bad(fmt::format("{}, value {} ({}{}): {}", c.name, v, in.op,
+                    in.where.empty() ? "" : ", " + in.where, e.what()));
+  }
+}
+
+// The cell's input projection (Hoisting): a block from the x row to the values the cell reads.
+void ProgramCell::compile_projection(CellProgram& c, const Hoisting& h,
+                                     const std::vector<uint32_t>& uses) {
+  c.projection = std::make_unique<Block>(pc_, c.name + ".projection");
+  Block& blk = *c.projection;
+  const std::map<int32_t, Expr> slots{{c.input_slot, blk.input("x", Dim{input_dim(), 1})}};
+  std::vector<Expr> val(c.body.size());
+  std::vector<LinearForm> form(c.body.size());
+  uint32_t no_sites = 0;
+  for (size_t v = 0; v < c.body.size(); ++v)
+    if (h.in_hoist[v]) val[v] = translate_at(blk, c, v, val, form, uses, slots, no_sites);
+  for (size_t i = 0; i < h.outputs.size(); ++i) {
+    Expr e = val[h.outputs[i]];
+    const Op op = blk.body().node(e.id).op;
+    if (op == Op::Parameter || op == Op::Input) e = scalar_affine(e, 1.0f, 0.0f);
+    blk.output(fmt::format("out{}", i), e);
+  }
+  blk.freeze();
+  c.projected = static_cast<uint32_t>(h.outputs.size());
+}
+
+// Cell c's projected values for x row `in_row` (-1: the zeros), one call per row and build.
+const Expr* ProgramCell::projected(Graph& g, CellProgram& c, int64_t in_row,
+                                   const std::vector<Expr>& x) {
+  Expr* out = &c.projections[static_cast<size_t>(in_row + 1) * c.projected];
+  if (out[0].graph == nullptr) {
+    const Expr in = in_row >= 0 ? x[in_row] : zeros(g, input_dim());
+    c.projection->call(g, &in, 1, nullptr, 0, out);
+  }
+  return out;
+}
+
+// Two linear forms that add into one affine: products, or a product and a projected input (a bias).
+bool foldable(const LinearForm& a, const LinearForm& b) {
+  const bool a_any = !a.terms.empty() || !a.biases.empty(), b_any = !b.terms.empty() || !b.biases.empty();
+  return a_any && b_any && (!a.terms.empty() || !b.terms.empty());
+}
+
 Expr ProgramCell::affine_of(Graph& b, const LinearForm& f) {
   const uint32_t rows = b.node(f.terms[0].id).dim.rows;
   std::vector<Expr> args;
@@ -329,10 +376,10 @@ Expr ProgramCell::affine_of(Graph& b, const LinearForm& f) {
   return y;
 }
 
-Expr ProgramCell::translate(CellProgram& c, const Instr& in, size_t v, std::vector<Expr>& val,
-                            std::vector<LinearForm>& form, const std::vector<uint32_t>& uses,
+Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t v,
+                            std::vector<Expr>& val, std::vector<LinearForm>& form,
+                            const std::vector<uint32_t>& uses,
                             const std::map<int32_t, Expr>& slots, uint32_t& next_site) {
-  Block& blk = *c.block;
   Graph& b = blk.body();
   auto arg = [&](size_t i) -> const Expr& {
     if (i >= in.args.size()) throw std::invalid_argument("too few arguments");
@@ -359,10 +406,9 @@ Expr ProgramCell::translate(CellProgram& c, const Instr& in, size_t v, std::vect
     if (in.args.size() != 1 || c.body[in.args[0]].op != "ids")
       throw std::invalid_argument("embedding reads the cell's ids input");
     y = blk.lookup(LookupParameter{weight(in.weight, "embedding", false).id}, 0);
-  } else if (op == "add" && !form[in.args.at(0)].terms.empty() &&
-             !form[in.args.at(1)].terms.empty() && uses[in.args[0]] == 1 &&
-             uses[in.args[1]] == 1) {
-    LinearForm& f = form[v];  // both sides are products used only here: one affine
+  } else if (op == "add" && foldable(form[in.args.at(0)], form[in.args.at(1)]) &&
+             uses[in.args[0]] == 1 && uses[in.args[1]] == 1) {
+    LinearForm& f = form[v];  // both sides are products (or projections) used only here: one affine
     for (uint32_t a : {in.args[0], in.args[1]}) {
       f.terms.insert(f.terms.end(), form[a].terms.begin(), form[a].terms.end());
       f.biases.insert(f.biases.end(), form[a].biases.begin(), form[a].biases.end());
@@ -460,7 +506,8 @@ void ProgramCell::call(Graph& g, const Packed& p, CellProgram& c, const Expr* fl
   Expr* ins = c.float_slots.size() <= 16 ? in : (many.resize(c.float_slots.size()), many.data());
   for (size_t i = 0; i < c.float_slots.size(); ++i) {
     const int32_t s = c.float_slots[i];
-    if (s == c.input_slot) ins[i] = in_row >= 0 ? x[in_row] : zeros(g, input_dim());
+    if (s >= kHoistedSlot) ins[i] = projected(g, c, in_row, x)[s - kHoistedSlot];
+    else if (s == c.input_slot) ins[i] = in_row >= 0 ? x[in_row] : zeros(g, input_dim());
     else ins[i] = floats[s];
   }
   uint32_t ints[64];
@@ -478,6 +525,8 @@ void ProgramCell::build(Graph& g, const Packed& p, const std::vector<Expr>& x,
   const int64_t N = p.num_nodes;
   const uint32_t S = static_cast<uint32_t>(state_.size()), M = static_cast<uint32_t>(message_.size());
   zeros_.clear();
+  for (CellProgram& c : cells_)
+    if (c.projected) c.projections.assign(static_cast<size_t>(p.num_x + 1) * c.projected, Expr{});
   messages_.resize(M);
   std::vector<Expr> state(S), msg(M), reduced(M + 1);
   for (int64_t k = 0; k < N; ++k) {

@@ -18,21 +18,26 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+CallArgs program_args(const std::string& program, const c10::Device& device, int64_t input_dim,
+                      const std::string& policy, int64_t threads) {
+  CallArgs a;
+  a.config.cell = kProgramPrefix + program;
+  a.config.hidden = 1;
+  a.config.input_dim = static_cast<uint32_t>(input_dim);
+  a.options.policy = policy;
+  a.options.device = device.is_cuda() ? "cuda" : "cpu";
+  a.device_index = device.is_cuda() ? device.index() : -1;
+  a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
+  return a;
+}
+
 CallArgs program_args(const std::string& program, const Tensor& x, const Tensor& ids,
                       const std::string& policy, int64_t threads) {
   if (x.dim() != 2)
     fail(fmt::format("[edbatch.propagate] x must be 2-D, got shape {}", shape(x.sizes())));
   if (ids.numel() > 0 && ids.numel() != x.size(0))
     fail(fmt::format("[edbatch.propagate] {} ids for {} input rows", ids.numel(), x.size(0)));
-  CallArgs a;
-  a.config.cell = kProgramPrefix + program;
-  a.config.hidden = 1;
-  a.config.input_dim = static_cast<uint32_t>(x.size(1));
-  a.options.policy = policy;
-  a.options.device = x.is_cuda() ? "cuda" : "cpu";
-  a.device_index = x.is_cuda() ? x.device().index() : -1;
-  a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
-  return a;
+  return program_args(program, x.device(), x.size(1), policy, threads);
 }
 
 std::vector<Tensor> run_program(const std::string& program, const Tensor& x, const Tensor& ids,
@@ -108,6 +113,29 @@ std::vector<Tensor> propagate_autograd(const std::string& program, const Tensor&
                                 threads);
 }
 
+// Prepares a later propagate call with this structure, x of num_x rows of input_size floats on
+// `device`, no ids and no dropout, on a worker thread (the built-in cells' prepare).
+void propagate_prepare(const std::string& program, const std::string& device, int64_t input_size,
+                       int64_t num_x, const Tensor& node_inputs, const Tensor& node_types,
+                       const Tensor& pred_ptr, const Tensor& pred_ids, const Tensor& arc_types,
+                       const Tensor& arc_inputs, const Tensor& instance_offsets,
+                       const std::string& policy, int64_t threads) {
+  const c10::Device where(device);
+  if (num_x < 0 || input_size < 0)
+    fail(fmt::format("[edbatch.propagate] x rows and input size must not be negative, got {} and {}",
+                     num_x, input_size));
+  const CallArgs a = program_args(program, where, input_size, policy, threads);
+  Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
+              instance_offsets};
+  check_structure(where, s);
+  const c10::DeviceGuard guard(where);
+  try {
+    RunnerPool::get().prepare(a, packed_view(s, nullptr, num_x, input_size));
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(edbatch, m) {
@@ -115,6 +143,11 @@ TORCH_LIBRARY_FRAGMENT(edbatch, m) {
       "propagate(str program, Tensor x, Tensor ids, Tensor node_inputs, Tensor node_types, "
       "Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "
       "Tensor instance_offsets, Tensor[] weights, int seed, str policy, int threads) -> Tensor[]");
+  m.def(
+      "propagate_prepare(str program, str device, int input_size, int num_x, Tensor node_inputs, "
+      "Tensor node_types, Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "
+      "Tensor instance_offsets, str policy, int threads) -> ()",
+      &propagate_prepare);
 }
 TORCH_LIBRARY_IMPL(edbatch, CPU, m) { m.impl("propagate", &propagate); }
 TORCH_LIBRARY_IMPL(edbatch, CUDA, m) { m.impl("propagate", &propagate); }

@@ -163,3 +163,47 @@ def test_host_profile_is_printed_at_exit():
     for phase in ("check", "weights", "graph build"):
         assert f" {phase} " in line[0]
     assert line[0].endswith(" 1 calls")
+
+
+def _user_step(model, packed, x):
+    x = x.detach().clone().requires_grad_()
+    for p in model.parameters():
+        p.grad = None
+    h, c = model(packed, x=x)
+    g = torch.Generator().manual_seed(3)
+    ((h * torch.randn(h.shape, generator=g)).sum() + (c * torch.randn(c.shape, generator=g)).sum()
+     ).backward()
+    return [h.detach(), c.detach(), x.grad] + [p.grad.clone() for p in model.parameters()]
+
+
+def test_propagate_prepare_equals_unprepared():
+    """User cells: Propagate.prepare (what edbatch.prefetch calls) serves the next forward with
+    that structure, bitwise as an unprepared call; dropout while training is not prepared."""
+    if not edbatch.propagate.has_propagate_op():
+        pytest.skip("the loaded extension has no propagate op")
+    import cells
+    import structures as user_structures
+    torch.manual_seed(21)
+    model = edbatch.nn.Propagate(cells.LSTMCell(9, 5), cells.GateEdge(9, 5), state_size=(9, 9),
+                                 threads=1)
+    packed = user_structures.packed("trees", 21, edge_inputs="parent")
+    x = torch.randn(packed.input_ids.numel(), 5, generator=torch.Generator().manual_seed(22))
+    model.prepare(packed)  # not run yet, no input size: nothing to prepare
+    before = counts()
+    want = _user_step(model, packed, x)
+    assert counts()["used"] == before["used"]
+    model.prepare(packed)
+    got = _user_step(model, packed, x)
+    assert counts()["used"] == before["used"] + 1
+    assert_same(got, want)
+    # Another structure is not served the prepared plan.
+    other = user_structures.packed("trees", 23, edge_inputs="parent")
+    model.prepare(other)
+    assert_same(_user_step(model, packed, x), want)
+    assert counts()["used"] == before["used"] + 1
+    # Dropout while training: masks are per call, nothing is prepared.
+    drop = edbatch.nn.Propagate(cells.LSTMCell(9, 5, dropout=0.3), state_size=(9, 9)).train()
+    drop(packed, x=x)
+    prepared = counts()["prepared"]
+    drop.prepare(packed)
+    assert counts()["prepared"] == prepared

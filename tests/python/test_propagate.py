@@ -165,6 +165,66 @@ def test_same_cell_for_every_kind(backend):
     assert_same(model, packed, inputs_for(packed, 8))
 
 
+class _XChainNode(torch.nn.Module):
+    """The part that reads only x (a linear layer, a nonlinearity, a slice) is computed for every
+    x row ahead of the propagation; x is also read directly (by a concat)."""
+
+    def __init__(self, S, D):
+        super().__init__()
+        self.Wx, self.U, self.V = torch.nn.Linear(D, 2 * S), torch.nn.Linear(S, S), torch.nn.Linear(D, S)
+        self.C = torch.nn.Linear(D + S, S)
+        self.S = S
+
+    def forward(self, x, message):
+        m, c = message
+        p = torch.tanh(self.Wx(x))
+        gate = torch.sigmoid(p[:, :self.S] + self.U(m))
+        h = gate * p[:, self.S:] + self.V(x * x) * 0.5 + self.C(torch.cat([x, m], -1))
+        return h, 0.5 * c + self.V(x)
+
+
+class _XEdge(torch.nn.Module):
+    """An edge cell projecting its arc's x row: W(x) + U(h), and the x projection alone."""
+
+    def __init__(self, S, D):
+        super().__init__()
+        self.W, self.U = torch.nn.Linear(D, S), torch.nn.Linear(S, S, bias=False)
+
+    def forward(self, state, x):
+        h, c = state
+        f = torch.sigmoid(self.W(x) + self.U(h))
+        return f * h, c + self.W(x)
+
+
+@pytest.mark.parametrize("kind", ["trees", "lattices", "dags"])
+def test_cells_whose_x_part_is_computed_ahead(backend, kind):
+    torch.manual_seed(12)
+    model = edbatch.nn.Propagate(_XChainNode(13, D), _XEdge(13, D), state_size=(13, 13))
+    packed = structures.packed(kind, 12, edge_inputs="parent")
+    assert_same(model, packed, inputs_for(packed, 12))
+
+
+def test_dropout_on_x_before_a_linear_layer_keeps_its_masks(backend):
+    """Dropout reads per-call masks, so what follows it is not computed ahead."""
+    torch.manual_seed(13)
+
+    class Cell(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W, self.U, self.drop = torch.nn.Linear(D, 7), torch.nn.Linear(7, 7), torch.nn.Dropout(0.3)
+
+        def forward(self, x, m):
+            return torch.tanh(self.W(self.drop(x)) + self.U(m))
+
+    model = edbatch.nn.Propagate(Cell(), state_size=7).train()
+    packed = structures.packed("trees", 13)
+    inputs = inputs_for(packed, 13)
+    torch.manual_seed(14)
+    model(packed, **inputs)
+    nodes, edges = dropout_sites(model, packed)
+    assert_same(model, packed, inputs, seed=14, dropout=(model.last_seed, nodes, edges))
+
+
 def test_eval_mode_and_no_grad(backend):
     torch.manual_seed(9)
     model = edbatch.nn.Propagate(cells.LSTMCell(7, D, dropout=0.5), state_size=(7, 7)).eval()

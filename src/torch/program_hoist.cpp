@@ -1,0 +1,66 @@
+#include <algorithm>
+
+#include "src/torch/program_parts.h"
+
+namespace edbatch::torch_adapter {
+
+Hoisting plan_hoisting(const std::vector<Instr>& body, const std::vector<uint32_t>& outputs,
+                       int32_t input_slot, bool x_input) {
+  const size_t n = body.size();
+  Hoisting h;
+  h.in_hoist.assign(n, 0);
+  h.in_main.assign(n, 1);
+  if (!x_input) return h;
+  // What each value depends on: weights and constants only, the x row (and maybe weights), or
+  // something else (another slot, the ids, a dropout mask drawn per call).
+  enum Dep : uint8_t { Fixed, X, Other };
+  std::vector<Dep> dep(n, Other);
+  bool projects = false;
+  for (size_t v = 0; v < n; ++v) {
+    const Instr& in = body[v];
+    if (in.op == "input") {
+      dep[v] = in.slot == input_slot ? X : Other;
+    } else if (in.op == "weight" || in.op == "const") {
+      dep[v] = Fixed;
+    } else if (in.op == "ids" || in.op == "embedding" || in.op == "dropout") {
+      dep[v] = Other;
+    } else {
+      Dep d = Fixed;
+      for (uint32_t a : in.args) d = std::max(d, dep[a]);
+      dep[v] = d;
+      projects = projects || (d == X && in.op == "linear");
+    }
+  }
+  if (!projects) return h;
+  // The projection's outputs: x-dependent values (other than the x row itself) read by the rest
+  // of the cell or returned by it.
+  std::vector<uint8_t> out(n, 0);
+  for (size_t v = 0; v < n; ++v)
+    if (dep[v] == Other)
+      for (uint32_t a : body[v].args) out[a] = 1;
+  for (uint32_t o : outputs) out[o] = 1;
+  for (size_t v = 0; v < n; ++v)
+    if (out[v] && dep[v] == X && body[v].op != "input") h.outputs.push_back(static_cast<uint32_t>(v));
+  if (h.outputs.empty()) return h;
+  // What each block needs, walking the body backwards from its outputs; the cell's block stops
+  // at the projection's outputs, which it reads as inputs.
+  std::vector<uint8_t> need_hoist(n, 0), need_main(n, 0);
+  for (uint32_t o : h.outputs) need_hoist[o] = 1;
+  for (uint32_t o : outputs) need_main[o] = 1;
+  // Instructions that depend on anything else are translated as before, needed or not, so that
+  // dropout sites keep their numbers.
+  for (size_t v = 0; v < n; ++v)
+    if (dep[v] == Other) need_main[v] = 1;
+  for (size_t v = n; v-- > 0;) {
+    const bool hoisted = std::find(h.outputs.begin(), h.outputs.end(), v) != h.outputs.end();
+    if (need_hoist[v])
+      for (uint32_t a : body[v].args) need_hoist[a] = 1;
+    if (need_main[v] && !hoisted)
+      for (uint32_t a : body[v].args) need_main[a] = 1;
+  }
+  h.in_main = need_main;
+  h.in_hoist = need_hoist;
+  return h;
+}
+
+}  // namespace edbatch::torch_adapter
