@@ -1,4 +1,5 @@
-// The CPU backend's small-GEMM kernel (kernels/cpu/gemm.cpp) against a double-precision product,
+// The CPU backend's small-GEMM kernels (kernels/cpu/gemm.cpp: Y += W X and Y += W X^T) against a
+// double-precision product,
 // over awkward shapes (rows not a multiple of the vector width, one column, long panels), leading
 // dimensions larger than the rows, and accumulation into existing values; padding rows between
 // columns must stay untouched. Scattered matrix operands multiplied in place, through the engine.
@@ -40,6 +41,36 @@ TEST_CASE("cpu gemm_acc: Y += W X equals the double product at awkward sizes") {
             want[c * ldy + r] = s;
           }
         edbatch::cpu::gemm_acc(m, n, k, w.data(), ldw, x.data(), ldx, y.data(), ldy);
+        check_close(y, want, y.size(), 1e-5,
+                    "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
+      }
+}
+
+TEST_CASE("cpu gemm_acc_xt: Y += W X^T (a weight gradient's product) equals the double product") {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal;
+  const uint32_t ms[] = {1, 5, 16, 17, 33, 129};
+  const uint32_t ns[] = {1, 2, 37, 300};  // the inner dimension: the batch's columns
+  const uint32_t ks[] = {1, 3, 7, 12, 13, 48, 49, 130};
+  for (uint32_t m : ms)
+    for (uint32_t n : ns)
+      for (uint32_t k : ks) {
+        const uint32_t pad = (m + n + k) % 3;
+        const size_t ldw = m + pad, ldx = k + pad, ldy = m + pad;
+        // X is k x n column-major (leading dimension ldx): X^T(p, c) = x[p * ldx + c].
+        std::vector<float> w(ldw * n), x(ldx * n), y(ldy * k);
+        for (float& v : w) v = normal(rng);
+        for (float& v : x) v = normal(rng);
+        for (float& v : y) v = normal(rng);
+        std::vector<double> want(ldy * k);
+        for (uint32_t c = 0; c < k; ++c)
+          for (uint32_t r = 0; r < ldy; ++r) {
+            double s = y[c * ldy + r];
+            if (r < m)
+              for (uint32_t p = 0; p < n; ++p) s += double(w[p * ldw + r]) * x[p * ldx + c];
+            want[c * ldy + r] = s;
+          }
+        edbatch::cpu::gemm_acc_xt(m, n, k, w.data(), ldw, x.data(), ldx, y.data(), ldy);
         check_close(y, want, y.size(), 1e-5,
                     "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
       }

@@ -74,6 +74,7 @@ class CpuBackend : public Backend {
     if (seed.on_device)
       throw std::invalid_argument("[cpu] backward: seeds in device memory need a device backend");
     Context c = context(p);
+    transposed_.new_pass();
     if (adjoints_.reserve(p.plan.total_floats)) ++counters_.arena_growths;
     c.values = values_.data();
     c.adjoints = adjoints_.data();
@@ -135,6 +136,7 @@ class CpuBackend : public Backend {
     c.counters = &counters_;
     c.scratch_x = &scratch_x_;
     c.scratch_dx = &scratch_dx_;
+    c.transposed = &transposed_;
     c.threads = threads_;
     c.min_parallel_work = min_parallel_work_;
     return c;
@@ -162,13 +164,16 @@ class CpuBackend : public Backend {
 
   void update_bytes() {
     counters_.arena_bytes =
-        (values_.size() + adjoints_.size() + scratch_x_.size() + scratch_dx_.size()) * sizeof(float);
+        (values_.size() + adjoints_.size() + scratch_x_.size() + scratch_dx_.size() +
+         transposed_.floats()) *
+        sizeof(float);
   }
 
   int threads_;
   double min_parallel_work_;
   std::unique_ptr<tbb::task_arena> arena_;
   Buffer values_, adjoints_, scratch_x_, scratch_dx_;
+  TransposeCache transposed_;
 };
 
 }  // namespace

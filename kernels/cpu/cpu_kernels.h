@@ -25,6 +25,26 @@ class Buffer {
   std::vector<float, Eigen::aligned_allocator<float>> data_;
 };
 
+// Transposed copies of the weights a backward pass multiplies by (dX += W^T dY reads W^T in
+// place), made once per pass and weight; the memory is kept for later passes.
+class TransposeCache {
+ public:
+  void new_pass() { used_ = 0; }
+  // W^T (n x m, column-major) of W (m x n, column-major). Not thread-safe: called between
+  // parallel regions.
+  const float* get(const float* w, uint32_t m, uint32_t n);
+  size_t floats() const;
+
+ private:
+  struct Entry {
+    const float* w;
+    uint32_t m, n;
+    std::vector<float> t;
+  };
+  std::vector<Entry> entries_;  // [0, used_) made in this pass; the rest keep their memory
+  size_t used_ = 0;
+};
+
 struct Context {
   float* values = nullptr;
   float* adjoints = nullptr;
@@ -33,6 +53,7 @@ struct Context {
   ExecCounters* counters = nullptr;
   Buffer* scratch_x = nullptr;   // GEMM operand gathers
   Buffer* scratch_dx = nullptr;  // GEMM input gradients before scattering
+  TransposeCache* transposed = nullptr;  // backward: W^T per weight and pass
   int threads = 1;
   double min_parallel_work = 65536;
 };

@@ -18,7 +18,8 @@ namespace {
 #if defined(__AVX512F__)
 
 // R registers of 16 rows (the last one masked when M) by NC columns, over the inner dimension n.
-template <int R, int NC, bool M>
+// XT: x holds X transposed, so X(p, c) is x[p * ldx + c].
+template <int R, int NC, bool M, bool XT>
 void tile(uint32_t n, const float* w, size_t ldw, const float* x, size_t ldx, float* y, size_t ldy,
           __mmask16 last) {
   __m512 acc[NC][R];
@@ -34,7 +35,7 @@ void tile(uint32_t n, const float* w, size_t ldw, const float* x, size_t ldx, fl
       a[r] = _mm512_maskz_loadu_ps(M && r + 1 == R ? last : 0xffff, w + p * ldw + r * 16);
 #pragma GCC unroll 16
     for (int c = 0; c < NC; ++c) {
-      const __m512 b = _mm512_set1_ps(x[c * ldx + p]);
+      const __m512 b = _mm512_set1_ps(XT ? x[p * ldx + c] : x[c * ldx + p]);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(a[r], b, acc[c][r]);
     }
@@ -47,19 +48,19 @@ void tile(uint32_t n, const float* w, size_t ldw, const float* x, size_t ldx, fl
 }
 
 // Columns of one row strip in tiles of at most 24 / R columns, split evenly.
-template <int R, bool M>
+template <int R, bool M, bool XT>
 void strip(uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x, size_t ldx,
            float* y, size_t ldy, __mmask16 last) {
   constexpr uint32_t kMax = R == 1 ? 12 : 24 / R;
   const uint32_t tiles = (k + kMax - 1) / kMax;
   for (uint32_t t = 0, c0 = 0; t < tiles; ++t) {
     const uint32_t c1 = static_cast<uint32_t>(static_cast<uint64_t>(k) * (t + 1) / tiles);
-    const float* xt = x + c0 * ldx;
+    const float* xt = XT ? x + c0 : x + c0 * ldx;
     float* yt = y + c0 * ldy;
     switch (c1 - c0) {
 #define EDBATCH_TILE(N)                                                 \
   case N:                                                               \
-    if constexpr (N <= kMax) tile<R, N, M>(n, w, ldw, xt, ldx, yt, ldy, last); \
+    if constexpr (N <= kMax) tile<R, N, M, XT>(n, w, ldw, xt, ldx, yt, ldy, last); \
     break;
       EDBATCH_TILE(1) EDBATCH_TILE(2) EDBATCH_TILE(3) EDBATCH_TILE(4) EDBATCH_TILE(5)
       EDBATCH_TILE(6) EDBATCH_TILE(7) EDBATCH_TILE(8) EDBATCH_TILE(9) EDBATCH_TILE(10)
@@ -71,18 +72,18 @@ void strip(uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x, s
   }
 }
 
-template <bool M>
+template <bool M, bool XT>
 void strip_of(uint32_t regs, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
               size_t ldx, float* y, size_t ldy, __mmask16 last) {
   switch (regs) {
-    case 8: strip<8, M>(n, k, w, ldw, x, ldx, y, ldy, last); break;
-    case 7: strip<7, M>(n, k, w, ldw, x, ldx, y, ldy, last); break;
-    case 6: strip<6, M>(n, k, w, ldw, x, ldx, y, ldy, last); break;
-    case 5: strip<5, M>(n, k, w, ldw, x, ldx, y, ldy, last); break;
-    case 4: strip<4, M>(n, k, w, ldw, x, ldx, y, ldy, last); break;
-    case 3: strip<3, M>(n, k, w, ldw, x, ldx, y, ldy, last); break;
-    case 2: strip<2, M>(n, k, w, ldw, x, ldx, y, ldy, last); break;
-    default: strip<1, M>(n, k, w, ldw, x, ldx, y, ldy, last); break;
+    case 8: strip<8, M, XT>(n, k, w, ldw, x, ldx, y, ldy, last); break;
+    case 7: strip<7, M, XT>(n, k, w, ldw, x, ldx, y, ldy, last); break;
+    case 6: strip<6, M, XT>(n, k, w, ldw, x, ldx, y, ldy, last); break;
+    case 5: strip<5, M, XT>(n, k, w, ldw, x, ldx, y, ldy, last); break;
+    case 4: strip<4, M, XT>(n, k, w, ldw, x, ldx, y, ldy, last); break;
+    case 3: strip<3, M, XT>(n, k, w, ldw, x, ldx, y, ldy, last); break;
+    case 2: strip<2, M, XT>(n, k, w, ldw, x, ldx, y, ldy, last); break;
+    default: strip<1, M, XT>(n, k, w, ldw, x, ldx, y, ldy, last); break;
   }
 }
 
@@ -107,19 +108,19 @@ bool gemm_acc_native() {
 #endif
 }
 
-void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
-              size_t ldx, float* y, size_t ldy) {
-  if (m == 0 || k == 0) return;
 #if defined(__AVX512F__)
-  // One column is a matrix-vector product, bound by reading W: Eigen's is as fast.
-  if (k == 1) return gemm_acc_eigen(m, n, k, w, ldw, x, ldx, y, ldy);
+namespace {
+
+template <bool XT>
+void gemm_tiles(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
+                size_t ldx, float* y, size_t ldy) {
   // Panels of 48 columns keep X's panel in L1 while each row strip of W is reused across it.
   constexpr uint32_t kPanel = 48;
   for (uint32_t c0 = 0; c0 < k; c0 += kPanel) {
     const uint32_t nc = std::min(kPanel, k - c0);
     // Few columns: taller strips, so enough accumulators hide the FMA latency.
     const uint32_t R = nc <= 3 ? 8 : nc <= 6 ? 4 : nc <= 8 ? 3 : 2;
-    const float* xp = x + c0 * ldx;
+    const float* xp = XT ? x + c0 : x + c0 * ldx;
     float* yp = y + c0 * ldy;
     for (uint32_t r0 = 0; r0 < m;) {
       const uint32_t left = m - r0;
@@ -128,14 +129,40 @@ void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, co
       const uint32_t tail = rows - (regs - 1) * 16;
       const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1);
       if (tail == 16)
-        strip_of<false>(regs, n, nc, w + r0, ldw, xp, ldx, yp + r0, ldy, last);
+        strip_of<false, XT>(regs, n, nc, w + r0, ldw, xp, ldx, yp + r0, ldy, last);
       else
-        strip_of<true>(regs, n, nc, w + r0, ldw, xp, ldx, yp + r0, ldy, last);
+        strip_of<true, XT>(regs, n, nc, w + r0, ldw, xp, ldx, yp + r0, ldy, last);
       r0 += rows;
     }
   }
+}
+
+}  // namespace
+#endif
+
+void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
+              size_t ldx, float* y, size_t ldy) {
+  if (m == 0 || k == 0) return;
+#if defined(__AVX512F__)
+  // One column is a matrix-vector product, bound by reading W: Eigen's is as fast.
+  if (k == 1) return gemm_acc_eigen(m, n, k, w, ldw, x, ldx, y, ldy);
+  gemm_tiles<false>(m, n, k, w, ldw, x, ldx, y, ldy);
 #else
   gemm_acc_eigen(m, n, k, w, ldw, x, ldx, y, ldy);
+#endif
+}
+
+void gemm_acc_xt(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
+                 size_t ldx, float* y, size_t ldy) {
+  if (m == 0 || k == 0) return;
+#if defined(__AVX512F__)
+  gemm_tiles<true>(m, n, k, w, ldw, x, ldx, y, ldy);
+#else
+  using Stride = Eigen::OuterStride<>;
+  Eigen::Map<const Eigen::MatrixXf, 0, Stride> W(w, m, n, Stride(ldw));
+  Eigen::Map<const Eigen::MatrixXf, 0, Stride> X(x, k, n, Stride(ldx));
+  Eigen::Map<Eigen::MatrixXf, 0, Stride> Y(y, m, k, Stride(ldy));
+  Y.noalias() += W * X.transpose();
 #endif
 }
 

@@ -11,6 +11,11 @@ namespace edbatch::cpu {
 void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
               size_t ldx, float* y, size_t ldy);
 
+// Y (m x k) += W (m x n) * X^T with X (k x n) column-major (leading dimension ldx): a weight
+// gradient dW += dY X^T reads both operands where they are.
+void gemm_acc_xt(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
+                 size_t ldx, float* y, size_t ldy);
+
 // The same product through Eigen's GEMM (what gemm_acc replaces), for benchmarks and tests.
 void gemm_acc_eigen(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
                     size_t ldx, float* y, size_t ldy);

@@ -2,7 +2,7 @@
 // becomes one GEMM with a column per node; operands that are not contiguous are gathered first,
 // and those bytes are counted, except operands of kDirectGemmCols columns or more, multiplied in
 // place one node at a time. Per-node matrices (MV-RNN) run one small GEMM per node. Forward
-// products run gemm_acc (gemm.cpp); backward runs Eigen.
+// products run gemm_acc (gemm.cpp), and so do the backward products of batched operands.
 #include <Eigen/Core>
 #include <algorithm>
 
@@ -115,32 +115,36 @@ void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, floa
   } else {
     x = stacked_operand(c, xo, per_node, 0, b.count, nullptr);
   }
-  CMat X(x, n, total);
   const double flops = 2.0 * m * n * total;
+  // Both products read their operands in place: dW += dY X^T (gemm_acc_xt), and dX += W^T dY
+  // with W^T transposed once per pass (TransposeCache), where Eigen would pack both operands of
+  // every product.
+  const float* wt = c.transposed->get(w, m, n);
+  const float* dy = out_adjoint(c, b, 0);
+  const uint32_t t = static_cast<uint32_t>(total);
   // Weight gradient: split by rows of W, so threads never write the same element.
   for_chunks(c, m, flops, [&](uint32_t r0, uint32_t r1) {
-    dW.middleRows(r0, r1 - r0).noalias() += dY.middleRows(r0, r1 - r0) * X.transpose();
+    gemm_acc_xt(r1 - r0, t, n, dy + r0, m, x, n, dw + r0, m);
   });
   if (!gather) {
-    Mat dX(c.adjoints + xo.offset, n, total);
+    float* dx = c.adjoints + xo.offset;
     for_chunks(c, b.count, flops, [&](uint32_t i0, uint32_t i1) {
-      const Eigen::Index k = static_cast<Eigen::Index>(i1 - i0) * cols;
-      dX.middleCols(static_cast<Eigen::Index>(i0) * cols, k).noalias() +=
-          W.transpose() * dY.middleCols(static_cast<Eigen::Index>(i0) * cols, k);
+      const size_t c0 = static_cast<size_t>(i0) * cols;
+      gemm_acc(n, m, (i1 - i0) * cols, wt, n, dy + c0 * m, m, dx + c0 * n, n);
     });
     return;
   }
   c.scratch_dx->reserve(static_cast<size_t>(b.count) * per_node);
-  Mat dXs(c.scratch_dx->data(), n, total);
+  float* dxs = c.scratch_dx->data();
   for_chunks(c, b.count, flops, [&](uint32_t i0, uint32_t i1) {
-    const Eigen::Index k = static_cast<Eigen::Index>(i1 - i0) * cols;
-    dXs.middleCols(static_cast<Eigen::Index>(i0) * cols, k).noalias() =
-        W.transpose() * dY.middleCols(static_cast<Eigen::Index>(i0) * cols, k);
+    const size_t c0 = static_cast<size_t>(i0) * cols;
+    std::fill(dxs + c0 * n, dxs + (c0 + static_cast<size_t>(i1 - i0) * cols) * n, 0.0f);
+    gemm_acc(n, m, (i1 - i0) * cols, wt, n, dy + c0 * m, m, dxs + c0 * n, n);
   });
   // Scatter serially: an operand may repeat within the batch.
   for (uint32_t i = 0; i < b.count; ++i) {
     float* dx = operand_adjoint(c, xo, i);
-    const float* src = c.scratch_dx->data() + static_cast<size_t>(i) * per_node;
+    const float* src = dxs + static_cast<size_t>(i) * per_node;
     for (uint32_t r = 0; r < per_node; ++r) dx[r] += src[r];
   }
 }
@@ -201,6 +205,33 @@ void product_backward(Context& c, const BatchArgs& b, uint32_t slot) {
 }
 
 }  // namespace
+
+const float* TransposeCache::get(const float* w, uint32_t m, uint32_t n) {
+  for (size_t i = 0; i < used_; ++i)
+    if (entries_[i].w == w && entries_[i].m == m && entries_[i].n == n) return entries_[i].t.data();
+  if (used_ == entries_.size()) entries_.emplace_back();
+  Entry& e = entries_[used_++];
+  e.w = w;
+  e.m = m;
+  e.n = n;
+  e.t.resize(static_cast<size_t>(m) * n);
+  // In strips of 16 columns of W: 16 read streams, contiguous writes.
+  constexpr uint32_t kStrip = 16;
+  for (uint32_t j0 = 0; j0 < n; j0 += kStrip) {
+    const uint32_t j1 = std::min(n, j0 + kStrip);
+    for (uint32_t i = 0; i < m; ++i) {
+      float* dst = e.t.data() + static_cast<size_t>(i) * n;
+      for (uint32_t j = j0; j < j1; ++j) dst[j] = w[static_cast<size_t>(j) * m + i];
+    }
+  }
+  return e.t.data();
+}
+
+size_t TransposeCache::floats() const {
+  size_t total = 0;
+  for (const Entry& e : entries_) total += e.t.size();
+  return total;
+}
 
 void affine_forward(Context& c, const BatchArgs& b) {
   const uint32_t size = b.out_dim.size();
