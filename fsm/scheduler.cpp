@@ -25,17 +25,19 @@ uint32_t scheduled_producer(const Graph& g, uint32_t a) {
 }
 
 void Scheduler::prepare(const Graph& g) {
-  const uint32_t n = g.size();
+  // Nodes before first_ have run (an incremental forward): they are neither scheduled nor
+  // waited for. Per-node arrays are indexed by v - first_, so a segment costs its own size.
+  const uint32_t f = first_, n = g.size() - f;
   const uint32_t num_types = g.types().size();
-  const auto& nodes = g.nodes();
+  const Node* nodes = g.nodes().data() + f;
 
   // Types present in this graph get compact local ids for the chain computation.
   type_count_.assign(num_types, 0);
   bucket_.assign(num_types, UINT32_MAX);  // global type -> local index
   uint32_t local_types = 0;
-  for (const Node& v : nodes) {
-    if (is_source(v)) continue;
-    if (type_count_[v.type]++ == 0) bucket_[v.type] = local_types++;
+  for (uint32_t v = 0; v < n; ++v) {
+    if (is_source(nodes[v])) continue;
+    if (type_count_[nodes[v].type]++ == 0) bucket_[nodes[v].type] = local_types++;
   }
 
   // Pending inputs, consumer lists (CSR) and depth.
@@ -48,7 +50,7 @@ void Scheduler::prepare(const Graph& g) {
     const uint32_t* a = g.args(nd);
     uint32_t d = 0;
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      const uint32_t p = producer(g, a[i]);
+      const uint32_t p = local_producer(g, a[i]);
       if (p == UINT32_MAX) continue;
       ++pending_[v];
       ++consumer_begin_[p + 1];
@@ -66,8 +68,8 @@ void Scheduler::prepare(const Graph& g) {
       if (is_source(nd)) continue;
       const uint32_t* a = g.args(nd);
       for (uint32_t i = 0; i < nd.num_args; ++i) {
-        const uint32_t p = producer(g, a[i]);
-        if (p != UINT32_MAX) consumers_[fill[p]++] = v;
+        const uint32_t p = local_producer(g, a[i]);
+        if (p != UINT32_MAX) consumers_[fill[p]++] = v + f;
       }
     }
   }
@@ -83,7 +85,7 @@ void Scheduler::prepare(const Graph& g) {
     height_[v] = ++hv[bucket_[nd.type]];
     const uint32_t* a = g.args(nd);
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      const uint32_t p = producer(g, a[i]);
+      const uint32_t p = local_producer(g, a[i]);
       if (p == UINT32_MAX) continue;
       uint32_t* ha = chain_.data() + static_cast<size_t>(p) * T;
       for (uint32_t t = 0; t < T; ++t) ha[t] = std::max(ha[t], hv[t]);
@@ -117,17 +119,30 @@ void Scheduler::prepare(const Graph& g) {
   ready_pos_.assign(num_types, UINT32_MAX);
 }
 
+uint32_t Scheduler::local_producer(const Graph& g, uint32_t a) const {
+  const uint32_t p = scheduled_producer(g, a);
+  return p == UINT32_MAX || p < first_ ? UINT32_MAX : p - first_;
+}
+
 void Scheduler::push_ready(uint32_t node, uint32_t type) {
   if (ready_[type].empty()) {
     ready_pos_[type] = static_cast<uint32_t>(ready_types_.size());
     ready_types_.push_back(type);
   }
   ready_[type].push_back(node);
-  ++ready_at_[level_base_[type] + height_[node]];
+  ++ready_at_[level_base_[type] + height_[node - first_]];
 }
 
 void Scheduler::run(const Graph& g, Policy& policy, Schedule& out) {
   out.clear();
+  extend(g, policy, out, 0);
+}
+
+void Scheduler::extend(const Graph& g, Policy& policy, Schedule& out, uint32_t first_node) {
+  if (first_node > g.size())
+    throw std::invalid_argument("[Scheduler::extend] first node " + std::to_string(first_node) +
+                                " is past the graph's " + std::to_string(g.size()) + " nodes");
+  first_ = first_node;
   prepare(g);
   for (uint32_t t = 0; t < top_.size(); ++t) out.lower_bound += top_[t];
   switch (policy.kind()) {
@@ -138,7 +153,7 @@ void Scheduler::run(const Graph& g, Policy& policy, Schedule& out) {
 }
 
 void Scheduler::run_node_by_node(const Graph& g, Schedule& out) {
-  for (uint32_t v = 0; v < g.size(); ++v) {
+  for (uint32_t v = first_; v < g.size(); ++v) {
     const Node& nd = g.node(v);
     if (is_source(nd)) continue;
     out.batches.push_back({nd.type, static_cast<uint32_t>(out.nodes.size()), 1});
@@ -148,21 +163,23 @@ void Scheduler::run_node_by_node(const Graph& g, Schedule& out) {
 
 void Scheduler::run_depth(const Graph& g, Schedule& out) {
   // Counting sort by (depth, type): one batch per group, in order of depth.
-  const uint32_t n = g.size();
+  const uint32_t n = g.size() - first_;
+  const Node* nodes = g.nodes().data() + first_;
+  const uint32_t base = static_cast<uint32_t>(out.nodes.size());
   uint32_t max_depth = 0;
   for (uint32_t v = 0; v < n; ++v) max_depth = std::max(max_depth, depth_[v]);
   std::vector<uint32_t>& start = consumer_begin_;  // consumer lists are not needed here
   start.assign(max_depth + 2, 0);
   for (uint32_t v = 0; v < n; ++v)
-    if (!is_source(g.node(v))) ++start[depth_[v] + 1];
+    if (!is_source(nodes[v])) ++start[depth_[v] + 1];
   for (uint32_t d = 0; d <= max_depth; ++d) start[d + 1] += start[d];
-  out.nodes.resize(start[max_depth + 1]);
+  out.nodes.resize(base + start[max_depth + 1]);
   for (uint32_t v = 0; v < n; ++v)
-    if (!is_source(g.node(v))) out.nodes[start[depth_[v]]++] = v;
+    if (!is_source(nodes[v])) out.nodes[base + start[depth_[v]]++] = v + first_;
   // Within one depth, group by type (stable, so node order is kept inside a batch).
-  uint32_t begin = 0;
+  uint32_t begin = base;
   for (uint32_t d = 1; d <= max_depth; ++d) {
-    const uint32_t end = start[d];
+    const uint32_t end = base + start[d];
     std::stable_sort(out.nodes.begin() + begin, out.nodes.begin() + end,
                      [&](uint32_t a, uint32_t b) { return g.node(a).type < g.node(b).type; });
     for (uint32_t i = begin; i < end;) {
@@ -178,12 +195,12 @@ void Scheduler::run_depth(const Graph& g, Schedule& out) {
 
 void Scheduler::run_frontier(const Graph& g, Policy& policy, Schedule& out) {
   const uint32_t n = g.size();
-  for (uint32_t v = 0; v < n; ++v) {
+  for (uint32_t v = first_; v < n; ++v) {
     const Node& nd = g.node(v);
-    if (!is_source(nd) && pending_[v] == 0) push_ready(v, nd.type);
+    if (!is_source(nd) && pending_[v - first_] == 0) push_ready(v, nd.type);
   }
   policy.begin(g);
-  out.nodes.reserve(n);
+  out.nodes.reserve(out.nodes.size() + n - first_);
   while (!ready_types_.empty()) {
     const uint32_t t = policy.choose(*this);
     if (t >= ready_.size() || ready_[t].empty())
@@ -203,16 +220,16 @@ void Scheduler::run_frontier(const Graph& g, Policy& policy, Schedule& out) {
     const uint32_t base = level_base_[t];
     for (uint32_t i = begin; i < begin + count; ++i) {
       const uint32_t v = out.nodes[i];
-      --remaining_at_[base + height_[v]];
-      --ready_at_[base + height_[v]];
+      --remaining_at_[base + height_[v - first_]];
+      --ready_at_[base + height_[v - first_]];
     }
     while (top_[t] > 0 && remaining_at_[base + top_[t]] == 0) --top_[t];
     out.batches.push_back({t, begin, count});
     for (uint32_t i = begin; i < begin + count; ++i) {
-      const uint32_t v = out.nodes[i];
+      const uint32_t v = out.nodes[i] - first_;
       for (uint32_t c = consumer_begin_[v]; c < consumer_begin_[v + 1]; ++c) {
         const uint32_t w = consumers_[c];
-        if (--pending_[w] == 0) push_ready(w, g.node(w).type);
+        if (--pending_[w - first_] == 0) push_ready(w, g.node(w).type);
       }
     }
     policy.on_batch(t, count);

@@ -25,46 +25,53 @@ Source source_of(const Graph& g, uint32_t a) {
 
 }  // namespace
 
-void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch) {
-  const uint32_t n = g.size();
+void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch,
+                         uint32_t first_batch, uint32_t first_node) {
+  // Per-node arrays from first_node and per-batch ones from first_batch: an increment costs its
+  // own size. Earlier nodes read as inputs (no producer batch here).
+  const uint32_t n = g.size() - first_node;
   std::vector<uint32_t>& batch_of = scratch.batch_of;
   std::vector<uint32_t>& pos = scratch.pos;
   batch_of.assign(n, UINT32_MAX);
   pos.assign(n, 0);
-  for (uint32_t b = 0; b < s.batches.size(); ++b)
+  for (uint32_t b = first_batch; b < s.batches.size(); ++b)
     for (uint32_t i = 0; i < s.batches[b].count; ++i) {
-      const uint32_t v = s.nodes[s.batches[b].begin + i];
-      batch_of[v] = b;
+      const uint32_t v = s.nodes[s.batches[b].begin + i] - first_node;
+      batch_of[v] = b - first_batch;
       pos[v] = i;
     }
+  const auto producer_of = [&](uint32_t v) {
+    return v < first_node ? UINT32_MAX : batch_of[v - first_node];
+  };
+  const auto pos_of = [&](uint32_t v) { return pos[v - first_node]; };
   std::vector<std::vector<SequenceWant>>& wants = scratch.wants;
-  wants.resize(s.batches.size());
+  wants.resize(s.batches.size() - first_batch);
   for (auto& w : wants) w.clear();
   std::vector<uint32_t>& sorted = scratch.sorted;
   std::vector<uint32_t>& reordered = scratch.reordered;
 
-  for (uint32_t b = static_cast<uint32_t>(s.batches.size()); b-- > 0;) {
-    const Batch& batch = s.batches[b];
+  for (uint32_t b = static_cast<uint32_t>(wants.size()); b-- > 0;) {
+    const Batch& batch = s.batches[first_batch + b];
     uint32_t* members = s.nodes.data() + batch.begin;
     if (!wants[b].empty()) {
       const GroupOrder o = order_group(batch.count, wants[b]);
       reordered.assign(members, members + batch.count);
       for (uint32_t i = 0; i < batch.count; ++i) members[i] = reordered[o.order[i]];
-      for (uint32_t i = 0; i < batch.count; ++i) pos[members[i]] = i;
+      for (uint32_t i = 0; i < batch.count; ++i) pos[members[i] - first_node] = i;
     }
     const Node& first = g.node(members[0]);
     if (batch.count < 2 || g.types().is_ragged(first.type)) continue;
     const bool gemm = first.op == Op::Affine || first.op == Op::MatMul || first.op == Op::Call;
     for (uint32_t j = 0; j < first.num_args; ++j) {
       const Source s0 = source_of(g, g.args(first)[j]);
-      const uint32_t producer = batch_of[s0.node];
+      const uint32_t producer = producer_of(s0.node);
       if (producer == UINT32_MAX) continue;  // inputs and parameters
       SequenceWant w;
       bool ok = true;
       for (uint32_t i = 0; i < batch.count && ok; ++i) {
         const Source si = source_of(g, g.args(g.node(members[i]))[j]);
-        ok = batch_of[si.node] == producer && si.output == s0.output;
-        w.elems.push_back(pos[si.node]);
+        ok = producer_of(si.node) == producer && si.output == s0.output;
+        w.elems.push_back(ok ? pos_of(si.node) : 0);
       }
       if (!ok) continue;
       sorted = w.elems;

@@ -19,8 +19,10 @@ struct OuterOrderScratch {
   std::vector<std::vector<SequenceWant>> wants;
 };
 
-// Reorders members within each batch of `s` (never across batches).
-void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch);
+// Reorders members within each batch of `s` from first_batch (never across batches); nodes
+// before first_node belong to earlier batches, which stay as they are.
+void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch,
+                         uint32_t first_batch = 0, uint32_t first_node = 0);
 
 // Appends the steps of a batch of `k` calls of block `b` (members `calls`) to out.steps, and their
 // operands, indices and per-node integers. `bp` is the call batch's plan, whose operands (the

@@ -42,7 +42,8 @@ void MemoryPlan::clear() {
   index.clear();
   aux.clear();
   node_offset.clear();
-  input_offset = total_floats = 0;
+  segments.clear();
+  input_offset = total_floats = input_floats = 0;
   shared_operands = contiguous_operands = indexed_operands = ragged_operands = 0;
   gather_bytes = 0;
   member_view_operands = per_member_operands = 0;
@@ -174,29 +175,53 @@ void plan_operands(const Graph& g, const Schedule& s, size_t b, MemoryPlan& out)
 
 void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions& options) {
   out.clear();
+  extend_memory_plan(g, s, 0, 0, out, options);
+}
+
+void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint32_t first_node,
+                        MemoryPlan& out, const PlanOptions& options) {
+  if (first_batch != out.batches.size() || first_node != out.node_offset.size())
+    throw std::invalid_argument("[extend_memory_plan] the plan holds " +
+                                std::to_string(out.batches.size()) + " batches and " +
+                                std::to_string(out.node_offset.size()) + " nodes, not " +
+                                std::to_string(first_batch) + " and " +
+                                std::to_string(first_node));
   if (options.order_for_consumers) {
     thread_local OuterOrderScratch scratch;
     const auto t0 = std::chrono::steady_clock::now();
-    order_for_consumers(g, s, scratch);
-    out.layout_ms =
+    order_for_consumers(g, s, scratch, first_batch, first_node);
+    out.layout_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   const auto& nodes = g.nodes();
-  out.node_offset.assign(g.size(), UINT32_MAX);
+  const uint32_t n = g.size();
+  out.node_offset.resize(n, UINT32_MAX);
 
-  // Inputs first, as one block copied from the graph.
-  for (uint32_t v = 0; v < g.size(); ++v)
-    if (nodes[v].op == Op::Input) out.node_offset[v] = out.input_offset + nodes[v].aux;
-  uint64_t cursor = align_up(g.input_values().size());
+  // The inputs added since the last segment, as one block copied from the graph, then the
+  // segment's batches. Earlier values keep their offsets.
+  PlanSegment seg;
+  seg.batch_begin = first_batch;
+  seg.node_begin = first_node;
+  seg.input_begin = out.input_floats;
+  seg.input_count = static_cast<uint32_t>(g.input_values().size()) - out.input_floats;
+  seg.input_offset = align_up(out.total_floats);
+  if (first_batch == 0) out.input_offset = seg.input_offset;
+  for (uint32_t v = first_node; v < n; ++v)
+    if (nodes[v].op == Op::Input)
+      out.node_offset[v] = seg.input_offset + (nodes[v].aux - seg.input_begin);
+  uint64_t cursor = align_up(static_cast<uint64_t>(seg.input_offset) + seg.input_count);
+  out.input_floats += seg.input_count;
+  out.segments.push_back(seg);
 
   out.batches.resize(s.batches.size());
-  for (size_t b = 0; b < s.batches.size(); ++b) cursor = place_batch(g, s, b, cursor, out);
+  for (size_t b = first_batch; b < s.batches.size(); ++b) cursor = place_batch(g, s, b, cursor, out);
   out.total_floats = align_up(cursor);
   // Reshapes alias their argument (ids are topological, so the argument is placed).
-  for (uint32_t v = 0; v < g.size(); ++v)
+  for (uint32_t v = first_node; v < n; ++v)
     if (nodes[v].op == Op::Reshape) out.node_offset[v] = out.node_offset[g.args(nodes[v])[0]];
 
-  for (size_t b = 0; b < s.batches.size(); ++b) {
+  const uint64_t gathers_before = out.gather_bytes;
+  for (size_t b = first_batch; b < s.batches.size(); ++b) {
     plan_operands(g, s, b, out);
     const BatchPlan& bp = out.batches[b];
     const Node& first = nodes[s.nodes[s.batches[b].begin]];
@@ -205,6 +230,7 @@ void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions
         out.gather_bytes += gather_bytes(g, first, j, out.operands[bp.operand_begin + j],
                                          out.operands[bp.operand_begin + j - 1], bp.count);
   }
+  out.segments.back().gather_bytes = out.gather_bytes - gathers_before;
 }
 
 }  // namespace edbatch

@@ -833,3 +833,43 @@ CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradien
               M::kRows, kTol, "gradient of b on the host");
 }
 #endif
+
+CUDA_CASE("cuda: incremental forwards and lstm_nmt's greedy decoding = cpu") {
+  for (bool blocks : {false, true}) {
+    CAPTURE(blocks);
+    ParameterCollection pc_cpu(9), pc_gpu(9);
+    Dataset d_cpu, d_gpu;
+    const auto m_cpu = zoo_model("lstm_nmt", pc_cpu, d_cpu, 7, blocks);
+    const auto m_gpu = zoo_model("lstm_nmt", pc_gpu, d_gpu, 7, blocks);
+    Engine cpu(pc_cpu, EngineOptions{"lb-greedy", "cpu", 1});
+    Engine gpu(pc_gpu, EngineOptions{"lb-greedy", "cuda", 1});
+    Graph g_cpu(pc_cpu), g_gpu(pc_gpu);
+    const std::vector<uint32_t> ids = {0, 1, 2, 3, 4};
+    const DecodeOptions o{13};
+    const std::vector<Decoded> a = m_cpu->decode(cpu, g_cpu, ids, o);
+    const std::vector<Decoded> b = m_gpu->decode(gpu, g_gpu, ids, o);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      CAPTURE(i);
+      CHECK(a[i].tokens == b[i].tokens);
+      CHECK(std::fabs(a[i].score - b[i].score) <= 1e-4 * std::max(1.0, std::fabs(a[i].score)));
+    }
+    // The training graph built one instance per increment, then one backward.
+    Engine* engines[2] = {&cpu, &gpu};
+    Model* models[2] = {m_cpu.get(), m_gpu.get()};
+    Graph* graphs[2] = {&g_cpu, &g_gpu};
+    for (int k = 0; k < 2; ++k) {
+      graphs[k]->clear();
+      std::vector<Expr> losses;
+      for (uint32_t i : ids) {
+        losses.push_back(models[k]->build(*graphs[k], i));
+        engines[k]->forward(*graphs[k], losses.back());
+      }
+      const Expr loss = sum_losses(losses);
+      engines[k]->forward(*graphs[k], loss);
+      engines[k]->backward(*graphs[k], loss);
+    }
+    for (uint32_t p = 0; p < pc_cpu.size(); ++p)
+      check_close(pc_gpu.grads(p), pc_cpu.grads(p), pc_cpu.dim(p).size(), 1e-3,
+                  "incremental gradient of " + pc_cpu.name(p));
+  }
+}

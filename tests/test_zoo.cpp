@@ -54,6 +54,14 @@ Dataset small_data(const std::string& model, uint64_t seed) {
         s.tags.resize(s.words.size());
       }
       break;
+    case DataKind::Pairs:
+      d.pairs = synthetic_pairs(3, seed, kVocab);
+      for (SentencePair& p : d.pairs) {
+        p.source.resize(std::min<size_t>(p.source.size(), 5));
+        p.target.resize(std::min<size_t>(p.target.size(), 4));
+      }
+      d.pairs[1].target.clear();  // an empty target: the loss of </s> alone
+      break;
     case DataKind::Dags: {
       DagOptions o;
       o.min_states = 1;

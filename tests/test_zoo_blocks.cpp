@@ -66,6 +66,14 @@ Dataset small_data(const std::string& model) {
       d.tagged.sentences[1].words.resize(1);  // a one-word sentence: first steps only
       d.tagged.sentences[1].tags.resize(1);
       break;
+    case DataKind::Pairs:
+      d.pairs = synthetic_pairs(3, 21, kVocab);
+      for (SentencePair& p : d.pairs) {
+        p.source.resize(std::min<size_t>(p.source.size(), 6));
+        p.target.resize(std::min<size_t>(p.target.size(), 5));
+      }
+      d.pairs[1].target.clear();  // an empty target: the loss of </s> alone
+      break;
     case DataKind::Dags: {
       DagOptions o;
       o.min_states = 1;

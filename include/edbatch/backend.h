@@ -29,7 +29,13 @@ struct PlanRef {
   const Schedule& schedule;
   const MemoryPlan& plan;
   ParameterCollection& params;
+  // Forward: run the plan's segments from this one (an incremental forward; the values of
+  // earlier segments are in the arena and stay there). Backward always covers the whole plan.
+  uint32_t first_segment = 0;
 };
+
+// The first batch a forward of `p` runs (that of p.first_segment).
+uint32_t first_forward_batch(const PlanRef& p);
 
 // Device memory shared with a caller that computes on the same device (the PyTorch adapter on
 // CUDA tensors): parameters, gradients, inputs and node values move between the caller's device
@@ -86,6 +92,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // Runs the plan's segments from p.first_segment. The arena keeps the values of earlier
+  // segments when it grows.
   virtual void forward(const PlanRef& p) = 0;
   // Accumulates parameter gradients into the collection.
   virtual void backward(const PlanRef& p, const BackwardSeed& seed) = 0;
@@ -129,8 +137,8 @@ class Backend {
 };
 
 // Kernels one forward (or backward) pass of a plan launches: one per batch, and one per step
-// group for batches of block calls.
-uint64_t kernels_per_pass(const PlanRef& p);
+// group for batches of block calls; from `first_batch` on.
+uint64_t kernels_per_pass(const PlanRef& p, uint32_t first_batch = 0);
 
 // Switches of the CUDA backend (ignored elsewhere). Debugging and comparison aids; the defaults
 // are the fast path. apply_debug_env (edbatch/options.h) maps EDBATCH_CUDA_* onto them.

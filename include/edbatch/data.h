@@ -77,6 +77,29 @@ TaggedData parse_tagged(std::istream& in, const std::string& source_name,
                         uint32_t vocab_size = 256);
 TaggedData load_tagged(const std::string& path, uint32_t vocab_size = 256);
 
+// ---- Sentence pairs (translation: IWSLT'15 en-vi format) ----
+
+// Word ids 0, 1, 2 are <unk>, <s>, </s> (the first three lines of an IWSLT vocabulary file).
+constexpr uint32_t kUnk = 0, kBos = 1, kEos = 2;
+
+struct SentencePair {
+  std::vector<uint32_t> source, target;  // without <s> and </s>
+};
+
+// A source file and a target file aligned by line (tokens separated by spaces), each with its
+// vocabulary file (one word per line, the id is the line number). Unknown words are <unk>; ids
+// at or above vocab_size fold into [3, vocab_size) (3 + (id - 3) mod (vocab_size - 3)), so the
+// special ids stay apart; vocab_size must be at least 4. Empty lines pair as empty sentences
+// and are skipped when either side is empty. Errors name file and line.
+std::vector<SentencePair> load_pairs(const std::string& source_path,
+                                     const std::string& source_vocab,
+                                     const std::string& target_path,
+                                     const std::string& target_vocab, uint32_t vocab_size);
+// "SOURCE,TARGET": load_pairs with the vocabularies vocab.<extension> in each file's folder.
+std::vector<SentencePair> load_pair_files(const std::string& spec, uint32_t vocab_size);
+// The fold above, for one id.
+uint32_t fold_word(uint32_t id, uint32_t vocab_size);
+
 // ---- Synthetic data: deterministic for a seed ----
 
 // SST-like: 19 words on average (1..52), random bracketings of depth ~10 on average and up to
@@ -92,6 +115,11 @@ std::vector<TaggedSentence> synthetic_tagged(uint32_t n, uint64_t seed, uint32_t
 // so the sentences do not change): distinct lowercase words of 2..12 letters with English letter
 // frequencies, shorter for the frequent (low) ids, as in running text.
 std::vector<std::string> synthetic_spellings(uint32_t vocab_size, uint64_t seed);
+
+// Source sentences of 3..30 words (Zipf ids from 3) and targets that follow from them (each
+// source word mapped by a fixed permutation, in reverse order, every fifth one doubled), so the
+// target length varies with the source and a model can learn it.
+std::vector<SentencePair> synthetic_pairs(uint32_t n, uint64_t seed, uint32_t vocab_size = 256);
 
 // ---- Writers: the text formats above ----
 

@@ -69,6 +69,13 @@ class Engine {
 
   // Runs every node of `g` (once per graph version and inputs version) and returns the value of
   // `e`. A graph whose inputs were rewritten (Graph::write_inputs) runs again on the same plan.
+  //
+  // Incremental forward: when nodes were added to the graph of the last forward (same graph,
+  // no clear() between), only the new nodes are scheduled (every policy sees their frontier),
+  // planned after the values already computed, which keep their place, and run. A program can
+  // thus read values, decide what to add, and forward again (greedy decoding). backward() then
+  // covers every increment, as for the graph built whole. Tensors read before stay readable
+  // through value() (their pointers may move when the arena grows).
   const Tensor& forward(Graph& g, const Expr& e);
   // Schedules and plans `g` without running it, so that the next forward() or submit() of `g`
   // only runs the plan. This is host work alone (the backend is not touched): it may be done
@@ -118,6 +125,13 @@ class Engine {
   bool is_current(const Graph& g) const;  // the graph version the plan was made for
   bool has_run(const Graph& g) const;     // ... and the plan has run on its current inputs
   void plan_graph(Graph& g);
+  // Incremental forward (src/core/engine_incremental.cpp): whether `g` is the planned graph with
+  // nodes added since, and planning those nodes as a new segment.
+  bool extends_plan(const Graph& g) const;
+  void extend_plan(Graph& g);
+  uint32_t ran_nodes() const;  // nodes [0, ran_nodes()) have values
+  void check_ran(uint32_t node) const;
+  void check_ran_all(const Graph& g) const;  // backward: every node of `g` has run
   void sync_counters() const;
   void run_forward(Graph& g, const Expr& e, const char* fn);
   void run_backward(Graph& g, const BackwardSeed& seed);
@@ -141,7 +155,7 @@ class Engine {
   const Graph* graph_ = nullptr;
   uint32_t graph_generation_ = 0;
   uint64_t graph_version_ = UINT64_MAX;
-  bool ran_ = false;              // the plan's forward has run ...
+  uint32_t ran_segments_ = 0;        // the plan's segments that have run ...
   uint64_t ran_inputs_version_ = 0;  // ... on these inputs
   bool have_backward_ = false;
 };

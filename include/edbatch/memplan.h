@@ -41,6 +41,17 @@ struct BatchPlan {
   uint32_t step_begin = 0, step_count = 0;
 };
 
+// One forward increment: batches [batch_begin, the next segment's) and the graph's input values
+// [input_begin, input_begin + input_count), copied to the arena at input_offset before they run.
+// A graph run whole is one segment; an incremental forward appends one.
+struct PlanSegment {
+  uint32_t batch_begin = 0;
+  uint32_t node_begin = 0;  // the nodes it adds: [node_begin, the next segment's)
+  uint64_t gather_bytes = 0;  // MemoryPlan::gather_bytes of its batches
+  uint32_t input_begin = 0, input_count = 0;
+  uint32_t input_offset = 0;
+};
+
 struct MemoryPlan {
   std::vector<BatchPlan> batches;          // parallel to Schedule::batches
   std::vector<BatchPlan> steps;            // block steps, expanded for their batch's k
@@ -49,7 +60,9 @@ struct MemoryPlan {
   std::vector<uint32_t> index;             // Indexed offsets; Ragged: k+1 row starts, then offsets
   std::vector<uint32_t> aux;               // per-node integer arguments, batch by batch
   std::vector<uint32_t> node_offset;       // every node's value (UINT32_MAX for parameters)
-  uint32_t input_offset = 0;               // Graph::input_values() lives here
+  std::vector<PlanSegment> segments;       // forward increments, in order
+  uint32_t input_offset = 0;               // the first segment's input values live here
+  uint32_t input_floats = 0;               // input values placed so far
   uint32_t total_floats = 0;
   // Operand counts by mode, over all batches (Param operands are not counted).
   uint32_t shared_operands = 0, contiguous_operands = 0, indexed_operands = 0, ragged_operands = 0;
@@ -71,5 +84,10 @@ struct PlanOptions {
 // Lays out the values of `g` batch by batch, each batch's outputs contiguous, and classifies
 // every batch operand. May reorder members within batches of `s`. Reuses the plan's storage.
 void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions& options = {});
+// Incremental forward: `out` plans batches [0, first_batch) of `s` and nodes [0, first_node);
+// appends a segment with the batches from first_batch (members reordered among themselves only)
+// and the inputs added since, laid out after everything planned, which keeps its offsets.
+void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint32_t first_node,
+                        MemoryPlan& out, const PlanOptions& options = {});
 
 }  // namespace edbatch

@@ -43,7 +43,7 @@ std::vector<Dag> synthetic_dags(uint32_t n, uint64_t seed, uint32_t vocab_size =
 
 // ---- Data sets ----
 
-enum class DataKind { Trees, Lattices, Tagged, Dags };
+enum class DataKind { Trees, Lattices, Tagged, Dags, Pairs };
 const char* data_kind_name(DataKind kind);  // "trees", "lattices", ...
 
 struct Dataset {
@@ -53,15 +53,27 @@ struct Dataset {
   std::vector<Lattice> lattices;
   TaggedData tagged;
   std::vector<Dag> dags;
+  std::vector<SentencePair> pairs;
   uint32_t size() const;  // instances of `kind`
 };
 
 // `spec` is "synthetic:N" (seeded generators of data.h / synthetic_dags) or a file in the
-// format of data.h. Throws std::invalid_argument for a malformed spec (naming it) and for data
+// format of data.h; sentence pairs are "SOURCE,TARGET", two files whose vocabularies are
+// vocab.<extension> beside them (tst2012.en,tst2012.vi: vocab.en, vocab.vi), see load_pairs. Throws std::invalid_argument for a malformed spec (naming it) and for data
 // errors (file:line:col from the loaders); DAGs come only from "synthetic:N".
 Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size, uint64_t seed);
 
 // ---- Models ----
+
+// Greedy decoding (Model::decode): a sentence stops at its own </s> or after
+// min(max_len, 2 |source| + 2) tokens.
+struct DecodeOptions {
+  uint32_t max_len = 100;
+};
+struct Decoded {
+  std::vector<uint32_t> tokens;  // the </s> it stopped at included
+  double score = 0;              // sum of the tokens' log-probabilities
+};
 
 struct ModelOptions {
   uint32_t hidden = 128;  // hidden size = embedding size
@@ -99,6 +111,14 @@ class Model {
   // Gold labels of the instance's loss nodes.
   virtual std::vector<uint32_t> labels(uint32_t instance) const = 0;
 
+  // Sequence-to-sequence models (lstm_nmt) decode: greedy decoding of `instances` into `g`
+  // (cleared first) with incremental forwards on `engine`, one step for all sentences still
+  // running; each sentence's next input is the argmax of its own last step. Others throw.
+  virtual bool decodes() const { return false; }
+  virtual std::vector<Decoded> decode(Engine& engine, Graph& g,
+                                      const std::vector<uint32_t>& instances,
+                                      const DecodeOptions& options = {});
+
  protected:
   virtual Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) = 0;
   // The block path: each structure node is one call of a compiled cell (same math as build_ops).
@@ -116,7 +136,7 @@ class Model {
 };
 
 // tree_lstm, tree_gru, double_typed_tree_lstm, mvrnn, lattice_lstm, lattice_gru, bilstm_tagger,
-// random_dag.
+// lstm_nmt, random_dag.
 const std::vector<std::string>& model_names();
 // The data a model reads; throws std::invalid_argument for an unknown model, listing the names.
 DataKind model_data_kind(const std::string& model);

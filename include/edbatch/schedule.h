@@ -81,9 +81,15 @@ std::vector<std::string> policy_names();
 class Scheduler : private Frontier {
  public:
   void run(const Graph& g, Policy& policy, Schedule& out);
+  // Incremental forward: schedules nodes [first_node, g.size()), whose inputs before first_node
+  // have run, and appends their batches (and their lower bound) to `out`. The policy sees the
+  // frontier of the new nodes alone. Costs the new nodes' size, not the graph's.
+  void extend(const Graph& g, Policy& policy, Schedule& out, uint32_t first_node);
 
  private:
   void prepare(const Graph& g);
+  // A's scheduled producer as an index from first_, or UINT32_MAX (a source, or it has run).
+  uint32_t local_producer(const Graph& g, uint32_t a) const;
   void run_node_by_node(const Graph& g, Schedule& out);
   void run_depth(const Graph& g, Schedule& out);
   void run_frontier(const Graph& g, Policy& policy, Schedule& out);
@@ -92,6 +98,7 @@ class Scheduler : private Frontier {
   std::vector<uint32_t> consumer_begin_, consumers_, pending_, depth_, height_;
   std::vector<uint32_t> chain_;  // nodes x present types: chain heights
   std::vector<uint32_t> type_count_, bucket_;
+  uint32_t first_ = 0;  // nodes before it have run; per-node arrays start here
 };
 
 // The scheduled node that computes node `a`'s value (a view resolves to the node it views), or

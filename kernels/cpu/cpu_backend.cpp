@@ -52,11 +52,16 @@ class CpuBackend : public Backend {
     Context c = context(p);
     if (values_.reserve(p.plan.total_floats)) ++counters_.arena_growths;
     c.values = values_.data();
-    const auto& in = p.graph.input_values();
-    std::copy(in.begin(), in.end(), c.values + p.plan.input_offset);
+    const float* in = p.graph.input_values().data();
+    for (size_t s = p.first_segment; s < p.plan.segments.size(); ++s) {
+      const PlanSegment& seg = p.plan.segments[s];
+      std::copy(in + seg.input_begin, in + seg.input_begin + seg.input_count,
+                c.values + seg.input_offset);
+    }
     uint64_t kernels = 0;
+    const size_t first_batch = first_forward_batch(p);
     run([&] {
-      for (size_t b = 0; b < p.schedule.batches.size(); ++b) {
+      for (size_t b = first_batch; b < p.schedule.batches.size(); ++b) {
         const BatchArgs args = batch_args(p, b);
         if (args.op == Op::Call) {
           kernels += call_forward(c, p, b);

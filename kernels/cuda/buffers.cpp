@@ -34,6 +34,22 @@ bool DeviceBuffer::reserve(size_t bytes, Stream s) {
   return true;
 }
 
+bool DeviceBuffer::grow_keeping(size_t bytes, size_t keep, Stream s) {
+  if (bytes <= bytes_) return false;
+  if (data_ == nullptr || keep == 0) return reserve(bytes, s);
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t grown = grown_size(bytes, bytes_);
+  void* fresh = nullptr;
+  EDBATCH_CUDA_CHECK(cudaMallocAsync(&fresh, grown, s));
+  EDBATCH_CUDA_CHECK(
+      cudaMemcpyAsync(fresh, data_, std::min(keep, bytes_), cudaMemcpyDeviceToDevice, s));
+  EDBATCH_CUDA_CHECK(cudaFreeAsync(data_, s));
+  data_ = fresh;
+  bytes_ = grown;
+  grow_ms_ += ms_since(t0);
+  return true;
+}
+
 PinnedBuffer::~PinnedBuffer() {
   if (data_) cudaFreeHost(data_);
 }

@@ -47,14 +47,20 @@ class CudaBackend : public Backend {
 
   void forward(const PlanRef& p) override {
     params_.sync(p.params);
-    if (arenas_.values.reserve(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float),
-                               queue_.stream()))
+    const uint32_t first_batch = first_forward_batch(p);
+    if (p.first_segment > 0 && arenas_.graph != &p.graph)
+      throw std::invalid_argument("[cuda] incremental forward: the earlier segments ran elsewhere");
+    // An incremental forward keeps the values of the segments before it.
+    const size_t keep = p.first_segment > 0 ? arenas_.total_floats * sizeof(float) : 0;
+    if (arenas_.values.grow_keeping(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float),
+                                    keep, queue_.stream()))
       ++counters_.arena_growths;
     arenas_.graph = &p.graph;
     arenas_.total_floats = p.plan.total_floats;
     values_mirror_.reset(arenas_.total_floats);
     adjoints_mirror_.fetched.assign(0, 0);
     Pass pass = new_pass(p, true);
+    pass.first_batch = first_batch;
     encode(pass);
     launches_.plan(pass, options_);
     uploads_.forward(p, pass, launches_, arenas_, params_.mirror());

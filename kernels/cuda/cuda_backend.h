@@ -18,7 +18,7 @@
 namespace edbatch::cuda {
 
 // Grow-only device memory. Growth happens only at the start of a pass, when nothing in the
-// buffer is live, so contents are not kept; it is counted by the caller.
+// buffer is live, so contents are not kept (except by grow_keeping); it is counted by the caller.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -28,6 +28,9 @@ class DeviceBuffer {
   // True when it had to grow. Stream-ordered (the pool keeps freed memory), so growing neither
   // waits for the device nor returns memory to the driver.
   bool reserve(size_t bytes, Stream s);
+  // As reserve, but the first `keep` bytes move to the new memory (an incremental forward's
+  // earlier values).
+  bool grow_keeping(size_t bytes, size_t keep, Stream s);
   template <class T = float>
   T* as() const { return static_cast<T*>(data_); }
   size_t bytes() const { return bytes_; }
@@ -155,6 +158,7 @@ namespace edbatch::cuda {
 struct Pass {
   const PlanRef* p = nullptr;
   bool forward = true;
+  uint32_t first_batch = 0;  // forward: the batches run start here (an incremental forward)
   bool fused_linear = true;  // GEMM steps through the fused kernel where it applies
   float* values = nullptr;
   float* adjoints = nullptr;

@@ -76,7 +76,7 @@ class Encoder {
   void run() {
     const Schedule& s = pass_.p->schedule;
     const size_t n = s.batches.size();
-    for (size_t q = 0; q < n; ++q) {
+    for (size_t q = pass_.forward ? pass_.first_batch : 0; q < n; ++q) {
       const uint32_t b = static_cast<uint32_t>(pass_.forward ? q : n - 1 - q);
       const Node& first = pass_.p->graph.node(s.nodes[s.batches[b].begin]);
       if (first.op == Op::Call) {

@@ -36,8 +36,21 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
                                 std::to_string(device_input_floats_) +
                                 " floats, but the graph has " + std::to_string(inputs.size()));
   }
-  // Input values the caller's device memory provides are not uploaded.
-  const size_t skip = device_inputs_ ? device_input_floats_ : 0;
+  // Input values the caller's device memory provides are not uploaded; nor are those of the
+  // segments that ran before (an incremental forward runs from p.first_segment).
+  const PlanSegment& first_seg = plan.segments.at(p.first_segment);
+  if (device_inputs_ && p.first_segment > 0) {
+    device_inputs_ = nullptr;
+    throw std::invalid_argument("[cuda] inputs_from_device: not for an incremental forward");
+  }
+  if (device_inputs_ && device_input_floats_ > first_seg.input_count) {
+    device_inputs_ = nullptr;
+    throw std::invalid_argument("[cuda] inputs_from_device: " +
+                                std::to_string(device_input_floats_) +
+                                " floats, but the graph's first forward has " +
+                                std::to_string(first_seg.input_count));
+  }
+  const size_t skip = device_inputs_ ? device_input_floats_ : first_seg.input_begin;
   const float* host_inputs = inputs.data() + skip;
   const size_t host_floats = inputs.size() - skip;
   size_t at = 0;
@@ -69,19 +82,27 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
   EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, at, cudaMemcpyHostToDevice, stream));
   release(forward_staging_);
   float* values = arenas.values.as();
-  // Fused GEMM steps add their partial sums into zeroed outputs.
-  EDBATCH_CUDA_CHECK(
-      cudaMemsetAsync(values, 0, static_cast<size_t>(plan.total_floats) * sizeof(float), stream));
-  if (host_floats > 0)
-    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values + plan.input_offset + skip, d + at_inputs,
-                                       host_floats * sizeof(float), cudaMemcpyDeviceToDevice,
-                                       stream));
+  // Fused GEMM steps add their partial sums into zeroed outputs (the segments that run).
+  const size_t zero_from = first_seg.input_offset;
+  EDBATCH_CUDA_CHECK(cudaMemsetAsync(values + zero_from, 0,
+                                     (plan.total_floats - zero_from) * sizeof(float), stream));
+  // Each segment's inputs move to their place (one block per segment).
+  const float* uploaded = reinterpret_cast<const float*>(d + at_inputs);
+  for (size_t s = p.first_segment; s < plan.segments.size(); ++s) {
+    const PlanSegment& seg = plan.segments[s];
+    const size_t b = std::max<size_t>(seg.input_begin, skip);
+    const size_t e = static_cast<size_t>(seg.input_begin) + seg.input_count;
+    if (b < e)
+      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values + seg.input_offset + (b - seg.input_begin),
+                                         uploaded + (b - skip), (e - b) * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream));
+  }
   if (device_inputs_) {  // DeviceInterop::inputs_from_device: the caller's device memory
     const float* src = device_inputs_;
     device_inputs_ = nullptr;
     if (skip > 0)
-      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values + plan.input_offset, src, skip * sizeof(float),
-                                         cudaMemcpyDeviceToDevice, stream));
+      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values + first_seg.input_offset, src,
+                                         skip * sizeof(float), cudaMemcpyDeviceToDevice, stream));
   }
   DeviceView& view = at_.view;
   view = DeviceView{};

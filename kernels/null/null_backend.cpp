@@ -13,8 +13,9 @@ class NullBackend : public Backend {
  public:
   const char* name() const override { return "null"; }
   void forward(const PlanRef& p) override {
-    counters_.kernels += kernels_per_pass(p);
-    counters_.bytes_copied += p.plan.gather_bytes;
+    counters_.kernels += kernels_per_pass(p, first_forward_batch(p));
+    for (size_t s = p.first_segment; s < p.plan.segments.size(); ++s)
+      counters_.bytes_copied += p.plan.segments[s].gather_bytes;
     counters_.arena_bytes = static_cast<uint64_t>(p.plan.total_floats) * sizeof(float);
   }
   void backward(const PlanRef& p, const BackwardSeed&) override {

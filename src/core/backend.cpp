@@ -11,9 +11,18 @@
 
 namespace edbatch {
 
-uint64_t kernels_per_pass(const PlanRef& p) {
+uint32_t first_forward_batch(const PlanRef& p) {
+  if (p.first_segment == 0) return 0;
+  if (p.first_segment >= p.plan.segments.size())
+    throw std::invalid_argument("[Backend::forward] segment " + std::to_string(p.first_segment) +
+                                " of a plan of " + std::to_string(p.plan.segments.size()));
+  return p.plan.segments[p.first_segment].batch_begin;
+}
+
+uint64_t kernels_per_pass(const PlanRef& p, uint32_t first_batch) {
   uint64_t k = 0;
-  for (const Batch& b : p.schedule.batches) {
+  for (size_t i = first_batch; i < p.schedule.batches.size(); ++i) {
+    const Batch& b = p.schedule.batches[i];
     const Node& first = p.graph.node(p.schedule.nodes[b.begin]);
     const Block* block = first.op == Op::Call ? p.params.block(first.aux) : nullptr;
     k += block ? block->plan().groups.size() : 1;

@@ -58,7 +58,8 @@ bool Engine::is_current(const Graph& g) const {
 }
 
 bool Engine::has_run(const Graph& g) const {
-  return is_current(g) && ran_ && ran_inputs_version_ == g.inputs_version();
+  return is_current(g) && ran_segments_ == plan_.segments.size() &&
+         ran_inputs_version_ == g.inputs_version();
 }
 
 void Engine::sync_counters() const {
@@ -73,6 +74,7 @@ void Engine::sync_counters() const {
 
 void Engine::plan_graph(Graph& g) {
   if (is_current(g)) return;
+  if (extends_plan(g)) return extend_plan(g);  // src/core/engine_incremental.cpp
   stats_.construction_ms = g.construction_seconds() * 1e3;
   const auto t0 = Clock::now();
   scheduler_.run(g, *policy_, schedule_);
@@ -86,7 +88,7 @@ void Engine::plan_graph(Graph& g) {
   graph_ = &g;
   graph_generation_ = g.generation();
   graph_version_ = g.version();
-  ran_ = false;
+  ran_segments_ = 0;
   have_backward_ = false;
 }
 
@@ -99,11 +101,13 @@ void Engine::run_forward(Graph& g, const Expr& e, const char* fn) {
   check_graph(g, e, fn);
   plan_graph(g);
   if (has_run(g)) return;
+  // Only the segments added since the last forward run, unless the inputs changed.
+  const uint32_t first = ran_inputs_version_ == g.inputs_version() ? ran_segments_ : 0;
   const auto t0 = Clock::now();
-  backend_->forward(PlanRef{g, schedule_, plan_, params_});
-  stats_.execution_ms = ms_since(t0);
+  backend_->forward(PlanRef{g, schedule_, plan_, params_, first});
+  stats_.execution_ms = (first > 0 ? stats_.execution_ms : 0) + ms_since(t0);
   stats_.backward_ms = 0;
-  ran_ = true;
+  ran_segments_ = static_cast<uint32_t>(plan_.segments.size());
   ran_inputs_version_ = g.inputs_version();
   have_backward_ = false;
   if (options_.check_numerics) check_forward_numerics(g, fn);
@@ -143,9 +147,7 @@ void Engine::sgd_update(float lr) {
 
 void Engine::backward(Graph& g, const Expr& loss) {
   check_graph(g, loss, "Engine::backward");
-  if (!has_run(g))
-    throw std::invalid_argument(
-        "[Engine::backward] run forward() on this graph (in its current state) first");
+  check_ran_all(g);
   const Node& n = g.node(loss.id);
   if (n.dim.size() != 1)
     throw std::invalid_argument("[Engine::backward] loss (node " + std::to_string(loss.id) +
@@ -160,9 +162,8 @@ void Engine::backward(Graph& g, const Expr& loss) {
 
 void Engine::backward(Graph& g, const std::vector<Expr>& outputs, const float* seeds,
                       bool seeds_on_device) {
-  if (!has_run(g))
-    throw std::invalid_argument(
-        "[Engine::backward] run forward() on this graph (in its current state) first");
+  check_params(g, "Engine::backward");
+  check_ran_all(g);
   seed_nodes_.clear();
   for (const Expr& e : outputs) {
     check_graph(g, e, "Engine::backward");
@@ -189,8 +190,8 @@ void Engine::run_backward(Graph& g, const BackwardSeed& seed) {
 Tensor Engine::value(const Expr& e) const {
   if (graph_ == nullptr || e.graph != graph_ || e.generation != graph_generation_)
     throw std::invalid_argument("[Engine::value] expression is not from the last forward graph");
-  if (!ran_) throw std::invalid_argument("[Engine::value] the graph was prepared but not run");
   graph_->node_of(e, "Engine::value");
+  check_ran(e.id);
   const Node& n = graph_->node(e.id);
   if (n.op == Op::Parameter) return Tensor{params_.values(n.aux), n.dim};
   return Tensor{backend_->value(plan_, e.id), n.dim};

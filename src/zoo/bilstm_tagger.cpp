@@ -13,13 +13,6 @@
 
 namespace edbatch::zoo {
 
-namespace {
-
-// A standard LSTM layer: gates i, f, o and candidate g from W_* x + U_* h_prev + b_*.
-struct LstmWeights {
-  Parameter W[4], U[4], b[4];  // i, f, o, g
-};
-
 LstmWeights add_lstm(ParameterCollection& pc, const std::string& prefix, uint32_t in,
                      uint32_t hidden) {
   LstmWeights w;
@@ -46,6 +39,8 @@ CellState lstm_step(Graph& g, const LstmWeights& w, const Expr& x, const CellSta
   const Expr c = prev ? sum({cmult(sigmoid(gate[1]), prev->c), cmult(i, cand)}) : cmult(i, cand);
   return {cmult(o, tanh(c)), c};
 }
+
+namespace {
 
 // Runs a layer over xs, forward or backward; returns the h of every position.
 void lstm_layer(Graph& g, const LstmWeights& w, const std::vector<Expr>& xs, bool backward,

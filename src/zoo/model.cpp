@@ -28,6 +28,7 @@ const std::vector<Entry>& registry() {
       {"lattice_lstm", DataKind::Lattices, zoo::make_lattice_lstm},
       {"lattice_gru", DataKind::Lattices, zoo::make_lattice_gru},
       {"bilstm_tagger", DataKind::Tagged, zoo::make_bilstm_tagger},
+      {"lstm_nmt", DataKind::Pairs, zoo::make_lstm_nmt},
       {"random_dag", DataKind::Dags, zoo::make_random_dag},
   };
   return entries;
@@ -50,6 +51,7 @@ const char* data_kind_name(DataKind kind) {
     case DataKind::Lattices: return "lattices";
     case DataKind::Tagged: return "tagged sentences";
     case DataKind::Dags: return "DAGs";
+    case DataKind::Pairs: return "sentence pairs";
   }
   return "?";
 }
@@ -60,6 +62,7 @@ uint32_t Dataset::size() const {
     case DataKind::Lattices: return static_cast<uint32_t>(lattices.size());
     case DataKind::Tagged: return static_cast<uint32_t>(tagged.sentences.size());
     case DataKind::Dags: return static_cast<uint32_t>(dags.size());
+    case DataKind::Pairs: return static_cast<uint32_t>(pairs.size());
   }
   return 0;
 }
@@ -91,6 +94,7 @@ Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size
         d.tagged.num_tags = 18;
         break;
       case DataKind::Dags: d.dags = synthetic_dags(count32, seed, vocab_size); break;
+      case DataKind::Pairs: d.pairs = synthetic_pairs(count32, seed, vocab_size); break;
     }
     return d;
   }
@@ -101,6 +105,7 @@ Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size
     case DataKind::Dags:
       throw std::invalid_argument(fmt::format(
           "[load_dataset] DAGs have no file format: use synthetic:N, not '{}'", spec));
+    case DataKind::Pairs: d.pairs = load_pair_files(spec, vocab_size); break;
   }
   if (d.size() == 0)
     throw std::invalid_argument(fmt::format("[load_dataset] '{}' holds no {}", spec,
@@ -140,6 +145,11 @@ std::string Model::describe() const {
     begin = end + 1;
   }
   return out;
+}
+
+std::vector<Decoded> Model::decode(Engine&, Graph&, const std::vector<uint32_t>&,
+                                   const DecodeOptions&) {
+  throw std::invalid_argument(fmt::format("[{}] does not decode: only lstm_nmt does", name_));
 }
 
 Expr Model::build(Graph& g, uint32_t instance, std::vector<Expr>* logits) {

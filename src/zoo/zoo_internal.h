@@ -24,6 +24,8 @@ std::unique_ptr<Model> make_lattice_gru(ParameterCollection& pc, const Dataset& 
                                         const ModelOptions& o);
 std::unique_ptr<Model> make_bilstm_tagger(ParameterCollection& pc, const Dataset& data,
                                           const ModelOptions& o);
+std::unique_ptr<Model> make_lstm_nmt(ParameterCollection& pc, const Dataset& data,
+                                     const ModelOptions& o);
 std::unique_ptr<Model> make_random_dag(ParameterCollection& pc, const Dataset& data,
                                        const ModelOptions& o);
 
@@ -93,6 +95,17 @@ struct RandomDagWeights {
 // h = tanh(W<t> [s; x] + b<t>)
 Expr random_dag_state(Graph& g, const RandomDagWeights& w, uint32_t t, const Expr& s,
                       const Expr& x);
+
+// A standard LSTM layer (bilstm_tagger.cpp): gates i, f, o and candidate g from
+// W_* x + U_* h_prev + b_*, the weights named prefix + "W_i" etc.
+struct LstmWeights {
+  Parameter W[4], U[4], b[4];  // i, f, o, g
+};
+LstmWeights add_lstm(ParameterCollection& pc, const std::string& prefix, uint32_t in,
+                     uint32_t hidden);
+// One step; the first step of a sequence (prev == nullptr) starts from h = c = 0, so its
+// recurrent terms and forget gate are left out.
+CellState lstm_step(Graph& g, const LstmWeights& w, const Expr& x, const CellState* prev);
 
 // ---- Blocks ----
 

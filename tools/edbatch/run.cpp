@@ -17,6 +17,7 @@
 #include "edbatch/options.h"
 #include "edbatch/safetensors.h"
 #include "tools/edbatch/commands.h"
+#include "tools/edbatch/decode.h"
 #include "tools/edbatch/metrics.h"
 
 namespace edbatch::cli {
@@ -61,6 +62,8 @@ struct RunOptions {
   std::string model, data = "synthetic:1000", policy = "lb-greedy", device = "cpu";
   std::string outputs, json, save_weights, load_weights, write_data;
   uint32_t vocab = 256, batch = 32, hidden = 128, threads = 1, epochs = 1, iters = 0, warmup = 2;
+  uint32_t max_len = 100;  // --decode
+  bool decode = false;
   uint64_t seed = 1;
   float lr = 0.1f;
   bool no_blocks = false, train = false, describe = false, chars = false, pipeline = false;
@@ -123,6 +126,7 @@ class Runner {
   // device's work on the previous one.
   MiniBatchSample step(const std::vector<uint32_t>& ids, bool train,
                        MiniBatchSample* previous = nullptr) {
+    if (o_.decode) return decode_sample(model_, engine_, g_, ids, DecodeOptions{o_.max_len});
     MiniBatchSample s;
     const Stats before = engine_.stats();
     const auto t0 = Clock::now();
@@ -178,7 +182,12 @@ class Runner {
 
   // One forward pass over the whole data set, one JSON line per instance.
   void write_outputs(const std::string& path) {
-    write_file_atomically(path, [&](std::ostream& out) { write_outputs_to(out); });
+    write_file_atomically(path, [&](std::ostream& out) {
+      if (o_.decode)
+        write_decoded(out, model_, engine_, g_, o_.batch, DecodeOptions{o_.max_len});
+      else
+        write_outputs_to(out);
+    });
   }
 
  private:
@@ -267,6 +276,11 @@ void check_usage(const RunOptions& o) {
     throw UsageError("--write-data: " + o.model + " reads random DAGs, which have no text format");
   if (o.chars && o.model != "bilstm_tagger")
     throw UsageError("--char applies to bilstm_tagger only");
+  if (o.decode && model_data_kind(o.model) != DataKind::Pairs)
+    throw UsageError("--decode applies to lstm_nmt only");
+  if (o.decode && (o.train || o.pipeline || o.device == "null"))
+    throw UsageError("--decode reads every step's values: not with --train, --pipeline or "
+                     "--device null");
 }
 
 // The data set in its text format (check_usage refused DAGs).
@@ -400,7 +414,8 @@ Command add_run_command(CLI::App& root) {
   add_model_option(app, o->model);
   app->add_option("--data", o->data,
                   "synthetic:N (seeded generator) or a data file: SST trees, lattices or "
-                  "word|TAG sentences, as the model reads")
+                  "word|TAG sentences, as the model reads; lstm_nmt: SOURCE,TARGET files with "
+                  "vocab.<ext> beside them")
       ->capture_default_str();
   add_size_options(app, o->vocab, o->batch);
   app->add_option("--hidden", o->hidden, "hidden size (= embedding size)")
@@ -458,11 +473,20 @@ Command add_run_command(CLI::App& root) {
                 "the first that is not finite, naming its mini-batch, batch, op and node "
                 "(EngineOptions::check_numerics; slower). Without it, training still stops at "
                 "the first mini-batch whose loss is not finite");
+  app->add_flag("--decode", o->decode,
+                "lstm_nmt: greedy decoding instead of the training loss, one incremental "
+                "forward per step over the sentences still running (instances/s are sentences "
+                "decoded per second; the loss is minus the summed log-probabilities)");
+  app->add_option("--max-len", o->max_len,
+                  "--decode: a sentence stops at </s> or after min(this, 2 |source| + 2) tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 16));
   app->add_flag("--char", o->chars,
                 "bilstm_tagger: character BiLSTM embeddings for words seen fewer than 5 times");
   app->add_option("--outputs", o->outputs,
                   "after the run, one forward pass over the data: a JSON line per instance with "
-                  "its loss, gold labels and predicted labels");
+                  "its loss, gold labels and predicted labels (with --decode: its tokens, score "
+                  "and reference)");
   app->add_option("--json", o->json, "write the metrics as JSON (median, p10, p90 per mini-batch)");
   app->add_option("--save-weights", o->save_weights, "save the weights after the run (safetensors)");
   app->add_option("--load-weights", o->load_weights,

@@ -1,0 +1,144 @@
+// lstm_nmt: greedy decoding (sentences/s, and the host work of one decoding step) and
+// teacher-forced training (instances/s), per hidden size and mini-batch size, on synthetic pairs
+// or an IWSLT file pair. Medians and p10-p90 over mini-batches; one JSON line per result.
+//
+//   bench_nmt [--device cpu|cuda] [--hidden 128,256] [--batch 32,128] [--reps N] [--vocab V]
+//             [--data synthetic:N | SRC,TGT] [--policy P] [--max-len N]
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench/harness.h"
+#include "edbatch/edbatch.h"
+#include "edbatch/models.h"
+
+using namespace edbatch;
+using edbatch::bench::now_ms;
+using edbatch::bench::summarize;
+
+namespace {
+
+std::vector<uint32_t> list_of(const std::string& s) {
+  std::vector<uint32_t> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(static_cast<uint32_t>(std::stoul(item)));
+  return out;
+}
+
+struct Options {
+  std::string device = "cpu", data = "synthetic:1024", policy = "lb-greedy";
+  std::vector<uint32_t> hidden = {128, 256}, batch = {32, 128};
+  uint32_t reps = 10, vocab = 256, max_len = 100;
+};
+
+void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
+            const std::vector<double>& per_s, const std::vector<double>& host_us,
+            double steps) {
+  const auto r = summarize(per_s);
+  std::printf("%-7s hidden %4u  B %4u  %10.1f /s  (p10 %.1f, p90 %.1f)", mode, hidden, batch,
+              r.median, r.p10, r.p90);
+  if (!host_us.empty()) {
+    const auto h = summarize(host_us);
+    std::printf("  host per step %.1f us (p10 %.1f, p90 %.1f), %.1f steps", h.median, h.p10,
+                h.p90, steps);
+  }
+  std::printf("\n");
+  std::printf("{\"bench\":\"nmt\",\"impl\":\"edbatch\",\"mode\":\"%s\",\"device\":\"%s\","
+              "\"policy\":\"%s\",\"hidden\":%u,\"batch\":%u,\"per_s_median\":%.3f,"
+              "\"per_s_p10\":%.3f,\"per_s_p90\":%.3f",
+              mode, o.device.c_str(), o.policy.c_str(), hidden, batch, r.median, r.p10, r.p90);
+  if (!host_us.empty()) {
+    const auto h = summarize(host_us);
+    std::printf(",\"host_us_per_step_median\":%.3f,\"host_us_p10\":%.3f,\"host_us_p90\":%.3f,"
+                "\"steps\":%.1f",
+                h.median, h.p10, h.p90, steps);
+  }
+  std::printf("}\n");
+  std::fflush(stdout);
+}
+
+void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch) {
+  ParameterCollection pc(1);
+  ModelOptions mo;
+  mo.hidden = hidden;
+  mo.vocab = o.vocab;
+  auto model = make_model("lstm_nmt", pc, data, mo);
+  Engine engine(pc, EngineOptions{o.policy, o.device, 1});
+  Graph g(pc);
+  const uint32_t n = model->size();
+  std::vector<uint32_t> ids;
+  auto next_batch = [&](uint32_t r) {
+    ids.clear();
+    for (uint32_t k = 0; k < batch; ++k) ids.push_back((r * batch + k) % n);
+  };
+  // Decoding: every step's host work is the step's time less its kernels (the CPU runs them
+  // inline; on a device the host waits for them when it reads the step's values).
+  std::vector<double> per_s, host_us;
+  double steps_sum = 0;
+  const DecodeOptions d{o.max_len};
+  for (uint32_t r = 0; r < o.reps + 2; ++r) {
+    next_batch(r);
+    const double t0 = now_ms();
+    model->decode(engine, g, ids, d);
+    const double ms = now_ms() - t0;
+    const Stats& s = engine.stats();
+    const double steps = static_cast<double>(engine.plan().segments.size());
+    const double kernels_ms = o.device == "cuda" ? s.device_forward_ms : s.execution_ms;
+    if (r < 2) continue;  // warm-up
+    per_s.push_back(batch / (ms / 1e3));
+    host_us.push_back((ms - kernels_ms) * 1e3 / steps);
+    steps_sum += steps;
+  }
+  report("decode", o, hidden, batch, per_s, host_us, steps_sum / o.reps);
+
+  per_s.clear();
+  std::vector<Expr> losses;
+  for (uint32_t r = 0; r < o.reps + 2; ++r) {
+    next_batch(r);
+    const double t0 = now_ms();
+    g.clear();
+    losses.clear();
+    for (uint32_t i : ids) losses.push_back(model->build(g, i));
+    const Expr loss = sum_losses(losses);
+    engine.forward(g, loss);
+    engine.backward(g, loss);
+    engine.sgd_update(0.1f / batch);
+    engine.synchronize();
+    const double ms = now_ms() - t0;
+    if (r >= 2) per_s.push_back(batch / (ms / 1e3));
+  }
+  report("train", o, hidden, batch, per_s, {}, 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--device") o.device = value();
+    else if (a == "--hidden") o.hidden = list_of(value());
+    else if (a == "--batch") o.batch = list_of(value());
+    else if (a == "--reps") o.reps = static_cast<uint32_t>(std::stoul(value()));
+    else if (a == "--vocab") o.vocab = static_cast<uint32_t>(std::stoul(value()));
+    else if (a == "--data") o.data = value();
+    else if (a == "--policy") o.policy = value();
+    else if (a == "--max-len") o.max_len = static_cast<uint32_t>(std::stoul(value()));
+    else {
+      std::fprintf(stderr, "bench_nmt: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  const Dataset data = load_dataset(DataKind::Pairs, o.data, o.vocab, 1);
+  for (uint32_t h : o.hidden)
+    for (uint32_t b : o.batch) run(o, data, h, b);
+  return 0;
+}

@@ -1,0 +1,63 @@
+// Incremental forward: a graph that grew since its last forward is planned as one more segment
+// (its new nodes alone, scheduled by the policy over their own frontier and laid out after the
+// values already computed), so only the new nodes run and earlier values stay where they are.
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "edbatch/engine.h"
+
+namespace edbatch {
+
+bool Engine::extends_plan(const Graph& g) const {
+  // Within one generation a graph only grows, so a larger one holds the planned nodes as they were.
+  return graph_ == &g && graph_generation_ == g.generation() &&
+         g.size() > plan_.node_offset.size() && !plan_.segments.empty();
+}
+
+void Engine::extend_plan(Graph& g) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint32_t first_node = static_cast<uint32_t>(plan_.node_offset.size());
+  const uint32_t first_batch = static_cast<uint32_t>(schedule_.batches.size());
+  const uint32_t nodes_before = static_cast<uint32_t>(schedule_.nodes.size());
+  scheduler_.extend(g, *policy_, schedule_, first_node);
+  extend_memory_plan(g, schedule_, first_batch, first_node, plan_, plan_options_);
+  stats_.construction_ms = g.construction_seconds() * 1e3;
+  stats_.scheduling_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.nodes += schedule_.nodes.size() - nodes_before;
+  stats_.batches = schedule_.batches.size();
+  stats_.lower_bound = schedule_.lower_bound;
+  stats_.policy_hits += policy_->lookups().hits;
+  stats_.policy_misses += policy_->lookups().misses;
+  graph_version_ = g.version();
+  have_backward_ = false;
+}
+
+uint32_t Engine::ran_nodes() const {
+  if (ran_segments_ < plan_.segments.size()) return plan_.segments[ran_segments_].node_begin;
+  return static_cast<uint32_t>(plan_.node_offset.size());
+}
+
+void Engine::check_ran(uint32_t node) const {
+  if (node < ran_nodes()) return;
+  throw std::invalid_argument(
+      "[Engine::value] node " + std::to_string(node) +
+      (node < plan_.node_offset.size() ? " was prepared but not run"
+                                       : " was added after the last forward and has not run") +
+      ": run forward() first");
+}
+
+void Engine::check_ran_all(const Graph& g) const {
+  if (has_run(g)) return;
+  if (graph_ == &g && graph_generation_ == g.generation() && ran_segments_ > 0 &&
+      ran_inputs_version_ == g.inputs_version() && g.size() > ran_nodes())
+    throw std::invalid_argument("[Engine::backward] nodes " + std::to_string(ran_nodes()) + ".." +
+                                std::to_string(g.size() - 1) +
+                                " were added after the last forward and have not run: run "
+                                "forward() before backward()");
+  throw std::invalid_argument(
+      "[Engine::backward] run forward() on this graph (in its current state) first");
+}
+
+}  // namespace edbatch

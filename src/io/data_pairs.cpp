@@ -1,0 +1,133 @@
+// Sentence pairs for translation models: the IWSLT'15 text format (a source and a target file
+// aligned by line, each with a vocabulary file) and seeded synthetic pairs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "edbatch/data.h"
+
+namespace edbatch {
+
+uint32_t fold_word(uint32_t id, uint32_t vocab_size) {
+  if (vocab_size < 4)
+    throw std::invalid_argument(fmt::format(
+        "[fold_word] vocab_size {} leaves no room for words after <unk>, <s>, </s> (needs 4+)",
+        vocab_size));
+  return id < vocab_size ? id : 3 + (id - 3) % (vocab_size - 3);
+}
+
+namespace {
+
+std::unordered_map<std::string, uint32_t> read_vocab(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(fmt::format("[load_pairs] cannot open vocabulary '{}'", path));
+  std::unordered_map<std::string, uint32_t> ids;
+  std::string line;
+  uint32_t next = 0;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line.find_first_of(" \t") != std::string::npos)
+      throw std::invalid_argument(fmt::format(
+          "[load_pairs] {}:{}: expected one word per line, found '{}'", path, next + 1, line));
+    ids.emplace(line, next++);  // a repeated word keeps its first id
+  }
+  if (next < 3)
+    throw std::invalid_argument(fmt::format(
+        "[load_pairs] {}: {} words; a vocabulary starts with <unk>, <s>, </s>", path, next));
+  return ids;
+}
+
+std::vector<uint32_t> words_of(const std::string& line,
+                               const std::unordered_map<std::string, uint32_t>& vocab,
+                               uint32_t vocab_size) {
+  std::vector<uint32_t> out;
+  std::istringstream words(line);
+  std::string w;
+  while (words >> w) {
+    const auto it = vocab.find(w);
+    out.push_back(fold_word(it == vocab.end() ? kUnk : it->second, vocab_size));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<SentencePair> load_pairs(const std::string& source_path,
+                                     const std::string& source_vocab,
+                                     const std::string& target_path,
+                                     const std::string& target_vocab, uint32_t vocab_size) {
+  fold_word(0, vocab_size);  // checks vocab_size
+  const auto sv = read_vocab(source_vocab), tv = read_vocab(target_vocab);
+  std::ifstream src(source_path), tgt(target_path);
+  if (!src) throw std::invalid_argument(fmt::format("[load_pairs] cannot open '{}'", source_path));
+  if (!tgt) throw std::invalid_argument(fmt::format("[load_pairs] cannot open '{}'", target_path));
+  std::vector<SentencePair> pairs;
+  std::string a, b;
+  for (uint32_t line = 1;; ++line) {
+    const bool has_a = static_cast<bool>(std::getline(src, a));
+    const bool has_b = static_cast<bool>(std::getline(tgt, b));
+    if (!has_a && !has_b) break;
+    if (has_a != has_b)
+      throw std::invalid_argument(fmt::format(
+          "[load_pairs] {} ends at line {} but {} goes on: the files are not aligned",
+          has_a ? target_path : source_path, line, has_a ? source_path : target_path));
+    SentencePair p{words_of(a, sv, vocab_size), words_of(b, tv, vocab_size)};
+    if (!p.source.empty() && !p.target.empty()) pairs.push_back(std::move(p));
+  }
+  return pairs;
+}
+
+std::vector<SentencePair> load_pair_files(const std::string& spec, uint32_t vocab_size) {
+  const size_t comma = spec.find(',');
+  if (comma == std::string::npos || comma == 0 || comma + 1 == spec.size() ||
+      spec.find(',', comma + 1) != std::string::npos)
+    throw std::invalid_argument(fmt::format(
+        "[load_pair_files] expected SOURCE,TARGET (two files) but found '{}'", spec));
+  const auto vocab_of = [&](const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    const size_t dot = path.find_last_of('.');
+    if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+      throw std::invalid_argument(fmt::format(
+          "[load_pair_files] '{}' has no extension to name its vocabulary (vocab.<ext>)", path));
+    const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+    return dir + "vocab" + path.substr(dot);
+  };
+  const std::string src = spec.substr(0, comma), tgt = spec.substr(comma + 1);
+  return load_pairs(src, vocab_of(src), tgt, vocab_of(tgt), vocab_size);
+}
+
+std::vector<SentencePair> synthetic_pairs(uint32_t n, uint64_t seed, uint32_t vocab_size) {
+  fold_word(0, vocab_size);
+  const uint32_t words = vocab_size - 3;
+  std::vector<double> cdf(words);  // Zipf over word ids 3..vocab_size-1
+  double sum = 0;
+  for (uint32_t i = 0; i < words; ++i) cdf[i] = sum += 1.0 / (i + 1.0);
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + 19);
+  // The fixed source -> target word map: a permutation of the word ids from the seed.
+  std::vector<uint32_t> perm(words);
+  for (uint32_t i = 0; i < words; ++i) perm[i] = 3 + i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<SentencePair> pairs(n);
+  for (SentencePair& p : pairs) {
+    const uint32_t len = std::uniform_int_distribution<uint32_t>(3, 30)(rng);
+    for (uint32_t i = 0; i < len; ++i) {
+      const double u = std::uniform_real_distribution<double>(0.0, sum)(rng);
+      const auto it = std::upper_bound(cdf.begin(), cdf.end(), u);
+      p.source.push_back(3 + static_cast<uint32_t>(std::min<size_t>(it - cdf.begin(), words - 1)));
+    }
+    for (uint32_t i = len; i-- > 0;) {
+      const uint32_t w = perm[p.source[i] - 3];
+      p.target.push_back(w);
+      if (i % 5 == 4) p.target.push_back(w);
+    }
+  }
+  return pairs;
+}
+
+}  // namespace edbatch

@@ -1,0 +1,314 @@
+// Incremental forward: a graph that grows between forwards runs only its new nodes; values and
+// the gradients of one backward at the end equal those of the same graph built and run whole (and
+// finite differences), for every policy, learned ones included, op by op and with blocks; the
+// arena stops growing over a decoding loop; misuse is a clear error.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "edbatch/block.h"
+#include "edbatch/block_plan.h"
+#include "edbatch/engine.h"
+#include "edbatch/fsm.h"
+#include "tests/check.h"
+#include "tests/reference.h"
+
+using namespace edbatch;
+using edbatch::testing::check_close;
+using edbatch::testing::Reference;
+
+namespace {
+
+constexpr uint32_t H = 5, X = 3, V = 7;
+
+struct Weights {
+  Parameter W, U, b, Wo, Wx;
+  LookupParameter E;
+  std::unique_ptr<Block> cell;  // h' = tanh(W h + U E[word] + b), as a block
+};
+
+Weights make_weights(ParameterCollection& pc) {
+  Weights w;
+  w.W = pc.add_parameters("W", Dim{H, H});
+  w.U = pc.add_parameters("U", Dim{H, H});
+  w.b = pc.add_parameters("b", Dim{H, 1});
+  w.Wo = pc.add_parameters("Wo", Dim{V, H});
+  w.Wx = pc.add_parameters("Wx", Dim{H, X});
+  w.E = pc.add_lookup_parameters("E", V, H);
+  w.cell = std::make_unique<Block>(pc, "step");
+  Block& blk = *w.cell;
+  const Expr h = blk.input("h", Dim{H, 1});
+  const Expr e = blk.lookup(w.E, blk.index("word"));
+  Graph& body = blk.body();
+  blk.output("h", tanh(affine({parameter(body, w.b), parameter(body, w.W), h,
+                               parameter(body, w.U), e})));
+  blk.freeze();
+  return w;
+}
+
+// A decoder-like mini-batch built step by step: instance i starts from an input x_i, runs
+// steps[i] steps (op by op or through the block, by a coin per step) and adds a loss per step.
+// The words fed back come from `word(i, t)`. Calls `between(g, loss nodes so far)` after every
+// round of steps, where an incremental forward runs.
+struct Builder {
+  const Weights& w;
+  std::vector<uint32_t> steps;
+  uint64_t seed;
+
+  template <class Between>
+  Expr build(Graph& g, Between between) const {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-1, 1);
+    const size_t n = steps.size();
+    std::vector<Expr> h(n), losses;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<float> x(X);
+      for (float& v : x) v = u(rng);
+      const Expr xi = input(g, Dim{X, 1}, x);
+      h[i] = tanh(affine({parameter(g, w.b), parameter(g, w.Wx), xi}));
+    }
+    uint32_t max_steps = 0;
+    for (uint32_t s : steps) max_steps = std::max(max_steps, s);
+    for (uint32_t t = 0; t < max_steps; ++t) {
+      for (size_t i = 0; i < n; ++i) {
+        if (t >= steps[i]) continue;
+        const uint32_t word = static_cast<uint32_t>(rng() % V);
+        if (rng() % 2) {
+          Expr out;
+          w.cell->call(g, &h[i], 1, &word, 1, &out);
+          h[i] = out;
+        } else {
+          h[i] = tanh(affine({parameter(g, w.b), parameter(g, w.W), h[i], parameter(g, w.U),
+                              lookup(g, w.E, word)}));
+        }
+        if (rng() % 3 == 0) {  // an input added mid-way
+          std::vector<float> x(H);
+          for (float& v : x) v = u(rng);
+          h[i] = cmult(h[i], input(g, Dim{H, 1}, x));
+        }
+        losses.push_back(pick_neg_log_softmax(matmul(parameter(g, w.Wo), h[i]),
+                                              static_cast<uint32_t>(rng() % V)));
+      }
+      between(g, losses);
+    }
+    return sum_losses(losses);
+  }
+};
+
+std::vector<float> value_of(const Engine& e, Graph& g, uint32_t id) {
+  return as_vector(e.value(g.expr(id)));
+}
+
+bool computed(const Graph& g, uint32_t id) {
+  const Op op = g.node(id).op;
+  return op != Op::Parameter && op != Op::Call;
+}
+
+struct Result {
+  std::vector<std::vector<float>> values;  // per node (empty for parameters and calls)
+  std::vector<std::vector<float>> grads;   // per parameter
+  uint64_t batches = 0;
+};
+
+Result collect(Engine& e, Graph& g, const Expr& loss, ParameterCollection& pc) {
+  Result r;
+  for (uint32_t v = 0; v < g.size(); ++v)
+    r.values.push_back(computed(g, v) ? value_of(e, g, v) : std::vector<float>{});
+  e.backward(g, loss);
+  for (uint32_t p = 0; p < pc.size(); ++p)
+    r.grads.emplace_back(pc.grads(p), pc.grads(p) + pc.dim(p).size());
+  pc.zero_grads();
+  r.batches = e.stats().batches;
+  return r;
+}
+
+void check_same(const Result& a, const Result& b, const std::string& what) {
+  REQUIRE(a.values.size() == b.values.size());
+  for (size_t v = 0; v < a.values.size(); ++v)
+    if (!a.values[v].empty())
+      check_close(a.values[v], b.values[v], a.values[v].size(), 1e-5,
+                  what + ": value of node " + std::to_string(v));
+  for (size_t p = 0; p < a.grads.size(); ++p)
+    check_close(a.grads[p], b.grads[p], a.grads[p].size(), 1e-5,
+                what + ": gradient of parameter " + std::to_string(p));
+}
+
+std::unique_ptr<Policy> policy_for(const std::string& name, const FsmPolicyData* learned) {
+  if (name == "fsm") return std::make_unique<FsmPolicy>(*learned);
+  return make_policy(name);
+}
+
+}  // namespace
+
+TEST_CASE("incremental: values and gradients equal the graph built whole, every policy") {
+  ParameterCollection pc(17);
+  const Weights w = make_weights(pc);
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 3; ++trial) {
+    Builder b{w, {}, 100 + static_cast<uint64_t>(trial)};
+    const uint32_t n = trial == 0 ? 1 : 7 + 6 * trial;  // 1, 13, 19 instances
+    for (uint32_t i = 0; i < n; ++i) b.steps.push_back(1 + static_cast<uint32_t>(rng() % 9));
+
+    // A learned policy trained on the whole graph: increments meet states it never saw.
+    Graph whole_for_fsm(pc);
+    b.build(whole_for_fsm, [](Graph&, const std::vector<Expr>&) {});
+    FsmTrainOptions fo;
+    fo.episodes = 16;
+    fo.rollouts_per_round = 8;
+    fo.refine_passes = 1;
+    fo.refine_states = 100;
+    const FsmPolicyData learned =
+        train_fsm_policy({&whole_for_fsm}, {&whole_for_fsm}, fo).policy;
+
+    for (const std::string policy : {"none", "depth", "agenda", "lb-greedy", "fsm"}) {
+      for (int threads : {1, 2}) {
+        CAPTURE(trial);
+        CAPTURE(policy);
+        CAPTURE(threads);
+        EngineOptions o;
+        o.threads = threads;
+        o.min_parallel_work = 1;
+        Engine whole_engine(pc, policy_for(policy, &learned), o);
+        Graph whole(pc);
+        const Expr whole_loss = b.build(whole, [](Graph&, const std::vector<Expr>&) {});
+        whole_engine.forward(whole, whole_loss);
+        const Result expected = collect(whole_engine, whole, whole_loss, pc);
+
+        Engine inc_engine(pc, policy_for(policy, &learned), o);
+        Graph g(pc);
+        std::vector<std::pair<uint32_t, std::vector<float>>> read;  // values read on the way
+        uint32_t increments = 0;
+        const Expr loss = b.build(g, [&](Graph& gg, const std::vector<Expr>& losses) {
+          const uint32_t before = gg.size();
+          inc_engine.forward(gg, losses.back());
+          ++increments;
+          for (uint32_t v = before > 40 ? before - 40 : 0; v < gg.size(); ++v)
+            if (computed(gg, v)) read.emplace_back(v, value_of(inc_engine, gg, v));
+        });
+        inc_engine.forward(g, loss);
+        CHECK(inc_engine.plan().segments.size() == increments + 1);
+        validate_schedule(g, inc_engine.schedule());
+        // Each segment meets its own bound at best, so the schedule is never below the sum.
+        CHECK(inc_engine.stats().batches >= inc_engine.stats().lower_bound);
+        CHECK(inc_engine.stats().nodes == expected.values.size() - [&] {
+          uint32_t sources = 0;
+          for (uint32_t v = 0; v < g.size(); ++v) sources += !is_scheduled(g.node(v).op);
+          return sources;
+        }());
+        if (policy == "fsm") {
+          const Stats& s = inc_engine.stats();
+          CHECK(s.policy_hits + s.policy_misses == s.batches);
+          CHECK(s.policy_misses > 0);
+        }
+        for (const auto& [v, values] : read)
+          check_close(values, expected.values[v], values.size(), 1e-5,
+                      "value read after its increment, node " + std::to_string(v));
+        check_same(collect(inc_engine, g, loss, pc), expected, "incremental vs whole");
+      }
+    }
+  }
+}
+
+TEST_CASE("incremental: gradients after increments match finite differences") {
+  ParameterCollection pc(3);
+  const Weights w = make_weights(pc);
+  Builder b{w, {2, 1, 3}, 7};
+  Engine e(pc, EngineOptions{"lb-greedy", "cpu", 1});
+  Graph g(pc);
+  const Expr loss =
+      b.build(g, [&](Graph& gg, const std::vector<Expr>& l) { e.forward(gg, l.back()); });
+  e.forward(g, loss);
+  e.backward(g, loss);
+  Reference ref(g);
+  ref.forward();
+  const float l = as_scalar(e.value(loss));
+  check_close(&l, &ref.values[loss.id][0], 1, 1e-5, "loss");
+  for (uint32_t p = 0; p < pc.size(); ++p) {
+    CAPTURE(pc.name(p));
+    const uint32_t size = pc.dim(p).size();
+    std::vector<double> fd(size);
+    for (uint32_t k = 0; k < size; ++k) fd[k] = ref.fd_param(loss.id, p, k);
+    check_close(pc.grads(p), fd, size, 2e-4, "gradient vs finite differences");
+  }
+}
+
+TEST_CASE("incremental: only new nodes run, and the arena stops growing over a decoding loop") {
+  ParameterCollection pc(4);
+  const Weights w = make_weights(pc);
+  Builder b{w, {6, 2, 9, 4, 1, 7, 3}, 11};
+  for (const char* device : {"cpu", "null"}) {
+    CAPTURE(device);
+    Engine e(pc, EngineOptions{"lb-greedy", device, 1});
+    Graph g(pc);
+    uint64_t growths_after_first = 0;
+    for (int iter = 0; iter < 4; ++iter) {
+      g.clear();
+      uint64_t kernels = e.stats().kernels, batches = 0;
+      const Expr loss = b.build(g, [&](Graph& gg, const std::vector<Expr>& l) {
+        e.forward(gg, l.back());
+        // The kernels launched are those of the new batches alone.
+        const Stats& s = e.stats();
+        uint64_t expect = 0;
+        for (size_t k = batches; k < s.batches; ++k) {
+          const Node& first = gg.node(e.schedule().nodes[e.schedule().batches[k].begin]);
+          expect += first.op == Op::Call ? w.cell->plan().groups.size() : 1;
+        }
+        CHECK(s.kernels - kernels == expect);
+        kernels = s.kernels;
+        batches = s.batches;
+      });
+      e.forward(g, loss);
+      e.backward(g, loss);
+      pc.zero_grads();
+      if (iter == 0) growths_after_first = e.stats().arena_growths;
+      if (iter > 0 && std::string(device) == "cpu")
+        CHECK(e.stats().arena_growths == growths_after_first);
+    }
+  }
+}
+
+TEST_CASE("incremental: rewritten inputs run every segment again") {
+  ParameterCollection pc(6);
+  const Weights w = make_weights(pc);
+  Builder b{w, {3, 2}, 13};
+  Engine e(pc, EngineOptions{"agenda", "cpu", 1});
+  Graph g(pc);
+  const Expr loss =
+      b.build(g, [&](Graph& gg, const std::vector<Expr>& l) { e.forward(gg, l.back()); });
+  const float before = as_scalar(e.forward(g, loss));
+  std::vector<float> zeros(g.input_values().size(), 0.25f);
+  g.write_inputs(0, zeros.data(), zeros.size());
+  const float after = as_scalar(e.forward(g, loss));
+  CHECK(after != before);
+  Engine fresh(pc, EngineOptions{"agenda", "cpu", 1});
+  CHECK(as_scalar(fresh.forward(g, loss)) == doctest::Approx(after).epsilon(1e-6));
+}
+
+TEST_CASE("incremental: misuse is a clear error") {
+  ParameterCollection pc(8);
+  const Weights w = make_weights(pc);
+  Engine e(pc);
+  Graph g(pc);
+  const Expr x = input(g, Dim{H, 1}, std::vector<float>(H, 0.5f));
+  const Expr h = tanh(matmul(parameter(g, w.W), x));
+  const Expr l1 = pick_neg_log_softmax(h, 1);
+  e.forward(g, l1);
+  // A node added after the forward has no value yet.
+  const Expr h2 = tanh(matmul(parameter(g, w.W), h));
+  const Expr l2 = pick_neg_log_softmax(h2, 2);
+  CHECK_THROWS_WITH_AS(e.value(h2), doctest::Contains("added after the last forward"),
+                       std::invalid_argument);
+  // Backward while nodes have not run.
+  CHECK_THROWS_WITH_AS(e.backward(g, l1), doctest::Contains("have not run: run forward()"),
+                       std::invalid_argument);
+  // Earlier values stay readable, and the next forward runs the rest.
+  CHECK(e.value(h).data != nullptr);
+  e.forward(g, l2);
+  e.backward(g, l2);
+  // After clear(), expressions from before cannot be built on or read.
+  g.clear();
+  CHECK_THROWS_WITH_AS(tanh(h2), doctest::Contains("from before Graph::clear()"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(e.value(h2), doctest::Contains("from before Graph::clear()"),
+                       std::invalid_argument);
+}
