@@ -70,8 +70,9 @@ for (impl, dev, mode, h, b), r in sorted(rows.items()):
     t = rows.get(("pytorch", dev, mode, h, b))
     ratio = r["per_s_median"] / t["per_s_median"] if t else float("nan")
     host = r.get("host_us_per_step_median")
-    print(f"{dev:5s} {mode:6s} hidden {h:4d} B {b:4d}  edbatch {r[\"per_s_median\"]:9.1f}/s  "
-          f"pytorch {t[\"per_s_median\"] if t else float(\"nan\"):9.1f}/s  ratio {ratio:5.2f}" +
+    ours, theirs = r["per_s_median"], t["per_s_median"] if t else float("nan")
+    print(f"{dev:5s} {mode:6s} hidden {h:4d} B {b:4d}  edbatch {ours:9.1f}/s  "
+          f"pytorch {theirs:9.1f}/s  ratio {ratio:5.2f}" +
           (f"  host/step {host:.1f} us" if host is not None else ""))
 ' | tee "$out/summary.txt"
 exit $status
