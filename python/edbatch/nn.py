@@ -6,6 +6,7 @@ import torch
 
 from .ops import prepare, run_cell, weight_shapes
 from .propagate import Propagate  # noqa: F401  (user cells: edbatch.nn.Propagate)
+from .decode import StepDecoder  # noqa: F401  (decoding loops: edbatch.nn.StepDecoder)
 
 
 class Cell(torch.nn.Module):

@@ -193,6 +193,12 @@ class LatticeCell : public Cell {
       if (lstm_) out[N + k] = cs_.size() == 1 ? cs_[0] : sum(cs_);
     }
   }
+  // A chain step: the char arc (type 0) from the previous state, reading the x row.
+  bool step(Graph& g, const Expr* x, const Expr* prev, Expr* out) override {
+    const Expr in[3] = {prev[0], lstm_ ? prev[1] : x[0], x[0]};
+    arcs_[0][0]->call(g, in, lstm_ ? 3 : 2, nullptr, 0, out);
+    return true;
+  }
 
  protected:
   LatticeCell(const char* name, bool lstm, uint32_t H, uint32_t D)

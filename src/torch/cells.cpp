@@ -108,6 +108,8 @@ class HostProfile {
 
 }  // namespace
 
+bool Cell::step(Graph&, const Expr*, const Expr*, Expr*) { return false; }
+
 Parameter Cell::add(ParameterCollection& pc, const std::string& name, uint32_t rows,
                     uint32_t cols) {
   weights_.push_back({name, rows, cols});
@@ -122,8 +124,6 @@ Runner::Runner(const CellConfig& config, const RunOptions& options)
   for (const WeightSpec& w : cell_->weights()) weight_params_.push_back({pc_.find(w.name)});
 }
 
-namespace {
-
 // A weight from torch's row-major rows x cols to the engine's column-major rows x cols, and back;
 // weights whose memory already is the engine's (WeightSpec::transpose false) are copied as they are.
 void to_engine(const float* src, const WeightSpec& w, float* dst) {
@@ -135,6 +135,8 @@ void to_engine(const float* src, const WeightSpec& w, float* dst) {
   for (uint32_t i = 0; i < w.rows; ++i)
     for (uint32_t j = 0; j < w.cols; ++j) dst[static_cast<size_t>(j) * w.rows + i] = src[i * w.cols + j];
 }
+
+namespace {
 
 void to_torch(const float* src, const WeightSpec& w, float* dst) {
   const size_t n = static_cast<size_t>(w.rows) * std::max(w.cols, 1u);

@@ -43,6 +43,9 @@ struct WeightSpec {
   bool row_major() const { return transpose && cols > 1; }
 };
 
+// Copies a weight from torch's row-major memory `src` into the engine's layout `dst`.
+void to_engine(const float* src, const WeightSpec& w, float* dst);
+
 // Throws std::invalid_argument naming the first inconsistency (offsets, ranges, order).
 void check_packed(const Packed& p, const char* fn);
 
@@ -63,6 +66,10 @@ class Cell {
   // output_size(o). x[row * S + s] is segment s of row `row` of p.x (S segments).
   virtual void build(Graph& g, const Packed& p, const std::vector<Expr>& x,
                      std::vector<Expr>& out) = 0;
+  // One step of a chain (the decoding loop of decoder.h): adds the outputs `out` of a node whose
+  // one predecessor has outputs `prev` and whose x row has segments `x`. Cells without such a
+  // step return false (the default) and add nothing.
+  virtual bool step(Graph& g, const Expr* x, const Expr* prev, Expr* out);
 
  protected:
   Cell(uint32_t hidden, uint32_t input_dim) : hidden_(hidden), input_dim_(input_dim) {}

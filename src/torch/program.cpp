@@ -81,6 +81,7 @@ class ProgramCell : public Cell {
   void check(const Packed& p, const char* fn) const override;
   void build(Graph& g, const Packed& p, const std::vector<Expr>& x,
              std::vector<Expr>& out) override;
+  bool step(Graph& g, const Expr* x, const Expr* prev, Expr* out) override;
 
  private:
   void read_weights(const json& doc, ParameterCollection& pc);
@@ -560,6 +561,22 @@ void ProgramCell::build(Graph& g, const Packed& p, const std::vector<Expr>& x,
     call(g, p, nc, reduced.data(), p.node_inputs[k], x, static_cast<uint32_t>(k), os);
     for (uint32_t s = 0; s < S; ++s) out[s * N + k] = os[s];
   }
+}
+
+// A chain step: the message is the previous state (through edge cell 0, without an arc input, if
+// any); one message reduces to itself; node cell 0 reads x. Not for ids or dropout (call data).
+bool ProgramCell::step(Graph& g, const Expr* x, const Expr* prev, Expr* out) {
+  if (kind_ != InputKind::X || sites_ > 0) return false;
+  const std::vector<Expr> row{x[0]};
+  zeros_.clear();  // the decoder's graph may have been cleared since the last step
+  for (CellProgram& c : cells_) c.projections.assign(2 * static_cast<size_t>(c.projected), Expr{});
+  std::vector<Expr> reduced(message_.size() + 1);
+  if (edge_cells_.empty()) std::copy(prev, prev + message_.size(), reduced.begin() + 1);
+  else call(g, Packed{}, cells_[edge_cells_[0]], prev, -1, row, 1, reduced.data() + 1);
+  CellProgram& nc = cells_[node_cells_[0]];
+  if (nc.pass_through) std::copy(reduced.begin() + 1, reduced.end(), out);
+  else call(g, Packed{}, nc, reduced.data(), 0, row, 0, out);
+  return true;
 }
 
 }  // namespace

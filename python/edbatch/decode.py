@@ -1,0 +1,105 @@
+"""edbatch.nn.StepDecoder: a decoding loop run one step at a time on one edbatch engine, for
+greedy decoding and other loops whose next input depends on the last output (docs/pytorch.md)."""
+import torch
+
+from .ops import _reraise
+
+
+class StepDecoder:
+    """Runs a cell step by step over a mini-batch of sequences that stop at their own time.
+
+    `cell`: an edbatch.nn.Propagate of user cells (a step is its node cell of kind 0 reading x
+    and the previous state, through its edge cell of kind 0 when it has one), or a built-in
+    lattice module (edbatch.nn.LatticeLSTM / LatticeGRU, or an edbatch.nn.Cell of lattice_lstm /
+    lattice_gru: a step is the char arc cell). `input_size`: the columns of x (user cells).
+
+    start(batch_size, state=None) begins a loop (state: the initial state as the cell returns
+    it, a row per instance; None: zeros). step(x) runs one step for the running instances
+    (x: a row per running instance, in the order of `running`) and returns their new state, as
+    the cell returns it. stop(mask) ends the instances whose rows in the last step's output have
+    mask True. The engine keeps one graph from start() on: each step adds one cell call per
+    running instance and runs only those calls.
+
+    Inference only: the returned tensors carry no autograd history (decode under
+    torch.no_grad(); train with the cell's whole-structure forward). Weights are read at start().
+    """
+
+    def __init__(self, cell, input_size=None, policy="lb-greedy", threads=0):
+        from .nn import Cell, _Embedded
+        from .propagate import Propagate
+        if isinstance(cell, _Embedded):
+            cell = cell.cell
+        if isinstance(cell, Propagate):
+            if input_size is None:
+                raise TypeError("StepDecoder: a Propagate cell needs input_size= (x's columns)")
+            if cell.training:
+                program = cell.program("x", input_size)
+                if program.has_dropout:
+                    raise ValueError("StepDecoder: the cell has dropout; call .eval() first")
+            self._program_of = lambda: cell.program("x", input_size)
+            self._tuple = self._program_of().state_tuple
+            self._impl = torch.classes.edbatch.Decoder("program:" + self._program_of().text,
+                                                       input_size, 1, policy, threads)
+        elif isinstance(cell, Cell):
+            if cell.cell not in ("lattice_lstm", "lattice_gru"):
+                raise ValueError(f"StepDecoder: the built-in cell {cell.cell!r} has no step "
+                                 "(lattice_lstm and lattice_gru have)")
+            self._program_of = None
+            self._tuple = cell.cell == "lattice_lstm"
+            self._impl = torch.classes.edbatch.Decoder(cell.cell, cell.input_size,
+                                                       cell.hidden_size, policy, threads)
+        else:
+            raise TypeError("StepDecoder: cell must be an edbatch.nn.Propagate or a built-in "
+                            f"lattice module, got {type(cell).__name__}")
+        self.module = cell
+        self.running = torch.empty(0, dtype=torch.long)
+
+    def _weights(self):
+        if self._program_of is not None:
+            return [w.detach() for w in self._program_of().weights()]
+        return [w.detach() for w in self.module.weights()]
+
+    def start(self, batch_size, state=None):
+        """Begins a loop of batch_size instances, all running, from `state` (None: zeros)."""
+        states = []
+        if state is not None:
+            states = list(state) if isinstance(state, (tuple, list)) else [state]
+            states = [s.detach() for s in states]
+        try:
+            self._impl.start(batch_size, self._weights(), states)
+        except RuntimeError as e:
+            _reraise(e)
+        self.running = torch.arange(batch_size)
+
+    def step(self, x):
+        """One step of every running instance: x has a row per entry of `running`."""
+        try:
+            out = self._impl.step(self.running, x.detach())
+        except RuntimeError as e:
+            _reraise(e)
+        return tuple(out) if self._tuple else out[0]
+
+    def stop(self, mask):
+        """Ends the running instances whose entries of `mask` (a bool per running row) are
+        True; returns the ids of those still running."""
+        mask = torch.as_tensor(mask, dtype=torch.bool).reshape(-1).cpu()
+        if mask.numel() != self.running.numel():
+            raise ValueError(f"StepDecoder.stop: {mask.numel()} entries for "
+                             f"{self.running.numel()} running instances")
+        self.running = self.running[~mask]
+        return self.running
+
+    @property
+    def done(self):
+        return self.running.numel() == 0
+
+    def stats(self):
+        """{"steps", "graph_nodes", "nodes", "kernels", "batches"}: steps since start(), the
+        graph's nodes, and the engine's scheduled nodes, kernel launches and batches summed over
+        the steps (each step schedules and runs only the nodes it added)."""
+        return dict(zip(("steps", "graph_nodes", "nodes", "kernels", "batches"),
+                        self._impl.stats()))
+
+    def instance_steps(self):
+        """The steps each instance ran since start(): a list, one entry per instance."""
+        return list(self._impl.instance_steps())

@@ -1,0 +1,100 @@
+#include "src/torch/decoder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "edbatch/options.h"
+
+namespace edbatch::torch_adapter {
+
+Decoder::Decoder(const CellConfig& config, const RunOptions& options)
+    : pc_(1),
+      engine_(pc_, apply_debug_env(EngineOptions{options.policy, options.device, options.threads})),
+      graph_(pc_) {
+  cell_ = make_cell(config, pc_);
+  for (const WeightSpec& w : cell_->weights()) weight_params_.push_back({pc_.find(w.name)});
+}
+
+void Decoder::start(int64_t num_instances, const std::vector<const float*>& weights,
+                    const std::vector<const float*>& states) {
+  const char* fn = "edbatch.Decoder.start";
+  const uint32_t S = cell_->num_outputs();
+  if (num_instances < 0)
+    throw std::invalid_argument(fmt::format("[{}] negative number of instances", fn));
+  if (!states.empty() && states.size() != S)
+    throw std::invalid_argument(
+        fmt::format("[{}] {} initial state tensors given, the cell has {} outputs", fn,
+                    states.size(), S));
+  const std::vector<WeightSpec>& specs = cell_->weights();
+  for (size_t i = 0; i < specs.size(); ++i)
+    to_engine(weights[i], specs[i], pc_.values(weight_params_[i].id));
+  pc_.mark_changed();  // device backends upload the parameters again
+  graph_.clear();
+  started_ = true;
+  num_instances_ = num_instances;
+  steps_ = 0;
+  instance_steps_.assign(static_cast<size_t>(num_instances), 0);
+  state_.assign(static_cast<size_t>(num_instances) * S, Expr{});
+  std::vector<float> zeros;
+  for (uint32_t o = 0; o < S; ++o) {
+    const uint32_t size = cell_->output_size(o);
+    if (states.empty() || states[o] == nullptr) zeros.assign(size, 0.0f);
+    for (int64_t i = 0; i < num_instances; ++i) {
+      const float* v = states.empty() || states[o] == nullptr ? zeros.data() : states[o] + i * size;
+      state_[static_cast<size_t>(i) * S + o] = input(graph_, Dim{size, 1}, v);
+    }
+  }
+}
+
+void Decoder::step(int64_t n, const int64_t* ids, const float* x,
+                   const std::vector<float*>& outputs) {
+  const char* fn = "edbatch.Decoder.step";
+  if (!started_) throw std::invalid_argument(fmt::format("[{}] call start() first", fn));
+  if (n < 0 || n > num_instances_)
+    throw std::invalid_argument(fmt::format("[{}] {} running instances of {}", fn, n, num_instances_));
+  seen_.assign(static_cast<size_t>(num_instances_), 0);
+  for (int64_t r = 0; r < n; ++r) {
+    if (ids[r] < 0 || ids[r] >= num_instances_)
+      throw std::invalid_argument(fmt::format("[{}] instance id {} outside [0, {})", fn, ids[r],
+                                              num_instances_));
+    if (seen_[static_cast<size_t>(ids[r])]++)
+      throw std::invalid_argument(fmt::format("[{}] instance {} is given twice", fn, ids[r]));
+  }
+  if (n == 0) return;
+  const uint32_t S = cell_->num_outputs(), D = cell_->input_dim();
+  const std::vector<uint32_t> segments = cell_->input_segments();
+  prev_.resize(S);
+  out_.resize(S);
+  for (int64_t r = 0; r < n; ++r) {
+    x_.clear();
+    const float* row = x + r * D;
+    for (uint32_t size : segments) {
+      x_.push_back(input(graph_, Dim{size, 1}, row));
+      row += size;
+    }
+    Expr* state = &state_[static_cast<size_t>(ids[r]) * S];
+    std::copy(state, state + S, prev_.begin());
+    if (!cell_->step(graph_, x_.data(), prev_.data(), out_.data()))
+      throw std::invalid_argument(fmt::format(
+          "[{}] this cell has no decoding step (a chain of its nodes: the lattice cells, and "
+          "user cells reading x rows without dropout)",
+          fn));
+    std::copy(out_.begin(), out_.end(), state);
+    ++instance_steps_[static_cast<size_t>(ids[r])];
+  }
+  // Only the nodes added since the last forward run.
+  engine_.forward(graph_, state_[static_cast<size_t>(ids[n - 1]) * S]);
+  for (uint32_t o = 0; o < S; ++o) {
+    const uint32_t size = cell_->output_size(o);
+    for (int64_t r = 0; r < n; ++r) {
+      const Tensor t = engine_.value(state_[static_cast<size_t>(ids[r]) * S + o]);
+      std::memcpy(outputs[o] + r * size, t.data, sizeof(float) * size);
+    }
+  }
+  ++steps_;
+}
+
+}  // namespace edbatch::torch_adapter

@@ -1,0 +1,50 @@
+// A decoding loop on one engine (docs/pytorch.md, "Decoding step by step"): one graph holds every
+// step since start(); each running instance keeps its state as the outputs of its last cell call;
+// a step adds one cell call (Cell::step) per instance it runs and runs only those new nodes
+// (the engine's incremental forward). Torch-free, like cells.h; forward only.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "src/torch/cells.h"
+
+namespace edbatch::torch_adapter {
+
+class Decoder {
+ public:
+  Decoder(const CellConfig& config, const RunOptions& options);
+  const Cell& cell() const { return *cell_; }
+
+  // Starts a loop of `num_instances` instances on a cleared graph. weights[i] holds the cell's
+  // weights()[i] row-major (read now: later changes to them do not reach the loop);
+  // states[o] holds num_instances x output_size(o) floats, the initial output o (nullptr or an
+  // empty list: zeros).
+  void start(int64_t num_instances, const std::vector<const float*>& weights,
+             const std::vector<const float*>& states);
+  // One step for the instances ids[0..n) (distinct, in [0, num_instances)): instance ids[r] reads
+  // x row r (x: n x input_dim floats) and its last state; outputs[o] receives n x output_size(o),
+  // the new states, which become the instances' states. n = 0 does nothing.
+  void step(int64_t n, const int64_t* ids, const float* x, const std::vector<float*>& outputs);
+
+  int64_t num_instances() const { return num_instances_; }
+  int64_t steps() const { return steps_; }            // steps since start() (n > 0 ones)
+  int64_t instance_steps(int64_t i) const { return instance_steps_.at(static_cast<size_t>(i)); }
+  uint64_t graph_nodes() const { return graph_.size(); }
+  const Stats& stats() const { return engine_.stats(); }
+
+ private:
+  ParameterCollection pc_;
+  std::unique_ptr<Cell> cell_;
+  std::vector<Parameter> weight_params_;
+  Engine engine_;
+  Graph graph_;
+  int64_t num_instances_ = 0, steps_ = 0;
+  bool started_ = false;
+  std::vector<Expr> state_;  // instance i's output o at [i * num_outputs + o]
+  std::vector<int64_t> instance_steps_;
+  std::vector<Expr> x_, prev_, out_;
+  std::vector<uint8_t> seen_;
+};
+
+}  // namespace edbatch::torch_adapter

@@ -1,0 +1,123 @@
+// The libtorch half of the decoding loop: torch.ops.edbatch's class Decoder (decoder.h) for
+// edbatch.nn.StepDecoder. Forward only: tensors come back without autograd history.
+#include <fmt/format.h>
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/torch/decoder.h"
+#include "src/torch/program.h"
+#include "src/torch/runtime.h"
+
+namespace edbatch::torch_adapter {
+
+namespace {
+
+class TorchDecoder : public torch::CustomClassHolder {
+ public:
+  // cell: a built-in cell name or kProgramPrefix + a traced program; device: "cpu" (CUDA tensors
+  // go through host memory).
+  TorchDecoder(const std::string& cell, int64_t input_size, int64_t hidden,
+               const std::string& policy, int64_t threads) {
+    const CallArgs a = call_args(cell, c10::Device("cpu"), input_size, is_program(cell) ? 1 : hidden,
+                                 1, 1, policy, threads);
+    try {
+      decoder_ = std::make_unique<Decoder>(a.config, a.options);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+
+  // weights: the cell's weights (as run_cell takes them); states: one tensor per cell output,
+  // num_instances x output size, or none (zeros).
+  void start(int64_t num_instances, std::vector<Tensor> weights, std::vector<Tensor> states) {
+    const Cell& cell = decoder_->cell();
+    const Tensor probe = at::empty({0, cell.input_dim()}, at::kFloat);
+    check_inputs(probe, weights, cell, false);
+    std::vector<const float*> w, s;
+    for (const Tensor& t : weights) w.push_back(t.data_ptr<float>());
+    kept_.clear();
+    for (size_t o = 0; o < states.size(); ++o) {
+      const Tensor& t = states[o];
+      const int64_t size = cell.output_size(static_cast<uint32_t>(o));
+      if (t.scalar_type() != at::kFloat || t.dim() != 2 || t.size(0) != num_instances ||
+          t.size(1) != size)
+        fail(fmt::format("[edbatch.Decoder.start] initial state {} must be float32 of shape [{}, "
+                         "{}], got {} of shape {}",
+                         o, num_instances, size, c10::toString(t.scalar_type()),
+                         shape(t.sizes())));
+      kept_.push_back(t.to(at::kCPU).contiguous());
+      s.push_back(kept_.back().data_ptr<float>());
+    }
+    try {
+      decoder_->start(num_instances, w, s);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    kept_.clear();
+  }
+
+  // ids: int64, the running instances; x: float32, one row per id. Returns their new states (one
+  // tensor per cell output, a row per id) on x's device.
+  std::vector<Tensor> step(const Tensor& ids, const Tensor& x) {
+    const Cell& cell = decoder_->cell();
+    check_index_tensor(ids, "ids", -1);
+    const int64_t n = ids.numel();
+    if (x.scalar_type() != at::kFloat || x.dim() != 2 || x.size(0) != n ||
+        x.size(1) != cell.input_dim())
+      fail(fmt::format("[edbatch.Decoder.step] x must be float32 of shape [{}, {}], got {} of "
+                       "shape {}",
+                       n, cell.input_dim(), c10::toString(x.scalar_type()), shape(x.sizes())));
+    const Tensor ids_c = ids.to(at::kCPU).contiguous();
+    const Tensor x_c = x.to(at::kCPU).contiguous();
+    std::vector<Tensor> out;
+    std::vector<float*> outputs;
+    for (uint32_t o = 0; o < cell.num_outputs(); ++o) {
+      out.push_back(at::empty({n, static_cast<int64_t>(cell.output_size(o))}, at::kFloat));
+      outputs.push_back(out.back().data_ptr<float>());
+    }
+    try {
+      decoder_->step(n, ids_c.data_ptr<int64_t>(), x_c.data_ptr<float>(), outputs);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    for (Tensor& t : out) t = t.to(x.device());
+    return out;
+  }
+
+  // [steps, graph nodes, scheduled nodes, kernel launches, batches]: scheduled nodes and
+  // launches add up over the steps since start (each forward runs only its new nodes).
+  std::vector<int64_t> stats() const {
+    const Stats& s = decoder_->stats();
+    return {decoder_->steps(), static_cast<int64_t>(decoder_->graph_nodes()),
+            static_cast<int64_t>(s.nodes), static_cast<int64_t>(s.kernels),
+            static_cast<int64_t>(s.batches)};
+  }
+
+  // The steps each instance has run since start.
+  std::vector<int64_t> instance_steps() const {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < decoder_->num_instances(); ++i) v.push_back(decoder_->instance_steps(i));
+    return v;
+  }
+
+ private:
+  std::unique_ptr<Decoder> decoder_;
+  std::vector<Tensor> kept_;
+};
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(edbatch, m) {
+  m.class_<TorchDecoder>("Decoder")
+      .def(torch::init<std::string, int64_t, int64_t, std::string, int64_t>())
+      .def("start", &TorchDecoder::start)
+      .def("step", &TorchDecoder::step)
+      .def("stats", &TorchDecoder::stats)
+      .def("instance_steps", &TorchDecoder::instance_steps);
+}
+
+}  // namespace edbatch::torch_adapter

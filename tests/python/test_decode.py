@@ -1,0 +1,178 @@
+"""edbatch.nn.StepDecoder: greedy decoding step by step on one engine against the same loop run
+eagerly in PyTorch one sentence at a time; sentences stop at their own end token; the graph grows
+by one cell call per running sentence and step."""
+import pytest
+import torch
+from torch import nn
+
+import edbatch
+
+EOS, BOS = 0, 1
+
+
+class UserLSTM(nn.Module):
+    """A user LSTM cell: (x, (h, c)) -> (h, c)."""
+
+    def __init__(self, size, input_size):
+        super().__init__()
+        self.W = nn.Linear(input_size, 4 * size)
+        self.U = nn.Linear(size, 4 * size, bias=False)
+
+    def forward(self, x, state):
+        h, c = state
+        i, f, g, o = (self.W(x) + self.U(h)).chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def lattice_lstm_step(w, x, state):
+    """The lattice LSTM's char arc cell in PyTorch (the zoo's lattice_lstm_arc)."""
+    h, c = state
+    gate = {g: x @ w["char_U_" + g].T + h @ w["char_W_" + g].T + w["char_b_" + g] for g in "fcio"}
+    c = torch.sigmoid(gate["i"]) * torch.tanh(gate["c"]) + torch.sigmoid(gate["f"]) * c
+    return torch.sigmoid(gate["o"]) * torch.tanh(c), c
+
+
+class Model:
+    """Embedding, a cell, an output layer: the parts of a greedy decoder."""
+
+    def __init__(self, seed, vocab, E, H):
+        g = torch.Generator().manual_seed(seed)
+        self.emb = torch.randn(vocab, E, generator=g)
+        self.out_w = torch.randn(vocab, H, generator=g) * 2.0
+        self.out_b = torch.randn(vocab, generator=g)
+        self.out_b[EOS] += 1.0  # the end token comes up after a few steps for some sentences
+        self.h0 = torch.randn(7, H, generator=g)
+        self.c0 = torch.randn(7, H, generator=g)
+
+    def next_tokens(self, h):
+        return (h @ self.out_w.T + self.out_b).argmax(-1)
+
+
+def eager_greedy(model, step, max_len):
+    """Each sentence alone, one step after the other, in PyTorch: tokens and states per step."""
+    tokens, states = [], []
+    for i in range(model.h0.shape[0]):
+        state = (model.h0[i:i + 1], model.c0[i:i + 1])
+        tok, toks, sts = torch.tensor([BOS]), [], []
+        for _ in range(max_len):
+            state = step(model.emb[tok], state)
+            tok = model.next_tokens(state[0])
+            toks.append(int(tok))
+            sts.append(torch.cat(state, 1)[0])
+            if int(tok) == EOS:
+                break
+        tokens.append(toks)
+        states.append(sts)
+    return tokens, states
+
+
+def batched_greedy(model, decoder, max_len):
+    """The mini-batch on one engine: every running sentence steps together."""
+    B = model.h0.shape[0]
+    decoder.start(B, (model.h0, model.c0))
+    tokens, states = [[] for _ in range(B)], [[] for _ in range(B)]
+    tok = torch.full((B,), BOS)
+    per_step = []
+    while not decoder.done:
+        ids = decoder.running
+        before = decoder.stats()["graph_nodes"]
+        h, c = decoder.step(model.emb[tok[ids]])
+        per_step.append((ids.numel(), decoder.stats()["graph_nodes"] - before))
+        nxt = model.next_tokens(h)
+        for r, i in enumerate(ids.tolist()):
+            tokens[i].append(int(nxt[r]))
+            states[i].append(torch.cat([h[r], c[r]]))
+        tok[ids] = nxt
+        decoder.stop((nxt == EOS) | torch.tensor([len(tokens[i]) >= max_len for i in ids.tolist()]))
+    return tokens, states, per_step
+
+
+def check_same(model, eager, batched, max_len):
+    e_tokens, e_states = eager
+    b_tokens, b_states, per_step = batched
+    assert b_tokens == e_tokens
+    for e, b in zip(e_states, b_states):
+        for se, sb in zip(e, b):
+            torch.testing.assert_close(sb, se, atol=2e-5, rtol=1e-4)
+    # Sentences of different lengths, some stopping at their end token before the cap.
+    lengths = [len(t) for t in e_tokens]
+    assert len(set(lengths)) >= 3
+    assert sum(t[-1] == EOS for t in e_tokens) >= 2
+    assert sum(len(t) < max_len for t in e_tokens) >= 2
+    # The graph grows by the same nodes per running sentence at every step (one cell call each),
+    # however long it has become, and the running set shrinks as sentences end.
+    counts, added = zip(*per_step)
+    assert added[0] % counts[0] == 0 and added[0] > 0
+    assert all(a == added[0] // counts[0] * k for a, k in zip(added, counts))
+    assert list(counts) == sorted(counts, reverse=True) and counts[-1] < counts[0]
+
+
+def pick_model(step_of, vocab, E, H, max_len):
+    """The first seed whose eager decoding has sentences of at least 3 lengths, at least two
+    ending at the end token before the cap (the eager reference alone decides)."""
+    for seed in range(200):
+        model = Model(seed, vocab, E, H)
+        eager = eager_greedy(model, step_of(model, seed), max_len)
+        lengths = [len(t) for t in eager[0]]
+        if len(set(lengths)) >= 3 and sum(t[-1] == EOS and len(t) < max_len for t in eager[0]) >= 2:
+            return model, eager, seed
+    pytest.fail("no seed gives sentences of several lengths")
+
+
+@torch.no_grad()
+def test_greedy_user_lstm():
+    vocab, E, H, max_len = 13, 5, 9, 10
+    cells = {}
+
+    def step_of(model, seed):
+        torch.manual_seed(seed)
+        cells[seed] = UserLSTM(H, E)
+        return cells[seed]
+
+    model, eager, seed = pick_model(step_of, vocab, E, H, max_len)
+    module = edbatch.nn.Propagate(cells[seed], state_size=(H, H))
+    decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    check_same(model, eager, batched_greedy(model, decoder, max_len), max_len)
+    # A second loop on the same decoder starts afresh.
+    check_same(model, eager, batched_greedy(model, decoder, max_len), max_len)
+    steps = decoder.instance_steps()
+    assert steps == [len(t) for t in eager[0]]
+
+
+@torch.no_grad()
+def test_greedy_builtin_lattice_lstm():
+    vocab, E, H, max_len = 11, 6, 8, 9
+    cells = {}
+
+    def step_of(model, seed):
+        torch.manual_seed(seed)
+        cells[seed] = edbatch.nn.LatticeLSTM(vocab, E, H)
+        w = {n: getattr(cells[seed].cell, n) for n in cells[seed].cell.weight_names}
+        return lambda x, state: lattice_lstm_step(w, x, state)
+
+    model, eager, seed = pick_model(step_of, vocab, E, H, max_len)
+    decoder = edbatch.nn.StepDecoder(cells[seed])
+    check_same(model, eager, batched_greedy(model, decoder, max_len), max_len)
+
+
+@torch.no_grad()
+def test_zero_start_and_errors():
+    H, E = 4, 3
+    module = edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H))
+    decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    decoder.start(3)
+    x = torch.randn(3, E)
+    h, c = decoder.step(x)
+    eh, ec = module.node_cells[0](x, (torch.zeros(3, H), torch.zeros(3, H)))
+    torch.testing.assert_close(h, eh, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(c, ec, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="shape"):
+        decoder.step(torch.randn(2, E))
+    with pytest.raises(ValueError, match="initial state"):
+        decoder.start(3, (torch.zeros(2, H), torch.zeros(2, H)))
+    with pytest.raises(ValueError, match="no step"):
+        edbatch.nn.StepDecoder(edbatch.nn.TreeLSTM(5, E, H))
+    decoder.start(2)
+    decoder.stop(torch.tensor([True, True]))
+    assert decoder.done
