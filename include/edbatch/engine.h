@@ -14,7 +14,7 @@
 namespace edbatch {
 
 struct EngineOptions {
-  std::string policy = "agenda";  // none | depth | agenda | lb-greedy
+  std::string policy = "agenda";  // none | depth | agenda | lb-greedy | auto | fsm:FILE
   std::string device = "cpu";     // cpu | null | cuda
   int threads = 1;
   double min_parallel_work = 65536;  // see BackendOptions
@@ -26,6 +26,8 @@ struct EngineOptions {
   // blocks), or the parameter or input. Reads all values back from a device (so pipelined
   // passes wait); a debugging aid that costs a pass over the arena.
   bool check_numerics = false;
+  double auto_policy_budget_s = 2;  // policy "auto": training time allowed at the first graph
+  std::string policy_cache_dir = "";  // policy "auto": empty = default_policy_cache_dir()
 };
 
 // A non-finite value found by EngineOptions::check_numerics.

@@ -29,7 +29,10 @@ std::vector<float> as_vector(const Tensor& t) {
 }
 
 Engine::Engine(ParameterCollection& params, EngineOptions options)
-    : Engine(params, make_policy(options.policy), options) {}
+    : Engine(params,
+             make_policy(options.policy, PolicyContext{options.device, options.auto_policy_budget_s,
+                                                       options.policy_cache_dir, {}}),
+             options) {}
 
 Engine::Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, EngineOptions options)
     : params_(params), options_(std::move(options)), policy_(std::move(policy)) {
