@@ -16,6 +16,7 @@ namespace edbatch {
 
 namespace {
 constexpr const char* kAutoModel = "auto";
+constexpr uint32_t kAutoAttempts = 8;
 
 std::string device_of(const FsmPolicyData& d) {
   const nlohmann::json t = nlohmann::json::parse(d.info.training, nullptr, false);
@@ -72,8 +73,8 @@ void AutoPolicy::begin(const Graph& g) {
              std::string(e.what()));
       }
     }
-    if (!learned_) learn(g);
   }
+  if (!learned_ && attempts_ < kAutoAttempts) learn(g);
   current_ = fallback_.get();
   if (learned_) {
     try {
@@ -86,19 +87,27 @@ void AutoPolicy::begin(const Graph& g) {
   if (current_ == fallback_.get()) fallback_->begin(g);
 }
 
+// Trains on `g`. A graph that lb-greedy already schedules at the lower bound teaches nothing: the
+// next graphs are tried (at most kAutoAttempts, within the budget) before lb-greedy is cached.
 void AutoPolicy::learn(const Graph& g) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double budget = context_.auto_budget_s;
+  if (budget > 0 && training_s_ >= budget) attempts_ = kAutoAttempts;
+  ++attempts_;
   FsmTrainOptions o;
   o.table = false;  // the scorer alone: it generalises to the mini-batches after this one
-  o.time_budget_s = context_.auto_budget_s;
+  o.time_budget_s = budget > 0 ? budget - training_s_ : 0;
   o.scorer_search = 60;
   FsmTrainResult r = train_fsm_policy({&g}, {&g}, o);
+  training_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.best_source == "lb-greedy" && attempts_ < kAutoAttempts &&
+      (budget <= 0 || training_s_ < budget))
+    return;
   r.policy.info.model = kAutoModel;
   nlohmann::json training = nlohmann::json::parse(r.policy.info.training);
   training["device"] = context_.device;
   r.policy.info.training = training.dump();
   trained_ = true;
-  training_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!path_.empty()) {
     try {
       std::filesystem::create_directories(std::filesystem::path(path_).parent_path());

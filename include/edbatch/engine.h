@@ -48,6 +48,7 @@ struct Stats {
   uint64_t lower_bound = 0;
   uint64_t policy_hits = 0;    // learned policies: choices from the table ...
   uint64_t policy_misses = 0;  // ... and from the fallback (unseen states)
+  uint64_t policy_scored = 0;  // of the misses, those the learned scorer decided
   uint64_t kernels = 0;        // launches, forward + backward so far
   uint64_t bytes_copied = 0;   // gathers, forward + backward so far
   uint64_t arena_bytes = 0;

@@ -279,8 +279,10 @@ double mean_lower_bound(const std::vector<const Graph*>& graphs);
 // cache directory for a policy keyed by the graph's scheduled type names (which carry the hidden
 // size) and the device; when there is none, or it is corrupt or stale (another format, other
 // types, another device: a warning says so), trains a scorer on that graph within
-// context.auto_budget_s, writes it to the cache and uses it. Later graphs with types it does not
-// know run lb-greedy. `trained()` says whether this instance trained.
+// context.auto_budget_s (0: no limit), writes it to the cache and uses it. When lb-greedy is
+// already at the lower bound on that graph, the next graphs are tried (up to 8, within the same
+// budget) before the empty result (lb-greedy) is cached. Later graphs with types it does not know
+// run lb-greedy. `trained()` says whether this instance trained.
 class AutoPolicy : public Policy {
  public:
   explicit AutoPolicy(PolicyContext context);
@@ -302,6 +304,7 @@ class AutoPolicy : public Policy {
   Policy* current_ = nullptr;
   std::string path_;
   bool started_ = false, trained_ = false;
+  uint32_t attempts_ = 0;
   double training_s_ = 0;
 };
 

@@ -86,6 +86,7 @@ void Engine::plan_graph(Graph& g) {
   stats_.lower_bound = schedule_.lower_bound;
   stats_.policy_hits = policy_->lookups().hits;
   stats_.policy_misses = policy_->lookups().misses;
+  stats_.policy_scored = policy_->lookups().scored;
   graph_ = &g;
   graph_generation_ = g.generation();
   graph_version_ = g.version();
