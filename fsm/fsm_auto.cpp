@@ -48,8 +48,10 @@ std::string AutoPolicy::cache_key(const Graph& g, const std::string& device) {
 }
 
 void AutoPolicy::warn(const std::string& what) const {
-  if (context_.warn) context_.warn(what);
-  else std::fprintf(stderr, "[edbatch] warning: %s\n", what.c_str());
+  if (context_.warn)
+    context_.warn(what);
+  else
+    std::fprintf(stderr, "[edbatch] warning: %s\n", what.c_str());
 }
 
 void AutoPolicy::begin(const Graph& g) {
@@ -69,8 +71,7 @@ void AutoPolicy::begin(const Graph& g) {
         p->begin(g);  // refuses a policy for other types
         learned_ = std::move(p);
       } catch (const std::exception& e) {
-        warn("[auto policy] ignoring the cached policy, learning again: " +
-             std::string(e.what()));
+        warn("[auto policy] ignoring the cached policy, learning again: " + std::string(e.what()));
       }
     }
   }
@@ -119,7 +120,9 @@ void AutoPolicy::learn(const Graph& g) {
   learned_ = std::make_unique<FsmPolicy>(std::move(r.policy), path_.empty() ? "auto" : path_);
 }
 
-uint32_t AutoPolicy::choose(const Frontier& f) { return current_->choose(f); }
+uint32_t AutoPolicy::choose(const Frontier& f) {
+  return current_->choose(f);
+}
 
 Policy::Lookups AutoPolicy::lookups() const {
   return current_ ? current_->lookups() : Lookups{};

@@ -120,7 +120,8 @@ FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<G
   const size_t T = globals.size();
   std::vector<std::unique_ptr<Policy>> policies;
   for (const char* p : {"lb-greedy", "agenda", "depth"}) policies.push_back(make_policy(p));
-  for (uint64_t i = 0; i < 3; ++i) policies.push_back(std::make_unique<RandomPolicy>(seed + 977 * i));
+  for (uint64_t i = 0; i < 3; ++i)
+    policies.push_back(std::make_unique<RandomPolicy>(seed + 977 * i));
   std::vector<std::vector<double>> rows;
   std::vector<double> times;
   for (auto& policy : policies) {

@@ -1,15 +1,15 @@
 // The scorer's features and choice (fsm/fsm_scorer.h).
-#include "edbatch/fsm.h"
-
 #include <algorithm>
 #include <cmath>
+
+#include "edbatch/fsm.h"
 
 namespace edbatch {
 
 const char* fsm_feature_name(uint32_t i) {
-  static const char* const names[kFsmFeatures] = {"share",     "full",  "log_ready",
-                                                  "rel_bound", "rel_depth", "slack",
-                                                  "longest",   "full_x_rel_bound"};
+  static const char* const names[kFsmFeatures] = {
+      "share",     "full",  "log_ready", "rel_bound",
+      "rel_depth", "slack", "longest",   "full_x_rel_bound"};
   return i < kFsmFeatures ? names[i] : "?";
 }
 

@@ -23,7 +23,8 @@ struct Samples {
   std::vector<uint32_t> target;  // per sample: the chosen row, relative to begin
 };
 
-Samples collect(const std::vector<TrainGraph>& tgs, const std::vector<std::vector<uint32_t>>& plans) {
+Samples collect(const std::vector<TrainGraph>& tgs,
+                const std::vector<std::vector<uint32_t>>& plans) {
   Samples s;
   std::vector<ReadyView> views;
   std::vector<double> f;
@@ -37,9 +38,14 @@ Samples collect(const std::vector<TrainGraph>& tgs, const std::vector<std::vecto
         uint32_t target = 0;
         for (uint32_t j = 0; j < r; ++j) {
           const uint32_t u = st.ready_types[j];
-          views[j] = {u, tgs[i].sim.global[u], tgs[i].sim.index[u],
-                      static_cast<uint32_t>(st.ready[u].size()), st.critical_ready(u),
-                      st.critical_total(u), st.top[u], tgs[i].sim.avg_depth[u]};
+          views[j] = {u,
+                      tgs[i].sim.global[u],
+                      tgs[i].sim.index[u],
+                      static_cast<uint32_t>(st.ready[u].size()),
+                      st.critical_ready(u),
+                      st.critical_total(u),
+                      st.top[u],
+                      tgs[i].sim.avg_depth[u]};
           if (u == t) target = j;
           s.index.push_back(tgs[i].sim.index[u]);
         }

@@ -131,9 +131,12 @@ std::unique_ptr<Graph> random_dag(ParameterCollection& pc, std::mt19937_64& rng,
   };
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t k = rng() % 3;
-    if (k == 0) made.push_back(tanh(operand()));
-    else if (k == 1) made.push_back(add(operand(), operand()));
-    else made.push_back(cmult(operand(), operand()));
+    if (k == 0)
+      made.push_back(tanh(operand()));
+    else if (k == 1)
+      made.push_back(add(operand(), operand()));
+    else
+      made.push_back(cmult(operand(), operand()));
   }
   return g;
 }
@@ -156,8 +159,13 @@ TEST_CASE("fsm scorer: features and choice follow their formulas") {
     std::vector<ReadyView> v(r);
     for (uint32_t i = 0; i < r; ++i) {
       const uint32_t total = 1 + rng() % 5, ready = rng() % 9;
-      v[i] = {i, uint32_t(rng() % 50), uint32_t(rng() % 4), ready + 1,
-              std::min<uint32_t>(ready + 1, total) * uint32_t(rng() % 2), total, uint32_t(1 + rng() % 30),
+      v[i] = {i,
+              uint32_t(rng() % 50),
+              uint32_t(rng() % 4),
+              ready + 1,
+              std::min<uint32_t>(ready + 1, total) * uint32_t(rng() % 2),
+              total,
+              uint32_t(1 + rng() % 30),
               double(rng() % 11) / 2};
     }
     std::vector<double> f(r * kFsmFeatures);
@@ -260,7 +268,8 @@ TEST_CASE("fsm scorer: the time reward finds the cheapest schedule on small DAGs
     run_batches(*g, fsm, &s);
     // The predicted time, summed here from the costs drawn above.
     double cost = 0;
-    for (const Batch& b : s.batches) cost += by_type[b.type].launch_us + by_type[b.type].node_us * b.count;
+    for (const Batch& b : s.batches)
+      cost += by_type[b.type].launch_us + by_type[b.type].node_us * b.count;
     CAPTURE(trial);
     CHECK(cost == doctest::Approx(best));
     CHECK(costs.predicted_us(*g, s) == doctest::Approx(cost));
@@ -289,7 +298,8 @@ TEST_CASE("fsm scorer: predicted time ranks two schedules with equal counts by t
   costs.costs = {{5.0, 0.5}, {1.0, 0.25}};
   std::vector<uint32_t> tanh_nodes, sig_nodes;
   for (uint32_t v = 0; v < g.size(); ++v)
-    if (is_scheduled(g.node(v).op)) (g.node(v).type == t_tanh ? tanh_nodes : sig_nodes).push_back(v);
+    if (is_scheduled(g.node(v).op))
+      (g.node(v).type == t_tanh ? tanh_nodes : sig_nodes).push_back(v);
   REQUIRE(tanh_nodes.size() == 2);
   // Tanh first: tanh{x}, sigmoid{both}, tanh{y's}; sigmoid first: the mirror image.
   Schedule tanh_first, sig_first;
@@ -386,7 +396,8 @@ TEST_CASE("fsm auto: learns once, caches, reuses; refuses other types and corrup
   ctx.auto_budget_s = 0;  // no limit: the result does not depend on the machine's speed
   ctx.warn = [&](const std::string& w) { warnings.push_back(w); };
   auto files = [&] {
-    return static_cast<size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+    return static_cast<size_t>(
+        std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
   };
   AutoPolicy first(ctx);
   std::vector<Schedule> learned;
@@ -421,7 +432,8 @@ TEST_CASE("fsm auto: learns once, caches, reuses; refuses other types and corrup
     CHECK(stale.trained());
     REQUIRE(warnings.size() == 1);
     CHECK(warnings[0].find("ignoring the cached policy") != std::string::npos);
-    CHECK(load_fsm_policy(tree.cache_path()).info.types != load_fsm_policy(first.cache_path()).info.types);
+    CHECK(load_fsm_policy(tree.cache_path()).info.types !=
+          load_fsm_policy(first.cache_path()).info.types);
   }
   // A corrupt entry: a warning, training, and a good file again.
   warnings.clear();
