@@ -389,7 +389,7 @@ TEST_CASE("fsm scorer: version 2 files keep the scorer and costs; version 1 file
 TEST_CASE("fsm auto: learns once, caches, reuses; refuses other types and corrupt files") {
   const fs::path dir = temp_dir("auto");
   const Synthetic lattices("lattice_lstm", 48, 16, 11);
-  const Synthetic trees("tree_lstm", 32, 16, 12);
+  const Synthetic trees("random_dag", 32, 16, 12);  // other types, off the bound
   std::vector<std::string> warnings;
   PolicyContext ctx;
   ctx.cache_dir = dir.string();
@@ -434,6 +434,15 @@ TEST_CASE("fsm auto: learns once, caches, reuses; refuses other types and corrup
     CHECK(warnings[0].find("ignoring the cached policy") != std::string::npos);
     CHECK(load_fsm_policy(tree.cache_path()).info.types !=
           load_fsm_policy(first.cache_path()).info.types);
+  }
+  // Trees are at the lower bound under lb-greedy: nothing to learn, nothing cached yet.
+  {
+    const Synthetic at_bound("tree_lstm", 32, 16, 13);
+    const size_t before = files();
+    AutoPolicy tree(ctx);
+    run_batches(*at_bound.graphs[0], tree, nullptr);
+    CHECK(!tree.trained());
+    CHECK(files() == before);
   }
   // A corrupt entry: a warning, training, and a good file again.
   warnings.clear();
