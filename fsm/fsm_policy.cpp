@@ -1,6 +1,7 @@
 // The FSM policy at run time: state encodings, the lookup table, policy files and the policy.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -190,6 +191,65 @@ nlohmann::json parse_object(const std::string& text, const char* field) {
   return j;
 }
 
+double finite_value(const nlohmann::json& v, const std::string& what, const std::string& path) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()))
+    file_error(path, what + " must be a finite number, found " + v.dump());
+  return v.get<double>();
+}
+
+std::vector<double> finite_array(const nlohmann::json& j, const char* key, size_t size,
+                                 const std::string& what, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array() || it->size() != size)
+    file_error(path, what + " '" + key + "' must be an array of " + std::to_string(size) +
+                         " numbers");
+  std::vector<double> out;
+  for (size_t i = 0; i < size; ++i)
+    out.push_back(finite_value((*it)[i], what + " " + key + "[" + std::to_string(i) + "]", path));
+  return out;
+}
+
+// "scorer": {"features": [names], "weights": [per feature], "type_bias": [per type]}. Features
+// are matched by name, so a file may name them in any order; an unknown name is refused.
+FsmScorer parse_scorer(const nlohmann::json& j, size_t types, const std::string& path) {
+  if (!j.is_object()) file_error(path, "field 'scorer' must be an object");
+  const auto names = field<std::vector<std::string>>(j, "features", path);
+  const std::vector<double> w = finite_array(j, "weights", names.size(), "scorer", path);
+  FsmScorer s;
+  s.weights.assign(kFsmFeatures, 0.0);
+  std::vector<bool> seen(kFsmFeatures, false);
+  for (size_t i = 0; i < names.size(); ++i) {
+    uint32_t k = 0;
+    while (k < kFsmFeatures && names[i] != fsm_feature_name(k)) ++k;
+    if (k == kFsmFeatures)
+      file_error(path, "scorer feature '" + names[i] + "' is unknown to this build");
+    if (seen[k]) file_error(path, "scorer feature '" + names[i] + "' appears twice");
+    seen[k] = true;
+    s.weights[k] = w[i];
+  }
+  s.type_bias = finite_array(j, "type_bias", types, "scorer", path);
+  return s;
+}
+
+// "costs": {"device": name, "types": {type name: [launch_us, node_us]}}.
+FsmCostModel parse_costs(const nlohmann::json& j, const std::string& path) {
+  if (!j.is_object()) file_error(path, "field 'costs' must be an object");
+  FsmCostModel c;
+  c.device = field<std::string>(j, "device", path);
+  const nlohmann::json types = field<nlohmann::json>(j, "types", path);
+  if (!types.is_object()) file_error(path, "costs 'types' must be an object");
+  for (const auto& [name, v] : types.items()) {
+    if (!v.is_array() || v.size() != 2)
+      file_error(path, "costs of '" + name + "' must be [launch_us, node_us]");
+    const double launch = finite_value(v[0], "launch cost of '" + name + "'", path);
+    const double node = finite_value(v[1], "node cost of '" + name + "'", path);
+    if (launch < 0 || node < 0) file_error(path, "costs of '" + name + "' must not be negative");
+    c.types.push_back(name);
+    c.costs.push_back({launch, node});
+  }
+  return c;
+}
+
 }  // namespace
 
 std::string fsm_policy_json(const FsmPolicyData& policy) {
@@ -212,6 +272,24 @@ std::string fsm_policy_json(const FsmPolicyData& policy) {
   std::sort(rows.begin(), rows.end());
   j["entries"] = rows.size();
   j["table"] = rows;
+  if (!policy.scorer.empty()) {
+    if (policy.scorer.weights.size() != kFsmFeatures ||
+        policy.scorer.type_bias.size() != info.types.size())
+      throw std::invalid_argument("[fsm_policy_json] the scorer needs " +
+                                  std::to_string(kFsmFeatures) + " weights and a bias per type");
+    nlohmann::json names = nlohmann::json::array();
+    for (uint32_t k = 0; k < kFsmFeatures; ++k) names.push_back(fsm_feature_name(k));
+    j["scorer"] = {{"features", names},
+                   {"weights", policy.scorer.weights},
+                   {"type_bias", policy.scorer.type_bias}};
+  }
+  if (!policy.costs.empty()) {
+    nlohmann::json types = nlohmann::json::object();
+    for (size_t i = 0; i < policy.costs.types.size(); ++i)
+      types[policy.costs.types[i]] = {policy.costs.costs[i].launch_us,
+                                      policy.costs.costs[i].node_us};
+    j["costs"] = {{"device", policy.costs.device}, {"types", types}};
+  }
   return j.dump(1) + "\n";
 }
 
@@ -240,9 +318,9 @@ FsmPolicyData parse_fsm_policy(const std::string& text, const std::string& path)
     file_error(path, std::string("not an edbatch policy file (no \"format\": \"") + kFormatName +
                          "\")");
   const uint32_t version = field<uint32_t>(j, "version", path);
-  if (version != kFsmFormatVersion)
-    file_error(path, "format version " + std::to_string(version) + ", this build reads version " +
-                         std::to_string(kFsmFormatVersion));
+  if (version < 1 || version > kFsmFormatVersion)
+    file_error(path, "format version " + std::to_string(version) +
+                         ", this build reads versions 1 to " + std::to_string(kFsmFormatVersion));
   FsmPolicyData d;
   FsmPolicyInfo& info = d.info;
   info.model = field<std::string>(j, "model", path);
@@ -276,6 +354,10 @@ FsmPolicyData parse_fsm_policy(const std::string& text, const std::string& path)
                            std::to_string(info.types.size()));
     d.table.insert(FsmKey{rows[i][0], rows[i][1]}, static_cast<uint32_t>(rows[i][2]));
   }
+  // Version 1 had neither; a version 1 file that has them is read as written.
+  if (auto it = j.find("scorer"); it != j.end() && !it->is_null())
+    d.scorer = parse_scorer(*it, info.types.size(), path);
+  if (auto it = j.find("costs"); it != j.end() && !it->is_null()) d.costs = parse_costs(*it, path);
   return d;
 }
 
@@ -286,7 +368,12 @@ FsmPolicy::FsmPolicy(FsmPolicyData data, std::string source)
       source_(std::move(source)),
       name_("fsm:" + source_),
       fallback_(make_policy("lb-greedy")),
-      cover_(data_.info.encoding == FsmEncoding::Cover) {}
+      cover_(data_.info.encoding == FsmEncoding::Cover) {
+  if (!data_.scorer.empty() && (data_.scorer.weights.size() != kFsmFeatures ||
+                                data_.scorer.type_bias.size() != data_.info.types.size()))
+    throw std::invalid_argument("[FsmPolicy] the scorer of '" + source_ + "' needs " +
+                                std::to_string(kFsmFeatures) + " weights and a bias per type");
+}
 
 void FsmPolicy::begin(const Graph& g) {
   lookups_ = {};
@@ -331,6 +418,28 @@ void FsmPolicy::begin(const Graph& g) {
   ids_.resize(data_.info.types.size());
   counts_.resize(ids_.size());
   scratch_.resize(ids_.size());
+  views_.resize(ids_.size());
+  features_.resize(ids_.size() * kFsmFeatures);
+}
+
+uint32_t FsmPolicy::fallback(const Frontier& f) {
+  ++lookups_.misses;
+  const std::vector<uint32_t>& ready = f.ready_types();
+  const uint32_t r = static_cast<uint32_t>(ready.size());
+  if (data_.scorer.empty() || r > views_.size()) return fallback_->choose(f);
+  ++lookups_.scored;
+  for (uint32_t i = 0; i < r; ++i) {
+    const uint32_t t = ready[i];
+    views_[i] = {t,
+                 t,
+                 t < local_of_.size() ? local_of_[t] : UINT32_MAX,
+                 f.ready_count(t),
+                 f.critical_ready(t),
+                 f.critical_total(t),
+                 f.remaining_bound(t),
+                 f.average_depth(t)};
+  }
+  return views_[fsm_score_choice(data_.scorer, views_.data(), r, features_.data())].type;
 }
 
 uint32_t FsmPolicy::choose(const Frontier& f) {
@@ -369,8 +478,7 @@ uint32_t FsmPolicy::choose(const Frontier& f) {
       }
     }
   }
-  ++lookups_.misses;
-  return fallback_->choose(f);
+  return fallback(f);
 }
 
 }  // namespace edbatch

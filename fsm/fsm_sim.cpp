@@ -1,7 +1,10 @@
 #include "fsm/fsm_sim.h"
 
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <random>
+#include <unordered_set>
 
 #include "edbatch/graph.h"
 #include "edbatch/schedule.h"
@@ -85,6 +88,21 @@ SimGraph::SimGraph(const Graph& g, const std::vector<uint32_t>& index_of) {
   std::mt19937_64 rng(0x5eed);
   zobrist.resize(num_nodes);
   for (uint64_t& z : zobrist) z = rng();
+  launch_cost.assign(num_types, 1.0);
+  node_cost.assign(num_types, 0.0);
+  bound_cost = lower_bound;
+}
+
+void SimGraph::set_costs(const FsmCostModel& costs, const std::vector<std::string>& names) {
+  bound_cost = 0;
+  for (uint32_t t = 0; t < num_types; ++t) {
+    const FsmTypeCost c = costs.of(names.at(index[t]));
+    launch_cost[t] = c.launch_us;
+    node_cost[t] = c.node_us;
+    bound_cost += top[t] * c.launch_us;
+  }
+  fixed_cost = 0;
+  for (uint32_t v = 0; v < num_nodes; ++v) fixed_cost += node_cost[type[v]];
 }
 
 SimState::SimState(const SimGraph& graph)
@@ -94,7 +112,8 @@ SimState::SimState(const SimGraph& graph)
       ready_at(graph.remaining_at.size(), 0),
       remaining_at(graph.remaining_at),
       top(graph.top),
-      bound_left(graph.lower_bound) {
+      bound_left(graph.lower_bound),
+      bound_cost_left(graph.bound_cost) {
   for (uint32_t v = 0; v < graph.num_nodes; ++v) {
     if (pending[v] != 0) continue;
     const uint32_t t = graph.type[v];
@@ -117,6 +136,7 @@ uint32_t SimState::run(uint32_t t) {
   while (top[t] > 0 && remaining_at[base + top[t]] == 0) {
     --top[t];
     --bound_left;
+    bound_cost_left -= g->launch_cost[t];
   }
   for (uint32_t v : nodes) {
     for (uint32_t c = g->consumer_begin[v]; c < g->consumer_begin[v + 1]; ++c) {
@@ -131,6 +151,7 @@ uint32_t SimState::run(uint32_t t) {
   ++batches;
   done += static_cast<uint32_t>(nodes.size());
   const uint32_t count = static_cast<uint32_t>(nodes.size());
+  cost += g->launch_cost[t] + g->node_cost[t] * count;
   nodes.clear();
   if (ready[t].empty()) ready[t].swap(nodes);  // keep the capacity
   return count;
@@ -140,6 +161,25 @@ uint32_t SimState::lb_greedy() const {
   LbGreedyChoice best;
   for (uint32_t t : ready_types) best.offer(t, g->global[t], coverage(t), g->avg_depth[t]);
   return best.type;
+}
+
+uint32_t SimState::scored(const FsmScorer& s, std::vector<ReadyView>& views,
+                         std::vector<double>& features) const {
+  const uint32_t r = static_cast<uint32_t>(ready_types.size());
+  views.resize(r);
+  features.resize(static_cast<size_t>(r) * kFsmFeatures);
+  for (uint32_t i = 0; i < r; ++i) {
+    const uint32_t t = ready_types[i];
+    views[i] = {t,
+                g->global[t],
+                g->index[t],
+                static_cast<uint32_t>(ready[t].size()),
+                critical_ready(t),
+                critical_total(t),
+                top[t],
+                g->avg_depth[t]};
+  }
+  return views[fsm_score_choice(s, views.data(), r, features.data())].type;
 }
 
 FsmKey SimState::key(FsmEncoding e, KeyScratch& k) const {
@@ -155,6 +195,103 @@ FsmKey SimState::key(FsmEncoding e, KeyScratch& k) const {
     k.levels[i] = fsm_coverage_level(critical_ready(t), critical_total(t));
   }
   return fsm_encode(e, k.ids.data(), k.counts.data(), k.levels.data(), r, k.order.data());
+}
+
+}  // namespace edbatch
+
+namespace edbatch {
+
+uint32_t fallback_choice(const SimState& s, const SimPolicy& p, SimScratch& k) {
+  return p.scorer && !p.scorer->empty() ? s.scored(*p.scorer, k.views, k.features)
+                                        : s.lb_greedy();
+}
+
+uint32_t policy_choice(const TrainGraph& tg, const SimState& s, const SimPolicy& p,
+                       SimScratch& k) {
+  if (p.table && p.table->size() > 0) {
+    const uint32_t a = p.table->find(s.key(p.encoding, k.keys));
+    if (a != FsmTable::kNone && a < tg.local_of_index.size()) {
+      const uint32_t t = tg.local_of_index[a];
+      if (t != UINT32_MAX && !s.ready[t].empty()) return t;
+    }
+  }
+  return fallback_choice(s, p, k);
+}
+
+double run_policy(const TrainGraph& tg, const SimPolicy& p) {
+  SimState s(tg.sim);
+  SimScratch k;
+  while (!s.finished()) s.run(policy_choice(tg, s, p, k));
+  return s.cost;
+}
+
+double evaluate(const std::vector<TrainGraph>& graphs, const SimPolicy& p) {
+  std::vector<double> cost(graphs.size());
+  tbb::parallel_for(size_t(0), graphs.size(),
+                    [&](size_t i) { cost[i] = run_policy(graphs[i], p); });
+  double total = 0;
+  for (double c : cost) total += c;
+  return total;
+}
+
+std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
+  struct Entry {
+    uint32_t parent, action;
+  };
+  std::vector<std::vector<Entry>> levels;
+  std::vector<SimState> beam{SimState(tg.sim)}, next;
+  struct Candidate {
+    double key;  // cost so far + launch cost of the remaining chain bound (0 when finished)
+    uint32_t left, parent, action;
+    uint64_t hash;
+  };
+  std::vector<Candidate> cand;
+  std::unordered_set<uint64_t> seen;
+  // A finished state stays in the beam (action UINT32_MAX) until none ranks above it.
+  while (!beam.front().finished()) {
+    cand.clear();
+    for (uint32_t i = 0; i < beam.size(); ++i) {
+      if (beam[i].finished()) {
+        cand.push_back({beam[i].cost, 0, i, UINT32_MAX, beam[i].hash});
+        continue;
+      }
+      for (uint32_t t : beam[i].ready_types) {
+        SimState c = beam[i];
+        c.run(t);
+        cand.push_back({c.cost + c.bound_cost_left, tg.sim.num_nodes - c.done, i, t, c.hash});
+      }
+    }
+    std::sort(cand.begin(), cand.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.key != b.key) return a.key < b.key;
+      if (a.left != b.left) return a.left < b.left;
+      if (a.hash != b.hash) return a.hash < b.hash;
+      return a.parent < b.parent;
+    });
+    seen.clear();
+    next.clear();
+    levels.emplace_back();
+    for (const Candidate& c : cand) {
+      if (next.size() == width) break;
+      if (!seen.insert(c.hash).second) continue;
+      next.push_back(beam[c.parent]);
+      if (c.action != UINT32_MAX) next.back().run(c.action);
+      levels.back().push_back({c.parent, c.action});
+    }
+    beam.swap(next);
+  }
+  std::vector<uint32_t> plan;
+  for (uint32_t l = static_cast<uint32_t>(levels.size()), i = 0; l-- > 0;) {
+    if (levels[l][i].action != UINT32_MAX) plan.push_back(levels[l][i].action);
+    i = levels[l][i].parent;
+  }
+  std::reverse(plan.begin(), plan.end());
+  SimState greedy(tg.sim);
+  std::vector<uint32_t> greedy_plan;
+  while (!greedy.finished()) {
+    greedy_plan.push_back(greedy.lb_greedy());
+    greedy.run(greedy_plan.back());
+  }
+  return greedy.cost < beam.front().cost ? greedy_plan : plan;
 }
 
 }  // namespace edbatch

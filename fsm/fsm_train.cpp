@@ -7,6 +7,8 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -26,147 +28,56 @@ namespace {
 // The action "no entry: the fallback chooses", in Q tables and during the table search.
 constexpr uint32_t kFallback = FsmTable::kNone - 1;
 
-struct TrainGraph {
-  TrainGraph(const Graph& g, const std::vector<uint32_t>& index_of, uint32_t num_indices)
-      : sim(g, index_of), local_of_index(num_indices, UINT32_MAX) {
-    for (uint32_t t = 0; t < sim.num_types; ++t) local_of_index[sim.index[t]] = t;
-  }
-  SimGraph sim;
-  std::vector<uint32_t> local_of_index;
-};
-
-// The table's choice in `s`, or lb-greedy when the state is unseen (as FsmPolicy chooses).
-uint32_t table_choice(const TrainGraph& tg, const SimState& s, const FsmTable& table,
-                      FsmEncoding e, KeyScratch& k) {
-  const uint32_t a = table.find(s.key(e, k));
-  if (a != FsmTable::kNone && a < tg.local_of_index.size()) {
-    const uint32_t t = tg.local_of_index[a];
-    if (t != UINT32_MAX && !s.ready[t].empty()) return t;
-  }
-  return s.lb_greedy();
-}
-
-uint32_t run_table(const TrainGraph& tg, const FsmTable& table, FsmEncoding e) {
-  SimState s(tg.sim);
-  KeyScratch k;
-  while (!s.finished()) s.run(table_choice(tg, s, table, e, k));
-  return s.batches;
-}
-
-// Sum of batches over graphs; the sum is exact, so the thread count does not change it.
-uint64_t evaluate(const std::vector<TrainGraph>& graphs, const FsmTable& table, FsmEncoding e) {
-  std::vector<uint32_t> batches(graphs.size());
-  tbb::parallel_for(size_t(0), graphs.size(),
-                    [&](size_t i) { batches[i] = run_table(graphs[i], table, e); });
-  uint64_t total = 0;
-  for (uint32_t b : batches) total += b;
-  return total;
-}
-
-// A beam search over schedules. All states of one level ran the same number of batches, so they
-// are ranked by the lower bound of what is left (then by nodes left); the first finished state
-// is the best the beam found. Returns the local types in order; lb-greedy's when that is shorter.
-std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
-  struct Entry {
-    uint32_t parent, action;
-  };
-  std::vector<std::vector<Entry>> levels;
-  std::vector<SimState> beam{SimState(tg.sim)}, next;
-  struct Candidate {
-    uint32_t bound, left, parent, action;
-    uint64_t hash;
-  };
-  std::vector<Candidate> cand;
-  std::unordered_set<uint64_t> seen;
-  while (!beam.front().finished()) {
-    cand.clear();
-    for (uint32_t i = 0; i < beam.size(); ++i) {
-      for (uint32_t t : beam[i].ready_types) {
-        SimState c = beam[i];
-        c.run(t);
-        cand.push_back({c.bound_left, tg.sim.num_nodes - c.done, i, t, c.hash});
-      }
-    }
-    std::sort(cand.begin(), cand.end(), [](const Candidate& a, const Candidate& b) {
-      if (a.bound != b.bound) return a.bound < b.bound;
-      if (a.left != b.left) return a.left < b.left;
-      if (a.hash != b.hash) return a.hash < b.hash;
-      return a.parent < b.parent;
-    });
-    seen.clear();
-    next.clear();
-    levels.emplace_back();
-    for (const Candidate& c : cand) {
-      if (next.size() == width) break;
-      if (!seen.insert(c.hash).second) continue;
-      next.push_back(beam[c.parent]);
-      next.back().run(c.action);
-      levels.back().push_back({c.parent, c.action});
-    }
-    beam.swap(next);
-  }
-  std::vector<uint32_t> plan(levels.size());
-  for (uint32_t l = static_cast<uint32_t>(levels.size()), i = 0; l-- > 0;) {
-    plan[l] = levels[l][i].action;
-    i = levels[l][i].parent;
-  }
-  SimState greedy(tg.sim);
-  std::vector<uint32_t> greedy_plan;
-  while (!greedy.finished()) {
-    greedy_plan.push_back(greedy.lb_greedy());
-    greedy.run(greedy_plan.back());
-  }
-  return greedy_plan.size() < plan.size() ? greedy_plan : plan;
-}
-
 // Coordinate descent over the table on the training mini-batches: for each state the table
 // visits (most visited first), try every ready type and "no entry" (the fallback), and keep a
 // change when it lowers the total batches of the mini-batches that visit the state. Teaches the
 // table what the teacher's plans cannot: one action per state that is best on average.
 struct Visits {
   std::vector<std::vector<FsmKey>> keys;  // per graph: the states visited, in order
-  std::vector<uint32_t> batches;
+  std::vector<double> batches;  // costs
 };
 
-void visit(const TrainGraph& tg, const FsmTable& table, FsmEncoding e, std::vector<FsmKey>& keys,
-           uint32_t& batches, std::vector<uint64_t>* options) {
+void visit(const TrainGraph& tg, const SimPolicy& p, std::vector<FsmKey>& keys, double& cost,
+           std::vector<uint64_t>* options) {
   SimState s(tg.sim);
-  KeyScratch k;
+  SimScratch k;
   keys.clear();
   while (!s.finished()) {
-    keys.push_back(s.key(e, k));
+    keys.push_back(s.key(p.encoding, k.keys));
     if (options) {
       uint64_t ready = 0;  // trainer indices < 64 only; others stay reachable through no entry
       for (uint32_t t : s.ready_types)
         if (tg.sim.index[t] < 64) ready |= 1ull << tg.sim.index[t];
       options->push_back(ready);
     }
-    s.run(table_choice(tg, s, table, e, k));
+    s.run(policy_choice(tg, s, p, k));
   }
-  batches = s.batches;
+  cost = s.cost;
 }
 
-FsmTable refine(const std::vector<TrainGraph>& tgs, FsmTable table, const FsmTrainOptions& o) {
+FsmTable refine(const std::vector<TrainGraph>& tgs, FsmTable table, const FsmScorer* scorer,
+                const FsmTrainOptions& o, const std::function<bool()>& out_of_time) {
   const size_t n = tgs.size();
-  Visits v{std::vector<std::vector<FsmKey>>(n), std::vector<uint32_t>(n)};
-  auto rerun = [&](const std::vector<uint32_t>& which, std::vector<uint32_t>& batches,
+  Visits v{std::vector<std::vector<FsmKey>>(n), std::vector<double>(n)};
+  const SimPolicy policy{o.encoding, &table, scorer};
+  auto rerun = [&](const std::vector<uint32_t>& which, std::vector<double>& batches,
                    std::vector<std::vector<FsmKey>>& keys) {
     tbb::parallel_for(size_t(0), which.size(), [&](size_t i) {
-      visit(tgs[which[i]], table, o.encoding, keys[i], batches[i], nullptr);
+      visit(tgs[which[i]], policy, keys[i], batches[i], nullptr);
     });
   };
   // Later graphs may start visiting a state after its graph list was made, so a pass is only
   // mostly monotone: keep the best table seen at pass boundaries.
   FsmTable best_table = table;
-  uint64_t best_total = UINT64_MAX;
+  double best_total = HUGE_VAL;
   for (uint32_t pass = 0; pass <= o.refine_passes; ++pass) {
     // Index the states: which graphs visit them, how often, which actions are possible.
     std::vector<std::vector<uint64_t>> ready(n);
     tbb::parallel_for(size_t(0), n, [&](size_t i) {
-      visit(tgs[i], table, o.encoding, v.keys[i], v.batches[i], &ready[i]);
+      visit(tgs[i], policy, v.keys[i], v.batches[i], &ready[i]);
     });
-    uint64_t total = 0;
-    for (uint32_t b : v.batches) total += b;
+    double total = 0;
+    for (double b : v.batches) total += b;
     if (total < best_total) {
       best_total = total;
       best_table = table;
@@ -187,25 +98,26 @@ FsmTable refine(const std::vector<TrainGraph>& tgs, FsmTable table, const FsmTra
     });
     if (order.size() > o.refine_states) order.resize(o.refine_states);
     bool improved = false;
-    std::vector<uint32_t> batches;
+    std::vector<double> batches;
     std::vector<std::vector<FsmKey>> keys;
     for (const FsmKey& key : order) {
+      if (out_of_time()) break;
       const auto& [mask, graphs] = index[key];
-      uint64_t before = 0;
+      double before = 0;
       for (uint32_t g : graphs) before += v.batches[g];
       const uint32_t current = table.find(key);
       std::vector<uint32_t> actions{kFallback};
       for (uint64_t m = mask; m; m &= m - 1) actions.push_back(__builtin_ctzll(m));
       uint32_t best_action = current == FsmTable::kNone ? kFallback : current;
-      uint64_t best = before;
+      double best = before;
       for (uint32_t a : actions) {
         if (a == best_action) continue;
         table.insert(key, a);
         batches.resize(graphs.size());
         keys.resize(graphs.size());
         rerun(graphs, batches, keys);
-        uint64_t after = 0;
-        for (uint32_t b : batches) after += b;
+        double after = 0;
+        for (double b : batches) after += b;
         if (after < best) {
           best = after;
           best_action = a;
@@ -266,18 +178,19 @@ struct Step {
 struct Rollout {
   std::vector<Step> steps;
   uint32_t batches = 0;
+  double cost = 0;
 };
 
-Rollout rollout(const TrainGraph& tg, const QTable& q, const FsmTrainOptions& o, double epsilon,
-                uint64_t seed) {
+Rollout rollout(const TrainGraph& tg, const QTable& q, const SimPolicy& p,
+                const FsmTrainOptions& o, double epsilon, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   SimState s(tg.sim);
-  KeyScratch k;
+  SimScratch k;
   Rollout out;
   while (!s.finished()) {
-    const FsmKey key = s.key(o.encoding, k);
-    const uint32_t fallback = s.lb_greedy();
+    const FsmKey key = s.key(o.encoding, k.keys);
+    const uint32_t fallback = fallback_choice(s, p, k);
     uint32_t t = UINT32_MAX;
     if (coin(rng) < epsilon) {
       t = s.ready_types[rng() % s.ready_types.size()];
@@ -293,13 +206,15 @@ Rollout rollout(const TrainGraph& tg, const QTable& q, const FsmTrainOptions& o,
     if (t == UINT32_MAX) t = fallback;
     const double coverage = s.coverage(t);
     s.run(t);
-    // 0 when the batch takes every critical node of its type (the bound allows no fuller batch).
-    const double reward = -1.0 + coverage;
+    // 0 when the batch takes every critical node of its type (the bound allows no fuller batch);
+    // with costs, scaled by the type's launch cost.
+    const double reward = tg.sim.launch_cost[t] * (-1.0 + coverage);
     // The fallback's choice is learned as "no entry", so an action tried only by exploration
     // must beat it to enter the table.
     out.steps.push_back({key, t == fallback ? kFallback : tg.sim.index[t], reward});
   }
   out.batches = s.batches;
+  out.cost = s.cost;
   return out;
 }
 
@@ -361,43 +276,64 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     info.types.push_back(types.name(t));
   }
   const uint32_t num_indices = static_cast<uint32_t>(info.types.size());
-  if (num_indices > fsm_encoding_max_types(o.encoding))
+  // The scorer alone needs no keys: an encoding that names every type keeps the file valid.
+  if (!o.table && num_indices > fsm_encoding_max_types(info.encoding))
+    info.encoding = FsmEncoding::Sorted;
+  if (num_indices > fsm_encoding_max_types(info.encoding))
     throw std::invalid_argument("[train_fsm_policy] " + std::to_string(num_indices) +
                                 " types, more than encoding " + fsm_encoding_name(o.encoding) +
                                 " supports (" +
                                 std::to_string(fsm_encoding_max_types(o.encoding)) + ")");
+  const auto start = std::chrono::steady_clock::now();
+  const std::function<bool()> out_of_time = [&] {
+    return o.time_budget_s > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+               o.time_budget_s;
+  };
 
   std::vector<TrainGraph> tgs, vgs;
   for (const Graph* g : train) tgs.emplace_back(*g, index_of, num_indices);
   for (const Graph* g : validation) vgs.emplace_back(*g, index_of, num_indices);
+  if (!o.costs.empty())
+    for (auto* list : {&tgs, &vgs})
+      for (TrainGraph& tg : *list) tg.sim.set_costs(o.costs, info.types);
   uint64_t bound = 0;
-  for (const TrainGraph& v : vgs) bound += v.sim.lower_bound;
+  double bound_cost = 0;  // the cost of a schedule at the chain bound in every type
+  for (const TrainGraph& v : vgs) {
+    bound += v.sim.lower_bound;
+    bound_cost += v.sim.bound_cost + v.sim.fixed_cost;
+  }
   const double nv = static_cast<double>(vgs.size());
   info.validation_lower_bound = bound / nv;
+  const SimPolicy encoding_only{info.encoding, nullptr, nullptr};
 
-  // Candidates: lb-greedy alone (an empty table), the teacher's table, Q-learning's tables.
+  // Candidates: lb-greedy alone, the scorer, the teacher's table, Q-learning's and the table
+  // search's (the last three with the best fallback so far).
   FsmTable best_table;
-  uint64_t best = evaluate(vgs, best_table, o.encoding);
+  FsmScorer best_scorer;
+  double best = evaluate(vgs, encoding_only);
   result.best_source = "lb-greedy";
-  auto consider = [&](const FsmTable& table, uint64_t batches, const char* source) {
-    if (batches >= best) return;
-    best = batches;
+  auto consider = [&](const FsmTable& table, const FsmScorer& scorer, double cost,
+                      const char* source) {
+    if (cost >= best) return;
+    best = cost;
     best_table = table;
+    best_scorer = scorer;
     result.best_source = source;
   };
-  auto good_enough = [&] { return best <= (1.0 + o.early_stop) * bound; };
-  // A learning-curve point for a candidate table: its mean over the training mini-batches too.
-  auto report = [&](const FsmTable& table, uint64_t validation_total) {
-    const double mean = double(evaluate(tgs, table, o.encoding)) / tgs.size();
-    FsmCurvePoint p{result.episodes_run, mean, validation_total / nv, bound / nv};
-    result.curve.push_back(p);
-    if (progress) progress(p);
+  auto good_enough = [&] { return best <= (1.0 + o.early_stop) * bound_cost || out_of_time(); };
+  // A learning-curve point for a candidate: its mean over the training mini-batches too.
+  auto report = [&](const SimPolicy& p, double validation_total) {
+    const double mean = evaluate(tgs, p) / tgs.size();
+    FsmCurvePoint pt{result.episodes_run, mean, validation_total / nv, bound_cost / nv};
+    result.curve.push_back(pt);
+    if (progress) progress(pt);
   };
-  report(best_table, best);
+  report(encoding_only, best);
 
-  QTable q;
+  std::vector<std::vector<uint32_t>> plans;
   if (o.teacher && !good_enough()) {
-    std::vector<std::vector<uint32_t>> plans(tgs.size());
+    plans.resize(tgs.size());
     tbb::parallel_for(size_t(0), tgs.size(),
                       [&](size_t i) { plans[i] = beam_search(tgs[i], o.beam_width); });
     std::vector<uint32_t> val_plans(vgs.size());
@@ -407,13 +343,28 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     uint64_t teacher_total = 0;
     for (uint32_t b : val_plans) teacher_total += b;
     result.teacher_batches = teacher_total / nv;
+  }
+  if (o.scorer && !good_enough()) {
+    const FsmScorer scorer =
+        train_scorer(tgs, plans, num_indices, info.encoding, o, out_of_time);
+    const SimPolicy p{info.encoding, nullptr, &scorer};
+    const double v = evaluate(vgs, p);
+    consider(FsmTable(), scorer, v, "scorer");
+    report(p, v);
+  }
+  // The tables' fallback: the scorer when it beat lb-greedy.
+  const FsmScorer fallback = best_scorer;
+  const SimPolicy with_fallback{info.encoding, nullptr, &fallback};
+
+  QTable q;
+  if (o.table && !plans.empty() && !good_enough()) {
     // Votes per state, in graph order.
     std::unordered_map<FsmKey, std::map<uint32_t, uint32_t>, FsmKeyHash> votes;
     KeyScratch k;
     for (size_t i = 0; i < tgs.size(); ++i) {
       SimState s(tgs[i].sim);
       for (uint32_t t : plans[i]) {
-        ++votes[s.key(o.encoding, k)][tgs[i].sim.index[t]];
+        ++votes[s.key(info.encoding, k)][tgs[i].sim.index[t]];
         s.run(t);
       }
     }
@@ -426,13 +377,15 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
         entries.push_back({action, action == top->first ? 0.0 : -1.0});
     }
     const FsmTable table = greedy_table(q);
-    const uint64_t v = evaluate(vgs, table, o.encoding);
-    consider(table, v, "teacher");
-    report(table, v);
+    const SimPolicy p{info.encoding, &table, &fallback};
+    const double v = evaluate(vgs, p);
+    consider(table, fallback, v, "teacher");
+    report(p, v);
   }
 
   std::mt19937_64 rng(o.seed);
-  const uint32_t rounds = (o.episodes + o.rollouts_per_round - 1) / o.rollouts_per_round;
+  const uint32_t rounds =
+      o.table ? (o.episodes + o.rollouts_per_round - 1) / o.rollouts_per_round : 0;
   std::vector<Rollout> rollouts;
   std::vector<uint32_t> picks;
   for (uint32_t round = 0; round < rounds && !good_enough(); ++round) {
@@ -444,31 +397,47 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     for (uint32_t& p : picks) p = static_cast<uint32_t>(rng() % tgs.size());
     rollouts.assign(count, {});
     tbb::parallel_for(uint32_t(0), count, [&](uint32_t r) {
-      rollouts[r] = rollout(tgs[picks[r]], q, o, epsilon, o.seed * 0x9E3779B97F4A7C15ull + first + r);
+      rollouts[r] = rollout(tgs[picks[r]], q, with_fallback, o, epsilon,
+                            o.seed * 0x9E3779B97F4A7C15ull + first + r);
     });
     double mean = 0;
     for (const Rollout& r : rollouts) {
       update(q, r, o);
-      mean += r.batches;
+      mean += r.cost;
     }
     result.episodes_run = first + count;
     if ((round + 1) % std::max(o.eval_every, 1u) != 0 && round + 1 != rounds) continue;
     const FsmTable table = greedy_table(q);
-    const uint64_t v = evaluate(vgs, table, o.encoding);
-    consider(table, v, "q-learning");
-    FsmCurvePoint p{result.episodes_run, mean / count, v / nv, bound / nv};
+    const double v = evaluate(vgs, {info.encoding, &table, &fallback});
+    consider(table, fallback, v, "q-learning");
+    FsmCurvePoint p{result.episodes_run, mean / count, v / nv, bound_cost / nv};
     result.curve.push_back(p);
     if (progress) progress(p);
   }
 
-  if (o.refine_passes > 0 && !good_enough()) {
-    const FsmTable table = refine(tgs, best_table, o);
-    const uint64_t v = evaluate(vgs, table, o.encoding);
-    consider(table, v, "search");
-    report(table, v);
+  if (o.table && o.refine_passes > 0 && !good_enough()) {
+    const FsmTable table = refine(tgs, best_table, &fallback, o, out_of_time);
+    const SimPolicy p{info.encoding, &table, &fallback};
+    const double v = evaluate(vgs, p);
+    consider(table, fallback, v, "search");
+    report(p, v);
   }
+  result.validation_cost = best / nv;
+  {
+    // Batches of the kept policy (its cost is batches unless costs were given).
+    double batches = 0;
+    const SimPolicy kept{info.encoding, &best_table, &best_scorer};
+    for (const TrainGraph& v : vgs) {
+      SimState s(v.sim);
+      SimScratch k;
+      while (!s.finished()) s.run(policy_choice(v, s, kept, k));
+      batches += s.batches;
+    }
+    info.validation_batches = batches / nv;
+  }
+  result.policy.scorer = std::move(best_scorer);
+  result.policy.costs = o.costs;
   result.policy.table = std::move(best_table);
-  info.validation_batches = best / nv;
   nlohmann::json settings = {{"encoding", fsm_encoding_name(o.encoding)},
                              {"episodes", o.episodes},
                              {"episodes_run", result.episodes_run},
@@ -486,6 +455,12 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
                              {"seed", o.seed},
                              {"training_minibatches", train.size()},
                              {"validation_minibatches", validation.size()},
+                             {"scorer", o.scorer},
+                             {"scorer_steps", o.scorer_steps},
+                             {"scorer_search", o.scorer_search},
+                             {"table", o.table},
+                             {"time_budget_s", o.time_budget_s},
+                             {"reward", o.costs.empty() ? "batches" : "time on " + o.costs.device},
                              {"best", result.best_source}};
   info.training = settings.dump();
   return result;

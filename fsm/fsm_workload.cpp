@@ -60,14 +60,17 @@ FsmWorkload make_fsm_workload(Model& model, uint32_t batch, uint32_t train_batch
   return w;
 }
 
-double mean_batches(const std::vector<const Graph*>& graphs, Policy& policy) {
+double mean_batches(const std::vector<const Graph*>& graphs, Policy& policy,
+                    const FsmCostModel* costs, double* cost_us) {
   Scheduler scheduler;
   Schedule s;
-  double total = 0;
+  double total = 0, time = 0;
   for (const Graph* g : graphs) {
     scheduler.run(*g, policy, s);
     total += s.batches.size();
+    if (costs) time += costs->predicted_us(*g, s);
   }
+  if (cost_us) *cost_us = graphs.empty() ? 0 : time / graphs.size();
   return graphs.empty() ? 0 : total / graphs.size();
 }
 

@@ -58,19 +58,22 @@ class LowerBoundGreedyPolicy : public Policy {
 
 }  // namespace
 
-std::vector<std::string> policy_names() { return {"none", "depth", "agenda", "lb-greedy"}; }
+std::vector<std::string> policy_names() {
+  return {"none", "depth", "agenda", "lb-greedy", "auto"};
+}
 
-std::unique_ptr<Policy> make_policy(const std::string& name) {
+std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyContext& context) {
   if (name == "none") return std::make_unique<NodeByNodePolicy>();
   if (name == "depth") return std::make_unique<DepthPolicy>();
   if (name == "agenda") return std::make_unique<AgendaPolicy>();
   if (name == "lb-greedy") return std::make_unique<LowerBoundGreedyPolicy>();
+  if (name == "auto") return std::make_unique<AutoPolicy>(context);
   if (name.rfind("fsm:", 0) == 0 && name.size() > 4) {
     const std::string path = name.substr(4);
     return std::make_unique<FsmPolicy>(load_fsm_policy(path), path);
   }
   throw std::invalid_argument("[make_policy] unknown policy '" + name +
-                              "' (expected none, depth, agenda, lb-greedy or fsm:FILE)");
+                              "' (expected none, depth, agenda, lb-greedy, auto or fsm:FILE)");
 }
 
 }  // namespace edbatch

@@ -1,5 +1,6 @@
 // Policy files: parse_fsm_policy either refuses cleanly or gives a policy whose table names only
-// its own types; fsm_policy_json writes it back to text that parses to the same policy.
+// its own types and whose scorer has its shape; fsm_policy_json writes it back to text that
+// parses to the same policy (table, scorer and costs).
 #include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
@@ -27,8 +28,19 @@ bool same_json(const std::string& a, const std::string& b) {
   return nlohmann::json::parse(a) == nlohmann::json::parse(b);
 }
 
+bool same_costs(const FsmCostModel& a, const FsmCostModel& b) {
+  if (a.device != b.device || a.types != b.types || a.costs.size() != b.costs.size()) return false;
+  for (size_t i = 0; i < a.costs.size(); ++i)
+    if (a.costs[i].launch_us != b.costs[i].launch_us || a.costs[i].node_us != b.costs[i].node_us)
+      return false;
+  return true;
+}
+
 bool same(const FsmPolicyData& a, const FsmPolicyData& b) {
   const FsmPolicyInfo &x = a.info, &y = b.info;
+  if (a.scorer.weights != b.scorer.weights || a.scorer.type_bias != b.scorer.type_bias ||
+      !same_costs(a.costs, b.costs))
+    return false;
   return x.model == y.model && x.hidden == y.hidden && x.encoding == y.encoding &&
          x.types == y.types && same_json(x.training, y.training) &&
          same_json(x.validation, y.validation) && x.validation_batches == y.validation_batches &&
@@ -43,6 +55,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!parses([&] { policy = parse_fsm_policy(text, "fuzz"); })) return 0;
   FUZZ_CHECK(policy.info.types.size() <= fsm_encoding_max_types(policy.info.encoding),
              "more types than the encoding holds");
+  FUZZ_CHECK(policy.scorer.empty() || (policy.scorer.weights.size() == kFsmFeatures &&
+                                       policy.scorer.type_bias.size() == policy.info.types.size()),
+             "a scorer of the wrong shape");
   for (const auto& r : rows(policy.table))
     FUZZ_CHECK(r[2] < policy.info.types.size(), "a table entry names a type the file lacks");
   const std::string written = fsm_policy_json(policy);

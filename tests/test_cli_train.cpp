@@ -39,7 +39,7 @@ TEST_CASE("cli train: a policy file that edbatch run loads") {
 
   const nlohmann::json file = nlohmann::json::parse(slurp(policy));
   CHECK(file["format"] == "edbatch-fsm-policy");
-  CHECK(file["version"] == 1);
+  CHECK(file["version"] == 2);
   CHECK(file["model"] == "lattice_lstm");
   CHECK(file["hidden"] == 8);
   CHECK(file["encoding"] == "cover");

@@ -14,7 +14,7 @@
 namespace edbatch {
 
 struct EngineOptions {
-  std::string policy = "agenda";  // none | depth | agenda | lb-greedy
+  std::string policy = "agenda";  // none | depth | agenda | lb-greedy | auto | fsm:FILE
   std::string device = "cpu";     // cpu | null | cuda
   int threads = 1;
   double min_parallel_work = 65536;  // see BackendOptions
@@ -26,6 +26,8 @@ struct EngineOptions {
   // blocks), or the parameter or input. Reads all values back from a device (so pipelined
   // passes wait); a debugging aid that costs a pass over the arena.
   bool check_numerics = false;
+  double auto_policy_budget_s = 2;  // policy "auto": training time allowed at the first graph
+  std::string policy_cache_dir = "";  // policy "auto": empty = default_policy_cache_dir()
 };
 
 // A non-finite value found by EngineOptions::check_numerics.
@@ -46,6 +48,7 @@ struct Stats {
   uint64_t lower_bound = 0;
   uint64_t policy_hits = 0;    // learned policies: choices from the table ...
   uint64_t policy_misses = 0;  // ... and from the fallback (unseen states)
+  uint64_t policy_scored = 0;  // of the misses, those the learned scorer decided
   uint64_t kernels = 0;        // launches, forward + backward so far
   uint64_t bytes_copied = 0;   // gathers, forward + backward so far
   uint64_t arena_bytes = 0;

@@ -1,7 +1,9 @@
 // The learned FSM batching policy: a table from an encoding of the ready frontier to the type to
-// run next, trained offline over many mini-batches (fsm/train.cpp), saved to a versioned policy
-// file keyed by type names, and loaded by `make_policy("fsm:FILE")`. Unseen states fall back to
-// lb-greedy.
+// run next, and a linear scorer over per-type frontier features that decides where the table has
+// no entry (it generalises to unseen mini-batches). Trained offline over many mini-batches
+// (fsm/fsm_train.cpp), saved to a versioned policy file keyed by type names, loaded by
+// `make_policy("fsm:FILE")`; `make_policy("auto")` learns one on first use and caches it
+// (fsm/fsm_auto.cpp). Without a scorer, unseen states fall back to lb-greedy.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,6 +16,8 @@
 namespace edbatch {
 
 class Graph;
+class ParameterCollection;
+struct EngineOptions;
 
 // How a frontier becomes a table key. Type ids in keys are indices into the policy's type names.
 //   set:     the set of ready types (at most 128 types)
@@ -73,6 +77,67 @@ class FsmTable {
   uint32_t size_ = 0;
 };
 
+// ---- The scorer: the generalising part of a learned policy ----
+
+// Features of one ready type t in a frontier (all scale-free, so they transfer across mini-batch
+// sizes): 0 share = critical_ready / critical_total; 1 full = all critical nodes ready; 2 log2(1 +
+// ready count); 3 remaining bound / the largest among ready types; 4 average depth relative to
+// the ready types' (0 shallowest, 1 deepest); 5 slack = ready nodes off the critical level /
+// ready; 6 longest = has the largest remaining bound; 7 full x feature 3.
+constexpr uint32_t kFsmFeatures = 8;
+const char* fsm_feature_name(uint32_t i);
+
+// Score of t = weights . features(t) + type_bias[t's index]; the policy runs the highest score
+// (ties: lb-greedy's order). Costs a pass over the ready types per decision.
+struct FsmScorer {
+  std::vector<double> weights;    // kFsmFeatures of them; empty: no scorer
+  std::vector<double> type_bias;  // per index into the policy's types (0 for unknown types)
+  bool empty() const { return weights.empty(); }
+};
+
+// One ready type as the scorer sees it.
+struct ReadyView {
+  uint32_t type;   // what the caller chooses by (a graph or local type id)
+  uint32_t tie;    // the graph's type id: ties go as lb-greedy breaks them
+  uint32_t index;  // into the scorer's type_bias (UINT32_MAX: none)
+  uint32_t ready, critical_ready, critical_total, bound;
+  double depth;    // the type's average depth
+};
+// The features of the r ready types, r x kFsmFeatures, row by row.
+void fsm_features(const ReadyView* v, uint32_t r, double* out);
+// The position in v of the highest score (ties: larger share, then lower depth, then lower tie).
+// `features` is scratch for r x kFsmFeatures doubles.
+uint32_t fsm_score_choice(const FsmScorer& s, const ReadyView* v, uint32_t r, double* features);
+
+// ---- Costs: the time reward ----
+
+// Predicted time of a batch of `n` nodes of a type: launch_us + n * node_us.
+struct FsmTypeCost {
+  double launch_us = 1, node_us = 0;
+};
+// Per-type costs measured on a device (measure_type_costs). Empty (no types): every batch costs
+// 1, so the reward counts batches.
+struct FsmCostModel {
+  std::string device;  // where the costs were measured
+  std::vector<std::string> types;
+  std::vector<FsmTypeCost> costs;  // per entry of types
+  bool empty() const { return types.empty(); }
+  // A type not in the model costs the mean of the model's types (1, 0 when empty).
+  FsmTypeCost of(const std::string& type_name) const;
+  // Predicted microseconds of a schedule of `g`: the sum over its batches.
+  double predicted_us(const Graph& g, const Schedule& s) const;
+};
+
+// Measures per-type costs on the engine's device by regression: every graph runs forward under
+// several policies (lb-greedy, agenda, depth and seeded random orders; `reps` times each, the
+// median kept), and the forward time (device time on a GPU, execution time on the CPU) is fitted
+// by non-negative least squares to sum over types (launch_us x batches + node_us x nodes) plus
+// a constant. `loss` is the expression each graph runs (its summed loss). The graphs must be
+// built over `params`.
+FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<Graph*>& graphs,
+                                const EngineOptions& device, uint32_t reps = 3,
+                                uint64_t seed = 1);
+
 // Everything a policy file holds besides the table.
 struct FsmPolicyInfo {
   std::string model;  // the zoo model (or another name for graphs built elsewhere)
@@ -87,13 +152,16 @@ struct FsmPolicyInfo {
 
 struct FsmPolicyData {
   FsmPolicyInfo info;
-  FsmTable table;  // key -> index into info.types
+  FsmTable table;      // key -> index into info.types
+  FsmScorer scorer;    // decides where the table has no entry; empty: lb-greedy does
+  FsmCostModel costs;  // what the training minimised (empty: batches)
 };
 
-constexpr uint32_t kFsmFormatVersion = 1;
+// Version 2 added the scorer and the costs; version 1 files (tables alone) still load.
+constexpr uint32_t kFsmFormatVersion = 2;
 // JSON; the format is described in docs/policies.md. Throws std::runtime_error when the file
-// cannot be written or read, is not a policy file, has another format version, or is corrupt or
-// truncated, naming the file and what is wrong.
+// cannot be written or read, is not a policy file, has a format version this build does not
+// read, or is corrupt or truncated, naming the file and what is wrong.
 void save_fsm_policy(const std::string& path, const FsmPolicyData& policy);
 FsmPolicyData load_fsm_policy(const std::string& path);
 // The file's text, and reading it from memory (`source_name` names it in errors).
@@ -113,6 +181,7 @@ class FsmPolicy : public Policy {
   const FsmPolicyData& data() const { return data_; }
 
  private:
+  uint32_t fallback(const Frontier& f);
   FsmPolicyData data_;
   std::string source_, name_;
   std::unique_ptr<Policy> fallback_;
@@ -123,6 +192,8 @@ class FsmPolicy : public Policy {
   std::vector<uint32_t> local_of_;      // graph type id -> index into the file's types
   std::vector<uint32_t> global_of_;     // index -> graph type id (UINT32_MAX when absent)
   std::vector<uint32_t> ids_, counts_, scratch_;
+  std::vector<ReadyView> views_;  // the scorer's scratch
+  std::vector<double> features_;
 };
 
 // ---- Training ----
@@ -143,6 +214,15 @@ struct FsmTrainOptions {
   double early_stop = 0.01;      // stop once validation batches <= (1 + this) * lower bound
   uint32_t eval_every = 1;       // rounds between validations
   uint64_t seed = 1;
+  // The scorer: imitation of the teacher's plans (softmax over the ready types, full-batch
+  // gradient steps), then a seeded (1+1) search over its weights on the training cost.
+  bool scorer = true;
+  uint32_t scorer_steps = 300, scorer_search = 120;
+  bool table = true;           // false: the scorer alone (no Q-learning, no table search)
+  FsmCostModel costs;          // the reward: predicted time; empty: batches
+  // Wall-clock limit in seconds (0: none). Past it, the search and the later stages stop and
+  // the best candidate so far is kept; results then depend on the machine's speed.
+  double time_budget_s = 0;
 };
 
 struct FsmCurvePoint {
@@ -157,6 +237,7 @@ struct FsmTrainResult {
                          // left to the caller)
   std::vector<FsmCurvePoint> curve;
   double teacher_batches = 0;  // mean batches of the beam search on the validation set (0: off)
+  double validation_cost = 0;  // mean predicted cost of the kept policy (= batches without costs)
   uint32_t episodes_run = 0;
   std::string best_source;  // "lb-greedy" (empty table), "teacher", "q-learning" or "search"
 };
@@ -186,8 +267,45 @@ struct FsmWorkload {
 FsmWorkload make_fsm_workload(Model& model, uint32_t batch, uint32_t train_batches,
                               uint32_t validation_batches, uint64_t seed);
 
-// Mean batches per graph under a policy, with the Scheduler (the run-time path).
-double mean_batches(const std::vector<const Graph*>& graphs, Policy& policy);
+// Mean batches per graph under a policy, with the Scheduler (the run-time path); `cost_us`, when
+// given, receives the mean predicted time under `costs`.
+double mean_batches(const std::vector<const Graph*>& graphs, Policy& policy,
+                    const FsmCostModel* costs = nullptr, double* cost_us = nullptr);
 double mean_lower_bound(const std::vector<const Graph*>& graphs);
+
+// ---- auto: a policy learned on first use ----
+
+// make_policy("auto", context) (PolicyContext in schedule.h): at its first graph, looks in the
+// cache directory for a policy keyed by the graph's scheduled type names (which carry the hidden
+// size) and the device; when there is none, or it is corrupt or stale (another format, other
+// types, another device: a warning says so), trains a scorer on that graph within
+// context.auto_budget_s (0: no limit), writes it to the cache and uses it. When lb-greedy is
+// already at the lower bound on that graph, the next graphs are tried (up to 8, within the same
+// budget) before the empty result (lb-greedy) is cached. Later graphs with types it does not know
+// run lb-greedy. `trained()` says whether this instance trained.
+class AutoPolicy : public Policy {
+ public:
+  explicit AutoPolicy(PolicyContext context);
+  const char* name() const override { return "auto"; }
+  void begin(const Graph& g) override;
+  uint32_t choose(const Frontier& f) override;
+  Lookups lookups() const override;
+  bool trained() const { return trained_; }
+  double training_s() const { return training_s_; }
+  const std::string& cache_path() const { return path_; }  // set at the first graph
+  static std::string cache_key(const Graph& g, const std::string& device);
+
+ private:
+  void warn(const std::string& what) const;
+  void learn(const Graph& g);
+  PolicyContext context_;
+  std::unique_ptr<FsmPolicy> learned_;
+  std::unique_ptr<Policy> fallback_;
+  Policy* current_ = nullptr;
+  std::string path_;
+  bool started_ = false, trained_ = false;
+  uint32_t attempts_ = 0;
+  double training_s_ = 0;
+};
 
 }  // namespace edbatch

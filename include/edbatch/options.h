@@ -8,10 +8,13 @@
 //   EDBATCH_TORCH_PROFILE=1        AdapterDebugOptions::profile
 //   EDBATCH_TORCH_HOST_COPY=1      AdapterDebugOptions::host_copy
 //   EDBATCH_TORCH_WAIT=1           AdapterDebugOptions::wait_each_call
+//   XDG_CACHE_HOME, HOME           default_policy_cache_dir() (the "auto" policy's cache)
 //
 // The command line and the PyTorch adapter apply it to their options; programs using the C++
 // API call it where they want the same switches.
 #pragma once
+#include <string>
+
 #include "edbatch/backend.h"
 #include "edbatch/engine.h"
 
@@ -31,6 +34,10 @@ struct AdapterDebugOptions {
   bool wait_each_call = false;  // wait for the device after every call (attributes errors)
 };
 AdapterDebugOptions adapter_debug_env();
+
+// Where the "auto" policy caches what it learns: $XDG_CACHE_HOME/edbatch/policies, else
+// $HOME/.cache/edbatch/policies; empty when neither variable is set (then nothing is cached).
+std::string default_policy_cache_dir();
 
 // True when `name` is set to anything but "" or "0".
 bool env_flag(const char* name);

@@ -1,6 +1,7 @@
 // Scheduling: the ordered list of batches for a graph, chosen by a policy over the ready frontier.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,15 +67,26 @@ class Policy {
   // Called after each batch of `type` ran, with the nodes it took.
   virtual void on_batch(uint32_t /*type*/, uint32_t /*count*/) {}
   // Learned policies: choices served by their table and by their fallback since begin().
+  // `scored`: of the misses, those a learned scorer decided (the rest went to lb-greedy).
   struct Lookups {
-    uint64_t hits = 0, misses = 0;
+    uint64_t hits = 0, misses = 0, scored = 0;
   };
   virtual Lookups lookups() const { return {}; }
 };
 
-// "none", "depth", "agenda", "lb-greedy", or "fsm:FILE" (a learned policy file, see fsm.h).
-// Unknown names throw std::invalid_argument.
-std::unique_ptr<Policy> make_policy(const std::string& name);
+// What make_policy needs beyond the name: the device (part of auto's cache key) and auto's
+// settings.
+struct PolicyContext {
+  std::string device = "cpu";
+  double auto_budget_s = 2;  // auto: the most training may add to the first graph
+  std::string cache_dir = "";  // auto: empty = default_policy_cache_dir() (options.h)
+  std::function<void(const std::string&)> warn;  // auto's warnings; empty: stderr
+};
+
+// "none", "depth", "agenda", "lb-greedy", "fsm:FILE" (a learned policy file, see fsm.h) or
+// "auto" (learned on first use and cached, see AutoPolicy in fsm.h). Unknown names throw
+// std::invalid_argument.
+std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyContext& context = {});
 std::vector<std::string> policy_names();
 
 // Builds schedules; keeps its scratch between calls so steady-state scheduling allocates nothing.

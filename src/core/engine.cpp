@@ -29,7 +29,10 @@ std::vector<float> as_vector(const Tensor& t) {
 }
 
 Engine::Engine(ParameterCollection& params, EngineOptions options)
-    : Engine(params, make_policy(options.policy), options) {}
+    : Engine(params,
+             make_policy(options.policy, PolicyContext{options.device, options.auto_policy_budget_s,
+                                                       options.policy_cache_dir, {}}),
+             options) {}
 
 Engine::Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, EngineOptions options)
     : params_(params), options_(std::move(options)), policy_(std::move(policy)) {
@@ -85,6 +88,7 @@ void Engine::plan_graph(Graph& g) {
   stats_.lower_bound = schedule_.lower_bound;
   stats_.policy_hits = policy_->lookups().hits;
   stats_.policy_misses = policy_->lookups().misses;
+  stats_.policy_scored = policy_->lookups().scored;
   graph_ = &g;
   graph_generation_ = g.generation();
   graph_version_ = g.version();

@@ -37,6 +37,14 @@ CudaOptions apply_debug_env(CudaOptions o) {
   return o;
 }
 
+std::string default_policy_cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg == '/') return std::string(xdg) + "/edbatch/policies";  // XDG: absolute only
+  const char* home = std::getenv("HOME");
+  if (home && *home) return std::string(home) + "/.cache/edbatch/policies";
+  return {};
+}
+
 AdapterDebugOptions adapter_debug_env() {
   AdapterDebugOptions o;
   o.profile = env_flag("EDBATCH_TORCH_PROFILE");

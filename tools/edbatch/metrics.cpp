@@ -42,7 +42,7 @@ std::string bytes_text(double b) {
 
 struct Totals {
   double instances = 0, ms = 0, loss = 0, batch_ratio = 0;
-  uint64_t policy_hits = 0, policy_misses = 0;
+  uint64_t policy_hits = 0, policy_misses = 0, policy_scored = 0;
 };
 Totals totals(const std::vector<MiniBatchSample>& samples) {
   Totals t;
@@ -53,6 +53,7 @@ Totals totals(const std::vector<MiniBatchSample>& samples) {
     t.batch_ratio += s.lower_bound ? double(s.batches) / double(s.lower_bound) : 1.0;
     t.policy_hits += s.policy_hits;
     t.policy_misses += s.policy_misses;
+    t.policy_scored += s.policy_scored;
   }
   if (!samples.empty()) t.batch_ratio /= samples.size();
   return t;
@@ -105,6 +106,7 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["batches_over_lower_bound"] = t.batch_ratio;
   j["policy_hits"] = t.policy_hits;
   j["policy_misses"] = t.policy_misses;
+  j["policy_scored"] = t.policy_scored;
   j["kernels_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.kernels); }));
   j["bytes_copied_per_minibatch"] =
       to_json(over(samples, [](auto& s) { return double(s.bytes_copied); }));
@@ -157,9 +159,12 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
   add("%-26s %10.0f   lower bound %.0f, mean ratio %.3f\n", "batches per mini-batch", nb.median,
       lb.median, t.batch_ratio);
   if (t.policy_hits + t.policy_misses > 0)
-    add("%-26s %10llu   fallback (unseen states) %llu, hit rate %.3f\n", "policy table hits",
-        static_cast<unsigned long long>(t.policy_hits),
+    add("%-26s %10llu   fallback (unseen states) %llu (scorer %llu, lb-greedy %llu), hit rate "
+        "%.3f\n",
+        "policy table hits", static_cast<unsigned long long>(t.policy_hits),
         static_cast<unsigned long long>(t.policy_misses),
+        static_cast<unsigned long long>(t.policy_scored),
+        static_cast<unsigned long long>(t.policy_misses - t.policy_scored),
         double(t.policy_hits) / double(t.policy_hits + t.policy_misses));
   add("%-26s %10s\n", "bytes copied/mini-batch", bytes_text(copied.median).c_str());
   add("%-26s %10s\n", "arena", bytes_text(double(info.arena_bytes)).c_str());

@@ -59,6 +59,8 @@ double ms_since(Clock::time_point t) {
 }
 
 struct RunOptions {
+  std::string policy_cache;
+  double policy_budget = 2;
   std::string model, data = "synthetic:1000", policy = "lb-greedy", device = "cpu";
   std::string outputs, json, save_weights, load_weights, write_data;
   uint32_t vocab = 256, batch = 32, hidden = 128, threads = 1, epochs = 1, iters = 0, warmup = 2;
@@ -164,6 +166,7 @@ class Runner {
     s.lower_bound = st.lower_bound;
     s.policy_hits = st.policy_hits;
     s.policy_misses = st.policy_misses;
+    s.policy_scored = st.policy_scored;
     s.kernels = st.kernels - before.kernels;
     s.bytes_copied = st.bytes_copied - before.bytes_copied;
     if (!o_.pipeline) s.loss = loss_of(value);
@@ -318,6 +321,8 @@ int run(const RunOptions& o) {
   eo.device = o.device;
   eo.threads = static_cast<int>(o.threads);
   eo.check_numerics = o.check_numerics;
+  eo.auto_policy_budget_s = o.policy_budget;
+  eo.policy_cache_dir = o.policy_cache;
   eo = apply_debug_env(eo);  // EDBATCH_CUDA_* debugging switches
   Engine engine(pc, eo);
   Runner runner(o, *model, engine);
@@ -424,7 +429,9 @@ Command add_run_command(CLI::App& root) {
   std::vector<std::string> policies = policy_names();
   app->add_option("--policy", o->policy,
                   "batching policy: " + CLI::detail::join(policies) +
-                      ", or fsm:FILE, a learned policy file written by `edbatch train`"
+                      ", or fsm:FILE, a learned policy file written by `edbatch train`; auto "
+                      "learns one on the first mini-batch and caches it (--policy-budget, "
+                      "--policy-cache)"
                       ". lb-greedy is the default: it gives the fewest batches on every zoo "
                       "model (at the chain lower bound on several) in less scheduling time than "
                       "depth or agenda, and its time per mini-batch was the lowest or within "
@@ -440,6 +447,14 @@ Command add_run_command(CLI::App& root) {
                    " or fsm:FILE)";
           },
           "POLICY"));
+  app->add_option("--policy-budget", o->policy_budget,
+                  "--policy auto: seconds of training allowed at the first mini-batch (0: no "
+                  "limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  app->add_option("--policy-cache", o->policy_cache,
+                  "--policy auto: the cache directory (default $XDG_CACHE_HOME/edbatch/policies "
+                  "or ~/.cache/edbatch/policies)");
   app->add_option("--device", o->device, "cpu, null (schedules and plans, no math) or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "null", "cuda"}));

@@ -10,6 +10,7 @@
 #include "edbatch/edbatch.h"
 #include "edbatch/files.h"
 #include "edbatch/models.h"
+#include "edbatch/options.h"
 #include "tools/edbatch/commands.h"
 
 namespace edbatch::cli {
@@ -20,11 +21,74 @@ using Clock = std::chrono::steady_clock;
 
 struct TrainOptions {
   std::string model, data = "synthetic:2560", output, curve, encoding = "cover";
+  std::string eval_data, device = "none";
   uint32_t vocab = 256, batch = 32, hidden = 128, train_batches = 64, val_batches = 16;
+  uint32_t eval_batches = 0, cost_graphs = 8, cost_reps = 3, threads = 1;
   uint64_t seed = 1;
-  bool no_teacher = false, no_blocks = false;
+  bool no_teacher = false, no_blocks = false, no_scorer = false, no_table = false;
   FsmTrainOptions fsm;
 };
+
+// Consecutive mini-batches of a data set the trainer never sees (--eval-data), over their own
+// parameters: policies refer to types by name, so the same model's types match.
+struct Evaluation {
+  Dataset data;
+  std::unique_ptr<ParameterCollection> pc;
+  std::unique_ptr<Model> model;
+  std::vector<std::unique_ptr<Graph>> graphs;
+};
+
+Evaluation make_evaluation(const TrainOptions& o, const ModelOptions& mo) {
+  // synthetic:N draws other instances than --data's (another seed).
+  Evaluation e{load_dataset(model_data_kind(o.model), o.eval_data, o.vocab, o.seed + 1), nullptr,
+               nullptr, {}};
+  e.pc = std::make_unique<ParameterCollection>(o.seed);
+  e.model = make_model(o.model, *e.pc, e.data, mo);
+  const uint32_t n = e.model->size();
+  for (uint32_t b = 0; b * o.batch < n && (o.eval_batches == 0 || b < o.eval_batches); ++b) {
+    auto g = std::make_unique<Graph>(*e.pc);
+    std::vector<Expr> losses;
+    for (uint32_t i = b * o.batch; i < std::min(n, (b + 1) * o.batch); ++i)
+      losses.push_back(e.model->build(*g, i));
+    sum_losses(losses);
+    e.graphs.push_back(std::move(g));
+  }
+  return e;
+}
+
+// The comparison table: batches (and predicted time with costs) per policy against the bound.
+void print_comparison(const std::vector<const Graph*>& graphs, FsmPolicy& fsm,
+                      const FsmCostModel& costs, const char* what) {
+  const FsmCostModel* c = costs.empty() ? nullptr : &costs;
+  const double bound = mean_lower_bound(graphs);
+  std::printf("%s: %zu mini-batches\n", what, graphs.size());
+  std::printf("%-12s %12s %10s%s\n", "policy", "batches", "vs bound",
+              c ? "   predicted us" : "");
+  auto row = [&](const char* name, Policy& p) {
+    double us = 0;
+    const double b = mean_batches(graphs, p, c, &us);
+    std::printf("%-12s %12.2f %10.3f", name, b, bound > 0 ? b / bound : 1.0);
+    if (c) std::printf(" %14.1f", us);
+    std::printf("\n");
+  };
+  row("fsm", fsm);
+  uint64_t hits = 0, misses = 0, scored = 0;
+  {
+    Scheduler s;
+    Schedule out;
+    for (const Graph* g : graphs) {
+      s.run(*g, fsm, out);
+      hits += fsm.lookups().hits;
+      misses += fsm.lookups().misses;
+      scored += fsm.lookups().scored;
+    }
+  }
+  for (const char* h : {"depth", "agenda", "lb-greedy"}) row(h, *make_policy(h));
+  std::printf("%-12s %12.2f %10.3f\n", "lower bound", bound, 1.0);
+  const double n = std::max<double>(1, hits + misses);
+  std::printf("decisions: %.1f%% table, %.1f%% scorer, %.1f%% lb-greedy fallback\n",
+              100 * hits / n, 100 * scored / n, 100 * (misses - scored) / n);
+}
 
 void check_usage(const TrainOptions& o) {
   check_data_flag(o.model, o.data);
@@ -39,6 +103,8 @@ int train(TrainOptions o) {
   o.fsm.encoding = parse_fsm_encoding(o.encoding);
   o.fsm.seed = o.seed;
   o.fsm.teacher = !o.no_teacher;
+  o.fsm.scorer = !o.no_scorer;
+  o.fsm.table = !o.no_table;
   const Dataset data = load_dataset(model_data_kind(o.model), o.data, o.vocab, o.seed);
   ParameterCollection pc(o.seed);
   ModelOptions mo;
@@ -51,6 +117,21 @@ int train(TrainOptions o) {
   const auto train_graphs = w.train_graphs(), val_graphs = w.validation_graphs();
   std::fprintf(stderr, "%s: %zu training and %zu validation mini-batches of up to %u instances\n",
                o.model.c_str(), train_graphs.size(), val_graphs.size(), o.batch);
+  if (o.device != "none") {
+    // The time reward: per-type costs measured on the device over some training mini-batches.
+    std::vector<Graph*> sample;
+    for (size_t i = 0; i < w.train.size() && sample.size() < std::max(o.cost_graphs, 2u); ++i)
+      sample.push_back(w.train[i].get());
+    EngineOptions eo;
+    eo.device = o.device;
+    eo.threads = static_cast<int>(o.threads);
+    eo = apply_debug_env(eo);
+    o.fsm.costs = measure_type_costs(pc, sample, eo, o.cost_reps, o.seed);
+    for (size_t i = 0; i < o.fsm.costs.types.size(); ++i)
+      std::fprintf(stderr, "cost on %s: %-40s %9.2f us + %8.4f us per node\n", o.device.c_str(),
+                   o.fsm.costs.types[i].c_str(), o.fsm.costs.costs[i].launch_us,
+                   o.fsm.costs.costs[i].node_us);
+  }
 
   // The curve is written at the end, whole (write_file_atomically).
   std::ostringstream curve;
@@ -82,19 +163,22 @@ int train(TrainOptions o) {
   if (!o.curve.empty())
     write_file_atomically(o.curve, [&](std::ostream& out) { out << curve.str(); });
 
-  std::printf("%s, mini-batch %u, hidden %u, encoding %s: %zu validation mini-batches\n",
-              o.model.c_str(), o.batch, o.hidden, o.encoding.c_str(), val_graphs.size());
-  std::printf("%-12s %12s %10s\n", "policy", "batches", "vs bound");
-  const double bound = info.validation_lower_bound;
-  auto row = [&](const char* name, double b) {
-    std::printf("%-12s %12.2f %10.3f\n", name, b, bound > 0 ? b / bound : 1.0);
-  };
-  row("fsm", fsm_batches);
-  for (const char* h : {"depth", "agenda", "lb-greedy"}) row(h, validation[h].get<double>());
-  row("lower bound", bound);
-  std::printf("table: %u states (best: %s), %u episodes, trained in %.1f s; written to %s\n",
-              result.policy.table.size(), result.best_source.c_str(), result.episodes_run,
-              train_s, o.output.c_str());
+  std::printf("%s, mini-batch %u, hidden %u, encoding %s, reward %s\n", o.model.c_str(), o.batch,
+              o.hidden, o.encoding.c_str(),
+              o.fsm.costs.empty() ? "batches" : ("time on " + o.device).c_str());
+  FsmPolicy loaded(result.policy, o.output);
+  print_comparison(val_graphs, loaded, result.policy.costs, "validation (held out of --data)");
+  if (!o.eval_data.empty()) {
+    const Evaluation e = make_evaluation(o, mo);
+    std::vector<const Graph*> graphs;
+    for (const auto& g : e.graphs) graphs.push_back(g.get());
+    print_comparison(graphs, loaded, result.policy.costs,
+                     ("evaluation (" + o.eval_data + ", not trained on)").c_str());
+  }
+  std::printf("table: %u states, scorer: %s (best: %s), %u episodes, trained in %.1f s; "
+              "written to %s\n",
+              result.policy.table.size(), result.policy.scorer.empty() ? "no" : "yes",
+              result.best_source.c_str(), result.episodes_run, train_s, o.output.c_str());
   return 0;
 }
 
@@ -156,6 +240,40 @@ Command add_train_command(CLI::App& root) {
   app->add_flag("--no-blocks", o->no_blocks,
                 "op-level graphs (as edbatch run --no-blocks): their types differ from the block "
                 "path's, so train and run alike");
+  app->add_option("--eval-data", o->eval_data,
+                  "a data file the trainer never sees: after training, its consecutive "
+                  "mini-batches are scheduled under each policy and compared");
+  app->add_option("--eval-batches", o->eval_batches,
+                  "at most this many --eval-data mini-batches (0: all)")
+      ->capture_default_str();
+  app->add_option("--device", o->device,
+                  "the reward: none counts batches; cpu or cuda measures per-type costs on that "
+                  "device (forward passes over --cost-graphs training mini-batches) and "
+                  "minimises the predicted time")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "cpu", "cuda"}));
+  app->add_option("--cost-graphs", o->cost_graphs, "mini-batches the costs are measured on")
+      ->capture_default_str()
+      ->check(CLI::Range(2u, 1024u));
+  app->add_option("--cost-reps", o->cost_reps, "timed forward passes per policy and mini-batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
+  app->add_option("--threads", o->threads, "CPU threads of the cost measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
+  app->add_flag("--no-scorer", o->no_scorer,
+                "no scorer: unseen states fall back to lb-greedy (version 1 behaviour)");
+  app->add_flag("--no-table", o->no_table, "the scorer alone (no Q-learning, no table search)");
+  app->add_option("--scorer-steps", o->fsm.scorer_steps,
+                  "gradient steps of the scorer's imitation of the teacher")
+      ->capture_default_str();
+  app->add_option("--scorer-search", o->fsm.scorer_search,
+                  "evaluations of the search over the scorer's weights on the training cost")
+      ->capture_default_str();
+  app->add_option("--time-budget", o->fsm.time_budget_s,
+                  "seconds; past them training stops and keeps the best so far (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
   app->add_flag("--no-teacher", o->no_teacher,
                 "skip the beam-search teacher (Q-learning and the table search only)");
   app->add_option("--beam", o->fsm.beam_width, "beam width of the teacher")
@@ -169,8 +287,10 @@ Command add_train_command(CLI::App& root) {
                   "states tried per pass of the table search, most visited first")
       ->capture_default_str();
   app->footer(
-      "Training: a beam search bounded by the lower bound plans each training mini-batch and the "
-      "table imitates it; Q-learning (n-step, epsilon-greedy, reward -1 + the share of the "
+      "Training: a beam search bounded by the lower bound plans each training mini-batch; a "
+      "linear scorer over per-type frontier features imitates it and is searched on the "
+      "training cost, then a table of states (the scorer deciding where it has no entry) "
+      "imitates the plans; Q-learning (n-step, epsilon-greedy, reward -1 + the share of the "
       "type's critical nodes in the batch) and a search over table entries refine it. The table "
       "kept is the best by batches on the validation mini-batches; training stops early within "
       "1% of the lower bound.\n"

@@ -1,0 +1,131 @@
+// The "auto" policy: a scorer learned on the first graph within a time budget, cached on disk
+// keyed by the graph's type names and the device, and reused by later runs (fsm.h, AutoPolicy).
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "edbatch/fsm.h"
+#include "edbatch/graph.h"
+#include "edbatch/options.h"
+#include "edbatch/types.h"
+
+namespace edbatch {
+
+namespace {
+constexpr const char* kAutoModel = "auto";
+constexpr uint32_t kAutoAttempts = 8;
+
+std::string device_of(const FsmPolicyData& d) {
+  const nlohmann::json t = nlohmann::json::parse(d.info.training, nullptr, false);
+  auto it = t.is_object() ? t.find("device") : t.end();
+  return it != t.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+}  // namespace
+
+AutoPolicy::AutoPolicy(PolicyContext context)
+    : context_(std::move(context)), fallback_(make_policy("lb-greedy")) {}
+
+std::string AutoPolicy::cache_key(const Graph& g, const std::string& device) {
+  std::set<std::string> names;  // sorted and unique: the key does not depend on build order
+  for (const Node& n : g.nodes())
+    if (is_scheduled(n.op)) names.insert(g.types().name(n.type));
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the format version, device and names
+  auto add = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    h = (h ^ 0xff) * 0x100000001b3ull;
+  };
+  add("edbatch-fsm-policy " + std::to_string(kFsmFormatVersion));
+  add(device);
+  for (const std::string& n : names) add(n);
+  std::string safe;
+  for (char c : device) safe += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return "auto-" + safe + "-" + hex;
+}
+
+void AutoPolicy::warn(const std::string& what) const {
+  if (context_.warn)
+    context_.warn(what);
+  else
+    std::fprintf(stderr, "[edbatch] warning: %s\n", what.c_str());
+}
+
+void AutoPolicy::begin(const Graph& g) {
+  if (!started_) {
+    started_ = true;
+    const std::string dir =
+        context_.cache_dir.empty() ? default_policy_cache_dir() : context_.cache_dir;
+    if (!dir.empty()) path_ = dir + "/" + cache_key(g, context_.device) + ".json";
+    std::error_code ec;
+    if (!path_.empty() && std::filesystem::exists(path_, ec)) {
+      try {
+        FsmPolicyData d = load_fsm_policy(path_);
+        if (d.info.model != kAutoModel || device_of(d) != context_.device)
+          throw std::runtime_error("'" + path_ + "' was learned by model '" + d.info.model +
+                                   "' on device '" + device_of(d) + "'");
+        auto p = std::make_unique<FsmPolicy>(std::move(d), path_);
+        p->begin(g);  // refuses a policy for other types
+        learned_ = std::move(p);
+      } catch (const std::exception& e) {
+        warn("[auto policy] ignoring the cached policy, learning again: " + std::string(e.what()));
+      }
+    }
+  }
+  if (!learned_ && attempts_ < kAutoAttempts) learn(g);
+  current_ = fallback_.get();
+  if (learned_) {
+    try {
+      learned_->begin(g);
+      current_ = learned_.get();
+    } catch (const std::invalid_argument&) {
+      // A graph with types the first one lacked: lb-greedy schedules it.
+    }
+  }
+  if (current_ == fallback_.get()) fallback_->begin(g);
+}
+
+// Trains on `g`. A graph that lb-greedy already schedules at the lower bound teaches nothing: the
+// next graphs are tried (at most kAutoAttempts, within the budget) before lb-greedy is cached.
+void AutoPolicy::learn(const Graph& g) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double budget = context_.auto_budget_s;
+  if (budget > 0 && training_s_ >= budget) attempts_ = kAutoAttempts;
+  ++attempts_;
+  FsmTrainOptions o;
+  o.table = false;  // the scorer alone: it generalises to the mini-batches after this one
+  o.time_budget_s = budget > 0 ? budget - training_s_ : 0;
+  o.scorer_search = 60;
+  FsmTrainResult r = train_fsm_policy({&g}, {&g}, o);
+  training_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.best_source == "lb-greedy" && attempts_ < kAutoAttempts &&
+      (budget <= 0 || training_s_ < budget))
+    return;
+  r.policy.info.model = kAutoModel;
+  nlohmann::json training = nlohmann::json::parse(r.policy.info.training);
+  training["device"] = context_.device;
+  r.policy.info.training = training.dump();
+  trained_ = true;
+  if (!path_.empty()) {
+    try {
+      std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+      save_fsm_policy(path_, r.policy);
+    } catch (const std::exception& e) {
+      warn("[auto policy] cannot cache the learned policy: " + std::string(e.what()));
+    }
+  }
+  learned_ = std::make_unique<FsmPolicy>(std::move(r.policy), path_.empty() ? "auto" : path_);
+}
+
+uint32_t AutoPolicy::choose(const Frontier& f) {
+  return current_->choose(f);
+}
+
+Policy::Lookups AutoPolicy::lookups() const {
+  return current_ ? current_->lookups() : Lookups{};
+}
+
+}  // namespace edbatch
