@@ -5,9 +5,12 @@
 # GPUs), the tree_lstm cell on the GPU and on the CPU checked against the pure-PyTorch reference
 # (tests/python/pip_check.py --cuda), and the pytest suite against the installed package. Logs go
 # to the output folder ($OUT when set, else gpu-pip-results): pip.log (with the build's choice
-# of backends), info.txt, check.json, pytest.log.
+# of backends), info.txt, check.json, pytest.log. With --cmake, also the CMake package with the
+# CUDA backend: build-gpu (as scripts/gpu.sh configures it) builds the library and the command,
+# and CTest's package_install and package_example install it and build examples/installed
+# against it (package.log).
 #
-#   scripts/gpu_pip.sh [--out DIR] [--python PY] [--no-pytest]
+#   scripts/gpu_pip.sh [--out DIR] [--python PY] [--no-pytest] [--cmake]
 #
 # Missing TBB, fmt or nlohmann-json: Debian packages in .deb/ are unpacked into a private prefix,
 # as scripts/gpu.sh does, and given to the compiler through CPATH and LIBRARY_PATH.
@@ -17,12 +20,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-gpu-pip-results}
 py=$(command -v python3)
 pytest=1
+cmake_package=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --python) py=$2; shift 2 ;;
     --no-pytest) pytest=0; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --cmake) cmake_package=1; shift ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_pip.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -80,5 +85,19 @@ if [ "$pytest" = 1 ] && "$venv/bin/python" -c 'import pytest' 2> /dev/null; then
     "$root/tests/python" > "$out/pytest.log" 2>&1 || status=1
   tail -3 "$out/pytest.log" | sed 's/^/pytest (installed package): /' >&2
 fi
+cd "$root"
 rm -rf "$work"
+if [ "$cmake_package" = 1 ]; then
+  if { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DEDBATCH_NATIVE=ON \
+         -DEDBATCH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DEDBATCH_BUILD_EXAMPLES=OFF \
+         -DEDBATCH_TORCH=OFF &&
+       ninja -C build-gpu -j "$(nproc)" edbatch edbatch_shared edbatch_cli &&
+       ctest --test-dir build-gpu -R '^package_' --output-on-failure; } > "$out/package.log" 2>&1; then
+    echo "gpu_pip.sh: the CMake package (CUDA) installs and builds examples/installed" >&2
+  else
+    status=1
+    echo "gpu_pip.sh: the CMake package check failed (package.log):" >&2
+    tail -30 "$out/package.log" >&2
+  fi
+fi
 exit $status
