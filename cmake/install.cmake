@@ -72,6 +72,9 @@ if(EDBATCH_BUILD_TESTS)
   set(edbatch_example_options -DCMAKE_PREFIX_PATH=${edbatch_pkg}/prefix
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}
     -DEXPECT_CUDA=${EDBATCH_CUDA} -DEDBATCH_COMMAND=${edbatch_pkg}/prefix/${CMAKE_INSTALL_BINDIR}/edbatch)
+  if(EDBATCH_CUDA AND CUDAToolkit_LIBRARY_ROOT)  # the toolkit this build used
+    list(APPEND edbatch_example_options -DCUDAToolkit_ROOT=${CUDAToolkit_LIBRARY_ROOT})
+  endif()
   if(CMAKE_CXX_COMPILER_LAUNCHER)
     list(APPEND edbatch_example_options -DCMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER})
   endif()
