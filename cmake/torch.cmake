@@ -68,6 +68,16 @@ if(EDBATCH_BUILD_TESTS)
       PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python EDBATCH_LIBRARY=$<TARGET_FILE:edbatch_torch>
       PYTHONDONTWRITEBYTECODE=1
       ${EDBATCH_PYTHON} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/tests/python)
+    # `pip install .` into a fresh virtual environment (tests/python/test_pip_install.py): it
+    # compiles the extension again, so it is a test of its own (label pip: `ctest -LE pip`).
+    option(EDBATCH_TEST_PIP "Test `pip install .` into a virtual environment (minutes)" ON)
+    if(EDBATCH_TEST_PIP)
+      add_test(NAME python_pip_install COMMAND ${CMAKE_COMMAND} -E env PYTHONDONTWRITEBYTECODE=1
+        ${EDBATCH_PYTHON} -m pytest -q -s -p no:cacheprovider --pip-install
+        --basetemp=${CMAKE_CURRENT_BINARY_DIR}/pip-test
+        ${CMAKE_CURRENT_SOURCE_DIR}/tests/python/test_pip_install.py)
+      set_tests_properties(python_pip_install PROPERTIES LABELS pip TIMEOUT 3600)
+    endif()
   else()
     message(STATUS "edbatch: pytest not found for ${EDBATCH_PYTHON}; the Python tests are not run")
   endif()

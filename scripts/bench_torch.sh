@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # edbatch against the PyTorch baselines (bench/torch_baseline.py), side by side on the same data
-# and weights: tree_lstm and lattice_lstm, mini-batch 32, hidden 128, forward and
-# forward+backward, for each thread count. The checks run first (per-instance losses, and the
+# and weights: tree_lstm and lattice_lstm, mini-batch 32, hidden 128 (or the lists given: every
+# mini-batch size for every hidden size), forward and forward+backward, for each thread count. The checks run first (per-instance losses, and the
 # weights after one training step) and stop the script on a mismatch. Rounds interleave edbatch, batched PyTorch and eager PyTorch so that machine noise hits
 # them alike; the summary gives medians over rounds, their range, and the ratios.
 #
 #   scripts/bench_torch.sh [--edbatch BIN] [--device cpu|cuda] [--out DIR] [--threads "1 2"]
 #                          [--instances N] [--iters N] [--eager-iters N] [--rounds N]
 #                          [--models "tree_lstm lattice_lstm"] [--python PY]
+#                          [--batch "8 32 128"] [--hidden "64 128"]
+# scripts/report.py throughput OUT/results.jsonl -o chart.png draws the results.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +22,8 @@ iters=20
 eager_iters=5
 rounds=3
 models="tree_lstm lattice_lstm"
+batches=32
+hiddens=128
 python=""
 seed=1
 
@@ -36,6 +40,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
     --python) python=$2; shift 2 ;;
+    --batch) batches=$2; shift 2 ;;
+    --hidden) hiddens=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "bench_torch.sh: unknown argument '$1'" >&2; usage 2 ;;
   esac
@@ -65,36 +71,38 @@ baseline=("$python" "$root/bench/torch_baseline.py")
 echo "edbatch: $edbatch; python: $python (torch $("$python" -c 'import torch; print(torch.__version__)')); device $device; threads $threads; out $out" >&2
 
 for model in $models; do
+for hidden in $hiddens; do
   data="$out/$model.data.txt"
-  weights="$out/$model.weights.safetensors"
-  outputs="$out/$model.outputs.jsonl"
-  common=(--model "$model" --batch 32 --hidden 128 --seed "$seed")
+  weights="$out/$model.h$hidden.weights.safetensors"
+  outputs="$out/$model.h$hidden.outputs.jsonl"
+  common=(--model "$model" --hidden "$hidden" --seed "$seed")
   "$edbatch" run "${common[@]}" --data "synthetic:$instances" --write-data "$data"
   # Weights as initialised for this seed (a forward-only run leaves them unchanged) and the
   # per-instance losses of one forward pass over the data.
-  "$edbatch" run "${common[@]}" --data "$data" --device "$device" --iters 1 --warmup 0 \
+  "$edbatch" run "${common[@]}" --batch 32 --data "$data" --device "$device" --iters 1 --warmup 0 \
     --outputs "$outputs" --save-weights "$weights" > /dev/null
   "${baseline[@]}" --model "$model" --data "$data" --weights "$weights" --device "$device" \
-    --check-against "$outputs" --check-only --impl both | tee -a "$results"
+    --hidden "$hidden" --check-against "$outputs" --check-only --impl both | tee -a "$results"
   # Gradients: one SGD step on 32 other instances as one mini-batch, from the same weights.
   step_data="$out/$model.step.data.txt"
   step_weights="$out/$model.step.safetensors"
-  "$edbatch" run --model "$model" --hidden 128 --seed $((seed + 1)) --data synthetic:32 \
+  "$edbatch" run --model "$model" --hidden "$hidden" --seed $((seed + 1)) --data synthetic:32 \
     --write-data "$step_data"
-  "$edbatch" run --model "$model" --hidden 128 --batch 32 --data "$step_data" --device "$device" \
+  "$edbatch" run --model "$model" --hidden "$hidden" --batch 32 --data "$step_data" --device "$device" \
     --load-weights "$weights" --train --iters 1 --warmup 0 --save-weights "$step_weights" > /dev/null
   "${baseline[@]}" --model "$model" --data "$step_data" --weights "$weights" --device "$device" \
-    --check-train-step "$step_weights" --impl both | tee -a "$results"
+    --hidden "$hidden" --check-train-step "$step_weights" --impl both | tee -a "$results"
 
   for t in $threads; do
     for mode in forward train; do
       train=(); [ "$mode" = train ] && train=(--train)
+      for batch in $batches; do
       for r in $(seq 1 "$rounds"); do
         # edbatch plain (each loss read before the next mini-batch is built) and pipelined.
         for impl in edbatch edbatch_pipelined; do
           pipe=(); [ "$impl" = edbatch_pipelined ] && pipe=(--pipeline)
-          json="$out/$model.$impl.$mode.t$t.r$r.json"
-          "$edbatch" run "${common[@]}" --data "$data" --load-weights "$weights" \
+          json="$out/$model.$impl.$mode.t$t.b$batch.h$hidden.r$r.json"
+          "$edbatch" run "${common[@]}" --batch "$batch" --data "$data" --load-weights "$weights" \
             --device "$device" --threads "$t" --iters "$iters" ${train[@]+"${train[@]}"} \
             ${pipe[@]+"${pipe[@]}"} --json "$json" > /dev/null
           "$python" -c 'import json,sys; j=json.load(open(sys.argv[1])); j["impl"]=sys.argv[3]; j["round"]=int(sys.argv[2]); print(json.dumps(j))' \
@@ -102,15 +110,17 @@ for model in $models; do
         done
         # Batched, then eager, in one process (one torch import and device start per round).
         "${baseline[@]}" --model "$model" --data "$data" --weights "$weights" \
-          --device "$device" --threads "$t" --impl both --iters "$iters" \
+          --batch "$batch" --hidden "$hidden" --device "$device" --threads "$t" --impl both --iters "$iters" \
           --eager-iters "$eager_iters" ${train[@]+"${train[@]}"} |
           "$python" -c 'import json,sys
 for line in sys.stdin:
     j = json.loads(line); j["round"] = int(sys.argv[1]); print(json.dumps(j))' "$r" >> "$results"
-        echo "  $model $mode x$t round $r done" >&2
+        echo "  $model $mode x$t mini-batch $batch hidden $hidden round $r done" >&2
+      done
       done
     done
   done
+done
 done
 
 "$python" - "$results" "$out/summary.md" <<'EOF'
@@ -120,7 +130,7 @@ runs = {}
 for r in rows:
     if "check" in r:
         continue
-    key = (r["model"], "train" if r["train"] else "forward", r["threads"])
+    key = (r["model"], "train" if r["train"] else "forward", r["threads"], r["batch"], r["hidden"])
     runs.setdefault(key, {}).setdefault(r["impl"], []).append(r)
 
 def med(v):
@@ -130,10 +140,10 @@ def med(v):
 
 # Ratios of throughput medians over rounds, and of the p10 time per mini-batch (median over
 # rounds), which load from other processes on the machine disturbs least.
-lines = ["| model | mode | threads | impl | instances/s median (min-max over rounds) | "
+lines = ["| model | mode | threads | batch | hidden | impl | instances/s median (min-max over rounds) | "
          "ms/mini-batch median (p10-p90, median round) | edbatch / impl | same, by p10 ms | "
          "edbatch pipelined / impl |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
 for key in sorted(runs):
     impls = runs[key]
     ed = med([r["instances_per_s"] for r in impls["edbatch"]]) if "edbatch" in impls else None
@@ -151,7 +161,7 @@ for key in sorted(runs):
         ratio_pipe = f"{pipe / med(ips):.2f}x" if pipe and not impl.startswith("edbatch") else ""
         p10 = med([r["ms_per_minibatch"]["p10"] for r in rs])
         ratio_p10 = f"{p10 / ed_p10:.2f}x" if ed_p10 and not impl.startswith("edbatch") else ""
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {impl} | {med(ips):,.0f} "
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {impl} | {med(ips):,.0f} "
                      f"({min(ips):,.0f}-{max(ips):,.0f}) | {mid['median']:.2f} "
                      f"({mid['p10']:.2f}-{mid['p90']:.2f}) | {ratio} | {ratio_p10} | "
                      f"{ratio_pipe} |")

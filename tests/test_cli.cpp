@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -115,6 +116,19 @@ TEST_CASE("cli: every model runs, with training, iterations, threads and the nul
     const nlohmann::json m = nlohmann::json::parse(slurp(dir / "p.json"));
     CHECK(m["pipeline"] == true);
     CHECK(plain["pipeline"] == false);
+    // The JSON's per-epoch records: as many as epochs when training, and with equal epochs
+    // their mean is the run's mean loss per instance.
+    REQUIRE(plain["epochs"].size() == (*train ? 2u : 0u));
+    if (*train) {
+      const double a = plain["epochs"][0]["mean_loss_per_instance"].get<double>(),
+                   b = plain["epochs"][1]["mean_loss_per_instance"].get<double>();
+      CHECK(plain["epochs"][1]["epoch"] == 2);
+      CHECK((a + b) / 2 ==
+            doctest::Approx(plain["mean_loss_per_instance"].get<double>()).epsilon(1e-6));
+      char line[64];
+      std::snprintf(line, sizeof line, "epoch 1/2  mean loss per instance %.4f\n", a);
+      CHECK(first.out.find(line) != std::string::npos);
+    }
     CHECK(m["mean_loss_per_instance"].get<double>() ==
           doctest::Approx(plain["mean_loss_per_instance"].get<double>()).epsilon(1e-6));
     // Training by epochs prints the same per-epoch losses.

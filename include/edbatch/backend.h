@@ -159,6 +159,9 @@ struct BackendOptions {
 
 // "cpu", "null", "cuda" (throws when built without CUDA).
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options);
+// The backends this build carries: "cpu", "null", and "cuda" when built with CUDA (whether a GPU
+// is present or not: device_unavailable says).
+std::vector<std::string> built_backends();
 // Empty when make_backend(device) can run here; otherwise why not (built without CUDA, no GPU).
 // Cheap: it creates no backend.
 std::string device_unavailable(const std::string& device);

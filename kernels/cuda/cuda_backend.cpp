@@ -218,6 +218,8 @@ std::string cuda_unavailable() {
   return "";
 }
 
+bool cuda_built() { return true; }
+
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
   return std::make_unique<cuda::CudaBackend>(options);
 }

@@ -10,4 +10,6 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions&) {
 
 std::string cuda_unavailable() { return "edbatch was built without CUDA"; }
 
+bool cuda_built() { return false; }
+
 }  // namespace edbatch

@@ -8,6 +8,7 @@
 User cells (any nn.Module of supported PyTorch ops) run batched through edbatch.nn.Propagate.
 """
 from . import _lib
+from ._version import __version__
 from .packing import (Packed, pack_trees, parse_sst, pack_sst, pack_lattices, pack_dags,
                       pack_edges, concat_packed, collate)
 from .ops import run_cell, prepare, prepare_stats, prefetch, cells, weight_shapes
@@ -17,7 +18,9 @@ _lib.load()
 from . import nn  # noqa: E402  (needs the ops loaded)
 from .propagate import Propagate  # noqa: E402
 from .trace import dropout_mask  # noqa: E402
+from .info import backends, device_status  # noqa: E402
 
-__all__ = ["Packed", "pack_trees", "parse_sst", "pack_sst", "pack_lattices", "pack_dags",
-           "pack_edges", "concat_packed", "collate", "Propagate", "dropout_mask", "run_cell", "prepare", "prepare_stats", "prefetch", "cells",
+__all__ = ["__version__", "backends", "device_status", "Packed", "pack_trees", "parse_sst",
+           "pack_sst", "pack_lattices", "pack_dags", "pack_edges", "concat_packed", "collate",
+           "Propagate", "dropout_mask", "run_cell", "prepare", "prepare_stats", "prefetch", "cells",
            "weight_shapes", "nn"]

@@ -61,6 +61,12 @@ const float* Backend::staged(uint64_t ticket) {
 
 void Backend::sgd_update(ParameterCollection& params, float lr) { params.sgd_update(lr); }
 
+std::vector<std::string> built_backends() {
+  std::vector<std::string> names = {"cpu", "null"};
+  if (cuda_built()) names.push_back("cuda");
+  return names;
+}
+
 std::string device_unavailable(const std::string& device) {
   if (device == "cpu" || device == "null") return "";
   if (device == "cuda") return cuda_unavailable();

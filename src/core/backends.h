@@ -13,4 +13,5 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options);
 std::unique_ptr<Backend> make_null_backend();
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 std::string cuda_unavailable();  // empty when a CUDA device is usable
+bool cuda_built();               // false for kernels/no_cuda
 }  // namespace edbatch

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "edbatch/backend.h"
 #include "src/torch/runtime.h"
 
 namespace edbatch::torch_adapter {
@@ -114,6 +115,14 @@ std::vector<int64_t> prepare_counts() { return RunnerPool::get().counts(); }
 
 std::vector<std::string> list_cells() { return cell_names(); }
 
+// What this build carries: its backends (edbatch::built_backends) and where CUDA tensors go.
+std::tuple<std::vector<std::string>, std::string> build_info() {
+  return {built_backends(), cuda_tensor_path()};
+}
+
+// Empty when the backend can run here, else why not (edbatch::device_unavailable).
+std::string device_status(const std::string& device) { return device_unavailable(device); }
+
 // The weights run_cell expects for a configuration: names and torch shapes (cols 0: a vector).
 std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>> weight_shapes(
     const std::string& cell, int64_t hidden, int64_t input_size, int64_t num_node_types,
@@ -156,6 +165,8 @@ TORCH_LIBRARY(edbatch, m) {
       &prepare);
   m.def("prepare_counts() -> int[]", &prepare_counts);
   m.def("cells() -> str[]", &list_cells);
+  m.def("build_info() -> (str[], str)", &build_info);
+  m.def("device_status(str device) -> str", &device_status);
   m.def("weight_shapes(str cell, int hidden, int input_size, int num_node_types, "
         "int num_arc_types) -> (str[], int[], int[])",
         &weight_shapes);

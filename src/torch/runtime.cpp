@@ -32,6 +32,14 @@ bool device_resident(const Tensor& x) {
 #endif
 }
 
+std::string cuda_tensor_path() {
+#ifdef EDBATCH_TORCH_CUDA
+  return adapter_debug_env().host_copy ? "host" : "gpu";
+#else
+  return "host";
+#endif
+}
+
 void* current_stream(const Tensor& t) {
 #ifdef EDBATCH_TORCH_CUDA
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();

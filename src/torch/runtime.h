@@ -41,6 +41,8 @@ struct CallArgs {
 // Whether x's device memory is used in place (CUDA tensors with the CUDA backend), and
 // torch's current stream on its device.
 bool device_resident(const Tensor& x);
+// Where CUDA tensors go: "gpu" (they stay there, as device_resident says) or "host".
+std::string cuda_tensor_path();
 void* current_stream(const Tensor& t);
 
 // Idle runners by configuration: a call takes one and gives it back after its backward (or at

@@ -22,3 +22,22 @@ def backend(request, monkeypatch):
         pytest.skip("torch.ops.edbatch.propagate is not registered by the loaded extension "
                     "(user cells need the extension's propagate op)")
     return request.param
+
+
+def pytest_addoption(parser):
+    parser.addoption("--pip-install", action="store_true",
+                     help="run test_pip_install.py: `pip install .` of a copy of the checkout "
+                          "into a fresh virtual environment (compiles the extension: minutes)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "pip_install: needs --pip-install (minutes)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--pip-install"):
+        return
+    skip = pytest.mark.skip(reason="`pip install .` compiles the extension: run with --pip-install")
+    for item in items:
+        if "pip_install" in item.keywords:
+            item.add_marker(skip)

@@ -350,6 +350,7 @@ int run(const RunOptions& o) {
   samples.reserve(total);
   double instances = 0, ms = 0;
   size_t epoch_first = 0;  // the first sample of the current epoch
+  RunInfo info;
   LossCheck check(o, stream.per_epoch(), false);
   for (uint32_t b = 0; b < total; ++b) {
     stream.next(ids);
@@ -370,6 +371,7 @@ int run(const RunOptions& o) {
         epoch_instances += samples[k].instances;
       }
       epoch_first = samples.size();
+      info.epoch_losses.push_back(epoch_loss / epoch_instances);
       if (show) std::fputs("\r\033[K", stderr);
       std::printf("epoch %u/%u  mean loss per instance %.4f\n", (b + 1) / stream.per_epoch(),
                   o.epochs, epoch_loss / epoch_instances);
@@ -379,7 +381,6 @@ int run(const RunOptions& o) {
   runner.finish(samples.empty() ? nullptr : &samples.back());
   check(samples, false);
 
-  RunInfo info;
   info.model = o.model;
   info.data = o.data;
   info.device = o.device;

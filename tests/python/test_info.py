@@ -1,0 +1,56 @@
+"""`python -m edbatch` and edbatch.backends() / device_status() report the loaded extension: the
+version of the CMake project, the backends the build carries, and what the devices say."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import torch
+
+import edbatch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def cmake_version():
+    text = open(os.path.join(ROOT, "CMakeLists.txt")).read()
+    return re.search(r"project\(edbatch VERSION ([0-9.]+)", text).group(1)
+
+
+def python_m_edbatch(*args):
+    env = dict(os.environ)
+    if env.get("EDBATCH_LIBRARY"):  # the checkout's package, as conftest.py uses
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"),
+                                             env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-m", "edbatch", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_version_backends_and_devices():
+    assert edbatch.__version__ == cmake_version()
+    backends = edbatch.backends()
+    assert backends[:2] == ["cpu", "null"] and set(backends) <= {"cpu", "null", "cuda"}
+    assert edbatch.device_status("cpu") == "" and edbatch.device_status("null") == ""
+    if "cuda" not in backends:
+        assert edbatch.device_status("cuda") == "edbatch was built without CUDA"
+    elif not torch.cuda.is_available():
+        assert edbatch.device_status("cuda") != ""
+    assert "unknown device 'tpu'" in edbatch.device_status("tpu")
+
+
+def test_python_m_edbatch_prints_the_same():
+    info = json.loads(python_m_edbatch("--json"))
+    assert info["version"] == cmake_version()
+    assert info["backends"] == edbatch.backends()
+    assert info["torch"] == torch.__version__
+    assert info["cells"] == edbatch.cells()
+    assert len(info["devices"]["cuda"]["gpus"]) == (torch.cuda.device_count()
+                                                    if torch.cuda.is_available() else 0)
+    text = python_m_edbatch()
+    lines = text.splitlines()
+    assert lines[0] == f"edbatch {cmake_version()}"
+    assert "backends built in: " + ", ".join(info["backends"]) in text
+    assert f"  cuda: {info['devices']['cuda']['status']}" in lines
