@@ -5,6 +5,7 @@
 #include "edbatch/block_plan.h"
 #include "edbatch/graph.h"
 #include "edbatch/memplan.h"
+#include "edbatch/optim.h"
 #include "edbatch/params.h"
 #include "edbatch/schedule.h"
 #include "src/core/backends.h"
@@ -51,6 +52,11 @@ const float* Backend::staged(uint64_t ticket) {
 }
 
 void Backend::sgd_update(ParameterCollection& params, float lr) { params.sgd_update(lr); }
+
+void Backend::optimizer_step(ParameterCollection& params, const UpdateRule& rule,
+                             OptimizerState& state) {
+  apply_update(params, rule, state);
+}
 
 std::string device_unavailable(const std::string& device) {
   if (device == "cpu" || device == "null") return "";
