@@ -490,3 +490,27 @@ TEST_CASE("tagged: synthetic spellings are distinct lowercase words, fixed by th
   CHECK(vowels < letters / 2);
   CHECK_THROWS_AS(synthetic_spellings(0, 1), std::invalid_argument);
 }
+
+TEST_CASE("data: a shared Vocabulary keeps word and tag ids across files") {
+  Vocabulary v;
+  std::istringstream train("(2 (1 a) (3 b))\n(4 (2 c) (2 a))\n"), dev("(0 (2 c) (1 d))\n");
+  const std::vector<Tree> t = parse_trees(train, "train", 0, &v);
+  const std::vector<Tree> d = parse_trees(dev, "dev", 0, &v);
+  CHECK(t[0].nodes[0].word == 0);  // a
+  CHECK(t[1].nodes[0].word == 2);  // c
+  CHECK(d[0].nodes[0].word == 2);  // c keeps its id
+  CHECK(d[0].nodes[1].word == 3);  // d continues the numbering
+  std::istringstream alone("(0 (2 c) (1 d))\n");
+  CHECK(parse_trees(alone, "alone", 0)[0].nodes[0].word == 0);  // without: numbered afresh
+
+  Vocabulary w;
+  std::istringstream tagged("the|D dog|N\n"), held("a|D cat|N|V dog|X\n");
+  const TaggedData a = parse_tagged(tagged, "train", 0, &w);
+  const TaggedData b = parse_tagged(held, "dev", 0, &w);
+  CHECK(a.num_tags == 2);
+  CHECK(b.num_tags == 4);  // D, N, then V and X
+  CHECK(b.tag_names == std::vector<std::string>{"D", "N", "V", "X"});
+  CHECK(b.sentences[0].words == std::vector<uint32_t>{2, 3, 1});  // a, cat|N, dog
+  CHECK(b.sentences[0].tags == std::vector<uint32_t>{0, 2, 3});
+  CHECK(b.spellings == std::vector<std::string>{"the", "dog", "a", "cat|N"});
+}

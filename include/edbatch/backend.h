@@ -11,6 +11,8 @@ namespace edbatch {
 
 class Graph;
 class ParameterCollection;
+class OptimizerState;
+struct UpdateRule;
 struct Schedule;
 struct MemoryPlan;
 
@@ -119,6 +121,11 @@ class Backend {
   // values -= lr * grads and zero the gradients, where the parameters live: on a device without
   // a host round trip (the host copies are fetched when host code next reads them).
   virtual void sgd_update(ParameterCollection& params, float lr);
+  // One optimizer step (edbatch/optim.h) and the gradients zeroed, where the parameters live: on
+  // a device with the optimizer's state kept there too (host code reading the state or the
+  // parameters fetches them). The default is apply_update on the host.
+  virtual void optimizer_step(ParameterCollection& params, const UpdateRule& rule,
+                              OptimizerState& state);
   // Waits for all queued work (no-op where nothing is queued).
   virtual void synchronize() {}
   // Device memory interop; nullptr on backends without a device.

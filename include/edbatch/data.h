@@ -6,9 +6,19 @@
 #include <istream>
 #include <ostream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace edbatch {
+
+// Word and tag ids shared by several files: pass the same Vocabulary to each load or parse, and
+// a word (or tag) seen before keeps its id while new ones continue the numbering, so a training
+// set and its held-out set index the same embedding rows and output classes. (Lattice files hold
+// their ids already.)
+struct Vocabulary {
+  std::unordered_map<std::string, uint32_t> words, tags;  // ids before folding
+  std::vector<std::string> spellings, tag_names;          // tagged files: as TaggedData's
+};
 
 // ---- Binary trees (Stanford Sentiment Treebank) ----
 
@@ -26,9 +36,11 @@ struct Tree {
 
 // One bracketed tree per line, e.g. "(3 (2 It) (4 (2 's) (4 good)))". Word ids are given in order
 // of first appearance in the input, then folded modulo vocab_size (0 = no folding).
+// With `vocabulary`, words continue its numbering (and are added to it).
 std::vector<Tree> parse_trees(std::istream& in, const std::string& source_name,
-                              uint32_t vocab_size = 256);
-std::vector<Tree> load_trees(const std::string& path, uint32_t vocab_size = 256);
+                              uint32_t vocab_size = 256, Vocabulary* vocabulary = nullptr);
+std::vector<Tree> load_trees(const std::string& path, uint32_t vocab_size = 256,
+                             Vocabulary* vocabulary = nullptr);
 
 // ---- Lattices (character lattices with word arcs, as in lattice LSTMs) ----
 
@@ -73,9 +85,12 @@ struct TaggedData {
 // One sentence per line, "word|TAG word|TAG ...". Word ids by first appearance, folded modulo
 // vocab_size (0 = none); tag ids by first appearance, never folded. spellings[id] is the first
 // word that took the id: when several words fold onto one id, the later ones' spellings are lost.
-TaggedData parse_tagged(std::istream& in, const std::string& source_name,
-                        uint32_t vocab_size = 256);
-TaggedData load_tagged(const std::string& path, uint32_t vocab_size = 256);
+// With `vocabulary`, words and tags continue its numbering (and are added to it); num_tags,
+// tag_names and spellings are then the vocabulary's, over every file it has read.
+TaggedData parse_tagged(std::istream& in, const std::string& source_name, uint32_t vocab_size = 256,
+                        Vocabulary* vocabulary = nullptr);
+TaggedData load_tagged(const std::string& path, uint32_t vocab_size = 256,
+                       Vocabulary* vocabulary = nullptr);
 
 // ---- Sentence pairs (translation: IWSLT'15 en-vi format) ----
 

@@ -7,6 +7,7 @@
 #include "edbatch/graph.h"
 #include "edbatch/memplan.h"
 #include "edbatch/op.h"
+#include "edbatch/optim.h"
 #include "edbatch/params.h"
 #include "edbatch/schedule.h"
 #include "edbatch/types.h"

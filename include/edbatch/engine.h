@@ -97,6 +97,9 @@ class Engine {
   // values -= lr * grads and the gradients zeroed (ParameterCollection::sgd_update), done where
   // the backend holds the parameters: on a device, without copying them to the host and back.
   void sgd_update(float lr);
+  // One optimizer step (edbatch/optim.h; Optimizer::step(engine) calls this) done where the
+  // backend holds the parameters, with the optimizer's state kept there too.
+  void optimizer_step(const UpdateRule& rule, OptimizerState& state);
   // Waits for everything queued on the device (no-op on the CPU).
   void synchronize() { backend_->synchronize(); }
   // The backend's device memory interop (nullptr on the CPU): see DeviceInterop.
@@ -121,6 +124,7 @@ class Engine {
   const MemoryPlan& plan() const { return plan_; }
   const Policy& policy() const { return *policy_; }
   const EngineOptions& options() const { return options_; }
+  ParameterCollection& params() const { return params_; }
 
  private:
   void check_params(const Graph& g, const char* fn) const;  // built over this collection

@@ -61,7 +61,23 @@ struct Dataset {
 // format of data.h; sentence pairs are "SOURCE,TARGET", two files whose vocabularies are
 // vocab.<extension> beside them (tst2012.en,tst2012.vi: vocab.en, vocab.vi), see load_pairs. Throws std::invalid_argument for a malformed spec (naming it) and for data
 // errors (file:line:col from the loaders); DAGs come only from "synthetic:N".
-Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size, uint64_t seed);
+// With `vocabulary`, a file's words and tags continue its numbering (see Vocabulary).
+Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size, uint64_t seed,
+                     Vocabulary* vocabulary = nullptr);
+
+// A training set and a held-out set in one Dataset, so that one model (one collection of
+// parameters) runs both: instances [0, *train_size) come from `train_spec`, the rest from
+// `heldout_spec`. Files share one Vocabulary, so held-out words and tags get the training set's
+// ids (new ones continue the numbering: a tag only the held-out file has gets an output class of
+// its own); a synthetic held-out set is drawn with its own seed (heldout_seed(seed)), so it is
+// not a copy of a synthetic training set, and keeps the training set's spellings.
+Dataset load_dataset_with_heldout(DataKind kind, const std::string& train_spec,
+                                  const std::string& heldout_spec, uint32_t vocab_size,
+                                  uint64_t seed, uint32_t* train_size);
+uint64_t heldout_seed(uint64_t seed);
+// One more than the largest word (or arc, or input) id of the data set: the embedding rows a model
+// needs for data loaded without folding (vocab_size 0). At least 1.
+uint32_t data_vocabulary(const Dataset& data);
 
 // ---- Models ----
 
@@ -83,6 +99,9 @@ struct ModelOptions {
   bool char_embeddings = false;  // bilstm_tagger: character BiLSTM for rare words
   uint32_t rare_below = 5;       // ... words seen fewer times than this in the data set
   uint32_t char_vocab = 128;     // ... rows of the character table (see docs/models.md)
+  // Instances [0, train_instances) are the training set (0: all of them); statistics of the data
+  // (bilstm_tagger's rare words) come from those only, not from held-out instances after them.
+  uint32_t train_instances = 0;
 };
 
 // One model over one data set. Adds its parameters to the collection it is made with (one

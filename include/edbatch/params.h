@@ -60,6 +60,9 @@ class ParameterCollection {
 
   // Lookup gradients are sparse: backward marks the columns it touched.
   void mark_lookup_row(uint32_t id, uint32_t row);
+  // The columns of lookup table `id` marked since the gradients were last zeroed, in the order
+  // they were first marked (empty for other parameters).
+  const std::vector<uint32_t>& touched_columns(uint32_t id) const { return entry(id).touched; }
 
   // values -= lr * grads, then zero the gradients (only touched columns of lookup tables).
   void sgd_update(float lr);

@@ -15,6 +15,8 @@
 
 namespace edbatch {
 
+class Optimizer;
+
 struct NamedTensor {
   std::string name;
   std::vector<uint64_t> shape;  // row-major, as in PyTorch; empty for a scalar
@@ -47,5 +49,16 @@ void save_parameters(const std::string& path, const ParameterCollection& pc);
 // Fills pc's values from the file. The file must hold exactly pc's parameters with the same
 // shapes; nothing is changed when it does not.
 void load_parameters(const std::string& path, ParameterCollection& pc);
+
+// An optimizer's state (edbatch/optim.h) in the layout of save_parameters: a tensor
+// "<parameter>.<slot>" per parameter and slot (Optimizer::slot_names: "exp_avg", "exp_avg_sq",
+// "sum", "momentum_buffer"), and metadata: "format" edbatch-optimizer-state, "version" 1,
+// "optimizer" (its name), "step" (steps taken) and the hyperparameters (for the record: loading
+// keeps the optimizer's own). Written atomically, like every safetensors file.
+void save_optimizer_state(const std::string& path, const Optimizer& opt);
+// Restores the step count and every slot. The file must come from an optimizer of the same name
+// over parameters of the same names and shapes; otherwise it throws std::invalid_argument naming
+// the file and the difference, and nothing changes.
+void load_optimizer_state(const std::string& path, Optimizer& opt);
 
 }  // namespace edbatch

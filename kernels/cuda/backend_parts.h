@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "edbatch/backend.h"
 #include "edbatch/graph.h"
 #include "edbatch/memplan.h"
+#include "edbatch/optim.h"
 #include "edbatch/params.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.h"
@@ -111,6 +113,47 @@ class ParamSync {
   ParamMirror mirror_;
   ParameterCollection* pc_ = nullptr;  // the collection mirrored (set at each pass)
   bool values_newer_ = false, grads_newer_ = false;  // the device's copies are ahead of the host
+};
+
+// ---- optim_sync.cpp ----
+
+class Uploads;
+
+// Optimizer steps on the device (Backend::optimizer_step): each optimizer state's slots in device
+// buffers laid out as the parameter mirror, uploaded when the state's version moves (or the
+// mirror's layout did), fetched back when host code reads them (OptimizerState's fetch).
+class OptimizerSync {
+ public:
+  OptimizerSync(DeviceQueue& queue, ParamSync& params, Uploads& uploads)
+      : queue_(queue), params_(params), uploads_(uploads) {}
+  OptimizerSync(const OptimizerSync&) = delete;
+  OptimizerSync& operator=(const OptimizerSync&) = delete;
+  ~OptimizerSync() { release(); }
+  void step(ParameterCollection& pc, const UpdateRule& rule, OptimizerState& state);
+  // Leaves every state's host copy current and detaches from them (at destruction).
+  void release();
+
+ private:
+  struct Slots {
+    OptimizerState* state = nullptr;
+    DeviceBuffer buffers[2];
+    std::vector<uint32_t> offset;  // the mirror layout the slots use, per parameter id
+    size_t floats = 0;
+    uint32_t slots = 0;
+    uint64_t version = UINT64_MAX;  // the state's version the device copy started from
+  };
+  Slots& record(OptimizerState& state);
+  void upload(Slots& s, const ParamMirror& m, uint32_t slots);
+  void fetch(uint64_t serial);
+  void segments(const ParameterCollection& pc, const ParamMirror& m, const UpdateRule& rule);
+
+  DeviceQueue& queue_;
+  ParamSync& params_;
+  Uploads& uploads_;
+  std::map<uint64_t, std::unique_ptr<Slots>> states_;  // by OptimizerState::serial
+  PinnedBuffer staging_;
+  DeviceBuffer norm_;  // the squared gradient norm, for clipping
+  std::vector<UpdateSegment> segments_;
 };
 
 // ---- staging.cpp ----

@@ -28,11 +28,13 @@ class CudaBackend : public Backend {
         staged_(queue_),
         profiler_(options_.profile),
         launcher_(queue_, profiler_, options_, arenas_, counters_),
-        interop_(queue_, params_, uploads_, arenas_) {}
+        interop_(queue_, params_, uploads_, arenas_),
+        optim_(queue_, params_, uploads_) {}
 
   ~CudaBackend() override {
     // Leave the host copies current when the device holds newer parameters or gradients.
     try {
+      optim_.release();
       params_.fetch_if_pending();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
@@ -136,6 +138,11 @@ class CudaBackend : public Backend {
     params_.device_updated(pc);
   }
 
+  void optimizer_step(ParameterCollection& pc, const UpdateRule& rule,
+                      OptimizerState& state) override {
+    optim_.step(pc, rule, state);
+  }
+
   void synchronize() override { queue_.wait(); }
   DeviceInterop* device_interop() override { return &interop_; }
 
@@ -201,6 +208,7 @@ class CudaBackend : public Backend {
   Profiler profiler_;
   Launcher launcher_;
   CudaInterop interop_;
+  OptimizerSync optim_;
   mutable HostMirror values_mirror_, adjoints_mirror_;
 };
 

@@ -185,4 +185,28 @@ void launch_transfers(const TransferDesc* descs, uint32_t count, uint64_t max_fl
 // values[i] -= lr * grads[i]; grads[i] = 0 (the SGD update on the device's parameter mirror).
 void launch_sgd(float* values, float* grads, uint64_t n, float lr, Stream s);
 
+// ---- Optimizer steps (optim.cu; edbatch/optim.h has the formulas) ----
+
+// A run of floats an optimizer step reads and updates: a part of a dense parameter, or one
+// touched column of a lazily updated lookup table. At offset in the parameter mirror's values
+// and gradients and in each slot buffer.
+struct UpdateSegment {
+  uint64_t offset;
+  uint32_t floats, pad;
+};
+constexpr uint32_t kMaxSegmentFloats = 8192;  // dense parameters are cut into runs of at most this
+// The rule's constants, precomputed on the host (bias corrections for this step).
+struct DeviceRule {
+  uint32_t kind;           // UpdateRule::Kind
+  uint32_t momentum_slot;  // sgd: 1 when it keeps a momentum buffer
+  float lr, momentum, beta1, beta2, eps, weight_decay, grad_scale, clip_norm, bc1, bc2;
+};
+// *sum += the sum of squares of grads over the segments (in double; *sum zeroed by the caller).
+void launch_squared_norm(const float* grads, const UpdateSegment* segments, uint32_t count,
+                         double* sum, Stream s);
+// The rule over the segments: values, slots m and v (null when the rule keeps none) updated,
+// gradients zeroed. With clip_norm > 0 the clipping factor comes from *squared_norm.
+void launch_update(float* values, float* grads, float* m, float* v, const UpdateSegment* segments,
+                   uint32_t count, const DeviceRule& rule, const double* squared_norm, Stream s);
+
 }  // namespace edbatch::cuda

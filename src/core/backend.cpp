@@ -5,6 +5,7 @@
 #include "edbatch/block_plan.h"
 #include "edbatch/graph.h"
 #include "edbatch/memplan.h"
+#include "edbatch/optim.h"
 #include "edbatch/params.h"
 #include "edbatch/schedule.h"
 #include "src/core/backends.h"
@@ -65,6 +66,11 @@ std::vector<std::string> built_backends() {
   std::vector<std::string> names = {"cpu", "null"};
   if (cuda_built()) names.push_back("cuda");
   return names;
+}
+
+void Backend::optimizer_step(ParameterCollection& params, const UpdateRule& rule,
+                             OptimizerState& state) {
+  apply_update(params, rule, state);
 }
 
 std::string device_unavailable(const std::string& device) {

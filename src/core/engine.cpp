@@ -149,6 +149,11 @@ void Engine::sgd_update(float lr) {
   sync_counters();
 }
 
+void Engine::optimizer_step(const UpdateRule& rule, OptimizerState& state) {
+  backend_->optimizer_step(params_, rule, state);
+  sync_counters();
+}
+
 void Engine::backward(Graph& g, const Expr& loss) {
   check_graph(g, loss, "Engine::backward");
   check_ran_all(g);

@@ -15,8 +15,13 @@ namespace {
 
 class TaggedParser {
  public:
-  TaggedParser(const std::string& source, uint32_t vocab_size)
-      : source_(source), vocab_size_(vocab_size) {}
+  TaggedParser(const std::string& source, uint32_t vocab_size, Vocabulary& vocabulary)
+      : source_(source),
+        vocab_size_(vocab_size),
+        words_(vocabulary.words),
+        tags_(vocabulary.tags),
+        tag_names_(vocabulary.tag_names),
+        spellings_(vocabulary.spellings) {}
 
   // Appends the line's sentence; false for a blank line.
   bool parse_line(size_t line_no, std::string_view line, TaggedSentence& out) {
@@ -38,8 +43,8 @@ class TaggedParser {
     TaggedData data;
     data.sentences = std::move(sentences);
     data.num_tags = static_cast<uint32_t>(tag_names_.size());
-    data.tag_names = std::move(tag_names_);
-    data.spellings = std::move(spellings_);
+    data.tag_names = tag_names_;
+    data.spellings = spellings_;
     return data;
   }
 
@@ -69,14 +74,18 @@ class TaggedParser {
 
   const std::string& source_;
   uint32_t vocab_size_;
-  std::unordered_map<std::string, uint32_t> words_, tags_;
-  std::vector<std::string> tag_names_, spellings_;
+  std::unordered_map<std::string, uint32_t>& words_;
+  std::unordered_map<std::string, uint32_t>& tags_;
+  std::vector<std::string>& tag_names_;
+  std::vector<std::string>& spellings_;
 };
 
 }  // namespace
 
-TaggedData parse_tagged(std::istream& in, const std::string& source_name, uint32_t vocab_size) {
-  TaggedParser parser(source_name, vocab_size);
+TaggedData parse_tagged(std::istream& in, const std::string& source_name, uint32_t vocab_size,
+                        Vocabulary* vocabulary) {
+  Vocabulary own;
+  TaggedParser parser(source_name, vocab_size, vocabulary ? *vocabulary : own);
   std::vector<TaggedSentence> sentences;
   TaggedSentence sentence;
   std::string line;
@@ -93,10 +102,10 @@ TaggedData parse_tagged(std::istream& in, const std::string& source_name, uint32
   return parser.finish(std::move(sentences));
 }
 
-TaggedData load_tagged(const std::string& path, uint32_t vocab_size) {
+TaggedData load_tagged(const std::string& path, uint32_t vocab_size, Vocabulary* vocabulary) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(fmt::format("[load_tagged] cannot open '{}'", path));
-  return parse_tagged(in, path, vocab_size);
+  return parse_tagged(in, path, vocab_size, vocabulary);
 }
 
 }  // namespace edbatch

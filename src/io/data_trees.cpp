@@ -164,10 +164,11 @@ bool blank(const std::string& line) {
 
 }  // namespace
 
-std::vector<Tree> parse_trees(std::istream& in, const std::string& source_name,
-                              uint32_t vocab_size) {
+std::vector<Tree> parse_trees(std::istream& in, const std::string& source_name, uint32_t vocab_size,
+                              Vocabulary* vocabulary) {
   std::vector<Tree> trees;
-  std::unordered_map<std::string, uint32_t> words;
+  std::unordered_map<std::string, uint32_t> own;
+  std::unordered_map<std::string, uint32_t>& words = vocabulary ? vocabulary->words : own;
   std::string line;
   size_t line_no = 0;
   while (std::getline(in, line)) {
@@ -183,10 +184,10 @@ std::vector<Tree> parse_trees(std::istream& in, const std::string& source_name,
   return trees;
 }
 
-std::vector<Tree> load_trees(const std::string& path, uint32_t vocab_size) {
+std::vector<Tree> load_trees(const std::string& path, uint32_t vocab_size, Vocabulary* vocabulary) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(fmt::format("[load_trees] cannot open '{}'", path));
-  return parse_trees(in, path, vocab_size);
+  return parse_trees(in, path, vocab_size, vocabulary);
 }
 
 uint32_t tree_depth(const Tree& tree) {

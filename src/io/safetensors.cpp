@@ -1,4 +1,5 @@
-// safetensors reader and writer (F32 only) and parameter collections stored through it.
+// safetensors reader and writer (F32 only), and parameter collections and optimizer states stored
+// through it.
 #include "edbatch/safetensors.h"
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <unordered_map>
 
 #include "edbatch/files.h"
+#include "edbatch/optim.h"
 
 namespace edbatch {
 
@@ -253,22 +255,43 @@ std::vector<NamedTensor> parse_safetensors(const char* bytes, size_t size,
   return tensors;
 }
 
+namespace {
+
+// Parameter `id`'s floats (column-major, as the collection holds them) in the tensor layout of
+// save_parameters, and back.
+NamedTensor parameter_tensor(const ParameterCollection& pc, uint32_t id, std::string name,
+                             const float* v) {
+  const Dim d = pc.dim(id);
+  NamedTensor t{std::move(name), parameter_shape(pc, id), std::vector<float>(d.size())};
+  if (pc.is_lookup(id) || d.cols == 1) {
+    std::copy(v, v + d.size(), t.data.begin());
+  } else {
+    for (uint32_t r = 0; r < d.rows; ++r)
+      for (uint32_t c = 0; c < d.cols; ++c)
+        t.data[size_t(r) * d.cols + c] = v[size_t(c) * d.rows + r];
+  }
+  return t;
+}
+
+void tensor_to_parameter(const ParameterCollection& pc, uint32_t id, const std::vector<float>& in,
+                         float* v) {
+  const Dim d = pc.dim(id);
+  if (pc.is_lookup(id) || d.cols == 1) {
+    std::copy(in.begin(), in.end(), v);
+  } else {
+    for (uint32_t r = 0; r < d.rows; ++r)
+      for (uint32_t c = 0; c < d.cols; ++c) v[size_t(c) * d.rows + r] = in[size_t(r) * d.cols + c];
+  }
+}
+
+}  // namespace
+
 void save_parameters(const std::string& path, const ParameterCollection& pc) {
   std::vector<NamedTensor> tensors;
   tensors.reserve(pc.size());
   for (uint32_t id = 0; id < pc.size(); ++id) {
     if (pc.is_view(id)) continue;  // saved through its base
-    const Dim d = pc.dim(id);
-    const float* v = pc.values(id);
-    NamedTensor t{pc.name(id), parameter_shape(pc, id), std::vector<float>(d.size())};
-    if (pc.is_lookup(id) || d.cols == 1) {
-      std::copy(v, v + d.size(), t.data.begin());
-    } else {
-      for (uint32_t r = 0; r < d.rows; ++r)
-        for (uint32_t c = 0; c < d.cols; ++c)
-          t.data[size_t(r) * d.cols + c] = v[size_t(c) * d.rows + r];
-    }
-    tensors.push_back(std::move(t));
+    tensors.push_back(parameter_tensor(pc, id, pc.name(id), pc.values(id)));
   }
   write_safetensors(path, tensors);
 }
@@ -300,20 +323,105 @@ void load_parameters(const std::string& path, ParameterCollection& pc) {
       fail(fmt::format("tensor '{}' (shape {}) in the file is not a parameter of the collection",
                        t.name, shape_string(t.shape)));
 
-  for (uint32_t id = 0; id < pc.size(); ++id) {
-    if (pc.is_view(id)) continue;
-    const Dim d = pc.dim(id);
-    const std::vector<float>& in = source[id]->data;
-    float* v = pc.values(id);
-    if (pc.is_lookup(id) || d.cols == 1) {
-      std::copy(in.begin(), in.end(), v);
-    } else {
-      for (uint32_t r = 0; r < d.rows; ++r)
-        for (uint32_t c = 0; c < d.cols; ++c)
-          v[size_t(c) * d.rows + r] = in[size_t(r) * d.cols + c];
+  for (uint32_t id = 0; id < pc.size(); ++id)
+    if (!pc.is_view(id)) tensor_to_parameter(pc, id, source[id]->data, pc.values(id));
+  pc.mark_changed();
+}
+
+// ---- Optimizer state ----
+
+namespace {
+constexpr const char* kOptimizerFormat = "edbatch-optimizer-state";
+}
+
+void save_optimizer_state(const std::string& path, const Optimizer& opt) {
+  const ParameterCollection& pc = opt.params();
+  const OptimizerState& state = opt.state();
+  const std::vector<std::string> slots = opt.slot_names();
+  std::vector<NamedTensor> tensors;
+  for (uint32_t id = 0; id < state.ids(); ++id) {
+    if (state.floats(id) == 0) continue;
+    for (uint32_t k = 0; k < slots.size(); ++k)
+      tensors.push_back(parameter_tensor(pc, id, pc.name(id) + "." + slots[k], state.slot(k, id)));
+  }
+  const UpdateRule& h = opt.hyperparameters();
+  std::map<std::string, std::string> meta = {
+      {"format", kOptimizerFormat},
+      {"version", "1"},
+      {"optimizer", opt.name()},
+      {"step", std::to_string(state.step())},
+      {"lr", fmt::format("{}", h.lr)},
+      {"momentum", fmt::format("{}", h.momentum)},
+      {"beta1", fmt::format("{}", h.beta1)},
+      {"beta2", fmt::format("{}", h.beta2)},
+      {"eps", fmt::format("{}", h.eps)},
+      {"weight_decay", fmt::format("{}", h.weight_decay)},
+      {"clip_norm", fmt::format("{}", h.clip_norm)},
+      {"sparse_lookups", h.sparse_lookups ? "true" : "false"}};
+  write_safetensors(path, tensors, meta);
+}
+
+void load_optimizer_state(const std::string& path, Optimizer& opt) {
+  std::map<std::string, std::string> meta;
+  const std::vector<NamedTensor> tensors = read_safetensors(path, &meta);
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(fmt::format("[load_optimizer_state] '{}': {}", path, what));
+  };
+  auto field = [&](const char* key) {
+    auto it = meta.find(key);
+    if (it == meta.end())
+      fail(fmt::format("no \"{}\" in the metadata: not an optimizer state file", key));
+    return it->second;
+  };
+  if (field("format") != kOptimizerFormat)
+    fail(fmt::format("format '{}', expected '{}'", field("format"), kOptimizerFormat));
+  if (field("version") != "1") fail(fmt::format("version {}, expected 1", field("version")));
+  if (field("optimizer") != opt.name())
+    fail(fmt::format("the state of a '{}' optimizer, not of '{}'", field("optimizer"), opt.name()));
+  const std::string step_text = field("step");
+  if (step_text.empty() || step_text.find_first_not_of("0123456789") != std::string::npos ||
+      step_text.size() > 19)
+    fail(fmt::format("step '{}' is not a count", step_text));
+  const uint64_t step = std::stoull(step_text);
+
+  ParameterCollection& pc = opt.params();
+  OptimizerState& state = opt.state();
+  const std::vector<std::string> slots = opt.slot_names();
+  state.ensure(pc, static_cast<uint32_t>(slots.size()));
+  std::unordered_map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& t : tensors) by_name[t.name] = &t;
+  // Check everything before changing anything.
+  std::vector<const NamedTensor*> source;
+  for (uint32_t id = 0; id < state.ids(); ++id) {
+    if (state.floats(id) == 0) continue;
+    for (const std::string& slot : slots) {
+      const std::string name = pc.name(id) + "." + slot;
+      const std::vector<uint64_t> expected = parameter_shape(pc, id);
+      auto it = by_name.find(name);
+      if (it == by_name.end())
+        fail(fmt::format("tensor '{}' (shape {}) is missing from the file", name,
+                         shape_string(expected)));
+      if (it->second->shape != expected)
+        fail(fmt::format("tensor '{}': expected shape {} but found {}", name,
+                         shape_string(expected), shape_string(it->second->shape)));
+      source.push_back(it->second);
     }
   }
-  pc.mark_changed();
+  if (source.size() != tensors.size())
+    for (const NamedTensor& t : tensors)
+      if (std::find(source.begin(), source.end(), &t) == source.end())
+        fail(
+            fmt::format("tensor '{}' (shape {}) in the file is not a slot of this optimizer's "
+                        "parameters",
+                        t.name, shape_string(t.shape)));
+  size_t next = 0;
+  for (uint32_t id = 0; id < state.ids(); ++id) {
+    if (state.floats(id) == 0) continue;
+    for (uint32_t k = 0; k < slots.size(); ++k)
+      tensor_to_parameter(pc, id, source[next++]->data, state.slot(k, id));
+  }
+  state.set_step(step);
+  state.mark_changed();
 }
 
 }  // namespace edbatch

@@ -76,8 +76,11 @@ class BilstmTagger : public Model {
       char_[1] = add_lstm(pc, "char_bwd.", H, H);
       W_ch_ = pc.add_parameters("W_ch", Dim{H, 2 * H});
       b_ch_ = pc.add_parameters("b_ch", Dim{H, 1});
-      for (const TaggedSentence& s : data_.sentences)
-        for (uint32_t w : s.words) ++counts_[w];
+      const size_t counted = o.train_instances
+                                 ? std::min<size_t>(o.train_instances, data_.sentences.size())
+                                 : data_.sentences.size();
+      for (size_t i = 0; i < counted; ++i)
+        for (uint32_t w : data_.sentences[i].words) ++counts_[w];
       number_chars();
     }
   }

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 
 #include "edbatch/models.h"
@@ -67,7 +68,8 @@ uint32_t Dataset::size() const {
   return 0;
 }
 
-Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size, uint64_t seed) {
+Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size, uint64_t seed,
+                     Vocabulary* vocabulary) {
   Dataset d;
   d.kind = kind;
   d.source = spec;
@@ -99,9 +101,13 @@ Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size
     return d;
   }
   switch (kind) {
-    case DataKind::Trees: d.trees = load_trees(spec, vocab_size); break;
+    case DataKind::Trees:
+      d.trees = load_trees(spec, vocab_size, vocabulary);
+      break;
     case DataKind::Lattices: d.lattices = load_lattices(spec, vocab_size); break;
-    case DataKind::Tagged: d.tagged = load_tagged(spec, vocab_size); break;
+    case DataKind::Tagged:
+      d.tagged = load_tagged(spec, vocab_size, vocabulary);
+      break;
     case DataKind::Dags:
       throw std::invalid_argument(fmt::format(
           "[load_dataset] DAGs have no file format: use synthetic:N, not '{}'", spec));
@@ -111,6 +117,52 @@ Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size
     throw std::invalid_argument(fmt::format("[load_dataset] '{}' holds no {}", spec,
                                             data_kind_name(kind)));
   return d;
+}
+
+uint64_t heldout_seed(uint64_t seed) {
+  return zoo::mix64(seed ^ 0x68656c646f7574ull);
+}
+
+Dataset load_dataset_with_heldout(DataKind kind, const std::string& train_spec,
+                                  const std::string& heldout_spec, uint32_t vocab_size,
+                                  uint64_t seed, uint32_t* train_size) {
+  Vocabulary vocabulary;
+  Dataset d = load_dataset(kind, train_spec, vocab_size, seed, &vocabulary);
+  Dataset h = load_dataset(kind, heldout_spec, vocab_size, heldout_seed(seed), &vocabulary);
+  if (uint64_t{d.size()} + h.size() > UINT32_MAX)
+    throw std::invalid_argument("[load_dataset_with_heldout] more than 2^32 - 1 instances");
+  *train_size = d.size();
+  auto append = [](auto& to, auto& from) {
+    to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+  };
+  append(d.trees, h.trees);
+  append(d.lattices, h.lattices);
+  append(d.dags, h.dags);
+  append(d.tagged.sentences, h.tagged.sentences);
+  if (kind == DataKind::Tagged) {
+    d.tagged.num_tags = std::max(d.tagged.num_tags, h.tagged.num_tags);
+    // A file read last holds the vocabulary's names and spellings so far.
+    if (h.tagged.tag_names.size() > d.tagged.tag_names.size())
+      d.tagged.tag_names = std::move(h.tagged.tag_names);
+    if (h.tagged.spellings.size() > d.tagged.spellings.size() &&
+        heldout_spec.rfind("synthetic:", 0) != 0)
+      d.tagged.spellings = std::move(h.tagged.spellings);
+  }
+  return d;
+}
+
+uint32_t data_vocabulary(const Dataset& data) {
+  uint32_t top = 0;
+  for (const Tree& t : data.trees)
+    for (const TreeNode& n : t.nodes)
+      if (n.leaf()) top = std::max(top, n.word);
+  for (const Lattice& l : data.lattices)
+    for (const LatticeArc& a : l.arcs) top = std::max(top, a.id);
+  for (const TaggedSentence& s : data.tagged.sentences)
+    for (uint32_t w : s.words) top = std::max(top, w);
+  for (const Dag& d : data.dags)
+    for (uint32_t x : d.inputs) top = std::max(top, x);
+  return top + 1;
 }
 
 // ---- Model ----

@@ -25,7 +25,8 @@ void check_data_flag(const std::string& model, const std::string& data);
 
 // Options both subcommands take: --model (required, one of the zoo's), --vocab-size, --batch.
 void add_model_option(CLI::App* app, std::string& model);
-void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch);
+// With `no_folding`, --vocab-size 0 is allowed (no folding).
+void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch, bool no_folding = false);
 
 // `edbatch run`: runs a model of the zoo (tools/edbatch/run.cpp).
 Command add_run_command(CLI::App& root);

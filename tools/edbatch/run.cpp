@@ -19,6 +19,7 @@
 #include "tools/edbatch/commands.h"
 #include "tools/edbatch/decode.h"
 #include "tools/edbatch/metrics.h"
+#include "tools/edbatch/training.h"
 
 namespace edbatch::cli {
 
@@ -42,10 +43,13 @@ void add_model_option(CLI::App* app, std::string& model) {
       ->check(CLI::IsMember(model_names()));
 }
 
-void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch) {
-  app->add_option("--vocab-size", vocab, "embedding rows; file word ids fold modulo this")
+void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch, bool no_folding) {
+  app->add_option("--vocab-size", vocab,
+                  no_folding ? "embedding rows; file word ids fold modulo this (0: no folding, "
+                               "a row per id the data holds: the full vocabulary of a file)"
+                             : "embedding rows; file word ids fold modulo this")
       ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 24));
+      ->check(CLI::Range(no_folding ? 0u : 1u, 1u << 24));
   app->add_option("--batch", batch, "instances per mini-batch")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
@@ -67,7 +71,7 @@ struct RunOptions {
   uint32_t max_len = 100;  // --decode
   bool decode = false;
   uint64_t seed = 1;
-  float lr = 0.1f;
+  TrainingOptions t;  // optimizer, --eval, --save-best (tools/edbatch/training.h)
   bool no_blocks = false, train = false, describe = false, chars = false, pipeline = false;
   bool check_numerics = false;
 };
@@ -117,11 +121,17 @@ void progress(uint32_t done, uint32_t total, double instances, double ms) {
   std::fflush(stderr);
 }
 
-// Builds one mini-batch, runs it, and trains on it when asked.
+// Builds one mini-batch, runs it, and trains on it when asked. The data set's first `size`
+// instances are the ones run (held-out instances of --eval follow them).
 class Runner {
  public:
-  Runner(const RunOptions& o, Model& model, Engine& engine)
-      : o_(o), model_(model), engine_(engine), g_(model.params()) {}
+  Runner(const RunOptions& o, Model& model, Engine& engine, Optimizer& optimizer, uint32_t size)
+      : o_(o),
+        model_(model),
+        engine_(engine),
+        optimizer_(optimizer),
+        size_(size),
+        g_(model.params()) {}
 
   // With --pipeline the loss is read one mini-batch later (finish() reads the last one): this
   // mini-batch is queued before the loss of `previous` is read, so its CPU work overlaps the
@@ -145,8 +155,9 @@ class Runner {
     if (train) {
       engine_.backward(g_, loss);
       const auto t1 = Clock::now();
-      // Where the parameters live: on a device, without a round trip through the host.
-      engine_.sgd_update(o_.lr / static_cast<float>(ids.size()));
+      // Where the parameters live: on a device, without a round trip through the host. The
+      // gradients are those of the mean loss of the mini-batch.
+      optimizer_.step(engine_, 1.0f / static_cast<float>(ids.size()));
       s.update_ms = ms_since(t1);
     }
     if (o_.pipeline) {
@@ -195,7 +206,7 @@ class Runner {
 
  private:
   void write_outputs_to(std::ostream& out) {
-    BatchStream stream(model_.size(), o_.batch, false, 0);
+    BatchStream stream(size_, o_.batch, false, 0);
     std::vector<uint32_t> ids;
     std::vector<std::vector<Expr>> logits;
     for (uint32_t b = 0; b < stream.per_epoch(); ++b) {
@@ -221,6 +232,8 @@ class Runner {
   const RunOptions& o_;
   Model& model_;
   Engine& engine_;
+  Optimizer& optimizer_;
+  uint32_t size_;
   Graph g_;
   std::vector<Expr> losses_;
   bool pending_ = false;
@@ -252,8 +265,8 @@ class LossCheck {
       if (!std::isfinite(samples[checked_].loss))
         throw std::runtime_error(
             where(checked_) + ": the training loss is " + std::to_string(samples[checked_].loss) +
-            "; training stopped (lower --lr, or find the first non-finite value with "
-            "--check-numerics)");
+            "; training stopped (lower --lr, clip the gradients with --clip, or find the "
+            "first non-finite value with --check-numerics)");
     checked_ = std::max(checked_, known);
   }
   // Runs one step, naming its mini-batch in a --check-numerics error.
@@ -284,6 +297,9 @@ void check_usage(const RunOptions& o) {
   if (o.decode && (o.train || o.pipeline || o.device == "null"))
     throw UsageError("--decode reads every step's values: not with --train, --pipeline or "
                      "--device null");
+  if (o.vocab == 0 && (o.data.rfind("synthetic:", 0) == 0 || o.t.eval.rfind("synthetic:", 0) == 0))
+    throw UsageError("--vocab-size 0 (no folding) needs data files: synthetic ids need a size");
+  check_training_usage(o.t, o.train, o.device, o.model);
 }
 
 // The data set in its text format (check_usage refused DAGs).
@@ -300,15 +316,23 @@ int write_data(const Dataset& data, const std::string& path) {
 int run(const RunOptions& o) {
   const auto wall0 = Clock::now();
   check_usage(o);
-  const Dataset data = load_dataset(model_data_kind(o.model), o.data, o.vocab, o.seed);
-  if (!o.write_data.empty()) return write_data(data, o.write_data);
+  const DataKind kind = model_data_kind(o.model);
+  if (!o.write_data.empty())
+    return write_data(load_dataset(kind, o.data, o.vocab, o.seed), o.write_data);
+  // With --eval the held-out instances follow the training set's in one data set (one model).
+  uint32_t train_size = 0;
+  const Dataset data = o.t.eval.empty() ? load_dataset(kind, o.data, o.vocab, o.seed)
+                                        : load_dataset_with_heldout(kind, o.data, o.t.eval, o.vocab,
+                                                                    o.seed, &train_size);
+  if (o.t.eval.empty()) train_size = data.size();
   ParameterCollection pc(o.seed);
   ModelOptions mo;
   mo.hidden = o.hidden;
-  mo.vocab = o.vocab;
+  mo.vocab = o.vocab ? o.vocab : data_vocabulary(data);
   mo.blocks = !o.no_blocks;
   mo.seed = o.seed;
   mo.char_embeddings = o.chars;
+  mo.train_instances = train_size;
   const std::unique_ptr<Model> model = make_model(o.model, pc, data, mo);
   if (o.describe) {
     std::fputs(model->describe().c_str(), stdout);
@@ -325,10 +349,13 @@ int run(const RunOptions& o) {
   eo.policy_cache_dir = o.policy_cache;
   eo = apply_debug_env(eo);  // EDBATCH_CUDA_* debugging switches
   Engine engine(pc, eo);
-  Runner runner(o, *model, engine);
+  const std::unique_ptr<Optimizer> optimizer = make_cli_optimizer(o.t, pc);
+  Runner runner(o, *model, engine, *optimizer, train_size);
+  EpochReport report(o.t, *model, engine, train_size, o.batch, o.epochs);
+  if (o.train) report.before_training();
 
   // Warm-up mini-batches (the first of the data) fill the arena and caches; not measured.
-  BatchStream warm(model->size(), o.batch, false, o.seed);
+  BatchStream warm(train_size, o.batch, false, o.seed);
   std::vector<uint32_t> ids;
   std::vector<MiniBatchSample> warm_samples;
   warm_samples.reserve(o.warmup);
@@ -343,7 +370,7 @@ int run(const RunOptions& o) {
   warm_check(warm_samples, false);
   const uint64_t growths_at_warmup = engine.stats().arena_growths;
 
-  BatchStream stream(model->size(), o.batch, o.train, o.seed);
+  BatchStream stream(train_size, o.batch, o.train, o.seed);
   const uint32_t total = o.iters ? o.iters : o.epochs * stream.per_epoch();
   const bool show = isatty(STDERR_FILENO);
   std::vector<MiniBatchSample> samples;
@@ -373,38 +400,47 @@ int run(const RunOptions& o) {
       epoch_first = samples.size();
       info.epoch_losses.push_back(epoch_loss / epoch_instances);
       if (show) std::fputs("\r\033[K", stderr);
-      std::printf("epoch %u/%u  mean loss per instance %.4f\n", (b + 1) / stream.per_epoch(),
-                  o.epochs, epoch_loss / epoch_instances);
-      std::fflush(stdout);
+      report.epoch_end((b + 1) / stream.per_epoch(), epoch_loss / epoch_instances);
     }
   }
   runner.finish(samples.empty() ? nullptr : &samples.back());
   check(samples, false);
+  if (!o.train) report.evaluate_once();
+  if (o.train && o.iters) report.after_iterations(total);
 
   info.model = o.model;
   info.data = o.data;
   info.device = o.device;
   info.policy = engine.policy().name();
-  info.data_instances = model->size();
+  info.data_instances = train_size;
   info.batch = o.batch;
   info.hidden = o.hidden;
-  info.vocab = o.vocab;
+  info.vocab = mo.vocab;
   info.threads = o.threads;
   info.warmup = o.warmup;
   info.seed = o.seed;
   info.blocks = mo.blocks;
   info.train = o.train;
   info.pipeline = o.pipeline;
-  info.lr = o.lr;
+  info.lr = optimizer->learning_rate();
   info.arena_bytes = engine.stats().arena_bytes;
   info.arena_growths_after_warmup = engine.stats().arena_growths - growths_at_warmup;
 
   if (!o.outputs.empty()) runner.write_outputs(o.outputs);
   if (!o.save_weights.empty()) save_parameters(o.save_weights, pc);
+  if (!o.t.save_optimizer.empty()) save_optimizer_state(o.t.save_optimizer, *optimizer);
   info.peak_rss_bytes = peak_rss_bytes();
   info.wall_s = ms_since(wall0) / 1e3;
   if (!o.json.empty()) {
-    const std::string text = metrics_json(info, samples).dump(2) + "\n";
+    nlohmann::json j = metrics_json(info, samples);
+    if (o.train) {
+      const UpdateRule& h = optimizer->hyperparameters();
+      j["optimizer"] = {{"name", o.t.optimizer},  {"lr", h.lr},
+                        {"momentum", h.momentum}, {"weight_decay", h.weight_decay},
+                        {"clip", h.clip_norm},    {"steps", optimizer->steps()}};
+    }
+    report.add_to_json(j);
+    const std::string text = j.dump(2) + "\n";
     write_file_atomically(o.json, [&](std::ostream& out) { out << text; });
   }
   std::fputs(metrics_table(info, samples).c_str(), stdout);
@@ -423,7 +459,7 @@ Command add_run_command(CLI::App& root) {
                   "word|TAG sentences, as the model reads; lstm_nmt: SOURCE,TARGET files with "
                   "vocab.<ext> beside them")
       ->capture_default_str();
-  add_size_options(app, o->vocab, o->batch);
+  add_size_options(app, o->vocab, o->batch, /*no_folding=*/true);
   app->add_option("--hidden", o->hidden, "hidden size (= embedding size)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 14));
@@ -477,9 +513,9 @@ Command add_run_command(CLI::App& root) {
   app->add_option("--seed", o->seed, "seed of the synthetic data, initial weights and shuffling")
       ->capture_default_str();
   app->add_flag("--train", o->train,
-                "forward, backward and an SGD update per mini-batch (data shuffled per epoch)");
-  app->add_option("--lr", o->lr, "SGD learning rate on the mean per-instance loss")
-      ->capture_default_str();
+                "forward, backward and an optimizer step per mini-batch (data shuffled per "
+                "epoch)");
+  add_training_options(app, o->t);
   app->add_flag("--pipeline", o->pipeline,
                 "queue each mini-batch before reading the previous one's loss "
                 "(Engine::submit), so building, scheduling and planning overlap the device's "

@@ -1,0 +1,233 @@
+// The training side of `edbatch run` (tools/edbatch/training.h).
+#include "tools/edbatch/training.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "edbatch/safetensors.h"
+#include "tools/edbatch/commands.h"
+
+namespace edbatch::cli {
+
+void add_training_options(CLI::App* app, TrainingOptions& o) {
+  app->add_option("--optimizer", o.optimizer,
+                  "sgd, momentum (sgd with --momentum 0.9 unless given), adam or adagrad "
+                  "(edbatch/optim.h); updates run where the parameters live")
+      ->capture_default_str()
+      ->check(CLI::IsMember(optimizer_names()));
+  app->add_option("--lr", o.lr,
+                  "learning rate on the mean per-instance loss (default per optimizer: sgd 0.1, "
+                  "momentum (or sgd with --momentum) 0.01, adam 0.001, adagrad 0.05)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--momentum", o.momentum, "sgd: heavy-ball momentum in [0, 1) (0: none)")
+      ->check(CLI::Range(0.0f, 0.999f));
+  app->add_option("--weight-decay", o.weight_decay,
+                  "L2 weight decay added to every gradient (lookup tables: the touched columns)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--clip", o.clip,
+                  "clip the gradients of each mini-batch (of its mean loss) to this global L2 "
+                  "norm (0: no clipping)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--eval", o.eval,
+                  "held-out data (a file of the model's format, read with the training data's "
+                  "vocabulary, or synthetic:N drawn with its own seed): evaluated before "
+                  "training and after every epoch (loss per instance; trees: root and all-node "
+                  "sentiment accuracy; lattices, tagged sentences: tag accuracy)");
+  app->add_option("--save-best", o.save_best,
+                  "with --train and --eval: save the weights of the epoch with the best held-out "
+                  "accuracy (root accuracy for trees; ties: lower held-out loss) here");
+  app->add_option("--save-optimizer", o.save_optimizer,
+                  "save the optimizer's state (step count, moments) after the run (safetensors)");
+  app->add_option("--load-optimizer", o.load_optimizer,
+                  "load the optimizer's state before the run (from --save-optimizer of the same "
+                  "optimizer and model) to continue training");
+}
+
+void check_training_usage(const TrainingOptions& o, bool train, const std::string& device,
+                          const std::string& model) {
+  if (o.momentum > 0 && o.optimizer != "sgd" && o.optimizer != "momentum")
+    throw UsageError("--momentum applies to --optimizer sgd or momentum, not " + o.optimizer);
+  if (!o.save_best.empty() && (o.eval.empty() || !train))
+    throw UsageError("--save-best needs --train and --eval");
+  if (!o.eval.empty()) {
+    check_data_flag(model, o.eval);
+    if (device == "null") throw UsageError("--eval needs values: the null device computes none");
+  }
+  if ((!o.save_optimizer.empty() || !o.load_optimizer.empty()) && !train)
+    throw UsageError("--save-optimizer and --load-optimizer need --train");
+}
+
+std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, ParameterCollection& pc) {
+  OptimizerOptions oo;
+  oo.lr = o.lr;
+  oo.momentum = o.momentum;
+  oo.weight_decay = o.weight_decay;
+  oo.clip_norm = o.clip;
+  std::unique_ptr<Optimizer> opt = make_optimizer(o.optimizer, pc, oo);
+  if (!o.load_optimizer.empty()) load_optimizer_state(o.load_optimizer, *opt);
+  return opt;
+}
+
+Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, uint32_t batch) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool trees = model_data_kind(model.name()) == DataKind::Trees;
+  Evaluation e;
+  Graph g(model.params());
+  std::vector<Expr> losses;
+  std::vector<std::vector<Expr>> logits;
+  for (uint32_t b = first; b < end; b += batch) {
+    const uint32_t n = std::min(batch, end - b);
+    g.clear();
+    losses.clear();
+    logits.assign(n, {});
+    for (uint32_t k = 0; k < n; ++k) losses.push_back(model.build(g, b + k, &logits[k]));
+    engine.forward(g, sum_losses(losses));
+    for (uint32_t k = 0; k < n; ++k) {
+      const std::vector<uint32_t> gold = model.labels(b + k);
+      const std::vector<uint32_t> predicted = predicted_labels(engine, logits[k]);
+      e.loss += as_scalar(engine.value(losses[k]));
+      e.instances += 1;
+      for (size_t i = 0; i < gold.size() && i < predicted.size(); ++i)
+        e.node_correct += predicted[i] == gold[i];
+      e.nodes += gold.size();
+      if (trees && !gold.empty()) {
+        e.root_correct += !predicted.empty() && predicted.back() == gold.back();
+        e.roots += 1;
+      }
+    }
+  }
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return e;
+}
+
+EpochReport::EpochReport(const TrainingOptions& o, Model& model, Engine& engine,
+                         uint32_t train_size, uint32_t batch, uint32_t epochs)
+    : o_(o),
+      model_(model),
+      engine_(engine),
+      train_size_(train_size),
+      batch_(batch),
+      epochs_(epochs) {}
+
+namespace {
+std::string percent(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", 100 * x);
+  return buf;
+}
+}  // namespace
+
+void EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::string& text) {
+  const Evaluation e = evaluate(model_, engine_, train_size_, model_.size(), batch_);
+  const DataKind kind = model_data_kind(model_.name());
+  nlohmann::json j;
+  j["loss_per_instance"] = std::isfinite(e.loss) ? nlohmann::json(e.loss_per_instance()) : nullptr;
+  j["instances"] = e.instances;
+  j["seconds"] = e.seconds;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "held-out loss per instance %.4f", e.loss_per_instance());
+  text += buf;
+  const char* unit = kind == DataKind::Lattices || kind == DataKind::Tagged ? "tag" : "node";
+  if (kind == DataKind::Trees) {
+    j["root_accuracy"] = e.root_accuracy();
+    j["root_correct"] = e.root_correct;
+    j["roots"] = e.roots;
+    text += "  root acc " + percent(e.root_accuracy());
+  }
+  j[std::string(unit) + "_accuracy"] = e.node_accuracy();
+  j[std::string(unit) + "_correct"] = e.node_correct;
+  j[std::string(unit) + "s"] = e.nodes;
+  text += std::string("  ") + (kind == DataKind::Trees ? "all-node" : unit) + " acc " +
+          percent(e.node_accuracy());
+  line["eval"] = j;
+  eval_s_ += e.seconds;
+  // Time to this accuracy: wall time since the report began, and the part of it not spent
+  // evaluating.
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  line["wall_s"] = wall;
+  line["train_wall_s"] = wall - eval_s_;
+  // The best epoch: highest accuracy (root accuracy for trees), then lowest held-out loss.
+  const double accuracy = kind == DataKind::Trees ? e.root_accuracy() : e.node_accuracy();
+  const double loss = e.loss_per_instance();
+  if (epoch == 0 || !std::isfinite(loss)) return;
+  if (best_epoch_ < 0 || accuracy > best_accuracy_ ||
+      (accuracy == best_accuracy_ && loss < best_loss_)) {
+    best_epoch_ = epoch;
+    best_accuracy_ = accuracy;
+    best_loss_ = loss;
+    line["best"] = true;
+    if (!o_.save_best.empty()) {
+      save_parameters(o_.save_best, model_.params());
+      text += "  (best: saved)";
+    } else {
+      text += "  (best)";
+    }
+  }
+}
+
+void EpochReport::before_training() {
+  if (!evaluating()) return;
+  nlohmann::json line;
+  line["epoch"] = 0;
+  std::string text = "epoch 0/" + std::to_string(epochs_) + "  ";
+  run_eval(0, line, text);
+  epochs_json_.push_back(line);
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+void EpochReport::epoch_end(uint32_t epoch, double train_loss) {
+  nlohmann::json line;
+  line["epoch"] = epoch;
+  line["train_loss_per_instance"] =
+      std::isfinite(train_loss) ? nlohmann::json(train_loss) : nullptr;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "epoch %u/%u  mean loss per instance %.4f", epoch, epochs_,
+                train_loss);
+  std::string text = buf;
+  if (evaluating()) {
+    text += "  ";
+    run_eval(epoch, line, text);
+  }
+  epochs_json_.push_back(line);
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+void EpochReport::after_iterations(uint32_t minibatches) {
+  if (!evaluating()) return;
+  nlohmann::json line;
+  line["epoch"] = 1;
+  line["minibatches"] = minibatches;
+  std::string text = "after " + std::to_string(minibatches) + " mini-batches  ";
+  run_eval(1, line, text);
+  epochs_json_.push_back(line);
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+void EpochReport::evaluate_once() {
+  if (!evaluating()) return;
+  nlohmann::json line;
+  line["epoch"] = 0;
+  std::string text = "eval  ";
+  run_eval(0, line, text);
+  epochs_json_.push_back(line);
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+void EpochReport::add_to_json(nlohmann::json& j) const {
+  j["epochs"] = epochs_json_;
+  if (evaluating()) {
+    j["eval"] = {{"data", o_.eval},
+                 {"instances", model_.size() - train_size_},
+                 {"best_epoch", best_epoch_ >= 0 ? nlohmann::json(best_epoch_) : nullptr}};
+    if (!o_.save_best.empty()) j["eval"]["save_best"] = o_.save_best;
+  }
+}
+
+}  // namespace edbatch::cli

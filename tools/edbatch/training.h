@@ -1,0 +1,83 @@
+// The training side of `edbatch run`: optimizer flags, held-out evaluation after each epoch
+// (--eval), keeping the best weights (--save-best), and the per-epoch report on stdout and in
+// the JSON (tools/edbatch/training.cpp).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "edbatch/engine.h"
+#include "edbatch/models.h"
+#include "edbatch/optim.h"
+
+namespace edbatch::cli {
+
+struct TrainingOptions {
+  std::string optimizer = "sgd";
+  float lr = 0;  // 0: the optimizer's default
+  // Clipping is on by default: without it SGD diverges on mvrnn, lattice_lstm and random_dag
+  // at its default rate, and no optimizer trains lattice_gru on real lattices (docs/models.md).
+  float momentum = 0, weight_decay = 0, clip = 5;
+  std::string eval, save_best, save_optimizer, load_optimizer;
+};
+
+// --optimizer, --lr, --momentum, --weight-decay, --clip, --eval, --save-best, --save-optimizer,
+// --load-optimizer.
+void add_training_options(CLI::App* app, TrainingOptions& o);
+// Throws UsageError for combinations that cannot work.
+void check_training_usage(const TrainingOptions& o, bool train, const std::string& device,
+                          const std::string& model);
+// The optimizer the flags ask for, its state loaded from --load-optimizer.
+std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, ParameterCollection& pc);
+
+// Held-out evaluation: a forward pass over instances [first, end) of the model's data, the
+// argmax of each loss node's logits against its gold label.
+struct Evaluation {
+  double loss = 0;  // summed over instances
+  uint32_t instances = 0;
+  uint64_t node_correct = 0, nodes = 0;  // every loss node
+  uint64_t root_correct = 0, roots = 0;  // trees: the last loss node (the root)
+  double seconds = 0;
+  double loss_per_instance() const { return instances ? loss / instances : 0; }
+  double node_accuracy() const { return nodes ? double(node_correct) / nodes : 0; }
+  double root_accuracy() const { return roots ? double(root_correct) / roots : 0; }
+};
+Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, uint32_t batch);
+
+// Evaluates after each epoch, prints the epoch's line, keeps the best weights, and collects the
+// "epochs" JSON. Without --eval it only prints and collects the training loss.
+class EpochReport {
+ public:
+  EpochReport(const TrainingOptions& o, Model& model, Engine& engine, uint32_t train_size,
+              uint32_t batch, uint32_t epochs);
+  bool evaluating() const { return !o_.eval.empty(); }
+  // Epoch 0: the held-out set before training (with --eval).
+  void before_training();
+  // After epoch `epoch` (from 1) with its mean training loss per instance.
+  void epoch_end(uint32_t epoch, double train_loss);
+  // Training by --iters: one evaluation at the end (as epoch 1 for --save-best).
+  void after_iterations(uint32_t minibatches);
+  // A run without --train: one evaluation of the weights as they are.
+  void evaluate_once();
+  // "epochs" and "eval" for the metrics JSON.
+  void add_to_json(nlohmann::json& j) const;
+
+ private:
+  void run_eval(uint32_t epoch, nlohmann::json& line, std::string& text);
+
+  const TrainingOptions& o_;
+  Model& model_;
+  Engine& engine_;
+  uint32_t train_size_, batch_, epochs_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  double eval_s_ = 0;  // evaluation time so far
+  nlohmann::json epochs_json_ = nlohmann::json::array();
+  int64_t best_epoch_ = -1;
+  double best_accuracy_ = -1, best_loss_ = 0;
+};
+
+}  // namespace edbatch::cli
