@@ -118,10 +118,6 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   else
     j["mean_loss_per_instance"] = nullptr;
   j["wall_s"] = info.wall_s;
-  // One record per epoch (training by epochs), for plots of learning (scripts/report.py).
-  j["epochs"] = nlohmann::json::array();
-  for (size_t e = 0; e < info.epoch_losses.size(); ++e)
-    j["epochs"].push_back({{"epoch", e + 1}, {"mean_loss_per_instance", info.epoch_losses[e]}});
   return j;
 }
 

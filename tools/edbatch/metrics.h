@@ -33,7 +33,6 @@ struct RunInfo {
   float lr = 0;
   uint64_t arena_bytes = 0, arena_growths_after_warmup = 0, peak_rss_bytes = 0;
   double wall_s = 0;
-  std::vector<double> epoch_losses;  // training by epochs: mean loss per instance of each
 };
 
 nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSample>& samples);

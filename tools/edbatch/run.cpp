@@ -398,7 +398,6 @@ int run(const RunOptions& o) {
         epoch_instances += samples[k].instances;
       }
       epoch_first = samples.size();
-      info.epoch_losses.push_back(epoch_loss / epoch_instances);
       if (show) std::fputs("\r\033[K", stderr);
       report.epoch_end((b + 1) / stream.per_epoch(), epoch_loss / epoch_instances);
     }

@@ -182,7 +182,7 @@ void EpochReport::before_training() {
 void EpochReport::epoch_end(uint32_t epoch, double train_loss) {
   nlohmann::json line;
   line["epoch"] = epoch;
-  line["train_loss_per_instance"] =
+  line["mean_loss_per_instance"] =
       std::isfinite(train_loss) ? nlohmann::json(train_loss) : nullptr;
   char buf[96];
   std::snprintf(buf, sizeof buf, "epoch %u/%u  mean loss per instance %.4f", epoch, epochs_,
