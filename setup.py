@@ -79,8 +79,10 @@ def extension():
         name="edbatch._edbatch",
         sources=sources(cuda),
         include_dirs=[ROOT, os.path.join(ROOT, "include"), "/usr/include/eigen3"],
-        libraries=["tbb", "fmt"],
-        define_macros=[("EIGEN_DONT_PARALLELIZE", None)],
+        libraries=["tbb"],
+        # fmt header-only: torch 2.x puts its own (newer) fmt headers on the include path
+        # without exporting the compiled library, so linking a system libfmt would not match.
+        define_macros=[("EIGEN_DONT_PARALLELIZE", None), ("FMT_HEADER_ONLY", "1")],
         # -g0: Python's own flags ask for debug information, which more than doubles the
         # compile time of the torch sources and makes a 65 MB library.
         extra_compile_args=["-O3", "-g0", "-std=c++17"] + NATIVE,
