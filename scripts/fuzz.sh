@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=60
-targets="trees lattices tagged safetensors policy packed"
+targets="trees lattices tagged safetensors policy pairs packed"
 jobs=1
 build=build-fuzz
 do_build=1
