@@ -46,4 +46,12 @@ CliResult run_cli(const TempDir& dir, const std::string& args) {
 #endif
 }
 
+std::vector<nlohmann::json> json_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
 }  // namespace edbatch::test

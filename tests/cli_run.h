@@ -2,12 +2,17 @@
 // both output streams of one run, and whole-file reads.
 #pragma once
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace edbatch::test {
 
 // The whole file as a string ("" when it cannot be read).
 std::string slurp(const std::filesystem::path& p);
+
+// The JSON lines of a file (`--outputs`, benchmark output), empty lines skipped.
+std::vector<nlohmann::json> json_lines(const std::string& path);
 
 // A fresh directory under the system temp directory, removed with everything in it at the end.
 struct TempDir {

@@ -18,17 +18,10 @@ namespace test = edbatch::test;
 namespace {
 
 using Result = test::CliResult;
+using test::json_lines;
 using test::slurp;
 using test::TempDir;
 constexpr auto& cli = test::run_cli;
-
-std::vector<nlohmann::json> json_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<nlohmann::json> lines;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 const std::string kSmall = "--no-blocks --hidden 6 --batch 8 --warmup 1 ";
 

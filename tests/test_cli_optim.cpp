@@ -17,17 +17,10 @@ namespace test = edbatch::test;
 namespace {
 
 using Result = test::CliResult;
+using test::json_lines;
 using test::slurp;
 using test::TempDir;
 constexpr auto& cli = test::run_cli;
-
-std::vector<nlohmann::json> json_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<nlohmann::json> lines;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
@@ -151,6 +144,18 @@ TEST_CASE("cli optim: --eval accuracies and loss equal a count over --outputs of
 // held-out accuracy is then the share of that class in the held-out file, known here.
 TEST_CASE("cli optim: --eval on hand-built data sets with a known answer") {
   TempDir dir;
+  // Six epochs of Adam on dir/train.txt, evaluated on dir/dev.txt; the run's JSON metrics.
+  const auto train_and_eval = [&](const std::string& model, const std::string& extra,
+                                  Result& r) {
+    const std::string json = dir / "metrics.json";
+    r = cli(dir, "run --model " + model + " --data '" + dir / "train.txt" + "' --eval '" +
+                     dir / "dev.txt" +
+                     "' --train --epochs 6 --optimizer adam --lr 0.05 --hidden 8 --batch 8 " +
+                     extra + "--json '" + json + "'");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(slurp(json));
+  };
   SUBCASE("trees: root and all-node accuracy") {
     std::string train;
     for (int i = 0; i < 24; ++i)
@@ -159,15 +164,8 @@ TEST_CASE("cli optim: --eval on hand-built data sets with a known answer") {
     // 3 trees, 9 nodes of which 5 are labelled 2; roots 2, 2 and 4. A word ("e") the training
     // file lacks continues the vocabulary.
     write(dir / "dev.txt", "(2 (2 a) (3 b))\n(2 (1 e) (2 c))\n(4 (2 d) (0 a))\n");
-    const std::string json = dir / "t.json";
-    const Result r = cli(dir, "run --model tree_lstm --data '" + dir / "train.txt" + "' --eval '" +
-                                  dir / "dev.txt" +
-                                  "' --train --epochs 6 --optimizer adam "
-                                  "--lr 0.05 --hidden 8 --batch 8 --vocab-size 0 --json '" +
-                                  json + "'");
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    const nlohmann::json j = nlohmann::json::parse(slurp(json));
+    Result r;
+    const nlohmann::json j = train_and_eval("tree_lstm", "--vocab-size 0 ", r);
     CHECK(j["vocab"] == 5);  // no folding: a, b, c, d and the held-out file's e
     const nlohmann::json ev = j["epochs"].back()["eval"];
     CHECK(ev["roots"] == 3);
@@ -181,15 +179,8 @@ TEST_CASE("cli optim: --eval on hand-built data sets with a known answer") {
     for (int i = 0; i < 24; ++i) train += "the|N dog|N runs|N far|N\n";
     write(dir / "train.txt", train);
     write(dir / "dev.txt", "the|N cat|V runs|N\nfar|ADV dog|N\n");  // 3 of 5 are N
-    const std::string json = dir / "g.json";
-    const Result r = cli(dir, "run --model bilstm_tagger --data '" + dir / "train.txt" +
-                                  "' --eval '" + dir / "dev.txt" +
-                                  "' --train --epochs 6 "
-                                  "--optimizer adam --lr 0.05 --hidden 8 --batch 8 --json '" +
-                                  json + "'");
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    const nlohmann::json ev = nlohmann::json::parse(slurp(json))["epochs"].back()["eval"];
+    Result r;
+    const nlohmann::json ev = train_and_eval("bilstm_tagger", "", r)["epochs"].back()["eval"];
     CHECK(ev["tags"] == 5);
     CHECK(ev["tag_correct"] == 3);
     CHECK(r.out.find("tag acc 60.00%") != std::string::npos);
@@ -200,15 +191,8 @@ TEST_CASE("cli optim: --eval on hand-built data sets with a known answer") {
     for (int i = 0; i < 16; ++i) train += "2\n0 0\n0\n1 0 " + std::to_string(i % 3) + "\n\n";
     write(dir / "train.txt", train);
     write(dir / "dev.txt", "1\n3\n0 5 0\n0\n1 0 1\n1 1 2\n");
-    const std::string json = dir / "l.json";
-    const Result r = cli(dir, "run --model lattice_gru --data '" + dir / "train.txt" +
-                                  "' --eval '" + dir / "dev.txt" +
-                                  "' --train --epochs 6 "
-                                  "--optimizer adam --lr 0.05 --hidden 8 --batch 8 --json '" +
-                                  json + "'");
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    const nlohmann::json ev = nlohmann::json::parse(slurp(json))["epochs"].back()["eval"];
+    Result r;
+    const nlohmann::json ev = train_and_eval("lattice_gru", "", r)["epochs"].back()["eval"];
     CHECK(ev["tags"] == 3);
     CHECK(ev["tag_correct"] == 2);
   }

@@ -17,63 +17,55 @@
 using namespace edbatch;
 using edbatch::testing::check_close;
 
-TEST_CASE("cpu gemm_acc: Y += W X equals the double product at awkward sizes") {
-  std::mt19937 rng(7);
+namespace {
+
+// Y += W X (transposed: Y += W X^T, X stored k x n) through the kernel against the double product,
+// over every shape of the lists, with leading dimensions sometimes beyond the shape and existing
+// values in Y; rows between the columns must stay untouched.
+void check_gemm(bool transposed, uint32_t seed, const std::vector<uint32_t>& ms,
+                const std::vector<uint32_t>& ns, const std::vector<uint32_t>& ks) {
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  const uint32_t ms[] = {1, 5, 16, 17, 31, 48, 129};
-  const uint32_t ns[] = {1, 3, 64, 257};
-  const uint32_t ks[] = {1, 2, 3, 4, 6, 7, 9, 13, 47, 48, 49, 97};
   for (uint32_t m : ms)
     for (uint32_t n : ns)
       for (uint32_t k : ks) {
-        const uint32_t pad = (m + n + k) % 3;  // leading dimensions beyond the shape, sometimes
-        const size_t ldw = m + pad, ldx = n + pad, ldy = m + pad;
-        std::vector<float> w(ldw * n), x(ldx * k), y(ldy * k);
+        const uint32_t pad = (m + n + k) % 3;
+        const size_t ldw = m + pad, ldx = (transposed ? k : n) + pad, ldy = m + pad;
+        std::vector<float> w(ldw * n), x(ldx * (transposed ? n : k)), y(ldy * k);
         for (float& v : w) v = normal(rng);
         for (float& v : x) v = normal(rng);
         for (float& v : y) v = normal(rng);
+        // The right operand's entry (p, c): X(p, c), or X^T(p, c) = X(c, p).
+        auto rhs = [&](uint32_t p, uint32_t c) {
+          return double(transposed ? x[p * ldx + c] : x[c * ldx + p]);
+        };
         std::vector<double> want(ldy * k);
         for (uint32_t c = 0; c < k; ++c)
           for (uint32_t r = 0; r < ldy; ++r) {
             double s = y[c * ldy + r];
             if (r < m)
-              for (uint32_t p = 0; p < n; ++p) s += double(w[p * ldw + r]) * x[c * ldx + p];
+              for (uint32_t p = 0; p < n; ++p) s += double(w[p * ldw + r]) * rhs(p, c);
             want[c * ldy + r] = s;
           }
-        edbatch::cpu::gemm_acc(m, n, k, w.data(), ldw, x.data(), ldx, y.data(), ldy);
+        if (transposed)
+          edbatch::cpu::gemm_acc_xt(m, n, k, w.data(), ldw, x.data(), ldx, y.data(), ldy);
+        else
+          edbatch::cpu::gemm_acc(m, n, k, w.data(), ldw, x.data(), ldx, y.data(), ldy);
         check_close(y, want, y.size(), 1e-5,
                     "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
       }
 }
 
+}  // namespace
+
+TEST_CASE("cpu gemm_acc: Y += W X equals the double product at awkward sizes") {
+  check_gemm(false, 7, {1, 5, 16, 17, 31, 48, 129}, {1, 3, 64, 257},
+             {1, 2, 3, 4, 6, 7, 9, 13, 47, 48, 49, 97});
+}
+
 TEST_CASE("cpu gemm_acc_xt: Y += W X^T (a weight gradient's product) equals the double product") {
-  std::mt19937 rng(8);
-  std::normal_distribution<float> normal;
-  const uint32_t ms[] = {1, 5, 16, 17, 33, 129};
-  const uint32_t ns[] = {1, 2, 37, 300};  // the inner dimension: the batch's columns
-  const uint32_t ks[] = {1, 3, 7, 12, 13, 48, 49, 130};
-  for (uint32_t m : ms)
-    for (uint32_t n : ns)
-      for (uint32_t k : ks) {
-        const uint32_t pad = (m + n + k) % 3;
-        const size_t ldw = m + pad, ldx = k + pad, ldy = m + pad;
-        // X is k x n column-major (leading dimension ldx): X^T(p, c) = x[p * ldx + c].
-        std::vector<float> w(ldw * n), x(ldx * n), y(ldy * k);
-        for (float& v : w) v = normal(rng);
-        for (float& v : x) v = normal(rng);
-        for (float& v : y) v = normal(rng);
-        std::vector<double> want(ldy * k);
-        for (uint32_t c = 0; c < k; ++c)
-          for (uint32_t r = 0; r < ldy; ++r) {
-            double s = y[c * ldy + r];
-            if (r < m)
-              for (uint32_t p = 0; p < n; ++p) s += double(w[p * ldw + r]) * x[p * ldx + c];
-            want[c * ldy + r] = s;
-          }
-        edbatch::cpu::gemm_acc_xt(m, n, k, w.data(), ldw, x.data(), ldx, y.data(), ldy);
-        check_close(y, want, y.size(), 1e-5,
-                    "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
-      }
+  // n, the inner dimension, is the batch's columns.
+  check_gemm(true, 8, {1, 5, 16, 17, 33, 129}, {1, 2, 37, 300}, {1, 3, 7, 12, 13, 48, 49, 130});
 }
 
 TEST_CASE("cpu: a shared weight times scattered matrices (multiplied in place) = reference") {
