@@ -8,12 +8,15 @@
 # output folder ($OUT when set, else gpu-results).
 #
 #   scripts/gpu.sh [--out DIR] [--build DIR] [--models "a,b"] [--iters N] [--rounds N]
-#                  [--no-tests] [--no-torch] [--sanitize [SECONDS]] [--no-bench]
+#                  [--no-tests] [--no-torch] [--sanitize [SECONDS]] [--racecheck-each SECONDS]
+#                  [--no-bench]
 #
 # --sanitize: the CUDA tests under compute-sanitizer too: memcheck over every CUDA test case,
 # racecheck and synccheck over the op harness and the block of column reductions (the kernels
 # with shared memory and barriers); each tool's report in sanitize_<tool>.log, at most SECONDS
 # (default 900) each.
+# --racecheck-each: racecheck over every CUDA test case, one case per process, in the order listed,
+# for at most SECONDS in all (a line per case: its result and time; the rest listed as not run).
 #
 # Missing TBB, fmt or nlohmann-json: Debian packages in .deb/ (apt-get download libtbb-dev
 # libtbb12 libtbbmalloc2 libtbbbind-2-5 libfmt-dev libfmt9 nlohmann-json3-dev) are unpacked into a
@@ -29,6 +32,7 @@ rounds=3
 tests=1
 torch=1
 sanitize=0
+racecheck_each=0
 bench=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,7 +47,8 @@ while [ $# -gt 0 ]; do
     --sanitize)
       sanitize=900; shift
       if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then sanitize=$1; shift; fi ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --racecheck-each) racecheck_each=$2; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -91,6 +96,26 @@ if [ "$sanitize" != 0 ]; then
       grep -E "ERROR SUMMARY|=========" "$out/sanitize_$tool.log" | head -20 >&2
     fi
   done
+fi
+if [ "$racecheck_each" != 0 ]; then
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  deadline=$(( $(date +%s) + racecheck_each ))
+  "$build/edbatch_tests" --list-test-cases -tc='cuda*' | grep '^cuda' > "$work/cases.txt"
+  : > "$out/racecheck_each.log"
+  while read -r c; do
+    left=$(( deadline - $(date +%s) ))
+    if [ "$left" -lt 5 ]; then echo "racecheck: not run (time): $c" >&2; continue; fi
+    pattern=$(printf '%s' "$c" | sed 's/[][*?,]/?/g')  # doctest's filters treat , as a separator
+    start=$(date +%s)
+    timeout "$left" "$cs" --tool racecheck --error-exitcode 3 "$build/edbatch_tests" \
+      -tc="$pattern" > "$work/rc.log" 2>&1
+    rc=$?
+    [ "$rc" = 0 ] || [ "$rc" = 124 ] || status=1
+    result=$(grep -oE 'RACECHECK SUMMARY: [0-9]* hazard[s]*' "$work/rc.log" | tail -1)
+    [ "$rc" = 124 ] && result="stopped by the time limit, $(grep -c 'Race reported' "$work/rc.log") hazards so far"
+    echo "racecheck: ${result:-failed (rc $rc)}, $(( $(date +%s) - start )) s: $c" >&2
+    cat "$work/rc.log" >> "$out/racecheck_each.log"
+  done < "$work/cases.txt"
 fi
 if [ "$bench" = 0 ]; then
   rm -rf "$work"
