@@ -62,7 +62,8 @@ class Trainer:
         w = read_safetensors(args.weights) if args.weights else glorot_weights(
             vocab, args.hidden, args.seed)
         if w["E"].shape[0] < vocab:
-            raise ValueError(f"{args.weights}: E has {w['E'].shape[0]} rows, the data {vocab} words")
+            raise ValueError(f"{args.weights}: E has {w['E'].shape[0]} rows, "
+                             f"the data {vocab} words")
         self.model = TreeLstm(w, args.device, requires_grad=True)
         self.model.sparse_embedding = not args.dense_embedding
         params = list(self.model.params.values())

@@ -50,8 +50,7 @@ std::vector<float> to_storage(const ParameterCollection& pc, uint32_t id,
   return s;
 }
 
-NamedTensor to_torch(const ParameterCollection& pc, uint32_t id, const float* s,
-                     std::string name) {
+NamedTensor to_torch(const ParameterCollection& pc, uint32_t id, const float* s, std::string name) {
   const Dim d = pc.dim(id);
   NamedTensor t{std::move(name), {}, std::vector<float>(s, s + d.size())};
   if (pc.is_lookup(id)) {
@@ -61,7 +60,8 @@ NamedTensor to_torch(const ParameterCollection& pc, uint32_t id, const float* s,
   } else {
     t.shape = {d.rows, d.cols};
     for (uint32_t i = 0; i < d.rows; ++i)
-      for (uint32_t j = 0; j < d.cols; ++j) t.data[size_t(i) * d.cols + j] = s[size_t(j) * d.rows + i];
+      for (uint32_t j = 0; j < d.cols; ++j)
+        t.data[size_t(i) * d.cols + j] = s[size_t(j) * d.rows + i];
   }
   return t;
 }
@@ -86,7 +86,8 @@ int run(const std::string& in_path, const std::string& out_path) {
       if (s.size() != 2) throw std::invalid_argument(name + ": a lookup table is [vocab, dim]");
       pc.add_lookup_parameters(name, uint32_t(s[0]), uint32_t(s[1]));
     } else if (s.size() <= 2) {
-      pc.add_parameters(name, Dim{s.empty() ? 1u : uint32_t(s[0]), s.size() == 2 ? uint32_t(s[1]) : 1u});
+      pc.add_parameters(name,
+                        Dim{s.empty() ? 1u : uint32_t(s[0]), s.size() == 2 ? uint32_t(s[1]) : 1u});
     } else {
       throw std::invalid_argument(name + ": parameters have one or two dimensions");
     }
