@@ -112,9 +112,10 @@ class Tree:
         return len(self.label)
 
 
-def read_trees(path, vocab=256):
-    """SST bracketed trees, one per line; word ids by first appearance, folded modulo vocab."""
-    words, trees = {}, []
+def read_trees(path, vocab=256, words=None):
+    """SST bracketed trees, one per line; word ids by first appearance (continuing `words`, a
+    dict of a file read before, when given), folded modulo vocab (0: not folded)."""
+    words, trees = {} if words is None else words, []
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -307,6 +308,7 @@ class _Model:
 
 class TreeLstm(_Model):
     """tree_lstm: leaf and inner cells (separate forget gates, shared b_f), loss at every node."""
+    sparse_embedding = False  # True: E's gradient is sparse (rows of the mini-batch's words)
 
     def __init__(self, weights, device="cpu", requires_grad=False):
         super().__init__(device, requires_grad)
@@ -394,7 +396,9 @@ class TreeLstm(_Model):
         packed = torch.cat([word[perm[:n0]], lr, label[perm], inst[perm]])
         return packed, counts.tolist()
 
-    def batched_losses(self, trees, plan=None):
+    def batched_losses(self, trees, plan=None, states=False):
+        """Per-instance losses; with states, (h of every node, its label, its instance) instead,
+        rows in level order (an instance's root is its last row)."""
         packed, counts = plan if plan is not None else self.plan(trees)
         meta = self.upload(packed)
         H, n0, n = self.H, counts[0], sum(counts)
@@ -403,7 +407,9 @@ class TreeLstm(_Model):
         labels = meta[2 * n - n0:3 * n - n0]
         inst = meta[3 * n - n0:]
         # Leaves: one gather and one GEMM; the state rows S = [h | c] start with them.
-        g = torch.addmm(self.b_iou, self.E.index_select(0, words), self.W_leafT)
+        e = (torch.nn.functional.embedding(words, self.E, sparse=True) if self.sparse_embedding
+             else self.E.index_select(0, words))
+        g = torch.addmm(self.b_iou, e, self.W_leafT)
         # split/chunk rather than slices: a slice's backward scatters into a zero tensor of the
         # whole input, split's is one concatenation.
         g_io, g_u = g.split([2 * H, H], 1)
@@ -426,7 +432,8 @@ class TreeLstm(_Model):
             S = S.index_add_(0, self.rows(start + m)[start:], torch.cat([h, c], 1))
             start += m
             at += 2 * m
-        return self._loss_head(S.split(H, 1)[0], labels, inst, len(trees))
+        h = S.split(H, 1)[0]
+        return (h, labels, inst) if states else self._loss_head(h, labels, inst, len(trees))
 
 
 class LatticeLstm(_Model):

@@ -251,6 +251,28 @@ TEST_CASE("cli optim: optimizer state files, clipping and weight decay flags") {
   CHECK(r.err.find("not of 'adagrad'") != std::string::npos);
 }
 
+TEST_CASE("cli optim: --eval of lstm_nmt counts the held-out tokens") {
+  // The held-out pairs follow the training pairs in the data set; the accuracy is over every
+  // target token (the greedy choice under teacher forcing).
+  TempDir dir;
+  const std::string json = dir / "nmt.json";
+  const Result r = cli(dir, "run --model lstm_nmt --data synthetic:16 --eval synthetic:7 --train "
+                            "--epochs 1 --batch 4 --hidden 6 --warmup 0 --json '" + json + "'");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  CHECK(j["eval"]["instances"] == 7);
+  for (const nlohmann::json& e : j["epochs"]) {
+    const nlohmann::json& ev = e["eval"];
+    CHECK(ev["instances"] == 7);
+    CHECK(ev["tokens"].get<double>() >= 7 * 3);  // synthetic targets have 3 tokens or more
+    CHECK(ev["token_accuracy"].get<double>() ==
+          doctest::Approx(ev["token_correct"].get<double>() / ev["tokens"].get<double>()));
+    CHECK(ev["loss_per_instance"].get<double>() > 0);
+  }
+  CHECK(r.out.find("token acc ") != std::string::npos);
+}
+
 TEST_CASE("cli optim: usage errors") {
   TempDir dir;
   const std::string base = "run --model tree_lstm --data synthetic:8 ";

@@ -1,6 +1,7 @@
 // Lattice RNNs over character lattices with word arcs: `lattice_lstm` and `lattice_gru`. Node k
-// sums an arc cell over its incoming arcs (variable arity); char arcs (from k-1) and word arcs
-// have their own embedding table and weights.
+// combines an arc cell over its incoming arcs (variable arity: lattice_lstm sums them,
+// lattice_gru averages them); char arcs (from k-1) and word arcs have their own embedding table
+// and weights.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,13 +26,15 @@ uint32_t lattice_classes(const std::vector<Lattice>& lattices) {
 // The shared part: data, per-type tables, the output layer and the walk over nodes and arcs.
 class LatticeModel : public Model {
  public:
-  // `has_c`: the arc cell carries a memory cell c besides h.
+  // `has_c`: the arc cell carries a memory cell c besides h. `average_arcs`: a node's state is
+  // the mean of its arcs' states rather than their sum.
   LatticeModel(const char* name, ParameterCollection& pc, const Dataset& data,
-               const ModelOptions& o, bool has_c)
+               const ModelOptions& o, bool has_c, bool average_arcs)
       : Model(name, pc, o),
         lattices_(data.lattices),
         classes_(lattice_classes(data.lattices)),
-        has_c_(has_c) {
+        has_c_(has_c),
+        average_arcs_(average_arcs) {
     for (int t = 0; t < 2; ++t)
       E_[t] = pc.add_lookup_parameters(std::string(kArcTypes[t]) + ".E", o.vocab, o.hidden);
   }
@@ -65,8 +68,8 @@ class LatticeModel : public Model {
           hs_.push_back(s.h);
           if (s.c.graph) cs_.push_back(s.c);
         }
-        states_[k].h = sum(hs_);
-        states_[k].c = cs_.empty() ? Expr{} : sum(cs_);
+        states_[k].h = combine(hs_);
+        states_[k].c = cs_.empty() ? Expr{} : combine(cs_);
       }
       losses_.push_back(node_loss(g, W_out_, states_[k].h, l.tags[k], logits));
     }
@@ -74,7 +77,7 @@ class LatticeModel : public Model {
   }
   // Blocks: an arc cell per arc type (inputs h_j and c_j; integer id; outputs h', c'), its
   // variant from a node without arcs (h_j, c_j = the learned state, inside the body), and the node
-  // loss (input h_k, or the learned state; integer tag). The sums over arcs stay outside.
+  // loss (input h_k, or the learned state; integer tag). The sums (means) over arcs stay outside.
   Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
     const Lattice& l = lattices_[instance];
     if (!loss_block_) make_blocks();
@@ -105,9 +108,9 @@ class LatticeModel : public Model {
         hs_.push_back(out[0]);
         if (has_c_) cs_.push_back(out[1]);
       }
-      // A sum of one is the value itself.
-      states_[k].h = hs_.size() == 1 ? hs_[0] : sum(hs_);
-      states_[k].c = !has_c_ ? Expr{} : cs_.size() == 1 ? cs_[0] : sum(cs_);
+      // A sum or mean of one is the value itself.
+      states_[k].h = hs_.size() == 1 ? hs_[0] : combine(hs_);
+      states_[k].c = !has_c_ ? Expr{} : cs_.size() == 1 ? cs_[0] : combine(cs_);
       loss_block_->call(g, &states_[k].h, 1, &tag, 1, out);
       losses_.push_back(call_loss(out, 2, logits));
     }
@@ -158,7 +161,9 @@ class LatticeModel : public Model {
     });
   }
 
-  const bool has_c_;
+  Expr combine(const std::vector<Expr>& xs) const { return average_arcs_ ? average(xs) : sum(xs); }
+
+  const bool has_c_, average_arcs_;
   // Made on the first block build: arc_blocks_[type][from a node without arcs].
   std::unique_ptr<Block> arc_blocks_[2][2], loss_block_, start_loss_block_;
   std::vector<CellState> states_;
@@ -170,7 +175,7 @@ class LatticeModel : public Model {
 class LatticeLstm : public LatticeModel {
  public:
   LatticeLstm(ParameterCollection& pc, const Dataset& data, const ModelOptions& o)
-      : LatticeModel("lattice_lstm", pc, data, o, true) {
+      : LatticeModel("lattice_lstm", pc, data, o, true, false) {
     const uint32_t H = o.hidden;
     for (int t = 0; t < 2; ++t)
       for (int gate = 0; gate < 4; ++gate) {
@@ -202,11 +207,13 @@ class LatticeLstm : public LatticeModel {
   LatticeLstmWeights w_;
 };
 
-// Per arc type t: r, z, c from U_* h_j + W_* x + b_*; h' = z.h_j + (1-z).c.
+// Per arc type t: r, z, c from U_* h_j + W_* x + b_*; h' = z.h_j + (1-z).c. A node averages its
+// arcs' states: h' mixes h_j and a tanh convexly, so with the mean no state leaves
+// [-max(1, |h0|), max(1, |h0|)]; a sum grows about geometrically along lattices with fan-in.
 class LatticeGru : public LatticeModel {
  public:
   LatticeGru(ParameterCollection& pc, const Dataset& data, const ModelOptions& o)
-      : LatticeModel("lattice_gru", pc, data, o, false) {
+      : LatticeModel("lattice_gru", pc, data, o, false, true) {
     const uint32_t H = o.hidden;
     for (int t = 0; t < 2; ++t)
       for (int gate = 0; gate < 3; ++gate) {
@@ -222,7 +229,7 @@ class LatticeGru : public LatticeModel {
     return "arc (j, id) into node k, type t = char if j = k-1 else word; x = t.E[id]:\n"
            "  r = sigmoid(t.U_r h_j + t.W_r x + t.b_r); z = sigmoid(t.U_z h_j + t.W_z x + t.b_z)\n"
            "  c = tanh(t.U_c (r.h_j) + t.W_c x + t.b_c); h' = z.h_j + (1-z).c\n"
-           "node: h_k = sum over arcs of h'; h0 without arcs\n"
+           "node: h_k = mean over arcs of h'; h0 without arcs\n"
            "loss: sum over all nodes of -log softmax(W_out h_k)[tag]";
   }
 

@@ -139,6 +139,7 @@ Dataset load_dataset_with_heldout(DataKind kind, const std::string& train_spec,
   append(d.lattices, h.lattices);
   append(d.dags, h.dags);
   append(d.tagged.sentences, h.tagged.sentences);
+  append(d.pairs, h.pairs);
   if (kind == DataKind::Tagged) {
     d.tagged.num_tags = std::max(d.tagged.num_tags, h.tagged.num_tags);
     // A file read last holds the vocabulary's names and spellings so far.

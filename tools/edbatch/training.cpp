@@ -129,7 +129,9 @@ void EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::string& te
   char buf[64];
   std::snprintf(buf, sizeof buf, "held-out loss per instance %.4f", e.loss_per_instance());
   text += buf;
-  const char* unit = kind == DataKind::Lattices || kind == DataKind::Tagged ? "tag" : "node";
+  const char* unit = kind == DataKind::Lattices || kind == DataKind::Tagged ? "tag"
+                     : kind == DataKind::Pairs                              ? "token"
+                                                                            : "node";
   if (kind == DataKind::Trees) {
     j["root_accuracy"] = e.root_accuracy();
     j["root_correct"] = e.root_correct;

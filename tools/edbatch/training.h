@@ -19,8 +19,8 @@ namespace edbatch::cli {
 struct TrainingOptions {
   std::string optimizer = "sgd";
   float lr = 0;  // 0: the optimizer's default
-  // Clipping is on by default: without it SGD diverges on mvrnn, lattice_lstm and random_dag
-  // at its default rate, and no optimizer trains lattice_gru on real lattices (docs/models.md).
+  // Clipping is on by default: without it SGD diverges on mvrnn, lattice_lstm, bilstm_tagger
+  // and random_dag at its default rate (docs/models.md).
   float momentum = 0, weight_decay = 0, clip = 5;
   std::string eval, save_best, save_optimizer, load_optimizer;
 };
