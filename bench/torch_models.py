@@ -97,7 +97,9 @@ def _tensor_bytes(t):
 # ---------------------------------------------------------------------------------------------
 # Data: the text formats edbatch reads (docs/models.md).
 
-_TOKEN = re.compile(r"\(|\)|[^\s()]+")
+# ASCII blanks only, as the C++ readers split: SST has words with a no-break space (8\u00a01/2).
+_TOKEN = re.compile(r"\(|\)|[^\s()]+", re.ASCII)
+_BLANKS = re.compile(r"\s+", re.ASCII)
 
 
 class Tree:
@@ -182,7 +184,7 @@ class Lattice:
 def read_lattices(path, vocab=256):
     """The lattice text format: count; per lattice L, L tags, L arc lines; ids folded mod vocab."""
     with open(path, encoding="utf-8") as f:
-        lines = [(i, ln.split()) for i, ln in enumerate(f, 1)]
+        lines = [(i, [t for t in _BLANKS.split(ln) if t]) for i, ln in enumerate(f, 1)]
     pos = 0
 
     def next_line(blank_ok):

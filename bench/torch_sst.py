@@ -91,7 +91,7 @@ class Trainer:
             if E.grad is not None and E.grad.is_sparse:
                 E.grad = E.grad.coalesce()  # repeated words: one row each, for the norm
             if self.args.clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.params, self.args.clip)
+                clip_global_norm_(self.params, self.args.clip)
             for opt in self.optimizers:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -112,6 +112,19 @@ class Trainer:
             root_ok += int(right.index_select(0, root_rows).sum())
             roots += len(trees)
         return loss / max(roots, 1), root_ok, roots, node_ok, nodes
+
+
+def clip_global_norm_(params, max_norm):
+    """clip_grad_norm_'s arithmetic (the norm plus 1e-6, a scale of at most 1) for dense and
+    coalesced sparse gradients alike: torch 2's clip_grad_norm_ takes the _foreach path, which
+    has no sparse kernels."""
+    grads = [p.grad._values() if p.grad.is_sparse else p.grad
+             for p in params if p.grad is not None]
+    norm = torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
+    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(scale)
+    return norm
 
 
 def dev_plans(trees, batch, device):
