@@ -9,14 +9,15 @@
 #
 #   scripts/gpu.sh [--out DIR] [--build DIR] [--models "a,b"] [--iters N] [--rounds N]
 #                  [--no-tests] [--no-torch] [--sanitize [SECONDS]] [--racecheck-each SECONDS]
-#                  [--no-bench]
+#                  [--racecheck-skip N] [--no-bench]
 #
 # --sanitize: the CUDA tests under compute-sanitizer too: memcheck over every CUDA test case,
 # racecheck and synccheck over the op harness and the block of column reductions (the kernels
 # with shared memory and barriers); each tool's report in sanitize_<tool>.log, at most SECONDS
 # (default 900) each.
 # --racecheck-each: racecheck over every CUDA test case, one case per process, in the order listed,
-# for at most SECONDS in all (a line per case: its result and time; the rest listed as not run).
+# for at most SECONDS in all (a line per case: its result and time; the rest listed as not run);
+# --racecheck-skip N starts at the case after the first N (to go on where a budget ran out).
 #
 # Missing TBB, fmt or nlohmann-json: Debian packages in .deb/ (apt-get download libtbb-dev
 # libtbb12 libtbbmalloc2 libtbbbind-2-5 libfmt-dev libfmt9 nlohmann-json3-dev) are unpacked into a
@@ -33,6 +34,7 @@ tests=1
 torch=1
 sanitize=0
 racecheck_each=0
+racecheck_skip=0
 bench=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,7 +50,8 @@ while [ $# -gt 0 ]; do
       sanitize=900; shift
       if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then sanitize=$1; shift; fi ;;
     --racecheck-each) racecheck_each=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --racecheck-skip) racecheck_skip=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -100,7 +103,8 @@ fi
 if [ "$racecheck_each" != 0 ]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   deadline=$(( $(date +%s) + racecheck_each ))
-  "$build/edbatch_tests" --list-test-cases -tc='cuda*' | grep '^cuda' > "$work/cases.txt"
+  "$build/edbatch_tests" --list-test-cases -tc='cuda*' | grep '^cuda' |
+    tail -n +"$(( racecheck_skip + 1 ))" > "$work/cases.txt"
   : > "$out/racecheck_each.log"
   while read -r c; do
     left=$(( deadline - $(date +%s) ))
