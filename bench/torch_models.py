@@ -97,8 +97,7 @@ def _tensor_bytes(t):
 # ---------------------------------------------------------------------------------------------
 # Data: the text formats edbatch reads (docs/models.md).
 
-# ASCII blanks only, as the C++ readers split: SST has words with a no-break space (8\u00a01/2).
-_TOKEN = re.compile(r"\(|\)|[^\s()]+", re.ASCII)
+_TOKEN = re.compile(r"\(|\)|[^\s()]+", re.ASCII)  # ASCII blanks, as edbatch: SST has 8\u00a01/2
 _BLANKS = re.compile(r"\s+", re.ASCII)
 
 
