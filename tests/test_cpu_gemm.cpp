@@ -1,8 +1,8 @@
-// The CPU backend's small-GEMM kernels (kernels/cpu/gemm.cpp: Y += W X and Y += W X^T) against a
-// double-precision product,
-// over awkward shapes (rows not a multiple of the vector width, one column, long panels), leading
-// dimensions larger than the rows, and accumulation into existing values; padding rows between
-// columns must stay untouched. Scattered matrix operands multiplied in place, through the engine.
+// The CPU backend's small-GEMM kernels (kernels/cpu/gemm.cpp: Y += W X, Y += W X^T and its sum
+// over parts) against a double-precision product, over awkward shapes (rows not a multiple of the
+// vector width, one column, long panels), leading dimensions larger than the rows, and
+// accumulation into existing values; padding rows between columns must stay untouched. Scattered
+// matrix operands multiplied in place, through the engine.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -108,4 +108,39 @@ TEST_CASE("cpu: a shared weight times scattered matrices (multiplied in place) =
       CHECK((forward_bytes > 0) == (cols < edbatch::kDirectGemmCols));
     }
   }
+}
+
+TEST_CASE("cpu gemm_acc_xt_parts: a weight gradient summed over batches equals the double sum") {
+  // dW += sum over parts of dY_q X_q^T, the parts' inner dimensions (a batch's columns) awkward
+  // and one of them empty, over rows [row0, row0 + m) of taller dY_q (a thread's share of rows).
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const std::vector<uint32_t> inner = {5, 0, 1, 13, 37, 2};
+  for (uint32_t rows : {1u, 17u, 40u, 129u})
+    for (uint32_t k : {1u, 7u, 12u, 49u})
+      for (uint32_t row0 : {0u, rows / 3}) {
+        const uint32_t m = rows - row0, ldw = rows + 1, ldx = k + 2, ldy = m + 3;
+        std::vector<std::vector<float>> ws, xs;
+        std::vector<edbatch::cpu::GemmPart> parts;
+        for (uint32_t n : inner) {
+          ws.emplace_back(static_cast<size_t>(ldw) * n + 1);
+          xs.emplace_back(static_cast<size_t>(ldx) * n + 1);
+          for (float& v : ws.back()) v = normal(rng);
+          for (float& v : xs.back()) v = normal(rng);
+          parts.push_back({ws.back().data(), xs.back().data(), n});
+        }
+        std::vector<float> y(static_cast<size_t>(ldy) * k);
+        for (float& v : y) v = normal(rng);
+        std::vector<double> want(y.begin(), y.end());
+        for (size_t q = 0; q < parts.size(); ++q)
+          for (uint32_t c = 0; c < k; ++c)
+            for (uint32_t r = 0; r < m; ++r)
+              for (uint32_t p = 0; p < inner[q]; ++p)
+                want[c * ldy + r] += double(ws[q][p * ldw + row0 + r]) * xs[q][p * ldx + c];
+        edbatch::cpu::gemm_acc_xt_parts(m, k, parts.data(), static_cast<uint32_t>(parts.size()),
+                                        row0, ldw, ldx, y.data(), ldy);
+        check_close(y, want, y.size(), 1e-5,
+                    "rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
+                        " row0=" + std::to_string(row0));
+      }
 }

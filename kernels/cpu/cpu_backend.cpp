@@ -80,6 +80,8 @@ class CpuBackend : public Backend {
       throw std::invalid_argument("[cpu] backward: seeds in device memory need a device backend");
     Context c = context(p);
     transposed_.new_pass();
+    weight_grads_.new_pass();
+    c.weight_grads = &weight_grads_;
     if (adjoints_.reserve(p.plan.total_floats)) ++counters_.arena_growths;
     c.values = values_.data();
     c.adjoints = adjoints_.data();
@@ -110,6 +112,7 @@ class CpuBackend : public Backend {
         cpu_kernels(args.op).backward(c, args);
         ++kernels;
       }
+      weight_grads_.finish(c);
     });
     counters_.kernels += kernels;
     update_bytes();
@@ -168,10 +171,9 @@ class CpuBackend : public Backend {
   }
 
   void update_bytes() {
-    counters_.arena_bytes =
-        (values_.size() + adjoints_.size() + scratch_x_.size() + scratch_dx_.size() +
-         transposed_.floats()) *
-        sizeof(float);
+    counters_.arena_bytes = (values_.size() + adjoints_.size() + scratch_x_.size() +
+                             scratch_dx_.size() + transposed_.floats() + weight_grads_.floats()) *
+                            sizeof(float);
   }
 
   int threads_;
@@ -179,6 +181,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<tbb::task_arena> arena_;
   Buffer values_, adjoints_, scratch_x_, scratch_dx_;
   TransposeCache transposed_;
+  WeightGrads weight_grads_;
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "edbatch/graph.h"
 #include "edbatch/memplan.h"
 #include "edbatch/op.h"
+#include "kernels/cpu/gemm.h"
 
 namespace edbatch::cpu {
 
@@ -45,6 +46,40 @@ class TransposeCache {
   size_t used_ = 0;
 };
 
+struct Context;
+
+// The gradients of parameter weights over a backward pass, formed at its end: dW = sum over the
+// pass's batches of dY_b X_b^T as one product (gemm_acc_xt_parts), so dW is read and written
+// once per pass rather than once per batch (a level of a tree, often a few columns). dY_b stays
+// in the adjoint arena, which nothing writes once its batch ran; X_b is a view of the value
+// arena or a gathered copy kept here. Not thread-safe: called between parallel regions.
+class WeightGrads {
+ public:
+  void new_pass();
+  // Room for `floats` gathered values, at *kept until finish() (the memory may move before).
+  float* keep(size_t floats, size_t* kept, ExecCounters* counters);
+  // dW (m x n) += dY (m x t, leading dimension m) X^T, X (n x t) at x, or kept at `kept`.
+  void add(float* dw, uint32_t m, uint32_t n, uint32_t t, const float* dy, const float* x,
+           size_t kept);
+  // Every dW of the pass, each split by rows over the context's threads.
+  void finish(const Context& c);
+  size_t floats() const { return kept_.size(); }
+
+ private:
+  struct Part {
+    float* dw;
+    uint32_t m, n, t;
+    const float* dy;
+    const float* x;  // null: kept_ at `kept`
+    size_t kept;
+  };
+  std::vector<Part> parts_;
+  Buffer kept_;
+  size_t kept_used_ = 0;
+  std::vector<uint32_t> order_;
+  std::vector<GemmPart> group_;
+};
+
 struct Context {
   float* values = nullptr;
   float* adjoints = nullptr;
@@ -54,6 +89,7 @@ struct Context {
   Buffer* scratch_x = nullptr;   // GEMM operand gathers
   Buffer* scratch_dx = nullptr;  // GEMM input gradients before scattering
   TransposeCache* transposed = nullptr;  // backward: W^T per weight and pass
+  WeightGrads* weight_grads = nullptr;   // backward: parameter weight gradients (null: at once)
   int threads = 1;
   double min_parallel_work = 65536;
 };

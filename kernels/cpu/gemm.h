@@ -16,6 +16,19 @@ void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, co
 void gemm_acc_xt(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
                  size_t ldx, float* y, size_t ldy);
 
+// One product of a sum: W (m x n, leading dimension ldw) and X (k x n, leading dimension ldx).
+struct GemmPart {
+  const float* w;
+  const float* x;
+  uint32_t n;
+};
+
+// Y (m x k) += sum over parts of W_q X_q^T, rows [row0, row0 + m) of every W_q: a weight gradient
+// over many batches (dW = sum of dY_b X_b^T) read and written once, its inner dimension running
+// through every batch's columns.
+void gemm_acc_xt_parts(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, size_t row0,
+                       size_t ldw, size_t ldx, float* y, size_t ldy);
+
 // The same product through Eigen's GEMM (what gemm_acc replaces), for benchmarks and tests.
 void gemm_acc_eigen(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
                     size_t ldx, float* y, size_t ldy);

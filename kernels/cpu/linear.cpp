@@ -5,6 +5,7 @@
 // products run gemm_acc (gemm.cpp), and so do the backward products of batched operands.
 #include <Eigen/Core>
 #include <algorithm>
+#include <tuple>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm.h"
@@ -13,6 +14,11 @@
 namespace edbatch::cpu {
 
 namespace {
+
+// Parameter weight gradients of batches narrower than this are formed at the end of the pass, in
+// runs of about kInnerRun columns (WeightGrads).
+constexpr uint32_t kDeferColumns = 64;
+constexpr uint32_t kInnerRun = 128;
 
 using Mat = Eigen::Map<Eigen::MatrixXf>;
 using CMat = Eigen::Map<const Eigen::MatrixXf>;
@@ -75,9 +81,10 @@ void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint3
   });
 }
 
-// dW += dY X^T and dX += W^T dY for a shared W.
+// dW += dY X^T and dX += W^T dY for a shared W; a parameter's dW at the end of the pass when the
+// context collects them (param: W is a parameter, whose gradient no kernel of the pass reads).
 void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, float* dw, uint32_t m,
-                            uint32_t n, const Operand& xo) {
+                            uint32_t n, const Operand& xo, bool param) {
   const uint32_t cols = b.out_dim.cols;
   const uint32_t per_node = n * cols;
   const Eigen::Index total = static_cast<Eigen::Index>(b.count) * cols;
@@ -107,10 +114,16 @@ void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, floa
     return;
   }
   const bool gather = needs_gather(xo, per_node);
+  // Narrow batches only: a wide one's product already pays for reading dW, and runs while its
+  // operands are in cache.
+  WeightGrads* later = param && total < kDeferColumns ? c.weight_grads : nullptr;
   const float* x = nullptr;
+  size_t kept = 0;
   if (gather) {
-    c.scratch_x->reserve(static_cast<size_t>(b.count) * per_node);
-    x = stacked_operand(c, xo, per_node, 0, b.count, c.scratch_x->data());
+    const size_t floats = static_cast<size_t>(b.count) * per_node;
+    float* dst = later ? later->keep(floats, &kept, c.counters)
+                       : (c.scratch_x->reserve(floats), c.scratch_x->data());
+    x = stacked_operand(c, xo, per_node, 0, b.count, dst);
     c.counters->bytes_copied += 2ull * b.count * per_node * sizeof(float);  // gather + scatter
   } else {
     x = stacked_operand(c, xo, per_node, 0, b.count, nullptr);
@@ -122,10 +135,14 @@ void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, floa
   const float* wt = c.transposed->get(w, m, n);
   const float* dy = out_adjoint(c, b, 0);
   const uint32_t t = static_cast<uint32_t>(total);
-  // Weight gradient: split by rows of W, so threads never write the same element.
-  for_chunks(c, m, flops, [&](uint32_t r0, uint32_t r1) {
-    gemm_acc_xt(r1 - r0, t, n, dy + r0, m, x, n, dw + r0, m);
-  });
+  if (later) {
+    later->add(dw, m, n, t, dy, gather ? nullptr : x, kept);
+  } else {
+    // Weight gradient: split by rows of W, so threads never write the same element.
+    for_chunks(c, m, flops, [&](uint32_t r0, uint32_t r1) {
+      gemm_acc_xt(r1 - r0, t, n, dy + r0, m, x, n, dw + r0, m);
+    });
+  }
   if (!gather) {
     float* dx = c.adjoints + xo.offset;
     for_chunks(c, b.count, flops, [&](uint32_t i0, uint32_t i1) {
@@ -198,8 +215,8 @@ void product_backward(Context& c, const BatchArgs& b, uint32_t slot) {
   const Operand& xo = b.operands[slot + 1];
   const Dim a = arg_dim(b, slot);
   if (is_shared(ao))
-    shared_weight_backward(c, b, operand_value(c, ao, 0), operand_adjoint(c, ao, 0), a.rows,
-                           a.cols, xo);
+    shared_weight_backward(c, b, operand_value(c, ao, 0), operand_adjoint(c, ao, 0), a.rows, a.cols,
+                           xo, ao.mode == OperandMode::Param);
   else
     per_node_backward(c, b, ao, a.rows, a.cols, xo);
 }
@@ -225,6 +242,57 @@ const float* TransposeCache::get(const float* w, uint32_t m, uint32_t n) {
     }
   }
   return e.t.data();
+}
+
+void WeightGrads::new_pass() {
+  parts_.clear();
+  kept_used_ = 0;
+}
+
+float* WeightGrads::keep(size_t floats, size_t* kept, ExecCounters* counters) {
+  if (kept_.reserve(kept_used_ + floats)) ++counters->arena_growths;
+  *kept = kept_used_;
+  kept_used_ += floats;
+  return kept_.data() + *kept;
+}
+
+void WeightGrads::add(float* dw, uint32_t m, uint32_t n, uint32_t t, const float* dy,
+                      const float* x, size_t kept) {
+  parts_.push_back(Part{dw, m, n, t, dy, x, kept});
+}
+
+void WeightGrads::finish(const Context& c) {
+  // One product per gradient matrix (a parameter, or a view of one with its own shape), its
+  // parts in the order the pass added them, so results do not depend on the thread count.
+  // Products run one after another: views of one parameter may overlap.
+  auto key = [&](uint32_t i) {
+    return std::make_tuple(reinterpret_cast<uintptr_t>(parts_[i].dw), parts_[i].m, parts_[i].n, i);
+  };
+  order_.resize(parts_.size());
+  for (uint32_t i = 0; i < order_.size(); ++i) order_[i] = i;
+  std::sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) { return key(a) < key(b); });
+  for (size_t g0 = 0, g1 = 0; g0 < order_.size(); g0 = g1) {
+    const Part& head = parts_[order_[g0]];
+    group_.clear();
+    double flops = 0;
+    for (g1 = g0; g1 < order_.size(); ++g1) {
+      const Part& p = parts_[order_[g1]];
+      if (p.dw != head.dw || p.m != head.m || p.n != head.n) break;
+      group_.push_back(GemmPart{p.dy, p.x ? p.x : kept_.data() + p.kept, p.t});
+      flops += 2.0 * p.m * p.n * p.t;
+    }
+    for_chunks(c, head.m, flops, [&](uint32_t r0, uint32_t r1) {
+      // Runs of parts of at most kInnerRun columns: a tile's operands stay in L1 across a strip.
+      for (size_t q0 = 0, q1 = 0; q0 < group_.size(); q0 = q1) {
+        uint32_t inner = 0;
+        for (q1 = q0; q1 < group_.size() && (q1 == q0 || inner + group_[q1].n <= kInnerRun); ++q1)
+          inner += group_[q1].n;
+        gemm_acc_xt_parts(r1 - r0, head.n, group_.data() + q0, static_cast<uint32_t>(q1 - q0),
+                          r0, head.m, head.n, head.dw + r0, head.m);
+      }
+    });
+  }
+  parts_.clear();
 }
 
 size_t TransposeCache::floats() const {
