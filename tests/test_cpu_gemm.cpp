@@ -111,11 +111,12 @@ TEST_CASE("cpu: a shared weight times scattered matrices (multiplied in place) =
 }
 
 TEST_CASE("cpu gemm_acc_xt_parts: a weight gradient summed over batches equals the double sum") {
-  // dW += sum over parts of dY_q X_q^T, the parts' inner dimensions (a batch's columns) awkward
-  // and one of them empty, over rows [row0, row0 + m) of taller dY_q (a thread's share of rows).
+  // dW += sum over parts of dY_q X_q^T, the parts' inner dimensions (a batch's columns) awkward,
+  // one of them empty, together past one run of 128 and one longer than a run, over rows
+  // [row0, row0 + m) of taller dY_q (a thread's share of rows).
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
-  const std::vector<uint32_t> inner = {5, 0, 1, 13, 37, 2};
+  const std::vector<uint32_t> inner = {5, 0, 1, 13, 37, 2, 90, 150, 70};
   for (uint32_t rows : {1u, 17u, 40u, 129u})
     for (uint32_t k : {1u, 7u, 12u, 49u})
       for (uint32_t row0 : {0u, rows / 3}) {

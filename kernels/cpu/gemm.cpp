@@ -163,12 +163,8 @@ void gemm_acc_xt(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw,
                  size_t ldx, float* y, size_t ldy) {
   if (m == 0 || k == 0) return;
 #if defined(__AVX512F__)
-  // In runs of the inner dimension, so that a tile's strip of W stays in L1 across its panel.
-  constexpr uint32_t kRun = 128;
-  for (uint32_t p0 = 0; p0 < n; p0 += kRun) {
-    const GemmPart run{w + p0 * ldw, x + p0 * ldx, std::min(kRun, n - p0)};
-    gemm_tiles<true>(m, k, &run, 1, 0, ldw, ldx, y, ldy);
-  }
+  const GemmPart one{w, x, n};
+  gemm_acc_xt_parts(m, k, &one, 1, 0, ldw, ldx, y, ldy);
 #else
   using Stride = Eigen::OuterStride<>;
   Eigen::Map<const Eigen::MatrixXf, 0, Stride> W(w, m, n, Stride(ldw));
@@ -182,7 +178,23 @@ void gemm_acc_xt_parts(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t c
                        size_t ldw, size_t ldx, float* y, size_t ldy) {
   if (m == 0 || k == 0) return;
 #if defined(__AVX512F__)
-  gemm_tiles<true>(m, k, parts, count, row0, ldw, ldx, y, ldy);
+  // In runs of at most kRun inner columns (consecutive short parts together, a long part in
+  // pieces), so that a tile's strip of W stays in L1 across its panel.
+  constexpr uint32_t kRun = 128;
+  for (uint32_t q0 = 0, q1 = 0; q0 < count; q0 = q1) {
+    if (parts[q0].n > kRun) {
+      for (uint32_t p0 = 0; p0 < parts[q0].n; p0 += kRun) {
+        const GemmPart piece{parts[q0].w + p0 * ldw, parts[q0].x + p0 * ldx,
+                             std::min(kRun, parts[q0].n - p0)};
+        gemm_tiles<true>(m, k, &piece, 1, row0, ldw, ldx, y, ldy);
+      }
+      q1 = q0 + 1;
+      continue;
+    }
+    uint32_t inner = parts[q0].n;
+    for (q1 = q0 + 1; q1 < count && inner + parts[q1].n <= kRun; ++q1) inner += parts[q1].n;
+    gemm_tiles<true>(m, k, parts + q0, q1 - q0, row0, ldw, ldx, y, ldy);
+  }
 #else
   for (uint32_t q = 0; q < count; ++q)
     if (parts[q].n > 0)

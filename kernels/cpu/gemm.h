@@ -24,8 +24,8 @@ struct GemmPart {
 };
 
 // Y (m x k) += sum over parts of W_q X_q^T, rows [row0, row0 + m) of every W_q: a weight gradient
-// over many batches (dW = sum of dY_b X_b^T) read and written once, its inner dimension running
-// through every batch's columns.
+// over many batches (dW = sum of dY_b X_b^T), its inner dimension running through every batch's
+// columns in runs of 128, so Y is read and written once per run rather than once per batch.
 void gemm_acc_xt_parts(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, size_t row0,
                        size_t ldw, size_t ldx, float* y, size_t ldy);
 

@@ -15,10 +15,9 @@ namespace edbatch::cpu {
 
 namespace {
 
-// Parameter weight gradients of batches narrower than this are formed at the end of the pass, in
-// runs of about kInnerRun columns (WeightGrads).
+// Parameter weight gradients of batches narrower than this are formed at the end of the pass
+// (WeightGrads).
 constexpr uint32_t kDeferColumns = 64;
-constexpr uint32_t kInnerRun = 128;
 
 using Mat = Eigen::Map<Eigen::MatrixXf>;
 using CMat = Eigen::Map<const Eigen::MatrixXf>;
@@ -282,14 +281,8 @@ void WeightGrads::finish(const Context& c) {
       flops += 2.0 * p.m * p.n * p.t;
     }
     for_chunks(c, head.m, flops, [&](uint32_t r0, uint32_t r1) {
-      // Runs of parts of at most kInnerRun columns: a tile's operands stay in L1 across a strip.
-      for (size_t q0 = 0, q1 = 0; q0 < group_.size(); q0 = q1) {
-        uint32_t inner = 0;
-        for (q1 = q0; q1 < group_.size() && (q1 == q0 || inner + group_[q1].n <= kInnerRun); ++q1)
-          inner += group_[q1].n;
-        gemm_acc_xt_parts(r1 - r0, head.n, group_.data() + q0, static_cast<uint32_t>(q1 - q0),
-                          r0, head.m, head.n, head.dw + r0, head.m);
-      }
+      gemm_acc_xt_parts(r1 - r0, head.n, group_.data(), static_cast<uint32_t>(group_.size()), r0,
+                        head.m, head.n, head.dw + r0, head.m);
     });
   }
   parts_.clear();
