@@ -41,6 +41,7 @@ void MemoryPlan::clear() {
   member_operands.clear();
   index.clear();
   aux.clear();
+  aux_source.clear();
   node_offset.clear();
   segments.clear();
   input_offset = total_floats = input_floats = 0;
@@ -136,7 +137,10 @@ void plan_operands(const Graph& g, const Schedule& s, size_t b, MemoryPlan& out)
   bp.operand_begin = static_cast<uint32_t>(out.operands.size());
   bp.aux_begin = static_cast<uint32_t>(out.aux.size());
   if (per_node_int(first.op))
-    for (uint32_t i = 0; i < batch.count; ++i) out.aux.push_back(nodes[members[i]].aux2);
+    for (uint32_t i = 0; i < batch.count; ++i) {
+      out.aux.push_back(nodes[members[i]].aux2);
+      out.aux_source.push_back(members[i]);
+    }
 
   if (g.types().is_ragged(first.type)) {
     Operand o{OperandMode::Ragged, 0, 0, 0, static_cast<uint32_t>(out.index.size())};
@@ -231,6 +235,17 @@ void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint3
                                          out.operands[bp.operand_begin + j - 1], bp.count);
   }
   out.segments.back().gather_bytes = out.gather_bytes - gathers_before;
+}
+
+void refresh_plan_aux(const Graph& g, MemoryPlan& plan) {
+  const auto& nodes = g.nodes();
+  const auto& ints = g.ints();
+  for (size_t i = 0; i < plan.aux.size(); ++i) {
+    const uint32_t from = plan.aux_source[i];
+    if (from == MemoryPlan::kAuxConstant) continue;
+    plan.aux[i] =
+        from & MemoryPlan::kAuxFromInts ? ints[from & ~MemoryPlan::kAuxFromInts] : nodes[from].aux2;
+  }
 }
 
 }  // namespace edbatch

@@ -76,9 +76,16 @@ void expand_call(const Graph& g, const BlockPlan& b, const uint32_t* calls, uint
     if (per_node_int(first.op)) {
       for (uint32_t j = 0; j < m; ++j) {
         const uint32_t slot = b.slot[members[j]];
-        for (uint32_t i = 0; i < k; ++i)
-          out.aux.push_back(slot == UINT32_MAX ? body.node(members[j]).aux2
-                                               : g.ints()[g.node(calls[i]).aux2 + slot]);
+        for (uint32_t i = 0; i < k; ++i) {
+          if (slot == UINT32_MAX) {
+            out.aux.push_back(body.node(members[j]).aux2);
+            out.aux_source.push_back(MemoryPlan::kAuxConstant);
+          } else {
+            const uint32_t at = g.node(calls[i]).aux2 + slot;
+            out.aux.push_back(g.ints()[at]);
+            out.aux_source.push_back(MemoryPlan::kAuxFromInts | at);
+          }
+        }
       }
     }
     sp.operand_begin = static_cast<uint32_t>(out.operands.size());

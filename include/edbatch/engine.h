@@ -27,6 +27,12 @@ struct EngineOptions {
   // passes wait); a debugging aid that costs a pass over the arena.
   bool check_numerics = false;
   double auto_policy_budget_s = 2;  // policy "auto": training time allowed at the first graph
+  // Plan reuse: a graph whose structure was planned twice before (the same mini-batch again, a
+  // sequence of a length seen before) reuses the kept schedule and memory plan instead of
+  // scheduling and planning; per-node integers (word ids, labels, picked indices, dropout keys)
+  // may differ. At most this many bytes of plans are kept, least recently used out first; 0
+  // turns reuse off. Results are bitwise those of planning again.
+  size_t plan_cache_bytes = size_t{64} << 20;
   std::string policy_cache_dir = "";  // policy "auto": empty = default_policy_cache_dir()
 };
 
@@ -49,6 +55,8 @@ struct Stats {
   uint64_t policy_hits = 0;    // learned policies: choices from the table ...
   uint64_t policy_misses = 0;  // ... and from the fallback (unseen states)
   uint64_t policy_scored = 0;  // of the misses, those the learned scorer decided
+  bool plan_reused = false;    // the last plan came from the plan cache (EngineOptions)
+  uint64_t plans_reused = 0;   // ... and how many did, over the engine's life
   uint64_t kernels = 0;        // launches, forward + backward so far
   uint64_t bytes_copied = 0;   // gathers, forward + backward so far
   uint64_t arena_bytes = 0;
@@ -63,6 +71,8 @@ struct Tensor {
 };
 float as_scalar(const Tensor& t);
 std::vector<float> as_vector(const Tensor& t);
+
+class PlanCache;
 
 class Engine {
  public:
@@ -151,6 +161,7 @@ class Engine {
   std::unique_ptr<Policy> policy_;
   std::unique_ptr<Backend> backend_;
   Scheduler scheduler_;
+  std::unique_ptr<PlanCache> plan_cache_;
   Schedule schedule_;
   MemoryPlan plan_;
   std::vector<uint32_t> seed_nodes_;  // backward(outputs, seeds)

@@ -48,6 +48,7 @@ class Graph {
   const Node& node(uint32_t id) const { return nodes_[id]; }
   const std::vector<Node>& nodes() const { return nodes_; }
   const uint32_t* args(const Node& n) const { return args_.data() + n.arg_begin; }
+  const std::vector<uint32_t>& all_args() const { return args_; }  // every node's, in order
   const std::vector<float>& input_values() const { return input_values_; }
   // Per-invocation integers of block calls (a Call node's start in aux2).
   const std::vector<uint32_t>& ints() const { return ints_; }

@@ -59,6 +59,10 @@ struct MemoryPlan {
   std::vector<Operand> member_operands;    // PerMember operands of block steps, over k nodes each
   std::vector<uint32_t> index;             // Indexed offsets; Ragged: k+1 row starts, then offsets
   std::vector<uint32_t> aux;               // per-node integer arguments, batch by batch
+  // Where each aux entry comes from: a node (its aux2), kAuxFromInts | an index into
+  // Graph::ints() (a block call's integer), or kAuxConstant (a block body's own).
+  std::vector<uint32_t> aux_source;
+  static constexpr uint32_t kAuxFromInts = 1u << 31, kAuxConstant = UINT32_MAX;
   std::vector<uint32_t> node_offset;       // every node's value (UINT32_MAX for parameters)
   std::vector<PlanSegment> segments;       // forward increments, in order
   uint32_t input_offset = 0;               // the first segment's input values live here
@@ -89,5 +93,8 @@ void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions
 // and the inputs added since, laid out after everything planned, which keeps its offsets.
 void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint32_t first_node,
                         MemoryPlan& out, const PlanOptions& options = {});
+// Rewrites the plan's per-node integers (lookup indices, labels, picked indices, dropout keys,
+// block calls' integers) from `g`: a plan made for a graph of the same structure then serves `g`.
+void refresh_plan_aux(const Graph& g, MemoryPlan& plan);
 
 }  // namespace edbatch

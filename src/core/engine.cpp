@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "src/core/plan_cache.h"
+
 namespace edbatch {
 
 namespace {
@@ -41,6 +43,7 @@ Engine::Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, Engi
   plan_options_.order_for_consumers = options_.order_for_consumers;
   backend_ = make_backend(options_.device,
                           {options_.threads, options_.min_parallel_work, options_.cuda});
+  plan_cache_ = std::make_unique<PlanCache>(options_.plan_cache_bytes);
 }
 
 Engine::~Engine() = default;
@@ -80,15 +83,26 @@ void Engine::plan_graph(Graph& g) {
   if (extends_plan(g)) return extend_plan(g);  // src/core/engine_incremental.cpp
   stats_.construction_ms = g.construction_seconds() * 1e3;
   const auto t0 = Clock::now();
-  scheduler_.run(g, *policy_, schedule_);
-  plan_memory(g, schedule_, plan_, plan_options_);
+  Policy::Lookups lookups;
+  const uint64_t fingerprint =
+      options_.plan_cache_bytes > 0 ? PlanCache::fingerprint(g) : uint64_t{0};
+  stats_.plan_reused =
+      options_.plan_cache_bytes > 0 && plan_cache_->find(g, fingerprint, schedule_, plan_, lookups);
+  if (stats_.plan_reused) {
+    ++stats_.plans_reused;
+  } else {
+    scheduler_.run(g, *policy_, schedule_);
+    plan_memory(g, schedule_, plan_, plan_options_);
+    lookups = policy_->lookups();
+    plan_cache_->offer(g, fingerprint, schedule_, plan_, lookups);
+  }
   stats_.scheduling_ms = ms_since(t0);
   stats_.nodes = schedule_.nodes.size();
   stats_.batches = schedule_.batches.size();
   stats_.lower_bound = schedule_.lower_bound;
-  stats_.policy_hits = policy_->lookups().hits;
-  stats_.policy_misses = policy_->lookups().misses;
-  stats_.policy_scored = policy_->lookups().scored;
+  stats_.policy_hits = lookups.hits;
+  stats_.policy_misses = lookups.misses;
+  stats_.policy_scored = lookups.scored;
   graph_ = &g;
   graph_generation_ = g.generation();
   graph_version_ = g.version();

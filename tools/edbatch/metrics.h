@@ -16,6 +16,7 @@ struct MiniBatchSample {
   uint64_t nodes = 0, batches = 0, lower_bound = 0, kernels = 0, bytes_copied = 0;
   uint64_t policy_hits = 0, policy_misses = 0;  // learned policies: table hits, fallbacks
   uint64_t policy_scored = 0;                    // ... of the fallbacks, the scorer's
+  bool plan_reused = false;  // the schedule and plan came from the engine's plan cache
   double loss = 0;  // summed over the mini-batch (NaN with the null device)
 };
 

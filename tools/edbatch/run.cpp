@@ -65,6 +65,7 @@ double ms_since(Clock::time_point t) {
 struct RunOptions {
   std::string policy_cache;
   double policy_budget = 2;
+  double plan_cache_mb = 64;
   std::string model, data = "synthetic:1000", policy = "lb-greedy", device = "cpu";
   std::string outputs, json, save_weights, load_weights, write_data;
   uint32_t vocab = 256, batch = 32, hidden = 128, threads = 1, epochs = 1, iters = 0, warmup = 2;
@@ -178,6 +179,7 @@ class Runner {
     s.policy_hits = st.policy_hits;
     s.policy_misses = st.policy_misses;
     s.policy_scored = st.policy_scored;
+    s.plan_reused = st.plan_reused;
     s.kernels = st.kernels - before.kernels;
     s.bytes_copied = st.bytes_copied - before.bytes_copied;
     if (!o_.pipeline) s.loss = loss_of(value);
@@ -347,6 +349,7 @@ int run(const RunOptions& o) {
   eo.check_numerics = o.check_numerics;
   eo.auto_policy_budget_s = o.policy_budget;
   eo.policy_cache_dir = o.policy_cache;
+  eo.plan_cache_bytes = static_cast<size_t>(o.plan_cache_mb * (1 << 20));
   eo = apply_debug_env(eo);  // EDBATCH_CUDA_* debugging switches
   Engine engine(pc, eo);
   const std::unique_ptr<Optimizer> optimizer = make_cli_optimizer(o.t, pc);
@@ -491,6 +494,11 @@ Command add_run_command(CLI::App& root) {
   app->add_option("--policy-cache", o->policy_cache,
                   "--policy auto: the cache directory (default $XDG_CACHE_HOME/edbatch/policies "
                   "or ~/.cache/edbatch/policies)");
+  app->add_option("--plan-cache", o->plan_cache_mb,
+                  "MiB of schedules and memory plans kept for structures that repeat (a "
+                  "mini-batch planned twice before is not planned again; 0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   app->add_option("--device", o->device, "cpu, null (schedules and plans, no math) or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "null", "cuda"}));

@@ -1,0 +1,128 @@
+#include "src/core/plan_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "edbatch/op.h"
+
+namespace edbatch {
+
+namespace {
+
+constexpr size_t kSeenSlots = 4096;
+
+uint64_t mix(uint64_t h) {  // a 64-bit finaliser: every input bit reaches every output bit
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 33);
+}
+
+uint32_t float_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+// A node's aux2 is structure unless it is a per-node integer the plan copies (refresh_plan_aux).
+uint32_t structural_aux2(const Node& n) {
+  return per_node_int(n.op) ? 0 : n.aux2;
+}
+
+template <class T>
+size_t capacity_bytes(const std::vector<T>& v) {
+  return v.capacity() * sizeof(T);
+}
+
+}  // namespace
+
+uint64_t PlanCache::fingerprint(const Graph& g) {
+  // Four independent lanes, so the multiplications overlap; any difference reaches the result.
+  uint64_t h0 = 0x9e3779b97f4a7c15ull, h1 = 0x632be59bd9b4e019ull, h2 = 0x85ebca6b27d4eb4full,
+           h3 = 0xc2b2ae3d27d4eb4full;
+  for (const Node& n : g.nodes()) {
+    h0 = (h0 ^ ((uint64_t{n.type} << 32) ^ (uint64_t(n.op) << 24) ^ n.num_args)) *
+         0xff51afd7ed558ccdull;
+    h1 = (h1 ^ ((uint64_t{n.dim.rows} << 32) ^ n.dim.cols)) * 0xc4ceb9fe1a85ec53ull;
+    h2 = (h2 ^ ((uint64_t{n.aux} << 32) ^ structural_aux2(n))) * 0x9fb21c651e98df25ull;
+  }
+  for (uint32_t a : g.all_args()) h3 = (h3 ^ a) * 0xd6e8feb86659fd93ull;
+  return mix(mix(h0) ^ mix(h1 + g.size()) ^ mix(h2 + g.ints().size()) ^
+             mix(h3 + g.input_values().size()));
+}
+
+bool PlanCache::same_structure(const Graph& g, const Entry& e) {
+  if (g.size() != e.nodes.size() || g.all_args().size() != e.args.size() ||
+      g.ints().size() != e.ints || g.input_values().size() != e.inputs)
+    return false;
+  const Node* a = g.nodes().data();
+  const Node* b = e.nodes.data();
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& x = a[i];
+    const Node& y = b[i];
+    if (x.op != y.op || x.type != y.type || x.dim != y.dim || x.arg_begin != y.arg_begin ||
+        x.num_args != y.num_args || x.aux != y.aux || structural_aux2(x) != y.aux2 ||
+        float_bits(x.alpha) != float_bits(y.alpha) || float_bits(x.beta) != float_bits(y.beta))
+      return false;
+  }
+  return std::equal(e.args.begin(), e.args.end(), g.all_args().begin());
+}
+
+size_t PlanCache::bytes_of(const Entry& e) {
+  const MemoryPlan& p = e.plan;
+  return sizeof(Entry) + capacity_bytes(e.nodes) + capacity_bytes(e.args) +
+         capacity_bytes(e.schedule.nodes) + capacity_bytes(e.schedule.batches) +
+         capacity_bytes(p.batches) + capacity_bytes(p.steps) + capacity_bytes(p.operands) +
+         capacity_bytes(p.member_operands) + capacity_bytes(p.index) + capacity_bytes(p.aux) +
+         capacity_bytes(p.aux_source) + capacity_bytes(p.node_offset) + capacity_bytes(p.segments);
+}
+
+bool PlanCache::find(const Graph& g, uint64_t fingerprint, Schedule& s, MemoryPlan& p,
+                     Policy::Lookups& lookups) {
+  for (Entry& e : entries_) {
+    if (e.fingerprint != fingerprint || !same_structure(g, e)) continue;
+    e.last_use = ++clock_;
+    s = e.schedule;
+    p = e.plan;
+    refresh_plan_aux(g, p);
+    lookups = e.lookups;
+    return true;
+  }
+  return false;
+}
+
+void PlanCache::offer(const Graph& g, uint64_t fingerprint, const Schedule& s, const MemoryPlan& p,
+                      const Policy::Lookups& lookups) {
+  if (budget_ == 0) return;
+  if (seen_.empty()) seen_.assign(kSeenSlots, 0);
+  uint64_t& seen = seen_[fingerprint % kSeenSlots];
+  if (seen != fingerprint) {  // the first time (or the slot was taken since): remember only
+    seen = fingerprint;
+    return;
+  }
+  Entry e;
+  e.fingerprint = fingerprint;
+  e.last_use = ++clock_;
+  e.nodes.assign(g.nodes().begin(), g.nodes().end());
+  for (Node& n : e.nodes) n.aux2 = structural_aux2(n);
+  e.args.assign(g.all_args().begin(), g.all_args().end());
+  e.ints = g.ints().size();
+  e.inputs = g.input_values().size();
+  e.schedule = s;
+  e.plan = p;
+  e.lookups = lookups;
+  e.bytes = bytes_of(e);
+  if (e.bytes > budget_) return;
+  while (used_ + e.bytes > budget_) {  // least recently used out first
+    auto oldest =
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+    used_ -= oldest->bytes;
+    entries_.erase(oldest);
+  }
+  used_ += e.bytes;
+  entries_.push_back(std::move(e));
+}
+
+}  // namespace edbatch

@@ -1,0 +1,60 @@
+// Reuse of a schedule and memory plan when a graph's structure repeats (the same mini-batches
+// evaluated every epoch, sequences of equal lengths, a fixed structure trained on new values).
+// A structure is everything planning reads: every node's op, type, shape, arguments and
+// attributes, block calls' integer counts and the input floats' count; not the per-node integers
+// (lookup indices, labels, picked indices, dropout keys, block calls' integers), which the plan
+// copies and which are rewritten on reuse. A plan is served only after an exact comparison of the
+// structure; the fingerprint only finds the candidate.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "edbatch/graph.h"
+#include "edbatch/memplan.h"
+#include "edbatch/schedule.h"
+
+namespace edbatch {
+
+class PlanCache {
+ public:
+  // At most `budget_bytes` of copies kept (least recently used first out); 0 keeps none.
+  explicit PlanCache(size_t budget_bytes) : budget_(budget_bytes) {}
+
+  // The structure's fingerprint: computed once per planning, passed to find() and offer().
+  static uint64_t fingerprint(const Graph& g);
+  // When a plan made for exactly `g`'s structure is kept: copies it into `s` and `p` (their
+  // storage reused) with `g`'s per-node integers, and sets `lookups` to what the policy reported
+  // when it scheduled it.
+  bool find(const Graph& g, uint64_t fingerprint, Schedule& s, MemoryPlan& p,
+            Policy::Lookups& lookups);
+  // After planning `g` whole: keeps a copy when a graph of the same fingerprint was planned
+  // before (a structure seen once is not kept, so graphs that never repeat cost no memory).
+  void offer(const Graph& g, uint64_t fingerprint, const Schedule& s, const MemoryPlan& p,
+             const Policy::Lookups& lookups);
+  size_t bytes() const { return used_; }
+  size_t entries() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    uint64_t fingerprint = 0;
+    uint64_t last_use = 0;
+    std::vector<Node> nodes;
+    std::vector<uint32_t> args;
+    size_t ints = 0, inputs = 0;
+    Schedule schedule;
+    MemoryPlan plan;
+    Policy::Lookups lookups;
+    size_t bytes = 0;
+  };
+  static bool same_structure(const Graph& g, const Entry& e);
+  static size_t bytes_of(const Entry& e);
+
+  size_t budget_;
+  size_t used_ = 0;
+  uint64_t clock_ = 0;
+  std::vector<Entry> entries_;
+  std::vector<uint64_t> seen_;  // fingerprints planned before, direct-mapped
+};
+
+}  // namespace edbatch
