@@ -40,6 +40,10 @@ void Scheduler::prepare(const Graph& g) {
     if (type_count_[nodes[v].type]++ == 0) bucket_[nodes[v].type] = local_types++;
   }
 
+  // Each argument's scheduled producer, resolved once (views followed) and read by the passes
+  // below: producer_[k] for argument k of the segment's nodes, in argument order.
+  const uint32_t arg_base = n > 0 ? nodes[0].arg_begin : 0;
+  producer_.assign(g.all_args().size() - arg_base, UINT32_MAX);
   // Pending inputs, consumer lists (CSR) and depth.
   pending_.assign(n, 0);
   depth_.assign(n, 0);
@@ -48,9 +52,11 @@ void Scheduler::prepare(const Graph& g) {
     const Node& nd = nodes[v];
     if (is_source(nd)) continue;
     const uint32_t* a = g.args(nd);
+    uint32_t* pr = producer_.data() + (nd.arg_begin - arg_base);
     uint32_t d = 0;
     for (uint32_t i = 0; i < nd.num_args; ++i) {
       const uint32_t p = local_producer(g, a[i]);
+      pr[i] = p;
       if (p == UINT32_MAX) continue;
       ++pending_[v];
       ++consumer_begin_[p + 1];
@@ -66,11 +72,9 @@ void Scheduler::prepare(const Graph& g) {
     for (uint32_t v = 0; v < n; ++v) {
       const Node& nd = nodes[v];
       if (is_source(nd)) continue;
-      const uint32_t* a = g.args(nd);
-      for (uint32_t i = 0; i < nd.num_args; ++i) {
-        const uint32_t p = local_producer(g, a[i]);
-        if (p != UINT32_MAX) consumers_[fill[p]++] = v + f;
-      }
+      const uint32_t* pr = producer_.data() + (nd.arg_begin - arg_base);
+      for (uint32_t i = 0; i < nd.num_args; ++i)
+        if (pr[i] != UINT32_MAX) consumers_[fill[pr[i]]++] = v + f;
     }
   }
 
@@ -83,11 +87,10 @@ void Scheduler::prepare(const Graph& g) {
     if (is_source(nd)) continue;
     uint32_t* hv = chain_.data() + static_cast<size_t>(v) * T;
     height_[v] = ++hv[bucket_[nd.type]];
-    const uint32_t* a = g.args(nd);
+    const uint32_t* pr = producer_.data() + (nd.arg_begin - arg_base);
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      const uint32_t p = local_producer(g, a[i]);
-      if (p == UINT32_MAX) continue;
-      uint32_t* ha = chain_.data() + static_cast<size_t>(p) * T;
+      if (pr[i] == UINT32_MAX) continue;
+      uint32_t* ha = chain_.data() + static_cast<size_t>(pr[i]) * T;
       for (uint32_t t = 0; t < T; ++t) ha[t] = std::max(ha[t], hv[t]);
     }
   }

@@ -108,6 +108,7 @@ class Scheduler : private Frontier {
   void push_ready(uint32_t node, uint32_t type);
 
   std::vector<uint32_t> consumer_begin_, consumers_, pending_, depth_, height_;
+  std::vector<uint32_t> producer_;  // per argument of the segment's nodes (see prepare)
   std::vector<uint32_t> chain_;  // nodes x present types: chain heights
   std::vector<uint32_t> type_count_, bucket_;
   uint32_t first_ = 0;  // nodes before it have run; per-node arrays start here

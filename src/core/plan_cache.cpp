@@ -30,11 +30,6 @@ uint32_t structural_aux2(const Node& n) {
   return per_node_int(n.op) ? 0 : n.aux2;
 }
 
-template <class T>
-size_t capacity_bytes(const std::vector<T>& v) {
-  return v.capacity() * sizeof(T);
-}
-
 }  // namespace
 
 uint64_t PlanCache::fingerprint(const Graph& g) {
@@ -69,20 +64,19 @@ bool PlanCache::same_structure(const Graph& g, const Entry& e) {
   return std::equal(e.args.begin(), e.args.end(), g.all_args().begin());
 }
 
-size_t PlanCache::bytes_of(const Entry& e) {
-  const MemoryPlan& p = e.plan;
-  return sizeof(Entry) + capacity_bytes(e.nodes) + capacity_bytes(e.args) +
-         capacity_bytes(e.schedule.nodes) + capacity_bytes(e.schedule.batches) +
-         capacity_bytes(p.batches) + capacity_bytes(p.steps) + capacity_bytes(p.operands) +
-         capacity_bytes(p.member_operands) + capacity_bytes(p.index) + capacity_bytes(p.aux) +
-         capacity_bytes(p.aux_source) + capacity_bytes(p.node_offset) + capacity_bytes(p.segments);
+size_t PlanCache::plan_bytes(const MemoryPlan& p) {
+  return p.batches.size() * sizeof(BatchPlan) + p.steps.size() * sizeof(BatchPlan) +
+         (p.operands.size() + p.member_operands.size()) * sizeof(Operand) +
+         (p.index.size() + p.aux.size() + p.aux_source.size() + p.node_offset.size()) * 4 +
+         p.segments.size() * sizeof(PlanSegment);
 }
 
 bool PlanCache::find(const Graph& g, uint64_t fingerprint, Schedule& s, MemoryPlan& p,
                      Policy::Lookups& lookups) {
+  ++clock_;  // one tick per planning
   for (Entry& e : entries_) {
     if (e.fingerprint != fingerprint || !same_structure(g, e)) continue;
-    e.last_use = ++clock_;
+    e.last_use = clock_;
     s = e.schedule;
     p = e.plan;
     refresh_plan_aux(g, p);
@@ -101,9 +95,24 @@ void PlanCache::offer(const Graph& g, uint64_t fingerprint, const Schedule& s, c
     seen = fingerprint;
     return;
   }
-  Entry e;
+  const size_t bytes = sizeof(Entry) + g.size() * sizeof(Node) + g.all_args().size() * 4 +
+                       s.nodes.size() * 4 + s.batches.size() * sizeof(Batch) + plan_bytes(p);
+  if (bytes > budget_) return;
+  // Room is made from entries unused for a while only: structures that come back in a cycle
+  // longer than the budget holds (the evaluation set, epoch after epoch) keep the part that fits
+  // instead of each evicting the next one to come back.
+  const uint64_t idle = 4 * entries_.size() + 64;
+  while (used_ + bytes > budget_) {
+    const auto oldest =
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+    if (oldest == entries_.end() || clock_ - oldest->last_use < idle) return;
+    used_ -= oldest->bytes;
+    entries_.erase(oldest);
+  }
+  Entry& e = entries_.emplace_back();
   e.fingerprint = fingerprint;
-  e.last_use = ++clock_;
+  e.last_use = clock_;
   e.nodes.assign(g.nodes().begin(), g.nodes().end());
   for (Node& n : e.nodes) n.aux2 = structural_aux2(n);
   e.args.assign(g.all_args().begin(), g.all_args().end());
@@ -112,17 +121,8 @@ void PlanCache::offer(const Graph& g, uint64_t fingerprint, const Schedule& s, c
   e.schedule = s;
   e.plan = p;
   e.lookups = lookups;
-  e.bytes = bytes_of(e);
-  if (e.bytes > budget_) return;
-  while (used_ + e.bytes > budget_) {  // least recently used out first
-    auto oldest =
-        std::min_element(entries_.begin(), entries_.end(),
-                         [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
-    used_ -= oldest->bytes;
-    entries_.erase(oldest);
-  }
-  used_ += e.bytes;
-  entries_.push_back(std::move(e));
+  e.bytes = bytes;
+  used_ += bytes;
 }
 
 }  // namespace edbatch

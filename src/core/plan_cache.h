@@ -18,7 +18,8 @@ namespace edbatch {
 
 class PlanCache {
  public:
-  // At most `budget_bytes` of copies kept (least recently used first out); 0 keeps none.
+  // At most `budget_bytes` of copies kept; when full, the least recently used entry makes room
+  // only once it has been idle for a while (see offer). 0 keeps none.
   explicit PlanCache(size_t budget_bytes) : budget_(budget_bytes) {}
 
   // The structure's fingerprint: computed once per planning, passed to find() and offer().
@@ -48,7 +49,7 @@ class PlanCache {
     size_t bytes = 0;
   };
   static bool same_structure(const Graph& g, const Entry& e);
-  static size_t bytes_of(const Entry& e);
+  static size_t plan_bytes(const MemoryPlan& p);
 
   size_t budget_;
   size_t used_ = 0;
