@@ -88,6 +88,7 @@ class Graph {
   std::vector<uint32_t> ints_;
   std::vector<uint32_t> param_node_;  // parameter id -> node id in this graph (dedup)
   std::vector<uint32_t> key_;         // scratch for type keys
+  std::vector<uint32_t> plain_call_type_;  // block id -> type of its calls without parameter inputs
   uint32_t generation_ = 1;
   uint64_t version_ = 0;
   uint64_t inputs_version_ = 0;

@@ -78,6 +78,11 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
   if (info.rule == BatchRule::View) return UINT32_MAX;
   key_.clear();
   if (n.op == Op::Call) {
+    // Calls with no parameter among their inputs, the usual case, have one type per block.
+    bool any_param = false;
+    for (uint32_t i = 0; i < n.num_args; ++i) any_param |= nodes_[args[i]].op == Op::Parameter;
+    if (!any_param && n.aux < plain_call_type_.size() && plain_call_type_[n.aux] != UINT32_MAX)
+      return plain_call_type_[n.aux];
     // Invocations of one block batch together (the block fixed their shapes), except that an
     // input given as a parameter is the batch's shared operand, as for any op: calls reading
     // different parameters, or a parameter and a computed value, in one slot never batch.
@@ -96,6 +101,10 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
     if (interned.is_new)
       table.set_name(interned.id, "block:" + params_->block_name(n.aux) +
                                       (shared.empty() ? "" : "[" + shared + "]"));
+    if (!any_param) {
+      if (plain_call_type_.size() <= n.aux) plain_call_type_.resize(n.aux + 1, UINT32_MAX);
+      plain_call_type_[n.aux] = interned.id;
+    }
     return interned.id;
   }
   bool any_param = false;
