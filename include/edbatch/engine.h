@@ -27,11 +27,13 @@ struct EngineOptions {
   // passes wait); a debugging aid that costs a pass over the arena.
   bool check_numerics = false;
   double auto_policy_budget_s = 2;  // policy "auto": training time allowed at the first graph
-  // Plan reuse: a graph whose structure was planned twice before (the same mini-batch again, a
-  // sequence of a length seen before) reuses the kept schedule and memory plan instead of
-  // scheduling and planning; per-node integers (word ids, labels, picked indices, dropout keys)
-  // may differ. At most this many bytes of plans are kept, least recently used out first; 0
-  // turns reuse off. Results are bitwise those of planning again.
+  // Plan reuse: a graph whose structure was planned before (the same mini-batch again, a
+  // sequence of a length seen before) runs on the kept schedule and memory plan instead of being
+  // scheduled and planned; per-node integers (word ids, labels, picked indices, dropout keys,
+  // block calls' integers) may differ. A structure is kept at its third planning and reused from
+  // its fourth; graphs that never repeat cost a cheap key per planning and no memory. At most
+  // this many bytes of plans are kept; 0 turns reuse off. Results are bitwise those of planning
+  // again (docs/architecture.md, plan reuse).
   size_t plan_cache_bytes = size_t{64} << 20;
   std::string policy_cache_dir = "";  // policy "auto": empty = default_policy_cache_dir()
 };

@@ -84,17 +84,14 @@ void Engine::plan_graph(Graph& g) {
   stats_.construction_ms = g.construction_seconds() * 1e3;
   const auto t0 = Clock::now();
   Policy::Lookups lookups;
-  const uint64_t fingerprint =
-      options_.plan_cache_bytes > 0 ? PlanCache::fingerprint(g) : uint64_t{0};
-  stats_.plan_reused =
-      options_.plan_cache_bytes > 0 && plan_cache_->find(g, fingerprint, schedule_, plan_, lookups);
+  stats_.plan_reused = plan_cache_->find(g, schedule_, plan_, lookups);
   if (stats_.plan_reused) {
     ++stats_.plans_reused;
   } else {
     scheduler_.run(g, *policy_, schedule_);
     plan_memory(g, schedule_, plan_, plan_options_);
     lookups = policy_->lookups();
-    plan_cache_->offer(g, fingerprint, schedule_, plan_, lookups);
+    plan_cache_->offer(g, schedule_, plan_, lookups);
   }
   stats_.scheduling_ms = ms_since(t0);
   stats_.nodes = schedule_.nodes.size();

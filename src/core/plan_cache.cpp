@@ -33,18 +33,29 @@ uint32_t structural_aux2(const Node& n) {
 }  // namespace
 
 uint64_t PlanCache::fingerprint(const Graph& g) {
-  // Four independent lanes, so the multiplications overlap; any difference reaches the result.
-  uint64_t h0 = 0x9e3779b97f4a7c15ull, h1 = 0x632be59bd9b4e019ull, h2 = 0x85ebca6b27d4eb4full,
-           h3 = 0xc2b2ae3d27d4eb4full;
-  for (const Node& n : g.nodes()) {
-    h0 = (h0 ^ ((uint64_t{n.type} << 32) ^ (uint64_t(n.op) << 24) ^ n.num_args)) *
-         0xff51afd7ed558ccdull;
-    h1 = (h1 ^ ((uint64_t{n.dim.rows} << 32) ^ n.dim.cols)) * 0xc4ceb9fe1a85ec53ull;
-    h2 = (h2 ^ ((uint64_t{n.aux} << 32) ^ structural_aux2(n))) * 0x9fb21c651e98df25ull;
+  // Four independent lanes over a stream of 64-bit words (two per node, two arguments per word),
+  // so the multiplications overlap; any difference in a word reaches the result.
+  constexpr uint64_t K = 0xff51afd7ed558ccdull;
+  uint64_t h[4] = {0x9e3779b97f4a7c15ull, 0x632be59bd9b4e019ull, 0x85ebca6b27d4eb4full,
+                   0xc2b2ae3d27d4eb4full};
+  const Node* nodes = g.nodes().data();
+  const size_t n = g.nodes().size();
+  for (size_t i = 0; i < n; ++i) {
+    const Node& x = nodes[i];
+    const uint64_t a = (uint64_t{x.type} << 32) ^ (uint64_t(x.op) << 24) ^ x.num_args;
+    const uint64_t b = (uint64_t{x.dim.rows} << 32) ^ x.dim.cols ^
+                       (uint64_t{x.aux} * 0x9fb21c651e98df25ull) ^ structural_aux2(x);
+    h[(2 * i) & 3] = (h[(2 * i) & 3] ^ a) * K;
+    h[(2 * i + 1) & 3] = (h[(2 * i + 1) & 3] ^ b) * K;
   }
-  for (uint32_t a : g.all_args()) h3 = (h3 ^ a) * 0xd6e8feb86659fd93ull;
-  return mix(mix(h0) ^ mix(h1 + g.size()) ^ mix(h2 + g.ints().size()) ^
-             mix(h3 + g.input_values().size()));
+  const std::vector<uint32_t>& args = g.all_args();
+  size_t k = 0;
+  for (; k + 8 <= args.size(); k += 8)
+    for (size_t l = 0; l < 4; ++l)
+      h[l] = (h[l] ^ ((uint64_t{args[k + 2 * l]} << 32) | args[k + 2 * l + 1])) * K;
+  for (; k < args.size(); ++k) h[k & 3] = (h[k & 3] ^ args[k]) * K;
+  return mix(mix(h[0]) ^ mix(h[1] + n) ^ mix(h[2] + g.ints().size()) ^
+             mix(h[3] + g.input_values().size() + (args.size() << 32)));
 }
 
 bool PlanCache::same_structure(const Graph& g, const Entry& e) {
@@ -71,11 +82,31 @@ size_t PlanCache::plan_bytes(const MemoryPlan& p) {
          p.segments.size() * sizeof(PlanSegment);
 }
 
-bool PlanCache::find(const Graph& g, uint64_t fingerprint, Schedule& s, MemoryPlan& p,
-                     Policy::Lookups& lookups) {
+uint64_t PlanCache::sizes_key(const Graph& g) {
+  // Counts, and sums that vectorise (arguments) or cost a cycle a node (types): cheap, and
+  // different for nearly all graphs that differ.
+  uint64_t arg_sum = 0, type_sum = 0;
+  for (uint32_t a : g.all_args()) arg_sum += a;
+  for (const Node& n : g.nodes()) type_sum += n.type;
+  return mix(mix(g.size() ^ (uint64_t{g.all_args().size()} << 32)) ^ g.ints().size() ^
+             (uint64_t{g.input_values().size()} << 32) ^ mix(arg_sum) ^ mix(type_sum + 1));
+}
+
+bool PlanCache::find(const Graph& g, Schedule& s, MemoryPlan& p, Policy::Lookups& lookups) {
   ++clock_;  // one tick per planning
+  repeat_ = false;
+  if (budget_ == 0) return false;
+  // A structure seen before has the same counts and sums (sizes_key): a graph whose key was never
+  // seen costs no fingerprint.
+  if (seen_.empty()) seen_.assign(2 * kSeenSlots, 0);
+  const uint64_t key = sizes_key(g);
+  uint64_t& seen = seen_[key % kSeenSlots];
+  repeat_ = seen == key;
+  seen = key;
+  if (!repeat_) return false;
+  fingerprint_ = fingerprint(g);
   for (Entry& e : entries_) {
-    if (e.fingerprint != fingerprint || !same_structure(g, e)) continue;
+    if (e.fingerprint != fingerprint_ || !same_structure(g, e)) continue;
     e.last_use = clock_;
     s = e.schedule;
     p = e.plan;
@@ -86,13 +117,14 @@ bool PlanCache::find(const Graph& g, uint64_t fingerprint, Schedule& s, MemoryPl
   return false;
 }
 
-void PlanCache::offer(const Graph& g, uint64_t fingerprint, const Schedule& s, const MemoryPlan& p,
+void PlanCache::offer(const Graph& g, const Schedule& s, const MemoryPlan& p,
                       const Policy::Lookups& lookups) {
-  if (budget_ == 0) return;
-  if (seen_.empty()) seen_.assign(kSeenSlots, 0);
-  uint64_t& seen = seen_[fingerprint % kSeenSlots];
-  if (seen != fingerprint) {  // the first time (or the slot was taken since): remember only
-    seen = fingerprint;
+  if (!repeat_) return;  // a key seen for the first time: no fingerprint was taken
+  // Kept the second time its fingerprint comes (the first is only remembered), so graphs that
+  // only share their key cost no copy.
+  uint64_t& seen = seen_[kSeenSlots + fingerprint_ % kSeenSlots];
+  if (seen != fingerprint_) {
+    seen = fingerprint_;
     return;
   }
   const size_t bytes = sizeof(Entry) + g.size() * sizeof(Node) + g.all_args().size() * 4 +
@@ -111,7 +143,7 @@ void PlanCache::offer(const Graph& g, uint64_t fingerprint, const Schedule& s, c
     entries_.erase(oldest);
   }
   Entry& e = entries_.emplace_back();
-  e.fingerprint = fingerprint;
+  e.fingerprint = fingerprint_;
   e.last_use = clock_;
   e.nodes.assign(g.nodes().begin(), g.nodes().end());
   for (Node& n : e.nodes) n.aux2 = structural_aux2(n);

@@ -22,17 +22,20 @@ class PlanCache {
   // only once it has been idle for a while (see offer). 0 keeps none.
   explicit PlanCache(size_t budget_bytes) : budget_(budget_bytes) {}
 
-  // The structure's fingerprint: computed once per planning, passed to find() and offer().
-  static uint64_t fingerprint(const Graph& g);
   // When a plan made for exactly `g`'s structure is kept: copies it into `s` and `p` (their
   // storage reused) with `g`'s per-node integers, and sets `lookups` to what the policy reported
-  // when it scheduled it.
-  bool find(const Graph& g, uint64_t fingerprint, Schedule& s, MemoryPlan& p,
-            Policy::Lookups& lookups);
-  // After planning `g` whole: keeps a copy when a graph of the same fingerprint was planned
-  // before (a structure seen once is not kept, so graphs that never repeat cost no memory).
-  void offer(const Graph& g, uint64_t fingerprint, const Schedule& s, const MemoryPlan& p,
+  // when it scheduled it. Called once per planning of a whole graph, before offer().
+  bool find(const Graph& g, Schedule& s, MemoryPlan& p, Policy::Lookups& lookups);
+  // After find() missed and `g` was planned: keeps a copy when its structure was planned before.
+  // Graphs are told apart by a cheap key first (counts of nodes, arguments, block-call integers
+  // and input floats; sums of arguments and types), then by fingerprint: a graph whose key was
+  // not seen before costs no fingerprint,
+  // and one with a fingerprint not seen before is only remembered, so graphs that never repeat
+  // cost no copy. A structure is thus reused from its fourth planning on.
+  void offer(const Graph& g, const Schedule& s, const MemoryPlan& p,
              const Policy::Lookups& lookups);
+  // The structure's fingerprint (a candidate's; equality is checked exactly).
+  static uint64_t fingerprint(const Graph& g);
   size_t bytes() const { return used_; }
   size_t entries() const { return entries_.size(); }
 
@@ -50,12 +53,16 @@ class PlanCache {
   };
   static bool same_structure(const Graph& g, const Entry& e);
   static size_t plan_bytes(const MemoryPlan& p);
+  static uint64_t sizes_key(const Graph& g);
 
   size_t budget_;
   size_t used_ = 0;
   uint64_t clock_ = 0;
   std::vector<Entry> entries_;
-  std::vector<uint64_t> seen_;  // fingerprints planned before, direct-mapped
+  // Direct-mapped: sizes_key of graphs planned before, then fingerprints planned before.
+  std::vector<uint64_t> seen_;
+  bool repeat_ = false;       // the last find()'s graph had a key seen before ...
+  uint64_t fingerprint_ = 0;  // ... and this fingerprint
 };
 
 }  // namespace edbatch
