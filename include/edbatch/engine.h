@@ -30,8 +30,8 @@ struct EngineOptions {
   // Plan reuse: a graph whose structure was planned before (the same mini-batch again, a
   // sequence of a length seen before) runs on the kept schedule and memory plan instead of being
   // scheduled and planned; per-node integers (word ids, labels, picked indices, dropout keys,
-  // block calls' integers) may differ. A structure is kept at its third planning and reused from
-  // its fourth; graphs that never repeat cost a cheap key per planning and no memory. At most
+  // block calls' integers) may differ. A structure is kept at its second planning and reused
+  // from its third; graphs that never repeat cost a cheap key per planning and no memory. At most
   // this many bytes of plans are kept; 0 turns reuse off. Results are bitwise those of planning
   // again (docs/architecture.md, plan reuse).
   size_t plan_cache_bytes = size_t{64} << 20;

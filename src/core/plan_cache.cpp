@@ -32,32 +32,6 @@ uint32_t structural_aux2(const Node& n) {
 
 }  // namespace
 
-uint64_t PlanCache::fingerprint(const Graph& g) {
-  // Four independent lanes over a stream of 64-bit words (two per node, two arguments per word),
-  // so the multiplications overlap; any difference in a word reaches the result.
-  constexpr uint64_t K = 0xff51afd7ed558ccdull;
-  uint64_t h[4] = {0x9e3779b97f4a7c15ull, 0x632be59bd9b4e019ull, 0x85ebca6b27d4eb4full,
-                   0xc2b2ae3d27d4eb4full};
-  const Node* nodes = g.nodes().data();
-  const size_t n = g.nodes().size();
-  for (size_t i = 0; i < n; ++i) {
-    const Node& x = nodes[i];
-    const uint64_t a = (uint64_t{x.type} << 32) ^ (uint64_t(x.op) << 24) ^ x.num_args;
-    const uint64_t b = (uint64_t{x.dim.rows} << 32) ^ x.dim.cols ^
-                       (uint64_t{x.aux} * 0x9fb21c651e98df25ull) ^ structural_aux2(x);
-    h[(2 * i) & 3] = (h[(2 * i) & 3] ^ a) * K;
-    h[(2 * i + 1) & 3] = (h[(2 * i + 1) & 3] ^ b) * K;
-  }
-  const std::vector<uint32_t>& args = g.all_args();
-  size_t k = 0;
-  for (; k + 8 <= args.size(); k += 8)
-    for (size_t l = 0; l < 4; ++l)
-      h[l] = (h[l] ^ ((uint64_t{args[k + 2 * l]} << 32) | args[k + 2 * l + 1])) * K;
-  for (; k < args.size(); ++k) h[k & 3] = (h[k & 3] ^ args[k]) * K;
-  return mix(mix(h[0]) ^ mix(h[1] + n) ^ mix(h[2] + g.ints().size()) ^
-             mix(h[3] + g.input_values().size() + (args.size() << 32)));
-}
-
 bool PlanCache::same_structure(const Graph& g, const Entry& e) {
   if (g.size() != e.nodes.size() || g.all_args().size() != e.args.size() ||
       g.ints().size() != e.ints || g.input_values().size() != e.inputs)
@@ -82,9 +56,7 @@ size_t PlanCache::plan_bytes(const MemoryPlan& p) {
          p.segments.size() * sizeof(PlanSegment);
 }
 
-uint64_t PlanCache::sizes_key(const Graph& g) {
-  // Counts, and sums that vectorise (arguments) or cost a cycle a node (types): cheap, and
-  // different for nearly all graphs that differ.
+uint64_t PlanCache::key(const Graph& g) {
   uint64_t arg_sum = 0, type_sum = 0;
   for (uint32_t a : g.all_args()) arg_sum += a;
   for (const Node& n : g.nodes()) type_sum += n.type;
@@ -96,17 +68,14 @@ bool PlanCache::find(const Graph& g, Schedule& s, MemoryPlan& p, Policy::Lookups
   ++clock_;  // one tick per planning
   repeat_ = false;
   if (budget_ == 0) return false;
-  // A structure seen before has the same counts and sums (sizes_key): a graph whose key was never
-  // seen costs no fingerprint.
-  if (seen_.empty()) seen_.assign(2 * kSeenSlots, 0);
-  const uint64_t key = sizes_key(g);
-  uint64_t& seen = seen_[key % kSeenSlots];
-  repeat_ = seen == key;
-  seen = key;
+  if (seen_.empty()) seen_.assign(kSeenSlots, 0);
+  key_ = key(g);
+  uint64_t& seen = seen_[key_ % kSeenSlots];
+  repeat_ = seen == key_;
+  seen = key_;
   if (!repeat_) return false;
-  fingerprint_ = fingerprint(g);
   for (Entry& e : entries_) {
-    if (e.fingerprint != fingerprint_ || !same_structure(g, e)) continue;
+    if (e.key != key_ || !same_structure(g, e)) continue;
     e.last_use = clock_;
     s = e.schedule;
     p = e.plan;
@@ -119,14 +88,7 @@ bool PlanCache::find(const Graph& g, Schedule& s, MemoryPlan& p, Policy::Lookups
 
 void PlanCache::offer(const Graph& g, const Schedule& s, const MemoryPlan& p,
                       const Policy::Lookups& lookups) {
-  if (!repeat_) return;  // a key seen for the first time: no fingerprint was taken
-  // Kept the second time its fingerprint comes (the first is only remembered), so graphs that
-  // only share their key cost no copy.
-  uint64_t& seen = seen_[kSeenSlots + fingerprint_ % kSeenSlots];
-  if (seen != fingerprint_) {
-    seen = fingerprint_;
-    return;
-  }
+  if (!repeat_) return;  // a key seen for the first time (or its table slot was taken since)
   const size_t bytes = sizeof(Entry) + g.size() * sizeof(Node) + g.all_args().size() * 4 +
                        s.nodes.size() * 4 + s.batches.size() * sizeof(Batch) + plan_bytes(p);
   if (bytes > budget_) return;
@@ -143,7 +105,7 @@ void PlanCache::offer(const Graph& g, const Schedule& s, const MemoryPlan& p,
     entries_.erase(oldest);
   }
   Entry& e = entries_.emplace_back();
-  e.fingerprint = fingerprint_;
+  e.key = key_;
   e.last_use = clock_;
   e.nodes.assign(g.nodes().begin(), g.nodes().end());
   for (Node& n : e.nodes) n.aux2 = structural_aux2(n);

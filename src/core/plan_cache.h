@@ -4,7 +4,7 @@
 // attributes, block calls' integer counts and the input floats' count; not the per-node integers
 // (lookup indices, labels, picked indices, dropout keys, block calls' integers), which the plan
 // copies and which are rewritten on reuse. A plan is served only after an exact comparison of the
-// structure; the fingerprint only finds the candidate.
+// structure; the key only finds the candidate.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,22 +26,22 @@ class PlanCache {
   // storage reused) with `g`'s per-node integers, and sets `lookups` to what the policy reported
   // when it scheduled it. Called once per planning of a whole graph, before offer().
   bool find(const Graph& g, Schedule& s, MemoryPlan& p, Policy::Lookups& lookups);
-  // After find() missed and `g` was planned: keeps a copy when its structure was planned before.
-  // Graphs are told apart by a cheap key first (counts of nodes, arguments, block-call integers
-  // and input floats; sums of arguments and types), then by fingerprint: a graph whose key was
-  // not seen before costs no fingerprint,
-  // and one with a fingerprint not seen before is only remembered, so graphs that never repeat
-  // cost no copy. A structure is thus reused from its fourth planning on.
+  // After find() missed and `g` was planned: keeps a copy when a graph of the same key was
+  // planned before (a key seen for the first time is only remembered), so graphs that never
+  // repeat cost the key and no copy. A structure is kept at its second planning and reused from
+  // its third.
   void offer(const Graph& g, const Schedule& s, const MemoryPlan& p,
              const Policy::Lookups& lookups);
-  // The structure's fingerprint (a candidate's; equality is checked exactly).
-  static uint64_t fingerprint(const Graph& g);
+  // The structure's key: counts of nodes, arguments, block-call integers and input floats, and
+  // sums of the arguments and of the types. Cheap (the argument sum vectorises) and different
+  // for nearly all graphs that differ; equality is then checked exactly.
+  static uint64_t key(const Graph& g);
   size_t bytes() const { return used_; }
   size_t entries() const { return entries_.size(); }
 
  private:
   struct Entry {
-    uint64_t fingerprint = 0;
+    uint64_t key = 0;
     uint64_t last_use = 0;
     std::vector<Node> nodes;
     std::vector<uint32_t> args;
@@ -53,16 +53,14 @@ class PlanCache {
   };
   static bool same_structure(const Graph& g, const Entry& e);
   static size_t plan_bytes(const MemoryPlan& p);
-  static uint64_t sizes_key(const Graph& g);
 
   size_t budget_;
   size_t used_ = 0;
   uint64_t clock_ = 0;
   std::vector<Entry> entries_;
-  // Direct-mapped: sizes_key of graphs planned before, then fingerprints planned before.
-  std::vector<uint64_t> seen_;
-  bool repeat_ = false;       // the last find()'s graph had a key seen before ...
-  uint64_t fingerprint_ = 0;  // ... and this fingerprint
+  std::vector<uint64_t> seen_;  // keys of graphs planned before, direct-mapped
+  bool repeat_ = false;         // the last find()'s key was seen before ...
+  uint64_t key_ = 0;            // ... and is this
 };
 
 }  // namespace edbatch

@@ -496,7 +496,7 @@ Command add_run_command(CLI::App& root) {
                   "or ~/.cache/edbatch/policies)");
   app->add_option("--plan-cache", o->plan_cache_mb,
                   "MiB of schedules and memory plans kept for structures that repeat (a "
-                  "mini-batch whose structure was planned three times before runs on the kept "
+                  "mini-batch whose structure was planned twice before runs on the kept "
                   "plan, with bitwise the same results; 0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
