@@ -164,7 +164,9 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
 
 uint32_t Graph::add_node(Op op, Dim dim, const uint32_t* args, uint32_t nargs, uint32_t aux,
                          uint32_t aux2, float alpha, float beta) {
-  Node n;
+  // Filled in place: a Node assembled on the stack field by field and then copied whole reads
+  // back stores that have not landed yet (a store-forwarding stall per node).
+  Node& n = nodes_.emplace_back();
   n.op = op;
   n.dim = dim;
   n.arg_begin = static_cast<uint32_t>(args_.size());
@@ -173,9 +175,13 @@ uint32_t Graph::add_node(Op op, Dim dim, const uint32_t* args, uint32_t nargs, u
   n.aux2 = aux2;
   n.alpha = alpha;
   n.beta = beta;
-  n.type = type_of(n, args);
+  try {
+    n.type = type_of(n, args);
+  } catch (...) {
+    nodes_.pop_back();  // the graph stays as it was
+    throw;
+  }
   args_.insert(args_.end(), args, args + nargs);
-  nodes_.push_back(n);
   ++version_;
   return static_cast<uint32_t>(nodes_.size() - 1);
 }
