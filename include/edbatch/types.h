@@ -2,6 +2,7 @@
 // type ids are equal. The key is compared word for word; the hash only finds the bucket.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,6 +10,13 @@
 #include "edbatch/op.h"
 
 namespace edbatch {
+
+// A float attribute as the word a key holds: equal keys mean bitwise equal attributes.
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
 
 class TypeTable {
  public:

@@ -1,16 +1,16 @@
 // Block compilation: rewrite the body, batch it internally (exact search for small bodies),
 // stack the weights of batched GEMMs, lay the values out with the layout planner, and group
 // elementwise steps into fused passes.
+#include "src/core/block_compile.h"
+
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 
 #include "memplan/layout.h"
-#include "src/core/block_compile.h"
 
 namespace edbatch {
 
@@ -129,12 +129,6 @@ void rewrite(BlockPlan& p) {
   for (uint32_t in : p.source_inputs) p.input_node.push_back(map[in]);  // UINT32_MAX if unused
   p.output_node.clear();
   for (uint32_t o : p.source_outputs) p.output_node.push_back(map[o]);
-}
-
-uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
 }
 
 // Internal batching types: as the graph's, but GEMM weights only by shape ("any weights").

@@ -16,12 +16,6 @@ namespace {
 constexpr uint32_t kParamSlot = 0x80000000u;
 constexpr uint32_t kRaggedFlag = TypeTable::kRaggedKey;
 
-uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
 [[noreturn]] void fail(const char* fn, const std::string& msg) {
   throw std::invalid_argument(std::string("[") + fn + "] " + msg);
 }
@@ -77,10 +71,10 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
   const OpInfo& info = op_info(n.op);
   if (info.rule == BatchRule::View) return UINT32_MAX;
   key_.clear();
+  bool any_param = false;
+  for (uint32_t i = 0; i < n.num_args; ++i) any_param |= nodes_[args[i]].op == Op::Parameter;
   if (n.op == Op::Call) {
     // Calls with no parameter among their inputs, the usual case, have one type per block.
-    bool any_param = false;
-    for (uint32_t i = 0; i < n.num_args; ++i) any_param |= nodes_[args[i]].op == Op::Parameter;
     if (!any_param && n.aux < plain_call_type_.size() && plain_call_type_[n.aux] != UINT32_MAX)
       return plain_call_type_[n.aux];
     // Invocations of one block batch together (the block fixed their shapes), except that an
@@ -107,8 +101,6 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
     }
     return interned.id;
   }
-  bool any_param = false;
-  for (uint32_t i = 0; i < n.num_args; ++i) any_param |= nodes_[args[i]].op == Op::Parameter;
   const bool ragged = info.rule == BatchRule::Ragged && !any_param;
   key_.push_back(static_cast<uint32_t>(n.op) | (ragged ? kRaggedFlag : 0u));
   key_.push_back(n.dim.rows);

@@ -1,9 +1,9 @@
 #include "src/core/plan_cache.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "edbatch/op.h"
+#include "edbatch/types.h"
 
 namespace edbatch {
 
@@ -17,12 +17,6 @@ uint64_t mix(uint64_t h) {  // a 64-bit finaliser: every input bit reaches every
   h ^= h >> 33;
   h *= 0xc4ceb9fe1a85ec53ull;
   return h ^ (h >> 33);
-}
-
-uint32_t float_bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof b);
-  return b;
 }
 
 // A node's aux2 is structure unless it is a per-node integer the plan copies (refresh_plan_aux).
