@@ -32,17 +32,8 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$root"
-[ -f scripts/gpu_deps.sh ] && source scripts/gpu_deps.sh
-build() {  # $1: source tree
-  cmake -S "$1" -B "$1/build-cpu-bench" -DCMAKE_BUILD_TYPE=Release -DEDBATCH_CUDA=OFF \
-    -DEDBATCH_TORCH=OFF -DEDBATCH_BUILD_TESTS=OFF -DEDBATCH_BUILD_BENCH=OFF \
-    -DEDBATCH_BUILD_EXAMPLES=OFF > "$out/configure.log" 2>&1 &&
-    cmake --build "$1/build-cpu-bench" -j "$(nproc)" --target edbatch_cli > "$out/build.log" 2>&1 ||
-    { tail -30 "$out/build.log" >&2; exit 1; }
-}
-builds=("$root")
-build "$root"
-if [ -n "$baseline" ]; then builds+=("$baseline"); build "$baseline"; fi
+source scripts/bench_builds.sh
+bench_builds build-cpu-bench
 read -r -a core_list <<< "$cores"
 one=${core_list[0]}
 two=$(IFS=,; echo "${core_list[*]:0:2}")

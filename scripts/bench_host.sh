@@ -30,16 +30,8 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$root"
-build() {  # $1: source tree
-  cmake -S "$1" -B "$1/build-host-bench" -DCMAKE_BUILD_TYPE=Release -DEDBATCH_CUDA=OFF \
-    -DEDBATCH_TORCH=OFF -DEDBATCH_BUILD_TESTS=OFF -DEDBATCH_BUILD_BENCH=OFF \
-    -DEDBATCH_BUILD_EXAMPLES=OFF > "$out/configure.log" 2>&1 &&
-    cmake --build "$1/build-host-bench" -j "$(nproc)" --target edbatch_cli > "$out/build.log" 2>&1 ||
-    { tail -30 "$out/build.log" >&2; exit 1; }
-}
-builds=("$root")
-build "$root"
-if [ -n "$baseline" ]; then builds+=("$baseline"); build "$baseline"; fi
+source scripts/bench_builds.sh
+bench_builds build-host-bench
 : > "$out/host.jsonl"
 for round in $(seq 1 "$rounds"); do
   for model in tree_lstm lattice_lstm; do
