@@ -89,7 +89,7 @@ for hidden in $hiddens; do
   "$edbatch" run --model "$model" --hidden "$hidden" --seed $((seed + 1)) --data synthetic:32 \
     --write-data "$step_data"
   "$edbatch" run --model "$model" --hidden "$hidden" --batch 32 --data "$step_data" --device "$device" \
-    --load-weights "$weights" --train --iters 1 --warmup 0 --save-weights "$step_weights" > /dev/null
+    --load-weights "$weights" --train --clip 0 --iters 1 --warmup 0 --save-weights "$step_weights" > /dev/null
   "${baseline[@]}" --model "$model" --data "$step_data" --weights "$weights" --device "$device" \
     --hidden "$hidden" --check-train-step "$step_weights" --impl both | tee -a "$results"
 
@@ -98,12 +98,13 @@ for hidden in $hiddens; do
       train=(); [ "$mode" = train ] && train=(--train)
       for batch in $batches; do
       for r in $(seq 1 "$rounds"); do
-        # edbatch plain (each loss read before the next mini-batch is built) and pipelined.
+        # edbatch plain (each loss read before the next mini-batch is built) and pipelined;
+        # training is plain SGD without clipping, as the baseline trains.
         for impl in edbatch edbatch_pipelined; do
           pipe=(); [ "$impl" = edbatch_pipelined ] && pipe=(--pipeline)
           json="$out/$model.$impl.$mode.t$t.b$batch.h$hidden.r$r.json"
           "$edbatch" run "${common[@]}" --batch "$batch" --data "$data" --load-weights "$weights" \
-            --device "$device" --threads "$t" --iters "$iters" ${train[@]+"${train[@]}"} \
+            --device "$device" --threads "$t" --iters "$iters" ${train[@]+"${train[@]}" --clip 0} \
             ${pipe[@]+"${pipe[@]}"} --json "$json" > /dev/null
           "$python" -c 'import json,sys; j=json.load(open(sys.argv[1])); j["impl"]=sys.argv[3]; j["round"]=int(sys.argv[2]); print(json.dumps(j))' \
             "$json" "$r" "$impl" >> "$results"
