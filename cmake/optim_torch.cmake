@@ -1,6 +1,7 @@
 # The optimizers against torch.optim: tests/tools/optim_steps.cpp applies edbatch's optimizers to
 # parameters and gradients from a file, tests/python/test_optim_torch.py runs it and PyTorch on
-# the same data. The test needs a Python with torch and pytest (Debian's: /usr/bin/python3), not
+# the same data. And `edbatch run` against bench/torch_models.py (tests/python/test_cli_torch.py):
+# forward losses and one training step. The tests need a Python with torch and pytest (Debian's: /usr/bin/python3), not
 # the PyTorch extension.
 add_executable(edbatch_optim_steps ${CMAKE_CURRENT_SOURCE_DIR}/tests/tools/optim_steps.cpp)
 target_link_libraries(edbatch_optim_steps PRIVATE edbatch)
@@ -25,6 +26,12 @@ if(EDBATCH_TEST_PYTHON)
     EDBATCH_OPTIM_STEPS=$<TARGET_FILE:edbatch_optim_steps>
     ${EDBATCH_TEST_PYTHON} -m pytest -q -p no:cacheprovider
     ${CMAKE_CURRENT_SOURCE_DIR}/tests/python/test_optim_torch.py)
+  if(TARGET edbatch_cli)
+    add_test(NAME python_cli_torch COMMAND ${CMAKE_COMMAND} -E env PYTHONDONTWRITEBYTECODE=1
+      EDBATCH_CLI=$<TARGET_FILE:edbatch_cli>
+      ${EDBATCH_TEST_PYTHON} -m pytest -q -p no:cacheprovider
+      ${CMAKE_CURRENT_SOURCE_DIR}/tests/python/test_cli_torch.py)
+  endif()
 else()
-  message(STATUS "edbatch: no Python with torch and pytest; the torch.optim comparison is not run")
+  message(STATUS "edbatch: no Python with torch and pytest; the comparisons with PyTorch are not run")
 endif()
