@@ -9,9 +9,14 @@
 #include "edbatch/data.h"
 #include "edbatch/engine.h"
 #include "edbatch/graph.h"
+#include "edbatch/packed.h"
 #include "edbatch/params.h"
 
 namespace edbatch {
+
+namespace zoo {
+class Sink;
+}
 
 // ---- Random DAGs ----
 
@@ -95,6 +100,9 @@ struct ModelOptions {
   uint32_t hidden = 128;  // hidden size = embedding size
   uint32_t vocab = 256;   // rows of the embedding tables; data ids must be below it
   bool blocks = true;     // build through blocks (build_blocks), else op by op
+  // With blocks: record each instance's calls into a PackedGraph and append them in bulk (the
+  // same graph as per-node Block::calls, built faster); false: one Block::call per node.
+  bool packed = true;
   uint64_t seed = 1;      // structural coins (double_typed_tree_lstm)
   bool char_embeddings = false;  // bilstm_tagger: character BiLSTM for rare words
   uint32_t rare_below = 5;       // ... words seen fewer times than this in the data set
@@ -141,7 +149,8 @@ class Model {
  protected:
   virtual Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) = 0;
   // The block path: each structure node is one call of a compiled cell (same math as build_ops).
-  virtual Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) = 0;
+  // Nodes go through `sink`: per node into the graph, or into a PackedGraph (options().packed).
+  virtual Expr build_blocks(zoo::Sink& sink, uint32_t instance, std::vector<Expr>* logits) = 0;
   void check_instance(uint32_t instance) const;
   // -log softmax(W_out h)[label], recording W_out h in `logits` when given.
   Expr node_loss(Graph& g, Parameter W_out, const Expr& h, uint32_t label,
@@ -152,6 +161,7 @@ class Model {
 
  private:
   std::string name_;
+  PackedGraph run_;  // the packed block build's run, reused
 };
 
 // tree_lstm, tree_gru, double_typed_tree_lstm, mvrnn, lattice_lstm, lattice_gru, bilstm_tagger,

@@ -143,13 +143,13 @@ class BilstmTagger : public Model {
   // step (inputs x, h1, c1, h2, c2; outputs h1, c1, h2, c2); the MLP and loss per token (inputs
   // f2_t, b2_t; integer tag); with char_embeddings, per direction a character cell (a first step
   // and a step with inputs h, c; integer char) and the projection [cf; cb] -> e.
-  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+  Expr build_blocks(Sink& sink, uint32_t instance, std::vector<Expr>* logits) override {
     const TaggedSentence& s = sentence(instance);
     const size_t n = s.words.size();
     if (!out_block_) make_blocks();
     xs_.resize(n);
     for (size_t t = 0; t < n; ++t)
-      xs_[t] = rare(s.words[t]) ? embed_chars(g, s.words[t]) : lookup(g, E_, s.words[t]);
+      xs_[t] = rare(s.words[t]) ? embed_chars(sink, s.words[t]) : sink.lookup(E_, s.words[t]);
     f2_.resize(n);
     b2_.resize(n);
     Expr state[4];  // h1, c1, h2, c2
@@ -158,7 +158,7 @@ class BilstmTagger : public Model {
       for (size_t t = 0; t < n; ++t) {
         const size_t p = dir == 0 ? t : n - 1 - t;
         const Expr in[5] = {xs_[p], state[0], state[1], state[2], state[3]};
-        dir_blocks_[dir][t == 0 ? 0 : 1]->call(g, in, t == 0 ? 1 : 5, nullptr, 0, state);
+        sink.call(*dir_blocks_[dir][t == 0 ? 0 : 1], in, t == 0 ? 1 : 5, nullptr, 0, state);
         top[p] = state[2];
       }
     }
@@ -166,10 +166,10 @@ class BilstmTagger : public Model {
     Expr out[2];
     for (size_t t = 0; t < n; ++t) {
       const Expr in[2] = {f2_[t], b2_[t]};
-      out_block_->call(g, in, 2, &s.tags[t], 1, out);
+      sink.call(*out_block_, in, 2, &s.tags[t], 1, out);
       losses_.push_back(call_loss(out, 2, logits));
     }
-    return sum_losses(losses_);
+    return sink.sum_losses(losses_);
   }
 
  private:
@@ -211,7 +211,7 @@ class BilstmTagger : public Model {
   }
 
   // Character BiLSTM of word w through blocks.
-  Expr embed_chars(Graph& g, uint32_t w) {
+  Expr embed_chars(Sink& sink, uint32_t w) {
     const std::vector<uint32_t> cs = chars_of(w);
     const size_t m = cs.size();
     Expr ends[2], state[2];  // ends: the forward state after the last char, the backward one
@@ -220,12 +220,12 @@ class BilstmTagger : public Model {
       for (size_t j = 0; j < m; ++j) {
         const size_t p = dir == 0 ? j : m - 1 - j;
         const Expr in[2] = {state[0], state[1]};
-        char_blocks_[dir][j == 0 ? 0 : 1]->call(g, in, j == 0 ? 0 : 2, &cs[p], 1, state);
+        sink.call(*char_blocks_[dir][j == 0 ? 0 : 1], in, j == 0 ? 0 : 2, &cs[p], 1, state);
         ends[dir] = state[0];
       }
     const Expr in[2] = {ends[0], ends[1]};
     Expr e;
-    char_embed_block_->call(g, in, 2, nullptr, 0, &e);
+    sink.call(*char_embed_block_, in, 2, nullptr, 0, &e);
     return e;
   }
 

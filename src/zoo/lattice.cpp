@@ -78,7 +78,7 @@ class LatticeModel : public Model {
   // Blocks: an arc cell per arc type (inputs h_j and c_j; integer id; outputs h', c'), its
   // variant from a node without arcs (h_j, c_j = the learned state, inside the body), and the node
   // loss (input h_k, or the learned state; integer tag). The sums (means) over arcs stay outside.
-  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+  Expr build_blocks(Sink& s, uint32_t instance, std::vector<Expr>* logits) override {
     const Lattice& l = lattices_[instance];
     if (!loss_block_) make_blocks();
     states_.resize(l.length());
@@ -90,7 +90,7 @@ class LatticeModel : public Model {
       const uint32_t a0 = l.arc_begin[k], a1 = l.arc_begin[k + 1], tag = l.tags[k];
       if (a0 == a1) {
         start_[k] = 1;
-        start_loss_block_->call(g, nullptr, 0, &tag, 1, out);
+        s.call(*start_loss_block_, nullptr, 0, &tag, 1, out);
         losses_.push_back(call_loss(out, 2, logits));
         continue;
       }
@@ -102,19 +102,19 @@ class LatticeModel : public Model {
         const CellState& from = states_[arc_in.from];
         const Expr in[2] = {from.h, from.c};
         if (start_[arc_in.from])
-          arc_blocks_[type][1]->call(g, nullptr, 0, &arc_in.id, 1, out);
+          s.call(*arc_blocks_[type][1], nullptr, 0, &arc_in.id, 1, out);
         else
-          arc_blocks_[type][0]->call(g, in, outs, &arc_in.id, 1, out);
+          s.call(*arc_blocks_[type][0], in, outs, &arc_in.id, 1, out);
         hs_.push_back(out[0]);
         if (has_c_) cs_.push_back(out[1]);
       }
       // A sum or mean of one is the value itself.
-      states_[k].h = hs_.size() == 1 ? hs_[0] : combine(hs_);
-      states_[k].c = !has_c_ ? Expr{} : cs_.size() == 1 ? cs_[0] : combine(cs_);
-      loss_block_->call(g, &states_[k].h, 1, &tag, 1, out);
+      states_[k].h = hs_.size() == 1 ? hs_[0] : combine(s, hs_);
+      states_[k].c = !has_c_ ? Expr{} : cs_.size() == 1 ? cs_[0] : combine(s, cs_);
+      s.call(*loss_block_, &states_[k].h, 1, &tag, 1, out);
       losses_.push_back(call_loss(out, 2, logits));
     }
-    return sum_losses(losses_);
+    return s.sum_losses(losses_);
   }
 
   const std::vector<Lattice>& lattices_;
@@ -162,6 +162,9 @@ class LatticeModel : public Model {
   }
 
   Expr combine(const std::vector<Expr>& xs) const { return average_arcs_ ? average(xs) : sum(xs); }
+  Expr combine(Sink& s, const std::vector<Expr>& xs) const {
+    return average_arcs_ ? s.average(xs) : s.sum(xs);
+  }
 
   const bool has_c_, average_arcs_;
   // Made on the first block build: arc_blocks_[type][from a node without arcs].

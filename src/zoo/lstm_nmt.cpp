@@ -70,20 +70,20 @@ class LstmNmt : public Model {
   // Blocks: an encoder first step and step (integer: the source word), a decoder training step
   // (inputs h, c; integers: previous and gold word; outputs h, c, loss, logits) and a decoding
   // step (outputs h, c, log softmax(z)).
-  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+  Expr build_blocks(Sink& sink, uint32_t instance, std::vector<Expr>* logits) override {
     const SentencePair& p = pair(instance);
     if (!train_block_) make_blocks();
     Expr s[4];  // h, c, loss, logits
-    encode_blocks(g, p.source, s);
+    encode_blocks(sink, p.source, s);
     losses_.clear();
     uint32_t ints[2] = {kBos, 0};
     for (size_t t = 0; t <= p.target.size(); ++t) {
       ints[1] = t < p.target.size() ? p.target[t] : kEos;
-      train_block_->call(g, s, 2, ints, 2, s);
+      sink.call(*train_block_, s, 2, ints, 2, s);
       losses_.push_back(call_loss(s, 4, logits));
       ints[0] = ints[1];
     }
-    return sum_losses(losses_);
+    return sink.sum_losses(losses_);
   }
 
  private:
@@ -113,9 +113,9 @@ class LstmNmt : public Model {
       s = lstm_step(g, enc_, lookup(g, E_src_, source[j]), j == 0 ? nullptr : &s);
     return s;
   }
-  void encode_blocks(Graph& g, const std::vector<uint32_t>& source, Expr* state) const {
+  void encode_blocks(Sink& sink, const std::vector<uint32_t>& source, Expr* state) const {
     for (size_t j = 0; j < source.size(); ++j)
-      enc_blocks_[j == 0 ? 0 : 1]->call(g, state, j == 0 ? 0 : 2, &source[j], 1, state);
+      sink.call(*enc_blocks_[j == 0 ? 0 : 1], state, j == 0 ? 0 : 2, &source[j], 1, state);
   }
   // One decoding step from `state` (h, c) on word `prev`: the new state and log softmax(z).
   void decode_step(Graph& g, Expr* state, uint32_t prev, Expr* lsm) const {
@@ -201,7 +201,8 @@ std::vector<Decoded> LstmNmt::decode(Engine& engine, Graph& g,
     r.cap = static_cast<uint32_t>(
         std::min<size_t>(options.max_len, 2 * p.source.size() + 2));
     if (options_.blocks) {
-      encode_blocks(g, p.source, r.state);
+      Sink sink(g, nullptr);
+      encode_blocks(sink, p.source, r.state);
     } else {
       const CellState s = encode_ops(g, p.source);
       r.state[0] = s.h;

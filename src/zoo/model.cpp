@@ -207,7 +207,16 @@ std::vector<Decoded> Model::decode(Engine&, Graph&, const std::vector<uint32_t>&
 
 Expr Model::build(Graph& g, uint32_t instance, std::vector<Expr>* logits) {
   check_instance(instance);
-  return options_.blocks ? build_blocks(g, instance, logits) : build_ops(g, instance, logits);
+  if (!options_.blocks) return build_ops(g, instance, logits);
+  if (!options_.packed) {
+    zoo::Sink sink(g, nullptr);
+    return build_blocks(sink, instance, logits);
+  }
+  run_.reset(g);
+  zoo::Sink sink(g, &run_);
+  const Expr loss = build_blocks(sink, instance, logits);
+  run_.append(g);
+  return loss;
 }
 
 void Model::check_instance(uint32_t instance) const {

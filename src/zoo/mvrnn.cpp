@@ -70,7 +70,7 @@ class Mvrnn : public Model {
   // Blocks: inner (inputs v1, M1, v2, M2; integer label; outputs v, M, loss, logits), root (as
   // inner without M), and the loss of a one-word tree's leaf (input v; integer label). Leaves are
   // two lookups, the second reshaped (a view), so they need no cell.
-  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+  Expr build_blocks(Sink& s, uint32_t instance, std::vector<Expr>* logits) override {
     const Tree& tree = trees_[instance];
     check_tree(tree, "mvrnn");
     if (!inner_block_) make_blocks();
@@ -82,25 +82,25 @@ class Mvrnn : public Model {
       const TreeNode& t = tree.nodes[k];
       const uint32_t label = t.label;
       if (t.leaf()) {
-        v_[k] = lookup(g, Ev_, t.word);
-        M_[k] = word_matrix(g, t.word);
+        v_[k] = s.lookup(Ev_, t.word);
+        M_[k] = s.reshape(s.lookup(EM_, t.word), Dim{options_.hidden, options_.hidden});
         if (tree.nodes.size() > 1) continue;
-        loss_block_->call(g, &v_[k], 1, &label, 1, out);
+        s.call(*loss_block_, &v_[k], 1, &label, 1, out);
         losses_.push_back(call_loss(out, 2, logits));
         continue;
       }
       const Expr in[4] = {v_[t.left], M_[t.left], v_[t.right], M_[t.right]};
       if (k + 1 < tree.nodes.size()) {
-        inner_block_->call(g, in, 4, &label, 1, out);
+        s.call(*inner_block_, in, 4, &label, 1, out);
         v_[k] = out[0];
         M_[k] = out[1];
         losses_.push_back(call_loss(out, 4, logits));
       } else {
-        root_block_->call(g, in, 4, &label, 1, out);
+        s.call(*root_block_, in, 4, &label, 1, out);
         losses_.push_back(call_loss(out, 2, logits));
       }
     }
-    return sum_losses(losses_);
+    return s.sum_losses(losses_);
   }
 
  private:

@@ -69,7 +69,7 @@ class RandomDag : public Model {
   // successors, A<a> h_k for every arc type a, and the state's loss (outputs A0 h, A1 h, ...,
   // loss, logits); and its variant for a state without arcs (s0 inside the body). The sums over
   // arcs stay outside.
-  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+  Expr build_blocks(Sink& s, uint32_t instance, std::vector<Expr>* logits) override {
     const Dag& d = dag(instance);
     if (state_blocks_[0].empty()) make_blocks();
     const uint32_t outs = 2 + arc_types_;
@@ -84,17 +84,17 @@ class RandomDag : public Model {
       }
       const uint32_t t = d.state_types[k], ints[2] = {d.inputs[k], d.labels[k]};
       if (inputs_.empty()) {
-        state_blocks_[1][t]->call(g, nullptr, 0, ints, 2, out_.data());
+        s.call(*state_blocks_[1][t], nullptr, 0, ints, 2, out_.data());
       } else {
         // A sum of one is the value itself.
-        const Expr s = inputs_.size() == 1 ? inputs_[0] : sum(inputs_);
-        state_blocks_[0][t]->call(g, &s, 1, ints, 2, out_.data());
+        const Expr in = inputs_.size() == 1 ? inputs_[0] : s.sum(inputs_);
+        s.call(*state_blocks_[0][t], &in, 1, ints, 2, out_.data());
       }
       for (uint32_t a = 0; a < arc_types_; ++a)
         products_[static_cast<size_t>(k) * arc_types_ + a] = out_[a];
       losses_.push_back(call_loss(out_.data(), outs, logits));
     }
-    return sum_losses(losses_);
+    return s.sum_losses(losses_);
   }
 
  private:

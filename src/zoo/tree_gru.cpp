@@ -61,7 +61,7 @@ class TreeGru : public Model {
 
   // Blocks with the node's loss: leaf (integers word, label), inner (inputs h1, h2; integer
   // label); outputs h, loss, logits.
-  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+  Expr build_blocks(Sink& s, uint32_t instance, std::vector<Expr>* logits) override {
     const Tree& tree = trees_[instance];
     check_tree(tree, "tree_gru");
     if (!leaf_block_) make_blocks();
@@ -72,16 +72,16 @@ class TreeGru : public Model {
       const TreeNode& t = tree.nodes[k];
       if (t.leaf()) {
         const uint32_t ints[2] = {t.word, t.label};
-        leaf_block_->call(g, nullptr, 0, ints, 2, out);
+        s.call(*leaf_block_, nullptr, 0, ints, 2, out);
       } else {
         const Expr in[2] = {h_[t.left], h_[t.right]};
         const uint32_t label = t.label;
-        inner_block_->call(g, in, 2, &label, 1, out);
+        s.call(*inner_block_, in, 2, &label, 1, out);
       }
       h_[k] = out[0];
       losses_.push_back(call_loss(out, 3, logits));
     }
-    return sum_losses(losses_);
+    return s.sum_losses(losses_);
   }
 
  private:

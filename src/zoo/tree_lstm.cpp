@@ -117,7 +117,7 @@ class TreeLstmBlocks {
 
   // The tree's summed loss; inner node k uses inner cell cell_of(k).
   template <class CellOf>
-  Expr build(Graph& g, const Tree& tree, std::vector<Expr>* logits, CellOf cell_of) {
+  Expr build(zoo::Sink& s, const Tree& tree, std::vector<Expr>* logits, CellOf cell_of) {
     states_.resize(tree.nodes.size());
     losses_.clear();
     Expr out[4];
@@ -125,17 +125,17 @@ class TreeLstmBlocks {
       const TreeNode& t = tree.nodes[k];
       if (t.leaf()) {
         const uint32_t ints[2] = {t.word, t.label};
-        leaf_->call(g, nullptr, 0, ints, 2, out);
+        s.call(*leaf_, nullptr, 0, ints, 2, out);
       } else {
         const Expr in[4] = {states_[t.left].h, states_[t.left].c, states_[t.right].h,
                             states_[t.right].c};
         const uint32_t label = t.label;
-        inner_[cell_of(k)]->call(g, in, 4, &label, 1, out);
+        s.call(*inner_[cell_of(k)], in, 4, &label, 1, out);
       }
       states_[k] = {out[0], out[1]};
       losses_.push_back(zoo::call_loss(out, 4, logits));
     }
-    return sum_losses(losses_);
+    return s.sum_losses(losses_);
   }
 
  private:
@@ -205,7 +205,7 @@ class TreeLstm : public Model {
   Expr build_ops(Graph& g, uint32_t i, std::vector<Expr>* logits) override {
     return ops_.build(g, trees_[i], logits);
   }
-  Expr build_blocks(Graph& g, uint32_t i, std::vector<Expr>* logits) override {
+  Expr build_blocks(zoo::Sink& s, uint32_t i, std::vector<Expr>* logits) override {
     check_tree(trees_[i], "tree_lstm");
     if (!blocks_) {
       // TreeLstmOps keeps its weights to itself; the blocks find the same ones by name.
@@ -223,7 +223,7 @@ class TreeLstm : public Model {
       blocks_ = std::make_unique<TreeLstmBlocks>(pc_, name(), options_.hidden, leaf, &inner, 1,
                                                  P("W_out"));
     }
-    return blocks_->build(g, trees_[i], logits, [](uint32_t) { return 0u; });
+    return blocks_->build(s, trees_[i], logits, [](uint32_t) { return 0u; });
   }
 
  private:
@@ -272,12 +272,12 @@ class DoubleTypedTreeLstm : public Model {
     }
     return sum_losses(losses_);
   }
-  Expr build_blocks(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
+  Expr build_blocks(zoo::Sink& s, uint32_t instance, std::vector<Expr>* logits) override {
     check_tree(trees_[instance], "double_typed_tree_lstm");
     if (!blocks_)
       blocks_ =
           std::make_unique<TreeLstmBlocks>(pc_, name(), options_.hidden, leaf_, cells_, 2, W_out_);
-    return blocks_->build(g, trees_[instance], logits,
+    return blocks_->build(s, trees_[instance], logits,
                           [&](uint32_t node) { return cell_of(instance, node); });
   }
 

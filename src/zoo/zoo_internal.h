@@ -109,6 +109,51 @@ CellState lstm_step(Graph& g, const LstmWeights& w, const Expr& x, const CellSta
 
 // ---- Blocks ----
 
+// Where a model's block build puts its nodes: straight into the graph through Block::call and the
+// Expr builders (per node), or into a PackedGraph that Model::build appends in bulk. The two give
+// the same graph node for node (tests/test_packed.cpp).
+class Sink {
+ public:
+  Sink(Graph& g, PackedGraph* run) : g_(g), run_(run) {}
+  Graph& graph() const { return g_; }
+  void call(const Block& b, const Expr* in, uint32_t nin, const uint32_t* ints, uint32_t nints,
+            Expr* out) {
+    if (run_)
+      run_->call(b, in, nin, ints, nints, out);
+    else
+      b.call(g_, in, nin, ints, nints, out);
+  }
+  Expr sum(const std::vector<Expr>& xs) { return reduce(PackedGraph::Reduce::Sum, xs); }
+  Expr average(const std::vector<Expr>& xs) { return reduce(PackedGraph::Reduce::Average, xs); }
+  Expr sum_losses(const std::vector<Expr>& xs) {
+    return reduce(PackedGraph::Reduce::SumLosses, xs);
+  }
+  Expr lookup(LookupParameter table, uint32_t index) {
+    return run_ ? run_->expr(run_->lookup(table, index)) : edbatch::lookup(g_, table, index);
+  }
+  Expr reshape(const Expr& x, Dim dim) {
+    return run_ ? run_->expr(run_->reshape(x.id, dim)) : edbatch::reshape(x, dim);
+  }
+
+ private:
+  Expr reduce(PackedGraph::Reduce r, const std::vector<Expr>& xs) {
+    if (run_) return run_->reduce(r, xs);
+    switch (r) {
+      case PackedGraph::Reduce::Average:
+        return edbatch::average(xs);
+      case PackedGraph::Reduce::Maximum:
+        return edbatch::maximum(xs);
+      case PackedGraph::Reduce::SumLosses:
+        return edbatch::sum_losses(xs);
+      default:
+        return edbatch::sum(xs);
+    }
+  }
+
+  Graph& g_;
+  PackedGraph* run_;
+};
+
 // A block named `name`, its body declared by `declare`, then frozen.
 template <class Declare>
 std::unique_ptr<Block> make_block(ParameterCollection& pc, const std::string& name,

@@ -86,6 +86,7 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["device"] = info.device;
   j["threads"] = info.threads;
   j["blocks"] = info.blocks;
+  j["packed"] = info.packed;
   j["train"] = info.train;
   j["pipeline"] = info.pipeline;
   j["lr"] = info.lr;
@@ -133,7 +134,8 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
   };
   add("%s on %s (%u instances): mini-batch %u, hidden %u, policy %s, %s x%u thread(s), %s, %s\n",
       info.model.c_str(), info.data.c_str(), info.data_instances, info.batch, info.hidden,
-      info.policy.c_str(), info.device.c_str(), info.threads, info.blocks ? "blocks" : "op-level",
+      info.policy.c_str(), info.device.c_str(), info.threads,
+      info.blocks ? (info.packed ? "blocks, packed" : "blocks, per node") : "op-level",
       info.train ? (info.pipeline ? "training, pipelined" : "training")
                  : (info.pipeline ? "forward only, pipelined" : "forward only"));
   add("%zu mini-batches measured after %u warm-up, %.0f instances\n\n", samples.size(),

@@ -73,7 +73,8 @@ struct RunOptions {
   bool decode = false;
   uint64_t seed = 1;
   TrainingOptions t;  // optimizer, --eval, --save-best (tools/edbatch/training.h)
-  bool no_blocks = false, train = false, describe = false, chars = false, pipeline = false;
+  bool no_blocks = false, per_node = false, train = false, describe = false, chars = false,
+       pipeline = false;
   bool check_numerics = false;
 };
 
@@ -332,6 +333,7 @@ int run(const RunOptions& o) {
   mo.hidden = o.hidden;
   mo.vocab = o.vocab ? o.vocab : data_vocabulary(data);
   mo.blocks = !o.no_blocks;
+  mo.packed = !o.per_node;
   mo.seed = o.seed;
   mo.char_embeddings = o.chars;
   mo.train_instances = train_size;
@@ -422,6 +424,7 @@ int run(const RunOptions& o) {
   info.warmup = o.warmup;
   info.seed = o.seed;
   info.blocks = mo.blocks;
+  info.packed = mo.blocks && mo.packed;
   info.train = o.train;
   info.pipeline = o.pipeline;
   info.lr = optimizer->learning_rate();
@@ -518,6 +521,10 @@ Command add_run_command(CLI::App& root) {
   app->add_flag("--no-blocks", o->no_blocks,
                 "build op by op instead of through blocks (compiled cells); the default is "
                 "blocks");
+  app->add_flag("--per-node", o->per_node,
+                "with blocks, add each node's call to the graph as it is built (Block::call) "
+                "instead of recording an instance's calls and appending them in bulk "
+                "(PackedGraph); the same graph either way");
   app->add_option("--seed", o->seed, "seed of the synthetic data, initial weights and shuffling")
       ->capture_default_str();
   app->add_flag("--train", o->train,
