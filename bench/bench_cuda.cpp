@@ -4,7 +4,8 @@
 // and queued before the loss of i is read, so CPU work overlaps the device's). Per
 // configuration: instances/s from the median mini-batch time (construction through update, as a
 // caller sees it; pipelined, the steady-state period) with the p10/p90 spread, the device time of
-// the passes (CUDA events) against that time, and kernels per mini-batch. One JSON line per
+// the passes (CUDA events) against that time, kernels and stages per mini-batch (a chained launch
+// runs many dependent stages) and device time per stage. One JSON line per
 // configuration on stdout, a table on stderr.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -31,7 +32,7 @@ struct Config {
 
 struct Result {
   bench::Summary ms, device_ms, build_ms, schedule_ms;
-  double kernels = 0, nodes = 0, batches = 0;
+  double kernels = 0, stages = 0, nodes = 0, batches = 0;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -56,7 +57,7 @@ Result measure(const Config& c, int warmup, int iters, uint32_t mini_batches) {
   eo = apply_debug_env(eo);  // EDBATCH_CUDA_* debugging switches
   Engine engine(pc, eo);
   Graph g(pc);
-  std::vector<double> ms, device_ms, build_ms, schedule_ms, kernels, nodes, batches;
+  std::vector<double> ms, device_ms, build_ms, schedule_ms, kernels, stages, nodes, batches;
   std::vector<Expr> losses;
   const float lr = 0.01f / static_cast<float>(c.batch);
   uint64_t previous = 0;  // pipelined: the ticket of the mini-batch before
@@ -64,6 +65,7 @@ Result measure(const Config& c, int warmup, int iters, uint32_t mini_batches) {
   for (int it = 0; it < warmup + iters; ++it) {
     const uint32_t first = (static_cast<uint32_t>(it) % mini_batches) * c.batch;
     const uint64_t kernels_before = engine.stats().kernels;
+    const uint64_t stages_before = engine.stats().stages;
     const double t0 = bench::now_ms();
     g.clear();
     losses.clear();
@@ -96,6 +98,7 @@ Result measure(const Config& c, int warmup, int iters, uint32_t mini_batches) {
     schedule_ms.push_back(s.scheduling_ms);
     device_ms.push_back(s.device_forward_ms + (c.train ? s.device_backward_ms : 0));
     kernels.push_back(static_cast<double>(s.kernels - kernels_before));
+    stages.push_back(static_cast<double>(s.stages - stages_before));
     nodes.push_back(static_cast<double>(s.nodes));
     batches.push_back(static_cast<double>(s.batches));
   }
@@ -107,6 +110,7 @@ Result measure(const Config& c, int warmup, int iters, uint32_t mini_batches) {
   r.build_ms = bench::summarize(build_ms);
   r.schedule_ms = bench::summarize(schedule_ms);
   r.kernels = bench::summarize(kernels).median;
+  r.stages = bench::summarize(stages).median;
   r.nodes = bench::summarize(nodes).median;
   r.batches = bench::summarize(batches).median;
   return r;
@@ -147,8 +151,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   const std::vector<std::string> names = models.empty() ? model_names() : split(models);
-  std::fprintf(stderr, "%-24s %5s %6s %-17s %12s %18s %10s %8s %9s %8s\n", "model", "batch",
-               "hidden", "mode", "inst/s", "ms p10-p90", "device ms", "busy", "kernels", "build ms");
+  std::fprintf(stderr, "%-24s %5s %6s %-17s %12s %18s %10s %8s %9s %7s %9s %8s\n", "model", "batch",
+               "hidden", "mode", "inst/s", "ms p10-p90", "device ms", "busy", "kernels", "stages",
+               "us/stage", "build ms");
   for (const std::string& name : names)
     for (const std::string& b : split(batches))
       for (const std::string& h : split(hiddens))
@@ -158,6 +163,7 @@ int main(int argc, char** argv) {
                          !op_level, mode.find("pipelined") != std::string::npos, host_sgd};
           const Result r = measure(c, warmup, iters, mini_batches);
           const double per_s = c.batch / r.ms.median * 1e3;
+          const double us_per_stage = r.stages > 0 ? r.device_ms.median * 1e3 / r.stages : 0;
           nlohmann::json j{{"bench", "cuda"},
                            {"model", name},
                            {"device", device},
@@ -176,15 +182,19 @@ int main(int argc, char** argv) {
                            {"build_ms_median", r.build_ms.median},
                            {"schedule_ms_median", r.schedule_ms.median},
                            {"kernels_per_minibatch", r.kernels},
+                           {"stages_per_minibatch", r.stages},
+                           {"device_us_per_stage", us_per_stage},
                            {"nodes", r.nodes},
                            {"batches", r.batches},
                            {"iters", iters}};
           std::printf("%s\n", j.dump().c_str());
           std::fflush(stdout);
-          std::fprintf(stderr, "%-24s %5u %6u %-17s %12.0f %8.2f-%-9.2f %10.3f %7.0f%% %9.0f %8.2f\n",
+          std::fprintf(stderr,
+                       "%-24s %5u %6u %-17s %12.0f %8.2f-%-9.2f %10.3f %7.0f%% %9.0f %7.0f %9.2f "
+                       "%8.2f\n",
                        name.c_str(), c.batch, c.hidden, mode.c_str(), per_s, r.ms.p10, r.ms.p90,
                        r.device_ms.median, 100 * r.device_ms.median / r.ms.median, r.kernels,
-                       r.build_ms.median);
+                       r.stages, us_per_stage, r.build_ms.median);
         }
   return 0;
 }

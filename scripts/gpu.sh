@@ -171,14 +171,19 @@ rows = [json.loads(l) for l in open(os.path.join(out, "bench_cuda.jsonl")) if l.
 lines = [f"# edbatch on {gpu}", "",
          "Zoo models through blocks, policy lb-greedy, end-to-end per mini-batch (graph "
          "construction, scheduling, planning, upload, kernels, download; train adds backward and "
-         "the SGD update). Device ms: CUDA-event time of the passes; busy = device / end-to-end.",
+         "the SGD update). Device ms: CUDA-event time of the passes; busy = device / end-to-end; "
+         "stages: dependent device steps (each stage of a chained launch, each other launch); "
+         "build and schedule ms: host time of construction and of scheduling + planning.",
          "", "| model | batch | hidden | mode | instances/s | ms median (p10-p90) | device ms | "
-         "busy | kernels/mini-batch | nodes | batches |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "busy | kernels/mini-batch | stages | us/stage | build ms | schedule ms | nodes | batches |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     lines.append(f"| {r['model']} | {r['batch']} | {r['hidden']} | {r['mode']} | "
                  f"{r['instances_per_s']:,.0f} | {r['ms_median']:.2f} ({r['ms_p10']:.2f}-"
                  f"{r['ms_p90']:.2f}) | {r['device_ms_median']:.3f} | "
                  f"{100 * r['device_busy']:.0f}% | {r['kernels_per_minibatch']:.0f} | "
+                 f"{r.get('stages_per_minibatch', 0):.0f} | {r.get('device_us_per_stage', 0):.1f} | "
+                 f"{r['build_ms_median']:.3f} | {r['schedule_ms_median']:.3f} | "
                  f"{r['nodes']:.0f} | {r['batches']:.0f} |")
 torch_md = os.path.join(out, "torch_summary.md")
 if os.path.exists(torch_md):

@@ -41,7 +41,7 @@ constexpr double kTol = 2e-4;  // float32, summed in another order (atomics, cuB
 struct Run {
   double loss = 0;
   std::vector<std::vector<float>> values, adjoints, grads;
-  uint64_t batches = 0, kernels = 0;
+  uint64_t batches = 0, kernels = 0, stages = 0;
 };
 
 bool compared(const Node& n) {
@@ -71,6 +71,7 @@ Run run_on(const std::string& device, Graph& g, const Expr& loss, const std::str
     if (!pc.is_view(p)) r.grads[p].assign(pc.grads(p), pc.grads(p) + pc.dim(p).size());
   r.batches = e.stats().batches;
   r.kernels = e.stats().kernels;
+  r.stages = e.stats().stages;
   pc.zero_grads();
   return r;
 }
@@ -496,11 +497,15 @@ CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu
     const Expr loss = build_model(*m, g);
     const Run gpu = run_on("cuda", g, loss, "agenda", true, cuda);
     check_same(gpu, run_on("cpu", g, loss, "agenda"), g);
-    // Chained: a few launches for the whole forward and backward; otherwise several per batch.
-    if (chained)
+    // Chained: a few launches for the whole forward and backward, each running many stages;
+    // otherwise several launches per batch, a stage each.
+    if (chained) {
       CHECK(gpu.kernels < gpu.batches);
-    else
+      CHECK(gpu.stages > 2 * gpu.batches);
+    } else {
       CHECK(gpu.kernels > gpu.batches);
+      CHECK(gpu.stages == gpu.kernels);
+    }
   }
 }
 

@@ -94,6 +94,8 @@ TEST_CASE("memory: the null backend walks the plan without values") {
   null.backward(g, loss);
   CHECK(null.stats().batches == cpu.stats().batches);
   CHECK(null.stats().kernels == cpu.stats().kernels);
+  CHECK(cpu.stats().stages == cpu.stats().kernels);  // nothing is chained on the CPU
+  CHECK(null.stats().stages == cpu.stats().stages);
   CHECK(null.stats().bytes_copied == cpu.stats().bytes_copied);
   CHECK_THROWS_WITH_AS(as_scalar(null.forward(g, loss)), doctest::Contains("null backend"),
                        std::runtime_error);

@@ -18,6 +18,9 @@ struct MemoryPlan;
 
 struct ExecCounters {
   uint64_t kernels = 0;       // kernel launches (a GEMM or an elementwise pass each)
+  // Dependent device steps: each stage of a chained launch (kernels/cuda/chain.cu) and each other
+  // launch counts one. Equal to kernels where nothing is chained (the CPU, the null backend).
+  uint64_t stages = 0;
   uint64_t bytes_copied = 0;  // gathers a kernel could not avoid
   uint64_t arena_bytes = 0;   // values + adjoints currently reserved
   uint64_t arena_growths = 0; // times the arena had to grow (0 in steady state)

@@ -60,6 +60,7 @@ struct Stats {
   bool plan_reused = false;    // the last plan came from the plan cache (EngineOptions)
   uint64_t plans_reused = 0;   // ... and how many did, over the engine's life
   uint64_t kernels = 0;        // launches, forward + backward so far
+  uint64_t stages = 0;         // dependent device steps so far (ExecCounters::stages)
   uint64_t bytes_copied = 0;   // gathers, forward + backward so far
   uint64_t arena_bytes = 0;
   uint64_t arena_growths = 0;  // cumulative over the engine's life

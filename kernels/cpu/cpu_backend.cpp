@@ -72,6 +72,7 @@ class CpuBackend : public Backend {
       }
     });
     counters_.kernels += kernels;
+    counters_.stages += kernels;
     update_bytes();
   }
 
@@ -115,6 +116,7 @@ class CpuBackend : public Backend {
       weight_grads_.finish(c);
     });
     counters_.kernels += kernels;
+    counters_.stages += kernels;
     update_bytes();
   }
 

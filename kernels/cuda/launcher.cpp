@@ -126,11 +126,15 @@ void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
     profiler_.add_pass(pass, launches, host_ms, ms);
   }
   counters_.kernels += launches.size();
-  for (const Launch& l : launches) {  // a bias gradient that needs its own launch
+  for (const Launch& l : launches) {
+    counters_.stages += l.stages > 0 ? l.stages : 1;
     const Command& c = pass.commands[l.begin];
     if (l.stages == 0 && c.kind == Command::Kind::LinearBackward)
-      for (uint32_t g : {c.group, c.group2})
-        if (g != kNoOperand) counters_.kernels += linear_backward_launches(linears_[g]) - 1;
+      for (uint32_t g : {c.group, c.group2})  // a bias gradient that needs its own launch
+        if (g != kNoOperand) {
+          counters_.kernels += linear_backward_launches(linears_[g]) - 1;
+          counters_.stages += linear_backward_launches(linears_[g]) - 1;
+        }
   }
   counters_.bytes_copied += pass.bytes_copied;
   counters_.arena_bytes =

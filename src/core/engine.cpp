@@ -71,6 +71,7 @@ bool Engine::has_run(const Graph& g) const {
 void Engine::sync_counters() const {
   const ExecCounters& k = backend_->counters();
   stats_.kernels = k.kernels;
+  stats_.stages = k.stages;
   stats_.bytes_copied = k.bytes_copied;
   stats_.arena_bytes = k.arena_bytes;
   stats_.arena_growths = k.arena_growths;

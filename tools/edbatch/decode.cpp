@@ -27,6 +27,7 @@ MiniBatchSample decode_sample(Model& model, Engine& engine, Graph& g,
   s.policy_hits = st.policy_hits;
   s.policy_misses = st.policy_misses;
   s.kernels = st.kernels - before.kernels;
+  s.stages = st.stages - before.stages;
   s.bytes_copied = st.bytes_copied - before.bytes_copied;
   for (const Decoded& d : out) s.loss -= d.score;
   return s;

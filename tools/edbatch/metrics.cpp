@@ -111,6 +111,7 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["policy_scored"] = t.policy_scored;
   j["plans_reused"] = t.plans_reused;
   j["kernels_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.kernels); }));
+  j["stages_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.stages); }));
   j["bytes_copied_per_minibatch"] =
       to_json(over(samples, [](auto& s) { return double(s.bytes_copied); }));
   j["arena_bytes"] = info.arena_bytes;

@@ -182,6 +182,7 @@ class Runner {
     s.policy_scored = st.policy_scored;
     s.plan_reused = st.plan_reused;
     s.kernels = st.kernels - before.kernels;
+    s.stages = st.stages - before.stages;
     s.bytes_copied = st.bytes_copied - before.bytes_copied;
     if (!o_.pipeline) s.loss = loss_of(value);
     return s;
