@@ -5,6 +5,10 @@ import torch
 from .ops import _reraise
 
 
+def _device_of(weights):
+    return weights[0].device if weights else torch.device("cpu")
+
+
 class StepDecoder:
     """Runs a cell step by step over a mini-batch of sequences that stop at their own time.
 
@@ -22,6 +26,9 @@ class StepDecoder:
 
     Inference only: the returned tensors carry no autograd history (decode under
     torch.no_grad(); train with the cell's whole-structure forward). Weights are read at start().
+    The engine runs where the cell's parameters are when the decoder is made (the CPU or a CUDA
+    device; `device` says which): move the module first. x may be on any device; the new states
+    come back on x's device.
     """
 
     def __init__(self, cell, input_size=None, policy="lb-greedy", threads=0):
@@ -38,16 +45,20 @@ class StepDecoder:
                     raise ValueError("StepDecoder: the cell has dropout; call .eval() first")
             self._program_of = lambda: cell.program("x", input_size)
             self._tuple = self._program_of().state_tuple
+            self.device = _device_of(self._program_of().weights())
             self._impl = torch.classes.edbatch.Decoder("program:" + self._program_of().text,
-                                                       input_size, 1, policy, threads)
+                                                       input_size, 1, policy, threads,
+                                                       str(self.device))
         elif isinstance(cell, Cell):
             if cell.cell not in ("lattice_lstm", "lattice_gru"):
                 raise ValueError(f"StepDecoder: the built-in cell {cell.cell!r} has no step "
                                  "(lattice_lstm and lattice_gru have)")
             self._program_of = None
             self._tuple = cell.cell == "lattice_lstm"
+            self.device = _device_of(cell.weights())
             self._impl = torch.classes.edbatch.Decoder(cell.cell, cell.input_size,
-                                                       cell.hidden_size, policy, threads)
+                                                       cell.hidden_size, policy, threads,
+                                                       str(self.device))
         else:
             raise TypeError("StepDecoder: cell must be an edbatch.nn.Propagate or a built-in "
                             f"lattice module, got {type(cell).__name__}")

@@ -1,5 +1,7 @@
 // The libtorch half of the decoding loop: torch.ops.edbatch's class Decoder (decoder.h) for
-// edbatch.nn.StepDecoder. Forward only: tensors come back without autograd history.
+// edbatch.nn.StepDecoder. Forward only: tensors come back without autograd history. The engine
+// runs on the device of the cell's weights (CPU or CUDA); inputs and states cross through host
+// memory, one copy per step.
 #include <fmt/format.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
@@ -18,12 +20,14 @@ namespace {
 
 class TorchDecoder : public torch::CustomClassHolder {
  public:
-  // cell: a built-in cell name or kProgramPrefix + a traced program; device: "cpu" (CUDA tensors
-  // go through host memory).
+  // cell: a built-in cell name or kProgramPrefix + a traced program; device: where the engine
+  // runs ("cpu", "cuda", "cuda:N"), that of the weights start() takes.
   TorchDecoder(const std::string& cell, int64_t input_size, int64_t hidden,
-               const std::string& policy, int64_t threads) {
-    const CallArgs a = call_args(cell, c10::Device("cpu"), input_size, is_program(cell) ? 1 : hidden,
-                                 1, 1, policy, threads);
+               const std::string& policy, int64_t threads, const std::string& device)
+      : device_(device) {
+    const CallArgs a =
+        call_args(cell, device_, input_size, is_program(cell) ? 1 : hidden, 1, 1, policy, threads);
+    const c10::DeviceGuard guard(device_);  // the engine's CUDA state is made on its device
     try {
       decoder_ = std::make_unique<Decoder>(a.config, a.options);
     } catch (const std::exception& e) {
@@ -35,8 +39,9 @@ class TorchDecoder : public torch::CustomClassHolder {
   // num_instances x output size, or none (zeros).
   void start(int64_t num_instances, std::vector<Tensor> weights, std::vector<Tensor> states) {
     const Cell& cell = decoder_->cell();
-    const Tensor probe = at::empty({0, cell.input_dim()}, at::kFloat);
-    check_inputs(probe, weights, cell, false);
+    const c10::DeviceGuard guard(device_);
+    const Tensor probe = at::empty({0, cell.input_dim()}, at::dtype(at::kFloat).device(device_));
+    check_inputs(probe, weights, cell, false);  // on the weights' device; copied to the host
     std::vector<const float*> w, s;
     for (const Tensor& t : weights) w.push_back(t.data_ptr<float>());
     kept_.clear();
@@ -71,6 +76,7 @@ class TorchDecoder : public torch::CustomClassHolder {
       fail(fmt::format("[edbatch.Decoder.step] x must be float32 of shape [{}, {}], got {} of "
                        "shape {}",
                        n, cell.input_dim(), c10::toString(x.scalar_type()), shape(x.sizes())));
+    const c10::DeviceGuard guard(device_);
     const Tensor ids_c = ids.to(at::kCPU).contiguous();
     const Tensor x_c = x.to(at::kCPU).contiguous();
     std::vector<Tensor> out;
@@ -105,6 +111,7 @@ class TorchDecoder : public torch::CustomClassHolder {
   }
 
  private:
+  c10::Device device_;
   std::unique_ptr<Decoder> decoder_;
   std::vector<Tensor> kept_;
 };
@@ -113,7 +120,7 @@ class TorchDecoder : public torch::CustomClassHolder {
 
 TORCH_LIBRARY_FRAGMENT(edbatch, m) {
   m.class_<TorchDecoder>("Decoder")
-      .def(torch::init<std::string, int64_t, int64_t, std::string, int64_t>())
+      .def(torch::init<std::string, int64_t, int64_t, std::string, int64_t, std::string>())
       .def("start", &TorchDecoder::start)
       .def("step", &TorchDecoder::step)
       .def("stats", &TorchDecoder::stats)
