@@ -11,7 +11,8 @@ from . import _lib
 from ._version import __version__
 from .packing import (Packed, pack_trees, parse_sst, pack_sst, pack_lattices, pack_dags,
                       pack_edges, concat_packed, collate)
-from .ops import run_cell, prepare, prepare_stats, prefetch, cells, weight_shapes
+from .ops import (run_cell, prepare, prepare_stats, prefetch, cells, weight_shapes,
+                  set_plan_cache, plan_cache_stats)
 
 _lib.load()
 
@@ -23,4 +24,4 @@ from .info import backends, device_status  # noqa: E402
 __all__ = ["__version__", "backends", "device_status", "Packed", "pack_trees", "parse_sst",
            "pack_sst", "pack_lattices", "pack_dags", "pack_edges", "concat_packed", "collate",
            "Propagate", "dropout_mask", "run_cell", "prepare", "prepare_stats", "prefetch", "cells",
-           "weight_shapes", "nn"]
+           "weight_shapes", "set_plan_cache", "plan_cache_stats", "nn"]

@@ -101,6 +101,26 @@ def prepare_stats():
                     torch.ops.edbatch.prepare_counts()))
 
 
+def set_plan_cache(megabytes):
+    """Sets the plan cache budget (MiB) of the engines made from now on, and returns the one before
+    (64 by default). A packed batch whose structure was planned twice before (an evaluation set
+    every epoch, a fixed structure over new values) runs on the kept schedule and memory plan with
+    bitwise the same results; 0 turns reuse off. Engines already made keep their budget: set it
+    before the first call. Budgets apply per engine (per module configuration and device)."""
+    _lib.load()
+    if megabytes < 0:
+        raise ValueError(f"set_plan_cache: negative budget {megabytes}")
+    return torch.ops.edbatch.set_plan_cache(int(megabytes * (1 << 20))) / (1 << 20)
+
+
+def plan_cache_stats():
+    """{"budget_mb": the budget of new engines, "plans_reused": forward passes of the process
+    that ran on a reused plan}."""
+    _lib.load()
+    budget, reused = torch.ops.edbatch.plan_cache_info()
+    return {"budget_mb": budget / (1 << 20), "plans_reused": reused}
+
+
 def prefetch(module, batches):
     """Yields the packed mini-batches of `batches` (an iterable), each after starting
     module.prepare() on the one after it, so that its host work overlaps this one's step:

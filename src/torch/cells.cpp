@@ -1,16 +1,17 @@
 #include "src/torch/cells.h"
 
-#include "edbatch/options.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+
+#include "edbatch/options.h"
 
 namespace edbatch::torch_adapter {
 
@@ -116,10 +117,22 @@ Parameter Cell::add(ParameterCollection& pc, const std::string& name, uint32_t r
   return pc.add_parameters(name, Dim{rows, std::max(cols, 1u)});
 }
 
+namespace {
+std::atomic<uint64_t> plans_reused{0};
+}  // namespace
+
+uint64_t plans_reused_total() {
+  return plans_reused.load(std::memory_order_relaxed);
+}
+
+EngineOptions RunOptions::engine_options() const {
+  EngineOptions o{policy, device, threads};
+  o.plan_cache_bytes = plan_cache_bytes;
+  return apply_debug_env(o);
+}
+
 Runner::Runner(const CellConfig& config, const RunOptions& options)
-    : pc_(1),
-      engine_(pc_, apply_debug_env(EngineOptions{options.policy, options.device, options.threads})),
-      graph_(pc_) {
+    : pc_(1), engine_(pc_, options.engine_options()), graph_(pc_) {
   cell_ = make_cell(config, pc_);
   for (const WeightSpec& w : cell_->weights()) weight_params_.push_back({pc_.find(w.name)});
 }
@@ -280,6 +293,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     DeviceInterop& io = interop(fn);
     io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim));
     engine_.submit(graph_, target);  // queued; nothing waits for it
+    if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
     if (prof) {
       const double scheduling_ms = reuse ? 0.0 : engine_.stats().scheduling_ms;
       prof->add(HostProfile::Schedule, scheduling_ms);
@@ -297,6 +311,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     return;
   }
   engine_.forward(graph_, target);
+  if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
   for (uint32_t o = 0; o < nout; ++o) {
     const uint32_t size = cell_->output_size(o);
     for (int64_t k = 0; k < p.num_nodes; ++k) {

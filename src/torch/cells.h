@@ -94,7 +94,12 @@ struct RunOptions {
   std::string policy = "lb-greedy";
   std::string device = "cpu";
   int threads = 1;
+  size_t plan_cache_bytes = EngineOptions{}.plan_cache_bytes;  // EngineOptions::plan_cache_bytes
+  EngineOptions engine_options() const;
 };
+
+// Forward passes of every Runner in the process that ran on a reused plan (Stats::plan_reused).
+uint64_t plans_reused_total();
 
 // One cell on one engine; reused across mini-batches (its graph, arena and blocks are kept).
 class Runner {

@@ -6,14 +6,10 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "edbatch/options.h"
-
 namespace edbatch::torch_adapter {
 
 Decoder::Decoder(const CellConfig& config, const RunOptions& options)
-    : pc_(1),
-      engine_(pc_, apply_debug_env(EngineOptions{options.policy, options.device, options.threads})),
-      graph_(pc_) {
+    : pc_(1), engine_(pc_, options.engine_options()), graph_(pc_) {
   cell_ = make_cell(config, pc_);
   for (const WeightSpec& w : cell_->weights()) weight_params_.push_back({pc_.find(w.name)});
 }

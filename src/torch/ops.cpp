@@ -115,6 +115,11 @@ std::vector<int64_t> prepare_counts() { return RunnerPool::get().counts(); }
 
 std::vector<std::string> list_cells() { return cell_names(); }
 
+// [budget in bytes, forward passes on a reused plan so far].
+std::vector<int64_t> plan_cache_info() {
+  return {plan_cache_bytes(), static_cast<int64_t>(plans_reused_total())};
+}
+
 // What this build carries: its backends (edbatch::built_backends) and where CUDA tensors go.
 std::tuple<std::vector<std::string>, std::string> build_info() {
   return {built_backends(), cuda_tensor_path()};
@@ -165,6 +170,8 @@ TORCH_LIBRARY(edbatch, m) {
       &prepare);
   m.def("prepare_counts() -> int[]", &prepare_counts);
   m.def("cells() -> str[]", &list_cells);
+  m.def("set_plan_cache(int bytes) -> int", &set_plan_cache_bytes);
+  m.def("plan_cache_info() -> int[]", &plan_cache_info);
   m.def("build_info() -> (str[], str)", &build_info);
   m.def("device_status(str device) -> str", &device_status);
   m.def("weight_shapes(str cell, int hidden, int input_size, int num_node_types, "

@@ -6,6 +6,8 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <atomic>
+
 #include "edbatch/options.h"
 
 namespace edbatch::torch_adapter {
@@ -131,6 +133,19 @@ Packed packed_view(const Structure& s, const float* x, int64_t num_x, int64_t x_
   return p;
 }
 
+namespace {
+std::atomic<int64_t> plan_cache_budget{static_cast<int64_t>(EngineOptions{}.plan_cache_bytes)};
+}  // namespace
+
+int64_t set_plan_cache_bytes(int64_t bytes) {
+  if (bytes < 0) fail(fmt::format("[edbatch.set_plan_cache] negative budget {}", bytes));
+  return plan_cache_budget.exchange(bytes);
+}
+
+int64_t plan_cache_bytes() {
+  return plan_cache_budget.load();
+}
+
 CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t input_size,
                    int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
                    const std::string& policy, int64_t threads) {
@@ -145,6 +160,7 @@ CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t i
   a.options.device = device.is_cuda() ? "cuda" : "cpu";
   a.device_index = device.is_cuda() ? device.index() : -1;
   a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
+  a.options.plan_cache_bytes = static_cast<size_t>(plan_cache_budget.load());
   return a;
 }
 

@@ -32,6 +32,11 @@ struct Structure {
   Tensor node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets;
 };
 
+// The plan cache budget of the runners made from now on (EngineOptions::plan_cache_bytes);
+// returns the one before. edbatch.set_plan_cache in Python.
+int64_t set_plan_cache_bytes(int64_t bytes);
+int64_t plan_cache_bytes();
+
 struct CallArgs {
   CellConfig config;
   RunOptions options;
@@ -163,7 +168,7 @@ class RunnerPool {
     return c.cell + "|" + std::to_string(c.hidden) + "|" + std::to_string(c.input_dim) + "|" +
            std::to_string(c.node_types) + "|" + std::to_string(c.arc_types) + "|" +
            a.options.policy + "|" + a.options.device + "|" + std::to_string(a.options.threads) +
-           "|" + std::to_string(a.device_index);
+           "|" + std::to_string(a.device_index) + "|" + std::to_string(a.options.plan_cache_bytes);
   }
   std::mutex mutex_;
   std::map<std::string, std::vector<std::unique_ptr<Runner>>> idle_;

@@ -207,3 +207,36 @@ def test_propagate_prepare_equals_unprepared():
     prepared = counts()["prepared"]
     drop.prepare(packed)
     assert counts()["prepared"] == prepared
+
+
+def test_plan_cache_budget():
+    """A structure seen twice before runs on a reused plan (counted by plan_cache_stats) with
+    bitwise the same outputs and gradients; set_plan_cache(0) makes new engines plan every call."""
+    torch.manual_seed(0)
+    model = edbatch.nn.TreeLSTM(50, 5, H, threads=1)
+    p = structures("tree_lstm", 77)[0]
+    previous = edbatch.set_plan_cache(64)
+    try:
+        results = {}
+        for budget in (64, 0):
+            edbatch.set_plan_cache(budget)
+            assert edbatch.plan_cache_stats()["budget_mb"] == budget
+            before = edbatch.plan_cache_stats()["plans_reused"]
+            steps = []
+            for _ in range(4):
+                model.zero_grad()
+                h, c = model(p)
+                (h.sum() + 2 * c.sum()).backward()
+                steps.append((h.detach(), [w.grad.clone() for w in model.parameters()]))
+            results[budget] = (steps, edbatch.plan_cache_stats()["plans_reused"] - before)
+        assert results[64][1] >= 2  # the third and fourth calls
+        assert results[0][1] == 0
+        ref_h, ref_grads = results[0][0][0]
+        for steps, _ in results.values():
+            for h, grads in steps:
+                assert torch.equal(h, ref_h)
+                assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
+    finally:
+        edbatch.set_plan_cache(previous)
+    with pytest.raises(ValueError, match="negative"):
+        edbatch.set_plan_cache(-1)
