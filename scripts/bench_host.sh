@@ -4,7 +4,7 @@
 # lattice_lstm at mini-batches of 32 and 128, in two cases: new structures (training order,
 # reshuffled every epoch, so no mini-batch repeats) and repeated structures (a small data set
 # cycled in order, so plans are reused), each with plan reuse on and off (--plan-cache 0), and
-# with plan reuse on also built per node (--per-node) instead of in bulk (PackedGraph).
+# with plan reuse on also built in bulk (--packed, PackedGraph) instead of per node.
 # Rounds alternate the builds (and, with --baseline DIR, an older source tree built the same
 # way), pinned to one core. JSON lines to OUT/host.jsonl, a table of medians over the rounds
 # with min-max to stderr.
@@ -40,7 +40,7 @@ for round in $(seq 1 "$rounds"); do
       for case in new repeated; do
         for cache in 64 0; do
           for b in "${builds[@]}"; do
-          for mode in packed per-node; do
+          for mode in per-node packed; do
             # Repeated: 8 mini-batches cycled in order. New: training order, reshuffled.
             if [ "$case" = repeated ]; then
               flags=(--data "synthetic:$((batch * 8))")
@@ -50,9 +50,9 @@ for round in $(seq 1 "$rounds"); do
             # The baseline may predate --plan-cache: it runs without the flag (no reuse).
             [ "$b" = "$root" ] && flags+=(--plan-cache "$cache")
             [ "$b" != "$root" ] && [ "$cache" != 0 ] && continue
-            if [ "$mode" = per-node ]; then
+            if [ "$mode" = packed ]; then
               { [ "$b" != "$root" ] || [ "$cache" = 0 ]; } && continue
-              flags+=(--per-node)
+              flags+=(--packed)
             fi
             taskset -c "$core" "$b/build-host-bench/edbatch" run --model "$model" --device null \
               --batch "$batch" --iters "$iters" --warmup 20 "${flags[@]}" \
@@ -62,7 +62,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 nodes = j["nodes_per_minibatch"]["median"]
 print(json.dumps({
-    "build": ("ours" if sys.argv[7] == "packed" else "ours/node") if sys.argv[2] == sys.argv[3]
+    "build": ("ours" if sys.argv[7] == "per-node" else "ours/packed") if sys.argv[2] == sys.argv[3]
              else "baseline", "round": int(sys.argv[4]),
     "model": j["model"], "batch": j["batch"], "case": sys.argv[5],
     "plan_cache_mb": int(sys.argv[6]) if sys.argv[2] == sys.argv[3] else 0,
@@ -81,7 +81,7 @@ python3 - "$out/host.jsonl" >&2 <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = sorted({(r["model"], r["batch"], r["case"], r["build"], r["plan_cache_mb"]) for r in rows},
-              key=lambda k: (k[0], k[1], k[2], ["ours", "ours/node", "baseline"].index(k[3]), -k[4]))
+              key=lambda k: (k[0], k[1], k[2], ["ours", "ours/packed", "baseline"].index(k[3]), -k[4]))
 def fmt(v):
     return f"{statistics.median(v):6.0f} ({min(v):.0f}-{max(v):.0f})"
 print(f"{'model':13} {'B':>4} {'case':9} {'build':9} {'cache':>5} {'nodes':>6} {'reused':>7} "

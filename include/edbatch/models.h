@@ -101,8 +101,9 @@ struct ModelOptions {
   uint32_t vocab = 256;   // rows of the embedding tables; data ids must be below it
   bool blocks = true;     // build through blocks (build_blocks), else op by op
   // With blocks: record each instance's calls into a PackedGraph and append them in bulk (the
-  // same graph as per-node Block::calls, built faster); false: one Block::call per node.
-  bool packed = true;
+  // same graph as per-node Block::calls; not faster for the zoo's per-instance builds,
+  // docs/performance.md); false: one Block::call per node.
+  bool packed = false;
   uint64_t seed = 1;      // structural coins (double_typed_tree_lstm)
   bool char_embeddings = false;  // bilstm_tagger: character BiLSTM for rare words
   uint32_t rare_below = 5;       // ... words seen fewer times than this in the data set

@@ -2,7 +2,8 @@
 // integer arrays and appended to a graph in one pass (append), instead of one checked Expr
 // builder call per node. For programs that already hold their structures as arrays (child lists,
 // arc lists, packed batches): the graph comes out node for node as the Expr builders would make
-// it, with the same checks and messages, at a fraction of the host time (docs/performance.md).
+// it, with the same checks and messages, and is appended whole or not at all. Host time per node
+// is about that of Block::call (docs/performance.md, "Host work per node").
 //
 //   PackedGraph run;
 //   run.reset(g);                       // node ids continue from g.size()

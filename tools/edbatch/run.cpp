@@ -73,7 +73,7 @@ struct RunOptions {
   bool decode = false;
   uint64_t seed = 1;
   TrainingOptions t;  // optimizer, --eval, --save-best (tools/edbatch/training.h)
-  bool no_blocks = false, per_node = false, train = false, describe = false, chars = false,
+  bool no_blocks = false, packed = false, train = false, describe = false, chars = false,
        pipeline = false;
   bool check_numerics = false;
 };
@@ -334,7 +334,7 @@ int run(const RunOptions& o) {
   mo.hidden = o.hidden;
   mo.vocab = o.vocab ? o.vocab : data_vocabulary(data);
   mo.blocks = !o.no_blocks;
-  mo.packed = !o.per_node;
+  mo.packed = o.packed;
   mo.seed = o.seed;
   mo.char_embeddings = o.chars;
   mo.train_instances = train_size;
@@ -522,10 +522,10 @@ Command add_run_command(CLI::App& root) {
   app->add_flag("--no-blocks", o->no_blocks,
                 "build op by op instead of through blocks (compiled cells); the default is "
                 "blocks");
-  app->add_flag("--per-node", o->per_node,
-                "with blocks, add each node's call to the graph as it is built (Block::call) "
-                "instead of recording an instance's calls and appending them in bulk "
-                "(PackedGraph); the same graph either way");
+  app->add_flag("--packed", o->packed,
+                "with blocks, record each instance's block calls into a PackedGraph and append "
+                "them in bulk instead of adding each node as it is built (Block::call); the same "
+                "graph either way");
   app->add_option("--seed", o->seed, "seed of the synthetic data, initial weights and shuffling")
       ->capture_default_str();
   app->add_flag("--train", o->train,
