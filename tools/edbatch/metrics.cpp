@@ -159,10 +159,14 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
   const Spread lb = over(samples, [](auto& s) { return double(s.lower_bound); });
   const Spread nodes = over(samples, [](auto& s) { return double(s.nodes); });
   const Spread copied = over(samples, [](auto& s) { return double(s.bytes_copied); });
+  const Spread launches = over(samples, [](auto& s) { return double(s.kernels); });
+  const Spread stages = over(samples, [](auto& s) { return double(s.stages); });
   add("%-26s %10.0f\n", "instances/s", t.ms > 0 ? t.instances / (t.ms / 1e3) : 0.0);
   add("%-26s %10.0f\n", "nodes per mini-batch", nodes.median);
   add("%-26s %10.0f   lower bound %.0f, mean ratio %.3f\n", "batches per mini-batch", nb.median,
       lb.median, t.batch_ratio);
+  add("%-26s %10.0f   in %.0f launches (a chained launch runs many stages)\n",
+      "stages per mini-batch", stages.median, launches.median);
   if (t.policy_hits + t.policy_misses > 0)
     add("%-26s %10llu   fallback (unseen states) %llu (scorer %llu, lb-greedy %llu), hit rate "
         "%.3f\n",
