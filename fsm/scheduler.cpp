@@ -27,7 +27,7 @@ uint32_t scheduled_producer(const Graph& g, uint32_t a) {
 void Scheduler::prepare(const Graph& g) {
   // Nodes before first_ have run (an incremental forward): they are neither scheduled nor
   // waited for. Per-node arrays are indexed by v - first_, so a segment costs its own size.
-  const uint32_t f = first_, n = g.size() - f;
+  const uint32_t f = first_, n = end_ - f;
   const uint32_t num_types = g.types().size();
   const Node* nodes = g.nodes().data() + f;
 
@@ -43,7 +43,8 @@ void Scheduler::prepare(const Graph& g) {
   // Each argument's scheduled producer, resolved once (views followed) and read by the passes
   // below: producer_[k] for argument k of the segment's nodes, in argument order.
   const uint32_t arg_base = n > 0 ? nodes[0].arg_begin : 0;
-  producer_.assign(g.all_args().size() - arg_base, UINT32_MAX);
+  const size_t arg_end = end_ < g.size() ? g.node(end_).arg_begin : g.all_args().size();
+  producer_.assign(arg_end - arg_base, UINT32_MAX);
   // Pending inputs, consumer lists (CSR) and depth.
   pending_.assign(n, 0);
   depth_.assign(n, 0);
@@ -141,10 +142,13 @@ void Scheduler::run(const Graph& g, Policy& policy, Schedule& out) {
   extend(g, policy, out, 0);
 }
 
-void Scheduler::extend(const Graph& g, Policy& policy, Schedule& out, uint32_t first_node) {
-  if (first_node > g.size())
+void Scheduler::extend(const Graph& g, Policy& policy, Schedule& out, uint32_t first_node,
+                       uint32_t end_node) {
+  end_ = std::min(end_node, g.size());
+  if (first_node > end_)
     throw std::invalid_argument("[Scheduler::extend] first node " + std::to_string(first_node) +
-                                " is past the graph's " + std::to_string(g.size()) + " nodes");
+                                " is past the end, node " + std::to_string(end_) + " of " +
+                                std::to_string(g.size()));
   first_ = first_node;
   prepare(g);
   for (uint32_t t = 0; t < top_.size(); ++t) out.lower_bound += top_[t];
@@ -156,7 +160,7 @@ void Scheduler::extend(const Graph& g, Policy& policy, Schedule& out, uint32_t f
 }
 
 void Scheduler::run_node_by_node(const Graph& g, Schedule& out) {
-  for (uint32_t v = first_; v < g.size(); ++v) {
+  for (uint32_t v = first_; v < end_; ++v) {
     const Node& nd = g.node(v);
     if (is_source(nd)) continue;
     out.batches.push_back({nd.type, static_cast<uint32_t>(out.nodes.size()), 1});
@@ -166,7 +170,7 @@ void Scheduler::run_node_by_node(const Graph& g, Schedule& out) {
 
 void Scheduler::run_depth(const Graph& g, Schedule& out) {
   // Counting sort by (depth, type): one batch per group, in order of depth.
-  const uint32_t n = g.size() - first_;
+  const uint32_t n = end_ - first_;
   const Node* nodes = g.nodes().data() + first_;
   const uint32_t base = static_cast<uint32_t>(out.nodes.size());
   uint32_t max_depth = 0;
@@ -197,7 +201,7 @@ void Scheduler::run_depth(const Graph& g, Schedule& out) {
 }
 
 void Scheduler::run_frontier(const Graph& g, Policy& policy, Schedule& out) {
-  const uint32_t n = g.size();
+  const uint32_t n = end_;
   for (uint32_t v = first_; v < n; ++v) {
     const Node& nd = g.node(v);
     if (!is_source(nd) && pending_[v - first_] == 0) push_ready(v, nd.type);

@@ -1,5 +1,6 @@
 // Arena layout batch by batch (each batch's outputs contiguous), members ordered for their
 // consumers, and operand classification.
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -183,7 +184,7 @@ void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions
 }
 
 void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint32_t first_node,
-                        MemoryPlan& out, const PlanOptions& options) {
+                        MemoryPlan& out, const PlanOptions& options, uint32_t end_node) {
   if (first_batch != out.batches.size() || first_node != out.node_offset.size())
     throw std::invalid_argument("[extend_memory_plan] the plan holds " +
                                 std::to_string(out.batches.size()) + " batches and " +
@@ -198,8 +199,19 @@ void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint3
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   const auto& nodes = g.nodes();
-  const uint32_t n = g.size();
+  const uint32_t n = std::min(end_node, g.size());
   out.node_offset.resize(n, UINT32_MAX);
+  // Input values are added in node order: those of nodes [first_node, n) end where the last of
+  // their Input nodes' values ends (all of them when the plan goes to the graph's end).
+  uint32_t inputs_end = static_cast<uint32_t>(g.input_values().size());
+  if (n < g.size()) {
+    inputs_end = out.input_floats;
+    for (uint32_t v = n; v-- > first_node;)
+      if (nodes[v].op == Op::Input) {
+        inputs_end = nodes[v].aux + nodes[v].dim.size();
+        break;
+      }
+  }
 
   // The inputs added since the last segment, as one block copied from the graph, then the
   // segment's batches. Earlier values keep their offsets.
@@ -207,7 +219,7 @@ void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint3
   seg.batch_begin = first_batch;
   seg.node_begin = first_node;
   seg.input_begin = out.input_floats;
-  seg.input_count = static_cast<uint32_t>(g.input_values().size()) - out.input_floats;
+  seg.input_count = inputs_end - out.input_floats;
   seg.input_offset = align_up(out.total_floats);
   if (first_batch == 0) out.input_offset = seg.input_offset;
   for (uint32_t v = first_node; v < n; ++v)

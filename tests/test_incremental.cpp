@@ -209,6 +209,55 @@ TEST_CASE("incremental: values and gradients equal the graph built whole, every 
   }
 }
 
+TEST_CASE("incremental: forward_through runs a prefix and the rest runs later, every policy") {
+  ParameterCollection pc(23);
+  const Weights w = make_weights(pc);
+  const Builder b{w, {3, 7, 1, 5, 9, 2, 6, 4, 8, 5, 3}, 77};
+  for (const std::string policy : {"none", "depth", "agenda", "lb-greedy"}) {
+    for (int threads : {1, 2}) {
+      CAPTURE(policy);
+      CAPTURE(threads);
+      EngineOptions o;
+      o.threads = threads;
+      o.min_parallel_work = 1;
+      Engine whole_engine(pc, make_policy(policy), o);
+      Graph whole(pc);
+      const Expr whole_loss = b.build(whole, [](Graph&, const std::vector<Expr>&) {});
+      whole_engine.forward(whole, whole_loss);
+      const Result expected = collect(whole_engine, whole, whole_loss, pc);
+
+      Engine e(pc, make_policy(policy), o);
+      Graph g(pc);
+      std::mt19937_64 pick(9);
+      uint32_t covered = 0, partial = 0;
+      const Expr loss = b.build(g, [&](Graph& gg, const std::vector<Expr>& losses) {
+        // Through a loss of this round or an earlier one: the nodes after it wait.
+        const Expr through = losses[pick() % losses.size()];
+        const float v = as_scalar(e.forward_through(gg, through));
+        CHECK(v == doctest::Approx(expected.values[through.id][0]).epsilon(1e-5));
+        covered = std::max(covered, through.id + 1);
+        for (uint32_t n = through.id > 30 ? through.id - 30 : 0; n <= through.id; ++n)
+          if (computed(gg, n))
+            check_close(
+                value_of(e, gg, n), expected.values[n], expected.values[n].size(), 1e-5,
+                "value through node " + std::to_string(through.id) + ", node " + std::to_string(n));
+        if (gg.size() > covered) {
+          ++partial;
+          CHECK_THROWS_WITH_AS(e.value(gg.expr(gg.size() - 1)), doctest::Contains("has not run"),
+                               std::invalid_argument);
+        }
+      });
+      CHECK(partial > 0);  // some calls stopped short of the graph's end
+      // Backward needs every node run; the vector form runs through the latest expression.
+      CHECK_THROWS_WITH_AS(e.backward(g, loss), doctest::Contains("have not run"),
+                           std::invalid_argument);
+      e.forward_through(g, std::vector<Expr>{g.expr(covered - 1), loss, g.expr(0)});
+      check_same(collect(e, g, loss, pc), expected, "forward_through vs whole");
+      CHECK(e.plan().segments.size() > 2);
+    }
+  }
+}
+
 TEST_CASE("incremental: gradients after increments match finite differences") {
   ParameterCollection pc(3);
   const Weights w = make_weights(pc);

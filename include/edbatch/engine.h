@@ -93,6 +93,13 @@ class Engine {
   // covers every increment, as for the graph built whole. Tensors read before stay readable
   // through value() (their pointers may move when the arena grows).
   const Tensor& forward(Graph& g, const Expr& e);
+  // Incremental forward up to given expressions: runs the nodes of `g` up to and including `e`
+  // (the prefix of the graph through it, as DyNet's incremental_forward) and returns e's value.
+  // Nodes after it wait for a later forward() or forward_through(), which goes on from here;
+  // reading a value past the prefix, or backward() before the whole graph ran, is an error naming
+  // the nodes. The vector form runs through the latest of `es`.
+  const Tensor& forward_through(Graph& g, const Expr& e);
+  void forward_through(Graph& g, const std::vector<Expr>& es);
   // Schedules and plans `g` without running it, so that the next forward() or submit() of `g`
   // only runs the plan. This is host work alone (the backend is not touched): it may be done
   // ahead, on another thread, while nothing else uses this engine. Like forward(), it replaces
@@ -142,18 +149,23 @@ class Engine {
  private:
   void check_params(const Graph& g, const char* fn) const;  // built over this collection
   void check_graph(const Graph& g, const Expr& e, const char* fn) const;
-  bool is_current(const Graph& g) const;  // the graph version the plan was made for
-  bool has_run(const Graph& g) const;     // ... and the plan has run on its current inputs
-  void plan_graph(Graph& g);
+  // Whether the plan covers nodes [0, end) of `g` as it is now (end = g.size(): the whole graph,
+  // of the version it was made for).
+  bool covers(const Graph& g, uint32_t end) const;
+  bool is_current(const Graph& g) const { return covers(g, g.size()); }
+  // ... and the plan has run on its current inputs.
+  bool has_run(const Graph& g, uint32_t end = UINT32_MAX) const;
+  // Plans nodes [0, end) of `g` (past its size: all of them).
+  void plan_graph(Graph& g, uint32_t end = UINT32_MAX);
   // Incremental forward (src/core/engine_incremental.cpp): whether `g` is the planned graph with
-  // nodes added since, and planning those nodes as a new segment.
-  bool extends_plan(const Graph& g) const;
-  void extend_plan(Graph& g);
+  // nodes added since (up to `end`), and planning those nodes as a new segment.
+  bool extends_plan(const Graph& g, uint32_t end) const;
+  void extend_plan(Graph& g, uint32_t end);
   uint32_t ran_nodes() const;  // nodes [0, ran_nodes()) have values
   void check_ran(uint32_t node) const;
   void check_ran_all(const Graph& g) const;  // backward: every node of `g` has run
   void sync_counters() const;
-  void run_forward(Graph& g, const Expr& e, const char* fn);
+  void run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end = UINT32_MAX);
   void run_backward(Graph& g, const BackwardSeed& seed);
   // EngineOptions::check_numerics after a pass (src/core/numerics.cpp).
   void check_forward_numerics(const Graph& g, const char* fn) const;

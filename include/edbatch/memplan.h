@@ -90,9 +90,11 @@ struct PlanOptions {
 void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions& options = {});
 // Incremental forward: `out` plans batches [0, first_batch) of `s` and nodes [0, first_node);
 // appends a segment with the batches from first_batch (members reordered among themselves only)
-// and the inputs added since, laid out after everything planned, which keeps its offsets.
+// and the inputs of nodes [first_node, end_node) (end_node past the graph: to its end), laid out
+// after everything planned, which keeps its offsets. The plan then covers nodes [0, end_node).
 void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint32_t first_node,
-                        MemoryPlan& out, const PlanOptions& options = {});
+                        MemoryPlan& out, const PlanOptions& options = {},
+                        uint32_t end_node = UINT32_MAX);
 // Rewrites the plan's per-node integers (lookup indices, labels, picked indices, dropout keys,
 // block calls' integers) from `g`: a plan made for a graph of the same structure then serves `g`.
 void refresh_plan_aux(const Graph& g, MemoryPlan& plan);

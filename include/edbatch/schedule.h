@@ -93,10 +93,12 @@ std::vector<std::string> policy_names();
 class Scheduler : private Frontier {
  public:
   void run(const Graph& g, Policy& policy, Schedule& out);
-  // Incremental forward: schedules nodes [first_node, g.size()), whose inputs before first_node
-  // have run, and appends their batches (and their lower bound) to `out`. The policy sees the
-  // frontier of the new nodes alone. Costs the new nodes' size, not the graph's.
-  void extend(const Graph& g, Policy& policy, Schedule& out, uint32_t first_node);
+  // Incremental forward: schedules nodes [first_node, end_node) (end_node past the graph: to its
+  // end), whose inputs before first_node have run, and appends their batches (and their lower
+  // bound) to `out`. The policy sees the frontier of the new nodes alone. Costs the new nodes'
+  // size, not the graph's. Nodes from end_node on are left for a later extend.
+  void extend(const Graph& g, Policy& policy, Schedule& out, uint32_t first_node,
+              uint32_t end_node = UINT32_MAX);
 
  private:
   void prepare(const Graph& g);
@@ -112,6 +114,7 @@ class Scheduler : private Frontier {
   std::vector<uint32_t> chain_;  // nodes x present types: chain heights
   std::vector<uint32_t> type_count_, bucket_;
   uint32_t first_ = 0;  // nodes before it have run; per-node arrays start here
+  uint32_t end_ = 0;    // nodes from it on are not scheduled this time
 };
 
 // The scheduled node that computes node `a`'s value (a view resolves to the node it views), or

@@ -1,5 +1,6 @@
 #include "edbatch/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -59,12 +60,16 @@ void Engine::check_graph(const Graph& g, const Expr& e, const char* fn) const {
   check_params(g, fn);
 }
 
-bool Engine::is_current(const Graph& g) const {
-  return graph_ == &g && graph_generation_ == g.generation() && graph_version_ == g.version();
+bool Engine::covers(const Graph& g, uint32_t end) const {
+  if (graph_ != &g || graph_generation_ != g.generation()) return false;
+  // Within a generation a graph only grows: a plan of its first nodes stays theirs.
+  const size_t covered = plan_.node_offset.size();
+  if (covered == g.size()) return graph_version_ == g.version();
+  return covered < g.size() && covered >= end && !plan_.segments.empty();
 }
 
-bool Engine::has_run(const Graph& g) const {
-  return is_current(g) && ran_segments_ == plan_.segments.size() &&
+bool Engine::has_run(const Graph& g, uint32_t end) const {
+  return covers(g, std::min(end, g.size())) && ran_segments_ == plan_.segments.size() &&
          ran_inputs_version_ == g.inputs_version();
 }
 
@@ -79,20 +84,25 @@ void Engine::sync_counters() const {
   stats_.device_backward_ms = k.device_backward_ms;
 }
 
-void Engine::plan_graph(Graph& g) {
-  if (is_current(g)) return;
-  if (extends_plan(g)) return extend_plan(g);  // src/core/engine_incremental.cpp
+void Engine::plan_graph(Graph& g, uint32_t end) {
+  end = std::min(end, g.size());
+  if (covers(g, end)) return;
+  if (extends_plan(g, end)) return extend_plan(g, end);  // src/core/engine_incremental.cpp
   stats_.construction_ms = g.construction_seconds() * 1e3;
   const auto t0 = Clock::now();
   Policy::Lookups lookups;
-  stats_.plan_reused = plan_cache_->find(g, schedule_, plan_, lookups);
+  // Only whole graphs are kept and served by the plan cache.
+  const bool whole = end == g.size();
+  stats_.plan_reused = whole && plan_cache_->find(g, schedule_, plan_, lookups);
   if (stats_.plan_reused) {
     ++stats_.plans_reused;
   } else {
-    scheduler_.run(g, *policy_, schedule_);
-    plan_memory(g, schedule_, plan_, plan_options_);
+    schedule_.clear();
+    scheduler_.extend(g, *policy_, schedule_, 0, end);
+    plan_.clear();
+    extend_memory_plan(g, schedule_, 0, 0, plan_, plan_options_, end);
     lookups = policy_->lookups();
-    plan_cache_->offer(g, schedule_, plan_, lookups);
+    if (whole) plan_cache_->offer(g, schedule_, plan_, lookups);
   }
   stats_.scheduling_ms = ms_since(t0);
   stats_.nodes = schedule_.nodes.size();
@@ -113,10 +123,10 @@ void Engine::prepare(Graph& g) {
   plan_graph(g);
 }
 
-void Engine::run_forward(Graph& g, const Expr& e, const char* fn) {
+void Engine::run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end) {
   check_graph(g, e, fn);
-  plan_graph(g);
-  if (has_run(g)) return;
+  plan_graph(g, end);
+  if (has_run(g, end)) return;
   // Only the segments added since the last forward run, unless the inputs changed.
   const uint32_t first = ran_inputs_version_ == g.inputs_version() ? ran_segments_ : 0;
   const auto t0 = Clock::now();
@@ -134,6 +144,24 @@ const Tensor& Engine::forward(Graph& g, const Expr& e) {
   result_ = value(e);  // waits for a device
   sync_counters();
   return result_;
+}
+
+const Tensor& Engine::forward_through(Graph& g, const Expr& e) {
+  run_forward(g, e, "Engine::forward_through", e.id + 1);
+  result_ = value(e);
+  sync_counters();
+  return result_;
+}
+
+void Engine::forward_through(Graph& g, const std::vector<Expr>& es) {
+  if (es.empty()) return;
+  const Expr* last = &es[0];
+  for (const Expr& e : es) {
+    check_graph(g, e, "Engine::forward_through");
+    if (e.id > last->id) last = &e;
+  }
+  run_forward(g, *last, "Engine::forward_through", last->id + 1);
+  sync_counters();
 }
 
 uint64_t Engine::submit(Graph& g, const Expr& e) {

@@ -9,19 +9,19 @@
 
 namespace edbatch {
 
-bool Engine::extends_plan(const Graph& g) const {
+bool Engine::extends_plan(const Graph& g, uint32_t end) const {
   // Within one generation a graph only grows, so a larger one holds the planned nodes as they were.
-  return graph_ == &g && graph_generation_ == g.generation() &&
-         g.size() > plan_.node_offset.size() && !plan_.segments.empty();
+  return graph_ == &g && graph_generation_ == g.generation() && end <= g.size() &&
+         end > plan_.node_offset.size() && !plan_.segments.empty();
 }
 
-void Engine::extend_plan(Graph& g) {
+void Engine::extend_plan(Graph& g, uint32_t end) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t first_node = static_cast<uint32_t>(plan_.node_offset.size());
   const uint32_t first_batch = static_cast<uint32_t>(schedule_.batches.size());
   const uint32_t nodes_before = static_cast<uint32_t>(schedule_.nodes.size());
-  scheduler_.extend(g, *policy_, schedule_, first_node);
-  extend_memory_plan(g, schedule_, first_batch, first_node, plan_, plan_options_);
+  scheduler_.extend(g, *policy_, schedule_, first_node, end);
+  extend_memory_plan(g, schedule_, first_batch, first_node, plan_, plan_options_, end);
   stats_.construction_ms = g.construction_seconds() * 1e3;
   stats_.scheduling_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

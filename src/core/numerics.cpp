@@ -50,8 +50,9 @@ class Checker {
 
   // The graph's input nodes.
   bool inputs(Finding& f) const {
+    // The planned nodes (a forward_through plans a prefix of the graph).
     const std::vector<Node>& nodes = p_.graph.nodes();
-    for (uint32_t id = 0; id < nodes.size(); ++id) {
+    for (uint32_t id = 0; id < p_.plan.node_offset.size(); ++id) {
       if (nodes[id].op != Op::Input) continue;
       const uint64_t n = nodes[id].dim.size();
       if (found(read(p_.plan.node_offset[id], n), n, f))
