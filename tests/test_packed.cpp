@@ -222,6 +222,27 @@ TEST_CASE("packed: a run written from child arrays equals the Expr path") {
   run.append(gb);
   check_same_graph(ga, gb);
 
+  // Every reduction, lookups and reshapes, against the Expr builders on the same nodes.
+  {
+    const uint32_t h1 = first_output[0], h2 = first_output[trees.begin[1]];
+    const Expr e1 = ga.expr(h[0].id), e2 = ga.expr(h[trees.begin[1]].id);
+    CHECK(e1.id == h1);
+    maximum({e1, e2});
+    average({e1, e2, e1});
+    sum({e2, e1});
+    reshape(lookup(ga, na.E, 3), Dim{1, H});
+    PackedGraph more;
+    more.reset(gb);
+    const uint32_t two[2] = {h1, h2}, three[3] = {h1, h2, h1}, swapped[2] = {h2, h1};
+    more.reduce(PackedGraph::Reduce::Maximum, two, 2);
+    more.reduce(PackedGraph::Reduce::Average, three, 3);
+    more.reduce(PackedGraph::Reduce::Sum, swapped, 2);
+    CHECK(more.reduce(PackedGraph::Reduce::Sum, &h1, 1) == h1);  // one argument: itself
+    more.reshape(more.lookup(nb.E, 3), Dim{1, H});
+    more.append(gb);
+    check_same_graph(ga, gb);
+  }
+
   // The run can be appended after nodes of the Expr path and be followed by more of them.
   gb.clear();
   const Expr x = tanh(lookup(gb, nb.E, 4));
