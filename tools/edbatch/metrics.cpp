@@ -165,8 +165,11 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
   add("%-26s %10.0f\n", "nodes per mini-batch", nodes.median);
   add("%-26s %10.0f   lower bound %.0f, mean ratio %.3f\n", "batches per mini-batch", nb.median,
       lb.median, t.batch_ratio);
-  add("%-26s %10.0f   in %.0f launches (a chained launch runs many stages)\n",
-      "stages per mini-batch", stages.median, launches.median);
+  if (stages.median == launches.median)
+    add("%-26s %10.0f\n", "kernels per mini-batch", launches.median);
+  else  // chained launches run many dependent stages each
+    add("%-26s %10.0f   in %.0f launches (chained)\n", "stages per mini-batch", stages.median,
+        launches.median);
   if (t.policy_hits + t.policy_misses > 0)
     add("%-26s %10llu   fallback (unseen states) %llu (scorer %llu, lb-greedy %llu), hit rate "
         "%.3f\n",
