@@ -82,6 +82,7 @@ void HostMirror::reset(size_t floats) {
     data.reset(new float[capacity]);
   }
   fetched.assign((floats + kMirrorChunk - 1) / kMirrorChunk, 0);
+  span = 1;
 }
 
 const float* HostMirror::read(const float* device, size_t offset, size_t floats, size_t total) {
@@ -90,10 +91,15 @@ const float* HostMirror::read(const float* device, size_t offset, size_t floats,
   const size_t c1 = (offset + std::max<size_t>(floats, 1) - 1) / kMirrorChunk;
   for (size_t c = c0; c <= c1 && c < fetched.size(); ++c) {
     if (fetched[c]) continue;
-    const size_t b = c * kMirrorChunk, e = std::min(total, b + kMirrorChunk);
+    // This read's chunks, or the span if longer, up to the first chunk already here.
+    const size_t last = std::min(fetched.size(), std::max(c1 + 1, c + span));
+    size_t end = c;
+    while (end < last && !fetched[end]) fetched[end++] = 1;
+    const size_t b = c * kMirrorChunk, e = std::min(total, end * kMirrorChunk);
     EDBATCH_CUDA_CHECK(cudaMemcpy(host + b, device + b, (e - b) * sizeof(float),
                                   cudaMemcpyDeviceToHost));
-    fetched[c] = 1;
+    span = std::min(2 * span, kMirrorMaxSpan);
+    c = end - 1;
   }
   return host + offset;
 }

@@ -103,13 +103,18 @@ struct StagingRing {
 };
 
 constexpr size_t kMirrorChunk = 4096;  // floats fetched together by value() / adjoint()
+constexpr size_t kMirrorMaxSpan = 64;  // chunks of one copy at most (1 MiB)
 
 // Host copies of device values, fetched chunk by chunk on first read after a pass. Ordinary
-// memory, left untouched until read: a pass usually reads a few values of a large arena.
+// memory, left untouched until read: a pass usually reads a few values of a large arena. Each
+// miss after a pass copies twice the chunks of the one before (up to kMirrorMaxSpan, stopping at
+// a chunk already fetched), so a program that reads many values of a pass (a decoding step's
+// outputs, one per sentence) makes a few copies, and one that reads a loss makes one small copy.
 struct HostMirror {
   std::unique_ptr<float[]> data;
   size_t capacity = 0;
   std::vector<uint8_t> fetched;
+  size_t span = 1;  // chunks the next miss copies
 
   void reset(size_t floats);
   const float* read(const float* device, size_t offset, size_t floats, size_t total);
