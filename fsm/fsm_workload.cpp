@@ -32,9 +32,17 @@ std::vector<const Graph*> FsmWorkload::validation_graphs() const { return pointe
 
 FsmWorkload make_fsm_workload(Model& model, uint32_t batch, uint32_t train_batches,
                               uint32_t validation_batches, uint64_t seed) {
+  return make_fsm_workload(model, batch, {batch}, train_batches, validation_batches, seed);
+}
+
+FsmWorkload make_fsm_workload(Model& model, uint32_t batch,
+                              const std::vector<uint32_t>& train_sizes, uint32_t train_batches,
+                              uint32_t validation_batches, uint64_t seed) {
   const uint32_t n = model.size();
-  if (n == 0 || batch == 0 || train_batches == 0 || validation_batches == 0)
+  if (n == 0 || batch == 0 || train_batches == 0 || validation_batches == 0 || train_sizes.empty())
     throw std::invalid_argument("[make_fsm_workload] empty data set, mini-batch or count");
+  for (uint32_t s : train_sizes)
+    if (s == 0) throw std::invalid_argument("[make_fsm_workload] a training mini-batch size is 0");
   std::vector<uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
   std::mt19937_64 rng(seed);
@@ -49,8 +57,8 @@ FsmWorkload make_fsm_workload(Model& model, uint32_t batch, uint32_t train_batch
     ids.assign(order.begin() + begin, order.begin() + std::min(n, begin + batch));
     w.validation.push_back(build(model, ids));
   }
-  const uint32_t take = std::min(batch, pool);
   for (uint32_t b = 0; b < train_batches; ++b) {
+    const uint32_t take = std::min(train_sizes[b % train_sizes.size()], pool);
     // A partial Fisher-Yates shuffle of the training pool picks `take` distinct instances.
     for (uint32_t i = 0; i < take; ++i)
       std::swap(order[i], order[i + rng() % (pool - i)]);

@@ -440,3 +440,30 @@ TEST_CASE("fsm: training is deterministic for a seed, whatever the thread count"
   CHECK(first == single);
   CHECK(train() == first);
 }
+
+TEST_CASE("fsm: training mini-batches of several sizes, validation ones of --batch") {
+  Zoo z("lattice_lstm", 120, 8, 20, 3);
+  const FsmWorkload mixed = make_fsm_workload(*z.model, 8, {1, 6}, 20, 3, 3);
+  // Same seed, same held-out split: the validation graphs are those of the one-size workload.
+  REQUIRE(mixed.validation.size() == z.w.validation.size());
+  for (size_t i = 0; i < mixed.validation.size(); ++i)
+    CHECK(mixed.validation[i]->size() == z.w.validation[i]->size());
+  // Training mini-batches alternate 1 and 6 instances.
+  uint64_t small = 0, large = 0;
+  for (size_t b = 0; b < mixed.train.size(); ++b) (b % 2 ? large : small) += mixed.train[b]->size();
+  CHECK(large > 3 * small);
+  // A policy trained on both sizes is never worse than lb-greedy on either size held out.
+  FsmTrainOptions o = quick_options();
+  const FsmPolicyData p =
+      train_fsm_policy(mixed.train_graphs(), mixed.validation_graphs(), o).policy;
+  for (uint32_t size : {2u, 12u}) {
+    CAPTURE(size);
+    const FsmWorkload held = make_fsm_workload(*z.model, size, 1, 4, 3);
+    FsmPolicy fsm(p);
+    std::unique_ptr<Policy> greedy = make_policy("lb-greedy");
+    CHECK(mean_batches(held.validation_graphs(), fsm) <=
+          mean_batches(held.validation_graphs(), *greedy));
+  }
+  CHECK_THROWS_WITH_AS(make_fsm_workload(*z.model, 8, {4, 0}, 2, 1, 3),
+                       doctest::Contains("a training mini-batch size is 0"), std::invalid_argument);
+}

@@ -266,6 +266,12 @@ struct FsmWorkload {
 // (all instances when the data set has only one). Throws std::invalid_argument when empty.
 FsmWorkload make_fsm_workload(Model& model, uint32_t batch, uint32_t train_batches,
                               uint32_t validation_batches, uint64_t seed);
+// The same with training mini-batches of several sizes: training mini-batch b draws
+// train_sizes[b % train_sizes.size()] instances (a policy that meets other mini-batch sizes than
+// the one it was trained at). Validation mini-batches are of `batch` instances.
+FsmWorkload make_fsm_workload(Model& model, uint32_t batch,
+                              const std::vector<uint32_t>& train_sizes, uint32_t train_batches,
+                              uint32_t validation_batches, uint64_t seed);
 
 // Mean batches per graph under a policy, with the Scheduler (the run-time path); `cost_us`, when
 // given, receives the mean predicted time under `costs`.

@@ -25,6 +25,7 @@ struct TrainOptions {
   uint32_t vocab = 256, batch = 32, hidden = 128, train_batches = 64, val_batches = 16;
   uint32_t eval_batches = 0, cost_graphs = 8, cost_reps = 3, threads = 1;
   uint64_t seed = 1;
+  std::vector<uint32_t> train_sizes;  // empty: all of --batch
   bool no_teacher = false, no_blocks = false, no_scorer = false, no_table = false;
   FsmTrainOptions fsm;
 };
@@ -113,10 +114,17 @@ int train(TrainOptions o) {
   mo.seed = o.seed;
   mo.blocks = !o.no_blocks;
   const std::unique_ptr<Model> model = make_model(o.model, pc, data, mo);
-  const FsmWorkload w = make_fsm_workload(*model, o.batch, o.train_batches, o.val_batches, o.seed);
+  const std::vector<uint32_t> sizes =
+      o.train_sizes.empty() ? std::vector<uint32_t>{o.batch} : o.train_sizes;
+  const FsmWorkload w =
+      make_fsm_workload(*model, o.batch, sizes, o.train_batches, o.val_batches, o.seed);
   const auto train_graphs = w.train_graphs(), val_graphs = w.validation_graphs();
-  std::fprintf(stderr, "%s: %zu training and %zu validation mini-batches of up to %u instances\n",
-               o.model.c_str(), train_graphs.size(), val_graphs.size(), o.batch);
+  std::string size_list;
+  for (uint32_t s : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(s);
+  std::fprintf(stderr,
+               "%s: %zu training mini-batches of up to %s instances, %zu validation ones of up "
+               "to %u\n",
+               o.model.c_str(), train_graphs.size(), size_list.c_str(), val_graphs.size(), o.batch);
   if (o.device != "none") {
     // The time reward: per-type costs measured on the device over some training mini-batches.
     std::vector<Graph*> sample;
@@ -213,6 +221,11 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--train-batches", o->train_batches,
                   "training mini-batches, each a random sample of the training instances")
       ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 16));
+  app->add_option("--train-sizes", o->train_sizes,
+                  "instances per training mini-batch, cycled over the training mini-batches "
+                  "(e.g. 16,32,64, so the policy meets other sizes than --batch); default: --batch")
+      ->delimiter(',')
       ->check(CLI::Range(1u, 1u << 16));
   app->add_option("--val-batches", o->val_batches, "validation mini-batches (held-out instances)")
       ->capture_default_str()
