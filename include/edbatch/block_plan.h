@@ -29,6 +29,8 @@ struct BlockGroup {
   bool fused;
 };
 
+constexpr uint32_t kNoLimit = UINT32_MAX;  // an integer slot that takes any value (dropout keys)
+
 struct BlockPlan {
   std::string name;
   uint32_t id = 0;
@@ -59,10 +61,40 @@ struct BlockPlan {
   uint32_t output_floats = 0;         // sum of output sizes (the call node's shape)
   uint32_t lower_bound = 0;           // per-type chain bound of the internal schedule
   bool exact = false;                 // internal schedule from the exact search
-  std::vector<uint32_t> index_limit;  // per slot: values must be below this (UINT32_MAX: any)
+  std::vector<uint32_t> index_limit;  // per slot: values must be below this (kNoLimit: any)
   // Internal operands (over all steps and slots): one view over all members, or one view per
   // member (members' values not consecutive in member order).
   uint32_t internal_views = 0, internal_per_member = 0;
 };
+
+// What a call of `p` must satisfy (Block::call, PackedGraph::append): input k has the shape
+// dim_of(k) the block declared, integer k is below its slot's limit. Returns what is wrong,
+// naming the input or integer, or "" (the message is made only on a failure).
+template <class DimOf>
+std::string call_mismatch(const BlockPlan& p, DimOf dim_of, const uint32_t* ints) {
+  for (uint32_t k = 0; k < p.input_dims.size(); ++k) {
+    const Dim d = dim_of(k);
+    if (d != p.input_dims[k])
+      return "input '" + p.input_names[k] + "' has shape " + to_string(d) + ", expected " +
+             to_string(p.input_dims[k]);
+  }
+  for (uint32_t k = 0; k < p.index_names.size(); ++k)
+    if (p.index_limit[k] != kNoLimit && ints[k] >= p.index_limit[k])
+      return "integer '" + p.index_names[k] + "' = " + std::to_string(ints[k]) +
+             " is out of range (must be below " + std::to_string(p.index_limit[k]) + ")";
+  return {};
+}
+
+// The nodes of a checked call of `p` on input node ids and integers: the call, then its outputs
+// (output o is node call + 1 + o). Returns the call's id.
+inline uint32_t add_call_nodes(Graph& g, const BlockPlan& p, const uint32_t* inputs,
+                               const uint32_t* ints) {
+  const uint32_t call =
+      g.add_call(p.id, Dim{p.output_floats, 1}, inputs, static_cast<uint32_t>(p.input_dims.size()),
+                 ints, static_cast<uint32_t>(p.index_names.size()));
+  for (uint32_t o = 0; o < p.output_node.size(); ++o)
+    g.add_output(call, o, p.body->node(p.output_node[o]).dim);
+  return call;
+}
 
 }  // namespace edbatch

@@ -76,12 +76,6 @@ class Graph {
   uint32_t add_call(uint32_t block, Dim dim, const uint32_t* args, uint32_t nargs,
                     const uint32_t* ints, uint32_t nints);
   uint32_t add_output(uint32_t call, uint32_t output, Dim dim);
-  // A call (as add_call) and its `nout` outputs (as add_output, output o of shape out_dims[o]) in
-  // one go, for PackedGraph (packed.h), which checked the arguments and tells whether any is a
-  // parameter node. Returns the call's id.
-  uint32_t add_call_with_outputs(uint32_t block, Dim dim, const uint32_t* args, uint32_t nargs,
-                                 const uint32_t* ints, uint32_t nints, const Dim* out_dims,
-                                 uint32_t nout, bool any_parameter);
   // Room for `nodes`, `args` and `ints` more (growing geometrically), for bulk appends.
   void reserve_more(size_t nodes, size_t args, size_t ints);
   // Drops the nodes from id `size` on, with their arguments, integers and input values: undoes a
@@ -91,7 +85,6 @@ class Graph {
 
  private:
   uint32_t type_of(const Node& n, const uint32_t* args);
-  void add_outputs(uint32_t nout, const Dim* out_dims);
 
   ParameterCollection* params_;
   std::vector<Node> nodes_;

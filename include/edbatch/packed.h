@@ -71,7 +71,6 @@ class PackedGraph {
   struct BlockInfo {
     const Block* block;
     const BlockPlan* plan;
-    std::vector<Dim> outputs;
     uint64_t run;  // the reset() it was checked in
   };
   uint32_t slot_of(const Block& block);
@@ -88,6 +87,7 @@ class PackedGraph {
   uint64_t run_ = 0;  // counts reset()s
   std::vector<Entry> entries_;
   std::vector<uint32_t> inputs_, ints_;
+  std::vector<uint32_t> ids_;  // the Expr overloads' arguments as ids
   std::vector<BlockInfo> blocks_;
   std::vector<uint32_t> slot_by_id_;  // block id -> slot in blocks_ (UINT32_MAX: none yet)
 };

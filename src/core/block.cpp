@@ -11,8 +11,6 @@
 namespace edbatch {
 
 namespace {
-constexpr uint32_t kNoLimit = UINT32_MAX;  // an integer slot that takes any value (dropout keys)
-
 [[noreturn]] void fail(const char* fn, const BlockPlan& p, const std::string& msg) {
   throw std::invalid_argument(std::string("[") + fn + "] block '" + p.name + "': " + msg);
 }
@@ -141,20 +139,14 @@ void Block::call(Graph& g, const Expr* inputs, uint32_t num_inputs, const uint32
   ids.resize(num_inputs);
   for (uint32_t k = 0; k < num_inputs; ++k) {
     if (inputs[k].graph != &g) fail(fn, p, "input '" + p.input_names[k] + "' is from another graph");
-    const Dim d = g.node_of(inputs[k], fn).dim;
-    if (d != p.input_dims[k])
-      fail(fn, p, "input '" + p.input_names[k] + "' has shape " + to_string(d) + ", expected " +
-                      to_string(p.input_dims[k]));
+    g.node_of(inputs[k], fn);  // not from before clear()
     ids[k] = inputs[k].id;
   }
-  for (uint32_t k = 0; k < num_indices; ++k)
-    if (p.index_limit[k] != kNoLimit && indices[k] >= p.index_limit[k])
-      fail(fn, p, "integer '" + p.index_names[k] + "' = " + std::to_string(indices[k]) +
-                      " is out of range (must be below " + std::to_string(p.index_limit[k]) + ")");
-  const uint32_t call = g.add_call(p.id, Dim{p.output_floats, 1}, ids.data(), num_inputs,
-                                   indices, num_indices);
-  for (uint32_t o = 0; o < p.output_node.size(); ++o)
-    outputs[o] = g.expr(g.add_output(call, o, p.body->node(p.output_node[o]).dim));
+  const std::string wrong = call_mismatch(
+      p, [&](uint32_t k) { return g.node(ids[k]).dim; }, indices);
+  if (!wrong.empty()) fail(fn, p, wrong);
+  const uint32_t call = add_call_nodes(g, p, ids.data(), indices);
+  for (uint32_t o = 0; o < p.output_node.size(); ++o) outputs[o] = g.expr(call + 1 + o);
 }
 
 bool Block::frozen() const { return plan_->frozen; }

@@ -217,53 +217,6 @@ uint32_t Graph::add_output(uint32_t call, uint32_t output, Dim dim) {
   return add_node(Op::Output, dim, &call, 1, output);
 }
 
-uint32_t Graph::add_call_with_outputs(uint32_t block, Dim dim, const uint32_t* args, uint32_t nargs,
-                                      const uint32_t* ints, uint32_t nints, const Dim* out_dims,
-                                      uint32_t nout, bool any_parameter) {
-  // The usual call, with no parameter input, of a block seen before: its type is known.
-  if (any_parameter || block >= plain_call_type_.size() || plain_call_type_[block] == UINT32_MAX) {
-    const uint32_t call = add_call(block, dim, args, nargs, ints, nints);
-    add_outputs(nout, out_dims);
-    return call;
-  }
-  const uint32_t call = static_cast<uint32_t>(nodes_.size());
-  Node& c = nodes_.emplace_back();
-  c.op = Op::Call;
-  c.type = plain_call_type_[block];
-  c.dim = dim;
-  c.arg_begin = static_cast<uint32_t>(args_.size());
-  c.num_args = nargs;
-  c.aux = block;
-  c.aux2 = static_cast<uint32_t>(ints_.size());
-  c.alpha = 0;
-  c.beta = 0;
-  ints_.insert(ints_.end(), ints, ints + nints);
-  args_.insert(args_.end(), args, args + nargs);
-  ++version_;
-  add_outputs(nout, out_dims);
-  return call;
-}
-
-// Outputs 0..nout-1 of the call just added.
-void Graph::add_outputs(uint32_t nout, const Dim* out_dims) {
-  const uint32_t call = static_cast<uint32_t>(nodes_.size() - 1);
-  for (uint32_t o = 0; o < nout; ++o) {
-    // What add_output makes: outputs are views (no type), so no type_of.
-    Node& n = nodes_.emplace_back();
-    n.op = Op::Output;
-    n.type = UINT32_MAX;
-    n.dim = out_dims[o];
-    n.arg_begin = static_cast<uint32_t>(args_.size());
-    n.num_args = 1;
-    n.aux = o;
-    n.aux2 = 0;
-    n.alpha = 0;
-    n.beta = 0;
-    args_.push_back(call);
-  }
-  version_ += nout;
-}
-
 namespace {
 template <class T>
 void reserve_geometric(std::vector<T>& v, size_t more) {

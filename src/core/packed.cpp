@@ -93,8 +93,6 @@ uint32_t PackedGraph::slot_of(const Block& block) {
   BlockInfo& b = blocks_[slot_by_id_[id]];
   b.block = &block;
   b.plan = &p;
-  b.outputs.resize(block.num_outputs());
-  for (uint32_t o = 0; o < block.num_outputs(); ++o) b.outputs[o] = block.output_dim(o);
   b.run = run_;
   return slot_by_id_[id];
 }
@@ -110,7 +108,7 @@ uint32_t PackedGraph::call(const Block& block, const uint32_t* inputs, const uin
   inputs_.insert(inputs_.end(), inputs, inputs + nin);
   ints_.insert(ints_.end(), ints, ints + nints);
   const uint32_t first = next_ + 1;
-  next_ = first + static_cast<uint32_t>(blocks_[slot].outputs.size());
+  next_ = first + static_cast<uint32_t>(p.output_node.size());
   return first;
 }
 
@@ -131,15 +129,9 @@ uint32_t PackedGraph::record_call(const Block& block, const Expr* inputs, uint32
   if (num_ints != block.num_indices())
     fail(fn, "block '" + block.name() + "': expects " + std::to_string(block.num_indices()) +
                  " integers, got " + std::to_string(num_ints));
-  for (uint32_t k = 0; k < num_inputs; ++k) take(inputs[k], fn);
-  const uint32_t slot = slot_of(block);
-  entries_.push_back(Entry{kCall, slot, static_cast<uint32_t>(inputs_.size()), num_inputs,
-                           static_cast<uint32_t>(ints_.size()), Dim{}});
-  for (uint32_t k = 0; k < num_inputs; ++k) inputs_.push_back(inputs[k].id);
-  ints_.insert(ints_.end(), ints, ints + num_ints);
-  const uint32_t first = next_ + 1;
-  next_ = first + static_cast<uint32_t>(blocks_[slot].outputs.size());
-  return first;
+  ids_.clear();
+  for (uint32_t k = 0; k < num_inputs; ++k) ids_.push_back(take(inputs[k], fn));
+  return call(block, ids_.data(), ints);
 }
 
 uint32_t PackedGraph::reduce(Reduce r, const uint32_t* ids, uint32_t n) {
@@ -159,13 +151,9 @@ uint32_t PackedGraph::reduce(Reduce r, const uint32_t* ids, uint32_t n) {
 Expr PackedGraph::reduce(Reduce r, const std::vector<Expr>& xs) {
   const char* fn = reduce_name(r);
   check_started(fn);
-  if (xs.empty()) fail(fn, "needs at least one argument");
-  if (xs.size() == 1) return expr(take(xs[0], fn));
-  const uint32_t in_begin = static_cast<uint32_t>(inputs_.size());
-  for (const Expr& x : xs) inputs_.push_back(take(x, fn));
-  entries_.push_back(Entry{kReduce, static_cast<uint32_t>(r), in_begin,
-                           static_cast<uint32_t>(xs.size()), 0, Dim{}});
-  return expr(next_++);
+  ids_.clear();
+  for (const Expr& x : xs) ids_.push_back(take(x, fn));
+  return expr(reduce(r, ids_.data(), static_cast<uint32_t>(ids_.size())));
 }
 
 uint32_t PackedGraph::lookup(LookupParameter table, uint32_t index) {
@@ -186,27 +174,14 @@ void PackedGraph::append_entry(Graph& g, const Entry& e) {
   const uint32_t* in = inputs_.data() + e.in_begin;
   switch (e.kind) {
     case kCall: {
-      const BlockInfo& b = blocks_[e.what];
-      const BlockPlan& p = *b.plan;
-      bool any_parameter = false;
-      for (uint32_t k = 0; k < e.in_count; ++k) {
-        auto what = [&] { return "input '" + p.input_names[k] + "'"; };
-        const Node& n = value_node(g, in[k], self, what);
-        any_parameter |= n.op == Op::Parameter;
-        if (n.dim != p.input_dims[k])
-          throw std::invalid_argument(what() + " has shape " + to_string(n.dim) + ", expected " +
-                                      to_string(p.input_dims[k]));
-      }
-      const uint32_t nints = static_cast<uint32_t>(p.index_names.size());
+      const BlockPlan& p = *blocks_[e.what].plan;
+      for (uint32_t k = 0; k < e.in_count; ++k)
+        value_node(g, in[k], self, [&] { return "input '" + p.input_names[k] + "'"; });
       const uint32_t* ints = ints_.data() + e.aux;
-      for (uint32_t k = 0; k < nints; ++k)
-        if (p.index_limit[k] != UINT32_MAX && ints[k] >= p.index_limit[k])
-          throw std::invalid_argument(
-              "integer '" + p.index_names[k] + "' = " + std::to_string(ints[k]) +
-              " is out of range (must be below " + std::to_string(p.index_limit[k]) + ")");
-      g.add_call_with_outputs(p.id, Dim{p.output_floats, 1}, in, e.in_count, ints, nints,
-                              b.outputs.data(), static_cast<uint32_t>(b.outputs.size()),
-                              any_parameter);
+      const std::string wrong = call_mismatch(
+          p, [&](uint32_t k) { return g.node(in[k]).dim; }, ints);
+      if (!wrong.empty()) throw std::invalid_argument(wrong);
+      add_call_nodes(g, p, in, ints);
       return;
     }
     case kReduce: {
