@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include "edbatch/params.h"
 
 namespace edbatch::testing {
 
@@ -25,6 +28,24 @@ void check_close(const A& a, const B& b, size_t n, double rel, const std::string
   }
   INFO(what << ": worst element " << at << " differs by " << worst << " (scale " << scale << ")");
   CHECK(worst <= rel * scale);
+}
+
+inline bool bitwise_equal(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// Every gradient (views aside) bitwise equal in two collections of the same model, then both
+// zeroed for the next comparison.
+inline void check_same_gradients(ParameterCollection& a, ParameterCollection& b,
+                                 const std::string& what) {
+  REQUIRE(a.size() == b.size());
+  for (uint32_t p = 0; p < a.size(); ++p) {
+    if (a.is_view(p)) continue;
+    INFO(what << ": gradient of " << a.name(p));
+    CHECK(bitwise_equal(a.grads(p), b.grads(p), a.dim(p).size()));
+  }
+  a.zero_grads();
+  b.zero_grads();
 }
 
 }  // namespace edbatch::testing

@@ -5,23 +5,20 @@
 // it, and the graph is left as it was.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <random>
 
 #include "edbatch/block.h"
 #include "edbatch/engine.h"
 #include "edbatch/models.h"
 #include "edbatch/packed.h"
+#include "edbatch/types.h"
+#include "tests/check.h"
 
 using namespace edbatch;
+using edbatch::testing::bitwise_equal;
+using edbatch::testing::check_same_gradients;
 
 namespace {
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // The two graphs hold the same nodes, arguments, integers and input values, field by field.
 void check_same_graph(const Graph& a, const Graph& b) {
@@ -36,16 +33,12 @@ void check_same_graph(const Graph& a, const Graph& b) {
     CHECK(x.num_args == y.num_args);
     CHECK(x.aux == y.aux);
     CHECK(x.aux2 == y.aux2);
-    CHECK(bits(x.alpha) == bits(y.alpha));
-    CHECK(bits(x.beta) == bits(y.beta));
+    CHECK(float_bits(x.alpha) == float_bits(y.alpha));
+    CHECK(float_bits(x.beta) == float_bits(y.beta));
   }
   CHECK(a.all_args() == b.all_args());
   CHECK(a.ints() == b.ints());
   CHECK(a.input_values() == b.input_values());
-}
-
-bool bitwise_equal(const float* a, const float* b, size_t n) {
-  return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -88,13 +81,7 @@ TEST_CASE("packed: every zoo model builds the graph of per-node calls, bitwise t
       CHECK(ea.schedule().batches.size() == eb.schedule().batches.size());
       ea.backward(ga, a);
       eb.backward(gb, b);
-      for (uint32_t p = 0; p < pa.size(); ++p) {
-        if (pa.is_view(p)) continue;
-        INFO("gradient of " << pa.name(p));
-        CHECK(bitwise_equal(pa.grads(p), pb.grads(p), pa.dim(p).size()));
-      }
-      pa.zero_grads();
-      pb.zero_grads();
+      check_same_gradients(pa, pb, name);
     }
   }
 }

@@ -6,31 +6,18 @@
 // leaves the kept plan as it was; a budget too small for a plan keeps none.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <random>
 
 #include "edbatch/block.h"
 #include "edbatch/engine.h"
 #include "edbatch/models.h"
+#include "tests/check.h"
 
 using namespace edbatch;
+using edbatch::testing::bitwise_equal;
+using edbatch::testing::check_same_gradients;
 
 namespace {
-
-bool bitwise_equal(const float* a, const float* b, size_t n) {
-  return std::memcmp(a, b, n * sizeof(float)) == 0;
-}
-
-void check_same_gradients(ParameterCollection& a, ParameterCollection& b, const std::string& what) {
-  REQUIRE(a.size() == b.size());
-  for (uint32_t p = 0; p < a.size(); ++p) {
-    if (a.is_view(p)) continue;
-    INFO(what << ": gradient of " << a.name(p));
-    CHECK(bitwise_equal(a.grads(p), b.grads(p), a.dim(p).size()));
-  }
-  a.zero_grads();
-  b.zero_grads();
-}
 
 // Moves every word id, label and tag of the data set one place along (across instances), so
 // each instance keeps its structure and gets other integers from the same ranges.

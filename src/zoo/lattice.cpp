@@ -54,6 +54,7 @@ class LatticeModel : public Model {
     const Lattice& l = lattices_[instance];
     states_.resize(l.length());
     losses_.clear();
+    Sink sink(g, nullptr);  // combine, node by node
     for (uint32_t k = 0; k < l.length(); ++k) {
       const uint32_t a0 = l.arc_begin[k], a1 = l.arc_begin[k + 1];
       if (a0 == a1) {
@@ -68,8 +69,8 @@ class LatticeModel : public Model {
           hs_.push_back(s.h);
           if (s.c.graph) cs_.push_back(s.c);
         }
-        states_[k].h = combine(hs_);
-        states_[k].c = cs_.empty() ? Expr{} : combine(cs_);
+        states_[k].h = combine(sink, hs_);
+        states_[k].c = cs_.empty() ? Expr{} : combine(sink, cs_);
       }
       losses_.push_back(node_loss(g, W_out_, states_[k].h, l.tags[k], logits));
     }
@@ -161,7 +162,7 @@ class LatticeModel : public Model {
     });
   }
 
-  Expr combine(const std::vector<Expr>& xs) const { return average_arcs_ ? average(xs) : sum(xs); }
+  // Sum or mean over a node's arcs.
   Expr combine(Sink& s, const std::vector<Expr>& xs) const {
     return average_arcs_ ? s.average(xs) : s.sum(xs);
   }

@@ -50,11 +50,12 @@ class Mvrnn : public Model {
     v_.resize(tree.nodes.size());
     M_.resize(tree.nodes.size());
     losses_.clear();
+    Sink sink(g, nullptr);  // word_matrix, node by node
     for (size_t k = 0; k < tree.nodes.size(); ++k) {
       const TreeNode& t = tree.nodes[k];
       if (t.leaf()) {
         v_[k] = lookup(g, Ev_, t.word);
-        M_[k] = word_matrix(g, t.word);
+        M_[k] = word_matrix(sink, t.word);
         if (tree.nodes.size() > 1) continue;
       } else {
         const Expr v1 = v_[t.left], v2 = v_[t.right], M1 = M_[t.left], M2 = M_[t.right];
@@ -83,7 +84,7 @@ class Mvrnn : public Model {
       const uint32_t label = t.label;
       if (t.leaf()) {
         v_[k] = s.lookup(Ev_, t.word);
-        M_[k] = s.reshape(s.lookup(EM_, t.word), Dim{options_.hidden, options_.hidden});
+        M_[k] = word_matrix(s, t.word);
         if (tree.nodes.size() > 1) continue;
         s.call(*loss_block_, &v_[k], 1, &label, 1, out);
         losses_.push_back(call_loss(out, 2, logits));
@@ -105,9 +106,9 @@ class Mvrnn : public Model {
 
  private:
   // A leaf's matrix.
-  Expr word_matrix(Graph& g, uint32_t word) const {
+  Expr word_matrix(Sink& s, uint32_t word) const {
     const uint32_t H = options_.hidden;
-    return reshape(lookup(g, EM_, word), Dim{H, H});
+    return s.reshape(s.lookup(EM_, word), Dim{H, H});
   }
 
   void make_blocks() {

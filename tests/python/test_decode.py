@@ -120,9 +120,8 @@ def pick_model(step_of, vocab, E, H, max_len):
     pytest.fail("no seed gives sentences of several lengths")
 
 
-@torch.no_grad()
-def test_greedy_user_lstm():
-    vocab, E, H, max_len = 13, 5, 9, 10
+def pick_user_lstm(vocab, E, H, max_len):
+    """pick_model with a UserLSTM cell seeded like the model: (model, eager, cell)."""
     cells = {}
 
     def step_of(model, seed):
@@ -131,7 +130,14 @@ def test_greedy_user_lstm():
         return cells[seed]
 
     model, eager, seed = pick_model(step_of, vocab, E, H, max_len)
-    module = edbatch.nn.Propagate(cells[seed], state_size=(H, H))
+    return model, eager, cells[seed]
+
+
+@torch.no_grad()
+def test_greedy_user_lstm():
+    vocab, E, H, max_len = 13, 5, 9, 10
+    model, eager, cell = pick_user_lstm(vocab, E, H, max_len)
+    module = edbatch.nn.Propagate(cell, state_size=(H, H))
     decoder = edbatch.nn.StepDecoder(module, input_size=E)
     check_same(model, eager, batched_greedy(model, decoder, max_len), max_len)
     # A second loop on the same decoder starts afresh.
@@ -203,18 +209,10 @@ def test_greedy_on_cuda():
     """The engine runs on the module's CUDA device: the same tokens and states as the eager loop,
     in fewer launches than on the CPU (its passes are chained)."""
     vocab, E, H, max_len = 13, 5, 9, 10
-    cells = {}
-
-    def step_of(model, seed):
-        torch.manual_seed(seed)
-        cells[seed] = UserLSTM(H, E)
-        return cells[seed]
-
-    model, eager, seed = pick_model(step_of, vocab, E, H, max_len)
-    on_cpu = edbatch.nn.StepDecoder(edbatch.nn.Propagate(cells[seed], state_size=(H, H)),
-                                    input_size=E)
+    model, eager, cell = pick_user_lstm(vocab, E, H, max_len)
+    on_cpu = edbatch.nn.StepDecoder(edbatch.nn.Propagate(cell, state_size=(H, H)), input_size=E)
     check_same(model, eager, batched_greedy(model, on_cpu, max_len), max_len)
-    module = edbatch.nn.Propagate(cells[seed], state_size=(H, H)).cuda()
+    module = edbatch.nn.Propagate(cell, state_size=(H, H)).cuda()
     decoder = edbatch.nn.StepDecoder(module, input_size=E)
     assert decoder.device.type == "cuda"
     check_same(model, eager, batched_greedy(model, HostView(decoder), max_len), max_len)
