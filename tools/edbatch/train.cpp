@@ -119,8 +119,7 @@ int train(TrainOptions o) {
   const FsmWorkload w =
       make_fsm_workload(*model, o.batch, sizes, o.train_batches, o.val_batches, o.seed);
   const auto train_graphs = w.train_graphs(), val_graphs = w.validation_graphs();
-  std::string size_list;
-  for (uint32_t s : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(s);
+  const std::string size_list = CLI::detail::join(sizes, ",");
   std::fprintf(stderr,
                "%s: %zu training mini-batches of up to %s instances, %zu validation ones of up "
                "to %u\n",
