@@ -9,7 +9,9 @@ same run. One JSON line per result on stdout, a table on stderr. Structure packi
 level plans (hand-batched) are made once per mini-batch, outside the timed step. edbatch runs
 twice: plain (graph build, scheduling and planning inside the step) and edbatch-prefetch, whose
 step starts edbatch.prepare on the next mini-batch first (that host work then overlaps the step,
-on a worker thread), as edbatch.prefetch does in a training loop.
+on a worker thread), as edbatch.prefetch does in a training loop. edbatch-loss and
+edbatch-loss-prefetch run the same steps with the loss head inside the engine (the modules'
+classes= option and loss()), where the others compute it in PyTorch from the returned states.
 
 Both implementations update their parameters with the same code (torch_models.sgd_update: one
 multi-tensor add over the parameters with gradients, p -= 0.01 * grad).
@@ -110,15 +112,16 @@ def zoo_weights(model, vocab, H, classes, seed):
 
 
 class Ours:
-    """The extension's module with the zoo's loss head: sum over nodes of -log softmax."""
+    """The extension's module with the zoo's loss head: sum over nodes of -log softmax, in PyTorch
+    (step) or inside the engine (step_in_engine: a second module sharing every parameter, made
+    with classes=, whose head weight is W_out and whose bias stays zero)."""
 
     def __init__(self, model, w, vocab, H, device, threads, drop_grads):
-        if model == "tree_lstm":
-            self.m = edbatch.nn.TreeLSTM(vocab, H, H, threads=threads)
-            tables = [w["E"]]
-        else:
-            self.m = edbatch.nn.LatticeLSTM(vocab, H, H, threads=threads)
-            tables = [w["char.E"], w["word.E"]]
+        classes = w["W_out"].shape[0]
+        Module = edbatch.nn.TreeLSTM if model == "tree_lstm" else edbatch.nn.LatticeLSTM
+        self.m = Module(vocab, H, H, threads=threads)
+        self.mh = Module(vocab, H, H, threads=threads, classes=classes)
+        tables = [w["E"]] if model == "tree_lstm" else [w["char.E"], w["word.E"]]
         with torch.no_grad():
             for emb, table in zip(self.m.embeddings, tables):
                 emb.weight.copy_(table)
@@ -128,6 +131,12 @@ class Ours:
         self.W_out = torch.nn.Parameter(w["W_out"].clone())
         self.m.to(device)
         self.W_out.data = self.W_out.data.to(device)
+        self.mh.embeddings = self.m.embeddings
+        for name in self.m.cell.weight_names:
+            setattr(self.mh.cell, name, getattr(self.m.cell, name))
+        self.mh.head.weight = self.W_out
+        self.mh.head.bias = torch.nn.Parameter(torch.zeros(classes, device=device),
+                                               requires_grad=False)
         self.params = list(self.m.parameters()) + [self.W_out]
         self.drop_grads = drop_grads
 
@@ -142,6 +151,12 @@ class Ours:
 
     def step(self, packed):
         loss = self.loss(packed)
+        loss.backward()
+        self.update()
+        return loss
+
+    def step_in_engine(self, packed):
+        loss = self.mh.loss(packed)
         loss.backward()
         self.update()
         return loss
@@ -222,23 +237,29 @@ def main():
                 ref.sgd_step(0.01, drop_grads)
                 return loss
 
-            def prefetched(i):
+            def prefetched(module, step):
                 # The next mini-batch's host work (edbatch.prepare) overlaps this step, as
                 # edbatch.prefetch does in a training loop.
-                ours.m.prepare(packs[(i + 1) % len(packs)])
-                return ours.step(packs[i])
+                def run(i):
+                    module.prepare(packs[(i + 1) % len(packs)])
+                    return step(packs[i])
+                return run
 
-            # edbatch-prefetch runs first in each repetition: it takes the mini-batch prepared
-            # in the repetition before, so the plain edbatch step never finds one prepared.
+            # A prefetching step runs before its plain twin in each repetition: it takes the
+            # mini-batch prepared in the repetition before, so the plain step never finds one
+            # prepared. The -loss steps run the loss head inside the engine (Ours.mh).
             impls = {
-                "edbatch-prefetch": prefetched,
+                "edbatch-prefetch": prefetched(ours.m, ours.step),
                 "edbatch": lambda i: ours.step(packs[i]),
+                "edbatch-loss-prefetch": prefetched(ours.mh, ours.step_in_engine),
+                "edbatch-loss": lambda i: ours.step_in_engine(packs[i]),
                 "hand-batched": lambda i: ref_step(lambda: ref.batched_losses(groups[i], plans[i])),
                 "node-by-node": lambda i: ref_step(lambda: ref.eager_losses(groups[i])),
             }
             # The same loss before any update (a check that the three compute the same model).
             with torch.no_grad():
                 check = {"edbatch": ours.loss(packs[0]).item(),
+                         "edbatch-loss": ours.mh.loss(packs[0]).item(),
                          "hand-batched": ref.batched_losses(groups[0], plans[0]).sum().item(),
                          "node-by-node": ref.eager_losses(groups[0]).sum().item()}
             print(f"{model}: first mini-batch loss " +
@@ -272,10 +293,10 @@ def main():
                        "ratio_to_edbatch_prefetch": round(med / base_prefetch, 2)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print(f"\n{'model':<13} {'impl':<17} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
+    print(f"\n{'model':<13} {'impl':<21} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
           f"{'x prefetch':>10}", file=sys.stderr)
     for r in rows:
-        print(f"{r['model']:<13} {r['impl']:<17} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
+        print(f"{r['model']:<13} {r['impl']:<21} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
               f"{r['p90_ms']:>9.2f} {r['ratio_to_edbatch']:>9.2f} "
               f"{r['ratio_to_edbatch_prefetch']:>10.2f}", file=sys.stderr)
 

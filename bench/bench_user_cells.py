@@ -10,6 +10,8 @@ mini-batches and weights (bench/user_cell_models.py):
 The user cells run twice: edbatch (graph build, scheduling and planning inside the step) and
 edbatch-prefetch (the next mini-batch prepared on a worker thread during the step, as
 edbatch.prefetch does; the hand-batched implementation likewise plans its levels outside the step).
+For childsum, edbatch-loss and edbatch-loss-prefetch run the model's loss head inside the engine
+(Propagate's classes= and loss()) instead of in PyTorch.
 
 The implementations run round-robin, one step each per repetition, so machine noise hits them
 alike; each row gives the median, p10 and p90 over the repetitions and the ratio of its median to
@@ -67,6 +69,8 @@ def childsum_impls(args, device, drop_grads):
     torch.manual_seed(args.seed)
     model = ucm.ChildSumModel(len(vocab), args.hidden).to(device)
     prop = ucm.child_sum_propagate(model, threads=args.threads)
+    # The same cells with the model's loss head inside the engine (classes=, loss()).
+    prop_loss = ucm.child_sum_propagate(model, threads=args.threads, classes=model.out)
     batched = ucm.ChildSumBatched(model, device)
     plans = [batched.plan(p) for p in packs]
     packs = [p.to(device) for p in packs]
@@ -76,7 +80,12 @@ def childsum_impls(args, device, drop_grads):
         h, _ = prop(packs[i], x=model.embed(packs[i].input_ids))
         return model.head(h, packs[i].labels)
 
+    def ours_loss(i):
+        return prop_loss.loss(packs[i], x=model.embed(packs[i].input_ids))
+
     losses = {"edbatch-prefetch": prefetched(prop, ours, packs), "edbatch": ours,
+              "edbatch-loss-prefetch": prefetched(prop_loss, ours_loss, packs),
+              "edbatch-loss": ours_loss,
               "hand-batched": lambda i: batched.loss(packs[i], plans[i]),
               "node-by-node": lambda i: ucm.child_sum_node_by_node(model, packs[i])}
     return losses, params, packs

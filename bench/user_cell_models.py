@@ -37,10 +37,15 @@ class ChildSumModel(nn.Module):
         return nn.functional.cross_entropy(self.out(h[keep]), labels[keep], reduction="sum")
 
 
-def child_sum_propagate(model, policy="lb-greedy", threads=0):
+def child_sum_propagate(model, policy="lb-greedy", threads=0, classes=None):
+    """Propagate over the model's cells; with classes=model.out, its loss head is that layer."""
     import edbatch
-    return edbatch.nn.Propagate(model.node, model.edge, reduce="sum",
-                                state_size=(model.H, model.H), policy=policy, threads=threads)
+    prop = edbatch.nn.Propagate(model.node, model.edge, reduce="sum",
+                                state_size=(model.H, model.H), policy=policy, threads=threads,
+                                classes=None if classes is None else classes.out_features)
+    if classes is not None:
+        prop.head = classes
+    return prop
 
 
 def child_sum_node_by_node(model, packed):

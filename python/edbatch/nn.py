@@ -4,6 +4,7 @@ import math
 
 import torch
 
+from .head import check_head, head_weights
 from .ops import prepare, run_cell, weight_shapes
 from .propagate import Propagate  # noqa: F401  (user cells: edbatch.nn.Propagate)
 from .decode import StepDecoder  # noqa: F401  (decoding loops: edbatch.nn.StepDecoder)
@@ -12,12 +13,17 @@ from .decode import StepDecoder  # noqa: F401  (decoding loops: edbatch.nn.StepD
 class Cell(torch.nn.Module):
     """One edbatch cell over packed structures: forward(x, packed) returns its per-node outputs.
 
-    x holds the input rows that packed.node_inputs / packed.arc_inputs point at.
+    x holds the input rows that packed.node_inputs / packed.arc_inputs point at. With classes=C
+    the module has a loss head (self.head, an nn.Linear(hidden_size, C)) and loss(x, packed)
+    runs it inside the engine: the cross-entropy of every labelled node's first output, summed or
+    averaged (reduction) over the labelled nodes (docs/pytorch.md, "The loss inside the engine").
     """
 
     def __init__(self, cell, input_size, hidden_size, num_node_types=1, num_arc_types=1,
-                 policy="lb-greedy", threads=0):
+                 policy="lb-greedy", threads=0, classes=None, reduction="sum"):
         super().__init__()
+        check_head(classes, reduction, f"edbatch.nn.Cell({cell!r})")
+        self.reduction = reduction
         self.cell, self.input_size, self.hidden_size = cell, input_size, hidden_size
         self.num_node_types, self.num_arc_types = num_node_types, num_arc_types
         self.policy, self.threads = policy, threads
@@ -26,12 +32,15 @@ class Cell(torch.nn.Module):
                                          num_arc_types):
             self.register_parameter(name, torch.nn.Parameter(torch.empty(shape)))
             self.weight_names.append(name)
+        self.head = None if classes is None else torch.nn.Linear(hidden_size, classes)
         self.reset_parameters()
 
     def reset_parameters(self):
         bound = 1.0 / math.sqrt(self.hidden_size)
         for name in self.weight_names:
             torch.nn.init.uniform_(getattr(self, name), -bound, bound)
+        if self.head is not None:
+            self.head.reset_parameters()
 
     def weights(self):
         return [getattr(self, name) for name in self.weight_names]
@@ -40,13 +49,26 @@ class Cell(torch.nn.Module):
         return run_cell(self.cell, x, packed, self.weights(), self.hidden_size,
                         self.num_node_types, self.num_arc_types, self.policy, self.threads)
 
+    def loss(self, x, packed, labels=None):
+        """The loss head's cross-entropy over the nodes of `packed` (a 0-d tensor), computed
+        inside the engine. labels: int64 per node, -1 for none (default packed's, read from its
+        host copy)."""
+        if labels is None:
+            labels = packed.host_labels()
+        return run_cell(self.cell, x, packed, self.weights() + head_weights(self, "Cell"),
+                        self.hidden_size, self.num_node_types, self.num_arc_types, self.policy,
+                        self.threads, labels, self.reduction)[0]
+
     def prepare(self, packed, num_x=None):
         """Starts the host work of a later forward(x, packed) (x of num_x rows; default
         packed.input_ids' length) on a worker thread: edbatch.prepare for this cell's options,
-        on the device of its parameters."""
+        on the device of its parameters. A cell with a loss head prepares loss(x, packed) with
+        packed's labels instead."""
         device = self.weights()[0].device if self.weight_names else torch.device("cpu")
+        head = {} if self.head is None else {"loss": self.reduction,
+                                             "classes": self.head.out_features}
         prepare(self.cell, packed, self.input_size, self.hidden_size, device, num_x,
-                self.num_node_types, self.num_arc_types, self.policy, self.threads)
+                self.num_node_types, self.num_arc_types, self.policy, self.threads, **head)
 
     def extra_repr(self):
         return (f"{self.cell}, input_size={self.input_size}, hidden_size={self.hidden_size}, "
@@ -74,6 +96,16 @@ class _Embedded(torch.nn.Module):
     def forward(self, packed, x=None):
         """Per-node outputs; x overrides the embeddings (rows as packed.input_ids)."""
         return self.cell(self.embed(packed) if x is None else x, packed)
+
+    @property
+    def head(self):
+        """The loss head (an nn.Linear) of a module made with classes=C, else None."""
+        return self.cell.head
+
+    def loss(self, packed, labels=None, x=None):
+        """The loss head's cross-entropy over every labelled node (Cell.loss), inside the
+        engine; labels default to packed's, x to the embeddings."""
+        return self.cell.loss(self.embed(packed) if x is None else x, packed, labels)
 
     def prepare(self, packed):
         """Starts the host work of a later forward(packed) on a worker thread (Cell.prepare)."""

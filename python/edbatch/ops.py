@@ -45,12 +45,18 @@ def _message(error):
 
 
 def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_types=1,
-             policy="lb-greedy", threads=0):
+             policy="lb-greedy", threads=0, labels=None, loss=None):
     """Runs `cell` over every node of `packed` and returns its per-node outputs ([h, c] for the
     LSTM cells, [h] otherwise), each num_nodes x hidden_size, differentiable in x and weights.
 
     x: float32 (rows x input size), the rows node_inputs / arc_inputs point at.  weights: in the
     order of weight_shapes().  threads 0: torch.get_num_threads().
+
+    loss "sum" or "mean": a classification loss head runs inside the engine instead, and the call
+    returns [loss]: the cross-entropy of softmax(W h + b) against `labels` (int64, one per node,
+    -1 for none) summed or averaged over the labelled nodes, where W (classes x hidden_size) and
+    b (classes) follow the cell's weights in `weights`. Labels are read on the host: pass a CPU
+    tensor (Packed.host_labels()) to spare a wait on the GPU.
     """
     structure = packed.structure() if hasattr(packed, "structure") else None
     if isinstance(x, torch.Tensor) and structure is not None:
@@ -59,11 +65,13 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
         try:
             return list(torch.ops.edbatch.run_cell(cell, x, *structure, list(weights),
                                                    hidden_size, num_node_types, num_arc_types,
-                                                   policy, threads))
+                                                   policy, threads, labels, loss or ""))
         except (RuntimeError, TypeError) as e:
             error = e
     else:
         error = None
+    if loss is not None:
+        weights = weights[:-2]  # the head's: the op names what is wrong with them
     _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, num_arc_types)
     if error is None:
         raise TypeError(f"edbatch.run_cell: packed must be a Packed structure, got "
@@ -72,7 +80,7 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
 
 
 def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num_node_types=1,
-            num_arc_types=1, policy="lb-greedy", threads=0):
+            num_arc_types=1, policy="lb-greedy", threads=0, loss=None, classes=0):
     """Starts the structure-only host work of a later run_cell call on `packed` (checking it,
     building its graph, scheduling and memory planning) on a worker thread, and returns at once.
 
@@ -81,6 +89,8 @@ def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num
     Typically the next mini-batch is prepared while this one trains (see prefetch()). A call that
     matches no prepared structure works as usual; an error in the structure is raised by the
     run_cell call. Up to 8 prepared structures wait; preparing more drops the oldest.
+    With loss ("sum" or "mean") and classes, the prepared call is run_cell's loss head over
+    packed's labels (Packed.host_labels()).
     """
     _lib.load()
     if num_x is None:
@@ -88,7 +98,8 @@ def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num
     try:
         torch.ops.edbatch.prepare(cell, str(torch.device(device)), input_size, num_x,
                                   *packed.structure(), hidden_size, num_node_types, num_arc_types,
-                                  policy, threads)
+                                  policy, threads, *_head_labels(packed, loss), loss or "",
+                                  classes)
     except RuntimeError as e:
         _reraise(e)
 
@@ -137,6 +148,11 @@ def prefetch(module, batches):
         if upcoming is not end:
             module.prepare(upcoming)
         yield current
+
+
+def _head_labels(packed, loss):
+    """(labels,) for a call with a loss head, else (None,)."""
+    return (packed.host_labels() if loss else None,)
 
 
 def _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, num_arc_types):

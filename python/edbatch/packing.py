@@ -58,7 +58,16 @@ class Packed:
         for name in _FIELDS:
             t = getattr(self, name)
             setattr(out, name, t.to(device) if name in _DEVICE_FIELDS else t.cpu())
+        out._host_labels = (out.labels, self.host_labels())
         return out
+
+    def host_labels(self):
+        """The labels in host memory: the loss heads inside the engine read them there (to()
+        keeps a host copy, so a GPU batch's labels cost no wait)."""
+        kept = getattr(self, "_host_labels", None)
+        if kept is not None and kept[0] is self.labels:
+            return kept[1]
+        return self.labels.cpu()
 
     def __repr__(self):
         return (f"Packed({self.num_instances} instances, {self.num_nodes} nodes, "

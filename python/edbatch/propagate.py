@@ -2,6 +2,7 @@
 trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorch.md)."""
 import torch
 
+from .head import check_head, head_weights
 from .ops import _reraise
 from .trace import as_cells, sizes_of, trace_program
 
@@ -15,15 +16,17 @@ def has_propagate_op():
         return False
 
 
-def run_program(program, x, ids, packed, weights, seed, policy, threads):
-    """Runs a traced Program over `packed` with the op: one tensor per state component."""
+def run_program(program, x, ids, packed, weights, seed, policy, threads, labels=None, loss=None):
+    """Runs a traced Program over `packed` with the op: one tensor per state component (with a
+    loss head, weights end with its weight and bias and the op returns [loss])."""
     if not has_propagate_op():
         raise RuntimeError("edbatch.nn.Propagate: the loaded extension has no "
                            "torch.ops.edbatch.propagate; rebuild it from a version with user "
                            "cells (docs/pytorch.md)")
     try:
         return list(torch.ops.edbatch.propagate(program.text, x, ids, *packed.structure(),
-                                                weights, seed, policy, threads))
+                                                weights, seed, policy, threads, labels,
+                                                loss or ""))
     except RuntimeError as e:
         _reraise(e)
 
@@ -41,11 +44,17 @@ class Propagate(torch.nn.Module):
     tuple (a tuple of tensors). message_size: the edge cells' message sizes when they differ
     from state_size (needed for initial="learned" only). forward(packed, x=None, ids=None)
     returns every node's state (one row per node, in packed order).
+
+    classes=C adds a loss head (self.head, an nn.Linear from the state's first component to C
+    classes): loss(packed, x=None, ids=None, labels=None) runs it inside the engine and returns
+    the cross-entropy over every labelled node, summed or averaged (reduction).
     """
 
     def __init__(self, node_cell, edge_cell=None, reduce="sum", state_size=None,
-                 initial="zeros", message_size=None, policy="lb-greedy", threads=0):
+                 initial="zeros", message_size=None, policy="lb-greedy", threads=0,
+                 classes=None, reduction="sum"):
         super().__init__()
+        check_head(classes, reduction, "Propagate")
         if state_size is None:
             raise TypeError("Propagate needs state_size= (an int, or a tuple for a tuple state)")
         if reduce not in ("sum", "mean", "max"):
@@ -61,6 +70,9 @@ class Propagate(torch.nn.Module):
         sizes_of(state_size, "state_size")
         self.state_size, self.message_size = state_size, message_size
         self.reduce, self.initial_kind = reduce, initial
+        self.reduction = reduction
+        self.head = (None if classes is None else
+                     torch.nn.Linear(sizes_of(state_size, "state_size")[0][0], classes))
         self.policy, self.threads = policy, threads
         self.initial = torch.nn.ParameterList()
         if initial == "learned":
@@ -92,6 +104,19 @@ class Propagate(torch.nn.Module):
         self._programs.clear()
 
     def forward(self, packed, x=None, ids=None):
+        outputs, program = self._run(packed, x, ids)
+        return tuple(outputs) if program.state_tuple else outputs[0]
+
+    def loss(self, packed, x=None, ids=None, labels=None):
+        """The loss head's cross-entropy over every labelled node of `packed` (a 0-d tensor),
+        inside the engine. labels: int64 per node, -1 for none (default packed's, read from its
+        host copy)."""
+        head = head_weights(self, "Propagate")
+        if labels is None:
+            labels = packed.host_labels()
+        return self._run(packed, x, ids, head, labels)[0][0]
+
+    def _run(self, packed, x, ids, head=(), labels=None):
         kind, size, x, ids = self._inputs(x, ids)
         self._last_input = (kind, size, x.device)
         program = self.program(kind, size, *_kinds(packed))
@@ -104,8 +129,10 @@ class Propagate(torch.nn.Module):
         if self.training and program.has_dropout:
             seed = int(torch.randint(0, 2 ** 62, ()).item())
         self.last_seed = seed  # the dropout masks' seed (edbatch.dropout_mask rebuilds them)
-        outputs = run_program(program, x, ids, packed, weights, seed, self.policy, self.threads)
-        return tuple(outputs) if program.state_tuple else outputs[0]
+        extra = (labels, self.reduction) if head else ()  # the loss head's arguments
+        outputs = run_program(program, x, ids, packed, list(weights) + list(head), seed,
+                              self.policy, self.threads, *extra)
+        return outputs, program
 
     def prepare(self, packed, input_size=None, num_x=None, device=None):
         """Starts the host work of a later forward(packed, x=...) on a worker thread: checking
@@ -117,7 +144,8 @@ class Propagate(torch.nn.Module):
 
         Not prepared (a no-op): cells that embed ids, and cells with dropout while training,
         whose graphs depend on the call's ids or masks; a module that has not run yet and is
-        given no input_size.
+        given no input_size. A module with a loss head prepares loss(packed, x=...) with
+        packed's labels instead.
         """
         last = self._last_input
         if input_size is None:
@@ -132,9 +160,11 @@ class Propagate(torch.nn.Module):
         if num_x is None:
             num_x = packed.input_ids.numel()
         try:
+            head = (None, "", 0) if self.head is None else (
+                packed.host_labels(), self.reduction, self.head.out_features)
             torch.ops.edbatch.propagate_prepare(program.text, str(torch.device(device)),
                                                 input_size, num_x, *packed.structure(),
-                                                self.policy, self.threads)
+                                                self.policy, self.threads, *head)
         except (AttributeError, RuntimeError) as e:
             if isinstance(e, AttributeError):
                 return  # an extension without propagate_prepare: nothing to prepare with

@@ -131,10 +131,22 @@ EngineOptions RunOptions::engine_options() const {
   return apply_debug_env(o);
 }
 
+// The loss head's weights, after the cell's: names no cell uses (a cell's have no "loss." prefix).
+constexpr const char* kHeadWeight = "loss.weight";
+constexpr const char* kHeadBias = "loss.bias";
+
 Runner::Runner(const CellConfig& config, const RunOptions& options)
-    : pc_(1), engine_(pc_, options.engine_options()), graph_(pc_) {
+    : pc_(1), head_(config.head), engine_(pc_, options.engine_options()), graph_(pc_) {
   cell_ = make_cell(config, pc_);
-  for (const WeightSpec& w : cell_->weights()) weight_params_.push_back({pc_.find(w.name)});
+  specs_ = cell_->weights();
+  if (head_.classes) {
+    const uint32_t h = cell_->output_size(0);
+    specs_.push_back({kHeadWeight, head_.classes, h});
+    specs_.push_back({kHeadBias, head_.classes, 0});
+    pc_.add_parameters(kHeadWeight, Dim{head_.classes, h});
+    pc_.add_parameters(kHeadBias, Dim{head_.classes, 1});
+  }
+  for (const WeightSpec& w : specs_) weight_params_.push_back({pc_.find(w.name)});
 }
 
 // A weight from torch's row-major rows x cols to the engine's column-major rows x cols, and back;
@@ -179,7 +191,8 @@ DeviceInterop& Runner::interop(const char* fn) {
 void Runner::stage(const Packed& p) {
   prepared_ = false;
   const int64_t N = p.num_nodes, A = p.num_arcs, B = p.num_instances;
-  staged_.resize(static_cast<size_t>(2 * N + (N + 1) + 3 * A + (B + 1)));
+  const int64_t L = head_.classes && p.labels ? N : 0;
+  staged_.resize(static_cast<size_t>(2 * N + (N + 1) + 3 * A + (B + 1) + L));
   int64_t* at = staged_.data();
   auto put = [&at](const int64_t* src, int64_t n) {
     if (n > 0) std::memcpy(at, src, sizeof(int64_t) * static_cast<size_t>(n));
@@ -196,6 +209,7 @@ void Runner::stage(const Packed& p) {
   staged_view_.arc_types = put(p.arc_types, A);
   staged_view_.arc_inputs = put(p.arc_inputs, A);
   staged_view_.instance_offsets = put(p.instance_offsets, B + 1);
+  staged_view_.labels = L > 0 ? put(p.labels, L) : nullptr;
 }
 
 void Runner::prepare() {
@@ -203,6 +217,7 @@ void Runner::prepare() {
   const char* fn = "edbatch.prepare";
   check_packed(staged_view_, fn);
   cell_->check(staged_view_, fn);
+  check_labels(staged_view_, fn);
   if (staged_view_.num_nodes > 0) {
     build_graph(staged_view_, nullptr);
     engine_.prepare(graph_);
@@ -214,7 +229,8 @@ bool Runner::staged_matches(const Packed& p) const {
   const Packed& s = staged_view_;
   if (staged_.empty() || p.num_nodes != s.num_nodes || p.num_arcs != s.num_arcs ||
       p.num_instances != s.num_instances || p.num_x != s.num_x || p.x_dim != s.x_dim ||
-      p.seed != s.seed || p.ids != nullptr || s.ids != nullptr)
+      p.seed != s.seed || p.ids != nullptr || s.ids != nullptr ||
+      (head_.classes && p.num_nodes > 0 && (p.labels == nullptr || s.labels == nullptr)))
     return false;  // dropout masks and ids are part of a traced cell's graph: not prepared
   auto same = [](const int64_t* a, const int64_t* b, int64_t n) {
     return n == 0 || std::memcmp(a, b, sizeof(int64_t) * static_cast<size_t>(n)) == 0;
@@ -223,7 +239,37 @@ bool Runner::staged_matches(const Packed& p) const {
   return same(p.node_inputs, s.node_inputs, N) && same(p.node_types, s.node_types, N) &&
          same(p.pred_ptr, s.pred_ptr, N + 1) && same(p.pred_ids, s.pred_ids, A) &&
          same(p.arc_types, s.arc_types, A) && same(p.arc_inputs, s.arc_inputs, A) &&
-         same(p.instance_offsets, s.instance_offsets, p.num_instances + 1);
+         same(p.instance_offsets, s.instance_offsets, p.num_instances + 1) &&
+         (!head_.classes || same(p.labels, s.labels, N));
+}
+
+void Runner::check_labels(const Packed& p, const char* fn) const {
+  if (!head_.classes) return;
+  if (p.labels == nullptr && p.num_nodes > 0)
+    throw std::invalid_argument(fmt::format("[{}] a loss head needs labels, one per node", fn));
+  for (int64_t k = 0; k < p.num_nodes; ++k)
+    if (p.labels[k] < -1 || p.labels[k] >= head_.classes)
+      throw std::invalid_argument(
+          fmt::format("[{}] node {} has label {}, outside [-1, {}) (-1: no label; {} classes)", fn,
+                      k, p.labels[k], head_.classes, head_.classes));
+}
+
+// -log softmax(W h_k + b)[label_k] for every labelled node k, summed (or averaged): targets_ is
+// then the loss alone.
+void Runner::add_loss_head(const Packed& p) {
+  const size_t n = weight_params_.size();
+  const Expr W = parameter(graph_, weight_params_[n - 2]);
+  const Expr b = parameter(graph_, weight_params_[n - 1]);
+  losses_.clear();
+  for (int64_t k = 0; k < p.num_nodes; ++k) {
+    if (p.labels[k] < 0) continue;
+    const Expr z = affine({b, W, out_[k]});
+    losses_.push_back(pick_neg_log_softmax(z, static_cast<uint32_t>(p.labels[k])));
+  }
+  Expr loss = losses_.empty() ? input(graph_, 0.0f) : sum_losses(losses_);
+  if (head_.mean && losses_.size() > 1)
+    loss = scalar_affine(loss, 1.0f / static_cast<float>(losses_.size()), 0.0f);
+  targets_.assign(1, loss);
 }
 
 // The graph of `p`'s nodes over input nodes for x's rows, holding `x` (nullptr: zeros, written
@@ -242,6 +288,10 @@ void Runner::build_graph(const Packed& p, const float* x) {
   }
   out_.assign(static_cast<size_t>(cell_->num_outputs()) * p.num_nodes, Expr{});
   cell_->build(graph_, p, x_, out_);
+  if (head_.classes)
+    add_loss_head(p);
+  else
+    targets_ = out_;
 }
 
 void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
@@ -256,9 +306,10 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   if (!reuse) {
     check_packed(p, fn);
     cell_->check(p, fn);
+    check_labels(p, fn);
   }
   if (prof) prof->lap(HostProfile::Check, t);
-  const std::vector<WeightSpec>& specs = cell_->weights();
+  const std::vector<WeightSpec>& specs = specs_;
   if (on_device) {
     DeviceInterop& io = interop(fn);
     io.use_stream(stream);
@@ -285,10 +336,12 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   else if (!on_device)
     graph_.write_inputs(0, p.x, static_cast<size_t>(p.num_x * p.x_dim));
   if (prof) prof->lap(HostProfile::Build, t);
-  const uint32_t nout = cell_->num_outputs();
+  const uint32_t nout = num_outputs();
+  // Output o's nodes in targets_ (the loss alone with a head).
+  const size_t per_output = targets_.size() / nout;
 
   // Backward seeds the outputs' adjoints directly (Engine::backward from outputs).
-  const Expr target = out_[0];
+  const Expr target = targets_[0];
   if (on_device) {
     DeviceInterop& io = interop(fn);
     io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim));
@@ -302,7 +355,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     }
     for (uint32_t o = 0; o < nout; ++o) {
       ids_.clear();
-      for (int64_t k = 0; k < p.num_nodes; ++k) ids_.push_back(out_[o * p.num_nodes + k].id);
+      for (size_t k = 0; k < per_output; ++k) ids_.push_back(targets_[o * per_output + k].id);
       io.read_nodes(graph_, engine_.plan(), ids_, outputs[o], false);
     }
     if (wait_each_call()) engine_.synchronize();
@@ -313,9 +366,9 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   engine_.forward(graph_, target);
   if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
   for (uint32_t o = 0; o < nout; ++o) {
-    const uint32_t size = cell_->output_size(o);
-    for (int64_t k = 0; k < p.num_nodes; ++k) {
-      const Tensor t = engine_.value(out_[o * p.num_nodes + k]);
+    for (size_t k = 0; k < per_output; ++k) {
+      const Tensor t = engine_.value(targets_[o * per_output + k]);
+      const size_t size = t.dim.size();
       std::memcpy(outputs[o] + k * size, t.data, sizeof(float) * size);
     }
   }
@@ -324,7 +377,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
 
 void Runner::backward(const float* out_grad, float* grad_x, const std::vector<float*>& grad_weights,
                       void* stream) {
-  const std::vector<WeightSpec>& specs = cell_->weights();
+  const std::vector<WeightSpec>& specs = specs_;
   const uint32_t D = cell_->input_dim();
   if (on_device_) {
     backward_on_device(out_grad, grad_x, grad_weights, stream);
@@ -339,7 +392,7 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
     throw std::runtime_error("[edbatch.backward] forward was not run for backward");
   }
   pc_.zero_grads();
-  engine_.backward(graph_, out_, out_grad);
+  engine_.backward(graph_, targets_, out_grad);
   const std::vector<uint32_t> segments = cell_->input_segments();
   float* row = grad_x;
   for (size_t i = 0; i < x_.size(); ++i) {
@@ -353,7 +406,7 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
 }
 
 void Runner::read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights) {
-  const std::vector<WeightSpec>& specs = cell_->weights();
+  const std::vector<WeightSpec>& specs = specs_;
   transfers_.clear();
   for (size_t i = 0; i < specs.size(); ++i)
     transfers_.push_back({weight_params_[i].id, grad_weights[i], specs[i].row_major()});
@@ -378,7 +431,7 @@ void Runner::backward_on_device(const float* out_grad, float* grad_x,
   Clock::time_point t = prof ? Clock::now() : Clock::time_point{};
   io.zero_gradients(pc_);
   if (prof) prof->lap(HostProfile::BackZero, t);
-  engine_.backward(graph_, out_, out_grad, true);
+  engine_.backward(graph_, targets_, out_grad, true);
   if (prof) prof->lap(HostProfile::BackLaunch, t);
   ids_.clear();
   for (const Expr& x : x_) ids_.push_back(x.id);

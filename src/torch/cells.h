@@ -30,6 +30,7 @@ struct Packed {
   int64_t num_x = 0, x_dim = 0;
   const int64_t* ids = nullptr;  // traced cells that embed ids: one per row (x_dim is then 0)
   uint64_t seed = 0;             // traced cells: the seed of the call's dropout masks
+  const int64_t* labels = nullptr;  // with a loss head (LossHead): a class per node, or -1
 };
 
 // A weight as the torch side holds it: rows x cols row-major (cols == 0: a vector of rows). With
@@ -80,10 +81,20 @@ class Cell {
   uint32_t hidden_, input_dim_;
 };
 
+// A per-node classification loss on output 0, run inside the engine (docs/pytorch.md, "The loss
+// inside the engine"): for every node k with a label, -log softmax(W h_k + b)[label_k], summed
+// (or averaged over the labelled nodes). W (classes x output_size(0)) and b (classes) follow the
+// cell's weights; the call's one output is then the loss.
+struct LossHead {
+  uint32_t classes = 0;  // 0: no head (the call returns every node's outputs)
+  bool mean = false;
+};
+
 struct CellConfig {
   std::string cell;  // tree_lstm | tree_gru | lattice_lstm | lattice_gru | random_dag | mvrnn
   uint32_t hidden = 0, input_dim = 0;
   uint32_t node_types = 1, arc_types = 1;  // random_dag: state and arc types
+  LossHead head;
 };
 
 const std::vector<std::string>& cell_names();
@@ -106,9 +117,14 @@ class Runner {
  public:
   Runner(const CellConfig& config, const RunOptions& options);
   const Cell& cell() const { return *cell_; }
+  // The call's weights: the cell's, then the loss head's (head.weight, head.bias) when it has one.
+  const std::vector<WeightSpec>& weights() const { return specs_; }
+  const LossHead& head() const { return head_; }
+  // What a call returns: the loss (one float) with a head, else the cell's outputs.
+  uint32_t num_outputs() const { return head_.classes ? 1 : cell_->num_outputs(); }
 
-  // weights[i] holds weights()[i] row-major. outputs[o] receives num_nodes x output_size(o).
-  // With `for_backward` the graph is kept for backward().
+  // weights[i] holds weights()[i] row-major. outputs[o] receives num_nodes x output_size(o), or
+  // with a loss head outputs[0] the loss. With `for_backward` the graph is kept for backward().
   // With `on_device`, p.x, the weights and the outputs are device memory of the engine's device
   // (the structure arrays stay host memory), and all work is queued on `stream` (a
   // cudaStream_t; nullptr: the default stream) without waiting for it: nothing passes through
@@ -117,10 +133,9 @@ class Runner {
                const std::vector<float*>& outputs, bool for_backward, bool on_device = false,
                void* stream = nullptr);
   // out_grad: the outputs' gradients one after another (output 0 of every node, num_nodes x
-  // output_size(0) floats, then output 1, ...). grad_x: num_x x x_dim floats; grad_weights[i]: as
-  // weights()[i]; all overwritten.
-  // After a forward on device memory, all of these are device memory and the work is queued on
-  // `stream`.
+  // output_size(0) floats, then output 1, ...; with a loss head the loss's one float). grad_x:
+  // num_x x x_dim floats; grad_weights[i]: as weights()[i]; all overwritten. After a forward on
+  // device memory, all of these are device memory and the work is queued on `stream`.
   void backward(const float* out_grad, float* grad_x, const std::vector<float*>& grad_weights,
                 void* stream = nullptr);
   // Whether the last forward ran on device memory (so its backward does too).
@@ -140,10 +155,13 @@ class Runner {
  private:
   ParameterCollection pc_;
   std::unique_ptr<Cell> cell_;
+  LossHead head_;
+  std::vector<WeightSpec> specs_;
   std::vector<Parameter> weight_params_;
   Engine engine_;
   Graph graph_;
   std::vector<Expr> x_, out_;
+  std::vector<Expr> losses_, targets_;  // the head's per-node losses; what forward runs to
   int64_t num_nodes_ = 0, num_x_ = 0;
   bool have_graph_ = false;
   bool on_device_ = false;  // the last forward's memory
@@ -157,6 +175,8 @@ class Runner {
   bool prepared_ = false;  // graph_ and the engine's plan are the staged structure's
 
   void build_graph(const Packed& p, const float* x);
+  void add_loss_head(const Packed& p);
+  void check_labels(const Packed& p, const char* fn) const;
   DeviceInterop& interop(const char* fn);
   static bool wait_each_call();
   void read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights);

@@ -41,7 +41,8 @@ class TorchDecoder : public torch::CustomClassHolder {
     const Cell& cell = decoder_->cell();
     const c10::DeviceGuard guard(device_);
     const Tensor probe = at::empty({0, cell.input_dim()}, at::dtype(at::kFloat).device(device_));
-    check_inputs(probe, weights, cell, false);  // on the weights' device; copied to the host
+    check_inputs(probe, weights, cell, cell.weights(),
+                 false);  // on the weights' device; copied to the host
     std::vector<const float*> w, s;
     for (const Tensor& t : weights) w.push_back(t.data_ptr<float>());
     kept_.clear();

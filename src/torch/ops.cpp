@@ -24,11 +24,15 @@ std::vector<Tensor> run_cell(const std::string& cell, const Tensor& x, const Ten
                              const Tensor& pred_ids, const Tensor& arc_types,
                              const Tensor& arc_inputs, const Tensor& instance_offsets,
                              at::TensorList weights, int64_t hidden, int64_t num_node_types,
-                             int64_t num_arc_types, const std::string& policy, int64_t threads) {
-  const CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
+                             int64_t num_arc_types, const std::string& policy, int64_t threads,
+                             const c10::optional<Tensor>& labels, const std::string& loss) {
+  CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
+  if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
   const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
                     instance_offsets};
-  return run_forward(a, x, s, weights.vec(), nullptr);
+  CallExtras extras;
+  extras.labels = labels;
+  return run_forward(a, x, s, weights.vec(), nullptr, extras);
 }
 
 class CellFunction : public torch::autograd::Function<CellFunction> {
@@ -39,12 +43,16 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
                                const Tensor& arc_types, const Tensor& arc_inputs,
                                const Tensor& instance_offsets, at::TensorList weights,
                                int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
-                               const std::string& policy, int64_t threads) {
-    const CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
+                               const std::string& policy, int64_t threads,
+                               const c10::optional<Tensor>& labels, const std::string& loss) {
+    CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
+    if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
     const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
                       instance_offsets};
+    CallExtras extras;
+    extras.labels = labels;
     c10::intrusive_ptr<RunState> state;
-    std::vector<Tensor> out = run_forward(a, x, s, weights.vec(), &state);
+    std::vector<Tensor> out = run_forward(a, x, s, weights.vec(), &state, extras);
     ctx->saved_data["state"] = c10::IValue(state);
     ctx->saved_data["x_device"] = c10::IValue(x.device());
     ctx->saved_data["num_weights"] = static_cast<int64_t>(weights.size());
@@ -54,57 +62,60 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto state = ctx->saved_data["state"].toCustomClass<RunState>();
     Gradients g = run_backward(*state, ctx->saved_data["x_device"].toDevice(), grads);
-    // One gradient per forward argument: cell, x, 7 structure tensors, the weights, 5 options.
+    // One gradient per forward argument: cell, x, 7 structure tensors, the weights, 5 options,
+    // labels and loss.
     variable_list out;
     out.push_back(Tensor());
     out.push_back(g.x);
     for (int i = 0; i < 7; ++i) out.push_back(Tensor());
     for (Tensor& t : g.weights) out.push_back(t);
-    for (int i = 0; i < 5; ++i) out.push_back(Tensor());
+    for (int i = 0; i < 7; ++i) out.push_back(Tensor());
     return out;
   }
 };
 
-std::vector<Tensor> run_cell_autograd(const std::string& cell, const Tensor& x,
-                                      const Tensor& node_inputs, const Tensor& node_types,
-                                      const Tensor& pred_ptr, const Tensor& pred_ids,
-                                      const Tensor& arc_types, const Tensor& arc_inputs,
-                                      const Tensor& instance_offsets, at::TensorList weights,
-                                      int64_t hidden, int64_t num_node_types,
-                                      int64_t num_arc_types, const std::string& policy,
-                                      int64_t threads) {
+std::vector<Tensor> run_cell_autograd(
+    const std::string& cell, const Tensor& x, const Tensor& node_inputs, const Tensor& node_types,
+    const Tensor& pred_ptr, const Tensor& pred_ids, const Tensor& arc_types,
+    const Tensor& arc_inputs, const Tensor& instance_offsets, at::TensorList weights,
+    int64_t hidden, int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
+    int64_t threads, const c10::optional<Tensor>& labels, const std::string& loss) {
   bool needs_grad = x.requires_grad();
   for (const Tensor& w : weights) needs_grad = needs_grad || w.requires_grad();
   if (!needs_grad || !at::GradMode::is_enabled()) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return run_cell(cell, x, node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
                     instance_offsets, weights, hidden, num_node_types, num_arc_types, policy,
-                    threads);
+                    threads, labels, loss);
   }
   return CellFunction::apply(cell, x, node_inputs, node_types, pred_ptr, pred_ids, arc_types,
                              arc_inputs, instance_offsets, weights, hidden, num_node_types,
-                             num_arc_types, policy, threads);
+                             num_arc_types, policy, threads, labels, loss);
 }
 
 // Prepares a later run_cell call with this structure (and x of num_x rows on `device`) on a
 // worker thread: checks, graph build, scheduling and planning (docs/pytorch.md).
-void prepare(const std::string& cell, const std::string& device, int64_t input_size,
-             int64_t num_x, const Tensor& node_inputs, const Tensor& node_types,
-             const Tensor& pred_ptr, const Tensor& pred_ids, const Tensor& arc_types,
-             const Tensor& arc_inputs, const Tensor& instance_offsets, int64_t hidden,
-             int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
-             int64_t threads) {
+void prepare(const std::string& cell, const std::string& device, int64_t input_size, int64_t num_x,
+             const Tensor& node_inputs, const Tensor& node_types, const Tensor& pred_ptr,
+             const Tensor& pred_ids, const Tensor& arc_types, const Tensor& arc_inputs,
+             const Tensor& instance_offsets, int64_t hidden, int64_t num_node_types,
+             int64_t num_arc_types, const std::string& policy, int64_t threads,
+             const c10::optional<Tensor>& labels, const std::string& loss, int64_t classes) {
   const c10::Device where(device);
   if (num_x < 0)
     fail(fmt::format("[edbatch] the number of x rows must not be negative, got {}", num_x));
-  const CallArgs a =
+  CallArgs a =
       call_args(cell, where, input_size, hidden, num_node_types, num_arc_types, policy, threads);
   Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
               instance_offsets};
   check_structure(where, s);
+  set_loss_head(a, loss, classes);
+  const Tensor y = host_labels(a, labels, s.node_inputs.numel());
   const c10::DeviceGuard guard(where);  // a runner's CUDA state is made on its device
   try {
-    RunnerPool::get().prepare(a, packed_view(s, nullptr, num_x, input_size));
+    Packed p = packed_view(s, nullptr, num_x, input_size);
+    if (y.defined()) p.labels = y.data_ptr<int64_t>();
+    RunnerPool::get().prepare(a, p);
   } catch (const std::exception& e) {
     fail(e.what());
   }
@@ -137,8 +148,12 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>>
   ParameterCollection pc;
   std::unique_ptr<Cell> c;
   try {
-    c = make_cell({cell, static_cast<uint32_t>(hidden), static_cast<uint32_t>(input_size),
-                   static_cast<uint32_t>(num_node_types), static_cast<uint32_t>(num_arc_types)},
+    c = make_cell({cell,
+                   static_cast<uint32_t>(hidden),
+                   static_cast<uint32_t>(input_size),
+                   static_cast<uint32_t>(num_node_types),
+                   static_cast<uint32_t>(num_arc_types),
+                   {}},
                   pc);
   } catch (const std::exception& e) {
     fail(e.what());
@@ -161,12 +176,13 @@ TORCH_LIBRARY(edbatch, m) {
       "run_cell(str cell, Tensor x, Tensor node_inputs, Tensor node_types, Tensor pred_ptr, "
       "Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, Tensor instance_offsets, "
       "Tensor[] weights, int hidden, int num_node_types, int num_arc_types, str policy, "
-      "int threads) -> Tensor[]");
+      "int threads, Tensor? labels=None, str loss=\"\") -> Tensor[]");
   m.def(
       "prepare(str cell, str device, int input_size, int num_x, Tensor node_inputs, "
       "Tensor node_types, Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, "
       "Tensor arc_inputs, Tensor instance_offsets, int hidden, int num_node_types, "
-      "int num_arc_types, str policy, int threads) -> ()",
+      "int num_arc_types, str policy, int threads, Tensor? labels=None, str loss=\"\", "
+      "int classes=0) -> ()",
       &prepare);
   m.def("prepare_counts() -> int[]", &prepare_counts);
   m.def("cells() -> str[]", &list_cells);

@@ -43,11 +43,14 @@ CallArgs program_args(const std::string& program, const Tensor& x, const Tensor&
 std::vector<Tensor> run_program(const std::string& program, const Tensor& x, const Tensor& ids,
                                 const Structure& s, at::TensorList weights, int64_t seed,
                                 const std::string& policy, int64_t threads,
+                                const c10::optional<Tensor>& labels, const std::string& loss,
                                 c10::intrusive_ptr<RunState>* state) {
-  const CallArgs a = program_args(program, x, ids, policy, threads);
+  CallArgs a = program_args(program, x, ids, policy, threads);
+  if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
   CallExtras extras;
   if (ids.numel() > 0) extras.ids = ids;
   extras.seed = static_cast<uint64_t>(seed);
+  extras.labels = labels;
   return run_forward(a, x, s, weights.vec(), state, extras);
 }
 
@@ -55,11 +58,12 @@ std::vector<Tensor> propagate(const std::string& program, const Tensor& x, const
                               const Tensor& node_inputs, const Tensor& node_types,
                               const Tensor& pred_ptr, const Tensor& pred_ids,
                               const Tensor& arc_types, const Tensor& arc_inputs,
-                              const Tensor& instance_offsets, at::TensorList weights,
-                              int64_t seed, const std::string& policy, int64_t threads) {
+                              const Tensor& instance_offsets, at::TensorList weights, int64_t seed,
+                              const std::string& policy, int64_t threads,
+                              const c10::optional<Tensor>& labels, const std::string& loss) {
   const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
                     instance_offsets};
-  return run_program(program, x, ids, s, weights, seed, policy, threads, nullptr);
+  return run_program(program, x, ids, s, weights, seed, policy, threads, labels, loss, nullptr);
 }
 
 class ProgramFunction : public torch::autograd::Function<ProgramFunction> {
@@ -70,12 +74,13 @@ class ProgramFunction : public torch::autograd::Function<ProgramFunction> {
                                const Tensor& pred_ids, const Tensor& arc_types,
                                const Tensor& arc_inputs, const Tensor& instance_offsets,
                                at::TensorList weights, int64_t seed, const std::string& policy,
-                               int64_t threads) {
+                               int64_t threads, const c10::optional<Tensor>& labels,
+                               const std::string& loss) {
     const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
                       instance_offsets};
     c10::intrusive_ptr<RunState> state;
     std::vector<Tensor> out =
-        run_program(program, x, ids, s, weights, seed, policy, threads, &state);
+        run_program(program, x, ids, s, weights, seed, policy, threads, labels, loss, &state);
     ctx->saved_data["state"] = c10::IValue(state);
     ctx->saved_data["x_device"] = c10::IValue(x.device());
     return out;
@@ -85,32 +90,31 @@ class ProgramFunction : public torch::autograd::Function<ProgramFunction> {
     auto state = ctx->saved_data["state"].toCustomClass<RunState>();
     Gradients g = run_backward(*state, ctx->saved_data["x_device"].toDevice(), grads);
     // One gradient per forward argument: program, x, ids, 7 structure tensors, the weights,
-    // seed, policy, threads.
+    // seed, policy, threads, labels, loss.
     variable_list out{Tensor(), g.x, Tensor()};
     for (int i = 0; i < 7; ++i) out.push_back(Tensor());
     for (Tensor& t : g.weights) out.push_back(t);
-    for (int i = 0; i < 3; ++i) out.push_back(Tensor());
+    for (int i = 0; i < 5; ++i) out.push_back(Tensor());
     return out;
   }
 };
 
-std::vector<Tensor> propagate_autograd(const std::string& program, const Tensor& x,
-                                       const Tensor& ids, const Tensor& node_inputs,
-                                       const Tensor& node_types, const Tensor& pred_ptr,
-                                       const Tensor& pred_ids, const Tensor& arc_types,
-                                       const Tensor& arc_inputs, const Tensor& instance_offsets,
-                                       at::TensorList weights, int64_t seed,
-                                       const std::string& policy, int64_t threads) {
+std::vector<Tensor> propagate_autograd(
+    const std::string& program, const Tensor& x, const Tensor& ids, const Tensor& node_inputs,
+    const Tensor& node_types, const Tensor& pred_ptr, const Tensor& pred_ids,
+    const Tensor& arc_types, const Tensor& arc_inputs, const Tensor& instance_offsets,
+    at::TensorList weights, int64_t seed, const std::string& policy, int64_t threads,
+    const c10::optional<Tensor>& labels, const std::string& loss) {
   bool needs_grad = x.requires_grad();
   for (const Tensor& w : weights) needs_grad = needs_grad || w.requires_grad();
   if (!needs_grad || !at::GradMode::is_enabled()) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return propagate(program, x, ids, node_inputs, node_types, pred_ptr, pred_ids, arc_types,
-                     arc_inputs, instance_offsets, weights, seed, policy, threads);
+                     arc_inputs, instance_offsets, weights, seed, policy, threads, labels, loss);
   }
   return ProgramFunction::apply(program, x, ids, node_inputs, node_types, pred_ptr, pred_ids,
                                 arc_types, arc_inputs, instance_offsets, weights, seed, policy,
-                                threads);
+                                threads, labels, loss);
 }
 
 // Prepares a later propagate call with this structure, x of num_x rows of input_size floats on
@@ -119,18 +123,24 @@ void propagate_prepare(const std::string& program, const std::string& device, in
                        int64_t num_x, const Tensor& node_inputs, const Tensor& node_types,
                        const Tensor& pred_ptr, const Tensor& pred_ids, const Tensor& arc_types,
                        const Tensor& arc_inputs, const Tensor& instance_offsets,
-                       const std::string& policy, int64_t threads) {
+                       const std::string& policy, int64_t threads,
+                       const c10::optional<Tensor>& labels, const std::string& loss,
+                       int64_t classes) {
   const c10::Device where(device);
   if (num_x < 0 || input_size < 0)
     fail(fmt::format("[edbatch.propagate] x rows and input size must not be negative, got {} and {}",
                      num_x, input_size));
-  const CallArgs a = program_args(program, where, input_size, policy, threads);
+  CallArgs a = program_args(program, where, input_size, policy, threads);
   Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
               instance_offsets};
   check_structure(where, s);
+  set_loss_head(a, loss, classes);
+  const Tensor y = host_labels(a, labels, s.node_inputs.numel());
   const c10::DeviceGuard guard(where);
   try {
-    RunnerPool::get().prepare(a, packed_view(s, nullptr, num_x, input_size));
+    Packed p = packed_view(s, nullptr, num_x, input_size);
+    if (y.defined()) p.labels = y.data_ptr<int64_t>();
+    RunnerPool::get().prepare(a, p);
   } catch (const std::exception& e) {
     fail(e.what());
   }
@@ -142,11 +152,13 @@ TORCH_LIBRARY_FRAGMENT(edbatch, m) {
   m.def(
       "propagate(str program, Tensor x, Tensor ids, Tensor node_inputs, Tensor node_types, "
       "Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "
-      "Tensor instance_offsets, Tensor[] weights, int seed, str policy, int threads) -> Tensor[]");
+      "Tensor instance_offsets, Tensor[] weights, int seed, str policy, int threads, "
+      "Tensor? labels=None, str loss=\"\") -> Tensor[]");
   m.def(
       "propagate_prepare(str program, str device, int input_size, int num_x, Tensor node_inputs, "
       "Tensor node_types, Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "
-      "Tensor instance_offsets, str policy, int threads) -> ()",
+      "Tensor instance_offsets, str policy, int threads, Tensor? labels=None, str loss=\"\", "
+      "int classes=0) -> ()",
       &propagate_prepare);
 }
 TORCH_LIBRARY_IMPL(edbatch, CPU, m) { m.impl("propagate", &propagate); }

@@ -87,11 +87,11 @@ void check_structure(const c10::Device& device, Structure& s) {
 
 // Checks x as the caller gave it (float32, 2-D: call_args) and the weights against the cell;
 // returns contiguous copies of the weights (on the CPU unless they stay on the device).
-void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell, bool on_device) {
+void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell,
+                  const std::vector<WeightSpec>& specs, bool on_device) {
   if (x.size(1) != cell.input_dim())
     fail(fmt::format("[edbatch] x has {} columns, the cell's input size is {}", x.size(1),
                      cell.input_dim()));
-  const std::vector<WeightSpec>& specs = cell.weights();
   if (w.size() != specs.size())
     fail(fmt::format("[edbatch] {} weights expected, got {}", specs.size(), w.size()));
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -154,14 +154,44 @@ CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t i
     fail(fmt::format("[edbatch] the input size must be positive, got {}", input_size));
   if (num_node_types <= 0 || num_arc_types <= 0) fail("[edbatch] type counts must be positive");
   CallArgs a;
-  a.config = {cell, static_cast<uint32_t>(hidden), static_cast<uint32_t>(input_size),
-              static_cast<uint32_t>(num_node_types), static_cast<uint32_t>(num_arc_types)};
+  a.config = {cell,
+              static_cast<uint32_t>(hidden),
+              static_cast<uint32_t>(input_size),
+              static_cast<uint32_t>(num_node_types),
+              static_cast<uint32_t>(num_arc_types),
+              {}};
   a.options.policy = policy;
   a.options.device = device.is_cuda() ? "cuda" : "cpu";
   a.device_index = device.is_cuda() ? device.index() : -1;
   a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
   a.options.plan_cache_bytes = static_cast<size_t>(plan_cache_budget.load());
   return a;
+}
+
+void set_loss_head(CallArgs& a, const std::string& loss, int64_t classes) {
+  if (loss.empty()) return;
+  if (loss != "sum" && loss != "mean")
+    fail(fmt::format("[edbatch] loss must be 'sum' or 'mean' (or empty: no loss head), got '{}'",
+                     loss));
+  if (classes <= 0)
+    fail(fmt::format("[edbatch] a loss head needs at least one class, got {}", classes));
+  a.config.head.classes = static_cast<uint32_t>(classes);
+  a.config.head.mean = loss == "mean";
+}
+
+int64_t head_classes(at::TensorList weights) {
+  if (weights.size() < 2 || weights.back().dim() != 1)
+    fail(
+        "[edbatch] a loss head's weight (classes x state size) and bias (classes) must follow "
+        "the cell's weights");
+  return weights.back().numel();
+}
+
+Tensor host_labels(const CallArgs& a, const c10::optional<Tensor>& labels, int64_t num_nodes) {
+  if (!a.config.head.classes) return Tensor();
+  if (!labels || !labels->defined()) fail("[edbatch] a loss head needs labels, one per node");
+  check_index_tensor(*labels, "labels", num_nodes);
+  return labels->to(at::kCPU).contiguous();
 }
 
 CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
@@ -191,6 +221,8 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
     p.ids = ids.data_ptr<int64_t>();
   }
   p.seed = extras.seed;
+  const Tensor labels = host_labels(a, extras.labels, p.num_nodes);
+  if (labels.defined()) p.labels = labels.data_ptr<int64_t>();
   std::unique_ptr<Runner> runner;
   try {
     runner = RunnerPool::get().take(a, p);
@@ -198,14 +230,18 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
     fail(e.what());
   }
   try {
-    check_inputs(x_in, w, runner->cell(), on_device);
+    check_inputs(x_in, w, runner->cell(), runner->weights(), on_device);
   } catch (...) {
     RunnerPool::get().give_back(a, std::move(runner));
     throw;
   }
   std::vector<Tensor> out;
   std::vector<float*> out_ptr;
-  for (uint32_t o = 0; o < runner->cell().num_outputs(); ++o) {
+  if (a.config.head.classes) {
+    out.push_back(at::zeros({}, x.options()));  // stays 0 for an empty batch
+    out_ptr.push_back(out.back().data_ptr<float>());
+  }
+  for (uint32_t o = 0; !a.config.head.classes && o < runner->cell().num_outputs(); ++o) {
     out.push_back(at::empty({p.num_nodes, int64_t{runner->cell().output_size(o)}}, x.options()));
     out_ptr.push_back(out.back().data_ptr<float>());
   }
@@ -237,8 +273,9 @@ Gradients run_backward(RunState& state, const c10::Device& device,
       at::TensorOptions().dtype(at::kFloat).device(on_device ? device : c10::Device(at::kCPU));
   // The outputs' gradients one after another (zeros for an output autograd left undefined).
   std::vector<Tensor> parts;
+  const bool head = runner.head().classes != 0;
   for (size_t o = 0; o < grads.size(); ++o) {
-    const int64_t n = state.num_nodes * cell.output_size(static_cast<uint32_t>(o));
+    const int64_t n = head ? 1 : state.num_nodes * cell.output_size(static_cast<uint32_t>(o));
     parts.push_back(grads[o].defined() ? grads[o].to(where).reshape({n}) : at::zeros({n}, where));
   }
   const Tensor seeds = parts.empty() ? at::zeros({0}, where) : at::cat(parts).contiguous();
@@ -247,7 +284,7 @@ Gradients run_backward(RunState& state, const c10::Device& device,
                             : at::empty({state.num_x, cell.input_dim()}, where);
   Gradients g;
   std::vector<float*> grad_w_ptr;
-  for (const WeightSpec& w : cell.weights()) {
+  for (const WeightSpec& w : runner.weights()) {
     g.weights.push_back(w.cols == 0 ? at::empty({w.rows}, where)
                                     : at::empty({w.rows, w.cols}, where));
     grad_w_ptr.push_back(g.weights.back().data_ptr<float>());

@@ -168,7 +168,8 @@ class RunnerPool {
     return c.cell + "|" + std::to_string(c.hidden) + "|" + std::to_string(c.input_dim) + "|" +
            std::to_string(c.node_types) + "|" + std::to_string(c.arc_types) + "|" +
            a.options.policy + "|" + a.options.device + "|" + std::to_string(a.options.threads) +
-           "|" + std::to_string(a.device_index) + "|" + std::to_string(a.options.plan_cache_bytes);
+           "|" + std::to_string(a.device_index) + "|" + std::to_string(a.options.plan_cache_bytes) +
+           "|" + std::to_string(c.head.classes) + (c.head.mean ? "m" : "s");
   }
   std::mutex mutex_;
   std::map<std::string, std::vector<std::unique_ptr<Runner>>> idle_;
@@ -196,7 +197,9 @@ void check_index_tensor(const Tensor& t, const char* name, int64_t size);
 // Checks the structure tensors' dtypes, devices and sizes and makes them contiguous CPU tensors.
 void check_structure(const c10::Device& device, Structure& s);
 // Checks x (float32, 2-D) and the weights against the cell; makes the weights contiguous.
-void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell, bool on_device);
+// (the call's weights: `specs`, Runner::weights()).
+void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell,
+                  const std::vector<WeightSpec>& specs, bool on_device);
 // The structure of `s` for x of num_x rows of x_dim floats at `x` (nullptr: not known yet).
 Packed packed_view(const Structure& s, const float* x, int64_t num_x, int64_t x_dim);
 CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t input_size,
@@ -205,11 +208,20 @@ CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t i
 CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
                    int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
                    int64_t threads);
+// A loss head for the call (LossHead): `loss` "sum" or "mean" ("": none) over `classes` classes.
+void set_loss_head(CallArgs& a, const std::string& loss, int64_t classes);
+// The classes of the head whose weights end `weights` (the cell's, then the head's matrix and
+// bias): the bias's length.
+int64_t head_classes(at::TensorList weights);
+// With a loss head: the labels checked (int64, one per node) as a contiguous CPU tensor; without
+// one, an undefined tensor.
+Tensor host_labels(const CallArgs& a, const c10::optional<Tensor>& labels, int64_t num_nodes);
 // What a call adds to the structure: per-row integer inputs (traced cells embedding ids; an int64
-// tensor, or undefined) and the seed of its dropout masks.
+// tensor, or undefined), the seed of its dropout masks, and with a loss head the nodes' labels.
 struct CallExtras {
   Tensor ids;
   uint64_t seed = 0;
+  c10::optional<Tensor> labels;
 };
 // Runs the forward; keeps the runner in `state` when it is given (for backward).
 std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure s,
