@@ -212,10 +212,15 @@ def main():
                     help="after each update, drop the gradients (set to None) or zero them in "
                          "place; both implementations alike (default: drop on cuda, zero on cpu)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--plan-cache", type=float, default=0, metavar="MB",
+                    help="edbatch's plan cache budget (edbatch.set_plan_cache). Default 0: the "
+                         "few mini-batches cycled here would otherwise run on reused plans from "
+                         "their third step, as no reshuffled training data does")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="after timing, N edbatch steps phase by phase (forward, loss, backward, "
                          "optimizer; each waited for) and under torch.profiler, on stderr")
     args = ap.parse_args()
+    edbatch.set_plan_cache(args.plan_cache)
     device = torch.device(args.device)
     drop_grads = (args.grads or ("drop" if device.type == "cuda" else "zero")) == "drop"
     H = args.hidden

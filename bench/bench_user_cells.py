@@ -165,7 +165,10 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="edbatch threads (0: torch's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--plan-cache", type=float, default=0, metavar="MB",
+                    help="edbatch's plan cache budget (default 0: see bench_torch_ext.py)")
     args = ap.parse_args()
+    edbatch.set_plan_cache(args.plan_cache)
     device = torch.device(args.device)
     drop_grads = device.type == "cuda"
     rows = []
