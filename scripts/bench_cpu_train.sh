@@ -7,6 +7,8 @@
 #
 #   scripts/bench_cpu_train.sh [--out DIR] [--baseline DIR] [--rounds N] [--iters N]
 #                              [--trees FILE] [--lattices FILE] [--cores "2 3"]
+#                              [--models "tree_lstm lattice_lstm"] [--threads "1 2"]
+#                              [--modes "train forward"]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-cpu-train}
@@ -16,6 +18,9 @@ iters=200
 trees=synthetic:2000
 lattices=synthetic:500
 cores="2 3"
+models="tree_lstm lattice_lstm"
+thread_counts="1 2"
+modes="train forward"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -25,7 +30,10 @@ while [ $# -gt 0 ]; do
     --trees) trees=$2; shift 2 ;;
     --lattices) lattices=$2; shift 2 ;;
     --cores) cores=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --models) models=$2; shift 2 ;;
+    --threads) thread_counts=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_cpu_train.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -39,13 +47,13 @@ one=${core_list[0]}
 two=$(IFS=,; echo "${core_list[*]:0:2}")
 : > "$out/cpu_train.jsonl"
 for round in $(seq 1 "$rounds"); do
-  for model in tree_lstm lattice_lstm; do
+  for model in $models; do
     data=$trees
     [ "$model" = lattice_lstm ] && data=$lattices
-    for threads in 1 2; do
+    for threads in $thread_counts; do
       pin=$one
       [ "$threads" = 2 ] && pin=$two
-      for mode in train forward; do
+      for mode in $modes; do
         for b in "${builds[@]}"; do
           flags=()
           [ "$mode" = train ] && flags+=(--train --lr 0.01)
@@ -64,15 +72,18 @@ python3 - "$out/cpu_train.jsonl" <<'PY' >&2
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = sorted({(r["model"], r["threads"], r["mode"]) for r in rows})
-print(f"{'model':<13} {'thr':>3} {'mode':<8} {'build':<9} {'inst/s median':>13} {'min-max':>17} {'exec ms':>8} {'bwd ms':>8}")
+# exec / bwd: the median over rounds of each run's median per mini-batch, and the best round's.
+print(f"{'model':<13} {'thr':>3} {'mode':<8} {'build':<9} {'inst/s median':>13} {'min-max':>17} "
+      f"{'exec ms':>8} {'best':>6} {'bwd ms':>8} {'best':>6}")
 for k in keys:
     for build in ("ours", "baseline"):
         rs = [r for r in rows if (r["model"], r["threads"], r["mode"]) == k and r["build"] == build]
         if not rs:
             continue
         ips = [r["instances_per_s"] for r in rs]
-        ex = statistics.median(r["execution_ms"]["median"] for r in rs)
-        bw = statistics.median(r["backward_ms"]["median"] for r in rs)
+        ex = [r["execution_ms"]["median"] for r in rs]
+        bw = [r["backward_ms"]["median"] for r in rs]
         print(f"{k[0]:<13} {k[1]:>3} {k[2]:<8} {build:<9} {statistics.median(ips):>13.0f} "
-              f"{min(ips):>8.0f}-{max(ips):<8.0f} {ex:>8.3f} {bw:>8.3f}")
+              f"{min(ips):>8.0f}-{max(ips):<8.0f} {statistics.median(ex):>8.3f} {min(ex):>6.3f} "
+              f"{statistics.median(bw):>8.3f} {min(bw):>6.3f}")
 PY

@@ -24,6 +24,7 @@ EngineRun run_engine(Graph& g, const Expr& loss, const std::string& policy, int 
   validate_schedule(g, e.schedule());
   r.batches = e.stats().batches;
   r.lower_bound = e.stats().lower_bound;
+  r.split_call_backward = e.stats().split_call_backward;
   CHECK(r.batches >= r.lower_bound);
   r.grads.resize(pc.size());
   for (uint32_t p = 0; p < pc.size(); ++p)

@@ -14,6 +14,7 @@ struct EngineRun {
   std::vector<std::vector<float>> grads;   // per parameter id (empty for views of other ones)
   std::vector<std::vector<float>> values;  // of the watched expressions, in order
   uint64_t batches = 0, lower_bound = 0;
+  uint64_t split_call_backward = 0;  // Stats::split_call_backward
 };
 
 // Checks the schedule is valid and not below its lower bound; zeroes the gradients afterwards.

@@ -6,6 +6,8 @@
 #include <array>
 #include <atomic>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "edbatch/block.h"
 #include "edbatch/block_plan.h"
@@ -180,6 +182,119 @@ void run_groups(Context& c, const BlockPlan& b, const BatchPlan& bp, bool forwar
   }
 }
 
+// Whether the batch's invocations may run backward on separate threads: each writes adjoints no
+// other invocation writes. Parameters may only be an affine's bias or a product's weight outside
+// fused groups (their gradients, and lookup tables' rows, are formed afterwards for the whole
+// batch: param_grads_after); no shared or ragged operands; and no value is read by two
+// invocations (a node read by two parents of one batch, a lattice node read by two arcs).
+// `rows`: scratch.
+bool invocations_independent(const Context& c, const BlockPlan& b, const BatchPlan& bp,
+                             std::vector<std::pair<uint32_t, uint32_t>>& rows) {
+  const uint32_t k = bp.count;
+  rows.clear();
+  for (const BlockGroup& g : b.groups) {
+    for (uint32_t s = g.step_begin; s < g.step_begin + g.step_count; ++s) {
+      const BlockStep& st = b.steps[s];
+      const BatchPlan& sp = c.plan->steps[bp.step_begin + s];
+      for (uint32_t o = 0; o < sp.operand_count; ++o) {
+        const Operand& op = c.plan->operands[sp.operand_begin + o];
+        const bool weight_slot =
+            (st.op == Op::Affine && (o == 0 || o % 2 == 1)) || (st.op == Op::MatMul && o == 0);
+        for (uint32_t j = 0; j < st.member_count; ++j) {
+          const bool per_member = op.mode == OperandMode::PerMember;
+          const Operand& r = per_member ? c.plan->member_operands[op.index_begin + j] : op;
+          if (r.mode == OperandMode::Param) {
+            if (!weight_slot || g.fused) return false;
+            continue;
+          }
+          if (r.mode != OperandMode::Contiguous && r.mode != OperandMode::Indexed) return false;
+          if (r.mode == OperandMode::Contiguous && r.stride == 0) return false;
+          // A body node's values are the invocation's own; only the block's inputs (and views
+          // of them) may repeat.
+          const Node& member = b.body->node(b.members[st.member_begin + j]);
+          uint32_t arg = b.body->args(member)[o];
+          while (b.body->node(arg).op == Op::Reshape) arg = b.body->args(b.body->node(arg))[0];
+          if (b.input_of[arg] < 0) continue;
+          for (uint32_t i = 0; i < k; ++i) {
+            const uint32_t e = per_member ? i : j * k + i;
+            rows.emplace_back(r.mode == OperandMode::Contiguous ? r.offset + e * r.stride
+                                                                : c.plan->index[r.index_begin + e],
+                              i);
+          }
+        }
+      }
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  for (size_t i = 1; i < rows.size(); ++i)
+    if (rows[i].first == rows[i - 1].first && rows[i].second != rows[i - 1].second) return false;
+  return true;
+}
+
+// Backward of invocations [i0, i1) through every step of the block in reverse, on the calling
+// thread, parameter gradients left out (Context::param_grads_later).
+void backward_invocations(Context& one, const BlockPlan& b, const BatchPlan& bp, uint32_t i0,
+                          uint32_t i1) {
+  const uint32_t k = bp.count;
+  Window w;
+  for (size_t s = b.steps.size(); s-- > 0;) {
+    const BlockStep& st = b.steps[s];
+    const BatchPlan& sp = one.plan->steps[bp.step_begin + s];
+    const KernelRow& row = cpu_kernels(st.op);
+    for (uint32_t j = 0; j < st.member_count; ++j) {
+      make_window(one, b, st, sp, j * k + i0, i1 - i0, j, k, w);
+      row.backward(one, w.args);
+    }
+  }
+}
+
+bool is_linear(Op op) {
+  return op == Op::Affine || op == Op::MatMul;
+}
+
+// W^T of every weight the batch's backward multiplies by, made before threads read the cache.
+void transposes_before(Context& c, const BlockPlan& b, const BatchPlan& bp) {
+  Window w;
+  for (uint32_t s = 0; s < b.steps.size(); ++s) {
+    const BlockStep& st = b.steps[s];
+    if (!is_linear(st.op)) continue;
+    for (uint32_t j = 0; j < st.member_count; ++j) {
+      make_window(c, b, st, c.plan->steps[bp.step_begin + s], j * bp.count, bp.count, j, bp.count,
+                  w);
+      linear_transposes(c, w.args);
+    }
+  }
+}
+
+// The parameter gradients the threads left out (Context::param_grads_later), in the order
+// run_groups adds them: steps in reverse; an affine's or matmul's over the windows run_step makes
+// (linear_param_grads), a lookup's rows member by member (each table row then sums its
+// invocations in order, as in a fused group's chunks).
+void param_grads_after(Context& c, const BlockPlan& b, const BatchPlan& bp) {
+  const uint32_t k = bp.count;
+  Window w;
+  for (size_t s = b.steps.size(); s-- > 0;) {
+    const BlockStep& st = b.steps[s];
+    const BatchPlan& sp = c.plan->steps[bp.step_begin + s];
+    if (st.op == Op::Lookup) {
+      for (uint32_t j = 0; j < st.member_count; ++j) {
+        make_window(c, b, st, sp, j * k, k, j, k, w);
+        cpu_kernels(Op::Lookup).backward(c, w.args);
+      }
+    } else if (is_linear(st.op)) {
+      if (!has_per_member(c, sp)) {
+        make_window(c, b, st, sp, 0, sp.count, 0, k, w);
+        linear_param_grads(c, w.args);
+        continue;
+      }
+      for (uint32_t j = 0; j < st.member_count; ++j) {
+        make_window(c, b, st, sp, j * k, k, j, k, w);
+        linear_param_grads(c, w.args);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 uint32_t call_forward(Context& c, const PlanRef& p, size_t batch) {
@@ -212,7 +327,34 @@ uint32_t call_forward(Context& c, const PlanRef& p, size_t batch) {
 
 uint32_t call_backward(Context& c, const PlanRef& p, size_t batch) {
   const BlockPlan& b = plan_of(p, batch);
-  run_groups(c, b, p.plan.batches[batch], false);
+  const BatchPlan& bp = p.plan.batches[batch];
+  thread_local std::vector<std::pair<uint32_t, uint32_t>> rows;
+  if (c.threads > 1 && bp.count >= 2 && !c.param_grads_later &&
+      invocations_independent(c, b, bp, rows)) {
+    // As forward: each thread runs the whole block backward on its share of the invocations, one
+    // parallel region per batch. The parameters' gradients, which every invocation adds to, are
+    // formed afterwards for the whole batch in run_groups' order, so they equal its bitwise.
+    transposes_before(c, b, bp);
+    const double work = 4.0 * bp.count * b.floats_per_invocation * b.floats_per_invocation;
+    std::atomic<uint64_t> copied{0};
+    for_chunks(c, bp.count, work, [&](uint32_t i0, uint32_t i1) {
+      thread_local Buffer scratch_x, scratch_dx;
+      ExecCounters local;
+      Context one = c;
+      one.threads = 1;
+      one.scratch_x = &scratch_x;
+      one.scratch_dx = &scratch_dx;
+      one.counters = &local;
+      one.param_grads_later = true;
+      backward_invocations(one, b, bp, i0, i1);
+      copied += local.bytes_copied;
+    });
+    c.counters->bytes_copied += copied;
+    ++c.counters->split_call_backward;
+    param_grads_after(c, b, bp);
+    return static_cast<uint32_t>(b.groups.size());
+  }
+  run_groups(c, b, bp, false);
   return static_cast<uint32_t>(b.groups.size());
 }
 

@@ -90,6 +90,9 @@ struct Context {
   Buffer* scratch_dx = nullptr;  // GEMM input gradients before scattering
   TransposeCache* transposed = nullptr;  // backward: W^T per weight and pass
   WeightGrads* weight_grads = nullptr;   // backward: parameter weight gradients (null: at once)
+  // Backward of block calls by invocation range (call.cpp): affine and matmul kernels leave the
+  // parameters' gradients (biases, weights) to linear_param_grads, run once for the whole batch.
+  bool param_grads_later = false;
   int threads = 1;
   double min_parallel_work = 65536;
 };
@@ -169,6 +172,13 @@ void affine_forward(Context& c, const BatchArgs& b);
 void affine_backward(Context& c, const BatchArgs& b);
 void matmul_forward(Context& c, const BatchArgs& b);
 void matmul_backward(Context& c, const BatchArgs& b);
+// What affine_backward / matmul_backward leave out under Context::param_grads_later: the bias
+// sum and the weight gradient of every product with a parameter weight, in the order they add
+// them (so the gradients equal theirs bitwise).
+void linear_param_grads(Context& c, const BatchArgs& b);
+// Makes W^T of every shared weight the backward of b multiplies by (TransposeCache::get), so
+// that threads then only read the cache.
+void linear_transposes(Context& c, const BatchArgs& b);
 
 // rows.cpp: elementwise ops that are not a function of one element.
 void slice_rows_forward(Context& c, const BatchArgs& b);

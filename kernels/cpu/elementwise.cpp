@@ -183,6 +183,7 @@ void lookup_fwd(Context& c, const BatchArgs& b) {
 }
 
 void lookup_bwd(Context& c, const BatchArgs& b) {
+  if (c.param_grads_later) return;  // the table's rows: after the batch (call.cpp)
   const uint32_t n = b.out_dim.rows;
   float* grad = c.params->grads(b.table);
   for (uint32_t i = 0; i < b.count; ++i) {

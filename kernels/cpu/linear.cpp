@@ -80,32 +80,53 @@ void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint3
   });
 }
 
-// dW += dY X^T and dX += W^T dY for a shared W; a parameter's dW at the end of the pass when the
-// context collects them (param: W is a parameter, whose gradient no kernel of the pass reads).
+void weight_gradient(Context& c, const BatchArgs& b, float* dw, uint32_t m, uint32_t n,
+                     const Operand& xo, bool param);
+
+// Sum over the batch's nodes of dY_i (m x cols), for a shared X.
+Eigen::MatrixXf summed_adjoint(const Context& c, const BatchArgs& b, uint32_t m) {
+  const uint32_t cols = b.out_dim.cols;
+  Eigen::MatrixXf s = Eigen::MatrixXf::Zero(m, cols);
+  for (uint32_t i = 0; i < b.count; ++i) s += CMat(out_adjoint(c, b, i), m, cols);
+  return s;
+}
+
+// dW += dY X^T for a shared W (param: a parameter, whose gradient may wait for the end of the
+// pass, weight_gradient).
+void shared_weight_gradient(Context& c, const BatchArgs& b, float* dw, uint32_t m, uint32_t n,
+                            const Operand& xo, bool param) {
+  const uint32_t cols = b.out_dim.cols;
+  Mat dW(dw, m, n);
+  if (is_shared(xo)) {
+    dW.noalias() += summed_adjoint(c, b, m) * CMat(operand_value(c, xo, 0), n, cols).transpose();
+    return;
+  }
+  if (!direct(xo, n * cols, cols)) {
+    weight_gradient(c, b, dw, m, n, xo, param);
+    return;
+  }
+  for_chunks(c, m, 2.0 * m * n * b.count * cols, [&](uint32_t r0, uint32_t r1) {
+    for (uint32_t i = 0; i < b.count; ++i)
+      dW.middleRows(r0, r1 - r0).noalias() +=
+          CMat(out_adjoint(c, b, i), m, cols).middleRows(r0, r1 - r0) *
+          CMat(operand_value(c, xo, i), n, cols).transpose();
+  });
+}
+
+// dW += dY X^T (shared_weight_gradient) and dX += W^T dY for a shared W. With
+// c.param_grads_later a parameter's dW is left out (linear_param_grads adds it afterwards).
 void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, float* dw, uint32_t m,
                             uint32_t n, const Operand& xo, bool param) {
+  if (!(param && c.param_grads_later)) shared_weight_gradient(c, b, dw, m, n, xo, param);
   const uint32_t cols = b.out_dim.cols;
   const uint32_t per_node = n * cols;
   const Eigen::Index total = static_cast<Eigen::Index>(b.count) * cols;
   CMat W(w, m, n);
-  Mat dW(dw, m, n);
-  CMat dY(out_adjoint(c, b, 0), m, total);
   if (is_shared(xo)) {
-    Eigen::MatrixXf s = Eigen::MatrixXf::Zero(m, cols);
-    for (uint32_t i = 0; i < b.count; ++i) s += dY.middleCols(i * cols, cols);
-    CMat X(operand_value(c, xo, 0), n, cols);
-    dW.noalias() += s * X.transpose();
-    Mat(operand_adjoint(c, xo, 0), n, cols).noalias() += W.transpose() * s;
+    Mat(operand_adjoint(c, xo, 0), n, cols).noalias() += W.transpose() * summed_adjoint(c, b, m);
     return;
   }
   if (direct(xo, per_node, cols)) {
-    const double flops = 2.0 * m * n * b.count * cols;
-    for_chunks(c, m, flops, [&](uint32_t r0, uint32_t r1) {
-      for (uint32_t i = 0; i < b.count; ++i)
-        dW.middleRows(r0, r1 - r0).noalias() +=
-            CMat(out_adjoint(c, b, i), m, cols).middleRows(r0, r1 - r0) *
-            CMat(operand_value(c, xo, i), n, cols).transpose();
-    });
     // Serially: an operand may repeat within the batch.
     for (uint32_t i = 0; i < b.count; ++i)
       Mat(operand_adjoint(c, xo, i), n, cols).noalias() +=
@@ -113,35 +134,11 @@ void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, floa
     return;
   }
   const bool gather = needs_gather(xo, per_node);
-  // Narrow batches only: a wide one's product already pays for reading dW, and runs while its
-  // operands are in cache.
-  WeightGrads* later = param && total < kDeferColumns ? c.weight_grads : nullptr;
-  const float* x = nullptr;
-  size_t kept = 0;
-  if (gather) {
-    const size_t floats = static_cast<size_t>(b.count) * per_node;
-    float* dst = later ? later->keep(floats, &kept, c.counters)
-                       : (c.scratch_x->reserve(floats), c.scratch_x->data());
-    x = stacked_operand(c, xo, per_node, 0, b.count, dst);
-    c.counters->bytes_copied += 2ull * b.count * per_node * sizeof(float);  // gather + scatter
-  } else {
-    x = stacked_operand(c, xo, per_node, 0, b.count, nullptr);
-  }
   const double flops = 2.0 * m * n * total;
-  // Both products read their operands in place: dW += dY X^T (gemm_acc_xt), and dX += W^T dY
-  // with W^T transposed once per pass (TransposeCache), where Eigen would pack both operands of
-  // every product.
-  const float* wt = c.transposed->get(w, m, n);
+  // dX += W^T dY reads its operands in place, with W^T transposed once per pass
+  // (TransposeCache), where Eigen would pack both operands of every product.
   const float* dy = out_adjoint(c, b, 0);
-  const uint32_t t = static_cast<uint32_t>(total);
-  if (later) {
-    later->add(dw, m, n, t, dy, gather ? nullptr : x, kept);
-  } else {
-    // Weight gradient: split by rows of W, so threads never write the same element.
-    for_chunks(c, m, flops, [&](uint32_t r0, uint32_t r1) {
-      gemm_acc_xt(r1 - r0, t, n, dy + r0, m, x, n, dw + r0, m);
-    });
-  }
+  const float* wt = c.transposed->get(w, m, n);
   if (!gather) {
     float* dx = c.adjoints + xo.offset;
     for_chunks(c, b.count, flops, [&](uint32_t i0, uint32_t i1) {
@@ -158,11 +155,47 @@ void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, floa
     gemm_acc(n, m, (i1 - i0) * cols, wt, n, dy + c0 * m, m, dxs + c0 * n, n);
   });
   // Scatter serially: an operand may repeat within the batch.
+  c.counters->bytes_copied += static_cast<uint64_t>(b.count) * per_node * sizeof(float);
   for (uint32_t i = 0; i < b.count; ++i) {
     float* dx = operand_adjoint(c, xo, i);
     const float* src = dxs + static_cast<size_t>(i) * per_node;
     for (uint32_t r = 0; r < per_node; ++r) dx[r] += src[r];
   }
+}
+
+// dW += dY X^T for a shared W and an operand X that is neither shared nor multiplied in place:
+// a parameter's at the end of the pass when the batch is narrow and the context collects them,
+// else now, split by rows of W.
+void weight_gradient(Context& c, const BatchArgs& b, float* dw, uint32_t m, uint32_t n,
+                     const Operand& xo, bool param) {
+  const uint32_t cols = b.out_dim.cols;
+  const uint32_t per_node = n * cols;
+  const Eigen::Index total = static_cast<Eigen::Index>(b.count) * cols;
+  const bool gather = needs_gather(xo, per_node);
+  // Narrow batches only: a wide one's product already pays for reading dW, and runs while its
+  // operands are in cache.
+  WeightGrads* later = param && total < kDeferColumns ? c.weight_grads : nullptr;
+  const float* x = nullptr;
+  size_t kept = 0;
+  if (gather) {
+    const size_t floats = static_cast<size_t>(b.count) * per_node;
+    float* dst = later ? later->keep(floats, &kept, c.counters)
+                       : (c.scratch_x->reserve(floats), c.scratch_x->data());
+    x = stacked_operand(c, xo, per_node, 0, b.count, dst);
+    c.counters->bytes_copied += static_cast<uint64_t>(b.count) * per_node * sizeof(float);
+  } else {
+    x = stacked_operand(c, xo, per_node, 0, b.count, nullptr);
+  }
+  const float* dy = out_adjoint(c, b, 0);
+  const uint32_t t = static_cast<uint32_t>(total);
+  if (later) {
+    later->add(dw, m, n, t, dy, gather ? nullptr : x, kept);
+    return;
+  }
+  // Split by rows of W, so threads never write the same element.
+  for_chunks(c, m, 2.0 * m * n * total, [&](uint32_t r0, uint32_t r1) {
+    gemm_acc_xt(r1 - r0, t, n, dy + r0, m, x, n, dw + r0, m);
+  });
 }
 
 bool both_contiguous(const Operand& a, const Operand& x) {
@@ -207,6 +240,11 @@ void product_forward(Context& c, const BatchArgs& b, uint32_t slot) {
     shared_weight_forward(c, b, operand_value(c, ao, 0), a.rows, a.cols, xo);
   else
     per_node_forward(c, b, ao, a.rows, a.cols, xo);
+}
+
+// The first product slot of an affine (after its bias) or a matmul.
+uint32_t first_product(const BatchArgs& b) {
+  return b.op == Op::Affine ? 1 : 0;
 }
 
 void product_backward(Context& c, const BatchArgs& b, uint32_t slot) {
@@ -308,6 +346,7 @@ void affine_backward(Context& c, const BatchArgs& b) {
   const uint32_t size = b.out_dim.size();
   const Operand& bias = b.operands[0];
   for (uint32_t i = 0; i < b.count; ++i) {
+    if (c.param_grads_later && bias.mode == OperandMode::Param) break;
     float* db = operand_adjoint(c, bias, i);
     const float* dy = out_adjoint(c, b, i);
     for (uint32_t r = 0; r < size; ++r) db[r] += dy[r];
@@ -322,5 +361,30 @@ void matmul_forward(Context& c, const BatchArgs& b) {
 }
 
 void matmul_backward(Context& c, const BatchArgs& b) { product_backward(c, b, 0); }
+
+void linear_param_grads(Context& c, const BatchArgs& b) {
+  if (b.op == Op::Affine && b.operands[0].mode == OperandMode::Param) {
+    float* db = operand_adjoint(c, b.operands[0], 0);
+    for (uint32_t i = 0; i < b.count; ++i) {
+      const float* dy = out_adjoint(c, b, i);
+      for (uint32_t r = 0; r < b.out_dim.size(); ++r) db[r] += dy[r];
+    }
+  }
+  for (uint32_t j = first_product(b); j + 1 < b.bp->operand_count; j += 2) {
+    const Operand& ao = b.operands[j];
+    if (ao.mode != OperandMode::Param) continue;
+    const Dim a = arg_dim(b, j);
+    shared_weight_gradient(c, b, operand_adjoint(c, ao, 0), a.rows, a.cols, b.operands[j + 1],
+                           true);
+  }
+}
+
+void linear_transposes(Context& c, const BatchArgs& b) {
+  for (uint32_t j = first_product(b); j + 1 < b.bp->operand_count; j += 2)
+    if (is_shared(b.operands[j])) {
+      const Dim a = arg_dim(b, j);
+      c.transposed->get(operand_value(c, b.operands[j], 0), a.rows, a.cols);
+    }
+}
 
 }  // namespace edbatch::cpu
