@@ -182,14 +182,23 @@ void run_groups(Context& c, const BlockPlan& b, const BatchPlan& bp, bool forwar
   }
 }
 
-// Whether the batch's invocations may run backward on separate threads: each writes adjoints no
-// other invocation writes. Parameters may only be an affine's bias or a product's weight outside
-// fused groups (their gradients, and lookup tables' rows, are formed afterwards for the whole
-// batch: param_grads_after); no shared or ragged operands; and no value is read by two
-// invocations (a node read by two parents of one batch, a lattice node read by two arcs).
-// `rows`: scratch.
-bool invocations_independent(const Context& c, const BlockPlan& b, const BatchPlan& bp,
-                             std::vector<std::pair<uint32_t, uint32_t>>& rows) {
+// Scratch of backward_split.
+struct SplitScratch {
+  std::vector<std::pair<uint32_t, uint32_t>> rows;  // (input row's offset, invocation)
+  std::vector<int32_t> cover;
+  std::vector<uint32_t> bounds;
+};
+
+// Whether the batch's invocations may run backward in `parts` ranges on separate threads, each
+// range writing adjoints no other range writes, and where: the ranges are [bounds[t],
+// bounds[t+1]). Parameters may only be an affine's bias or a product's weight outside fused
+// groups (their gradients, and lookup tables' rows, are formed afterwards for the whole batch:
+// param_grads_after), and no operand may be shared or ragged. A block input read by several
+// invocations (a lattice node read by two arcs, a node by two parents) keeps them in one range:
+// the bounds are the even split's, moved to the nearest place no such input spans.
+bool backward_split(const Context& c, const BlockPlan& b, const BatchPlan& bp, uint32_t parts,
+                    SplitScratch& sc) {
+  std::vector<std::pair<uint32_t, uint32_t>>& rows = sc.rows;
   const uint32_t k = bp.count;
   rows.clear();
   for (const BlockGroup& g : b.groups) {
@@ -225,9 +234,31 @@ bool invocations_independent(const Context& c, const BlockPlan& b, const BatchPl
       }
     }
   }
+  // cover[p] > 0: some input is read by invocations on both sides of the place before p.
   std::sort(rows.begin(), rows.end());
-  for (size_t i = 1; i < rows.size(); ++i)
-    if (rows[i].first == rows[i - 1].first && rows[i].second != rows[i - 1].second) return false;
+  sc.cover.assign(k + 1, 0);
+  for (size_t i = 0, j = 0; i < rows.size(); i = j) {
+    while (j < rows.size() && rows[j].first == rows[i].first) ++j;
+    const uint32_t lo = rows[i].second, hi = rows[j - 1].second;
+    if (lo == hi) continue;
+    ++sc.cover[lo + 1];
+    --sc.cover[hi + 1];
+  }
+  for (uint32_t q = 1; q <= k; ++q) sc.cover[q] += sc.cover[q - 1];
+  sc.bounds.assign(1, 0);
+  for (uint32_t t = 1; t < parts; ++t) {
+    const uint32_t even = static_cast<uint32_t>(static_cast<uint64_t>(k) * t / parts);
+    uint32_t place = 0;
+    for (uint32_t d = 0; d < k && place == 0; ++d) {
+      if (even + d < k && even + d > sc.bounds.back() && sc.cover[even + d] == 0)
+        place = even + d;
+      else if (even >= d && even - d > sc.bounds.back() && sc.cover[even - d] == 0)
+        place = even - d;
+    }
+    if (place == 0) return false;  // no free place left: the batch runs whole
+    sc.bounds.push_back(place);
+  }
+  sc.bounds.push_back(k);
   return true;
 }
 
@@ -328,16 +359,17 @@ uint32_t call_forward(Context& c, const PlanRef& p, size_t batch) {
 uint32_t call_backward(Context& c, const PlanRef& p, size_t batch) {
   const BlockPlan& b = plan_of(p, batch);
   const BatchPlan& bp = p.plan.batches[batch];
-  thread_local std::vector<std::pair<uint32_t, uint32_t>> rows;
-  if (c.threads > 1 && bp.count >= 2 && !c.param_grads_later &&
-      invocations_independent(c, b, bp, rows)) {
-    // As forward: each thread runs the whole block backward on its share of the invocations, one
+  thread_local SplitScratch split;
+  const uint32_t parts = std::min<uint32_t>(static_cast<uint32_t>(c.threads), bp.count);
+  if (parts > 1 && !c.param_grads_later && backward_split(c, b, bp, parts, split)) {
+    // As forward: each thread runs the whole block backward on its range of the invocations, one
     // parallel region per batch. The parameters' gradients, which every invocation adds to, are
     // formed afterwards for the whole batch in run_groups' order, so they equal its bitwise.
     transposes_before(c, b, bp);
     const double work = 4.0 * bp.count * b.floats_per_invocation * b.floats_per_invocation;
     std::atomic<uint64_t> copied{0};
-    for_chunks(c, bp.count, work, [&](uint32_t i0, uint32_t i1) {
+    const std::vector<uint32_t>& bounds = split.bounds;
+    for_chunks(c, parts, work, [&](uint32_t t0, uint32_t t1) {
       thread_local Buffer scratch_x, scratch_dx;
       ExecCounters local;
       Context one = c;
@@ -346,7 +378,7 @@ uint32_t call_backward(Context& c, const PlanRef& p, size_t batch) {
       one.scratch_dx = &scratch_dx;
       one.counters = &local;
       one.param_grads_later = true;
-      backward_invocations(one, b, bp, i0, i1);
+      for (uint32_t t = t0; t < t1; ++t) backward_invocations(one, b, bp, bounds[t], bounds[t + 1]);
       copied += local.bytes_copied;
     });
     c.counters->bytes_copied += copied;
