@@ -83,6 +83,19 @@ TEST_CASE("cli: every model runs, with training, iterations, threads and the nul
     CHECK(r.code == 0);
     CHECK(r.out.find("backward") != std::string::npos);
   }
+  // On 2 threads the tree batches' backward splits by invocation range; on 1 it never does.
+  for (const char* threads : {"1", "2"}) {
+    CAPTURE(threads);
+    const std::string json = dir / "split.json";
+    const Result r = cli(dir, std::string("run --model tree_lstm --hidden 6 --batch 8 ") +
+                                  "--warmup 1 --data synthetic:9 --train --iters 2 --threads " +
+                                  threads + " --json '" + json + "'");
+    REQUIRE(r.code == 0);
+    const double split =
+        nlohmann::json::parse(slurp(json))["split_backward_batches_per_minibatch"]["median"]
+            .get<double>();
+    CHECK((threads[0] == '2' ? split > 0 : split == 0));
+  }
   // Training by epochs reports each epoch's loss; with --iters it does not.
   const Result epochs = cli(dir, "run --model tree_lstm " + kSmall +
                                      "--data synthetic:20 --train " + "--epochs 2 --lr 0.5");

@@ -114,6 +114,8 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["stages_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.stages); }));
   j["bytes_copied_per_minibatch"] =
       to_json(over(samples, [](auto& s) { return double(s.bytes_copied); }));
+  j["split_backward_batches_per_minibatch"] =
+      to_json(over(samples, [](auto& s) { return double(s.split_call_backward); }));
   j["arena_bytes"] = info.arena_bytes;
   j["arena_growths_after_warmup"] = info.arena_growths_after_warmup;
   j["peak_rss_bytes"] = info.peak_rss_bytes;

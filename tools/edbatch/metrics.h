@@ -14,6 +14,7 @@ struct MiniBatchSample {
   double construction_ms = 0, scheduling_ms = 0, execution_ms = 0, backward_ms = 0,
          update_ms = 0;
   uint64_t nodes = 0, batches = 0, lower_bound = 0, kernels = 0, stages = 0, bytes_copied = 0;
+  uint64_t split_call_backward = 0;  // CPU: block-call batches whose backward split by range
   uint64_t policy_hits = 0, policy_misses = 0;  // learned policies: table hits, fallbacks
   uint64_t policy_scored = 0;                    // ... of the fallbacks, the scorer's
   bool plan_reused = false;  // the schedule and plan came from the engine's plan cache

@@ -184,6 +184,7 @@ class Runner {
     s.kernels = st.kernels - before.kernels;
     s.stages = st.stages - before.stages;
     s.bytes_copied = st.bytes_copied - before.bytes_copied;
+    s.split_call_backward = st.split_call_backward - before.split_call_backward;
     if (!o_.pipeline) s.loss = loss_of(value);
     return s;
   }
