@@ -152,20 +152,44 @@ void run_fused(Context& c, const BlockPlan& b, const BlockGroup& g, uint32_t ste
     body(0, chunks);
 }
 
-// Forward of invocations [i0, i1) through every step of the block, on the calling thread.
-void forward_invocations(Context& one, const BlockPlan& b, const BatchPlan& bp, uint32_t i0,
-                         uint32_t i1) {
+// Invocations [i0, i1) through every step of the block (backward: in reverse), on the calling
+// thread.
+void run_invocations(Context& one, const BlockPlan& b, const BatchPlan& bp, uint32_t i0,
+                     uint32_t i1, bool forward) {
   const uint32_t k = bp.count;
+  const size_t n = b.steps.size();
   Window w;
-  for (uint32_t s = 0; s < b.steps.size(); ++s) {
+  for (size_t q = 0; q < n; ++q) {
+    const size_t s = forward ? q : n - 1 - q;
     const BlockStep& st = b.steps[s];
     const BatchPlan& sp = one.plan->steps[bp.step_begin + s];
     const KernelRow& row = cpu_kernels(st.op);
     for (uint32_t j = 0; j < st.member_count; ++j) {
       make_window(one, b, st, sp, j * k + i0, i1 - i0, j, k, w);
-      row.forward(one, w.args);
+      (forward ? row.forward : row.backward)(one, w.args);
     }
   }
+}
+
+// Runs fn(one, t0, t1) over chunks of [0, n) on the context's threads, each with a one-thread
+// context of its own: scratch buffers (thread_local, kept), counters (the gathered bytes added
+// to c's afterwards), and `param_grads_later` (Context::param_grads_later).
+template <class F>
+void on_threads(Context& c, uint32_t n, double work, bool param_grads_later, const F& fn) {
+  std::atomic<uint64_t> copied{0};
+  for_chunks(c, n, work, [&](uint32_t t0, uint32_t t1) {
+    thread_local Buffer scratch_x, scratch_dx;
+    ExecCounters local;
+    Context one = c;
+    one.threads = 1;
+    one.scratch_x = &scratch_x;
+    one.scratch_dx = &scratch_dx;
+    one.counters = &local;
+    one.param_grads_later = param_grads_later;
+    fn(one, t0, t1);
+    copied += local.bytes_copied;
+  });
+  c.counters->bytes_copied += copied;
 }
 
 // The plan group by group (backward: in reverse), each kernel splitting over the threads.
@@ -262,23 +286,6 @@ bool backward_split(const Context& c, const BlockPlan& b, const BatchPlan& bp, u
   return true;
 }
 
-// Backward of invocations [i0, i1) through every step of the block in reverse, on the calling
-// thread, parameter gradients left out (Context::param_grads_later).
-void backward_invocations(Context& one, const BlockPlan& b, const BatchPlan& bp, uint32_t i0,
-                          uint32_t i1) {
-  const uint32_t k = bp.count;
-  Window w;
-  for (size_t s = b.steps.size(); s-- > 0;) {
-    const BlockStep& st = b.steps[s];
-    const BatchPlan& sp = one.plan->steps[bp.step_begin + s];
-    const KernelRow& row = cpu_kernels(st.op);
-    for (uint32_t j = 0; j < st.member_count; ++j) {
-      make_window(one, b, st, sp, j * k + i0, i1 - i0, j, k, w);
-      row.backward(one, w.args);
-    }
-  }
-}
-
 bool is_linear(Op op) {
   return op == Op::Affine || op == Op::MatMul;
 }
@@ -337,19 +344,9 @@ uint32_t call_forward(Context& c, const PlanRef& p, size_t batch) {
     // one parallel region per batch instead of one per kernel. Each thread gathers into its own
     // scratch.
     const double work = 2.0 * k * b.floats_per_invocation * b.floats_per_invocation;
-    std::atomic<uint64_t> copied{0};
-    for_chunks(c, k, work, [&](uint32_t i0, uint32_t i1) {
-      thread_local Buffer scratch_x, scratch_dx;
-      ExecCounters local;
-      Context one = c;
-      one.threads = 1;
-      one.scratch_x = &scratch_x;
-      one.scratch_dx = &scratch_dx;
-      one.counters = &local;
-      forward_invocations(one, b, bp, i0, i1);
-      copied += local.bytes_copied;
+    on_threads(c, k, work, false, [&](Context& one, uint32_t i0, uint32_t i1) {
+      run_invocations(one, b, bp, i0, i1, true);
     });
-    c.counters->bytes_copied += copied;
     return static_cast<uint32_t>(b.groups.size());
   }
   run_groups(c, b, bp, true);
@@ -367,21 +364,11 @@ uint32_t call_backward(Context& c, const PlanRef& p, size_t batch) {
     // formed afterwards for the whole batch in run_groups' order, so they equal its bitwise.
     transposes_before(c, b, bp);
     const double work = 4.0 * bp.count * b.floats_per_invocation * b.floats_per_invocation;
-    std::atomic<uint64_t> copied{0};
     const std::vector<uint32_t>& bounds = split.bounds;
-    for_chunks(c, parts, work, [&](uint32_t t0, uint32_t t1) {
-      thread_local Buffer scratch_x, scratch_dx;
-      ExecCounters local;
-      Context one = c;
-      one.threads = 1;
-      one.scratch_x = &scratch_x;
-      one.scratch_dx = &scratch_dx;
-      one.counters = &local;
-      one.param_grads_later = true;
-      for (uint32_t t = t0; t < t1; ++t) backward_invocations(one, b, bp, bounds[t], bounds[t + 1]);
-      copied += local.bytes_copied;
+    on_threads(c, parts, work, true, [&](Context& one, uint32_t t0, uint32_t t1) {
+      for (uint32_t t = t0; t < t1; ++t)
+        run_invocations(one, b, bp, bounds[t], bounds[t + 1], false);
     });
-    c.counters->bytes_copied += copied;
     ++c.counters->split_call_backward;
     param_grads_after(c, b, bp);
     return static_cast<uint32_t>(b.groups.size());
