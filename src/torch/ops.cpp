@@ -19,6 +19,19 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The forward of run_cell; keeps the runner in `state` when it is given (for backward).
+std::vector<Tensor> forward_cell(const std::string& cell, const Tensor& x, const Structure& s,
+                                 at::TensorList weights, int64_t hidden, int64_t num_node_types,
+                                 int64_t num_arc_types, const std::string& policy, int64_t threads,
+                                 const c10::optional<Tensor>& labels, const std::string& loss,
+                                 c10::intrusive_ptr<RunState>* state) {
+  CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
+  if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
+  CallExtras extras;
+  extras.labels = labels;
+  return run_forward(a, x, s, weights.vec(), state, extras);
+}
+
 std::vector<Tensor> run_cell(const std::string& cell, const Tensor& x, const Tensor& node_inputs,
                              const Tensor& node_types, const Tensor& pred_ptr,
                              const Tensor& pred_ids, const Tensor& arc_types,
@@ -26,13 +39,10 @@ std::vector<Tensor> run_cell(const std::string& cell, const Tensor& x, const Ten
                              at::TensorList weights, int64_t hidden, int64_t num_node_types,
                              int64_t num_arc_types, const std::string& policy, int64_t threads,
                              const c10::optional<Tensor>& labels, const std::string& loss) {
-  CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
-  if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
-  const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
-                    instance_offsets};
-  CallExtras extras;
-  extras.labels = labels;
-  return run_forward(a, x, s, weights.vec(), nullptr, extras);
+  return forward_cell(
+      cell, x,
+      {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets},
+      weights, hidden, num_node_types, num_arc_types, policy, threads, labels, loss, nullptr);
 }
 
 class CellFunction : public torch::autograd::Function<CellFunction> {
@@ -45,14 +55,11 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
                                int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
                                const std::string& policy, int64_t threads,
                                const c10::optional<Tensor>& labels, const std::string& loss) {
-    CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
-    if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
-    const Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
-                      instance_offsets};
-    CallExtras extras;
-    extras.labels = labels;
     c10::intrusive_ptr<RunState> state;
-    std::vector<Tensor> out = run_forward(a, x, s, weights.vec(), &state, extras);
+    std::vector<Tensor> out = forward_cell(
+        cell, x,
+        {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets},
+        weights, hidden, num_node_types, num_arc_types, policy, threads, labels, loss, &state);
     ctx->saved_data["state"] = c10::IValue(state);
     ctx->saved_data["x_device"] = c10::IValue(x.device());
     ctx->saved_data["num_weights"] = static_cast<int64_t>(weights.size());
@@ -104,21 +111,12 @@ void prepare(const std::string& cell, const std::string& device, int64_t input_s
   const c10::Device where(device);
   if (num_x < 0)
     fail(fmt::format("[edbatch] the number of x rows must not be negative, got {}", num_x));
-  CallArgs a =
+  const CallArgs a =
       call_args(cell, where, input_size, hidden, num_node_types, num_arc_types, policy, threads);
-  Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
-              instance_offsets};
-  check_structure(where, s);
-  set_loss_head(a, loss, classes);
-  const Tensor y = host_labels(a, labels, s.node_inputs.numel());
-  const c10::DeviceGuard guard(where);  // a runner's CUDA state is made on its device
-  try {
-    Packed p = packed_view(s, nullptr, num_x, input_size);
-    if (y.defined()) p.labels = y.data_ptr<int64_t>();
-    RunnerPool::get().prepare(a, p);
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
+  prepare_call(
+      a, where,
+      {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets}, num_x,
+      input_size, loss, classes, labels);
 }
 
 // [prepared, used, failed, dropped, waiting]: RunnerPool::counts.

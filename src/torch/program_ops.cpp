@@ -130,20 +130,11 @@ void propagate_prepare(const std::string& program, const std::string& device, in
   if (num_x < 0 || input_size < 0)
     fail(fmt::format("[edbatch.propagate] x rows and input size must not be negative, got {} and {}",
                      num_x, input_size));
-  CallArgs a = program_args(program, where, input_size, policy, threads);
-  Structure s{node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
-              instance_offsets};
-  check_structure(where, s);
-  set_loss_head(a, loss, classes);
-  const Tensor y = host_labels(a, labels, s.node_inputs.numel());
-  const c10::DeviceGuard guard(where);
-  try {
-    Packed p = packed_view(s, nullptr, num_x, input_size);
-    if (y.defined()) p.labels = y.data_ptr<int64_t>();
-    RunnerPool::get().prepare(a, p);
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
+  const CallArgs a = program_args(program, where, input_size, policy, threads);
+  prepare_call(
+      a, where,
+      {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets}, num_x,
+      input_size, loss, classes, labels);
 }
 
 }  // namespace

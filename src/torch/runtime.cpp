@@ -203,6 +203,22 @@ CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
                    threads);
 }
 
+void prepare_call(CallArgs a, const c10::Device& where, Structure s, int64_t num_x,
+                  int64_t input_size, const std::string& loss, int64_t classes,
+                  const c10::optional<Tensor>& labels) {
+  check_structure(where, s);
+  set_loss_head(a, loss, classes);
+  const Tensor y = host_labels(a, labels, s.node_inputs.numel());
+  const c10::DeviceGuard guard(where);  // a runner's CUDA state is made on its device
+  try {
+    Packed p = packed_view(s, nullptr, num_x, input_size);
+    if (y.defined()) p.labels = y.data_ptr<int64_t>();
+    RunnerPool::get().prepare(a, p);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}
+
 // Runs the forward; keeps the runner in `state` when it is given (for backward).
 std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure s,
                                 std::vector<Tensor> w, c10::intrusive_ptr<RunState>* state,
