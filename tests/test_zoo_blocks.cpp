@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "edbatch/block.h"
@@ -115,6 +116,21 @@ Built build_all(Model& m, Graph& g) {
   b.loss = sum_losses(losses);
   return b;
 }
+
+// A zoo model's graph of every instance of small_data, hidden 7, through blocks.
+struct ZooGraph {
+  explicit ZooGraph(const std::string& name)
+      : data(small_data(name)),
+        pc(3),
+        model(make_model(name, pc, data, options(7, true, false))),
+        g(pc),
+        built(build_all(*model, g)) {}
+  Dataset data;
+  ParameterCollection pc;
+  std::unique_ptr<Model> model;
+  Graph g;
+  Built built;
+};
 
 uint32_t count_calls(const Graph& g) {
   uint32_t n = 0;
@@ -229,13 +245,10 @@ TEST_CASE("zoo blocks: random_dag = op level = reference") {
 TEST_CASE("zoo blocks: backward by invocation range equals one thread") {
   for (const std::string& name : model_names()) {
     CAPTURE(name);
-    const Dataset data = small_data(name);
-    ParameterCollection pc(3);
-    const auto m = make_model(name, pc, data, options(7, true, false));
-    Graph g(pc);
-    const Built b = build_all(*m, g);
-    const EngineRun one = run_engine(g, b.loss, "lb-greedy", 1, b.logits);
-    const EngineRun two = run_engine(g, b.loss, "lb-greedy", 2, b.logits);
+    ZooGraph z(name);
+    ParameterCollection& pc = z.pc;
+    const EngineRun one = run_engine(z.g, z.built.loss, "lb-greedy", 1, z.built.logits);
+    const EngineRun two = run_engine(z.g, z.built.loss, "lb-greedy", 2, z.built.logits);
     CHECK(one.split_call_backward == 0);
     CHECK(two.split_call_backward > 0);
     check_close(&two.loss, &one.loss, 1, 1e-6, "loss");
@@ -280,11 +293,9 @@ TEST_CASE("zoo blocks: backward by invocation range equals one thread") {
 TEST_CASE("zoo blocks: no elementwise run is split by GEMM steps that do not read it") {
   for (const std::string& name : model_names()) {
     CAPTURE(name);
-    const Dataset data = small_data(name);
-    ParameterCollection pc(3);
-    const auto m = make_model(name, pc, data, options(7, true, false));
-    Graph g(pc);
-    build_all(*m, g);
+    ZooGraph z(name);
+    const ParameterCollection& pc = z.pc;
+    const Graph& g = z.g;
     std::vector<uint32_t> seen;
     for (const Node& n : g.nodes()) {
       if (n.op != Op::Call || std::find(seen.begin(), seen.end(), n.aux) != seen.end()) continue;
