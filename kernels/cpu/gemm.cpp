@@ -1,13 +1,15 @@
 // Y += W X for thin products. Eigen's GEMM packs W for every call, which costs as much as the
 // multiply when X has a few dozen columns (a block step's invocations, a batch of tree nodes), so
-// with AVX-512 we run register tiles that read W straight from its column-major storage: a tile
-// of R x 16 rows by NC columns accumulates over the whole inner dimension in 2..24 registers.
+// with AVX-512, or AVX2 with FMA, we run register tiles that read W straight from its column-major
+// storage: a tile of R vector registers of rows by NC columns accumulates over the whole inner
+// dimension in registers (R x NC accumulators, R loads of W and one broadcast of X per step).
 #include "kernels/cpu/gemm.h"
 
 #include <Eigen/Core>
 #include <algorithm>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define EDBATCH_GEMM_TILES 1
 #include <immintrin.h>
 #endif
 
@@ -15,48 +17,109 @@ namespace edbatch::cpu {
 
 namespace {
 
-#if defined(__AVX512F__)
+#if defined(EDBATCH_GEMM_TILES)
 
-// R registers of 16 rows (the last one masked when M) by NC columns, summed over the parts: part
+#if defined(__AVX512F__)
+// 16 lanes, 32 registers, masks in k registers.
+struct Simd {
+  using V = __m512;
+  using Mask = __mmask16;
+  static constexpr uint32_t kLanes = 16;
+  // Accumulator tiles of R registers by at most max_cols(R) columns.
+  static constexpr int max_cols(int r) { return r == 1 ? 12 : 24 / r; }
+  static constexpr int kMaxRegs = 8;
+  // Few columns: taller strips, so enough accumulators hide the FMA latency.
+  static uint32_t regs_for(uint32_t nc) { return nc <= 3 ? 8 : nc <= 6 ? 4 : nc <= 8 ? 3 : 2; }
+  static Mask tail(uint32_t rows) { return static_cast<Mask>((1u << rows) - 1); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void store(float* p, V v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
+  static V splat(float x) { return _mm512_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static void keep(V&) {}
+};
+#else
+// 8 lanes, 16 registers: R x NC accumulators, R rows of W and one broadcast must fit in 16.
+// Masked loads and stores take a lane mask in a vector register.
+struct Simd {
+  using V = __m256;
+  using Mask = __m256i;
+  static constexpr uint32_t kLanes = 8;
+  static constexpr int max_cols(int r) { return r == 1 ? 12 : r == 2 ? 6 : r == 3 ? 4 : 2; }
+  static constexpr int kMaxRegs = 4;
+  static uint32_t regs_for(uint32_t nc) { return nc <= 2 ? 4 : 3; }
+  static Mask tail(uint32_t rows) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rows)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void store(float* p, V v, Mask m) { _mm256_maskstore_ps(p, m, v); }
+  static V splat(float x) { return _mm256_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  // Holds a row of W in a register: left to itself the compiler folds the load into each of the
+  // tile's FMAs, NC loads where one does, and the tile becomes bound by loads.
+  static void keep(V& v) { asm("" : "+x"(v)); }
+};
+#endif
+
+constexpr uint32_t kLanes = Simd::kLanes;
+
+// Register r of a tile's rows: the last one masked when M.
+template <int R, bool M>
+Simd::V load_rows(const float* p, int r, Simd::Mask last) {
+  return M && r + 1 == R ? Simd::load(p, last) : Simd::load(p);
+}
+template <int R, bool M>
+void store_rows(float* p, int r, Simd::V v, Simd::Mask last) {
+  if (M && r + 1 == R)
+    Simd::store(p, v, last);
+  else
+    Simd::store(p, v);
+}
+
+// R registers of rows (the last one masked when M) by NC columns, summed over the parts: part
 // q adds W_q X_q over its inner dimension n_q, with W_q read from w_q + wo and X_q from x_q + xo.
 // XT: x holds X transposed, so X(p, c) is x[p * ldx + c].
 template <int R, int NC, bool M, bool XT>
 void tile(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, size_t ldw, size_t ldx,
-          float* y, size_t ldy, __mmask16 last) {
-  __m512 acc[NC][R];
+          float* y, size_t ldy, Simd::Mask last) {
+  Simd::V acc[NC][R];
 #pragma GCC unroll 16
   for (int c = 0; c < NC; ++c)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-      acc[c][r] = _mm512_maskz_loadu_ps(M && r + 1 == R ? last : 0xffff, y + c * ldy + r * 16);
+    for (int r = 0; r < R; ++r) acc[c][r] = load_rows<R, M>(y + c * ldy + r * kLanes, r, last);
   for (uint32_t q = 0; q < count; ++q) {
     const float* w = parts[q].w + wo;
     const float* x = parts[q].x + xo;
     for (uint32_t p = 0, n = parts[q].n; p < n; ++p) {
-      __m512 a[R];
+      Simd::V a[R];
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-        a[r] = _mm512_maskz_loadu_ps(M && r + 1 == R ? last : 0xffff, w + p * ldw + r * 16);
+      for (int r = 0; r < R; ++r) {
+        a[r] = load_rows<R, M>(w + p * ldw + r * kLanes, r, last);
+        Simd::keep(a[r]);
+      }
 #pragma GCC unroll 16
       for (int c = 0; c < NC; ++c) {
-        const __m512 b = _mm512_set1_ps(XT ? x[p * ldx + c] : x[c * ldx + p]);
+        const Simd::V b = Simd::splat(XT ? x[p * ldx + c] : x[c * ldx + p]);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(a[r], b, acc[c][r]);
+        for (int r = 0; r < R; ++r) acc[c][r] = Simd::fma(a[r], b, acc[c][r]);
       }
     }
   }
 #pragma GCC unroll 16
   for (int c = 0; c < NC; ++c)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-      _mm512_mask_storeu_ps(y + c * ldy + r * 16, M && r + 1 == R ? last : 0xffff, acc[c][r]);
+    for (int r = 0; r < R; ++r) store_rows<R, M>(y + c * ldy + r * kLanes, r, acc[c][r], last);
 }
 
-// Columns of one row strip in tiles of at most 24 / R columns, split evenly.
+// Columns of one row strip in tiles of at most Simd::max_cols(R) columns, split evenly.
 template <int R, bool M, bool XT>
 void strip(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, uint32_t k, size_t ldw,
-           size_t ldx, float* y, size_t ldy, __mmask16 last) {
-  constexpr uint32_t kMax = R == 1 ? 12 : 24 / R;
+           size_t ldx, float* y, size_t ldy, Simd::Mask last) {
+  constexpr uint32_t kMax = Simd::max_cols(R);
   const uint32_t tiles = (k + kMax - 1) / kMax;
   for (uint32_t t = 0, c0 = 0; t < tiles; ++t) {
     const uint32_t c1 = static_cast<uint32_t>(static_cast<uint64_t>(k) * (t + 1) / tiles);
@@ -77,19 +140,14 @@ void strip(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, uint32_t
   }
 }
 
-template <bool M, bool XT>
+// A row strip of `regs` registers (at most Simd::kMaxRegs).
+template <bool M, bool XT, int R = Simd::kMaxRegs>
 void strip_of(uint32_t regs, const GemmPart* parts, uint32_t count, size_t wo, size_t xo,
-              uint32_t k, size_t ldw, size_t ldx, float* y, size_t ldy, __mmask16 last) {
-  switch (regs) {
-    case 8: strip<8, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last); break;
-    case 7: strip<7, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last); break;
-    case 6: strip<6, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last); break;
-    case 5: strip<5, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last); break;
-    case 4: strip<4, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last); break;
-    case 3: strip<3, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last); break;
-    case 2: strip<2, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last); break;
-    default: strip<1, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last); break;
-  }
+              uint32_t k, size_t ldw, size_t ldx, float* y, size_t ldy, Simd::Mask last) {
+  if constexpr (R > 1)
+    if (static_cast<int>(regs) < R)
+      return strip_of<M, XT, R - 1>(regs, parts, count, wo, xo, k, ldw, ldx, y, ldy, last);
+  strip<R, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last);
 }
 
 #endif
@@ -106,14 +164,14 @@ void gemm_acc_eigen(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t l
 }
 
 bool gemm_acc_native() {
-#if defined(__AVX512F__)
+#if defined(EDBATCH_GEMM_TILES)
   return true;
 #else
   return false;
 #endif
 }
 
-#if defined(__AVX512F__)
+#if defined(EDBATCH_GEMM_TILES)
 namespace {
 
 // Rows [row0, row0 + m) of the parts' W, all k columns of Y.
@@ -124,17 +182,16 @@ void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, s
   constexpr uint32_t kPanel = 48;
   for (uint32_t c0 = 0; c0 < k; c0 += kPanel) {
     const uint32_t nc = std::min(kPanel, k - c0);
-    // Few columns: taller strips, so enough accumulators hide the FMA latency.
-    const uint32_t R = nc <= 3 ? 8 : nc <= 6 ? 4 : nc <= 8 ? 3 : 2;
+    const uint32_t R = Simd::regs_for(nc);
     const size_t xp = XT ? c0 : c0 * ldx;
     float* yp = y + c0 * ldy;
     for (uint32_t r0 = 0; r0 < m;) {
       const uint32_t left = m - r0;
-      const uint32_t regs = std::min<uint32_t>((left + 15) / 16, R);
-      const uint32_t rows = std::min(left, regs * 16);
-      const uint32_t tail = rows - (regs - 1) * 16;
-      const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1);
-      if (tail == 16)
+      const uint32_t regs = std::min<uint32_t>((left + kLanes - 1) / kLanes, R);
+      const uint32_t rows = std::min(left, regs * kLanes);
+      const uint32_t tail = rows - (regs - 1) * kLanes;
+      const Simd::Mask last = Simd::tail(tail);
+      if (tail == kLanes)
         strip_of<false, XT>(regs, parts, count, row0 + r0, xp, nc, ldw, ldx, yp + r0, ldy, last);
       else
         strip_of<true, XT>(regs, parts, count, row0 + r0, xp, nc, ldw, ldx, yp + r0, ldy, last);
@@ -149,7 +206,7 @@ void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, s
 void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
               size_t ldx, float* y, size_t ldy) {
   if (m == 0 || k == 0) return;
-#if defined(__AVX512F__)
+#if defined(EDBATCH_GEMM_TILES)
   // One column is a matrix-vector product, bound by reading W: Eigen's is as fast.
   if (k == 1) return gemm_acc_eigen(m, n, k, w, ldw, x, ldx, y, ldy);
   const GemmPart one{w, x, n};
@@ -162,22 +219,14 @@ void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, co
 void gemm_acc_xt(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
                  size_t ldx, float* y, size_t ldy) {
   if (m == 0 || k == 0) return;
-#if defined(__AVX512F__)
   const GemmPart one{w, x, n};
   gemm_acc_xt_parts(m, k, &one, 1, 0, ldw, ldx, y, ldy);
-#else
-  using Stride = Eigen::OuterStride<>;
-  Eigen::Map<const Eigen::MatrixXf, 0, Stride> W(w, m, n, Stride(ldw));
-  Eigen::Map<const Eigen::MatrixXf, 0, Stride> X(x, k, n, Stride(ldx));
-  Eigen::Map<Eigen::MatrixXf, 0, Stride> Y(y, m, k, Stride(ldy));
-  Y.noalias() += W * X.transpose();
-#endif
 }
 
 void gemm_acc_xt_parts(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, size_t row0,
                        size_t ldw, size_t ldx, float* y, size_t ldy) {
   if (m == 0 || k == 0) return;
-#if defined(__AVX512F__)
+#if defined(EDBATCH_GEMM_TILES)
   // In runs of at most kRun inner columns (consecutive short parts together, a long part in
   // pieces), so that a tile's strip of W stays in L1 across its panel.
   constexpr uint32_t kRun = 128;
@@ -196,9 +245,14 @@ void gemm_acc_xt_parts(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t c
     gemm_tiles<true>(m, k, parts + q0, q1 - q0, row0, ldw, ldx, y, ldy);
   }
 #else
-  for (uint32_t q = 0; q < count; ++q)
-    if (parts[q].n > 0)
-      gemm_acc_xt(m, parts[q].n, k, parts[q].w + row0, ldw, parts[q].x, ldx, y, ldy);
+  using Stride = Eigen::OuterStride<>;
+  Eigen::Map<Eigen::MatrixXf, 0, Stride> Y(y, m, k, Stride(ldy));
+  for (uint32_t q = 0; q < count; ++q) {
+    if (parts[q].n == 0) continue;
+    Eigen::Map<const Eigen::MatrixXf, 0, Stride> W(parts[q].w + row0, m, parts[q].n, Stride(ldw));
+    Eigen::Map<const Eigen::MatrixXf, 0, Stride> X(parts[q].x, k, parts[q].n, Stride(ldx));
+    Y.noalias() += W * X.transpose();
+  }
 #endif
 }
 

@@ -7,7 +7,7 @@
 namespace edbatch::cpu {
 
 // Y (m x k) += W (m x n) * X (n x k); column-major with leading dimensions ldw, ldx, ldy. Uses
-// AVX-512 when the build targets it, Eigen otherwise.
+// AVX-512, or AVX2 with FMA, when the build targets it; Eigen otherwise.
 void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
               size_t ldx, float* y, size_t ldy);
 
