@@ -238,7 +238,7 @@ void bench_tree_lstm(uint32_t H, uint32_t batch, uint32_t reps, int threads, con
 // about 2 ms.
 void bench_gemm(uint32_t reps) {
   std::fprintf(stderr, "\n%5s %5s %5s %12s %12s %8s %s\n", "m", "n", "k", "eigen GF/s", "kernel GF/s",
-               "speedup", cpu::gemm_acc_native() ? "" : "(no AVX-512: the kernel is Eigen)");
+               "speedup", cpu::gemm_acc_native() ? "" : "(no AVX-512 or AVX2: the kernel is Eigen)");
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
   for (uint32_t m : {5u, 128u, 384u, 512u})
