@@ -102,10 +102,10 @@ TEST_CASE("memory: the null backend walks the plan without values") {
 }
 
 TEST_CASE("memory: a backward pass's adjoints do not depend on what an earlier pass left") {
-  // The CPU backend zeroes each batch's adjoints just before their first accumulation
-  // (AdjointZeroing): a larger pass run first on the same engine leaves its adjoints all over the
-  // arena, and a smaller graph of another shape must still get the gradients a fresh engine
-  // gives, bitwise, for every node (inputs, a node nothing reads, the loss) and every parameter.
+  // Adjoints accumulate, so the backend must clear what a pass left: a larger pass run first on
+  // the same engine leaves its adjoints all over the arena, and a smaller graph of another shape
+  // must still get the gradients a fresh engine gives, bitwise, for every node (inputs, a node
+  // nothing reads, the loss) and every parameter.
   for (int threads : {1, 2}) {
     CAPTURE(threads);
     ParameterCollection pc(3);

@@ -10,7 +10,6 @@
 
 #include "edbatch/schedule.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/zeroing.h"
 #include "src/core/backends.h"
 
 namespace edbatch::cpu {
@@ -89,8 +88,9 @@ class CpuBackend : public Backend {
     c.adjoints = adjoints_.data();
     uint64_t kernels = 0;
     run([&] {
-      zeroing_.plan(p, seed);
-      zeroing_.at_start(c.adjoints);
+      for_chunks(c, p.plan.total_floats, p.plan.total_floats, [&](uint32_t b, uint32_t e) {
+        std::memset(c.adjoints + b, 0, (e - b) * sizeof(float));
+      });
       if (seed.nodes == nullptr) {
         c.adjoints[p.plan.node_offset[seed.loss_node]] = 1.0f;
       } else {
@@ -105,7 +105,6 @@ class CpuBackend : public Backend {
         }
       }
       for (size_t b = p.schedule.batches.size(); b-- > 0;) {
-        zeroing_.before(b, c.adjoints);
         const BatchArgs args = batch_args(p, b);
         if (args.op == Op::Call) {
           kernels += call_backward(c, p, b);
@@ -184,7 +183,6 @@ class CpuBackend : public Backend {
   std::unique_ptr<tbb::task_arena> arena_;
   Buffer values_, adjoints_, scratch_x_, scratch_dx_;
   TransposeCache transposed_;
-  AdjointZeroing zeroing_;
   WeightGrads weight_grads_;
 };
 
