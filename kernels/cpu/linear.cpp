@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/transpose.h"
 #include "memplan/outer_order.h"
 
 namespace edbatch::cpu {
@@ -269,15 +270,8 @@ const float* TransposeCache::get(const float* w, uint32_t m, uint32_t n) {
   e.m = m;
   e.n = n;
   e.t.resize(static_cast<size_t>(m) * n);
-  // In strips of 16 columns of W: 16 read streams, contiguous writes.
-  constexpr uint32_t kStrip = 16;
-  for (uint32_t j0 = 0; j0 < n; j0 += kStrip) {
-    const uint32_t j1 = std::min(n, j0 + kStrip);
-    for (uint32_t i = 0; i < m; ++i) {
-      float* dst = e.t.data() + static_cast<size_t>(i) * n;
-      for (uint32_t j = j0; j < j1; ++j) dst[j] = w[static_cast<size_t>(j) * m + i];
-    }
-  }
+  // W (m x n, column-major) is a row-major n x m matrix; W^T column-major, a row-major m x n.
+  transpose(w, n, m, e.t.data());
   return e.t.data();
 }
 

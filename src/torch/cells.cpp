@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "edbatch/options.h"
+#include "kernels/transpose.h"
 
 namespace edbatch::torch_adapter {
 
@@ -149,32 +150,17 @@ Runner::Runner(const CellConfig& config, const RunOptions& options)
   for (const WeightSpec& w : specs_) weight_params_.push_back({pc_.find(w.name)});
 }
 
-// A weight from torch's row-major rows x cols to the engine's column-major rows x cols, and back;
-// weights whose memory already is the engine's (WeightSpec::transpose false) are copied as they
-// are.
 namespace {
 
-// out (c x r, row-major) = a^T for a (r x c, row-major), in tiles of 16 x 16 so that both the
-// reads and the writes stay within a few cache lines per tile (a plain loop writes or reads one
-// float per line, at a stride of the matrix's width).
-void transpose(const float* a, uint32_t r, uint32_t c, float* out) {
-  constexpr uint32_t kTile = 16;
-  for (uint32_t i0 = 0; i0 < r; i0 += kTile)
-    for (uint32_t j0 = 0; j0 < c; j0 += kTile) {
-      const uint32_t i1 = std::min(r, i0 + kTile), j1 = std::min(c, j0 + kTile);
-      for (uint32_t j = j0; j < j1; ++j)
-        for (uint32_t i = i0; i < i1; ++i)
-          out[static_cast<size_t>(j) * r + i] = a[static_cast<size_t>(i) * c + j];
-    }
-}
-
-// A weight's copy between torch's row-major memory and the engine's layout, either way.
+// A weight from torch's row-major rows x cols to the engine's column-major rows x cols
+// (into_engine), or back; weights whose memory already is the engine's (WeightSpec::transpose
+// false) are copied as they are.
 void copy_weight(const float* src, const WeightSpec& w, float* dst, bool into_engine) {
   if (w.cols <= 1 || !w.transpose) {
     std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(w.rows) * std::max(w.cols, 1u));
     return;
   }
-  // The engine holds rows x cols column-major: torch's matrix transposed, as row-major memory.
+  // The engine's column-major rows x cols is torch's matrix transposed, as row-major memory.
   if (into_engine)
     transpose(src, w.rows, w.cols, dst);
   else
