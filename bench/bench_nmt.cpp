@@ -35,27 +35,40 @@ struct Options {
   uint32_t reps = 10, vocab = 256, max_len = 100;
 };
 
+// Per decoding step, in microseconds: the host's work (all of it, and the part planning the
+// step's nodes and, on a device, the part encoding and queueing its kernels), and the kernels'
+// time (on a device, the GPU's, which the host waits for).
+struct StepTimes {
+  std::vector<double> host, plan, submit, kernels;
+};
+
 void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
-            const std::vector<double>& per_s, const std::vector<double>& host_us,
-            double steps) {
+            const std::vector<double>& per_s, const StepTimes& step, double steps) {
   const auto r = summarize(per_s);
   std::printf("%-7s hidden %4u  B %4u  %10.1f /s  (p10 %.1f, p90 %.1f)", mode, hidden, batch,
               r.median, r.p10, r.p90);
-  if (!host_us.empty()) {
-    const auto h = summarize(host_us);
-    std::printf("  host per step %.1f us (p10 %.1f, p90 %.1f), %.1f steps", h.median, h.p10,
-                h.p90, steps);
+  const bool decode = !step.host.empty();
+  if (decode) {
+    const auto h = summarize(step.host);
+    std::printf("  host per step %.1f us (p10 %.1f, p90 %.1f; planning %.1f", h.median, h.p10,
+                h.p90, summarize(step.plan).median);
+    if (o.device == "cuda") std::printf(", queueing %.1f", summarize(step.submit).median);
+    std::printf("), %s %.1f us, %.1f steps", o.device == "cuda" ? "device" : "kernels",
+                summarize(step.kernels).median, steps);
   }
   std::printf("\n");
   std::printf("{\"bench\":\"nmt\",\"impl\":\"edbatch\",\"mode\":\"%s\",\"device\":\"%s\","
               "\"policy\":\"%s\",\"hidden\":%u,\"batch\":%u,\"per_s_median\":%.3f,"
               "\"per_s_p10\":%.3f,\"per_s_p90\":%.3f",
               mode, o.device.c_str(), o.policy.c_str(), hidden, batch, r.median, r.p10, r.p90);
-  if (!host_us.empty()) {
-    const auto h = summarize(host_us);
-    std::printf(",\"host_us_per_step_median\":%.3f,\"host_us_p10\":%.3f,\"host_us_p90\":%.3f,"
-                "\"steps\":%.1f",
-                h.median, h.p10, h.p90, steps);
+  if (decode) {
+    const auto h = summarize(step.host);
+    std::printf(
+        ",\"host_us_per_step_median\":%.3f,\"host_us_p10\":%.3f,\"host_us_p90\":%.3f,"
+        "\"plan_us_per_step_median\":%.3f,\"queue_us_per_step_median\":%.3f,"
+        "\"kernel_us_per_step_median\":%.3f,\"steps\":%.1f",
+        h.median, h.p10, h.p90, summarize(step.plan).median, summarize(step.submit).median,
+        summarize(step.kernels).median, steps);
   }
   std::printf("}\n");
   std::fflush(stdout);
@@ -76,10 +89,13 @@ void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch)
     for (uint32_t k = 0; k < batch; ++k) ids.push_back((r * batch + k) % n);
   };
   // Decoding: every step's host work is the step's time less its kernels (the CPU runs them
-  // inline; on a device the host waits for them when it reads the step's values).
-  std::vector<double> per_s, host_us;
+  // inline; on a device the host waits for them when it reads the step's values). The engine's
+  // planning, host execution and device times sum over the increments of the decoding graph.
+  std::vector<double> per_s;
+  StepTimes step;
   double steps_sum = 0;
   const DecodeOptions d{o.max_len};
+  const bool cuda = o.device == "cuda";
   for (uint32_t r = 0; r < o.reps + 2; ++r) {
     next_batch(r);
     const double t0 = now_ms();
@@ -87,13 +103,16 @@ void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch)
     const double ms = now_ms() - t0;
     const Stats& s = engine.stats();
     const double steps = static_cast<double>(engine.plan().segments.size());
-    const double kernels_ms = o.device == "cuda" ? s.device_forward_ms : s.execution_ms;
+    const double kernels_ms = cuda ? s.device_forward_ms : s.execution_ms;
     if (r < 2) continue;  // warm-up
     per_s.push_back(batch / (ms / 1e3));
-    host_us.push_back((ms - kernels_ms) * 1e3 / steps);
+    step.host.push_back((ms - kernels_ms) * 1e3 / steps);
+    step.plan.push_back(s.scheduling_ms * 1e3 / steps);
+    step.submit.push_back(cuda ? s.execution_ms * 1e3 / steps : 0);
+    step.kernels.push_back(kernels_ms * 1e3 / steps);
     steps_sum += steps;
   }
-  report("decode", o, hidden, batch, per_s, host_us, steps_sum / o.reps);
+  report("decode", o, hidden, batch, per_s, step, steps_sum / o.reps);
 
   per_s.clear();
   std::vector<Expr> losses;
@@ -111,7 +130,7 @@ void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch)
     const double ms = now_ms() - t0;
     if (r >= 2) per_s.push_back(batch / (ms / 1e3));
   }
-  report("train", o, hidden, batch, per_s, {}, 0);
+  report("train", o, hidden, batch, per_s, StepTimes{}, 0);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ struct ExecCounters {
   uint64_t arena_bytes = 0;   // values + adjoints currently reserved
   uint64_t arena_growths = 0; // times the arena had to grow (0 in steady state)
   // GPU time of the last forward / backward pass, from events around its work on the stream
-  // (0 on backends without a device).
+  // (0 on backends without a device); a forward's adds the increments that continued it.
   double device_forward_ms = 0, device_backward_ms = 0;
 };
 

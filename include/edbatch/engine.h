@@ -45,11 +45,12 @@ struct NumericsError : std::runtime_error {
 
 struct Stats {
   double construction_ms = 0;  // graph building, from Graph construction/clear to forward
+  // The three below, for a graph run by incremental forwards, sum over its increments.
   double scheduling_ms = 0;    // scheduling + memory planning
-  double execution_ms = 0;     // forward kernels
+  double execution_ms = 0;     // forward kernels (on a device: encoding and queueing them)
   double backward_ms = 0;
-  // Device time of the last forward / backward (CUDA events; 0 on the CPU): compare with
-  // execution_ms / backward_ms to see how busy the GPU was.
+  // Device time of the last forward / backward (CUDA events; 0 on the CPU; a forward's sums over
+  // its increments): compare with execution_ms / backward_ms to see how busy the GPU was.
   double device_forward_ms = 0, device_backward_ms = 0;
   uint64_t nodes = 0;          // scheduled (non-source) nodes
   uint64_t batches = 0;        // = kernel steps of the forward pass

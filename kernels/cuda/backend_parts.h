@@ -59,13 +59,14 @@ class DeviceQueue {
   void wait();
   void wait_event(cudaEvent_t ev);
 
-  // Events around one queued pass, for its device time (read once it has finished).
+  // Events around one queued pass, for its device time (read once it has finished). An
+  // increment of a forward (`adds`) adds its time to that of the forward it continues.
   struct Timing {
     cudaEvent_t start = nullptr, stop = nullptr;
-    bool forward = true, queued = false;
+    bool forward = true, adds = false, queued = false;
   };
   // The next pair of the ring, once the pass it last timed has finished.
-  Timing& next_timing(bool forward);
+  Timing& next_timing(bool forward, bool adds);
 
   // Destroys the cuBLAS handle now; cublasDestroy waits for the whole device.
   void release_blas();

@@ -126,22 +126,25 @@ void DeviceQueue::check_async(cudaError_t e) {
                            "every kernel and names the failing one");
 }
 
-DeviceQueue::Timing& DeviceQueue::next_timing(bool forward) {
+DeviceQueue::Timing& DeviceQueue::next_timing(bool forward, bool adds) {
   Timing& timing = timings_[next_timing_];
   next_timing_ = (next_timing_ + 1) % timings_.size();
   if (timing.queued) wait_event(timing.stop);
   timing.forward = forward;
+  timing.adds = adds;
   return timing;
 }
 
-// Device time of finished passes (CUDA events): the latest finished forward and backward.
+// Device time of finished passes (CUDA events): the latest finished forward (with the increments
+// that continued it) and backward.
 void DeviceQueue::collect_timings() {
   for (size_t i = 0; i < timings_.size(); ++i) {
     Timing& t = timings_[(next_timing_ + i) % timings_.size()];  // oldest first
     if (!t.queued || cudaEventQuery(t.stop) != cudaSuccess) continue;
     float ms = 0;
     EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
-    (t.forward ? counters_.device_forward_ms : counters_.device_backward_ms) = ms;
+    double& total = t.forward ? counters_.device_forward_ms : counters_.device_backward_ms;
+    total = t.adds ? total + ms : ms;
     t.queued = false;
   }
 }

@@ -81,7 +81,8 @@ void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
   forward_ = pass.forward;
   const bool profile = profiler_.enabled();
   if (profile) profiler_.reserve_events(launches.size() + 1);
-  DeviceQueue::Timing& timing = queue_.next_timing(pass.forward);
+  DeviceQueue::Timing& timing =
+      queue_.next_timing(pass.forward, pass.forward && pass.p->first_segment > 0);
   const auto host_start = std::chrono::steady_clock::now();
   EDBATCH_CUDA_CHECK(cudaEventRecord(timing.start, queue_.stream()));
   for (size_t i = 0; i < launches.size(); ++i) {
