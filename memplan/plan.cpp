@@ -221,6 +221,10 @@ void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint3
   seg.input_begin = out.input_floats;
   seg.input_count = inputs_end - out.input_floats;
   seg.input_offset = align_up(out.total_floats);
+  seg.operand_begin = static_cast<uint32_t>(out.operands.size());
+  seg.member_begin = static_cast<uint32_t>(out.member_operands.size());
+  seg.index_begin = static_cast<uint32_t>(out.index.size());
+  seg.aux_begin = static_cast<uint32_t>(out.aux.size());
   if (first_batch == 0) out.input_offset = seg.input_offset;
   for (uint32_t v = first_node; v < n; ++v)
     if (nodes[v].op == Op::Input)

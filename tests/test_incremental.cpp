@@ -209,6 +209,66 @@ TEST_CASE("incremental: values and gradients equal the graph built whole, every 
   }
 }
 
+// On the GPU an increment uploads only its own segment's plan metadata, and a backward after
+// increments the whole plan's. Values read right after their increment and the gradients (of two
+// backward passes in a row, then of a whole forward on the same engines) equal the CPU's.
+TEST_CASE("incremental: on the GPU, values and gradients equal the CPU's" *
+          doctest::skip(!device_unavailable("cuda").empty())) {
+  ParameterCollection pc_cpu(19), pc_gpu(19);
+  const Weights w_cpu = make_weights(pc_cpu), w_gpu = make_weights(pc_gpu);
+  constexpr double kTol = 2e-4;  // float32, summed in another order
+  auto check_grads = [&](const std::string& what) {
+    for (uint32_t p = 0; p < pc_cpu.size(); ++p)
+      check_close(pc_gpu.grads(p), pc_cpu.grads(p), pc_cpu.dim(p).size(), kTol,
+                  what + ": gradient of " + pc_cpu.name(p));
+    pc_cpu.zero_grads();
+    pc_gpu.zero_grads();
+  };
+  for (uint64_t seed : {21, 22, 23}) {
+    std::mt19937_64 rng(seed);
+    std::vector<uint32_t> steps(seed == 21 ? 1 : 11);
+    for (uint32_t& s : steps) s = 1 + static_cast<uint32_t>(rng() % 9);
+    for (const std::string policy : {"none", "lb-greedy"}) {
+      CAPTURE(seed);
+      CAPTURE(policy);
+      const Builder bc{w_cpu, steps, seed}, bg{w_gpu, steps, seed};
+      Engine cpu(pc_cpu, EngineOptions{policy, "cpu", 1});
+      Engine gpu(pc_gpu, EngineOptions{policy, "cuda", 1});
+      Graph gc(pc_cpu), gg(pc_gpu);
+      std::vector<std::pair<uint32_t, std::vector<float>>> read;
+      const Expr lc = bc.build(gc, [&](Graph& g, const std::vector<Expr>& l) {
+        cpu.forward(g, l.back());
+      });
+      const Expr lg = bg.build(gg, [&](Graph& g, const std::vector<Expr>& l) {
+        const uint32_t before = g.size();
+        gpu.forward(g, l.back());
+        for (uint32_t v = before > 30 ? before - 30 : 0; v < g.size(); ++v)
+          if (computed(g, v)) read.emplace_back(v, value_of(gpu, g, v));
+      });
+      cpu.forward(gc, lc);
+      gpu.forward(gg, lg);
+      CHECK(gpu.plan().segments.size() > 1);
+      for (const auto& [v, values] : read)
+        check_close(values, value_of(cpu, gc, v), values.size(), kTol,
+                    "value read after its increment, node " + std::to_string(v));
+      for (int pass = 0; pass < 2; ++pass) {
+        cpu.backward(gc, lc);
+        gpu.backward(gg, lg);
+      }
+      check_grads("two backward passes after increments");
+      gc.clear();
+      gg.clear();
+      const Expr wc = bc.build(gc, [](Graph&, const std::vector<Expr>&) {});
+      const Expr wg = bg.build(gg, [](Graph&, const std::vector<Expr>&) {});
+      check_close(as_vector(gpu.forward(gg, wg)), as_vector(cpu.forward(gc, wc)), 1, kTol,
+                  "loss of the graph run whole");
+      cpu.backward(gc, wc);
+      gpu.backward(gg, wg);
+      check_grads("whole graph after increments");
+    }
+  }
+}
+
 TEST_CASE("incremental: forward_through runs a prefix and the rest runs later, every policy") {
   ParameterCollection pc(23);
   const Weights w = make_weights(pc);

@@ -50,6 +50,9 @@ struct PlanSegment {
   uint64_t gather_bytes = 0;  // MemoryPlan::gather_bytes of its batches
   uint32_t input_begin = 0, input_count = 0;
   uint32_t input_offset = 0;
+  // Where its batches' entries start in MemoryPlan::operands, member_operands, index and aux:
+  // the batches of a segment refer only to the entries appended for them, from these on.
+  uint32_t operand_begin = 0, member_begin = 0, index_begin = 0, aux_begin = 0;
 };
 
 struct MemoryPlan {

@@ -180,12 +180,14 @@ struct LaunchPlan;
 class Uploads {
  public:
   explicit Uploads(DeviceQueue& queue) : queue_(queue) {}
-  // One copy: the plan's operand metadata, the parameter offsets, the pass's GEMM pointer arrays
-  // and the graph's input values; then the inputs move to their place in the arena.
+  // One copy: the plan's operand metadata (an incremental forward: its segments' entries), the
+  // parameter offsets, the pass's GEMM pointer arrays and the graph's input values; then the
+  // inputs move to their place in the arena.
   void forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
                const Arenas& arenas, const ParamMirror& params);
-  // The backward pass's own data (the plan's metadata is the forward's).
-  void backward(const Pass& pass, const LaunchPlan& launches);
+  // The backward pass's own data (the plan's metadata is the forward's, unless that forward
+  // was an increment: then the whole plan's goes up too).
+  void backward(const MemoryPlan& plan, const Pass& pass, const LaunchPlan& launches);
   const PassAddresses& addresses() const { return at_; }
   void set_adjoints(float* adjoints) { at_.view.adjoints = adjoints; }
 
@@ -202,8 +204,12 @@ class Uploads {
   double metadata_grow_ms() const { return forward_meta_.grow_ms() + backward_meta_.grow_ms(); }
 
  private:
-  void upload_pointers(const Pass& pass, const LaunchPlan& launches, DeviceBuffer& meta,
-                       StagingRing& ring, size_t at);
+  struct PlanAt {  // byte offsets of the plan's arrays in an upload
+    size_t operands = 0, members = 0, index = 0, aux = 0;
+  };
+  static size_t put_plan(char* h, size_t at, const MemoryPlan& plan, const PlanSegment& from,
+                         PlanAt& w);
+  void view_plan(const char* d, const PlanAt& w, const PlanSegment& from);
   PinnedBuffer& acquire(StagingRing& ring, size_t bytes);
   void release(StagingRing& ring);
   size_t put_pass(char* h, size_t at, const Pass& pass, const LaunchPlan& launches) const;
@@ -215,6 +221,7 @@ class Uploads {
   const float* device_inputs_ = nullptr;  // DeviceInterop::inputs_from_device, for the next forward
   size_t device_input_floats_ = 0;
   PassAddresses at_;
+  bool plan_partial_ = false;  // at_.view holds only the last increment's plan metadata
 };
 
 // Values copied out by Backend::stage, one pinned slot per ticket modulo kStagedSlots.

@@ -83,7 +83,7 @@ class CudaBackend : public Backend {
     Pass pass = new_pass(p, false);
     encode(pass);
     launches_.plan(pass, options_);
-    uploads_.backward(pass, launches_);
+    uploads_.backward(p.plan, pass, launches_);
     EDBATCH_CUDA_CHECK(cudaMemsetAsync(arenas_.adjoints.as(), 0,
                                        p.plan.total_floats * sizeof(float), queue_.stream()));
     if (seed.nodes == nullptr)

@@ -2,6 +2,7 @@
 // encoded while earlier copies may still be queued), the interop's descriptor uploads, and the
 // values Backend::stage copies out.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -23,7 +24,39 @@ size_t put(char* staging, size_t at, const std::vector<T>& v) {
   return put(staging, at, v.data(), v.size());
 }
 
+// A device address for indices from `base` on: the array at `d` holds the plan's entries from
+// `base`, so a kernel reads entry i (i >= base) at the returned address plus i.
+template <class T>
+const T* based(const char* d, uint32_t base) {
+  return reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(d) - uintptr_t{base} * sizeof(T));
+}
+
+const PlanSegment kWholePlan{};  // every entry (all bases 0)
+
 }  // namespace
+
+// The plan's metadata arrays, from segment `from`'s entries on; `w` gets where each starts.
+size_t Uploads::put_plan(char* h, size_t at, const MemoryPlan& plan, const PlanSegment& from,
+                         PlanAt& w) {
+  w.operands = at;
+  at = put(h, at, plan.operands.data() + from.operand_begin,
+           plan.operands.size() - from.operand_begin);
+  w.members = at;
+  at = put(h, at, plan.member_operands.data() + from.member_begin,
+           plan.member_operands.size() - from.member_begin);
+  w.index = at;
+  at = put(h, at, plan.index.data() + from.index_begin, plan.index.size() - from.index_begin);
+  w.aux = at;
+  return put(h, at, plan.aux.data() + from.aux_begin, plan.aux.size() - from.aux_begin);
+}
+
+void Uploads::view_plan(const char* d, const PlanAt& w, const PlanSegment& from) {
+  DeviceView& view = at_.view;
+  view.operands = based<Operand>(d + w.operands, from.operand_begin);
+  view.member_operands = based<Operand>(d + w.members, from.member_begin);
+  view.index = based<uint32_t>(d + w.index, from.index_begin);
+  view.aux = based<uint32_t>(d + w.aux, from.aux_begin);
+}
 
 void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
                       const Arenas& arenas, const ParamMirror& params) {
@@ -53,17 +86,13 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
   const size_t skip = device_inputs_ ? device_input_floats_ : first_seg.input_begin;
   const float* host_inputs = inputs.data() + skip;
   const size_t host_floats = inputs.size() - skip;
+  // The plan's metadata from the first segment that runs: the batches of a segment read only
+  // the entries appended for them, so an increment uploads its own, not the whole plan's again.
   size_t at = 0;
   const size_t at_offsets = at;
   at = put(nullptr, at, params.offset);
-  const size_t at_operands = at;
-  at = put(nullptr, at, plan.operands);
-  const size_t at_members = at;
-  at = put(nullptr, at, plan.member_operands);
-  const size_t at_index = at;
-  at = put(nullptr, at, plan.index);
-  const size_t at_aux = at;
-  at = put(nullptr, at, plan.aux);
+  PlanAt plan_at;
+  at = put_plan(nullptr, at, plan, first_seg, plan_at);
   const size_t at_inputs = at;
   at = put(nullptr, at, host_inputs, host_floats);
   const size_t at_ptrs = at;
@@ -72,10 +101,7 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
   forward_meta_.reserve(std::max<size_t>(at, 1), stream);
   char* h = staging.as<char>();
   put(h, at_offsets, params.offset);
-  put(h, at_operands, plan.operands);
-  put(h, at_members, plan.member_operands);
-  put(h, at_index, plan.index);
-  put(h, at_aux, plan.aux);
+  put_plan(h, plan_at.operands, plan, first_seg, plan_at);
   put(h, at_inputs, host_inputs, host_floats);
   put_pass(h, at_ptrs, pass, launches);
   char* d = forward_meta_.as<char>();
@@ -111,27 +137,28 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
   view.params = params.values.as();
   view.grads = params.grads.as();
   view.param_offset = reinterpret_cast<const uint32_t*>(d + at_offsets);
-  view.operands = reinterpret_cast<const Operand*>(d + at_operands);
-  view.member_operands = reinterpret_cast<const Operand*>(d + at_members);
-  view.index = reinterpret_cast<const uint32_t*>(d + at_index);
-  view.aux = reinterpret_cast<const uint32_t*>(d + at_aux);
+  view_plan(d, plan_at, first_seg);
+  plan_partial_ = p.first_segment > 0;
   pass_data_at(d, at_ptrs, pass, launches);
 }
 
-void Uploads::backward(const Pass& pass, const LaunchPlan& launches) {
-  upload_pointers(pass, launches, backward_meta_, backward_staging_, 0);
-}
-
-void Uploads::upload_pointers(const Pass& pass, const LaunchPlan& launches, DeviceBuffer& meta,
-                              StagingRing& ring, size_t at) {
+void Uploads::backward(const MemoryPlan& plan, const Pass& pass, const LaunchPlan& launches) {
+  // Backward runs over every segment: after an incremental forward, which uploaded only its own
+  // segment's metadata, the whole plan's goes up with the pass's data.
+  const MemoryPlan* whole = plan_partial_ ? &plan : nullptr;
+  PlanAt plan_at;
+  const size_t at = whole ? put_plan(nullptr, 0, *whole, kWholePlan, plan_at) : 0;
   const size_t end = put_pass(nullptr, at, pass, launches);
-  PinnedBuffer& staging = acquire(ring, std::max<size_t>(end, 1));
-  meta.reserve(std::max<size_t>(end, 1), queue_.stream());
-  put_pass(staging.as<char>(), at, pass, launches);
-  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(meta.as<char>(), staging.as<char>(), end,
-                                     cudaMemcpyHostToDevice, queue_.stream()));
-  release(ring);
-  pass_data_at(meta.as<char>(), at, pass, launches);
+  PinnedBuffer& staging = acquire(backward_staging_, std::max<size_t>(end, 1));
+  backward_meta_.reserve(std::max<size_t>(end, 1), queue_.stream());
+  char* h = staging.as<char>();
+  if (whole) put_plan(h, 0, *whole, kWholePlan, plan_at);
+  put_pass(h, at, pass, launches);
+  char* d = backward_meta_.as<char>();
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, end, cudaMemcpyHostToDevice, queue_.stream()));
+  release(backward_staging_);
+  if (whole) view_plan(d, plan_at, kWholePlan);
+  pass_data_at(d, at, pass, launches);
 }
 
 // The ring's next buffer, at least `bytes` large, once the copy it last fed is done.
