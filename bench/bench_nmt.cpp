@@ -3,7 +3,9 @@
 // or an IWSLT file pair. Medians and p10-p90 over mini-batches; one JSON line per result.
 //
 //   bench_nmt [--device cpu|cuda] [--hidden 128,256] [--batch 32,128] [--reps N] [--vocab V]
-//             [--data synthetic:N | SRC,TGT] [--policy P] [--max-len N]
+//             [--data synthetic:N | SRC,TGT] [--policy P] [--max-len N] [--modes decode,train]
+//
+// EDBATCH_CUDA_PROFILE=1 with --modes decode: where the host time of decoding steps goes.
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include "bench/harness.h"
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
+#include "edbatch/options.h"
 
 using namespace edbatch;
 using edbatch::bench::now_ms;
@@ -33,6 +36,7 @@ struct Options {
   std::string device = "cpu", data = "synthetic:1024", policy = "lb-greedy";
   std::vector<uint32_t> hidden = {128, 256}, batch = {32, 128};
   uint32_t reps = 10, vocab = 256, max_len = 100;
+  bool decode = true, train = true;
 };
 
 // Per decoding step, in microseconds: the host's work (all of it, and the part planning the
@@ -74,23 +78,13 @@ void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
   std::fflush(stdout);
 }
 
-void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch) {
-  ParameterCollection pc(1);
-  ModelOptions mo;
-  mo.hidden = hidden;
-  mo.vocab = o.vocab;
-  auto model = make_model("lstm_nmt", pc, data, mo);
-  Engine engine(pc, EngineOptions{o.policy, o.device, 1});
-  Graph g(pc);
-  const uint32_t n = model->size();
-  std::vector<uint32_t> ids;
-  auto next_batch = [&](uint32_t r) {
-    ids.clear();
-    for (uint32_t k = 0; k < batch; ++k) ids.push_back((r * batch + k) % n);
-  };
-  // Decoding: every step's host work is the step's time less its kernels (the CPU runs them
-  // inline; on a device the host waits for them when it reads the step's values). The engine's
-  // planning, host execution and device times sum over the increments of the decoding graph.
+// Decoding: every step's host work is the step's time less its kernels (the CPU runs them
+// inline; on a device the host waits for them when it reads the step's values). The engine's
+// planning, host execution and device times sum over the increments of the decoding graph.
+template <class NextBatch>
+void decode(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t hidden,
+            uint32_t batch, NextBatch& next_batch) {
+  const std::vector<uint32_t>& ids = next_batch(0);
   std::vector<double> per_s;
   StepTimes step;
   double steps_sum = 0;
@@ -99,7 +93,7 @@ void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch)
   for (uint32_t r = 0; r < o.reps + 2; ++r) {
     next_batch(r);
     const double t0 = now_ms();
-    model->decode(engine, g, ids, d);
+    model.decode(engine, g, ids, d);
     const double ms = now_ms() - t0;
     const Stats& s = engine.stats();
     const double steps = static_cast<double>(engine.plan().segments.size());
@@ -113,15 +107,20 @@ void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch)
     steps_sum += steps;
   }
   report("decode", o, hidden, batch, per_s, step, steps_sum / o.reps);
+}
 
-  per_s.clear();
+template <class NextBatch>
+void train(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t hidden,
+           uint32_t batch, NextBatch& next_batch) {
+  const std::vector<uint32_t>& ids = next_batch(0);
+  std::vector<double> per_s;
   std::vector<Expr> losses;
   for (uint32_t r = 0; r < o.reps + 2; ++r) {
     next_batch(r);
     const double t0 = now_ms();
     g.clear();
     losses.clear();
-    for (uint32_t i : ids) losses.push_back(model->build(g, i));
+    for (uint32_t i : ids) losses.push_back(model.build(g, i));
     const Expr loss = sum_losses(losses);
     engine.forward(g, loss);
     engine.backward(g, loss);
@@ -131,6 +130,25 @@ void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch)
     if (r >= 2) per_s.push_back(batch / (ms / 1e3));
   }
   report("train", o, hidden, batch, per_s, StepTimes{}, 0);
+}
+
+void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch) {
+  ParameterCollection pc(1);
+  ModelOptions mo;
+  mo.hidden = hidden;
+  mo.vocab = o.vocab;
+  auto model = make_model("lstm_nmt", pc, data, mo);
+  Engine engine(pc, apply_debug_env(EngineOptions{o.policy, o.device, 1}));  // EDBATCH_CUDA_*
+  Graph g(pc);
+  const uint32_t n = model->size();
+  std::vector<uint32_t> ids;
+  auto next_batch = [&](uint32_t r) -> const std::vector<uint32_t>& {
+    ids.clear();
+    for (uint32_t k = 0; k < batch; ++k) ids.push_back((r * batch + k) % n);
+    return ids;
+  };
+  if (o.decode) decode(o, *model, engine, g, hidden, batch, next_batch);
+  if (o.train) train(o, *model, engine, g, hidden, batch, next_batch);
 }
 
 }  // namespace
@@ -151,7 +169,12 @@ int main(int argc, char** argv) {
     else if (a == "--data") o.data = value();
     else if (a == "--policy") o.policy = value();
     else if (a == "--max-len") o.max_len = static_cast<uint32_t>(std::stoul(value()));
-    else {
+    else if (a == "--modes") {
+      const std::string m = "," + value() + ",";
+      o.decode = m.find(",decode,") != std::string::npos;
+      o.train = m.find(",train,") != std::string::npos;
+      if (!o.decode && !o.train) throw std::invalid_argument("--modes: decode, train or both");
+    } else {
       std::fprintf(stderr, "bench_nmt: unknown argument '%s'\n", a.c_str());
       return 2;
     }

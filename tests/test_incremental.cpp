@@ -4,6 +4,7 @@
 // arena stops growing over a decoding loop; misuse is a clear error.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <random>
 
 #include "edbatch/block.h"
@@ -210,8 +211,9 @@ TEST_CASE("incremental: values and gradients equal the graph built whole, every 
 }
 
 // On the GPU an increment uploads only its own segment's plan metadata, and a backward after
-// increments the whole plan's. Values read right after their increment and the gradients (of two
-// backward passes in a row, then of a whole forward on the same engines) equal the CPU's.
+// increments the whole plan's; values come to the host one by one or many at once (fetch). Values
+// read right after their increment and the gradients (of two backward passes in a row, then of a
+// whole forward on the same engines) equal the CPU's.
 TEST_CASE("incremental: on the GPU, values and gradients equal the CPU's" *
           doctest::skip(!device_unavailable("cuda").empty())) {
   ParameterCollection pc_cpu(19), pc_gpu(19);
@@ -226,7 +228,8 @@ TEST_CASE("incremental: on the GPU, values and gradients equal the CPU's" *
   };
   for (uint64_t seed : {21, 22, 23}) {
     std::mt19937_64 rng(seed);
-    std::vector<uint32_t> steps(seed == 21 ? 1 : 11);
+    // 64 instances: an arena of several of the host mirror's chunks.
+    std::vector<uint32_t> steps(seed == 21 ? 1 : seed == 22 ? 11 : 64);
     for (uint32_t& s : steps) s = 1 + static_cast<uint32_t>(rng() % 9);
     for (const std::string policy : {"none", "lb-greedy"}) {
       CAPTURE(seed);
@@ -239,11 +242,16 @@ TEST_CASE("incremental: on the GPU, values and gradients equal the CPU's" *
       const Expr lc = bc.build(gc, [&](Graph& g, const std::vector<Expr>& l) {
         cpu.forward(g, l.back());
       });
+      bool fetch = false;
       const Expr lg = bg.build(gg, [&](Graph& g, const std::vector<Expr>& l) {
         const uint32_t before = g.size();
         gpu.forward(g, l.back());
+        // Every other increment, its values come to the host at once first (Engine::fetch).
+        std::vector<Expr> exprs;
         for (uint32_t v = before > 30 ? before - 30 : 0; v < g.size(); ++v)
-          if (computed(g, v)) read.emplace_back(v, value_of(gpu, g, v));
+          if (computed(g, v)) exprs.push_back(g.expr(v));
+        if ((fetch = !fetch)) gpu.fetch(exprs);
+        for (const Expr& e : exprs) read.emplace_back(e.id, value_of(gpu, g, e.id));
       });
       cpu.forward(gc, lc);
       gpu.forward(gg, lg);
@@ -251,6 +259,16 @@ TEST_CASE("incremental: on the GPU, values and gradients equal the CPU's" *
       for (const auto& [v, values] : read)
         check_close(values, value_of(cpu, gc, v), values.size(), kTol,
                     "value read after its increment, node " + std::to_string(v));
+      // Read again after the last increment, fetched at once after value() has waited for the
+      // device: host copies made earlier are kept, the rest copied now.
+      std::vector<Expr> all;
+      for (uint32_t v = 0; v < gg.size(); ++v)
+        if (computed(gg, v)) all.push_back(gg.expr(v));
+      CHECK(std::isfinite(as_scalar(gpu.value(lg))));
+      gpu.fetch(all);
+      for (const Expr& e : all)
+        check_close(value_of(gpu, gg, e.id), value_of(cpu, gc, e.id), gg.node(e.id).dim.size(),
+                    kTol, "value after the last increment, node " + std::to_string(e.id));
       for (int pass = 0; pass < 2; ++pass) {
         cpu.backward(gc, lc);
         gpu.backward(gg, lg);
@@ -407,6 +425,8 @@ TEST_CASE("incremental: misuse is a clear error") {
   const Expr l2 = pick_neg_log_softmax(h2, 2);
   CHECK_THROWS_WITH_AS(e.value(h2), doctest::Contains("added after the last forward"),
                        std::invalid_argument);
+  CHECK_THROWS_WITH_AS(e.fetch({h, h2}), doctest::Contains("added after the last forward"),
+                       std::invalid_argument);
   // Backward while nodes have not run.
   CHECK_THROWS_WITH_AS(e.backward(g, l1), doctest::Contains("have not run: run forward()"),
                        std::invalid_argument);
@@ -419,5 +439,7 @@ TEST_CASE("incremental: misuse is a clear error") {
   CHECK_THROWS_WITH_AS(tanh(h2), doctest::Contains("from before Graph::clear()"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(e.value(h2), doctest::Contains("from before Graph::clear()"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(e.fetch({h2}), doctest::Contains("from before Graph::clear()"),
                        std::invalid_argument);
 }

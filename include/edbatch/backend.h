@@ -115,6 +115,10 @@ class Backend {
   // are not nodes. nullptr where the backend computes no values.
   virtual const float* arena(const MemoryPlan& plan, uint32_t offset, uint32_t floats,
                              bool adjoints) const;
+  // Brings the values of `nodes` (none a parameter) to host memory at once, so that value() of
+  // each reads host memory: a device backend copies the range they cover in one copy where they
+  // lie close together. Elsewhere a no-op.
+  virtual void fetch(const MemoryPlan& plan, const std::vector<uint32_t>& nodes) const;
 
   // Pipelining: queues a copy of `floats` floats of node's value after the work queued so far,
   // so later passes may be queued before it is read. staged(ticket) waits for the copy and

@@ -135,6 +135,11 @@ class Engine {
   void backward(Graph& g, const std::vector<Expr>& outputs, const float* seeds,
                 bool seeds_on_device = false);
   Tensor value(const Expr& e) const;
+  // Reads the values of many expressions of the last forward at once, for value() to return
+  // without copying: on a device, the span they cover comes to host memory in one copy where they
+  // lie close together (a decoding step's outputs, one per sentence, are one batch's), where
+  // value() alone copies on each miss. Checks each expression as value() does.
+  void fetch(const std::vector<Expr>& es) const;
   Tensor gradient(const Expr& e) const;  // after backward
 
   // Device times are those of the latest finished passes (a device runs passes asynchronously).
@@ -182,6 +187,7 @@ class Engine {
   Schedule schedule_;
   MemoryPlan plan_;
   std::vector<uint32_t> seed_nodes_;  // backward(outputs, seeds)
+  mutable std::vector<uint32_t> fetch_nodes_;  // fetch()
   PlanOptions plan_options_;
   mutable Stats stats_;
   Tensor result_;

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -277,8 +278,33 @@ class Profiler {
   // Adds a finished pass: each launch's device time, the host enqueue time and the device span.
   void add_pass(const Pass& pass, const std::vector<Launch>& launches, double host_ms,
                 float device_ms);
-  // The time each kind of buffer spent growing, then the totals by kernel.
+  // The time each kind of buffer spent growing, then the totals by kernel and host phase.
   void print(const std::vector<std::pair<const char*, double>>& growth) const;
+
+  // Host time of one phase of the backend's work (encoding a pass, uploading it, waiting for
+  // the device, reading values back), added to its total when the scope ends.
+  class Phase {
+   public:
+    Phase(Profiler& p, const char* what)
+        : p_(p),
+          what_(what),
+          t0_(p.enabled_ ? std::chrono::steady_clock::now()
+                         : std::chrono::steady_clock::time_point{}) {}
+    Phase(const Phase&) = delete;
+    Phase& operator=(const Phase&) = delete;
+    ~Phase() {
+      if (!p_.enabled_) return;
+      Profile& total = p_.profiles_[what_];
+      total.count += 1;
+      total.ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    }
+
+   private:
+    Profiler& p_;
+    const char* what_;
+    std::chrono::steady_clock::time_point t0_;
+  };
 
  private:
   struct Profile {

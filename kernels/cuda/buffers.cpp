@@ -2,6 +2,7 @@
 // value() and adjoint() read through.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -85,8 +86,23 @@ void HostMirror::reset(size_t floats) {
   span = 1;
 }
 
-const float* HostMirror::read(const float* device, size_t offset, size_t floats, size_t total) {
-  float* host = data.get();
+void HostMirror::extend(size_t floats, size_t from) {
+  const size_t kept = std::min(fetched.size(), from / kMirrorChunk);
+  if (floats > capacity) {
+    capacity = std::max(floats, 2 * capacity);
+    std::unique_ptr<float[]> grown(new float[capacity]);
+    for (size_t c = 0; c < kept; ++c)
+      if (fetched[c])
+        std::memcpy(grown.get() + c * kMirrorChunk, data.get() + c * kMirrorChunk,
+                    kMirrorChunk * sizeof(float));
+    data = std::move(grown);
+  }
+  fetched.resize((floats + kMirrorChunk - 1) / kMirrorChunk, 0);
+  std::fill(fetched.begin() + static_cast<std::ptrdiff_t>(kept), fetched.end(), 0);
+}
+
+const float* HostMirror::read(const float* device, size_t offset, size_t floats, size_t total,
+                              Stream s) {
   const size_t c0 = offset / kMirrorChunk;
   const size_t c1 = (offset + std::max<size_t>(floats, 1) - 1) / kMirrorChunk;
   for (size_t c = c0; c <= c1 && c < fetched.size(); ++c) {
@@ -94,14 +110,66 @@ const float* HostMirror::read(const float* device, size_t offset, size_t floats,
     // This read's chunks, or the span if longer, up to the first chunk already here.
     const size_t last = std::min(fetched.size(), std::max(c1 + 1, c + span));
     size_t end = c;
-    while (end < last && !fetched[end]) fetched[end++] = 1;
-    const size_t b = c * kMirrorChunk, e = std::min(total, end * kMirrorChunk);
-    EDBATCH_CUDA_CHECK(cudaMemcpy(host + b, device + b, (e - b) * sizeof(float),
-                                  cudaMemcpyDeviceToHost));
+    while (end < last && !fetched[end]) ++end;
+    copy_run(device, c, end, total, s);
     span = std::min(2 * span, kMirrorMaxSpan);
     c = end - 1;
   }
-  return host + offset;
+  return data.get() + offset;
+}
+
+void HostMirror::fetch(const float* device, const std::vector<std::pair<size_t, size_t>>& ranges,
+                       size_t total, Stream s, const std::function<void()>& wait) {
+  runs_.clear();
+  size_t floats = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin >= end) continue;
+    const size_t c1 = std::min(fetched.size(), (end + kMirrorChunk - 1) / kMirrorChunk);
+    for (size_t c = begin / kMirrorChunk; c < c1; ++c) {
+      if (fetched[c]) continue;
+      size_t run = c;
+      while (run < c1 && !fetched[run]) fetched[run++] = 1;
+      runs_.emplace_back(c, run);
+      floats += std::min(total, run * kMirrorChunk) - c * kMirrorChunk;
+      c = run - 1;
+    }
+  }
+  if (floats > kMirrorMaxSpan * kMirrorChunk) {
+    wait();
+    for (const auto& [c, end] : runs_) copy_run(device, c, end, total, s);
+    return;
+  }
+  bounce.reserve(std::max<size_t>(floats, 1) * sizeof(float));
+  size_t at = 0;
+  for (const auto& [c, end] : runs_) {
+    const size_t n = std::min(total, end * kMirrorChunk) - c * kMirrorChunk;
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(bounce.as() + at, device + c * kMirrorChunk,
+                                       n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    at += n;
+  }
+  wait();
+  at = 0;
+  for (const auto& [c, end] : runs_) {
+    const size_t n = std::min(total, end * kMirrorChunk) - c * kMirrorChunk;
+    std::memcpy(data.get() + c * kMirrorChunk, bounce.as() + at, n * sizeof(float));
+    at += n;
+  }
+}
+
+// Chunks [c, end): through the pinned bounce buffer, at most kMirrorMaxSpan chunks a copy.
+void HostMirror::copy_run(const float* device, size_t c, size_t end, size_t total, Stream s) {
+  std::fill(fetched.begin() + static_cast<std::ptrdiff_t>(c),
+            fetched.begin() + static_cast<std::ptrdiff_t>(end), 1);
+  const size_t b = c * kMirrorChunk, e = std::min(total, end * kMirrorChunk);
+  for (size_t piece = b; piece < e; piece += kMirrorMaxSpan * kMirrorChunk) {
+    const size_t bytes =
+        (std::min(e, piece + kMirrorMaxSpan * kMirrorChunk) - piece) * sizeof(float);
+    bounce.reserve(bytes);
+    EDBATCH_CUDA_CHECK(
+        cudaMemcpyAsync(bounce.as(), device + piece, bytes, cudaMemcpyDeviceToHost, s));
+    EDBATCH_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::memcpy(data.get() + piece, bounce.as(), bytes);
+  }
 }
 
 }  // namespace edbatch::cuda

@@ -4,8 +4,10 @@
 // encoded on the host, uploaded in one copy from pinned staging, then launched. CudaBackend
 // coordinates the parts of backend_parts.h; each owns one of these concerns.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -48,6 +50,8 @@ class CudaBackend : public Backend {
   const char* name() const override { return "cuda"; }
 
   void forward(const PlanRef& p) override {
+    std::optional<Profiler::Phase> phase(std::in_place, profiler_,
+                                         "(host: forward, parameters and arena)");
     params_.sync(p.params);
     const uint32_t first_batch = first_forward_batch(p);
     if (p.first_segment > 0 && arenas_.graph != &p.graph)
@@ -59,13 +63,23 @@ class CudaBackend : public Backend {
       ++counters_.arena_growths;
     arenas_.graph = &p.graph;
     arenas_.total_floats = p.plan.total_floats;
-    values_mirror_.reset(arenas_.total_floats);
+    if (p.first_segment > 0)
+      values_mirror_.extend(arenas_.total_floats, p.plan.segments[p.first_segment].input_offset);
+    else
+      values_mirror_.reset(arenas_.total_floats);
     adjoints_mirror_.fetched.assign(0, 0);
+    phase.reset();
     Pass pass = new_pass(p, true);
     pass.first_batch = first_batch;
-    encode(pass);
-    launches_.plan(pass, options_);
-    uploads_.forward(p, pass, launches_, arenas_, params_.mirror());
+    {
+      Profiler::Phase encoding(profiler_, "(host: forward, encoding)");
+      encode(pass);
+      launches_.plan(pass, options_);
+    }
+    {
+      Profiler::Phase uploading(profiler_, "(host: forward, uploading)");
+      uploads_.forward(p, pass, launches_, arenas_, params_.mirror());
+    }
     launcher_.run_pass(pass, "forward", launches_, uploads_.addresses());
   }
 
@@ -98,21 +112,50 @@ class CudaBackend : public Backend {
   }
 
   const float* value(const MemoryPlan& plan, uint32_t node) const override {
-    self().queue_.wait();
+    {
+      Profiler::Phase waiting(self().profiler_, "(host: value, waiting)");
+      self().queue_.wait();
+    }
+    Profiler::Phase reading(self().profiler_, "(host: value, reading)");
     return values_mirror_.read(arenas_.values.as(), plan.node_offset[node],
-                               arenas_.graph->node(node).dim.size(), arenas_.total_floats);
+                               arenas_.graph->node(node).dim.size(), arenas_.total_floats,
+                               self().queue_.stream());
+  }
+  void fetch(const MemoryPlan& plan, const std::vector<uint32_t>& nodes) const override {
+    Profiler::Phase fetching(self().profiler_, "(host: fetch, waiting and reading)");
+    // The span the nodes cover where they fill at least half of it; else each node's range.
+    size_t begin = SIZE_MAX, end = 0, floats = 0;
+    fetch_ranges_.clear();
+    for (uint32_t node : nodes) {
+      const size_t at = plan.node_offset[node], size = arenas_.graph->node(node).dim.size();
+      begin = std::min(begin, at);
+      end = std::max(end, at + size);
+      floats += size;
+      fetch_ranges_.emplace_back(at, at + size);
+    }
+    if (2 * floats >= end - begin) fetch_ranges_.assign(1, {begin, end});
+    // The copies queue behind the pass, and one wait covers both.
+    DeviceQueue& queue = self().queue_;
+    values_mirror_.fetch(arenas_.values.as(), fetch_ranges_, arenas_.total_floats, queue.stream(),
+                         [&queue] {
+                           queue.mark_queued();
+                           queue.wait();
+                         });
   }
   const float* adjoint(const MemoryPlan& plan, uint32_t node) const override {
     self().queue_.wait();
     return adjoints_mirror_.read(arenas_.adjoints.as(), plan.node_offset[node],
-                                 arenas_.graph->node(node).dim.size(), arenas_.total_floats);
+                                 arenas_.graph->node(node).dim.size(), arenas_.total_floats,
+                                 self().queue_.stream());
   }
   const float* arena(const MemoryPlan&, uint32_t offset, uint32_t floats,
                      bool adjoints) const override {
     self().queue_.wait();
+    const cudaStream_t s = self().queue_.stream();
     return adjoints
-               ? adjoints_mirror_.read(arenas_.adjoints.as(), offset, floats, arenas_.total_floats)
-               : values_mirror_.read(arenas_.values.as(), offset, floats, arenas_.total_floats);
+               ? adjoints_mirror_.read(arenas_.adjoints.as(), offset, floats, arenas_.total_floats,
+                                       s)
+               : values_mirror_.read(arenas_.values.as(), offset, floats, arenas_.total_floats, s);
   }
 
   uint64_t stage(const MemoryPlan& plan, uint32_t node, uint32_t floats) override {
@@ -210,6 +253,7 @@ class CudaBackend : public Backend {
   CudaInterop interop_;
   OptimizerSync optim_;
   mutable HostMirror values_mirror_, adjoints_mirror_;
+  mutable std::vector<std::pair<size_t, size_t>> fetch_ranges_;
 };
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "edbatch/backend.h"
@@ -110,14 +112,33 @@ constexpr size_t kMirrorMaxSpan = 64;  // chunks of one copy at most (1 MiB)
 // miss after a pass copies twice the chunks of the one before (up to kMirrorMaxSpan, stopping at
 // a chunk already fetched), so a program that reads many values of a pass (a decoding step's
 // outputs, one per sentence) makes a few copies, and one that reads a loss makes one small copy.
+// An incremental forward keeps what was fetched before its segment, and the span: a decoding
+// loop reads the same values of every step, so after the first steps it makes one copy a step.
+// Copies land in pinned memory first (at most kMirrorMaxSpan chunks at a time): on the H100
+// machine a copy of tens of KiB into ordinary memory took several times as long.
 struct HostMirror {
   std::unique_ptr<float[]> data;
   size_t capacity = 0;
   std::vector<uint8_t> fetched;
   size_t span = 1;  // chunks the next miss copies
+  PinnedBuffer bounce;
 
   void reset(size_t floats);
-  const float* read(const float* device, size_t offset, size_t floats, size_t total);
+  // `floats` in all, of which those before `from` are unchanged since they were fetched.
+  void extend(size_t floats, size_t from);
+  // The host copy of device[offset, offset + floats) of an arena of `total` floats; copies on
+  // stream `s`, which has nothing queued.
+  const float* read(const float* device, size_t offset, size_t floats, size_t total, Stream s);
+  // Copies what is not here yet of the float ranges [begin, end) of device memory: each run of
+  // missing chunks is queued on `s` behind the work there, then `wait` waits for it all once (a
+  // read right after a pass costs one round trip, not two). More than kMirrorMaxSpan chunks:
+  // waits first, then copies run by run.
+  void fetch(const float* device, const std::vector<std::pair<size_t, size_t>>& ranges,
+             size_t total, Stream s, const std::function<void()>& wait);
+
+ private:
+  void copy_run(const float* device, size_t c, size_t end, size_t total, Stream s);
+  std::vector<std::pair<size_t, size_t>> runs_;  // fetch(): chunk runs to copy
 };
 
 // One launch of a pass. Pointers into the pass's uploaded metadata are kept as offsets until the

@@ -45,6 +45,8 @@ const float* Backend::arena(const MemoryPlan&, uint32_t, uint32_t, bool) const {
   return nullptr;
 }
 
+void Backend::fetch(const MemoryPlan&, const std::vector<uint32_t>&) const {}
+
 uint64_t Backend::stage(const MemoryPlan& plan, uint32_t node, uint32_t floats) {
   const uint64_t ticket = next_ticket_++;
   const float* v = value(plan, node);

@@ -247,6 +247,18 @@ Tensor Engine::value(const Expr& e) const {
   return Tensor{backend_->value(plan_, e.id), n.dim};
 }
 
+void Engine::fetch(const std::vector<Expr>& es) const {
+  fetch_nodes_.clear();
+  for (const Expr& e : es) {
+    if (graph_ == nullptr || e.graph != graph_ || e.generation != graph_generation_)
+      throw std::invalid_argument("[Engine::fetch] expression is not from the last forward graph");
+    graph_->node_of(e, "Engine::fetch");
+    check_ran(e.id);
+    if (graph_->node(e.id).op != Op::Parameter) fetch_nodes_.push_back(e.id);
+  }
+  if (!fetch_nodes_.empty()) backend_->fetch(plan_, fetch_nodes_);
+}
+
 Tensor Engine::gradient(const Expr& e) const {
   if (!have_backward_) throw std::invalid_argument("[Engine::gradient] run backward() first");
   if (e.graph != graph_ || e.generation != graph_generation_)

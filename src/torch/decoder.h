@@ -43,7 +43,7 @@ class Decoder {
   bool started_ = false;
   std::vector<Expr> state_;  // instance i's output o at [i * num_outputs + o]
   std::vector<int64_t> instance_steps_;
-  std::vector<Expr> x_, prev_, out_;
+  std::vector<Expr> x_, prev_, out_, fetch_;
   std::vector<uint8_t> seen_;
 };
 

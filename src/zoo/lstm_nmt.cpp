@@ -210,8 +210,18 @@ std::vector<Decoded> LstmNmt::decode(Engine& engine, Graph& g,
     }
     decode_step(g, r.state, kBos, &r.lsm);
   }
+  std::vector<Expr> step_outputs, scores;
   while (!running.empty()) {
-    engine.forward(g, running.back().lsm);
+    // Run the step without reading a value, then read every sentence's scores at once: from a
+    // device that is one copy queued behind the step's kernels and one wait.
+    step_outputs.clear();
+    scores.clear();
+    for (const Running& r : running) {
+      step_outputs.insert(step_outputs.end(), {r.state[0], r.state[1], r.lsm});
+      scores.push_back(r.lsm);
+    }
+    engine.forward_through(g, step_outputs);
+    engine.fetch(scores);
     size_t kept = 0;
     for (Running& r : running) {
       const Tensor t = engine.value(r.lsm);
