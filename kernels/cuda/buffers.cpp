@@ -84,6 +84,7 @@ void HostMirror::reset(size_t floats) {
   }
   fetched.assign((floats + kMirrorChunk - 1) / kMirrorChunk, 0);
   span = 1;
+  held_used_ = 0;
 }
 
 void HostMirror::extend(size_t floats, size_t from) {
@@ -99,10 +100,14 @@ void HostMirror::extend(size_t floats, size_t from) {
   }
   fetched.resize((floats + kMirrorChunk - 1) / kMirrorChunk, 0);
   std::fill(fetched.begin() + static_cast<std::ptrdiff_t>(kept), fetched.end(), 0);
+  held_used_ = 0;
 }
 
 const float* HostMirror::read(const float* device, size_t offset, size_t floats, size_t total,
                               Stream s) {
+  for (size_t i = 0; i < held_used_; ++i)
+    if (offset >= held_[i]->begin && offset + floats <= held_[i]->end)
+      return held_[i]->buffer.as() + (offset - held_[i]->begin);
   const size_t c0 = offset / kMirrorChunk;
   const size_t c1 = (offset + std::max<size_t>(floats, 1) - 1) / kMirrorChunk;
   for (size_t c = c0; c <= c1 && c < fetched.size(); ++c) {
@@ -120,6 +125,20 @@ const float* HostMirror::read(const float* device, size_t offset, size_t floats,
 
 void HostMirror::fetch(const float* device, const std::vector<std::pair<size_t, size_t>>& ranges,
                        size_t total, Stream s, const std::function<void()>& wait) {
+  if (ranges.size() == 1 && ranges[0].first < ranges[0].second &&
+      ranges[0].second - ranges[0].first <= kHeldFloats && held_used_ < kMaxHeld) {
+    const auto [begin, end] = ranges[0];
+    if (held_used_ == held_.size()) held_.push_back(std::make_unique<Held>());
+    Held& h = *held_[held_used_++];
+    h.buffer.reserve((end - begin) * sizeof(float));
+    EDBATCH_CUDA_CHECK(cudaMemcpyAsync(h.buffer.as(), device + begin, (end - begin) * sizeof(float),
+                                       cudaMemcpyDeviceToHost, s));
+    h.begin = h.end = 0;  // readable once the copy is done
+    wait();
+    h.begin = begin;
+    h.end = end;
+    return;
+  }
   runs_.clear();
   size_t floats = 0;
   for (const auto& [begin, end] : ranges) {
