@@ -2,11 +2,15 @@
 // the tokens and score of that sentence decoded alone node by node, op by op and with blocks,
 // every policy; stopped sentences stop computing. And the sentence-pair loader.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <unistd.h>
+#include <limits>
+#include <random>
+#include <vector>
 
 #include "edbatch/models.h"
 #include "tests/check.h"
@@ -105,6 +109,33 @@ TEST_CASE("decode: batched greedy decoding equals each sentence decoded alone") 
       }
     }
   }
+}
+
+TEST_CASE("decode: argmax is the first largest value, NaN passed over") {
+  std::mt19937_64 rng(3);
+  for (uint32_t n = 1; n <= 41; ++n) {
+    for (int trial = 0; trial < 20; ++trial) {
+      CAPTURE(n);
+      CAPTURE(trial);
+      std::vector<float> x(n);
+      // Few distinct values, so the largest is often tied.
+      for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 7) - 3) * 0.5f;
+      const Tensor t{x.data(), Dim{n, 1}};
+      CHECK(argmax(t) == std::max_element(x.begin(), x.end()) - x.begin());
+      // A NaN anywhere is passed over.
+      std::vector<float> with_nan = x;
+      with_nan[rng() % n] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> without;
+      for (float v : with_nan) without.push_back(std::isnan(v) ? -1e30f : v);
+      const uint32_t k = argmax(Tensor{with_nan.data(), Dim{n, 1}});
+      if (n > 1) CHECK(k == std::max_element(without.begin(), without.end()) - without.begin());
+    }
+  }
+  const float all_nan[3] = {NAN, NAN, NAN};
+  CHECK(argmax(Tensor{all_nan, Dim{3, 1}}) == 0);
+  const float minus_inf[2] = {-INFINITY, -INFINITY};
+  CHECK(argmax(Tensor{minus_inf, Dim{2, 1}}) == 0);
+  CHECK_THROWS_AS(argmax(Tensor{}), std::runtime_error);
 }
 
 TEST_CASE("decode: models without decoding and the null device say so") {

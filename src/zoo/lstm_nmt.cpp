@@ -227,8 +227,7 @@ std::vector<Decoded> LstmNmt::decode(Engine& engine, Graph& g,
       const Tensor t = engine.value(r.lsm);
       if (t.data == nullptr)
         throw std::invalid_argument("[lstm_nmt] decode reads values: not on the null device");
-      const uint32_t y =
-          static_cast<uint32_t>(std::max_element(t.data, t.data + t.dim.size()) - t.data);
+      const uint32_t y = argmax(t);
       Decoded& d = out[r.sentence];
       d.tokens.push_back(y);
       d.score += t.data[y];

@@ -261,7 +261,7 @@ std::vector<uint32_t> predicted_labels(const Engine& engine, const std::vector<E
   for (const Expr& z : logits) {
     const Tensor t = engine.value(z);
     if (t.data == nullptr) return {};
-    out.push_back(static_cast<uint32_t>(std::max_element(t.data, t.data + t.dim.size()) - t.data));
+    out.push_back(argmax(t));
   }
   return out;
 }
