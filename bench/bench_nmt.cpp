@@ -78,20 +78,25 @@ void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
   std::fflush(stdout);
 }
 
+// Mini-batch r: instances r * batch onwards, cycling through the data.
+void batch_ids(uint32_t r, uint32_t batch, uint32_t n, std::vector<uint32_t>& ids) {
+  ids.clear();
+  for (uint32_t k = 0; k < batch; ++k) ids.push_back((r * batch + k) % n);
+}
+
 // Decoding: every step's host work is the step's time less its kernels (the CPU runs them
 // inline; on a device the host waits for them when it reads the step's values). The engine's
 // planning, host execution and device times sum over the increments of the decoding graph.
-template <class NextBatch>
 void decode(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t hidden,
-            uint32_t batch, NextBatch& next_batch) {
-  const std::vector<uint32_t>& ids = next_batch(0);
+            uint32_t batch) {
+  std::vector<uint32_t> ids;
   std::vector<double> per_s;
   StepTimes step;
   double steps_sum = 0;
   const DecodeOptions d{o.max_len};
   const bool cuda = o.device == "cuda";
   for (uint32_t r = 0; r < o.reps + 2; ++r) {
-    next_batch(r);
+    batch_ids(r, batch, model.size(), ids);
     const double t0 = now_ms();
     model.decode(engine, g, ids, d);
     const double ms = now_ms() - t0;
@@ -109,14 +114,13 @@ void decode(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t h
   report("decode", o, hidden, batch, per_s, step, steps_sum / o.reps);
 }
 
-template <class NextBatch>
 void train(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t hidden,
-           uint32_t batch, NextBatch& next_batch) {
-  const std::vector<uint32_t>& ids = next_batch(0);
+           uint32_t batch) {
+  std::vector<uint32_t> ids;
   std::vector<double> per_s;
   std::vector<Expr> losses;
   for (uint32_t r = 0; r < o.reps + 2; ++r) {
-    next_batch(r);
+    batch_ids(r, batch, model.size(), ids);
     const double t0 = now_ms();
     g.clear();
     losses.clear();
@@ -140,15 +144,8 @@ void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch)
   auto model = make_model("lstm_nmt", pc, data, mo);
   Engine engine(pc, apply_debug_env(EngineOptions{o.policy, o.device, 1}));  // EDBATCH_CUDA_*
   Graph g(pc);
-  const uint32_t n = model->size();
-  std::vector<uint32_t> ids;
-  auto next_batch = [&](uint32_t r) -> const std::vector<uint32_t>& {
-    ids.clear();
-    for (uint32_t k = 0; k < batch; ++k) ids.push_back((r * batch + k) % n);
-    return ids;
-  };
-  if (o.decode) decode(o, *model, engine, g, hidden, batch, next_batch);
-  if (o.train) train(o, *model, engine, g, hidden, batch, next_batch);
+  if (o.decode) decode(o, *model, engine, g, hidden, batch);
+  if (o.train) train(o, *model, engine, g, hidden, batch);
 }
 
 }  // namespace

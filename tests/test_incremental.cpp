@@ -431,6 +431,8 @@ TEST_CASE("incremental: misuse is a clear error") {
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(e.fetch({h, h2}), doctest::Contains("added after the last forward"),
                        std::invalid_argument);
+  CHECK_THROWS_WITH_AS(e.fetch({h, h2}), doctest::Contains("[Engine::fetch] node"),
+                       std::invalid_argument);
   // Backward while nodes have not run.
   CHECK_THROWS_WITH_AS(e.backward(g, l1), doctest::Contains("have not run: run forward()"),
                        std::invalid_argument);

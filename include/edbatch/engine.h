@@ -172,7 +172,8 @@ class Engine {
   bool extends_plan(const Graph& g, uint32_t end) const;
   void extend_plan(Graph& g, uint32_t end);
   uint32_t ran_nodes() const;  // nodes [0, ran_nodes()) have values
-  void check_ran(uint32_t node) const;
+  // value() and fetch(): `e` is a node of the last forward's graph that has run.
+  void check_ran(const Expr& e, const char* fn) const;
   void check_ran_all(const Graph& g) const;  // backward: every node of `g` has run
   void sync_counters() const;
   void run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end = UINT32_MAX);

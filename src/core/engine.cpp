@@ -260,10 +260,7 @@ void Engine::run_backward(Graph& g, const BackwardSeed& seed) {
 }
 
 Tensor Engine::value(const Expr& e) const {
-  if (graph_ == nullptr || e.graph != graph_ || e.generation != graph_generation_)
-    throw std::invalid_argument("[Engine::value] expression is not from the last forward graph");
-  graph_->node_of(e, "Engine::value");
-  check_ran(e.id);
+  check_ran(e, "Engine::value");
   const Node& n = graph_->node(e.id);
   if (n.op == Op::Parameter) return Tensor{params_.values(n.aux), n.dim};
   return Tensor{backend_->value(plan_, e.id), n.dim};
@@ -272,10 +269,7 @@ Tensor Engine::value(const Expr& e) const {
 void Engine::fetch(const std::vector<Expr>& es) const {
   fetch_nodes_.clear();
   for (const Expr& e : es) {
-    if (graph_ == nullptr || e.graph != graph_ || e.generation != graph_generation_)
-      throw std::invalid_argument("[Engine::fetch] expression is not from the last forward graph");
-    graph_->node_of(e, "Engine::fetch");
-    check_ran(e.id);
+    check_ran(e, "Engine::fetch");
     if (graph_->node(e.id).op != Op::Parameter) fetch_nodes_.push_back(e.id);
   }
   if (!fetch_nodes_.empty()) backend_->fetch(plan_, fetch_nodes_);

@@ -39,13 +39,18 @@ uint32_t Engine::ran_nodes() const {
   return static_cast<uint32_t>(plan_.node_offset.size());
 }
 
-void Engine::check_ran(uint32_t node) const {
+void Engine::check_ran(const Expr& e, const char* fn) const {
+  if (graph_ == nullptr || e.graph != graph_ || e.generation != graph_generation_)
+    throw std::invalid_argument(std::string("[") + fn +
+                                "] expression is not from the last forward graph");
+  graph_->node_of(e, fn);
+  const uint32_t node = e.id;
   if (node < ran_nodes()) return;
-  throw std::invalid_argument(
-      "[Engine::value] node " + std::to_string(node) +
-      (node < plan_.node_offset.size() ? " was prepared but not run"
-                                       : " was added after the last forward and has not run") +
-      ": run forward() first");
+  throw std::invalid_argument(std::string("[") + fn + "] node " + std::to_string(node) +
+                              (node < plan_.node_offset.size()
+                                   ? " was prepared but not run"
+                                   : " was added after the last forward and has not run") +
+                              ": run forward() first");
 }
 
 void Engine::check_ran_all(const Graph& g) const {

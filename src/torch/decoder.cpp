@@ -81,12 +81,11 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     std::copy(out_.begin(), out_.end(), state);
     ++instance_steps_[static_cast<size_t>(ids[r])];
   }
-  // Only the nodes added since the last forward run.
+  // Run the step's nodes (only those added since the last forward run), then read the new states
+  // at once: from a device, one copy queued behind the step's kernels and one wait.
   fetch_.clear();
   for (int64_t r = 0; r < n; ++r)
     for (uint32_t o = 0; o < S; ++o) fetch_.push_back(state_[static_cast<size_t>(ids[r]) * S + o]);
-  // Run the step's nodes, then read the new states at once: from a device, one copy queued behind
-  // the step's kernels and one wait.
   engine_.forward_through(graph_, fetch_);
   engine_.fetch(fetch_);
   for (uint32_t o = 0; o < S; ++o) {
