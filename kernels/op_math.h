@@ -301,4 +301,22 @@ EDBATCH_HD inline float dropout_factor(uint32_t key, uint32_t i, uint32_t thresh
   return dropout_hash(key, i) >= threshold ? scale : 0.0f;
 }
 
+// The first row of x[0, n) holding its largest value, NaN values passed over (all NaN: 0), the
+// largest found eight lanes at a time (this form of max vectorizes): max_index on the CPU and
+// argmax(Tensor). The CUDA kernel reduces a warp's lanes to the same row.
+inline uint32_t first_max_row(const float* x, size_t n) {
+  constexpr size_t kLanes = 8;
+  float lane[kLanes];
+  for (float& l : lane) l = -INFINITY;
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+  for (; i < n; ++i) lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+  float m = lane[0];
+  for (size_t j = 1; j < kLanes; ++j) m = lane[j] > m ? lane[j] : m;
+  for (size_t k = 0; k < n; ++k)
+    if (x[k] == m) return static_cast<uint32_t>(k);
+  return 0;  // every value NaN
+}
+
 }  // namespace edbatch::math

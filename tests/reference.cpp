@@ -201,6 +201,16 @@ void Reference::run_forward(const Graph& g, const Env& env, Values& vals,
       case Op::Dropout:
         for (uint32_t i = 0; i < y.size(); ++i) y[i] = x(0)[i] * dropout_factor(nd, aux2, i);
         break;
+      case Op::MaxIndex: {
+        const uint32_t in_rows = g.node(a[0]).dim.rows;
+        for (uint32_t c = 0; c < C; ++c) {
+          const auto col = x(0).begin() + c * in_rows;
+          const auto at = std::max_element(col, col + in_rows);
+          y[2 * c] = *at;
+          y[2 * c + 1] = static_cast<double>(at - col);
+        }
+        break;
+      }
       case Op::Count: throw std::logic_error("[Reference] bad op");
     }
   }
@@ -350,6 +360,12 @@ void Reference::run_backward(const Graph& g, const Env& env, const Values& vals,
       case Op::Dropout:
         for (size_t i = 0; i < dy.size(); ++i) dx(0)[i] += dy[i] * dropout_factor(nd, aux2, i);
         break;
+      case Op::MaxIndex: {
+        const uint32_t in_rows = g.node(a[0]).dim.rows;
+        for (uint32_t c = 0; c < C; ++c)
+          dx(0)[c * in_rows + static_cast<uint32_t>(y[2 * c + 1])] += dy[2 * c];
+        break;
+      }
       case Op::PickNegLogSoftmax: {
         const auto& z = x(0);
         const double m = *std::max_element(z.begin(), z.end());

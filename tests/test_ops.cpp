@@ -499,9 +499,13 @@ std::vector<OpCase> row_cases() {
   auto one = [](Dim s) { return same(s, 1); };
   const std::vector<Dim> columns = {{1, 1}, {7, 1}, {13, 3}, {17, 1}, {37, 2}};
   return {
-      {"slice_rows middle", {{3, 1}, {13, 3}, {17, 2}}, one,
+      {"slice_rows middle",
+       {{3, 1}, {13, 3}, {17, 2}},
+       one,
        [](Builder&, const Args& a, uint32_t, Dim s) { return slice_rows(a[0], 1, s.rows - 1); }},
-      {"slice_rows last row", {{1, 1}, {7, 2}}, one,
+      {"slice_rows last row",
+       {{1, 1}, {7, 2}},
+       one,
        [](Builder&, const Args& a, uint32_t, Dim s) {
          return slice_rows(a[0], s.rows - 1, s.rows);
        }},
@@ -511,8 +515,16 @@ std::vector<OpCase> row_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return log_softmax(a[0]); }},
       {"layer_norm", columns, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return layer_norm(a[0], 1e-5f); }},
-      {"layer_norm eps 0.5", {{7, 1}, {13, 3}}, one,
+      {"layer_norm eps 0.5",
+       {{7, 1}, {13, 3}},
+       one,
        [](Builder&, const Args& a, uint32_t, Dim) { return layer_norm(a[0], 0.5f); }},
+      // Inputs are distinct random values, so the maximum is unique and finite differences
+      // of row 0 see the maximal entry's gradient, and of row 1 (the index) none.
+      {"max_index",
+       {{1, 1}, {7, 1}, {13, 3}, {129, 1}, {37, 2}},
+       one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return max_index(a[0]); }},
       {"dropout", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t i, Dim) {
          return dropout(a[0], 0.3f, math::dropout_key(11, i, 0));
@@ -546,7 +558,7 @@ TEST_CASE("ops: average and maximum (fixed and ragged arity)") {
   run_cases(variadic_cases());
 }
 
-TEST_CASE("ops: slice_rows, softmax, log_softmax, layer_norm, dropout") {
+TEST_CASE("ops: slice_rows, softmax, log_softmax, layer_norm, max_index, dropout") {
   run_cases(row_cases());
 }
 

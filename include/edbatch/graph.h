@@ -137,6 +137,11 @@ Expr slice_rows(const Expr& x, uint32_t begin, uint32_t end);
 Expr layer_norm(const Expr& x, float eps);
 Expr softmax(const Expr& x);
 Expr log_softmax(const Expr& x);
+// Per column: its largest value (row 0) and the row holding it first, as a float (row 1): a
+// 2 x cols value, so a greedy decoder reads two floats per column, not the column. NaN values
+// are passed over (all NaN: row 0 and its NaN), as argmax(Tensor) does. The gradient reaches the
+// maximal entry through row 0; the row index has none.
+Expr max_index(const Expr& x);
 // Training-mode dropout: entry i is kept and scaled by 1 / (1 - p) when
 // dropout_hash(key, i) >= p * 2^32 (kernels/op_math.h, docs/programs.md), else 0. p in [0, 1).
 Expr dropout(const Expr& x, float p, uint32_t key);

@@ -8,38 +8,39 @@
 namespace edbatch {
 
 enum class Op : uint8_t {
-  Input,        // source: values given at construction
-  Parameter,    // source: a parameter of the collection
-  Lookup,       // column `index` of a lookup table
-  Affine,       // b + W1 x1 + W2 x2 + ...   args: b, W1, x1, W2, x2, ...
-  MatMul,       // a * b
-  Sum,          // variadic sum of same-shaped args (ragged: arity is not part of the type)
-  Average,      // variadic elementwise mean, ragged like Sum
-  Maximum,      // variadic elementwise max, ragged like Sum; gradient to the first maximal arg
-  Subtract,     // a - b
-  CMult,        // a .* b
-  Divide,       // a ./ b
-  ScalarAffine, // alpha * x + beta (x*a, a-x, x+a)
-  ScalarDivide, // alpha ./ x
+  Input,         // source: values given at construction
+  Parameter,     // source: a parameter of the collection
+  Lookup,        // column `index` of a lookup table
+  Affine,        // b + W1 x1 + W2 x2 + ...   args: b, W1, x1, W2, x2, ...
+  MatMul,        // a * b
+  Sum,           // variadic sum of same-shaped args (ragged: arity is not part of the type)
+  Average,       // variadic elementwise mean, ragged like Sum
+  Maximum,       // variadic elementwise max, ragged like Sum; gradient to the first maximal arg
+  Subtract,      // a - b
+  CMult,         // a .* b
+  Divide,        // a ./ b
+  ScalarAffine,  // alpha * x + beta (x*a, a-x, x+a)
+  ScalarDivide,  // alpha ./ x
   Tanh,
   Sigmoid,
   Relu,
-  Softplus,     // log(1 + e^x)
+  Softplus,  // log(1 + e^x)
   Exp,
   Log,
   Sqrt,
-  Gelu,         // x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), exact
-  Concat,       // stack args vertically (rows add up, cols equal)
-  SliceRows,    // rows [aux, aux + rows) of every column of the argument
-  Pick,         // element `index` of a vector: 1x1
+  Gelu,               // x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), exact
+  Concat,             // stack args vertically (rows add up, cols equal)
+  SliceRows,          // rows [aux, aux + rows) of every column of the argument
+  Pick,               // element `index` of a vector: 1x1
   PickNegLogSoftmax,  // -log softmax(x)[label]: 1x1
-  Softmax,      // over each column's rows
-  LogSoftmax,   // over each column's rows
-  LayerNorm,    // per column (x - mean) / sqrt(var + alpha), var biased
-  Dropout,      // entry i times 1/(1-alpha) if dropout_hash(aux2, i) >= alpha * 2^32, else 0
-  Call,         // an invocation of a block (aux: block id, aux2: its integers in Graph::ints())
-  Output,       // output `aux` of the Call that is its only argument: a view, never scheduled
-  Reshape,      // its argument's values under another shape of the same size: a view
+  Softmax,            // over each column's rows
+  LogSoftmax,         // over each column's rows
+  LayerNorm,          // per column (x - mean) / sqrt(var + alpha), var biased
+  Dropout,            // entry i times 1/(1-alpha) if dropout_hash(aux2, i) >= alpha * 2^32, else 0
+  MaxIndex,  // per column: its largest value and that value's first row (a float): 2 x cols
+  Call,      // an invocation of a block (aux: block id, aux2: its integers in Graph::ints())
+  Output,    // output `aux` of the Call that is its only argument: a view, never scheduled
+  Reshape,   // its argument's values under another shape of the same size: a view
   Count
 };
 
@@ -92,6 +93,7 @@ inline constexpr OpInfo kOpInfo[] = {
     {"log_softmax", 1, 1, BatchRule::Exact, true},
     {"layer_norm", 1, 1, BatchRule::Exact, true},
     {"dropout", 1, 1, BatchRule::Exact, true},
+    {"max_index", 1, 1, BatchRule::Exact, true},
     {"call", 0, -1, BatchRule::Exact, false},
     {"output", 1, 1, BatchRule::View, false},
     {"reshape", 1, 1, BatchRule::View, false},

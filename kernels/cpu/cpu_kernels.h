@@ -189,6 +189,8 @@ void log_softmax_forward(Context& c, const BatchArgs& b);
 void log_softmax_backward(Context& c, const BatchArgs& b);
 void layer_norm_forward(Context& c, const BatchArgs& b);
 void layer_norm_backward(Context& c, const BatchArgs& b);
+void max_index_forward(Context& c, const BatchArgs& b);
+void max_index_backward(Context& c, const BatchArgs& b);
 void average_forward(Context& c, const BatchArgs& b);
 void average_backward(Context& c, const BatchArgs& b);
 void maximum_forward(Context& c, const BatchArgs& b);

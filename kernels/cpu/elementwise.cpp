@@ -298,6 +298,8 @@ KernelRow own_kernels(Op op) {
     case Op::Softmax: return {softmax_forward, softmax_backward};
     case Op::LogSoftmax: return {log_softmax_forward, log_softmax_backward};
     case Op::LayerNorm: return {layer_norm_forward, layer_norm_backward};
+    case Op::MaxIndex:
+      return {max_index_forward, max_index_backward};
     case Op::Average: return {average_forward, average_backward};
     case Op::Maximum: return {maximum_forward, maximum_backward};
     case Op::Dropout: return {dropout_forward, dropout_backward};

@@ -1,7 +1,7 @@
 // Elementwise ops that are not a function of one element: row slices, reductions over the rows of
-// each column (softmax, log softmax, layer norm), variadic means and maxima (ragged like sum) and
-// dropout. Forward splits by nodes. Backward splits by rows where an element's gradient needs
-// only its own row; the column reductions split by nodes when every node has its own operand
+// each column (softmax, log softmax, layer norm, max_index), variadic means and maxima (ragged like
+// sum) and dropout. Forward splits by nodes. Backward splits by rows where an element's gradient
+// needs only its own row; the column reductions split by nodes when every node has its own operand
 // adjoint (a view), and run serially otherwise (shared or indexed operands may repeat).
 #include <Eigen/Core>
 #include <algorithm>
@@ -147,6 +147,34 @@ void layer_norm_backward(Context& c, const BatchArgs& b) {
   const float eps = b.alpha;
   columns_backward(c, b, [eps](Vec dx, CVec dy, CVec y, CVec x) {
     dx += inv_std(x, eps) * (dy - dy.mean() - y * (dy * y).mean());
+  });
+}
+
+// ---- max_index: per column, (its largest value, the row holding it first) ----
+
+void max_index_forward(Context& c, const BatchArgs& b) {
+  const uint32_t rows = arg_dim(b, 0).rows, cols = b.out_dim.cols;
+  each_node(c, b, true, [&](uint32_t i) {
+    const float* x = operand_value(c, b.operands[0], i);
+    float* y = out_value(c, b, i);
+    for (uint32_t col = 0; col < cols; ++col) {
+      const float* xc = x + static_cast<size_t>(col) * rows;
+      const uint32_t r = math::first_max_row(xc, rows);
+      y[2 * col] = xc[r];
+      y[2 * col + 1] = static_cast<float>(r);
+    }
+  });
+}
+
+// The maximal entry gets row 0's adjoint; the row index carries no gradient.
+void max_index_backward(Context& c, const BatchArgs& b) {
+  const uint32_t rows = arg_dim(b, 0).rows, cols = b.out_dim.cols;
+  each_node(c, b, own_adjoints(b), [&](uint32_t i) {
+    float* dx = operand_adjoint(c, b.operands[0], i);
+    const float* y = out_value(c, b, i);
+    const float* dy = out_adjoint(c, b, i);
+    for (uint32_t col = 0; col < cols; ++col)
+      dx[static_cast<size_t>(col) * rows + static_cast<uint32_t>(y[2 * col + 1])] += dy[2 * col];
   });
 }
 

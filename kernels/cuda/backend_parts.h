@@ -31,6 +31,10 @@ struct Arenas {
   DeviceBuffer values, adjoints, scratch, ones;
   const Graph* graph = nullptr;
   size_t total_floats = 0;
+  // values holds zeros from here to its end (fused GEMMs accumulate into zeroed outputs): a
+  // forward zeroes from its first segment up to here, and after it this is the plan's end, so an
+  // increment that follows queues no memset.
+  size_t values_zero_from = 0;
 };
 
 // ---- device_queue.cpp ----

@@ -58,9 +58,11 @@ class CudaBackend : public Backend {
       throw std::invalid_argument("[cuda] incremental forward: the earlier segments ran elsewhere");
     // An incremental forward keeps the values of the segments before it.
     const size_t keep = p.first_segment > 0 ? arenas_.total_floats * sizeof(float) : 0;
-    if (arenas_.values.grow_keeping(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float),
-                                    keep, queue_.stream()))
+    if (arenas_.values.grow_keeping(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float), keep,
+                                    queue_.stream())) {
       ++counters_.arena_growths;
+      arenas_.values_zero_from = arenas_.values.bytes() / sizeof(float);  // fresh memory
+    }
     arenas_.graph = &p.graph;
     arenas_.total_floats = p.plan.total_floats;
     if (p.first_segment > 0)
@@ -79,6 +81,7 @@ class CudaBackend : public Backend {
     {
       Profiler::Phase uploading(profiler_, "(host: forward, uploading)");
       uploads_.forward(p, pass, launches_, arenas_, params_.mirror());
+      arenas_.values_zero_from = p.plan.total_floats;
     }
     launcher_.run_pass(pass, "forward", launches_, uploads_.addresses());
   }

@@ -38,7 +38,7 @@ struct StepDesc {
   uint32_t operand_begin, operand_count;  // into DeviceView::operands
   uint32_t aux_begin;                     // into DeviceView::aux
   uint32_t table;                         // Lookup: float offset of the table in params/grads
-  uint32_t arg_rows;                      // Pick, PickNegLogSoftmax, SliceRows: argument rows
+  uint32_t arg_rows;  // Pick, PickNegLogSoftmax, SliceRows, MaxIndex: argument rows
   uint32_t attr;                          // SliceRows: first row; Dropout: keep threshold
   float alpha, beta;                      // Node::alpha, beta
   uint32_t concat_rows[8];                // Concat: rows of each argument
@@ -46,11 +46,12 @@ struct StepDesc {
 };
 constexpr uint32_t kMaxConcatArgs = 8;
 
-// Reductions over the rows of each column (softmax, log softmax, layer norm) run one warp per
+// Reductions over the rows of each column (softmax, log softmax, layer norm, max_index: its two
+// output rows per column) run one warp per
 // column: the step kernels give them kColumnThreads items per column.
 constexpr uint32_t kColumnThreads = 32;
 EDBATCH_HD constexpr bool column_op(Op op) {
-  return op == Op::Softmax || op == Op::LogSoftmax || op == Op::LayerNorm;
+  return op == Op::Softmax || op == Op::LogSoftmax || op == Op::LayerNorm || op == Op::MaxIndex;
 }
 // Items (threads) a step gives each node: one per element, one for the 1x1 picks, a warp per
 // column for the column reductions.

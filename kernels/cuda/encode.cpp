@@ -58,7 +58,10 @@ bool step_op(Op op) {
   switch (op) {
     case Op::Lookup: case Op::Sum: case Op::Average: case Op::Maximum: case Op::Concat:
     case Op::SliceRows: case Op::Pick: case Op::PickNegLogSoftmax: case Op::Softmax:
-    case Op::LogSoftmax: case Op::LayerNorm: case Op::Dropout:
+    case Op::LogSoftmax:
+    case Op::LayerNorm:
+    case Op::Dropout:
+    case Op::MaxIndex:
       return true;
     default:
       return false;
@@ -164,7 +167,8 @@ class Encoder {
         for (uint32_t v = 0; v < sp.count; ++v)
           params_.mark_lookup_row(it.first->aux, plan_.aux[sp.aux_begin + v]);
     }
-    if (it.op == Op::Pick || it.op == Op::PickNegLogSoftmax || it.op == Op::SliceRows)
+    if (it.op == Op::Pick || it.op == Op::PickNegLogSoftmax || it.op == Op::SliceRows ||
+        it.op == Op::MaxIndex)
       d.arg_rows = arg_dim(it, 0).rows;
     if (it.op == Op::SliceRows) d.attr = it.first->aux;
     if (it.op == Op::Dropout) d.attr = math::dropout_threshold(it.first->alpha);

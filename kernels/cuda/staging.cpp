@@ -108,10 +108,13 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
   EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, at, cudaMemcpyHostToDevice, stream));
   release(forward_staging_);
   float* values = arenas.values.as();
-  // Fused GEMM steps add their partial sums into zeroed outputs (the segments that run).
-  const size_t zero_from = first_seg.input_offset;
-  EDBATCH_CUDA_CHECK(cudaMemsetAsync(values + zero_from, 0,
-                                     (plan.total_floats - zero_from) * sizeof(float), stream));
+  // Fused GEMM steps add their partial sums into zeroed outputs (the segments that run). The
+  // arena is zero from arenas.values_zero_from on, so zeroing up to there leaves it zero from
+  // the plan's end on after the pass: an increment that follows queues no memset.
+  const size_t zero_from = first_seg.input_offset, zero_to = arenas.values_zero_from;
+  if (zero_from < zero_to)
+    EDBATCH_CUDA_CHECK(
+        cudaMemsetAsync(values + zero_from, 0, (zero_to - zero_from) * sizeof(float), stream));
   // Each segment's inputs move to their place (one block per segment).
   const float* uploaded = reinterpret_cast<const float*>(d + at_inputs);
   for (size_t s = p.first_segment; s < plan.segments.size(); ++s) {

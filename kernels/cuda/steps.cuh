@@ -100,8 +100,8 @@ __device__ inline uint32_t first_max(const DeviceView& d, const Ops& ops, const 
   return best;
 }
 
-// ---- reductions over the rows of a column (softmax, log softmax, layer norm): one warp per
-// column. steps_body gives such a step 32 items per column (items_per_node, device.h), and a
+// ---- reductions over the rows of a column (softmax, log softmax, layer norm, max_index): one warp
+// per column. steps_body gives such a step 32 items per column (items_per_node, device.h), and a
 // thread block's threads and a step's items are multiples of 32, so the 32 lanes of a warp hold
 // the same node and column; each lane takes rows lane, lane + 32, ..., and the column's
 // statistics are reduced with shuffles, once per column. ----
@@ -129,9 +129,43 @@ __device__ inline void column_moments(const float* x, uint32_t n, uint32_t lane,
   *inv_std = rsqrtf(warp_sum(acc) / n + eps);
 }
 
+// max_index of column r / 32 of node v: each lane's first largest of its rows (NaN passed over;
+// an entry equal to -inf counts when the lane has none yet), then the warp's largest, the lowest
+// row on ties; all NaN: row 0. The same row as math::first_max_row.
+__device__ void max_index_forward(const DeviceView& d, const Ops& ops, const StepDesc& s,
+                                  uint32_t v, uint32_t r) {
+  constexpr uint32_t kNone = 0xffffffffu;
+  const uint32_t lane = r % kWarp, c = r / kWarp, n = s.arg_rows;
+  const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k) + static_cast<uint64_t>(c) * n;
+  float m = -INFINITY;
+  uint32_t at = kNone;
+  for (uint32_t q = lane; q < n; q += kWarp)
+    if (x[q] > m || (at == kNone && x[q] == m)) {
+      m = x[q];
+      at = q;
+    }
+  for (uint32_t o = kWarp / 2; o > 0; o /= 2) {
+    const float om = __shfl_xor_sync(0xffffffffu, m, o);
+    const uint32_t oa = __shfl_xor_sync(0xffffffffu, at, o);
+    if (oa != kNone && (at == kNone || om > m || (om == m && oa < at))) {
+      m = om;
+      at = oa;
+    }
+  }
+  if (lane != 0) return;
+  if (at == kNone) at = 0;
+  float* y = d.values + s.out_offset + static_cast<uint64_t>(v) * s.out_size + 2 * c;
+  y[0] = x[at];
+  y[1] = static_cast<float>(at);
+}
+
 // Column r / 32 of node v (lane r % 32).
 __device__ void column_forward(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
                                uint32_t r) {
+  if (static_cast<Op>(s.op) == Op::MaxIndex) {
+    max_index_forward(d, ops, s, v, r);
+    return;
+  }
   const uint32_t lane = r % kWarp, n = s.rows;
   const uint64_t col = static_cast<uint64_t>(r / kWarp) * n;
   const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k) + col;
@@ -159,6 +193,18 @@ __device__ void column_forward(const DeviceView& d, const Ops& ops, const StepDe
 
 __device__ void column_backward(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
                                 uint32_t r) {
+  if (static_cast<Op>(s.op) == Op::MaxIndex) {  // row 0's adjoint to the maximal entry
+    const uint32_t c = r / kWarp;
+    if (r % kWarp != 0) return;
+    const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size + 2 * c;
+    const float dy = load_adjoint(d.adjoints + out);
+    const uint32_t at = static_cast<uint32_t>(d.values[out + 1]);
+    if (dy != 0.0f)
+      atomicAdd(
+          adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + static_cast<uint64_t>(c) * s.arg_rows + at,
+          dy);
+    return;
+  }
   const uint32_t lane = r % kWarp, n = s.rows;
   const uint64_t col = static_cast<uint64_t>(r / kWarp) * n;
   const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size + col;

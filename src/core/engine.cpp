@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/op_math.h"
 #include "src/core/plan_cache.h"
 
 namespace edbatch {
@@ -35,22 +36,8 @@ std::vector<float> as_vector(const Tensor& t) {
 uint32_t argmax(const Tensor& t) {
   if (t.data == nullptr)
     throw std::runtime_error("[argmax] no value: the null backend computes no values");
-  const float* x = t.data;
-  const size_t n = t.dim.size();
-  if (n == 0) throw std::invalid_argument("[argmax] the tensor is empty");
-  // The largest value, in 8 lanes (this form of max vectorizes and skips NaN), then where it is.
-  constexpr size_t kLanes = 8;
-  float lane[kLanes];
-  std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t j = 0; j < kLanes; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
-  for (; i < n; ++i) lane[0] = x[i] > lane[0] ? x[i] : lane[0];
-  float m = lane[0];
-  for (size_t j = 1; j < kLanes; ++j) m = lane[j] > m ? lane[j] : m;
-  for (size_t k = 0; k < n; ++k)
-    if (x[k] == m) return static_cast<uint32_t>(k);
-  return 0;  // every value NaN
+  if (t.dim.size() == 0) throw std::invalid_argument("[argmax] the tensor is empty");
+  return math::first_max_row(t.data, t.dim.size());
 }
 
 Engine::Engine(ParameterCollection& params, EngineOptions options)

@@ -397,6 +397,15 @@ Expr sqrt(const Expr& x) { return elementwise(Op::Sqrt, Args(&x, 1)); }
 Expr gelu(const Expr& x) { return elementwise(Op::Gelu, Args(&x, 1)); }
 Expr softmax(const Expr& x) { return elementwise(Op::Softmax, Args(&x, 1)); }
 Expr log_softmax(const Expr& x) { return elementwise(Op::LogSoftmax, Args(&x, 1)); }
+Expr max_index(const Expr& x) {
+  const char* fn = op_name(Op::MaxIndex);
+  Graph& g = graph_of(Args(&x, 1), fn);
+  const Dim d = g.node_of(x, fn).dim;
+  if (d.size() == 0) fail(fn, where(g) + "the argument is empty");
+  if (d.rows > (1u << 24))  // the row index must be exact as a float
+    fail(fn, where(g) + "columns of " + std::to_string(d.rows) + " rows; at most 16777216");
+  return g.expr(g.add_node(Op::MaxIndex, Dim{2, d.cols}, &x.id, 1));
+}
 
 Expr layer_norm(const Expr& x, float eps) {
   const char* fn = "layer_norm";

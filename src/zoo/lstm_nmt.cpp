@@ -117,21 +117,22 @@ class LstmNmt : public Model {
     for (size_t j = 0; j < source.size(); ++j)
       sink.call(*enc_blocks_[j == 0 ? 0 : 1], state, j == 0 ? 0 : 2, &source[j], 1, state);
   }
-  // One decoding step from `state` (h, c) on word `prev`: the new state and log softmax(z).
-  void decode_step(Graph& g, Expr* state, uint32_t prev, Expr* lsm) const {
+  // One decoding step from `state` (h, c) on word `prev`: the new state and max_index of
+  // log softmax(z): the next word's log-probability and the word (2 floats).
+  void decode_step(Graph& g, Expr* state, uint32_t prev, Expr* best) const {
     if (options_.blocks) {
       Expr out[3];
       decode_block_->call(g, state, 2, &prev, 1, out);
       state[0] = out[0];
       state[1] = out[1];
-      *lsm = out[2];
+      *best = out[2];
       return;
     }
     const CellState prev_state{state[0], state[1]};
     const CellState s = lstm_step(g, dec_, lookup(g, E_tgt_, prev), &prev_state);
     state[0] = s.h;
     state[1] = s.c;
-    *lsm = log_softmax(output_layer(g, s.h));
+    *best = max_index(log_softmax(output_layer(g, s.h)));
   }
 
   void make_blocks() {
@@ -162,7 +163,7 @@ class LstmNmt : public Model {
           b.output("loss", b.pick_neg_log_softmax(z, b.index("label")));
           b.output("logits", z);
         } else {
-          b.output("log_softmax", log_softmax(z));
+          b.output("best", max_index(log_softmax(z)));
         }
       });
       (train ? train_block_ : decode_block_) = std::move(blk);
@@ -189,7 +190,7 @@ std::vector<Decoded> LstmNmt::decode(Engine& engine, Graph& g,
   std::vector<Decoded> out(n);
   struct Running {
     uint32_t sentence, cap;
-    Expr state[2], lsm;
+    Expr state[2], best;
   };
   std::vector<Running> running(n);
   // The first increment: every encoder and every first decoding step.
@@ -208,31 +209,32 @@ std::vector<Decoded> LstmNmt::decode(Engine& engine, Graph& g,
       r.state[0] = s.h;
       r.state[1] = s.c;
     }
-    decode_step(g, r.state, kBos, &r.lsm);
+    decode_step(g, r.state, kBos, &r.best);
   }
   std::vector<Expr> step_outputs, scores;
   while (!running.empty()) {
-    // Run the step without reading a value, then read every sentence's scores at once: from a
-    // device that is one copy queued behind the step's kernels and one wait.
+    // Run the step without reading a value, then read every sentence's next word and its score
+    // at once (the argmax runs with the step: two floats a sentence): from a device that is one
+    // copy queued behind the step's kernels and one wait.
     step_outputs.clear();
     scores.clear();
     for (const Running& r : running) {
-      step_outputs.insert(step_outputs.end(), {r.state[0], r.state[1], r.lsm});
-      scores.push_back(r.lsm);
+      step_outputs.insert(step_outputs.end(), {r.state[0], r.state[1], r.best});
+      scores.push_back(r.best);
     }
     engine.forward_through(g, step_outputs);
     engine.fetch(scores);
     size_t kept = 0;
     for (Running& r : running) {
-      const Tensor t = engine.value(r.lsm);
+      const Tensor t = engine.value(r.best);
       if (t.data == nullptr)
         throw std::invalid_argument("[lstm_nmt] decode reads values: not on the null device");
-      const uint32_t y = argmax(t);
+      const uint32_t y = static_cast<uint32_t>(t.data[1]);
       Decoded& d = out[r.sentence];
       d.tokens.push_back(y);
-      d.score += t.data[y];
+      d.score += t.data[0];
       if (y == kEos || d.tokens.size() >= r.cap) continue;
-      decode_step(g, r.state, y, &r.lsm);
+      decode_step(g, r.state, y, &r.best);
       running[kept++] = r;
     }
     running.resize(kept);
