@@ -117,6 +117,23 @@ __device__ inline float warp_max(float x) {
   return x;
 }
 
+// f(q, x[q]) for the rows q = lane, lane + 32, ... of a column of n rows, in that order, with
+// eight loads in flight: a few columns of thousands of rows (a vocabulary's scores) are a few
+// warps for the whole device, so each waits on memory less often.
+template <class F>
+__device__ inline void each_row(const float* x, uint32_t n, uint32_t lane, F f) {
+  constexpr uint32_t kInFlight = 8;
+  uint32_t q = lane;
+  for (; q + (kInFlight - 1) * kWarp < n; q += kInFlight * kWarp) {
+    float v[kInFlight];
+#pragma unroll
+    for (uint32_t i = 0; i < kInFlight; ++i) v[i] = x[q + i * kWarp];
+#pragma unroll
+    for (uint32_t i = 0; i < kInFlight; ++i) f(q + i * kWarp, v[i]);
+  }
+  for (; q < n; q += kWarp) f(q, x[q]);
+}
+
 // Mean and 1 / sqrt(var + eps) (biased variance) of a column of n rows.
 __device__ inline void column_moments(const float* x, uint32_t n, uint32_t lane, float eps,
                                       float* mean, float* inv_std) {
@@ -139,11 +156,11 @@ __device__ void max_index_forward(const DeviceView& d, const Ops& ops, const Ste
   const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k) + static_cast<uint64_t>(c) * n;
   float m = -INFINITY;
   uint32_t at = kNone;
-  for (uint32_t q = lane; q < n; q += kWarp)
-    if (x[q] > m || (at == kNone && x[q] == m)) {
-      m = x[q];
-      at = q;
-    }
+  each_row(x, n, lane, [&](uint32_t q, float xq) {
+    const bool take = xq > m || (at == kNone && xq == m);
+    m = take ? xq : m;
+    at = take ? q : at;
+  });
   for (uint32_t o = kWarp / 2; o > 0; o /= 2) {
     const float om = __shfl_xor_sync(0xffffffffu, m, o);
     const uint32_t oa = __shfl_xor_sync(0xffffffffu, at, o);
@@ -178,10 +195,10 @@ __device__ void column_forward(const DeviceView& d, const Ops& ops, const StepDe
     return;
   }
   float m = -INFINITY;
-  for (uint32_t q = lane; q < n; q += kWarp) m = fmaxf(m, x[q]);
+  each_row(x, n, lane, [&](uint32_t, float xq) { m = fmaxf(m, xq); });
   m = warp_max(m);
   float e = 0;
-  for (uint32_t q = lane; q < n; q += kWarp) e += expf(x[q] - m);
+  each_row(x, n, lane, [&](uint32_t, float xq) { e += expf(xq - m); });
   e = warp_sum(e);
   if (op == Op::Softmax) {
     for (uint32_t q = lane; q < n; q += kWarp) y[q] = expf(x[q] - m) / e;
