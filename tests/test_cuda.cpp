@@ -210,6 +210,12 @@ const std::vector<OpCase> kOps = {
      [](OpGraph&, const std::vector<Expr>& a, uint32_t i) {
        return pick_neg_log_softmax(a[0], (i * 7) % 11);
      }},
+    // A warp per column: labels in the first, middle and last of 300 rows.
+    {"pick_neg_log_softmax of 300 rows",
+     {Dim{300, 1}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t i) {
+       return pick_neg_log_softmax(a[0], i % 3 == 0 ? 0 : i % 3 == 1 ? 150 : 299);
+     }},
     {"lookup",
      {},
      [](OpGraph& og, const std::vector<Expr>&, uint32_t i) {

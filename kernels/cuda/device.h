@@ -47,17 +47,18 @@ struct StepDesc {
 constexpr uint32_t kMaxConcatArgs = 8;
 
 // Reductions over the rows of each column (softmax, log softmax, layer norm, max_index: its two
-// output rows per column) run one warp per
+// output rows per column; pick_neg_log_softmax: one) run one warp per
 // column: the step kernels give them kColumnThreads items per column.
 constexpr uint32_t kColumnThreads = 32;
 EDBATCH_HD constexpr bool column_op(Op op) {
-  return op == Op::Softmax || op == Op::LogSoftmax || op == Op::LayerNorm || op == Op::MaxIndex;
+  return op == Op::Softmax || op == Op::LogSoftmax || op == Op::LayerNorm || op == Op::MaxIndex ||
+         op == Op::PickNegLogSoftmax;
 }
-// Items (threads) a step gives each node: one per element, one for the 1x1 picks, a warp per
+// Items (threads) a step gives each node: one per element, one for a pick, a warp per
 // column for the column reductions.
 EDBATCH_HD inline uint32_t items_per_node(const StepDesc& s) {
   const Op op = static_cast<Op>(s.op);
-  if (op == Op::Pick || op == Op::PickNegLogSoftmax) return 1;
+  if (op == Op::Pick) return 1;
   if (column_op(op)) return kColumnThreads * (s.out_size / s.rows);
   return s.out_size;
 }

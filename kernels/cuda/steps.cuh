@@ -44,14 +44,6 @@ __device__ inline float* adjoint_at(const DeviceView& d, const Ops& ops, Operand
 // Adjoints are read at L2: other threads of the block may have added to them with atomics.
 __device__ inline float load_adjoint(const float* p) { return __ldcg(p); }
 
-__device__ float log_sum_exp(const float* x, uint32_t n) {
-  float m = x[0];
-  for (uint32_t r = 1; r < n; ++r) m = fmaxf(m, x[r]);
-  float s = 0;
-  for (uint32_t r = 0; r < n; ++r) s += expf(x[r] - m);
-  return m + logf(s);
-}
-
 // Concat: which argument holds output row `row`, and the row within it.
 __device__ inline uint32_t concat_slot(const StepDesc& s, uint32_t row, uint32_t* local,
                                        uint32_t* len) {
@@ -100,11 +92,11 @@ __device__ inline uint32_t first_max(const DeviceView& d, const Ops& ops, const 
   return best;
 }
 
-// ---- reductions over the rows of a column (softmax, log softmax, layer norm, max_index): one warp
-// per column. steps_body gives such a step 32 items per column (items_per_node, device.h), and a
-// thread block's threads and a step's items are multiples of 32, so the 32 lanes of a warp hold
-// the same node and column; each lane takes rows lane, lane + 32, ..., and the column's
-// statistics are reduced with shuffles, once per column. ----
+// ---- reductions over the rows of a column (softmax, log softmax, layer norm, max_index,
+// pick_neg_log_softmax): one warp per column. steps_body gives such a step 32 items per column
+// (items_per_node, device.h), and a thread block's threads and a step's items are multiples of 32,
+// so the 32 lanes of a warp hold the same node and column; each lane takes rows lane, lane + 32,
+// ..., and the column's statistics are reduced with shuffles, once per column. ----
 
 constexpr uint32_t kWarp = kColumnThreads;
 
@@ -132,6 +124,16 @@ __device__ inline void each_row(const float* x, uint32_t n, uint32_t lane, F f) 
     for (uint32_t i = 0; i < kInFlight; ++i) f(q + i * kWarp, v[i]);
   }
   for (; q < n; q += kWarp) f(q, x[q]);
+}
+
+// log sum_q exp(x[q]) over a column of n rows, reduced across the warp (every lane gets it).
+__device__ inline float warp_log_sum_exp(const float* x, uint32_t n, uint32_t lane) {
+  float m = -INFINITY;
+  each_row(x, n, lane, [&](uint32_t, float xq) { m = fmaxf(m, xq); });
+  m = warp_max(m);
+  float e = 0;
+  each_row(x, n, lane, [&](uint32_t, float xq) { e += expf(xq - m); });
+  return m + logf(warp_sum(e));
 }
 
 // Mean and 1 / sqrt(var + eps) (biased variance) of a column of n rows.
@@ -183,6 +185,14 @@ __device__ void column_forward(const DeviceView& d, const Ops& ops, const StepDe
     max_index_forward(d, ops, s, v, r);
     return;
   }
+  if (static_cast<Op>(s.op) == Op::PickNegLogSoftmax) {  // one column of arg_rows: 1 x 1
+    const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k);
+    const float lse = warp_log_sum_exp(x, s.arg_rows, r % kWarp);
+    if (r % kWarp == 0)
+      d.values[s.out_offset + static_cast<uint64_t>(v) * s.out_size] =
+          lse - x[d.aux[s.aux_begin + v]];
+    return;
+  }
   const uint32_t lane = r % kWarp, n = s.rows;
   const uint64_t col = static_cast<uint64_t>(r / kWarp) * n;
   const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k) + col;
@@ -220,6 +230,19 @@ __device__ void column_backward(const DeviceView& d, const Ops& ops, const StepD
       atomicAdd(
           adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + static_cast<uint64_t>(c) * s.arg_rows + at,
           dy);
+    return;
+  }
+  if (static_cast<Op>(s.op) == Op::PickNegLogSoftmax) {  // dx = dy (softmax(x) - onehot(label))
+    const float dy =
+        load_adjoint(d.adjoints + s.out_offset + static_cast<uint64_t>(v) * s.out_size);
+    if (dy == 0.0f) return;  // the same for every lane of the warp
+    const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k);
+    float* dx = adjoint_at(d, ops, slot(ops, s, 0), v, s.k);
+    const uint32_t label = d.aux[s.aux_begin + v];
+    const float lse = warp_log_sum_exp(x, s.arg_rows, r % kWarp);
+    each_row(x, s.arg_rows, r % kWarp, [&](uint32_t q, float xq) {
+      atomicAdd(dx + q, dy * expf(xq - lse) - (q == label ? dy : 0.0f));
+    });
     return;
   }
   const uint32_t lane = r % kWarp, n = s.rows;
@@ -324,11 +347,6 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
     case Op::Pick:
       y[0] = value_at(d, ops, slot(ops, s, 0), v, s.k)[d.aux[s.aux_begin + v]];
       return;
-    case Op::PickNegLogSoftmax: {
-      const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k);
-      y[0] = log_sum_exp(x, s.arg_rows) - x[d.aux[s.aux_begin + v]];
-      return;
-    }
     default: return;  // the host never builds other steps
   }
 }
@@ -368,7 +386,7 @@ __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDes
   }
   const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size;
   const float dy = load_adjoint(d.adjoints + out + r);
-  if (dy == 0.0f && op != Op::PickNegLogSoftmax) return;
+  if (dy == 0.0f) return;
   switch (op) {
     case Op::Lookup: {
       const uint64_t row = d.aux[s.aux_begin + v];
@@ -431,16 +449,6 @@ __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDes
     case Op::Pick:
       atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + d.aux[s.aux_begin + v], dy);
       return;
-    case Op::PickNegLogSoftmax: {
-      if (dy == 0.0f) return;
-      const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k);
-      float* dx = adjoint_at(d, ops, slot(ops, s, 0), v, s.k);
-      const float lse = log_sum_exp(x, s.arg_rows);
-      const uint32_t label = d.aux[s.aux_begin + v];
-      for (uint32_t q = 0; q < s.arg_rows; ++q)
-        atomicAdd(dx + q, dy * expf(x[q] - lse) - (q == label ? dy : 0.0f));
-      return;
-    }
     default: return;
   }
 }
