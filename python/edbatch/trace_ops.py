@@ -5,6 +5,7 @@ symbolic values, and return the result's value: a `Vec` (a feature vector of the
 `Ids` (the integer input), a `Param` (a weight, possibly transposed), a `Shape`, a tuple of
 values, or a plain Python number. They raise `Refusal` for anything docs/programs.md cannot say.
 """
+import math
 import operator
 
 import torch
@@ -16,7 +17,8 @@ SUPPORTED = (
     "nn.Linear, F.linear, x @ W, torch.matmul, torch.addmm (W an nn.Parameter, or W.t()); "
     "+ - * / with tensors, weight vectors and Python numbers, unary minus; "
     "sigmoid, tanh, relu, gelu (approximate='none'), softplus (beta=1, threshold=20), exp, log, "
-    "sqrt (torch., F., method and module forms); torch.cat, chunk, split, narrow and slicing "
+    "sqrt (torch., F., method and module forms); x ** e (e in 1, 2, 3, 0.5, -0.5, -1, -2) and "
+    "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid; torch.cat, chunk, split, narrow and slicing "
     "(x[:, a:b]) along the last dim; nn.Embedding of the integer input; nn.LayerNorm / "
     "F.layer_norm over the last dim; nn.Dropout / F.dropout; softmax / log_softmax over the last "
     "dim; zeros_like / ones_like / full_like; tuple returns and unpacking")
@@ -398,6 +400,77 @@ def f_dropout(body, args, kwargs):
     return dropout_of(body, a["input"], a["p"], a["training"], a["inplace"])
 
 
+# ---- compositions: operations written with the ops above ----
+
+_EXPONENTS = "1, 2, 3, 0.5, -0.5, -1, -2"
+
+
+def power_of(body, v, e):
+    """v ** e for the exponents that program ops express exactly."""
+    def mul(a, b):
+        return body.emit("mul", v.size, [a, b])
+
+    def rdiv(a):
+        return body.emit("rdiv", v.size, [a], alpha=1.0)
+
+    if e == 1:
+        return v
+    if e == 2:
+        return mul(v, v)
+    if e == 3:
+        return mul(mul(v, v), v)
+    if e == 0.5:
+        return body.emit("sqrt", v.size, [v])
+    if e == -0.5:
+        return rdiv(body.emit("sqrt", v.size, [v]))
+    if e == -1:
+        return rdiv(v)
+    if e == -2:
+        return rdiv(mul(v, v))
+    raise Refusal(f"x ** {e} is not supported (exponents {_EXPONENTS}; a ** x with a number "
+                  f"a > 0)")
+
+
+def power(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "exponent"), {})
+    x, e = a["input"], a["exponent"]
+    if is_number(x) and is_number(e):
+        return x ** e
+    if is_number(e):
+        return power_of(body, body.vector(x), float(e))
+    if is_number(x):  # a ** v = exp(v ln a)
+        if x <= 0:
+            raise Refusal(f"{x} ** x is not supported (a number raised to a tensor must be > 0)")
+        v = body.vector(e)
+        return body.emit("exp", v.size,
+                         [body.emit("scale", v.size, [v], alpha=math.log(x), beta=0.0)])
+    raise Refusal("x ** y with a tensor exponent is not supported (exponents "
+                  f"{_EXPONENTS}, or a number a > 0 raised to a tensor)")
+
+
+def fixed_power(e):
+    def handle(body, args, kwargs):
+        return power_of(body, body.vector(args[0]), e)
+    return handle
+
+
+def silu_of(body, x):
+    v = body.vector(x)
+    return body.emit("mul", v.size, [v, body.emit("sigmoid", v.size, [v])])
+
+
+def silu(body, args, kwargs):
+    _no_inplace(args[1:], kwargs)
+    return silu_of(body, args[0])
+
+
+def logsigmoid(body, args, kwargs):  # log sigmoid(x) = -softplus(-x)
+    v = body.vector(args[0])
+    minus = body.emit("scale", v.size, [v], alpha=-1.0, beta=0.0)
+    return body.emit("scale", v.size, [body.emit("softplus", v.size, [minus])], alpha=-1.0,
+                     beta=0.0)
+
+
 def comparison(body, args, kwargs):
     raise Refusal("comparisons of tensor values are not supported: a cell cannot branch on "
                   "tensor values (Python control flow is not traced); write the choice with "
@@ -424,6 +497,9 @@ FUNCTIONS = {
     torch.softmax: softmax("softmax"), F.softmax: softmax("softmax"),
     torch.log_softmax: softmax("log_softmax"), F.log_softmax: softmax("log_softmax"),
     torch.zeros_like: like(0.0), torch.ones_like: like(1.0), torch.full_like: like(None),
+    operator.pow: power, torch.pow: power, torch.square: fixed_power(2),
+    torch.rsqrt: fixed_power(-0.5), torch.reciprocal: fixed_power(-1), F.silu: silu,
+    F.logsigmoid: logsigmoid,
     **{op: comparison for op in (operator.gt, operator.ge, operator.lt, operator.le,
                                  operator.eq, operator.ne)},
 }
@@ -437,6 +513,8 @@ METHODS = {
     "gelu": unary("gelu", _gelu), "chunk": chunk, "split": split, "narrow": narrow,
     "size": size, "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
     "contiguous": identity, "clone": identity, "float": identity,
+    "pow": power, "square": fixed_power(2), "rsqrt": fixed_power(-0.5),
+    "reciprocal": fixed_power(-1),
     **{name: unary(name) for name in _ACTIVATIONS},
 }
 
@@ -482,6 +560,11 @@ def _module_dropout(body, m, args, kwargs):
     return dropout_of(body, args[0], m.p, m.training, m.inplace)
 
 
+def _module_silu(body, m, args, kwargs):
+    _check_module_inplace(m)
+    return silu_of(body, args[0])
+
+
 def _module_softmax(name):
     def handle(body, m, args, kwargs):
         return softmax(name)(body, (args[0], m.dim), {})
@@ -497,4 +580,6 @@ MODULES = {
     nn.Softplus: _module_activation("softplus", _check_module_softplus),
     nn.Softmax: _module_softmax("softmax"), nn.LogSoftmax: _module_softmax("log_softmax"),
     nn.Identity: lambda body, m, args, kwargs: args[0],
+    nn.SiLU: _module_silu,
+    nn.LogSigmoid: lambda body, m, args, kwargs: logsigmoid(body, args, kwargs),
 }

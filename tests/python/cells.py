@@ -33,7 +33,8 @@ class OpCell(nn.Module):
         self.act = {"nn.Sigmoid": nn.Sigmoid(), "nn.Tanh": nn.Tanh(), "nn.ReLU": nn.ReLU(),
                     "nn.GELU": nn.GELU(), "nn.Softplus": nn.Softplus(),
                     "nn.Softmax": nn.Softmax(-1), "nn.LogSoftmax": nn.LogSoftmax(dim=-1),
-                    "nn.Identity": nn.Identity()}.get(op, nn.Identity())
+                    "nn.Identity": nn.Identity(), "nn.SiLU": nn.SiLU(),
+                    "nn.LogSigmoid": nn.LogSigmoid()}.get(op, nn.Identity())
 
     def pre(self, x, m):
         if self.emb is not None:
@@ -89,6 +90,15 @@ OPS = {
     "like": lambda c, a, m, x: a + torch.ones_like(a) * 0.5 + torch.zeros_like(m) +
     torch.full_like(a, 0.25),
     "contiguous": lambda c, a, m, x: a.contiguous() + m.clone(),
+    "pow": lambda c, a, m, x: (a ** 2 + torch.pow(m, 3) * 0.1 + (m * m + 1) ** 0.5 +
+                               (a * a + 1) ** -1 + (m * m + 1).pow(-0.5) + (a * a + 1) ** -2 +
+                               2 ** torch.tanh(a) + torch.pow(0.5, m.tanh()) + a ** 1),
+    "square, rsqrt, reciprocal": lambda c, a, m, x: (
+        torch.square(a) + m.square() * 0.5 + torch.rsqrt(a * a + 1) + (m * m + 1).rsqrt() +
+        torch.reciprocal(a * a + 1) + (m * m + 2).reciprocal()),
+    "silu": lambda c, a, m, x: F.silu(a) + F.silu(m, inplace=False),
+    "logsigmoid": lambda c, a, m, x: F.logsigmoid(a) + F.logsigmoid(m) / 2,
+    "nn.SiLU": lambda c, a, m, x: c.act(a), "nn.LogSigmoid": lambda c, a, m, x: c.act(a),
 }
 
 

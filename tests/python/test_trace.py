@@ -185,6 +185,10 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))
     refused(TypeError, "approximate='none'")(lambda x, m: F.gelu(m, approximate="tanh"))
     refused(TypeError, "beta=1")(lambda x, m: F.softplus(m, beta=2))
+    refused(TypeError, "x ** 1.5 is not supported", "exponents 1, 2, 3")(lambda x, m: m ** 1.5)
+    refused(TypeError, "tensor exponent")(lambda x, m: m ** m)
+    refused(TypeError, "must be > 0")(lambda x, m: (-2) ** m)
+    refused(TypeError, "inplace=True")(lambda x, m, r=nn.SiLU(inplace=True): r(m))
     refused(TypeError, "tensor constants")(lambda x, m: m + torch.ones(7))
     refused(TypeError, "integer input")(lambda x, m, e=nn.Embedding(3, 7): e(x))
 
