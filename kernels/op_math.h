@@ -171,6 +171,45 @@ struct Gelu {
   }
 };
 
+// x if x > 0, else alpha x (PyTorch's leaky_relu, alpha its negative slope; slope alpha at 0).
+struct LeakyRelu {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr a) {
+    return M::max0(x) - a.alpha * M::max0(-x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr a) {
+    return dy * (M::step(x) * (1.0f - a.alpha) + a.alpha);
+  }
+};
+
+// x if x > 0, else alpha (e^x - 1) (PyTorch's elu; its gradient alpha e^x at 0 and below).
+struct Elu {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr a) {
+    return M::max0(x) + a.alpha * (M::exp(-M::max0(-x)) - 1.0f);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr a) {
+    return dy * (M::step(x) + (1.0f - M::step(x)) * a.alpha * M::exp(-M::max0(-x)));
+  }
+};
+
+// |x|; its gradient sign(x), 0 at 0 (as PyTorch's).
+struct Abs {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::abs(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return dy * (M::step(x) - M::step(-x));
+  }
+};
+
 // alpha * x + beta.
 struct ScalarAffine {
   static constexpr bool kUsesX = false, kUsesY = false;
@@ -222,15 +261,18 @@ struct Divide {
 };
 
 // The ops above by name: X(Op enumerator, math struct). Kernels and the reference expand these.
-#define EDBATCH_UNARY_OPS(X) \
-  X(Tanh, Tanh)              \
-  X(Sigmoid, Sigmoid)        \
-  X(Relu, Relu)              \
-  X(Softplus, Softplus)      \
-  X(Exp, Exp)                \
-  X(Log, Log)                \
-  X(Sqrt, Sqrt)              \
-  X(Gelu, Gelu)              \
+#define EDBATCH_UNARY_OPS(X)    \
+  X(Tanh, Tanh)                 \
+  X(Sigmoid, Sigmoid)           \
+  X(Relu, Relu)                 \
+  X(Softplus, Softplus)         \
+  X(Exp, Exp)                   \
+  X(Log, Log)                   \
+  X(Sqrt, Sqrt)                 \
+  X(Gelu, Gelu)                 \
+  X(LeakyRelu, LeakyRelu)       \
+  X(Elu, Elu)                   \
+  X(Abs, Abs)                   \
   X(ScalarAffine, ScalarAffine) \
   X(ScalarDivide, ScalarDivide)
 #define EDBATCH_BINARY_OPS(X) \

@@ -242,6 +242,11 @@ const std::vector<OpCase> kOps = {
      {kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return sqrt(1.5f + a[0]); }},
     {"gelu", {kV}, [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return gelu(a[0]); }},
+    {"leaky_relu, elu, abs",
+     {kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return leaky_relu(a[0], 0.1f) + elu(a[0], 0.7f) + abs(a[0]);
+     }},
     {"scalar_divide",
      {kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return 0.5f / a[0]; }},

@@ -457,6 +457,17 @@ std::vector<OpCase> math_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return sqrt(a[0]); }},
       {"gelu", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return gelu(a[0]); }},
+      // Inputs are random values in (-1, 1): both sides of the kink at 0.
+      {"leaky_relu", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return leaky_relu(a[0], 0.2f); }},
+      {"leaky_relu of slope 0.01", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return leaky_relu(a[0], 0.01f); }},
+      {"elu", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return elu(a[0], 1.0f); }},
+      {"elu alpha 0.5", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return elu(a[0], 0.5f); }},
+      {"abs", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return abs(a[0]); }},
       {"a/x", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return 0.5f / a[0]; }},
       {"scalar_divide(-2, x)", kElementwiseSizes, one,
@@ -550,7 +561,7 @@ TEST_CASE("ops: concat, pick, pick_neg_log_softmax, lookup") {
   run_cases(indexing_cases());
 }
 
-TEST_CASE("ops: exp, log, sqrt, gelu, divide, scalar_divide") {
+TEST_CASE("ops: exp, log, sqrt, gelu, leaky_relu, elu, abs, divide, scalar_divide") {
   run_cases(math_cases());
 }
 
@@ -605,7 +616,7 @@ TEST_CASE("op math: values against closed forms") {
   CHECK(math::Softplus::value<ScalarMath>(1e-30, Attr{}) == doctest::Approx(std::log(2.0)));
 }
 
-TEST_CASE("op math: exp, log, sqrt, gelu, divisions against closed forms") {
+TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions against closed forms") {
   using math::Attr;
   using math::ScalarMath;
   const double kPi = 3.14159265358979323846;
@@ -623,12 +634,26 @@ TEST_CASE("op math: exp, log, sqrt, gelu, divisions against closed forms") {
     CHECK(math::Gelu::gradient<ScalarMath>(1.0, x, 0.0, Attr{}) ==
           doctest::Approx(cdf + x * pdf).epsilon(1e-12));
     CHECK(math::ScalarDivide::value<ScalarMath>(x, Attr{-1.5f}) == doctest::Approx(-1.5 / x));
+    // leaky_relu, elu, abs: the branches PyTorch writes, values and slopes.
+    const Attr a{0.25f};
+    CHECK(math::LeakyRelu::value<ScalarMath>(x, a) == doctest::Approx(x > 0 ? x : 0.25 * x));
+    CHECK(math::LeakyRelu::gradient<ScalarMath>(2.0, x, 0.0, a) == (x > 0 ? 2.0 : 0.5));
+    CHECK(math::Elu::value<ScalarMath>(x, a) ==
+          doctest::Approx(x > 0 ? x : 0.25 * std::expm1(x)).epsilon(1e-12));
+    CHECK(math::Elu::gradient<ScalarMath>(2.0, x, 0.0, a) ==
+          doctest::Approx(x > 0 ? 2.0 : 0.5 * std::exp(x)).epsilon(1e-12));
+    CHECK(math::Abs::value<ScalarMath>(x, Attr{}) == ax);
+    CHECK(math::Abs::gradient<ScalarMath>(3.0, x, 0.0, Attr{}) == (x > 0 ? 3.0 : -3.0));
     CHECK(math::Divide::value<ScalarMath>(3.0, x) == doctest::Approx(3.0 / x));
     // The float instantiation the CUDA kernels use agrees with the double one.
     const float xf = static_cast<float>(x);
     CHECK(math::Gelu::value<ScalarMath>(xf, Attr{}) ==
           doctest::Approx(math::Gelu::value<ScalarMath>(double(xf), Attr{})).epsilon(1e-6));
   }
+  // At the kink: leaky_relu's slope is alpha, elu's alpha, abs's 0 (PyTorch's choices).
+  CHECK(math::LeakyRelu::gradient<ScalarMath>(1.0, 0.0, 0.0, Attr{0.25f}) == 0.25);
+  CHECK(math::Elu::gradient<ScalarMath>(1.0, 0.0, 0.0, Attr{0.25f}) == 0.25);
+  CHECK(math::Abs::gradient<ScalarMath>(1.0, 0.0, 0.0, Attr{}) == 0.0);
   // Thresholds: p * 2^32 exactly, rounded up.
   CHECK(math::dropout_threshold(0.0f) == 0u);
   CHECK(math::dropout_threshold(0.25f) == 1u << 30);

@@ -129,6 +129,9 @@ Expr exp(const Expr& x);
 Expr log(const Expr& x);
 Expr sqrt(const Expr& x);
 Expr gelu(const Expr& x);  // exact: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), PyTorch's default
+Expr leaky_relu(const Expr& x, float slope);  // x if x > 0, else slope x (PyTorch's 0.01)
+Expr elu(const Expr& x, float alpha);         // x if x > 0, else alpha (e^x - 1)
+Expr abs(const Expr& x);
 Expr concat(const std::vector<Expr>& xs);
 // Rows [begin, end) of every column.
 Expr slice_rows(const Expr& x, uint32_t begin, uint32_t end);

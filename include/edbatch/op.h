@@ -29,6 +29,9 @@ enum class Op : uint8_t {
   Log,
   Sqrt,
   Gelu,               // x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), exact
+  LeakyRelu,          // x if x > 0, else alpha x
+  Elu,                // x if x > 0, else alpha (e^x - 1)
+  Abs,                // |x| (gradient 0 at 0)
   Concat,             // stack args vertically (rows add up, cols equal)
   SliceRows,          // rows [aux, aux + rows) of every column of the argument
   Pick,               // element `index` of a vector: 1x1
@@ -85,6 +88,9 @@ inline constexpr OpInfo kOpInfo[] = {
     {"log", 1, 1, BatchRule::Exact, true},
     {"sqrt", 1, 1, BatchRule::Exact, true},
     {"gelu", 1, 1, BatchRule::Exact, true},
+    {"leaky_relu", 1, 1, BatchRule::Exact, true},
+    {"elu", 1, 1, BatchRule::Exact, true},
+    {"abs", 1, 1, BatchRule::Exact, true},
     {"concat", 1, -1, BatchRule::Exact, true},
     {"slice_rows", 1, 1, BatchRule::Exact, true},
     {"pick", 1, 1, BatchRule::Exact, true},

@@ -18,7 +18,8 @@ SUPPORTED = (
     "+ - * / with tensors, weight vectors and Python numbers, unary minus; "
     "sigmoid, tanh, relu, gelu (approximate='none'), softplus (beta=1, threshold=20), exp, log, "
     "sqrt (torch., F., method and module forms); x ** e (e in 1, 2, 3, 0.5, -0.5, -1, -2) and "
-    "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid; torch.cat, chunk, split, narrow and slicing "
+    "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid, leaky_relu, elu, abs; "
+    "torch.cat, chunk, split, narrow and slicing "
     "(x[:, a:b]) along the last dim; nn.Embedding of the integer input; nn.LayerNorm / "
     "F.layer_norm over the last dim; nn.Dropout / F.dropout; softmax / log_softmax over the last "
     "dim; zeros_like / ones_like / full_like; tuple returns and unpacking")
@@ -471,6 +472,21 @@ def logsigmoid(body, args, kwargs):  # log sigmoid(x) = -softplus(-x)
                      beta=0.0)
 
 
+def leaky_relu(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "negative_slope", "inplace"),
+             {"negative_slope": 0.01, "inplace": False})
+    _no_inplace((), {"inplace": a["inplace"]})
+    v = body.vector(a["input"])
+    return body.emit("leaky_relu", v.size, [v], alpha=float(a["negative_slope"]))
+
+
+def elu(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "alpha", "inplace"), {"alpha": 1.0, "inplace": False})
+    _no_inplace((), {"inplace": a["inplace"]})
+    v = body.vector(a["input"])
+    return body.emit("elu", v.size, [v], alpha=float(a["alpha"]))
+
+
 def comparison(body, args, kwargs):
     raise Refusal("comparisons of tensor values are not supported: a cell cannot branch on "
                   "tensor values (Python control flow is not traced); write the choice with "
@@ -499,7 +515,7 @@ FUNCTIONS = {
     torch.zeros_like: like(0.0), torch.ones_like: like(1.0), torch.full_like: like(None),
     operator.pow: power, torch.pow: power, torch.square: fixed_power(2),
     torch.rsqrt: fixed_power(-0.5), torch.reciprocal: fixed_power(-1), F.silu: silu,
-    F.logsigmoid: logsigmoid,
+    F.logsigmoid: logsigmoid, F.leaky_relu: leaky_relu, F.elu: elu, torch.abs: unary("abs"),
     **{op: comparison for op in (operator.gt, operator.ge, operator.lt, operator.le,
                                  operator.eq, operator.ne)},
 }
@@ -514,7 +530,7 @@ METHODS = {
     "size": size, "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
     "contiguous": identity, "clone": identity, "float": identity,
     "pow": power, "square": fixed_power(2), "rsqrt": fixed_power(-0.5),
-    "reciprocal": fixed_power(-1),
+    "reciprocal": fixed_power(-1), "abs": unary("abs"),
     **{name: unary(name) for name in _ACTIVATIONS},
 }
 
@@ -581,5 +597,8 @@ MODULES = {
     nn.Softmax: _module_softmax("softmax"), nn.LogSoftmax: _module_softmax("log_softmax"),
     nn.Identity: lambda body, m, args, kwargs: args[0],
     nn.SiLU: _module_silu,
+    nn.LeakyReLU: lambda body, m, args, kwargs: leaky_relu(body, (args[0], m.negative_slope,
+                                                                   m.inplace), {}),
+    nn.ELU: lambda body, m, args, kwargs: elu(body, (args[0], m.alpha, m.inplace), {}),
     nn.LogSigmoid: lambda body, m, args, kwargs: logsigmoid(body, args, kwargs),
 }

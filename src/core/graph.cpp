@@ -34,7 +34,8 @@ std::string short_float(float f) {
 
 // Ops whose math depends on one float attribute (Node::alpha): it is part of the type.
 bool alpha_attribute(Op op) {
-  return op == Op::ScalarDivide || op == Op::LayerNorm || op == Op::Dropout;
+  return op == Op::ScalarDivide || op == Op::LayerNorm || op == Op::Dropout ||
+         op == Op::LeakyRelu || op == Op::Elu;
 }
 }  // namespace
 
@@ -395,6 +396,15 @@ Expr exp(const Expr& x) { return elementwise(Op::Exp, Args(&x, 1)); }
 Expr log(const Expr& x) { return elementwise(Op::Log, Args(&x, 1)); }
 Expr sqrt(const Expr& x) { return elementwise(Op::Sqrt, Args(&x, 1)); }
 Expr gelu(const Expr& x) { return elementwise(Op::Gelu, Args(&x, 1)); }
+Expr leaky_relu(const Expr& x, float slope) {
+  return elementwise(Op::LeakyRelu, Args(&x, 1), slope);
+}
+Expr elu(const Expr& x, float alpha) {
+  return elementwise(Op::Elu, Args(&x, 1), alpha);
+}
+Expr abs(const Expr& x) {
+  return elementwise(Op::Abs, Args(&x, 1));
+}
 Expr softmax(const Expr& x) { return elementwise(Op::Softmax, Args(&x, 1)); }
 Expr log_softmax(const Expr& x) { return elementwise(Op::LogSoftmax, Args(&x, 1)); }
 Expr max_index(const Expr& x) {

@@ -435,6 +435,12 @@ Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t 
     y = relu(arg(0));
   } else if (op == "gelu") {
     y = gelu(arg(0));
+  } else if (op == "leaky_relu") {
+    y = leaky_relu(arg(0), in.alpha);
+  } else if (op == "elu") {
+    y = elu(arg(0), in.alpha);
+  } else if (op == "abs") {
+    y = abs(arg(0));
   } else if (op == "softplus") {
     y = softplus(arg(0));
   } else if (op == "exp") {

@@ -34,7 +34,8 @@ class OpCell(nn.Module):
                     "nn.GELU": nn.GELU(), "nn.Softplus": nn.Softplus(),
                     "nn.Softmax": nn.Softmax(-1), "nn.LogSoftmax": nn.LogSoftmax(dim=-1),
                     "nn.Identity": nn.Identity(), "nn.SiLU": nn.SiLU(),
-                    "nn.LogSigmoid": nn.LogSigmoid()}.get(op, nn.Identity())
+                    "nn.LogSigmoid": nn.LogSigmoid(), "nn.LeakyReLU": nn.LeakyReLU(0.2),
+                    "nn.ELU": nn.ELU(alpha=0.5)}.get(op, nn.Identity())
 
     def pre(self, x, m):
         if self.emb is not None:
@@ -99,6 +100,11 @@ OPS = {
     "silu": lambda c, a, m, x: F.silu(a) + F.silu(m, inplace=False),
     "logsigmoid": lambda c, a, m, x: F.logsigmoid(a) + F.logsigmoid(m) / 2,
     "nn.SiLU": lambda c, a, m, x: c.act(a), "nn.LogSigmoid": lambda c, a, m, x: c.act(a),
+    "leaky_relu": lambda c, a, m, x: F.leaky_relu(a) + F.leaky_relu(m, 0.3) + F.leaky_relu(
+        a, negative_slope=0.1, inplace=False),
+    "elu": lambda c, a, m, x: F.elu(a) + F.elu(m, alpha=0.5),
+    "abs": lambda c, a, m, x: torch.abs(a) + m.abs(),
+    "nn.LeakyReLU": lambda c, a, m, x: c.act(a), "nn.ELU": lambda c, a, m, x: c.act(a),
 }
 
 

@@ -43,6 +43,12 @@ def _value(ins, vals, inputs, weights, layouts, ctx):
         return ins["alpha"] * args[0] + ins["beta"]
     if op == "rdiv":
         return ins["alpha"] / args[0]
+    if op == "leaky_relu":
+        return F.leaky_relu(args[0], ins["alpha"])
+    if op == "elu":
+        return F.elu(args[0], ins["alpha"])
+    if op == "abs":
+        return torch.abs(args[0])
     if op in _UNARY:
         return _UNARY[op](args[0])
     if op == "cat":

@@ -189,6 +189,8 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "tensor exponent")(lambda x, m: m ** m)
     refused(TypeError, "must be > 0")(lambda x, m: (-2) ** m)
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.SiLU(inplace=True): r(m))
+    refused(TypeError, "inplace=True")(lambda x, m: F.leaky_relu(m, 0.1, True))
+    refused(TypeError, "inplace=True")(lambda x, m, r=nn.ELU(inplace=True): r(m))
     refused(TypeError, "tensor constants")(lambda x, m: m + torch.ones(7))
     refused(TypeError, "integer input")(lambda x, m, e=nn.Embedding(3, 7): e(x))
 
