@@ -11,6 +11,10 @@ import operator
 import torch
 import torch.nn.functional as F
 
+# Refusal and the values are defined beside; trace.py reads them here too.
+from .trace_values import (Ids, Param, Refusal, Shape, Vec, bind,  # noqa: F401
+                           describe, feature_dim, is_number, same_size)
+
 nn = torch.nn
 
 SUPPORTED = (
@@ -19,85 +23,10 @@ SUPPORTED = (
     "sigmoid, tanh, relu, gelu (approximate='none'), softplus (beta=1, threshold=20), exp, log, "
     "sqrt (torch., F., method and module forms); x ** e (e in 1, 2, 3, 0.5, -0.5, -1, -2) and "
     "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid, leaky_relu, elu, abs; "
-    "torch.cat, chunk, split, narrow and slicing "
-    "(x[:, a:b]) along the last dim; nn.Embedding of the integer input; nn.LayerNorm / "
-    "F.layer_norm over the last dim; nn.Dropout / F.dropout; softmax / log_softmax over the last "
-    "dim; zeros_like / ones_like / full_like; tuple returns and unpacking")
-
-
-class Refusal(Exception):
-    """A traced operation that a program cannot express; `error` is the type to raise."""
-
-    def __init__(self, message, error=TypeError):
-        super().__init__(message)
-        self.error = error
-
-
-class Vec:
-    """A feature vector: value number `index` of the cell's body, `size` entries."""
-    __slots__ = ("index", "size")
-
-    def __init__(self, index, size):
-        self.index, self.size = index, size
-
-
-class Ids:
-    """The integer input (only an embedding may read it)."""
-    __slots__ = ("index",)
-
-    def __init__(self, index):
-        self.index = index
-
-
-class Param:
-    """A weight tensor read by the cell: `key` names it for the program, `transposed` after .t()."""
-    __slots__ = ("key", "tensor", "transposed")
-
-    def __init__(self, key, tensor, transposed=False):
-        self.key, self.tensor, self.transposed = key, tensor, transposed
-
-
-class Shape:
-    """x.shape / x.size() of a feature value: (batch, size); only the size is known."""
-    __slots__ = ("size",)
-
-    def __init__(self, size):
-        self.size = size
-
-
-def is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def describe(v):
-    names = {Vec: "a tensor", Ids: "the integer input", Param: "a weight", Shape: "a shape"}
-    return names.get(type(v), type(v).__name__)
-
-
-def bind(args, kwargs, names, defaults):
-    """Python's argument binding for a traced call: {name: value}."""
-    out = dict(defaults)
-    out.update(zip(names, args))
-    for k, v in kwargs.items():
-        if k not in names and k not in defaults:
-            raise Refusal(f"argument {k}= is not supported")
-        out[k] = v
-    return out
-
-
-def feature_dim(dim, what):
-    if dim in (1, -1):
-        return
-    if dim in (0, -2):
-        raise Refusal(f"{what} along the batch dim (dim {dim}) is not supported: a cell sees one "
-                      f"row per node, and works along the features (dim -1)", ValueError)
-    raise Refusal(f"{what} along dim {dim} is not supported: values are (batch, features)",
-                  ValueError)
-
-
-def same_size(a, b, what):
-    if a.size != b.size:
-        raise Refusal(f"{what} of sizes {a.size} and {b.size}", ValueError)
+    "torch.cat, chunk, split, narrow and slicing (x[:, a:b]) along the last dim; nn.Embedding "
+    "of the integer input; nn.LayerNorm / F.layer_norm over the last dim; nn.Dropout / "
+    "F.dropout; softmax / log_softmax over the last dim; zeros_like / ones_like / full_like; "
+    "tuple returns and unpacking")
 
 
 # ---- elementwise ----

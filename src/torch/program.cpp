@@ -377,6 +377,21 @@ Expr ProgramCell::affine_of(Graph& b, const LinearForm& f) {
   return y;
 }
 
+namespace {
+// The program's one-argument instructions without fields (docs/programs.md).
+const std::map<std::string, Expr (*)(const Expr&)> kUnary = {{"sigmoid", sigmoid},
+                                                             {"tanh", tanh},
+                                                             {"relu", relu},
+                                                             {"gelu", gelu},
+                                                             {"softplus", softplus},
+                                                             {"exp", exp},
+                                                             {"log", log},
+                                                             {"sqrt", sqrt},
+                                                             {"abs", abs},
+                                                             {"softmax", softmax},
+                                                             {"log_softmax", log_softmax}};
+}  // namespace
+
 Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t v,
                             std::vector<Expr>& val, std::vector<LinearForm>& form,
                             const std::vector<uint32_t>& uses,
@@ -427,28 +442,12 @@ Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t 
     y = scalar_affine(arg(0), in.alpha, in.beta);
   } else if (op == "rdiv") {
     y = scalar_divide(in.alpha, arg(0));
-  } else if (op == "sigmoid") {
-    y = sigmoid(arg(0));
-  } else if (op == "tanh") {
-    y = tanh(arg(0));
-  } else if (op == "relu") {
-    y = relu(arg(0));
-  } else if (op == "gelu") {
-    y = gelu(arg(0));
+  } else if (const auto u = kUnary.find(op); u != kUnary.end()) {
+    y = u->second(arg(0));
   } else if (op == "leaky_relu") {
     y = leaky_relu(arg(0), in.alpha);
   } else if (op == "elu") {
     y = elu(arg(0), in.alpha);
-  } else if (op == "abs") {
-    y = abs(arg(0));
-  } else if (op == "softplus") {
-    y = softplus(arg(0));
-  } else if (op == "exp") {
-    y = exp(arg(0));
-  } else if (op == "log") {
-    y = log(arg(0));
-  } else if (op == "sqrt") {
-    y = sqrt(arg(0));
   } else if (op == "cat") {
     std::vector<Expr> xs;
     for (size_t i = 0; i < in.args.size(); ++i) xs.push_back(arg(i));
@@ -462,10 +461,6 @@ Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t 
   } else if (op == "dropout") {
     const uint32_t slot = blk.index(fmt::format("dropout{}", c.first_site + next_site++));
     y = blk.dropout(arg(0), in.p, slot);
-  } else if (op == "softmax") {
-    y = softmax(arg(0));
-  } else if (op == "log_softmax") {
-    y = log_softmax(arg(0));
   } else {
     throw std::invalid_argument("unknown instruction");
   }

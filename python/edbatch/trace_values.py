@@ -1,0 +1,78 @@
+"""The values a cell's trace computes with (docs/programs.md): feature vectors, the integer input,
+weights and shapes, and the refusal a handler raises for what a program cannot express; with
+the argument helpers the handlers of trace_ops share."""
+
+
+class Refusal(Exception):
+    """A traced operation that a program cannot express; `error` is the type to raise."""
+
+    def __init__(self, message, error=TypeError):
+        super().__init__(message)
+        self.error = error
+
+
+class Vec:
+    """A feature vector: value number `index` of the cell's body, `size` entries."""
+    __slots__ = ("index", "size")
+
+    def __init__(self, index, size):
+        self.index, self.size = index, size
+
+
+class Ids:
+    """The integer input (only an embedding may read it)."""
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+
+class Param:
+    """A weight tensor read by the cell: `key` names it for the program, `transposed` after .t()."""
+    __slots__ = ("key", "tensor", "transposed")
+
+    def __init__(self, key, tensor, transposed=False):
+        self.key, self.tensor, self.transposed = key, tensor, transposed
+
+
+class Shape:
+    """x.shape / x.size() of a feature value: (batch, size); only the size is known."""
+    __slots__ = ("size",)
+
+    def __init__(self, size):
+        self.size = size
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def describe(v):
+    names = {Vec: "a tensor", Ids: "the integer input", Param: "a weight", Shape: "a shape"}
+    return names.get(type(v), type(v).__name__)
+
+
+def bind(args, kwargs, names, defaults):
+    """Python's argument binding for a traced call: {name: value}."""
+    out = dict(defaults)
+    out.update(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names and k not in defaults:
+            raise Refusal(f"argument {k}= is not supported")
+        out[k] = v
+    return out
+
+
+def feature_dim(dim, what):
+    if dim in (1, -1):
+        return
+    if dim in (0, -2):
+        raise Refusal(f"{what} along the batch dim (dim {dim}) is not supported: a cell sees one "
+                      f"row per node, and works along the features (dim -1)", ValueError)
+    raise Refusal(f"{what} along dim {dim} is not supported: values are (batch, features)",
+                  ValueError)
+
+
+def same_size(a, b, what):
+    if a.size != b.size:
+        raise Refusal(f"{what} of sizes {a.size} and {b.size}", ValueError)
