@@ -26,6 +26,19 @@ constexpr const char* kFn = "edbatch.propagate";
 enum class InputKind { X, Ids, None };
 enum class Reduce { Sum, Mean, Max };
 
+// The program's one-argument instructions without fields (docs/programs.md).
+const std::map<std::string, Expr (*)(const Expr&)> kUnary = {{"sigmoid", sigmoid},
+                                                             {"tanh", tanh},
+                                                             {"relu", relu},
+                                                             {"gelu", gelu},
+                                                             {"softplus", softplus},
+                                                             {"exp", exp},
+                                                             {"log", log},
+                                                             {"sqrt", sqrt},
+                                                             {"abs", abs},
+                                                             {"softmax", softmax},
+                                                             {"log_softmax", log_softmax}};
+
 template <class T>
 T field(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key)) bad(fmt::format("{}: missing \"{}\"", where, key));
@@ -376,21 +389,6 @@ Expr ProgramCell::affine_of(Graph& b, const LinearForm& f) {
   for (size_t i = 1; i < f.biases.size(); ++i) y = y + f.biases[i];
   return y;
 }
-
-namespace {
-// The program's one-argument instructions without fields (docs/programs.md).
-const std::map<std::string, Expr (*)(const Expr&)> kUnary = {{"sigmoid", sigmoid},
-                                                             {"tanh", tanh},
-                                                             {"relu", relu},
-                                                             {"gelu", gelu},
-                                                             {"softplus", softplus},
-                                                             {"exp", exp},
-                                                             {"log", log},
-                                                             {"sqrt", sqrt},
-                                                             {"abs", abs},
-                                                             {"softmax", softmax},
-                                                             {"log_softmax", log_softmax}};
-}  // namespace
 
 Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t v,
                             std::vector<Expr>& val, std::vector<LinearForm>& form,
