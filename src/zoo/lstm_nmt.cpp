@@ -211,19 +211,19 @@ std::vector<Decoded> LstmNmt::decode(Engine& engine, Graph& g,
     }
     decode_step(g, r.state, kBos, &r.best);
   }
-  std::vector<Expr> step_outputs, scores;
+  std::vector<Expr> step_outputs, bests;
   while (!running.empty()) {
     // Run the step without reading a value, then read every sentence's next word and its score
     // at once (the argmax runs with the step: two floats a sentence): from a device that is one
     // copy queued behind the step's kernels and one wait.
     step_outputs.clear();
-    scores.clear();
+    bests.clear();
     for (const Running& r : running) {
       step_outputs.insert(step_outputs.end(), {r.state[0], r.state[1], r.best});
-      scores.push_back(r.best);
+      bests.push_back(r.best);
     }
     engine.forward_through(g, step_outputs);
-    engine.fetch(scores);
+    engine.fetch(bests);
     size_t kept = 0;
     for (Running& r : running) {
       const Tensor t = engine.value(r.best);
