@@ -498,31 +498,47 @@ CUDA_CASE("cuda: one launch per kernel, or chained forward passes only, = cpu") 
   }
 }
 
+CUDA_CASE("cuda: chained stages each waiting for the one before (stage_waits off) = cpu") {
+  CudaOptions cuda;
+  cuda.stage_waits = false;
+  models_equal_with(cuda, {"tree_lstm", "lattice_lstm", "mvrnn", "random_dag"}, "lb-greedy");
+}
+
 // 64 trees at hidden 96 (every GEMM step small enough for the fused kernel, so nothing breaks
 // the chain): the chained forward and backward launches have thousands of thread blocks, more
 // than the GPU holds at once, so most of them start while earlier stages run and wait for theirs.
+// Chained, the forward's stages wait for the stages they read from (a level's loss head runs
+// beside the next level's cell) or, with stage_waits off, each for the one before it.
 CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu") {
-  for (const bool chained : {true, false}) {
-    CAPTURE(chained);
+  ParameterCollection pc(3);
+  const Dataset data = load_dataset(model_data_kind("tree_lstm"), "synthetic:64", 23, 7);
+  ModelOptions o;
+  o.hidden = 96;
+  o.vocab = 23;
+  o.blocks = true;
+  o.seed = 3;
+  const std::unique_ptr<Model> m = make_model("tree_lstm", pc, data, o);
+  Graph g(pc);
+  const Expr loss = build_model(*m, g);
+  const Run cpu = run_on("cpu", g, loss, "agenda");
+  uint64_t in_order_stages = 0;
+  for (const char* mode : {"in order", "waits", "unchained"}) {
+    CAPTURE(mode);
     CudaOptions cuda;
-    cuda.chain = chained ? CudaOptions::Chain::All : CudaOptions::Chain::None;
-    ParameterCollection pc(3);
-    const Dataset data = load_dataset(model_data_kind("tree_lstm"), "synthetic:64", 23, 7);
-    ModelOptions o;
-    o.hidden = 96;
-    o.vocab = 23;
-    o.blocks = true;
-    o.seed = 3;
-    const std::unique_ptr<Model> m = make_model("tree_lstm", pc, data, o);
-    Graph g(pc);
-    const Expr loss = build_model(*m, g);
+    cuda.chain =
+        std::string(mode) == "unchained" ? CudaOptions::Chain::None : CudaOptions::Chain::All;
+    cuda.stage_waits = std::string(mode) == "waits";
     const Run gpu = run_on("cuda", g, loss, "agenda", true, cuda);
-    check_same(gpu, run_on("cpu", g, loss, "agenda"), g);
+    check_same(gpu, cpu, g);
     // Chained: a few launches for the whole forward and backward, each running many stages;
     // otherwise several launches per batch, a stage each.
-    if (chained) {
+    if (std::string(mode) == "in order") {
       CHECK(gpu.kernels < gpu.batches);
       CHECK(gpu.stages > 2 * gpu.batches);
+      in_order_stages = gpu.stages;
+    } else if (std::string(mode) == "waits") {
+      CHECK(gpu.kernels < gpu.batches);
+      CHECK(gpu.stages < in_order_stages);  // the dependent ones: fewer
     } else {
       CHECK(gpu.kernels > gpu.batches);
       CHECK(gpu.stages == gpu.kernels);

@@ -18,8 +18,9 @@ struct MemoryPlan;
 
 struct ExecCounters {
   uint64_t kernels = 0;       // kernel launches (a GEMM or an elementwise pass each)
-  // Dependent device steps: each stage of a chained launch (kernels/cuda/chain.cu) and each other
-  // launch counts one. Equal to kernels where nothing is chained (the CPU, the null backend).
+  // Dependent device steps: the longest chain of stages waiting one for another in a chained
+  // launch (kernels/cuda/chain.cu; stages that overlap count once), and each other launch one.
+  // Equal to kernels where nothing is chained (the CPU, the null backend).
   uint64_t stages = 0;
   uint64_t bytes_copied = 0;  // gathers a kernel could not avoid
   // CPU: block-call batches whose backward ran by invocation range on several threads.
@@ -164,6 +165,9 @@ struct CudaOptions {
   bool sync_each_launch = false;  // wait and check after every launch (names the failing kernel)
   bool fused_linear = true;       // fused GEMM kernels; false: every GEMM step through cuBLAS
   bool profile = false;           // print kernel counts and device times per pass at exit
+  // A forward chained launch's stages wait for the stages whose values they read (and run
+  // beside independent ones); false: every stage waits for the one before it.
+  bool stage_waits = true;
 };
 
 struct BackendOptions {

@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +21,10 @@
 #include "edbatch/params.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.h"
+
+namespace edbatch {
+struct BlockPlan;
+}  // namespace edbatch
 
 namespace edbatch::cuda {
 
@@ -175,6 +180,7 @@ struct PassAddresses {
   const LinearDesc* linears = nullptr;
   const Stage* stages = nullptr;
   const uint16_t* stage_of = nullptr;
+  const uint32_t* waits = nullptr;
   uint32_t* counters = nullptr;
 };
 
@@ -260,9 +266,47 @@ struct LaunchPlan {
   std::vector<Launch> launches;
   std::vector<Stage> stages;       // every chained launch's stages
   std::vector<uint16_t> stage_of;  // per ticket of each chained launch: its stage
+  std::vector<uint32_t> waits;     // pairs (stage, its thread blocks) each stage waits for
   uint32_t counters_floats = 0;
+  uint32_t critical_stages = 0;  // the longest chain of waits, over the pass's launches
 
   void plan(const Pass& pass, const CudaOptions& options);
+
+ private:
+  // Each stage waits for the stage before it (every pass when CudaOptions::stage_waits is off,
+  // and backward passes, whose stages add into shared adjoints and gradients).
+  void wait_in_order();
+  // Forward: each stage waits only for the stages that write what it reads (stages of its
+  // batch before it, of the batches producing its nodes' arguments, the pass's lookups), less
+  // those it is known to follow already.
+  void wait_for_producers(const Pass& pass);
+
+  // A block's groups: which groups each reads, which read the call's inputs, each output's.
+  struct BlockDeps {
+    const BlockPlan* plan = nullptr;
+    std::vector<uint32_t> group_of;         // per body node: its group, or kNoOperand
+    std::vector<uint32_t> dep_begin, deps;  // per group: the groups it reads (CSR)
+    std::vector<uint8_t> reads_inputs;      // per group
+    std::vector<uint32_t> output_group;     // per output: its group, or kNoOperand
+  };
+  const BlockDeps& block_deps(const BlockPlan& bp);
+  // The stage producer entry (batch, group) finished last so far (group kNoOperand: the whole
+  // batch) added to candidates_, if it is in launch l before stage s.
+  void add_producer(const Launch& l, uint32_t s, uint32_t batch, uint32_t group);
+
+  std::vector<uint32_t> command_stage_;  // per command: its stage in the pass, or UINT32_MAX
+  std::vector<uint32_t> batch_of_, batch_stamp_;  // per graph node: its batch in this pass
+  uint32_t stamp_ = 0;
+  std::vector<uint32_t> last_stage_;       // per batch: its latest stage so far, or UINT32_MAX
+  std::vector<const BlockDeps*> call_of_;  // per batch: its block's groups (call batches)
+  std::vector<uint32_t> group_base_, group_stage_;  // call batches: latest stage per group
+  std::vector<uint32_t> producers_;                 // pairs (batch, group) each batch reads
+  std::vector<uint32_t> producer_begin_, seen_;
+  std::deque<BlockDeps> blocks_;  // deque: call_of_ keeps pointers into it
+  size_t blocks_used_ = 0;
+  std::vector<int64_t> prefix_;  // per stage: every stage up to this one has finished
+  std::vector<uint64_t> known_;  // per stage: bit j, stage s - 1 - j has finished
+  std::vector<uint32_t> depth_, candidates_;
 };
 
 // ---- profile.cpp ----

@@ -1,8 +1,9 @@
 // Chained launches: a run of a pass's kernels as one launch (see Chain in device.h). Thread
 // blocks take tickets in the order they start; ticket t runs one thread block of the stage that
-// holds it once the stage before has finished, so stages run in order, each with exactly the
-// thread blocks its own launch would have had, and only thread blocks of the next stages wait
-// rather than the whole grid.
+// holds it once the stages it waits for have finished (LaunchPlan::plan: the stage before, or in
+// a forward pass the stages whose values it reads), so each stage runs with exactly the thread
+// blocks its own launch would have had, stages that do not depend on each other overlap, and
+// only thread blocks of later stages wait rather than the whole grid.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/device.h"
@@ -94,13 +95,13 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
       break;
     default: break;
   }
-  // Wait until every thread block of the stage before has finished (they all hold smaller
-  // tickets, so they have started).
-  if (threadIdx.x == 0 && i > 0) {
-    const uint32_t* done = c.counters + i * kCounterStride;
-    const uint32_t need = st.first - c.stages[i - 1].first;
-    while (load_relaxed(done) < need) continue;
-    load_acquire(done);  // what the stage before wrote is visible from here on
+  // Wait until every thread block of the stages this one waits for has finished (they all hold
+  // smaller tickets, so they have started): a thread per stage waited for.
+  for (uint32_t w = threadIdx.x; w < st.wait_count; w += blockDim.x) {
+    const uint32_t* pair = c.waits + 2 * (st.wait_begin + w);
+    const uint32_t* done = c.counters + (pair[0] + 1) * kCounterStride;
+    while (load_relaxed(done) < pair[1]) continue;
+    load_acquire(done);  // what that stage wrote is visible from here on, to the whole block
   }
   __syncthreads();
   switch (st.kind) {

@@ -166,6 +166,9 @@ struct Command {
   // LinearForward, LinearBackward: a second, independent GEMM step of the same block call run
   // in the same launch (a LinearDesc index), or kNoOperand.
   uint32_t group2 = kNoOperand;
+  // A block call's command: the block's group it runs (BlockPlan::groups) and, for a second
+  // GEMM step in the same launch, that step's group; kNoOperand otherwise.
+  uint32_t block_group = kNoOperand, block_group2 = kNoOperand;
   Operand operand{};
   uint32_t count = 0, k = 0, per_node = 0;
   float* buffer = nullptr;
@@ -185,6 +188,7 @@ struct Command {
 struct Launch {
   uint32_t begin = 0, end = 0;
   uint32_t stage_begin = 0, stages = 0, map_begin = 0, counter_begin = 0, blocks = 0;
+  uint32_t critical = 0;  // chained: the longest chain of stages waiting one for another
 };
 
 }  // namespace edbatch::cuda

@@ -137,6 +137,10 @@ struct Stage {
   uint32_t index2;  // Linear*: a second, independent LinearDesc in the same stage, or kNoOperand
   uint32_t first;   // its first ticket within the launch (its thread blocks: up to the next
                     // stage's first, or the launch's end)
+  // The stages it waits for before it starts: pairs (stage within the launch, its thread
+  // blocks) at Chain::waits[2 * wait_begin], wait_count of them (LaunchPlan::plan).
+  uint32_t wait_begin;
+  uint32_t wait_count;
 };
 // Thread blocks a stage needs: those of the launches it replaces (its own launch would have).
 // lookup_blocks: the pass's lookup_starts total.
@@ -154,6 +158,7 @@ struct Chain {
   const LinearDesc* linears;
   const StepDesc* lookups;
   const uint32_t* lookup_starts;
+  const uint32_t* waits;       // the pass's stage waits (Stage::wait_begin)
   uint32_t blocks;             // thread blocks of the launch (sum over its stages)
 };
 constexpr uint32_t kMaxChainStages = 65535;  // stage_of entries are 16 bits

@@ -212,6 +212,7 @@ class Encoder {
       c.kind = Command::Kind::Steps;
       c.what = pass_.forward ? "steps forward" : "steps backward";
       c.batch = items[begin].batch;
+      c.block_group = items[begin].step ? items[begin].step->group : kNoOperand;
       c.group = static_cast<uint32_t>(pass_.groups.size());
       pass_.groups.push_back(g);
       pass_.commands.push_back(c);
@@ -404,6 +405,7 @@ class Encoder {
       if (prev.group2 == kNoOperand &&
           (pass_.forward ? independent(last_item_, it) : independent(it, last_item_))) {
         prev.group2 = index;
+        prev.block_group2 = it.step->group;
         return true;
       }
     }
@@ -415,6 +417,7 @@ class Encoder {
       c.what = what;
       c.batch = it.batch;
       c.group = index;
+      c.block_group = it.step ? it.step->group : kNoOperand;
       pass_.commands.push_back(c);
     };
     if (pass_.forward) {

@@ -1,5 +1,12 @@
-// Launch planning: which of a pass's commands run together as one chained launch (chain.cu) and
-// which are launched on their own.
+// Launch planning: which of a pass's commands run together as one chained launch (chain.cu),
+// which are launched on their own, and which stages of a chained launch each stage waits for.
+#include <algorithm>
+#include <functional>
+
+#include "edbatch/block.h"
+#include "edbatch/block_plan.h"
+#include "edbatch/op.h"
+#include "edbatch/schedule.h"
 #include "kernels/cuda/backend_parts.h"
 
 namespace edbatch::cuda {
@@ -9,7 +16,7 @@ namespace {
 // The stage a command runs as in a chained launch and its thread blocks, or false when it cannot
 // be chained (cuBLAS, gathers and scatters are launched on their own).
 bool stage_of_command(const Pass& pass, const Command& c, Stage* st, uint32_t* blocks) {
-  *st = Stage{0, c.group, c.group2, 0};
+  *st = Stage{0, c.group, c.group2, 0, 0, 0};
   switch (c.kind) {
     case Command::Kind::Steps:
       st->kind = pass.forward ? Stage::StepsForward : Stage::StepsBackward;
@@ -35,6 +42,7 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
   stage_of.clear();
   counters_floats = 0;
   const uint32_t n = static_cast<uint32_t>(pass.commands.size());
+  command_stage_.assign(n, UINT32_MAX);
   // Checking after every launch needs every kernel launched on its own.
   const bool chain = (options.chain == CudaOptions::Chain::All ||
                       (options.chain == CudaOptions::Chain::Forward && pass.forward)) &&
@@ -49,6 +57,7 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
     while (chain && l.end < n && l.stages < kMaxChainStages &&
            stage_of_command(pass, pass.commands[l.end], &st, &blocks)) {
       if (blocks > 0) {
+        command_stage_[l.end] = static_cast<uint32_t>(stages.size());
         st.first = l.blocks;
         stages.push_back(st);
         stage_of.insert(stage_of.end(), blocks, static_cast<uint16_t>(l.stages));
@@ -60,6 +69,7 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
     if (l.end - l.begin < 2 || l.stages == 0) {  // command i on its own
       stages.resize(l.stage_begin);
       stage_of.resize(l.map_begin);
+      std::fill(command_stage_.begin() + l.begin, command_stage_.begin() + l.end, UINT32_MAX);
       launches.push_back(Launch{i, i + 1});
       ++i;
       continue;
@@ -67,6 +77,262 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
     counters_floats += chain_counters(l.stages);
     launches.push_back(l);
     i = l.end;
+  }
+  if (stages.empty()) {
+    waits.clear();
+    return;
+  }
+  if (pass.forward && options.stage_waits)
+    wait_for_producers(pass);
+  else
+    wait_in_order();
+}
+
+namespace {
+
+// Thread blocks of stage s (global index) of launch l.
+uint32_t blocks_of(const std::vector<Stage>& stages, const Launch& l, uint32_t s) {
+  const uint32_t end = s + 1 < l.stage_begin + l.stages ? stages[s + 1].first : l.blocks;
+  return end - stages[s].first;
+}
+
+}  // namespace
+
+void LaunchPlan::wait_in_order() {
+  waits.clear();
+  for (Launch& l : launches) {
+    for (uint32_t s = l.stage_begin; s < l.stage_begin + l.stages; ++s) {
+      Stage& st = stages[s];
+      st.wait_begin = static_cast<uint32_t>(waits.size() / 2);
+      st.wait_count = s > l.stage_begin ? 1 : 0;
+      if (st.wait_count)
+        waits.insert(waits.end(), {s - 1 - l.stage_begin, blocks_of(stages, l, s - 1)});
+    }
+    l.critical = l.stages;
+  }
+}
+
+// The group of every body node a block's steps compute, what each group reads, and the group
+// each output comes from; computed once per block per pass (blocks are few).
+const LaunchPlan::BlockDeps& LaunchPlan::block_deps(const BlockPlan& bp) {
+  for (size_t i = 0; i < blocks_used_; ++i)
+    if (blocks_[i].plan == &bp) return blocks_[i];
+  if (blocks_used_ == blocks_.size()) blocks_.emplace_back();
+  BlockDeps& d = blocks_[blocks_used_++];
+  d.plan = &bp;
+  const Graph& body = *bp.body;
+  d.group_of.assign(body.size(), kNoOperand);
+  for (const BlockStep& st : bp.steps)
+    for (uint32_t m = 0; m < st.member_count; ++m)
+      d.group_of[bp.members[st.member_begin + m]] = st.group;
+  // A body argument through its views: the step's node it reads, or an input.
+  const auto source = [&](uint32_t a) {
+    while (op_info(body.node(a).op).rule == BatchRule::View && d.group_of[a] == kNoOperand &&
+           bp.input_of[a] < 0 && body.node(a).num_args > 0)
+      a = body.args(body.node(a))[0];
+    return a;
+  };
+  const uint32_t groups = static_cast<uint32_t>(bp.groups.size());
+  d.dep_begin.assign(groups + 1, 0);
+  d.deps.clear();
+  d.reads_inputs.assign(groups, 0);
+  for (uint32_t q = 0; q < groups; ++q) {
+    d.dep_begin[q] = static_cast<uint32_t>(d.deps.size());
+    const BlockGroup& bg = bp.groups[q];
+    for (uint32_t s = bg.step_begin; s < bg.step_begin + bg.step_count; ++s) {
+      const BlockStep& st = bp.steps[s];
+      for (uint32_t m = 0; m < st.member_count; ++m) {
+        const Node& n = body.node(bp.members[st.member_begin + m]);
+        for (uint32_t k = 0; k < n.num_args; ++k) {
+          const uint32_t a = source(body.args(n)[k]);
+          if (bp.input_of[a] >= 0) d.reads_inputs[q] = 1;
+          const uint32_t from = d.group_of[a];
+          if (from == kNoOperand || from == q) continue;
+          if (std::find(d.deps.begin() + d.dep_begin[q], d.deps.end(), from) == d.deps.end())
+            d.deps.push_back(from);
+        }
+      }
+    }
+  }
+  d.dep_begin[groups] = static_cast<uint32_t>(d.deps.size());
+  d.output_group.resize(bp.output_node.size());
+  for (size_t o = 0; o < bp.output_node.size(); ++o)
+    d.output_group[o] = d.group_of[source(bp.output_node[o])];
+  return d;
+}
+
+void LaunchPlan::add_producer(const Launch& l, uint32_t s, uint32_t batch, uint32_t group) {
+  const auto add = [&](uint32_t t) {
+    if (t != UINT32_MAX && t >= l.stage_begin && t < s) candidates_.push_back(t);
+  };
+  add(last_stage_[batch]);
+  if (group_base_[batch] == UINT32_MAX) return;
+  if (group != kNoOperand) {
+    add(group_stage_[group_base_[batch] + group]);
+    return;
+  }
+  for (uint32_t q = 0; q < call_of_[batch]->plan->groups.size(); ++q)
+    add(group_stage_[group_base_[batch] + q]);
+}
+
+void LaunchPlan::wait_for_producers(const Pass& pass) {
+  const Graph& g = pass.p->graph;
+  const Schedule& sch = pass.p->schedule;
+  const uint32_t nb = static_cast<uint32_t>(sch.batches.size());
+  const uint32_t fb = pass.first_batch;
+  // Each node of the batches this pass runs: its batch (stamped, so that nodes of earlier
+  // increments, whose values are already there, read as no batch). Call batches: their block.
+  if (batch_of_.size() < g.size()) {
+    batch_of_.resize(g.size());
+    batch_stamp_.resize(g.size(), 0);
+  }
+  if (++stamp_ == 0) {
+    std::fill(batch_stamp_.begin(), batch_stamp_.end(), 0);
+    stamp_ = 1;
+  }
+  blocks_used_ = 0;
+  call_of_.assign(nb, nullptr);
+  group_base_.assign(nb, UINT32_MAX);
+  group_stage_.clear();
+  for (uint32_t b = fb; b < nb; ++b) {
+    for (uint32_t i = 0; i < sch.batches[b].count; ++i) {
+      const uint32_t v = sch.nodes[sch.batches[b].begin + i];
+      batch_of_[v] = b;
+      batch_stamp_[v] = stamp_;
+    }
+    const Node& first = g.node(sch.nodes[sch.batches[b].begin]);
+    const Block* block = first.op == Op::Call ? pass.p->params.block(first.aux) : nullptr;
+    if (block == nullptr) continue;
+    call_of_[b] = &block_deps(block->plan());
+    group_base_[b] = static_cast<uint32_t>(group_stage_.size());
+    group_stage_.resize(group_stage_.size() + block->plan().groups.size(), UINT32_MAX);
+  }
+  // What each batch reads: (batch, group) pairs, a group of a call batch where the argument is
+  // one of its outputs, else kNoOperand (the whole batch).
+  producer_begin_.assign(nb - fb + 1, 0);
+  producers_.clear();
+  seen_.assign(nb, UINT32_MAX);
+  for (uint32_t b = fb; b < nb; ++b) {
+    const uint32_t begin = static_cast<uint32_t>(producers_.size());
+    producer_begin_[b - fb] = begin;
+    for (uint32_t i = 0; i < sch.batches[b].count; ++i) {
+      const Node& n = g.node(sch.nodes[sch.batches[b].begin + i]);
+      const uint32_t* a = g.args(n);
+      for (uint32_t k = 0; k < n.num_args; ++k) {
+        uint32_t v = a[k];
+        uint32_t output = kNoOperand;
+        while (op_info(g.node(v).op).rule == BatchRule::View) {
+          const Node& w = g.node(v);
+          if (w.op == Op::Output) output = w.aux;
+          if (w.num_args == 0) break;
+          v = g.args(w)[0];
+          if (w.op == Op::Output) break;
+        }
+        if (batch_stamp_[v] != stamp_ || !is_scheduled(g.node(v).op)) continue;
+        const uint32_t pb = batch_of_[v];
+        if (pb == b) continue;
+        const uint32_t group =
+            call_of_[pb] && output != kNoOperand && output < call_of_[pb]->output_group.size()
+                ? call_of_[pb]->output_group[output]
+                : kNoOperand;
+        if (seen_[pb] == b) {  // pb is in the list already: this entry too?
+          bool have = false;
+          for (size_t q = begin; q < producers_.size() && !have; q += 2)
+            have = producers_[q] == pb &&
+                   (producers_[q + 1] == group || producers_[q + 1] == kNoOperand);
+          if (have) continue;
+        }
+        seen_[pb] = b;
+        producers_.insert(producers_.end(), {pb, group});
+      }
+    }
+  }
+  producer_begin_[nb - fb] = static_cast<uint32_t>(producers_.size());
+
+  // Per stage: the prefix of the launch's stages finished when it starts, and a window of the
+  // 64 stages before it (bit j: stage s - 1 - j finished). A candidate those already cover is
+  // not waited for: waiting for a stage waits for everything that stage waited for.
+  waits.clear();
+  last_stage_.assign(nb, UINT32_MAX);
+  prefix_.assign(stages.size(), 0);
+  known_.assign(stages.size(), 0);
+  depth_.assign(stages.size(), 0);
+  uint32_t lookups = UINT32_MAX;
+  for (Launch& l : launches) {
+    l.critical = 0;
+    for (uint32_t j = l.begin; j < l.end; ++j) {
+      const uint32_t s = command_stage_[j];
+      if (s == UINT32_MAX) continue;
+      const Command& c = pass.commands[j];
+      candidates_.clear();
+      const auto add = [&](uint32_t t) {
+        if (t != UINT32_MAX && t >= l.stage_begin && t < s) candidates_.push_back(t);
+      };
+      const bool is_lookups = c.kind == Command::Kind::Lookups;
+      const bool ours = !is_lookups && c.batch >= fb && c.batch < nb;
+      const BlockDeps* call = ours ? call_of_[c.batch] : nullptr;
+      const bool grouped = call && c.block_group != kNoOperand;
+      if (ours) {
+        add(lookups);
+        bool inputs = !grouped;
+        if (grouped) {
+          // The stages of the groups it reads (and its own group's earlier commands).
+          for (const uint32_t q : {c.block_group, c.block_group2}) {
+            if (q == kNoOperand) continue;
+            add(group_stage_[group_base_[c.batch] + q]);
+            for (uint32_t e = call->dep_begin[q]; e < call->dep_begin[q + 1]; ++e)
+              add(group_stage_[group_base_[c.batch] + call->deps[e]]);
+            inputs = inputs || call->reads_inputs[q];
+          }
+        } else {
+          add_producer(l, s, c.batch, kNoOperand);  // the batch's commands run in order
+        }
+        if (inputs)
+          for (uint32_t q = producer_begin_[c.batch - fb]; q < producer_begin_[c.batch - fb + 1];
+               q += 2)
+            add_producer(l, s, producers_[q], producers_[q + 1]);
+      } else if (!is_lookups && s > l.stage_begin) {
+        add(s - 1);  // not a batch of this pass: keep the order
+      }
+      std::sort(candidates_.begin(), candidates_.end(), std::greater<uint32_t>());
+      Stage& st = stages[s];
+      st.wait_begin = static_cast<uint32_t>(waits.size() / 2);
+      st.wait_count = 0;
+      int64_t prefix = static_cast<int64_t>(l.stage_begin) - 1;
+      uint64_t known = 0;
+      uint32_t depth = 0;
+      for (size_t q = 0; q < candidates_.size(); ++q) {
+        const uint32_t d = candidates_[q];
+        if (q > 0 && d == candidates_[q - 1]) continue;
+        if (static_cast<int64_t>(d) <= prefix) continue;
+        const uint32_t bit = s - 1 - d;
+        if (bit < 64 && ((known >> bit) & 1)) continue;
+        waits.insert(waits.end(), {d - l.stage_begin, blocks_of(stages, l, d)});
+        ++st.wait_count;
+        if (bit < 64) known |= uint64_t{1} << bit;
+        if (s - d < 64) known |= known_[d] << (s - d);
+        const int64_t after = prefix_[d] >= static_cast<int64_t>(d) - 1 ? d : prefix_[d];
+        prefix = std::max(prefix, after);
+        depth = std::max(depth, depth_[d]);
+      }
+      while (prefix + 1 < static_cast<int64_t>(s)) {
+        const uint64_t bit = s - 1 - static_cast<uint64_t>(prefix + 1);
+        if (bit >= 64 || !((known >> bit) & 1)) break;
+        ++prefix;
+      }
+      prefix_[s] = prefix;
+      known_[s] = known;
+      depth_[s] = depth + 1;
+      l.critical = std::max(l.critical, depth + 1);
+      if (is_lookups) {
+        lookups = s;
+      } else if (grouped) {
+        for (const uint32_t q : {c.block_group, c.block_group2})
+          if (q != kNoOperand) group_stage_[group_base_[c.batch] + q] = s;
+      } else if (ours) {
+        last_stage_[c.batch] = s;
+      }
+    }
   }
 }
 

@@ -93,7 +93,7 @@ void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
         launch_chain(at.view,
                      Chain{at.stages + l.stage_begin, at.stage_of + l.map_begin,
                            at.counters + l.counter_begin, at.groups, at.linears, at.lookups,
-                           at.lookup_starts, l.blocks},
+                           at.lookup_starts, at.waits, l.blocks},
                      queue_.stream());
       else
         launch(pass.commands[l.begin], at);
@@ -128,7 +128,7 @@ void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
   }
   counters_.kernels += launches.size();
   for (const Launch& l : launches) {
-    counters_.stages += l.stages > 0 ? l.stages : 1;
+    counters_.stages += l.stages > 0 ? l.critical : 1;  // its longest chain of waits
     const Command& c = pass.commands[l.begin];
     if (l.stages == 0 && c.kind == Command::Kind::LinearBackward)
       for (uint32_t g : {c.group, c.group2})  // a bias gradient that needs its own launch

@@ -203,6 +203,7 @@ size_t Uploads::put_pass(char* h, size_t at, const Pass& pass, const LaunchPlan&
   at = put(h, at, pass.linears);
   at = put(h, at, launches.stages);
   at = put(h, at, launches.stage_of);
+  at = put(h, at, launches.waits);
   if (h) std::memset(h + at, 0, launches.counters_floats * sizeof(uint32_t));
   return align_up(at + launches.counters_floats * sizeof(uint32_t));
 }
@@ -224,6 +225,8 @@ void Uploads::pass_data_at(char* d, size_t at, const Pass& pass, const LaunchPla
   at = put(nullptr, at, launches.stages);
   at_.stage_of = reinterpret_cast<const uint16_t*>(d + at);
   at = put(nullptr, at, launches.stage_of);
+  at_.waits = reinterpret_cast<const uint32_t*>(d + at);
+  at = put(nullptr, at, launches.waits);
   at_.counters = reinterpret_cast<uint32_t*>(d + at);
 }
 

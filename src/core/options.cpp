@@ -32,6 +32,7 @@ CudaOptions apply_debug_env(CudaOptions o) {
     else if (s == "fused") o.fused_linear = true;
     else if (!s.empty()) bad_value("EDBATCH_CUDA_LINEAR", s, "cublas or fused");
   }
+  if (std::getenv("EDBATCH_CUDA_STAGE_WAITS")) o.stage_waits = env_flag("EDBATCH_CUDA_STAGE_WAITS");
   if (std::getenv("EDBATCH_CUDA_SYNC")) o.sync_each_launch = env_flag("EDBATCH_CUDA_SYNC");
   if (std::getenv("EDBATCH_CUDA_PROFILE")) o.profile = env_flag("EDBATCH_CUDA_PROFILE");
   return o;
