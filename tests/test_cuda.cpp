@@ -498,17 +498,21 @@ CUDA_CASE("cuda: one launch per kernel, or chained forward passes only, = cpu") 
   }
 }
 
-CUDA_CASE("cuda: chained stages each waiting for the one before (stage_waits off) = cpu") {
-  CudaOptions cuda;
-  cuda.stage_waits = false;
-  models_equal_with(cuda, {"tree_lstm", "lattice_lstm", "mvrnn", "random_dag"}, "lb-greedy");
+CUDA_CASE("cuda: chained stages waiting for the one before, or always for their producers, = cpu") {
+  for (const auto waits : {CudaOptions::StageWaits::InOrder, CudaOptions::StageWaits::Always}) {
+    CAPTURE(waits == CudaOptions::StageWaits::Always);
+    CudaOptions cuda;
+    cuda.stage_waits = waits;
+    models_equal_with(cuda, {"tree_lstm", "lattice_lstm", "mvrnn", "random_dag", "bilstm_tagger"},
+                      "lb-greedy");
+  }
 }
 
 // 64 trees at hidden 96 (every GEMM step small enough for the fused kernel, so nothing breaks
 // the chain): the chained forward and backward launches have thousands of thread blocks, more
 // than the GPU holds at once, so most of them start while earlier stages run and wait for theirs.
-// Chained, the forward's stages wait for the stages they read from (a level's loss head runs
-// beside the next level's cell) or, with stage_waits off, each for the one before it.
+// Chained, the stages wait for the stages they read from (a level's loss head runs beside the
+// next level's cell), or each for the one before it.
 CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu") {
   ParameterCollection pc(3);
   const Dataset data = load_dataset(model_data_kind("tree_lstm"), "synthetic:64", 23, 7);
@@ -527,7 +531,8 @@ CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu
     CudaOptions cuda;
     cuda.chain =
         std::string(mode) == "unchained" ? CudaOptions::Chain::None : CudaOptions::Chain::All;
-    cuda.stage_waits = std::string(mode) == "waits";
+    cuda.stage_waits = std::string(mode) == "waits" ? CudaOptions::StageWaits::Always
+                                                    : CudaOptions::StageWaits::InOrder;
     const Run gpu = run_on("cuda", g, loss, "agenda", true, cuda);
     check_same(gpu, cpu, g);
     // Chained: a few launches for the whole forward and backward, each running many stages;

@@ -1,11 +1,14 @@
 // Caller mistakes raise exceptions whose message names the problem.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "edbatch/edbatch.h"
+#include "edbatch/options.h"
 
 using namespace edbatch;
 
@@ -148,4 +151,22 @@ TEST_CASE("engine: a new graph at a recycled address is recomputed, not served f
     pc.sgd_update(0.5f);
   }
   CHECK(second < first);
+}
+
+TEST_CASE("errors: EDBATCH_CUDA_STAGE_WAITS is read as 0, auto or 1, anything else refused") {
+  using Waits = CudaOptions::StageWaits;
+  const std::pair<const char*, Waits> cases[] = {
+      {"0", Waits::InOrder}, {"auto", Waits::Auto}, {"1", Waits::Always}};
+  for (const auto& [value, expected] : cases) {
+    CAPTURE(value);
+    CudaOptions o;
+    o.stage_waits = expected == Waits::Auto ? Waits::InOrder : Waits::Auto;
+    setenv("EDBATCH_CUDA_STAGE_WAITS", value, 1);
+    CHECK(apply_debug_env(o).stage_waits == expected);
+  }
+  setenv("EDBATCH_CUDA_STAGE_WAITS", "yes", 1);
+  CHECK(contains(message_of([] { apply_debug_env(CudaOptions{}); }),
+                 "EDBATCH_CUDA_STAGE_WAITS='yes': expected 0, auto or 1"));
+  unsetenv("EDBATCH_CUDA_STAGE_WAITS");
+  CHECK(apply_debug_env(CudaOptions{}).stage_waits == Waits::Auto);
 }

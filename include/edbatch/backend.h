@@ -165,9 +165,11 @@ struct CudaOptions {
   bool sync_each_launch = false;  // wait and check after every launch (names the failing kernel)
   bool fused_linear = true;       // fused GEMM kernels; false: every GEMM step through cuBLAS
   bool profile = false;           // print kernel counts and device times per pass at exit
-  // A forward chained launch's stages wait for the stages whose values they read (and run
-  // beside independent ones); false: every stage waits for the one before it.
-  bool stage_waits = true;
+  // What a chained launch's stages wait for: the stages whose values they read (independent
+  // stages overlap; Auto: for passes of at most a few dozen nodes per stage, where finding them
+  // costs less host time than overlapping saves), or the stage before (InOrder).
+  enum class StageWaits { InOrder, Auto, Always };
+  StageWaits stage_waits = StageWaits::Auto;
 };
 
 struct BackendOptions {

@@ -2,7 +2,7 @@
 // options structs. Nothing else in the library reads the environment.
 //
 //   EDBATCH_CUDA_CHAIN=0|forward   CudaOptions::chain (None | Forward; unset or 1: All)
-//   EDBATCH_CUDA_STAGE_WAITS=0     CudaOptions::stage_waits = false
+//   EDBATCH_CUDA_STAGE_WAITS=0|1   CudaOptions::stage_waits (InOrder | Always; unset or auto: Auto)
 //   EDBATCH_CUDA_SYNC=1            CudaOptions::sync_each_launch
 //   EDBATCH_CUDA_LINEAR=cublas     CudaOptions::fused_linear = false
 //   EDBATCH_CUDA_PROFILE=1         CudaOptions::profile

@@ -273,12 +273,13 @@ struct LaunchPlan {
   void plan(const Pass& pass, const CudaOptions& options);
 
  private:
-  // Each stage waits for the stage before it (every pass when CudaOptions::stage_waits is off,
-  // and backward passes, whose stages add into shared adjoints and gradients).
+  // Each stage waits for the stage before it (CudaOptions::stage_waits).
   void wait_in_order();
-  // Forward: each stage waits only for the stages that write what it reads (stages of its
-  // batch before it, of the batches producing its nodes' arguments, the pass's lookups), less
-  // those it is known to follow already.
+  // Each stage waits only for the stages that write what it reads, less those it is known to
+  // follow already. Forward: the earlier stages of its batch or block group, those of the
+  // batches and groups producing its arguments, the pass's lookups. Backward (every write is
+  // an atomic addition): the stages adding into the adjoints of its outputs, those of the
+  // groups and batches that read them; the lookups' table gradients wait for every stage.
   void wait_for_producers(const Pass& pass);
 
   // A block's groups: which groups each reads, which read the call's inputs, each output's.
@@ -286,6 +287,7 @@ struct LaunchPlan {
     const BlockPlan* plan = nullptr;
     std::vector<uint32_t> group_of;         // per body node: its group, or kNoOperand
     std::vector<uint32_t> dep_begin, deps;  // per group: the groups it reads (CSR)
+    std::vector<uint32_t> rdep_begin, rdeps;  // per group: the groups that read it (CSR)
     std::vector<uint8_t> reads_inputs;      // per group
     std::vector<uint32_t> output_group;     // per output: its group, or kNoOperand
   };
@@ -293,6 +295,11 @@ struct LaunchPlan {
   // The stage producer entry (batch, group) finished last so far (group kNoOperand: the whole
   // batch) added to candidates_, if it is in launch l before stage s.
   void add_producer(const Launch& l, uint32_t s, uint32_t batch, uint32_t group);
+  // Stage t as a candidate for stage s to wait for (once), if it is in launch l before s.
+  void candidate(const Launch& l, uint32_t s, uint32_t t);
+  // Backward: readers_ = pairs (group of `batch` read or kNoOperand, stage) of the latest stages
+  // of the batches reading `batch` that add into its outputs' adjoints.
+  void readers_of(uint32_t batch);
 
   std::vector<uint32_t> command_stage_;  // per command: its stage in the pass, or UINT32_MAX
   std::vector<uint32_t> batch_of_, batch_stamp_;  // per graph node: its batch in this pass
@@ -302,6 +309,11 @@ struct LaunchPlan {
   std::vector<uint32_t> group_base_, group_stage_;  // call batches: latest stage per group
   std::vector<uint32_t> producers_;                 // pairs (batch, group) each batch reads
   std::vector<uint32_t> producer_begin_, seen_;
+  std::vector<uint32_t> consumer_begin_, consumers_;  // backward: pairs (batch, group) per batch
+  std::vector<uint32_t> readers_, mark_;
+  std::vector<uint64_t> seen_mask_;
+  std::vector<uint32_t> reads_, sorted_reads_;  // per argument read: (batch, producer, group)
+  uint32_t readers_batch_ = UINT32_MAX;
   std::deque<BlockDeps> blocks_;  // deque: call_of_ keeps pointers into it
   size_t blocks_used_ = 0;
   std::vector<int64_t> prefix_;  // per stage: every stage up to this one has finished

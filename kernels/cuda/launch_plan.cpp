@@ -13,6 +13,8 @@ namespace edbatch::cuda {
 
 namespace {
 
+constexpr uint32_t kWaitsNodesPerStage = 24;
+
 // The stage a command runs as in a chained launch and its thread blocks, or false when it cannot
 // be chained (cuBLAS, gathers and scatters are launched on their own).
 bool stage_of_command(const Pass& pass, const Command& c, Stage* st, uint32_t* blocks) {
@@ -82,7 +84,20 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
     waits.clear();
     return;
   }
-  if (pass.forward && options.stage_waits)
+  // Finding what each stage reads costs host time that grows faster than the pass (every
+  // argument, then each command's producer batches and their groups): on the H100 machine's
+  // host a forward's encoding went from 106 to 215 us (Tree-LSTM, B = 32) but from 114 to 566
+  // (B = 128) and 698 to 5,528 us (random DAGs, B = 128), more than the stages saved there
+  // (about 7 us each). Past kWaitsNodesPerStage scheduled nodes per stage (mini-batches of 32
+  // have 9-20, of 128 32-72) stages wait in order.
+  uint64_t nodes = 0;
+  const Schedule& sch = pass.p->schedule;
+  for (size_t b = pass.forward ? pass.first_batch : 0; b < sch.batches.size(); ++b)
+    nodes += sch.batches[b].count;
+  using Waits = CudaOptions::StageWaits;
+  if (options.stage_waits == Waits::Always ||
+      (options.stage_waits == Waits::Auto &&
+       nodes <= uint64_t{kWaitsNodesPerStage} * stages.size()))
     wait_for_producers(pass);
   else
     wait_in_order();
@@ -155,16 +170,30 @@ const LaunchPlan::BlockDeps& LaunchPlan::block_deps(const BlockPlan& bp) {
     }
   }
   d.dep_begin[groups] = static_cast<uint32_t>(d.deps.size());
+  // The reverse: the groups that read each group (backward waits for them).
+  d.rdep_begin.assign(groups + 1, 0);
+  for (const uint32_t from : d.deps) ++d.rdep_begin[from + 1];
+  for (uint32_t q = 0; q < groups; ++q) d.rdep_begin[q + 1] += d.rdep_begin[q];
+  d.rdeps.resize(d.deps.size());
+  {
+    std::vector<uint32_t> at(d.rdep_begin.begin(), d.rdep_begin.end() - 1);
+    for (uint32_t q = 0; q < groups; ++q)
+      for (uint32_t e = d.dep_begin[q]; e < d.dep_begin[q + 1]; ++e) d.rdeps[at[d.deps[e]]++] = q;
+  }
   d.output_group.resize(bp.output_node.size());
   for (size_t o = 0; o < bp.output_node.size(); ++o)
     d.output_group[o] = d.group_of[source(bp.output_node[o])];
   return d;
 }
 
+void LaunchPlan::candidate(const Launch& l, uint32_t s, uint32_t t) {
+  if (t == UINT32_MAX || t < l.stage_begin || t >= s || mark_[t] == s + 1) return;
+  mark_[t] = s + 1;
+  candidates_.push_back(t);
+}
+
 void LaunchPlan::add_producer(const Launch& l, uint32_t s, uint32_t batch, uint32_t group) {
-  const auto add = [&](uint32_t t) {
-    if (t != UINT32_MAX && t >= l.stage_begin && t < s) candidates_.push_back(t);
-  };
+  const auto add = [&](uint32_t t) { candidate(l, s, t); };
   add(last_stage_[batch]);
   if (group_base_[batch] == UINT32_MAX) return;
   if (group != kNoOperand) {
@@ -173,6 +202,24 @@ void LaunchPlan::add_producer(const Launch& l, uint32_t s, uint32_t batch, uint3
   }
   for (uint32_t q = 0; q < call_of_[batch]->plan->groups.size(); ++q)
     add(group_stage_[group_base_[batch] + q]);
+}
+
+void LaunchPlan::readers_of(uint32_t batch) {
+  // Every reader's commands come before the batch's in backward order, so their stages are
+  // final here.
+  readers_batch_ = batch;
+  readers_.clear();
+  for (uint32_t e = consumer_begin_[batch]; e < consumer_begin_[batch + 1]; ++e) {
+    const uint32_t reader = consumers_[2 * e], group = consumers_[2 * e + 1];
+    const auto add = [&](uint32_t t) {
+      if (t != UINT32_MAX) readers_.insert(readers_.end(), {group, t});
+    };
+    add(last_stage_[reader]);
+    if (group_base_[reader] == UINT32_MAX) continue;
+    const BlockDeps& call = *call_of_[reader];
+    for (uint32_t q = 0; q < call.plan->groups.size(); ++q)
+      if (call.reads_inputs[q]) add(group_stage_[group_base_[reader] + q]);
+  }
 }
 
 void LaunchPlan::wait_for_producers(const Pass& pass) {
@@ -208,52 +255,97 @@ void LaunchPlan::wait_for_producers(const Pass& pass) {
     group_stage_.resize(group_stage_.size() + block->plan().groups.size(), UINT32_MAX);
   }
   // What each batch reads: (batch, group) pairs, a group of a call batch where the argument is
-  // one of its outputs, else kNoOperand (the whole batch).
+  // one of its outputs, else kNoOperand (the whole batch). First one entry (batch, producer,
+  // group) per argument, in node order (a node's arguments are mostly close to it, where the
+  // batches' order would jump across the graph), then grouped by batch, each pair once.
+  const MemoryPlan& mp = pass.p->plan;
+  const uint32_t first_node = pass.forward && pass.p->first_segment < mp.segments.size()
+                                  ? mp.segments[pass.p->first_segment].node_begin
+                                  : 0;
+  reads_.clear();
+  for (uint32_t id = first_node; id < g.size(); ++id) {
+    if (batch_stamp_[id] != stamp_) continue;
+    const uint32_t b = batch_of_[id];
+    const Node& n = g.node(id);
+    const uint32_t* a = g.args(n);
+    uint32_t last_pb = UINT32_MAX, last_entry = UINT32_MAX;
+    for (uint32_t k = 0; k < n.num_args; ++k) {
+      uint32_t v = a[k];
+      uint32_t output = kNoOperand;
+      while (batch_stamp_[v] != stamp_) {  // not run by this pass: a view of a node that is?
+        const Node& w = g.node(v);
+        if (op_info(w.op).rule != BatchRule::View || w.num_args == 0) break;
+        if (w.op == Op::Output) output = w.aux;
+        v = g.args(w)[0];
+        if (w.op == Op::Output) break;
+      }
+      if (batch_stamp_[v] != stamp_) continue;
+      const uint32_t pb = batch_of_[v];
+      if (pb == b) continue;
+      const uint32_t group =
+          call_of_[pb] && output != kNoOperand && output < call_of_[pb]->output_group.size()
+              ? call_of_[pb]->output_group[output]
+              : kNoOperand;
+      const uint32_t entry = group < 63 ? group : kNoOperand;  // groups past 62: the whole
+      if (pb == last_pb && entry == last_entry) continue;
+      last_pb = pb;
+      last_entry = entry;
+      reads_.insert(reads_.end(), {b, pb, entry});
+    }
+  }
   producer_begin_.assign(nb - fb + 1, 0);
+  for (size_t r = 0; r < reads_.size(); r += 3) ++producer_begin_[reads_[r] - fb + 1];
+  for (uint32_t b = fb; b < nb; ++b) producer_begin_[b - fb + 1] += producer_begin_[b - fb];
+  sorted_reads_.resize(2 * (reads_.size() / 3));
+  seen_.assign(producer_begin_.begin(), producer_begin_.end() - 1);  // fill cursors
+  for (size_t r = 0; r < reads_.size(); r += 3) {
+    const uint32_t at = seen_[reads_[r] - fb]++;
+    sorted_reads_[2 * at] = reads_[r + 1];
+    sorted_reads_[2 * at + 1] = reads_[r + 2];
+  }
   producers_.clear();
   seen_.assign(nb, UINT32_MAX);
+  seen_mask_.resize(nb);
   for (uint32_t b = fb; b < nb; ++b) {
-    const uint32_t begin = static_cast<uint32_t>(producers_.size());
-    producer_begin_[b - fb] = begin;
-    for (uint32_t i = 0; i < sch.batches[b].count; ++i) {
-      const Node& n = g.node(sch.nodes[sch.batches[b].begin + i]);
-      const uint32_t* a = g.args(n);
-      for (uint32_t k = 0; k < n.num_args; ++k) {
-        uint32_t v = a[k];
-        uint32_t output = kNoOperand;
-        while (op_info(g.node(v).op).rule == BatchRule::View) {
-          const Node& w = g.node(v);
-          if (w.op == Op::Output) output = w.aux;
-          if (w.num_args == 0) break;
-          v = g.args(w)[0];
-          if (w.op == Op::Output) break;
-        }
-        if (batch_stamp_[v] != stamp_ || !is_scheduled(g.node(v).op)) continue;
-        const uint32_t pb = batch_of_[v];
-        if (pb == b) continue;
-        const uint32_t group =
-            call_of_[pb] && output != kNoOperand && output < call_of_[pb]->output_group.size()
-                ? call_of_[pb]->output_group[output]
-                : kNoOperand;
-        if (seen_[pb] == b) {  // pb is in the list already: this entry too?
-          bool have = false;
-          for (size_t q = begin; q < producers_.size() && !have; q += 2)
-            have = producers_[q] == pb &&
-                   (producers_[q + 1] == group || producers_[q + 1] == kNoOperand);
-          if (have) continue;
-        }
+    const uint32_t begin = producer_begin_[b - fb], end = producer_begin_[b - fb + 1];
+    producer_begin_[b - fb] = static_cast<uint32_t>(producers_.size());
+    for (uint32_t r = begin; r < end; ++r) {
+      const uint32_t pb = sorted_reads_[2 * r], entry = sorted_reads_[2 * r + 1];
+      // Bit 63 of pb's mask: the whole batch; bit g: its group g.
+      const uint64_t bit = uint64_t{1} << (entry == kNoOperand ? 63 : entry);
+      if (seen_[pb] != b) {
         seen_[pb] = b;
-        producers_.insert(producers_.end(), {pb, group});
+        seen_mask_[pb] = 0;
       }
+      if (seen_mask_[pb] & (bit | uint64_t{1} << 63)) continue;
+      seen_mask_[pb] |= bit;
+      producers_.insert(producers_.end(), {pb, entry});
     }
   }
   producer_begin_[nb - fb] = static_cast<uint32_t>(producers_.size());
+  if (!pass.forward) {
+    // Backward reads the adjoints that the batches reading a batch add into: per batch, its
+    // readers (batch, group of it read or kNoOperand).
+    consumer_begin_.assign(nb + 1, 0);
+    for (size_t q = 0; q < producers_.size(); q += 2) ++consumer_begin_[producers_[q] + 1];
+    for (uint32_t b = 0; b < nb; ++b) consumer_begin_[b + 1] += consumer_begin_[b];
+    consumers_.resize(producers_.size());
+    seen_.assign(consumer_begin_.begin(), consumer_begin_.end() - 1);  // fill cursors
+    for (uint32_t b = fb; b < nb; ++b)
+      for (uint32_t q = producer_begin_[b - fb]; q < producer_begin_[b - fb + 1]; q += 2) {
+        const uint32_t at = seen_[producers_[q]]++;
+        consumers_[2 * at] = b;
+        consumers_[2 * at + 1] = producers_[q + 1];
+      }
+  }
 
   // Per stage: the prefix of the launch's stages finished when it starts, and a window of the
   // 64 stages before it (bit j: stage s - 1 - j finished). A candidate those already cover is
   // not waited for: waiting for a stage waits for everything that stage waited for.
   waits.clear();
   last_stage_.assign(nb, UINT32_MAX);
+  mark_.assign(stages.size(), 0);
+  readers_batch_ = UINT32_MAX;
   prefix_.assign(stages.size(), 0);
   known_.assign(stages.size(), 0);
   depth_.assign(stages.size(), 0);
@@ -265,14 +357,12 @@ void LaunchPlan::wait_for_producers(const Pass& pass) {
       if (s == UINT32_MAX) continue;
       const Command& c = pass.commands[j];
       candidates_.clear();
-      const auto add = [&](uint32_t t) {
-        if (t != UINT32_MAX && t >= l.stage_begin && t < s) candidates_.push_back(t);
-      };
+      const auto add = [&](uint32_t t) { candidate(l, s, t); };
       const bool is_lookups = c.kind == Command::Kind::Lookups;
       const bool ours = !is_lookups && c.batch >= fb && c.batch < nb;
       const BlockDeps* call = ours ? call_of_[c.batch] : nullptr;
       const bool grouped = call && c.block_group != kNoOperand;
-      if (ours) {
+      if (ours && pass.forward) {
         add(lookups);
         bool inputs = !grouped;
         if (grouped) {
@@ -291,6 +381,29 @@ void LaunchPlan::wait_for_producers(const Pass& pass) {
           for (uint32_t q = producer_begin_[c.batch - fb]; q < producer_begin_[c.batch - fb + 1];
                q += 2)
             add_producer(l, s, producers_[q], producers_[q + 1]);
+      } else if (ours) {
+        // Backward: the stages that add into the adjoints it reads, those of its own outputs:
+        // the groups of its call that read its group, and every reader of the batch (or of the
+        // output its group computes), whose input-reading groups add into them.
+        if (grouped) {
+          for (const uint32_t q : {c.block_group, c.block_group2}) {
+            if (q == kNoOperand) continue;
+            add(group_stage_[group_base_[c.batch] + q]);
+            for (uint32_t e = call->rdep_begin[q]; e < call->rdep_begin[q + 1]; ++e)
+              add(group_stage_[group_base_[c.batch] + call->rdeps[e]]);
+          }
+        } else {
+          add_producer(l, s, c.batch, kNoOperand);
+        }
+        if (readers_batch_ != c.batch) readers_of(c.batch);
+        for (size_t e = 0; e < readers_.size(); e += 2) {
+          const uint32_t group = readers_[e];
+          if (grouped && group != kNoOperand && group != c.block_group && group != c.block_group2)
+            continue;  // it reads another output of this call
+          add(readers_[e + 1]);
+        }
+      } else if (is_lookups && !pass.forward) {
+        for (uint32_t t = l.stage_begin; t < s; ++t) add(t);  // every adjoint is complete
       } else if (!is_lookups && s > l.stage_begin) {
         add(s - 1);  // not a batch of this pass: keep the order
       }

@@ -32,7 +32,17 @@ CudaOptions apply_debug_env(CudaOptions o) {
     else if (s == "fused") o.fused_linear = true;
     else if (!s.empty()) bad_value("EDBATCH_CUDA_LINEAR", s, "cublas or fused");
   }
-  if (std::getenv("EDBATCH_CUDA_STAGE_WAITS")) o.stage_waits = env_flag("EDBATCH_CUDA_STAGE_WAITS");
+  if (const char* v = std::getenv("EDBATCH_CUDA_STAGE_WAITS")) {
+    const std::string s = v;
+    if (s == "0")
+      o.stage_waits = CudaOptions::StageWaits::InOrder;
+    else if (s == "auto")
+      o.stage_waits = CudaOptions::StageWaits::Auto;
+    else if (s == "1")
+      o.stage_waits = CudaOptions::StageWaits::Always;
+    else if (!s.empty())
+      bad_value("EDBATCH_CUDA_STAGE_WAITS", s, "0, auto or 1");
+  }
   if (std::getenv("EDBATCH_CUDA_SYNC")) o.sync_each_launch = env_flag("EDBATCH_CUDA_SYNC");
   if (std::getenv("EDBATCH_CUDA_PROFILE")) o.profile = env_flag("EDBATCH_CUDA_PROFILE");
   return o;
