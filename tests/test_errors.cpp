@@ -170,3 +170,17 @@ TEST_CASE("errors: EDBATCH_CUDA_STAGE_WAITS is read as 0, auto or 1, anything el
   unsetenv("EDBATCH_CUDA_STAGE_WAITS");
   CHECK(apply_debug_env(CudaOptions{}).stage_waits == Waits::Auto);
 }
+
+// max_index returns each column's row as a float, exact up to 2^24. (Its refusal of an empty
+// argument is a guard: no builder makes an empty value, as the first check shows.)
+TEST_CASE("errors: max_index refuses columns of more than 2^24 rows") {
+  ParameterCollection pc;
+  Graph g(pc);
+  std::string m = message_of([&] { max_index(input(g, Dim{0, 3}, std::vector<float>{})); });
+  CHECK(contains(m, "[input] empty shape 0x3"));
+  const std::vector<float> column((1u << 24) + 1, 0.0f);
+  m = message_of([&] { max_index(input(g, Dim{(1u << 24) + 1, 1}, column)); });
+  CHECK(contains(m, "[max_index] node "));
+  CHECK(contains(m, "columns of 16777217 rows; at most 16777216"));
+  CHECK_NOTHROW(max_index(input(g, Dim{1u << 24, 1}, column.data())));
+}
