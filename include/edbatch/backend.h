@@ -166,8 +166,8 @@ struct CudaOptions {
   bool fused_linear = true;       // fused GEMM kernels; false: every GEMM step through cuBLAS
   bool profile = false;           // print kernel counts and device times per pass at exit
   // What a chained launch's stages wait for: the stages whose values they read (independent
-  // stages overlap; Auto: for passes of at most a few dozen nodes per stage, where finding them
-  // costs less host time than overlapping saves), or the stage before (InOrder).
+  // stages overlap; Auto: for whole passes of at most a few dozen nodes per stage, where finding
+  // them costs less host time than overlapping saves), or the stage before (InOrder).
   enum class StageWaits { InOrder, Auto, Always };
   StageWaits stage_waits = StageWaits::Auto;
 };

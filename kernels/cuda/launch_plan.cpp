@@ -89,14 +89,16 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
   // host a forward's encoding went from 106 to 215 us (Tree-LSTM, B = 32) but from 114 to 566
   // (B = 128) and 698 to 5,528 us (random DAGs, B = 128), more than the stages saved there
   // (about 7 us each). Past kWaitsNodesPerStage scheduled nodes per stage (mini-batches of 32
-  // have 9-20, of 128 32-72) stages wait in order.
+  // have 9-20, of 128 32-72) stages wait in order, and so do incremental forwards (a decoding
+  // step is one chain of dependent stages, where the search would only add host time).
   uint64_t nodes = 0;
   const Schedule& sch = pass.p->schedule;
   for (size_t b = pass.forward ? pass.first_batch : 0; b < sch.batches.size(); ++b)
     nodes += sch.batches[b].count;
   using Waits = CudaOptions::StageWaits;
+  const bool increment = pass.forward && pass.p->first_segment > 0;
   if (options.stage_waits == Waits::Always ||
-      (options.stage_waits == Waits::Auto &&
+      (options.stage_waits == Waits::Auto && !increment &&
        nodes <= uint64_t{kWaitsNodesPerStage} * stages.size()))
     wait_for_producers(pass);
   else
