@@ -171,6 +171,38 @@ TEST_CASE("errors: EDBATCH_CUDA_STAGE_WAITS is read as 0, auto or 1, anything el
   CHECK(apply_debug_env(CudaOptions{}).stage_waits == Waits::Auto);
 }
 
+TEST_CASE("errors: EDBATCH_CUDA_CHAIN and EDBATCH_CUDA_LINEAR: their values, empty, and refusals") {
+  using Chain = CudaOptions::Chain;
+  const std::pair<const char*, Chain> chains[] = {
+      {"0", Chain::None}, {"forward", Chain::Forward}, {"1", Chain::All}, {"all", Chain::All}};
+  for (const auto& [value, expected] : chains) {
+    CAPTURE(value);
+    CudaOptions o;
+    o.chain = expected == Chain::Forward ? Chain::None : Chain::Forward;
+    setenv("EDBATCH_CUDA_CHAIN", value, 1);
+    CHECK(apply_debug_env(o).chain == expected);
+  }
+  setenv("EDBATCH_CUDA_CHAIN", "", 1);  // empty: the option as it was
+  CudaOptions forward;
+  forward.chain = Chain::Forward;
+  CHECK(apply_debug_env(forward).chain == Chain::Forward);
+  setenv("EDBATCH_CUDA_CHAIN", "2", 1);
+  CHECK(contains(message_of([] { apply_debug_env(CudaOptions{}); }),
+                 "EDBATCH_CUDA_CHAIN='2': expected 0, forward, 1 or all"));
+  unsetenv("EDBATCH_CUDA_CHAIN");
+
+  CudaOptions o;
+  setenv("EDBATCH_CUDA_LINEAR", "cublas", 1);
+  CHECK_FALSE(apply_debug_env(o).fused_linear);
+  o.fused_linear = false;
+  setenv("EDBATCH_CUDA_LINEAR", "fused", 1);
+  CHECK(apply_debug_env(o).fused_linear);
+  setenv("EDBATCH_CUDA_LINEAR", "cudnn", 1);
+  CHECK(contains(message_of([] { apply_debug_env(CudaOptions{}); }),
+                 "EDBATCH_CUDA_LINEAR='cudnn': expected cublas or fused"));
+  unsetenv("EDBATCH_CUDA_LINEAR");
+}
+
 // max_index returns each column's row as a float, exact up to 2^24. (Its refusal of an empty
 // argument is a guard: no builder makes an empty value, as the first check shows.)
 TEST_CASE("errors: max_index refuses columns of more than 2^24 rows") {

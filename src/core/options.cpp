@@ -1,8 +1,10 @@
 #include "edbatch/options.h"
 
 #include <cstdlib>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace edbatch {
 
@@ -16,33 +18,35 @@ namespace {
   throw std::invalid_argument(std::string("[apply_debug_env] ") + name + "='" + value +
                               "': expected " + expected);
 }
+
+// The variable `name`, when set and not empty, as one of `choices` into `out`; anything else
+// is refused, listing what is expected.
+template <class T>
+void choose(const char* name, std::initializer_list<std::pair<const char*, T>> choices,
+            const char* expected, T& out) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return;
+  for (const auto& [value, choice] : choices)
+    if (std::string(v) == value) {
+      out = choice;
+      return;
+    }
+  bad_value(name, v, expected);
+}
 }  // namespace
 
 CudaOptions apply_debug_env(CudaOptions o) {
-  if (const char* v = std::getenv("EDBATCH_CUDA_CHAIN")) {
-    const std::string s = v;
-    if (s == "0") o.chain = CudaOptions::Chain::None;
-    else if (s == "forward") o.chain = CudaOptions::Chain::Forward;
-    else if (s == "1" || s == "all") o.chain = CudaOptions::Chain::All;
-    else if (!s.empty()) bad_value("EDBATCH_CUDA_CHAIN", s, "0, forward, 1 or all");
-  }
-  if (const char* v = std::getenv("EDBATCH_CUDA_LINEAR")) {
-    const std::string s = v;
-    if (s == "cublas") o.fused_linear = false;
-    else if (s == "fused") o.fused_linear = true;
-    else if (!s.empty()) bad_value("EDBATCH_CUDA_LINEAR", s, "cublas or fused");
-  }
-  if (const char* v = std::getenv("EDBATCH_CUDA_STAGE_WAITS")) {
-    const std::string s = v;
-    if (s == "0")
-      o.stage_waits = CudaOptions::StageWaits::InOrder;
-    else if (s == "auto")
-      o.stage_waits = CudaOptions::StageWaits::Auto;
-    else if (s == "1")
-      o.stage_waits = CudaOptions::StageWaits::Always;
-    else if (!s.empty())
-      bad_value("EDBATCH_CUDA_STAGE_WAITS", s, "0, auto or 1");
-  }
+  using Chain = CudaOptions::Chain;
+  using Waits = CudaOptions::StageWaits;
+  choose<Chain>(
+      "EDBATCH_CUDA_CHAIN",
+      {{"0", Chain::None}, {"forward", Chain::Forward}, {"1", Chain::All}, {"all", Chain::All}},
+      "0, forward, 1 or all", o.chain);
+  choose<bool>("EDBATCH_CUDA_LINEAR", {{"cublas", false}, {"fused", true}}, "cublas or fused",
+               o.fused_linear);
+  choose<Waits>("EDBATCH_CUDA_STAGE_WAITS",
+                {{"0", Waits::InOrder}, {"auto", Waits::Auto}, {"1", Waits::Always}},
+                "0, auto or 1", o.stage_waits);
   if (std::getenv("EDBATCH_CUDA_SYNC")) o.sync_each_launch = env_flag("EDBATCH_CUDA_SYNC");
   if (std::getenv("EDBATCH_CUDA_PROFILE")) o.profile = env_flag("EDBATCH_CUDA_PROFILE");
   return o;
