@@ -1,6 +1,7 @@
 // The ready frontier per type with O(1) updates per node, the per-type chain lower bound, and the
 // three scheduling modes (node by node, static depth groups, frontier policies).
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -15,9 +16,10 @@ bool is_source(const Node& n) { return !is_scheduled(n.op); }
 uint32_t producer(const Graph& g, uint32_t a) { return scheduled_producer(g, a); }
 }  // namespace
 
-uint32_t scheduled_producer(const Graph& g, uint32_t a) {
+uint32_t scheduled_producer(const Graph& g, uint32_t a, uint32_t* output) {
   const Node* n = &g.node(a);
   while (op_info(n->op).rule == BatchRule::View) {
+    if (output && n->op == Op::Output) *output = n->aux;
     a = g.args(*n)[0];
     n = &g.node(a);
   }
@@ -44,7 +46,12 @@ void Scheduler::prepare(const Graph& g) {
   // below: producer_[k] for argument k of the segment's nodes, in argument order.
   const uint32_t arg_base = n > 0 ? nodes[0].arg_begin : 0;
   const size_t arg_end = end_ < g.size() ? g.node(end_).arg_begin : g.all_args().size();
+  arg_base_ = arg_base;
   producer_.assign(arg_end - arg_base, UINT32_MAX);
+  if (reads_) {
+    output_.assign(arg_end - arg_base, Schedule::kWholeBatch);
+    read_producer_.resize(arg_end - arg_base);
+  }
   // Pending inputs, consumer lists (CSR) and depth.
   pending_.assign(n, 0);
   depth_.assign(n, 0);
@@ -55,8 +62,16 @@ void Scheduler::prepare(const Graph& g) {
     const uint32_t* a = g.args(nd);
     uint32_t* pr = producer_.data() + (nd.arg_begin - arg_base);
     uint32_t d = 0;
+    if (reads_) {  // also the producers that ran before, and the outputs read
+      uint32_t* rp = read_producer_.data() + (nd.arg_begin - arg_base);
+      uint32_t* out = output_.data() + (nd.arg_begin - arg_base);
+      for (uint32_t i = 0; i < nd.num_args; ++i) {
+        rp[i] = scheduled_producer(g, a[i], out + i);
+        pr[i] = rp[i] == UINT32_MAX || rp[i] < first_ ? UINT32_MAX : rp[i] - first_;
+      }
+    }
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      const uint32_t p = local_producer(g, a[i]);
+      const uint32_t p = reads_ ? pr[i] : local_producer(g, a[i]);
       pr[i] = p;
       if (p == UINT32_MAX) continue;
       ++pending_[v];
@@ -152,10 +167,89 @@ void Scheduler::extend(const Graph& g, Policy& policy, Schedule& out, uint32_t f
   first_ = first_node;
   prepare(g);
   for (uint32_t t = 0; t < top_.size(); ++t) out.lower_bound += top_[t];
+  const uint32_t first_batch = static_cast<uint32_t>(out.batches.size());
   switch (policy.kind()) {
     case Policy::Kind::NodeByNode: run_node_by_node(g, out); break;
     case Policy::Kind::Depth: run_depth(g, out); break;
     case Policy::Kind::Frontier: run_frontier(g, policy, out); break;
+  }
+  if (reads_) collect_reads(g, out, first_batch);
+}
+
+void Scheduler::collect_reads(const Graph& g, Schedule& out, uint32_t first_batch) {
+  // The batch of every node scheduled so far: this extend's, and those before it, kept from the
+  // extend before when it made this same schedule (its id says so; a copy of it, as the plan
+  // cache serves, has the same content), else found again.
+  const uint32_t nb = static_cast<uint32_t>(out.batches.size());
+  batch_of_.resize(g.size());
+  static std::atomic<uint64_t> next_id{1};
+  const uint32_t from =
+      out.reads_id == reads_id_ && first_batch == reads_batches_ ? first_batch : 0;
+  for (uint32_t b = from; b < nb; ++b)
+    for (uint32_t i = 0; i < out.batches[b].count; ++i)
+      batch_of_[out.nodes[out.batches[b].begin + i]] = b;
+  out.reads_id = reads_id_ = next_id++;
+  reads_batches_ = nb;
+  out.read_begin.resize(first_batch + 1, static_cast<uint32_t>(out.reads.size() / 2));
+  // Every argument's (reader batch, producer batch, output), in node order (the nodes, their
+  // producers and arguments lie in memory in that order; batch by batch they would be scattered
+  // over the graph), then grouped by reader batch, where each pair is kept once: per producer
+  // batch, a mask of what the reader reads of it (bit o for output o, bit kWholeBatch for all of
+  // it, which covers every output).
+  // Most arguments repeat a triple met shortly before (the nodes of one instance read the same
+  // few batches): a direct-mapped filter of recent triples keeps most repeats out of the sort.
+  const uint32_t n = end_ - first_;
+  const Node* nodes = g.nodes().data() + first_;
+  triples_.resize(3 * read_producer_.size());
+  recent_.assign(kRecent, UINT64_MAX);
+  size_t count = 0;
+  for (uint32_t v = 0; v < n; ++v) {
+    const Node& nd = nodes[v];
+    if (is_source(nd)) continue;
+    const uint32_t b = batch_of_[v + first_];
+    const uint32_t* rp = read_producer_.data() + (nd.arg_begin - arg_base_);
+    const uint32_t* o = output_.data() + (nd.arg_begin - arg_base_);
+    for (uint32_t k = 0; k < nd.num_args; ++k) {
+      if (rp[k] == UINT32_MAX) continue;
+      const uint32_t pb = batch_of_[rp[k]], output = std::min(o[k], Schedule::kWholeBatch);
+      const uint64_t key = uint64_t{b} << 38 | uint64_t{pb} << 6 | output;
+      uint64_t& slot = recent_[(key * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits)];
+      if (slot == key) continue;
+      slot = key;
+      uint32_t* t = triples_.data() + 3 * count++;
+      t[0] = b;
+      t[1] = pb;
+      t[2] = output;
+    }
+  }
+  triples_.resize(3 * count);
+  const uint32_t new_batches = nb - first_batch;
+  cursor_.assign(new_batches + 1, 0);
+  for (size_t t = 0; t < triples_.size(); t += 3) ++cursor_[triples_[t] - first_batch + 1];
+  for (uint32_t b = 0; b < new_batches; ++b) cursor_[b + 1] += cursor_[b];
+  sorted_.resize(2 * (triples_.size() / 3));
+  for (size_t t = 0; t < triples_.size(); t += 3) {
+    const uint32_t at = cursor_[triples_[t] - first_batch]++;
+    sorted_[2 * at] = triples_[t + 1];
+    sorted_[2 * at + 1] = triples_[t + 2];
+  }
+  seen_.assign(nb, UINT32_MAX);
+  mask_.resize(nb);
+  constexpr uint64_t kWhole = uint64_t{1} << Schedule::kWholeBatch;
+  for (uint32_t b = first_batch, r = 0; b < nb; ++b) {
+    for (const uint32_t end = cursor_[b - first_batch]; r < end; ++r) {  // cursor: the end now
+      const uint32_t pb = sorted_[2 * r], output = sorted_[2 * r + 1];
+      const uint64_t bit = uint64_t{1} << output;
+      if (seen_[pb] != b) {
+        seen_[pb] = b;
+        mask_[pb] = 0;
+      }
+      if (mask_[pb] & (bit | kWhole)) continue;
+      mask_[pb] |= bit;
+      out.reads.push_back(pb);
+      out.reads.push_back(output);
+    }
+    out.read_begin.push_back(static_cast<uint32_t>(out.reads.size() / 2));
   }
 }
 

@@ -525,14 +525,15 @@ CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu
   Graph g(pc);
   const Expr loss = build_model(*m, g);
   const Run cpu = run_on("cpu", g, loss, "agenda");
-  uint64_t in_order_stages = 0;
-  for (const char* mode : {"in order", "waits", "unchained"}) {
+  uint64_t in_order_stages = 0, waits_stages = 0;
+  for (const char* mode : {"in order", "waits", "auto", "unchained"}) {
     CAPTURE(mode);
     CudaOptions cuda;
     cuda.chain =
         std::string(mode) == "unchained" ? CudaOptions::Chain::None : CudaOptions::Chain::All;
-    cuda.stage_waits = std::string(mode) == "waits" ? CudaOptions::StageWaits::Always
-                                                    : CudaOptions::StageWaits::InOrder;
+    cuda.stage_waits = std::string(mode) == "waits"  ? CudaOptions::StageWaits::Always
+                       : std::string(mode) == "auto" ? CudaOptions::StageWaits::Auto
+                                                     : CudaOptions::StageWaits::InOrder;
     const Run gpu = run_on("cuda", g, loss, "agenda", true, cuda);
     check_same(gpu, cpu, g);
     // Chained: a few launches for the whole forward and backward, each running many stages;
@@ -544,6 +545,9 @@ CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu
     } else if (std::string(mode) == "waits") {
       CHECK(gpu.kernels < gpu.batches);
       CHECK(gpu.stages < in_order_stages);  // the dependent ones: fewer
+      waits_stages = gpu.stages;
+    } else if (std::string(mode) == "auto") {
+      CHECK(gpu.stages == waits_stages);  // a whole graph: the waits of Always
     } else {
       CHECK(gpu.kernels > gpu.batches);
       CHECK(gpu.stages == gpu.kernels);

@@ -136,6 +136,9 @@ class Backend {
   // parameters fetches them). The default is apply_update on the host.
   virtual void optimizer_step(ParameterCollection& params, const UpdateRule& rule,
                               OptimizerState& state);
+  // Whether this backend orders its work by what each batch reads (Schedule::reads): the engine
+  // then asks its scheduler for them.
+  virtual bool wants_batch_reads() const { return false; }
   // Waits for all queued work (no-op where nothing is queued).
   virtual void synchronize() {}
   // Device memory interop; nullptr on backends without a device.
@@ -165,9 +168,9 @@ struct CudaOptions {
   bool sync_each_launch = false;  // wait and check after every launch (names the failing kernel)
   bool fused_linear = true;       // fused GEMM kernels; false: every GEMM step through cuBLAS
   bool profile = false;           // print kernel counts and device times per pass at exit
-  // What a chained launch's stages wait for: the stages whose values they read (independent
-  // stages overlap; Auto: for whole passes of at most a few dozen nodes per stage, where finding
-  // them costs less host time than overlapping saves), or the stage before (InOrder).
+  // What a chained launch's stages wait for: the stages whose values they read, so that
+  // independent stages overlap (Auto: every pass but incremental forwards, whose stages form
+  // one chain; Always: those too), or the stage before (InOrder).
   enum class StageWaits { InOrder, Auto, Always };
   StageWaits stage_waits = StageWaits::Auto;
 };

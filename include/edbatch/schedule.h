@@ -20,10 +20,22 @@ struct Schedule {
   std::vector<uint32_t> nodes;  // every non-source node exactly once, batch by batch
   std::vector<Batch> batches;
   uint32_t lower_bound = 0;     // sum over types of the longest chain of nodes of that type
+  // With Scheduler::set_reads(true), what each batch reads from earlier batches (of its own
+  // extend and of those before it): batch b's pairs (producer batch, output) are
+  // reads[2 * read_begin[b], 2 * read_begin[b + 1]), each once, where `output` is the index of a
+  // block call's output read through its Output view, or kWholeBatch for the batch's own values
+  // (and for outputs past 62). A kWholeBatch pair may follow pairs of single outputs of the same
+  // batch, never the reverse. Empty when not asked for.
+  static constexpr uint32_t kWholeBatch = 63;
+  std::vector<uint32_t> read_begin, reads;
+  uint64_t reads_id = 0;  // which scheduler call wrote the reads last (0: none)
   void clear() {
     nodes.clear();
     batches.clear();
     lower_bound = 0;
+    read_begin.clear();
+    reads.clear();
+    reads_id = 0;
   }
 };
 
@@ -99,11 +111,16 @@ class Scheduler : private Frontier {
   // size, not the graph's. Nodes from end_node on are left for a later extend.
   void extend(const Graph& g, Policy& policy, Schedule& out, uint32_t first_node,
               uint32_t end_node = UINT32_MAX);
+  // Also fill Schedule::reads (a backend that orders its device work by what each batch reads
+  // asks for them: a few ns per argument, spent where the producers are resolved anyway).
+  void set_reads(bool on) { reads_ = on; }
 
  private:
   void prepare(const Graph& g);
   // A's scheduled producer as an index from first_, or UINT32_MAX (a source, or it has run).
   uint32_t local_producer(const Graph& g, uint32_t a) const;
+  // Schedule::reads of out's batches from first_batch on.
+  void collect_reads(const Graph& g, Schedule& out, uint32_t first_batch);
   void run_node_by_node(const Graph& g, Schedule& out);
   void run_depth(const Graph& g, Schedule& out);
   void run_frontier(const Graph& g, Policy& policy, Schedule& out);
@@ -115,11 +132,25 @@ class Scheduler : private Frontier {
   std::vector<uint32_t> type_count_, bucket_;
   uint32_t first_ = 0;  // nodes before it have run; per-node arrays start here
   uint32_t end_ = 0;    // nodes from it on are not scheduled this time
+  uint32_t arg_base_ = 0;  // the first argument of the segment's nodes (producer_[0])
+  bool reads_ = false;
+  // With reads_, per argument of the segment's nodes: its scheduled producer (those that ran
+  // before included) and the call output it reads.
+  std::vector<uint32_t> read_producer_, output_;
+  std::vector<uint32_t> batch_of_;  // collect_reads: per graph node scheduled so far, its batch
+  uint64_t reads_id_ = 0;           // the Schedule::reads_id batch_of_ describes
+  uint32_t reads_batches_ = 0;      // ... up to this batch
+  std::vector<uint32_t> triples_, sorted_, cursor_;  // collect_reads: the arguments' reads
+  static constexpr uint32_t kRecentBits = 12, kRecent = 1u << kRecentBits;
+  std::vector<uint64_t> recent_;  // collect_reads: triples met lately
+  std::vector<uint32_t> seen_;    // collect_reads: per batch, the reader that last met it
+  std::vector<uint64_t> mask_;    // collect_reads: per batch, what that reader reads of it
 };
 
 // The scheduled node that computes node `a`'s value (a view resolves to the node it views), or
-// UINT32_MAX for inputs and parameters.
-uint32_t scheduled_producer(const Graph& g, uint32_t a);
+// UINT32_MAX for inputs and parameters. `output`, when given, is set to the index of the block
+// call's output when the views pass through an Output view (left alone otherwise).
+uint32_t scheduled_producer(const Graph& g, uint32_t a, uint32_t* output = nullptr);
 
 // Checks that every non-source node runs exactly once, after all its inputs, and that each batch
 // holds nodes of its type only. Throws std::runtime_error naming the offending node.

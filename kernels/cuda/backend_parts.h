@@ -268,7 +268,6 @@ struct LaunchPlan {
   std::vector<uint16_t> stage_of;  // per ticket of each chained launch: its stage
   std::vector<uint32_t> waits;     // pairs (stage, its thread blocks) each stage waits for
   uint32_t counters_floats = 0;
-  uint32_t critical_stages = 0;  // the longest chain of waits, over the pass's launches
 
   void plan(const Pass& pass, const CudaOptions& options);
 
@@ -281,6 +280,11 @@ struct LaunchPlan {
   // an atomic addition): the stages adding into the adjoints of its outputs, those of the
   // groups and batches that read them; the lookups' table gradients wait for every stage.
   void wait_for_producers(const Pass& pass);
+  // Per batch of the pass: the (batch, group) pairs it reads, producers_ by producer_begin_;
+  // backward also the reverse, consumers_ by consumer_begin_.
+  void collect_producers(const Pass& pass);
+  // Each stage's waits from those lists, in launch order.
+  void choose_waits(const Pass& pass);
 
   // A block's groups: which groups each reads, which read the call's inputs, each output's.
   struct BlockDeps {
@@ -301,18 +305,17 @@ struct LaunchPlan {
   // of the batches reading `batch` that add into its outputs' adjoints.
   void readers_of(uint32_t batch);
 
-  std::vector<uint32_t> command_stage_;  // per command: its stage in the pass, or UINT32_MAX
-  std::vector<uint32_t> batch_of_, batch_stamp_;  // per graph node: its batch in this pass
-  uint32_t stamp_ = 0;
+  std::vector<uint32_t> command_stage_;    // per command: its stage in the pass, or UINT32_MAX
   std::vector<uint32_t> last_stage_;       // per batch: its latest stage so far, or UINT32_MAX
   std::vector<const BlockDeps*> call_of_;  // per batch: its block's groups (call batches)
   std::vector<uint32_t> group_base_, group_stage_;  // call batches: latest stage per group
   std::vector<uint32_t> producers_;                 // pairs (batch, group) each batch reads
-  std::vector<uint32_t> producer_begin_, seen_;
+  std::vector<uint32_t> producer_begin_;
+  std::vector<uint32_t> seen_;    // per batch: the batch whose producers last met it
+  std::vector<uint32_t> cursor_;  // fill positions while grouping pairs by batch
   std::vector<uint32_t> consumer_begin_, consumers_;  // backward: pairs (batch, group) per batch
   std::vector<uint32_t> readers_, mark_;
   std::vector<uint64_t> seen_mask_;
-  std::vector<uint32_t> reads_, sorted_reads_;  // per argument read: (batch, producer, group)
   uint32_t readers_batch_ = UINT32_MAX;
   std::deque<BlockDeps> blocks_;  // deque: call_of_ keeps pointers into it
   size_t blocks_used_ = 0;

@@ -1,9 +1,10 @@
 // Chained launches: a run of a pass's kernels as one launch (see Chain in device.h). Thread
 // blocks take tickets in the order they start; ticket t runs one thread block of the stage that
-// holds it once the stages it waits for have finished (LaunchPlan::plan: the stage before, or in
-// a forward pass the stages whose values it reads), so each stage runs with exactly the thread
-// blocks its own launch would have had, stages that do not depend on each other overlap, and
-// only thread blocks of later stages wait rather than the whole grid.
+// holds it once the stages it waits for have finished (LaunchPlan::plan: the stage before it, or
+// the stages writing what it reads: in a forward pass its arguments' values, in a backward pass
+// its outputs' adjoints), so each stage runs with exactly the thread blocks its own launch would
+// have had, stages that do not depend on each other overlap, and only thread blocks of later
+// stages wait rather than the whole grid.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/device.h"

@@ -76,6 +76,9 @@ class CudaBackend : public Backend {
     {
       Profiler::Phase encoding(profiler_, "(host: forward, encoding)");
       encode(pass);
+    }
+    {
+      Profiler::Phase planning(profiler_, "(host: forward, launch plan)");
       launches_.plan(pass, options_);
     }
     {
@@ -98,8 +101,14 @@ class CudaBackend : public Backend {
     params_.upload_grads_if_changed(p.params);
     adjoints_mirror_.reset(arenas_.total_floats);
     Pass pass = new_pass(p, false);
-    encode(pass);
-    launches_.plan(pass, options_);
+    {
+      Profiler::Phase encoding(profiler_, "(host: backward, encoding)");
+      encode(pass);
+    }
+    {
+      Profiler::Phase planning(profiler_, "(host: backward, launch plan)");
+      launches_.plan(pass, options_);
+    }
     uploads_.backward(p.plan, pass, launches_);
     EDBATCH_CUDA_CHECK(cudaMemsetAsync(arenas_.adjoints.as(), 0,
                                        p.plan.total_floats * sizeof(float), queue_.stream()));
@@ -189,6 +198,9 @@ class CudaBackend : public Backend {
     optim_.step(pc, rule, state);
   }
 
+  bool wants_batch_reads() const override {
+    return options_.stage_waits != CudaOptions::StageWaits::InOrder;
+  }
   void synchronize() override { queue_.wait(); }
   DeviceInterop* device_interop() override { return &interop_; }
 

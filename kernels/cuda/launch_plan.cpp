@@ -13,8 +13,6 @@ namespace edbatch::cuda {
 
 namespace {
 
-constexpr uint32_t kWaitsNodesPerStage = 24;
-
 // The stage a command runs as in a chained launch and its thread blocks, or false when it cannot
 // be chained (cuBLAS, gathers and scatters are launched on their own).
 bool stage_of_command(const Pass& pass, const Command& c, Stage* st, uint32_t* blocks) {
@@ -84,22 +82,16 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
     waits.clear();
     return;
   }
-  // Finding what each stage reads costs host time that grows faster than the pass (every
-  // argument, then each command's producer batches and their groups): on the H100 machine's
-  // host a forward's encoding went from 106 to 215 us (Tree-LSTM, B = 32) but from 114 to 566
-  // (B = 128) and 698 to 5,528 us (random DAGs, B = 128), more than the stages saved there
-  // (about 7 us each). Past kWaitsNodesPerStage scheduled nodes per stage (mini-batches of 32
-  // have 9-20, of 128 32-72) stages wait in order, and so do incremental forwards (a decoding
-  // step is one chain of dependent stages, where the search would only add host time).
-  uint64_t nodes = 0;
-  const Schedule& sch = pass.p->schedule;
-  for (size_t b = pass.forward ? pass.first_batch : 0; b < sch.batches.size(); ++b)
-    nodes += sch.batches[b].count;
+  // What each batch reads comes with the schedule (Schedule::reads, found where the scheduler
+  // resolves the producers anyway); a schedule made without it runs in order. Auto leaves
+  // incremental forwards in order: a decoding step is one chain of dependent stages, where the
+  // search would only add host time.
   using Waits = CudaOptions::StageWaits;
+  const Schedule& sch = pass.p->schedule;
+  const bool reads = sch.read_begin.size() == sch.batches.size() + 1;
   const bool increment = pass.forward && pass.p->first_segment > 0;
-  if (options.stage_waits == Waits::Always ||
-      (options.stage_waits == Waits::Auto && !increment &&
-       nodes <= uint64_t{kWaitsNodesPerStage} * stages.size()))
+  if (reads &&
+      (options.stage_waits == Waits::Always || (options.stage_waits == Waits::Auto && !increment)))
     wait_for_producers(pass);
   else
     wait_in_order();
@@ -228,27 +220,12 @@ void LaunchPlan::wait_for_producers(const Pass& pass) {
   const Graph& g = pass.p->graph;
   const Schedule& sch = pass.p->schedule;
   const uint32_t nb = static_cast<uint32_t>(sch.batches.size());
-  const uint32_t fb = pass.first_batch;
-  // Each node of the batches this pass runs: its batch (stamped, so that nodes of earlier
-  // increments, whose values are already there, read as no batch). Call batches: their block.
-  if (batch_of_.size() < g.size()) {
-    batch_of_.resize(g.size());
-    batch_stamp_.resize(g.size(), 0);
-  }
-  if (++stamp_ == 0) {
-    std::fill(batch_stamp_.begin(), batch_stamp_.end(), 0);
-    stamp_ = 1;
-  }
+  // Call batches: their block's groups, and a stage per group.
   blocks_used_ = 0;
   call_of_.assign(nb, nullptr);
   group_base_.assign(nb, UINT32_MAX);
   group_stage_.clear();
-  for (uint32_t b = fb; b < nb; ++b) {
-    for (uint32_t i = 0; i < sch.batches[b].count; ++i) {
-      const uint32_t v = sch.nodes[sch.batches[b].begin + i];
-      batch_of_[v] = b;
-      batch_stamp_[v] = stamp_;
-    }
+  for (uint32_t b = pass.first_batch; b < nb; ++b) {
     const Node& first = g.node(sch.nodes[sch.batches[b].begin]);
     const Block* block = first.op == Op::Call ? pass.p->params.block(first.aux) : nullptr;
     if (block == nullptr) continue;
@@ -256,64 +233,33 @@ void LaunchPlan::wait_for_producers(const Pass& pass) {
     group_base_[b] = static_cast<uint32_t>(group_stage_.size());
     group_stage_.resize(group_stage_.size() + block->plan().groups.size(), UINT32_MAX);
   }
-  // What each batch reads: (batch, group) pairs, a group of a call batch where the argument is
-  // one of its outputs, else kNoOperand (the whole batch). First one entry (batch, producer,
-  // group) per argument, in node order (a node's arguments are mostly close to it, where the
-  // batches' order would jump across the graph), then grouped by batch, each pair once.
-  const MemoryPlan& mp = pass.p->plan;
-  const uint32_t first_node = pass.forward && pass.p->first_segment < mp.segments.size()
-                                  ? mp.segments[pass.p->first_segment].node_begin
-                                  : 0;
-  reads_.clear();
-  for (uint32_t id = first_node; id < g.size(); ++id) {
-    if (batch_stamp_[id] != stamp_) continue;
-    const uint32_t b = batch_of_[id];
-    const Node& n = g.node(id);
-    const uint32_t* a = g.args(n);
-    uint32_t last_pb = UINT32_MAX, last_entry = UINT32_MAX;
-    for (uint32_t k = 0; k < n.num_args; ++k) {
-      uint32_t v = a[k];
-      uint32_t output = kNoOperand;
-      while (batch_stamp_[v] != stamp_) {  // not run by this pass: a view of a node that is?
-        const Node& w = g.node(v);
-        if (op_info(w.op).rule != BatchRule::View || w.num_args == 0) break;
-        if (w.op == Op::Output) output = w.aux;
-        v = g.args(w)[0];
-        if (w.op == Op::Output) break;
-      }
-      if (batch_stamp_[v] != stamp_) continue;
-      const uint32_t pb = batch_of_[v];
-      if (pb == b) continue;
-      const uint32_t group =
-          call_of_[pb] && output != kNoOperand && output < call_of_[pb]->output_group.size()
-              ? call_of_[pb]->output_group[output]
-              : kNoOperand;
-      const uint32_t entry = group < 63 ? group : kNoOperand;  // groups past 62: the whole
-      if (pb == last_pb && entry == last_entry) continue;
-      last_pb = pb;
-      last_entry = entry;
-      reads_.insert(reads_.end(), {b, pb, entry});
-    }
-  }
-  producer_begin_.assign(nb - fb + 1, 0);
-  for (size_t r = 0; r < reads_.size(); r += 3) ++producer_begin_[reads_[r] - fb + 1];
-  for (uint32_t b = fb; b < nb; ++b) producer_begin_[b - fb + 1] += producer_begin_[b - fb];
-  sorted_reads_.resize(2 * (reads_.size() / 3));
-  seen_.assign(producer_begin_.begin(), producer_begin_.end() - 1);  // fill cursors
-  for (size_t r = 0; r < reads_.size(); r += 3) {
-    const uint32_t at = seen_[reads_[r] - fb]++;
-    sorted_reads_[2 * at] = reads_[r + 1];
-    sorted_reads_[2 * at + 1] = reads_[r + 2];
-  }
+  collect_producers(pass);
+  choose_waits(pass);
+}
+
+void LaunchPlan::collect_producers(const Pass& pass) {
+  const Schedule& sch = pass.p->schedule;
+  const uint32_t nb = static_cast<uint32_t>(sch.batches.size());
+  const uint32_t fb = pass.first_batch;
+  // What each batch reads (the scheduler's lists, Schedule::reads) as (batch, group) pairs: the
+  // group of a call batch computing the output read, else kNoOperand (the whole batch), each
+  // pair once (outputs of one group read twice, a whole batch after its groups: a mask per
+  // producer batch, bit 63 for the whole batch, bit q for its group q).
   producers_.clear();
+  producer_begin_.resize(nb - fb + 1);
   seen_.assign(nb, UINT32_MAX);
   seen_mask_.resize(nb);
   for (uint32_t b = fb; b < nb; ++b) {
-    const uint32_t begin = producer_begin_[b - fb], end = producer_begin_[b - fb + 1];
     producer_begin_[b - fb] = static_cast<uint32_t>(producers_.size());
-    for (uint32_t r = begin; r < end; ++r) {
-      const uint32_t pb = sorted_reads_[2 * r], entry = sorted_reads_[2 * r + 1];
-      // Bit 63 of pb's mask: the whole batch; bit g: its group g.
+    for (uint32_t r = sch.read_begin[b]; r < sch.read_begin[b + 1]; ++r) {
+      const uint32_t pb = sch.reads[2 * r], output = sch.reads[2 * r + 1];
+      if (pb < fb) continue;  // ran in an earlier pass
+      const BlockDeps* call = call_of_[pb];
+      const uint32_t group =
+          call && output != Schedule::kWholeBatch && output < call->output_group.size()
+              ? call->output_group[output]
+              : kNoOperand;
+      const uint32_t entry = group < 63 ? group : kNoOperand;  // groups past 62: the whole
       const uint64_t bit = uint64_t{1} << (entry == kNoOperand ? 63 : entry);
       if (seen_[pb] != b) {
         seen_[pb] = b;
@@ -332,15 +278,19 @@ void LaunchPlan::wait_for_producers(const Pass& pass) {
     for (size_t q = 0; q < producers_.size(); q += 2) ++consumer_begin_[producers_[q] + 1];
     for (uint32_t b = 0; b < nb; ++b) consumer_begin_[b + 1] += consumer_begin_[b];
     consumers_.resize(producers_.size());
-    seen_.assign(consumer_begin_.begin(), consumer_begin_.end() - 1);  // fill cursors
+    cursor_.assign(consumer_begin_.begin(), consumer_begin_.end() - 1);
     for (uint32_t b = fb; b < nb; ++b)
       for (uint32_t q = producer_begin_[b - fb]; q < producer_begin_[b - fb + 1]; q += 2) {
-        const uint32_t at = seen_[producers_[q]]++;
+        const uint32_t at = cursor_[producers_[q]]++;
         consumers_[2 * at] = b;
         consumers_[2 * at + 1] = producers_[q + 1];
       }
   }
+}
 
+void LaunchPlan::choose_waits(const Pass& pass) {
+  const uint32_t nb = static_cast<uint32_t>(pass.p->schedule.batches.size());
+  const uint32_t fb = pass.first_batch;
   // Per stage: the prefix of the launch's stages finished when it starts, and a window of the
   // 64 stages before it (bit j: stage s - 1 - j finished). A candidate those already cover is
   // not waited for: waiting for a stage waits for everything that stage waited for.
@@ -364,20 +314,26 @@ void LaunchPlan::wait_for_producers(const Pass& pass) {
       const bool ours = !is_lookups && c.batch >= fb && c.batch < nb;
       const BlockDeps* call = ours ? call_of_[c.batch] : nullptr;
       const bool grouped = call && c.block_group != kNoOperand;
+      // A grouped command: its own groups' earlier stages, and the groups of its call that
+      // its groups read (forward) or that read them (backward, adding into their adjoints).
+      // Otherwise the batch's commands run in order.
+      const auto add_groups = [&](const std::vector<uint32_t>& begin,
+                                  const std::vector<uint32_t>& list) {
+        for (const uint32_t q : {c.block_group, c.block_group2}) {
+          if (q == kNoOperand) continue;
+          add(group_stage_[group_base_[c.batch] + q]);
+          for (uint32_t e = begin[q]; e < begin[q + 1]; ++e)
+            add(group_stage_[group_base_[c.batch] + list[e]]);
+        }
+      };
+      if (ours && !grouped) add_producer(l, s, c.batch, kNoOperand);
       if (ours && pass.forward) {
         add(lookups);
         bool inputs = !grouped;
         if (grouped) {
-          // The stages of the groups it reads (and its own group's earlier commands).
-          for (const uint32_t q : {c.block_group, c.block_group2}) {
-            if (q == kNoOperand) continue;
-            add(group_stage_[group_base_[c.batch] + q]);
-            for (uint32_t e = call->dep_begin[q]; e < call->dep_begin[q + 1]; ++e)
-              add(group_stage_[group_base_[c.batch] + call->deps[e]]);
-            inputs = inputs || call->reads_inputs[q];
-          }
-        } else {
-          add_producer(l, s, c.batch, kNoOperand);  // the batch's commands run in order
+          add_groups(call->dep_begin, call->deps);
+          for (const uint32_t q : {c.block_group, c.block_group2})
+            inputs = inputs || (q != kNoOperand && call->reads_inputs[q]);
         }
         if (inputs)
           for (uint32_t q = producer_begin_[c.batch - fb]; q < producer_begin_[c.batch - fb + 1];
@@ -387,16 +343,7 @@ void LaunchPlan::wait_for_producers(const Pass& pass) {
         // Backward: the stages that add into the adjoints it reads, those of its own outputs:
         // the groups of its call that read its group, and every reader of the batch (or of the
         // output its group computes), whose input-reading groups add into them.
-        if (grouped) {
-          for (const uint32_t q : {c.block_group, c.block_group2}) {
-            if (q == kNoOperand) continue;
-            add(group_stage_[group_base_[c.batch] + q]);
-            for (uint32_t e = call->rdep_begin[q]; e < call->rdep_begin[q + 1]; ++e)
-              add(group_stage_[group_base_[c.batch] + call->rdeps[e]]);
-          }
-        } else {
-          add_producer(l, s, c.batch, kNoOperand);
-        }
+        if (grouped) add_groups(call->rdep_begin, call->rdeps);
         if (readers_batch_ != c.batch) readers_of(c.batch);
         for (size_t e = 0; e < readers_.size(); e += 2) {
           const uint32_t group = readers_[e];
@@ -417,8 +364,7 @@ void LaunchPlan::wait_for_producers(const Pass& pass) {
       uint64_t known = 0;
       uint32_t depth = 0;
       for (size_t q = 0; q < candidates_.size(); ++q) {
-        const uint32_t d = candidates_[q];
-        if (q > 0 && d == candidates_[q - 1]) continue;
+        const uint32_t d = candidates_[q];  // candidate() added each stage once
         if (static_cast<int64_t>(d) <= prefix) continue;
         const uint32_t bit = s - 1 - d;
         if (bit < 64 && ((known >> bit) & 1)) continue;

@@ -52,6 +52,7 @@ Engine::Engine(ParameterCollection& params, std::unique_ptr<Policy> policy, Engi
   plan_options_.order_for_consumers = options_.order_for_consumers;
   backend_ = make_backend(options_.device,
                           {options_.threads, options_.min_parallel_work, options_.cuda});
+  scheduler_.set_reads(backend_->wants_batch_reads());
   plan_cache_ = std::make_unique<PlanCache>(options_.plan_cache_bytes);
 }
 

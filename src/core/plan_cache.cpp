@@ -84,7 +84,8 @@ void PlanCache::offer(const Graph& g, const Schedule& s, const MemoryPlan& p,
                       const Policy::Lookups& lookups) {
   if (!repeat_) return;  // a key seen for the first time (or its table slot was taken since)
   const size_t bytes = sizeof(Entry) + g.size() * sizeof(Node) + g.all_args().size() * 4 +
-                       s.nodes.size() * 4 + s.batches.size() * sizeof(Batch) + plan_bytes(p);
+                       (s.nodes.size() + s.read_begin.size() + s.reads.size()) * 4 +
+                       s.batches.size() * sizeof(Batch) + plan_bytes(p);
   if (bytes > budget_) return;
   // Room is made from entries unused for a while only: structures that come back in a cycle
   // longer than the budget holds (the evaluation set, epoch after epoch) keep the part that fits
