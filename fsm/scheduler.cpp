@@ -48,7 +48,7 @@ void Scheduler::prepare(const Graph& g) {
   const size_t arg_end = end_ < g.size() ? g.node(end_).arg_begin : g.all_args().size();
   arg_base_ = arg_base;
   producer_.assign(arg_end - arg_base, UINT32_MAX);
-  if (reads_) {
+  if (reading_) {
     output_.assign(arg_end - arg_base, Schedule::kWholeBatch);
     read_producer_.resize(arg_end - arg_base);
   }
@@ -62,7 +62,7 @@ void Scheduler::prepare(const Graph& g) {
     const uint32_t* a = g.args(nd);
     uint32_t* pr = producer_.data() + (nd.arg_begin - arg_base);
     uint32_t d = 0;
-    if (reads_) {  // also the producers that ran before, and the outputs read
+    if (reading_) {  // also the producers that ran before, and the outputs read
       uint32_t* rp = read_producer_.data() + (nd.arg_begin - arg_base);
       uint32_t* out = output_.data() + (nd.arg_begin - arg_base);
       for (uint32_t i = 0; i < nd.num_args; ++i) {
@@ -71,7 +71,7 @@ void Scheduler::prepare(const Graph& g) {
       }
     }
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      const uint32_t p = reads_ ? pr[i] : local_producer(g, a[i]);
+      const uint32_t p = reading_ ? pr[i] : local_producer(g, a[i]);
       pr[i] = p;
       if (p == UINT32_MAX) continue;
       ++pending_[v];
@@ -165,6 +165,7 @@ void Scheduler::extend(const Graph& g, Policy& policy, Schedule& out, uint32_t f
                                 " is past the end, node " + std::to_string(end_) + " of " +
                                 std::to_string(g.size()));
   first_ = first_node;
+  reading_ = reads_ == BatchReads::Always || (reads_ == BatchReads::WholeGraphs && first_ == 0);
   prepare(g);
   for (uint32_t t = 0; t < top_.size(); ++t) out.lower_bound += top_[t];
   const uint32_t first_batch = static_cast<uint32_t>(out.batches.size());
@@ -173,7 +174,7 @@ void Scheduler::extend(const Graph& g, Policy& policy, Schedule& out, uint32_t f
     case Policy::Kind::Depth: run_depth(g, out); break;
     case Policy::Kind::Frontier: run_frontier(g, policy, out); break;
   }
-  if (reads_) collect_reads(g, out, first_batch);
+  if (reading_) collect_reads(g, out, first_batch);
 }
 
 void Scheduler::collect_reads(const Graph& g, Schedule& out, uint32_t first_batch) {
@@ -201,7 +202,9 @@ void Scheduler::collect_reads(const Graph& g, Schedule& out, uint32_t first_batc
   const uint32_t n = end_ - first_;
   const Node* nodes = g.nodes().data() + first_;
   triples_.resize(3 * read_producer_.size());
-  recent_.assign(kRecent, UINT64_MAX);
+  uint32_t bits = 6;  // a filter of about the arguments' count, at most kRecentBits wide
+  while (bits < kRecentBits && (size_t{1} << bits) < read_producer_.size()) ++bits;
+  recent_.assign(size_t{1} << bits, UINT64_MAX);
   size_t count = 0;
   for (uint32_t v = 0; v < n; ++v) {
     const Node& nd = nodes[v];
@@ -213,7 +216,7 @@ void Scheduler::collect_reads(const Graph& g, Schedule& out, uint32_t first_batc
       if (rp[k] == UINT32_MAX) continue;
       const uint32_t pb = batch_of_[rp[k]], output = std::min(o[k], Schedule::kWholeBatch);
       const uint64_t key = uint64_t{b} << 38 | uint64_t{pb} << 6 | output;
-      uint64_t& slot = recent_[(key * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits)];
+      uint64_t& slot = recent_[(key * 0x9E3779B97F4A7C15ull) >> (64 - bits)];
       if (slot == key) continue;
       slot = key;
       uint32_t* t = triples_.data() + 3 * count++;

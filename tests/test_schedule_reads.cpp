@@ -99,7 +99,7 @@ TEST_CASE("schedule reads: every zoo model, blocks and op by op, several policie
       sum_losses(losses);
       for (const std::string policy : {"none", "depth", "lb-greedy"}) {
         Scheduler sc;
-        sc.set_reads(true);
+        sc.set_reads(BatchReads::Always);
         Schedule s;
         sc.run(g, *make_policy(policy), s);
         validate_schedule(g, s);
@@ -125,8 +125,8 @@ TEST_CASE("schedule reads: increments read what earlier increments computed") {
   const auto m = make_model("tree_lstm", pc, data, o);
   Graph g(pc);
   Scheduler sc, other;
-  sc.set_reads(true);
-  other.set_reads(true);
+  sc.set_reads(BatchReads::Always);
+  other.set_reads(BatchReads::Always);
   auto policy = make_policy("lb-greedy");
   Schedule s;
   std::vector<Expr> losses;
@@ -138,6 +138,23 @@ TEST_CASE("schedule reads: increments read what earlier increments computed") {
     sc.extend(g, *policy, s, first);
     first = g.size();
     check_reads(g, s, "increment " + std::to_string(i));
+  }
+  // Lists for whole graphs only: a run has them, an increment after it leaves its own out (and
+  // so the schedule no longer covers every batch).
+  {
+    Scheduler whole;
+    whole.set_reads(BatchReads::WholeGraphs);
+    Schedule w;
+    Graph part(pc);
+    m->build(part, 0);
+    whole.run(part, *policy, w);
+    check_reads(part, w, "a whole graph");
+    const size_t lists = w.read_begin.size();
+    const uint32_t from = part.size();
+    m->build(part, 1);
+    whole.extend(part, *policy, w, from);
+    CHECK(w.read_begin.size() == lists);
+    CHECK(w.read_begin.size() < w.batches.size() + 1);
   }
   // A copy of the schedule (as the plan cache serves) extended by the scheduler that made it,
   // after it scheduled, in the same increments, the same graph with every node one id later (an

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "edbatch/dim.h"
+#include "edbatch/schedule.h"
 
 namespace edbatch {
 
@@ -136,9 +137,9 @@ class Backend {
   // parameters fetches them). The default is apply_update on the host.
   virtual void optimizer_step(ParameterCollection& params, const UpdateRule& rule,
                               OptimizerState& state);
-  // Whether this backend orders its work by what each batch reads (Schedule::reads): the engine
-  // then asks its scheduler for them.
-  virtual bool wants_batch_reads() const { return false; }
+  // Which schedules should list what each batch reads (Schedule::reads), for a backend that
+  // orders its work by them: the engine's scheduler makes them.
+  virtual BatchReads wants_batch_reads() const { return BatchReads::None; }
   // Waits for all queued work (no-op where nothing is queued).
   virtual void synchronize() {}
   // Device memory interop; nullptr on backends without a device.
@@ -169,8 +170,9 @@ struct CudaOptions {
   bool fused_linear = true;       // fused GEMM kernels; false: every GEMM step through cuBLAS
   bool profile = false;           // print kernel counts and device times per pass at exit
   // What a chained launch's stages wait for: the stages whose values they read, so that
-  // independent stages overlap (Auto: every pass but incremental forwards, whose stages form
-  // one chain; Always: those too), or the stage before (InOrder).
+  // independent stages overlap (Auto: the passes of graphs scheduled whole; a decoding step's
+  // stages form one chain, and the lists of what each batch reads are not made for increments;
+  // Always: every pass), or the stage before (InOrder).
   enum class StageWaits { InOrder, Auto, Always };
   StageWaits stage_waits = StageWaits::Auto;
 };

@@ -16,6 +16,9 @@ struct Batch {
   uint32_t count;
 };
 
+// Which schedules list what each batch reads (Scheduler::set_reads).
+enum class BatchReads { None, WholeGraphs, Always };
+
 struct Schedule {
   std::vector<uint32_t> nodes;  // every non-source node exactly once, batch by batch
   std::vector<Batch> batches;
@@ -112,8 +115,10 @@ class Scheduler : private Frontier {
   void extend(const Graph& g, Policy& policy, Schedule& out, uint32_t first_node,
               uint32_t end_node = UINT32_MAX);
   // Also fill Schedule::reads (a backend that orders its device work by what each batch reads
-  // asks for them: a few ns per argument, spent where the producers are resolved anyway).
-  void set_reads(bool on) { reads_ = on; }
+  // asks for them: a few ns per argument, spent where the producers are resolved anyway), for
+  // every run and extend, or for whole graphs only (an extend from node 0), where increments
+  // leave their batches' lists out (a decoding step is one chain of dependent batches).
+  void set_reads(BatchReads reads) { reads_ = reads; }
 
  private:
   void prepare(const Graph& g);
@@ -133,7 +138,8 @@ class Scheduler : private Frontier {
   uint32_t first_ = 0;  // nodes before it have run; per-node arrays start here
   uint32_t end_ = 0;    // nodes from it on are not scheduled this time
   uint32_t arg_base_ = 0;  // the first argument of the segment's nodes (producer_[0])
-  bool reads_ = false;
+  BatchReads reads_ = BatchReads::None;
+  bool reading_ = false;  // this run or extend lists its reads
   // With reads_, per argument of the segment's nodes: its scheduled producer (those that ran
   // before included) and the call output it reads.
   std::vector<uint32_t> read_producer_, output_;
@@ -141,7 +147,7 @@ class Scheduler : private Frontier {
   uint64_t reads_id_ = 0;           // the Schedule::reads_id batch_of_ describes
   uint32_t reads_batches_ = 0;      // ... up to this batch
   std::vector<uint32_t> triples_, sorted_, cursor_;  // collect_reads: the arguments' reads
-  static constexpr uint32_t kRecentBits = 12, kRecent = 1u << kRecentBits;
+  static constexpr uint32_t kRecentBits = 12;
   std::vector<uint64_t> recent_;  // collect_reads: triples met lately
   std::vector<uint32_t> seen_;    // collect_reads: per batch, the reader that last met it
   std::vector<uint64_t> mask_;    // collect_reads: per batch, what that reader reads of it

@@ -198,8 +198,16 @@ class CudaBackend : public Backend {
     optim_.step(pc, rule, state);
   }
 
-  bool wants_batch_reads() const override {
-    return options_.stage_waits != CudaOptions::StageWaits::InOrder;
+  BatchReads wants_batch_reads() const override {
+    switch (options_.stage_waits) {
+      case CudaOptions::StageWaits::InOrder:
+        return BatchReads::None;
+      case CudaOptions::StageWaits::Auto:
+        return BatchReads::WholeGraphs;
+      case CudaOptions::StageWaits::Always:
+        break;
+    }
+    return BatchReads::Always;
   }
   void synchronize() override { queue_.wait(); }
   DeviceInterop* device_interop() override { return &interop_; }

@@ -83,9 +83,10 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
     return;
   }
   // What each batch reads comes with the schedule (Schedule::reads, found where the scheduler
-  // resolves the producers anyway); a schedule made without it runs in order. Auto leaves
-  // incremental forwards in order: a decoding step is one chain of dependent stages, where the
-  // search would only add host time.
+  // resolves the producers anyway); a schedule whose lists do not cover every batch runs in
+  // order: under Auto the scheduler leaves increments out (BatchReads::WholeGraphs), and an
+  // incremental forward stays in order even where they are there (a decoding step is one chain
+  // of dependent stages, where the search would only add host time).
   using Waits = CudaOptions::StageWaits;
   const Schedule& sch = pass.p->schedule;
   const bool reads = sch.read_begin.size() == sch.batches.size() + 1;
