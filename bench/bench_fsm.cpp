@@ -9,11 +9,11 @@
 // records every frontier the FSM policy sees on the validation mini-batches, then times
 // choose() over the recorded frontiers (hits and fallbacks as they occur), in cache as in the
 // scheduler (median and p10-p90 of 101 samples) and cold (median), in thread CPU time.
+#include <CLI/CLI.hpp>
 #include <cstdio>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "bench/harness.h"
@@ -88,13 +88,6 @@ DecisionCost decision_cost(const std::vector<const Graph*>& graphs, FsmPolicy& p
   return {sum.median, sum.p10, sum.p90, summarize(cold).median, double(hits) / double(hits + misses)};
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,24 +95,25 @@ int main(int argc, char** argv) {
   uint32_t batch = 32, train_batches = 64, val_batches = 16, reps = 3;
   uint64_t seed = 1;
   FsmTrainOptions o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--models") models = split(v);
-    else if (a == "--batch") batch = std::stoul(v);
-    else if (a == "--train-batches") train_batches = std::stoul(v);
-    else if (a == "--val-batches") val_batches = std::stoul(v);
-    else if (a == "--episodes") o.episodes = std::stoul(v);
-    else if (a == "--encoding") o.encoding = parse_fsm_encoding(v);
-    else if (a == "--reps") reps = std::stoul(v);
-    else if (a == "--beam") o.beam_width = std::stoul(v);
-    else if (a == "--refine-passes") o.refine_passes = std::stoul(v);
-    else if (a == "--refine-states") o.refine_states = std::stoul(v);
-    else if (a == "--seed") seed = std::stoull(v);
-    else {
-      std::fprintf(stderr, "bench_fsm: unknown option %s\n", a.c_str());
-      return 2;
-    }
-  }
+  CLI::App app{
+      "the learned FSM policy on every zoo model: batches per validation mini-batch against the "
+      "heuristics and the lower bound, training time and the cost of one decision"};
+  std::string encoding = fsm_encoding_name(o.encoding);
+  app.add_option("--models", models, "comma-separated zoo models (default: all)")->delimiter(',');
+  app.add_option("--batch", batch, "instances per mini-batch")->capture_default_str();
+  app.add_option("--train-batches", train_batches, "training mini-batches")->capture_default_str();
+  app.add_option("--val-batches", val_batches, "validation mini-batches")->capture_default_str();
+  app.add_option("--episodes", o.episodes, "Q-learning episodes")->capture_default_str();
+  app.add_option("--encoding", encoding, "state encoding of the table")->capture_default_str();
+  app.add_option("--reps", reps, "training runs (same seed: the spread is the machine's)")
+      ->capture_default_str();
+  app.add_option("--beam", o.beam_width, "beam width of the teacher")->capture_default_str();
+  app.add_option("--refine-passes", o.refine_passes, "table search passes")->capture_default_str();
+  app.add_option("--refine-states", o.refine_states, "states tried per table search pass")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "seed of the data and the training")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  o.encoding = parse_fsm_encoding(encoding);
   o.seed = seed;
   std::printf("%-24s %8s %8s %8s %9s %8s %8s %12s %10s %8s %11s %6s\n", "model", "fsm", "depth", "agenda",
               "lb-greedy", "bound", "teacher", "train s", "p10-p90", "ns/dec", "p10-p90", "hits");

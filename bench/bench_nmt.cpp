@@ -6,9 +6,9 @@
 //             [--data synthetic:N | SRC,TGT] [--policy P] [--max-len N] [--modes decode,train]
 //
 // EDBATCH_CUDA_PROFILE=1 with --modes decode: where the host time of decoding steps goes.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,14 +23,6 @@ using edbatch::bench::now_ms;
 using edbatch::bench::summarize;
 
 namespace {
-
-std::vector<uint32_t> list_of(const std::string& s) {
-  std::vector<uint32_t> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(static_cast<uint32_t>(std::stoul(item)));
-  return out;
-}
 
 struct Options {
   std::string device = "cpu", data = "synthetic:1024", policy = "lb-greedy";
@@ -152,29 +144,32 @@ void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch)
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--device") o.device = value();
-    else if (a == "--hidden") o.hidden = list_of(value());
-    else if (a == "--batch") o.batch = list_of(value());
-    else if (a == "--reps") o.reps = static_cast<uint32_t>(std::stoul(value()));
-    else if (a == "--vocab") o.vocab = static_cast<uint32_t>(std::stoul(value()));
-    else if (a == "--data") o.data = value();
-    else if (a == "--policy") o.policy = value();
-    else if (a == "--max-len") o.max_len = static_cast<uint32_t>(std::stoul(value()));
-    else if (a == "--modes") {
-      const std::string m = "," + value() + ",";
-      o.decode = m.find(",decode,") != std::string::npos;
-      o.train = m.find(",train,") != std::string::npos;
-      if (!o.decode && !o.train) throw std::invalid_argument("--modes: decode, train or both");
-    } else {
-      std::fprintf(stderr, "bench_nmt: unknown argument '%s'\n", a.c_str());
-      return 2;
-    }
+  CLI::App app{
+      "lstm_nmt benchmark: greedy decoding (sentences/s and the host work of one decoding step) "
+      "and teacher-forced training (instances/s), one JSON line per result"};
+  std::string modes = "decode,train";
+  app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--hidden", o.hidden, "comma-separated hidden sizes")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "comma-separated mini-batch sizes")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--reps", o.reps, "timed mini-batches per configuration")->capture_default_str();
+  app.add_option("--vocab", o.vocab, "words per side (ids fold modulo this)")
+      ->capture_default_str();
+  app.add_option("--data", o.data, "synthetic:N or SOURCE,TARGET files")->capture_default_str();
+  app.add_option("--policy", o.policy, "batching policy")->capture_default_str();
+  app.add_option("--max-len", o.max_len, "decoding: the most tokens per sentence")
+      ->capture_default_str();
+  app.add_option("--modes", modes, "decode, train or both, comma-separated")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  const std::string m = "," + modes + ",";
+  o.decode = m.find(",decode,") != std::string::npos;
+  o.train = m.find(",train,") != std::string::npos;
+  if (!o.decode && !o.train) {
+    std::fprintf(stderr, "bench_nmt: --modes: decode, train or both\n");
+    return 2;
   }
   const Dataset data = load_dataset(DataKind::Pairs, o.data, o.vocab, 1);
   for (uint32_t h : o.hidden)
