@@ -314,14 +314,16 @@ struct LaunchPlan {
   std::vector<uint32_t> seen_;    // per batch: the batch whose producers last met it
   std::vector<uint32_t> cursor_;  // fill positions while grouping pairs by batch
   std::vector<uint32_t> consumer_begin_, consumers_;  // backward: pairs (batch, group) per batch
-  std::vector<uint32_t> readers_, mark_;
+  std::vector<uint32_t> readers_;
   std::vector<uint64_t> seen_mask_;
   uint32_t readers_batch_ = UINT32_MAX;
   std::deque<BlockDeps> blocks_;  // deque: call_of_ keeps pointers into it
   size_t blocks_used_ = 0;
   std::vector<int64_t> prefix_;  // per stage: every stage up to this one has finished
   std::vector<uint64_t> known_;  // per stage: bit j, stage s - 1 - j has finished
-  std::vector<uint32_t> depth_, candidates_;
+  std::vector<uint32_t> depth_;
+  std::vector<uint64_t> candidates_;  // the current stage's candidates, a bit per stage
+  uint32_t candidate_low_ = UINT32_MAX, candidate_high_ = 0;  // ... the lowest and highest set
 };
 
 // ---- profile.cpp ----

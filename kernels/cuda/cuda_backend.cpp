@@ -50,9 +50,9 @@ class CudaBackend : public Backend {
   const char* name() const override { return "cuda"; }
 
   void forward(const PlanRef& p) override {
-    std::optional<Profiler::Phase> phase(std::in_place, profiler_,
-                                         "(host: forward, parameters and arena)");
+    std::optional<Profiler::Phase> phase(std::in_place, profiler_, "(host: forward, parameters)");
     params_.sync(p.params);
+    phase.emplace(profiler_, "(host: forward, arena)");
     const uint32_t first_batch = first_forward_batch(p);
     if (p.first_segment > 0 && arenas_.graph != &p.graph)
       throw std::invalid_argument("[cuda] incremental forward: the earlier segments ran elsewhere");

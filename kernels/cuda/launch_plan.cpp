@@ -1,7 +1,6 @@
 // Launch planning: which of a pass's commands run together as one chained launch (chain.cu),
 // which are launched on their own, and which stages of a chained launch each stage waits for.
 #include <algorithm>
-#include <functional>
 
 #include "edbatch/block.h"
 #include "edbatch/block_plan.h"
@@ -182,9 +181,10 @@ const LaunchPlan::BlockDeps& LaunchPlan::block_deps(const BlockPlan& bp) {
 }
 
 void LaunchPlan::candidate(const Launch& l, uint32_t s, uint32_t t) {
-  if (t == UINT32_MAX || t < l.stage_begin || t >= s || mark_[t] == s + 1) return;
-  mark_[t] = s + 1;
-  candidates_.push_back(t);
+  if (t == UINT32_MAX || t < l.stage_begin || t >= s) return;
+  candidates_[t >> 6] |= uint64_t{1} << (t & 63);
+  candidate_low_ = std::min(candidate_low_, t);
+  candidate_high_ = std::max(candidate_high_, t);
 }
 
 void LaunchPlan::add_producer(const Launch& l, uint32_t s, uint32_t batch, uint32_t group) {
@@ -297,7 +297,7 @@ void LaunchPlan::choose_waits(const Pass& pass) {
   // not waited for: waiting for a stage waits for everything that stage waited for.
   waits.clear();
   last_stage_.assign(nb, UINT32_MAX);
-  mark_.assign(stages.size(), 0);
+  candidates_.assign((stages.size() + 63) / 64, 0);
   readers_batch_ = UINT32_MAX;
   prefix_.assign(stages.size(), 0);
   known_.assign(stages.size(), 0);
@@ -309,7 +309,8 @@ void LaunchPlan::choose_waits(const Pass& pass) {
       const uint32_t s = command_stage_[j];
       if (s == UINT32_MAX) continue;
       const Command& c = pass.commands[j];
-      candidates_.clear();
+      candidate_low_ = UINT32_MAX;
+      candidate_high_ = 0;
       const auto add = [&](uint32_t t) { candidate(l, s, t); };
       const bool is_lookups = c.kind == Command::Kind::Lookups;
       const bool ours = !is_lookups && c.batch >= fb && c.batch < nb;
@@ -357,25 +358,35 @@ void LaunchPlan::choose_waits(const Pass& pass) {
       } else if (!is_lookups && s > l.stage_begin) {
         add(s - 1);  // not a batch of this pass: keep the order
       }
-      std::sort(candidates_.begin(), candidates_.end(), std::greater<uint32_t>());
       Stage& st = stages[s];
       st.wait_begin = static_cast<uint32_t>(waits.size() / 2);
       st.wait_count = 0;
       int64_t prefix = static_cast<int64_t>(l.stage_begin) - 1;
       uint64_t known = 0;
       uint32_t depth = 0;
-      for (size_t q = 0; q < candidates_.size(); ++q) {
-        const uint32_t d = candidates_[q];  // candidate() added each stage once
-        if (static_cast<int64_t>(d) <= prefix) continue;
-        const uint32_t bit = s - 1 - d;
-        if (bit < 64 && ((known >> bit) & 1)) continue;
-        waits.insert(waits.end(), {d - l.stage_begin, blocks_of(stages, l, d)});
-        ++st.wait_count;
-        if (bit < 64) known |= uint64_t{1} << bit;
-        if (s - d < 64) known |= known_[d] << (s - d);
-        const int64_t after = prefix_[d] >= static_cast<int64_t>(d) - 1 ? d : prefix_[d];
-        prefix = std::max(prefix, after);
-        depth = std::max(depth, depth_[d]);
+      // The candidates from the latest down (each implies what it waited for), until the
+      // finished prefix; the bits are cleared on the way for the next stage.
+      for (uint32_t w = candidate_high_ / 64 + 1; candidate_low_ != UINT32_MAX && w-- > 0;) {
+        uint64_t word = candidates_[w];
+        candidates_[w] = 0;
+        for (; word != 0; word &= ~(uint64_t{1} << (63 - __builtin_clzll(word)))) {
+          const uint32_t d = w * 64 + 63 - static_cast<uint32_t>(__builtin_clzll(word));
+          if (static_cast<int64_t>(d) <= prefix) break;
+          const uint32_t bit = s - 1 - d;
+          if (bit < 64 && ((known >> bit) & 1)) continue;
+          waits.insert(waits.end(), {d - l.stage_begin, blocks_of(stages, l, d)});
+          ++st.wait_count;
+          if (bit < 64) known |= uint64_t{1} << bit;
+          if (s - d < 64) known |= known_[d] << (s - d);
+          const int64_t after = prefix_[d] >= static_cast<int64_t>(d) - 1 ? d : prefix_[d];
+          prefix = std::max(prefix, after);
+          depth = std::max(depth, depth_[d]);
+        }
+        if (w == candidate_low_ / 64) break;
+        if (static_cast<int64_t>(w) * 64 <= prefix) {  // the rest lies in the finished prefix
+          std::fill(candidates_.begin() + candidate_low_ / 64, candidates_.begin() + w, 0);
+          break;
+        }
       }
       while (prefix + 1 < static_cast<int64_t>(s)) {
         const uint64_t bit = s - 1 - static_cast<uint64_t>(prefix + 1);
