@@ -204,7 +204,7 @@ void Scheduler::collect_reads(const Graph& g, Schedule& out, uint32_t first_batc
   triples_.resize(3 * read_producer_.size());
   uint32_t bits = 6;  // a filter of about the arguments' count, at most kRecentBits wide
   while (bits < kRecentBits && (size_t{1} << bits) < read_producer_.size()) ++bits;
-  recent_.assign(size_t{1} << bits, UINT64_MAX);
+  recent_.assign(size_t{2} << bits, UINT64_MAX);  // per slot: reader batch, (producer, output)
   size_t count = 0;
   for (uint32_t v = 0; v < n; ++v) {
     const Node& nd = nodes[v];
@@ -215,10 +215,12 @@ void Scheduler::collect_reads(const Graph& g, Schedule& out, uint32_t first_batc
     for (uint32_t k = 0; k < nd.num_args; ++k) {
       if (rp[k] == UINT32_MAX) continue;
       const uint32_t pb = batch_of_[rp[k]], output = std::min(o[k], Schedule::kWholeBatch);
-      const uint64_t key = uint64_t{b} << 38 | uint64_t{pb} << 6 | output;
-      uint64_t& slot = recent_[(key * 0x9E3779B97F4A7C15ull) >> (64 - bits)];
-      if (slot == key) continue;
-      slot = key;
+      const uint64_t read = uint64_t{pb} << 6 | output;  // output < 64
+      uint64_t* slot = recent_.data() +
+                       2 * (((read ^ uint64_t{b} << 40) * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+      if (slot[0] == b && slot[1] == read) continue;
+      slot[0] = b;
+      slot[1] = read;
       uint32_t* t = triples_.data() + 3 * count++;
       t[0] = b;
       t[1] = pb;
