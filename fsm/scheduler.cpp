@@ -60,18 +60,15 @@ void Scheduler::prepare(const Graph& g) {
     const Node& nd = nodes[v];
     if (is_source(nd)) continue;
     const uint32_t* a = g.args(nd);
-    uint32_t* pr = producer_.data() + (nd.arg_begin - arg_base);
+    const uint32_t k = nd.arg_begin - arg_base;
+    uint32_t* pr = producer_.data() + k;
+    // With reads: also the producers that ran before, and the outputs read.
+    uint32_t* out = reading_ ? output_.data() + k : nullptr;
     uint32_t d = 0;
-    if (reading_) {  // also the producers that ran before, and the outputs read
-      uint32_t* rp = read_producer_.data() + (nd.arg_begin - arg_base);
-      uint32_t* out = output_.data() + (nd.arg_begin - arg_base);
-      for (uint32_t i = 0; i < nd.num_args; ++i) {
-        rp[i] = scheduled_producer(g, a[i], out + i);
-        pr[i] = rp[i] == UINT32_MAX || rp[i] < first_ ? UINT32_MAX : rp[i] - first_;
-      }
-    }
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      const uint32_t p = reading_ ? pr[i] : local_producer(g, a[i]);
+      const uint32_t sp = scheduled_producer(g, a[i], out ? out + i : nullptr);
+      if (out) read_producer_[k + i] = sp;
+      const uint32_t p = local(sp);
       pr[i] = p;
       if (p == UINT32_MAX) continue;
       ++pending_[v];
@@ -138,8 +135,7 @@ void Scheduler::prepare(const Graph& g) {
   ready_pos_.assign(num_types, UINT32_MAX);
 }
 
-uint32_t Scheduler::local_producer(const Graph& g, uint32_t a) const {
-  const uint32_t p = scheduled_producer(g, a);
+uint32_t Scheduler::local(uint32_t p) const {
   return p == UINT32_MAX || p < first_ ? UINT32_MAX : p - first_;
 }
 

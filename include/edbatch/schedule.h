@@ -23,12 +23,13 @@ struct Schedule {
   std::vector<uint32_t> nodes;  // every non-source node exactly once, batch by batch
   std::vector<Batch> batches;
   uint32_t lower_bound = 0;     // sum over types of the longest chain of nodes of that type
-  // With Scheduler::set_reads(true), what each batch reads from earlier batches (of its own
-  // extend and of those before it): batch b's pairs (producer batch, output) are
-  // reads[2 * read_begin[b], 2 * read_begin[b + 1]), each once, where `output` is the index of a
-  // block call's output read through its Output view, or kWholeBatch for the batch's own values
-  // (and for outputs past 62). A kWholeBatch pair may follow pairs of single outputs of the same
-  // batch, never the reverse. Empty when not asked for.
+  // With Scheduler::set_reads (for the runs and extends it names), what each batch reads from
+  // earlier batches (of its own extend and of those before it): batch b's pairs (producer
+  // batch, output) are reads[2 * read_begin[b], 2 * read_begin[b + 1]), each once, where
+  // `output` is the index of a block call's output read through its Output view, or
+  // kWholeBatch for the batch's own values (and for outputs past 62). A kWholeBatch pair may
+  // follow pairs of single outputs of the same batch, never the reverse. Empty when not asked
+  // for.
   static constexpr uint32_t kWholeBatch = 63;
   std::vector<uint32_t> read_begin, reads;
   uint64_t reads_id = 0;  // which scheduler call wrote the reads last (0: none)
@@ -122,8 +123,9 @@ class Scheduler : private Frontier {
 
  private:
   void prepare(const Graph& g);
-  // A's scheduled producer as an index from first_, or UINT32_MAX (a source, or it has run).
-  uint32_t local_producer(const Graph& g, uint32_t a) const;
+  // Scheduled producer p (scheduled_producer's answer) as an index from first_, or UINT32_MAX
+  // (a source, or it has run).
+  uint32_t local(uint32_t p) const;
   // Schedule::reads of out's batches from first_batch on.
   void collect_reads(const Graph& g, Schedule& out, uint32_t first_batch);
   void run_node_by_node(const Graph& g, Schedule& out);
