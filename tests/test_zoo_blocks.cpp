@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "edbatch/block.h"
@@ -283,6 +284,70 @@ TEST_CASE("zoo blocks: backward by invocation range equals one thread") {
     for (uint32_t p = 0; p < pc.size(); ++p)
       check_close(two.grads[p], one.grads[p], two.grads[p].size(), 1e-6,
                   "gradient of " + pc.name(p));
+  }
+}
+
+// An engine whose arenas still hold the values and adjoints of other graphs (larger, then
+// smaller) gives a fresh engine's gradients bitwise; seeds on the logits (which the loss also
+// reads) give the gradients of the loss sum_i seed_i . logit_i built into the graph.
+TEST_CASE("zoo blocks: an engine reused over other graphs gives a fresh engine's gradients") {
+  for (const std::string& name : model_names()) {
+    for (const int threads : {1, 2}) {
+      CAPTURE(name);
+      CAPTURE(threads);
+      const Dataset data = small_data(name);
+      ParameterCollection pc(3);
+      const auto model = make_model(name, pc, data, options(7, true, false));
+      Graph whole(pc), one(pc);
+      const Built all = build_all(*model, whole);
+      std::vector<Expr> logits;
+      const Expr loss = model->build(one, 0, &logits);
+      REQUIRE(!logits.empty());
+      std::mt19937 rng(11);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      std::vector<float> seeds;
+      std::vector<Expr> dots;
+      for (const Expr& e : logits) {
+        const uint32_t n = one.node(e.id).dim.size();
+        std::vector<float> s(n);
+        for (float& x : s) x = u(rng);
+        seeds.insert(seeds.end(), s.begin(), s.end());
+        dots.push_back(matmul(input(one, Dim{1, n}, s), e));
+      }
+      const Expr seeded_loss = sum_losses(dots);
+      EngineOptions o;
+      o.threads = threads;
+      o.min_parallel_work = 1;
+      auto take_grads = [&pc] {
+        std::vector<std::vector<float>> g(pc.size());
+        for (uint32_t p = 0; p < pc.size(); ++p)
+          if (!pc.is_view(p)) g[p].assign(pc.grads(p), pc.grads(p) + pc.dim(p).size());
+        pc.zero_grads();
+        return g;
+      };
+      auto run = [&](Engine& e, Graph& g, const Expr& l) {
+        e.forward(g, l);
+        e.backward(g, l);
+        return take_grads();
+      };
+      Engine reused(pc, o);
+      run(reused, whole, all.loss);
+      {
+        Engine fresh(pc, o);
+        CHECK(run(reused, one, loss) == run(fresh, one, loss));
+      }
+      {
+        Engine fresh(pc, o);
+        const auto want = run(fresh, one, seeded_loss);
+        reused.forward(one, loss);
+        reused.backward(one, logits, seeds.data());
+        const auto got = take_grads();
+        for (uint32_t p = 0; p < pc.size(); ++p)
+          check_close(got[p], want[p], got[p].size(), 1e-5, "seeded gradient of " + pc.name(p));
+      }
+      Engine fresh(pc, o);
+      CHECK(run(reused, whole, all.loss) == run(fresh, whole, all.loss));
+    }
   }
 }
 

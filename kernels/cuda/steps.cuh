@@ -126,14 +126,24 @@ __device__ inline void each_row(const float* x, uint32_t n, uint32_t lane, F f) 
   for (; q < n; q += kWarp) f(q, x[q]);
 }
 
-// log sum_q exp(x[q]) over a column of n rows, reduced across the warp (every lane gets it).
-__device__ inline float warp_log_sum_exp(const float* x, uint32_t n, uint32_t lane) {
+// The largest of a column of n rows and sum_q exp(x[q] - largest), reduced across the warp
+// (every lane gets both).
+__device__ inline void warp_max_sum_exp(const float* x, uint32_t n, uint32_t lane, float* max,
+                                        float* sum_exp) {
   float m = -INFINITY;
   each_row(x, n, lane, [&](uint32_t, float xq) { m = fmaxf(m, xq); });
   m = warp_max(m);
   float e = 0;
   each_row(x, n, lane, [&](uint32_t, float xq) { e += expf(xq - m); });
-  return m + logf(warp_sum(e));
+  *max = m;
+  *sum_exp = warp_sum(e);
+}
+
+// log sum_q exp(x[q]) over a column of n rows (every lane gets it).
+__device__ inline float warp_log_sum_exp(const float* x, uint32_t n, uint32_t lane) {
+  float m, e;
+  warp_max_sum_exp(x, n, lane, &m, &e);
+  return m + logf(e);
 }
 
 // Mean and 1 / sqrt(var + eps) (biased variance) of a column of n rows.
@@ -204,12 +214,8 @@ __device__ void column_forward(const DeviceView& d, const Ops& ops, const StepDe
     for (uint32_t q = lane; q < n; q += kWarp) y[q] = (x[q] - mean) * inv_std;
     return;
   }
-  float m = -INFINITY;
-  each_row(x, n, lane, [&](uint32_t, float xq) { m = fmaxf(m, xq); });
-  m = warp_max(m);
-  float e = 0;
-  each_row(x, n, lane, [&](uint32_t, float xq) { e += expf(xq - m); });
-  e = warp_sum(e);
+  float m, e;
+  warp_max_sum_exp(x, n, lane, &m, &e);
   if (op == Op::Softmax) {
     for (uint32_t q = lane; q < n; q += kWarp) y[q] = expf(x[q] - m) / e;
   } else {

@@ -61,6 +61,21 @@ class Packed:
         out._host_labels = (out.labels, self.host_labels())
         return out
 
+    def kinds(self):
+        """(node kinds, arc kinds) the batch uses: the largest type + 1, at least 1. Kept with
+        the batch (a training loop asks on every step) until node_types or arc_types is
+        replaced or changed in place."""
+        key = (self.node_types._version, self.arc_types._version)
+        kept = getattr(self, "_kinds", None)
+        if (kept is None or kept[0] is not self.node_types or kept[1] is not self.arc_types
+                or kept[2] != key):
+            def count(types):
+                return int(types.max()) + 1 if types.numel() else 1
+            kept = (self.node_types, self.arc_types, key,
+                    (count(self.node_types), count(self.arc_types)))
+            self._kinds = kept
+        return kept[3]
+
     def host_labels(self):
         """The labels in host memory: the loss heads inside the engine read them there (to()
         keeps a host copy, so a GPU batch's labels cost no wait)."""

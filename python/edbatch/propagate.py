@@ -119,7 +119,7 @@ class Propagate(torch.nn.Module):
     def _run(self, packed, x, ids, head=(), labels=None):
         kind, size, x, ids = self._inputs(x, ids)
         self._last_input = (kind, size, x.device)
-        program = self.program(kind, size, *_kinds(packed))
+        program = self.program(kind, size, *packed.kinds())
         weights = program.weights()
         if kind != "x":  # no float input: x has a row (of no columns) per input row
             rows = ids.numel() if kind == "ids" else packed.input_ids.numel()
@@ -154,7 +154,7 @@ class Propagate(torch.nn.Module):
             input_size = last[1]
         if device is None:
             device = last[2] if last is not None else "cpu"
-        program = self.program("x", input_size, *_kinds(packed))
+        program = self.program("x", input_size, *packed.kinds())
         if self.training and program.has_dropout:
             return
         if num_x is None:
@@ -194,13 +194,6 @@ class Propagate(torch.nn.Module):
 
 def _single(cells):
     return not isinstance(cells, (list, tuple, dict, torch.nn.ModuleList, torch.nn.ModuleDict))
-
-
-def _kinds(packed):
-    """(node kinds, arc kinds) a packed mini-batch uses: the largest type + 1, at least 1."""
-    def count(types):
-        return int(types.max()) + 1 if types.numel() else 1
-    return count(packed.node_types), count(packed.arc_types)
 
 
 def _describe(t):

@@ -294,7 +294,10 @@ Gradients run_backward(RunState& state, const c10::Device& device,
     const int64_t n = head ? 1 : state.num_nodes * cell.output_size(static_cast<uint32_t>(o));
     parts.push_back(grads[o].defined() ? grads[o].to(where).reshape({n}) : at::zeros({n}, where));
   }
-  const Tensor seeds = parts.empty() ? at::zeros({0}, where) : at::cat(parts).contiguous();
+  // One output (a loss head's, or a one-tensor state) is its own seed vector: no copy.
+  const Tensor seeds = parts.empty()       ? at::zeros({0}, where)
+                       : parts.size() == 1 ? parts[0].contiguous()
+                                           : at::cat(parts).contiguous();
   // Zeros: x rows that no node reads (and an empty batch) get no gradient written.
   Tensor grad_x = on_device ? at::zeros({state.num_x, cell.input_dim()}, where)
                             : at::empty({state.num_x, cell.input_dim()}, where);

@@ -105,3 +105,19 @@ def test_dataloader_workers():
     batches = list(loader)
     assert len(batches) == 2
     assert torch.equal(batches[0].pred_ids, edbatch.pack_trees(data[:4]).pred_ids)
+
+
+def test_kinds_follow_the_type_tensors():
+    p = edbatch.pack_trees([((1, 2, 3), 4), 5])  # arcs of child positions 0, 1, 2
+    assert p.kinds() == (1, 3)
+    assert p.kinds() == (1, 3)  # kept: asked again without changes
+    p.node_types[2] = 4  # changed in place
+    assert p.kinds() == (5, 3)
+    p.arc_types = torch.zeros_like(p.arc_types)  # replaced
+    assert p.kinds() == (5, 1)
+    empty = edbatch.collate([])
+    assert empty.kinds() == (1, 1)
+    q = pickle.loads(pickle.dumps(p))
+    assert q.kinds() == (5, 1)
+    q.node_types.zero_()
+    assert q.kinds() == (1, 1) and p.kinds() == (5, 1)

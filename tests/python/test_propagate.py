@@ -241,7 +241,7 @@ def test_eval_mode_and_no_grad(backend):
 # ---- dropout ----
 
 def dropout_sites(model, packed, kind="x", size=D):
-    nk, ak = propagate_module._kinds(packed)
+    nk, ak = packed.kinds()
     program = model.program(kind, size, nk, ak)
     doc = program.doc
     return ([program.cell_sites[c] for c in doc["node_cells"]],
