@@ -59,6 +59,7 @@ class Packed:
             t = getattr(self, name)
             setattr(out, name, t.to(device) if name in _DEVICE_FIELDS else t.cpu())
         out._host_labels = (out.labels, self.host_labels())
+        out._host_input_ids = (out.input_ids, self.host_input_ids())
         return out
 
     def kinds(self):
@@ -75,6 +76,14 @@ class Packed:
                     (count(self.node_types), count(self.arc_types)))
             self._kinds = kept
         return kept[3]
+
+    def host_input_ids(self):
+        """input_ids in host memory (to() keeps a copy, as for the labels): user cells that
+        embed ids read them on the host."""
+        kept = getattr(self, "_host_input_ids", None)
+        if kept is not None and kept[0] is self.input_ids:
+            return kept[1]
+        return self.input_ids.cpu()
 
     def host_labels(self):
         """The labels in host memory: the loss heads inside the engine read them there (to()

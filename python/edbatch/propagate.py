@@ -118,13 +118,15 @@ class Propagate(torch.nn.Module):
 
     def _run(self, packed, x, ids, head=(), labels=None):
         kind, size, x, ids = self._inputs(x, ids)
-        self._last_input = (kind, size, x.device)
         program = self.program(kind, size, *packed.kinds())
         weights = program.weights()
         if kind != "x":  # no float input: x has a row (of no columns) per input row
             rows = ids.numel() if kind == "ids" else packed.input_ids.numel()
             device = ids.device if kind == "ids" else (weights[0].device if weights else "cpu")
             x = torch.empty(rows, 0, device=device)
+        self._last_input = (kind, size, x.device)
+        if kind == "ids" and ids is packed.input_ids:
+            ids = packed.host_input_ids()  # the op reads ids on the host: no copy back
         seed = 0
         if self.training and program.has_dropout:
             seed = int(torch.randint(0, 2 ** 62, ()).item())
@@ -134,7 +136,7 @@ class Propagate(torch.nn.Module):
                               self.policy, self.threads, *extra)
         return outputs, program
 
-    def prepare(self, packed, input_size=None, num_x=None, device=None):
+    def prepare(self, packed, input_size=None, num_x=None, device=None, ids=None):
         """Starts the host work of a later forward(packed, x=...) on a worker thread: checking
         the structure, building its graph, scheduling and memory planning, as the built-in
         cells' prepare() does (edbatch.prefetch calls it for the next mini-batch). x will have
@@ -142,29 +144,37 @@ class Propagate(torch.nn.Module):
         (defaults: those of the last forward). Returns at once; the forward with that structure
         and x then only runs the plan, one with anything else works as usual.
 
-        Not prepared (a no-op): cells that embed ids, and cells with dropout while training,
-        whose graphs depend on the call's ids or masks; a module that has not run yet and is
-        given no input_size. A module with a loss head prepares loss(packed, x=...) with
-        packed's labels instead.
+        Cells that embed ids (the last forward took ids=, or ids is given here) prepare
+        forward(packed, ids=...) for those ids (default: packed's input_ids, from the host copy
+        packed.to() keeps); a forward with other ids is not served the prepared graph.
+
+        Not prepared (a no-op): cells with dropout while training, whose graphs depend on the
+        call's masks; a module that has not run yet and is given no input_size or ids. A module
+        with a loss head prepares loss(packed, x=...) with packed's labels instead.
         """
         last = self._last_input
-        if input_size is None:
-            if last is None or last[0] != "x":
-                return
-            input_size = last[1]
+        kind = "ids" if ids is not None else ("x" if input_size is not None else
+                                              (last[0] if last is not None else None))
+        if kind == "ids":
+            ids = packed.host_input_ids() if ids is None else ids
+            input_size, num_x = 0, ids.numel()
+        elif kind == "x":
+            input_size = last[1] if input_size is None else input_size
+            num_x = packed.input_ids.numel() if num_x is None else num_x
+        else:
+            return
         if device is None:
             device = last[2] if last is not None else "cpu"
-        program = self.program("x", input_size, *packed.kinds())
+        program = self.program(kind, input_size, *packed.kinds())
         if self.training and program.has_dropout:
             return
-        if num_x is None:
-            num_x = packed.input_ids.numel()
         try:
             head = (None, "", 0) if self.head is None else (
                 packed.host_labels(), self.reduction, self.head.out_features)
             torch.ops.edbatch.propagate_prepare(program.text, str(torch.device(device)),
                                                 input_size, num_x, *packed.structure(),
-                                                self.policy, self.threads, *head)
+                                                self.policy, self.threads, *head,
+                                                ids=ids if kind == "ids" else None)
         except (AttributeError, RuntimeError) as e:
             if isinstance(e, AttributeError):
                 return  # an extension without propagate_prepare: nothing to prepare with

@@ -194,7 +194,8 @@ void Runner::stage(const Packed& p) {
   prepared_ = false;
   const int64_t N = p.num_nodes, A = p.num_arcs, B = p.num_instances;
   const int64_t L = head_.classes && p.labels ? N : 0;
-  staged_.resize(static_cast<size_t>(2 * N + (N + 1) + 3 * A + (B + 1) + L));
+  const int64_t I = p.ids ? p.num_x : 0;
+  staged_.resize(static_cast<size_t>(2 * N + (N + 1) + 3 * A + (B + 1) + L + I));
   int64_t* at = staged_.data();
   auto put = [&at](const int64_t* src, int64_t n) {
     if (n > 0) std::memcpy(at, src, sizeof(int64_t) * static_cast<size_t>(n));
@@ -212,6 +213,7 @@ void Runner::stage(const Packed& p) {
   staged_view_.arc_inputs = put(p.arc_inputs, A);
   staged_view_.instance_offsets = put(p.instance_offsets, B + 1);
   staged_view_.labels = L > 0 ? put(p.labels, L) : nullptr;
+  staged_view_.ids = p.ids ? put(p.ids, I) : nullptr;
 }
 
 void Runner::prepare() {
@@ -231,9 +233,9 @@ bool Runner::staged_matches(const Packed& p) const {
   const Packed& s = staged_view_;
   if (staged_.empty() || p.num_nodes != s.num_nodes || p.num_arcs != s.num_arcs ||
       p.num_instances != s.num_instances || p.num_x != s.num_x || p.x_dim != s.x_dim ||
-      p.seed != s.seed || p.ids != nullptr || s.ids != nullptr ||
+      p.seed != s.seed || (p.ids == nullptr) != (s.ids == nullptr) ||
       (head_.classes && p.num_nodes > 0 && (p.labels == nullptr || s.labels == nullptr)))
-    return false;  // dropout masks and ids are part of a traced cell's graph: not prepared
+    return false;  // dropout masks (the seed) and ids are part of a traced cell's graph
   auto same = [](const int64_t* a, const int64_t* b, int64_t n) {
     return n == 0 || std::memcmp(a, b, sizeof(int64_t) * static_cast<size_t>(n)) == 0;
   };
@@ -242,7 +244,8 @@ bool Runner::staged_matches(const Packed& p) const {
          same(p.pred_ptr, s.pred_ptr, N + 1) && same(p.pred_ids, s.pred_ids, A) &&
          same(p.arc_types, s.arc_types, A) && same(p.arc_inputs, s.arc_inputs, A) &&
          same(p.instance_offsets, s.instance_offsets, p.num_instances + 1) &&
-         (!head_.classes || same(p.labels, s.labels, N));
+         (!head_.classes || same(p.labels, s.labels, N)) &&
+         (p.ids == nullptr || same(p.ids, s.ids, p.num_x));
 }
 
 void Runner::check_labels(const Packed& p, const char* fn) const {

@@ -125,7 +125,7 @@ void propagate_prepare(const std::string& program, const std::string& device, in
                        const Tensor& arc_inputs, const Tensor& instance_offsets,
                        const std::string& policy, int64_t threads,
                        const c10::optional<Tensor>& labels, const std::string& loss,
-                       int64_t classes) {
+                       int64_t classes, const c10::optional<Tensor>& ids) {
   const c10::Device where(device);
   if (num_x < 0 || input_size < 0)
     fail(fmt::format("[edbatch.propagate] x rows and input size must not be negative, got {} and {}",
@@ -134,7 +134,7 @@ void propagate_prepare(const std::string& program, const std::string& device, in
   prepare_call(
       a, where,
       {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets}, num_x,
-      input_size, loss, classes, labels);
+      input_size, loss, classes, labels, ids);
 }
 
 }  // namespace
@@ -149,7 +149,7 @@ TORCH_LIBRARY_FRAGMENT(edbatch, m) {
       "propagate_prepare(str program, str device, int input_size, int num_x, Tensor node_inputs, "
       "Tensor node_types, Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "
       "Tensor instance_offsets, str policy, int threads, Tensor? labels=None, str loss=\"\", "
-      "int classes=0) -> ()",
+      "int classes=0, Tensor? ids=None) -> ()",
       &propagate_prepare);
 }
 TORCH_LIBRARY_IMPL(edbatch, CPU, m) { m.impl("propagate", &propagate); }

@@ -205,14 +205,20 @@ CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
 
 void prepare_call(CallArgs a, const c10::Device& where, Structure s, int64_t num_x,
                   int64_t input_size, const std::string& loss, int64_t classes,
-                  const c10::optional<Tensor>& labels) {
+                  const c10::optional<Tensor>& labels, const c10::optional<Tensor>& ids) {
   check_structure(where, s);
   set_loss_head(a, loss, classes);
   const Tensor y = host_labels(a, labels, s.node_inputs.numel());
+  Tensor row_ids;
+  if (ids && ids->defined() && ids->numel() > 0) {
+    check_index_tensor(*ids, "ids", num_x);
+    row_ids = ids->to(at::kCPU).contiguous();
+  }
   const c10::DeviceGuard guard(where);  // a runner's CUDA state is made on its device
   try {
     Packed p = packed_view(s, nullptr, num_x, input_size);
     if (y.defined()) p.labels = y.data_ptr<int64_t>();
+    if (row_ids.defined()) p.ids = row_ids.data_ptr<int64_t>();
     RunnerPool::get().prepare(a, p);
   } catch (const std::exception& e) {
     fail(e.what());

@@ -225,10 +225,11 @@ struct CallExtras {
 };
 // Checks `s`, sets the loss head (set_loss_head) and checks its labels, and queues the
 // preparation of a later call with this structure and x of num_x rows of input_size floats on
-// `where` (RunnerPool::prepare).
+// `where` (RunnerPool::prepare); `ids`: the call's integer per x row (traced cells embedding ids),
+// or none.
 void prepare_call(CallArgs a, const c10::Device& where, Structure s, int64_t num_x,
                   int64_t input_size, const std::string& loss, int64_t classes,
-                  const c10::optional<Tensor>& labels);
+                  const c10::optional<Tensor>& labels, const c10::optional<Tensor>& ids = {});
 // Runs the forward; keeps the runner in `state` when it is given (for backward).
 std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure s,
                                 std::vector<Tensor> w, c10::intrusive_ptr<RunState>* state,

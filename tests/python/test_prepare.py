@@ -209,6 +209,48 @@ def test_propagate_prepare_equals_unprepared():
     assert counts()["prepared"] == prepared
 
 
+def test_propagate_prepare_with_ids():
+    """Cells that embed ids prepare for the next mini-batch's ids (packed's, from its host
+    copy): the forward with those ids is served the prepared graph, bitwise as unprepared; one
+    with other ids (same structure) is not."""
+    if not edbatch.propagate.has_propagate_op():
+        pytest.skip("the loaded extension has no propagate op")
+    import cells
+    import structures as user_structures
+    torch.manual_seed(5)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, 0, vocab=user_structures.VOCAB),
+                                 state_size=7, threads=1)
+    packed = user_structures.packed("dags", 31)
+
+    def run(ids):
+        for p in model.parameters():
+            p.grad = None
+        h = model(packed, ids=ids)
+        (h * torch.randn(h.shape, generator=torch.Generator().manual_seed(4))).sum().backward()
+        return [h.detach()] + [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    want = run(packed.input_ids)
+    assert len(want) > 2  # the states, the embedding's gradient and more
+    before = counts()
+    model.prepare(packed)  # the last forward took ids: prepares for packed.input_ids
+    assert counts()["prepared"] == before["prepared"] + 1
+    assert_same(run(packed.input_ids), want)
+    assert counts()["used"] == before["used"] + 1
+    # Other ids with the same structure: the prepared graph is not used.
+    other = (packed.input_ids + 1) % user_structures.VOCAB
+    want_other = run(other)
+    model.prepare(packed)
+    assert_same(run(other), want_other)
+    assert counts()["used"] == before["used"] + 1
+    # ids given to prepare; a packed batch moved with to() runs on its host copy of the ids.
+    moved = packed.to("cpu")
+    model.prepare(moved, ids=other)
+    assert_same(run(other), want_other)
+    assert counts()["used"] == before["used"] + 2
+    assert moved.host_input_ids() is not None and torch.equal(moved.host_input_ids(),
+                                                              packed.input_ids)
+
+
 def test_plan_cache_budget():
     """A structure seen twice before runs on a reused plan (counted by plan_cache_stats) with
     bitwise the same outputs and gradients; set_plan_cache(0) makes new engines plan every call."""
