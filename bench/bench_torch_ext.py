@@ -204,7 +204,10 @@ def main():
     ap.add_argument("--batches", type=int, default=3, help="distinct mini-batches, cycled")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--eager-reps", type=int, default=3, help="node-by-node repetitions")
-    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed repetitions first: prefetching holds a prepared runner while "
+                         "another runs, so its second runner (an engine with, on a GPU, its own "
+                         "stream and arenas) is made in the second repetition")
     ap.add_argument("--vocab", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=0, help="edbatch threads (0: torch's)")
     ap.add_argument("--device", default="cpu")

@@ -106,9 +106,11 @@ def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num
 
 def prepare_stats():
     """Counts of prepare() over the process: {"prepared", "used" (by a matching call), "failed"
-    (a bad structure; its call raised), "dropped" (more than 8 waited), "waiting" (now)}."""
+    (a bad structure; its call raised), "dropped" (more than 8 waited), "runners" (made for
+    calls and preparations: each holds an engine, on a GPU with its own stream and arenas, so
+    a count that keeps growing means calls pay for new ones), "waiting" (now)}."""
     _lib.load()
-    return dict(zip(("prepared", "used", "failed", "dropped", "waiting"),
+    return dict(zip(("prepared", "used", "failed", "dropped", "runners", "waiting"),
                     torch.ops.edbatch.prepare_counts()))
 
 

@@ -119,7 +119,7 @@ void prepare(const std::string& cell, const std::string& device, int64_t input_s
       input_size, loss, classes, labels);
 }
 
-// [prepared, used, failed, dropped, waiting]: RunnerPool::counts.
+// [prepared, used, failed, dropped, runners, waiting]: RunnerPool::counts.
 std::vector<int64_t> prepare_counts() { return RunnerPool::get().counts(); }
 
 std::vector<std::string> list_cells() { return cell_names(); }

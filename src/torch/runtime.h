@@ -112,9 +112,9 @@ class RunnerPool {
     work_.notify_one();
   }
 
-  // Preparations asked for, used by a call, failed (bad structure), dropped unused; then how
-  // many wait now.
-  enum Count { kPrepared, kUsed, kFailed, kDropped, kCounts };
+  // Preparations asked for, used by a call, failed (bad structure), dropped unused, runners made
+  // (each with its engine: on a GPU its stream, cuBLAS handle and arenas); then how many wait now.
+  enum Count { kPrepared, kUsed, kFailed, kDropped, kRunners, kCounts };
   std::vector<int64_t> counts() {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<int64_t> c(counts_, counts_ + kCounts);
@@ -141,7 +141,10 @@ class RunnerPool {
         return r;
       }
     }
-    return std::make_unique<Runner>(a.config, a.options);
+    auto r = std::make_unique<Runner>(a.config, a.options);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counts_[kRunners];
+    return r;
   }
 
   // The worker: prepares queued runners one by one. A failed preparation leaves the runner

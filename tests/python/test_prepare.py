@@ -251,6 +251,28 @@ def test_propagate_prepare_with_ids():
                                                               packed.input_ids)
 
 
+def test_prefetching_reuses_runners():
+    """A training loop that prefetches over a few mini-batches reaches a steady set of runners
+    (each an engine, on a GPU with its own stream and arenas): none is made after the first
+    round."""
+    if not edbatch.propagate.has_propagate_op():
+        pytest.skip("the loaded extension has no propagate op")
+    import cells
+    import structures as user_structures
+    torch.manual_seed(8)
+    model = edbatch.nn.Propagate(cells.LSTMCell(9, 5), cells.GateEdge(9, 5), state_size=(9, 9),
+                                 threads=1)
+    batches = [user_structures.packed("trees", s, edge_inputs="parent") for s in (41, 42, 43)]
+    xs = [torch.randn(b.input_ids.numel(), 5) for b in batches]
+    made = []
+    for _ in range(3):
+        for i, packed in enumerate(edbatch.prefetch(model, batches)):
+            h, c = model(packed, x=xs[i])
+            (h.sum() + c.sum()).backward()
+        made.append(counts()["runners"])
+    assert made[1] == made[2] and made[0] >= 1
+
+
 def test_plan_cache_budget():
     """A structure seen twice before runs on a reused plan (counted by plan_cache_stats) with
     bitwise the same outputs and gradients; set_plan_cache(0) makes new engines plan every call."""
