@@ -289,7 +289,9 @@ TEST_CASE("zoo blocks: backward by invocation range equals one thread") {
 
 // An engine whose arenas still hold the values and adjoints of other graphs (larger, then
 // smaller) gives a fresh engine's gradients bitwise; seeds on the logits (which the loss also
-// reads) give the gradients of the loss sum_i seed_i . logit_i built into the graph.
+// reads) give the gradients of the loss sum_i seed_i . logit_i built into the graph. The
+// op-level form, for every node's adjoint, is in tests/test_memory.cpp; this one adds every zoo
+// model through blocks (their calls' internal regions) and the seeded backward.
 TEST_CASE("zoo blocks: an engine reused over other graphs gives a fresh engine's gradients") {
   for (const std::string& name : model_names()) {
     for (const int threads : {1, 2}) {
