@@ -20,8 +20,9 @@ from . import nn  # noqa: E402  (needs the ops loaded)
 from .propagate import Propagate  # noqa: E402
 from .trace import dropout_mask  # noqa: E402
 from .info import backends, device_status  # noqa: E402
+from .step import apply_gradients  # noqa: E402
 
 __all__ = ["__version__", "backends", "device_status", "Packed", "pack_trees", "parse_sst",
            "pack_sst", "pack_lattices", "pack_dags", "pack_edges", "concat_packed", "collate",
-           "Propagate", "dropout_mask", "run_cell", "prepare", "prepare_stats", "prefetch", "cells",
+           "Propagate", "dropout_mask", "apply_gradients", "run_cell", "prepare", "prepare_stats", "prefetch", "cells",
            "weight_shapes", "set_plan_cache", "plan_cache_stats", "nn"]

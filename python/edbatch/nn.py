@@ -6,6 +6,7 @@ import torch
 
 from .head import check_head, head_weights
 from .ops import prepare, run_cell, weight_shapes
+from .step import apply_gradients
 from .propagate import Propagate  # noqa: F401  (user cells: edbatch.nn.Propagate)
 from .decode import StepDecoder  # noqa: F401  (decoding loops: edbatch.nn.StepDecoder)
 
@@ -59,6 +60,26 @@ class Cell(torch.nn.Module):
                         self.hidden_size, self.num_node_types, self.num_arc_types, self.policy,
                         self.threads, labels, self.reduction)[0]
 
+    def loss_step(self, x, packed, labels=None, lr=None):
+        """loss(x, packed, labels) and its backward in one call of the engine, recording no
+        autograd graph; returns the loss (a 0-d tensor without history). The weights' and the
+        head's gradients go into their .grad, or with lr update them in place (p -= lr * grad,
+        plain SGD); x's gradient goes back through autograd (edbatch.apply_gradients)."""
+        loss, grad_x = self._step(x, packed, labels, lr)
+        apply_gradients([x], [grad_x])
+        return loss
+
+    def _step(self, x, packed, labels, lr):
+        """The step's loss and x's gradient, the weights' gradients handed on."""
+        if labels is None:
+            labels = packed.host_labels()
+        weights = self.weights() + head_weights(self, "Cell")
+        out = run_cell(self.cell, x, packed, weights, self.hidden_size, self.num_node_types,
+                       self.num_arc_types, self.policy, self.threads, labels, self.reduction,
+                       step=True)
+        apply_gradients(weights, out[2:], lr)
+        return out[0], out[1]
+
     def prepare(self, packed, num_x=None):
         """Starts the host work of a later forward(x, packed) (x of num_x rows; default
         packed.input_ids' length) on a worker thread: edbatch.prepare for this cell's options,
@@ -106,6 +127,29 @@ class _Embedded(torch.nn.Module):
         """The loss head's cross-entropy over every labelled node (Cell.loss), inside the
         engine; labels default to packed's, x to the embeddings."""
         return self.cell.loss(self.embed(packed) if x is None else x, packed, labels)
+
+    def loss_step(self, packed, labels=None, lr=None, x=None):
+        """loss(packed, labels, x) and its backward in one call of the engine, recording no
+        autograd graph (Cell.loss_step); returns the loss. With lr the whole step is an SGD
+        update in place (p -= lr * grad) of the cell, the head and the embeddings (the rows the
+        batch reads, as index_add); without, every gradient goes into .grad as loss.backward()
+        would put it."""
+        if x is not None or lr is None:
+            return self.cell.loss_step(self.embed(packed) if x is None else x, packed, labels, lr)
+        with torch.no_grad():
+            x = self.embed(packed)
+        loss, grad_x = self.cell._step(x, packed, labels, lr)
+        with torch.no_grad():
+            for kind, table in enumerate(self.embeddings):
+                if not table.weight.requires_grad:
+                    continue
+                rows = grad_x
+                if len(self.embeddings) > 1:
+                    rows = rows * (packed.input_kinds == kind).unsqueeze(1)
+                if table.padding_idx is not None:
+                    rows = rows * (packed.input_ids != table.padding_idx).unsqueeze(1)
+                table.weight.index_add_(0, packed.input_ids, rows, alpha=-lr)
+        return loss
 
     def prepare(self, packed):
         """Starts the host work of a later forward(packed) on a worker thread (Cell.prepare)."""

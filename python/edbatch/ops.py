@@ -45,7 +45,7 @@ def _message(error):
 
 
 def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_types=1,
-             policy="lb-greedy", threads=0, labels=None, loss=None):
+             policy="lb-greedy", threads=0, labels=None, loss=None, step=False):
     """Runs `cell` over every node of `packed` and returns its per-node outputs ([h, c] for the
     LSTM cells, [h] otherwise), each num_nodes x hidden_size, differentiable in x and weights.
 
@@ -57,15 +57,21 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
     -1 for none) summed or averaged over the labelled nodes, where W (classes x hidden_size) and
     b (classes) follow the cell's weights in `weights`. Labels are read on the host: pass a CPU
     tensor (Packed.host_labels()) to spare a wait on the GPU.
+
+    step=True (with a loss): the loss's backward runs in the same call, with no autograd graph,
+    and the call returns [loss, x's gradient, each weight's gradient] (edbatch.apply_gradients
+    hands them on as loss.backward() would).
     """
+    if step and loss is None:
+        raise ValueError("edbatch.run_cell: step=True needs a loss head (loss='sum' or 'mean')")
+    op = torch.ops.edbatch.run_cell_step if step else torch.ops.edbatch.run_cell
     structure = packed.structure() if hasattr(packed, "structure") else None
     if isinstance(x, torch.Tensor) and structure is not None:
         # The op checks everything itself; the checks below only run to explain a failure
         # (they cost about as much as the op's own host work on small mini-batches).
         try:
-            return list(torch.ops.edbatch.run_cell(cell, x, *structure, list(weights),
-                                                   hidden_size, num_node_types, num_arc_types,
-                                                   policy, threads, labels, loss or ""))
+            return list(op(cell, x, *structure, list(weights), hidden_size, num_node_types,
+                           num_arc_types, policy, threads, labels, loss or ""))
         except (RuntimeError, TypeError) as e:
             error = e
     else:

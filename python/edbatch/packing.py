@@ -6,6 +6,8 @@ import random
 import torch
 
 _DEVICE_FIELDS = ("input_ids", "input_kinds", "labels")
+# Fields whose host copy Packed.to() keeps: the extension reads them on the host.
+_HOST_COPIES = ("input_ids", "labels")
 _FIELDS = ("node_inputs", "node_types", "pred_ptr", "pred_ids", "arc_types", "arc_inputs",
            "instance_offsets", "input_ids", "input_kinds", "labels")
 
@@ -58,8 +60,8 @@ class Packed:
         for name in _FIELDS:
             t = getattr(self, name)
             setattr(out, name, t.to(device) if name in _DEVICE_FIELDS else t.cpu())
-        out._host_labels = (out.labels, self.host_labels())
-        out._host_input_ids = (out.input_ids, self.host_input_ids())
+        out._host = {name: (getattr(out, name), self._host_copy(name))
+                     for name in _HOST_COPIES}
         return out
 
     def kinds(self):
@@ -80,18 +82,19 @@ class Packed:
     def host_input_ids(self):
         """input_ids in host memory (to() keeps a copy, as for the labels): user cells that
         embed ids read them on the host."""
-        kept = getattr(self, "_host_input_ids", None)
-        if kept is not None and kept[0] is self.input_ids:
-            return kept[1]
-        return self.input_ids.cpu()
+        return self._host_copy("input_ids")
 
     def host_labels(self):
         """The labels in host memory: the loss heads inside the engine read them there (to()
         keeps a host copy, so a GPU batch's labels cost no wait)."""
-        kept = getattr(self, "_host_labels", None)
-        if kept is not None and kept[0] is self.labels:
-            return kept[1]
-        return self.labels.cpu()
+        return self._host_copy("labels")
+
+    def _host_copy(self, name):
+        """Field `name` in host memory: the copy to() kept while the field is the tensor it was
+        kept with, else a copy now."""
+        t = getattr(self, name)
+        kept = getattr(self, "_host", {}).get(name)
+        return kept[1] if kept is not None and kept[0] is t else t.cpu()
 
     def __repr__(self):
         return (f"Packed({self.num_instances} instances, {self.num_nodes} nodes, "

@@ -4,6 +4,7 @@ import torch
 
 from .head import check_head, head_weights
 from .ops import _reraise
+from .step import apply_gradients
 from .trace import as_cells, sizes_of, trace_program
 
 
@@ -16,17 +17,19 @@ def has_propagate_op():
         return False
 
 
-def run_program(program, x, ids, packed, weights, seed, policy, threads, labels=None, loss=None):
+def run_program(program, x, ids, packed, weights, seed, policy, threads, labels=None, loss=None,
+                step=False):
     """Runs a traced Program over `packed` with the op: one tensor per state component (with a
-    loss head, weights end with its weight and bias and the op returns [loss])."""
+    loss head, weights end with its weight and bias and the op returns [loss]; step=True runs
+    its backward too and returns [loss, x's gradient, each weight's gradient])."""
     if not has_propagate_op():
         raise RuntimeError("edbatch.nn.Propagate: the loaded extension has no "
                            "torch.ops.edbatch.propagate; rebuild it from a version with user "
                            "cells (docs/pytorch.md)")
     try:
-        return list(torch.ops.edbatch.propagate(program.text, x, ids, *packed.structure(),
-                                                weights, seed, policy, threads, labels,
-                                                loss or ""))
+        op = torch.ops.edbatch.propagate_step if step else torch.ops.edbatch.propagate
+        return list(op(program.text, x, ids, *packed.structure(), weights, seed, policy, threads,
+                       labels, loss or ""))
     except RuntimeError as e:
         _reraise(e)
 
@@ -47,7 +50,8 @@ class Propagate(torch.nn.Module):
 
     classes=C adds a loss head (self.head, an nn.Linear from the state's first component to C
     classes): loss(packed, x=None, ids=None, labels=None) runs it inside the engine and returns
-    the cross-entropy over every labelled node, summed or averaged (reduction).
+    the cross-entropy over every labelled node, summed or averaged (reduction);
+    loss_step(..., lr=None) runs it and its backward in one call, without autograd.
     """
 
     def __init__(self, node_cell, edge_cell=None, reduce="sum", state_size=None,
@@ -104,7 +108,7 @@ class Propagate(torch.nn.Module):
         self._programs.clear()
 
     def forward(self, packed, x=None, ids=None):
-        outputs, program = self._run(packed, x, ids)
+        outputs, program, _ = self._run(packed, x, ids)
         return tuple(outputs) if program.state_tuple else outputs[0]
 
     def loss(self, packed, x=None, ids=None, labels=None):
@@ -116,7 +120,25 @@ class Propagate(torch.nn.Module):
             labels = packed.host_labels()
         return self._run(packed, x, ids, head, labels)[0][0]
 
-    def _run(self, packed, x, ids, head=(), labels=None):
+    def loss_step(self, packed, x=None, ids=None, labels=None, lr=None):
+        """loss(packed, x, ids, labels) and its backward in one call of the engine, recording no
+        autograd graph; returns the loss (a 0-d tensor without history). The gradients go where
+        loss.backward() would send them: into .grad of the cells' and the head's parameters, and
+        back through autograd into whatever made x. With lr, the module's parameters are
+        updated in place instead (p -= lr * grad, plain SGD; their .grad is left as it is);
+        x's gradient still goes back through autograd (embed inside the cells, ids=, to keep
+        the whole step in the engine). Not for DistributedDataParallel, whose gradient hooks
+        run in autograd's backward: call loss() and backward() there."""
+        head = head_weights(self, "Propagate")
+        if labels is None:
+            labels = packed.host_labels()
+        outputs, _, weights = self._run(packed, x, ids, head, labels, step=True)
+        apply_gradients(weights, outputs[2:], lr)
+        if x is not None:
+            apply_gradients([x], [outputs[1]])
+        return outputs[0]
+
+    def _run(self, packed, x, ids, head=(), labels=None, step=False):
         kind, size, x, ids = self._inputs(x, ids)
         program = self.program(kind, size, *packed.kinds())
         weights = program.weights()
@@ -132,9 +154,12 @@ class Propagate(torch.nn.Module):
             seed = int(torch.randint(0, 2 ** 62, ()).item())
         self.last_seed = seed  # the dropout masks' seed (edbatch.dropout_mask rebuilds them)
         extra = (labels, self.reduction) if head else ()  # the loss head's arguments
-        outputs = run_program(program, x, ids, packed, list(weights) + list(head), seed,
-                              self.policy, self.threads, *extra)
-        return outputs, program
+        if step:
+            extra += (True,)
+        weights = list(weights) + list(head)
+        outputs = run_program(program, x, ids, packed, weights, seed, self.policy, self.threads,
+                              *extra)
+        return outputs, program, weights
 
     def prepare(self, packed, input_size=None, num_x=None, device=None, ids=None):
         """Starts the host work of a later forward(packed, x=...) on a worker thread: checking
@@ -153,8 +178,12 @@ class Propagate(torch.nn.Module):
         with a loss head prepares loss(packed, x=...) with packed's labels instead.
         """
         last = self._last_input
-        kind = "ids" if ids is not None else ("x" if input_size is not None else
-                                              (last[0] if last is not None else None))
+        if ids is not None:
+            kind = "ids"
+        elif input_size is not None:
+            kind = "x"
+        else:
+            kind = last[0] if last is not None else None
         if kind == "ids":
             ids = packed.host_input_ids() if ids is None else ids
             input_size, num_x = 0, ids.numel()

@@ -19,17 +19,26 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// A call's arguments, with its loss head if any.
+CallArgs cell_call(const std::string& cell, const Tensor& x, at::TensorList weights, int64_t hidden,
+                   int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
+                   int64_t threads, const std::string& loss) {
+  CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
+  if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
+  return a;
+}
+
 // The forward of run_cell; keeps the runner in `state` when it is given (for backward).
 std::vector<Tensor> forward_cell(const std::string& cell, const Tensor& x, const Structure& s,
                                  at::TensorList weights, int64_t hidden, int64_t num_node_types,
                                  int64_t num_arc_types, const std::string& policy, int64_t threads,
                                  const c10::optional<Tensor>& labels, const std::string& loss,
                                  c10::intrusive_ptr<RunState>* state) {
-  CallArgs a = call_args(cell, x, hidden, num_node_types, num_arc_types, policy, threads);
-  if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
   CallExtras extras;
   extras.labels = labels;
-  return run_forward(a, x, s, weights.vec(), state, extras);
+  return run_forward(
+      cell_call(cell, x, weights, hidden, num_node_types, num_arc_types, policy, threads, loss), x,
+      s, weights.vec(), state, extras);
 }
 
 std::vector<Tensor> run_cell(const std::string& cell, const Tensor& x, const Tensor& node_inputs,
@@ -98,6 +107,25 @@ std::vector<Tensor> run_cell_autograd(
   return CellFunction::apply(cell, x, node_inputs, node_types, pred_ptr, pred_ids, arc_types,
                              arc_inputs, instance_offsets, weights, hidden, num_node_types,
                              num_arc_types, policy, threads, labels, loss);
+}
+
+// run_cell with a loss head, and its backward, in one call with no autograd graph (a training
+// step, docs/pytorch.md): [loss, x's gradient, each weight's gradient].
+std::vector<Tensor> run_cell_step(const std::string& cell, const Tensor& x,
+                                  const Tensor& node_inputs, const Tensor& node_types,
+                                  const Tensor& pred_ptr, const Tensor& pred_ids,
+                                  const Tensor& arc_types, const Tensor& arc_inputs,
+                                  const Tensor& instance_offsets, at::TensorList weights,
+                                  int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
+                                  const std::string& policy, int64_t threads,
+                                  const c10::optional<Tensor>& labels, const std::string& loss) {
+  at::AutoDispatchBelowADInplaceOrView guard;  // the gradients are the op's outputs
+  CallExtras extras;
+  extras.labels = labels;
+  return run_step(
+      cell_call(cell, x, weights, hidden, num_node_types, num_arc_types, policy, threads, loss), x,
+      {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets},
+      weights.vec(), extras);
 }
 
 // Prepares a later run_cell call with this structure (and x of num_x rows on `device`) on a
@@ -176,6 +204,11 @@ TORCH_LIBRARY(edbatch, m) {
       "Tensor[] weights, int hidden, int num_node_types, int num_arc_types, str policy, "
       "int threads, Tensor? labels=None, str loss=\"\") -> Tensor[]");
   m.def(
+      "run_cell_step(str cell, Tensor x, Tensor node_inputs, Tensor node_types, Tensor pred_ptr, "
+      "Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, Tensor instance_offsets, "
+      "Tensor[] weights, int hidden, int num_node_types, int num_arc_types, str policy, "
+      "int threads, Tensor? labels, str loss) -> Tensor[]");
+  m.def(
       "prepare(str cell, str device, int input_size, int num_x, Tensor node_inputs, "
       "Tensor node_types, Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, "
       "Tensor arc_inputs, Tensor instance_offsets, int hidden, int num_node_types, "
@@ -195,9 +228,19 @@ TORCH_LIBRARY(edbatch, m) {
 
 // The CUDA kernel is the CPU one: the engine takes host-side structures and parameters, and the
 // device the Runner was made for ("cuda" for CUDA tensors) does the math.
-TORCH_LIBRARY_IMPL(edbatch, CPU, m) { m.impl("run_cell", &run_cell); }
-TORCH_LIBRARY_IMPL(edbatch, CUDA, m) { m.impl("run_cell", &run_cell); }
-TORCH_LIBRARY_IMPL(edbatch, Autograd, m) { m.impl("run_cell", &run_cell_autograd); }
+// run_cell_step records no autograd graph: its Autograd kernel is the op itself.
+TORCH_LIBRARY_IMPL(edbatch, CPU, m) {
+  m.impl("run_cell", &run_cell);
+  m.impl("run_cell_step", &run_cell_step);
+}
+TORCH_LIBRARY_IMPL(edbatch, CUDA, m) {
+  m.impl("run_cell", &run_cell);
+  m.impl("run_cell_step", &run_cell_step);
+}
+TORCH_LIBRARY_IMPL(edbatch, Autograd, m) {
+  m.impl("run_cell", &run_cell_autograd);
+  m.impl("run_cell_step", &run_cell_step);
+}
 
 }  // namespace edbatch::torch_adapter
 

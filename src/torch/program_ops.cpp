@@ -40,17 +40,27 @@ CallArgs program_args(const std::string& program, const Tensor& x, const Tensor&
   return program_args(program, x.device(), x.size(1), policy, threads);
 }
 
+// A call's arguments (with its loss head, if any) and its extras.
+CallArgs program_call(const std::string& program, const Tensor& x, const Tensor& ids,
+                      at::TensorList weights, int64_t seed, const std::string& policy,
+                      int64_t threads, const c10::optional<Tensor>& labels, const std::string& loss,
+                      CallExtras& extras) {
+  CallArgs a = program_args(program, x, ids, policy, threads);
+  if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
+  if (ids.numel() > 0) extras.ids = ids;
+  extras.seed = static_cast<uint64_t>(seed);
+  extras.labels = labels;
+  return a;
+}
+
 std::vector<Tensor> run_program(const std::string& program, const Tensor& x, const Tensor& ids,
                                 const Structure& s, at::TensorList weights, int64_t seed,
                                 const std::string& policy, int64_t threads,
                                 const c10::optional<Tensor>& labels, const std::string& loss,
                                 c10::intrusive_ptr<RunState>* state) {
-  CallArgs a = program_args(program, x, ids, policy, threads);
-  if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
   CallExtras extras;
-  if (ids.numel() > 0) extras.ids = ids;
-  extras.seed = static_cast<uint64_t>(seed);
-  extras.labels = labels;
+  const CallArgs a =
+      program_call(program, x, ids, weights, seed, policy, threads, labels, loss, extras);
   return run_forward(a, x, s, weights.vec(), state, extras);
 }
 
@@ -117,6 +127,24 @@ std::vector<Tensor> propagate_autograd(
                                 threads, labels, loss);
 }
 
+// propagate with a loss head, and its backward, in one call with no autograd graph (a training
+// step, docs/pytorch.md): [loss, x's gradient, each weight's gradient].
+std::vector<Tensor> propagate_step(const std::string& program, const Tensor& x, const Tensor& ids,
+                                   const Tensor& node_inputs, const Tensor& node_types,
+                                   const Tensor& pred_ptr, const Tensor& pred_ids,
+                                   const Tensor& arc_types, const Tensor& arc_inputs,
+                                   const Tensor& instance_offsets, at::TensorList weights,
+                                   int64_t seed, const std::string& policy, int64_t threads,
+                                   const c10::optional<Tensor>& labels, const std::string& loss) {
+  at::AutoDispatchBelowADInplaceOrView guard;  // the gradients are the op's outputs
+  CallExtras extras;
+  const CallArgs a =
+      program_call(program, x, ids, weights, seed, policy, threads, labels, loss, extras);
+  return run_step(
+      a, x, {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets},
+      weights.vec(), extras);
+}
+
 // Prepares a later propagate call with this structure, x of num_x rows of input_size floats on
 // `device`, no ids and no dropout, on a worker thread (the built-in cells' prepare).
 void propagate_prepare(const std::string& program, const std::string& device, int64_t input_size,
@@ -146,14 +174,29 @@ TORCH_LIBRARY_FRAGMENT(edbatch, m) {
       "Tensor instance_offsets, Tensor[] weights, int seed, str policy, int threads, "
       "Tensor? labels=None, str loss=\"\") -> Tensor[]");
   m.def(
+      "propagate_step(str program, Tensor x, Tensor ids, Tensor node_inputs, Tensor node_types, "
+      "Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "
+      "Tensor instance_offsets, Tensor[] weights, int seed, str policy, int threads, "
+      "Tensor? labels, str loss) -> Tensor[]");
+  m.def(
       "propagate_prepare(str program, str device, int input_size, int num_x, Tensor node_inputs, "
       "Tensor node_types, Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "
       "Tensor instance_offsets, str policy, int threads, Tensor? labels=None, str loss=\"\", "
       "int classes=0, Tensor? ids=None) -> ()",
       &propagate_prepare);
 }
-TORCH_LIBRARY_IMPL(edbatch, CPU, m) { m.impl("propagate", &propagate); }
-TORCH_LIBRARY_IMPL(edbatch, CUDA, m) { m.impl("propagate", &propagate); }
-TORCH_LIBRARY_IMPL(edbatch, Autograd, m) { m.impl("propagate", &propagate_autograd); }
+// propagate_step records no autograd graph: its Autograd kernel is the op itself.
+TORCH_LIBRARY_IMPL(edbatch, CPU, m) {
+  m.impl("propagate", &propagate);
+  m.impl("propagate_step", &propagate_step);
+}
+TORCH_LIBRARY_IMPL(edbatch, CUDA, m) {
+  m.impl("propagate", &propagate);
+  m.impl("propagate_step", &propagate_step);
+}
+TORCH_LIBRARY_IMPL(edbatch, Autograd, m) {
+  m.impl("propagate", &propagate_autograd);
+  m.impl("propagate_step", &propagate_step);
+}
 
 }  // namespace edbatch::torch_adapter

@@ -194,6 +194,17 @@ Tensor host_labels(const CallArgs& a, const c10::optional<Tensor>& labels, int64
   return labels->to(at::kCPU).contiguous();
 }
 
+namespace {
+
+// Ids of cells that embed them (one per x row) in host memory; undefined when none are given.
+Tensor host_ids(const c10::optional<Tensor>& ids, int64_t num_x) {
+  if (!ids || !ids->defined() || ids->numel() == 0) return Tensor();
+  check_index_tensor(*ids, "ids", num_x);
+  return ids->to(at::kCPU).contiguous();
+}
+
+}  // namespace
+
 CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
                    int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
                    int64_t threads) {
@@ -209,11 +220,7 @@ void prepare_call(CallArgs a, const c10::Device& where, Structure s, int64_t num
   check_structure(where, s);
   set_loss_head(a, loss, classes);
   const Tensor y = host_labels(a, labels, s.node_inputs.numel());
-  Tensor row_ids;
-  if (ids && ids->defined() && ids->numel() > 0) {
-    check_index_tensor(*ids, "ids", num_x);
-    row_ids = ids->to(at::kCPU).contiguous();
-  }
+  const Tensor row_ids = host_ids(ids, num_x);
   const c10::DeviceGuard guard(where);  // a runner's CUDA state is made on its device
   try {
     Packed p = packed_view(s, nullptr, num_x, input_size);
@@ -236,12 +243,8 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
   const bool on_device = device_resident(x_in);
   const Tensor x = on_device ? x_in.contiguous() : x_in.to(at::kCPU).contiguous();
   Packed p = packed_view(s, x.data_ptr<float>(), x.size(0), x.size(1));
-  Tensor ids;
-  if (extras.ids.defined()) {
-    check_index_tensor(extras.ids, "ids", -1);
-    ids = extras.ids.to(at::kCPU).contiguous();
-    p.ids = ids.data_ptr<int64_t>();
-  }
+  const Tensor ids = host_ids(extras.ids, p.num_x);
+  if (ids.defined()) p.ids = ids.data_ptr<int64_t>();
   p.seed = extras.seed;
   const Tensor labels = host_labels(a, extras.labels, p.num_nodes);
   if (labels.defined()) p.labels = labels.data_ptr<int64_t>();
@@ -325,6 +328,20 @@ Gradients run_backward(RunState& state, const c10::Device& device,
   g.x = grad_x.to(device);
   for (Tensor& t : g.weights) t = t.to(device);
   return g;
+}
+
+std::vector<Tensor> run_step(const CallArgs& a, const Tensor& x, Structure s, std::vector<Tensor> w,
+                             const CallExtras& extras) {
+  if (!a.config.head.classes)
+    fail(
+        "[edbatch] a training step needs a loss head: loss \"sum\" or \"mean\" with the "
+        "head's weight and bias after the cell's weights");
+  c10::intrusive_ptr<RunState> state;
+  std::vector<Tensor> out = run_forward(a, x, std::move(s), std::move(w), &state, extras);
+  Gradients g = run_backward(*state, x.device(), {at::ones_like(out[0])});
+  out.push_back(std::move(g.x));
+  for (Tensor& t : g.weights) out.push_back(std::move(t));
+  return out;
 }
 
 }  // namespace edbatch::torch_adapter

@@ -245,5 +245,9 @@ struct Gradients {
 };
 Gradients run_backward(RunState& state, const c10::Device& device,
                        const torch::autograd::variable_list& grads);
+// A training step's forward (with a loss head: `a`'s head set) and backward in one call, with
+// no autograd graph: [the loss, x's gradient, each weight's gradient], on x's device.
+std::vector<Tensor> run_step(const CallArgs& a, const Tensor& x, Structure s, std::vector<Tensor> w,
+                             const CallExtras& extras);
 
 }  // namespace edbatch::torch_adapter

@@ -1,0 +1,33 @@
+"""Training steps inside the engine. The step ops (run_cell(..., step=True), Propagate.loss_step)
+run a loss head's forward and backward in one call and record no autograd graph; the gradients
+they return go where loss.backward() would send them, or update the parameters in place."""
+import torch
+
+
+def apply_gradients(tensors, grads, lr=None):
+    """Hands each tensor that requires grad its gradient, as loss.backward() would: a leaf (an
+    nn.Parameter) accumulates it into .grad; a tensor computed from others (x = embedding(ids))
+    passes it back through autograd to what it was computed from. With lr, leaves are updated in
+    place instead (t -= lr * grad, plain SGD, their .grad untouched), in one multi-tensor
+    operation. A tensor listed twice gets the sum of its gradients."""
+    leaves, others = {}, []
+    for t, g in zip(tensors, grads):
+        if t is None or not t.requires_grad:
+            continue
+        if t.is_leaf:
+            kept = leaves.get(id(t))
+            leaves[id(t)] = (t, g if kept is None else kept[1] + g)
+        else:
+            others.append((t, g))
+    with torch.no_grad():
+        pairs = list(leaves.values())
+        if lr is not None and pairs:
+            torch._foreach_add_([t for t, _ in pairs], [g for _, g in pairs], alpha=-lr)
+        elif lr is None:
+            for t, g in pairs:
+                if t.grad is None:
+                    t.grad = g
+                else:
+                    t.grad.add_(g)
+    if others:
+        torch.autograd.backward([t for t, _ in others], [g for _, g in others])

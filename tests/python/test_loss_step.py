@@ -1,0 +1,217 @@
+"""Training steps inside the engine (loss_step on Propagate and the built-in modules,
+run_cell(..., step=True), edbatch.apply_gradients): the loss and every gradient equal those of
+loss() followed by backward() (itself checked against independent references in
+test_loss_head.py), x's gradient reaches what made x through autograd, existing .grad
+accumulates, lr= updates the parameters in place exactly as plain SGD on those gradients would
+(the built-in modules' embeddings included, padding rows left alone), no autograd graph is
+recorded, a prepared call is served, and a call without a loss head is refused."""
+import copy
+
+import pytest
+import torch
+
+import edbatch
+
+import cells
+import structures
+from test_loss_head import C, close, random_labels, sst_batch, tree_module
+
+pytestmark = pytest.mark.skipif(not edbatch.propagate.has_propagate_op(),
+                                reason="the loaded extension has no propagate op")
+
+
+def user_model(kind, dropout=0.0):
+    torch.manual_seed(3)
+    node = cells.LSTMCell(6, 5, dropout=dropout)
+    edge = cells.GateEdge(6, 5) if kind == "lattices" else None
+    embed = torch.nn.Embedding(structures.VOCAB, 5)
+    prop = edbatch.nn.Propagate(node, edge, reduce="sum", state_size=(6, 6), classes=C,
+                                threads=1)
+    return embed, prop
+
+
+def reference_grads(embed, prop, packed, labels):
+    """loss() and backward(): the loss and every parameter's gradient."""
+    for p in [*embed.parameters(), *prop.parameters()]:
+        p.grad = None
+    loss = prop.loss(packed, x=embed(packed.input_ids), labels=labels)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in [*embed.parameters(), *prop.parameters()]]
+
+
+@pytest.mark.parametrize("kind", ["trees", "lattices", "dags"])
+def test_propagate_step_equals_loss_backward(kind):
+    embed, prop = user_model(kind)
+    packed = structures.packed(kind, 11)
+    labels = random_labels(packed.num_nodes, 12)
+    want_loss, want = reference_grads(embed, prop, packed, labels)
+    for p in [*embed.parameters(), *prop.parameters()]:
+        p.grad = None
+    loss = prop.loss_step(packed, x=embed(packed.input_ids), labels=labels)
+    assert loss.grad_fn is None and not loss.requires_grad
+    close(loss, want_loss, "loss")
+    params = [*embed.parameters(), *prop.parameters()]
+    names = ["embedding"] + [n for n, _ in prop.named_parameters()]
+    for name, p, w in zip(names, params, want):
+        assert p.grad is not None, name
+        close(p.grad, w, f"gradient of {name}", tol=1e-6)
+    # A second step accumulates, as a second backward() does.
+    prop.loss_step(packed, x=embed(packed.input_ids), labels=labels)
+    for name, p, w in zip(names, params, want):
+        close(p.grad, 2 * w, f"accumulated gradient of {name}", tol=1e-6)
+
+
+def test_propagate_step_with_lr_is_sgd():
+    embed, prop = user_model("trees")
+    packed = structures.packed("trees", 13)
+    labels = random_labels(packed.num_nodes, 14)
+    _, want = reference_grads(embed, prop, packed, labels)
+    before = [p.detach().clone() for p in prop.parameters()]
+    for p in [*embed.parameters(), *prop.parameters()]:
+        p.grad = None
+    lr = 0.37
+    prop.loss_step(packed, x=embed(packed.input_ids), labels=labels, lr=lr)
+    for (name, p), b, g in zip(prop.named_parameters(), before, want[1:]):
+        assert p.grad is None, f"{name}: lr= leaves .grad alone"
+        close(p.detach(), b - lr * g, f"{name} after the update", tol=1e-6)
+    # x was made by the embedding: its gradient went back through autograd, not into the update.
+    close(embed.weight.grad, want[0], "embedding gradient", tol=1e-6)
+
+
+def test_propagate_step_with_ids_updates_the_cells_embedding():
+    torch.manual_seed(5)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, 0, vocab=structures.VOCAB),
+                                 state_size=7, classes=C, threads=1)
+    packed = structures.packed("dags", 31)
+    labels = random_labels(packed.num_nodes, 15)
+    loss = model.loss(packed, ids=packed.input_ids, labels=labels)
+    params = list(model.parameters())
+    want = torch.autograd.grad(loss, params, allow_unused=True)
+    before = [p.detach().clone() for p in params]
+    got = model.loss_step(packed, ids=packed.input_ids, labels=labels, lr=0.5)
+    close(got, loss.detach(), "loss")
+    moved = 0
+    for (name, p), b, g in zip(model.named_parameters(), before, want):
+        g = torch.zeros_like(b) if g is None else g
+        close(p.detach(), b - 0.5 * g, f"{name} after the update", tol=1e-6)
+        moved += int(bool((g != 0).any()))
+    assert model.node_cells[0].emb.weight.grad is None
+    assert moved >= 3  # the embedding inside the cell, the cell's weights, the head
+
+
+def test_propagate_step_with_dropout_uses_the_calls_masks():
+    embed, prop = user_model("trees", dropout=0.4)
+    prop.train()
+    packed = structures.packed("trees", 16)
+    labels = random_labels(packed.num_nodes, 17)
+    torch.manual_seed(40)
+    want_loss, want = reference_grads(embed, prop, packed, labels)
+    seed = prop.last_seed
+    for p in [*embed.parameters(), *prop.parameters()]:
+        p.grad = None
+    torch.manual_seed(40)
+    loss = prop.loss_step(packed, x=embed(packed.input_ids), labels=labels)
+    assert prop.last_seed == seed != 0
+    close(loss, want_loss, "loss")
+    for p, w in zip([*embed.parameters(), *prop.parameters()], want):
+        close(p.grad, w, "gradient", tol=1e-6)
+
+
+@pytest.mark.parametrize("module", ["tree_lstm", "lattice_lstm"])
+def test_builtin_step_with_lr_updates_every_parameter(module):
+    if module == "tree_lstm":
+        m, packed = tree_module(), sst_batch()
+    else:
+        torch.manual_seed(2)
+        m = edbatch.nn.LatticeLSTM(structures.VOCAB, 6, 7, classes=C, threads=1)
+        packed = structures.packed("lattices", 18)
+        packed.input_kinds = torch.randint(0, 2, packed.input_ids.shape,
+                                           generator=torch.Generator().manual_seed(3))
+        packed.labels = random_labels(packed.num_nodes, 19)
+    ref = copy.deepcopy(m)
+    ref.loss(packed).backward()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.sub_(0.25 * p.grad)
+    loss = m.loss_step(packed, lr=0.25)
+    assert loss.grad_fn is None
+    for (name, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+        assert p.grad is None, name
+        close(p.detach(), q.detach(), f"{name} after the update", tol=1e-6)
+
+
+def test_builtin_step_accumulates_like_backward_and_skips_padding():
+    m, packed = tree_module(), sst_batch()
+    pad = int(packed.input_ids[0])
+    m.embeddings[0].padding_idx = pad
+    ref = copy.deepcopy(m)
+    ref.loss(packed).backward()
+    m.loss_step(packed)  # no lr: .grad, through autograd for the embedding
+    for (name, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+        close(p.grad, q.grad, f"gradient of {name}", tol=1e-6)
+    assert not ref.embeddings[0].weight.grad[pad].any()
+    # With lr, the padding row stays as it was, like plain SGD after backward().
+    before = m.embeddings[0].weight.detach().clone()
+    m.loss_step(packed, lr=0.5)
+    assert torch.equal(m.embeddings[0].weight[pad], before[pad])
+    assert not torch.equal(m.embeddings[0].weight, before)
+
+
+def test_cell_step_returns_every_gradient():
+    m, packed = tree_module(), sst_batch()
+    x = m.embed(packed).detach().requires_grad_()
+    weights = m.cell.weights() + [m.head.weight, m.head.bias]
+    want = torch.autograd.grad(m.cell.loss(x, packed), [x, *weights])
+    out = edbatch.run_cell("tree_lstm", x, packed, weights, 7, threads=1,
+                           labels=packed.labels, loss="sum", step=True)
+    assert len(out) == 2 + len(weights) and out[0].dim() == 0
+    for i, (a, b) in enumerate(zip(out[1:], want)):
+        close(a, b, f"gradient {i}", tol=1e-6)
+    m.cell.loss_step(x, packed)  # x is a leaf: its gradient goes into x.grad
+    close(x.grad, want[0], "x.grad", tol=1e-6)
+
+
+def test_step_is_served_a_prepared_call():
+    embed, prop = user_model("dags")
+    packed = structures.packed("dags", 20)
+    packed.labels = random_labels(packed.num_nodes, 21)
+    x = embed(packed.input_ids)
+    want = prop.loss_step(packed, x=x)
+    prop.prepare(packed, input_size=5)
+    used = edbatch.prepare_stats()["used"]
+    got = prop.loss_step(packed, x=embed(packed.input_ids))
+    assert edbatch.prepare_stats()["used"] == used + 1
+    assert torch.equal(got, want)
+
+
+def test_step_needs_a_loss_head():
+    torch.manual_seed(1)
+    prop = edbatch.nn.Propagate(cells.LSTMCell(6, 5), state_size=(6, 6))
+    packed = structures.packed("trees", 22)
+    with pytest.raises(ValueError, match="loss head"):
+        prop.loss_step(packed, x=torch.randn(packed.input_ids.numel(), 5))
+    m, batch = tree_module(), sst_batch()
+    with pytest.raises(ValueError, match="loss head"):
+        edbatch.run_cell("tree_lstm", m.embed(batch), batch, m.cell.weights(), 7, step=True)
+    with pytest.raises(RuntimeError, match="loss head"):
+        torch.ops.edbatch.run_cell_step("tree_lstm", m.embed(batch), *batch.structure(),
+                                        m.cell.weights(), 7, 1, 1, "lb-greedy", 1, None, "")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_step_equals_cpu():
+    embed, prop = user_model("lattices")
+    packed = structures.packed("lattices", 23)
+    packed.labels = random_labels(packed.num_nodes, 24)
+    results = []
+    for device in ("cpu", "cuda"):
+        models = [copy.deepcopy(embed).to(device), copy.deepcopy(prop).to(device),
+                  tree_module().to(device)]
+        b = packed.to(device)
+        losses = [models[1].loss_step(b, x=models[0](b.input_ids), lr=0.3),
+                  models[2].loss_step(sst_batch().to(device), lr=0.3)]
+        results.append([t.detach().cpu() for t in losses] +
+                       [p.detach().cpu() for m in models for p in m.parameters()] +
+                       [models[0].weight.grad.cpu()])
+    for a, b in zip(*results):
+        close(b, a, "cuda against cpu", tol=1e-4)
