@@ -12,6 +12,9 @@ step starts edbatch.prepare on the next mini-batch first (that host work then ov
 on a worker thread), as edbatch.prefetch does in a training loop. edbatch-loss and
 edbatch-loss-prefetch run the same steps with the loss head inside the engine (the modules'
 classes= option and loss()), where the others compute it in PyTorch from the returned states.
+edbatch-step and edbatch-step-prefetch run the whole step in one engine call with no autograd
+graph (loss_step(packed, lr=0.01): the loss, its backward and the SGD update of every parameter,
+the embeddings' rows included).
 
 Both implementations update their parameters with the same code (torch_models.sgd_update: one
 multi-tensor add over the parameters with gradients, p -= 0.01 * grad).
@@ -161,6 +164,10 @@ class Ours:
         self.update()
         return loss
 
+    def whole_step_in_engine(self, packed):
+        """The loss, its backward and the same SGD update in one engine call (loss_step)."""
+        return self.mh.loss_step(packed, lr=0.01)
+
 
 def profile(ours, packs, device, n, model):
     """Where an edbatch training step's time goes: each phase waited for, then torch.profiler."""
@@ -255,12 +262,15 @@ def main():
 
             # A prefetching step runs before its plain twin in each repetition: it takes the
             # mini-batch prepared in the repetition before, so the plain step never finds one
-            # prepared. The -loss steps run the loss head inside the engine (Ours.mh).
+            # prepared. The -loss steps run the loss head inside the engine (Ours.mh), the -step ones
+            # the whole step.
             impls = {
                 "edbatch-prefetch": prefetched(ours.m, ours.step),
                 "edbatch": lambda i: ours.step(packs[i]),
                 "edbatch-loss-prefetch": prefetched(ours.mh, ours.step_in_engine),
                 "edbatch-loss": lambda i: ours.step_in_engine(packs[i]),
+                "edbatch-step-prefetch": prefetched(ours.mh, ours.whole_step_in_engine),
+                "edbatch-step": lambda i: ours.whole_step_in_engine(packs[i]),
                 "hand-batched": lambda i: ref_step(lambda: ref.batched_losses(groups[i], plans[i])),
                 "node-by-node": lambda i: ref_step(lambda: ref.eager_losses(groups[i])),
             }

@@ -11,7 +11,10 @@ The user cells run twice: edbatch (graph build, scheduling and planning inside t
 edbatch-prefetch (the next mini-batch prepared on a worker thread during the step, as
 edbatch.prefetch does; the hand-batched implementation likewise plans its levels outside the step).
 For childsum, edbatch-loss and edbatch-loss-prefetch run the model's loss head inside the engine
-(Propagate's classes= and loss()) instead of in PyTorch.
+(Propagate's classes= and loss()) instead of in PyTorch, and edbatch-step and
+edbatch-step-prefetch the loss, its backward and the cells' and head's SGD update in one engine
+call (Propagate.loss_step(..., lr=0.01)); the embedding, outside the cells, gets its gradient
+through autograd and the same update as everywhere.
 
 The implementations run round-robin, one step each per repetition, so machine noise hits them
 alike; each row gives the median, p10 and p90 over the repetitions and the ratio of its median to
@@ -52,6 +55,17 @@ def prefetched(prop, loss_of, packs):
     return step
 
 
+class Whole:
+    """An implementation whose step does its own backward and update; `loss_of` gives its loss
+    for the check before timing."""
+
+    def __init__(self, step, loss_of):
+        self.step, self.loss_of = step, loss_of
+
+    def __call__(self, i):
+        return self.loss_of(i)
+
+
 def childsum_impls(args, device, drop_grads):
     if args.trees:
         with open(args.trees) as f:
@@ -83,9 +97,16 @@ def childsum_impls(args, device, drop_grads):
     def ours_loss(i):
         return prop_loss.loss(packs[i], x=model.embed(packs[i].input_ids))
 
+    def ours_step(i):
+        loss = prop_loss.loss_step(packs[i], x=model.embed(packs[i].input_ids), lr=0.01)
+        torch_models.sgd_update([model.embed.weight], 0.01, drop_grads)
+        return loss
+
     losses = {"edbatch-prefetch": prefetched(prop, ours, packs), "edbatch": ours,
               "edbatch-loss-prefetch": prefetched(prop_loss, ours_loss, packs),
               "edbatch-loss": ours_loss,
+              "edbatch-step-prefetch": Whole(prefetched(prop_loss, ours_step, packs), ours_loss),
+              "edbatch-step": Whole(ours_step, ours_loss),
               "hand-batched": lambda i: batched.loss(packs[i], plans[i]),
               "node-by-node": lambda i: ucm.child_sum_node_by_node(model, packs[i])}
     return losses, params, packs
@@ -127,9 +148,13 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
             i = rep % len(packs)
             ext.sync(device)
             t0 = time.perf_counter()
-            loss = loss_of(i)
-            loss.backward()
-            torch_models.sgd_update([p for p in params if p.grad is not None], 0.01, drop_grads)
+            if isinstance(loss_of, Whole):
+                loss = loss_of.step(i)
+            else:
+                loss = loss_of(i)
+                loss.backward()
+                torch_models.sgd_update([p for p in params if p.grad is not None], 0.01,
+                                        drop_grads)
             # Its autograd graph goes within its own step: kept, the next implementation's step
             # would free it (60-80 ms for node by node's at B = 128).
             del loss
