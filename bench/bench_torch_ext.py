@@ -263,13 +263,14 @@ def main():
             # A prefetching step runs before its plain twin in each repetition: it takes the
             # mini-batch prepared in the repetition before, so the plain step never finds one
             # prepared. The -loss steps run the loss head inside the engine (Ours.mh), the -step ones
-            # the whole step.
+            # the whole step; both prefetching steps of Ours.mh run before its plain ones, so each
+            # takes one of the two preparations of its mini-batch and the plain ones find none.
             impls = {
                 "edbatch-prefetch": prefetched(ours.m, ours.step),
                 "edbatch": lambda i: ours.step(packs[i]),
                 "edbatch-loss-prefetch": prefetched(ours.mh, ours.step_in_engine),
-                "edbatch-loss": lambda i: ours.step_in_engine(packs[i]),
                 "edbatch-step-prefetch": prefetched(ours.mh, ours.whole_step_in_engine),
+                "edbatch-loss": lambda i: ours.step_in_engine(packs[i]),
                 "edbatch-step": lambda i: ours.whole_step_in_engine(packs[i]),
                 "hand-batched": lambda i: ref_step(lambda: ref.batched_losses(groups[i], plans[i])),
                 "node-by-node": lambda i: ref_step(lambda: ref.eager_losses(groups[i])),

@@ -103,9 +103,12 @@ def childsum_impls(args, device, drop_grads):
         return loss
 
     losses = {"edbatch-prefetch": prefetched(prop, ours, packs), "edbatch": ours,
+              # Both prefetching steps of prop_loss run before its plain ones: each takes one
+              # of the two preparations of its mini-batch made in the repetition before, and
+              # the plain steps find none left.
               "edbatch-loss-prefetch": prefetched(prop_loss, ours_loss, packs),
-              "edbatch-loss": ours_loss,
               "edbatch-step-prefetch": Whole(prefetched(prop_loss, ours_step, packs), ours_loss),
+              "edbatch-loss": ours_loss,
               "edbatch-step": Whole(ours_step, ours_loss),
               "hand-batched": lambda i: batched.loss(packs[i], plans[i]),
               "node-by-node": lambda i: ucm.child_sum_node_by_node(model, packs[i])}
