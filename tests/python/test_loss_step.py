@@ -215,3 +215,21 @@ def test_cuda_step_equals_cpu():
                        [models[0].weight.grad.cpu()])
     for a, b in zip(*results):
         close(b, a, "cuda against cpu", tol=1e-4)
+
+
+def test_apply_gradients_follows_backward():
+    """A leaf accumulates (a tensor listed twice gets the sum), a tensor without grad is left
+    alone, a computed tensor passes its gradient back through autograd, lr updates leaves."""
+    a = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    frozen = torch.tensor([5.0])
+    src = torch.nn.Parameter(torch.tensor([3.0]))
+    made = src * 4  # d made / d src = 4
+    g1, g2 = torch.tensor([0.5, 1.0]), torch.tensor([0.25, -1.0])
+    edbatch.apply_gradients([a, frozen, a, made], [g1, torch.ones(1), g2, torch.tensor([2.0])])
+    assert torch.equal(a.grad, g1 + g2) and frozen.grad is None
+    assert torch.equal(src.grad, torch.tensor([8.0]))
+    edbatch.apply_gradients([a], [g1])
+    assert torch.equal(a.grad, 2 * g1 + g2)
+    b = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    edbatch.apply_gradients([b, b], [g1, g2], lr=2.0)
+    assert torch.equal(b.detach(), torch.tensor([1.0, 2.0]) - 2.0 * (g1 + g2)) and b.grad is None
