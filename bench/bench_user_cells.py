@@ -14,7 +14,8 @@ For childsum, edbatch-loss and edbatch-loss-prefetch run the model's loss head i
 (Propagate's classes= and loss()) instead of in PyTorch, and edbatch-step and
 edbatch-step-prefetch the loss, its backward and the cells' and head's SGD update in one engine
 call (Propagate.loss_step(..., lr=0.01)); the embedding, outside the cells, gets its gradient
-through autograd and the same update as everywhere.
+through autograd and the same update as everywhere. For lattice, edbatch-step and
+edbatch-step-prefetch do the same with the built-in module's output layer as the loss head.
 
 The implementations run round-robin, one step each per repetition, so machine noise hits them
 alike; each row gives the median, p10 and p90 over the repetitions and the ratio of its median to
@@ -131,7 +132,21 @@ def lattice_impls(args, device, drop_grads, tmp):
         return torch.nn.functional.cross_entropy(h @ builtin.W_out.t(), packs[i].labels,
                                                  reduction="sum")
 
+    # The same cells with the loss head inside the engine (the built-in module's W_out).
+    prop_loss = ucm.with_loss_head(prop, builtin.W_out)
+    tables = [e.weight for e in builtin.m.embeddings]
+
+    def user_loss(i):
+        return prop_loss.loss(packs[i], x=builtin.m.embed(packs[i]))
+
+    def user_step(i):
+        loss = prop_loss.loss_step(packs[i], x=builtin.m.embed(packs[i]), lr=0.01)
+        torch_models.sgd_update(tables, 0.01, drop_grads)
+        return loss
+
     losses = {"edbatch-prefetch": prefetched(prop, user, packs), "edbatch": user,
+              "edbatch-step-prefetch": Whole(prefetched(prop_loss, user_step, packs), user_loss),
+              "edbatch-step": Whole(user_step, user_loss),
               "edbatch built-in cell": lambda i: builtin.loss(packs[i]),
               "hand-batched": lambda i: ref.batched_losses(groups[i], plans[i]).sum(),
               "node-by-node": lambda i: ref.eager_losses(groups[i]).sum()}

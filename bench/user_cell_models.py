@@ -161,3 +161,19 @@ def lattice_user_cells(w, H, device, policy="lb-greedy", threads=0):
         prop.initial[0].copy_(w["h0"])
         prop.initial[1].copy_(w["c0"])
     return prop.to(device)
+
+
+def with_loss_head(prop, weight):
+    """A Propagate over prop's own cells and learned initial state with a loss head inside the
+    engine whose weight is `weight` (classes x H) and whose bias stays zero (the baselines'
+    heads have none)."""
+    import edbatch
+    out = edbatch.nn.Propagate(list(prop.node_cells), list(prop.edge_cells), reduce=prop.reduce,
+                               state_size=prop.state_size, initial=prop.initial_kind,
+                               policy=prop.policy, threads=prop.threads,
+                               classes=weight.shape[0])
+    out.initial = prop.initial
+    out.head.weight = weight
+    out.head.bias = nn.Parameter(torch.zeros(weight.shape[0], device=weight.device),
+                                 requires_grad=False)
+    return out

@@ -52,9 +52,11 @@ done
 cat "$out/user_cells_cuda.txt" >&2
 if [ "$cpu" = 1 ]; then
   for hidden in 128 256; do
-    OMP_NUM_THREADS=1 taskset -c 0 "$py" bench/bench_user_cells.py --device cpu --threads 1 \
-      --hidden "$hidden" --batch 32 --reps "$reps" "${extra[@]}" \
-      >> "$out/user_cells_cpu1.jsonl" 2>> "$out/user_cells_cpu1.txt" || status=1
+    for batch in 32 128; do
+      OMP_NUM_THREADS=1 taskset -c 0 "$py" bench/bench_user_cells.py --device cpu --threads 1 \
+        --hidden "$hidden" --batch "$batch" --reps "$reps" "${extra[@]}" \
+        >> "$out/user_cells_cpu1.jsonl" 2>> "$out/user_cells_cpu1.txt" || status=1
+    done
   done
   cat "$out/user_cells_cpu1.txt" >&2
 fi
