@@ -13,11 +13,11 @@ on a worker thread), as edbatch.prefetch does in a training loop. edbatch-loss a
 edbatch-loss-prefetch run the same steps with the loss head inside the engine (the modules'
 classes= option and loss()), where the others compute it in PyTorch from the returned states.
 edbatch-step and edbatch-step-prefetch run the whole step in one engine call with no autograd
-graph (loss_step(packed, lr=0.01): the loss, its backward and the SGD update of every parameter,
+graph (loss_step(packed, lr=...): the loss, its backward and the SGD update of every parameter,
 the embeddings' rows included).
 
 Both implementations update their parameters with the same code (torch_models.sgd_update: one
-multi-tensor add over the parameters with gradients, p -= 0.01 * grad).
+multi-tensor add over the parameters with gradients, p -= lr * grad; --lr, default 1e-3).
 Gradients (--grads): both implementations either drop them after the update ("drop": PyTorch's
 zero_grad(set_to_none=True) default, so autograd hands over fresh gradient tensors) or zero them
 in place ("zero": buffers reused, and backward adds into them). The default is "drop" on CUDA,
@@ -119,7 +119,7 @@ class Ours:
     (step) or inside the engine (step_in_engine: a second module sharing every parameter, made
     with classes=, whose head weight is W_out and whose bias stays zero)."""
 
-    def __init__(self, model, w, vocab, H, device, threads, drop_grads):
+    def __init__(self, model, w, vocab, H, device, threads, drop_grads, lr=1e-3):
         classes = w["W_out"].shape[0]
         Module = edbatch.nn.TreeLSTM if model == "tree_lstm" else edbatch.nn.LatticeLSTM
         self.m = Module(vocab, H, H, threads=threads)
@@ -141,7 +141,7 @@ class Ours:
         self.mh.head.bias = torch.nn.Parameter(torch.zeros(classes, device=device),
                                                requires_grad=False)
         self.params = list(self.m.parameters()) + [self.W_out]
-        self.drop_grads = drop_grads
+        self.drop_grads, self.lr = drop_grads, lr
 
     def loss(self, packed):
         h = self.m(packed)[0]
@@ -150,7 +150,7 @@ class Ours:
 
     def update(self):
         """The same SGD update as the PyTorch models' (torch_models.sgd_update)."""
-        torch_models.sgd_update(self.params, 0.01, self.drop_grads)
+        torch_models.sgd_update(self.params, self.lr, self.drop_grads)
 
     def step(self, packed):
         loss = self.loss(packed)
@@ -166,7 +166,7 @@ class Ours:
 
     def whole_step_in_engine(self, packed):
         """The loss, its backward and the same SGD update in one engine call (loss_step)."""
-        return self.mh.loss_step(packed, lr=0.01)
+        return self.mh.loss_step(packed, lr=self.lr)
 
 
 def profile(ours, packs, device, n, model):
@@ -222,6 +222,10 @@ def main():
                     help="after each update, drop the gradients (set to None) or zero them in "
                          "place; both implementations alike (default: drop on cuda, zero on cpu)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=1e-3,
+                    help="SGD learning rate of every implementation (larger rates can make the "
+                         "summed loss diverge, and saturated cells' denormal floats then slow the "
+                         "CPU steps of both sides several-fold)")
     ap.add_argument("--plan-cache", type=float, default=0, metavar="MB",
                     help="edbatch's plan cache budget (edbatch.set_plan_cache). Default 0: the "
                          "few mini-batches cycled here would otherwise run on reused plans from "
@@ -240,7 +244,7 @@ def main():
             packs, groups, vocab = (tree_data if model == "tree_lstm" else lattice_data)(args, tmp)
             classes = 5 if model == "tree_lstm" else 18
             w = zoo_weights(model, vocab, H, classes, args.seed)
-            ours = Ours(model, w, vocab, H, device, args.threads, drop_grads)
+            ours = Ours(model, w, vocab, H, device, args.threads, drop_grads, args.lr)
             Ref = torch_models.TreeLstm if model == "tree_lstm" else torch_models.LatticeLstm
             ref = Ref(w, device=device, requires_grad=True)
             plans = [Ref.plan(g) for g in groups]
@@ -249,7 +253,7 @@ def main():
             def ref_step(fn):
                 loss = fn().sum()
                 loss.backward()
-                ref.sgd_step(0.01, drop_grads)
+                ref.sgd_step(args.lr, drop_grads)
                 return loss
 
             def prefetched(module, step):
@@ -284,6 +288,7 @@ def main():
             print(f"{model}: first mini-batch loss " +
                   ", ".join(f"{k} {v:.4f}" for k, v in check.items()), file=sys.stderr)
             times = {name: [] for name in impls}
+            last = {}  # each implementation's loss at its last step: a diverging run shows there
             for rep in range(args.warmup + args.reps):
                 for name, step in impls.items():
                     if name == "node-by-node" and rep >= args.warmup + args.eager_reps:
@@ -291,10 +296,11 @@ def main():
                     i = rep % len(packs)
                     sync(device)
                     t0 = time.perf_counter()
-                    step(i)
+                    loss = step(i).detach()
                     sync(device)
                     if rep >= args.warmup:
                         times[name].append((time.perf_counter() - t0) * 1e3)
+                    last[name] = loss
             if args.profile:
                 profile(ours, packs, device, args.profile, model)
             nodes = statistics.mean(p.num_nodes for p in packs)
@@ -309,7 +315,8 @@ def main():
                        "median_ms": round(med, 3), "p10_ms": round(quantile(ts, 0.1), 3),
                        "p90_ms": round(quantile(ts, 0.9), 3),
                        "ratio_to_edbatch": round(med / base, 2),
-                       "ratio_to_edbatch_prefetch": round(med / base_prefetch, 2)}
+                       "ratio_to_edbatch_prefetch": round(med / base_prefetch, 2),
+                       "last_loss": round(float(last[name]), 4), "lr": args.lr}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print(f"\n{'model':<13} {'impl':<21} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "

@@ -13,7 +13,7 @@ edbatch.prefetch does; the hand-batched implementation likewise plans its levels
 For childsum, edbatch-loss and edbatch-loss-prefetch run the model's loss head inside the engine
 (Propagate's classes= and loss()) instead of in PyTorch, and edbatch-step and
 edbatch-step-prefetch the loss, its backward and the cells' and head's SGD update in one engine
-call (Propagate.loss_step(..., lr=0.01)); the embedding, outside the cells, gets its gradient
+call (Propagate.loss_step(..., lr=...)); the embedding, outside the cells, gets its gradient
 through autograd and the same update as everywhere. For lattice, edbatch-step and
 edbatch-step-prefetch do the same with the built-in module's output layer as the loss head.
 
@@ -99,8 +99,8 @@ def childsum_impls(args, device, drop_grads):
         return prop_loss.loss(packs[i], x=model.embed(packs[i].input_ids))
 
     def ours_step(i):
-        loss = prop_loss.loss_step(packs[i], x=model.embed(packs[i].input_ids), lr=0.01)
-        torch_models.sgd_update([model.embed.weight], 0.01, drop_grads)
+        loss = prop_loss.loss_step(packs[i], x=model.embed(packs[i].input_ids), lr=args.lr)
+        torch_models.sgd_update([model.embed.weight], args.lr, drop_grads)
         return loss
 
     losses = {"edbatch-prefetch": prefetched(prop, ours, packs), "edbatch": ours,
@@ -120,7 +120,7 @@ def lattice_impls(args, device, drop_grads, tmp):
     packs, groups, vocab = ext.lattice_data(args, tmp)
     H = args.hidden
     w = ext.zoo_weights("lattice_lstm", vocab, H, 18, args.seed)
-    builtin = ext.Ours("lattice_lstm", w, vocab, H, device, args.threads, drop_grads)
+    builtin = ext.Ours("lattice_lstm", w, vocab, H, device, args.threads, drop_grads, args.lr)
     prop = ucm.lattice_user_cells(w, H, device, threads=args.threads)
     ref = torch_models.LatticeLstm(w, device=device, requires_grad=True)
     plans = [torch_models.LatticeLstm.plan(g) for g in groups]
@@ -140,8 +140,8 @@ def lattice_impls(args, device, drop_grads, tmp):
         return prop_loss.loss(packs[i], x=builtin.m.embed(packs[i]))
 
     def user_step(i):
-        loss = prop_loss.loss_step(packs[i], x=builtin.m.embed(packs[i]), lr=0.01)
-        torch_models.sgd_update(tables, 0.01, drop_grads)
+        loss = prop_loss.loss_step(packs[i], x=builtin.m.embed(packs[i]), lr=args.lr)
+        torch_models.sgd_update(tables, args.lr, drop_grads)
         return loss
 
     losses = {"edbatch-prefetch": prefetched(prop, user, packs), "edbatch": user,
@@ -159,6 +159,7 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
     print(f"{name}: first mini-batch loss " + ", ".join(f"{k} {v:.4f}" for k, v in check.items()),
           file=sys.stderr)
     times = {k: [] for k in losses}
+    last = {}  # each implementation's loss at its last step: a diverging run shows there
     for rep in range(args.warmup + args.reps):
         for impl, loss_of in losses.items():
             if impl == "node-by-node" and rep >= args.warmup + args.eager_reps:
@@ -171,14 +172,16 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
             else:
                 loss = loss_of(i)
                 loss.backward()
-                torch_models.sgd_update([p for p in params if p.grad is not None], 0.01,
+                torch_models.sgd_update([p for p in params if p.grad is not None], args.lr,
                                         drop_grads)
             # Its autograd graph goes within its own step: kept, the next implementation's step
             # would free it (60-80 ms for node by node's at B = 128).
+            value = loss.detach()
             del loss
             ext.sync(device)
             if rep >= args.warmup:
                 times[impl].append((time.perf_counter() - t0) * 1e3)
+            last[impl] = value
     base = statistics.median(times["edbatch"])
     base_prefetch = statistics.median(times["edbatch-prefetch"])
     nodes = statistics.mean(p.num_nodes for p in packs)
@@ -191,7 +194,8 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
                "median_ms": round(med, 3), "p10_ms": round(ext.quantile(ts, 0.1), 3),
                "p90_ms": round(ext.quantile(ts, 0.9), 3), "ratio_to_edbatch": round(med / base, 2),
                "ratio_to_edbatch_prefetch": round(med / base_prefetch, 2),
-               "first_loss": round(check[impl], 4)}
+               "first_loss": round(check[impl], 4), "last_loss": round(float(last[impl]), 4),
+               "lr": args.lr}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -214,6 +218,10 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="edbatch threads (0: torch's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=1e-3,
+                    help="SGD learning rate of every implementation (0.01 made the summed loss "
+                         "of B = 128 diverge, and the saturated cells' denormal floats then slowed "
+                         "the CPU steps of both sides several-fold)")
     ap.add_argument("--plan-cache", type=float, default=0, metavar="MB",
                     help="edbatch's plan cache budget (default 0: see bench_torch_ext.py)")
     args = ap.parse_args()

@@ -2,11 +2,12 @@
 # On a GPU machine with PyTorch: the user-cell benchmark (bench/bench_user_cells.py: Child-Sum
 # Tree-LSTM and a lattice LSTM written as user cells, against the built-in cell, node-by-node and
 # hand-batched PyTorch) on the GPU at mini-batch 32 and 128, hidden 128 and 256, and on one pinned
-# CPU core (taskset, one thread for edbatch and torch). Builds the extension as
-# scripts/gpu_torch.sh does when it is not built yet. JSON lines and tables go to the output
-# folder ($OUT when set, else gpu-user-cells).
+# CPU core (taskset, one thread for edbatch and torch; core 0 unless --core N). Builds the
+# extension as scripts/gpu_torch.sh does when it is not built yet. JSON lines and tables go to the
+# output folder ($OUT when set, else gpu-user-cells).
 #
 #   scripts/gpu_user_cells.sh [--out DIR] [--build DIR] [--reps N] [--trees FILE] [--no-cpu]
+#                             [--cpu-only] [--core N]
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,6 +16,8 @@ build=build-gpu-torch
 reps=9
 trees=""
 cpu=1
+gpu=1
+core=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -22,7 +25,9 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --trees) trees=$2; shift 2 ;;
     --no-cpu) cpu=0; shift ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --cpu-only) gpu=0; shift ;;
+    --core) core=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_user_cells.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -44,16 +49,17 @@ extra=()
 [ -n "$trees" ] && extra+=(--trees "$trees")
 for hidden in 128 256; do
   for batch in 32 128; do
+    [ "$gpu" = 1 ] || continue
     "$py" bench/bench_user_cells.py --device cuda --hidden "$hidden" --batch "$batch" \
       --reps "$reps" "${extra[@]}" >> "$out/user_cells_cuda.jsonl" 2>> "$out/user_cells_cuda.txt" ||
       status=1
   done
 done
-cat "$out/user_cells_cuda.txt" >&2
+[ "$gpu" = 1 ] && cat "$out/user_cells_cuda.txt" >&2
 if [ "$cpu" = 1 ]; then
   for hidden in 128 256; do
     for batch in 32 128; do
-      OMP_NUM_THREADS=1 taskset -c 0 "$py" bench/bench_user_cells.py --device cpu --threads 1 \
+      OMP_NUM_THREADS=1 taskset -c "$core" "$py" bench/bench_user_cells.py --device cpu --threads 1 \
         --hidden "$hidden" --batch "$batch" --reps "$reps" "${extra[@]}" \
         >> "$out/user_cells_cpu1.jsonl" 2>> "$out/user_cells_cpu1.txt" || status=1
     done
