@@ -266,9 +266,10 @@ def main():
 
             # A prefetching step runs before its plain twin in each repetition: it takes the
             # mini-batch prepared in the repetition before, so the plain step never finds one
-            # prepared. The -loss steps run the loss head inside the engine (Ours.mh), the -step ones
-            # the whole step; both prefetching steps of Ours.mh run before its plain ones, so each
-            # takes one of the two preparations of its mini-batch and the plain ones find none.
+            # prepared. The -loss steps run the loss head inside the engine (Ours.mh), the -step
+            # ones the whole step; both prefetching steps of Ours.mh run before its plain ones, so
+            # each takes one of the two preparations of its mini-batch and the plain ones find
+            # none.
             impls = {
                 "edbatch-prefetch": prefetched(ours.m, ours.step),
                 "edbatch": lambda i: ours.step(packs[i]),

@@ -24,5 +24,6 @@ from .step import apply_gradients  # noqa: E402
 
 __all__ = ["__version__", "backends", "device_status", "Packed", "pack_trees", "parse_sst",
            "pack_sst", "pack_lattices", "pack_dags", "pack_edges", "concat_packed", "collate",
-           "Propagate", "dropout_mask", "apply_gradients", "run_cell", "prepare", "prepare_stats", "prefetch", "cells",
-           "weight_shapes", "set_plan_cache", "plan_cache_stats", "nn"]
+           "Propagate", "dropout_mask", "apply_gradients", "run_cell", "prepare",
+           "prepare_stats", "prefetch", "cells", "weight_shapes", "set_plan_cache",
+           "plan_cache_stats", "nn"]
