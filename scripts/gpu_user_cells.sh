@@ -47,20 +47,21 @@ fi
 export EDBATCH_LIBRARY="$root/$build/libedbatch_torch.so" PYTHONPATH="$root/python"
 extra=()
 [ -n "$trees" ] && extra+=(--trees "$trees")
-for hidden in 128 256; do
-  for batch in 32 128; do
-    [ "$gpu" = 1 ] || continue
-    "$py" bench/bench_user_cells.py --device cuda --hidden "$hidden" --batch "$batch" \
-      --reps "$reps" "${extra[@]}" >> "$out/user_cells_cuda.jsonl" 2>> "$out/user_cells_cuda.txt" ||
-      status=1
+if [ "$gpu" = 1 ]; then
+  for hidden in 128 256; do
+    for batch in 32 128; do
+      "$py" bench/bench_user_cells.py --device cuda --hidden "$hidden" --batch "$batch" \
+        --reps "$reps" "${extra[@]}" >> "$out/user_cells_cuda.jsonl" \
+        2>> "$out/user_cells_cuda.txt" || status=1
+    done
   done
-done
-[ "$gpu" = 1 ] && cat "$out/user_cells_cuda.txt" >&2
+  cat "$out/user_cells_cuda.txt" >&2
+fi
 if [ "$cpu" = 1 ]; then
   for hidden in 128 256; do
     for batch in 32 128; do
-      OMP_NUM_THREADS=1 taskset -c "$core" "$py" bench/bench_user_cells.py --device cpu --threads 1 \
-        --hidden "$hidden" --batch "$batch" --reps "$reps" "${extra[@]}" \
+      OMP_NUM_THREADS=1 taskset -c "$core" "$py" bench/bench_user_cells.py --device cpu \
+        --threads 1 --hidden "$hidden" --batch "$batch" --reps "$reps" "${extra[@]}" \
         >> "$out/user_cells_cpu1.jsonl" 2>> "$out/user_cells_cpu1.txt" || status=1
     done
   done

@@ -19,11 +19,12 @@ def apply_gradients(tensors, grads, lr=None):
             leaves[id(t)] = (t, g if kept is None else kept[1] + g)
         else:
             others.append((t, g))
+    pairs = list(leaves.values())
     with torch.no_grad():
-        pairs = list(leaves.values())
-        if lr is not None and pairs:
-            torch._foreach_add_([t for t, _ in pairs], [g for _, g in pairs], alpha=-lr)
-        elif lr is None:
+        if lr is not None:
+            if pairs:
+                torch._foreach_add_([t for t, _ in pairs], [g for _, g in pairs], alpha=-lr)
+        else:
             for t, g in pairs:
                 if t.grad is None:
                     t.grad = g

@@ -47,7 +47,7 @@ CallArgs program_call(const std::string& program, const Tensor& x, const Tensor&
                       CallExtras& extras) {
   CallArgs a = program_args(program, x, ids, policy, threads);
   if (!loss.empty()) set_loss_head(a, loss, head_classes(weights));
-  if (ids.numel() > 0) extras.ids = ids;
+  extras.ids = ids;
   extras.seed = static_cast<uint64_t>(seed);
   extras.labels = labels;
   return a;
@@ -146,7 +146,8 @@ std::vector<Tensor> propagate_step(const std::string& program, const Tensor& x, 
 }
 
 // Prepares a later propagate call with this structure, x of num_x rows of input_size floats on
-// `device`, no ids and no dropout, on a worker thread (the built-in cells' prepare).
+// `device`, these ids (none: no cell embeds ids) and no dropout, on a worker thread (the built-in
+// cells' prepare).
 void propagate_prepare(const std::string& program, const std::string& device, int64_t input_size,
                        int64_t num_x, const Tensor& node_inputs, const Tensor& node_types,
                        const Tensor& pred_ptr, const Tensor& pred_ids, const Tensor& arc_types,

@@ -220,7 +220,8 @@ int64_t head_classes(at::TensorList weights);
 // one, an undefined tensor.
 Tensor host_labels(const CallArgs& a, const c10::optional<Tensor>& labels, int64_t num_nodes);
 // What a call adds to the structure: per-row integer inputs (traced cells embedding ids; an int64
-// tensor, or undefined), the seed of its dropout masks, and with a loss head the nodes' labels.
+// tensor, or undefined or empty for none), the seed of its dropout masks, and with a loss head the
+// nodes' labels.
 struct CallExtras {
   Tensor ids;
   uint64_t seed = 0;
