@@ -14,7 +14,9 @@ For childsum, edbatch-loss and edbatch-loss-prefetch run the model's loss head i
 (Propagate's classes= and loss()) instead of in PyTorch, and edbatch-step and
 edbatch-step-prefetch the loss, its backward and the cells' and head's SGD update in one engine
 call (Propagate.loss_step(..., lr=...)); the embedding, outside the cells, gets its gradient
-through autograd and the same update as everywhere. For lattice, edbatch-step and
+through autograd and the same update as everywhere. edbatch-step-ids(-prefetch) run the same
+cells embedding their ids inside (a node without a word embeds zeros), so the embedding's
+update happens in the engine call as well. For lattice, edbatch-step and
 edbatch-step-prefetch do the same with the built-in module's output layer as the loss head.
 
 The implementations run round-robin, one step each per repetition, so machine noise hits them
@@ -103,14 +105,27 @@ def childsum_impls(args, device, drop_grads):
         torch_models.sgd_update([model.embed.weight], args.lr, drop_grads)
         return loss
 
+    # The same cells embedding their ids inside (rows -1 embed zeros): the embedding's update
+    # too happens in the engine call, and the step has no autograd at all.
+    prop_ids = ucm.child_sum_propagate(model, threads=args.threads, classes=model.out, ids=True)
+
+    def ours_ids_loss(i):
+        return prop_ids.loss(packs[i], ids=packs[i].input_ids)
+
+    def ours_ids_step(i):
+        return prop_ids.loss_step(packs[i], ids=packs[i].input_ids, lr=args.lr)
+
     losses = {"edbatch-prefetch": prefetched(prop, ours, packs), "edbatch": ours,
               # Both prefetching steps of prop_loss run before its plain ones: each takes one
               # of the two preparations of its mini-batch made in the repetition before, and
               # the plain steps find none left.
               "edbatch-loss-prefetch": prefetched(prop_loss, ours_loss, packs),
               "edbatch-step-prefetch": Whole(prefetched(prop_loss, ours_step, packs), ours_loss),
+              "edbatch-step-ids-prefetch": Whole(prefetched(prop_ids, ours_ids_step, packs),
+                                                 ours_ids_loss),
               "edbatch-loss": ours_loss,
               "edbatch-step": Whole(ours_step, ours_loss),
+              "edbatch-step-ids": Whole(ours_ids_step, ours_ids_loss),
               "hand-batched": lambda i: batched.loss(packs[i], plans[i]),
               "node-by-node": lambda i: ucm.child_sum_node_by_node(model, packs[i])}
     return losses, params, packs
@@ -238,10 +253,10 @@ def main():
             else:
                 ap.error(f"unknown model {name!r} (childsum, lattice)")
             rows += time_model(name, losses, params, packs, args, device, drop_grads)
-    print(f"\n{'model':<9} {'impl':<22} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
+    print(f"\n{'model':<9} {'impl':<25} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
           f"{'x prefetch':>10}", file=sys.stderr)
     for r in rows:
-        print(f"{r['model']:<9} {r['impl']:<22} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
+        print(f"{r['model']:<9} {r['impl']:<25} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
               f"{r['p90_ms']:>9.2f} {r['ratio_to_edbatch']:>9.2f} "
               f"{r['ratio_to_edbatch_prefetch']:>10.2f}", file=sys.stderr)
 

@@ -37,10 +37,26 @@ class ChildSumModel(nn.Module):
         return nn.functional.cross_entropy(self.out(h[keep]), labels[keep], reduction="sum")
 
 
-def child_sum_propagate(model, policy="lb-greedy", threads=0, classes=None):
-    """Propagate over the model's cells; with classes=model.out, its loss head is that layer."""
+class Embedded(nn.Module):
+    """A Child-Sum cell that embeds its id first (a node or arc without a word, row -1, embeds
+    to zeros): the node cell takes (ids, message), the edge cell (state, the parent's ids)."""
+
+    def __init__(self, embed, cell, edge=False):
+        super().__init__()
+        self.embed, self.cell, self.edge = embed, cell, edge
+
+    def forward(self, a, b):
+        return self.cell(a, self.embed(b)) if self.edge else self.cell(self.embed(a), b)
+
+
+def child_sum_propagate(model, policy="lb-greedy", threads=0, classes=None, ids=False):
+    """Propagate over the model's cells; with classes=model.out, its loss head is that layer.
+    With ids=True the cells embed their ids (forward / loss_step with ids=packed.input_ids)."""
     import edbatch
-    prop = edbatch.nn.Propagate(model.node, model.edge, reduce="sum",
+    node, edge = model.node, model.edge
+    if ids:
+        node, edge = Embedded(model.embed, node), Embedded(model.embed, edge, edge=True)
+    prop = edbatch.nn.Propagate(node, edge, reduce="sum",
                                 state_size=(model.H, model.H), policy=policy, threads=threads,
                                 classes=None if classes is None else classes.out_features)
     if classes is not None:

@@ -65,12 +65,14 @@ class DeviceInterop {
                                size_t offset, size_t floats, bool row_major) = 0;
   // Copies parameter `id`'s gradient to `dst` (row-major rows x cols when asked).
   virtual void read_gradient(ParameterCollection& pc, uint32_t id, float* dst, bool row_major) = 0;
-  // A whole parameter and caller device memory: what write_parameters reads, read_gradients
-  // writes.
+  // A parameter and caller device memory: what write_parameters reads, read_gradients writes.
+  // `cols`: the parameter's first columns that move (0: all of them; a lookup table with zero
+  // columns past the caller's rows moves only the caller's).
   struct Transfer {
     uint32_t id;
     float* data;
     bool row_major;
+    uint32_t cols = 0;
   };
   // write_parameter (whole parameters) and read_gradient for several parameters, in one launch.
   virtual void write_parameters(ParameterCollection& pc, const std::vector<Transfer>& t) = 0;

@@ -78,7 +78,8 @@ void CudaInterop::transfers(ParameterCollection& pc, const std::vector<Transfer>
   uint64_t max_floats = 0;
   const ParamMirror& m = params_.mirror();
   for (const Transfer& x : t) {
-    const Dim d = pc.dim(x.id);
+    Dim d = pc.dim(x.id);
+    if (x.cols != 0 && x.cols < d.cols) d.cols = x.cols;
     float* mirror = (write ? m.values.as() : m.grads.as()) + m.offset[x.id];
     const bool transpose = x.row_major && d.cols > 1;
     TransferDesc desc{};

@@ -320,8 +320,8 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     io.use_stream(stream);
     transfers_.clear();
     for (size_t i = 0; i < specs.size(); ++i)
-      transfers_.push_back(
-          {weight_params_[i].id, const_cast<float*>(weights[i]), specs[i].row_major()});
+      transfers_.push_back({weight_params_[i].id, const_cast<float*>(weights[i]),
+                            specs[i].row_major(), specs[i].engine_cols()});
     io.write_parameters(pc_, transfers_);
   } else {
     for (size_t i = 0; i < specs.size(); ++i)
@@ -415,7 +415,8 @@ void Runner::read_gradients(DeviceInterop& io, const std::vector<float*>& grad_w
   const std::vector<WeightSpec>& specs = specs_;
   transfers_.clear();
   for (size_t i = 0; i < specs.size(); ++i)
-    transfers_.push_back({weight_params_[i].id, grad_weights[i], specs[i].row_major()});
+    transfers_.push_back(
+        {weight_params_[i].id, grad_weights[i], specs[i].row_major(), specs[i].engine_cols()});
   io.read_gradients(pc_, transfers_);
 }
 

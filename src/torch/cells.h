@@ -2,6 +2,7 @@
 // (as blocks over a ParameterCollection), and a Runner that builds one mini-batch graph, runs it
 // forward and back-propagates gradients given for every node's outputs.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +43,8 @@ struct WeightSpec {
   bool transpose = true;
   // Whether a device copy transposes it (DeviceInterop::Transfer::row_major).
   bool row_major() const { return transpose && cols > 1; }
+  // The engine parameter's columns that hold it (a lookup table may have more: zero columns).
+  uint32_t engine_cols() const { return transpose ? std::max(cols, 1u) : rows; }
 };
 
 // Copies a weight from torch's row-major memory `src` into the engine's layout `dst`.

@@ -15,15 +15,6 @@ namespace edbatch::torch_adapter {
 
 namespace {
 
-using json = nlohmann::json;
-
-constexpr const char* kFn = "edbatch.propagate";
-
-[[noreturn]] void bad(const std::string& what) {
-  throw std::invalid_argument(fmt::format("[{}] program: {}", kFn, what));
-}
-
-enum class InputKind { X, Ids, None };
 enum class Reduce { Sum, Mean, Max };
 
 // The program's one-argument instructions without fields (docs/programs.md).
@@ -38,43 +29,6 @@ const std::map<std::string, Expr (*)(const Expr&)> kUnary = {{"sigmoid", sigmoid
                                                              {"abs", abs},
                                                              {"softmax", softmax},
                                                              {"log_softmax", log_softmax}};
-
-template <class T>
-T field(const json& j, const char* key, const std::string& where) {
-  if (!j.contains(key)) bad(fmt::format("{}: missing \"{}\"", where, key));
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    bad(fmt::format("{}: \"{}\" has the wrong type", where, key));
-  }
-}
-
-template <class T>
-T field_or(const json& j, const char* key, T fallback, const std::string& where) {
-  return j.contains(key) ? field<T>(j, key, where) : fallback;
-}
-
-Instr read_instr(const json& j, const std::string& cell, size_t v) {
-  const std::string at = fmt::format("{}, value {}", cell, v);
-  Instr in;
-  in.op = field<std::string>(j, "op", at);
-  in.where = field_or<std::string>(j, "where", "", at);
-  in.args = field_or<std::vector<uint32_t>>(j, "args", {}, at);
-  for (uint32_t a : in.args)
-    if (a >= v) bad(fmt::format("{} ({}) reads value {}, not defined before it", at, in.op, a));
-  if (in.op != "ids") in.size = field<uint32_t>(j, "size", at);
-  in.slot = field_or<int32_t>(j, "slot", -1, at);
-  in.weight = field_or<int32_t>(j, "weight", -1, at);
-  in.bias = field_or<int32_t>(j, "bias", -1, at);
-  in.alpha = field_or<float>(j, "alpha", 0.0f, at);
-  in.beta = field_or<float>(j, "beta", 0.0f, at);
-  in.eps = field_or<float>(j, "eps", 1e-5f, at);
-  in.p = field_or<float>(j, "p", 0.0f, at);
-  in.value = field_or<float>(j, "value", 0.0f, at);
-  in.begin = field_or<uint32_t>(j, "begin", 0, at);
-  in.end = field_or<uint32_t>(j, "end", 0, at);
-  return in;
-}
 
 // A sum of products with weights, kept while a cell is translated so that `W1 x + W2 h + b`
 // becomes one affine node (one GEMM step) rather than two and an addition.
@@ -106,7 +60,8 @@ class ProgramCell : public Cell {
                     std::vector<LinearForm>& form, const std::vector<uint32_t>& uses,
                     const std::map<int32_t, Expr>& slots, uint32_t& next_site);
   void compile_projection(CellProgram& c, const Hoisting& h, const std::vector<uint32_t>& uses);
-  const Expr* projected(Graph& g, CellProgram& c, int64_t in_row, const std::vector<Expr>& x);
+  const Expr* projected(Graph& g, const Packed& p, CellProgram& c, int64_t in_row,
+                        const std::vector<Expr>& x);
   Expr affine_of(Graph& b, const LinearForm& f);
   Parameter weight(int32_t w, const std::string& at, bool vector) const;
   Parameter constant(float value, uint32_t size);
@@ -126,6 +81,9 @@ class ProgramCell : public Cell {
   std::vector<uint32_t> node_cells_, edge_cells_;
   std::map<std::pair<float, uint32_t>, Parameter> constants_;
   uint32_t sites_ = 0;
+  // The id that row -1 embeds (every lookup table's columns from its rows up to it are zeros),
+  // and the rows of the smallest table (ids must be below it).
+  uint32_t no_id_ = 0, id_rows_ = UINT32_MAX;
   // Per build: zero columns by size, the messages of one node.
   std::map<uint32_t, Expr> zeros_;
   std::vector<std::vector<Expr>> messages_;
@@ -198,6 +156,11 @@ ProgramCell::ProgramCell(const json& doc, ParameterCollection& pc, uint32_t inpu
 
 void ProgramCell::read_weights(const json& doc, ParameterCollection& pc) {
   const json& ws = doc.at("weights");
+  for (const json& w : ws)
+    if (field_or<std::string>(w, "layout", "", "weight") == "lookup") {
+      no_id_ = std::max(no_id_, field_or<uint32_t>(w, "rows", 0, "weight"));
+      id_rows_ = std::min(id_rows_, field_or<uint32_t>(w, "rows", 0, "weight"));
+    }
   for (size_t i = 0; i < ws.size(); ++i) {
     const std::string at = fmt::format("weight {}", i);
     WeightSpec s;
@@ -213,7 +176,9 @@ void ProgramCell::read_weights(const json& doc, ParameterCollection& pc) {
       p = pc.add_parameters(s.name, Dim{s.cols, s.rows});
       s.transpose = false;
     } else if (layout == "lookup" && s.cols > 0) {
-      p.id = pc.add_lookup_parameters(s.name, s.rows, s.cols).id;
+      p.id = pc.add_lookup_parameters(s.name, no_id_ + 1, s.cols).id;
+      std::fill(pc.values(p.id) + size_t{s.rows} * s.cols,
+                pc.values(p.id) + size_t{no_id_ + 1} * s.cols, 0.0f);
       s.transpose = false;
     } else if (layout == "vector" && s.cols == 0) {
       p = pc.add_parameters(s.name, Dim{s.rows, 1});
@@ -265,15 +230,16 @@ void ProgramCell::compile(CellProgram& c, bool edge, ParameterCollection& pc, ui
     }
     if (c.pass_through) return;
   }
-  const Hoisting h = plan_hoisting(c.body, c.outputs, c.input_slot, kind_ == InputKind::X);
+  const Hoisting h = plan_hoisting(c.body, c.outputs, c.input_slot, kind_);
   c.block = std::make_unique<Block>(pc, c.name);
   Block& blk = *c.block;
   std::map<int32_t, Expr> slots;
   std::vector<int32_t> read;
+  bool ids = false;  // read by the cell, or by its projection only
   for (size_t v = 0; v < c.body.size(); ++v) {
     const Instr& in = c.body[v];
     if (in.op == "input" && h.in_main[v]) read.push_back(in.slot);
-    if (in.op == "ids") c.reads_ids = true;
+    if (in.op == "ids") ids = true, c.reads_ids = c.reads_ids || h.in_main[v];
     if (in.op == "dropout") ++c.sites;
   }
   std::sort(read.begin(), read.end());
@@ -290,7 +256,7 @@ void ProgramCell::compile(CellProgram& c, bool edge, ParameterCollection& pc, ui
     hoisted[h.outputs[i]] =
         blk.input(fmt::format("projection{}", i), Dim{c.body[h.outputs[i]].size, 1});
   }
-  if (c.reads_ids && kind_ != InputKind::Ids) bad(c.name + " embeds ids, but the input is not ids");
+  if (ids && kind_ != InputKind::Ids) bad(c.name + " embeds ids, but the input is not ids");
   if (c.reads_ids) blk.index("id");
   c.first_site = site;
   std::vector<uint32_t> uses(c.body.size(), 0);
@@ -347,7 +313,11 @@ void ProgramCell::compile_projection(CellProgram& c, const Hoisting& h,
                                      const std::vector<uint32_t>& uses) {
   c.projection = std::make_unique<Block>(pc_, c.name + ".projection");
   Block& blk = *c.projection;
-  const std::map<int32_t, Expr> slots{{c.input_slot, blk.input("x", Dim{input_dim(), 1})}};
+  std::map<int32_t, Expr> slots;  // the x row, or the id as the block's integer 0
+  if (kind_ == InputKind::X)
+    slots[c.input_slot] = blk.input("x", Dim{input_dim(), 1});
+  else
+    blk.index("id");
   std::vector<Expr> val(c.body.size());
   std::vector<LinearForm> form(c.body.size());
   uint32_t no_sites = 0;
@@ -363,11 +333,15 @@ void ProgramCell::compile_projection(CellProgram& c, const Hoisting& h,
   c.projected = static_cast<uint32_t>(h.outputs.size());
 }
 
-// Cell c's projected values for x row `in_row` (-1: the zeros), one call per row and build.
-const Expr* ProgramCell::projected(Graph& g, CellProgram& c, int64_t in_row,
+// Cell c's projected values for x / ids row `in_row` (-1: the zeros, or no_id_), one call per
+// row and build.
+const Expr* ProgramCell::projected(Graph& g, const Packed& p, CellProgram& c, int64_t in_row,
                                    const std::vector<Expr>& x) {
   Expr* out = &c.projections[static_cast<size_t>(in_row + 1) * c.projected];
-  if (out[0].graph == nullptr) {
+  if (out[0].graph == nullptr && kind_ == InputKind::Ids) {
+    const uint32_t id = in_row >= 0 ? static_cast<uint32_t>(p.ids[in_row]) : no_id_;
+    c.projection->call(g, nullptr, 0, &id, 1, out);
+  } else if (out[0].graph == nullptr) {
     const Expr in = in_row >= 0 ? x[in_row] : zeros(g, input_dim());
     c.projection->call(g, &in, 1, nullptr, 0, out);
   }
@@ -470,25 +444,22 @@ Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t 
 
 void ProgramCell::check(const Packed& p, const char* fn) const {
   const bool edges = !edge_cells_.empty();
-  auto need_row = [&](const CellProgram& c, int64_t row, const std::string& what) {
-    if (c.reads_ids && row < 0)
+  for (int64_t r = 0; p.ids && id_rows_ != UINT32_MAX && r < p.num_x; ++r)
+    if (p.ids[r] < 0 || p.ids[r] >= id_rows_)
       throw std::invalid_argument(fmt::format(
-          "[{}] {} has no input row (-1), but {} embeds its id", fn, what, c.name));
-  };
+          "[{}] ids[{}] is {}, outside the embedding tables' {} rows", fn, r, p.ids[r], id_rows_));
   for (int64_t k = 0; k < p.num_nodes; ++k) {
     const int64_t t = p.node_types[k];
     if (t < 0 || t >= static_cast<int64_t>(node_cells_.size()))
-      throw std::invalid_argument(fmt::format("[{}] node {} has kind {}; the module has {} node cells",
-                                              fn, k, t, node_cells_.size()));
-    need_row(cells_[node_cells_[t]], p.node_inputs[k], fmt::format("node {}", k));
+      throw std::invalid_argument(fmt::format(
+          "[{}] node {} has kind {}; the module has {} node cells", fn, k, t, node_cells_.size()));
   }
   if (!edges) return;
   for (int64_t a = 0; a < p.num_arcs; ++a) {
     const int64_t t = p.arc_types[a];
     if (t >= static_cast<int64_t>(edge_cells_.size()))
-      throw std::invalid_argument(fmt::format("[{}] arc {} has kind {}; the module has {} edge cells",
-                                              fn, a, t, edge_cells_.size()));
-    need_row(cells_[edge_cells_[t]], p.arc_inputs[a], fmt::format("arc {}", a));
+      throw std::invalid_argument(fmt::format(
+          "[{}] arc {} has kind {}; the module has {} edge cells", fn, a, t, edge_cells_.size()));
   }
 }
 
@@ -506,7 +477,8 @@ void ProgramCell::call(Graph& g, const Packed& p, CellProgram& c, const Expr* fl
   Expr* ins = c.float_slots.size() <= 16 ? in : (many.resize(c.float_slots.size()), many.data());
   for (size_t i = 0; i < c.float_slots.size(); ++i) {
     const int32_t s = c.float_slots[i];
-    if (s >= kHoistedSlot) ins[i] = projected(g, c, in_row, x)[s - kHoistedSlot];
+    if (s >= kHoistedSlot)
+      ins[i] = projected(g, p, c, in_row, x)[s - kHoistedSlot];
     else if (s == c.input_slot) ins[i] = in_row >= 0 ? x[in_row] : zeros(g, input_dim());
     else ins[i] = floats[s];
   }
@@ -515,7 +487,7 @@ void ProgramCell::call(Graph& g, const Packed& p, CellProgram& c, const Expr* fl
   const uint32_t n_ints = (c.reads_ids ? 1 : 0) + c.sites;
   uint32_t* iv = n_ints <= 64 ? ints : (more.resize(n_ints), more.data());
   uint32_t q = 0;
-  if (c.reads_ids) iv[q++] = static_cast<uint32_t>(p.ids[in_row]);
+  if (c.reads_ids) iv[q++] = in_row >= 0 ? static_cast<uint32_t>(p.ids[in_row]) : no_id_;
   for (uint32_t s = 0; s < c.sites; ++s) iv[q++] = math::dropout_key(p.seed, key_index, c.first_site + s);
   c.block->call(g, ins, static_cast<uint32_t>(c.float_slots.size()), iv, n_ints, outs);
 }

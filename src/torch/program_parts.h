@@ -1,14 +1,37 @@
-// The parts of a traced program (src/torch/program.cpp) shared with the hoisting analysis
-// (src/torch/program_hoist.cpp).
+// The parts of a traced program (src/torch/program.cpp) read and analysed on their own
+// (src/torch/program_parts.cpp): the document's fields, its instructions, the hoisting analysis.
 #pragma once
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "edbatch/block.h"
 
 namespace edbatch::torch_adapter {
+
+using json = nlohmann::json;
+
+// Throws std::invalid_argument: "[edbatch.propagate] program: <what>".
+[[noreturn]] void bad(const std::string& what);
+
+template <class T>
+T field(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) bad(fmt::format("{}: missing \"{}\"", where, key));
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    bad(fmt::format("{}: \"{}\" has the wrong type", where, key));
+  }
+}
+
+template <class T>
+T field_or(const json& j, const char* key, T fallback, const std::string& where) {
+  return j.contains(key) ? field<T>(j, key, where) : fallback;
+}
 
 // One instruction of a cell's body (docs/programs.md).
 struct Instr {
@@ -18,6 +41,12 @@ struct Instr {
   int32_t slot = -1, weight = -1, bias = -1;
   float alpha = 0, beta = 0, eps = 1e-5f, p = 0, value = 0;
 };
+
+// What the program's cells read as their input row: x rows, ids, or nothing.
+enum class InputKind { X, Ids, None };
+
+// Instruction v of `cell`'s body, checked against the values defined before it.
+Instr read_instr(const json& j, const std::string& cell, size_t v);
 
 // Which instructions of a cell read only the cell's x row (and weights and constants), and which
 // of those the rest of the cell reads: those are computed for every x row at once, ahead of the
@@ -29,9 +58,10 @@ struct Hoisting {
   std::vector<uint32_t> outputs;  // the projection's outputs (instructions), in body order
   bool any() const { return !outputs.empty(); }
 };
-// `input_slot`: the slot of the x row; `x_input`: the program's input is x rows (not ids).
+// `input_slot`: the slot of the x row. With ids as the input, the part that reads only the id
+// (its embeddings and what follows from them) is projected per row in the same way.
 Hoisting plan_hoisting(const std::vector<Instr>& body, const std::vector<uint32_t>& outputs,
-                       int32_t input_slot, bool x_input);
+                       int32_t input_slot, InputKind input);
 
 // A cell compiled for one role (node or edge).
 struct CellProgram {

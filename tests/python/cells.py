@@ -155,3 +155,17 @@ class ScaleEdge(nn.Module):
 
     def forward(self, h, x):
         return torch.tanh(self.alpha * self.A(h))
+
+
+class EmbedFirst(nn.Module):
+    """An x cell that embeds its id first (node cells: (ids, message); edge cells: (state, ids))."""
+
+    def __init__(self, embed, cell, edge=False, scale=None):
+        super().__init__()
+        self.embed, self.cell, self.edge, self.scale = embed, cell, edge, scale
+
+    def forward(self, a, b):
+        e = self.embed(b if self.edge else a)
+        if self.scale is not None:  # an embedding read directly as well (not only projected)
+            e = e * self.scale(e).sigmoid()
+        return self.cell(a, e) if self.edge else self.cell(e, b)

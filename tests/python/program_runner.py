@@ -35,8 +35,9 @@ def _value(ins, vals, inputs, weights, layouts, ctx):
     if op == "linear":
         out = _linear(args[0], weights[ins["weight"]], layouts[ins["weight"]])
         return out if ins["bias"] < 0 else out + weights[ins["bias"]]
-    if op == "embedding":
-        return weights[ins["weight"]][args[0]]
+    if op == "embedding":  # id -1 (no input row): zeros
+        table, ids = weights[ins["weight"]], args[0]
+        return table[ids.clamp(min=0)] * (ids >= 0).unsqueeze(-1)
     if op in _BINARY:
         return _BINARY[op](args[0], args[1])
     if op == "scale":
@@ -83,7 +84,7 @@ def _input(x, ids, kind, row):
     if kind == "x":
         return x[row:row + 1] if row >= 0 else x.new_zeros((1, x.shape[1]))
     if kind == "ids":
-        return ids[row:row + 1]
+        return ids[row:row + 1] if row >= 0 else ids.new_full((1,), -1)
     return None
 
 

@@ -78,11 +78,12 @@ def test_propagate_step_with_lr_is_sgd():
     close(embed.weight.grad, want[0], "embedding gradient", tol=1e-6)
 
 
-def test_propagate_step_with_ids_updates_the_cells_embedding():
+@pytest.mark.parametrize("kind", ["dags", "trees"])  # a tree's inner nodes embed zeros
+def test_propagate_step_with_ids_updates_the_cells_embedding(kind):
     torch.manual_seed(5)
     model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, 0, vocab=structures.VOCAB),
                                  state_size=7, classes=C, threads=1)
-    packed = structures.packed("dags", 31)
+    packed = structures.packed(kind, 31)
     labels = random_labels(packed.num_nodes, 15)
     loss = model.loss(packed, ids=packed.input_ids, labels=labels)
     params = list(model.parameters())

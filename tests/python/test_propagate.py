@@ -102,6 +102,64 @@ def test_embedding_of_ids(backend):
     assert_same(model, packed, inputs_for(packed, 3, ids=True))
 
 
+@pytest.mark.parametrize("kind", ["trees", "lattices", "dags"])
+@pytest.mark.parametrize("direct", [False, True])
+def test_ids_of_rows_minus_one_embed_zeros(backend, kind, direct):
+    """Cells that embed their ids, where nodes and arcs without an input row (-1: a tree's inner
+    nodes, the parent rows of edge_inputs="parent") embed to zeros: the same outputs and
+    gradients as the same cells given x = embedding(ids) outside, where row -1 reads zeros."""
+    torch.manual_seed(30)
+    embed = torch.nn.Embedding(structures.VOCAB, D)
+    node, edge = cells.LSTMCell(7, D), cells.GateEdge(7, D)
+    scale = torch.nn.Linear(D, D) if direct else None
+    inside = edbatch.nn.Propagate(cells.EmbedFirst(embed, node, scale=scale),
+                                  cells.EmbedFirst(embed, edge, edge=True, scale=scale), reduce="sum",
+                                  state_size=(7, 7))
+    packed = structures.packed(kind, 30, edge_inputs="parent")
+    ids = packed.input_ids.clone()
+    ours = inside(packed, ids=ids)
+    if scale is None:
+        outside = edbatch.nn.Propagate(node, edge, reduce="sum", state_size=(7, 7))
+    else:  # the same cells after the embedding's own gate, as x cells
+        outside = edbatch.nn.Propagate(_Gated(node, scale), _Gated(edge, scale, edge=True),
+                                       reduce="sum", state_size=(7, 7))
+    rows = [packed.node_inputs, packed.arc_inputs]
+    assert any((r < 0).any() for r in rows) or kind == "dags"
+    want = outside(packed, x=embed(ids))
+    g = torch.Generator().manual_seed(31)
+    upstream = [torch.randn(o.shape, generator=g) for o in want]
+    params = list(inside.parameters())
+    got_grads = gradients(ours, upstream, params)
+    want_grads = gradients(want, upstream, params)
+    for a, b in zip(ours, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for (name, _), a, b in zip(inside.named_parameters(), got_grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+class _Gated(torch.nn.Module):
+    """cell(..., x * sigmoid(scale(x))): _Embedded's direct read, for x given outside."""
+
+    def __init__(self, cell, scale, edge=False):
+        super().__init__()
+        self.cell, self.scale, self.edge = cell, scale, edge
+
+    def forward(self, a, b):
+        x = b if self.edge else a
+        x = x * self.scale(x).sigmoid()
+        return self.cell(a, x) if self.edge else self.cell(x, b)
+
+
+def test_ids_outside_the_tables_are_refused(backend):
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, 0, vocab=structures.VOCAB),
+                                 state_size=7)
+    packed = structures.packed("dags", 3)
+    ids = packed.input_ids.clone()
+    ids[2] = structures.VOCAB
+    with pytest.raises((RuntimeError, ValueError, IndexError), match="ids|index"):
+        model(packed, ids=ids)
+
+
 # ---- structures, reduce, initial, kinds ----
 
 @pytest.mark.parametrize("kind", ["trees", "lattices", "dags", "empty"])

@@ -83,3 +83,25 @@ def test_dropout_on_cuda_uses_the_cpu_masks():
     model = edbatch.nn.Propagate(cells.LSTMCell(13, D, dropout=0.3), cells.GateEdge(13, D, 0.3),
                                  state_size=(13, 13)).train()
     assert_cuda_equals_cpu(model, structures.packed("trees", 6, edge_inputs="parent"), seed=6)
+
+
+@pytest.mark.parametrize("kind", ["trees", "lattices"])
+def test_cells_embedding_ids_on_cuda(kind):
+    """Cells that embed their ids, where nodes and arcs without an input row (-1) embed zeros
+    (the tables' zero columns live in the device's parameter mirror too)."""
+    torch.manual_seed(9)
+    embed = torch.nn.Embedding(structures.VOCAB, D)
+    model = edbatch.nn.Propagate(cells.EmbedFirst(embed, cells.LSTMCell(7, D)),
+                                 cells.EmbedFirst(embed, cells.GateEdge(7, D), edge=True),
+                                 state_size=(7, 7))
+    packed = structures.packed(kind, 9, edge_inputs="parent")
+    got = {}
+    for device in ("cpu", "cuda"):
+        m = copy.deepcopy(model).to(device)
+        out = m(packed.to(device), ids=packed.input_ids.to(device))
+        g = torch.Generator().manual_seed(10)
+        total = sum((o * torch.randn(o.shape, generator=g).to(device)).sum() for o in out)
+        total.backward()
+        got[device] = [o.detach().cpu() for o in out] + [p.grad.cpu() for p in m.parameters()]
+    for a, b in zip(got["cuda"], got["cpu"]):
+        torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-4 * scale(b))

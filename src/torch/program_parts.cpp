@@ -1,28 +1,57 @@
-#include <algorithm>
-
 #include "src/torch/program_parts.h"
+
+#include <algorithm>
+#include <stdexcept>
 
 namespace edbatch::torch_adapter {
 
+void bad(const std::string& what) {
+  throw std::invalid_argument(fmt::format("[edbatch.propagate] program: {}", what));
+}
+
+Instr read_instr(const json& j, const std::string& cell, size_t v) {
+  const std::string at = fmt::format("{}, value {}", cell, v);
+  Instr in;
+  in.op = field<std::string>(j, "op", at);
+  in.where = field_or<std::string>(j, "where", "", at);
+  in.args = field_or<std::vector<uint32_t>>(j, "args", {}, at);
+  for (uint32_t a : in.args)
+    if (a >= v) bad(fmt::format("{} ({}) reads value {}, not defined before it", at, in.op, a));
+  if (in.op != "ids") in.size = field<uint32_t>(j, "size", at);
+  in.slot = field_or<int32_t>(j, "slot", -1, at);
+  in.weight = field_or<int32_t>(j, "weight", -1, at);
+  in.bias = field_or<int32_t>(j, "bias", -1, at);
+  in.alpha = field_or<float>(j, "alpha", 0.0f, at);
+  in.beta = field_or<float>(j, "beta", 0.0f, at);
+  in.eps = field_or<float>(j, "eps", 1e-5f, at);
+  in.p = field_or<float>(j, "p", 0.0f, at);
+  in.value = field_or<float>(j, "value", 0.0f, at);
+  in.begin = field_or<uint32_t>(j, "begin", 0, at);
+  in.end = field_or<uint32_t>(j, "end", 0, at);
+  return in;
+}
+
 Hoisting plan_hoisting(const std::vector<Instr>& body, const std::vector<uint32_t>& outputs,
-                       int32_t input_slot, bool x_input) {
+                       int32_t input_slot, InputKind input) {
   const size_t n = body.size();
   Hoisting h;
   h.in_hoist.assign(n, 0);
   h.in_main.assign(n, 1);
-  if (!x_input) return h;
-  // What each value depends on: weights and constants only, the x row (and maybe weights), or
-  // something else (another slot, the ids, a dropout mask drawn per call).
+  if (input == InputKind::None) return h;
+  // What each value depends on: weights and constants only, the input row (the x row or the id,
+  // and maybe weights), or something else (another slot, a dropout mask drawn per call).
   enum Dep : uint8_t { Fixed, X, Other };
   std::vector<Dep> dep(n, Other);
   bool projects = false;
   for (size_t v = 0; v < n; ++v) {
     const Instr& in = body[v];
     if (in.op == "input") {
-      dep[v] = in.slot == input_slot ? X : Other;
+      dep[v] = in.slot == input_slot && input == InputKind::X ? X : Other;
+    } else if (in.op == "ids") {
+      dep[v] = input == InputKind::Ids ? X : Other;
     } else if (in.op == "weight" || in.op == "const") {
       dep[v] = Fixed;
-    } else if (in.op == "ids" || in.op == "embedding" || in.op == "dropout") {
+    } else if (in.op == "dropout") {
       dep[v] = Other;
     } else {
       Dep d = Fixed;
@@ -40,7 +69,8 @@ Hoisting plan_hoisting(const std::vector<Instr>& body, const std::vector<uint32_
       for (uint32_t a : body[v].args) out[a] = 1;
   for (uint32_t o : outputs) out[o] = 1;
   for (size_t v = 0; v < n; ++v)
-    if (out[v] && dep[v] == X && body[v].op != "input") h.outputs.push_back(static_cast<uint32_t>(v));
+    if (out[v] && dep[v] == X && body[v].op != "input" && body[v].op != "ids")
+      h.outputs.push_back(static_cast<uint32_t>(v));
   if (h.outputs.empty()) return h;
   // What each block needs, walking the body backwards from its outputs; the cell's block stops
   // at the projection's outputs, which it reads as inputs.
