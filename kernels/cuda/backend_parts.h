@@ -267,6 +267,7 @@ struct LaunchPlan {
   std::vector<Stage> stages;       // every chained launch's stages
   std::vector<uint16_t> stage_of;  // per ticket of each chained launch: its stage
   std::vector<uint32_t> waits;     // pairs (stage, its thread blocks) each stage waits for
+  std::vector<uint32_t> stage_command;  // per stage: the command it runs
   uint32_t counters_floats = 0;
 
   void plan(const Pass& pass, const CudaOptions& options);
@@ -332,7 +333,9 @@ struct LaunchPlan {
 // backend is destroyed.
 class Profiler {
  public:
-  explicit Profiler(bool enabled) : enabled_(enabled) {}
+  // An enabled profiler whose backend is still alive when the process exits (the PyTorch
+  // adapter keeps its engines) prints its table then.
+  explicit Profiler(bool enabled);
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
   ~Profiler();
@@ -340,9 +343,12 @@ class Profiler {
   // At least `n` events.
   void reserve_events(size_t n);
   cudaEvent_t event(size_t i) const { return events_[i]; }
-  // Adds a finished pass: each launch's device time, the host enqueue time and the device span.
-  void add_pass(const Pass& pass, const std::vector<Launch>& launches, double host_ms,
-                float device_ms);
+  // Adds a finished pass: each launch's device time, the host enqueue time and the device span,
+  // and each chained stage's time by the command it runs (stage_times, read back).
+  void add_pass(const Pass& pass, const LaunchPlan& plan, double host_ms, float device_ms);
+  // Device memory for the stage times of a pass of `stages` stages (Chain::times), zeroed on
+  // `stream`.
+  unsigned long long* stage_times(size_t stages, cudaStream_t stream);
   // The time each kind of buffer spent growing, then the totals by kernel and host phase.
   void print(const std::vector<std::pair<const char*, double>>& growth) const;
 
@@ -379,6 +385,9 @@ class Profiler {
   bool enabled_ = false;
   std::vector<cudaEvent_t> events_;
   std::map<std::string, Profile> profiles_;
+  unsigned long long* times_ = nullptr;  // stage_times
+  size_t times_size_ = 0;
+  std::vector<unsigned long long> host_times_;
 };
 
 // ---- launcher.cpp ----

@@ -52,10 +52,47 @@ __device__ inline uint32_t load_acquire(const uint32_t* p) {
 __device__ inline void add_release(uint32_t* p) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(p) : "memory");
 }
+__device__ inline unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 // Thread blocks of one fused GEMM step's backward, the bias gradient's own included.
 __host__ __device__ inline uint32_t backward_stage_blocks(const LinearDesc& l) {
   return linear_backward_blocks(l) + (separate_bias(l) ? linear_bias_blocks(l) : 0);
+}
+
+// Thread blocks of the two halves of a split GEMM backward (Stage::LinearBackwardX / W).
+__host__ __device__ inline uint32_t backward_x_blocks(const LinearDesc& l) {
+  return grid_blocks(linear_backward_x_grid(l)) + (separate_bias(l) ? linear_bias_blocks(l) : 0);
+}
+__host__ __device__ inline uint32_t backward_w_blocks(const LinearDesc& l) {
+  return grid_blocks(linear_backward_w_grid(l));
+}
+
+// Runs thread block b of l's dX (and separate bias gradient), or returns b - (their blocks).
+__device__ inline uint32_t linear_backward_x_stage(const DeviceView& d, const LinearDesc& l,
+                                                   uint32_t b) {
+  const dim3 g = linear_backward_x_grid(l);
+  const uint32_t nx = grid_blocks(g);
+  const uint32_t bias = separate_bias(l) ? linear_bias_blocks(l) : 0;
+  if (b < nx)
+    linear_backward_x_body(d, l, block_of(b, g));
+  else if (b < nx + bias)
+    linear_bias_body(d, l, b - nx, bias);
+  else
+    return b - nx - bias;
+  return UINT32_MAX;
+}
+
+// Runs thread block b of l's dW, or returns b - (its blocks).
+__device__ inline uint32_t linear_backward_w_stage(const DeviceView& d, const LinearDesc& l,
+                                                   uint32_t b) {
+  const dim3 g = linear_backward_w_grid(l);
+  if (b >= grid_blocks(g)) return b - grid_blocks(g);
+  linear_backward_w_body(d, l, block_of(b, g));
+  return UINT32_MAX;
 }
 
 // Runs thread block b of l's backward, or returns b - (l's blocks) when b is past them.
@@ -90,6 +127,8 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
       break;
     case Stage::LinearForward:
     case Stage::LinearBackward:
+    case Stage::LinearBackwardX:
+    case Stage::LinearBackwardW:
       copy_words(&desc.linear[0], c.linears + st.index, sizeof(LinearDesc));
       if (st.index2 != kNoOperand)
         copy_words(&desc.linear[1], c.linears + st.index2, sizeof(LinearDesc));
@@ -105,6 +144,7 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
     load_acquire(done);  // what that stage wrote is visible from here on, to the whole block
   }
   __syncthreads();
+  if (c.times != nullptr && threadIdx.x == 0) atomicMax(c.times + 2 * i, ~global_ns());
   switch (st.kind) {
     case Stage::StepsForward: steps_body<true>(d, desc.group, b); break;
     case Stage::StepsBackward: steps_body<false>(d, desc.group, b); break;
@@ -122,12 +162,23 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
       if (rest != UINT32_MAX) linear_backward_stage(d, desc.linear[1], rest);
       break;
     }
+    case Stage::LinearBackwardX: {
+      const uint32_t rest = linear_backward_x_stage(d, desc.linear[0], b);
+      if (rest != UINT32_MAX) linear_backward_x_stage(d, desc.linear[1], rest);
+      break;
+    }
+    case Stage::LinearBackwardW: {
+      const uint32_t rest = linear_backward_w_stage(d, desc.linear[0], b);
+      if (rest != UINT32_MAX) linear_backward_w_stage(d, desc.linear[1], rest);
+      break;
+    }
     case Stage::LookupsForward: lookups_block<true>(d, c.lookups, c.lookup_starts, st.index, b); break;
     case Stage::LookupsBackward: lookups_block<false>(d, c.lookups, c.lookup_starts, st.index, b); break;
     default: break;
   }
   // The barrier orders every thread's writes before thread 0's release of the count.
   __syncthreads();
+  if (c.times != nullptr && threadIdx.x == 0) atomicMax(c.times + 2 * i + 1, global_ns());
   if (threadIdx.x == 0) add_release(c.counters + (i + 1) * kCounterStride);
 }
 
@@ -176,6 +227,16 @@ uint32_t stage_blocks(const Stage& s, const StepGroup* groups, const LinearDesc*
     case Stage::LinearBackward: {
       uint32_t n = backward_stage_blocks(linears[s.index]);
       if (s.index2 != kNoOperand) n += backward_stage_blocks(linears[s.index2]);
+      return n;
+    }
+    case Stage::LinearBackwardX: {
+      uint32_t n = backward_x_blocks(linears[s.index]);
+      if (s.index2 != kNoOperand) n += backward_x_blocks(linears[s.index2]);
+      return n;
+    }
+    case Stage::LinearBackwardW: {
+      uint32_t n = backward_w_blocks(linears[s.index]);
+      if (s.index2 != kNoOperand) n += backward_w_blocks(linears[s.index2]);
       return n;
     }
     default: return lookup_blocks;

@@ -169,6 +169,10 @@ struct Command {
   // A block call's command: the block's group it runs (BlockPlan::groups) and, for a second
   // GEMM step in the same launch, that step's group; kNoOperand otherwise.
   uint32_t block_group = kNoOperand, block_group2 = kNoOperand;
+  // LinearBackward: every weight (and a bias whose gradient the dW thread blocks reduce) is a
+  // parameter, whose gradient nothing later in the pass reads, so in a chained launch the dW
+  // thread blocks run as a stage of their own that no stage waits for (Stage::LinearBackwardW).
+  bool params_only = false;
   Operand operand{};
   uint32_t count = 0, k = 0, per_node = 0;
   float* buffer = nullptr;

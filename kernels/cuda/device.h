@@ -129,8 +129,17 @@ uint32_t linear_backward_launches(const LinearDesc& l);
 // order, so a thread block only ever waits for thread blocks that are already running: the launch
 // cannot deadlock however few blocks fit on the device at once, and needs no cooperative launch.
 struct Stage {
+  // LinearBackwardX / LinearBackwardW: a LinearBackward split in two stages (Command::
+  // params_only): dX and a bias gradient of its own; dW (and db riding along with it).
   enum Kind : uint32_t {
-    StepsForward, StepsBackward, LinearForward, LinearBackward, LookupsForward, LookupsBackward
+    StepsForward,
+    StepsBackward,
+    LinearForward,
+    LinearBackward,
+    LookupsForward,
+    LookupsBackward,
+    LinearBackwardX,
+    LinearBackwardW
   };
   uint32_t kind;
   uint32_t index;   // StepGroup or LinearDesc index; Lookups*: how many lookups
@@ -160,6 +169,10 @@ struct Chain {
   const uint32_t* lookup_starts;
   const uint32_t* waits;       // the pass's stage waits (Stage::wait_begin)
   uint32_t blocks;             // thread blocks of the launch (sum over its stages)
+  // Profiling (CudaOptions::profile), else nullptr: per stage, zeroed before the launch, the
+  // bitwise complement of the time its first thread block got past its waits and the time its
+  // last one finished (atomic maxima of %globaltimer, in ns).
+  unsigned long long* times = nullptr;
 };
 constexpr uint32_t kMaxChainStages = 65535;  // stage_of entries are 16 bits
 void launch_chain(const DeviceView& d, const Chain& c, Stream s);

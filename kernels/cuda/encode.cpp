@@ -269,6 +269,14 @@ class Encoder {
     return true;
   }
 
+  // True when the operand is a parameter, or every member's is.
+  bool member_params(const Operand& o, uint32_t members) const {
+    if (o.mode != OperandMode::PerMember) return o.mode == OperandMode::Param;
+    for (uint32_t j = 0; j < members; ++j)
+      if (plan_.member_operands[o.index_begin + j].mode != OperandMode::Param) return false;
+    return true;
+  }
+
   // True when the operand of all `count` nodes is one dense n x count*cols matrix in place.
   bool in_place(const Operand& x, uint32_t count, uint32_t k, uint32_t per_node) const {
     if (x.mode == OperandMode::Contiguous) return x.stride == per_node;
@@ -396,6 +404,13 @@ class Encoder {
     l.splits = std::max(1u, std::min(16u, k * l.cols / 256));
     // db rides along with dW when each member's bias is one vector shared by its nodes.
     l.bias_in_w = affine && l.cols == 1 && (is_shared(ops[0].mode) || member_weights(ops[0], members, k));
+    // Every weight a parameter (Command::params_only): a bias that is not one (a value shared by
+    // the member's nodes, whose gradient later batches read) takes its gradient from the bias
+    // thread blocks, which run with dX, rather than from the dW ones.
+    bool params_only = true;
+    for (uint32_t p = 0; p < l.products; ++p)
+      params_only = params_only && member_params(plan_.operands[l.w[p]], members);
+    if (params_only && l.bias_in_w && !member_params(ops[0], members)) l.bias_in_w = 0;
     const uint32_t index = static_cast<uint32_t>(pass_.linears.size());
     pass_.linears.push_back(l);
     // The previous command is this call's previous GEMM step and the two are independent: one
@@ -406,6 +421,7 @@ class Encoder {
           (pass_.forward ? independent(last_item_, it) : independent(it, last_item_))) {
         prev.group2 = index;
         prev.block_group2 = it.step->group;
+        prev.params_only = prev.params_only && params_only;
         return true;
       }
     }
@@ -418,6 +434,7 @@ class Encoder {
       c.batch = it.batch;
       c.group = index;
       c.block_group = it.step ? it.step->group : kNoOperand;
+      c.params_only = params_only;
       pass_.commands.push_back(c);
     };
     if (pass_.forward) {

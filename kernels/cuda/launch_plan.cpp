@@ -21,7 +21,9 @@ bool stage_of_command(const Pass& pass, const Command& c, Stage* st, uint32_t* b
       st->kind = pass.forward ? Stage::StepsForward : Stage::StepsBackward;
       break;
     case Command::Kind::LinearForward: st->kind = Stage::LinearForward; break;
-    case Command::Kind::LinearBackward: st->kind = Stage::LinearBackward; break;
+    case Command::Kind::LinearBackward:
+      st->kind = c.params_only ? Stage::LinearBackwardX : Stage::LinearBackward;
+      break;
     case Command::Kind::Lookups:
       st->kind = pass.forward ? Stage::LookupsForward : Stage::LookupsBackward;
       st->index = c.count;
@@ -39,6 +41,7 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
   launches.clear();
   stages.clear();
   stage_of.clear();
+  stage_command.clear();
   counters_floats = 0;
   const uint32_t n = static_cast<uint32_t>(pass.commands.size());
   command_stage_.assign(n, UINT32_MAX);
@@ -53,20 +56,29 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
     l.counter_begin = counters_floats;
     Stage st{};
     uint32_t blocks = 0;
-    while (chain && l.end < n && l.stages < kMaxChainStages &&
+    const auto add_stage = [&](const Stage& s, uint32_t b) {
+      Stage& added = stages.emplace_back(s);
+      added.first = l.blocks;
+      stage_command.push_back(l.end);
+      stage_of.insert(stage_of.end(), b, static_cast<uint16_t>(l.stages));
+      l.blocks += b;
+      ++l.stages;
+    };
+    while (chain && l.end < n && l.stages + 1 < kMaxChainStages &&
            stage_of_command(pass, pass.commands[l.end], &st, &blocks)) {
       if (blocks > 0) {
         command_stage_[l.end] = static_cast<uint32_t>(stages.size());
-        st.first = l.blocks;
-        stages.push_back(st);
-        stage_of.insert(stage_of.end(), blocks, static_cast<uint16_t>(l.stages));
-        l.blocks += blocks;
-        ++l.stages;
+        add_stage(st, blocks);
+      }
+      if (blocks > 0 && st.kind == Stage::LinearBackwardX) {  // dW: a stage no stage waits for
+        st.kind = Stage::LinearBackwardW;
+        add_stage(st, stage_blocks(st, pass.groups.data(), pass.linears.data(), 0));
       }
       ++l.end;
     }
     if (l.end - l.begin < 2 || l.stages == 0) {  // command i on its own
       stages.resize(l.stage_begin);
+      stage_command.resize(l.stage_begin);
       stage_of.resize(l.map_begin);
       std::fill(command_stage_.begin() + l.begin, command_stage_.begin() + l.end, UINT32_MAX);
       launches.push_back(Launch{i, i + 1});
@@ -110,14 +122,22 @@ uint32_t blocks_of(const std::vector<Stage>& stages, const Launch& l, uint32_t s
 void LaunchPlan::wait_in_order() {
   waits.clear();
   for (Launch& l : launches) {
+    l.critical = 0;
+    uint32_t last = UINT32_MAX;  // the latest stage other than a dW stage
     for (uint32_t s = l.stage_begin; s < l.stage_begin + l.stages; ++s) {
       Stage& st = stages[s];
+      if (st.kind == Stage::LinearBackwardW) {  // what its dX stage (the one before) waits for
+        st.wait_begin = stages[s - 1].wait_begin;
+        st.wait_count = stages[s - 1].wait_count;
+        continue;
+      }
       st.wait_begin = static_cast<uint32_t>(waits.size() / 2);
-      st.wait_count = s > l.stage_begin ? 1 : 0;
+      st.wait_count = last != UINT32_MAX ? 1 : 0;
       if (st.wait_count)
-        waits.insert(waits.end(), {s - 1 - l.stage_begin, blocks_of(stages, l, s - 1)});
+        waits.insert(waits.end(), {last - l.stage_begin, blocks_of(stages, l, last)});
+      last = s;
+      ++l.critical;
     }
-    l.critical = l.stages;
   }
 }
 
@@ -397,6 +417,14 @@ void LaunchPlan::choose_waits(const Pass& pass) {
       known_[s] = known;
       depth_[s] = depth + 1;
       l.critical = std::max(l.critical, depth + 1);
+      if (s + 1 < l.stage_begin + l.stages && stages[s + 1].kind == Stage::LinearBackwardW) {
+        // The command's dW stage waits for what its dX stage waits for; none waits for it.
+        stages[s + 1].wait_begin = st.wait_begin;
+        stages[s + 1].wait_count = st.wait_count;
+        prefix_[s + 1] = prefix;
+        known_[s + 1] = known << 1;
+        depth_[s + 1] = depth + 1;
+      }
       if (is_lookups) {
         lookups = s;
       } else if (grouped) {

@@ -80,7 +80,11 @@ void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
   linears_ = std::move(pass.linears);
   forward_ = pass.forward;
   const bool profile = profiler_.enabled();
-  if (profile) profiler_.reserve_events(launches.size() + 1);
+  unsigned long long* stage_times = nullptr;
+  if (profile) {
+    profiler_.reserve_events(launches.size() + 1);
+    stage_times = profiler_.stage_times(plan.stages.size(), queue_.stream());
+  }
   DeviceQueue::Timing& timing =
       queue_.next_timing(pass.forward, pass.forward && pass.p->first_segment > 0);
   const auto host_start = std::chrono::steady_clock::now();
@@ -93,7 +97,8 @@ void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
         launch_chain(at.view,
                      Chain{at.stages + l.stage_begin, at.stage_of + l.map_begin,
                            at.counters + l.counter_begin, at.groups, at.linears, at.lookups,
-                           at.lookup_starts, at.waits, l.blocks},
+                           at.lookup_starts, at.waits, l.blocks,
+                           stage_times ? stage_times + 2 * l.stage_begin : nullptr},
                      queue_.stream());
       else
         launch(pass.commands[l.begin], at);
@@ -124,7 +129,7 @@ void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
     queue_.wait();
     float ms = 0;
     EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, timing.start, timing.stop));
-    profiler_.add_pass(pass, launches, host_ms, ms);
+    profiler_.add_pass(pass, plan, host_ms, ms);
   }
   counters_.kernels += launches.size();
   for (const Launch& l : launches) {
