@@ -239,7 +239,10 @@ void ProgramCell::compile(CellProgram& c, bool edge, ParameterCollection& pc, ui
   for (size_t v = 0; v < c.body.size(); ++v) {
     const Instr& in = c.body[v];
     if (in.op == "input" && h.in_main[v]) read.push_back(in.slot);
-    if (in.op == "ids") ids = true, c.reads_ids = c.reads_ids || h.in_main[v];
+    if (in.op == "ids") {
+      ids = true;
+      c.reads_ids = c.reads_ids || h.in_main[v];
+    }
     if (in.op == "dropout") ++c.sites;
   }
   std::sort(read.begin(), read.end());
