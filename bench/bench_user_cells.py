@@ -14,10 +14,11 @@ For childsum, edbatch-loss and edbatch-loss-prefetch run the model's loss head i
 (Propagate's classes= and loss()) instead of in PyTorch, and edbatch-step and
 edbatch-step-prefetch the loss, its backward and the cells' and head's SGD update in one engine
 call (Propagate.loss_step(..., lr=...)); the embedding, outside the cells, gets its gradient
-through autograd and the same update as everywhere. edbatch-step-ids(-prefetch) run the same
-cells embedding their ids inside (a node without a word embeds zeros), so the embedding's
-update happens in the engine call as well. For lattice, edbatch-step and
+through autograd and the same update as everywhere. For lattice, edbatch-step and
 edbatch-step-prefetch do the same with the built-in module's output layer as the loss head.
+edbatch-step-ids(-prefetch) run the same cells embedding their ids inside (Child-Sum: a node
+without a word embeds zeros; lattice: each arc kind's table in its arc cell), so the tables'
+update happens in the engine call as well and the step has no autograd at all.
 
 The implementations run round-robin, one step each per repetition, so machine noise hits them
 alike; each row gives the median, p10 and p90 over the repetitions and the ratio of its median to
@@ -159,9 +160,22 @@ def lattice_impls(args, device, drop_grads, tmp):
         torch_models.sgd_update(tables, args.lr, drop_grads)
         return loss
 
+    # The arc cells embedding their ids (the char table for char arcs, the word table for
+    # word arcs): the tables' update too happens in the engine call.
+    prop_ids = ucm.with_loss_head(prop, builtin.W_out, tables=builtin.m.embeddings)
+
+    def user_ids_loss(i):
+        return prop_ids.loss(packs[i], ids=packs[i].input_ids)
+
+    def user_ids_step(i):
+        return prop_ids.loss_step(packs[i], ids=packs[i].input_ids, lr=args.lr)
+
     losses = {"edbatch-prefetch": prefetched(prop, user, packs), "edbatch": user,
               "edbatch-step-prefetch": Whole(prefetched(prop_loss, user_step, packs), user_loss),
+              "edbatch-step-ids-prefetch": Whole(prefetched(prop_ids, user_ids_step, packs),
+                                                 user_ids_loss),
               "edbatch-step": Whole(user_step, user_loss),
+              "edbatch-step-ids": Whole(user_ids_step, user_ids_loss),
               "edbatch built-in cell": lambda i: builtin.loss(packs[i]),
               "hand-batched": lambda i: ref.batched_losses(groups[i], plans[i]).sum(),
               "node-by-node": lambda i: ref.eager_losses(groups[i]).sum()}

@@ -179,12 +179,16 @@ def lattice_user_cells(w, H, device, policy="lb-greedy", threads=0):
     return prop.to(device)
 
 
-def with_loss_head(prop, weight):
+def with_loss_head(prop, weight, tables=None):
     """A Propagate over prop's own cells and learned initial state with a loss head inside the
     engine whose weight is `weight` (classes x H) and whose bias stays zero (the baselines'
-    heads have none)."""
+    heads have none). With `tables` (one nn.Embedding per arc kind) the arc cells embed their
+    ids themselves (forward / loss_step with ids=packed.input_ids)."""
     import edbatch
-    out = edbatch.nn.Propagate(list(prop.node_cells), list(prop.edge_cells), reduce=prop.reduce,
+    edges = list(prop.edge_cells)
+    if tables is not None:
+        edges = [Embedded(table, arc, edge=True) for table, arc in zip(tables, edges)]
+    out = edbatch.nn.Propagate(list(prop.node_cells), edges, reduce=prop.reduce,
                                state_size=prop.state_size, initial=prop.initial_kind,
                                policy=prop.policy, threads=prop.threads,
                                classes=weight.shape[0])
