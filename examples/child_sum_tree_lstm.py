@@ -7,6 +7,11 @@ input is the parent's row (pack_trees(..., edge_inputs="parent")): each arc's me
 (h_k, f_k * c_k), and the sum over children gives the node cell (sum h_k, sum f_k c_k).
 (In SST trees inner nodes have no word, so x_parent is zero there.)
 
+The cells may also embed their ids themselves, called as tree(packed, ids=packed.input_ids):
+a node or parent without a word (row -1) embeds to zeros, the same model, and a
+loss_step(..., lr=) then updates the embedding inside the engine too (bench/user_cell_models.py,
+Embedded).
+
     /usr/bin/python3 examples/child_sum_tree_lstm.py --epochs 5
 """
 import torch
