@@ -66,6 +66,10 @@ class ProgramCell : public Cell {
   Parameter weight(int32_t w, const std::string& at, bool vector) const;
   Parameter constant(float value, uint32_t size);
   Expr zeros(Graph& g, uint32_t size);
+  // The id that row `row` of p embeds (no_id_ for -1).
+  uint32_t id_of(const Packed& p, int64_t row) const {
+    return row >= 0 ? static_cast<uint32_t>(p.ids[row]) : no_id_;
+  }
   // Calls cell c: `floats` are the values of its slots 0, 1, ...; `in_row` the x/ids row.
   void call(Graph& g, const Packed& p, CellProgram& c, const Expr* floats, int64_t in_row,
             const std::vector<Expr>& x, uint32_t key_index, Expr* outs);
@@ -158,8 +162,9 @@ void ProgramCell::read_weights(const json& doc, ParameterCollection& pc) {
   const json& ws = doc.at("weights");
   for (const json& w : ws)
     if (field_or<std::string>(w, "layout", "", "weight") == "lookup") {
-      no_id_ = std::max(no_id_, field_or<uint32_t>(w, "rows", 0, "weight"));
-      id_rows_ = std::min(id_rows_, field_or<uint32_t>(w, "rows", 0, "weight"));
+      const uint32_t rows = field_or<uint32_t>(w, "rows", 0, "weight");
+      no_id_ = std::max(no_id_, rows);
+      id_rows_ = std::min(id_rows_, rows);
     }
   for (size_t i = 0; i < ws.size(); ++i) {
     const std::string at = fmt::format("weight {}", i);
@@ -341,10 +346,11 @@ void ProgramCell::compile_projection(CellProgram& c, const Hoisting& h,
 const Expr* ProgramCell::projected(Graph& g, const Packed& p, CellProgram& c, int64_t in_row,
                                    const std::vector<Expr>& x) {
   Expr* out = &c.projections[static_cast<size_t>(in_row + 1) * c.projected];
-  if (out[0].graph == nullptr && kind_ == InputKind::Ids) {
-    const uint32_t id = in_row >= 0 ? static_cast<uint32_t>(p.ids[in_row]) : no_id_;
+  if (out[0].graph != nullptr) return out;
+  if (kind_ == InputKind::Ids) {
+    const uint32_t id = id_of(p, in_row);
     c.projection->call(g, nullptr, 0, &id, 1, out);
-  } else if (out[0].graph == nullptr) {
+  } else {
     const Expr in = in_row >= 0 ? x[in_row] : zeros(g, input_dim());
     c.projection->call(g, &in, 1, nullptr, 0, out);
   }
@@ -490,7 +496,7 @@ void ProgramCell::call(Graph& g, const Packed& p, CellProgram& c, const Expr* fl
   const uint32_t n_ints = (c.reads_ids ? 1 : 0) + c.sites;
   uint32_t* iv = n_ints <= 64 ? ints : (more.resize(n_ints), more.data());
   uint32_t q = 0;
-  if (c.reads_ids) iv[q++] = in_row >= 0 ? static_cast<uint32_t>(p.ids[in_row]) : no_id_;
+  if (c.reads_ids) iv[q++] = id_of(p, in_row);
   for (uint32_t s = 0; s < c.sites; ++s) iv[q++] = math::dropout_key(p.seed, key_index, c.first_site + s);
   c.block->call(g, ins, static_cast<uint32_t>(c.float_slots.size()), iv, n_ints, outs);
 }

@@ -61,8 +61,8 @@ Hoisting plan_hoisting(const std::vector<Instr>& body, const std::vector<uint32_
     }
   }
   if (!projects) return h;
-  // The projection's outputs: x-dependent values (other than the x row itself) read by the rest
-  // of the cell or returned by it.
+  // The projection's outputs: input-dependent values (other than the x row or the id itself)
+  // read by the rest of the cell or returned by it.
   std::vector<uint8_t> out(n, 0);
   for (size_t v = 0; v < n; ++v)
     if (dep[v] == Other)

@@ -48,10 +48,11 @@ enum class InputKind { X, Ids, None };
 // Instruction v of `cell`'s body, checked against the values defined before it.
 Instr read_instr(const json& j, const std::string& cell, size_t v);
 
-// Which instructions of a cell read only the cell's x row (and weights and constants), and which
-// of those the rest of the cell reads: those are computed for every x row at once, ahead of the
-// propagation, by a block of their own (the cell's input projection), and the cell's block reads
-// them as inputs. A cell whose x-only part has no linear layer is not split.
+// Which instructions of a cell read only the cell's input row, its x row or its id (and weights
+// and constants), and which of those the rest of the cell reads: those are computed for every
+// row at once, ahead of the propagation, by a block of their own (the cell's input projection),
+// and the cell's block reads them as inputs. A cell whose input-only part has no linear layer is
+// not split.
 struct Hoisting {
   std::vector<uint8_t> in_hoist;  // per instruction: translated into the projection block
   std::vector<uint8_t> in_main;   // per instruction: translated into the cell's block
