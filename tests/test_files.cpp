@@ -118,7 +118,9 @@ TEST_CASE("files: a writer killed at random moments never leaves a partial file"
   write_safetensors(path, version(0));
   REQUIRE(version_in(path) == 0);
 
-  // Kill moments spread over about twice the time one write takes here.
+  // Kill moments spread over about twice the time one write takes here, counted from when the
+  // child is about to write (it says so through a pipe), so that the time fork takes on a loaded
+  // machine does not push every kill before the write.
   const std::vector<NamedTensor> next[2] = {version(1), version(2)};
   const auto t0 = std::chrono::steady_clock::now();
   write_safetensors(dir / "timing.safetensors", next[0]);
@@ -126,15 +128,20 @@ TEST_CASE("files: a writer killed at random moments never leaves a partial file"
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
           .count();
   std::mt19937 rng(23);
-  std::uniform_int_distribution<long> delay(0, 2 * write_us + 2000);
+  std::uniform_int_distribution<long> delay(0, 2 * write_us);
 
-  int current = 0, replaced = 0, kept = 0, mid_write = 0;
-  const int rounds = 40;
-  for (int round = 0; round < rounds; ++round) {
-    const int target = 1 + round % 2;
+  // At least 40 writers; more (up to 400) until one was killed while writing its temporary file.
+  int current = 0, replaced = 0, kept = 0, mid_write = 0, rounds = 0;
+  for (; rounds < 40 || (mid_write == 0 && rounds < 400); ++rounds) {
+    const int target = 1 + rounds % 2;
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
+      ::close(ready[0]);
+      const char go = 1;
+      if (::write(ready[1], &go, 1) != 1) ::_exit(2);
       try {
         write_safetensors(path, next[target - 1]);
       } catch (...) {
@@ -142,6 +149,10 @@ TEST_CASE("files: a writer killed at random moments never leaves a partial file"
       }
       ::_exit(0);
     }
+    ::close(ready[1]);
+    char go = 0;
+    REQUIRE(::read(ready[0], &go, 1) == 1);
+    ::close(ready[0]);
     ::usleep(static_cast<useconds_t>(delay(rng)));
     ::kill(pid, SIGKILL);
     int status = 0;
@@ -149,7 +160,7 @@ TEST_CASE("files: a writer killed at random moments never leaves a partial file"
     const bool finished = WIFEXITED(status);
     if (finished) CHECK(WEXITSTATUS(status) == 0);
     const int found = version_in(path);
-    INFO("round " << round << ": the file holds version " << found << ", expected " << current
+    INFO("round " << rounds << ": the file holds version " << found << ", expected " << current
                   << " (old) or " << target << " (new)");
     REQUIRE((found == current || found == target));
     if (finished) CHECK(found == target);
