@@ -109,6 +109,8 @@ struct LinearDesc {
   uint32_t splits;             // dW: column ranges reduced by separate thread blocks
   uint32_t bias_in_w;          // 1: the dW thread blocks also reduce db (one column per node,
                                // each member's bias shared by its nodes)
+  uint32_t bias_per_node;      // 1: every node's bias is its own value (a per-row projection
+                               // read as the bias): db = dY, one thread per element
 };
 // With l2, a second GEMM step that neither reads nor writes what l does runs in the same grid.
 void launch_linear_forward(const DeviceView& d, const LinearDesc& l, const LinearDesc* l2,

@@ -1,8 +1,6 @@
-// Encoding a pass: every batch of the plan becomes launches. Elementwise batches and fused groups
-// of block steps become one step-group kernel each; GEMMs go to cuBLAS: one GEMM when the weight
-// is shared by the batch, a batched GEMM over members when each member of a block step has its
-// own weight, and a batched GEMM over nodes for per-node matrices (read in place through
-// pointer arrays, never gathered).
+// Encoding a pass: every batch of the plan becomes commands. Elementwise batches and fused groups
+// of block steps: a step-group kernel each; GEMM steps: the fused GEMM kernel, or cuBLAS above its
+// size (batched over members or nodes for per-member and per-node matrices, read in place).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -261,12 +259,19 @@ class Encoder {
   }
 
   // The weight of each member, when every member's weight is shared by its nodes.
-  bool member_weights(const Operand& w, uint32_t members, uint32_t k) const {
+  bool member_weights(const Operand& w, uint32_t members) const {
     if (w.mode != OperandMode::PerMember) return false;
     for (uint32_t j = 0; j < members; ++j)
       if (!is_shared(plan_.member_operands[w.index_begin + j].mode)) return false;
-    (void)k;
     return true;
+  }
+
+  // True when the operand, or some member's, is a parameter or one value for the nodes.
+  bool any_shared(const Operand& o, uint32_t members) const {
+    if (o.mode != OperandMode::PerMember) return is_shared(o.mode);
+    for (uint32_t j = 0; j < members; ++j)
+      if (is_shared(plan_.member_operands[o.index_begin + j].mode)) return true;
+    return false;
   }
 
   // True when the operand is a parameter, or every member's is.
@@ -390,9 +395,8 @@ class Encoder {
     for (uint32_t j = affine ? 1 : 0; j + 1 < it.sp->operand_count; j += 2) {
       const Operand& w = ops[j];
       if (l.products == kMaxProducts) return false;
-      if (!is_shared(w.mode) && !member_weights(w, members, k)) return false;
       const Dim wd = arg_dim(it, j);
-      if (wd.rows != l.m) return false;
+      if ((!is_shared(w.mode) && !member_weights(w, members)) || wd.rows != l.m) return false;
       l.w[l.products] = it.sp->operand_begin + j;
       l.x[l.products] = it.sp->operand_begin + j + 1;
       l.n[l.products] = wd.cols;
@@ -403,7 +407,8 @@ class Encoder {
     if (l.products == 0 || macs > kFusedMacs) return false;
     l.splits = std::max(1u, std::min(16u, k * l.cols / 256));
     // db rides along with dW when each member's bias is one vector shared by its nodes.
-    l.bias_in_w = affine && l.cols == 1 && (is_shared(ops[0].mode) || member_weights(ops[0], members, k));
+    l.bias_in_w =
+        affine && l.cols == 1 && (is_shared(ops[0].mode) || member_weights(ops[0], members));
     // Every weight a parameter (Command::params_only): a bias that is not one (a value shared by
     // the member's nodes, whose gradient later batches read) takes its gradient from the bias
     // thread blocks, which run with dX, rather than from the dW ones.
@@ -411,6 +416,7 @@ class Encoder {
     for (uint32_t p = 0; p < l.products; ++p)
       params_only = params_only && member_params(plan_.operands[l.w[p]], members);
     if (params_only && l.bias_in_w && !member_params(ops[0], members)) l.bias_in_w = 0;
+    l.bias_per_node = affine && !l.bias_in_w && !any_shared(ops[0], members);  // db = dY
     const uint32_t index = static_cast<uint32_t>(pass_.linears.size());
     pass_.linears.push_back(l);
     // The previous command is this call's previous GEMM step and the two are independent: one
@@ -488,7 +494,7 @@ class Encoder {
     const uint32_t px = wd.cols * cols, out_size = it.sp->out_size;
     const uint32_t members = count / k;
     const bool shared = is_shared(w.mode);
-    const bool per_member = !shared && member_weights(w, members, k);
+    const bool per_member = !shared && member_weights(w, members);
     float* y = pass_.values + it.sp->out_offset;
     float* dy = pass_.adjoints + it.sp->out_offset;
     if (!shared && !per_member) {
