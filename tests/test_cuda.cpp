@@ -466,6 +466,32 @@ CUDA_CASE("cuda: a block of pooling, normalisation, slices and dropout = cpu") {
     }
 }
 
+// A fused GEMM step whose bias is each node's own value, as a user cell's per-row projection is
+// (LinearDesc::bias_per_node: the bias gradient per node and element), with some bias values read
+// by two calls, in batches from one call to more than a thread block's worth of elements.
+CUDA_CASE("cuda: a GEMM step whose bias is each node's own value = cpu") {
+  ParameterCollection pc(5);
+  const Dim h{24, 1};
+  const Parameter W = pc.add_parameters("W", Dim{24, 24});
+  Block blk(pc, "biased");
+  const Expr x = blk.input("x", h), b = blk.input("b", h);
+  blk.output("y", tanh(affine({b, parameter(blk.body(), W), x})));
+  blk.freeze();
+  for (uint32_t k : {1u, 7u, 300u}) {
+    CAPTURE(k);
+    OpGraph og(k, &pc);
+    std::vector<Expr> losses;
+    Expr bias;
+    for (uint32_t i = 0; i < k; ++i) {
+      const Expr xi = tanh(input(og.g, h, og.values(h.size())));
+      if (i % 3 != 2) bias = sigmoid(input(og.g, h, og.values(h.size())));  // else the last one
+      losses.push_back(og.reduce(blk(og.g, {xi, bias})[0]));
+    }
+    const Expr loss = sum_losses(losses);
+    check_same(run_on("cuda", og.g, loss, "agenda"), run_on("cpu", og.g, loss, "agenda"), og.g);
+  }
+}
+
 CUDA_CASE("cuda: a backward reads parameters changed after its forward, as the cpu does") {
   for (bool blocks : {false, true}) {
     CAPTURE(blocks);
