@@ -410,8 +410,7 @@ class Encoder {
     l.bias_in_w =
         affine && l.cols == 1 && (is_shared(ops[0].mode) || member_weights(ops[0], members));
     // Every weight a parameter (Command::params_only): a bias that is not one (a value shared by
-    // the member's nodes, whose gradient later batches read) takes its gradient from the bias
-    // thread blocks, which run with dX, rather than from the dW ones.
+    // the member's nodes, read by later batches) takes its gradient from the bias blocks by dX.
     bool params_only = true;
     for (uint32_t p = 0; p < l.products; ++p)
       params_only = params_only && member_params(plan_.operands[l.w[p]], members);
