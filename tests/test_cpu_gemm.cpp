@@ -145,3 +145,124 @@ TEST_CASE("cpu gemm_acc_xt_parts: a weight gradient summed over batches equals t
                         " row0=" + std::to_string(row0));
       }
 }
+
+TEST_CASE(
+    "cpu gemm_acc_packed: a packed W gives gemm_acc's bits, a packed W^T the double product") {
+  // W (m x n, leading dimension beyond m) packed by gemm_pack and multiplied into existing values:
+  // the same sums in the same order as gemm_acc on W itself, so the same bits (the engine mixes
+  // both forms within a pass); W^T packed by gemm_pack_transposed against the double W^T X. Rows
+  // of Y between the columns stay untouched.
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal;
+  namespace cpu = edbatch::cpu;
+  for (uint32_t m : {1u, 5u, 16u, 17u, 33u, 129u})
+    for (uint32_t n : {1u, 3u, 64u, 257u})
+      for (uint32_t k : {2u, 3u, 7u, 13u, 48u, 49u, 97u}) {
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(k);
+        const size_t ldw = m + 2;
+        std::vector<float> w(ldw * n);
+        for (float& v : w) v = normal(rng);
+        // Y += W X against gemm_acc, bit for bit.
+        std::vector<float> packed(cpu::gemm_packed_size(m, n)), x(size_t{n} * k);
+        std::vector<float> y(size_t{m + 1} * k);
+        for (float& v : x) v = normal(rng);
+        for (float& v : y) v = normal(rng);
+        std::vector<float> want = y;
+        cpu::gemm_pack(m, n, w.data(), ldw, packed.data());
+        cpu::gemm_acc(m, n, k, w.data(), ldw, x.data(), n, want.data(), m + 1);
+        cpu::gemm_acc_packed(m, n, k, packed.data(), x.data(), n, y.data(), m + 1);
+        CHECK(y == want);
+        // Y (n x k) += W^T X, X m x k, against the double product.
+        std::vector<float> packed_t(cpu::gemm_packed_size(n, m)), xt(size_t{m} * k);
+        std::vector<float> yt(size_t{n + 1} * k);
+        for (float& v : xt) v = normal(rng);
+        for (float& v : yt) v = normal(rng);
+        std::vector<double> want_t(yt.begin(), yt.end());
+        for (uint32_t c = 0; c < k; ++c)
+          for (uint32_t r = 0; r < n; ++r)
+            for (uint32_t p = 0; p < m; ++p)
+              want_t[c * (n + 1) + r] += double(w[r * ldw + p]) * xt[c * m + p];
+        cpu::gemm_pack_transposed(m, n, w.data(), ldw, packed_t.data());
+        cpu::gemm_acc_packed(n, m, k, packed_t.data(), xt.data(), m, yt.data(), n + 1);
+        check_close(yt, want_t, yt.size(), 1e-5, "W^T X");
+      }
+}
+
+TEST_CASE("cpu: packed weights follow the parameters across graphs and increments") {
+  // y_i = W x_i + b over more nodes than a forward multiplies before it packs W (64 columns), in
+  // awkward sizes, against the double product with the weights of the moment: a first graph; an
+  // increment of it after a change of W marked with mark_changed (its new nodes read the new W,
+  // the old ones keep theirs); a new graph after a write that is not marked (a graph's first
+  // forward packs again). Backward's dX (through W^T, packed per pass) against the double W^T dY.
+  constexpr uint32_t M = 37, N = 29, kCount = 70;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ParameterCollection pc(3);
+    const Parameter W = pc.add_parameters("W", Dim{M, N});
+    const Parameter b = pc.add_parameters("b", Dim{M, 1});
+    Engine e(pc, EngineOptions{"lb-greedy", "cpu", threads, 1.0});
+    std::mt19937 rng(static_cast<uint32_t>(threads));
+    std::normal_distribution<float> normal;
+    Graph g(pc);
+    std::vector<Expr> xs, ys;
+    std::vector<std::vector<double>> want;  // y_i with the weights when it was added
+    auto add_nodes = [&] {
+      for (uint32_t i = 0; i < kCount; ++i) {
+        std::vector<float> x(N);
+        for (float& v : x) v = normal(rng);
+        xs.push_back(input(g, Dim{N, 1}, x));
+        ys.push_back(affine({parameter(g, b), parameter(g, W), xs.back()}));
+        std::vector<double> y(pc.values(b.id), pc.values(b.id) + M);
+        for (uint32_t r = 0; r < M; ++r)
+          for (uint32_t p = 0; p < N; ++p) y[r] += double(pc.values(W.id)[p * M + r]) * x[p];
+        want.push_back(y);
+      }
+    };
+    auto check_values = [&](const char* what) {
+      for (size_t i = 0; i < ys.size(); ++i) {
+        const std::vector<float> y = as_vector(e.value(ys[i]));
+        check_close(y, want[i], M, 1e-5, std::string(what) + ", node " + std::to_string(i));
+      }
+    };
+    auto scale_w = [&](float s) {
+      float* w = pc.values(W.id);
+      for (uint32_t i = 0; i < M * N; ++i) w[i] *= s;
+    };
+    add_nodes();
+    e.forward_through(g, ys);
+    check_values("first graph");
+    const uint64_t packed = e.stats().packed_weights;
+    CHECK(packed >= 1);
+
+    scale_w(-0.5f);
+    pc.mark_changed();
+    add_nodes();
+    e.forward_through(g, ys);
+    check_values("increment after a marked change");
+    CHECK(e.stats().packed_weights > packed);
+
+    // Backward from sum_i <s_i, y_i>: dx_i = W^T s_i with the W of now, for every node.
+    std::vector<float> seeds;
+    for (size_t i = 0; i < ys.size(); ++i)
+      for (uint32_t r = 0; r < M; ++r) seeds.push_back(normal(rng));
+    e.backward(g, ys, seeds.data());
+    const float* w = pc.values(W.id);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      std::vector<double> dx(N);
+      for (uint32_t p = 0; p < N; ++p)
+        for (uint32_t r = 0; r < M; ++r) dx[p] += double(w[p * M + r]) * seeds[i * M + r];
+      check_close(as_vector(e.gradient(xs[i])), dx, N, 1e-5, "dx " + std::to_string(i));
+    }
+
+    g.clear();
+    xs.clear();
+    ys.clear();
+    want.clear();
+    scale_w(3.0f);  // not marked: the new graph's first forward reads W again
+    add_nodes();
+    e.forward_through(g, ys);
+    check_values("new graph after an unmarked write");
+  }
+}

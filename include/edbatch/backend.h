@@ -26,6 +26,9 @@ struct ExecCounters {
   uint64_t bytes_copied = 0;  // gathers a kernel could not avoid
   // CPU: block-call batches whose backward ran by invocation range on several threads.
   uint64_t split_call_backward = 0;
+  // CPU: weights packed for the small-GEMM kernel (a parameter's W for forward, once per graph
+  // and parameter version; W^T for backward, once per pass).
+  uint64_t packed_weights = 0;
   uint64_t arena_bytes = 0;   // values + adjoints currently reserved
   uint64_t arena_growths = 0; // times the arena had to grow (0 in steady state)
   // GPU time of the last forward / backward pass, from events around its work on the stream

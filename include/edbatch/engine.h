@@ -64,6 +64,7 @@ struct Stats {
   uint64_t stages = 0;         // dependent device steps so far (ExecCounters::stages)
   uint64_t bytes_copied = 0;   // gathers, forward + backward so far
   uint64_t split_call_backward = 0;  // ExecCounters::split_call_backward, so far
+  uint64_t packed_weights = 0;       // ExecCounters::packed_weights, so far
   uint64_t arena_bytes = 0;
   uint64_t arena_growths = 0;  // cumulative over the engine's life
 };

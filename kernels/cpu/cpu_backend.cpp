@@ -49,6 +49,12 @@ class CpuBackend : public Backend {
   const char* name() const override { return "cpu"; }
 
   void forward(const PlanRef& p) override {
+    // Packed weights last through the increments of a graph while the parameters stay.
+    if (p.first_segment == 0 || p.params.version() != packed_version_) {
+      ++packed_stamp_;
+      packed_version_ = p.params.version();
+    }
+    packed_.new_pass(packed_stamp_);
     Context c = context(p);
     if (values_.reserve(p.plan.total_floats)) ++counters_.arena_growths;
     c.values = values_.data();
@@ -73,14 +79,14 @@ class CpuBackend : public Backend {
     });
     counters_.kernels += kernels;
     counters_.stages += kernels;
-    update_bytes();
+    update_counters();
   }
 
   void backward(const PlanRef& p, const BackwardSeed& seed) override {
     if (seed.on_device)
       throw std::invalid_argument("[cpu] backward: seeds in device memory need a device backend");
     Context c = context(p);
-    transposed_.new_pass();
+    transposed_.new_pass(++backward_passes_);
     weight_grads_.new_pass();
     c.weight_grads = &weight_grads_;
     if (adjoints_.reserve(p.plan.total_floats)) ++counters_.arena_growths;
@@ -117,7 +123,7 @@ class CpuBackend : public Backend {
     });
     counters_.kernels += kernels;
     counters_.stages += kernels;
-    update_bytes();
+    update_counters();
   }
 
   const float* value(const MemoryPlan& plan, uint32_t node) const override {
@@ -146,6 +152,7 @@ class CpuBackend : public Backend {
     c.counters = &counters_;
     c.scratch_x = &scratch_x_;
     c.scratch_dx = &scratch_dx_;
+    c.packed = &packed_;
     c.transposed = &transposed_;
     c.threads = threads_;
     c.min_parallel_work = min_parallel_work_;
@@ -172,17 +179,24 @@ class CpuBackend : public Backend {
     return a;
   }
 
-  void update_bytes() {
-    counters_.arena_bytes = (values_.size() + adjoints_.size() + scratch_x_.size() +
-                             scratch_dx_.size() + transposed_.floats() + weight_grads_.floats()) *
-                            sizeof(float);
+  void update_counters() {
+    counters_.packed_weights = packed_.packs() + transposed_.packs();
+    counters_.arena_bytes =
+        (values_.size() + adjoints_.size() + scratch_x_.size() + scratch_dx_.size() +
+         packed_.floats() + transposed_.floats() + weight_grads_.floats()) *
+        sizeof(float);
   }
 
   int threads_;
   double min_parallel_work_;
   std::unique_ptr<tbb::task_arena> arena_;
   Buffer values_, adjoints_, scratch_x_, scratch_dx_;
-  TransposeCache transposed_;
+  // Forward products pack a parameter's weight once it has multiplied this many columns under
+  // the stamp: a wider product or a few narrow ones pay for the copy (docs/performance.md).
+  static constexpr uint32_t kPackAfterColumns = 64;
+  PackedWeights packed_{false, kPackAfterColumns};
+  PackedWeights transposed_{true, 0};
+  uint64_t packed_stamp_ = 0, packed_version_ = 0, backward_passes_ = 0;
   WeightGrads weight_grads_;
 };
 

@@ -2,6 +2,7 @@
 #pragma once
 #include <Eigen/Core>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "edbatch/backend.h"
@@ -26,24 +27,40 @@ class Buffer {
   std::vector<float, Eigen::aligned_allocator<float>> data_;
 };
 
-// Transposed copies of the weights a backward pass multiplies by (dX += W^T dY reads W^T in
-// place), made once per pass and weight; the memory is kept for later passes.
-class TransposeCache {
+// Weights in the tiles' packed form (gemm_pack, gemm.h), made once and read by every product
+// that multiplies by them. Forward: parameter weights W, kept across the passes of one stamp (the
+// increments of one graph while the collection's version stays), and packed only once they have
+// multiplied `min_columns` columns under it, so a weight a pass multiplies by a few columns is not
+// copied for them. Backward: W^T of every shared weight (transposed, min_columns 0), made once
+// per pass. The memory is kept for later passes. Thread-safe: threads that miss together pack one
+// after another.
+class PackedWeights {
  public:
-  void new_pass() { used_ = 0; }
-  // W^T (n x m, column-major) of W (m x n, column-major). Not thread-safe: called between
-  // parallel regions.
-  const float* get(const float* w, uint32_t m, uint32_t n);
+  PackedWeights(bool transposed, uint32_t min_columns)
+      : transposed_(transposed), min_columns_(min_columns) {}
+  // Entries made under another stamp are dropped.
+  void new_pass(uint64_t stamp);
+  // W (m x n, column-major, leading dimension m) packed, or W^T (n x m) when transposed, for a
+  // product of `cols` columns; null while W has multiplied fewer than min_columns columns.
+  const float* get(const float* w, uint32_t m, uint32_t n, uint32_t cols);
   size_t floats() const;
+  uint64_t packs() const { return packs_; }  // weights packed so far
 
  private:
   struct Entry {
     const float* w;
     uint32_t m, n;
-    std::vector<float> t;
+    uint64_t columns;  // multiplied under the stamp, up to this product
+    bool ready;        // packed holds W's packed form
+    Buffer packed;
   };
-  std::vector<Entry> entries_;  // [0, used_) made in this pass; the rest keep their memory
+  std::mutex mutex_;
+  std::vector<Entry> entries_;  // [0, used_) valid under stamp_; the rest keep their memory
   size_t used_ = 0;
+  uint64_t stamp_ = ~uint64_t{0};
+  uint64_t packs_ = 0;
+  bool transposed_;
+  uint32_t min_columns_;
 };
 
 struct Context;
@@ -88,7 +105,8 @@ struct Context {
   ExecCounters* counters = nullptr;
   Buffer* scratch_x = nullptr;   // GEMM operand gathers
   Buffer* scratch_dx = nullptr;  // GEMM input gradients before scattering
-  TransposeCache* transposed = nullptr;  // backward: W^T per weight and pass
+  PackedWeights* packed = nullptr;       // forward: parameter weights, packed
+  PackedWeights* transposed = nullptr;   // backward: W^T per weight and pass, packed
   WeightGrads* weight_grads = nullptr;   // backward: parameter weight gradients (null: at once)
   // Backward of block calls by invocation range (call.cpp): affine and matmul kernels leave the
   // parameters' gradients (biases, weights) to linear_param_grads, run once for the whole batch.
@@ -176,8 +194,8 @@ void matmul_backward(Context& c, const BatchArgs& b);
 // sum and the weight gradient of every product with a parameter weight, in the order they add
 // them (so the gradients equal theirs bitwise).
 void linear_param_grads(Context& c, const BatchArgs& b);
-// Makes W^T of every shared weight the backward of b multiplies by (TransposeCache::get), so
-// that threads then only read the cache.
+// Makes W^T of every shared weight the backward of b multiplies by (PackedWeights::get), so
+// that threads do not wait for each other to pack it.
 void linear_transposes(Context& c, const BatchArgs& b);
 
 // rows.cpp: elementwise ops that are not a function of one element.

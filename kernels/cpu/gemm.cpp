@@ -80,10 +80,14 @@ void store_rows(float* p, int r, Simd::V v, Simd::Mask last) {
     Simd::store(p, v);
 }
 
+// How the tiles read their operands. Plain: W and X column-major. XT: x holds X transposed, so
+// X(p, c) is x[p * ldx + c]. Packed: W in gemm_pack's form, X column-major; ldw is then the
+// distance between blocks of kLanes rows (n * kLanes).
+enum class Form { Plain, XT, Packed };
+
 // R registers of rows (the last one masked when M) by NC columns, summed over the parts: part
 // q adds W_q X_q over its inner dimension n_q, with W_q read from w_q + wo and X_q from x_q + xo.
-// XT: x holds X transposed, so X(p, c) is x[p * ldx + c].
-template <int R, int NC, bool M, bool XT>
+template <int R, int NC, bool M, Form F>
 void tile(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, size_t ldw, size_t ldx,
           float* y, size_t ldy, Simd::Mask last) {
   Simd::V acc[NC][R];
@@ -98,12 +102,14 @@ void tile(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, size_t ld
       Simd::V a[R];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        a[r] = load_rows<R, M>(w + p * ldw + r * kLanes, r, last);
+        // A packed W's rows past m are zeros: no mask needed.
+        a[r] = F == Form::Packed ? Simd::load(w + p * kLanes + r * ldw)
+                                 : load_rows<R, M>(w + p * ldw + r * kLanes, r, last);
         Simd::keep(a[r]);
       }
 #pragma GCC unroll 16
       for (int c = 0; c < NC; ++c) {
-        const Simd::V b = Simd::splat(XT ? x[p * ldx + c] : x[c * ldx + p]);
+        const Simd::V b = Simd::splat(F == Form::XT ? x[p * ldx + c] : x[c * ldx + p]);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) acc[c][r] = Simd::fma(a[r], b, acc[c][r]);
       }
@@ -116,19 +122,19 @@ void tile(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, size_t ld
 }
 
 // Columns of one row strip in tiles of at most Simd::max_cols(R) columns, split evenly.
-template <int R, bool M, bool XT>
+template <int R, bool M, Form F>
 void strip(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, uint32_t k, size_t ldw,
            size_t ldx, float* y, size_t ldy, Simd::Mask last) {
   constexpr uint32_t kMax = Simd::max_cols(R);
   const uint32_t tiles = (k + kMax - 1) / kMax;
   for (uint32_t t = 0, c0 = 0; t < tiles; ++t) {
     const uint32_t c1 = static_cast<uint32_t>(static_cast<uint64_t>(k) * (t + 1) / tiles);
-    const size_t xt = XT ? xo + c0 : xo + c0 * ldx;
+    const size_t xt = F == Form::XT ? xo + c0 : xo + c0 * ldx;
     float* yt = y + c0 * ldy;
     switch (c1 - c0) {
-#define EDBATCH_TILE(N)                                                                        \
-  case N:                                                                                      \
-    if constexpr (N <= kMax) tile<R, N, M, XT>(parts, count, wo, xt, ldw, ldx, yt, ldy, last); \
+#define EDBATCH_TILE(N)                                                                       \
+  case N:                                                                                     \
+    if constexpr (N <= kMax) tile<R, N, M, F>(parts, count, wo, xt, ldw, ldx, yt, ldy, last); \
     break;
       EDBATCH_TILE(1) EDBATCH_TILE(2) EDBATCH_TILE(3) EDBATCH_TILE(4) EDBATCH_TILE(5)
       EDBATCH_TILE(6) EDBATCH_TILE(7) EDBATCH_TILE(8) EDBATCH_TILE(9) EDBATCH_TILE(10)
@@ -141,13 +147,13 @@ void strip(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, uint32_t
 }
 
 // A row strip of `regs` registers (at most Simd::kMaxRegs).
-template <bool M, bool XT, int R = Simd::kMaxRegs>
+template <bool M, Form F, int R = Simd::kMaxRegs>
 void strip_of(uint32_t regs, const GemmPart* parts, uint32_t count, size_t wo, size_t xo,
               uint32_t k, size_t ldw, size_t ldx, float* y, size_t ldy, Simd::Mask last) {
   if constexpr (R > 1)
     if (static_cast<int>(regs) < R)
-      return strip_of<M, XT, R - 1>(regs, parts, count, wo, xo, k, ldw, ldx, y, ldy, last);
-  strip<R, M, XT>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last);
+      return strip_of<M, F, R - 1>(regs, parts, count, wo, xo, k, ldw, ldx, y, ldy, last);
+  strip<R, M, F>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last);
 }
 
 #endif
@@ -175,7 +181,7 @@ bool gemm_acc_native() {
 namespace {
 
 // Rows [row0, row0 + m) of the parts' W, all k columns of Y.
-template <bool XT>
+template <Form F>
 void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, size_t row0,
                 size_t ldw, size_t ldx, float* y, size_t ldy) {
   // Panels of 48 columns keep X's panel in L1 while each row strip of W is reused across it.
@@ -183,7 +189,7 @@ void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, s
   for (uint32_t c0 = 0; c0 < k; c0 += kPanel) {
     const uint32_t nc = std::min(kPanel, k - c0);
     const uint32_t R = Simd::regs_for(nc);
-    const size_t xp = XT ? c0 : c0 * ldx;
+    const size_t xp = F == Form::XT ? c0 : c0 * ldx;
     float* yp = y + c0 * ldy;
     for (uint32_t r0 = 0; r0 < m;) {
       const uint32_t left = m - r0;
@@ -191,10 +197,11 @@ void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, s
       const uint32_t rows = std::min(left, regs * kLanes);
       const uint32_t tail = rows - (regs - 1) * kLanes;
       const Simd::Mask last = Simd::tail(tail);
+      const size_t wo = F == Form::Packed ? r0 / kLanes * ldw : row0 + r0;
       if (tail == kLanes)
-        strip_of<false, XT>(regs, parts, count, row0 + r0, xp, nc, ldw, ldx, yp + r0, ldy, last);
+        strip_of<false, F>(regs, parts, count, wo, xp, nc, ldw, ldx, yp + r0, ldy, last);
       else
-        strip_of<true, XT>(regs, parts, count, row0 + r0, xp, nc, ldw, ldx, yp + r0, ldy, last);
+        strip_of<true, F>(regs, parts, count, wo, xp, nc, ldw, ldx, yp + r0, ldy, last);
       r0 += rows;
     }
   }
@@ -210,9 +217,71 @@ void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, co
   // One column is a matrix-vector product, bound by reading W: Eigen's is as fast.
   if (k == 1) return gemm_acc_eigen(m, n, k, w, ldw, x, ldx, y, ldy);
   const GemmPart one{w, x, n};
-  gemm_tiles<false>(m, k, &one, 1, 0, ldw, ldx, y, ldy);
+  gemm_tiles<Form::Plain>(m, k, &one, 1, 0, ldw, ldx, y, ldy);
 #else
   gemm_acc_eigen(m, n, k, w, ldw, x, ldx, y, ldy);
+#endif
+}
+
+uint32_t gemm_pack_rows() {
+#if defined(EDBATCH_GEMM_TILES)
+  return kLanes;
+#else
+  return 0;
+#endif
+}
+
+size_t gemm_packed_size(uint32_t m, uint32_t n) {
+  const size_t rows = gemm_pack_rows();
+  return rows == 0 ? static_cast<size_t>(m) * n : (m + rows - 1) / rows * rows * n;
+}
+
+void gemm_pack(uint32_t m, uint32_t n, const float* w, size_t ldw, float* packed) {
+  const uint32_t rows = gemm_pack_rows();
+  if (rows == 0) {  // no tiles: W column-major with leading dimension m
+    for (uint32_t p = 0; p < n; ++p) std::copy(w + p * ldw, w + p * ldw + m, packed + p * m);
+    return;
+  }
+  // Block b, column p: rows [b * rows, b * rows + rows) of W's column p, zeros past m. W is read
+  // column by column (in order), the blocks written as one stream each.
+  const uint32_t full = m / rows * rows;
+  for (uint32_t p = 0; p < n; ++p) {
+    const float* col = w + p * ldw;
+    float* out = packed + static_cast<size_t>(p) * rows;
+    for (uint32_t r0 = 0; r0 < full; r0 += rows)
+      std::copy(col + r0, col + r0 + rows, out + static_cast<size_t>(r0) * n);
+    if (full < m) {
+      float* last = out + static_cast<size_t>(full) * n;
+      std::copy(col + full, col + m, last);
+      std::fill(last + (m - full), last + rows, 0.0f);
+    }
+  }
+}
+
+void gemm_pack_transposed(uint32_t m, uint32_t n, const float* w, size_t ldw, float* packed) {
+  // W^T's rows are W's columns and its column p is W's row p: block b holds W's columns
+  // [b * rows, b * rows + rows), each read in order and written across the block's rows.
+  const uint32_t rows = gemm_pack_rows();
+  const uint32_t height = rows == 0 ? n : rows;
+  for (uint32_t i0 = 0; i0 < n; i0 += height) {
+    float* block = packed + static_cast<size_t>(i0) * m;
+    const uint32_t h = std::min(height, n - i0);
+    for (uint32_t i = 0; i < height; ++i) {
+      const float* col = w + (i0 + i) * ldw;
+      for (uint32_t p = 0; p < m; ++p)
+        block[static_cast<size_t>(p) * height + i] = i < h ? col[p] : 0.0f;
+    }
+  }
+}
+
+void gemm_acc_packed(uint32_t m, uint32_t n, uint32_t k, const float* packed, const float* x,
+                     size_t ldx, float* y, size_t ldy) {
+  if (m == 0 || k == 0) return;
+#if defined(EDBATCH_GEMM_TILES)
+  const GemmPart one{packed, x, n};
+  gemm_tiles<Form::Packed>(m, k, &one, 1, 0, static_cast<size_t>(n) * kLanes, ldx, y, ldy);
+#else
+  gemm_acc_eigen(m, n, k, packed, m, x, ldx, y, ldy);
 #endif
 }
 
@@ -235,14 +304,14 @@ void gemm_acc_xt_parts(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t c
       for (uint32_t p0 = 0; p0 < parts[q0].n; p0 += kRun) {
         const GemmPart piece{parts[q0].w + p0 * ldw, parts[q0].x + p0 * ldx,
                              std::min(kRun, parts[q0].n - p0)};
-        gemm_tiles<true>(m, k, &piece, 1, row0, ldw, ldx, y, ldy);
+        gemm_tiles<Form::XT>(m, k, &piece, 1, row0, ldw, ldx, y, ldy);
       }
       q1 = q0 + 1;
       continue;
     }
     uint32_t inner = parts[q0].n;
     for (q1 = q0 + 1; q1 < count && inner + parts[q1].n <= kRun; ++q1) inner += parts[q1].n;
-    gemm_tiles<true>(m, k, parts + q0, q1 - q0, row0, ldw, ldx, y, ldy);
+    gemm_tiles<Form::XT>(m, k, parts + q0, q1 - q0, row0, ldw, ldx, y, ldy);
   }
 #else
   using Stride = Eigen::OuterStride<>;

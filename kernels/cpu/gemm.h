@@ -16,6 +16,21 @@ void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, co
 void gemm_acc_xt(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
                  size_t ldx, float* y, size_t ldy);
 
+// W in the tiles' packed form: blocks of gemm_pack_rows() rows (one vector register), each
+// block's n columns one after another, rows past m zero. A product reads such a W as one stream
+// per register of rows, where a column-major W with a leading dimension of 1-4 KiB maps its rows'
+// columns onto a few cache sets and is read again from L2 or L3 for every tile of columns. Without
+// tiles in the build, gemm_pack_rows() is 0 and the form is column-major with leading dimension m.
+uint32_t gemm_pack_rows();
+size_t gemm_packed_size(uint32_t m, uint32_t n);
+void gemm_pack(uint32_t m, uint32_t n, const float* w, size_t ldw, float* packed);
+// W^T (n x m) in that form, from W (m x n, column-major): gemm_packed_size(n, m) floats.
+void gemm_pack_transposed(uint32_t m, uint32_t n, const float* w, size_t ldw, float* packed);
+
+// Y (m x k) += W (m x n, packed by gemm_pack) * X (n x k, column-major).
+void gemm_acc_packed(uint32_t m, uint32_t n, uint32_t k, const float* packed, const float* x,
+                     size_t ldx, float* y, size_t ldy);
+
 // One product of a sum: W (m x n, leading dimension ldw) and X (k x n, leading dimension ldx).
 struct GemmPart {
   const float* w;

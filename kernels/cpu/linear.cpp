@@ -9,7 +9,6 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/transpose.h"
 #include "memplan/outer_order.h"
 
 namespace edbatch::cpu {
@@ -40,6 +39,25 @@ const float* stacked_operand(Context& c, const Operand& xo, uint32_t per_node,
   return scratch;
 }
 
+// Y (m x k) += W X, through W's packed form when there is one: the same sums in the same order
+// as gemm_acc, so the same bits. One column stays gemm_acc's matrix-vector product.
+void weight_product(uint32_t m, uint32_t n, uint32_t k, const float* w, const float* packed,
+                    const float* x, float* y) {
+  if (packed && k > 1)
+    gemm_acc_packed(m, n, k, packed, x, n, y, m);
+  else
+    gemm_acc(m, n, k, w, m, x, n, y, m);
+}
+
+// dX (n x k) += W^T dY through W^T's packed form (one column: Eigen's matrix-vector product).
+void transposed_product(uint32_t m, uint32_t n, uint32_t k, const float* w, const float* wt,
+                        const float* dy, float* dx) {
+  if (k > 1)
+    gemm_acc_packed(n, m, k, wt, dy, m, dx, n);
+  else
+    Mat(dx, n, 1).noalias() += CMat(w, m, n).transpose() * CMat(dy, m, 1);
+}
+
 bool needs_gather(const Operand& xo, uint32_t per_node) {
   return !(xo.mode == OperandMode::Contiguous && xo.stride == per_node);
 }
@@ -49,9 +67,10 @@ bool direct(const Operand& xo, uint32_t per_node, uint32_t cols) {
   return needs_gather(xo, per_node) && cols >= kDirectGemmCols;
 }
 
-// Y(m x count*cols) += W(m x n) * X, W shared by the batch.
+// Y(m x count*cols) += W(m x n) * X, W shared by the batch (param: a parameter, multiplied
+// through its packed form once it has one, PackedWeights).
 void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint32_t m, uint32_t n,
-                           const Operand& xo) {
+                           const Operand& xo, bool param) {
   const uint32_t cols = b.out_dim.cols;
   const uint32_t per_node = n * cols;
   CMat W(w, m, n);
@@ -61,10 +80,11 @@ void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint3
     for (uint32_t i = 0; i < b.count; ++i) Y.middleCols(i * cols, cols) += wx;
     return;
   }
+  const float* packed = param && c.packed ? c.packed->get(w, m, n, b.count * cols) : nullptr;
   if (direct(xo, per_node, cols)) {
     for_chunks(c, b.count, 2.0 * m * n * b.count * cols, [&](uint32_t i0, uint32_t i1) {
       for (uint32_t i = i0; i < i1; ++i)
-        gemm_acc(m, n, cols, w, m, operand_value(c, xo, i), n, out_value(c, b, i), m);
+        weight_product(m, n, cols, w, packed, operand_value(c, xo, i), out_value(c, b, i));
     });
     return;
   }
@@ -77,7 +97,8 @@ void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint3
   for_chunks(c, b.count, 2.0 * m * n * b.count * cols, [&](uint32_t i0, uint32_t i1) {
     const float* x = stacked_operand(c, xo, per_node, i0, i1,
                                      scratch ? scratch + static_cast<size_t>(i0) * per_node : nullptr);
-    gemm_acc(m, n, (i1 - i0) * cols, w, m, x, n, Y.data() + static_cast<size_t>(i0) * cols * m, m);
+    weight_product(m, n, (i1 - i0) * cols, w, packed, x,
+                   Y.data() + static_cast<size_t>(i0) * cols * m);
   });
 }
 
@@ -136,15 +157,15 @@ void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, floa
   }
   const bool gather = needs_gather(xo, per_node);
   const double flops = 2.0 * m * n * total;
-  // dX += W^T dY reads its operands in place, with W^T transposed once per pass
-  // (TransposeCache), where Eigen would pack both operands of every product.
+  // dX += W^T dY reads its operands in place, with W^T packed once per pass (PackedWeights),
+  // where Eigen would pack both operands of every product.
   const float* dy = out_adjoint(c, b, 0);
-  const float* wt = c.transposed->get(w, m, n);
+  const float* wt = c.transposed->get(w, m, n, static_cast<uint32_t>(total));
   if (!gather) {
     float* dx = c.adjoints + xo.offset;
     for_chunks(c, b.count, flops, [&](uint32_t i0, uint32_t i1) {
       const size_t c0 = static_cast<size_t>(i0) * cols;
-      gemm_acc(n, m, (i1 - i0) * cols, wt, n, dy + c0 * m, m, dx + c0 * n, n);
+      transposed_product(m, n, (i1 - i0) * cols, w, wt, dy + c0 * m, dx + c0 * n);
     });
     return;
   }
@@ -153,7 +174,7 @@ void shared_weight_backward(Context& c, const BatchArgs& b, const float* w, floa
   for_chunks(c, b.count, flops, [&](uint32_t i0, uint32_t i1) {
     const size_t c0 = static_cast<size_t>(i0) * cols;
     std::fill(dxs + c0 * n, dxs + (c0 + static_cast<size_t>(i1 - i0) * cols) * n, 0.0f);
-    gemm_acc(n, m, (i1 - i0) * cols, wt, n, dy + c0 * m, m, dxs + c0 * n, n);
+    transposed_product(m, n, (i1 - i0) * cols, w, wt, dy + c0 * m, dxs + c0 * n);
   });
   // Scatter serially: an operand may repeat within the batch.
   c.counters->bytes_copied += static_cast<uint64_t>(b.count) * per_node * sizeof(float);
@@ -238,7 +259,8 @@ void product_forward(Context& c, const BatchArgs& b, uint32_t slot) {
   const Operand& xo = b.operands[slot + 1];
   const Dim a = arg_dim(b, slot);
   if (is_shared(ao))
-    shared_weight_forward(c, b, operand_value(c, ao, 0), a.rows, a.cols, xo);
+    shared_weight_forward(c, b, operand_value(c, ao, 0), a.rows, a.cols, xo,
+                          ao.mode == OperandMode::Param);
   else
     per_node_forward(c, b, ao, a.rows, a.cols, xo);
 }
@@ -261,18 +283,38 @@ void product_backward(Context& c, const BatchArgs& b, uint32_t slot) {
 
 }  // namespace
 
-const float* TransposeCache::get(const float* w, uint32_t m, uint32_t n) {
-  for (size_t i = 0; i < used_; ++i)
-    if (entries_[i].w == w && entries_[i].m == m && entries_[i].n == n) return entries_[i].t.data();
-  if (used_ == entries_.size()) entries_.emplace_back();
-  Entry& e = entries_[used_++];
-  e.w = w;
-  e.m = m;
-  e.n = n;
-  e.t.resize(static_cast<size_t>(m) * n);
-  // W (m x n, column-major) is a row-major n x m matrix; W^T column-major, a row-major m x n.
-  transpose(w, n, m, e.t.data());
-  return e.t.data();
+void PackedWeights::new_pass(uint64_t stamp) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (stamp == stamp_) return;
+  stamp_ = stamp;
+  used_ = 0;
+}
+
+const float* PackedWeights::get(const float* w, uint32_t m, uint32_t n, uint32_t cols) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  Entry* e = nullptr;
+  for (size_t i = 0; i < used_ && !e; ++i)
+    if (entries_[i].w == w && entries_[i].m == m && entries_[i].n == n) e = &entries_[i];
+  if (!e) {
+    if (used_ == entries_.size()) entries_.emplace_back();
+    e = &entries_[used_++];
+    e->w = w;
+    e->m = m;
+    e->n = n;
+    e->columns = 0;
+    e->ready = false;
+  }
+  e->columns += cols;
+  if (e->ready) return e->packed.data();
+  if (e->columns < min_columns_) return nullptr;
+  e->packed.reserve(transposed_ ? gemm_packed_size(n, m) : gemm_packed_size(m, n));
+  if (transposed_)
+    gemm_pack_transposed(m, n, w, m, e->packed.data());
+  else
+    gemm_pack(m, n, w, m, e->packed.data());
+  e->ready = true;
+  ++packs_;
+  return e->packed.data();
 }
 
 void WeightGrads::new_pass() {
@@ -320,10 +362,10 @@ void WeightGrads::finish(const Context& c) {
   parts_.clear();
 }
 
-size_t TransposeCache::floats() const {
-  size_t total = 0;
-  for (const Entry& e : entries_) total += e.t.size();
-  return total;
+size_t PackedWeights::floats() const {
+  size_t f = 0;
+  for (const Entry& e : entries_) f += e.packed.size();
+  return f;
 }
 
 void affine_forward(Context& c, const BatchArgs& b) {
@@ -377,7 +419,7 @@ void linear_transposes(Context& c, const BatchArgs& b) {
   for (uint32_t j = first_product(b); j + 1 < b.bp->operand_count; j += 2)
     if (is_shared(b.operands[j])) {
       const Dim a = arg_dim(b, j);
-      c.transposed->get(operand_value(c, b.operands[j], 0), a.rows, a.cols);
+      c.transposed->get(operand_value(c, b.operands[j], 0), a.rows, a.cols, 0);
     }
 }
 

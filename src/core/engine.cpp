@@ -88,6 +88,7 @@ void Engine::sync_counters() const {
   stats_.stages = k.stages;
   stats_.bytes_copied = k.bytes_copied;
   stats_.split_call_backward = k.split_call_backward;
+  stats_.packed_weights = k.packed_weights;
   stats_.arena_bytes = k.arena_bytes;
   stats_.arena_growths = k.arena_growths;
   stats_.device_forward_ms = k.device_forward_ms;
