@@ -3,7 +3,8 @@
 // view per member, bytes gathered and time, with and without the internal layout planner. Part 2,
 // the zoo's tree_lstm mini-batch with blocks: time, batches, kernels and bytes gathered with and
 // without the outer planner, and the op-level form for reference. Part 3 (--part gemm), the CPU's
-// small-GEMM kernel against Eigen's GEMM. One JSON line per result, a table on stderr.
+// small-GEMM kernel (W column-major and packed) against Eigen's GEMM. One JSON line per result, a
+// table on stderr.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -233,43 +234,65 @@ void bench_tree_lstm(uint32_t H, uint32_t batch, uint32_t reps, int threads, con
 }
 
 // The CPU's small-GEMM kernel against Eigen's GEMM at the shapes of dynamic batching: W of m x n
-// (a gate, stacked gates, an output layer) times k columns (invocations or nodes), run
-// alternately so noise hits both alike. Median of `reps` timings, each over enough calls for
-// about 2 ms.
+// (a gate, stacked gates, an output layer) times k columns (invocations or nodes), W read where it
+// is (column-major) and packed (gemm_pack, done once outside the timing, as the backend keeps it),
+// the three run in turn so noise hits them alike. Median of `reps` timings, each over enough
+// calls for about 2 ms.
 void bench_gemm(uint32_t reps) {
-  std::fprintf(stderr, "\n%5s %5s %5s %12s %12s %8s %s\n", "m", "n", "k", "eigen GF/s", "kernel GF/s",
-               "speedup", cpu::gemm_acc_native() ? "" : "(no AVX-512 or AVX2: the kernel is Eigen)");
+  std::fprintf(stderr, "\n%5s %5s %5s %12s %12s %12s %8s %s\n", "m", "n", "k", "eigen GF/s",
+               "kernel GF/s", "packed GF/s", "speedup",
+               cpu::gemm_acc_native() ? "" : "(no AVX-512 or AVX2: the kernel is Eigen)");
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
-  for (uint32_t m : {5u, 128u, 384u, 512u})
-    for (uint32_t n : {128u, 256u})
+  for (uint32_t m : {5u, 128u, 384u, 512u, 1024u, 8000u})
+    for (uint32_t n : {128u, 256u, 512u})
       for (uint32_t k : {1u, 4u, 8u, 16u, 32u, 64u, 1024u}) {
+        if (static_cast<double>(m) * n * k > 5e8) continue;
         std::vector<float> w(static_cast<size_t>(m) * n), x(static_cast<size_t>(n) * k),
-            y(static_cast<size_t>(m) * k, 0.0f);
+            y(static_cast<size_t>(m) * k, 0.0f), packed(cpu::gemm_packed_size(m, n));
         for (float& v : w) v = normal(rng);
         for (float& v : x) v = normal(rng);
+        cpu::gemm_pack(m, n, w.data(), m, packed.data());
         const double flops = 2.0 * m * n * k;
         const uint32_t calls = std::max(1u, static_cast<uint32_t>(2e-3 * 100e9 / flops));
-        std::vector<double> t_eigen, t_kernel;
+        std::vector<double> t[3];
         for (uint32_t r = 0; r < reps + 2; ++r) {
-          for (int which = 0; which < 2; ++which) {
+          for (int which = 0; which < 3; ++which) {
             const double t0 = bench::now_ms();
-            for (uint32_t q = 0; q < calls; ++q)
-              (which ? cpu::gemm_acc : cpu::gemm_acc_eigen)(m, n, k, w.data(), m, x.data(), n,
-                                                             y.data(), m);
-            const double t = (bench::now_ms() - t0) / calls;
-            if (r >= 2) (which ? t_kernel : t_eigen).push_back(t);
+            for (uint32_t q = 0; q < calls; ++q) {
+              if (which == 0)
+                cpu::gemm_acc_eigen(m, n, k, w.data(), m, x.data(), n, y.data(), m);
+              else if (which == 1)
+                cpu::gemm_acc(m, n, k, w.data(), m, x.data(), n, y.data(), m);
+              else
+                cpu::gemm_acc_packed(m, n, k, packed.data(), x.data(), n, y.data(), m);
+            }
+            if (r >= 2) t[which].push_back((bench::now_ms() - t0) / calls);
           }
         }
-        const auto E = bench::summarize(t_eigen), K = bench::summarize(t_kernel);
-        const double ge = flops / (E.median * 1e6), gk = flops / (K.median * 1e6);
-        std::fprintf(stderr, "%5u %5u %5u %12.1f %12.1f %7.2fx\n", m, n, k, ge, gk, ge > 0 ? gk / ge : 0);
-        nlohmann::json j = {{"bench", "gemm"}, {"m", m}, {"n", n}, {"k", k},
+        const auto E = bench::summarize(t[0]), K = bench::summarize(t[1]),
+                   P = bench::summarize(t[2]);
+        const double ge = flops / (E.median * 1e6), gk = flops / (K.median * 1e6),
+                     gp = flops / (P.median * 1e6);
+        std::fprintf(stderr, "%5u %5u %5u %12.1f %12.1f %12.1f %7.2fx\n", m, n, k, ge, gk, gp,
+                     gk / ge);
+        nlohmann::json j = {{"bench", "gemm"},
+                            {"m", m},
+                            {"n", n},
+                            {"k", k},
                             {"native", cpu::gemm_acc_native()},
-                            {"eigen_gflops", ge}, {"kernel_gflops", gk},
-                            {"eigen_us", E.median * 1e3}, {"eigen_us_p10", E.p10 * 1e3},
-                            {"eigen_us_p90", E.p90 * 1e3}, {"kernel_us", K.median * 1e3},
-                            {"kernel_us_p10", K.p10 * 1e3}, {"kernel_us_p90", K.p90 * 1e3}};
+                            {"eigen_gflops", ge},
+                            {"kernel_gflops", gk},
+                            {"packed_gflops", gp},
+                            {"eigen_us", E.median * 1e3},
+                            {"eigen_us_p10", E.p10 * 1e3},
+                            {"eigen_us_p90", E.p90 * 1e3},
+                            {"kernel_us", K.median * 1e3},
+                            {"kernel_us_p10", K.p10 * 1e3},
+                            {"kernel_us_p90", K.p90 * 1e3},
+                            {"packed_us", P.median * 1e3},
+                            {"packed_us_p10", P.p10 * 1e3},
+                            {"packed_us_p90", P.p90 * 1e3}};
         std::printf("%s\n", j.dump().c_str());
       }
   std::fflush(stdout);
