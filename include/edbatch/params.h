@@ -72,7 +72,9 @@ class ParameterCollection {
 
   // Changes whenever the collection changes values, gradients or storage itself (adding, views,
   // stacking, sgd_update, zero_grads, loading weights). Code that writes through values() or
-  // grads() between passes calls mark_changed(), so device backends upload again.
+  // grads() between passes calls mark_changed(), so device backends upload again and the CPU
+  // backend packs weights again between the increments of one graph (it always does at a
+  // graph's first forward).
   uint64_t version() const { return version_; }
   void mark_changed() { ++version_; }
 
