@@ -7,6 +7,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <vector>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #define EDBATCH_GEMM_TILES 1
@@ -186,10 +187,31 @@ void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, s
                 size_t ldw, size_t ldx, float* y, size_t ldy) {
   // Panels of 48 columns keep X's panel in L1 while each row strip of W is reused across it.
   constexpr uint32_t kPanel = 48;
+  // XT: X^T's rows lie ldx apart, which at 1-4 KiB maps a panel's rows onto a few cache sets;
+  // each panel's columns are copied out first, nc apart (a copy of 1/m of the product's work).
+  thread_local std::vector<float> panel;
+  thread_local std::vector<GemmPart> panel_parts;
   for (uint32_t c0 = 0; c0 < k; c0 += kPanel) {
     const uint32_t nc = std::min(kPanel, k - c0);
     const uint32_t R = Simd::regs_for(nc);
-    const size_t xp = F == Form::XT ? c0 : c0 * ldx;
+    size_t xp = F == Form::XT ? c0 : c0 * ldx;
+    size_t ld = ldx;
+    const GemmPart* ps = parts;
+    if (F == Form::XT && ldx > nc) {
+      size_t inner = 0;
+      for (uint32_t q = 0; q < count; ++q) inner += parts[q].n;
+      if (panel.size() < inner * nc) panel.resize(inner * nc);
+      panel_parts.assign(parts, parts + count);
+      float* out = panel.data();
+      for (uint32_t q = 0; q < count; ++q) {
+        panel_parts[q].x = out;
+        for (uint32_t p = 0; p < parts[q].n; ++p, out += nc)
+          std::copy(parts[q].x + p * ldx + c0, parts[q].x + p * ldx + c0 + nc, out);
+      }
+      ps = panel_parts.data();
+      xp = 0;
+      ld = nc;
+    }
     float* yp = y + c0 * ldy;
     for (uint32_t r0 = 0; r0 < m;) {
       const uint32_t left = m - r0;
@@ -199,9 +221,9 @@ void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, s
       const Simd::Mask last = Simd::tail(tail);
       const size_t wo = F == Form::Packed ? r0 / kLanes * ldw : row0 + r0;
       if (tail == kLanes)
-        strip_of<false, F>(regs, parts, count, wo, xp, nc, ldw, ldx, yp + r0, ldy, last);
+        strip_of<false, F>(regs, ps, count, wo, xp, nc, ldw, ld, yp + r0, ldy, last);
       else
-        strip_of<true, F>(regs, parts, count, wo, xp, nc, ldw, ldx, yp + r0, ldy, last);
+        strip_of<true, F>(regs, ps, count, wo, xp, nc, ldw, ld, yp + r0, ldy, last);
       r0 += rows;
     }
   }
