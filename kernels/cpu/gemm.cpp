@@ -191,6 +191,9 @@ void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, s
   // each panel's columns are copied out first, nc apart (a copy of 1/m of the product's work).
   thread_local std::vector<float> panel;
   thread_local std::vector<GemmPart> panel_parts;
+  size_t inner = 0;
+  if constexpr (F == Form::XT)
+    for (uint32_t q = 0; q < count; ++q) inner += parts[q].n;
   for (uint32_t c0 = 0; c0 < k; c0 += kPanel) {
     const uint32_t nc = std::min(kPanel, k - c0);
     const uint32_t R = Simd::regs_for(nc);
@@ -198,8 +201,6 @@ void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, s
     size_t ld = ldx;
     const GemmPart* ps = parts;
     if (F == Form::XT && ldx > nc) {
-      size_t inner = 0;
-      for (uint32_t q = 0; q < count; ++q) inner += parts[q].n;
       if (panel.size() < inner * nc) panel.resize(inner * nc);
       panel_parts.assign(parts, parts + count);
       float* out = panel.data();
