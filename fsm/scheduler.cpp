@@ -4,6 +4,7 @@
 #include <atomic>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "edbatch/graph.h"
 #include "edbatch/schedule.h"
@@ -26,96 +27,143 @@ uint32_t scheduled_producer(const Graph& g, uint32_t a, uint32_t* output) {
   return is_scheduled(n->op) ? a : UINT32_MAX;
 }
 
+namespace {
+
+// Chain heights over the scheduled nodes in reverse order: chain[s][t] = most type-t nodes on a
+// path from s to a sink, s included, the maximum over s's consumers plus s itself. Each row is
+// written once (T compile-time where it is small, so a row lives in registers).
+template <uint32_t kT>
+void chain_heights(uint32_t T_, uint32_t S, const uint32_t* sched, const Node* nodes,
+                   const uint32_t* bucket, const uint32_t* consumer_begin,
+                   const uint32_t* consumers, uint32_t* chain, uint32_t* height) {
+  const uint32_t T = kT > 0 ? kT : T_;
+  for (uint32_t s = S; s-- > 0;) {
+    uint32_t* hv = chain + static_cast<size_t>(s) * T;
+    for (uint32_t t = 0; t < T; ++t) hv[t] = 0;
+    for (uint32_t c = consumer_begin[s]; c < consumer_begin[s + 1]; ++c) {
+      const uint32_t* hc = chain + static_cast<size_t>(consumers[c]) * T;
+      for (uint32_t t = 0; t < T; ++t) hv[t] = std::max(hv[t], hc[t]);
+    }
+    height[s] = ++hv[bucket[nodes[sched[s]].type]];
+  }
+}
+
+}  // namespace
+
 void Scheduler::prepare(const Graph& g) {
   // Nodes before first_ have run (an incremental forward): they are neither scheduled nor
-  // waited for. Per-node arrays are indexed by v - first_, so a segment costs its own size.
+  // waited for. The segment's scheduled nodes get compact ids s (in node order; sources and
+  // views, most of a graph's nodes, get none), and the per-node arrays below are indexed by
+  // them, so a segment costs its own size and its sources only one pass.
   const uint32_t f = first_, n = end_ - f;
   const uint32_t num_types = g.types().size();
   const Node* nodes = g.nodes().data() + f;
 
-  // Types present in this graph get compact local ids for the chain computation.
+  // Compact ids, and types present in this graph get compact local ids for the chain
+  // computation.
   type_count_.assign(num_types, 0);
   bucket_.assign(num_types, UINT32_MAX);  // global type -> local index
-  uint32_t local_types = 0;
+  local_.resize(n);
+  sched_.resize(n);
+  uint32_t local_types = 0, S = 0;
   for (uint32_t v = 0; v < n; ++v) {
-    if (is_source(nodes[v])) continue;
+    if (is_source(nodes[v])) {
+      local_[v] = UINT32_MAX;
+      continue;
+    }
+    local_[v] = S;
+    sched_[S++] = v;
     if (type_count_[nodes[v].type]++ == 0) bucket_[nodes[v].type] = local_types++;
   }
+  sched_.resize(S);
 
   // Each argument's scheduled producer, resolved once (views followed) and read by the passes
-  // below: producer_[k] for argument k of the segment's nodes, in argument order.
+  // below: producer_[k] for argument k of the segment's nodes, in argument order, as a compact
+  // id (UINT32_MAX: a source, or it ran before).
   const uint32_t arg_base = n > 0 ? nodes[0].arg_begin : 0;
   const size_t arg_end = end_ < g.size() ? g.node(end_).arg_begin : g.all_args().size();
   arg_base_ = arg_base;
-  producer_.assign(arg_end - arg_base, UINT32_MAX);
+  producer_.resize(arg_end - arg_base);  // the scheduled nodes' entries are written below
   if (reading_) {
-    output_.assign(arg_end - arg_base, Schedule::kWholeBatch);
+    output_.resize(arg_end - arg_base);
     read_producer_.resize(arg_end - arg_base);
   }
-  // Pending inputs, consumer lists (CSR) and depth.
-  pending_.assign(n, 0);
-  depth_.assign(n, 0);
-  consumer_begin_.assign(n + 1, 0);
-  for (uint32_t v = 0; v < n; ++v) {
-    const Node& nd = nodes[v];
-    if (is_source(nd)) continue;
+  // Pending inputs, consumer lists (CSR), depth; the types' mean depths.
+  pending_.resize(S);
+  depth_.resize(S);
+  consumer_begin_.assign(S + 1, 0);
+  avg_depth_.assign(num_types, 0.0);
+  for (uint32_t s = 0; s < S; ++s) {
+    const Node& nd = nodes[sched_[s]];
     const uint32_t* a = g.args(nd);
     const uint32_t k = nd.arg_begin - arg_base;
     uint32_t* pr = producer_.data() + k;
     // With reads: also the producers that ran before, and the outputs read.
     uint32_t* out = reading_ ? output_.data() + k : nullptr;
-    uint32_t d = 0;
+    uint32_t d = 0, pending = 0;
     for (uint32_t i = 0; i < nd.num_args; ++i) {
+      if (out) out[i] = Schedule::kWholeBatch;
       const uint32_t sp = scheduled_producer(g, a[i], out ? out + i : nullptr);
       if (out) read_producer_[k + i] = sp;
       const uint32_t p = local(sp);
       pr[i] = p;
       if (p == UINT32_MAX) continue;
-      ++pending_[v];
+      ++pending;
       ++consumer_begin_[p + 1];
       d = std::max(d, depth_[p]);
     }
-    depth_[v] = d + 1;
+    pending_[s] = pending;
+    depth_[s] = d + 1;
+    avg_depth_[nd.type] += d + 1;
   }
-  for (uint32_t v = 0; v < n; ++v) consumer_begin_[v + 1] += consumer_begin_[v];
-  consumers_.resize(consumer_begin_[n]);
+  for (uint32_t s = 0; s < S; ++s) consumer_begin_[s + 1] += consumer_begin_[s];
+  consumers_.resize(consumer_begin_[S]);
   {
     std::vector<uint32_t>& fill = height_;  // reused as a cursor before heights are computed
     fill.assign(consumer_begin_.begin(), consumer_begin_.end() - 1);
-    for (uint32_t v = 0; v < n; ++v) {
-      const Node& nd = nodes[v];
-      if (is_source(nd)) continue;
+    for (uint32_t s = 0; s < S; ++s) {
+      const Node& nd = nodes[sched_[s]];
       const uint32_t* pr = producer_.data() + (nd.arg_begin - arg_base);
       for (uint32_t i = 0; i < nd.num_args; ++i)
-        if (pr[i] != UINT32_MAX) consumers_[fill[pr[i]]++] = v + f;
+        if (pr[i] != UINT32_MAX) consumers_[fill[pr[i]]++] = s;
     }
   }
 
-  // Chain heights: chain[v][t] = most type-t nodes on a path from v to a sink, v included.
+  // Chain heights: chain[s][t] = most type-t nodes on a path from s to a sink, s included.
   const uint32_t T = std::max(local_types, 1u);
-  chain_.assign(static_cast<size_t>(n) * T, 0);
-  height_.assign(n, 0);
-  for (uint32_t v = n; v-- > 0;) {
-    const Node& nd = nodes[v];
-    if (is_source(nd)) continue;
-    uint32_t* hv = chain_.data() + static_cast<size_t>(v) * T;
-    height_[v] = ++hv[bucket_[nd.type]];
-    const uint32_t* pr = producer_.data() + (nd.arg_begin - arg_base);
-    for (uint32_t i = 0; i < nd.num_args; ++i) {
-      if (pr[i] == UINT32_MAX) continue;
-      uint32_t* ha = chain_.data() + static_cast<size_t>(pr[i]) * T;
-      for (uint32_t t = 0; t < T; ++t) ha[t] = std::max(ha[t], hv[t]);
-    }
+  chain_.resize(static_cast<size_t>(S) * T);
+  height_.resize(S);
+  const auto heights = [&](auto kT) {
+    chain_heights<decltype(kT)::value>(T, S, sched_.data(), nodes, bucket_.data(),
+                                       consumer_begin_.data(), consumers_.data(), chain_.data(),
+                                       height_.data());
+  };
+  switch (T) {
+    case 1:
+      heights(std::integral_constant<uint32_t, 1>{});
+      break;
+    case 2:
+      heights(std::integral_constant<uint32_t, 2>{});
+      break;
+    case 3:
+      heights(std::integral_constant<uint32_t, 3>{});
+      break;
+    case 4:
+      heights(std::integral_constant<uint32_t, 4>{});
+      break;
+    case 8:
+      heights(std::integral_constant<uint32_t, 8>{});
+      break;
+    default:
+      heights(std::integral_constant<uint32_t, 0>{});
+      break;
   }
 
   // Per-type histograms of unscheduled and ready nodes by height, and mean depth.
   top_.assign(num_types, 0);
-  avg_depth_.assign(num_types, 0.0);
-  for (uint32_t v = 0; v < n; ++v) {
-    const Node& nd = nodes[v];
-    if (is_source(nd)) continue;
-    top_[nd.type] = std::max(top_[nd.type], height_[v]);
-    avg_depth_[nd.type] += depth_[v];
+  for (uint32_t s = 0; s < S; ++s) {
+    const uint32_t t = nodes[sched_[s]].type;
+    top_[t] = std::max(top_[t], height_[s]);
   }
   level_base_.assign(num_types, 0);
   uint32_t total = 0;
@@ -126,8 +174,7 @@ void Scheduler::prepare(const Graph& g) {
   }
   remaining_at_.assign(total, 0);
   ready_at_.assign(total, 0);
-  for (uint32_t v = 0; v < n; ++v)
-    if (!is_source(nodes[v])) ++remaining_at_[level_base_[nodes[v].type] + height_[v]];
+  for (uint32_t s = 0; s < S; ++s) ++remaining_at_[level_base_[nodes[sched_[s]].type] + height_[s]];
 
   if (ready_.size() < num_types) ready_.resize(num_types);
   for (auto& r : ready_) r.clear();
@@ -136,16 +183,16 @@ void Scheduler::prepare(const Graph& g) {
 }
 
 uint32_t Scheduler::local(uint32_t p) const {
-  return p == UINT32_MAX || p < first_ ? UINT32_MAX : p - first_;
+  return p == UINT32_MAX || p < first_ ? UINT32_MAX : local_[p - first_];
 }
 
-void Scheduler::push_ready(uint32_t node, uint32_t type) {
+void Scheduler::push_ready(uint32_t s, uint32_t type) {
   if (ready_[type].empty()) {
     ready_pos_[type] = static_cast<uint32_t>(ready_types_.size());
     ready_types_.push_back(type);
   }
-  ready_[type].push_back(node);
-  ++ready_at_[level_base_[type] + height_[node - first_]];
+  ready_[type].push_back(s);
+  ++ready_at_[level_base_[type] + height_[s]];
 }
 
 void Scheduler::run(const Graph& g, Policy& policy, Schedule& out) {
@@ -195,16 +242,14 @@ void Scheduler::collect_reads(const Graph& g, Schedule& out, uint32_t first_batc
   // it, which covers every output).
   // Most arguments repeat a triple met shortly before (the nodes of one instance read the same
   // few batches): a direct-mapped filter of recent triples keeps most repeats out of the sort.
-  const uint32_t n = end_ - first_;
   const Node* nodes = g.nodes().data() + first_;
   triples_.resize(3 * read_producer_.size());
   uint32_t bits = 6;  // a filter of about the arguments' count, at most kRecentBits wide
   while (bits < kRecentBits && (size_t{1} << bits) < read_producer_.size()) ++bits;
   recent_.assign(size_t{2} << bits, UINT64_MAX);  // per slot: reader batch, (producer, output)
   size_t count = 0;
-  for (uint32_t v = 0; v < n; ++v) {
+  for (const uint32_t v : sched_) {
     const Node& nd = nodes[v];
-    if (is_source(nd)) continue;
     const uint32_t b = batch_of_[v + first_];
     const uint32_t* rp = read_producer_.data() + (nd.arg_begin - arg_base_);
     const uint32_t* o = output_.data() + (nd.arg_begin - arg_base_);
@@ -265,19 +310,16 @@ void Scheduler::run_node_by_node(const Graph& g, Schedule& out) {
 
 void Scheduler::run_depth(const Graph& g, Schedule& out) {
   // Counting sort by (depth, type): one batch per group, in order of depth.
-  const uint32_t n = end_ - first_;
-  const Node* nodes = g.nodes().data() + first_;
+  const uint32_t S = static_cast<uint32_t>(sched_.size());
   const uint32_t base = static_cast<uint32_t>(out.nodes.size());
   uint32_t max_depth = 0;
-  for (uint32_t v = 0; v < n; ++v) max_depth = std::max(max_depth, depth_[v]);
+  for (uint32_t s = 0; s < S; ++s) max_depth = std::max(max_depth, depth_[s]);
   std::vector<uint32_t>& start = consumer_begin_;  // consumer lists are not needed here
   start.assign(max_depth + 2, 0);
-  for (uint32_t v = 0; v < n; ++v)
-    if (!is_source(nodes[v])) ++start[depth_[v] + 1];
+  for (uint32_t s = 0; s < S; ++s) ++start[depth_[s] + 1];
   for (uint32_t d = 0; d <= max_depth; ++d) start[d + 1] += start[d];
   out.nodes.resize(base + start[max_depth + 1]);
-  for (uint32_t v = 0; v < n; ++v)
-    if (!is_source(nodes[v])) out.nodes[base + start[depth_[v]]++] = v + first_;
+  for (uint32_t s = 0; s < S; ++s) out.nodes[base + start[depth_[s]]++] = sched_[s] + first_;
   // Within one depth, group by type (stable, so node order is kept inside a batch).
   uint32_t begin = base;
   for (uint32_t d = 1; d <= max_depth; ++d) {
@@ -296,22 +338,23 @@ void Scheduler::run_depth(const Graph& g, Schedule& out) {
 }
 
 void Scheduler::run_frontier(const Graph& g, Policy& policy, Schedule& out) {
-  const uint32_t n = end_;
-  for (uint32_t v = first_; v < n; ++v) {
-    const Node& nd = g.node(v);
-    if (!is_source(nd) && pending_[v - first_] == 0) push_ready(v, nd.type);
-  }
+  const uint32_t S = static_cast<uint32_t>(sched_.size());
+  const Node* nodes = g.nodes().data() + first_;
+  for (uint32_t s = 0; s < S; ++s)
+    if (pending_[s] == 0) push_ready(s, nodes[sched_[s]].type);
   policy.begin(g);
-  out.nodes.reserve(out.nodes.size() + n - first_);
+  out.nodes.reserve(out.nodes.size() + S);
   while (!ready_types_.empty()) {
     const uint32_t t = policy.choose(*this);
     if (t >= ready_.size() || ready_[t].empty())
       throw std::runtime_error(std::string("[Scheduler::run] policy '") + policy.name() +
                                "' chose type " + std::to_string(t) + ", which has no ready nodes");
     const uint32_t begin = static_cast<uint32_t>(out.nodes.size());
-    out.nodes.insert(out.nodes.end(), ready_[t].begin(), ready_[t].end());
-    const uint32_t count = static_cast<uint32_t>(ready_[t].size());
+    // The batch's nodes move to taken_ (ready_[t] gets its emptied buffer): a consumer of type t
+    // may join ready_[t] while they are released below.
+    taken_.swap(ready_[t]);
     ready_[t].clear();
+    const uint32_t count = static_cast<uint32_t>(taken_.size());
     // Swap-remove t from the ready type list.
     const uint32_t pos = ready_pos_[t], last = ready_types_.back();
     ready_types_[pos] = last;
@@ -320,20 +363,18 @@ void Scheduler::run_frontier(const Graph& g, Policy& policy, Schedule& out) {
     ready_pos_[t] = UINT32_MAX;
 
     const uint32_t base = level_base_[t];
-    for (uint32_t i = begin; i < begin + count; ++i) {
-      const uint32_t v = out.nodes[i];
-      --remaining_at_[base + height_[v - first_]];
-      --ready_at_[base + height_[v - first_]];
+    for (const uint32_t s : taken_) {
+      out.nodes.push_back(sched_[s] + first_);
+      --remaining_at_[base + height_[s]];
+      --ready_at_[base + height_[s]];
     }
     while (top_[t] > 0 && remaining_at_[base + top_[t]] == 0) --top_[t];
     out.batches.push_back({t, begin, count});
-    for (uint32_t i = begin; i < begin + count; ++i) {
-      const uint32_t v = out.nodes[i] - first_;
-      for (uint32_t c = consumer_begin_[v]; c < consumer_begin_[v + 1]; ++c) {
+    for (const uint32_t s : taken_)
+      for (uint32_t c = consumer_begin_[s]; c < consumer_begin_[s + 1]; ++c) {
         const uint32_t w = consumers_[c];
-        if (--pending_[w - first_] == 0) push_ready(w, g.node(w).type);
+        if (--pending_[w] == 0) push_ready(w, nodes[sched_[w]].type);
       }
-    }
     policy.on_batch(t, count);
   }
 }

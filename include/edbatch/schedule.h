@@ -123,19 +123,24 @@ class Scheduler : private Frontier {
 
  private:
   void prepare(const Graph& g);
-  // Scheduled producer p (scheduled_producer's answer) as an index from first_, or UINT32_MAX
-  // (a source, or it has run).
+  // Scheduled producer p (scheduled_producer's answer) as a compact id, or UINT32_MAX (a
+  // source, or it has run).
   uint32_t local(uint32_t p) const;
   // Schedule::reads of out's batches from first_batch on.
   void collect_reads(const Graph& g, Schedule& out, uint32_t first_batch);
   void run_node_by_node(const Graph& g, Schedule& out);
   void run_depth(const Graph& g, Schedule& out);
   void run_frontier(const Graph& g, Policy& policy, Schedule& out);
-  void push_ready(uint32_t node, uint32_t type);
+  void push_ready(uint32_t s, uint32_t type);  // s: a compact id (see prepare)
 
+  // Per node of the segment (index v - first_): its compact id, or UINT32_MAX for a source.
+  std::vector<uint32_t> local_;
+  std::vector<uint32_t> sched_;  // per compact id: the node's index from first_
+  // Per compact id: consumers (CSR, compact ids), inputs not yet scheduled, depth, height.
   std::vector<uint32_t> consumer_begin_, consumers_, pending_, depth_, height_;
   std::vector<uint32_t> producer_;  // per argument of the segment's nodes (see prepare)
-  std::vector<uint32_t> chain_;  // nodes x present types: chain heights
+  std::vector<uint32_t> taken_;     // run_frontier: the nodes of the batch being scheduled
+  std::vector<uint32_t> chain_;     // compact ids x present types: chain heights
   std::vector<uint32_t> type_count_, bucket_;
   uint32_t first_ = 0;  // nodes before it have run; per-node arrays start here
   uint32_t end_ = 0;    // nodes from it on are not scheduled this time
