@@ -27,15 +27,19 @@ uint32_t scheduled_producer(const Graph& g, uint32_t a, uint32_t* output) {
   return is_scheduled(n->op) ? a : UINT32_MAX;
 }
 
+inline uint32_t Scheduler::local(uint32_t p) const {
+  return p == UINT32_MAX || p < first_ ? UINT32_MAX : local_[p - first_];
+}
+
 namespace {
 
 // Chain heights over the scheduled nodes in reverse order: chain[s][t] = most type-t nodes on a
 // path from s to a sink, s included, the maximum over s's consumers plus s itself. Each row is
 // written once (T compile-time where it is small, so a row lives in registers).
 template <uint32_t kT>
-void chain_heights(uint32_t T_, uint32_t S, const uint32_t* sched, const Node* nodes,
-                   const uint32_t* bucket, const uint32_t* consumer_begin,
-                   const uint32_t* consumers, uint32_t* chain, uint32_t* height) {
+void chain_heights(uint32_t T_, uint32_t S, const uint32_t* types, const uint32_t* bucket,
+                   const uint32_t* consumer_begin, const uint32_t* consumers, uint32_t* chain,
+                   uint32_t* height) {
   const uint32_t T = kT > 0 ? kT : T_;
   for (uint32_t s = S; s-- > 0;) {
     uint32_t* hv = chain + static_cast<size_t>(s) * T;
@@ -44,7 +48,7 @@ void chain_heights(uint32_t T_, uint32_t S, const uint32_t* sched, const Node* n
       const uint32_t* hc = chain + static_cast<size_t>(consumers[c]) * T;
       for (uint32_t t = 0; t < T; ++t) hv[t] = std::max(hv[t], hc[t]);
     }
-    height[s] = ++hv[bucket[nodes[sched[s]].type]];
+    height[s] = ++hv[bucket[types[s]]];
   }
 }
 
@@ -65,17 +69,21 @@ void Scheduler::prepare(const Graph& g) {
   bucket_.assign(num_types, UINT32_MAX);  // global type -> local index
   local_.resize(n);
   sched_.resize(n);
+  sched_type_.resize(n);
   uint32_t local_types = 0, S = 0;
   for (uint32_t v = 0; v < n; ++v) {
     if (is_source(nodes[v])) {
       local_[v] = UINT32_MAX;
       continue;
     }
+    const uint32_t t = nodes[v].type;
     local_[v] = S;
+    sched_type_[S] = t;
     sched_[S++] = v;
-    if (type_count_[nodes[v].type]++ == 0) bucket_[nodes[v].type] = local_types++;
+    if (type_count_[t]++ == 0) bucket_[t] = local_types++;
   }
   sched_.resize(S);
+  sched_type_.resize(S);
 
   // Each argument's scheduled producer, resolved once (views followed) and read by the passes
   // below: producer_[k] for argument k of the segment's nodes, in argument order, as a compact
@@ -134,7 +142,7 @@ void Scheduler::prepare(const Graph& g) {
   chain_.resize(static_cast<size_t>(S) * T);
   height_.resize(S);
   const auto heights = [&](auto kT) {
-    chain_heights<decltype(kT)::value>(T, S, sched_.data(), nodes, bucket_.data(),
+    chain_heights<decltype(kT)::value>(T, S, sched_type_.data(), bucket_.data(),
                                        consumer_begin_.data(), consumers_.data(), chain_.data(),
                                        height_.data());
   };
@@ -162,7 +170,7 @@ void Scheduler::prepare(const Graph& g) {
   // Per-type histograms of unscheduled and ready nodes by height, and mean depth.
   top_.assign(num_types, 0);
   for (uint32_t s = 0; s < S; ++s) {
-    const uint32_t t = nodes[sched_[s]].type;
+    const uint32_t t = sched_type_[s];
     top_[t] = std::max(top_[t], height_[s]);
   }
   level_base_.assign(num_types, 0);
@@ -174,16 +182,12 @@ void Scheduler::prepare(const Graph& g) {
   }
   remaining_at_.assign(total, 0);
   ready_at_.assign(total, 0);
-  for (uint32_t s = 0; s < S; ++s) ++remaining_at_[level_base_[nodes[sched_[s]].type] + height_[s]];
+  for (uint32_t s = 0; s < S; ++s) ++remaining_at_[level_base_[sched_type_[s]] + height_[s]];
 
   if (ready_.size() < num_types) ready_.resize(num_types);
   for (auto& r : ready_) r.clear();
   ready_types_.clear();
   ready_pos_.assign(num_types, UINT32_MAX);
-}
-
-uint32_t Scheduler::local(uint32_t p) const {
-  return p == UINT32_MAX || p < first_ ? UINT32_MAX : local_[p - first_];
 }
 
 void Scheduler::push_ready(uint32_t s, uint32_t type) {
@@ -339,9 +343,8 @@ void Scheduler::run_depth(const Graph& g, Schedule& out) {
 
 void Scheduler::run_frontier(const Graph& g, Policy& policy, Schedule& out) {
   const uint32_t S = static_cast<uint32_t>(sched_.size());
-  const Node* nodes = g.nodes().data() + first_;
   for (uint32_t s = 0; s < S; ++s)
-    if (pending_[s] == 0) push_ready(s, nodes[sched_[s]].type);
+    if (pending_[s] == 0) push_ready(s, sched_type_[s]);
   policy.begin(g);
   out.nodes.reserve(out.nodes.size() + S);
   while (!ready_types_.empty()) {
@@ -373,7 +376,7 @@ void Scheduler::run_frontier(const Graph& g, Policy& policy, Schedule& out) {
     for (const uint32_t s : taken_)
       for (uint32_t c = consumer_begin_[s]; c < consumer_begin_[s + 1]; ++c) {
         const uint32_t w = consumers_[c];
-        if (--pending_[w] == 0) push_ready(w, nodes[sched_[w]].type);
+        if (--pending_[w] == 0) push_ready(w, sched_type_[w]);
       }
     policy.on_batch(t, count);
   }

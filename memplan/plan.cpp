@@ -226,9 +226,6 @@ void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint3
   seg.index_begin = static_cast<uint32_t>(out.index.size());
   seg.aux_begin = static_cast<uint32_t>(out.aux.size());
   if (first_batch == 0) out.input_offset = seg.input_offset;
-  for (uint32_t v = first_node; v < n; ++v)
-    if (nodes[v].op == Op::Input)
-      out.node_offset[v] = seg.input_offset + (nodes[v].aux - seg.input_begin);
   uint64_t cursor = align_up(static_cast<uint64_t>(seg.input_offset) + seg.input_count);
   out.input_floats += seg.input_count;
   out.segments.push_back(seg);
@@ -236,9 +233,15 @@ void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint3
   out.batches.resize(s.batches.size());
   for (size_t b = first_batch; b < s.batches.size(); ++b) cursor = place_batch(g, s, b, cursor, out);
   out.total_floats = align_up(cursor);
-  // Reshapes alias their argument (ids are topological, so the argument is placed).
-  for (uint32_t v = first_node; v < n; ++v)
-    if (nodes[v].op == Op::Reshape) out.node_offset[v] = out.node_offset[g.args(nodes[v])[0]];
+  // Inputs lie in the segment's input block; reshapes alias their argument (ids are
+  // topological, so the argument, a batch's member or an input, is placed).
+  for (uint32_t v = first_node; v < n; ++v) {
+    const Node& nd = nodes[v];
+    if (nd.op == Op::Input)
+      out.node_offset[v] = seg.input_offset + (nd.aux - seg.input_begin);
+    else if (nd.op == Op::Reshape)
+      out.node_offset[v] = out.node_offset[g.args(nd)[0]];
+  }
 
   const uint64_t gathers_before = out.gather_bytes;
   for (size_t b = first_batch; b < s.batches.size(); ++b) {

@@ -135,7 +135,8 @@ class Scheduler : private Frontier {
 
   // Per node of the segment (index v - first_): its compact id, or UINT32_MAX for a source.
   std::vector<uint32_t> local_;
-  std::vector<uint32_t> sched_;  // per compact id: the node's index from first_
+  std::vector<uint32_t> sched_;       // per compact id: the node's index from first_
+  std::vector<uint32_t> sched_type_;  // per compact id: the node's type
   // Per compact id: consumers (CSR, compact ids), inputs not yet scheduled, depth, height.
   std::vector<uint32_t> consumer_begin_, consumers_, pending_, depth_, height_;
   std::vector<uint32_t> producer_;  // per argument of the segment's nodes (see prepare)
