@@ -274,6 +274,57 @@ TEST_CASE("blocks: calls whose inputs are parameters batch apart and equal the r
   }
 }
 
+TEST_CASE("blocks: calls with many inputs equal the reference, and name a wrong one") {
+  // 21 inputs: more than a call keeps on the stack. Each call mixes them with its own weights per
+  // input slot; two calls per chain link read the previous link's output in different slots.
+  constexpr uint32_t kInputs = 21;
+  ParameterCollection pc(5);
+  std::vector<Parameter> W;
+  for (uint32_t k = 0; k < kInputs; ++k)
+    W.push_back(pc.add_parameters("W" + std::to_string(k), Dim{H, H}));
+  Block mix(pc, "mix");
+  std::vector<Expr> terms;
+  for (uint32_t k = 0; k < kInputs; ++k)
+    terms.push_back(
+        matmul(parameter(mix.body(), W[k]), mix.input("x" + std::to_string(k), Dim{H, 1})));
+  mix.output("h", tanh(sum(terms)));
+  mix.freeze();
+  Graph g(pc);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<Expr> xs, losses;
+  for (uint32_t k = 0; k < kInputs; ++k) {
+    std::vector<float> v(H);
+    for (float& f : v) f = u(rng);
+    xs.push_back(input(g, Dim{H, 1}, v));
+  }
+  for (uint32_t step = 0; step < 3; ++step) {
+    std::vector<Expr> a = xs, b = xs;
+    a[step] = mix(g, xs)[0];
+    b[kInputs - 1 - step] = a[step];
+    xs[step % kInputs] = mix(g, b)[0];
+    losses.push_back(pick(a[step], step));
+    losses.push_back(pick(xs[step % kInputs], (step + 3) % H));
+  }
+  const Expr loss = sum_losses(losses);
+  Reference ref(g);
+  ref.forward();
+  ref.backward(loss.id);
+  const EngineRun run = run_engine(g, loss, "lb-greedy", 1);
+  check_close(&run.loss, &ref.values[loss.id][0], 1, 1e-5, "loss vs reference");
+  for (uint32_t p = 0; p < pc.size(); ++p)
+    check_close(run.grads[p].data(), ref.param_grads[p].data(), run.grads[p].size(), 1e-4,
+                "gradient of " + pc.name(p) + " vs reference");
+  std::vector<Expr> wrong = xs;
+  wrong[19] = input(g, Dim{H + 1, 1}, std::vector<float>(H + 1, 0.5f));
+  CHECK_THROWS_WITH_AS(mix(g, wrong), doctest::Contains("input 'x19' has shape 8, expected 7"),
+                       std::invalid_argument);
+  Graph other(pc);
+  wrong[19] = input(other, Dim{H, 1}, std::vector<float>(H, 0.5f));
+  CHECK_THROWS_WITH_AS(mix(g, wrong), doctest::Contains("input 'x19' is from another graph"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("blocks: misuse is reported with the block's name") {
   ParameterCollection pc(2);
   const Parameter W = pc.add_parameters("W", Dim{3, 3});

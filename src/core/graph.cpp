@@ -215,7 +215,17 @@ uint32_t Graph::add_call(uint32_t block, Dim dim, const uint32_t* args, uint32_t
 }
 
 uint32_t Graph::add_output(uint32_t call, uint32_t output, Dim dim) {
-  return add_node(Op::Output, dim, &call, 1, output);
+  // add_node without the type lookup: an Output is a view (no type), and its argument is a call.
+  Node& n = nodes_.emplace_back();
+  n.op = Op::Output;
+  n.type = UINT32_MAX;
+  n.dim = dim;
+  n.arg_begin = static_cast<uint32_t>(args_.size());
+  n.num_args = 1;
+  n.aux = output;
+  args_.push_back(call);
+  ++version_;
+  return static_cast<uint32_t>(nodes_.size() - 1);
 }
 
 namespace {
