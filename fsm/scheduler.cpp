@@ -35,7 +35,7 @@ namespace {
 
 // Chain heights over the scheduled nodes in reverse order: chain[s][t] = most type-t nodes on a
 // path from s to a sink, s included, the maximum over s's consumers plus s itself. Each row is
-// written once (T compile-time where it is small, so a row lives in registers).
+// written once (T compile-time where it is small, so the loops over a row unroll).
 template <uint32_t kT>
 void chain_heights(uint32_t T_, uint32_t S, const uint32_t* types, const uint32_t* bucket,
                    const uint32_t* consumer_begin, const uint32_t* consumers, uint32_t* chain,
