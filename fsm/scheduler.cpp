@@ -2,9 +2,9 @@
 // three scheduling modes (node by node, static depth groups, frontier policies).
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "edbatch/graph.h"
 #include "edbatch/schedule.h"
@@ -141,31 +141,14 @@ void Scheduler::prepare(const Graph& g) {
   const uint32_t T = std::max(local_types, 1u);
   chain_.resize(static_cast<size_t>(S) * T);
   height_.resize(S);
-  const auto heights = [&](auto kT) {
-    chain_heights<decltype(kT)::value>(T, S, sched_type_.data(), bucket_.data(),
-                                       consumer_begin_.data(), consumers_.data(), chain_.data(),
-                                       height_.data());
-  };
-  switch (T) {
-    case 1:
-      heights(std::integral_constant<uint32_t, 1>{});
-      break;
-    case 2:
-      heights(std::integral_constant<uint32_t, 2>{});
-      break;
-    case 3:
-      heights(std::integral_constant<uint32_t, 3>{});
-      break;
-    case 4:
-      heights(std::integral_constant<uint32_t, 4>{});
-      break;
-    case 8:
-      heights(std::integral_constant<uint32_t, 8>{});
-      break;
-    default:
-      heights(std::integral_constant<uint32_t, 0>{});
-      break;
-  }
+  using Heights = void (*)(uint32_t, uint32_t, const uint32_t*, const uint32_t*, const uint32_t*,
+                          const uint32_t*, uint32_t*, uint32_t*);
+  static constexpr Heights kByWidth[] = {chain_heights<0>, chain_heights<1>, chain_heights<2>,
+                                         chain_heights<3>, chain_heights<4>, chain_heights<0>,
+                                         chain_heights<0>, chain_heights<0>, chain_heights<8>};
+  (T < std::size(kByWidth) ? kByWidth[T] : chain_heights<0>)(
+      T, S, sched_type_.data(), bucket_.data(), consumer_begin_.data(), consumers_.data(),
+      chain_.data(), height_.data());
 
   // Per-type histograms of unscheduled and ready nodes by height, and mean depth.
   top_.assign(num_types, 0);

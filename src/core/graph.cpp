@@ -216,6 +216,7 @@ uint32_t Graph::add_call(uint32_t block, Dim dim, const uint32_t* args, uint32_t
 
 uint32_t Graph::add_output(uint32_t call, uint32_t output, Dim dim) {
   // add_node without the type lookup: an Output is a view (no type), and its argument is a call.
+  // Through add_node, a block-built Tree-LSTM's construction measured 15-20% slower.
   Node& n = nodes_.emplace_back();
   n.op = Op::Output;
   n.type = UINT32_MAX;
