@@ -581,6 +581,39 @@ CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu
   }
 }
 
+// GEMM -> elementwise fusion (CudaOptions::gemm_epilogue): a block call's elementwise steps run
+// in the stage of the GEMM step(s) before them, each column tile of invocations by the thread
+// block that adds the tile's last share of the products. 64 instances at hidden 96: levels of
+// several tiles of 32 invocations and a partial last tile, six row tiles of the stacked gates,
+// more thread blocks than the GPU holds at once; per-member weights (the double-typed cell), two
+// GEMM steps in one stage (the Tree-LSTM's), lattices' two arc kinds. Fused and apart, the values,
+// adjoints and gradients equal the CPU's; fused, the passes have fewer dependent stages.
+CUDA_CASE("cuda: a block call's elementwise steps in its GEMM stage = cpu, in fewer stages") {
+  for (const std::string name :
+       {"tree_lstm", "double_typed_tree_lstm", "tree_gru", "lattice_lstm", "random_dag"}) {
+    CAPTURE(name);
+    ParameterCollection pc(3);
+    const Dataset data = load_dataset(model_data_kind(name), "synthetic:64", 23, 7);
+    ModelOptions o;
+    o.hidden = 96;
+    o.vocab = 23;
+    o.blocks = true;
+    o.seed = 3;
+    const std::unique_ptr<Model> m = make_model(name, pc, data, o);
+    Graph g(pc);
+    const Expr loss = build_model(*m, g);
+    const Run cpu = run_on("cpu", g, loss, "lb-greedy");
+    CudaOptions fused;
+    fused.gemm_epilogue = true;
+    const Run fused_run = run_on("cuda", g, loss, "lb-greedy", true, fused);
+    const Run apart_run = run_on("cuda", g, loss, "lb-greedy", true, CudaOptions{});
+    check_same(fused_run, cpu, g);
+    check_same(apart_run, cpu, g);
+    CHECK(fused_run.kernels == apart_run.kernels);
+    CHECK(fused_run.stages < apart_run.stages);
+  }
+}
+
 CUDA_CASE("cuda: random trees, lattices, chains and DAGs = cpu under every policy") {
   std::mt19937_64 rng(17);
   ParameterCollection pc(4);

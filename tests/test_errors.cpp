@@ -201,6 +201,15 @@ TEST_CASE("errors: EDBATCH_CUDA_CHAIN and EDBATCH_CUDA_LINEAR: their values, emp
   CHECK(contains(message_of([] { apply_debug_env(CudaOptions{}); }),
                  "EDBATCH_CUDA_LINEAR='cudnn': expected cublas or fused"));
   unsetenv("EDBATCH_CUDA_LINEAR");
+
+  CHECK_FALSE(CudaOptions{}.gemm_epilogue);
+  setenv("EDBATCH_CUDA_EPILOGUE", "1", 1);
+  CHECK(apply_debug_env(CudaOptions{}).gemm_epilogue);
+  o.gemm_epilogue = true;
+  setenv("EDBATCH_CUDA_EPILOGUE", "0", 1);
+  CHECK_FALSE(apply_debug_env(o).gemm_epilogue);
+  unsetenv("EDBATCH_CUDA_EPILOGUE");
+  CHECK(apply_debug_env(o).gemm_epilogue);  // unset: the option as it was
 }
 
 // max_index returns each column's row as a float, exact up to 2^24. (Its refusal of an empty

@@ -173,6 +173,11 @@ struct CudaOptions {
   Chain chain = Chain::All;       // chained launches: off, forward passes only, or every pass
   bool sync_each_launch = false;  // wait and check after every launch (names the failing kernel)
   bool fused_linear = true;       // fused GEMM kernels; false: every GEMM step through cuBLAS
+  // In a chained forward launch, a block call's elementwise steps run in the stage of the fused
+  // GEMM step(s) before them, each thread block once the column tiles of the products holding
+  // its invocations are done (GEMM -> elementwise fusion). Off by default: measured no faster
+  // than a stage of their own on trees and lattices, slower on random DAGs (docs/cuda.md).
+  bool gemm_epilogue = false;
   bool profile = false;           // print kernel counts and device times per pass at exit
   // What a chained launch's stages wait for: the stages whose values they read, so that
   // independent stages overlap (Auto: the passes of graphs scheduled whole; a decoding step's

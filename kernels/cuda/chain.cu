@@ -21,8 +21,8 @@ static_assert(kChainThreads == kStepThreads && kChainThreads == kLinearThreads &
               "a chained launch runs every stage with one block size");
 
 // A stage's descriptors, copied to shared memory before it starts (the kernels launched alone
-// get them as parameters, in the constant bank).
-union Descs {
+// get them as parameters, in the constant bank); a fused GEMM stage's epilogue needs both.
+struct Descs {
   StepGroup group;
   LinearDesc linear[2];
 };
@@ -56,6 +56,39 @@ __device__ inline unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+// Thread blocks of l that add into one column tile of its output (every member's, every row
+// tile, every inner chunk): what a fused stage's tile counter counts up to, with one column per
+// node and tiles of kTN invocations (LaunchPlan checks both).
+__device__ inline uint32_t blocks_per_tile(const LinearDesc& l) {
+  const dim3 g = linear_forward_grid(l);
+  return (l.count / l.k) * g.x * g.z;
+}
+
+// Target of a fused stage's tile counters: the GEMM blocks adding into one column tile.
+__device__ inline uint32_t tile_target(const Stage& st, const Descs& desc) {
+  static_assert(kEpilogueTile == kTN, "a tile counter counts one column tile of the products");
+  uint32_t target = blocks_per_tile(desc.linear[0]);
+  if (st.index2 != kNoOperand) target += blocks_per_tile(desc.linear[1]);
+  return target;
+}
+
+// Thread block j of a fused stage's group (Stage::epilogue): once every GEMM block of the tiles
+// holding its invocations has counted itself done there, the group's steps over them.
+__device__ inline void epilogue_block(const DeviceView& d, const Chain& c, const Stage& st,
+                                      const Descs& desc, uint32_t j) {
+  const StepGroup& g = desc.group;
+  const uint32_t i0 = j * g.chunk, n = min(g.chunk, g.k - i0);
+  const uint32_t target = tile_target(st, desc);
+  const uint32_t first = i0 / kEpilogueTile, last = (i0 + n - 1) / kEpilogueTile;
+  for (uint32_t t = first + threadIdx.x; t <= last; t += blockDim.x) {
+    const uint32_t* done = c.counters + st.epilogue_counters + t;
+    while (load_relaxed(done) < target) continue;
+    load_acquire(done);
+  }
+  __syncthreads();
+  steps_range<true>(d, g, i0, n);
 }
 
 // Thread blocks of one fused GEMM step's backward, the bias gradient's own included.
@@ -132,6 +165,8 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
       copy_words(&desc.linear[0], c.linears + st.index, sizeof(LinearDesc));
       if (st.index2 != kNoOperand)
         copy_words(&desc.linear[1], c.linears + st.index2, sizeof(LinearDesc));
+      if (st.epilogue != kNoOperand && b >= st.epilogue_first)
+        copy_words(&desc.group, c.groups + st.epilogue, sizeof(StepGroup));
       break;
     default: break;
   }
@@ -151,10 +186,19 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
     case Stage::LinearForward: {
       const dim3 g = linear_forward_grid(desc.linear[0]);
       const uint32_t n1 = grid_blocks(g);
-      if (b < n1)
-        linear_forward_body(d, desc.linear[0], block_of(b, g));
-      else
-        linear_forward_body(d, desc.linear[1], block_of(b - n1, linear_forward_grid(desc.linear[1])));
+      if (st.epilogue != kNoOperand && b >= st.epilogue_first) {
+        epilogue_block(d, c, st, desc, b - st.epilogue_first);
+        break;
+      }
+      const bool second = b >= n1;
+      const LinearDesc& l = desc.linear[second ? 1 : 0];
+      const dim3 block = second ? block_of(b - n1, linear_forward_grid(l)) : block_of(b, g);
+      linear_forward_body(d, l, block);
+      if (st.epilogue != kNoOperand) {  // the tile's share added: count it (a release)
+        __syncthreads();
+        if (threadIdx.x == 0)
+          add_release(c.counters + st.epilogue_counters + block.y % epilogue_tiles(l.k));
+      }
       break;
     }
     case Stage::LinearBackward: {
@@ -222,6 +266,10 @@ uint32_t stage_blocks(const Stage& s, const StepGroup* groups, const LinearDesc*
     case Stage::LinearForward: {
       uint32_t n = grid_blocks(linear_forward_grid(linears[s.index]));
       if (s.index2 != kNoOperand) n += grid_blocks(linear_forward_grid(linears[s.index2]));
+      if (s.epilogue != kNoOperand) {
+        const StepGroup& g = groups[s.epilogue];
+        n += (g.k + g.chunk - 1) / g.chunk;
+      }
       return n;
     }
     case Stage::LinearBackward: {

@@ -152,15 +152,29 @@ struct Stage {
   // blocks) at Chain::waits[2 * wait_begin], wait_count of them (LaunchPlan::plan).
   uint32_t wait_begin;
   uint32_t wait_count;
+  // LinearForward of a block call: the StepGroup of the call's elementwise steps that follow
+  // it, run in the same stage (GEMM -> elementwise fusion), or kNoOperand. The group's thread
+  // blocks (its own launch's) follow the GEMM blocks from the stage's block epilogue_first on;
+  // each waits only for the column tiles of the products holding its invocations: a GEMM
+  // block counts itself on its tile's counter (zeroed, at Chain::counters[epilogue_counters +
+  // tile]) once its share of the tile is added.
+  uint32_t epilogue = kNoOperand;
+  uint32_t epilogue_counters = 0;
+  uint32_t epilogue_first = 0;
 };
 // Thread blocks a stage needs: those of the launches it replaces (its own launch would have).
 // lookup_blocks: the pass's lookup_starts total.
 uint32_t stage_blocks(const Stage& s, const StepGroup* groups, const LinearDesc* linears,
                       uint32_t lookup_blocks);
 // Counters a chained launch uses (zeroed before it runs): a ticket, then one per stage, each on
-// its own 32-byte sector.
+// its own 32-byte sector, then the fused stages' tile counters (Stage::epilogue_counters).
 constexpr uint32_t kCounterStride = 8;
 inline uint32_t chain_counters(uint32_t stages) { return (stages + 1) * kCounterStride; }
+// Column tiles of a fused GEMM step (columns per tile: linear.cuh's kTN), one counter each.
+constexpr uint32_t kEpilogueTile = 32;
+EDBATCH_HD inline uint32_t epilogue_tiles(uint32_t invocations) {
+  return (invocations + kEpilogueTile - 1) / kEpilogueTile;
+}
 struct Chain {
   const Stage* stages;         // this launch's stages
   const uint16_t* stage_of;    // per ticket: its stage

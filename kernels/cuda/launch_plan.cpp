@@ -15,7 +15,7 @@ namespace {
 // The stage a command runs as in a chained launch and its thread blocks, or false when it cannot
 // be chained (cuBLAS, gathers and scatters are launched on their own).
 bool stage_of_command(const Pass& pass, const Command& c, Stage* st, uint32_t* blocks) {
-  *st = Stage{0, c.group, c.group2, 0, 0, 0};
+  *st = Stage{0, c.group, c.group2, 0, 0, 0, kNoOperand, 0};
   switch (c.kind) {
     case Command::Kind::Steps:
       st->kind = pass.forward ? Stage::StepsForward : Stage::StepsBackward;
@@ -33,6 +33,28 @@ bool stage_of_command(const Pass& pass, const Command& c, Stage* st, uint32_t* b
   *blocks = stage_blocks(*st, pass.groups.data(), pass.linears.data(),
                          pass.lookup_starts.empty() ? 0 : pass.lookup_starts.back());
   return true;
+}
+
+// True when the block call's elementwise steps `steps` can run as the epilogue of the GEMM
+// step(s) `linear` just before them in the same stage (Stage::epilogue): a forward pass, both of
+// one block call, one column per node (so a column tile of the products is a run of
+// invocations), and every GEMM step and elementwise step over the same invocations. Steps of an
+// invocation read only that invocation's values within the call (block compilation), and what
+// they read from outside it is waited for by the fused stage.
+bool fusable(const Pass& pass, const Command& linear, const Command& steps) {
+  if (!pass.forward || linear.kind != Command::Kind::LinearForward ||
+      steps.kind != Command::Kind::Steps || linear.batch != steps.batch ||
+      linear.block_group == kNoOperand || steps.block_group == kNoOperand)
+    return false;
+  const StepGroup& g = pass.groups[steps.group];
+  for (const uint32_t i : {linear.group, linear.group2}) {
+    if (i == kNoOperand) continue;
+    const LinearDesc& l = pass.linears[i];
+    if (l.cols != 1 || l.k != g.k) return false;
+  }
+  for (uint32_t q = 0; q < g.step_count; ++q)
+    if (g.steps[q].k != g.k) return false;
+  return g.k > 0;
 }
 
 }  // namespace
@@ -55,7 +77,7 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
     l.map_begin = static_cast<uint32_t>(stage_of.size());
     l.counter_begin = counters_floats;
     Stage st{};
-    uint32_t blocks = 0;
+    uint32_t blocks = 0, tile_counters = 0;
     const auto add_stage = [&](const Stage& s, uint32_t b) {
       Stage& added = stages.emplace_back(s);
       added.first = l.blocks;
@@ -66,6 +88,22 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
     };
     while (chain && l.end < n && l.stages + 1 < kMaxChainStages &&
            stage_of_command(pass, pass.commands[l.end], &st, &blocks)) {
+      const bool after_own_stage =
+          l.stages > 0 && l.end > l.begin && command_stage_[l.end - 1] == stages.size() - 1;
+      if (blocks > 0 && options.gemm_epilogue && after_own_stage &&
+          stages.back().epilogue == kNoOperand &&
+          fusable(pass, pass.commands[l.end - 1], pass.commands[l.end])) {
+        // The group's thread blocks join the GEMM stage, after its own (the last stage so far).
+        Stage& fused = stages.back();
+        fused.epilogue = st.index;
+        fused.epilogue_counters = tile_counters;
+        fused.epilogue_first = l.blocks - fused.first;
+        tile_counters += epilogue_tiles(pass.groups[st.index].k);
+        stage_of.insert(stage_of.end(), blocks, static_cast<uint16_t>(l.stages - 1));
+        l.blocks += blocks;
+        command_stage_[l.end++] = static_cast<uint32_t>(stages.size() - 1);
+        continue;
+      }
       if (blocks > 0) {
         command_stage_[l.end] = static_cast<uint32_t>(stages.size());
         add_stage(st, blocks);
@@ -85,7 +123,10 @@ void LaunchPlan::plan(const Pass& pass, const CudaOptions& options) {
       ++i;
       continue;
     }
-    counters_floats += chain_counters(l.stages);
+    // The tile counters follow the stage counters.
+    for (uint32_t t = l.stage_begin; t < l.stage_begin + l.stages; ++t)
+      stages[t].epilogue_counters += chain_counters(l.stages);
+    counters_floats += chain_counters(l.stages) + tile_counters;
     launches.push_back(l);
     i = l.end;
   }
@@ -329,13 +370,29 @@ void LaunchPlan::choose_waits(const Pass& pass) {
       const uint32_t s = command_stage_[j];
       if (s == UINT32_MAX) continue;
       const Command& c = pass.commands[j];
-      candidate_low_ = UINT32_MAX;
-      candidate_high_ = 0;
+      // A fused stage (Stage::epilogue) runs two commands: it waits for what either reads.
+      const bool fused_before = j > l.begin && command_stage_[j - 1] == s;
+      const bool fused_after = j + 1 < l.end && command_stage_[j + 1] == s;
+      if (!fused_before) {
+        candidate_low_ = UINT32_MAX;
+        candidate_high_ = 0;
+      }
       const auto add = [&](uint32_t t) { candidate(l, s, t); };
       const bool is_lookups = c.kind == Command::Kind::Lookups;
       const bool ours = !is_lookups && c.batch >= fb && c.batch < nb;
       const BlockDeps* call = ours ? call_of_[c.batch] : nullptr;
       const bool grouped = call && c.block_group != kNoOperand;
+      // Stage s as the latest of what the command computes.
+      const auto record = [&](uint32_t at) {
+        if (is_lookups) {
+          lookups = at;
+        } else if (grouped) {
+          for (const uint32_t q : {c.block_group, c.block_group2})
+            if (q != kNoOperand) group_stage_[group_base_[c.batch] + q] = at;
+        } else if (ours) {
+          last_stage_[c.batch] = at;
+        }
+      };
       // A grouped command: its own groups' earlier stages, and the groups of its call that
       // its groups read (forward) or that read them (backward, adding into their adjoints).
       // Otherwise the batch's commands run in order.
@@ -377,6 +434,10 @@ void LaunchPlan::choose_waits(const Pass& pass) {
         for (uint32_t t = l.stage_begin; t < s; ++t) add(t);  // every adjoint is complete
       } else if (!is_lookups && s > l.stage_begin) {
         add(s - 1);  // not a batch of this pass: keep the order
+      }
+      if (fused_after) {
+        record(s);
+        continue;
       }
       Stage& st = stages[s];
       st.wait_begin = static_cast<uint32_t>(waits.size() / 2);
@@ -425,14 +486,7 @@ void LaunchPlan::choose_waits(const Pass& pass) {
         known_[s + 1] = known << 1;
         depth_[s + 1] = depth + 1;
       }
-      if (is_lookups) {
-        lookups = s;
-      } else if (grouped) {
-        for (const uint32_t q : {c.block_group, c.block_group2})
-          if (q != kNoOperand) group_stage_[group_base_[c.batch] + q] = s;
-      } else if (ours) {
-        last_stage_[c.batch] = s;
-      }
+      record(s);
     }
   }
 }

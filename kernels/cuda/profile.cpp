@@ -107,7 +107,9 @@ void Profiler::add_pass(const Pass& pass, const LaunchPlan& plan, double host_ms
       const double end = static_cast<double>(host_times_[2 * s + 1]);
       const Command& c = pass.commands[plan.stage_command[s]];
       const bool dw = plan.stages[s].kind == Stage::LinearBackwardW;
+      const bool fused = plan.stages[s].epilogue != kNoOperand;
       const char* of = dw                            ? ", dW stage"
+                       : fused                       ? ", block call, with its elementwise steps"
                        : c.block_group == kNoOperand ? ", op batch"
                                                      : ", block call";
       Profile& p = profiles_["stage (" + dir + "): " + c.what + of];

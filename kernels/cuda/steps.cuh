@@ -519,13 +519,11 @@ __device__ void cache_operands(const DeviceView& d, const StepGroup& g, Operand*
 }
 
 template <bool Forward>
-__device__ void steps_body(const DeviceView& d, const StepGroup& g, uint32_t block) {
+__device__ void steps_range(const DeviceView& d, const StepGroup& g, uint32_t i0, uint32_t n) {
   __shared__ Operand slots[kOperandCache];
   __shared__ Operand members[kMemberCache];
   const bool cached = g.cached_operands > 0;
   if (cached) cache_operands(d, g, slots, members);
-  const uint32_t i0 = block * g.chunk;
-  const uint32_t n = min(g.chunk, g.k - i0);
   for (uint32_t q = 0; q < g.step_count; ++q) {
     const StepDesc& s = g.steps[Forward ? q : g.step_count - 1 - q];
     const Ops ops = cached ? Ops{slots + s.cache_begin, members}
@@ -543,6 +541,13 @@ __device__ void steps_body(const DeviceView& d, const StepGroup& g, uint32_t blo
     }
     if (q + 1 < g.step_count) __syncthreads();
   }
+}
+
+// Thread block `block` of a group's own launch: invocations [block * chunk, + chunk).
+template <bool Forward>
+__device__ void steps_body(const DeviceView& d, const StepGroup& g, uint32_t block) {
+  const uint32_t i0 = block * g.chunk;
+  steps_range<Forward>(d, g, i0, min(g.chunk, g.k - i0));
 }
 
 }  // namespace

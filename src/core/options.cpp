@@ -47,6 +47,7 @@ CudaOptions apply_debug_env(CudaOptions o) {
   choose<Waits>("EDBATCH_CUDA_STAGE_WAITS",
                 {{"0", Waits::InOrder}, {"auto", Waits::Auto}, {"1", Waits::Always}},
                 "0, auto or 1", o.stage_waits);
+  if (std::getenv("EDBATCH_CUDA_EPILOGUE")) o.gemm_epilogue = env_flag("EDBATCH_CUDA_EPILOGUE");
   if (std::getenv("EDBATCH_CUDA_SYNC")) o.sync_each_launch = env_flag("EDBATCH_CUDA_SYNC");
   if (std::getenv("EDBATCH_CUDA_PROFILE")) o.profile = env_flag("EDBATCH_CUDA_PROFILE");
   return o;
