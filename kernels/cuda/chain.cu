@@ -77,7 +77,7 @@ __device__ inline uint32_t tile_target(const Stage& st, const Descs& desc) {
 // Thread block j of a fused stage's group (Stage::epilogue): once every GEMM block of the tiles
 // holding its invocations has counted itself done there, the group's steps over them.
 __device__ inline void epilogue_block(const DeviceView& d, const Chain& c, const Stage& st,
-                                      const Descs& desc, uint32_t j) {
+                                      const Descs& desc, const OperandCache& cache, uint32_t j) {
   const StepGroup& g = desc.group;
   const uint32_t i0 = j * g.chunk, n = min(g.chunk, g.k - i0);
   const uint32_t target = tile_target(st, desc);
@@ -88,7 +88,7 @@ __device__ inline void epilogue_block(const DeviceView& d, const Chain& c, const
     load_acquire(done);
   }
   __syncthreads();
-  steps_range<true>(d, g, i0, n);
+  steps_range<true>(d, g, cache, i0, n);
 }
 
 // Thread blocks of one fused GEMM step's backward, the bias gradient's own included.
@@ -147,6 +147,8 @@ __device__ inline uint32_t linear_backward_stage(const DeviceView& d, const Line
 __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chain c) {
   __shared__ uint32_t ticket;
   __shared__ Descs desc;
+  __shared__ OperandCache cache;
+  __shared__ ForwardTiles tiles;
   if (threadIdx.x == 0) ticket = atomicAdd(c.counters, 1u);
   __syncthreads();
   const uint32_t t = ticket;
@@ -170,6 +172,23 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
       break;
     default: break;
   }
+  __syncthreads();
+  // Before waiting, what reads nothing a pass computes (plan metadata, parameters): a step
+  // group's operands into shared memory, a forward GEMM block's column addresses and W slices.
+  const bool epilogue =
+      st.kind == Stage::LinearForward && st.epilogue != kNoOperand && b >= st.epilogue_first;
+  const LinearDesc* lin = nullptr;
+  dim3 block;
+  ForwardShare share;
+  if (st.kind == Stage::StepsForward || st.kind == Stage::StepsBackward || epilogue) {
+    cache_operands(d, desc.group, cache);
+  } else if (st.kind == Stage::LinearForward) {
+    const dim3 g = linear_forward_grid(desc.linear[0]);
+    const uint32_t n1 = grid_blocks(g);
+    lin = &desc.linear[b >= n1 ? 1 : 0];
+    block = b >= n1 ? block_of(b - n1, linear_forward_grid(*lin)) : block_of(b, g);
+    share = linear_forward_prepare(d, *lin, block, tiles);
+  }
   // Wait until every thread block of the stages this one waits for has finished (they all hold
   // smaller tickets, so they have started): a thread per stage waited for.
   for (uint32_t w = threadIdx.x; w < st.wait_count; w += blockDim.x) {
@@ -181,26 +200,28 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
   __syncthreads();
   if (c.times != nullptr && threadIdx.x == 0) atomicMax(c.times + 2 * i, ~global_ns());
   switch (st.kind) {
-    case Stage::StepsForward: steps_body<true>(d, desc.group, b); break;
-    case Stage::StepsBackward: steps_body<false>(d, desc.group, b); break;
-    case Stage::LinearForward: {
-      const dim3 g = linear_forward_grid(desc.linear[0]);
-      const uint32_t n1 = grid_blocks(g);
-      if (st.epilogue != kNoOperand && b >= st.epilogue_first) {
-        epilogue_block(d, c, st, desc, b - st.epilogue_first);
+    case Stage::StepsForward:
+    case Stage::StepsBackward: {
+      const StepGroup& g = desc.group;
+      const uint32_t i0 = b * g.chunk, n = min(g.chunk, g.k - i0);
+      if (st.kind == Stage::StepsForward)
+        steps_range<true>(d, g, cache, i0, n);
+      else
+        steps_range<false>(d, g, cache, i0, n);
+      break;
+    }
+    case Stage::LinearForward:
+      if (epilogue) {
+        epilogue_block(d, c, st, desc, cache, b - st.epilogue_first);
         break;
       }
-      const bool second = b >= n1;
-      const LinearDesc& l = desc.linear[second ? 1 : 0];
-      const dim3 block = second ? block_of(b - n1, linear_forward_grid(l)) : block_of(b, g);
-      linear_forward_body(d, l, block);
+      linear_forward_finish(d, *lin, share, tiles);
       if (st.epilogue != kNoOperand) {  // the tile's share added: count it (a release)
         __syncthreads();
         if (threadIdx.x == 0)
-          add_release(c.counters + st.epilogue_counters + block.y % epilogue_tiles(l.k));
+          add_release(c.counters + st.epilogue_counters + block.y % epilogue_tiles(lin->k));
       }
       break;
-    }
     case Stage::LinearBackward: {
       const uint32_t rest = linear_backward_stage(d, desc.linear[0], b);
       if (rest != UINT32_MAX) linear_backward_stage(d, desc.linear[1], rest);

@@ -55,54 +55,114 @@ constexpr uint32_t kKC = 32;
 
 __host__ __device__ inline uint32_t chunks(uint32_t n) { return (n + kKC - 1) / kKC; }
 
+// Shared memory of a forward thread block.
+struct ForwardTiles {
+  float ws[kTK][kTM + 4];
+  float xs[kTK][kTN + 1];
+  const float* xcol[kTN];
+};
+
+// A forward thread block's share: product p (inner size n), inner chunk [kb, ke), the member and
+// its column tile, row tile r0; with w_ready, this thread's elements of the block's W slices
+// (kKC deep: two tiles of kTK) in registers.
+constexpr uint32_t kWSteps = kKC / kTK, kWPerThread = kTK * kTM / kLinearThreads;
+struct ForwardShare {
+  uint32_t p, n, kb, ke, member, r0;
+  Columns cs;
+  const float* w;
+  bool w_ready;
+  float wr[kWSteps][kWPerThread];
+};
+
 // Grid: x = row tiles of m, y = members x column tiles, z = (product, inner chunk) pairs.
-__device__ void linear_forward_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
-  __shared__ float ws[kTK][kTM + 4];
-  __shared__ float xs[kTK][kTN + 1];
-  __shared__ const float* xcol[kTN];
+// What reads nothing a pass computes: the block's share, its X columns' addresses (plan
+// metadata) into t.xcol, and, when W is a parameter, its W slices into registers. A chained stage
+// does this before waiting for the stages it reads from; t.xcol is read after a barrier.
+__device__ inline ForwardShare linear_forward_prepare(const DeviceView& d, const LinearDesc& l,
+                                                      dim3 block, ForwardTiles& t) {
+  ForwardShare s;
   uint32_t p = 0, z = block.z;
   while (p + 1 < l.products && z >= chunks(l.n[p])) z -= chunks(l.n[p++]);
-  const uint32_t n = l.n[p], kb = z * kKC, ke = min(n, kb + kKC);
+  s.p = p;
+  s.n = l.n[p];
+  s.kb = z * kKC;
+  s.ke = min(s.n, s.kb + kKC);
   const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
-  const uint32_t member = block.y / tiles;
-  const Columns cs = member_columns(l, member, block.y % tiles);
-  const uint32_t r0 = block.x * kTM;
+  s.member = block.y / tiles;
+  s.cs = member_columns(l, s.member, block.y % tiles);
+  s.r0 = block.x * kTM;
+  uint32_t v0 = s.member * l.k;
+  const Operand wo = member_operand(d, op(d, l.w[p]), v0, l.k);
+  s.w = value_ptr(d, op(d, l.w[p]), s.member * l.k, l.k);
+  s.w_ready = wo.mode == OperandMode::Param;
+  if (threadIdx.x < kTN) {
+    const uint32_t c = s.cs.begin + threadIdx.x;
+    t.xcol[threadIdx.x] =
+        c < s.cs.end ? value_ptr(d, op(d, l.x[p]), c / l.cols, l.k) + (c % l.cols) * s.n : nullptr;
+  }
+  if (s.w_ready) {
+#pragma unroll
+    for (uint32_t h = 0; h < kWSteps; ++h)
+#pragma unroll
+      for (uint32_t i = 0; i < kWPerThread; ++i) {
+        const uint32_t e = threadIdx.x + i * kLinearThreads;
+        const uint32_t q = e / kTM, r = e % kTM, k = s.kb + h * kTK + q;
+        s.wr[h][i] =
+            (s.r0 + r < l.m && k < s.ke) ? s.w[(s.r0 + r) + static_cast<uint64_t>(k) * l.m] : 0.0f;
+      }
+  }
+  return s;
+}
+
+// The rest, after a barrier (and, chained, the waits): Y += W X (+ b from the first chunk).
+__device__ inline void linear_forward_finish(const DeviceView& d, const LinearDesc& l,
+                                             const ForwardShare& s, ForwardTiles& t) {
   const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-  const float* w = value_ptr(d, op(d, l.w[p]), member * l.k, l.k);
-  if (threadIdx.x < kTN) {
-    const uint32_t t = cs.begin + threadIdx.x;
-    xcol[threadIdx.x] =
-        t < cs.end ? value_ptr(d, op(d, l.x[p]), t / l.cols, l.k) + (t % l.cols) * n : nullptr;
-  }
-  __syncthreads();
-  for (uint32_t k0 = kb; k0 < ke; k0 += kTK) {
-    for (uint32_t e = threadIdx.x; e < kTK * kTM; e += kLinearThreads) {
+#pragma unroll
+  for (uint32_t h = 0; h < kWSteps; ++h) {
+    const uint32_t k0 = s.kb + h * kTK;
+    if (k0 >= s.ke) break;
+#pragma unroll
+    for (uint32_t i = 0; i < kWPerThread; ++i) {
+      const uint32_t e = threadIdx.x + i * kLinearThreads;
       const uint32_t q = e / kTM, r = e % kTM;
-      ws[q][r] = (r0 + r < l.m && k0 + q < ke) ? w[(r0 + r) + static_cast<uint64_t>(k0 + q) * l.m] : 0.0f;
+      t.ws[q][r] = s.w_ready ? s.wr[h][i]
+                   : (s.r0 + r < l.m && k0 + q < s.ke)
+                       ? s.w[(s.r0 + r) + static_cast<uint64_t>(k0 + q) * l.m]
+                       : 0.0f;
     }
     for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
       const uint32_t c = e / kTK, q = e % kTK;
-      xs[q][c] = (xcol[c] != nullptr && k0 + q < ke) ? xcol[c][k0 + q] : 0.0f;
+      t.xs[q][c] = (t.xcol[c] != nullptr && k0 + q < s.ke) ? t.xcol[c][k0 + q] : 0.0f;
     }
     __syncthreads();
-    accumulate_tile(ws, xs, tx, ty, acc);
+    accumulate_tile(t.ws, t.xs, tx, ty, acc);
     __syncthreads();
   }
-  const bool bias = l.bias != kNoOperand && block.z == 0;
+  const bool first_chunk = s.p == 0 && s.kb == 0;
+  const bool bias = l.bias != kNoOperand && first_chunk;
 #pragma unroll
   for (uint32_t j = 0; j < 2; ++j) {
-    const uint32_t t = cs.begin + tx * 2 + j;
-    if (t >= cs.end) continue;
-    const uint32_t v = t / l.cols, c = t % l.cols;
-    float* y = d.values + l.out_offset + static_cast<uint64_t>(v) * l.out_size + c * l.m;
-    const float* b = bias ? value_ptr(d, op(d, l.bias), v, l.k) + c * l.m : nullptr;
+    const uint32_t c = s.cs.begin + tx * 2 + j;
+    if (c >= s.cs.end) continue;
+    const uint32_t v = c / l.cols, col = c % l.cols;
+    float* y = d.values + l.out_offset + static_cast<uint64_t>(v) * l.out_size + col * l.m;
+    const float* b = bias ? value_ptr(d, op(d, l.bias), v, l.k) + col * l.m : nullptr;
 #pragma unroll
     for (uint32_t i = 0; i < 4; ++i) {
-      const uint32_t r = r0 + ty * 4 + i;
+      const uint32_t r = s.r0 + ty * 4 + i;
       if (r < l.m) atomicAdd(y + r, acc[i][j] + (b ? b[r] : 0.0f));
     }
   }
+}
+
+// A forward thread block launched on its own.
+__device__ void linear_forward_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
+  __shared__ ForwardTiles t;
+  const ForwardShare s = linear_forward_prepare(d, l, block, t);
+  __syncthreads();
+  linear_forward_finish(d, l, s, t);
 }
 
 // dX_p = W_p^T dY. Grid: x = row tiles of max_n, y = members x column tiles, z = products x

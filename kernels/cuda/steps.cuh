@@ -495,11 +495,19 @@ __device__ void lookups_block(const DeviceView& d, const StepDesc* descs, const 
                         static_cast<uint64_t>(blocks) * blockDim.x);
 }
 
-// Thread block b runs every step over invocations [b * chunk, (b + 1) * chunk).
+// A group's operands in shared memory (StepGroup::cached_operands).
+struct OperandCache {
+  Operand slots[kOperandCache];
+  Operand members[kMemberCache];
+};
+
 // Copies every step's operands, and the per-member operands they refer to (re-pointed into the
-// copy), to shared memory.
-__device__ void cache_operands(const DeviceView& d, const StepGroup& g, Operand* slots,
-                               Operand* members) {
+// copy), to shared memory when the group's fit (StepGroup::cached_operands). They are the
+// plan's metadata, which no stage writes, so a chained stage does this before its waits.
+__device__ void cache_operands(const DeviceView& d, const StepGroup& g, OperandCache& cache) {
+  if (g.cached_operands == 0) return;
+  Operand* slots = cache.slots;
+  Operand* members = cache.members;
   uint32_t member_at = 0;
   for (uint32_t q = 0; q < g.step_count; ++q) {
     const StepDesc& s = g.steps[q];
@@ -518,15 +526,15 @@ __device__ void cache_operands(const DeviceView& d, const StepGroup& g, Operand*
   __syncthreads();
 }
 
+// Every step of the group over invocations [i0, i0 + n), operands from `cache` (filled by
+// cache_operands) where the group's fit there.
 template <bool Forward>
-__device__ void steps_range(const DeviceView& d, const StepGroup& g, uint32_t i0, uint32_t n) {
-  __shared__ Operand slots[kOperandCache];
-  __shared__ Operand members[kMemberCache];
+__device__ void steps_range(const DeviceView& d, const StepGroup& g, const OperandCache& cache,
+                            uint32_t i0, uint32_t n) {
   const bool cached = g.cached_operands > 0;
-  if (cached) cache_operands(d, g, slots, members);
   for (uint32_t q = 0; q < g.step_count; ++q) {
     const StepDesc& s = g.steps[Forward ? q : g.step_count - 1 - q];
-    const Ops ops = cached ? Ops{slots + s.cache_begin, members}
+    const Ops ops = cached ? Ops{cache.slots + s.cache_begin, cache.members}
                            : Ops{d.operands + s.operand_begin, d.member_operands};
     const uint32_t members = s.count / s.k;
     const uint32_t per_node = items_per_node(s);
@@ -546,8 +554,10 @@ __device__ void steps_range(const DeviceView& d, const StepGroup& g, uint32_t i0
 // Thread block `block` of a group's own launch: invocations [block * chunk, + chunk).
 template <bool Forward>
 __device__ void steps_body(const DeviceView& d, const StepGroup& g, uint32_t block) {
+  __shared__ OperandCache cache;
+  cache_operands(d, g, cache);
   const uint32_t i0 = block * g.chunk;
-  steps_range<Forward>(d, g, i0, min(g.chunk, g.k - i0));
+  steps_range<Forward>(d, g, cache, i0, min(g.chunk, g.k - i0));
 }
 
 }  // namespace
