@@ -104,6 +104,27 @@ __host__ __device__ inline uint32_t backward_w_blocks(const LinearDesc& l) {
   return grid_blocks(linear_backward_w_grid(l));
 }
 
+// The dX thread block that block b of a backward GEMM stage (LinearBackward: each step's dX,
+// dW and bias blocks in turn; LinearBackwardX: its dX and bias blocks) is, if it is one: the
+// step's descriptor, and the block's coordinates in its dX grid.
+__device__ inline const LinearDesc* backward_x_block(const Stage& st, const Descs& desc, uint32_t b,
+                                                     dim3* block) {
+  for (uint32_t h = 0; h < 2; ++h) {
+    if (h == 1 && st.index2 == kNoOperand) break;
+    const LinearDesc& l = desc.linear[h];
+    const dim3 g = linear_backward_x_grid(l);
+    if (b < grid_blocks(g)) {
+      *block = block_of(b, g);
+      return &l;
+    }
+    const uint32_t own =
+        st.kind == Stage::LinearBackwardX ? backward_x_blocks(l) : backward_stage_blocks(l);
+    if (b < own) break;
+    b -= own;
+  }
+  return nullptr;
+}
+
 // Runs thread block b of l's dX (and separate bias gradient), or returns b - (their blocks).
 __device__ inline uint32_t linear_backward_x_stage(const DeviceView& d, const LinearDesc& l,
                                                    uint32_t b) {
@@ -144,11 +165,13 @@ __device__ inline uint32_t linear_backward_stage(const DeviceView& d, const Line
   return b - nb - bias;
 }
 
-__global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chain c) {
+// At most two thread blocks per multiprocessor run (two_per_multiprocessor), so a thread may
+// have 128 registers: without the bound ptxas kept it to 64 and spilled (212 bytes).
+__global__ void __launch_bounds__(kChainThreads, 2) chain_kernel(DeviceView d, Chain c) {
   __shared__ uint32_t ticket;
   __shared__ Descs desc;
   __shared__ OperandCache cache;
-  __shared__ ForwardTiles tiles;
+  __shared__ GemmTiles tiles;
   if (threadIdx.x == 0) ticket = atomicAdd(c.counters, 1u);
   __syncthreads();
   const uint32_t t = ticket;
@@ -180,8 +203,12 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
   const LinearDesc* lin = nullptr;
   dim3 block;
   ForwardShare share;
+  BackwardXShare xshare;
   if (st.kind == Stage::StepsForward || st.kind == Stage::StepsBackward || epilogue) {
     cache_operands(d, desc.group, cache);
+  } else if (st.kind == Stage::LinearBackward || st.kind == Stage::LinearBackwardX) {
+    lin = backward_x_block(st, desc, b, &block);
+    if (lin != nullptr) xshare = linear_backward_x_prepare(d, *lin, block);
   } else if (st.kind == Stage::LinearForward) {
     const dim3 g = linear_forward_grid(desc.linear[0]);
     const uint32_t n1 = grid_blocks(g);
@@ -223,11 +250,19 @@ __global__ void __launch_bounds__(kChainThreads) chain_kernel(DeviceView d, Chai
       }
       break;
     case Stage::LinearBackward: {
+      if (lin != nullptr) {
+        linear_backward_x_finish(d, *lin, xshare, tiles);
+        break;
+      }
       const uint32_t rest = linear_backward_stage(d, desc.linear[0], b);
       if (rest != UINT32_MAX) linear_backward_stage(d, desc.linear[1], rest);
       break;
     }
     case Stage::LinearBackwardX: {
+      if (lin != nullptr) {
+        linear_backward_x_finish(d, *lin, xshare, tiles);
+        break;
+      }
       const uint32_t rest = linear_backward_x_stage(d, desc.linear[0], b);
       if (rest != UINT32_MAX) linear_backward_x_stage(d, desc.linear[1], rest);
       break;

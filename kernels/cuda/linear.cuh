@@ -55,8 +55,9 @@ constexpr uint32_t kKC = 32;
 
 __host__ __device__ inline uint32_t chunks(uint32_t n) { return (n + kKC - 1) / kKC; }
 
-// Shared memory of a forward thread block.
-struct ForwardTiles {
+// Shared memory of a forward or dX thread block: a weight tile, a tile of X (dX: of dY), and
+// the X columns' addresses.
+struct GemmTiles {
   float ws[kTK][kTM + 4];
   float xs[kTK][kTN + 1];
   const float* xcol[kTN];
@@ -79,7 +80,7 @@ struct ForwardShare {
 // metadata) into t.xcol, and, when W is a parameter, its W slices into registers. A chained stage
 // does this before waiting for the stages it reads from; t.xcol is read after a barrier.
 __device__ inline ForwardShare linear_forward_prepare(const DeviceView& d, const LinearDesc& l,
-                                                      dim3 block, ForwardTiles& t) {
+                                                      dim3 block, GemmTiles& t) {
   ForwardShare s;
   uint32_t p = 0, z = block.z;
   while (p + 1 < l.products && z >= chunks(l.n[p])) z -= chunks(l.n[p++]);
@@ -116,7 +117,7 @@ __device__ inline ForwardShare linear_forward_prepare(const DeviceView& d, const
 
 // The rest, after a barrier (and, chained, the waits): Y += W X (+ b from the first chunk).
 __device__ inline void linear_forward_finish(const DeviceView& d, const LinearDesc& l,
-                                             const ForwardShare& s, ForwardTiles& t) {
+                                             const ForwardShare& s, GemmTiles& t) {
   const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
 #pragma unroll
@@ -159,56 +160,111 @@ __device__ inline void linear_forward_finish(const DeviceView& d, const LinearDe
 
 // A forward thread block launched on its own.
 __device__ void linear_forward_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
-  __shared__ ForwardTiles t;
+  __shared__ GemmTiles t;
   const ForwardShare s = linear_forward_prepare(d, l, block, t);
   __syncthreads();
   linear_forward_finish(d, l, s, t);
 }
 
+// A dX thread block's share: product p (inner size n: dX's rows), chunk [kb, ke) of m (the
+// reduced dimension), the member and its column tile, row tile r0 of dX (active: r0 < n); the
+// addresses of its two columns' dX; with w_ready, its elements of the W^T slices in registers.
+struct BackwardXShare {
+  uint32_t p, n, kb, ke, r0;
+  Columns cs;
+  bool active, w_ready;
+  const float* w;
+  float* dx[2];
+  float wr[kWSteps][kWPerThread];
+};
+
 // dX_p = W_p^T dY. Grid: x = row tiles of max_n, y = members x column tiles, z = products x
-// chunks of m (the reduced dimension).
-__device__ void linear_backward_x_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
-  __shared__ float ws[kTK][kTM + 4];  // ws[q][i] = W[k0 + q, r0 + i]
-  __shared__ float ys[kTK][kTN + 1];
-  const uint32_t p = block.z / chunks(l.m), n = l.n[p];
-  const uint32_t kb = (block.z % chunks(l.m)) * kKC, ke = min(l.m, kb + kKC);
-  const uint32_t r0 = block.x * kTM;
-  if (r0 >= n) return;
+// chunks of m (the reduced dimension). Before the waits, as forward: what reads nothing the pass
+// computes.
+__device__ inline BackwardXShare linear_backward_x_prepare(const DeviceView& d, const LinearDesc& l,
+                                                           dim3 block) {
+  BackwardXShare s;
+  s.p = block.z / chunks(l.m);
+  s.n = l.n[s.p];
+  s.kb = (block.z % chunks(l.m)) * kKC;
+  s.ke = min(l.m, s.kb + kKC);
+  s.r0 = block.x * kTM;
+  s.active = s.r0 < s.n;
+  if (!s.active) return s;
   const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
   const uint32_t member = block.y / tiles;
-  const Columns cs = member_columns(l, member, block.y % tiles);
+  s.cs = member_columns(l, member, block.y % tiles);
+  uint32_t v0 = member * l.k;
+  s.w_ready = member_operand(d, op(d, l.w[s.p]), v0, l.k).mode == OperandMode::Param;
+  s.w = value_ptr(d, op(d, l.w[s.p]), member * l.k, l.k);
+  const uint32_t tx = threadIdx.x % 16;
+#pragma unroll
+  for (uint32_t j = 0; j < 2; ++j) {
+    const uint32_t t = s.cs.begin + tx * 2 + j;
+    s.dx[j] = t < s.cs.end ? adjoint_ptr(d, op(d, l.x[s.p]), t / l.cols, l.k) + (t % l.cols) * s.n
+                           : nullptr;
+  }
+  if (s.w_ready) {
+#pragma unroll
+    for (uint32_t h = 0; h < kWSteps; ++h)
+#pragma unroll
+      for (uint32_t i = 0; i < kWPerThread; ++i) {
+        const uint32_t e = threadIdx.x + i * kLinearThreads;
+        const uint32_t c = e / kTK, q = e % kTK, k = s.kb + h * kTK + q;
+        s.wr[h][i] =
+            (s.r0 + c < s.n && k < s.ke) ? s.w[k + static_cast<uint64_t>(s.r0 + c) * l.m] : 0.0f;
+      }
+  }
+  return s;
+}
+
+__device__ inline void linear_backward_x_finish(const DeviceView& d, const LinearDesc& l,
+                                                const BackwardXShare& s, GemmTiles& t) {
+  if (!s.active) return;
   const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const float* w = value_ptr(d, op(d, l.w[p]), member * l.k, l.k);
   float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-  for (uint32_t k0 = kb; k0 < ke; k0 += kTK) {
-    for (uint32_t e = threadIdx.x; e < kTK * kTM; e += kLinearThreads) {
-      const uint32_t i = e / kTK, q = e % kTK;
-      ws[q][i] = (r0 + i < n && k0 + q < ke) ? w[(k0 + q) + static_cast<uint64_t>(r0 + i) * l.m] : 0.0f;
+#pragma unroll
+  for (uint32_t h = 0; h < kWSteps; ++h) {
+    const uint32_t k0 = s.kb + h * kTK;
+    if (k0 >= s.ke) break;
+#pragma unroll
+    for (uint32_t i = 0; i < kWPerThread; ++i) {  // ws[q][c] = W[k0 + q, r0 + c]
+      const uint32_t e = threadIdx.x + i * kLinearThreads;
+      const uint32_t c = e / kTK, q = e % kTK;
+      t.ws[q][c] = s.w_ready ? s.wr[h][i]
+                   : (s.r0 + c < s.n && k0 + q < s.ke)
+                       ? s.w[(k0 + q) + static_cast<uint64_t>(s.r0 + c) * l.m]
+                       : 0.0f;
     }
     for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
       const uint32_t c = e / kTK, q = e % kTK;
-      const uint32_t t = cs.begin + c;
+      const uint32_t col = s.cs.begin + c;
       float y = 0.0f;
-      if (t < cs.end && k0 + q < ke)
-        y = d.adjoints[l.out_offset + static_cast<uint64_t>(t / l.cols) * l.out_size +
-                       (t % l.cols) * l.m + k0 + q];
-      ys[q][c] = y;
+      if (col < s.cs.end && k0 + q < s.ke)
+        y = d.adjoints[l.out_offset + static_cast<uint64_t>(col / l.cols) * l.out_size +
+                       (col % l.cols) * l.m + k0 + q];
+      t.xs[q][c] = y;
     }
     __syncthreads();
-    accumulate_tile(ws, ys, tx, ty, acc);
+    accumulate_tile(t.ws, t.xs, tx, ty, acc);
     __syncthreads();
   }
 #pragma unroll
   for (uint32_t j = 0; j < 2; ++j) {
-    const uint32_t t = cs.begin + tx * 2 + j;
-    if (t >= cs.end) continue;
-    float* dx = adjoint_ptr(d, op(d, l.x[p]), t / l.cols, l.k) + (t % l.cols) * n;
+    if (s.dx[j] == nullptr) continue;
 #pragma unroll
     for (uint32_t i = 0; i < 4; ++i) {
-      const uint32_t r = r0 + ty * 4 + i;
-      if (r < n && acc[i][j] != 0.0f) atomicAdd(dx + r, acc[i][j]);
+      const uint32_t r = s.r0 + ty * 4 + i;
+      if (r < s.n && acc[i][j] != 0.0f) atomicAdd(s.dx[j] + r, acc[i][j]);
     }
   }
+}
+
+// A dX thread block launched on its own.
+__device__ void linear_backward_x_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
+  __shared__ GemmTiles t;
+  const BackwardXShare s = linear_backward_x_prepare(d, l, block);
+  linear_backward_x_finish(d, l, s, t);
 }
 
 // dW_p += dY X_p^T over one member's columns (a share of them per split). Grid: x = row tiles of
