@@ -197,7 +197,9 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_kernel(DeviceView d, C
   }
   __syncthreads();
   // Before waiting, what reads nothing a pass computes (plan metadata, parameters): a step
-  // group's operands into shared memory, a forward GEMM block's column addresses and W slices.
+  // group's operands into shared memory, a forward GEMM block's column addresses and W slices,
+  // a dX block's W^T slices and the addresses it adds into (docs/cuda.md, "Reading before
+  // waiting"); the next stages' blocks are resident and waiting while a stage runs.
   const bool epilogue =
       st.kind == Stage::LinearForward && st.epilogue != kNoOperand && b >= st.epilogue_first;
   const LinearDesc* lin = nullptr;
