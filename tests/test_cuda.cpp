@@ -492,6 +492,29 @@ CUDA_CASE("cuda: a GEMM step whose bias is each node's own value = cpu") {
   }
 }
 
+// A chained GEMM stage loads W before waiting only when W is a parameter; a weight the same pass
+// computes (here tanh of an input, shared by the batch, and computed again from the first for a
+// second product) is read after the waits, forward and in dX. Zeros or stale values read early
+// would differ from the CPU's.
+CUDA_CASE("cuda: a GEMM step whose weight the pass computes reads it after its waits = cpu") {
+  const Dim h{29, 1}, wd{37, 29};
+  for (uint32_t k : {1u, 7u, 70u}) {
+    CAPTURE(k);
+    OpGraph og(k + 11);
+    const Expr w = tanh(input(og.g, wd, og.values(wd.size())));
+    const Expr w2 = sigmoid(w);
+    const Expr b = og.param(Dim{37, 1});
+    std::vector<Expr> losses;
+    for (uint32_t i = 0; i < k; ++i) {
+      const Expr xi = tanh(input(og.g, h, og.values(h.size())));
+      const Expr zi = tanh(input(og.g, h, og.values(h.size())));
+      losses.push_back(og.reduce(tanh(affine({b, w, xi, w2, zi}))));
+    }
+    const Expr loss = sum_losses(losses);
+    check_same(run_on("cuda", og.g, loss, "agenda"), run_on("cpu", og.g, loss, "agenda"), og.g);
+  }
+}
+
 CUDA_CASE("cuda: a backward reads parameters changed after its forward, as the cpu does") {
   for (bool blocks : {false, true}) {
     CAPTURE(blocks);
