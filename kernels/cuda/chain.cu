@@ -50,7 +50,7 @@ __device__ inline uint32_t load_acquire(const uint32_t* p) {
   return v;
 }
 __device__ inline void add_release(uint32_t* p) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(p) : "memory");
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
 }
 __device__ inline unsigned long long global_ns() {
   unsigned long long t;
@@ -91,78 +91,43 @@ __device__ inline void epilogue_block(const DeviceView& d, const Chain& c, const
   steps_range<true>(d, g, cache, i0, n);
 }
 
-// Thread blocks of one fused GEMM step's backward, the bias gradient's own included.
-__host__ __device__ inline uint32_t backward_stage_blocks(const LinearDesc& l) {
-  return linear_backward_blocks(l) + (separate_bias(l) ? linear_bias_blocks(l) : 0);
+// A backward GEMM stage's thread blocks, per step in turn: its dX blocks, its dW blocks, its
+// separate bias-gradient blocks (LinearBackward: all three; LinearBackwardX: dX and bias;
+// LinearBackwardW: dW).
+enum class Part : uint32_t { X, W, Bias, Count };
+__host__ __device__ inline uint32_t part_blocks(uint32_t kind, const LinearDesc& l, Part p) {
+  switch (p) {
+    case Part::X:
+      return kind == Stage::LinearBackwardW ? 0 : grid_blocks(linear_backward_x_grid(l));
+    case Part::W:
+      return kind == Stage::LinearBackwardX ? 0 : grid_blocks(linear_backward_w_grid(l));
+    case Part::Bias:
+      return kind != Stage::LinearBackwardW && separate_bias(l) ? linear_bias_blocks(l) : 0;
+    default:
+      return 0;
+  }
+}
+__host__ __device__ inline uint32_t backward_blocks(uint32_t kind, const LinearDesc& l) {
+  return part_blocks(kind, l, Part::X) + part_blocks(kind, l, Part::W) +
+         part_blocks(kind, l, Part::Bias);
 }
 
-// Thread blocks of the two halves of a split GEMM backward (Stage::LinearBackwardX / W).
-__host__ __device__ inline uint32_t backward_x_blocks(const LinearDesc& l) {
-  return grid_blocks(linear_backward_x_grid(l)) + (separate_bias(l) ? linear_bias_blocks(l) : 0);
-}
-__host__ __device__ inline uint32_t backward_w_blocks(const LinearDesc& l) {
-  return grid_blocks(linear_backward_w_grid(l));
-}
-
-// The dX thread block that block b of a backward GEMM stage (LinearBackward: each step's dX,
-// dW and bias blocks in turn; LinearBackwardX: its dX and bias blocks) is, if it is one: the
-// step's descriptor, and the block's coordinates in its dX grid.
-__device__ inline const LinearDesc* backward_x_block(const Stage& st, const Descs& desc, uint32_t b,
-                                                     dim3* block) {
+// What thread block b of a backward GEMM stage is: a step, the part and the block's index in it.
+struct BackwardBlock {
+  const LinearDesc* l;
+  Part part;
+  uint32_t index;
+};
+__device__ inline BackwardBlock backward_block(const Stage& st, const Descs& desc, uint32_t b) {
   for (uint32_t h = 0; h < 2; ++h) {
     if (h == 1 && st.index2 == kNoOperand) break;
-    const LinearDesc& l = desc.linear[h];
-    const dim3 g = linear_backward_x_grid(l);
-    if (b < grid_blocks(g)) {
-      *block = block_of(b, g);
-      return &l;
+    for (uint32_t p = 0; p < static_cast<uint32_t>(Part::Count); ++p) {
+      const uint32_t n = part_blocks(st.kind, desc.linear[h], static_cast<Part>(p));
+      if (b < n) return BackwardBlock{&desc.linear[h], static_cast<Part>(p), b};
+      b -= n;
     }
-    const uint32_t own =
-        st.kind == Stage::LinearBackwardX ? backward_x_blocks(l) : backward_stage_blocks(l);
-    if (b < own) break;
-    b -= own;
   }
-  return nullptr;
-}
-
-// Runs thread block b of l's dX (and separate bias gradient), or returns b - (their blocks).
-__device__ inline uint32_t linear_backward_x_stage(const DeviceView& d, const LinearDesc& l,
-                                                   uint32_t b) {
-  const dim3 g = linear_backward_x_grid(l);
-  const uint32_t nx = grid_blocks(g);
-  const uint32_t bias = separate_bias(l) ? linear_bias_blocks(l) : 0;
-  if (b < nx)
-    linear_backward_x_body(d, l, block_of(b, g));
-  else if (b < nx + bias)
-    linear_bias_body(d, l, b - nx, bias);
-  else
-    return b - nx - bias;
-  return UINT32_MAX;
-}
-
-// Runs thread block b of l's dW, or returns b - (its blocks).
-__device__ inline uint32_t linear_backward_w_stage(const DeviceView& d, const LinearDesc& l,
-                                                   uint32_t b) {
-  const dim3 g = linear_backward_w_grid(l);
-  if (b >= grid_blocks(g)) return b - grid_blocks(g);
-  linear_backward_w_body(d, l, block_of(b, g));
-  return UINT32_MAX;
-}
-
-// Runs thread block b of l's backward, or returns b - (l's blocks) when b is past them.
-__device__ inline uint32_t linear_backward_stage(const DeviceView& d, const LinearDesc& l,
-                                                 uint32_t b) {
-  const uint32_t nb = linear_backward_blocks(l);
-  if (b < nb) {
-    linear_backward_block(d, l, b);
-    return UINT32_MAX;
-  }
-  const uint32_t bias = separate_bias(l) ? linear_bias_blocks(l) : 0;
-  if (b < nb + bias) {
-    linear_bias_body(d, l, b - nb, bias);
-    return UINT32_MAX;
-  }
-  return b - nb - bias;
+  return BackwardBlock{nullptr, Part::Count, 0};
 }
 
 // At most two thread blocks per multiprocessor run (two_per_multiprocessor), so a thread may
@@ -190,10 +155,11 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_kernel(DeviceView d, C
       copy_words(&desc.linear[0], c.linears + st.index, sizeof(LinearDesc));
       if (st.index2 != kNoOperand)
         copy_words(&desc.linear[1], c.linears + st.index2, sizeof(LinearDesc));
-      if (st.epilogue != kNoOperand && b >= st.epilogue_first)
+      if (st.kind == Stage::LinearForward && st.epilogue != kNoOperand && b >= st.epilogue_first)
         copy_words(&desc.group, c.groups + st.epilogue, sizeof(StepGroup));
       break;
-    default: break;
+    default:
+      break;
   }
   __syncthreads();
   // Before waiting, what reads nothing a pass computes (plan metadata, parameters): a step
@@ -206,11 +172,15 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_kernel(DeviceView d, C
   dim3 block;
   ForwardShare share;
   BackwardXShare xshare;
+  BackwardBlock back{nullptr, Part::Count, 0};
   if (st.kind == Stage::StepsForward || st.kind == Stage::StepsBackward || epilogue) {
     cache_operands(d, desc.group, cache);
-  } else if (st.kind == Stage::LinearBackward || st.kind == Stage::LinearBackwardX) {
-    lin = backward_x_block(st, desc, b, &block);
-    if (lin != nullptr) xshare = linear_backward_x_prepare(d, *lin, block);
+  } else if (st.kind == Stage::LinearBackward || st.kind == Stage::LinearBackwardX ||
+             st.kind == Stage::LinearBackwardW) {
+    back = backward_block(st, desc, b);
+    if (back.part == Part::X)
+      xshare = linear_backward_x_prepare(d, *back.l,
+                                         block_of(back.index, linear_backward_x_grid(*back.l)));
   } else if (st.kind == Stage::LinearForward) {
     const dim3 g = linear_forward_grid(desc.linear[0]);
     const uint32_t n1 = grid_blocks(g);
@@ -251,32 +221,24 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_kernel(DeviceView d, C
           add_release(c.counters + st.epilogue_counters + block.y % epilogue_tiles(lin->k));
       }
       break;
-    case Stage::LinearBackward: {
-      if (lin != nullptr) {
-        linear_backward_x_finish(d, *lin, xshare, tiles);
-        break;
-      }
-      const uint32_t rest = linear_backward_stage(d, desc.linear[0], b);
-      if (rest != UINT32_MAX) linear_backward_stage(d, desc.linear[1], rest);
+    case Stage::LinearBackward:
+    case Stage::LinearBackwardX:
+    case Stage::LinearBackwardW:
+      if (back.part == Part::X)
+        linear_backward_x_finish(d, *back.l, xshare, tiles);
+      else if (back.part == Part::W)
+        linear_backward_w_body(d, *back.l, block_of(back.index, linear_backward_w_grid(*back.l)));
+      else if (back.part == Part::Bias)
+        linear_bias_body(d, *back.l, back.index, linear_bias_blocks(*back.l));
       break;
-    }
-    case Stage::LinearBackwardX: {
-      if (lin != nullptr) {
-        linear_backward_x_finish(d, *lin, xshare, tiles);
-        break;
-      }
-      const uint32_t rest = linear_backward_x_stage(d, desc.linear[0], b);
-      if (rest != UINT32_MAX) linear_backward_x_stage(d, desc.linear[1], rest);
+    case Stage::LookupsForward:
+      lookups_block<true>(d, c.lookups, c.lookup_starts, st.index, b);
       break;
-    }
-    case Stage::LinearBackwardW: {
-      const uint32_t rest = linear_backward_w_stage(d, desc.linear[0], b);
-      if (rest != UINT32_MAX) linear_backward_w_stage(d, desc.linear[1], rest);
+    case Stage::LookupsBackward:
+      lookups_block<false>(d, c.lookups, c.lookup_starts, st.index, b);
       break;
-    }
-    case Stage::LookupsForward: lookups_block<true>(d, c.lookups, c.lookup_starts, st.index, b); break;
-    case Stage::LookupsBackward: lookups_block<false>(d, c.lookups, c.lookup_starts, st.index, b); break;
-    default: break;
+    default:
+      break;
   }
   // The barrier orders every thread's writes before thread 0's release of the count.
   __syncthreads();
@@ -330,22 +292,15 @@ uint32_t stage_blocks(const Stage& s, const StepGroup* groups, const LinearDesc*
       }
       return n;
     }
-    case Stage::LinearBackward: {
-      uint32_t n = backward_stage_blocks(linears[s.index]);
-      if (s.index2 != kNoOperand) n += backward_stage_blocks(linears[s.index2]);
-      return n;
-    }
-    case Stage::LinearBackwardX: {
-      uint32_t n = backward_x_blocks(linears[s.index]);
-      if (s.index2 != kNoOperand) n += backward_x_blocks(linears[s.index2]);
-      return n;
-    }
+    case Stage::LinearBackward:
+    case Stage::LinearBackwardX:
     case Stage::LinearBackwardW: {
-      uint32_t n = backward_w_blocks(linears[s.index]);
-      if (s.index2 != kNoOperand) n += backward_w_blocks(linears[s.index2]);
+      uint32_t n = backward_blocks(s.kind, linears[s.index]);
+      if (s.index2 != kNoOperand) n += backward_blocks(s.kind, linears[s.index2]);
       return n;
     }
-    default: return lookup_blocks;
+    default:
+      return lookup_blocks;
   }
 }
 

@@ -10,7 +10,6 @@ namespace edbatch::cuda {
 
 namespace {
 
-
 constexpr uint32_t kTM = 64, kTN = 32, kTK = 16, kLinearThreads = 256;
 
 struct Columns {
@@ -25,7 +24,9 @@ __device__ inline Columns member_columns(const LinearDesc& l, uint32_t member, u
   return Columns{b, min(base + per_member, b + kTN)};
 }
 
-__device__ inline const Operand& op(const DeviceView& d, uint32_t i) { return d.operands[i]; }
+__device__ inline const Operand& op(const DeviceView& d, uint32_t i) {
+  return d.operands[i];
+}
 
 // Block i of a grid g, in row-major order of (x, y, z).
 __device__ inline dim3 block_of(uint32_t i, dim3 g) {
@@ -34,8 +35,9 @@ __device__ inline dim3 block_of(uint32_t i, dim3 g) {
 
 // acc[i][j] += sum_q a[q][ty * 4 + i] * b[q][tx * 2 + j]: one thread's 4 x 2 share of a tile
 // product, from the 16-deep tiles in shared memory.
-__device__ inline void accumulate_tile(const float (&a)[kTK][kTM + 4], const float (&b)[kTK][kTN + 1],
-                                       uint32_t tx, uint32_t ty, float (&acc)[4][2]) {
+__device__ inline void accumulate_tile(const float (&a)[kTK][kTM + 4],
+                                       const float (&b)[kTK][kTN + 1], uint32_t tx, uint32_t ty,
+                                       float (&acc)[4][2]) {
 #pragma unroll
   for (uint32_t q = 0; q < kTK; ++q) {
     const float b0 = b[q][tx * 2], b1 = b[q][tx * 2 + 1];
@@ -53,7 +55,9 @@ __device__ inline void accumulate_tile(const float (&a)[kTK][kTM + 4], const flo
 // with atomics, and the first chunk adds the bias.
 constexpr uint32_t kKC = 32;
 
-__host__ __device__ inline uint32_t chunks(uint32_t n) { return (n + kKC - 1) / kKC; }
+__host__ __device__ inline uint32_t chunks(uint32_t n) {
+  return (n + kKC - 1) / kKC;
+}
 
 // Shared memory of a forward or dX thread block: a weight tile, a tile of X (dX: of dY), and
 // the X columns' addresses.
@@ -63,16 +67,72 @@ struct GemmTiles {
   const float* xcol[kTN];
 };
 
-// A forward thread block's share: product p (inner size n), inner chunk [kb, ke), the member and
-// its column tile, row tile r0; with w_ready, this thread's elements of the block's W slices
-// (kKC deep: two tiles of kTK) in registers.
+// A thread block's W slices (kKC deep: two tiles of kTK) for its inner chunk [kb, ke) and its
+// row tile r0 (forward: rows of W; dX: rows of W^T, i.e. columns of W). With w_ready (W is a
+// parameter) this thread's elements are loaded into registers before the block waits.
 constexpr uint32_t kWSteps = kKC / kTK, kWPerThread = kTK * kTM / kLinearThreads;
-struct ForwardShare {
-  uint32_t p, n, kb, ke, member, r0;
-  Columns cs;
+struct WSlices {
   const float* w;
+  uint32_t kb, ke, r0;
   bool w_ready;
   float wr[kWSteps][kWPerThread];
+};
+
+// This thread's element i of a tile: its slot ws[q][r]. Forward (kTransposed false): ws[q][r] =
+// W[r0 + r, k0 + q], read along W's columns (contiguous rows); dX: ws[q][r] = W[k0 + q, r0 + r],
+// read along k. W is m x (inner), column-major.
+template <bool kTransposed>
+__device__ inline void w_slot(uint32_t i, uint32_t* q, uint32_t* r) {
+  const uint32_t e = threadIdx.x + i * kLinearThreads;
+  *q = kTransposed ? e % kTK : e / kTM;
+  *r = kTransposed ? e / kTK : e % kTM;
+}
+
+// W's value at slot (q, r) of tile h, zero past `rows` or ke.
+template <bool kTransposed>
+__device__ inline float w_value(const WSlices& s, uint32_t m, uint32_t rows, uint32_t h, uint32_t q,
+                                uint32_t r) {
+  const uint32_t row = s.r0 + r, k = s.kb + h * kTK + q;
+  if (row >= rows || k >= s.ke) return 0.0f;
+  return kTransposed ? s.w[k + static_cast<uint64_t>(row) * m]
+                     : s.w[row + static_cast<uint64_t>(k) * m];
+}
+
+// Resolves W (node v's member, already resolved by member_operand) and, for a parameter, loads
+// this thread's elements of every tile.
+template <bool kTransposed>
+__device__ inline void load_w_slices(WSlices& s, const DeviceView& d, const Operand& w, uint32_t v,
+                                     uint32_t m, uint32_t rows) {
+  s.w = operand_value_ptr(d, w, v);
+  s.w_ready = w.mode == OperandMode::Param;
+  if (!s.w_ready) return;
+#pragma unroll
+  for (uint32_t h = 0; h < kWSteps; ++h)
+#pragma unroll
+    for (uint32_t i = 0; i < kWPerThread; ++i) {
+      uint32_t q, r;
+      w_slot<kTransposed>(i, &q, &r);
+      s.wr[h][i] = w_value<kTransposed>(s, m, rows, h, q, r);
+    }
+}
+
+// Tile h of the slices into shared memory, from the registers or (W computed by the pass) from W.
+template <bool kTransposed>
+__device__ inline void fill_w_tile(const WSlices& s, uint32_t m, uint32_t rows, uint32_t h,
+                                   float (&ws)[kTK][kTM + 4]) {
+#pragma unroll
+  for (uint32_t i = 0; i < kWPerThread; ++i) {
+    uint32_t q, r;
+    w_slot<kTransposed>(i, &q, &r);
+    ws[q][r] = s.w_ready ? s.wr[h][i] : w_value<kTransposed>(s, m, rows, h, q, r);
+  }
+}
+
+// A forward thread block's share: product p (inner size n), the member and its column tile, and
+// its W slices.
+struct ForwardShare : WSlices {
+  uint32_t p, n, member;
+  Columns cs;
 };
 
 // Grid: x = row tiles of m, y = members x column tiles, z = (product, inner chunk) pairs.
@@ -92,26 +152,14 @@ __device__ inline ForwardShare linear_forward_prepare(const DeviceView& d, const
   s.member = block.y / tiles;
   s.cs = member_columns(l, s.member, block.y % tiles);
   s.r0 = block.x * kTM;
-  uint32_t v0 = s.member * l.k;
-  const Operand wo = member_operand(d, op(d, l.w[p]), v0, l.k);
-  s.w = value_ptr(d, op(d, l.w[p]), s.member * l.k, l.k);
-  s.w_ready = wo.mode == OperandMode::Param;
   if (threadIdx.x < kTN) {
     const uint32_t c = s.cs.begin + threadIdx.x;
     t.xcol[threadIdx.x] =
         c < s.cs.end ? value_ptr(d, op(d, l.x[p]), c / l.cols, l.k) + (c % l.cols) * s.n : nullptr;
   }
-  if (s.w_ready) {
-#pragma unroll
-    for (uint32_t h = 0; h < kWSteps; ++h)
-#pragma unroll
-      for (uint32_t i = 0; i < kWPerThread; ++i) {
-        const uint32_t e = threadIdx.x + i * kLinearThreads;
-        const uint32_t q = e / kTM, r = e % kTM, k = s.kb + h * kTK + q;
-        s.wr[h][i] =
-            (s.r0 + r < l.m && k < s.ke) ? s.w[(s.r0 + r) + static_cast<uint64_t>(k) * l.m] : 0.0f;
-      }
-  }
+  uint32_t v = s.member * l.k;
+  const Operand w = member_operand(d, op(d, l.w[p]), v, l.k);
+  load_w_slices<false>(s, d, w, v, l.m, l.m);
   return s;
 }
 
@@ -124,15 +172,7 @@ __device__ inline void linear_forward_finish(const DeviceView& d, const LinearDe
   for (uint32_t h = 0; h < kWSteps; ++h) {
     const uint32_t k0 = s.kb + h * kTK;
     if (k0 >= s.ke) break;
-#pragma unroll
-    for (uint32_t i = 0; i < kWPerThread; ++i) {
-      const uint32_t e = threadIdx.x + i * kLinearThreads;
-      const uint32_t q = e / kTM, r = e % kTM;
-      t.ws[q][r] = s.w_ready ? s.wr[h][i]
-                   : (s.r0 + r < l.m && k0 + q < s.ke)
-                       ? s.w[(s.r0 + r) + static_cast<uint64_t>(k0 + q) * l.m]
-                       : 0.0f;
-    }
+    fill_w_tile<false>(s, l.m, l.m, h, t.ws);
     for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
       const uint32_t c = e / kTK, q = e % kTK;
       t.xs[q][c] = (t.xcol[c] != nullptr && k0 + q < s.ke) ? t.xcol[c][k0 + q] : 0.0f;
@@ -167,15 +207,13 @@ __device__ void linear_forward_body(const DeviceView& d, const LinearDesc& l, di
 }
 
 // A dX thread block's share: product p (inner size n: dX's rows), chunk [kb, ke) of m (the
-// reduced dimension), the member and its column tile, row tile r0 of dX (active: r0 < n); the
-// addresses of its two columns' dX; with w_ready, its elements of the W^T slices in registers.
-struct BackwardXShare {
-  uint32_t p, n, kb, ke, r0;
+// reduced dimension), the member's column tile, row tile r0 of dX (active: r0 < n); the
+// addresses of its two columns' dX; its W^T slices.
+struct BackwardXShare : WSlices {
+  uint32_t p, n;
   Columns cs;
-  bool active, w_ready;
-  const float* w;
+  bool active;
   float* dx[2];
-  float wr[kWSteps][kWPerThread];
 };
 
 // dX_p = W_p^T dY. Grid: x = row tiles of max_n, y = members x column tiles, z = products x
@@ -194,9 +232,6 @@ __device__ inline BackwardXShare linear_backward_x_prepare(const DeviceView& d, 
   const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
   const uint32_t member = block.y / tiles;
   s.cs = member_columns(l, member, block.y % tiles);
-  uint32_t v0 = member * l.k;
-  s.w_ready = member_operand(d, op(d, l.w[s.p]), v0, l.k).mode == OperandMode::Param;
-  s.w = value_ptr(d, op(d, l.w[s.p]), member * l.k, l.k);
   const uint32_t tx = threadIdx.x % 16;
 #pragma unroll
   for (uint32_t j = 0; j < 2; ++j) {
@@ -204,17 +239,9 @@ __device__ inline BackwardXShare linear_backward_x_prepare(const DeviceView& d, 
     s.dx[j] = t < s.cs.end ? adjoint_ptr(d, op(d, l.x[s.p]), t / l.cols, l.k) + (t % l.cols) * s.n
                            : nullptr;
   }
-  if (s.w_ready) {
-#pragma unroll
-    for (uint32_t h = 0; h < kWSteps; ++h)
-#pragma unroll
-      for (uint32_t i = 0; i < kWPerThread; ++i) {
-        const uint32_t e = threadIdx.x + i * kLinearThreads;
-        const uint32_t c = e / kTK, q = e % kTK, k = s.kb + h * kTK + q;
-        s.wr[h][i] =
-            (s.r0 + c < s.n && k < s.ke) ? s.w[k + static_cast<uint64_t>(s.r0 + c) * l.m] : 0.0f;
-      }
-  }
+  uint32_t v = member * l.k;
+  const Operand w = member_operand(d, op(d, l.w[s.p]), v, l.k);
+  load_w_slices<true>(s, d, w, v, l.m, s.n);
   return s;
 }
 
@@ -227,15 +254,7 @@ __device__ inline void linear_backward_x_finish(const DeviceView& d, const Linea
   for (uint32_t h = 0; h < kWSteps; ++h) {
     const uint32_t k0 = s.kb + h * kTK;
     if (k0 >= s.ke) break;
-#pragma unroll
-    for (uint32_t i = 0; i < kWPerThread; ++i) {  // ws[q][c] = W[k0 + q, r0 + c]
-      const uint32_t e = threadIdx.x + i * kLinearThreads;
-      const uint32_t c = e / kTK, q = e % kTK;
-      t.ws[q][c] = s.w_ready ? s.wr[h][i]
-                   : (s.r0 + c < s.n && k0 + q < s.ke)
-                       ? s.w[(k0 + q) + static_cast<uint64_t>(s.r0 + c) * l.m]
-                       : 0.0f;
-    }
+    fill_w_tile<true>(s, l.m, s.n, h, t.ws);
     for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
       const uint32_t c = e / kTK, q = e % kTK;
       const uint32_t col = s.cs.begin + c;
@@ -324,7 +343,8 @@ __device__ void linear_backward_w_body(const DeviceView& d, const LinearDesc& l,
 #pragma unroll
     for (uint32_t i = 0; i < 4; ++i) {
       const uint32_t r = r0 + ty * 4 + i;
-      if (r < l.m && acc[i][j] != 0.0f) atomicAdd(dw + r + static_cast<uint64_t>(c) * l.m, acc[i][j]);
+      if (r < l.m && acc[i][j] != 0.0f)
+        atomicAdd(dw + r + static_cast<uint64_t>(c) * l.m, acc[i][j]);
     }
   }
 }
@@ -395,8 +415,9 @@ __host__ __device__ inline uint32_t linear_bias_blocks(const LinearDesc& l) {
   return static_cast<uint32_t>(b < 4096 ? b : 4096);
 }
 
-
-__host__ __device__ inline uint32_t grid_blocks(dim3 g) { return g.x * g.y * g.z; }
+__host__ __device__ inline uint32_t grid_blocks(dim3 g) {
+  return g.x * g.y * g.z;
+}
 
 // A step's backward thread blocks: [0, dX blocks) compute dX, the rest dW (and db); both read
 // only dY, X and W.
