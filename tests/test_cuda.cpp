@@ -23,6 +23,7 @@
 #include "edbatch/models.h"
 #include "edbatch/options.h"
 #include "edbatch/zoo.h"
+#include "kernels/cuda/device.h"
 #include "kernels/op_math.h"
 #include "tests/check.h"
 #include "tests/models.h"
@@ -634,6 +635,69 @@ CUDA_CASE("cuda: a block call's elementwise steps in its GEMM stage = cpu, in fe
     check_same(apart_run, cpu, g);
     CHECK(fused_run.kernels == apart_run.kernels);
     CHECK(fused_run.stages < apart_run.stages);
+  }
+}
+
+// The chunk choice itself (host code, no GPU needed): 32 while doubling would leave fewer thread
+// blocks than asked for, never wider than the inner size needs, and the grid it leaves counted
+// the way the kernels count it.
+TEST_CASE(
+    "cuda: a fused GEMM step's inner chunks widen while its grid keeps the blocks asked for") {
+  cuda::LinearDesc l{};
+  l.count = 128;  // 128 invocations of one member, one column each: 4 column tiles
+  l.k = 128;
+  l.cols = 1;
+  l.m = 500;  // 8 row tiles
+  l.products = 2;
+  l.n[0] = 100;  // 4 chunks of 32, 2 of 64, 1 of 128
+  l.n[1] = 300;  // 10 chunks of 32, 5 of 64, 3 of 128, 2 of 256, 1 of 512
+  l.max_n = 300;
+  cuda::linear_chunk_sizes(l, UINT32_MAX);
+  CHECK(l.kc == 32);
+  CHECK(l.kcx == 32);
+  CHECK(cuda::linear_forward_blocks(l) == 8 * 4 * (4 + 10));
+  CHECK(cuda::linear_backward_x_blocks(l) == 5 * 4 * 2 * 16);  // 5 row tiles of 300, m / 32
+  cuda::linear_chunk_sizes(l, 8 * 4 * (2 + 5));                // 64 keeps exactly that many
+  CHECK(l.kc == 64);
+  cuda::linear_chunk_sizes(l, 1);
+  CHECK(l.kc == 512);  // the first width that covers 300: one chunk per product
+  CHECK(cuda::linear_forward_blocks(l) == 8 * 4 * 2);
+  CHECK(l.kcx == 512);  // covers m = 500
+  CHECK(cuda::linear_backward_x_blocks(l) == 5 * 4 * 2 * 1);
+  cuda::linear_chunk_sizes(l, 8 * 4 * (2 + 5) + 1);  // one more than 64 leaves: stays at 32
+  CHECK(l.kc == 32);
+}
+
+// Fused GEMM steps whose thread blocks take inner chunks of every width: 32 (min blocks above
+// any grid), the widest (one block per tile takes the whole inner dimension: min blocks 1) and
+// widths between; inner sizes and rows that are not multiples of the chunk or the tile (hidden
+// 100: gates of 400 and 500 rows, inner sizes 100 and 200); with the elementwise steps fused
+// into the GEMM stages too.
+CUDA_CASE("cuda: fused GEMM steps over inner chunks of every width = cpu") {
+  for (const std::string name :
+       {"tree_lstm", "double_typed_tree_lstm", "lattice_lstm", "random_dag"}) {
+    CAPTURE(name);
+    ParameterCollection pc(3);
+    const Dataset data = load_dataset(model_data_kind(name), "synthetic:48", 29, 5);
+    ModelOptions o;
+    o.hidden = 100;
+    o.vocab = 29;
+    o.blocks = true;
+    o.seed = 5;
+    const std::unique_ptr<Model> m = make_model(name, pc, data, o);
+    Graph g(pc);
+    const Expr loss = build_model(*m, g);
+    const Run cpu = run_on("cpu", g, loss, "lb-greedy");
+    for (const uint32_t min_blocks : {UINT32_MAX, 1u, 24u, 96u}) {
+      for (const bool epilogue : {false, true}) {
+        CAPTURE(min_blocks);
+        CAPTURE(epilogue);
+        CudaOptions c;
+        c.linear_min_blocks = min_blocks;
+        c.gemm_epilogue = epilogue;
+        check_same(run_on("cuda", g, loss, "lb-greedy", true, c), cpu, g);
+      }
+    }
   }
 }
 

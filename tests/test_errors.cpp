@@ -171,7 +171,9 @@ TEST_CASE("errors: EDBATCH_CUDA_STAGE_WAITS is read as 0, auto or 1, anything el
   CHECK(apply_debug_env(CudaOptions{}).stage_waits == Waits::Auto);
 }
 
-TEST_CASE("errors: EDBATCH_CUDA_CHAIN and EDBATCH_CUDA_LINEAR: their values, empty, and refusals") {
+TEST_CASE(
+    "errors: EDBATCH_CUDA_CHAIN, _LINEAR, _EPILOGUE, _LINEAR_BLOCKS: their values, empty, and "
+    "refusals") {
   using Chain = CudaOptions::Chain;
   const std::pair<const char*, Chain> chains[] = {
       {"0", Chain::None}, {"forward", Chain::Forward}, {"1", Chain::All}, {"all", Chain::All}};
@@ -210,6 +212,17 @@ TEST_CASE("errors: EDBATCH_CUDA_CHAIN and EDBATCH_CUDA_LINEAR: their values, emp
   CHECK_FALSE(apply_debug_env(o).gemm_epilogue);
   unsetenv("EDBATCH_CUDA_EPILOGUE");
   CHECK(apply_debug_env(o).gemm_epilogue);  // unset: the option as it was
+
+  CHECK(CudaOptions{}.linear_min_blocks == 0);
+  setenv("EDBATCH_CUDA_LINEAR_BLOCKS", "7", 1);
+  CHECK(apply_debug_env(CudaOptions{}).linear_min_blocks == 7);
+  for (const char* bad : {"-1", "seven", "7x", "4294967296"}) {
+    setenv("EDBATCH_CUDA_LINEAR_BLOCKS", bad, 1);
+    CHECK(
+        contains(message_of([] { apply_debug_env(CudaOptions{}); }),
+                 std::string("EDBATCH_CUDA_LINEAR_BLOCKS='") + bad + "': expected a whole number"));
+  }
+  unsetenv("EDBATCH_CUDA_LINEAR_BLOCKS");
 }
 
 // max_index returns each column's row as a float, exact up to 2^24. (Its refusal of an empty

@@ -178,7 +178,12 @@ struct CudaOptions {
   // its invocations are done (GEMM -> elementwise fusion). Off by default: measured no faster
   // than a stage of their own on trees and lattices, slower on random DAGs (docs/cuda.md).
   bool gemm_epilogue = false;
-  bool profile = false;           // print kernel counts and device times per pass at exit
+  // A fused GEMM step's thread blocks each take a chunk of the inner dimension; the chunk
+  // (32 at least) doubles while the step's grid keeps at least this many thread blocks, so a big
+  // step runs fewer, longer blocks with fewer atomic partial sums. 0: the device's
+  // multiprocessor count (measured best on an H200: docs/cuda.md, "Inner chunks").
+  uint32_t linear_min_blocks = 0;
+  bool profile = false;  // print kernel counts and device times per pass at exit
   // What a chained launch's stages wait for: the stages whose values they read, so that
   // independent stages overlap (Auto: the passes of graphs scheduled whole; a decoding step's
   // stages form one chain, and the lists of what each batch reads are not made for increments;

@@ -58,6 +58,7 @@ class DeviceQueue {
   cudaStream_t stream() const { return stream_; }
   cudaStream_t own_stream() const { return own_stream_; }
   cublasHandle_t blas() const { return blas_; }
+  uint32_t multiprocessors() const { return multiprocessors_; }
   // Queues all further work on `next`, after everything queued on the current stream.
   void switch_to(cudaStream_t next);
   // Work was queued that the next wait must cover (interop copies count too).
@@ -87,6 +88,7 @@ class DeviceQueue {
   void collect_timings();
 
   ExecCounters& counters_;
+  uint32_t multiprocessors_ = 1;
   cudaStream_t own_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;  // own_stream_, or a caller's (DeviceInterop::use_stream)
   cudaEvent_t switch_ = nullptr;   // orders work across a stream switch

@@ -50,7 +50,7 @@ __device__ inline uint32_t load_acquire(const uint32_t* p) {
   return v;
 }
 __device__ inline void add_release(uint32_t* p) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(p) : "memory");
 }
 __device__ inline unsigned long long global_ns() {
   unsigned long long t;
@@ -158,8 +158,7 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_kernel(DeviceView d, C
       if (st.kind == Stage::LinearForward && st.epilogue != kNoOperand && b >= st.epilogue_first)
         copy_words(&desc.group, c.groups + st.epilogue, sizeof(StepGroup));
       break;
-    default:
-      break;
+    default: break;
   }
   __syncthreads();
   // Before waiting, what reads nothing a pass computes (plan metadata, parameters): a step

@@ -226,6 +226,8 @@ class CudaBackend : public Backend {
     pass.grads = m.grads.as();
     pass.param_offset = m.offset.data();
     pass.fused_linear = options_.fused_linear;
+    pass.linear_min_blocks =
+        options_.linear_min_blocks ? options_.linear_min_blocks : queue_.multiprocessors();
     return pass;
   }
 

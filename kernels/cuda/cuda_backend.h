@@ -203,8 +203,9 @@ namespace edbatch::cuda {
 struct Pass {
   const PlanRef* p = nullptr;
   bool forward = true;
-  uint32_t first_batch = 0;  // forward: the batches run start here (an incremental forward)
-  bool fused_linear = true;  // GEMM steps through the fused kernel where it applies
+  uint32_t first_batch = 0;        // forward: the batches run start here (an incremental forward)
+  bool fused_linear = true;        // GEMM steps through the fused kernel where it applies
+  uint32_t linear_min_blocks = 1;  // linear_chunk_sizes (CudaOptions::linear_min_blocks)
   float* values = nullptr;
   float* adjoints = nullptr;
   float* params = nullptr;

@@ -106,12 +106,41 @@ struct LinearDesc {
   uint32_t products;
   uint32_t w[kMaxProducts], x[kMaxProducts], n[kMaxProducts];  // operand indices, inner sizes
   uint32_t max_n;
-  uint32_t splits;             // dW: column ranges reduced by separate thread blocks
-  uint32_t bias_in_w;          // 1: the dW thread blocks also reduce db (one column per node,
-                               // each member's bias shared by its nodes)
-  uint32_t bias_per_node;      // 1: every node's bias is its own value (a per-row projection
-                               // read as the bias): db = dY, one thread per element
+  uint32_t splits;         // dW: column ranges reduced by separate thread blocks
+  uint32_t bias_in_w;      // 1: the dW thread blocks also reduce db (one column per node,
+                           // each member's bias shared by its nodes)
+  uint32_t bias_per_node;  // 1: every node's bias is its own value (a per-row projection
+                           // read as the bias): db = dY, one thread per element
+  uint32_t kc, kcx;        // inner chunk of a forward / dX thread block (a multiple of
+                           // kLinearChunk): linear_chunk_sizes
 };
+
+// Fused GEMM thread blocks (linear.cuh) own a tile of kLinearTileRows output rows by
+// kLinearTileCols columns of one member and a chunk of the inner dimension; partial sums of the
+// chunks meet in the zeroed output with atomics.
+constexpr uint32_t kLinearTileRows = 64, kLinearTileCols = 32, kLinearChunk = 32;
+EDBATCH_HD inline uint32_t linear_chunks(uint32_t n, uint32_t kc) {
+  return (n + kc - 1) / kc;
+}
+EDBATCH_HD inline uint32_t linear_column_tiles(const LinearDesc& l) {
+  return (l.count / l.k) * ((l.k * l.cols + kLinearTileCols - 1) / kLinearTileCols);
+}
+EDBATCH_HD inline uint32_t linear_forward_blocks(const LinearDesc& l) {
+  uint32_t z = 0;
+  for (uint32_t p = 0; p < l.products; ++p) z += linear_chunks(l.n[p], l.kc);
+  return (l.m + kLinearTileRows - 1) / kLinearTileRows * linear_column_tiles(l) * z;
+}
+EDBATCH_HD inline uint32_t linear_backward_x_blocks(const LinearDesc& l) {
+  return (l.max_n + kLinearTileRows - 1) / kLinearTileRows * linear_column_tiles(l) * l.products *
+         linear_chunks(l.m, l.kcx);
+}
+// Sets kc and kcx: kLinearChunk while a step has few thread blocks (so that a mini-batch of a
+// few columns still spreads over the device), doubled while its grid keeps at least
+// `min_blocks`, so that a big step runs fewer, longer blocks and fewer atomic partial sums.
+void linear_chunk_sizes(LinearDesc& l, uint32_t min_blocks);
+// True when a GEMM step of `macs` multiply-adds runs through the fused kernel in that direction
+// (forward or backward); above it, through cuBLAS.
+bool fused_linear_size(double macs, bool forward);
 // With l2, a second GEMM step that neither reads nor writes what l does runs in the same grid.
 void launch_linear_forward(const DeviceView& d, const LinearDesc& l, const LinearDesc* l2,
                            Stream s);

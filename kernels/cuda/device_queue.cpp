@@ -1,5 +1,6 @@
 // The stream, the cuBLAS handle bound to it, waiting, asynchronous error reporting and the device
 // time of each pass.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,9 @@ DeviceQueue::DeviceQueue(ExecCounters& counters) : counters_(counters) {
   int device = 0;
   cudaMemPool_t pool;
   EDBATCH_CUDA_CHECK(cudaGetDevice(&device));
+  int sms = 1;
+  EDBATCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  multiprocessors_ = static_cast<uint32_t>(std::max(sms, 1));
   EDBATCH_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
   uint64_t keep = UINT64_MAX;
   EDBATCH_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));

@@ -66,9 +66,6 @@ bool step_op(Op op) {
   }
 }
 
-// Multiply-adds above which a GEMM step goes to cuBLAS instead of the fused tiled kernel.
-constexpr double kFusedMacs = 1 << 25;
-
 class Encoder {
  public:
   explicit Encoder(Pass& pass)
@@ -404,7 +401,8 @@ class Encoder {
       ++l.products;
       macs += static_cast<double>(wd.rows) * wd.cols * count * l.cols;
     }
-    if (l.products == 0 || macs > kFusedMacs) return false;
+    if (l.products == 0 || !fused_linear_size(macs, pass_.forward)) return false;
+    linear_chunk_sizes(l, pass_.linear_min_blocks);
     l.splits = std::max(1u, std::min(16u, k * l.cols / 256));
     // db rides along with dW when each member's bias is one vector shared by its nodes.
     l.bias_in_w =

@@ -56,4 +56,27 @@ uint32_t linear_backward_launches(const LinearDesc& l) {
   return separate_bias(l) ? 2 : 1;
 }
 
+void linear_chunk_sizes(LinearDesc& l, uint32_t min_blocks) {
+  l.kc = l.kcx = kLinearChunk;
+  for (;;) {
+    LinearDesc wider = l;
+    wider.kc *= 2;
+    if (l.kc >= l.max_n || linear_forward_blocks(wider) < min_blocks) break;
+    l.kc = wider.kc;
+  }
+  for (;;) {
+    LinearDesc wider = l;
+    wider.kcx *= 2;
+    if (l.kcx >= l.m || linear_backward_x_blocks(wider) < min_blocks) break;
+    l.kcx = wider.kcx;
+  }
+}
+
+// Measured on an H200 (docs/cuda.md, "Inner chunks"), limits from 2^25 to none, hidden 256 and
+// 512, B 128 and 512: the fused backward's dW reduction falls behind cuBLAS sooner than its
+// forward does.
+bool fused_linear_size(double macs, bool forward) {
+  return macs <= (forward ? double(1 << 30) : double(1 << 28));
+}
+
 }  // namespace edbatch::cuda

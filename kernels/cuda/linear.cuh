@@ -10,7 +10,7 @@ namespace edbatch::cuda {
 
 namespace {
 
-constexpr uint32_t kTM = 64, kTN = 32, kTK = 16, kLinearThreads = 256;
+constexpr uint32_t kTM = kLinearTileRows, kTN = kLinearTileCols, kTK = 16, kLinearThreads = 256;
 
 struct Columns {
   uint32_t begin, end;  // batch columns of this tile
@@ -24,9 +24,7 @@ __device__ inline Columns member_columns(const LinearDesc& l, uint32_t member, u
   return Columns{b, min(base + per_member, b + kTN)};
 }
 
-__device__ inline const Operand& op(const DeviceView& d, uint32_t i) {
-  return d.operands[i];
-}
+__device__ inline const Operand& op(const DeviceView& d, uint32_t i) { return d.operands[i]; }
 
 // Block i of a grid g, in row-major order of (x, y, z).
 __device__ inline dim3 block_of(uint32_t i, dim3 g) {
@@ -35,9 +33,8 @@ __device__ inline dim3 block_of(uint32_t i, dim3 g) {
 
 // acc[i][j] += sum_q a[q][ty * 4 + i] * b[q][tx * 2 + j]: one thread's 4 x 2 share of a tile
 // product, from the 16-deep tiles in shared memory.
-__device__ inline void accumulate_tile(const float (&a)[kTK][kTM + 4],
-                                       const float (&b)[kTK][kTN + 1], uint32_t tx, uint32_t ty,
-                                       float (&acc)[4][2]) {
+__device__ inline void accumulate_tile(const float (&a)[kTK][kTM + 4], const float (&b)[kTK][kTN + 1],
+                                       uint32_t tx, uint32_t ty, float (&acc)[4][2]) {
 #pragma unroll
   for (uint32_t q = 0; q < kTK; ++q) {
     const float b0 = b[q][tx * 2], b1 = b[q][tx * 2 + 1];
@@ -50,14 +47,10 @@ __device__ inline void accumulate_tile(const float (&a)[kTK][kTM + 4],
   }
 }
 
-// Inner-dimension chunk of one thread block: the products' inner sizes are split so that even a
-// batch of a few columns spreads over many thread blocks; partial sums meet in the zeroed output
-// with atomics, and the first chunk adds the bias.
-constexpr uint32_t kKC = 32;
-
-__host__ __device__ inline uint32_t chunks(uint32_t n) {
-  return (n + kKC - 1) / kKC;
-}
+// Inner-dimension chunks of kLinearChunk at least (LinearDesc::kc, kcx): the products' inner
+// sizes are split so that even a batch of a few columns spreads over many thread blocks; partial
+// sums meet in the zeroed output with atomics, and the first chunk adds the bias.
+constexpr uint32_t kKC = kLinearChunk;
 
 // Shared memory of a forward or dX thread block: a weight tile, a tile of X (dX: of dY), and
 // the X columns' addresses.
@@ -116,15 +109,50 @@ __device__ inline void load_w_slices(WSlices& s, const DeviceView& d, const Oper
     }
 }
 
-// Tile h of the slices into shared memory, from the registers or (W computed by the pass) from W.
-template <bool kTransposed>
-__device__ inline void fill_w_tile(const WSlices& s, uint32_t m, uint32_t rows, uint32_t h,
-                                   float (&ws)[kTK][kTM + 4]) {
+// acc += the block's W slices (from registers for the first kWSteps tiles when w_ready, else from
+// W) times its X tiles over the chunk [kb, ke), tile by tile: each tile's loads from global memory
+// are issued before the tile before it is multiplied. load_x(c, k): column c's element k (k < ke).
+constexpr uint32_t kXPerThread = kTK * kTN / kLinearThreads;
+static_assert(kWSteps == 2, "the register slices are selected as wr[0] or wr[1]");
+template <bool kTransposed, class LoadX>
+__device__ inline void accumulate_chunk(const WSlices& s, uint32_t m, uint32_t rows, GemmTiles& t,
+                                        LoadX load_x, float (&acc)[4][2]) {
+  const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const uint32_t steps = (s.ke - s.kb + kTK - 1) / kTK;
+  float xn[kXPerThread], wn[kWPerThread];
+  auto load = [&](uint32_t h) {
+    const uint32_t k0 = s.kb + h * kTK;
 #pragma unroll
-  for (uint32_t i = 0; i < kWPerThread; ++i) {
-    uint32_t q, r;
-    w_slot<kTransposed>(i, &q, &r);
-    ws[q][r] = s.w_ready ? s.wr[h][i] : w_value<kTransposed>(s, m, rows, h, q, r);
+    for (uint32_t j = 0; j < kXPerThread; ++j) {
+      const uint32_t e = threadIdx.x + j * kLinearThreads, c = e / kTK, q = e % kTK;
+      xn[j] = k0 + q < s.ke ? load_x(c, k0 + q) : 0.0f;
+    }
+    if (s.w_ready && h < kWSteps) return;
+#pragma unroll
+    for (uint32_t i = 0; i < kWPerThread; ++i) {
+      uint32_t q, r;
+      w_slot<kTransposed>(i, &q, &r);
+      wn[i] = w_value<kTransposed>(s, m, rows, h, q, r);
+    }
+  };
+  if (steps > 0) load(0);
+  for (uint32_t h = 0; h < steps; ++h) {
+    const bool from_registers = s.w_ready && h < kWSteps;
+#pragma unroll
+    for (uint32_t i = 0; i < kWPerThread; ++i) {
+      uint32_t q, r;
+      w_slot<kTransposed>(i, &q, &r);
+      t.ws[q][r] = from_registers ? (h == 0 ? s.wr[0][i] : s.wr[1][i]) : wn[i];
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < kXPerThread; ++j) {
+      const uint32_t e = threadIdx.x + j * kLinearThreads;
+      t.xs[e % kTK][e / kTK] = xn[j];
+    }
+    __syncthreads();
+    if (h + 1 < steps) load(h + 1);
+    accumulate_tile(t.ws, t.xs, tx, ty, acc);
+    __syncthreads();
   }
 }
 
@@ -143,11 +171,11 @@ __device__ inline ForwardShare linear_forward_prepare(const DeviceView& d, const
                                                       dim3 block, GemmTiles& t) {
   ForwardShare s;
   uint32_t p = 0, z = block.z;
-  while (p + 1 < l.products && z >= chunks(l.n[p])) z -= chunks(l.n[p++]);
+  while (p + 1 < l.products && z >= linear_chunks(l.n[p], l.kc)) z -= linear_chunks(l.n[p++], l.kc);
   s.p = p;
   s.n = l.n[p];
-  s.kb = z * kKC;
-  s.ke = min(s.n, s.kb + kKC);
+  s.kb = z * l.kc;
+  s.ke = min(s.n, s.kb + l.kc);
   const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
   s.member = block.y / tiles;
   s.cs = member_columns(l, s.member, block.y % tiles);
@@ -168,19 +196,8 @@ __device__ inline void linear_forward_finish(const DeviceView& d, const LinearDe
                                              const ForwardShare& s, GemmTiles& t) {
   const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-#pragma unroll
-  for (uint32_t h = 0; h < kWSteps; ++h) {
-    const uint32_t k0 = s.kb + h * kTK;
-    if (k0 >= s.ke) break;
-    fill_w_tile<false>(s, l.m, l.m, h, t.ws);
-    for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
-      const uint32_t c = e / kTK, q = e % kTK;
-      t.xs[q][c] = (t.xcol[c] != nullptr && k0 + q < s.ke) ? t.xcol[c][k0 + q] : 0.0f;
-    }
-    __syncthreads();
-    accumulate_tile(t.ws, t.xs, tx, ty, acc);
-    __syncthreads();
-  }
+  accumulate_chunk<false>(
+      s, l.m, l.m, t, [&](uint32_t c, uint32_t k) { return t.xcol[c] ? t.xcol[c][k] : 0.0f; }, acc);
   const bool first_chunk = s.p == 0 && s.kb == 0;
   const bool bias = l.bias != kNoOperand && first_chunk;
 #pragma unroll
@@ -222,10 +239,10 @@ struct BackwardXShare : WSlices {
 __device__ inline BackwardXShare linear_backward_x_prepare(const DeviceView& d, const LinearDesc& l,
                                                            dim3 block) {
   BackwardXShare s;
-  s.p = block.z / chunks(l.m);
+  s.p = block.z / linear_chunks(l.m, l.kcx);
   s.n = l.n[s.p];
-  s.kb = (block.z % chunks(l.m)) * kKC;
-  s.ke = min(l.m, s.kb + kKC);
+  s.kb = (block.z % linear_chunks(l.m, l.kcx)) * l.kcx;
+  s.ke = min(l.m, s.kb + l.kcx);
   s.r0 = block.x * kTM;
   s.active = s.r0 < s.n;
   if (!s.active) return s;
@@ -248,26 +265,18 @@ __device__ inline BackwardXShare linear_backward_x_prepare(const DeviceView& d, 
 __device__ inline void linear_backward_x_finish(const DeviceView& d, const LinearDesc& l,
                                                 const BackwardXShare& s, GemmTiles& t) {
   if (!s.active) return;
-  const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const uint32_t ty = threadIdx.x / 16;
   float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-#pragma unroll
-  for (uint32_t h = 0; h < kWSteps; ++h) {
-    const uint32_t k0 = s.kb + h * kTK;
-    if (k0 >= s.ke) break;
-    fill_w_tile<true>(s, l.m, s.n, h, t.ws);
-    for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
-      const uint32_t c = e / kTK, q = e % kTK;
-      const uint32_t col = s.cs.begin + c;
-      float y = 0.0f;
-      if (col < s.cs.end && k0 + q < s.ke)
-        y = d.adjoints[l.out_offset + static_cast<uint64_t>(col / l.cols) * l.out_size +
-                       (col % l.cols) * l.m + k0 + q];
-      t.xs[q][c] = y;
-    }
-    __syncthreads();
-    accumulate_tile(t.ws, t.xs, tx, ty, acc);
-    __syncthreads();
-  }
+  const float* dy = d.adjoints + l.out_offset;
+  accumulate_chunk<true>(
+      s, l.m, s.n, t,
+      [&](uint32_t c, uint32_t k) {
+        const uint32_t col = s.cs.begin + c;
+        return col < s.cs.end
+                   ? dy[static_cast<uint64_t>(col / l.cols) * l.out_size + (col % l.cols) * l.m + k]
+                   : 0.0f;
+      },
+      acc);
 #pragma unroll
   for (uint32_t j = 0; j < 2; ++j) {
     if (s.dx[j] == nullptr) continue;
@@ -343,8 +352,7 @@ __device__ void linear_backward_w_body(const DeviceView& d, const LinearDesc& l,
 #pragma unroll
     for (uint32_t i = 0; i < 4; ++i) {
       const uint32_t r = r0 + ty * 4 + i;
-      if (r < l.m && acc[i][j] != 0.0f)
-        atomicAdd(dw + r + static_cast<uint64_t>(c) * l.m, acc[i][j]);
+      if (r < l.m && acc[i][j] != 0.0f) atomicAdd(dw + r + static_cast<uint64_t>(c) * l.m, acc[i][j]);
     }
   }
 }
@@ -396,13 +404,13 @@ __host__ __device__ inline dim3 linear_forward_grid(const LinearDesc& l) {
   const uint32_t members = l.count / l.k;
   const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
   dim3 g((l.m + kTM - 1) / kTM, members * tiles, 0);
-  for (uint32_t p = 0; p < l.products; ++p) g.z += chunks(l.n[p]);
+  for (uint32_t p = 0; p < l.products; ++p) g.z += linear_chunks(l.n[p], l.kc);
   return g;
 }
 __host__ __device__ inline dim3 linear_backward_x_grid(const LinearDesc& l) {
   const uint32_t members = l.count / l.k;
   const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
-  return dim3((l.max_n + kTM - 1) / kTM, members * tiles, l.products * chunks(l.m));
+  return dim3((l.max_n + kTM - 1) / kTM, members * tiles, l.products * linear_chunks(l.m, l.kcx));
 }
 __host__ __device__ inline dim3 linear_backward_w_grid(const LinearDesc& l) {
   const uint32_t members = l.count / l.k;
@@ -415,9 +423,8 @@ __host__ __device__ inline uint32_t linear_bias_blocks(const LinearDesc& l) {
   return static_cast<uint32_t>(b < 4096 ? b : 4096);
 }
 
-__host__ __device__ inline uint32_t grid_blocks(dim3 g) {
-  return g.x * g.y * g.z;
-}
+
+__host__ __device__ inline uint32_t grid_blocks(dim3 g) { return g.x * g.y * g.z; }
 
 // A step's backward thread blocks: [0, dX blocks) compute dX, the rest dW (and db); both read
 // only dY, X and W.

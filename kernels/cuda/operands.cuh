@@ -16,14 +16,10 @@ __device__ inline Operand member_operand(const DeviceView& d, Operand o, uint32_
 // Float offset of node v's operand within values/adjoints (or params/grads for Param).
 __device__ inline uint64_t operand_offset(const DeviceView& d, const Operand& o, uint32_t v) {
   switch (o.mode) {
-    case OperandMode::Param:
-      return d.param_offset[o.param];
-    case OperandMode::Shared:
-      return o.offset;
-    case OperandMode::Contiguous:
-      return o.offset + static_cast<uint64_t>(v) * o.stride;
-    default:
-      return d.index[o.index_begin + v];
+    case OperandMode::Param: return d.param_offset[o.param];
+    case OperandMode::Shared: return o.offset;
+    case OperandMode::Contiguous: return o.offset + static_cast<uint64_t>(v) * o.stride;
+    default: return d.index[o.index_begin + v];
   }
 }
 

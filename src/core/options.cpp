@@ -1,5 +1,6 @@
 #include "edbatch/options.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
 #include <stdexcept>
@@ -47,6 +48,14 @@ CudaOptions apply_debug_env(CudaOptions o) {
   choose<Waits>("EDBATCH_CUDA_STAGE_WAITS",
                 {{"0", Waits::InOrder}, {"auto", Waits::Auto}, {"1", Waits::Always}},
                 "0, auto or 1", o.stage_waits);
+  if (const char* v = std::getenv("EDBATCH_CUDA_LINEAR_BLOCKS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(v, &end, 10);
+    if (*end != '\0' || *v == '-' || n > UINT32_MAX)
+      bad_value("EDBATCH_CUDA_LINEAR_BLOCKS", v,
+                "a whole number of thread blocks (0: the device's multiprocessors)");
+    o.linear_min_blocks = static_cast<uint32_t>(n);
+  }
   if (std::getenv("EDBATCH_CUDA_EPILOGUE")) o.gemm_epilogue = env_flag("EDBATCH_CUDA_EPILOGUE");
   if (std::getenv("EDBATCH_CUDA_SYNC")) o.sync_each_launch = env_flag("EDBATCH_CUDA_SYNC");
   if (std::getenv("EDBATCH_CUDA_PROFILE")) o.profile = env_flag("EDBATCH_CUDA_PROFILE");
