@@ -301,7 +301,7 @@ __device__ void linear_backward_x_body(const DeviceView& d, const LinearDesc& l,
 __device__ void linear_backward_w_body(const DeviceView& d, const LinearDesc& l, dim3 block) {
   __shared__ float ys[kTK][kTM + 4];  // ys[q][r] = dY[r0 + r, column t0 + q]
   __shared__ float xs[kTK][kTN + 1];  // xs[q][j] = X[j0 + j, column t0 + q]
-  __shared__ const float* xcol[kTK];
+  __shared__ const float* xcol[2][kTK];  // the column addresses of two steps, in turn
   const uint32_t members = l.count / l.k;
   const uint32_t split = block.z % l.splits, pm = block.z / l.splits;
   const uint32_t p = pm / members, member = pm % members, n = l.n[p];
@@ -311,31 +311,56 @@ __device__ void linear_backward_w_body(const DeviceView& d, const LinearDesc& l,
   const uint32_t chunk = (per_member + l.splits - 1) / l.splits;
   const uint32_t t_begin = member * per_member + split * chunk;
   const uint32_t t_end = min(member * per_member + per_member, t_begin + chunk);
+  const uint32_t steps = t_end > t_begin ? (t_end - t_begin + kTK - 1) / kTK : 0;
   const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const bool bias = l.bias_in_w && p == 0 && block.y == 0;
+  // Step h covers columns [t_begin + h kTK, + kTK): its column addresses (threads < kTK, into
+  // xcol[h % 2]) two steps ahead, its dY and X elements one step ahead, in registers.
+  auto column = [&](uint32_t h) -> const float* {
+    const uint32_t t = t_begin + h * kTK + threadIdx.x;
+    return t < t_end ? value_ptr(d, op(d, l.x[p]), t / l.cols, l.k) + (t % l.cols) * n : nullptr;
+  };
+  constexpr uint32_t kYPerThread = kTK * kTM / kLinearThreads;
+  float yn[kYPerThread], xn[kXPerThread];
+  auto load = [&](uint32_t h) {
+    const uint32_t t0 = t_begin + h * kTK;
+#pragma unroll
+    for (uint32_t i = 0; i < kYPerThread; ++i) {
+      const uint32_t e = threadIdx.x + i * kLinearThreads, q = e / kTM, r = e % kTM, t = t0 + q;
+      yn[i] = t < t_end && r0 + r < l.m
+                  ? d.adjoints[l.out_offset + static_cast<uint64_t>(t / l.cols) * l.out_size +
+                               (t % l.cols) * l.m + r0 + r]
+                  : 0.0f;
+    }
+#pragma unroll
+    for (uint32_t i = 0; i < kXPerThread; ++i) {
+      const uint32_t e = threadIdx.x + i * kLinearThreads, q = e / kTN, j = e % kTN;
+      const float* c = xcol[h % 2][q];
+      xn[i] = c != nullptr && j0 + j < n ? c[j0 + j] : 0.0f;
+    }
+  };
   float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
   float db = 0.0f;
-  for (uint32_t t0 = t_begin; t0 < t_end; t0 += kTK) {
-    if (threadIdx.x < kTK) {
-      const uint32_t t = t0 + threadIdx.x;
-      xcol[threadIdx.x] =
-          t < t_end ? value_ptr(d, op(d, l.x[p]), t / l.cols, l.k) + (t % l.cols) * n : nullptr;
-    }
+  if (steps > 0) {
+    if (threadIdx.x < kTK) xcol[0][threadIdx.x] = column(0);
     __syncthreads();
-    for (uint32_t e = threadIdx.x; e < kTK * kTM; e += kLinearThreads) {
-      const uint32_t q = e / kTM, r = e % kTM;
-      const uint32_t t = t0 + q;
-      float y = 0.0f;
-      if (t < t_end && r0 + r < l.m)
-        y = d.adjoints[l.out_offset + static_cast<uint64_t>(t / l.cols) * l.out_size +
-                       (t % l.cols) * l.m + r0 + r];
-      ys[q][r] = y;
+    load(0);
+    if (threadIdx.x < kTK && steps > 1) xcol[1][threadIdx.x] = column(1);
+  }
+  for (uint32_t h = 0; h < steps; ++h) {
+#pragma unroll
+    for (uint32_t i = 0; i < kYPerThread; ++i) {
+      const uint32_t e = threadIdx.x + i * kLinearThreads;
+      ys[e / kTM][e % kTM] = yn[i];
     }
-    for (uint32_t e = threadIdx.x; e < kTK * kTN; e += kLinearThreads) {
-      const uint32_t q = e / kTN, j = e % kTN;
-      xs[q][j] = (xcol[q] != nullptr && j0 + j < n) ? xcol[q][j0 + j] : 0.0f;
+#pragma unroll
+    for (uint32_t i = 0; i < kXPerThread; ++i) {
+      const uint32_t e = threadIdx.x + i * kLinearThreads;
+      xs[e / kTN][e % kTN] = xn[i];
     }
-    __syncthreads();
+    __syncthreads();  // also: xcol[(h + 1) % 2] is complete, xcol[h % 2] is read no more
+    if (h + 1 < steps) load(h + 1);
+    if (threadIdx.x < kTK && h + 2 < steps) xcol[h % 2][threadIdx.x] = column(h + 2);
     accumulate_tile(ys, xs, tx, ty, acc);
     if (bias && threadIdx.x < kTM)
 #pragma unroll
