@@ -60,9 +60,9 @@ struct GemmTiles {
   const float* xcol[kTN];
 };
 
-// A thread block's W slices (kKC deep: two tiles of kTK) for its inner chunk [kb, ke) and its
-// row tile r0 (forward: rows of W; dX: rows of W^T, i.e. columns of W). With w_ready (W is a
-// parameter) this thread's elements are loaded into registers before the block waits.
+// A thread block's W slices for its inner chunk [kb, ke) and its row tile r0 (forward: rows of
+// W; dX: rows of W^T, i.e. columns of W). With w_ready (W is a parameter) this thread's elements
+// of the chunk's first kKC (two tiles of kTK) are loaded into registers before the block waits.
 constexpr uint32_t kWSteps = kKC / kTK, kWPerThread = kTK * kTM / kLinearThreads;
 struct WSlices {
   const float* w;
