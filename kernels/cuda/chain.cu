@@ -285,11 +285,7 @@ uint32_t stage_blocks(const Stage& s, const StepGroup* groups, const LinearDesc*
     case Stage::LinearForward: {
       uint32_t n = grid_blocks(linear_forward_grid(linears[s.index]));
       if (s.index2 != kNoOperand) n += grid_blocks(linear_forward_grid(linears[s.index2]));
-      if (s.epilogue != kNoOperand) {
-        const StepGroup& g = groups[s.epilogue];
-        n += (g.k + g.chunk - 1) / g.chunk;
-      }
-      return n;
+      return n;  // a fused group's blocks are added by LaunchPlan::plan when it joins the stage
     }
     case Stage::LinearBackward:
     case Stage::LinearBackwardX:

@@ -192,7 +192,8 @@ struct Stage {
   uint32_t epilogue_first = 0;
 };
 // Thread blocks a stage needs: those of the launches it replaces (its own launch would have).
-// lookup_blocks: the pass's lookup_starts total.
+// lookup_blocks: the pass's lookup_starts total. A fused stage's group (Stage::epilogue) is not
+// counted: LaunchPlan::plan adds its blocks when the group joins the stage.
 uint32_t stage_blocks(const Stage& s, const StepGroup* groups, const LinearDesc* linears,
                       uint32_t lookup_blocks);
 // Counters a chained launch uses (zeroed before it runs): a ticket, then one per stage, each on
