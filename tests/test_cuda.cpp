@@ -6,6 +6,8 @@
 #include <unistd.h>
 #ifdef EDBATCH_TEST_CUDA_RUNTIME
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/device.h"
 #endif
 
 #include <algorithm>
@@ -23,7 +25,6 @@
 #include "edbatch/models.h"
 #include "edbatch/options.h"
 #include "edbatch/zoo.h"
-#include "kernels/cuda/device.h"
 #include "kernels/op_math.h"
 #include "tests/check.h"
 #include "tests/models.h"
@@ -638,6 +639,7 @@ CUDA_CASE("cuda: a block call's elementwise steps in its GEMM stage = cpu, in fe
   }
 }
 
+#ifdef EDBATCH_TEST_CUDA_RUNTIME  // the chunk choice is CUDA backend code
 // The chunk choice itself (host code, no GPU needed): 32 while doubling would leave fewer thread
 // blocks than asked for, never wider than the inner size needs, and the grid it leaves counted
 // the way the kernels count it.
@@ -667,6 +669,7 @@ TEST_CASE(
   cuda::linear_chunk_sizes(l, 8 * 4 * (2 + 5) + 1);  // one more than 64 leaves: stays at 32
   CHECK(l.kc == 32);
 }
+#endif
 
 // Fused GEMM steps whose thread blocks take inner chunks of every width: 32 (min blocks above
 // any grid), the widest (one block per tile takes the whole inner dimension: min blocks 1) and
