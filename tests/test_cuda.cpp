@@ -324,6 +324,28 @@ Expr build_model(Model& m, Graph& g) {
   return sum_losses(losses);
 }
 
+// A zoo model through blocks over synthetic data (`data_spec`, words folded to `vocab`, drawn
+// with `data_seed`), a collection seeded 3 and model options seeded `seed`, and its graph with the
+// summed loss.
+struct BlockModel {
+  BlockModel(const std::string& name, const char* data_spec, uint32_t vocab, uint64_t data_seed,
+             uint32_t hidden, uint64_t seed)
+      : data(load_dataset(model_data_kind(name), data_spec, vocab, data_seed)) {
+    ModelOptions o;
+    o.hidden = hidden;
+    o.vocab = vocab;
+    o.blocks = true;
+    o.seed = seed;
+    m = make_model(name, pc, data, o);
+    loss = build_model(*m, g);
+  }
+  ParameterCollection pc{3};
+  Dataset data;
+  std::unique_ptr<Model> m;
+  Graph g{pc};
+  Expr loss;
+};
+
 // One zoo model (hidden 6, through blocks) twice, over collections of one seed (so the same
 // initial weights): a copy to train on the CPU and a copy to train on the GPU.
 struct Twins {
@@ -565,16 +587,9 @@ CUDA_CASE("cuda: chained stages waiting for the one before, or always for their 
 // Chained, the stages wait for the stages they read from (a level's loss head runs beside the
 // next level's cell), or each for the one before it.
 CUDA_CASE("cuda: chained launches of more thread blocks than the GPU holds = cpu") {
-  ParameterCollection pc(3);
-  const Dataset data = load_dataset(model_data_kind("tree_lstm"), "synthetic:64", 23, 7);
-  ModelOptions o;
-  o.hidden = 96;
-  o.vocab = 23;
-  o.blocks = true;
-  o.seed = 3;
-  const std::unique_ptr<Model> m = make_model("tree_lstm", pc, data, o);
-  Graph g(pc);
-  const Expr loss = build_model(*m, g);
+  BlockModel bm("tree_lstm", "synthetic:64", 23, 7, 96, 3);
+  Graph& g = bm.g;
+  const Expr loss = bm.loss;
   const Run cpu = run_on("cpu", g, loss, "agenda");
   uint64_t in_order_stages = 0, waits_stages = 0;
   for (const char* mode : {"in order", "waits", "auto", "unchained"}) {
@@ -617,16 +632,9 @@ CUDA_CASE("cuda: a block call's elementwise steps in its GEMM stage = cpu, in fe
   for (const std::string name :
        {"tree_lstm", "double_typed_tree_lstm", "tree_gru", "lattice_lstm", "random_dag"}) {
     CAPTURE(name);
-    ParameterCollection pc(3);
-    const Dataset data = load_dataset(model_data_kind(name), "synthetic:64", 23, 7);
-    ModelOptions o;
-    o.hidden = 96;
-    o.vocab = 23;
-    o.blocks = true;
-    o.seed = 3;
-    const std::unique_ptr<Model> m = make_model(name, pc, data, o);
-    Graph g(pc);
-    const Expr loss = build_model(*m, g);
+    BlockModel bm(name, "synthetic:64", 23, 7, 96, 3);
+    Graph& g = bm.g;
+    const Expr loss = bm.loss;
     const Run cpu = run_on("cpu", g, loss, "lb-greedy");
     CudaOptions fused;
     fused.gemm_epilogue = true;
@@ -680,16 +688,9 @@ CUDA_CASE("cuda: fused GEMM steps over inner chunks of every width = cpu") {
   for (const std::string name :
        {"tree_lstm", "double_typed_tree_lstm", "lattice_lstm", "random_dag"}) {
     CAPTURE(name);
-    ParameterCollection pc(3);
-    const Dataset data = load_dataset(model_data_kind(name), "synthetic:48", 29, 5);
-    ModelOptions o;
-    o.hidden = 100;
-    o.vocab = 29;
-    o.blocks = true;
-    o.seed = 5;
-    const std::unique_ptr<Model> m = make_model(name, pc, data, o);
-    Graph g(pc);
-    const Expr loss = build_model(*m, g);
+    BlockModel bm(name, "synthetic:48", 29, 5, 100, 5);
+    Graph& g = bm.g;
+    const Expr loss = bm.loss;
     const Run cpu = run_on("cpu", g, loss, "lb-greedy");
     for (const uint32_t min_blocks : {UINT32_MAX, 1u, 24u, 96u}) {
       for (const bool epilogue : {false, true}) {
