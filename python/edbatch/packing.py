@@ -124,7 +124,12 @@ class _Builder:
         self.f["labels"].append(label)
         return len(self.f["node_inputs"]) - 1
 
-    def end_instance(self):
+    def end_instance(self, packer, name, i):
+        """Closes instance i; an instance without nodes is refused here, naming it, rather than
+        when a module runs the batch."""
+        if len(self.f["node_inputs"]) == self.f["instance_offsets"][-1]:
+            raise ValueError(f"{packer}: {name} {i} has no nodes (every instance needs at least "
+                             f"one: leave empty ones out of the data set)")
         self.f["instance_offsets"].append(len(self.f["node_inputs"]))
 
     def build(self):
@@ -198,7 +203,7 @@ def pack_trees(trees, labels=None, edge_inputs=None):
         if labels is not None and len(labels[i]) != len(ids):
             raise ValueError(f"pack_trees: tree {i} has {len(ids)} nodes but "
                              f"{len(labels[i])} labels")
-        b.end_instance()
+        b.end_instance("pack_trees", "tree", i)
     return b.build()
 
 
@@ -209,31 +214,49 @@ def parse_sst(line, vocab, add=True, unk=0):
     tokens = line.replace("(", " ( ").replace(")", " ) ").split()
     pos = 0
 
+    def token(what):
+        if pos >= len(tokens):
+            raise ValueError(f"the line ends where {what} should be (unbalanced parentheses)")
+        return tokens[pos]
+
     def parse():
         nonlocal pos
-        if tokens[pos] != "(":
-            raise ValueError(f"parse_sst: expected '(' at token {pos} of {line!r}")
-        label = int(tokens[pos + 1])
-        pos += 2
-        if tokens[pos] != "(":
+        if token("'('") != "(":
+            raise ValueError(f"expected '(' at token {pos}, got {tokens[pos]!r}")
+        pos += 1
+        try:
+            label = int(token("a label"))
+        except ValueError:
+            raise ValueError(f"expected an integer label at token {pos}, got {tokens[pos]!r}")
+        pos += 1
+        if token("a word or '('") != "(":
             word = tokens[pos]
-            pos += 2  # the word and ')'
+            if word == ")":
+                raise ValueError(f"node at token {pos - 2} has neither a word nor children")
+            pos += 1
+            if token("')'") != ")":
+                raise ValueError(f"expected ')' after the word {word!r}, got {tokens[pos]!r}")
+            pos += 1
             if word not in vocab:
                 if not add:
                     return unk, [label]
                 vocab[word] = len(vocab)
             return vocab[word], [label]
         children, labels = [], []
-        while tokens[pos] == "(":
+        while token("')'") == "(":
             t, l = parse()
             children.append(t)
             labels += l
+        if tokens[pos] != ")":
+            raise ValueError(f"expected ')' or '(' at token {pos}, got {tokens[pos]!r}")
         pos += 1
         return tuple(children), labels + [label]
 
     try:
         tree, labels = parse()
-    except (IndexError, ValueError) as e:
+        if pos < len(tokens):
+            raise ValueError(f"text after the tree at token {pos}: {tokens[pos]!r}")
+    except ValueError as e:
         raise ValueError(f"parse_sst: malformed line {line.strip()!r}: {e}") from None
     return tree, labels
 
@@ -285,7 +308,7 @@ def pack_lattices(records):
                 kind = 0 if j == k - 1 else 1
                 triples.append((base + j, kind, b.row(vocab_id, kind)))
             b.node(label=tags[k], arcs=triples)
-        b.end_instance()
+        b.end_instance("pack_lattices", "lattice", i)
     return b.build()
 
 
@@ -317,7 +340,7 @@ def pack_dags(records):
                     raise ValueError(f"pack_dags: DAG {i}: arc into state {k} comes from {j}")
             b.node(input_row=b.row(w), node_type=t, label=labels[k],
                    arcs=[(base + j, a, -1) for j, a in arcs])
-        b.end_instance()
+        b.end_instance("pack_dags", "DAG", i)
     return b.build()
 
 
@@ -397,9 +420,25 @@ def pack_edges(instances, edge_inputs=None, return_order=False):
             arc_row = row if edge_inputs == "target" else -1
             b.node(input_row=row, node_type=kinds[k], label=labels[k],
                    arcs=[(position[j], kind, arc_row) for j, kind in preds[k]])
-        b.end_instance()
+        b.end_instance("pack_edges", "instance", i)
         orders.append(position)
     return (b.build(), orders) if return_order else b.build()
+
+
+def _instance_kind(x):
+    """What collate packs x as, in words (one kind per batch)."""
+    if isinstance(x, Packed):
+        return "a Packed"
+    if isinstance(x, dict) and "num_nodes" in x:
+        return "an edge list"
+    if isinstance(x, dict) and "types" in x:
+        return "a DAG record"
+    if isinstance(x, dict) and "arcs" in x:
+        return "a lattice record"
+    if isinstance(x, str):
+        raise TypeError("collate: parse SST lines in the dataset (parse_sst needs the "
+                        "vocabulary) and give (tree, labels) pairs")
+    return "a (tree, labels) pair" if _is_labelled(x) else "a tree"
 
 
 def collate(instances):
@@ -408,23 +447,16 @@ def collate(instances):
     "types" (pack_dags), trees (pack_trees), or (tree, labels) pairs."""
     if not instances:
         return _Builder().build()
-    first = instances[0]
-    if isinstance(first, Packed):
-        return concat_packed(instances)
-    if isinstance(first, dict) and "num_nodes" in first:
-        return pack_edges(instances)
-    if isinstance(first, dict) and "types" in first:
-        return pack_dags(instances)
-    if isinstance(first, dict) and "arcs" in first:
-        return pack_lattices(instances)
-    if isinstance(first, str):
-        raise TypeError("collate: parse SST lines in the dataset (parse_sst needs the "
-                        "vocabulary) and give (tree, labels) pairs")
-    if _is_labelled(first):
-        if not all(_is_labelled(t) for t in instances):
-            raise TypeError("collate: mixed labelled and unlabelled trees")
-        return pack_trees([t for t, _ in instances], [list(l) for _, l in instances])
-    return pack_trees(list(instances))
+    kinds = [_instance_kind(x) for x in instances]
+    for i, k in enumerate(kinds):
+        if k != kinds[0]:
+            raise TypeError(f"collate: instance {i} is {k} but instance 0 is {kinds[0]}: "
+                            f"a batch holds instances of one kind")
+    packer = {"a Packed": concat_packed, "an edge list": pack_edges, "a DAG record": pack_dags,
+              "a lattice record": pack_lattices, "a tree": pack_trees}.get(kinds[0])
+    if packer is not None:
+        return packer(list(instances))
+    return pack_trees([t for t, _ in instances], [list(l) for _, l in instances])
 
 
 def _is_labelled(t):

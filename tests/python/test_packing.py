@@ -121,3 +121,27 @@ def test_kinds_follow_the_type_tensors():
     assert q.kinds() == (5, 1)
     q.node_types.zero_()
     assert q.kinds() == (1, 1) and p.kinds() == (5, 1)
+
+
+def test_empty_instances_mixed_batches_and_malformed_lines_are_refused_by_name():
+    with pytest.raises(ValueError, match="pack_edges: instance 1 has no nodes"):
+        edbatch.pack_edges([{"num_nodes": 2, "edges": [(0, 1)]}, {"num_nodes": 0}])
+    with pytest.raises(ValueError, match="pack_lattices: lattice 0 has no nodes"):
+        edbatch.pack_lattices([{"arcs": [], "tags": []}])
+    with pytest.raises(ValueError, match="pack_dags: DAG 0 has no nodes"):
+        edbatch.pack_dags([{"types": [], "inputs": [], "arcs": []}])
+    with pytest.raises(TypeError, match="instance 2 is a lattice record but instance 0 is an "
+                                        "edge list"):
+        edbatch.collate([{"num_nodes": 1}, {"num_nodes": 1}, {"arcs": [[]], "tags": [0]}])
+    with pytest.raises(TypeError, match=r"instance 1 is a tree but instance 0 is a \(tree, "
+                                        r"labels\) pair"):
+        edbatch.collate([(((1, 2), 3), [0, 1, 2, 3, 4]), 4])
+    for line, why in [("(3 (2 a)", "ends where .* should be \\(unbalanced parentheses"),
+                      ("(3 (2 a)))", "text after the tree at token 7"),
+                      ("(x a)", "integer label at token 1, got 'x'"),
+                      ("(3 )", "neither a word nor children"),
+                      ("(3 a b)", "'\\)' after the word 'a', got 'b'"),
+                      ("(3 (2 a) b)", "'\\)' or '\\(' at token 6, got 'b'")]:
+        with pytest.raises(ValueError, match=f"parse_sst: malformed line .*{why}"):
+            edbatch.parse_sst(line, {})
+    assert edbatch.parse_sst("(3 (2 a) (1 (0 b) (4 c)))", {}) == ((0, (1, 2)), [2, 0, 4, 1, 3])
