@@ -122,17 +122,28 @@ constexpr uint32_t kLinearTileRows = 64, kLinearTileCols = 32, kLinearChunk = 32
 EDBATCH_HD inline uint32_t linear_chunks(uint32_t n, uint32_t kc) {
   return (n + kc - 1) / kc;
 }
+EDBATCH_HD inline uint32_t linear_row_tiles(uint32_t rows) {
+  return (rows + kLinearTileRows - 1) / kLinearTileRows;
+}
 EDBATCH_HD inline uint32_t linear_column_tiles(const LinearDesc& l) {
   return (l.count / l.k) * ((l.k * l.cols + kLinearTileCols - 1) / kLinearTileCols);
 }
-EDBATCH_HD inline uint32_t linear_forward_blocks(const LinearDesc& l) {
+// The inner-dimension chunks of a forward step (over every product) and of its dX (over W's
+// rows, per product).
+EDBATCH_HD inline uint32_t linear_forward_chunks(const LinearDesc& l) {
   uint32_t z = 0;
   for (uint32_t p = 0; p < l.products; ++p) z += linear_chunks(l.n[p], l.kc);
-  return (l.m + kLinearTileRows - 1) / kLinearTileRows * linear_column_tiles(l) * z;
+  return z;
+}
+EDBATCH_HD inline uint32_t linear_backward_x_chunks(const LinearDesc& l) {
+  return l.products * linear_chunks(l.m, l.kcx);
+}
+// Thread blocks of a step's forward and of its dX (the grids of linear.cuh, counted).
+EDBATCH_HD inline uint32_t linear_forward_blocks(const LinearDesc& l) {
+  return linear_row_tiles(l.m) * linear_column_tiles(l) * linear_forward_chunks(l);
 }
 EDBATCH_HD inline uint32_t linear_backward_x_blocks(const LinearDesc& l) {
-  return (l.max_n + kLinearTileRows - 1) / kLinearTileRows * linear_column_tiles(l) * l.products *
-         linear_chunks(l.m, l.kcx);
+  return linear_row_tiles(l.max_n) * linear_column_tiles(l) * linear_backward_x_chunks(l);
 }
 // Sets kc and kcx: kLinearChunk while a step has few thread blocks (so that a mini-batch of a
 // few columns still spreads over the device), doubled while its grid keeps at least

@@ -426,16 +426,10 @@ __device__ void linear_bias_body(const DeviceView& d, const LinearDesc& l, uint3
 
 // Thread blocks of each launch, as a grid.
 __host__ __device__ inline dim3 linear_forward_grid(const LinearDesc& l) {
-  const uint32_t members = l.count / l.k;
-  const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
-  dim3 g((l.m + kTM - 1) / kTM, members * tiles, 0);
-  for (uint32_t p = 0; p < l.products; ++p) g.z += linear_chunks(l.n[p], l.kc);
-  return g;
+  return dim3(linear_row_tiles(l.m), linear_column_tiles(l), linear_forward_chunks(l));
 }
 __host__ __device__ inline dim3 linear_backward_x_grid(const LinearDesc& l) {
-  const uint32_t members = l.count / l.k;
-  const uint32_t tiles = (l.k * l.cols + kTN - 1) / kTN;
-  return dim3((l.max_n + kTM - 1) / kTM, members * tiles, l.products * linear_chunks(l.m, l.kcx));
+  return dim3(linear_row_tiles(l.max_n), linear_column_tiles(l), linear_backward_x_chunks(l));
 }
 __host__ __device__ inline dim3 linear_backward_w_grid(const LinearDesc& l) {
   const uint32_t members = l.count / l.k;
