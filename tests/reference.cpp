@@ -201,6 +201,16 @@ void Reference::run_forward(const Graph& g, const Env& env, Values& vals,
       case Op::Dropout:
         for (uint32_t i = 0; i < y.size(); ++i) y[i] = x(0)[i] * dropout_factor(nd, aux2, i);
         break;
+      case Op::ColumnSum: {
+        const uint32_t in_rows = g.node(a[0]).dim.rows;
+        for (uint32_t c = 0; c < C; ++c)
+          for (uint32_t r = 0; r < in_rows; ++r) y[c] += x(0)[c * in_rows + r];
+        break;
+      }
+      case Op::Broadcast:
+        for (uint32_t c = 0; c < C; ++c)
+          for (uint32_t r = 0; r < R; ++r) y[c * R + r] = x(0)[c];
+        break;
       case Op::MaxIndex: {
         const uint32_t in_rows = g.node(a[0]).dim.rows;
         for (uint32_t c = 0; c < C; ++c) {
@@ -359,6 +369,16 @@ void Reference::run_backward(const Graph& g, const Env& env, const Values& vals,
         break;
       case Op::Dropout:
         for (size_t i = 0; i < dy.size(); ++i) dx(0)[i] += dy[i] * dropout_factor(nd, aux2, i);
+        break;
+      case Op::ColumnSum: {
+        const uint32_t in_rows = g.node(a[0]).dim.rows;
+        for (uint32_t c = 0; c < C; ++c)
+          for (uint32_t r = 0; r < in_rows; ++r) dx(0)[c * in_rows + r] += dy[c];
+        break;
+      }
+      case Op::Broadcast:
+        for (uint32_t c = 0; c < C; ++c)
+          for (uint32_t r = 0; r < R; ++r) dx(0)[c] += dy[c * R + r];
         break;
       case Op::MaxIndex: {
         const uint32_t in_rows = g.node(a[0]).dim.rows;

@@ -294,6 +294,12 @@ const std::vector<OpCase> kOps = {
     {"max_index of short columns, after log_softmax",
      {Dim{5, 2}},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return max_index(log_softmax(a[0])); }},
+    // Columns shorter and longer than a warp; the sum broadcast back over other rows.
+    {"column_sum, broadcast",
+     {Dim{77, 3}, Dim{5, 3}},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return cmult(a[1], broadcast_rows(column_sum(a[0]) + column_sum(a[1]), 5));
+     }},
 };
 
 std::unique_ptr<Model> zoo_model(const std::string& name, ParameterCollection& pc, Dataset& data,

@@ -53,7 +53,7 @@ TEST_CASE("errors: shape mismatches name the op, node and shapes") {
   CHECK_THROWS_AS(affine({x4, x4}), std::invalid_argument);
 }
 
-TEST_CASE("errors: arguments of slices, layer norm, dropout, average and maximum") {
+TEST_CASE("errors: arguments of slices, layer norm, dropout, broadcasts, average and maximum") {
   ParameterCollection pc;
   Graph g(pc);
   const Expr x = input(g, Dim{5, 2}, std::vector<float>(10, 1.0f));
@@ -73,6 +73,12 @@ TEST_CASE("errors: arguments of slices, layer norm, dropout, average and maximum
   CHECK(contains(m, "[layer_norm] node "));
   CHECK(contains(m, "eps = -1e-05 for 5x2"));
   CHECK_NOTHROW(layer_norm(input(g, 2.0f), 1e-5f));  // one row: variance 0
+  m = message_of([&] { broadcast_rows(x, 4); });
+  CHECK(contains(m, "[broadcast] node "));
+  CHECK(contains(m, "broadcasts 5x2 to 4 rows: needs one row"));
+  CHECK(contains(message_of([&] { broadcast_rows(column_sum(x), 0); }), "1x2 to 0 rows"));
+  CHECK(g.node(broadcast_rows(column_sum(x), 4).id).dim == Dim{4, 2});
+  CHECK(g.node(column_sum(x).id).dim == Dim{1, 2});
   m = message_of([&] { average({v, x}); });
   CHECK(contains(m, "[average] node "));
   CHECK(contains(m, "argument 2 has shape 5x2 but argument 1 has shape 5"));

@@ -540,6 +540,26 @@ std::vector<OpCase> row_cases() {
        [](Builder&, const Args& a, uint32_t i, Dim) {
          return dropout(a[0], 0.3f, math::dropout_key(11, i, 0));
        }},
+      {"column_sum",
+       {{1, 1}, {7, 1}, {13, 3}, {129, 1}, {37, 2}},
+       one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return column_sum(a[0]); }},
+      {"broadcast",
+       {{1, 1}, {1, 3}, {1, 2}},
+       one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return broadcast_rows(a[0], 13); }},
+      {"broadcast to one row",
+       {{1, 1}, {1, 2}},
+       one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return broadcast_rows(a[0], 1); }},
+      // x * (sum of x's rows), each column: a feature reduction that combines with the features
+      // again, as a cell's x * x.sum(-1, keepdim=True) does.
+      {"x times its broadcast column sum",
+       {{1, 1}, {7, 1}, {13, 3}, {37, 2}},
+       one,
+       [](Builder&, const Args& a, uint32_t, Dim s) {
+         return cmult(a[0], broadcast_rows(column_sum(a[0]), s.rows));
+       }},
   };
 }
 
@@ -569,7 +589,9 @@ TEST_CASE("ops: average and maximum (fixed and ragged arity)") {
   run_cases(variadic_cases());
 }
 
-TEST_CASE("ops: slice_rows, softmax, log_softmax, layer_norm, max_index, dropout") {
+TEST_CASE(
+    "ops: slice_rows, softmax, log_softmax, layer_norm, max_index, dropout, column_sum, "
+    "broadcast") {
   run_cases(row_cases());
 }
 

@@ -145,6 +145,11 @@ Expr log_softmax(const Expr& x);
 // are passed over (all NaN: row 0 and its NaN), as argmax(Tensor) does. The gradient reaches the
 // maximal entry through row 0; the row index has none.
 Expr max_index(const Expr& x);
+// Per column: the sum of its rows (1 x cols); its gradient reaches every row. With
+// broadcast_rows, a reduction over the features that combines with them again (PyTorch's
+// x.sum(-1, keepdim=True) * y): broadcast_rows(s, n) repeats each column's single row n times.
+Expr column_sum(const Expr& x);
+Expr broadcast_rows(const Expr& x, uint32_t rows);
 // Training-mode dropout: entry i is kept and scaled by 1 / (1 - p) when
 // dropout_hash(key, i) >= p * 2^32 (kernels/op_math.h, docs/programs.md), else 0. p in [0, 1).
 Expr dropout(const Expr& x, float p, uint32_t key);

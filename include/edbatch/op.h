@@ -40,10 +40,12 @@ enum class Op : uint8_t {
   LogSoftmax,         // over each column's rows
   LayerNorm,          // per column (x - mean) / sqrt(var + alpha), var biased
   Dropout,            // entry i times 1/(1-alpha) if dropout_hash(aux2, i) >= alpha * 2^32, else 0
-  MaxIndex,  // per column: its largest value and that value's first row (a float): 2 x cols
-  Call,      // an invocation of a block (aux: block id, aux2: its integers in Graph::ints())
-  Output,    // output `aux` of the Call that is its only argument: a view, never scheduled
-  Reshape,   // its argument's values under another shape of the same size: a view
+  MaxIndex,   // per column: its largest value and that value's first row (a float): 2 x cols
+  ColumnSum,  // per column: the sum of its rows: 1 x cols
+  Broadcast,  // a 1 x cols argument with each column's value repeated over the output's rows
+  Call,       // an invocation of a block (aux: block id, aux2: its integers in Graph::ints())
+  Output,     // output `aux` of the Call that is its only argument: a view, never scheduled
+  Reshape,    // its argument's values under another shape of the same size: a view
   Count
 };
 
@@ -100,6 +102,8 @@ inline constexpr OpInfo kOpInfo[] = {
     {"layer_norm", 1, 1, BatchRule::Exact, true},
     {"dropout", 1, 1, BatchRule::Exact, true},
     {"max_index", 1, 1, BatchRule::Exact, true},
+    {"column_sum", 1, 1, BatchRule::Exact, true},
+    {"broadcast", 1, 1, BatchRule::Exact, true},
     {"call", 0, -1, BatchRule::Exact, false},
     {"output", 1, 1, BatchRule::View, false},
     {"reshape", 1, 1, BatchRule::View, false},

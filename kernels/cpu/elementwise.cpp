@@ -300,6 +300,10 @@ KernelRow own_kernels(Op op) {
     case Op::LayerNorm: return {layer_norm_forward, layer_norm_backward};
     case Op::MaxIndex:
       return {max_index_forward, max_index_backward};
+    case Op::ColumnSum:
+      return {column_sum_forward, column_sum_backward};
+    case Op::Broadcast:
+      return {broadcast_forward, broadcast_backward};
     case Op::Average: return {average_forward, average_backward};
     case Op::Maximum: return {maximum_forward, maximum_backward};
     case Op::Dropout: return {dropout_forward, dropout_backward};

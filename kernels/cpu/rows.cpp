@@ -1,8 +1,9 @@
 // Elementwise ops that are not a function of one element: row slices, reductions over the rows of
-// each column (softmax, log softmax, layer norm, max_index), variadic means and maxima (ragged like
-// sum) and dropout. Forward splits by nodes. Backward splits by rows where an element's gradient
-// needs only its own row; the column reductions split by nodes when every node has its own operand
-// adjoint (a view), and run serially otherwise (shared or indexed operands may repeat).
+// each column (softmax, log softmax, layer norm, max_index, column sums) and broadcasts back over
+// them, variadic means and maxima (ragged like sum) and dropout. Forward splits by nodes. Backward
+// splits by rows where an element's gradient needs only its own row; the column reductions split by
+// nodes when every node has its own operand adjoint (a view), and run serially otherwise (shared or
+// indexed operands may repeat).
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -175,6 +176,50 @@ void max_index_backward(Context& c, const BatchArgs& b) {
     const float* dy = out_adjoint(c, b, i);
     for (uint32_t col = 0; col < cols; ++col)
       dx[static_cast<size_t>(col) * rows + static_cast<uint32_t>(y[2 * col + 1])] += dy[2 * col];
+  });
+}
+
+// ---- column_sum (each column's rows summed: 1 x cols) and broadcast (its inverse shape) ----
+
+// y[col] = sum of x's column col. Its gradient reaches every row of the column.
+void column_sum_forward(Context& c, const BatchArgs& b) {
+  const uint32_t rows = arg_dim(b, 0).rows, cols = b.out_dim.cols;
+  each_node(c, b, true, [&](uint32_t i) {
+    const float* x = operand_value(c, b.operands[0], i);
+    float* y = out_value(c, b, i);
+    for (uint32_t col = 0; col < cols; ++col)
+      y[col] = CVec(x + static_cast<size_t>(col) * rows, rows).sum();
+  });
+}
+
+void column_sum_backward(Context& c, const BatchArgs& b) {
+  const uint32_t rows = arg_dim(b, 0).rows, cols = b.out_dim.cols;
+  each_node(c, b, own_adjoints(b), [&](uint32_t i) {
+    float* dx = operand_adjoint(c, b.operands[0], i);
+    const float* dy = out_adjoint(c, b, i);
+    for (uint32_t col = 0; col < cols; ++col)
+      Vec(dx + static_cast<size_t>(col) * rows, rows) += dy[col];
+  });
+}
+
+// Column col of y is x[col] in every row; its gradient is the sum of the column's adjoints.
+void broadcast_forward(Context& c, const BatchArgs& b) {
+  const uint32_t rows = b.out_dim.rows, cols = b.out_dim.cols;
+  each_node(c, b, true, [&](uint32_t i) {
+    const float* x = operand_value(c, b.operands[0], i);
+    float* y = out_value(c, b, i);
+    for (uint32_t col = 0; col < cols; ++col)
+      Vec(y + static_cast<size_t>(col) * rows, rows).setConstant(x[col]);
+  });
+}
+
+void broadcast_backward(Context& c, const BatchArgs& b) {
+  const uint32_t rows = b.out_dim.rows, cols = b.out_dim.cols;
+  each_node(c, b, own_adjoints(b), [&](uint32_t i) {
+    float* dx = operand_adjoint(c, b.operands[0], i);
+    const float* dy = out_adjoint(c, b, i);
+    for (uint32_t col = 0; col < cols; ++col)
+      dx[col] += CVec(dy + static_cast<size_t>(col) * rows, rows).sum();
   });
 }
 

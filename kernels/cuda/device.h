@@ -47,12 +47,12 @@ struct StepDesc {
 constexpr uint32_t kMaxConcatArgs = 8;
 
 // Reductions over the rows of each column (softmax, log softmax, layer norm, max_index: its two
-// output rows per column; pick_neg_log_softmax: one) run one warp per
+// output rows per column; pick_neg_log_softmax and column_sum: one) run one warp per
 // column: the step kernels give them kColumnThreads items per column.
 constexpr uint32_t kColumnThreads = 32;
 EDBATCH_HD constexpr bool column_op(Op op) {
   return op == Op::Softmax || op == Op::LogSoftmax || op == Op::LayerNorm || op == Op::MaxIndex ||
-         op == Op::PickNegLogSoftmax;
+         op == Op::PickNegLogSoftmax || op == Op::ColumnSum;
 }
 // Items (threads) a step gives each node: one per element, one for a pick, a warp per
 // column for the column reductions.

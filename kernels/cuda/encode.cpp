@@ -60,6 +60,8 @@ bool step_op(Op op) {
     case Op::LayerNorm:
     case Op::Dropout:
     case Op::MaxIndex:
+    case Op::ColumnSum:
+    case Op::Broadcast:
       return true;
     default:
       return false;
@@ -163,7 +165,7 @@ class Encoder {
           params_.mark_lookup_row(it.first->aux, plan_.aux[sp.aux_begin + v]);
     }
     if (it.op == Op::Pick || it.op == Op::PickNegLogSoftmax || it.op == Op::SliceRows ||
-        it.op == Op::MaxIndex)
+        it.op == Op::MaxIndex || it.op == Op::ColumnSum)
       d.arg_rows = arg_dim(it, 0).rows;
     if (it.op == Op::SliceRows) d.attr = it.first->aux;
     if (it.op == Op::Dropout) d.attr = math::dropout_threshold(it.first->alpha);

@@ -195,6 +195,16 @@ __device__ void column_forward(const DeviceView& d, const Ops& ops, const StepDe
     max_index_forward(d, ops, s, v, r);
     return;
   }
+  if (static_cast<Op>(s.op) == Op::ColumnSum) {  // column r / 32 of arg_rows rows: one value
+    const uint32_t c = r / kWarp;
+    const float* x =
+        value_at(d, ops, slot(ops, s, 0), v, s.k) + static_cast<uint64_t>(c) * s.arg_rows;
+    float acc = 0;
+    each_row(x, s.arg_rows, r % kWarp, [&](uint32_t, float xq) { acc += xq; });
+    acc = warp_sum(acc);
+    if (r % kWarp == 0) d.values[s.out_offset + static_cast<uint64_t>(v) * s.out_size + c] = acc;
+    return;
+  }
   if (static_cast<Op>(s.op) == Op::PickNegLogSoftmax) {  // one column of arg_rows: 1 x 1
     const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k);
     const float lse = warp_log_sum_exp(x, s.arg_rows, r % kWarp);
@@ -236,6 +246,15 @@ __device__ void column_backward(const DeviceView& d, const Ops& ops, const StepD
       atomicAdd(
           adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + static_cast<uint64_t>(c) * s.arg_rows + at,
           dy);
+    return;
+  }
+  if (static_cast<Op>(s.op) == Op::ColumnSum) {  // every row of the column gets its adjoint
+    const uint32_t c = r / kWarp;
+    const float dy =
+        load_adjoint(d.adjoints + s.out_offset + static_cast<uint64_t>(v) * s.out_size + c);
+    if (dy == 0.0f) return;  // the same for every lane of the warp
+    float* dx = adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + static_cast<uint64_t>(c) * s.arg_rows;
+    for (uint32_t q = r % kWarp; q < s.arg_rows; q += kWarp) atomicAdd(dx + q, dy);
     return;
   }
   if (static_cast<Op>(s.op) == Op::PickNegLogSoftmax) {  // dx = dy (softmax(x) - onehot(label))
@@ -353,6 +372,9 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
     case Op::Pick:
       y[0] = value_at(d, ops, slot(ops, s, 0), v, s.k)[d.aux[s.aux_begin + v]];
       return;
+    case Op::Broadcast:  // column r / rows holds the argument's value r / rows
+      y[r] = value_at(d, ops, slot(ops, s, 0), v, s.k)[r / s.rows];
+      return;
     default: return;  // the host never builds other steps
   }
 }
@@ -454,6 +476,9 @@ __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDes
     }
     case Op::Pick:
       atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + d.aux[s.aux_begin + v], dy);
+      return;
+    case Op::Broadcast:
+      atomicAdd(adjoint_at(d, ops, slot(ops, s, 0), v, s.k) + r / s.rows, dy);
       return;
     default: return;
   }

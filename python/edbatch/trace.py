@@ -102,6 +102,9 @@ class Body:
             return v
         if isinstance(v, Param) and v.tensor.dim() == 1 and not v.transposed:
             return self.emit("weight", v.tensor.shape[0], None, weight=self.weight(v, "vector"))
+        if isinstance(v, Param) and v.tensor.dim() == 0:
+            raise Refusal("a weight of shape () used elementwise: give a scalar weight shape "
+                          "(1,), which broadcasts against the features", ValueError)
         if isinstance(v, Param):
             raise Refusal(f"a weight of shape {tuple(v.tensor.shape)} used elementwise: only "
                           f"vector weights can be (matrices go into products)", ValueError)

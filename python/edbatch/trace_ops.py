@@ -11,9 +11,10 @@ import operator
 import torch
 import torch.nn.functional as F
 
+from . import trace_reduce
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Ids, Param, Refusal, Shape, Vec, bind,  # noqa: F401
-                           describe, feature_dim, is_number, same_size)
+                           broadcast_pair, describe, feature_dim, is_number)
 
 nn = torch.nn
 
@@ -56,8 +57,7 @@ def binary(name):
                 return body.emit("rdiv", v.size, [v], alpha=float(x))
             alpha, beta = _SCALAR_LEFT[name](float(x))
             return body.emit("scale", v.size, [v], alpha=alpha, beta=beta)
-        x, y = body.vector(x), body.vector(y)
-        same_size(x, y, f"{name} of tensors")
+        x, y = broadcast_pair(body, body.vector(x), body.vector(y), f"{name} of tensors")
         return body.emit(name, x.size, [x, y])
     return handle
 
@@ -531,3 +531,9 @@ MODULES = {
     nn.ELU: lambda body, m, args, kwargs: elu(body, (args[0], m.alpha, m.inplace), {}),
     nn.LogSigmoid: lambda body, m, args, kwargs: logsigmoid(body, args, kwargs),
 }
+
+# Feature reductions, maxima, minima and clamps (trace_reduce.py).
+FUNCTIONS.update(trace_reduce.FUNCTIONS)
+METHODS.update(trace_reduce.METHODS)
+MODULES.update(trace_reduce.MODULES)
+SUPPORTED += "; " + trace_reduce.SUPPORTED

@@ -76,3 +76,14 @@ def feature_dim(dim, what):
 def same_size(a, b, what):
     if a.size != b.size:
         raise Refusal(f"{what} of sizes {a.size} and {b.size}", ValueError)
+
+
+def broadcast_pair(body, a, b, what):
+    """Feature vectors a and b at one size, as PyTorch broadcasts (rows, 1) against (rows, n):
+    a size-1 value is repeated (a `broadcast` instruction); other sizes must agree."""
+    if a.size == 1 and b.size != 1:
+        a = body.emit("broadcast", b.size, [a])
+    elif b.size == 1 and a.size != 1:
+        b = body.emit("broadcast", a.size, [b])
+    same_size(a, b, what)
+    return a, b

@@ -428,6 +428,24 @@ Expr max_index(const Expr& x) {
   return g.expr(g.add_node(Op::MaxIndex, Dim{2, d.cols}, &x.id, 1));
 }
 
+Expr column_sum(const Expr& x) {
+  const char* fn = op_name(Op::ColumnSum);
+  Graph& g = graph_of(Args(&x, 1), fn);
+  const Dim d = g.node_of(x, fn).dim;
+  if (d.size() == 0) fail(fn, where(g) + "the argument is empty");
+  return g.expr(g.add_node(Op::ColumnSum, Dim{1, d.cols}, &x.id, 1));
+}
+
+Expr broadcast_rows(const Expr& x, uint32_t rows) {
+  const char* fn = op_name(Op::Broadcast);
+  Graph& g = graph_of(Args(&x, 1), fn);
+  const Dim d = g.node_of(x, fn).dim;
+  if (d.rows != 1 || d.cols == 0 || rows == 0)
+    fail(fn, where(g) + "broadcasts " + to_string(d) + " to " + std::to_string(rows) +
+                 " rows: needs one row and at least one column, to one row or more");
+  return g.expr(g.add_node(Op::Broadcast, Dim{rows, d.cols}, &x.id, 1));
+}
+
 Expr layer_norm(const Expr& x, float eps) {
   const char* fn = "layer_norm";
   Graph& g = graph_of(Args(&x, 1), fn);

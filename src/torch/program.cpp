@@ -435,6 +435,14 @@ Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t 
     y = concat(xs);
   } else if (op == "slice") {
     y = slice_rows(arg(0), in.begin, in.end);
+  } else if (op == "sum_features") {
+    y = column_sum(arg(0));
+  } else if (op == "broadcast") {
+    y = broadcast_rows(arg(0), in.size);
+  } else if (op == "max") {
+    y = maximum({arg(0), arg(1)});
+  } else if (op == "min") {  // -max(-a, -b): at a tie the gradient goes to a, as for max
+    y = scalar_affine(maximum({scalar_affine(arg(0), -1, 0), scalar_affine(arg(1), -1, 0)}), -1, 0);
   } else if (op == "layer_norm") {
     y = layer_norm(arg(0), in.eps);
     if (in.weight >= 0) y = cmult(y, parameter(b, weight(in.weight, "layer_norm weight", true)));

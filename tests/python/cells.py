@@ -28,6 +28,8 @@ class OpCell(nn.Module):
         self.b2 = nn.Parameter(1 + 0.1 * torch.randn(S))
         self.two = _small(nn.Linear(S, 2 * S), 1.0)
         self.back = _small(nn.Linear(2 * S, S), 1.0)
+        self.gate = nn.Linear(S, 1)
+        self.s = nn.Parameter(torch.tensor([0.7]))
         self.ln = nn.LayerNorm(S)
         self.ln_plain = nn.LayerNorm(S, elementwise_affine=False)
         self.act = {"nn.Sigmoid": nn.Sigmoid(), "nn.Tanh": nn.Tanh(), "nn.ReLU": nn.ReLU(),
@@ -35,7 +37,8 @@ class OpCell(nn.Module):
                     "nn.Softmax": nn.Softmax(-1), "nn.LogSoftmax": nn.LogSoftmax(dim=-1),
                     "nn.Identity": nn.Identity(), "nn.SiLU": nn.SiLU(),
                     "nn.LogSigmoid": nn.LogSigmoid(), "nn.LeakyReLU": nn.LeakyReLU(0.2),
-                    "nn.ELU": nn.ELU(alpha=0.5)}.get(op, nn.Identity())
+                    "nn.ELU": nn.ELU(alpha=0.5), "nn.Hardtanh": nn.Hardtanh(-0.5, 0.8),
+                    "nn.ReLU6": nn.ReLU6()}.get(op, nn.Identity())
 
     def pre(self, x, m):
         if self.emb is not None:
@@ -105,6 +108,29 @@ OPS = {
     "elu": lambda c, a, m, x: F.elu(a) + F.elu(m, alpha=0.5),
     "abs": lambda c, a, m, x: torch.abs(a) + m.abs(),
     "nn.LeakyReLU": lambda c, a, m, x: c.act(a), "nn.ELU": lambda c, a, m, x: c.act(a),
+    # Reductions over the features, kept as one value per row that broadcasts.
+    "sum, mean": lambda c, a, m, x: (a * torch.sum(m, -1, keepdim=True) * 0.1 +
+                                     a.sum(dim=-1, keepdim=True) / a.shape[-1] -
+                                     a.mean(-1, keepdim=True) +
+                                     torch.mean(m, dim=[-1], keepdim=True) * m),
+    "var": lambda c, a, m, x: ((a - a.mean(-1, keepdim=True)) /
+                               torch.sqrt(a.var(-1, keepdim=True, unbiased=False) + 1e-3) +
+                               torch.var(m, -1, keepdim=True) + m.var(dim=-1, keepdim=True,
+                                                                      correction=0) * a),
+    "size-1 gate, expand": lambda c, a, m, x: (
+        torch.sigmoid(c.gate(a)) * a + (1 - torch.sigmoid(c.gate(m))) * m +
+        c.gate(a).expand_as(a) * 0.1 + torch.tanh(c.gate(m)).expand(-1, a.shape[-1]) +
+        m / (2 + c.gate(a).abs())),
+    "size-1 weight": lambda c, a, m, x: a * c.s - c.s + m / (c.s * c.s + 1),
+    "maximum, minimum": lambda c, a, m, x: (torch.maximum(a, m) + torch.minimum(a, m * 0.5) +
+                                            a.max(m * 2) + torch.min(a, c.gate(m)) +
+                                            a.minimum(m)),
+    "clamp": lambda c, a, m, x: (torch.clamp(a, -0.5, 0.5) + a.clamp(min=-0.2) +
+                                 torch.clamp_max(m, 0.3) + m.clip(-0.1, 0.1) + a.clamp_min(0.1) +
+                                 torch.clamp(a, min=c.gate(m), max=m + 0.5)),
+    "hardtanh, relu6": lambda c, a, m, x: (F.hardtanh(a * 2) + F.relu6(a * 8) +
+                                           F.hardtanh(m, -0.5, 0.5)),
+    "nn.Hardtanh": lambda c, a, m, x: c.act(a), "nn.ReLU6": lambda c, a, m, x: c.act(a * 8),
 }
 
 

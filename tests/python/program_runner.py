@@ -61,6 +61,13 @@ def _value(ins, vals, inputs, weights, layouts, ctx):
         return F.layer_norm(args[0], (ins["size"],), w, b, ins["eps"])
     if op == "dropout":
         return _dropout(args[0], ins, ctx)
+    if op == "sum_features":
+        return args[0].sum(-1, keepdim=True)
+    if op == "broadcast":
+        return args[0].expand(-1, ins["size"])
+    if op in ("max", "min"):  # at a tie the first argument takes the gradient
+        pick = args[0] >= args[1] if op == "max" else args[0] <= args[1]
+        return torch.where(pick, args[0], args[1])
     raise ValueError(f"unknown instruction {op}")
 
 

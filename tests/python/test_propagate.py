@@ -8,6 +8,7 @@ and "op", torch.ops.edbatch.propagate (skipped while the loaded extension does n
 """
 import pytest
 import torch
+import torch.nn.functional as F
 
 import edbatch
 from edbatch import propagate as propagate_module
@@ -86,12 +87,28 @@ def test_each_operation(backend, op):
 
 
 @pytest.mark.parametrize("size", [13, 129])
-@pytest.mark.parametrize("op", ["chunk", "slicing", "layer_norm", "softmax", "@", "torch.cat"])
+@pytest.mark.parametrize("op", ["chunk", "slicing", "layer_norm", "softmax", "@", "torch.cat",
+                                "var", "size-1 gate, expand"])
 def test_operations_at_other_sizes(backend, op, size):
     torch.manual_seed(2)
     model = edbatch.nn.Propagate(cells.OpCell(op, size, D), state_size=size)
     packed = structures.packed("dags", 2)
     assert_same(model, packed, inputs_for(packed, 2))
+
+
+def test_clamps_at_their_bounds_pass_or_stop_gradients_as_pytorch(backend):
+    """Inputs exactly at the bounds: clamp passes the gradient there (as PyTorch's, inclusive),
+    hardtanh and relu6 stop it (exclusive); torch.maximum / minimum of equal values give it to
+    the first argument (PyTorch splits it), so they are checked without ties."""
+    def cell(x, m):
+        return (torch.clamp(x, -1.0, 1.0) + 2 * F.hardtanh(x) + 3 * F.relu6(x + 5) +
+                4 * x.clamp_min(0.0) + 5 * torch.clamp(x, max=1.0) + m)
+    model = edbatch.nn.Propagate(cell, state_size=D)
+    packed = structures.packed("trees", 4)
+    g = torch.Generator().manual_seed(4)
+    bounds = torch.tensor([-1.0, 1.0, 0.0, 0.5, -3.0, -5.0])  # relu6 at 0 and 6: -5 and 1
+    x = bounds[torch.randint(0, 6, (packed.input_ids.numel(), D), generator=g)].requires_grad_()
+    assert_same(model, packed, {"x": x})
 
 
 def test_embedding_of_ids(backend):

@@ -221,6 +221,31 @@ def test_wrong_sizes_are_refused_naming_the_cell():
     refused(ValueError, "expecting 7 inputs")(lambda x, m, lin=nn.Linear(7, 7): lin(x))
 
 
+def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwise():
+    refused(ValueError, "sum(-1) without keepdim=True")(lambda x, m: m * m.sum(-1))
+    refused(ValueError, "mean over every element", "mean(-1, keepdim=True)")(
+        lambda x, m: m - m.mean())
+    refused(ValueError, "batch dim")(lambda x, m: m.sum(0, keepdim=True))
+    refused(ValueError, "var of 1 feature(s) with correction 1 divides by 0")(
+        lambda x, m: m + m[:, :1].var(-1, keepdim=True))
+    refused(TypeError, "max over a dim", "maximum(a, b)")(lambda x, m: torch.max(m, -1)[0])
+    refused(TypeError, "min of every element")(lambda x, m: m - m.min())
+    refused(ValueError, "clamp without min or max")(lambda x, m: torch.clamp(m))
+    refused(TypeError, "inplace=True")(lambda x, m: F.relu6(m, True))
+    refused(ValueError, "expanding a size-7 tensor to 9")(
+        lambda x, m: torch.cat([m, m], -1)[:, :7].expand(-1, 9)[:, :7])
+    refused(ValueError, "add of tensors of sizes 7 and 5")(lambda x, m: m + x)
+    refused(ValueError, "shape ()", "shape (1,)")(
+        lambda x, m, w=nn.Parameter(torch.tensor(2.0)): m * w)
+
+
+def test_size_one_values_broadcast_through_one_instruction():
+    program = trace(lambda x, m: m * m.sum(-1, keepdim=True) + m.mean(-1, keepdim=True))
+    ops = [(ins["op"], ins["size"]) for ins in body(program)]
+    assert ops == [("input", 5), ("input", 7), ("sum_features", 1), ("broadcast", 7),
+                   ("mul", 7), ("sum_features", 1), ("scale", 1), ("broadcast", 7), ("add", 7)]
+
+
 def test_operations_along_the_batch_dim_are_refused():
     refused(ValueError, "batch dim")(lambda x, m: torch.cat([m, m], 0)[:1])
     refused(ValueError, "batch dim")(lambda x, m: m[1:])

@@ -1,0 +1,188 @@
+"""Feature reductions (sum, mean, var over the last dim, kept as a size-1 value that broadcasts),
+elementwise maxima and minima, clamps and explicit expands in a cell program (docs/programs.md).
+trace_ops merges these tables into its own."""
+import torch
+import torch.nn.functional as F
+
+from .trace_values import Refusal, bind, broadcast_pair, feature_dim, is_number
+
+nn = torch.nn
+
+
+# ---- reductions over the features ----
+
+def _reduction_input(body, name, args, kwargs, extra=None):
+    """The feature vector a reduction reads, after checking dim=-1 and keepdim=True."""
+    a = bind(args, kwargs, ("input", "dim", "keepdim"),
+             {"dim": None, "keepdim": False, "dtype": None, **(extra or {})})
+    if a["dtype"] is not None:
+        raise Refusal(f"{name} with dtype= is not supported")
+    dim = a["dim"]
+    if isinstance(dim, (tuple, list)) and len(dim) == 1:
+        dim = dim[0]
+    if dim is None or isinstance(dim, (tuple, list)):
+        raise Refusal(f"{name} over every element is not supported: reduce the features with "
+                      f"{name}(-1, keepdim=True), one value per row", ValueError)
+    feature_dim(dim, name)
+    if not a["keepdim"]:
+        raise Refusal(f"{name}(-1) without keepdim=True is not supported: keep the feature dim "
+                      f"(keepdim=True), so the result broadcasts over the features as in "
+                      f"PyTorch", ValueError)
+    return body.vector(a["input"]), a
+
+
+def _sum_of(body, v, scale=1.0):
+    s = body.emit("sum_features", 1, [v])
+    return s if scale == 1.0 else body.emit("scale", 1, [s], alpha=scale, beta=0.0)
+
+
+def feature_sum(body, args, kwargs):
+    v, _ = _reduction_input(body, "sum", args, kwargs)
+    return _sum_of(body, v)
+
+
+def feature_mean(body, args, kwargs):
+    v, _ = _reduction_input(body, "mean", args, kwargs)
+    return _sum_of(body, v, 1.0 / v.size)
+
+
+def feature_var(body, args, kwargs):
+    """Sum of squared deviations over n - correction (PyTorch's default correction is 1)."""
+    v, a = _reduction_input(body, "var", args, kwargs, {"unbiased": None, "correction": None})
+    if a["unbiased"] is not None and a["correction"] is not None:
+        raise Refusal("var with both unbiased= and correction= is not supported")
+    correction = 1 if a["unbiased"] is None else int(bool(a["unbiased"]))
+    if a["correction"] is not None:
+        correction = a["correction"]
+    if v.size - correction <= 0:
+        raise Refusal(f"var of {v.size} feature(s) with correction {correction} divides by "
+                      f"{v.size - correction}", ValueError)
+    mean = body.emit("broadcast", v.size, [_sum_of(body, v, 1.0 / v.size)])
+    d = body.emit("sub", v.size, [v, mean])
+    return _sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction))
+
+
+# ---- maxima, minima, clamps ----
+
+def _extremum(body, op, x, y, what):
+    """max / min of two feature vectors (broadcast); at a tie the gradient goes to x."""
+    x, y = broadcast_pair(body, body.vector(x), body.vector(y), what)
+    return body.emit(op, x.size, [x, y])
+
+
+def extremum(op, name):
+    def handle(body, args, kwargs):
+        if "dim" in kwargs or (len(args) > 1 and is_number(args[1])):
+            raise Refusal(f"{name} over a dim (values and indices) is not supported: "
+                          f"{name}imum(a, b) takes the elementwise {name} of two tensors")
+        a = bind(args, kwargs, ("input", "other"), {"other": None})
+        if a["other"] is None:
+            raise Refusal(f"{name} of every element is not supported: {name}imum(a, b) takes "
+                          f"the elementwise {name} of two tensors")
+        return _extremum(body, op, a["input"], a["other"], f"{name} of tensors")
+    return handle
+
+
+def _bound(body, v, b):
+    return body.emit("const", v.size, [], value=float(b)) if is_number(b) else body.vector(b)
+
+
+def clamp_of(body, x, low, high, inclusive=True):
+    """min(max(x, low), high). inclusive: the gradient passes at x == low or high (clamp); else
+    it stops there (hardtanh), by putting the bound first in the max / min."""
+    v = body.vector(x)
+    if low is None and high is None:
+        raise Refusal("clamp without min or max is not supported", ValueError)
+    for bound, op in ((low, "max"), (high, "min")):
+        if bound is not None:
+            b = _bound(body, v, bound)
+            v = _extremum(body, op, v, b, "clamp") if inclusive else _extremum(body, op, b, v,
+                                                                               "clamp")
+    return v
+
+
+def clamp(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "min", "max"), {"min": None, "max": None})
+    return clamp_of(body, a["input"], a["min"], a["max"])
+
+
+def clamp_side(side):
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", side), {})
+        return clamp_of(body, a["input"], *((a[side], None) if side == "min" else
+                                            (None, a[side])))
+    return handle
+
+
+def _no_inplace(inplace):
+    if inplace:
+        raise Refusal("in-place operations (inplace=True) are not supported")
+
+
+def hardtanh(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "min_val", "max_val", "inplace"),
+             {"min_val": -1.0, "max_val": 1.0, "inplace": False})
+    _no_inplace(a["inplace"])
+    return clamp_of(body, a["input"], a["min_val"], a["max_val"], inclusive=False)
+
+
+def relu6(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
+    _no_inplace(a["inplace"])
+    return clamp_of(body, a["input"], 0.0, 6.0, inclusive=False)
+
+
+# ---- explicit broadcasts ----
+
+def expand(body, args, kwargs):
+    v, sizes = body.vector(args[0]), args[1:]
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        sizes = tuple(sizes[0])
+    if len(sizes) != 2 or not isinstance(sizes[1], int):
+        raise Refusal("expand is supported as x.expand(-1, n) (rows, features)", ValueError)
+    return _expanded(body, v, sizes[1])
+
+
+def expand_as(body, args, kwargs):
+    v, other = body.vector(args[0]), body.vector(args[1])
+    return _expanded(body, v, other.size)
+
+
+def _expanded(body, v, n):
+    if n in (-1, v.size):
+        return v
+    if v.size != 1:
+        raise Refusal(f"expanding a size-{v.size} tensor to {n} features: only size 1 expands",
+                      ValueError)
+    return body.emit("broadcast", n, [v])
+
+
+# ---- the tables trace_ops merges ----
+
+FUNCTIONS = {
+    torch.sum: feature_sum, torch.mean: feature_mean, torch.var: feature_var,
+    torch.maximum: extremum("max", "max"), torch.minimum: extremum("min", "min"),
+    torch.max: extremum("max", "max"), torch.min: extremum("min", "min"),
+    torch.clamp: clamp, torch.clip: clamp, torch.clamp_min: clamp_side("min"),
+    torch.clamp_max: clamp_side("max"), F.hardtanh: hardtanh, F.relu6: relu6,
+}
+
+METHODS = {
+    "sum": feature_sum, "mean": feature_mean, "var": feature_var,
+    "maximum": extremum("max", "max"), "minimum": extremum("min", "min"),
+    "max": extremum("max", "max"), "min": extremum("min", "min"),
+    "clamp": clamp, "clip": clamp, "clamp_min": clamp_side("min"),
+    "clamp_max": clamp_side("max"), "expand": expand, "expand_as": expand_as,
+}
+
+MODULES = {
+    nn.Hardtanh: lambda body, m, args, kwargs: hardtanh(
+        body, (args[0], m.min_val, m.max_val, m.inplace), {}),
+    nn.ReLU6: lambda body, m, args, kwargs: relu6(body, (args[0], m.inplace), {}),
+}
+
+SUPPORTED = (
+    "sum / mean / var over the last dim with keepdim=True (size-1 values broadcast against the "
+    "features, as do size-1 tensors in + - * / and x.expand / expand_as); torch.maximum / "
+    "minimum (and max / min of two tensors), clamp / clip / clamp_min / clamp_max, hardtanh, "
+    "relu6")
