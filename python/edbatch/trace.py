@@ -196,8 +196,9 @@ class _Tracer(fx.Tracer):
         if isinstance(value, (int, float, bool)):
             return value
         if isinstance(value, tuple):
-            return tuple(self.create_proxy("call_function", trace_ops.operator.getitem,
-                                           (proxy, i), {}) for i in range(len(value)))
+            parts = tuple(self.create_proxy("call_function", trace_ops.operator.getitem,
+                                            (proxy, i), {}) for i in range(len(value)))
+            return type(value)(*parts) if hasattr(value, "_fields") else parts  # (values, indices)
         return proxy
 
     def iter(self, obj):

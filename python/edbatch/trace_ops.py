@@ -287,6 +287,8 @@ def get_attribute(body, args, kwargs):
         return transpose_weight(body, (v,), {})
     if name == "shape":
         return size(body, (v,), {})
+    if isinstance(v, tuple) and name in getattr(v, "_fields", ()):  # (values, indices) of max
+        return getattr(v, name)
     raise Refusal(f"the attribute .{name} is not supported")
 
 

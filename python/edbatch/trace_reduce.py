@@ -1,10 +1,12 @@
-"""Feature reductions (sum, mean, var over the last dim, kept as a size-1 value that broadcasts),
-elementwise maxima and minima, clamps and explicit expands in a cell program (docs/programs.md).
-trace_ops merges these tables into its own."""
+"""Feature reductions (sum, mean, var, max, min, logsumexp over the last dim, kept as a size-1
+value that broadcasts), elementwise maxima and minima, clamps and explicit expands in a cell
+program (docs/programs.md). trace_ops merges these tables into its own."""
+from collections import namedtuple
+
 import torch
 import torch.nn.functional as F
 
-from .trace_values import Refusal, bind, broadcast_pair, feature_dim, is_number
+from .trace_values import Indices, Refusal, bind, broadcast_pair, feature_dim, is_number
 
 nn = torch.nn
 
@@ -62,6 +64,38 @@ def feature_var(body, args, kwargs):
     return _sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction))
 
 
+def _largest(body, v, op):
+    """The largest (op "max") or smallest entry of v: size 1; its gradient goes to that entry."""
+    if op == "min":
+        v = body.emit("scale", v.size, [v], alpha=-1.0, beta=0.0)
+    m = body.emit("max_features", 1, [v])
+    return m if op == "max" else body.emit("scale", 1, [m], alpha=-1.0, beta=0.0)
+
+
+def feature_extreme(op, values_only=False):
+    """x.max(-1, keepdim=True) as (values, indices) (values only for amax / amin); indices cannot
+    be used."""
+    name = ("a" if values_only else "") + op
+
+    def handle(body, args, kwargs):
+        v, _ = _reduction_input(body, name, args, kwargs)
+        values = _largest(body, v, op)
+        return values if values_only else Extreme(values, Indices())
+    return handle
+
+
+Extreme = namedtuple("Extreme", "values indices")
+
+
+def logsumexp(body, args, kwargs):
+    """m + log(sum(exp(x - m))) with m the largest entry, as PyTorch computes it."""
+    v, _ = _reduction_input(body, "logsumexp", args, kwargs)
+    m = _largest(body, v, "max")
+    d = body.emit("sub", v.size, [v, body.emit("broadcast", v.size, [m])])
+    s = _sum_of(body, body.emit("exp", v.size, [d]))
+    return body.emit("add", 1, [m, body.emit("log", 1, [s])])
+
+
 # ---- maxima, minima, clamps ----
 
 def _extremum(body, op, x, y, what):
@@ -71,14 +105,15 @@ def _extremum(body, op, x, y, what):
 
 
 def extremum(op, name):
+    over_features = feature_extreme(op)
+
     def handle(body, args, kwargs):
         if "dim" in kwargs or (len(args) > 1 and is_number(args[1])):
-            raise Refusal(f"{name} over a dim (values and indices) is not supported: "
-                          f"{name}imum(a, b) takes the elementwise {name} of two tensors")
+            return over_features(body, args, kwargs)
         a = bind(args, kwargs, ("input", "other"), {"other": None})
         if a["other"] is None:
-            raise Refusal(f"{name} of every element is not supported: {name}imum(a, b) takes "
-                          f"the elementwise {name} of two tensors")
+            raise Refusal(f"{name} of every element is not supported: {name}(-1, keepdim=True) "
+                          f"takes it over the features, {name}imum(a, b) elementwise")
         return _extremum(body, op, a["input"], a["other"], f"{name} of tensors")
     return handle
 
@@ -165,6 +200,8 @@ FUNCTIONS = {
     torch.max: extremum("max", "max"), torch.min: extremum("min", "min"),
     torch.clamp: clamp, torch.clip: clamp, torch.clamp_min: clamp_side("min"),
     torch.clamp_max: clamp_side("max"), F.hardtanh: hardtanh, F.relu6: relu6,
+    torch.amax: feature_extreme("max", True), torch.amin: feature_extreme("min", True),
+    torch.logsumexp: logsumexp,
 }
 
 METHODS = {
@@ -173,6 +210,8 @@ METHODS = {
     "max": extremum("max", "max"), "min": extremum("min", "min"),
     "clamp": clamp, "clip": clamp, "clamp_min": clamp_side("min"),
     "clamp_max": clamp_side("max"), "expand": expand, "expand_as": expand_as,
+    "amax": feature_extreme("max", True), "amin": feature_extreme("min", True),
+    "logsumexp": logsumexp,
 }
 
 MODULES = {
@@ -182,7 +221,9 @@ MODULES = {
 }
 
 SUPPORTED = (
-    "sum / mean / var over the last dim with keepdim=True (size-1 values broadcast against the "
-    "features, as do size-1 tensors in + - * / and x.expand / expand_as); torch.maximum / "
+    "sum / mean / var / max / min / amax / amin / logsumexp over the last dim with keepdim=True "
+    "(size-1 values broadcast against the features, as do size-1 tensors in + - * / and "
+    "x.expand / expand_as; max and min give (values, indices), and only values may be used); "
+    "torch.maximum / "
     "minimum (and max / min of two tensors), clamp / clip / clamp_min / clamp_max, hardtanh, "
     "relu6")

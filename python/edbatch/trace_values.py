@@ -35,6 +35,11 @@ class Param:
         self.key, self.tensor, self.transposed = key, tensor, transposed
 
 
+class Indices:
+    """The indices of a max or min over the features: traced, but not a value a program has."""
+    __slots__ = ()
+
+
 class Shape:
     """x.shape / x.size() of a feature value: (batch, size); only the size is known."""
     __slots__ = ("size",)
@@ -48,7 +53,9 @@ def is_number(v):
 
 
 def describe(v):
-    names = {Vec: "a tensor", Ids: "the integer input", Param: "a weight", Shape: "a shape"}
+    names = {Vec: "a tensor", Ids: "the integer input", Param: "a weight", Shape: "a shape",
+             Indices: "the indices of a max or min over the features (only its values are "
+                      "supported)"}
     return names.get(type(v), type(v).__name__)
 
 

@@ -437,6 +437,8 @@ Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t 
     y = slice_rows(arg(0), in.begin, in.end);
   } else if (op == "sum_features") {
     y = column_sum(arg(0));
+  } else if (op == "max_features") {  // max_index's row 0: the largest entry
+    y = slice_rows(max_index(arg(0)), 0, 1);
   } else if (op == "broadcast") {
     y = broadcast_rows(arg(0), in.size);
   } else if (op == "max") {

@@ -121,6 +121,11 @@ OPS = {
         torch.sigmoid(c.gate(a)) * a + (1 - torch.sigmoid(c.gate(m))) * m +
         c.gate(a).expand_as(a) * 0.1 + torch.tanh(c.gate(m)).expand(-1, a.shape[-1]) +
         m / (2 + c.gate(a).abs())),
+    "max, min, logsumexp over features": lambda c, a, m, x: (
+        a - a.max(-1, keepdim=True).values + torch.max(m, dim=-1, keepdim=True)[0] * a +
+        torch.amin(a, -1, keepdim=True) + m.amax(dim=-1, keepdim=True) +
+        torch.min(a, -1, keepdim=True).values - torch.logsumexp(a, -1, keepdim=True) +
+        (m * 3).logsumexp(dim=-1, keepdim=True) * 0.5),
     "size-1 weight": lambda c, a, m, x: a * c.s - c.s + m / (c.s * c.s + 1),
     "maximum, minimum": lambda c, a, m, x: (torch.maximum(a, m) + torch.minimum(a, m * 0.5) +
                                             a.max(m * 2) + torch.min(a, c.gate(m)) +

@@ -63,6 +63,8 @@ def _value(ins, vals, inputs, weights, layouts, ctx):
         return _dropout(args[0], ins, ctx)
     if op == "sum_features":
         return args[0].sum(-1, keepdim=True)
+    if op == "max_features":
+        return args[0].max(-1, keepdim=True).values
     if op == "broadcast":
         return args[0].expand(-1, ins["size"])
     if op in ("max", "min"):  # at a tie the first argument takes the gradient

@@ -228,7 +228,9 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "batch dim")(lambda x, m: m.sum(0, keepdim=True))
     refused(ValueError, "var of 1 feature(s) with correction 1 divides by 0")(
         lambda x, m: m + m[:, :1].var(-1, keepdim=True))
-    refused(TypeError, "max over a dim", "maximum(a, b)")(lambda x, m: torch.max(m, -1)[0])
+    refused(ValueError, "max(-1) without keepdim=True")(lambda x, m: m - torch.max(m, -1)[0])
+    refused(TypeError, "the indices of a max or min over the features")(
+        lambda x, m: m * m.max(-1, keepdim=True).indices)
     refused(TypeError, "min of every element")(lambda x, m: m - m.min())
     refused(ValueError, "clamp without min or max")(lambda x, m: torch.clamp(m))
     refused(TypeError, "inplace=True")(lambda x, m: F.relu6(m, True))
