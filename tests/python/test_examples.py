@@ -32,18 +32,23 @@ def lattice_batch():
     return edbatch.pack_lattices(records), 30
 
 
+def dag_batch(dag_gru):
+    return edbatch.pack_edges(dag_gru.synthetic_dags(5, 30, 4, seed=3)), 30
+
+
 def models():
-    child_sum, nary, lattice = (example(n) for n in ("child_sum_tree_lstm", "nary_tree_lstm",
-                                                     "lattice_user_cell"))
+    child_sum, nary, lattice, dag = (example(n) for n in ("child_sum_tree_lstm", "nary_tree_lstm",
+                                                          "lattice_user_cell", "dag_gru"))
     return {
         "child_sum": (child_sum, lambda: sst_batch("parent"),
                       lambda v: child_sum.Sentiment(v, 9)),
         "nary": (nary, sst_batch, lambda v: nary.Sentiment(v, 9)),
         "lattice": (lattice, lattice_batch, lambda v: lattice.Tagger(v, 9, 5)),
+        "dag": (dag, lambda: dag_batch(dag), lambda v: dag.Tagger(v, 9, 4)),
     }
 
 
-@pytest.mark.parametrize("name", ["child_sum", "nary", "lattice"])
+@pytest.mark.parametrize("name", ["child_sum", "nary", "lattice", "dag"])
 def test_example_equals_node_by_node(backend, name):
     module, batch, make = models()[name]
     torch.manual_seed(4)
@@ -67,7 +72,7 @@ def test_example_equals_node_by_node(backend, name):
                                    atol=1e-6 * max(1.0, g.abs().max().item()), msg=n)
 
 
-@pytest.mark.parametrize("name", ["child_sum", "nary", "lattice"])
+@pytest.mark.parametrize("name", ["child_sum", "nary", "lattice", "dag"])
 def test_example_training_lowers_the_loss(backend, name):
     _, batch, make = models()[name]
     torch.manual_seed(5)
