@@ -216,6 +216,8 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
     nodes = statistics.mean(p.num_nodes for p in packs)
     rows = []
     for impl, ts in times.items():
+        if not ts:  # not timed (--eager-reps 0 for node by node)
+            continue
         med = statistics.median(ts)
         row = {"bench": "user_cells", "model": name, "impl": impl, "device": args.device,
                "batch": args.batch, "hidden": args.hidden, "nodes": round(nodes, 1),

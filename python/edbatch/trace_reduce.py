@@ -96,6 +96,47 @@ def logsumexp(body, args, kwargs):
     return body.emit("add", 1, [m, body.emit("log", 1, [s])])
 
 
+def _squares(body, v):
+    return _sum_of(body, body.emit("mul", v.size, [v, v]))
+
+
+def _floored(body, s, floor):
+    """max(floor, s) with the constant first: at a tie (a zero vector's sum of squares) the
+    gradient goes to the constant, so s gets none, as PyTorch's norm and normalize give."""
+    return body.emit("max", 1, [body.emit("const", 1, [], value=floor), s])
+
+
+def _two_norm(p):
+    if p not in (2, 2.0, "fro", None):
+        raise Refusal(f"norms with p={p!r} are not supported (p=2 only)", ValueError)
+
+
+def norm(body, args, kwargs):
+    """sqrt(sum of squares): x.norm(dim=-1, keepdim=True), torch.linalg.vector_norm."""
+    a = dict(kwargs)
+    p = a.pop("p", a.pop("ord", 2))
+    if a.pop("out", None) is not None:
+        raise Refusal("norm with out= is not supported")
+    positional = list(args)
+    if len(positional) > 1 and not isinstance(positional[1], int):  # norm(x, p, dim, keepdim)
+        p = positional.pop(1)
+    _two_norm(p)
+    v, _ = _reduction_input(body, "norm", positional, a)
+    return body.emit("sqrt", 1, [_floored(body, _squares(body, v), 0.0)])
+
+
+def normalize(body, args, kwargs):
+    """F.normalize: x / max(|x|, eps), as x / sqrt(max(sum of squares, eps^2))."""
+    a = bind(args, kwargs, ("input", "p", "dim", "eps", "out"),
+             {"p": 2.0, "dim": 1, "eps": 1e-12, "out": None})
+    _two_norm(a["p"])
+    feature_dim(a["dim"], "normalize")
+    v = body.vector(a["input"])
+    s = _floored(body, _squares(body, v), float(a["eps"]) ** 2)
+    inv = body.emit("rdiv", 1, [body.emit("sqrt", 1, [s])], alpha=1.0)
+    return body.emit("mul", v.size, [v, body.emit("broadcast", v.size, [inv])])
+
+
 # ---- maxima, minima, clamps ----
 
 def _extremum(body, op, x, y, what):
@@ -201,7 +242,8 @@ FUNCTIONS = {
     torch.clamp: clamp, torch.clip: clamp, torch.clamp_min: clamp_side("min"),
     torch.clamp_max: clamp_side("max"), F.hardtanh: hardtanh, F.relu6: relu6,
     torch.amax: feature_extreme("max", True), torch.amin: feature_extreme("min", True),
-    torch.logsumexp: logsumexp,
+    torch.logsumexp: logsumexp, torch.norm: norm, torch.linalg.vector_norm: norm,
+    F.normalize: normalize,
 }
 
 METHODS = {
@@ -211,7 +253,7 @@ METHODS = {
     "clamp": clamp, "clip": clamp, "clamp_min": clamp_side("min"),
     "clamp_max": clamp_side("max"), "expand": expand, "expand_as": expand_as,
     "amax": feature_extreme("max", True), "amin": feature_extreme("min", True),
-    "logsumexp": logsumexp,
+    "logsumexp": logsumexp, "norm": norm,
 }
 
 MODULES = {
@@ -221,7 +263,8 @@ MODULES = {
 }
 
 SUPPORTED = (
-    "sum / mean / var / max / min / amax / amin / logsumexp over the last dim with keepdim=True "
+    "sum / mean / var / max / min / amax / amin / logsumexp / norm (p=2) over the last dim with "
+    "keepdim=True, F.normalize "
     "(size-1 values broadcast against the features, as do size-1 tensors in + - * / and "
     "x.expand / expand_as; max and min give (values, indices), and only values may be used); "
     "torch.maximum / "

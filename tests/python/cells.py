@@ -126,6 +126,10 @@ OPS = {
         torch.amin(a, -1, keepdim=True) + m.amax(dim=-1, keepdim=True) +
         torch.min(a, -1, keepdim=True).values - torch.logsumexp(a, -1, keepdim=True) +
         (m * 3).logsumexp(dim=-1, keepdim=True) * 0.5),
+    "norm, normalize": lambda c, a, m, x: (a.norm(dim=-1, keepdim=True) * 0.1 + F.normalize(a) +
+                                           F.normalize(m, p=2, dim=-1) * torch.norm(
+                                               m, 2, -1, True) +
+                                           torch.linalg.vector_norm(a, dim=[-1], keepdim=True)),
     "size-1 weight": lambda c, a, m, x: a * c.s - c.s + m / (c.s * c.s + 1),
     "maximum, minimum": lambda c, a, m, x: (torch.maximum(a, m) + torch.minimum(a, m * 0.5) +
                                             a.max(m * 2) + torch.min(a, c.gate(m)) +

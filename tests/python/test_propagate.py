@@ -9,6 +9,7 @@ and "op", torch.ops.edbatch.propagate (skipped while the loaded extension does n
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import edbatch
 from edbatch import propagate as propagate_module
@@ -199,6 +200,23 @@ def test_learned_initial_state(backend, size):
             p.normal_()
     packed = structures.packed("lattices", 5)
     assert_same(model, packed, inputs_for(packed, 5))
+
+
+def test_norms_of_zero_vectors_give_pytorchs_gradients(backend):
+    """A learned initial state at zero: its norm's gradient is 0 and F.normalize's is 1 / eps
+    there, as in PyTorch (a sum of squares floored with the constant first, never 0 * inf)."""
+    lin = nn.Linear(D, 7)
+
+    def cell(x, m):
+        return (torch.tanh(lin(x)) + m.norm(dim=-1, keepdim=True) +
+                1e-6 * F.normalize(m, eps=1e-3) + F.normalize(lin(x), dim=-1) * 0.5 +
+                torch.linalg.vector_norm(lin(x), dim=-1, keepdim=True))
+    torch.manual_seed(9)
+    model = edbatch.nn.Propagate(cell, state_size=7, initial="learned")
+    model.lin = lin  # registered, so its parameters are checked too
+    packed = structures.packed("trees", 9)
+    assert_same(model, packed, inputs_for(packed, 9))
+    assert not model.initial[0].any()  # the zero vector of the test
 
 
 def test_node_and_edge_kinds(backend):
