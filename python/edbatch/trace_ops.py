@@ -534,8 +534,12 @@ MODULES = {
     nn.LogSigmoid: lambda body, m, args, kwargs: logsigmoid(body, args, kwargs),
 }
 
-# Feature reductions, maxima, minima and clamps (trace_reduce.py).
+# Feature reductions, maxima, minima and clamps (trace_reduce.py); recurrent cells (trace_rnn.py,
+# which reads linear_of and pieces above).
+from . import trace_rnn  # noqa: E402
+
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
 MODULES.update(trace_reduce.MODULES)
-SUPPORTED += "; " + trace_reduce.SUPPORTED
+MODULES.update(trace_rnn.MODULES)
+SUPPORTED += "; " + trace_reduce.SUPPORTED + "; " + trace_rnn.SUPPORTED

@@ -30,6 +30,9 @@ class OpCell(nn.Module):
         self.back = _small(nn.Linear(2 * S, S), 1.0)
         self.gate = nn.Linear(S, 1)
         self.s = nn.Parameter(torch.tensor([0.7]))
+        self.gru = nn.GRUCell(S, S)
+        self.lstm = nn.LSTMCell(S, S, bias=False)
+        self.rnn = nn.RNNCell(S, S, nonlinearity="relu")
         self.ln = nn.LayerNorm(S)
         self.ln_plain = nn.LayerNorm(S, elementwise_affine=False)
         self.act = {"nn.Sigmoid": nn.Sigmoid(), "nn.Tanh": nn.Tanh(), "nn.ReLU": nn.ReLU(),
@@ -130,6 +133,9 @@ OPS = {
                                            F.normalize(m, p=2, dim=-1) * torch.norm(
                                                m, 2, -1, True) +
                                            torch.linalg.vector_norm(a, dim=[-1], keepdim=True)),
+    "nn.GRUCell": lambda c, a, m, x: c.gru(a, m) + c.gru(m) * 0.5,
+    "nn.LSTMCell": lambda c, a, m, x: _product(c.lstm(a, (m, torch.tanh(a)))) + c.lstm(m)[1],
+    "nn.RNNCell": lambda c, a, m, x: c.rnn(a, m) + c.rnn(a, hx=m * 0.5),
     "size-1 weight": lambda c, a, m, x: a * c.s - c.s + m / (c.s * c.s + 1),
     "maximum, minimum": lambda c, a, m, x: (torch.maximum(a, m) + torch.minimum(a, m * 0.5) +
                                             a.max(m * 2) + torch.min(a, c.gate(m)) +

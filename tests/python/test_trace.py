@@ -178,8 +178,8 @@ def test_unsupported_operation_names_op_cell_and_line():
 
 
 def test_unsupported_module_and_methods():
-    refused(TypeError, "nn.LSTMCell is not supported", "node cell 0")(
-        lambda x, m, cell=nn.LSTMCell(7, 7): cell(m)[0])
+    refused(TypeError, "nn.LSTM is not supported", "node cell 0")(
+        lambda x, m, cell=nn.LSTM(7, 7): cell(m)[0])
     refused(TypeError, "Tensor.view is not supported")(lambda x, m: m.view(-1, 7))
     refused(TypeError, "in-place method Tensor.add_")(lambda x, m: m.add_(1))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))

@@ -1,0 +1,83 @@
+"""PyTorch's recurrent cells inside a cell program (docs/programs.md): nn.GRUCell, nn.LSTMCell and
+nn.RNNCell, written out as their documented equations over the module's own parameters (the
+input and hidden products are `linear` instructions, so the block compiler fuses them as for
+any cell). trace_ops merges MODULES into its own."""
+from torch import nn
+
+from .trace_values import Refusal, Vec
+
+
+def _ops():
+    from . import trace_ops  # trace_ops imports this module at its end
+    return trace_ops
+
+
+def _products(body, m, x, h):
+    """W_ih x + b_ih and W_hh h + b_hh (either bias absent with bias=False)."""
+    ops = _ops()
+    if not isinstance(x, Vec):
+        raise Refusal(f"{type(m).__name__} needs a tensor input (the cell's input or a value)")
+    gi = ops.linear_of(body, x, body.param_of(m, "weight_ih"), body.param_of(m, "bias_ih"),
+                       "linear")
+    gh = ops.linear_of(body, h, body.param_of(m, "weight_hh"), body.param_of(m, "bias_hh"),
+                       "linear")
+    return gi, gh
+
+
+def _state(body, m, hx, size):
+    return body.emit("const", size, [], value=0.0) if hx is None else body.vector(hx)
+
+
+def _unary(body, name, v):
+    return body.emit(name, v.size, [v])
+
+
+def _binary(body, name, a, b):
+    return body.emit(name, a.size, [a, b])
+
+
+def gru_cell(body, m, args, kwargs):
+    """r, z = sigmoid(gi_r + gh_r), sigmoid(gi_z + gh_z); n = tanh(gi_n + r * gh_n);
+    h' = (1 - z) * n + z * h = n + z * (h - n)."""
+    ops = _ops()
+    x, hx = (list(args) + [kwargs.get("hx")])[:2]
+    H = m.hidden_size
+    h = _state(body, m, hx, H)
+    gi, gh = _products(body, m, x, h)
+    (ir, iz, i_n), (hr, hz, hn) = (ops.pieces(body, g, [H, H, H]) for g in (gi, gh))
+    r = _unary(body, "sigmoid", _binary(body, "add", ir, hr))
+    z = _unary(body, "sigmoid", _binary(body, "add", iz, hz))
+    n = _unary(body, "tanh", _binary(body, "add", i_n, _binary(body, "mul", r, hn)))
+    return _binary(body, "add", n, _binary(body, "mul", z, _binary(body, "sub", h, n)))
+
+
+def lstm_cell(body, m, args, kwargs):
+    """i, f, g, o = chunks of W_ih x + b_ih + W_hh h + b_hh; c' = sigmoid(f) c + sigmoid(i)
+    tanh(g); h' = sigmoid(o) tanh(c'). Returns (h', c')."""
+    ops = _ops()
+    x, hx = (list(args) + [kwargs.get("hx")])[:2]
+    H = m.hidden_size
+    if hx is None:
+        h = c = _state(body, m, None, H)
+    elif isinstance(hx, (tuple, list)) and len(hx) == 2:
+        h, c = body.vector(hx[0]), body.vector(hx[1])
+    else:
+        raise Refusal("nn.LSTMCell takes its state as a tuple (h, c)")
+    gi, gh = _products(body, m, x, h)
+    i, f, g, o = ops.pieces(body, _binary(body, "add", gi, gh), [H, H, H, H])
+    c2 = _binary(body, "add", _binary(body, "mul", _unary(body, "sigmoid", f), c),
+                 _binary(body, "mul", _unary(body, "sigmoid", i), _unary(body, "tanh", g)))
+    return _binary(body, "mul", _unary(body, "sigmoid", o), _unary(body, "tanh", c2)), c2
+
+
+def rnn_cell(body, m, args, kwargs):
+    """h' = tanh or relu of W_ih x + b_ih + W_hh h + b_hh."""
+    x, hx = (list(args) + [kwargs.get("hx")])[:2]
+    h = _state(body, m, hx, m.hidden_size)
+    gi, gh = _products(body, m, x, h)
+    return _unary(body, m.nonlinearity, _binary(body, "add", gi, gh))
+
+
+MODULES = {nn.GRUCell: gru_cell, nn.LSTMCell: lstm_cell, nn.RNNCell: rnn_cell}
+
+SUPPORTED = "nn.GRUCell, nn.LSTMCell, nn.RNNCell (their equations over their own parameters)"
