@@ -534,12 +534,15 @@ MODULES = {
     nn.LogSigmoid: lambda body, m, args, kwargs: logsigmoid(body, args, kwargs),
 }
 
-# Feature reductions, maxima, minima and clamps (trace_reduce.py); recurrent cells (trace_rnn.py,
-# which reads linear_of and pieces above).
-from . import trace_rnn  # noqa: E402
+# Feature reductions, maxima, minima and clamps (trace_reduce.py); activations written with them
+# (trace_activations.py); recurrent cells (trace_rnn.py, which reads linear_of and pieces above).
+from . import trace_activations, trace_rnn  # noqa: E402
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
 MODULES.update(trace_reduce.MODULES)
 MODULES.update(trace_rnn.MODULES)
-SUPPORTED += "; " + trace_reduce.SUPPORTED + "; " + trace_rnn.SUPPORTED
+FUNCTIONS.update(trace_activations.FUNCTIONS)
+MODULES.update(trace_activations.MODULES)
+SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_activations.SUPPORTED,
+                        trace_rnn.SUPPORTED])

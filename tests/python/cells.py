@@ -41,7 +41,10 @@ class OpCell(nn.Module):
                     "nn.Identity": nn.Identity(), "nn.SiLU": nn.SiLU(),
                     "nn.LogSigmoid": nn.LogSigmoid(), "nn.LeakyReLU": nn.LeakyReLU(0.2),
                     "nn.ELU": nn.ELU(alpha=0.5), "nn.Hardtanh": nn.Hardtanh(-0.5, 0.8),
-                    "nn.ReLU6": nn.ReLU6()}.get(op, nn.Identity())
+                    "nn.ReLU6": nn.ReLU6(), "nn.GLU": nn.GLU(), "nn.Mish": nn.Mish(),
+                    "nn.Softsign": nn.Softsign(), "nn.Tanhshrink": nn.Tanhshrink(),
+                    "nn.Hardsigmoid": nn.Hardsigmoid(),
+                    "nn.Hardswish": nn.Hardswish()}.get(op, nn.Identity())
 
     def pre(self, x, m):
         if self.emb is not None:
@@ -136,6 +139,13 @@ OPS = {
     "nn.GRUCell": lambda c, a, m, x: c.gru(a, m) + c.gru(m) * 0.5,
     "nn.LSTMCell": lambda c, a, m, x: _product(c.lstm(a, (m, torch.tanh(a)))) + c.lstm(m)[1],
     "nn.RNNCell": lambda c, a, m, x: c.rnn(a, m) + c.rnn(a, hx=m * 0.5),
+    "glu, mish, softsign, tanhshrink, hardsigmoid, hardswish": lambda c, a, m, x: (
+        F.glu(c.two(a)) + F.glu(torch.cat([m, a], -1), dim=-1) + F.mish(a) + F.softsign(m * 3) +
+        F.tanhshrink(a) + F.hardsigmoid(a * 5) + F.hardswish(m * 6 - 1)),
+    "nn.GLU": lambda c, a, m, x: c.act(c.two(a)), "nn.Mish": lambda c, a, m, x: c.act(a),
+    "nn.Softsign": lambda c, a, m, x: c.act(a), "nn.Tanhshrink": lambda c, a, m, x: c.act(a),
+    "nn.Hardsigmoid": lambda c, a, m, x: c.act(a * 5),
+    "nn.Hardswish": lambda c, a, m, x: c.act(a * 5),
     "size-1 weight": lambda c, a, m, x: a * c.s - c.s + m / (c.s * c.s + 1),
     "maximum, minimum": lambda c, a, m, x: (torch.maximum(a, m) + torch.minimum(a, m * 0.5) +
                                             a.max(m * 2) + torch.min(a, c.gate(m)) +

@@ -99,11 +99,13 @@ def test_operations_at_other_sizes(backend, op, size):
 
 def test_clamps_at_their_bounds_pass_or_stop_gradients_as_pytorch(backend):
     """Inputs exactly at the bounds: clamp passes the gradient there (as PyTorch's, inclusive),
-    hardtanh and relu6 stop it (exclusive); torch.maximum / minimum of equal values give it to
+    hardtanh, relu6 and hardsigmoid stop it (exclusive), hardswish's is x / 3 + 1/2 at -3 and 3;
+    torch.maximum / minimum of equal values give it to
     the first argument (PyTorch splits it), so they are checked without ties."""
     def cell(x, m):
         return (torch.clamp(x, -1.0, 1.0) + 2 * F.hardtanh(x) + 3 * F.relu6(x + 5) +
-                4 * x.clamp_min(0.0) + 5 * torch.clamp(x, max=1.0) + m)
+                4 * x.clamp_min(0.0) + 5 * torch.clamp(x, max=1.0) + m +
+                6 * F.hardsigmoid(3 * x) + 7 * F.hardswish(3 * x))
     model = edbatch.nn.Propagate(cell, state_size=D)
     packed = structures.packed("trees", 4)
     g = torch.Generator().manual_seed(4)

@@ -1,0 +1,113 @@
+"""Activations written with other instructions of a cell program (docs/programs.md): glu, mish,
+softsign, tanhshrink, hardsigmoid, hardswish, in their F., torch. and module forms. trace_ops
+merges these tables into its own."""
+import torch
+import torch.nn.functional as F
+
+from .trace_reduce import clamp_of
+from .trace_values import Refusal, bind, feature_dim
+
+nn = torch.nn
+
+
+def _no_inplace(inplace):
+    if inplace:
+        raise Refusal("in-place operations (inplace=True) are not supported")
+
+
+def _emit(body, name, v, **fields):
+    return body.emit(name, v.size, [v], **fields)
+
+
+def _mul(body, a, b):
+    return body.emit("mul", a.size, [a, b])
+
+
+def glu_of(body, x, dim):
+    """The first half times the sigmoid of the second, along the features."""
+    feature_dim(dim, "glu")
+    v = body.vector(x)
+    if v.size % 2:
+        raise Refusal(f"glu of an odd size ({v.size})", ValueError)
+    h = v.size // 2
+    a = body.emit("slice", h, [v], begin=0, end=h)
+    b = body.emit("slice", h, [v], begin=h, end=v.size)
+    return _mul(body, a, _emit(body, "sigmoid", b))
+
+
+def glu(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "dim"), {"dim": -1})
+    return glu_of(body, a["input"], a["dim"])
+
+
+def mish_of(body, x):
+    """x * tanh(softplus(x))."""
+    v = body.vector(x)
+    return _mul(body, v, _emit(body, "tanh", _emit(body, "softplus", v)))
+
+
+def softsign_of(body, x):
+    """x / (1 + |x|)."""
+    v = body.vector(x)
+    return body.emit("div", v.size, [v, _emit(body, "scale", _emit(body, "abs", v),
+                                              alpha=1.0, beta=1.0)])
+
+
+def tanhshrink_of(body, x):
+    """x - tanh(x)."""
+    v = body.vector(x)
+    return body.emit("sub", v.size, [v, _emit(body, "tanh", v)])
+
+
+def hardsigmoid_of(body, x, inclusive=False):
+    """clamp(x + 3, 0, 6) / 6 as PyTorch computes it (x + 3 is exact at the bounds), its
+    gradient 1/6 strictly inside (-3, 3), as PyTorch's."""
+    v = body.vector(x)
+    c = clamp_of(body, _emit(body, "scale", v, alpha=1.0, beta=3.0), 0.0, 6.0,
+                 inclusive=inclusive)
+    return _emit(body, "scale", c, alpha=1.0 / 6.0, beta=0.0)
+
+
+def hardswish_of(body, x):
+    """x * hardsigmoid(x), the clamp's gradient passing at -3 and 3 so that the product's is
+    PyTorch's there (x / 3 + 1/2)."""
+    v = body.vector(x)
+    return _mul(body, v, hardsigmoid_of(body, v, inclusive=True))
+
+
+def _with_inplace(of):
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
+        _no_inplace(a["inplace"])
+        return of(body, a["input"])
+    return handle
+
+
+def _plain(of):
+    def handle(body, args, kwargs):
+        return of(body, bind(args, kwargs, ("input",), {})["input"])
+    return handle
+
+
+def _module(of, inplace=True):
+    def handle(body, m, args, kwargs):
+        if inplace:
+            _no_inplace(getattr(m, "inplace", False))
+        return of(body, args[0])
+    return handle
+
+
+FUNCTIONS = {
+    F.glu: glu, F.mish: _with_inplace(mish_of), F.softsign: _plain(softsign_of),
+    F.tanhshrink: _plain(tanhshrink_of), F.hardsigmoid: _with_inplace(hardsigmoid_of),
+    F.hardswish: _with_inplace(hardswish_of),
+}
+
+MODULES = {
+    nn.GLU: lambda body, m, args, kwargs: glu_of(body, args[0], m.dim),
+    nn.Mish: _module(mish_of), nn.Softsign: _module(softsign_of, False),
+    nn.Tanhshrink: _module(tanhshrink_of, False), nn.Hardsigmoid: _module(hardsigmoid_of),
+    nn.Hardswish: _module(hardswish_of),
+}
+
+SUPPORTED = "glu, mish, softsign, tanhshrink, hardsigmoid, hardswish (F. and module forms)"
