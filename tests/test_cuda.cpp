@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "edbatch/block.h"
+#include "edbatch/block_plan.h"
 #include "edbatch/edbatch.h"
 #include "edbatch/models.h"
 #include "edbatch/options.h"
@@ -494,6 +495,33 @@ CUDA_CASE("cuda: a block of pooling, normalisation, slices and dropout = cpu") {
       const Expr loss = sum_losses(losses);
       check_same(run_on("cuda", og.g, loss, "agenda"), run_on("cpu", og.g, loss, "agenda"), og.g);
     }
+}
+
+// A block whose elementwise steps form one group of more than kMaxFusedSteps (24): it runs as
+// several launches, which backward must take in reverse order (the later steps' adjoints first).
+CUDA_CASE("cuda: a block's elementwise group longer than one launch holds = cpu") {
+  ParameterCollection pc(6);
+  const Dim h{19, 1};
+  Block blk(pc, "long");
+  const Expr x = blk.input("x", h), m = blk.input("m", h);
+  Expr y = x;
+  for (int i = 0; i < 40; ++i) y = i % 3 == 0 ? tanh(y) + m : (i % 3 == 1 ? y * 0.9f : cmult(y, m));
+  blk.output("y", y);
+  blk.freeze();
+  REQUIRE(blk.plan().groups.size() == 1);
+  REQUIRE(blk.plan().groups[0].step_count > 24);  // kernels/cuda/device.h: kMaxFusedSteps
+  for (uint32_t k : {1u, 9u, 200u}) {
+    CAPTURE(k);
+    OpGraph og(k, &pc);
+    std::vector<Expr> losses;
+    for (uint32_t i = 0; i < k; ++i) {
+      const Expr xi = tanh(input(og.g, h, og.values(h.size())));
+      const Expr mi = sigmoid(input(og.g, h, og.values(h.size())));
+      losses.push_back(og.reduce(blk(og.g, {xi, mi})[0]));
+    }
+    const Expr loss = sum_losses(losses);
+    check_same(run_on("cuda", og.g, loss, "agenda"), run_on("cpu", og.g, loss, "agenda"), og.g);
+  }
 }
 
 // A fused GEMM step whose bias is each node's own value, as a user cell's per-row projection is

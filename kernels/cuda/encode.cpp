@@ -2,6 +2,7 @@
 // of block steps: a step-group kernel each; GEMM steps: the fused GEMM kernel, or cuBLAS above its
 // size (batched over members or nodes for per-member and per-node matrices, read in place).
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -52,20 +53,12 @@ const char* gemm_name(bool forward) { return forward ? "gemm forward" : "gemm ba
 // paths, calls run their block's steps, sources and views never run. Any other op is refused
 // when a pass is encoded, naming it.
 bool step_op(Op op) {
-  if (math::is_unary(op) || math::is_binary(op)) return true;
-  switch (op) {
-    case Op::Lookup: case Op::Sum: case Op::Average: case Op::Maximum: case Op::Concat:
-    case Op::SliceRows: case Op::Pick: case Op::PickNegLogSoftmax: case Op::Softmax:
-    case Op::LogSoftmax:
-    case Op::LayerNorm:
-    case Op::Dropout:
-    case Op::MaxIndex:
-    case Op::ColumnSum:
-    case Op::Broadcast:
-      return true;
-    default:
-      return false;
-  }
+  static constexpr Op kOwn[] = {Op::Lookup,   Op::Sum,        Op::Average,   Op::Maximum,
+                                Op::Concat,   Op::SliceRows,  Op::Pick,      Op::PickNegLogSoftmax,
+                                Op::Softmax,  Op::LogSoftmax, Op::LayerNorm, Op::Dropout,
+                                Op::MaxIndex, Op::ColumnSum,  Op::Broadcast};
+  return math::is_unary(op) || math::is_binary(op) ||
+         std::find(std::begin(kOwn), std::end(kOwn), op) != std::end(kOwn);
 }
 
 class Encoder {
@@ -180,8 +173,12 @@ class Encoder {
     return d;
   }
 
+  // Items in forward order, one launch per kMaxFusedSteps of them. Each launch runs its steps in
+  // reverse in backward, so the launches go in reverse too: the later steps' adjoints first.
   void steps(const std::vector<Item>& items) {
-    for (size_t begin = 0; begin < items.size(); begin += kMaxFusedSteps) {
+    const size_t parts = (items.size() + kMaxFusedSteps - 1) / kMaxFusedSteps;
+    for (size_t q = 0; q < parts; ++q) {
+      const size_t begin = (pass_.forward ? q : parts - 1 - q) * kMaxFusedSteps;
       const size_t end = std::min(items.size(), begin + kMaxFusedSteps);
       StepGroup g{};
       g.k = items[begin].k;

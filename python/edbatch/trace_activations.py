@@ -70,7 +70,7 @@ def hardsigmoid_of(body, x, inclusive=False):
 
 def hardswish_of(body, x):
     """x * hardsigmoid(x), the clamp's gradient passing at -3 and 3 so that the product's is
-    PyTorch's there (x / 3 + 1/2)."""
+    x / 3 + 1/2 there, as PyTorch's CPU kernel has it."""
     v = body.vector(x)
     return _mul(body, v, hardsigmoid_of(body, v, inclusive=True))
 

@@ -99,19 +99,33 @@ def test_operations_at_other_sizes(backend, op, size):
 
 def test_clamps_at_their_bounds_pass_or_stop_gradients_as_pytorch(backend):
     """Inputs exactly at the bounds: clamp passes the gradient there (as PyTorch's, inclusive),
-    hardtanh, relu6 and hardsigmoid stop it (exclusive), hardswish's is x / 3 + 1/2 at -3 and 3;
-    torch.maximum / minimum of equal values give it to
+    hardtanh and relu6 stop it (exclusive); torch.maximum / minimum of equal values give it to
     the first argument (PyTorch splits it), so they are checked without ties."""
     def cell(x, m):
         return (torch.clamp(x, -1.0, 1.0) + 2 * F.hardtanh(x) + 3 * F.relu6(x + 5) +
-                4 * x.clamp_min(0.0) + 5 * torch.clamp(x, max=1.0) + m +
-                6 * F.hardsigmoid(3 * x) + 7 * F.hardswish(3 * x))
+                4 * x.clamp_min(0.0) + 5 * torch.clamp(x, max=1.0) + m)
     model = edbatch.nn.Propagate(cell, state_size=D)
     packed = structures.packed("trees", 4)
     g = torch.Generator().manual_seed(4)
     bounds = torch.tensor([-1.0, 1.0, 0.0, 0.5, -3.0, -5.0])  # relu6 at 0 and 6: -5 and 1
     x = bounds[torch.randint(0, 6, (packed.input_ids.numel(), D), generator=g)].requires_grad_()
     assert_same(model, packed, {"x": x})
+
+
+def test_hard_activations_at_their_bounds_have_the_documented_derivatives(backend):
+    """hardsigmoid's derivative is 1/6 strictly inside (-3, 3); hardswish's is x / 3 + 1/2 on
+    [-3, 3] (PyTorch's CPU definition; some PyTorch versions take 0 and 1 at -3 and 3 on CUDA),
+    0 below and 1 above."""
+    x0 = torch.tensor([[-3.0, 3.0, -4.0, 4.0, 0.5]])
+    want = {"hardsigmoid": [0.0, 0.0, 0.0, 0.0, 1 / 6],
+            "hardswish": [-0.5, 1.5, 0.0, 1.0, 0.5 / 3 + 0.5]}
+    packed = edbatch.pack_edges([{"num_nodes": 1, "inputs": [0]}])
+    for name, derivative in want.items():
+        fn = getattr(F, name)
+        model = edbatch.nn.Propagate(lambda x, m, fn=fn: fn(x) + m, state_size=D)
+        x = x0.clone().requires_grad_()
+        model(packed, x=x).sum().backward()
+        torch.testing.assert_close(x.grad, torch.tensor([derivative]), msg=name)
 
 
 def test_embedding_of_ids(backend):
