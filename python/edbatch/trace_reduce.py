@@ -13,16 +13,17 @@ nn = torch.nn
 
 # ---- reductions over the features ----
 
-def _reduction_input(body, name, args, kwargs, extra=None):
-    """The feature vector a reduction reads, after checking dim=-1 and keepdim=True."""
-    a = bind(args, kwargs, ("input", "dim", "keepdim"),
+def _reduction_input(body, name, args, kwargs, extra=None, names=("input", "dim", "keepdim")):
+    """The feature vector a reduction reads, after checking dim=-1 and keepdim=True; `names`:
+    PyTorch's positional order (var's third is unbiased, norm's second p)."""
+    a = bind(args, kwargs, names,
              {"dim": None, "keepdim": False, "dtype": None, **(extra or {})})
     if a["dtype"] is not None:
         raise Refusal(f"{name} with dtype= is not supported")
     dim = a["dim"]
     if isinstance(dim, (tuple, list)) and len(dim) == 1:
         dim = dim[0]
-    if dim is None or isinstance(dim, (tuple, list)):
+    if dim is None or isinstance(dim, (tuple, list, bool)):
         raise Refusal(f"{name} over every element is not supported: reduce the features with "
                       f"{name}(-1, keepdim=True), one value per row", ValueError)
     feature_dim(dim, name)
@@ -50,7 +51,8 @@ def feature_mean(body, args, kwargs):
 
 def feature_var(body, args, kwargs):
     """Sum of squared deviations over n - correction (PyTorch's default correction is 1)."""
-    v, a = _reduction_input(body, "var", args, kwargs, {"unbiased": None, "correction": None})
+    v, a = _reduction_input(body, "var", args, kwargs, {"unbiased": None, "correction": None},
+                            ("input", "dim", "unbiased", "keepdim"))
     if a["unbiased"] is not None and a["correction"] is not None:
         raise Refusal("var with both unbiased= and correction= is not supported")
     correction = 1 if a["unbiased"] is None else int(bool(a["unbiased"]))
@@ -113,15 +115,11 @@ def _two_norm(p):
 
 def norm(body, args, kwargs):
     """sqrt(sum of squares): x.norm(dim=-1, keepdim=True), torch.linalg.vector_norm."""
-    a = dict(kwargs)
-    p = a.pop("p", a.pop("ord", 2))
-    if a.pop("out", None) is not None:
+    v, a = _reduction_input(body, "norm", args, kwargs, {"p": 2, "ord": None, "out": None},
+                            ("input", "p", "dim", "keepdim"))  # vector_norm's ord is norm's p
+    if a["out"] is not None:
         raise Refusal("norm with out= is not supported")
-    positional = list(args)
-    if len(positional) > 1 and not isinstance(positional[1], int):  # norm(x, p, dim, keepdim)
-        p = positional.pop(1)
-    _two_norm(p)
-    v, _ = _reduction_input(body, "norm", positional, a)
+    _two_norm(a["p"] if a["ord"] is None else a["ord"])
     return body.emit("sqrt", 1, [_floored(body, _squares(body, v), 0.0)])
 
 

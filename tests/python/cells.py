@@ -135,7 +135,8 @@ OPS = {
     "norm, normalize": lambda c, a, m, x: (a.norm(dim=-1, keepdim=True) * 0.1 + F.normalize(a) +
                                            F.normalize(m, p=2, dim=-1) * torch.norm(
                                                m, 2, -1, True) +
-                                           torch.linalg.vector_norm(a, dim=[-1], keepdim=True)),
+                                           torch.linalg.vector_norm(a, dim=[-1], keepdim=True) +
+                                           a.norm(2, -1, True) + m.var(-1, False, True)),
     "nn.GRUCell": lambda c, a, m, x: c.gru(a, m) + c.gru(m) * 0.5,
     "nn.LSTMCell": lambda c, a, m, x: _product(c.lstm(a, (m, torch.tanh(a)))) + c.lstm(m)[1],
     "nn.RNNCell": lambda c, a, m, x: c.rnn(a, m) + c.rnn(a, hx=m * 0.5),

@@ -232,6 +232,10 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(TypeError, "the indices of a max or min over the features")(
         lambda x, m: m * m.max(-1, keepdim=True).indices)
     refused(TypeError, "min of every element")(lambda x, m: m - m.min())
+    # var's third positional argument is unbiased, not keepdim: refused, not read as keepdim
+    refused(ValueError, "var(-1) without keepdim=True")(lambda x, m: m - m.var(-1, True))
+    refused(ValueError, "var over every element")(lambda x, m: m - torch.var(m, True))
+    refused(ValueError, "p=1 are not supported")(lambda x, m: m * m.norm(1, -1, True))
     refused(ValueError, "clamp without min or max")(lambda x, m: torch.clamp(m))
     refused(TypeError, "inplace=True")(lambda x, m: F.relu6(m, True))
     refused(ValueError, "expanding a size-7 tensor to 9")(
