@@ -5,22 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from .trace_reduce import clamp_of
-from .trace_values import Refusal, bind, feature_dim
+from .trace_values import Refusal, apply, bind, feature_dim, no_inplace
 
 nn = torch.nn
-
-
-def _no_inplace(inplace):
-    if inplace:
-        raise Refusal("in-place operations (inplace=True) are not supported")
-
-
-def _emit(body, name, v, **fields):
-    return body.emit(name, v.size, [v], **fields)
-
-
-def _mul(body, a, b):
-    return body.emit("mul", a.size, [a, b])
 
 
 def glu_of(body, x, dim):
@@ -32,7 +19,7 @@ def glu_of(body, x, dim):
     h = v.size // 2
     a = body.emit("slice", h, [v], begin=0, end=h)
     b = body.emit("slice", h, [v], begin=h, end=v.size)
-    return _mul(body, a, _emit(body, "sigmoid", b))
+    return apply(body, "mul", a, apply(body, "sigmoid", b))
 
 
 def glu(body, args, kwargs):
@@ -43,42 +30,41 @@ def glu(body, args, kwargs):
 def mish_of(body, x):
     """x * tanh(softplus(x))."""
     v = body.vector(x)
-    return _mul(body, v, _emit(body, "tanh", _emit(body, "softplus", v)))
+    return apply(body, "mul", v, apply(body, "tanh", apply(body, "softplus", v)))
 
 
 def softsign_of(body, x):
     """x / (1 + |x|)."""
     v = body.vector(x)
-    return body.emit("div", v.size, [v, _emit(body, "scale", _emit(body, "abs", v),
-                                              alpha=1.0, beta=1.0)])
+    return apply(body, "div", v, apply(body, "scale", apply(body, "abs", v), alpha=1.0, beta=1.0))
 
 
 def tanhshrink_of(body, x):
     """x - tanh(x)."""
     v = body.vector(x)
-    return body.emit("sub", v.size, [v, _emit(body, "tanh", v)])
+    return apply(body, "sub", v, apply(body, "tanh", v))
 
 
 def hardsigmoid_of(body, x, inclusive=False):
     """clamp(x + 3, 0, 6) / 6 as PyTorch computes it (x + 3 is exact at the bounds), its
     gradient 1/6 strictly inside (-3, 3), as PyTorch's."""
     v = body.vector(x)
-    c = clamp_of(body, _emit(body, "scale", v, alpha=1.0, beta=3.0), 0.0, 6.0,
+    c = clamp_of(body, apply(body, "scale", v, alpha=1.0, beta=3.0), 0.0, 6.0,
                  inclusive=inclusive)
-    return _emit(body, "scale", c, alpha=1.0 / 6.0, beta=0.0)
+    return apply(body, "scale", c, alpha=1.0 / 6.0, beta=0.0)
 
 
 def hardswish_of(body, x):
     """x * hardsigmoid(x), the clamp's gradient passing at -3 and 3 so that the product's is
     x / 3 + 1/2 there, as PyTorch's CPU kernel has it."""
     v = body.vector(x)
-    return _mul(body, v, hardsigmoid_of(body, v, inclusive=True))
+    return apply(body, "mul", v, hardsigmoid_of(body, v, inclusive=True))
 
 
 def _with_inplace(of):
     def handle(body, args, kwargs):
         a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
-        _no_inplace(a["inplace"])
+        no_inplace(a["inplace"])
         return of(body, a["input"])
     return handle
 
@@ -92,7 +78,7 @@ def _plain(of):
 def _module(of, inplace=True):
     def handle(body, m, args, kwargs):
         if inplace:
-            _no_inplace(getattr(m, "inplace", False))
+            no_inplace(getattr(m, "inplace", False))
         return of(body, args[0])
     return handle
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from . import trace_reduce
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Ids, Param, Refusal, Shape, Vec, bind,  # noqa: F401
-                           broadcast_pair, describe, feature_dim, is_number)
+                           broadcast_pair, describe, feature_dim, is_number, no_inplace)
 
 nn = torch.nn
 
@@ -81,8 +81,7 @@ def unary(name, check=None):
 
 
 def _no_inplace(args, kwargs):
-    if kwargs.get("inplace") or (args and args[0] is True):
-        raise Refusal("in-place operations (inplace=True) are not supported")
+    no_inplace(kwargs.get("inplace") or (args and args[0] is True))
 
 
 def _gelu(args, kwargs):
@@ -316,8 +315,7 @@ def f_layer_norm(body, args, kwargs):
 
 
 def dropout_of(body, x, p, training, inplace):
-    if inplace:
-        raise Refusal("in-place operations (inplace=True) are not supported")
+    no_inplace(inplace)
     if not 0 <= p < 1:
         raise Refusal(f"dropout with p={p} is not supported (0 <= p < 1)", ValueError)
     v = body.vector(x)
@@ -475,8 +473,7 @@ def _module_activation(name, check=None):
 
 
 def _check_module_inplace(module):
-    if getattr(module, "inplace", False):
-        raise Refusal("in-place operations (inplace=True) are not supported")
+    no_inplace(getattr(module, "inplace", False))
 
 
 def _check_module_gelu(module):

@@ -6,7 +6,8 @@ from collections import namedtuple
 import torch
 import torch.nn.functional as F
 
-from .trace_values import Indices, Refusal, bind, broadcast_pair, feature_dim, is_number
+from .trace_values import (Indices, Refusal, bind, broadcast_pair, feature_dim, is_number,
+                           no_inplace)
 
 nn = torch.nn
 
@@ -188,21 +189,16 @@ def clamp_side(side):
     return handle
 
 
-def _no_inplace(inplace):
-    if inplace:
-        raise Refusal("in-place operations (inplace=True) are not supported")
-
-
 def hardtanh(body, args, kwargs):
     a = bind(args, kwargs, ("input", "min_val", "max_val", "inplace"),
              {"min_val": -1.0, "max_val": 1.0, "inplace": False})
-    _no_inplace(a["inplace"])
+    no_inplace(a["inplace"])
     return clamp_of(body, a["input"], a["min_val"], a["max_val"], inclusive=False)
 
 
 def relu6(body, args, kwargs):
     a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
-    _no_inplace(a["inplace"])
+    no_inplace(a["inplace"])
     return clamp_of(body, a["input"], 0.0, 6.0, inclusive=False)
 
 

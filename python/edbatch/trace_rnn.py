@@ -4,7 +4,7 @@ input and hidden products are `linear` instructions, so the block compiler fuses
 any cell). trace_ops merges MODULES into its own."""
 from torch import nn
 
-from .trace_values import Refusal, Vec
+from .trace_values import Refusal, Vec, apply
 
 
 def _ops():
@@ -24,16 +24,8 @@ def _products(body, m, x, h):
     return gi, gh
 
 
-def _state(body, m, hx, size):
+def _state(body, hx, size):
     return body.emit("const", size, [], value=0.0) if hx is None else body.vector(hx)
-
-
-def _unary(body, name, v):
-    return body.emit(name, v.size, [v])
-
-
-def _binary(body, name, a, b):
-    return body.emit(name, a.size, [a, b])
 
 
 def gru_cell(body, m, args, kwargs):
@@ -42,13 +34,13 @@ def gru_cell(body, m, args, kwargs):
     ops = _ops()
     x, hx = (list(args) + [kwargs.get("hx")])[:2]
     H = m.hidden_size
-    h = _state(body, m, hx, H)
+    h = _state(body, hx, H)
     gi, gh = _products(body, m, x, h)
     (ir, iz, i_n), (hr, hz, hn) = (ops.pieces(body, g, [H, H, H]) for g in (gi, gh))
-    r = _unary(body, "sigmoid", _binary(body, "add", ir, hr))
-    z = _unary(body, "sigmoid", _binary(body, "add", iz, hz))
-    n = _unary(body, "tanh", _binary(body, "add", i_n, _binary(body, "mul", r, hn)))
-    return _binary(body, "add", n, _binary(body, "mul", z, _binary(body, "sub", h, n)))
+    r = apply(body, "sigmoid", apply(body, "add", ir, hr))
+    z = apply(body, "sigmoid", apply(body, "add", iz, hz))
+    n = apply(body, "tanh", apply(body, "add", i_n, apply(body, "mul", r, hn)))
+    return apply(body, "add", n, apply(body, "mul", z, apply(body, "sub", h, n)))
 
 
 def lstm_cell(body, m, args, kwargs):
@@ -58,24 +50,24 @@ def lstm_cell(body, m, args, kwargs):
     x, hx = (list(args) + [kwargs.get("hx")])[:2]
     H = m.hidden_size
     if hx is None:
-        h = c = _state(body, m, None, H)
+        h = c = _state(body, None, H)
     elif isinstance(hx, (tuple, list)) and len(hx) == 2:
         h, c = body.vector(hx[0]), body.vector(hx[1])
     else:
         raise Refusal("nn.LSTMCell takes its state as a tuple (h, c)")
     gi, gh = _products(body, m, x, h)
-    i, f, g, o = ops.pieces(body, _binary(body, "add", gi, gh), [H, H, H, H])
-    c2 = _binary(body, "add", _binary(body, "mul", _unary(body, "sigmoid", f), c),
-                 _binary(body, "mul", _unary(body, "sigmoid", i), _unary(body, "tanh", g)))
-    return _binary(body, "mul", _unary(body, "sigmoid", o), _unary(body, "tanh", c2)), c2
+    i, f, g, o = ops.pieces(body, apply(body, "add", gi, gh), [H, H, H, H])
+    c2 = apply(body, "add", apply(body, "mul", apply(body, "sigmoid", f), c),
+               apply(body, "mul", apply(body, "sigmoid", i), apply(body, "tanh", g)))
+    return apply(body, "mul", apply(body, "sigmoid", o), apply(body, "tanh", c2)), c2
 
 
 def rnn_cell(body, m, args, kwargs):
     """h' = tanh or relu of W_ih x + b_ih + W_hh h + b_hh."""
     x, hx = (list(args) + [kwargs.get("hx")])[:2]
-    h = _state(body, m, hx, m.hidden_size)
+    h = _state(body, hx, m.hidden_size)
     gi, gh = _products(body, m, x, h)
-    return _unary(body, m.nonlinearity, _binary(body, "add", gi, gh))
+    return apply(body, m.nonlinearity, apply(body, "add", gi, gh))
 
 
 MODULES = {nn.GRUCell: gru_cell, nn.LSTMCell: lstm_cell, nn.RNNCell: rnn_cell}

@@ -85,6 +85,16 @@ def same_size(a, b, what):
         raise Refusal(f"{what} of sizes {a.size} and {b.size}", ValueError)
 
 
+def no_inplace(inplace):
+    if inplace:
+        raise Refusal("in-place operations (inplace=True) are not supported")
+
+
+def apply(body, name, *args, **fields):
+    """Instruction `name` over feature vectors of one size (the first's)."""
+    return body.emit(name, args[0].size, list(args), **fields)
+
+
 def broadcast_pair(body, a, b, what):
     """Feature vectors a and b at one size, as PyTorch broadcasts (rows, 1) against (rows, n):
     a size-1 value is repeated (a `broadcast` instruction); other sizes must agree."""
