@@ -21,8 +21,8 @@ nn = torch.nn
 SUPPORTED = (
     "nn.Linear, F.linear, x @ W, torch.matmul, torch.addmm (W an nn.Parameter, or W.t()); "
     "+ - * / with tensors, weight vectors and Python numbers, unary minus; "
-    "sigmoid, tanh, relu, gelu (approximate='none'), softplus (beta=1, threshold=20), exp, log, "
-    "sqrt (torch., F., method and module forms); x ** e (e in 1, 2, 3, 0.5, -0.5, -1, -2) and "
+    "sigmoid, tanh, relu, gelu, softplus (beta=1, threshold=20), exp, log, sqrt (torch., F., "
+    "method and module forms); x ** e (e an integer from -16 to 16, 0.5, -0.5) and "
     "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid, leaky_relu, elu, abs; "
     "torch.cat, chunk, split, narrow and slicing (x[:, a:b]) along the last dim; nn.Embedding "
     "of the integer input; nn.LayerNorm / F.layer_norm over the last dim; nn.Dropout / "
@@ -42,9 +42,11 @@ _PYTHON = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
 def binary(name):
     def handle(body, args, kwargs):
         a = bind(args, kwargs, ("input", "other"), {"alpha": 1})
-        if a["alpha"] != 1:
-            raise Refusal(f"{name} with alpha={a['alpha']} is not supported")
         x, y = a["input"], a["other"]
+        if a["alpha"] != 1:  # x + alpha * y, x - alpha * y
+            if name not in ("add", "sub") or not is_number(a["alpha"]):
+                raise Refusal(f"{name} with alpha={a['alpha']!r} is not supported")
+            y = binary("mul")(body, (y, a["alpha"]), {})
         if is_number(x) and is_number(y):
             return _PYTHON[name](x, y)
         if is_number(y):
@@ -82,11 +84,6 @@ def unary(name, check=None):
 
 def _no_inplace(args, kwargs):
     no_inplace(kwargs.get("inplace") or (args and args[0] is True))
-
-
-def _gelu(args, kwargs):
-    if bind(args, kwargs, ("approximate",), {"approximate": "none"})["approximate"] != "none":
-        raise Refusal("gelu with approximate='tanh' is not supported (use approximate='none')")
 
 
 def _softplus(args, kwargs):
@@ -332,33 +329,36 @@ def f_dropout(body, args, kwargs):
 
 # ---- compositions: operations written with the ops above ----
 
-_EXPONENTS = "1, 2, 3, 0.5, -0.5, -1, -2"
+_EXPONENTS = "integers from -16 to 16, 0.5, -0.5"
 
 
 def power_of(body, v, e):
-    """v ** e for the exponents that program ops express exactly."""
+    """v ** e for the exponents that program ops express exactly: integers by repeated squaring
+    (x ** 0 is 1, its gradient 0, as PyTorch's), and square roots."""
     def mul(a, b):
         return body.emit("mul", v.size, [a, b])
 
     def rdiv(a):
         return body.emit("rdiv", v.size, [a], alpha=1.0)
 
-    if e == 1:
-        return v
-    if e == 2:
-        return mul(v, v)
-    if e == 3:
-        return mul(mul(v, v), v)
     if e == 0.5:
         return body.emit("sqrt", v.size, [v])
     if e == -0.5:
         return rdiv(body.emit("sqrt", v.size, [v]))
-    if e == -1:
-        return rdiv(v)
-    if e == -2:
-        return rdiv(mul(v, v))
-    raise Refusal(f"x ** {e} is not supported (exponents {_EXPONENTS}; a ** x with a number "
-                  f"a > 0)")
+    if e != int(e) or abs(e) > 16:
+        raise Refusal(f"x ** {e:g} is not supported (exponents {_EXPONENTS}; a ** x with a "
+                      f"number a > 0)")
+    n = abs(int(e))
+    if n == 0:
+        return body.emit("const", v.size, [], value=1.0)
+    result, square = None, v
+    while n:
+        if n & 1:
+            result = square if result is None else mul(result, square)
+        n >>= 1
+        if n:
+            square = mul(square, square)
+    return rdiv(result) if e < 0 else result
 
 
 def power(body, args, kwargs):
@@ -435,7 +435,7 @@ FUNCTIONS = {
     torch.div: binary("div"), torch.neg: negate,
     operator.matmul: matmul, torch.matmul: matmul, torch.mm: matmul, F.linear: f_linear,
     torch.addmm: addmm, torch.t: transpose_weight,
-    F.gelu: unary("gelu", _gelu), F.softplus: unary("softplus", _softplus),
+    F.softplus: unary("softplus", _softplus),
     torch.cat: cat, torch.chunk: chunk, torch.split: split, torch.narrow: narrow,
     operator.getitem: getitem, getattr: get_attribute,
     F.embedding: f_embedding, F.layer_norm: f_layer_norm, F.dropout: f_dropout,
@@ -455,7 +455,7 @@ for _name, _fns in _ACTIVATIONS.items():
 METHODS = {
     "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div"),
     "neg": negate, "matmul": matmul, "mm": matmul, "t": transpose_weight,
-    "gelu": unary("gelu", _gelu), "chunk": chunk, "split": split, "narrow": narrow,
+    "chunk": chunk, "split": split, "narrow": narrow,
     "size": size, "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
     "contiguous": identity, "clone": identity, "float": identity,
     "pow": power, "square": fixed_power(2), "rsqrt": fixed_power(-0.5),
@@ -474,10 +474,6 @@ def _module_activation(name, check=None):
 
 def _check_module_inplace(module):
     no_inplace(getattr(module, "inplace", False))
-
-
-def _check_module_gelu(module):
-    _gelu((getattr(module, "approximate", "none"),), {})
 
 
 def _check_module_softplus(module):
@@ -520,7 +516,6 @@ MODULES = {
     nn.LayerNorm: _module_layer_norm, nn.Dropout: _module_dropout,
     nn.Sigmoid: _module_activation("sigmoid"), nn.Tanh: _module_activation("tanh"),
     nn.ReLU: _module_activation("relu", _check_module_inplace),
-    nn.GELU: _module_activation("gelu", _check_module_gelu),
     nn.Softplus: _module_activation("softplus", _check_module_softplus),
     nn.Softmax: _module_softmax("softmax"), nn.LogSoftmax: _module_softmax("log_softmax"),
     nn.Identity: lambda body, m, args, kwargs: args[0],
@@ -532,8 +527,9 @@ MODULES = {
 }
 
 # Feature reductions, maxima, minima and clamps (trace_reduce.py); activations written with them
-# (trace_activations.py); recurrent cells (trace_rnn.py, which reads linear_of and pieces above).
-from . import trace_activations, trace_rnn  # noqa: E402
+# (trace_activations.py); other compositions (trace_compose.py, which reads binary and softmax
+# above); recurrent cells (trace_rnn.py, which reads linear_of and pieces above).
+from . import trace_activations, trace_compose, trace_rnn  # noqa: E402
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
@@ -541,5 +537,8 @@ MODULES.update(trace_reduce.MODULES)
 MODULES.update(trace_rnn.MODULES)
 FUNCTIONS.update(trace_activations.FUNCTIONS)
 MODULES.update(trace_activations.MODULES)
+FUNCTIONS.update(trace_compose.FUNCTIONS)
+METHODS.update(trace_compose.METHODS)
+MODULES.update(trace_compose.MODULES)
 SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_activations.SUPPORTED,
-                        trace_rnn.SUPPORTED])
+                        trace_compose.SUPPORTED, trace_rnn.SUPPORTED])

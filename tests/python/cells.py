@@ -44,7 +44,10 @@ class OpCell(nn.Module):
                     "nn.ReLU6": nn.ReLU6(), "nn.GLU": nn.GLU(), "nn.Mish": nn.Mish(),
                     "nn.Softsign": nn.Softsign(), "nn.Tanhshrink": nn.Tanhshrink(),
                     "nn.Hardsigmoid": nn.Hardsigmoid(),
-                    "nn.Hardswish": nn.Hardswish()}.get(op, nn.Identity())
+                    "nn.Hardswish": nn.Hardswish(), "nn.SELU": nn.SELU(),
+                    "nn.CELU": nn.CELU(0.6), "nn.PReLU": nn.PReLU(S, 0.3),
+                    "nn.Softmin": nn.Softmin(-1),
+                    "nn.GELU(tanh)": nn.GELU(approximate="tanh")}.get(op, nn.Identity())
 
     def pre(self, x, m):
         if self.emb is not None:
@@ -157,6 +160,27 @@ OPS = {
     "hardtanh, relu6": lambda c, a, m, x: (F.hardtanh(a * 2) + F.relu6(a * 8) +
                                            F.hardtanh(m, -0.5, 0.5)),
     "nn.Hardtanh": lambda c, a, m, x: c.act(a), "nn.ReLU6": lambda c, a, m, x: c.act(a * 8),
+    # Compositions (trace_compose.py) and alpha= / integer exponents (trace_ops.py).
+    "lerp, addcmul, addcdiv": lambda c, a, m, x: (
+        torch.lerp(a, m, 0.3) + torch.lerp(a, m, torch.sigmoid(a)) + a.lerp(m, c.s) +
+        torch.addcmul(a, m, a, value=0.5) + torch.addcdiv(m, a, m * m + 1) + a.addcmul(m, m) +
+        m.addcdiv(a, a * a + 2, value=-2)),
+    "add, sub with alpha": lambda c, a, m, x: (torch.add(a, m, alpha=0.5) +
+                                               torch.sub(a, m, alpha=2) + a.add(m, alpha=-1) +
+                                               torch.add(a, 2, alpha=3) + m.sub(c.b, alpha=0.5)),
+    "integer powers": lambda c, a, m, x: (
+        torch.tanh(a) ** 4 + m.tanh().pow(5) + (a * a + 1) ** -3 + torch.pow(m * m + 1, -4) +
+        a ** 0 + torch.tanh(m) ** 16 + torch.pow(a.tanh(), 7.0) + (m * m + 1) ** -1),
+    "gelu tanh": lambda c, a, m, x: (F.gelu(a, approximate="tanh") +
+                                     F.gelu(m * 3, approximate="tanh")),
+    "selu, celu, prelu, softmin": lambda c, a, m, x: (
+        F.selu(a) + F.celu(m, alpha=0.7) + F.celu(a) + F.prelu(a, c.s) + F.prelu(m, c.b) +
+        F.softmin(a, -1) + torch.selu(m)),
+    "log1p, expm1": lambda c, a, m, x: (torch.log1p(a * a) + m.tanh().expm1() +
+                                        a.sigmoid().log1p() + torch.expm1(a.tanh())),
+    "nn.SELU": lambda c, a, m, x: c.act(a), "nn.CELU": lambda c, a, m, x: c.act(a),
+    "nn.PReLU": lambda c, a, m, x: c.act(a), "nn.Softmin": lambda c, a, m, x: c.act(a),
+    "nn.GELU(tanh)": lambda c, a, m, x: c.act(a * 2),
 }
 
 

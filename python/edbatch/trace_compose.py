@@ -1,0 +1,163 @@
+"""Operations written with other instructions of a cell program (docs/programs.md), their
+gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
+selu, celu, prelu, softmin, log1p and expm1, in their torch., F., method and module forms.
+trace_ops merges these tables into its own."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .trace_reduce import clamp_of
+from .trace_values import Refusal, apply, bind, is_number, no_inplace
+
+nn = torch.nn
+
+# PyTorch's SELU constants (torch.nn.SELU's documentation).
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _ops():
+    from . import trace_ops  # trace_ops imports this module at its end
+    return trace_ops
+
+
+def _arith(body, name, x, y):
+    """x (name) y with trace_ops' rules: numbers, vector weights, size-1 broadcasting."""
+    return _ops().binary(name)(body, (x, y), {})
+
+
+def lerp(body, args, kwargs):
+    """start + weight * (end - start), the weight a number or a tensor."""
+    a = bind(args, kwargs, ("input", "end", "weight"), {})
+    step = _arith(body, "mul", a["weight"], _arith(body, "sub", a["end"], a["input"]))
+    return _arith(body, "add", a["input"], step)
+
+
+def addc(name):
+    """addcmul / addcdiv: input + value * (tensor1 op tensor2)."""
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "tensor1", "tensor2"), {"value": 1})
+        if not is_number(a["value"]):
+            raise Refusal(f"add{'cmul' if name == 'mul' else 'cdiv'} with a tensor value= is "
+                          f"not supported (a Python number)")
+        term = _arith(body, name, a["tensor1"], a["tensor2"])
+        if a["value"] != 1:
+            term = _arith(body, "mul", term, float(a["value"]))
+        return _arith(body, "add", a["input"], term)
+    return handle
+
+
+def gelu_tanh_of(body, x):
+    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as PyTorch's approximate='tanh'."""
+    v = body.vector(x)
+    cube = apply(body, "mul", apply(body, "mul", v, v), v)
+    inner = apply(body, "add", v, apply(body, "scale", cube, alpha=0.044715, beta=0.0))
+    t = apply(body, "tanh", apply(body, "scale", inner, alpha=math.sqrt(2.0 / math.pi), beta=0.0))
+    return apply(body, "mul", apply(body, "scale", v, alpha=0.5, beta=0.0),
+                 apply(body, "scale", t, alpha=1.0, beta=1.0))
+
+
+def selu_of(body, x):
+    """scale * elu(x, alpha) with PyTorch's constants."""
+    v = body.vector(x)
+    return apply(body, "scale", apply(body, "elu", v, alpha=_SELU_ALPHA), alpha=_SELU_SCALE,
+                 beta=0.0)
+
+
+def celu_of(body, x, alpha):
+    """alpha * elu(x / alpha, 1): x above 0, alpha (exp(x / alpha) - 1) at or below it."""
+    if not is_number(alpha) or alpha == 0:
+        raise Refusal(f"celu with alpha={alpha!r} is not supported (a nonzero number)",
+                      ValueError)
+    v = body.vector(x)
+    inner = apply(body, "elu", apply(body, "scale", v, alpha=1.0 / alpha, beta=0.0), alpha=1.0)
+    return apply(body, "scale", inner, alpha=float(alpha), beta=0.0)
+
+
+def prelu_of(body, x, weight):
+    """relu(x) + weight * min(x, 0): at x == 0 the gradient is the weight, as PyTorch's (the
+    min passes it there, relu does not). The weight: shape (1,) or one per feature."""
+    v = body.vector(x)
+    negative = clamp_of(body, v, None, 0.0, inclusive=True)
+    return apply(body, "add", apply(body, "relu", v), _arith(body, "mul", weight, negative))
+
+
+def log1p_of(body, x):
+    """log(1 + x): 1 + x is rounded to float32 first, so near 0 the result is within about 6e-8
+    of PyTorch's log1p in absolute terms, not in relative ones."""
+    v = body.vector(x)
+    return apply(body, "log", apply(body, "scale", v, alpha=1.0, beta=1.0))
+
+
+def expm1_of(body, x):
+    """exp(x) - 1, within about 6e-8 of PyTorch's expm1 in absolute terms near 0."""
+    v = body.vector(x)
+    return apply(body, "scale", apply(body, "exp", v), alpha=1.0, beta=-1.0)
+
+
+def gelu(body, args, kwargs):
+    """F.gelu with either approximation ('none': the `gelu` instruction)."""
+    a = bind(args, kwargs, ("input", "approximate"), {"approximate": "none"})
+    if a["approximate"] == "tanh":
+        return gelu_tanh_of(body, a["input"])
+    if a["approximate"] != "none":
+        raise Refusal(f"gelu with approximate={a['approximate']!r} is not supported ('none' or "
+                      f"'tanh')", ValueError)
+    v = body.vector(a["input"])
+    return apply(body, "gelu", v)
+
+
+def _selu(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
+    no_inplace(a["inplace"])
+    return selu_of(body, a["input"])
+
+
+def _celu(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "alpha", "inplace"), {"alpha": 1.0, "inplace": False})
+    no_inplace(a["inplace"])
+    return celu_of(body, a["input"], a["alpha"])
+
+
+def _prelu(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "weight"), {})
+    return prelu_of(body, a["input"], a["weight"])
+
+
+def _softmin(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "dim"), {"dim": None, "_stacklevel": 3, "dtype": None})
+    v = body.vector(a["input"])
+    minus = apply(body, "scale", v, alpha=-1.0, beta=0.0)
+    return _ops().softmax("softmax")(body, (minus,), {"dim": a["dim"], "dtype": a["dtype"]})
+
+
+def _plain(of):
+    def handle(body, args, kwargs):
+        return of(body, bind(args, kwargs, ("input",), {})["input"])
+    return handle
+
+
+FUNCTIONS = {
+    torch.lerp: lerp, torch.addcmul: addc("mul"), torch.addcdiv: addc("div"),
+    F.gelu: gelu, F.selu: _selu, torch.selu: _selu, F.celu: _celu, torch.celu: _celu,
+    F.prelu: _prelu, torch.prelu: _prelu, F.softmin: _softmin,
+    torch.log1p: _plain(log1p_of), torch.expm1: _plain(expm1_of),
+}
+
+METHODS = {
+    "gelu": gelu, "lerp": lerp, "addcmul": addc("mul"), "addcdiv": addc("div"),
+    "log1p": _plain(log1p_of), "expm1": _plain(expm1_of), "prelu": _prelu,
+}
+
+MODULES = {
+    nn.GELU: lambda body, m, args, kwargs: gelu(body, (args[0], getattr(m, "approximate",
+                                                                         "none")), {}),
+    nn.SELU: lambda body, m, args, kwargs: _selu(body, (args[0], m.inplace), {}),
+    nn.CELU: lambda body, m, args, kwargs: _celu(body, (args[0], m.alpha, m.inplace), {}),
+    nn.PReLU: lambda body, m, args, kwargs: prelu_of(body, args[0], body.param_of(m, "weight")),
+    nn.Softmin: lambda body, m, args, kwargs: _softmin(body, (args[0], m.dim), {}),
+}
+
+SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximate='tanh'; selu, "
+             "celu, prelu, softmin, log1p, expm1 (torch., F., method and module forms)")
