@@ -100,6 +100,11 @@ class Body:
         """v as a feature value: a vector weight becomes a `weight` instruction."""
         if isinstance(v, Vec):
             return v
+        if isinstance(v, trace_ops.Rows):
+            raise Refusal("a value of shape (batch,) (a reduction without keepdim=True, x[:, i] "
+                          "or squeeze(-1)) used where a (batch, features) tensor is expected: "
+                          "PyTorch would broadcast it along the features, not per row; "
+                          "unsqueeze(-1) it first, or reduce with keepdim=True", ValueError)
         if isinstance(v, Param) and v.tensor.dim() == 1 and not v.transposed:
             return self.emit("weight", v.tensor.shape[0], None, weight=self.weight(v, "vector"))
         if isinstance(v, Param) and v.tensor.dim() == 0:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from . import trace_reduce
 # Refusal and the values are defined beside; trace.py reads them here too.
-from .trace_values import (Ids, Param, Refusal, Shape, Vec, bind,  # noqa: F401
+from .trace_values import (Ids, Param, Refusal, Rows, Shape, Vec, bind,  # noqa: F401
                            broadcast_pair, describe, feature_dim, is_number, no_inplace)
 
 nn = torch.nn
@@ -244,6 +244,11 @@ def getitem(body, args, kwargs):
     v, index = args
     if isinstance(v, (tuple, list)):
         return v[index]
+    if isinstance(v, Rows):
+        if index in ((slice(None), None), (Ellipsis, None)):
+            return v.vec  # x[:, None]
+        raise Refusal("a (batch,) value can only be indexed as x[:, None] (back to (batch, 1))",
+                      ValueError)
     if isinstance(v, Shape):
         if index in (1, -1):
             return v.size
@@ -260,9 +265,11 @@ def getitem(body, args, kwargs):
         raise Refusal("indexing along the batch dim is not supported: slice the features with "
                       "x[:, a:b] or x[..., a:b]", ValueError)
     s = index[1]
+    if isinstance(s, int) and not isinstance(s, bool) and -v.size <= s < v.size:
+        return Rows(slice_of(body, v, s % v.size, s % v.size + 1))  # x[:, i]: shape (batch,)
     if not isinstance(s, slice):
-        raise Refusal(f"x[:, {s!r}] drops the feature dim; use a slice such as x[:, a:a+1]",
-                      ValueError)
+        raise Refusal(f"x[:, {s!r}] is not supported: index the features with an int in range "
+                      f"or a slice such as x[:, a:b]", ValueError)
     begin, end, step = s.indices(v.size)
     if step != 1:
         raise Refusal("slices with a step are not supported", ValueError)

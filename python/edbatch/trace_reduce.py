@@ -6,8 +6,8 @@ from collections import namedtuple
 import torch
 import torch.nn.functional as F
 
-from .trace_values import (Indices, Refusal, bind, broadcast_pair, feature_dim, is_number,
-                           no_inplace)
+from .trace_values import (Indices, Refusal, Rows, bind, broadcast_pair, feature_dim,
+                           is_number, no_inplace)
 
 nn = torch.nn
 
@@ -15,8 +15,9 @@ nn = torch.nn
 # ---- reductions over the features ----
 
 def _reduction_input(body, name, args, kwargs, extra=None, names=("input", "dim", "keepdim")):
-    """The feature vector a reduction reads, after checking dim=-1 and keepdim=True; `names`:
-    PyTorch's positional order (var's third is unbiased, norm's second p)."""
+    """The feature vector a reduction reads, after checking dim=-1, and its arguments (without
+    keepdim=True, the handler's result is `kept(result, a)`: Rows); `names`: PyTorch's
+    positional order (var's third is unbiased, norm's second p)."""
     a = bind(args, kwargs, names,
              {"dim": None, "keepdim": False, "dtype": None, **(extra or {})})
     if a["dtype"] is not None:
@@ -28,11 +29,12 @@ def _reduction_input(body, name, args, kwargs, extra=None, names=("input", "dim"
         raise Refusal(f"{name} over every element is not supported: reduce the features with "
                       f"{name}(-1, keepdim=True), one value per row", ValueError)
     feature_dim(dim, name)
-    if not a["keepdim"]:
-        raise Refusal(f"{name}(-1) without keepdim=True is not supported: keep the feature dim "
-                      f"(keepdim=True), so the result broadcasts over the features as in "
-                      f"PyTorch", ValueError)
     return body.vector(a["input"]), a
+
+
+def kept(value, a):
+    """A reduction's size-1 result, as (batch, 1) with keepdim=True or else (batch,)."""
+    return value if a["keepdim"] else Rows(value)
 
 
 def _sum_of(body, v, scale=1.0):
@@ -41,13 +43,13 @@ def _sum_of(body, v, scale=1.0):
 
 
 def feature_sum(body, args, kwargs):
-    v, _ = _reduction_input(body, "sum", args, kwargs)
-    return _sum_of(body, v)
+    v, a = _reduction_input(body, "sum", args, kwargs)
+    return kept(_sum_of(body, v), a)
 
 
 def feature_mean(body, args, kwargs):
-    v, _ = _reduction_input(body, "mean", args, kwargs)
-    return _sum_of(body, v, 1.0 / v.size)
+    v, a = _reduction_input(body, "mean", args, kwargs)
+    return kept(_sum_of(body, v, 1.0 / v.size), a)
 
 
 def feature_var(body, args, kwargs):
@@ -64,7 +66,7 @@ def feature_var(body, args, kwargs):
                       f"{v.size - correction}", ValueError)
     mean = body.emit("broadcast", v.size, [_sum_of(body, v, 1.0 / v.size)])
     d = body.emit("sub", v.size, [v, mean])
-    return _sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction))
+    return kept(_sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction)), a)
 
 
 def _largest(body, v, op):
@@ -81,8 +83,8 @@ def feature_extreme(op, values_only=False):
     name = ("a" if values_only else "") + op
 
     def handle(body, args, kwargs):
-        v, _ = _reduction_input(body, name, args, kwargs)
-        values = _largest(body, v, op)
+        v, a = _reduction_input(body, name, args, kwargs)
+        values = kept(_largest(body, v, op), a)
         return values if values_only else Extreme(values, Indices())
     return handle
 
@@ -92,11 +94,11 @@ Extreme = namedtuple("Extreme", "values indices")
 
 def logsumexp(body, args, kwargs):
     """m + log(sum(exp(x - m))) with m the largest entry, as PyTorch computes it."""
-    v, _ = _reduction_input(body, "logsumexp", args, kwargs)
+    v, a = _reduction_input(body, "logsumexp", args, kwargs)
     m = _largest(body, v, "max")
     d = body.emit("sub", v.size, [v, body.emit("broadcast", v.size, [m])])
     s = _sum_of(body, body.emit("exp", v.size, [d]))
-    return body.emit("add", 1, [m, body.emit("log", 1, [s])])
+    return kept(body.emit("add", 1, [m, body.emit("log", 1, [s])]), a)
 
 
 def _squares(body, v):
@@ -121,7 +123,7 @@ def norm(body, args, kwargs):
     if a["out"] is not None:
         raise Refusal("norm with out= is not supported")
     _two_norm(a["p"] if a["ord"] is None else a["ord"])
-    return body.emit("sqrt", 1, [_floored(body, _squares(body, v), 0.0)])
+    return kept(body.emit("sqrt", 1, [_floored(body, _squares(body, v), 0.0)]), a)
 
 
 def normalize(body, args, kwargs):
@@ -227,6 +229,47 @@ def _expanded(body, v, n):
     return body.emit("broadcast", n, [v])
 
 
+# ---- (batch,) values: squeeze, unsqueeze, view and reshape between (batch,) and (batch, 1) ----
+
+def _dim_arg(args, kwargs, what):
+    a = bind(args, kwargs, ("input", "dim"), {"dim": None})
+    if a["dim"] not in (1, -1):
+        raise Refusal(f"{what} is supported along the last dim only ({what}(-1)): the batch "
+                      f"dim's size is not known when a cell is traced", ValueError)
+    return a["input"]
+
+
+def squeeze(body, args, kwargs):
+    """x.squeeze(-1): a size-1 value becomes (batch,); a wider one stays (PyTorch's no-op)."""
+    x = _dim_arg(args, kwargs, "squeeze")
+    v = body.vector(x)
+    return Rows(v) if v.size == 1 else v
+
+
+def unsqueeze(body, args, kwargs):
+    """x.unsqueeze(-1) of a (batch,) value: (batch, 1) again."""
+    x = _dim_arg(args, kwargs, "unsqueeze")
+    if not isinstance(x, Rows):
+        raise Refusal("unsqueeze is supported on (batch,) values only (a reduction without "
+                      "keepdim=True, x[:, i], squeeze(-1)): a cell's values are (batch, "
+                      "features)", ValueError)
+    return x.vec
+
+
+def reshape(body, args, kwargs):
+    """view / reshape as (-1, 1) of a (batch,) value, or (-1,) of a size-1 value."""
+    x, shape = args[0], args[1:]
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        shape = tuple(shape[0])
+    if isinstance(x, Rows) and tuple(shape) == (-1, 1):
+        return x.vec
+    if not isinstance(x, Rows) and tuple(shape) == (-1,) and body.vector(x).size == 1:
+        return Rows(body.vector(x))
+    raise Refusal("view / reshape is supported only between (batch,) and (batch, 1) "
+                  "(x.view(-1, 1), x.view(-1)): a cell's values are (batch, features), and the "
+                  "batch size is not known when it is traced", ValueError)
+
+
 # ---- the tables trace_ops merges ----
 
 FUNCTIONS = {
@@ -237,7 +280,8 @@ FUNCTIONS = {
     torch.clamp_max: clamp_side("max"), F.hardtanh: hardtanh, F.relu6: relu6,
     torch.amax: feature_extreme("max", True), torch.amin: feature_extreme("min", True),
     torch.logsumexp: logsumexp, torch.norm: norm, torch.linalg.vector_norm: norm,
-    F.normalize: normalize,
+    F.normalize: normalize, torch.squeeze: squeeze, torch.unsqueeze: unsqueeze,
+    torch.reshape: reshape,
 }
 
 METHODS = {
@@ -247,7 +291,8 @@ METHODS = {
     "clamp": clamp, "clip": clamp, "clamp_min": clamp_side("min"),
     "clamp_max": clamp_side("max"), "expand": expand, "expand_as": expand_as,
     "amax": feature_extreme("max", True), "amin": feature_extreme("min", True),
-    "logsumexp": logsumexp, "norm": norm,
+    "logsumexp": logsumexp, "norm": norm, "squeeze": squeeze, "unsqueeze": unsqueeze,
+    "view": reshape, "reshape": reshape,
 }
 
 MODULES = {
@@ -257,8 +302,8 @@ MODULES = {
 }
 
 SUPPORTED = (
-    "sum / mean / var / max / min / amax / amin / logsumexp / norm (p=2) over the last dim with "
-    "keepdim=True, F.normalize "
+    "sum / mean / var / max / min / amax / amin / logsumexp / norm (p=2) over the last dim "
+    "(without keepdim=True a (batch,) value, usable after unsqueeze(-1)), F.normalize "
     "(size-1 values broadcast against the features, as do size-1 tensors in + - * / and "
     "x.expand / expand_as; max and min give (values, indices), and only values may be used); "
     "torch.maximum / "

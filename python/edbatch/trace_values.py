@@ -35,6 +35,17 @@ class Param:
         self.key, self.tensor, self.transposed = key, tensor, transposed
 
 
+class Rows:
+    """One value per row without the feature dim, PyTorch's shape (batch,): a reduction without
+    keepdim=True, x[:, i], x.squeeze(-1) of a size-1 value. `vec` holds it as a size-1 feature
+    value; unsqueeze(-1), x[:, None] and view(-1, 1) give that back. Anything else refuses it:
+    PyTorch broadcasts (batch,) along the features, not per row."""
+    __slots__ = ("vec",)
+
+    def __init__(self, vec):
+        self.vec = vec
+
+
 class Indices:
     """The indices of a max or min over the features: traced, but not a value a program has."""
     __slots__ = ()
@@ -54,6 +65,8 @@ def is_number(v):
 
 def describe(v):
     names = {Vec: "a tensor", Ids: "the integer input", Param: "a weight", Shape: "a shape",
+             Rows: "a value of shape (batch,) (a reduction without keepdim=True, x[:, i] or "
+                   "squeeze(-1); unsqueeze(-1) it to use it per row)",
              Indices: "the indices of a max or min over the features (only its values are "
                       "supported)"}
     return names.get(type(v), type(v).__name__)

@@ -181,6 +181,14 @@ OPS = {
     "nn.SELU": lambda c, a, m, x: c.act(a), "nn.CELU": lambda c, a, m, x: c.act(a),
     "nn.PReLU": lambda c, a, m, x: c.act(a), "nn.Softmin": lambda c, a, m, x: c.act(a),
     "nn.GELU(tanh)": lambda c, a, m, x: c.act(a * 2),
+    # (batch,) values: reductions without keepdim, x[:, i], squeeze(-1), back through
+    # unsqueeze(-1), [:, None] and view(-1, 1).
+    "(batch,) values": lambda c, a, m, x: (
+        a * m.sum(-1).unsqueeze(-1) * 0.1 + a.mean(dim=-1)[:, None] +
+        torch.unsqueeze(m.max(-1).values, -1) + m[:, 2].unsqueeze(1) * a +
+        c.gate(a).squeeze(-1).view(-1, 1) + torch.squeeze(c.gate(m), 1)[..., None] +
+        a.norm(dim=-1).reshape(-1, 1) + m[:, -1].reshape((-1, 1)) + a[:, :1].view(-1)[:, None] +
+        a.squeeze(-1) + torch.logsumexp(m, -1).unsqueeze(-1)),
 }
 
 

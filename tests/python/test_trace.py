@@ -180,7 +180,8 @@ def test_unsupported_operation_names_op_cell_and_line():
 def test_unsupported_module_and_methods():
     refused(TypeError, "nn.LSTM is not supported", "node cell 0")(
         lambda x, m, cell=nn.LSTM(7, 7): cell(m)[0])
-    refused(TypeError, "Tensor.view is not supported")(lambda x, m: m.view(-1, 7))
+    refused(ValueError, "view / reshape is supported only between (batch,) and (batch, 1)")(
+        lambda x, m: m.view(-1, 7))
     refused(TypeError, "in-place method Tensor.add_")(lambda x, m: m.add_(1))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))
     refused(TypeError, "beta=1")(lambda x, m: F.softplus(m, beta=2))
@@ -226,18 +227,27 @@ def test_wrong_sizes_are_refused_naming_the_cell():
 
 
 def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwise():
-    refused(ValueError, "sum(-1) without keepdim=True")(lambda x, m: m * m.sum(-1))
+    # Without keepdim=True: shape (batch,), which PyTorch broadcasts along the features.
+    refused(ValueError, "a value of shape (batch,)", "unsqueeze(-1) it first")(
+        lambda x, m: m * m.sum(-1))
+    refused(ValueError, "a value of shape (batch,)")(lambda x, m: torch.sigmoid(m[:, 0]) * m)
+    refused(TypeError, "returns a value of shape (batch,)")(lambda x, m: m.mean(-1))
+    refused(ValueError, "squeeze is supported along the last dim only")(
+        lambda x, m: m[:, :1].squeeze() * m)
+    refused(ValueError, "unsqueeze is supported on (batch,) values only")(
+        lambda x, m: m.unsqueeze(-1))
+    refused(ValueError, "x[:, 7] is not supported")(lambda x, m: m[:, 7])
     refused(ValueError, "mean over every element", "mean(-1, keepdim=True)")(
         lambda x, m: m - m.mean())
     refused(ValueError, "batch dim")(lambda x, m: m.sum(0, keepdim=True))
     refused(ValueError, "var of 1 feature(s) with correction 1 divides by 0")(
         lambda x, m: m + m[:, :1].var(-1, keepdim=True))
-    refused(ValueError, "max(-1) without keepdim=True")(lambda x, m: m - torch.max(m, -1)[0])
+    refused(ValueError, "a value of shape (batch,)")(lambda x, m: m - torch.max(m, -1)[0])
     refused(TypeError, "the indices of a max or min over the features")(
         lambda x, m: m * m.max(-1, keepdim=True).indices)
     refused(TypeError, "min of every element")(lambda x, m: m - m.min())
     # var's third positional argument is unbiased, not keepdim: refused, not read as keepdim
-    refused(ValueError, "var(-1) without keepdim=True")(lambda x, m: m - m.var(-1, True))
+    refused(ValueError, "a value of shape (batch,)")(lambda x, m: m - m.var(-1, True))
     refused(ValueError, "var over every element")(lambda x, m: m - torch.var(m, True))
     refused(ValueError, "p=1 are not supported")(lambda x, m: m * m.norm(1, -1, True))
     refused(ValueError, "clamp without min or max")(lambda x, m: torch.clamp(m))
