@@ -74,6 +74,12 @@ struct ScalarMath {
   EDBATCH_HD static float abs(float x) { return x < 0 ? -x : x; }
   EDBATCH_HD static float max0(float x) { return x > 0 ? x : 0.0f; }
   EDBATCH_HD static float step(float x) { return x > 0 ? 1.0f : 0.0f; }
+  EDBATCH_HD static float step0(float x) {
+    return x >= 0 ? 1.0f : 0.0f;
+  }
+  EDBATCH_HD static float keep(float a, float m) {
+    return m > 0 ? a : 0.0f;
+  }
 
   static double exp(double x) { return std::exp(x); }
   static double tanh(double x) { return std::tanh(x); }
@@ -85,6 +91,12 @@ struct ScalarMath {
   static double abs(double x) { return std::abs(x); }
   static double max0(double x) { return x > 0 ? x : 0.0; }
   static double step(double x) { return x > 0 ? 1.0 : 0.0; }
+  static double step0(double x) {
+    return x >= 0 ? 1.0 : 0.0;
+  }
+  static double keep(double a, double m) {
+    return m > 0 ? a : 0.0;
+  }
 };
 
 // A constant in T's precision: double for the reference, float for the kernels (Eigen arrays of
@@ -210,6 +222,20 @@ struct Abs {
   }
 };
 
+// 1 if x > 0 (x >= 0 with alpha 1), else 0; NaN gives 0 either way, as PyTorch's comparisons.
+// The gradient is 0 (a comparison has none in PyTorch).
+struct Step {
+  static constexpr bool kUsesX = false, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr a) {
+    return M::step(x) + a.alpha * (M::step0(x) - M::step(x));
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr) {
+    return dy * 0.0f;
+  }
+};
+
 // alpha * x + beta.
 struct ScalarAffine {
   static constexpr bool kUsesX = false, kUsesY = false;
@@ -260,6 +286,24 @@ struct Divide {
   EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T& b, const T&) { return dy * (-a / (b * b)); }
 };
 
+// a where b > 0, else 0: torch.where's selection (a value not selected, even inf or NaN, gives
+// exactly 0); a's gradient is dy where b > 0, b's is 0.
+struct Keep {
+  static constexpr bool kUsesA = false, kUsesB = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& a, const T& b) {
+    return M::keep(a, b);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto grad_a(const T& dy, const T&, const T& b, const T&) {
+    return M::keep(dy, b);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto grad_b(const T& dy, const T&, const T&, const T&) {
+    return dy * 0.0f;
+  }
+};
+
 // The ops above by name: X(Op enumerator, math struct). Kernels and the reference expand these.
 #define EDBATCH_UNARY_OPS(X)    \
   X(Tanh, Tanh)                 \
@@ -273,12 +317,14 @@ struct Divide {
   X(LeakyRelu, LeakyRelu)       \
   X(Elu, Elu)                   \
   X(Abs, Abs)                   \
+  X(Step, Step)                 \
   X(ScalarAffine, ScalarAffine) \
   X(ScalarDivide, ScalarDivide)
 #define EDBATCH_BINARY_OPS(X) \
   X(Subtract, Subtract)       \
   X(CMult, CMult)             \
-  X(Divide, Divide)
+  X(Divide, Divide)           \
+  X(Keep, Keep)
 
 EDBATCH_HD constexpr bool is_unary(Op op) {
   switch (op) {

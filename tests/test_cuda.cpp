@@ -250,6 +250,12 @@ const std::vector<OpCase> kOps = {
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
        return leaky_relu(a[0], 0.1f) + elu(a[0], 0.7f) + abs(a[0]);
      }},
+    {"step, keep",
+     {kV, kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return keep(a[0], a[1]) + keep(cmult(a[1], a[0]), step(a[0], true)) +
+              cmult(step(a[1]), a[0]);
+     }},
     {"scalar_divide",
      {kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) { return 0.5f / a[0]; }},

@@ -42,6 +42,9 @@ TEST_CASE("errors: shape mismatches name the op, node and shapes") {
   CHECK(contains(m, "[cmult]"));
   CHECK(contains(m, "shape 4"));
   CHECK(contains(m, "shape 5"));
+  m = message_of([&] { keep(x5, x4); });  // the mask must have the value's shape
+  CHECK(contains(m, "[keep]"));
+  CHECK(contains(m, "shape 4"));
   m = message_of([&] { matmul(parameter(g, W), x4); });
   CHECK(contains(m, "[matmul] node"));
   CHECK(contains(m, "cannot multiply 4x3 by 4"));

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "edbatch/edbatch.h"
@@ -468,6 +470,15 @@ std::vector<OpCase> math_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return elu(a[0], 0.5f); }},
       {"abs", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return abs(a[0]); }},
+      // Inputs at least 0.1 from 0: the masks' finite differences are 0, as their gradient.
+      {"step", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return step(a[0]); }},
+      {"step inclusive, times x", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return cmult(step(a[0], true), a[0]); }},
+      {"keep", kElementwiseSizes, [](Dim s) { return same(s, 2); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return keep(a[0], a[1]); }},
+      {"keep(x, x)", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return keep(a[0], a[0]); }},
       {"a/x", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return 0.5f / a[0]; }},
       {"scalar_divide(-2, x)", kElementwiseSizes, one,
@@ -616,6 +627,30 @@ TEST_CASE("ops: every op of the enum has a case in the harness") {
   }
 }
 
+// The CPU kernels' forms of step and keep (Eigen's vectorised compare and select) on values the
+// harness does not draw: zeros, inf and NaN. keep's gradient passes only where it keeps.
+TEST_CASE("ops: keep drops inf and NaN where it does not keep; step of NaN is 0") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ParameterCollection pc(1);
+    Graph g(pc);
+    const Expr x = input(g, Dim{6, 1}, {inf, nan, 1.5f, -2.0f, 0.0f, -0.0f});
+    const Expr m = input(g, Dim{6, 1}, {0.0f, -1.0f, 1.0f, 0.5f, 0.0f, nan});
+    const Expr kept = keep(x, m), strict = step(x), inclusive = step(x, true);
+    const Expr loss = column_sum(kept) + column_sum(strict) + column_sum(inclusive);
+    Engine e(pc, EngineOptions{"lb-greedy", "cpu", threads});
+    CHECK(as_scalar(e.forward(g, loss)) == -0.5f + 2.0f + 4.0f);
+    CHECK(as_vector(e.value(kept)) == std::vector<float>{0, 0, 1.5f, -2.0f, 0, 0});
+    CHECK(as_vector(e.value(strict)) == std::vector<float>{1, 0, 1, 0, 0, 0});
+    CHECK(as_vector(e.value(inclusive)) == std::vector<float>{1, 0, 1, 0, 1, 1});
+    e.backward(g, loss);
+    CHECK(as_vector(e.gradient(x)) == std::vector<float>{0, 0, 1, 1, 0, 0});
+    CHECK(as_vector(e.gradient(m)) == std::vector<float>(6, 0.0f));
+  }
+}
+
 // The reference takes its elementwise math from kernels/op_math.h, like the kernels; the values
 // are checked here against closed forms written independently (derivatives: the harness's finite
 // differences), including arguments where a naive form overflows or cancels.
@@ -676,6 +711,31 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
   CHECK(math::LeakyRelu::gradient<ScalarMath>(1.0, 0.0, 0.0, Attr{0.25f}) == 0.25);
   CHECK(math::Elu::gradient<ScalarMath>(1.0, 0.0, 0.0, Attr{0.25f}) == 0.25);
   CHECK(math::Abs::gradient<ScalarMath>(1.0, 0.0, 0.0, Attr{}) == 0.0);
+  // step: x > 0, or x >= 0 with alpha 1; NaN is 0 either way (PyTorch's comparisons are false).
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto& [x, exclusive, inclusive] :
+       std::vector<std::tuple<double, double, double>>{{0.0, 0, 1},
+                                                       {-0.0, 0, 1},
+                                                       {1e-30, 1, 1},
+                                                       {-1e-30, 0, 0},
+                                                       {nan, 0, 0},
+                                                       {inf, 1, 1},
+                                                       {-inf, 0, 0}}) {
+    CAPTURE(x);
+    CHECK(math::Step::value<ScalarMath>(x, Attr{}) == exclusive);
+    CHECK(math::Step::value<ScalarMath>(x, Attr{1.0f}) == inclusive);
+    CHECK(math::Step::value<ScalarMath>(static_cast<float>(x), Attr{1.0f}) == inclusive);
+    CHECK(math::Step::gradient<ScalarMath>(5.0, x, 0.0, Attr{}) == 0.0);
+  }
+  // keep selects: a value not kept is exactly 0 even when it is inf or NaN.
+  CHECK(math::Keep::value<ScalarMath>(inf, 0.0) == 0.0);
+  CHECK(math::Keep::value<ScalarMath>(nan, -1.0) == 0.0);
+  CHECK(math::Keep::value<ScalarMath>(inf, 2.0) == inf);
+  CHECK(math::Keep::value<ScalarMath>(-3.0, nan) == 0.0);
+  CHECK(math::Keep::grad_a<ScalarMath>(2.0, 7.0, 0.0, 0.0) == 0.0);
+  CHECK(math::Keep::grad_a<ScalarMath>(2.0, 7.0, 0.5, 0.0) == 2.0);
+  CHECK(math::Keep::grad_b<ScalarMath>(2.0, 7.0, 0.5, 0.0) == 0.0);
   // Thresholds: p * 2^32 exactly, rounded up.
   CHECK(math::dropout_threshold(0.0f) == 0u);
   CHECK(math::dropout_threshold(0.25f) == 1u << 30);

@@ -19,6 +19,14 @@ struct ArrayMath {
   template <class X> static auto abs(const X& x) { return x.abs(); }
   template <class X> static auto max0(const X& x) { return x.max(0.0f); }
   template <class X> static auto step(const X& x) { return (x > 0.0f).template cast<float>(); }
+  template <class X>
+  static auto step0(const X& x) {
+    return (x >= 0.0f).template cast<float>();
+  }
+  template <class A, class B>
+  static auto keep(const A& a, const B& m) {
+    return (m > 0.0f).select(a, 0.0f);
+  }
 };
 
 }  // namespace edbatch::cpu

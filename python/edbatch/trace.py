@@ -344,9 +344,9 @@ def _outputs(graph, tracer, cell_name):
         if isinstance(part, Param) and part.tensor.dim() == 1:
             tracer.body.where = None
             part = tracer.body.vector(part)
-        if not isinstance(part, Vec):
+        if not isinstance(part, Vec) or isinstance(part, trace_ops.Mask):
             raise TypeError(f"{cell_name} returns {trace_ops.describe(part)}; a cell returns a "
-                            f"tensor or a tuple of tensors")
+                            f"tensor or a tuple of tensors (a comparison: .float() it)")
         outputs.append(part)
     return [v.index for v in outputs], tuple(v.size for v in outputs), as_tuple
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from . import trace_reduce
 # Refusal and the values are defined beside; trace.py reads them here too.
-from .trace_values import (Ids, Param, Refusal, Rows, Shape, Vec, bind,  # noqa: F401
+from .trace_values import (Ids, Mask, Param, Refusal, Rows, Shape, Vec, bind,  # noqa: F401
                            broadcast_pair, describe, feature_dim, is_number, no_inplace)
 
 nn = torch.nn
@@ -43,6 +43,9 @@ def binary(name):
     def handle(body, args, kwargs):
         a = bind(args, kwargs, ("input", "other"), {"alpha": 1})
         x, y = a["input"], a["other"]
+        if isinstance(x, Mask) and isinstance(y, Mask) and name != "mul":
+            raise Refusal(f"{name} of two comparisons (PyTorch's bool tensors) is not "
+                          f"supported: combine them with & and |, or .float() one first")
         if a["alpha"] != 1:  # x + alpha * y, x - alpha * y
             if name not in ("add", "sub") or not is_number(a["alpha"]):
                 raise Refusal(f"{name} with alpha={a['alpha']!r} is not supported")
@@ -290,6 +293,8 @@ def get_attribute(body, args, kwargs):
         return transpose_weight(body, (v,), {})
     if name == "shape":
         return size(body, (v,), {})
+    if name == "dtype" and isinstance(v, Vec):  # for x.to(y.dtype), mask.type(...)
+        return torch.bool if isinstance(v, Mask) else torch.float32
     if isinstance(v, tuple) and name in getattr(v, "_fields", ()):  # (values, indices) of max
         return getattr(v, name)
     raise Refusal(f"the attribute .{name} is not supported")
@@ -423,12 +428,6 @@ def elu(body, args, kwargs):
     return body.emit("elu", v.size, [v], alpha=float(a["alpha"]))
 
 
-def comparison(body, args, kwargs):
-    raise Refusal("comparisons of tensor values are not supported: a cell cannot branch on "
-                  "tensor values (Python control flow is not traced); write the choice with "
-                  "arithmetic, e.g. a gate g * a + (1 - g) * b")
-
-
 # ---- the tables ----
 
 _ACTIVATIONS = {"sigmoid": (torch.sigmoid, F.sigmoid), "tanh": (torch.tanh, F.tanh),
@@ -452,8 +451,6 @@ FUNCTIONS = {
     operator.pow: power, torch.pow: power, torch.square: fixed_power(2),
     torch.rsqrt: fixed_power(-0.5), torch.reciprocal: fixed_power(-1), F.silu: silu,
     F.logsigmoid: logsigmoid, F.leaky_relu: leaky_relu, F.elu: elu, torch.abs: unary("abs"),
-    **{op: comparison for op in (operator.gt, operator.ge, operator.lt, operator.le,
-                                 operator.eq, operator.ne)},
 }
 for _name, _fns in _ACTIVATIONS.items():
     for _fn in _fns:
@@ -464,7 +461,7 @@ METHODS = {
     "neg": negate, "matmul": matmul, "mm": matmul, "t": transpose_weight,
     "chunk": chunk, "split": split, "narrow": narrow,
     "size": size, "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
-    "contiguous": identity, "clone": identity, "float": identity,
+    "contiguous": identity, "clone": identity,
     "pow": power, "square": fixed_power(2), "rsqrt": fixed_power(-0.5),
     "reciprocal": fixed_power(-1), "abs": unary("abs"),
     **{name: unary(name) for name in _ACTIVATIONS},
@@ -535,8 +532,9 @@ MODULES = {
 
 # Feature reductions, maxima, minima and clamps (trace_reduce.py); activations written with them
 # (trace_activations.py); other compositions (trace_compose.py, which reads binary and softmax
-# above); recurrent cells (trace_rnn.py, which reads linear_of and pieces above).
-from . import trace_activations, trace_compose, trace_rnn  # noqa: E402
+# above); comparisons and torch.where (trace_select.py, which reads binary); recurrent cells
+# (trace_rnn.py, which reads linear_of and pieces above).
+from . import trace_activations, trace_compose, trace_rnn, trace_select  # noqa: E402
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
@@ -547,5 +545,7 @@ MODULES.update(trace_activations.MODULES)
 FUNCTIONS.update(trace_compose.FUNCTIONS)
 METHODS.update(trace_compose.METHODS)
 MODULES.update(trace_compose.MODULES)
+FUNCTIONS.update(trace_select.FUNCTIONS)
+METHODS.update(trace_select.METHODS)
 SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_activations.SUPPORTED,
-                        trace_compose.SUPPORTED, trace_rnn.SUPPORTED])
+                        trace_compose.SUPPORTED, trace_select.SUPPORTED, trace_rnn.SUPPORTED])

@@ -19,6 +19,12 @@ class Vec:
         self.index, self.size = index, size
 
 
+class Mask(Vec):
+    """A comparison's result: 0 / 1 entries (PyTorch's bool tensor), usable where PyTorch uses a
+    bool tensor: torch.where, ~ & |, and arithmetic (as 0 and 1)."""
+    __slots__ = ()
+
+
 class Ids:
     """The integer input (only an embedding may read it)."""
     __slots__ = ("index",)
@@ -64,7 +70,8 @@ def is_number(v):
 
 
 def describe(v):
-    names = {Vec: "a tensor", Ids: "the integer input", Param: "a weight", Shape: "a shape",
+    names = {Vec: "a tensor", Mask: "a comparison (a bool tensor)", Ids: "the integer input",
+             Param: "a weight", Shape: "a shape",
              Rows: "a value of shape (batch,) (a reduction without keepdim=True, x[:, i] or "
                    "squeeze(-1); unsqueeze(-1) it to use it per row)",
              Indices: "the indices of a max or min over the features (only its values are "

@@ -35,7 +35,7 @@ std::string short_float(float f) {
 // Ops whose math depends on one float attribute (Node::alpha): it is part of the type.
 bool alpha_attribute(Op op) {
   return op == Op::ScalarDivide || op == Op::LayerNorm || op == Op::Dropout ||
-         op == Op::LeakyRelu || op == Op::Elu;
+         op == Op::LeakyRelu || op == Op::Elu || op == Op::Step;
 }
 }  // namespace
 
@@ -415,6 +415,12 @@ Expr elu(const Expr& x, float alpha) {
 }
 Expr abs(const Expr& x) {
   return elementwise(Op::Abs, Args(&x, 1));
+}
+Expr step(const Expr& x, bool inclusive) {
+  return elementwise(Op::Step, Args(&x, 1), inclusive ? 1.0f : 0.0f);
+}
+Expr keep(const Expr& a, const Expr& mask) {
+  return binary(Op::Keep, a, mask);
 }
 Expr softmax(const Expr& x) { return elementwise(Op::Softmax, Args(&x, 1)); }
 Expr log_softmax(const Expr& x) { return elementwise(Op::LogSoftmax, Args(&x, 1)); }

@@ -429,6 +429,10 @@ Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t 
     y = leaky_relu(arg(0), in.alpha);
   } else if (op == "elu") {
     y = elu(arg(0), in.alpha);
+  } else if (op == "step") {
+    y = edbatch::step(arg(0), in.alpha != 0);
+  } else if (op == "keep") {
+    y = keep(arg(0), arg(1));
   } else if (op == "cat") {
     std::vector<Expr> xs;
     for (size_t i = 0; i < in.args.size(); ++i) xs.push_back(arg(i));

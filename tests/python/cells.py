@@ -189,6 +189,18 @@ OPS = {
         c.gate(a).squeeze(-1).view(-1, 1) + torch.squeeze(c.gate(m), 1)[..., None] +
         a.norm(dim=-1).reshape(-1, 1) + m[:, -1].reshape((-1, 1)) + a[:, :1].view(-1)[:, None] +
         a.squeeze(-1) + torch.logsumexp(m, -1).unsqueeze(-1)),
+    # Comparisons as masks and torch.where, whose branch not taken (log of a negative value
+    # here) may be NaN without reaching the result or the gradients.
+    "comparisons, where": lambda c, a, m, x: (
+        torch.where(a > 0, a, 0.1 * a) + torch.where(m < a, m, a) +
+        torch.where(a >= m, 1.0, -1.0) * 0.1 + (a > m).float() * m +
+        torch.where(~(a <= 0.2) & (m != a) | (m == 0.5), a, 0.0) +
+        torch.where(a.gt(0.1), torch.log(a), 0.0) + torch.where(m.le(c.b), c.b, m) +
+        torch.gt(a, m).float() * a + a.lt(m).type_as(a) * m +
+        torch.logical_and(a > 0, m > 0).float() + torch.logical_not(a > 0).to(a.dtype) * a +
+        torch.where(c.gate(a) > 0, a, m) + (a > 0) * m),
+    "sign, threshold": lambda c, a, m, x: (torch.sign(a) * m + a.sign() +
+                                           F.threshold(a, 0.1, -0.5) + F.threshold(m, -0.2, 0.3)),
 }
 
 

@@ -50,6 +50,10 @@ def _value(ins, vals, inputs, weights, layouts, ctx):
         return F.elu(args[0], ins["alpha"])
     if op == "abs":
         return torch.abs(args[0])
+    if op == "step":
+        return (args[0] >= 0 if ins["alpha"] else args[0] > 0).to(args[0].dtype)
+    if op == "keep":
+        return torch.where(args[1] > 0, args[0], torch.zeros_like(args[0]))
     if op in _UNARY:
         return _UNARY[op](args[0])
     if op == "cat":

@@ -237,14 +237,17 @@ def test_norms_of_zero_vectors_give_pytorchs_gradients(backend):
 
 def test_activations_at_zero_give_pytorchs_gradients(backend):
     """A learned initial state at zero: prelu's gradient there is its weight, selu's scale *
-    alpha, celu's and elu's 1, relu's 0, as in PyTorch (the kinks of the compositions)."""
+    alpha, celu's and elu's 1, relu's 0, as in PyTorch (the kinks of the compositions); and
+    comparisons at equality (>= and == hold, > does not)."""
     lin = nn.Linear(D, 7)
     w = nn.Parameter(torch.linspace(0.1, 0.7, 7))
 
     def cell(x, m):
         return torch.tanh(lin(x) + 0.2 * (
             F.prelu(m, w) + F.selu(m) * 0.5 + F.celu(m, 0.6) + torch.relu(m) +
-            F.gelu(m, approximate="tanh") + torch.log1p(m * m) + torch.expm1(m) + m ** 4))
+            F.gelu(m, approximate="tanh") + torch.log1p(m * m) + torch.expm1(m) + m ** 4 +
+            torch.where(m >= 0, m + 1, m - 1) + (m == 0).float() - (m > 0).float() * 3 +
+            torch.sign(m) + torch.where(m <= w, 0.5, -m)))
     torch.manual_seed(10)
     model = edbatch.nn.Propagate(cell, state_size=7, initial="learned")
     model.lin, model.w = lin, w  # registered, so their gradients are checked too

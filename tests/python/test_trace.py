@@ -215,6 +215,16 @@ def test_control_flow_is_refused_with_its_line():
     refused(TypeError, "cannot branch on tensor values", "compares")(compares)
 
 
+def test_comparisons_are_refused_where_pytorch_would_not_take_them():
+    refused(TypeError, "torch.where's condition takes comparisons")(
+        lambda x, m: torch.where(torch.sigmoid(m), m, -m))
+    refused(TypeError, "add of two comparisons")(lambda x, m: (m > 0) + (m < 1))
+    refused(TypeError, "returns a comparison")(lambda x, m: m > 0)
+    refused(TypeError, "give both values")(lambda x, m: m + torch.where(m > 0)[0])
+    refused(TypeError, "converting to torch.float64")(lambda x, m: (m > 0).to(torch.float64))
+    refused(TypeError, "& takes comparisons")(lambda x, m: m * ((m > 0) & m).float())
+
+
 def test_wrong_sizes_are_refused_naming_the_cell():
     refused(ValueError, "node cell 0 (<lambda>) returns a state of sizes (5,)",
             "state_size is 7")(lambda x, m: m[:, :5])

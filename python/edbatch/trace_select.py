@@ -1,0 +1,179 @@
+"""Comparisons and selections in a cell program (docs/programs.md): `a > b` and the other
+comparisons as 0/1 masks (`step` of a difference), their logical combinations, torch.where
+(`keep`: a selection, so the branch not taken may be inf or NaN), sign and threshold. trace_ops
+merges these tables into its own."""
+import operator
+
+import torch
+import torch.nn.functional as F
+
+from .trace_values import Mask, Refusal, Vec, apply, bind, broadcast_pair, is_number, no_inplace
+
+_BRANCHING = ("a cell cannot branch on tensor values (Python control flow is not traced): "
+              "select with torch.where(a > b, x, y), or write the choice with arithmetic")
+
+
+def _ops():
+    from . import trace_ops  # trace_ops imports this module at its end
+    return trace_ops
+
+
+def _difference(body, a, b):
+    """a - b (a number on either side folds into a `scale`)."""
+    if is_number(b):
+        v = body.vector(a)
+        return apply(body, "scale", v, alpha=1.0, beta=-float(b))
+    if is_number(a):
+        v = body.vector(b)
+        return apply(body, "scale", v, alpha=-1.0, beta=float(a))
+    x, y = broadcast_pair(body, body.vector(a), body.vector(b), "a comparison of tensors")
+    return apply(body, "sub", x, y)
+
+
+def _mask(v):
+    return Mask(v.index, v.size)
+
+
+def _step(body, v, inclusive):
+    return _mask(apply(body, "step", v, alpha=1.0 if inclusive else 0.0))
+
+
+def _not(body, m):
+    return _mask(apply(body, "scale", m, alpha=-1.0, beta=1.0))
+
+
+def _greater(body, a, b, inclusive):
+    """a > b (a >= b): 1 where a - b > 0 (>= 0), else 0; NaN compares false, as in PyTorch."""
+    return _step(body, _difference(body, a, b), inclusive)
+
+
+def _equal(body, a, b):
+    return _mask(apply(body, "mul", _greater(body, a, b, True), _greater(body, b, a, True)))
+
+
+_COMPARE = {
+    "gt": lambda body, a, b: _greater(body, a, b, False),
+    "ge": lambda body, a, b: _greater(body, a, b, True),
+    "lt": lambda body, a, b: _greater(body, b, a, False),
+    "le": lambda body, a, b: _greater(body, b, a, True),
+    "eq": _equal,
+    "ne": lambda body, a, b: _not(body, _equal(body, a, b)),
+}
+
+
+def comparison(name):
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "other"), {})
+        x, y = a["input"], a["other"]
+        if is_number(x) and is_number(y):
+            return getattr(operator, name)(x, y)
+        return _COMPARE[name](body, x, y)
+    return handle
+
+
+def _as_mask(body, m, what):
+    if not isinstance(m, Mask):
+        raise Refusal(f"{what} takes comparisons (a > b, ~m, m & n); a float tensor is not one "
+                      f"(in PyTorch either)")
+    return m
+
+
+def logical_not(body, args, kwargs):
+    return _not(body, _as_mask(body, args[0], "~ / logical_not"))
+
+
+def logical(name):
+    """m & n: the product of the masks; m | n: their larger."""
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "other"), {})
+        what = "&" if name == "and" else "|"
+        m, n = (_as_mask(body, v, what) for v in (a["input"], a["other"]))
+        m, n = broadcast_pair(body, m, n, what)
+        return _mask(apply(body, "mul" if name == "and" else "max", m, n))
+    return handle
+
+
+def where_of(body, cond, x, y):
+    """keep(x, cond) + keep(y, ~cond): exactly x or y, whatever the other holds; the gradient
+    goes to the branch taken."""
+    cond = _as_mask(body, cond, "torch.where's condition")
+    x, y = (v if is_number(v) else body.vector(v) for v in (x, y))
+    size = max(v.size for v in (cond, x, y) if not is_number(v))
+
+    def branch(v, m):
+        if is_number(v) and v == 0:
+            return None
+        v = body.emit("const", size, [], value=float(v)) if is_number(v) else v
+        v, m = broadcast_pair(body, v, m, "torch.where")
+        return apply(body, "keep", v, m)
+
+    parts = [p for p in (branch(x, cond), branch(y, _not(body, cond))) if p is not None]
+    if not parts:
+        return body.emit("const", size, [], value=0.0)
+    return parts[0] if len(parts) == 1 else _ops().binary("add")(body, tuple(parts), {})
+
+
+def where(body, args, kwargs):
+    a = bind(args, kwargs, ("condition", "input", "other"), {})
+    if "input" not in a or "other" not in a:
+        raise Refusal("torch.where(condition) (the indices where it holds) is not supported: "
+                      "give both values, torch.where(condition, x, y)")
+    return where_of(body, a["condition"], a["input"], a["other"])
+
+
+def sign(body, args, kwargs):
+    """step(x) - step(-x): 1, 0 or -1, gradient 0 (PyTorch's sign of NaN is NaN; here 0)."""
+    v = body.vector(args[0])
+    return apply(body, "sub", _step(body, v, False),
+                 _step(body, apply(body, "scale", v, alpha=-1.0, beta=0.0), False))
+
+
+def threshold(body, args, kwargs):
+    """x where x > threshold, else value."""
+    a = bind(args, kwargs, ("input", "threshold", "value", "inplace"), {"inplace": False})
+    no_inplace(a["inplace"])
+    v = body.vector(a["input"])
+    return where_of(body, _greater(body, v, a["threshold"], False), v, a["value"])
+
+
+def as_float(body, args, kwargs):
+    """x.float(), .type_as(y), .to(torch.float32 / a device / y): a mask's 0/1 values as an
+    ordinary tensor; anything else as it is."""
+    v = args[0]
+    target = args[1] if len(args) > 1 else kwargs.get("dtype")
+    if not (target is None or target is torch.float32 or
+            isinstance(target, (Vec, torch.device, str))):
+        raise Refusal(f"converting to {target} is not supported (cells compute in float32)")
+    return Vec(v.index, v.size) if isinstance(v, Mask) else v
+
+
+def branching(body, args, kwargs):
+    raise Refusal(f"all() / any() of a comparison: {_BRANCHING}")
+
+
+_NAMES = {"gt": ("gt", "greater"), "ge": ("ge", "greater_equal"), "lt": ("lt", "less"),
+          "le": ("le", "less_equal"), "eq": ("eq",), "ne": ("ne", "not_equal")}
+
+FUNCTIONS = {
+    torch.where: where, torch.sign: sign, F.threshold: threshold,
+    operator.invert: logical_not, torch.logical_not: logical_not,
+    operator.and_: logical("and"), torch.logical_and: logical("and"),
+    operator.or_: logical("or"), torch.logical_or: logical("or"),
+    torch.all: branching, torch.any: branching,
+    **{getattr(operator, name): comparison(name) for name in _COMPARE},
+    **{getattr(torch, alias): comparison(name) for name, aliases in _NAMES.items()
+       for alias in aliases},
+}
+if hasattr(F, "_threshold"):  # F.threshold calls it in some versions
+    FUNCTIONS[F._threshold] = threshold
+
+METHODS = {
+    "sign": sign, "logical_not": logical_not, "logical_and": logical("and"),
+    "logical_or": logical("or"), "float": as_float, "type_as": as_float, "to": as_float,
+    "all": branching, "any": branching,
+    **{alias: comparison(name) for name, aliases in _NAMES.items() for alias in aliases},
+}
+
+SUPPORTED = ("comparisons (> >= < <= == != with tensors or numbers, torch. and method forms) as "
+             "masks, ~ & | and logical_not / and / or of them, torch.where(condition, x, y), "
+             "sign, F.threshold, mask.float()")
