@@ -433,7 +433,7 @@ __host__ __device__ inline dim3 linear_backward_x_grid(const LinearDesc& l) {
 }
 __host__ __device__ inline dim3 linear_backward_w_grid(const LinearDesc& l) {
   const uint32_t members = l.count / l.k;
-  return dim3((l.m + kTM - 1) / kTM, (l.max_n + kTN - 1) / kTN, l.products * members * l.splits);
+  return dim3(linear_row_tiles(l.m), linear_chunks(l.max_n, kTN), l.products * members * l.splits);
 }
 __host__ __device__ inline uint32_t linear_bias_blocks(const LinearDesc& l) {
   const uint64_t total =
