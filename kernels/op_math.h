@@ -70,6 +70,20 @@ struct ScalarMath {
     return std::erf(x);
 #endif
   }
+  EDBATCH_HD static float sin(float x) {
+#if defined(__CUDA_ARCH__)
+    return sinf(x);
+#else
+    return std::sin(x);
+#endif
+  }
+  EDBATCH_HD static float cos(float x) {
+#if defined(__CUDA_ARCH__)
+    return cosf(x);
+#else
+    return std::cos(x);
+#endif
+  }
   EDBATCH_HD static float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
   EDBATCH_HD static float abs(float x) { return x < 0 ? -x : x; }
   EDBATCH_HD static float max0(float x) { return x > 0 ? x : 0.0f; }
@@ -87,6 +101,12 @@ struct ScalarMath {
   static double log(double x) { return std::log(x); }
   static double sqrt(double x) { return std::sqrt(x); }
   static double erf(double x) { return std::erf(x); }
+  static double sin(double x) {
+    return std::sin(x);
+  }
+  static double cos(double x) {
+    return std::cos(x);
+  }
   static double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
   static double abs(double x) { return std::abs(x); }
   static double max0(double x) { return x > 0 ? x : 0.0; }
@@ -222,6 +242,43 @@ struct Abs {
   }
 };
 
+struct Sin {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::sin(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return dy * M::cos(x);
+  }
+};
+
+struct Cos {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::cos(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return dy * (-1.0f * M::sin(x));
+  }
+};
+
+// The error function; its gradient 2 / sqrt(pi) e^(-x^2).
+struct Erf {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::erf(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return dy * M::exp(-1.0f * x * x) * constant<T>(1.12837916709551257390);
+  }
+};
+
 // 1 if x > 0 (x >= 0 with alpha 1), else 0; NaN gives 0 either way, as PyTorch's comparisons.
 // The gradient is 0 (a comparison has none in PyTorch).
 struct Step {
@@ -318,6 +375,9 @@ struct Keep {
   X(Elu, Elu)                   \
   X(Abs, Abs)                   \
   X(Step, Step)                 \
+  X(Sin, Sin)                   \
+  X(Cos, Cos)                   \
+  X(Erf, Erf)                   \
   X(ScalarAffine, ScalarAffine) \
   X(ScalarDivide, ScalarDivide)
 #define EDBATCH_BINARY_OPS(X) \

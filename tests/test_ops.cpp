@@ -459,6 +459,12 @@ std::vector<OpCase> math_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return sqrt(a[0]); }},
       {"gelu", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return gelu(a[0]); }},
+      {"sin", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return sin(a[0]); }},
+      {"cos", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return cos(a[0]); }},
+      {"erf", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return erf(a[0]); }},
       // Inputs are random values in (-1, 1): both sides of the kink at 0.
       {"leaky_relu", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return leaky_relu(a[0], 0.2f); }},
@@ -702,6 +708,15 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
     CHECK(math::Abs::value<ScalarMath>(x, Attr{}) == ax);
     CHECK(math::Abs::gradient<ScalarMath>(3.0, x, 0.0, Attr{}) == (x > 0 ? 3.0 : -3.0));
     CHECK(math::Divide::value<ScalarMath>(3.0, x) == doctest::Approx(3.0 / x));
+    // sin, cos, erf: values from the C library, slopes cos, -sin and the normal density.
+    CHECK(math::Sin::value<ScalarMath>(x, Attr{}) == std::sin(x));
+    CHECK(math::Sin::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) == doctest::Approx(2 * std::cos(x)));
+    CHECK(math::Cos::value<ScalarMath>(x, Attr{}) == std::cos(x));
+    CHECK(math::Cos::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) ==
+          doctest::Approx(-2 * std::sin(x)));
+    CHECK(math::Erf::value<ScalarMath>(x, Attr{}) == std::erf(x));
+    CHECK(math::Erf::gradient<ScalarMath>(1.0, x, 0.0, Attr{}) ==
+          doctest::Approx(2.0 / std::sqrt(kPi) * std::exp(-x * x)).epsilon(1e-12));
     // The float instantiation the CUDA kernels use agrees with the double one.
     const float xf = static_cast<float>(x);
     CHECK(math::Gelu::value<ScalarMath>(xf, Attr{}) ==

@@ -132,6 +132,9 @@ Expr gelu(const Expr& x);  // exact: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), PyT
 Expr leaky_relu(const Expr& x, float slope);  // x if x > 0, else slope x (PyTorch's 0.01)
 Expr elu(const Expr& x, float alpha);         // x if x > 0, else alpha (e^x - 1)
 Expr abs(const Expr& x);
+Expr sin(const Expr& x);
+Expr cos(const Expr& x);
+Expr erf(const Expr& x);
 // 1 where x > 0 (inclusive: x >= 0), else 0, NaN giving 0: a comparison as a 0/1 mask, with no
 // gradient. keep(a, mask): a where mask > 0, else exactly 0 (a selection, so a value not kept may
 // be inf or NaN); a's gradient passes where it is kept, mask's is 0. where(c, a, b) is

@@ -28,12 +28,15 @@ enum class Op : uint8_t {
   Exp,
   Log,
   Sqrt,
-  Gelu,               // x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), exact
-  LeakyRelu,          // x if x > 0, else alpha x
-  Elu,                // x if x > 0, else alpha (e^x - 1)
-  Abs,                // |x| (gradient 0 at 0)
-  Step,               // 1 if x > 0 (alpha 1: x >= 0), else 0 (NaN: 0); gradient 0
-  Keep,               // a where b > 0, else 0 (b's gradient 0): a selection, never a * 0
+  Gelu,       // x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), exact
+  LeakyRelu,  // x if x > 0, else alpha x
+  Elu,        // x if x > 0, else alpha (e^x - 1)
+  Abs,        // |x| (gradient 0 at 0)
+  Step,       // 1 if x > 0 (alpha 1: x >= 0), else 0 (NaN: 0); gradient 0
+  Keep,       // a where b > 0, else 0 (b's gradient 0): a selection, never a * 0
+  Sin,
+  Cos,
+  Erf,
   Concat,             // stack args vertically (rows add up, cols equal)
   SliceRows,          // rows [aux, aux + rows) of every column of the argument
   Pick,               // element `index` of a vector: 1x1
@@ -97,6 +100,9 @@ inline constexpr OpInfo kOpInfo[] = {
     {"abs", 1, 1, BatchRule::Exact, true},
     {"step", 1, 1, BatchRule::Exact, true},
     {"keep", 2, 2, BatchRule::Exact, true},
+    {"sin", 1, 1, BatchRule::Exact, true},
+    {"cos", 1, 1, BatchRule::Exact, true},
+    {"erf", 1, 1, BatchRule::Exact, true},
     {"concat", 1, -1, BatchRule::Exact, true},
     {"slice_rows", 1, 1, BatchRule::Exact, true},
     {"pick", 1, 1, BatchRule::Exact, true},

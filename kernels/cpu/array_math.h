@@ -15,6 +15,14 @@ struct ArrayMath {
   template <class X> static auto log(const X& x) { return x.log(); }
   template <class X> static auto sqrt(const X& x) { return x.sqrt(); }
   template <class X> static auto erf(const X& x) { return x.erf(); }
+  template <class X>
+  static auto sin(const X& x) {
+    return x.sin();
+  }
+  template <class X>
+  static auto cos(const X& x) {
+    return x.cos();
+  }
   template <class X> static auto sigmoid(const X& x) { return x.logistic(); }
   template <class X> static auto abs(const X& x) { return x.abs(); }
   template <class X> static auto max0(const X& x) { return x.max(0.0f); }

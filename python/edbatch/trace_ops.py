@@ -21,8 +21,8 @@ nn = torch.nn
 SUPPORTED = (
     "nn.Linear, F.linear, x @ W, torch.matmul, torch.addmm (W an nn.Parameter, or W.t()); "
     "+ - * / with tensors, weight vectors and Python numbers, unary minus; "
-    "sigmoid, tanh, relu, gelu, softplus (beta=1, threshold=20), exp, log, sqrt (torch., F., "
-    "method and module forms); x ** e (e an integer from -16 to 16, 0.5, -0.5) and "
+    "sigmoid, tanh, relu, gelu, softplus (beta=1, threshold=20), exp, log, sqrt, sin, cos, erf "
+    "(torch., F., method and module forms); x ** e (e an integer from -16 to 16, 0.5, -0.5) and "
     "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid, leaky_relu, elu, abs; "
     "torch.cat, chunk, split, narrow and slicing (x[:, a:b]) along the last dim; nn.Embedding "
     "of the integer input; nn.LayerNorm / F.layer_norm over the last dim; nn.Dropout / "
@@ -432,7 +432,8 @@ def elu(body, args, kwargs):
 
 _ACTIVATIONS = {"sigmoid": (torch.sigmoid, F.sigmoid), "tanh": (torch.tanh, F.tanh),
                 "relu": (torch.relu, F.relu), "exp": (torch.exp,), "log": (torch.log,),
-                "sqrt": (torch.sqrt,)}
+                "sqrt": (torch.sqrt,), "sin": (torch.sin,), "cos": (torch.cos,),
+                "erf": (torch.erf, torch.special.erf)}
 
 FUNCTIONS = {
     operator.add: binary("add"), operator.sub: binary("sub"), operator.mul: binary("mul"),

@@ -416,6 +416,15 @@ Expr elu(const Expr& x, float alpha) {
 Expr abs(const Expr& x) {
   return elementwise(Op::Abs, Args(&x, 1));
 }
+Expr sin(const Expr& x) {
+  return elementwise(Op::Sin, Args(&x, 1));
+}
+Expr cos(const Expr& x) {
+  return elementwise(Op::Cos, Args(&x, 1));
+}
+Expr erf(const Expr& x) {
+  return elementwise(Op::Erf, Args(&x, 1));
+}
 Expr step(const Expr& x, bool inclusive) {
   return elementwise(Op::Step, Args(&x, 1), inclusive ? 1.0f : 0.0f);
 }

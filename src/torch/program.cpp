@@ -18,17 +18,14 @@ namespace {
 enum class Reduce { Sum, Mean, Max };
 
 // The program's one-argument instructions without fields (docs/programs.md).
-const std::map<std::string, Expr (*)(const Expr&)> kUnary = {{"sigmoid", sigmoid},
-                                                             {"tanh", tanh},
-                                                             {"relu", relu},
-                                                             {"gelu", gelu},
-                                                             {"softplus", softplus},
-                                                             {"exp", exp},
-                                                             {"log", log},
-                                                             {"sqrt", sqrt},
-                                                             {"abs", abs},
-                                                             {"softmax", softmax},
-                                                             {"log_softmax", log_softmax}};
+const std::map<std::string, Expr (*)(const Expr&)> kUnary = {
+    {"sigmoid", sigmoid},   {"tanh", tanh},
+    {"relu", relu},         {"gelu", gelu},
+    {"softplus", softplus}, {"exp", exp},
+    {"log", log},           {"sqrt", sqrt},
+    {"abs", abs},           {"sin", sin},
+    {"cos", cos},           {"erf", erf},
+    {"softmax", softmax},   {"log_softmax", log_softmax}};
 
 // A sum of products with weights, kept while a cell is translated so that `W1 x + W2 h + b`
 // becomes one affine node (one GEMM step) rather than two and an addition.

@@ -1,5 +1,7 @@
 """User cells for the tests: one node cell per supported operation (each form: function, method,
 module), LSTM-like tuple cells, edge cells. Values stay bounded over deep structures."""
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -82,6 +84,9 @@ OPS = {
     "exp": lambda c, a, m, x: torch.exp(torch.tanh(a)) + m.tanh().exp(),
     "log": lambda c, a, m, x: torch.log(a * a + 1) + (m * m + 0.5).log(),
     "sqrt": lambda c, a, m, x: torch.sqrt(a * a + 1) + (m * m + 0.5).sqrt(),
+    "sin, cos, erf": lambda c, a, m, x: (torch.sin(a * 3) + m.cos() + torch.erf(a) + m.sin() +
+                                         torch.cos(a) * m + torch.special.erf(m * 2) +
+                                         0.5 * a * (1 + torch.erf(a / math.sqrt(2)))),
     "nn.Sigmoid": lambda c, a, m, x: c.act(a), "nn.Tanh": lambda c, a, m, x: c.act(a),
     "nn.ReLU": lambda c, a, m, x: c.act(a), "nn.GELU": lambda c, a, m, x: c.act(a),
     "nn.Softplus": lambda c, a, m, x: c.act(a), "nn.Softmax": lambda c, a, m, x: c.act(a),
