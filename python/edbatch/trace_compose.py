@@ -1,14 +1,14 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
-selu, celu, prelu, softmin, log1p and expm1, in their torch., F., method and module forms.
-trace_ops merges these tables into its own."""
+selu, celu, prelu, softmin, log1p, expm1 and rms_norm (torch 2.4 on), in their torch., F.,
+method and module forms. trace_ops merges these tables into its own."""
 import math
 
 import torch
 import torch.nn.functional as F
 
-from .trace_reduce import clamp_of
-from .trace_values import Refusal, apply, bind, is_number, no_inplace
+from .trace_reduce import clamp_of, sum_of
+from .trace_values import Param, Refusal, apply, bind, is_number, no_inplace
 
 nn = torch.nn
 
@@ -96,6 +96,29 @@ def expm1_of(body, x):
     return apply(body, "scale", apply(body, "exp", v), alpha=1.0, beta=-1.0)
 
 
+def rms_norm_of(body, x, shape, weight, eps):
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dim, as PyTorch's rms_norm (eps None:
+    float32's machine epsilon)."""
+    v = body.vector(x)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if shape != (v.size,):
+        raise Refusal(f"rms_norm over shape {shape} of a size-{v.size} tensor: only the last dim "
+                      f"is supported", ValueError)
+    if weight is not None and not (isinstance(weight, Param) and weight.tensor.dim() == 1):
+        raise Refusal("rms_norm's weight must be a vector weight (nn.Parameter)")
+    eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
+    ms = apply(body, "scale", sum_of(body, apply(body, "mul", v, v), 1.0 / v.size), alpha=1.0,
+               beta=eps)
+    y = apply(body, "mul", v, body.emit("broadcast", v.size, [_ops().power_of(body, ms, -0.5)]))
+    return y if weight is None else apply(body, "mul", y, body.vector(weight))
+
+
+def _rms_norm(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "normalized_shape", "weight", "eps"),
+             {"weight": None, "eps": None})
+    return rms_norm_of(body, a["input"], a["normalized_shape"], a["weight"], a["eps"])
+
+
 def gelu(body, args, kwargs):
     """F.gelu with either approximation ('none': the `gelu` instruction)."""
     a = bind(args, kwargs, ("input", "approximate"), {"approximate": "none"})
@@ -139,6 +162,7 @@ def _plain(of):
 
 
 FUNCTIONS = {
+    **({F.rms_norm: _rms_norm} if hasattr(F, "rms_norm") else {}),
     torch.lerp: lerp, torch.addcmul: addc("mul"), torch.addcdiv: addc("div"),
     F.gelu: gelu, F.selu: _selu, torch.selu: _selu, F.celu: _celu, torch.celu: _celu,
     F.prelu: _prelu, torch.prelu: _prelu, F.softmin: _softmin,
@@ -158,6 +182,10 @@ MODULES = {
     nn.PReLU: lambda body, m, args, kwargs: prelu_of(body, args[0], body.param_of(m, "weight")),
     nn.Softmin: lambda body, m, args, kwargs: _softmin(body, (args[0], m.dim), {}),
 }
+if hasattr(nn, "RMSNorm"):
+    MODULES[nn.RMSNorm] = lambda body, m, args, kwargs: rms_norm_of(
+        body, args[0], m.normalized_shape, body.param_of(m, "weight"), m.eps)
 
 SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximate='tanh'; selu, "
-             "celu, prelu, softmin, log1p, expm1 (torch., F., method and module forms)")
+             "celu, prelu, softmin, log1p, expm1 (torch., F., method and module forms); "
+             "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later)")

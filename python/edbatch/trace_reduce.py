@@ -37,19 +37,19 @@ def kept(value, a):
     return value if a["keepdim"] else Rows(value)
 
 
-def _sum_of(body, v, scale=1.0):
+def sum_of(body, v, scale=1.0):
     s = body.emit("sum_features", 1, [v])
     return s if scale == 1.0 else body.emit("scale", 1, [s], alpha=scale, beta=0.0)
 
 
 def feature_sum(body, args, kwargs):
     v, a = _reduction_input(body, "sum", args, kwargs)
-    return kept(_sum_of(body, v), a)
+    return kept(sum_of(body, v), a)
 
 
 def feature_mean(body, args, kwargs):
     v, a = _reduction_input(body, "mean", args, kwargs)
-    return kept(_sum_of(body, v, 1.0 / v.size), a)
+    return kept(sum_of(body, v, 1.0 / v.size), a)
 
 
 def feature_var(body, args, kwargs):
@@ -64,9 +64,9 @@ def feature_var(body, args, kwargs):
     if v.size - correction <= 0:
         raise Refusal(f"var of {v.size} feature(s) with correction {correction} divides by "
                       f"{v.size - correction}", ValueError)
-    mean = body.emit("broadcast", v.size, [_sum_of(body, v, 1.0 / v.size)])
+    mean = body.emit("broadcast", v.size, [sum_of(body, v, 1.0 / v.size)])
     d = body.emit("sub", v.size, [v, mean])
-    return kept(_sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction)), a)
+    return kept(sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction)), a)
 
 
 def _largest(body, v, op):
@@ -97,12 +97,12 @@ def logsumexp(body, args, kwargs):
     v, a = _reduction_input(body, "logsumexp", args, kwargs)
     m = _largest(body, v, "max")
     d = body.emit("sub", v.size, [v, body.emit("broadcast", v.size, [m])])
-    s = _sum_of(body, body.emit("exp", v.size, [d]))
+    s = sum_of(body, body.emit("exp", v.size, [d]))
     return kept(body.emit("add", 1, [m, body.emit("log", 1, [s])]), a)
 
 
 def _squares(body, v):
-    return _sum_of(body, body.emit("mul", v.size, [v, v]))
+    return sum_of(body, body.emit("mul", v.size, [v, v]))
 
 
 def _floored(body, s, floor):

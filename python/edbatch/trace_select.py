@@ -121,6 +121,15 @@ def where(body, args, kwargs):
     return where_of(body, a["condition"], a["input"], a["other"])
 
 
+def masked_fill(body, args, kwargs):
+    """x.masked_fill(mask, value): value where the mask holds, else x."""
+    a = bind(args, kwargs, ("input", "mask", "value"), {})
+    if not is_number(a["value"]):
+        raise Refusal("masked_fill with a tensor value is not supported (a Python number; "
+                      "torch.where(mask, y, x) takes tensors)")
+    return where_of(body, a["mask"], a["value"], a["input"])
+
+
 def sign(body, args, kwargs):
     """step(x) - step(-x): 1, 0 or -1, gradient 0 (PyTorch's sign of NaN is NaN; here 0)."""
     v = body.vector(args[0])
@@ -155,7 +164,7 @@ _NAMES = {"gt": ("gt", "greater"), "ge": ("ge", "greater_equal"), "lt": ("lt", "
           "le": ("le", "less_equal"), "eq": ("eq",), "ne": ("ne", "not_equal")}
 
 FUNCTIONS = {
-    torch.where: where, torch.sign: sign, F.threshold: threshold,
+    torch.where: where, torch.masked_fill: masked_fill, torch.sign: sign, F.threshold: threshold,
     operator.invert: logical_not, torch.logical_not: logical_not,
     operator.and_: logical("and"), torch.logical_and: logical("and"),
     operator.or_: logical("or"), torch.logical_or: logical("or"),
@@ -168,7 +177,7 @@ if hasattr(F, "_threshold"):  # F.threshold calls it in some versions
     FUNCTIONS[F._threshold] = threshold
 
 METHODS = {
-    "sign": sign, "logical_not": logical_not, "logical_and": logical("and"),
+    "sign": sign, "masked_fill": masked_fill, "logical_not": logical_not, "logical_and": logical("and"),
     "logical_or": logical("or"), "float": as_float, "type_as": as_float, "to": as_float,
     "all": branching, "any": branching,
     **{alias: comparison(name) for name, aliases in _NAMES.items() for alias in aliases},
@@ -176,4 +185,4 @@ METHODS = {
 
 SUPPORTED = ("comparisons (> >= < <= == != with tensors or numbers, torch. and method forms) as "
              "masks, ~ & | and logical_not / and / or of them, torch.where(condition, x, y), "
-             "sign, F.threshold, mask.float()")
+             "masked_fill (a number), sign, F.threshold, mask.float()")

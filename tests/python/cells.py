@@ -7,6 +7,13 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def _rms_norm(size):
+    module = nn.RMSNorm(size, eps=1e-4)
+    with torch.no_grad():
+        module.weight.uniform_(0.5, 1.5)
+    return module
+
+
 def _small(module, scale=0.3):
     with torch.no_grad():
         for p in module.parameters():
@@ -49,7 +56,9 @@ class OpCell(nn.Module):
                     "nn.Hardswish": nn.Hardswish(), "nn.SELU": nn.SELU(),
                     "nn.CELU": nn.CELU(0.6), "nn.PReLU": nn.PReLU(S, 0.3),
                     "nn.Softmin": nn.Softmin(-1),
-                    "nn.GELU(tanh)": nn.GELU(approximate="tanh")}.get(op, nn.Identity())
+                    "nn.GELU(tanh)": nn.GELU(approximate="tanh"),
+                    **({"nn.RMSNorm": _rms_norm(S)} if hasattr(nn, "RMSNorm") else {}),
+                    }.get(op, nn.Identity())
 
     def pre(self, x, m):
         if self.emb is not None:
@@ -186,6 +195,10 @@ OPS = {
     "nn.SELU": lambda c, a, m, x: c.act(a), "nn.CELU": lambda c, a, m, x: c.act(a),
     "nn.PReLU": lambda c, a, m, x: c.act(a), "nn.Softmin": lambda c, a, m, x: c.act(a),
     "nn.GELU(tanh)": lambda c, a, m, x: c.act(a * 2),
+    # torch 2.4 and later only.
+    **({"rms_norm": lambda c, a, m, x: (F.rms_norm(a, (a.shape[-1],), c.b2) +
+                                        F.rms_norm(m, [m.size(-1)], eps=1e-3)),
+        "nn.RMSNorm": lambda c, a, m, x: c.act(a)} if hasattr(F, "rms_norm") else {}),
     # (batch,) values: reductions without keepdim, x[:, i], squeeze(-1), back through
     # unsqueeze(-1), [:, None] and view(-1, 1).
     "(batch,) values": lambda c, a, m, x: (
@@ -203,7 +216,8 @@ OPS = {
         torch.where(a.gt(0.1), torch.log(a), 0.0) + torch.where(m.le(c.b), c.b, m) +
         torch.gt(a, m).float() * a + a.lt(m).type_as(a) * m +
         torch.logical_and(a > 0, m > 0).float() + torch.logical_not(a > 0).to(a.dtype) * a +
-        torch.where(c.gate(a) > 0, a, m) + (a > 0) * m),
+        torch.where(c.gate(a) > 0, a, m) + (a > 0) * m + a.masked_fill(m > 0.3, -1.0) +
+        torch.masked_fill(m, a < m, 0.5)),
     "sign, threshold": lambda c, a, m, x: (torch.sign(a) * m + a.sign() +
                                            F.threshold(a, 0.1, -0.5) + F.threshold(m, -0.2, 0.3)),
 }
