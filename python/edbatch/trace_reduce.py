@@ -6,8 +6,8 @@ from collections import namedtuple
 import torch
 import torch.nn.functional as F
 
-from .trace_values import (Indices, Refusal, Rows, bind, broadcast_pair, feature_dim,
-                           is_number, no_inplace)
+from .trace_values import (Indices, Refusal, Rows, Stack, bind, broadcast_pair, feature_dim,
+                           is_number, no_inplace, same_size)
 
 nn = torch.nn
 
@@ -35,6 +35,55 @@ def _reduction_input(body, name, args, kwargs, extra=None, names=("input", "dim"
 def kept(value, a):
     """A reduction's size-1 result, as (batch, 1) with keepdim=True or else (batch,)."""
     return value if a["keepdim"] else Rows(value)
+
+
+# ---- stacks: torch.stack reduced over the stacked dim ----
+
+def stack(body, args, kwargs):
+    a = bind(args, kwargs, ("tensors", "dim"), {"dim": 0})
+    parts = [body.vector(t) for t in a["tensors"]]
+    if not parts:
+        raise Refusal("torch.stack of no tensors", ValueError)
+    for p in parts[1:]:
+        same_size(parts[0], p, "torch.stack")
+    dim = a["dim"]
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -3 <= dim <= 2:
+        raise Refusal(f"torch.stack along dim {dim!r}: (batch, features) values stack along 0, "
+                      f"1 or 2", ValueError)
+    return Stack(parts, dim % 3)
+
+
+def _stack_reduction(body, name, args, kwargs):
+    """sum / mean / max / min of a Stack over its stacked dim, or None for other inputs. max and
+    min: at a tie the gradient goes to the first of the stack."""
+    a = bind(args, kwargs, ("input", "dim", "keepdim"), {"dim": None, "keepdim": False})
+    s = a["input"]
+    if not isinstance(s, Stack):
+        return None
+    dim = a["dim"]
+    if isinstance(dim, (tuple, list)) and len(dim) == 1:
+        dim = dim[0]
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim % 3 != s.dim or a["keepdim"]:
+        raise Refusal(f"{name} of a stack is supported over the stacked dim ({s.dim}) without "
+                      f"keepdim, giving (batch, features) values again", ValueError)
+    op = {"sum": "add", "mean": "add", "max": "max", "amax": "max", "min": "min",
+          "amin": "min"}[name]
+    acc = s.parts[0]
+    for p in s.parts[1:]:
+        acc = body.emit(op, acc.size, [acc, p])
+    if name == "mean" and len(s.parts) > 1:
+        acc = body.emit("scale", acc.size, [acc], alpha=1.0 / len(s.parts), beta=0.0)
+    return acc
+
+
+def stack_aware(name, handler, with_indices=False):
+    """A reduction's handler that also reduces stacks (max / min give (values, indices))."""
+    def handle(body, args, kwargs):
+        r = _stack_reduction(body, name, args, kwargs)
+        if r is None:
+            return handler(body, args, kwargs)
+        return Extreme(r, Indices()) if with_indices else r
+    return handle
 
 
 def sum_of(body, v, scale=1.0):
@@ -273,24 +322,27 @@ def reshape(body, args, kwargs):
 # ---- the tables trace_ops merges ----
 
 FUNCTIONS = {
-    torch.sum: feature_sum, torch.mean: feature_mean, torch.var: feature_var,
+    torch.sum: stack_aware("sum", feature_sum), torch.mean: stack_aware("mean", feature_mean),
+    torch.var: feature_var, torch.stack: stack,
     torch.maximum: extremum("max", "max"), torch.minimum: extremum("min", "min"),
-    torch.max: extremum("max", "max"), torch.min: extremum("min", "min"),
+    torch.max: stack_aware("max", extremum("max", "max"), True),
+    torch.min: stack_aware("min", extremum("min", "min"), True),
     torch.clamp: clamp, torch.clip: clamp, torch.clamp_min: clamp_side("min"),
     torch.clamp_max: clamp_side("max"), F.hardtanh: hardtanh, F.relu6: relu6,
-    torch.amax: feature_extreme("max", True), torch.amin: feature_extreme("min", True),
+    torch.amax: stack_aware("amax", feature_extreme("max", True)),
+    torch.amin: stack_aware("amin", feature_extreme("min", True)),
     torch.logsumexp: logsumexp, torch.norm: norm, torch.linalg.vector_norm: norm,
     F.normalize: normalize, torch.squeeze: squeeze, torch.unsqueeze: unsqueeze,
     torch.reshape: reshape,
 }
 
 METHODS = {
-    "sum": feature_sum, "mean": feature_mean, "var": feature_var,
+    "sum": FUNCTIONS[torch.sum], "mean": FUNCTIONS[torch.mean], "var": feature_var,
     "maximum": extremum("max", "max"), "minimum": extremum("min", "min"),
-    "max": extremum("max", "max"), "min": extremum("min", "min"),
+    "max": FUNCTIONS[torch.max], "min": FUNCTIONS[torch.min],
     "clamp": clamp, "clip": clamp, "clamp_min": clamp_side("min"),
     "clamp_max": clamp_side("max"), "expand": expand, "expand_as": expand_as,
-    "amax": feature_extreme("max", True), "amin": feature_extreme("min", True),
+    "amax": FUNCTIONS[torch.amax], "amin": FUNCTIONS[torch.amin],
     "logsumexp": logsumexp, "norm": norm, "squeeze": squeeze, "unsqueeze": unsqueeze,
     "view": reshape, "reshape": reshape,
 }
@@ -303,7 +355,8 @@ MODULES = {
 
 SUPPORTED = (
     "sum / mean / var / max / min / amax / amin / logsumexp / norm (p=2) over the last dim "
-    "(without keepdim=True a (batch,) value, usable after unsqueeze(-1)), F.normalize "
+    "(without keepdim=True a (batch,) value, usable after unsqueeze(-1)); torch.stack reduced "
+    "over the stacked dim with sum / mean / max / min / amax / amin; F.normalize "
     "(size-1 values broadcast against the features, as do size-1 tensors in + - * / and "
     "x.expand / expand_as; max and min give (values, indices), and only values may be used); "
     "torch.maximum / "

@@ -52,6 +52,15 @@ class Rows:
         self.vec = vec
 
 
+class Stack:
+    """torch.stack of feature values (batch, n) along `dim` (0, 1 or 2 of the 3-D result): usable
+    only reduced over that dim (sum, mean, max, min, amax, amin), which gives (batch, n) again."""
+    __slots__ = ("parts", "dim")
+
+    def __init__(self, parts, dim):
+        self.parts, self.dim = parts, dim
+
+
 class Indices:
     """The indices of a max or min over the features: traced, but not a value a program has."""
     __slots__ = ()
@@ -72,6 +81,8 @@ def is_number(v):
 def describe(v):
     names = {Vec: "a tensor", Mask: "a comparison (a bool tensor)", Ids: "the integer input",
              Param: "a weight", Shape: "a shape",
+             Stack: "a stack of tensors (torch.stack: reduce it over the stacked dim with sum, "
+                    "mean, max or min)",
              Rows: "a value of shape (batch,) (a reduction without keepdim=True, x[:, i] or "
                    "squeeze(-1); unsqueeze(-1) it to use it per row)",
              Indices: "the indices of a max or min over the features (only its values are "

@@ -207,6 +207,11 @@ OPS = {
         c.gate(a).squeeze(-1).view(-1, 1) + torch.squeeze(c.gate(m), 1)[..., None] +
         a.norm(dim=-1).reshape(-1, 1) + m[:, -1].reshape((-1, 1)) + a[:, :1].view(-1)[:, None] +
         a.squeeze(-1) + torch.logsumexp(m, -1).unsqueeze(-1)),
+    "torch.stack, reduced": lambda c, a, m, x: (
+        torch.stack([a, m, a * m], 0).sum(0) + torch.stack([a, m], dim=-1).mean(-1) +
+        torch.stack((a, m * 2), 1).max(1).values + torch.stack([m, a]).min(dim=0)[0] +
+        torch.amax(torch.stack([a, m], 2), dim=2) + torch.stack([a]).amin(0) +
+        torch.sum(torch.stack([c.gate(a), c.gate(m)], -1), -1)),
     # Comparisons as masks and torch.where, whose branch not taken (log of a negative value
     # here) may be NaN without reaching the result or the gradients.
     "comparisons, where": lambda c, a, m, x: (

@@ -164,16 +164,16 @@ def refused(error, *patterns, **options):
     return check
 
 
-class Stacks(nn.Module):
+class Einsums(nn.Module):
     def forward(self, x, m):
-        return torch.stack([m, m]).sum(0)
+        return torch.einsum("bi,bi->bi", m, m)
 
 
 def test_unsupported_operation_names_op_cell_and_line():
-    line = Stacks.forward.__code__.co_firstlineno + 1
-    message = refused(TypeError, "torch.stack is not supported", "node cell 0 (Stacks)",
-                      f"test_trace.py:{line}", "torch.stack([m, m])", "cells may contain")(
-        Stacks())
+    line = Einsums.forward.__code__.co_firstlineno + 1
+    message = refused(TypeError, "torch.einsum is not supported", "node cell 0 (Einsums)",
+                      f"test_trace.py:{line}", 'torch.einsum("bi,bi->bi", m, m)',
+                      "cells may contain")(Einsums())
     assert "nn.Linear" in message  # lists what is supported
 
 
@@ -261,6 +261,11 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "var over every element")(lambda x, m: m - torch.var(m, True))
     refused(ValueError, "p=1 are not supported")(lambda x, m: m * m.norm(1, -1, True))
     refused(ValueError, "clamp without min or max")(lambda x, m: torch.clamp(m))
+    refused(ValueError, "sum of a stack is supported over the stacked dim (0)")(
+        lambda x, m: torch.stack([m, m]).sum(-1))
+    refused(ValueError, "over the stacked dim (2) without keepdim")(
+        lambda x, m: torch.stack([m, m], -1).max(-1, keepdim=True).values[..., 0])
+    refused(TypeError, "a stack of tensors (torch.stack")(lambda x, m: torch.stack([m, m]) * 2)
     refused(TypeError, "inplace=True")(lambda x, m: F.relu6(m, True))
     refused(ValueError, "expanding a size-7 tensor to 9")(
         lambda x, m: torch.cat([m, m], -1)[:, :7].expand(-1, 9)[:, :7])
