@@ -100,6 +100,10 @@ class Body:
         """v as a feature value: a vector weight becomes a `weight` instruction."""
         if isinstance(v, Vec):
             return v
+        if isinstance(v, trace_ops.Batch):
+            raise Refusal("the batch size (x.size(0), x.shape[0]) is known only when the cell "
+                          "runs: it may shape a new tensor (torch.zeros(x.size(0), n)) or a view "
+                          "(x.view(x.size(0), -1)), not enter arithmetic", ValueError)
         if isinstance(v, trace_ops.Rows):
             raise Refusal("a value of shape (batch,) (a reduction without keepdim=True, x[:, i] "
                           "or squeeze(-1)) used where a (batch, features) tensor is expected: "
@@ -156,6 +160,9 @@ def _current_frames():
         frame = frame.f_back
 
 
+_FACTORIES = ("zeros", "ones", "full")
+
+
 class _Tracer(fx.Tracer):
     """fx's tracer, evaluating every node as it is created (sizes, instructions) so that chunks
     unpack, sizes are plain ints and errors point at the user's line."""
@@ -169,7 +176,19 @@ class _Tracer(fx.Tracer):
 
     def trace(self, root, *args, **kwargs):
         self.body.module_paths = {m: p for p, m in root.named_modules()}
-        return super().trace(root, *args, **kwargs)
+        # Factories do not dispatch on traced arguments (torch.zeros(x.size(0), n)): while
+        # tracing, their calls are recorded rather than run.
+        saved = {name: getattr(torch, name) for name in _FACTORIES}
+
+        def recorded(fn):
+            return lambda *a, **kw: self.create_proxy("call_function", fn, a, kw)
+        try:
+            for name, fn in saved.items():
+                setattr(torch, name, recorded(fn))
+            return super().trace(root, *args, **kwargs)
+        finally:
+            for name, fn in saved.items():
+                setattr(torch, name, fn)
 
     def create_arg(self, a):
         if isinstance(a, torch.nn.Parameter) and all(a is not p for p in self.root.parameters()):

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from . import trace_reduce
 # Refusal and the values are defined beside; trace.py reads them here too.
-from .trace_values import (Ids, Mask, Param, Refusal, Rows, Shape, Vec, bind,  # noqa: F401
-                           broadcast_pair, describe, feature_dim, is_number, no_inplace)
+from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Vec,  # noqa: F401
+                           bind, broadcast_pair, describe, feature_dim, is_number, no_inplace)
 
 nn = torch.nn
 
@@ -255,7 +255,9 @@ def getitem(body, args, kwargs):
     if isinstance(v, Shape):
         if index in (1, -1):
             return v.size
-        raise Refusal("the batch size (shape[0]) is not known when a cell is traced", ValueError)
+        if index in (0, -2):
+            return Batch()
+        raise Refusal(f"shape[{index!r}] of a (batch, features) value", ValueError)
     if not isinstance(v, Vec):
         raise Refusal(f"indexing {describe(v)} is not supported")
     if not isinstance(index, tuple):
@@ -295,6 +297,8 @@ def get_attribute(body, args, kwargs):
         return size(body, (v,), {})
     if name == "dtype" and isinstance(v, Vec):  # for x.to(y.dtype), mask.type(...)
         return torch.bool if isinstance(v, Mask) else torch.float32
+    if name == "device" and isinstance(v, Vec):  # for device=x.device, x.to(y.device)
+        return "device"
     if isinstance(v, tuple) and name in getattr(v, "_fields", ()):  # (values, indices) of max
         return getattr(v, name)
     raise Refusal(f"the attribute .{name} is not supported")

@@ -6,8 +6,8 @@ from collections import namedtuple
 import torch
 import torch.nn.functional as F
 
-from .trace_values import (Indices, Refusal, Rows, Stack, bind, broadcast_pair, feature_dim,
-                           is_number, no_inplace, same_size)
+from .trace_values import (Batch, Indices, Refusal, Rows, Shape, Stack, Vec, bind,
+                           broadcast_pair, feature_dim, is_number, no_inplace, same_size)
 
 nn = torch.nn
 
@@ -305,18 +305,62 @@ def unsqueeze(body, args, kwargs):
     return x.vec
 
 
+def _shape(dims):
+    """A shape argument (dims, or one tuple of them) with the batch size (x.size(0)) as -1."""
+    if len(dims) == 1 and isinstance(dims[0], Shape):  # x.shape, x.size()
+        return (-1, dims[0].size)
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list, torch.Size)):
+        dims = tuple(dims[0])
+    return tuple(-1 if isinstance(d, Batch) else d for d in dims)
+
+
 def reshape(body, args, kwargs):
-    """view / reshape as (-1, 1) of a (batch,) value, or (-1,) of a size-1 value."""
-    x, shape = args[0], args[1:]
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
-        shape = tuple(shape[0])
-    if isinstance(x, Rows) and tuple(shape) == (-1, 1):
+    """view / reshape that keeps the rows: (batch, n) as itself ((-1, n), (x.size(0), -1)),
+    (batch,) to (batch, 1) and back."""
+    x, shape = args[0], _shape(args[1:])
+    if isinstance(x, Rows) and shape == (-1, 1):
         return x.vec
-    if not isinstance(x, Rows) and tuple(shape) == (-1,) and body.vector(x).size == 1:
-        return Rows(body.vector(x))
-    raise Refusal("view / reshape is supported only between (batch,) and (batch, 1) "
-                  "(x.view(-1, 1), x.view(-1)): a cell's values are (batch, features), and the "
-                  "batch size is not known when it is traced", ValueError)
+    if not isinstance(x, Rows):
+        v = body.vector(x)
+        if shape == (-1,) and v.size == 1:
+            return Rows(v)
+        if len(shape) == 2 and shape[0] == -1 and shape[1] in (-1, v.size):
+            return v
+    raise Refusal("view / reshape is supported only as (batch, features) -> itself "
+                  "(x.view(x.size(0), -1), x.view(-1, n)) and between (batch,) and (batch, 1): "
+                  "a cell works on one row per node", ValueError)
+
+
+def new_tensor(fill):
+    """torch.zeros / ones / full(shape, value) and x.new_zeros / new_ones / new_full: a constant,
+    for shapes (batch, n), (n,) and (1, n) (each row the same, as PyTorch broadcasts them) or
+    (batch,)."""
+    def handle(body, args, kwargs):
+        method = bool(args) and isinstance(args[0], Vec)  # x.new_zeros(...)
+        args, kwargs, value = args[1:] if method else args, dict(kwargs), fill
+        if fill is None:  # full / new_full: (size, fill_value)
+            a = bind(args, {k: kwargs.pop(k) for k in ("size", "fill_value") if k in kwargs},
+                     ("size", "fill_value"), {})
+            args, value = (a["size"],), a["fill_value"]
+        elif "size" in kwargs:
+            args = (kwargs.pop("size"),)
+        shape = _shape(args)
+        for k in ("dtype", "layout", "pin_memory", "memory_format", "out"):
+            if kwargs.get(k) not in (None, torch.float32, torch.strided, False):
+                raise Refusal(f"a new tensor with {k}={kwargs[k]} is not supported")
+        if kwargs.get("requires_grad"):
+            raise Refusal("a new tensor with requires_grad=True is not supported: make a "
+                          "parameter of it (nn.Parameter)")
+        if not is_number(value):
+            raise Refusal("a new tensor's fill value must be a Python number")
+        if shape == (-1,):
+            return Rows(body.emit("const", 1, [], value=float(value)))
+        if len(shape) in (1, 2) and shape[:-1] in ((), (-1,), (1,)) and isinstance(
+                shape[-1], int) and shape[-1] > 0:
+            return body.emit("const", shape[-1], [], value=float(value))
+        raise Refusal(f"a new tensor of shape {shape} (with -1 for the batch): (batch, n), (n,), "
+                      f"(1, n) or (batch,) are supported", ValueError)
+    return handle
 
 
 # ---- the tables trace_ops merges ----
@@ -333,7 +377,8 @@ FUNCTIONS = {
     torch.amin: stack_aware("amin", feature_extreme("min", True)),
     torch.logsumexp: logsumexp, torch.norm: norm, torch.linalg.vector_norm: norm,
     F.normalize: normalize, torch.squeeze: squeeze, torch.unsqueeze: unsqueeze,
-    torch.reshape: reshape,
+    torch.reshape: reshape, torch.zeros: new_tensor(0.0), torch.ones: new_tensor(1.0),
+    torch.full: new_tensor(None),
 }
 
 METHODS = {
@@ -344,7 +389,8 @@ METHODS = {
     "clamp_max": clamp_side("max"), "expand": expand, "expand_as": expand_as,
     "amax": FUNCTIONS[torch.amax], "amin": FUNCTIONS[torch.amin],
     "logsumexp": logsumexp, "norm": norm, "squeeze": squeeze, "unsqueeze": unsqueeze,
-    "view": reshape, "reshape": reshape,
+    "view": reshape, "reshape": reshape, "new_zeros": new_tensor(0.0),
+    "new_ones": new_tensor(1.0), "new_full": new_tensor(None),
 }
 
 MODULES = {
@@ -356,7 +402,9 @@ MODULES = {
 SUPPORTED = (
     "sum / mean / var / max / min / amax / amin / logsumexp / norm (p=2) over the last dim "
     "(without keepdim=True a (batch,) value, usable after unsqueeze(-1)); torch.stack reduced "
-    "over the stacked dim with sum / mean / max / min / amax / amin; F.normalize "
+    "over the stacked dim with sum / mean / max / min / amax / amin; torch.zeros / ones / full "
+    "and x.new_zeros / new_ones / new_full of shape (x.size(0), n) or (n,); x.view(x.size(0), "
+    "-1); F.normalize "
     "(size-1 values broadcast against the features, as do size-1 tensors in + - * / and "
     "x.expand / expand_as; max and min give (values, indices), and only values may be used); "
     "torch.maximum / "

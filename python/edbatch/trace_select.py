@@ -178,7 +178,8 @@ if hasattr(F, "_threshold"):  # F.threshold calls it in some versions
 
 METHODS = {
     "sign": sign, "masked_fill": masked_fill, "logical_not": logical_not,
-    "logical_and": logical("and"), "logical_or": logical("or"), "float": as_float, "type_as": as_float, "to": as_float,
+    "logical_and": logical("and"), "logical_or": logical("or"), "float": as_float,
+    "type_as": as_float, "to": as_float,
     "all": branching, "any": branching,
     **{alias: comparison(name) for name, aliases in _NAMES.items() for alias in aliases},
 }

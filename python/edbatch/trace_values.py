@@ -66,6 +66,12 @@ class Indices:
     __slots__ = ()
 
 
+class Batch:
+    """x.size(0) / x.shape[0]: the number of rows, known only when the cell runs; usable in the
+    shape of a new tensor (torch.zeros(x.size(0), n)) and in view / reshape."""
+    __slots__ = ()
+
+
 class Shape:
     """x.shape / x.size() of a feature value: (batch, size); only the size is known."""
     __slots__ = ("size",)
@@ -81,6 +87,8 @@ def is_number(v):
 def describe(v):
     names = {Vec: "a tensor", Mask: "a comparison (a bool tensor)", Ids: "the integer input",
              Param: "a weight", Shape: "a shape",
+             Batch: "the batch size (x.size(0)), known only when the cell runs (usable in "
+                    "torch.zeros(x.size(0), n) and x.view(x.size(0), -1))",
              Stack: "a stack of tensors (torch.stack: reduce it over the stacked dim with sum, "
                     "mean, max or min)",
              Rows: "a value of shape (batch,) (a reduction without keepdim=True, x[:, i] or "

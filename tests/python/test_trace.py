@@ -180,8 +180,13 @@ def test_unsupported_operation_names_op_cell_and_line():
 def test_unsupported_module_and_methods():
     refused(TypeError, "nn.LSTM is not supported", "node cell 0")(
         lambda x, m, cell=nn.LSTM(7, 7): cell(m)[0])
-    refused(ValueError, "view / reshape is supported only between (batch,) and (batch, 1)")(
-        lambda x, m: m.view(-1, 7))
+    refused(ValueError, "view / reshape is supported only as (batch, features) -> itself")(
+        lambda x, m: m.view(-1, 14))
+    refused(ValueError, "a new tensor of shape (-1, 3, 7)")(
+        lambda x, m: m + torch.zeros(m.size(0), 3, 7).sum(1))
+    refused(TypeError, "a new tensor with dtype=torch.float64")(
+        lambda x, m: m + torch.zeros(m.size(0), 7, dtype=torch.float64))
+    refused(ValueError, "a new tensor of shape (3, 7)")(lambda x, m: m + torch.zeros(3, 7))
     refused(TypeError, "in-place method Tensor.add_")(lambda x, m: m.add_(1))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))
     refused(TypeError, "beta=1")(lambda x, m: F.softplus(m, beta=2))
@@ -196,7 +201,7 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.SiLU(inplace=True): r(m))
     refused(TypeError, "inplace=True")(lambda x, m: F.leaky_relu(m, 0.1, True))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ELU(inplace=True): r(m))
-    refused(TypeError, "tensor constants")(lambda x, m: m + torch.ones(7))
+    refused(TypeError, "tensor constants")(lambda x, m: m + torch.tensor([1.0] * 7))
     refused(TypeError, "integer input")(lambda x, m, e=nn.Embedding(3, 7): e(x))
 
 
