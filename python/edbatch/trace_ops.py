@@ -247,6 +247,8 @@ def getitem(body, args, kwargs):
     v, index = args
     if isinstance(v, (tuple, list)):
         return v[index]
+    if isinstance(v, trace_reduce.Stack):
+        return trace_reduce.stack_item(v, index)
     if isinstance(v, Rows):
         if index in ((slice(None), None), (Ellipsis, None)):
             return v.vec  # x[:, None]

@@ -53,6 +53,36 @@ def stack(body, args, kwargs):
     return Stack(parts, dim % 3)
 
 
+def _stack_dim(s, dim, what):
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -3 <= dim <= 2 or dim % 3 != s.dim:
+        raise Refusal(f"{what} of a stack is supported along the stacked dim ({s.dim})",
+                      ValueError)
+
+
+def unbind(body, args, kwargs):
+    """unbind of a stack along its stacked dim: its tensors."""
+    a = bind(args, kwargs, ("input", "dim"), {"dim": 0})
+    s = a["input"]
+    if not isinstance(s, Stack):
+        raise Refusal("unbind of a (batch, features) value is not supported (it would split the "
+                      "batch); chunk or split the features instead", ValueError)
+    _stack_dim(s, a["dim"], "unbind")
+    return tuple(s.parts)
+
+
+def stack_item(s, index):
+    """s[i] (a stack along 0), s[:, i] (along 1), s[..., i] or s[:, :, i] (along 2)."""
+    index = index if isinstance(index, tuple) else (index,)
+    if index[:1] == (Ellipsis,) and len(index) == 2:
+        index = (slice(None),) * 2 + index[1:]
+    if len(index) == s.dim + 1 and all(i == slice(None) for i in index[:-1]):
+        i = index[-1]
+        if isinstance(i, int) and not isinstance(i, bool) and -len(s.parts) <= i < len(s.parts):
+            return s.parts[i]
+    raise Refusal(f"indexing a stack along {s.dim} is supported as one tensor of it "
+                  f"({['s[i]', 's[:, i]', 's[..., i]'][s.dim]})", ValueError)
+
+
 def _stack_reduction(body, name, args, kwargs):
     """sum / mean / max / min of a Stack over its stacked dim, or None for other inputs. max and
     min: at a tie the gradient goes to the first of the stack."""
@@ -316,19 +346,32 @@ def _shape(dims):
 
 def reshape(body, args, kwargs):
     """view / reshape that keeps the rows: (batch, n) as itself ((-1, n), (x.size(0), -1)),
-    (batch,) to (batch, 1) and back."""
+    (batch,) to (batch, 1) and back, (batch, k * n) as (batch, k, n) (a stack of its k pieces
+    along 1) and back."""
     x, shape = args[0], _shape(args[1:])
     if isinstance(x, Rows) and shape == (-1, 1):
         return x.vec
-    if not isinstance(x, Rows):
+    if isinstance(x, Stack):
+        size = sum(p.size for p in x.parts)
+        if x.dim == 1 and len(shape) == 2 and shape[0] == -1 and shape[1] in (-1, size):
+            return body.emit("cat", size, list(x.parts))
+    elif len(shape) == 3 and shape[0] == -1 and isinstance(x, Vec):
+        k, n = shape[1], shape[2]
+        k = x.size // n if k == -1 and n > 0 else k
+        n = x.size // k if n == -1 and k > 0 else n
+        if k > 0 and n > 0 and k * n == x.size:
+            return Stack([body.emit("slice", n, [x], begin=i * n, end=(i + 1) * n)
+                          for i in range(k)], 1)
+    elif not isinstance(x, Rows):
         v = body.vector(x)
         if shape == (-1,) and v.size == 1:
             return Rows(v)
         if len(shape) == 2 and shape[0] == -1 and shape[1] in (-1, v.size):
             return v
     raise Refusal("view / reshape is supported only as (batch, features) -> itself "
-                  "(x.view(x.size(0), -1), x.view(-1, n)) and between (batch,) and (batch, 1): "
-                  "a cell works on one row per node", ValueError)
+                  "(x.view(x.size(0), -1), x.view(-1, n)), between (batch,) and (batch, 1), and "
+                  "between (batch, k * n) and (batch, k, n): a cell works on one row per node",
+                  ValueError)
 
 
 def new_tensor(fill):
@@ -377,7 +420,7 @@ FUNCTIONS = {
     torch.amin: stack_aware("amin", feature_extreme("min", True)),
     torch.logsumexp: logsumexp, torch.norm: norm, torch.linalg.vector_norm: norm,
     F.normalize: normalize, torch.squeeze: squeeze, torch.unsqueeze: unsqueeze,
-    torch.reshape: reshape, torch.zeros: new_tensor(0.0), torch.ones: new_tensor(1.0),
+    torch.reshape: reshape, torch.unbind: unbind, torch.zeros: new_tensor(0.0), torch.ones: new_tensor(1.0),
     torch.full: new_tensor(None),
 }
 
@@ -389,7 +432,7 @@ METHODS = {
     "clamp_max": clamp_side("max"), "expand": expand, "expand_as": expand_as,
     "amax": FUNCTIONS[torch.amax], "amin": FUNCTIONS[torch.amin],
     "logsumexp": logsumexp, "norm": norm, "squeeze": squeeze, "unsqueeze": unsqueeze,
-    "view": reshape, "reshape": reshape, "new_zeros": new_tensor(0.0),
+    "view": reshape, "reshape": reshape, "unbind": unbind, "new_zeros": new_tensor(0.0),
     "new_ones": new_tensor(1.0), "new_full": new_tensor(None),
 }
 
@@ -402,7 +445,8 @@ MODULES = {
 SUPPORTED = (
     "sum / mean / var / max / min / amax / amin / logsumexp / norm (p=2) over the last dim "
     "(without keepdim=True a (batch,) value, usable after unsqueeze(-1)); torch.stack reduced "
-    "over the stacked dim with sum / mean / max / min / amax / amin; torch.zeros / ones / full "
+    "over the stacked dim with sum / mean / max / min / amax / amin, unbound or indexed along "
+    "it, x.view(x.size(0), k, n) as such a stack; torch.zeros / ones / full "
     "and x.new_zeros / new_ones / new_full of shape (x.size(0), n) or (n,); x.view(x.size(0), "
     "-1); F.normalize "
     "(size-1 values broadcast against the features, as do size-1 tensors in + - * / and "

@@ -219,6 +219,12 @@ OPS = {
         torch.stack((a, m * 2), 1).max(1).values + torch.stack([m, a]).min(dim=0)[0] +
         torch.amax(torch.stack([a, m], 2), dim=2) + torch.stack([a]).amin(0) +
         torch.sum(torch.stack([c.gate(a), c.gate(m)], -1), -1)),
+    "(batch, k, n) views, unbind, stack items": lambda c, a, m, x: (
+        _product(c.two(a).view(-1, 2, a.shape[-1]).unbind(1)) +
+        c.two(m).view(m.size(0), 2, -1)[:, 1] * a + c.two(a).reshape(-1, 2, a.size(1)).sum(1) +
+        c.back(torch.stack([a, m], 1).view(a.size(0), -1)) + torch.stack([a, m])[1] +
+        torch.stack((a, m * 2), -1)[..., 0] + c.two(m).view(-1, 2, a.shape[-1]).max(1).values +
+        torch.unbind(torch.stack([a, m], 2), -1)[1] + torch.stack([a, m], 1)[:, -1]),
     # Comparisons as masks and torch.where, whose branch not taken (log of a negative value
     # here) may be NaN without reaching the result or the gradients.
     "comparisons, where": lambda c, a, m, x: (

@@ -271,6 +271,11 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "over the stacked dim (2) without keepdim")(
         lambda x, m: torch.stack([m, m], -1).max(-1, keepdim=True).values[..., 0])
     refused(TypeError, "a stack of tensors (torch.stack")(lambda x, m: torch.stack([m, m]) * 2)
+    refused(ValueError, "unbind of a stack is supported along the stacked dim (1)")(
+        lambda x, m: m.view(-1, 7, 1).unbind(2)[0].view(-1, 7))
+    refused(ValueError, "indexing a stack along 0 is supported as one tensor of it (s[i])")(
+        lambda x, m: torch.stack([m, m])[:, 0])
+    refused(ValueError, "unbind of a (batch, features) value")(lambda x, m: m.unbind(0)[0])
     refused(TypeError, "inplace=True")(lambda x, m: F.relu6(m, True))
     refused(ValueError, "expanding a size-7 tensor to 9")(
         lambda x, m: torch.cat([m, m], -1)[:, :7].expand(-1, 9)[:, :7])
