@@ -420,8 +420,8 @@ FUNCTIONS = {
     torch.amin: stack_aware("amin", feature_extreme("min", True)),
     torch.logsumexp: logsumexp, torch.norm: norm, torch.linalg.vector_norm: norm,
     F.normalize: normalize, torch.squeeze: squeeze, torch.unsqueeze: unsqueeze,
-    torch.reshape: reshape, torch.unbind: unbind, torch.zeros: new_tensor(0.0), torch.ones: new_tensor(1.0),
-    torch.full: new_tensor(None),
+    torch.reshape: reshape, torch.unbind: unbind, torch.zeros: new_tensor(0.0),
+    torch.ones: new_tensor(1.0), torch.full: new_tensor(None),
 }
 
 METHODS = {
