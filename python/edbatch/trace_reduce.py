@@ -131,21 +131,38 @@ def feature_mean(body, args, kwargs):
     return kept(sum_of(body, v, 1.0 / v.size), a)
 
 
-def feature_var(body, args, kwargs):
-    """Sum of squared deviations over n - correction (PyTorch's default correction is 1)."""
-    v, a = _reduction_input(body, "var", args, kwargs, {"unbiased": None, "correction": None},
+def feature_var(body, args, kwargs, name="var"):
+    """Sum of squared deviations over n - correction (PyTorch's default correction is 1); std:
+    its square root."""
+    v, a = _reduction_input(body, name, args, kwargs, {"unbiased": None, "correction": None},
                             ("input", "dim", "unbiased", "keepdim"))
     if a["unbiased"] is not None and a["correction"] is not None:
-        raise Refusal("var with both unbiased= and correction= is not supported")
+        raise Refusal(f"{name} with both unbiased= and correction= is not supported")
     correction = 1 if a["unbiased"] is None else int(bool(a["unbiased"]))
     if a["correction"] is not None:
         correction = a["correction"]
     if v.size - correction <= 0:
-        raise Refusal(f"var of {v.size} feature(s) with correction {correction} divides by "
+        raise Refusal(f"{name} of {v.size} feature(s) with correction {correction} divides by "
                       f"{v.size - correction}", ValueError)
     mean = body.emit("broadcast", v.size, [sum_of(body, v, 1.0 / v.size)])
     d = body.emit("sub", v.size, [v, mean])
-    return kept(sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction)), a)
+    var = sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction))
+    return kept(body.emit("sqrt", 1, [var]) if name == "std" else var, a)
+
+
+def feature_std(body, args, kwargs):
+    return feature_var(body, args, kwargs, "std")
+
+
+def repeat(body, args, kwargs):
+    """x.repeat(1, k): k copies of the features side by side (`cat`)."""
+    v, reps = body.vector(args[0]), args[1:]
+    if len(reps) == 1 and isinstance(reps[0], (tuple, list, torch.Size)):
+        reps = tuple(reps[0])
+    if len(reps) != 2 or reps[0] != 1 or not isinstance(reps[1], int) or reps[1] < 1:
+        raise Refusal("repeat is supported as x.repeat(1, k) (copies of the features; the rows "
+                      "are the nodes)", ValueError)
+    return v if reps[1] == 1 else body.emit("cat", v.size * reps[1], [v] * reps[1])
 
 
 def _largest(body, v, op):
@@ -410,7 +427,7 @@ def new_tensor(fill):
 
 FUNCTIONS = {
     torch.sum: stack_aware("sum", feature_sum), torch.mean: stack_aware("mean", feature_mean),
-    torch.var: feature_var, torch.stack: stack,
+    torch.var: feature_var, torch.std: feature_std, torch.stack: stack,
     torch.maximum: extremum("max", "max"), torch.minimum: extremum("min", "min"),
     torch.max: stack_aware("max", extremum("max", "max"), True),
     torch.min: stack_aware("min", extremum("min", "min"), True),
@@ -426,6 +443,7 @@ FUNCTIONS = {
 
 METHODS = {
     "sum": FUNCTIONS[torch.sum], "mean": FUNCTIONS[torch.mean], "var": feature_var,
+    "std": feature_std, "repeat": repeat,
     "maximum": extremum("max", "max"), "minimum": extremum("min", "min"),
     "max": FUNCTIONS[torch.max], "min": FUNCTIONS[torch.min],
     "clamp": clamp, "clip": clamp, "clamp_min": clamp_side("min"),
@@ -443,10 +461,10 @@ MODULES = {
 }
 
 SUPPORTED = (
-    "sum / mean / var / max / min / amax / amin / logsumexp / norm (p=2) over the last dim "
+    "sum / mean / var / std / max / min / amax / amin / logsumexp / norm (p=2) over the last dim "
     "(without keepdim=True a (batch,) value, usable after unsqueeze(-1)); torch.stack reduced "
     "over the stacked dim with sum / mean / max / min / amax / amin, unbound or indexed along "
-    "it, x.view(x.size(0), k, n) as such a stack; torch.zeros / ones / full "
+    "it, x.view(x.size(0), k, n) as such a stack; x.repeat(1, k); torch.zeros / ones / full "
     "and x.new_zeros / new_ones / new_full of shape (x.size(0), n) or (n,); x.view(x.size(0), "
     "-1); F.normalize "
     "(size-1 values broadcast against the features, as do size-1 tensors in + - * / and "

@@ -219,6 +219,10 @@ OPS = {
         torch.stack((a, m * 2), 1).max(1).values + torch.stack([m, a]).min(dim=0)[0] +
         torch.amax(torch.stack([a, m], 2), dim=2) + torch.stack([a]).amin(0) +
         torch.sum(torch.stack([c.gate(a), c.gate(m)], -1), -1)),
+    "std, repeat": lambda c, a, m, x: (
+        (a - a.mean(-1, keepdim=True)) / (a.std(-1, keepdim=True) + 1e-2) * 0.3 +
+        torch.std(m, -1, keepdim=True, unbiased=False) * m + m.std(dim=-1).unsqueeze(-1) +
+        c.back(a.repeat(1, 2)) + c.back(m.repeat((1, 2))) * a.repeat(1, 1)),
     "(batch, k, n) views, unbind, stack items": lambda c, a, m, x: (
         _product(c.two(a).view(-1, 2, a.shape[-1]).unbind(1)) +
         c.two(m).view(m.size(0), 2, -1)[:, 1] * a + c.two(a).reshape(-1, 2, a.size(1)).sum(1) +

@@ -276,6 +276,7 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "indexing a stack along 0 is supported as one tensor of it (s[i])")(
         lambda x, m: torch.stack([m, m])[:, 0])
     refused(ValueError, "unbind of a (batch, features) value")(lambda x, m: m.unbind(0)[0])
+    refused(ValueError, "repeat is supported as x.repeat(1, k)")(lambda x, m: m.repeat(2, 1))
     refused(TypeError, "inplace=True")(lambda x, m: F.relu6(m, True))
     refused(ValueError, "expanding a size-7 tensor to 9")(
         lambda x, m: torch.cat([m, m], -1)[:, :7].expand(-1, 9)[:, :7])
