@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from .trace_reduce import clamp_of
-from .trace_values import Refusal, apply, bind, feature_dim, no_inplace
+from .trace_values import Refusal, apply, bind, feature_dim, no_inplace, plain, with_inplace
 
 nn = torch.nn
 
@@ -61,20 +61,6 @@ def hardswish_of(body, x):
     return apply(body, "mul", v, hardsigmoid_of(body, v, inclusive=True))
 
 
-def _with_inplace(of):
-    def handle(body, args, kwargs):
-        a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
-        no_inplace(a["inplace"])
-        return of(body, a["input"])
-    return handle
-
-
-def _plain(of):
-    def handle(body, args, kwargs):
-        return of(body, bind(args, kwargs, ("input",), {})["input"])
-    return handle
-
-
 def _module(of, inplace=True):
     def handle(body, m, args, kwargs):
         if inplace:
@@ -84,9 +70,9 @@ def _module(of, inplace=True):
 
 
 FUNCTIONS = {
-    F.glu: glu, F.mish: _with_inplace(mish_of), F.softsign: _plain(softsign_of),
-    F.tanhshrink: _plain(tanhshrink_of), F.hardsigmoid: _with_inplace(hardsigmoid_of),
-    F.hardswish: _with_inplace(hardswish_of),
+    F.glu: glu, F.mish: with_inplace(mish_of), F.softsign: plain(softsign_of),
+    F.tanhshrink: plain(tanhshrink_of), F.hardsigmoid: with_inplace(hardsigmoid_of),
+    F.hardswish: with_inplace(hardswish_of),
 }
 
 MODULES = {

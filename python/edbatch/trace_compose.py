@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from .trace_reduce import clamp_of, sum_of
-from .trace_values import Param, Refusal, apply, bind, is_number, no_inplace
+from .trace_values import (Param, Refusal, apply, bind, is_number, no_inplace, ops, plain,
+                           with_inplace)
 
 nn = torch.nn
 
@@ -17,14 +18,9 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def _ops():
-    from . import trace_ops  # trace_ops imports this module at its end
-    return trace_ops
-
-
 def _arith(body, name, x, y):
     """x (name) y with trace_ops' rules: numbers, vector weights, size-1 broadcasting."""
-    return _ops().binary(name)(body, (x, y), {})
+    return ops().binary(name)(body, (x, y), {})
 
 
 def lerp(body, args, kwargs):
@@ -109,7 +105,7 @@ def rms_norm_of(body, x, shape, weight, eps):
     eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
     ms = apply(body, "scale", sum_of(body, apply(body, "mul", v, v), 1.0 / v.size), alpha=1.0,
                beta=eps)
-    y = apply(body, "mul", v, body.emit("broadcast", v.size, [_ops().power_of(body, ms, -0.5)]))
+    y = apply(body, "mul", v, body.emit("broadcast", v.size, [ops().power_of(body, ms, -0.5)]))
     return y if weight is None else apply(body, "mul", y, body.vector(weight))
 
 
@@ -131,12 +127,6 @@ def gelu(body, args, kwargs):
     return apply(body, "gelu", v)
 
 
-def _selu(body, args, kwargs):
-    a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
-    no_inplace(a["inplace"])
-    return selu_of(body, a["input"])
-
-
 def _celu(body, args, kwargs):
     a = bind(args, kwargs, ("input", "alpha", "inplace"), {"alpha": 1.0, "inplace": False})
     no_inplace(a["inplace"])
@@ -152,13 +142,10 @@ def _softmin(body, args, kwargs):
     a = bind(args, kwargs, ("input", "dim"), {"dim": None, "_stacklevel": 3, "dtype": None})
     v = body.vector(a["input"])
     minus = apply(body, "scale", v, alpha=-1.0, beta=0.0)
-    return _ops().softmax("softmax")(body, (minus,), {"dim": a["dim"], "dtype": a["dtype"]})
+    return ops().softmax("softmax")(body, (minus,), {"dim": a["dim"], "dtype": a["dtype"]})
 
 
-def _plain(of):
-    def handle(body, args, kwargs):
-        return of(body, bind(args, kwargs, ("input",), {})["input"])
-    return handle
+_selu = with_inplace(selu_of)
 
 
 FUNCTIONS = {
@@ -166,12 +153,12 @@ FUNCTIONS = {
     torch.lerp: lerp, torch.addcmul: addc("mul"), torch.addcdiv: addc("div"),
     F.gelu: gelu, F.selu: _selu, torch.selu: _selu, F.celu: _celu, torch.celu: _celu,
     F.prelu: _prelu, torch.prelu: _prelu, F.softmin: _softmin,
-    torch.log1p: _plain(log1p_of), torch.expm1: _plain(expm1_of),
+    torch.log1p: plain(log1p_of), torch.expm1: plain(expm1_of),
 }
 
 METHODS = {
     "gelu": gelu, "lerp": lerp, "addcmul": addc("mul"), "addcdiv": addc("div"),
-    "log1p": _plain(log1p_of), "expm1": _plain(expm1_of), "prelu": _prelu,
+    "log1p": plain(log1p_of), "expm1": plain(expm1_of), "prelu": _prelu,
 }
 
 MODULES = {

@@ -4,23 +4,17 @@ input and hidden products are `linear` instructions, so the block compiler fuses
 any cell). trace_ops merges MODULES into its own."""
 from torch import nn
 
-from .trace_values import Refusal, Vec, apply
-
-
-def _ops():
-    from . import trace_ops  # trace_ops imports this module at its end
-    return trace_ops
+from .trace_values import Refusal, Vec, apply, ops
 
 
 def _products(body, m, x, h):
     """W_ih x + b_ih and W_hh h + b_hh (either bias absent with bias=False)."""
-    ops = _ops()
     if not isinstance(x, Vec):
         raise Refusal(f"{type(m).__name__} needs a tensor input (the cell's input or a value)")
-    gi = ops.linear_of(body, x, body.param_of(m, "weight_ih"), body.param_of(m, "bias_ih"),
-                       "linear")
-    gh = ops.linear_of(body, h, body.param_of(m, "weight_hh"), body.param_of(m, "bias_hh"),
-                       "linear")
+    gi = ops().linear_of(body, x, body.param_of(m, "weight_ih"), body.param_of(m, "bias_ih"),
+                         "linear")
+    gh = ops().linear_of(body, h, body.param_of(m, "weight_hh"), body.param_of(m, "bias_hh"),
+                         "linear")
     return gi, gh
 
 
@@ -31,12 +25,11 @@ def _state(body, hx, size):
 def gru_cell(body, m, args, kwargs):
     """r, z = sigmoid(gi_r + gh_r), sigmoid(gi_z + gh_z); n = tanh(gi_n + r * gh_n);
     h' = (1 - z) * n + z * h = n + z * (h - n)."""
-    ops = _ops()
     x, hx = (list(args) + [kwargs.get("hx")])[:2]
     H = m.hidden_size
     h = _state(body, hx, H)
     gi, gh = _products(body, m, x, h)
-    (ir, iz, i_n), (hr, hz, hn) = (ops.pieces(body, g, [H, H, H]) for g in (gi, gh))
+    (ir, iz, i_n), (hr, hz, hn) = (ops().pieces(body, g, [H, H, H]) for g in (gi, gh))
     r = apply(body, "sigmoid", apply(body, "add", ir, hr))
     z = apply(body, "sigmoid", apply(body, "add", iz, hz))
     n = apply(body, "tanh", apply(body, "add", i_n, apply(body, "mul", r, hn)))
@@ -46,7 +39,6 @@ def gru_cell(body, m, args, kwargs):
 def lstm_cell(body, m, args, kwargs):
     """i, f, g, o = chunks of W_ih x + b_ih + W_hh h + b_hh; c' = sigmoid(f) c + sigmoid(i)
     tanh(g); h' = sigmoid(o) tanh(c'). Returns (h', c')."""
-    ops = _ops()
     x, hx = (list(args) + [kwargs.get("hx")])[:2]
     H = m.hidden_size
     if hx is None:
@@ -56,7 +48,7 @@ def lstm_cell(body, m, args, kwargs):
     else:
         raise Refusal("nn.LSTMCell takes its state as a tuple (h, c)")
     gi, gh = _products(body, m, x, h)
-    i, f, g, o = ops.pieces(body, apply(body, "add", gi, gh), [H, H, H, H])
+    i, f, g, o = ops().pieces(body, apply(body, "add", gi, gh), [H, H, H, H])
     c2 = apply(body, "add", apply(body, "mul", apply(body, "sigmoid", f), c),
                apply(body, "mul", apply(body, "sigmoid", i), apply(body, "tanh", g)))
     return apply(body, "mul", apply(body, "sigmoid", o), apply(body, "tanh", c2)), c2

@@ -7,15 +7,11 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from .trace_values import Mask, Refusal, Vec, apply, bind, broadcast_pair, is_number, no_inplace
+from .trace_values import (Mask, Refusal, Vec, apply, bind, broadcast_pair, is_number, no_inplace,
+                           ops)
 
 _BRANCHING = ("a cell cannot branch on tensor values (Python control flow is not traced): "
               "select with torch.where(a > b, x, y), or write the choice with arithmetic")
-
-
-def _ops():
-    from . import trace_ops  # trace_ops imports this module at its end
-    return trace_ops
 
 
 def _difference(body, a, b):
@@ -110,7 +106,7 @@ def where_of(body, cond, x, y):
     parts = [p for p in (branch(x, cond), branch(y, _not(body, cond))) if p is not None]
     if not parts:
         return body.emit("const", size, [], value=0.0)
-    return parts[0] if len(parts) == 1 else _ops().binary("add")(body, tuple(parts), {})
+    return parts[0] if len(parts) == 1 else ops().binary("add")(body, tuple(parts), {})
 
 
 def where(body, args, kwargs):

@@ -129,6 +129,28 @@ def no_inplace(inplace):
         raise Refusal("in-place operations (inplace=True) are not supported")
 
 
+def plain(of):
+    """A handler of f(input) for `of(body, input)`."""
+    def handle(body, args, kwargs):
+        return of(body, bind(args, kwargs, ("input",), {})["input"])
+    return handle
+
+
+def with_inplace(of):
+    """A handler of f(input, inplace=False) for `of(body, input)`, refusing inplace=True."""
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
+        no_inplace(a["inplace"])
+        return of(body, a["input"])
+    return handle
+
+
+def ops():
+    """trace_ops, for the modules it merges (it imports them at its end, so they read it late)."""
+    from . import trace_ops
+    return trace_ops
+
+
 def apply(body, name, *args, **fields):
     """Instruction `name` over feature vectors of one size (the first's)."""
     return body.emit(name, args[0].size, list(args), **fields)
