@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from .trace_values import (Batch, Indices, Refusal, Rows, Shape, Stack, Vec, bind,
-                           broadcast_pair, feature_dim, is_number, no_inplace, same_size)
+                           broadcast_pair, feature_dim, is_number, no_inplace, ops, same_size)
 
 nn = torch.nn
 
@@ -39,6 +39,15 @@ def kept(value, a):
 
 # ---- stacks: torch.stack reduced over the stacked dim ----
 
+def _axis(dim):
+    """A dim of a stack's 3-D value as 0, 1 or 2; None if it is not one."""
+    if isinstance(dim, (tuple, list)) and len(dim) == 1:
+        dim = dim[0]
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -3 <= dim <= 2:
+        return None
+    return dim % 3
+
+
 def stack(body, args, kwargs):
     a = bind(args, kwargs, ("tensors", "dim"), {"dim": 0})
     parts = [body.vector(t) for t in a["tensors"]]
@@ -46,15 +55,15 @@ def stack(body, args, kwargs):
         raise Refusal("torch.stack of no tensors", ValueError)
     for p in parts[1:]:
         same_size(parts[0], p, "torch.stack")
-    dim = a["dim"]
-    if not isinstance(dim, int) or isinstance(dim, bool) or not -3 <= dim <= 2:
-        raise Refusal(f"torch.stack along dim {dim!r}: (batch, features) values stack along 0, "
-                      f"1 or 2", ValueError)
-    return Stack(parts, dim % 3)
+    dim = _axis(a["dim"])
+    if dim is None:
+        raise Refusal(f"torch.stack along dim {a['dim']!r}: (batch, features) values stack "
+                      f"along 0, 1 or 2", ValueError)
+    return Stack(parts, dim)
 
 
 def _stack_dim(s, dim, what):
-    if not isinstance(dim, int) or isinstance(dim, bool) or not -3 <= dim <= 2 or dim % 3 != s.dim:
+    if _axis(dim) != s.dim:
         raise Refusal(f"{what} of a stack is supported along the stacked dim ({s.dim})",
                       ValueError)
 
@@ -90,10 +99,7 @@ def _stack_reduction(body, name, args, kwargs):
     s = a["input"]
     if not isinstance(s, Stack):
         return None
-    dim = a["dim"]
-    if isinstance(dim, (tuple, list)) and len(dim) == 1:
-        dim = dim[0]
-    if not isinstance(dim, int) or isinstance(dim, bool) or dim % 3 != s.dim or a["keepdim"]:
+    if _axis(a["dim"]) != s.dim or a["keepdim"]:
         raise Refusal(f"{name} of a stack is supported over the stacked dim ({s.dim}) without "
                       f"keepdim, giving (batch, features) values again", ValueError)
     op = {"sum": "add", "mean": "add", "max": "max", "amax": "max", "min": "min",
@@ -377,8 +383,7 @@ def reshape(body, args, kwargs):
         k = x.size // n if k == -1 and n > 0 else k
         n = x.size // k if n == -1 and k > 0 else n
         if k > 0 and n > 0 and k * n == x.size:
-            return Stack([body.emit("slice", n, [x], begin=i * n, end=(i + 1) * n)
-                          for i in range(k)], 1)
+            return Stack(list(ops().pieces(body, x, [n] * k)), 1)
     elif not isinstance(x, Rows):
         v = body.vector(x)
         if shape == (-1,) and v.size == 1:

@@ -268,6 +268,8 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "clamp without min or max")(lambda x, m: torch.clamp(m))
     refused(ValueError, "sum of a stack is supported over the stacked dim (0)")(
         lambda x, m: torch.stack([m, m]).sum(-1))
+    refused(ValueError, "sum of a stack is supported over the stacked dim (0)")(
+        lambda x, m: torch.stack([m, m]).sum(3))  # a 3-D value has no dim 3
     refused(ValueError, "over the stacked dim (2) without keepdim")(
         lambda x, m: torch.stack([m, m], -1).max(-1, keepdim=True).values[..., 0])
     refused(TypeError, "a stack of tensors (torch.stack")(lambda x, m: torch.stack([m, m]) * 2)
