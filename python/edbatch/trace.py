@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 
 from . import trace_ops
-from .trace_ops import Ids, Param, Refusal, Shape, Vec
+from .trace_ops import Ids, Param, Refusal, Vec
 
 # Frames in these are not the user's (torch, this package, the standard library).
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os)) + (
@@ -64,6 +64,10 @@ class Weights:
         if key not in self._index:
             name, getter = param.key
             t = param.tensor
+            if layout == "vector" and _row_shaped(param):
+                # A (1, n) weight broadcasts over the rows as PyTorch does: the op reads it as
+                # the vector it holds (a view, so its gradient reaches the weight).
+                getter, t = (lambda get=getter: get().reshape(-1)), t.reshape(-1)
             if layout == "vector" and t.dim() != 1 or layout != "vector" and t.dim() != 2:
                 raise Refusal(f"weight {name} has shape {tuple(t.shape)}, unusable as a "
                               f"{'vector' if layout == 'vector' else 'matrix'}", ValueError)
@@ -75,6 +79,12 @@ class Weights:
 
     def tensors(self):
         return [get() for get in self.getters]
+
+
+def _row_shaped(param):
+    """A weight matrix of one row as the cell reads it: (1, n), or (n, 1).t()."""
+    t = param.tensor
+    return t.dim() == 2 and t.shape[1 if param.transposed else 0] == 1
 
 
 # ---- one cell ----
@@ -109,8 +119,10 @@ class Body:
                           "or squeeze(-1)) used where a (batch, features) tensor is expected: "
                           "PyTorch would broadcast it along the features, not per row; "
                           "unsqueeze(-1) it first, or reduce with keepdim=True", ValueError)
-        if isinstance(v, Param) and v.tensor.dim() == 1 and not v.transposed:
-            return self.emit("weight", v.tensor.shape[0], None, weight=self.weight(v, "vector"))
+        if isinstance(v, Param) and (v.tensor.dim() == 1 and not v.transposed
+                                     or _row_shaped(v)):
+            return self.emit("weight", v.tensor.shape[-1 if not v.transposed else 0], None,
+                             weight=self.weight(v, "vector"))
         if isinstance(v, Param) and v.tensor.dim() == 0:
             raise Refusal("a weight of shape () used elementwise: give a scalar weight shape "
                           "(1,), which broadcasts against the features", ValueError)
@@ -257,17 +269,24 @@ class _Tracer(fx.Tracer):
     def attribute(self, path):
         owner_path, _, name = path.rpartition(".")
         owner = self.root.get_submodule(owner_path) if owner_path else self.root
+        key = self.body.prefix + _user_path(owner_path) + name
         value = owner._parameters.get(name)  # not getattr: fx patches it while tracing
-        if value is None:
-            value = owner._buffers.get(name, owner.__dict__.get(name))
         if isinstance(value, torch.nn.Parameter):
-            key = self.body.prefix + _user_path(owner_path) + name
             return Param((key, lambda m=owner, n=name: getattr(m, n)), value)
+        value = owner._buffers.get(name)
         if isinstance(value, torch.Tensor):
-            raise Refusal("tensor constants and buffers are not supported in cells: make the "
-                          "tensor an nn.Parameter (requires_grad=False to keep it fixed); in a "
-                          "function cell, an expression of a parameter that no module holds "
-                          "(such as W.t()) is computed before tracing and is such a constant")
+            if not value.is_floating_point():
+                raise Refusal(f"the buffer {key} holds {value.dtype}: cells read floating-point "
+                              "buffers only, as fixed weights", ValueError)
+            # A fixed weight: read from the module on every call (it follows .to() and
+            # reassignment), its gradient not kept (a buffer does not require one).
+            return Param((key, lambda m=owner, n=name: m._buffers[n]), value)
+        value = owner.__dict__.get(name)
+        if isinstance(value, torch.Tensor):
+            raise Refusal("tensor constants are not supported in cells: register the tensor as "
+                          "a buffer (register_buffer) or make it an nn.Parameter; in a function "
+                          "cell, an expression of a parameter that no module holds (such as "
+                          "W.t()) is computed before tracing and is such a constant")
         return value
 
 

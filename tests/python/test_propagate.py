@@ -266,6 +266,45 @@ def test_node_and_edge_kinds(backend):
     assert_same(model, packed, inputs_for(packed, 6))
 
 
+class _FixedWeights(nn.Module):
+    """Buffers and frozen parameters as fixed weights, and weights of one row, (1, n) or
+    (n, 1).t(), broadcast over the rows as PyTorch does (trainable and frozen)."""
+
+    def __init__(self, size):
+        super().__init__()
+        S = size
+        self.lin = nn.Linear(D + S, S)
+        self.register_buffer("shift", torch.randn(S))
+        self.register_buffer("row", torch.randn(1, S))
+        self.register_buffer("mix", 0.3 * torch.randn(S, S))
+        self.frozen = nn.Parameter(torch.randn(1, S), requires_grad=False)
+        self.scale = nn.Parameter(1 + 0.1 * torch.randn(1, S))
+        self.column = nn.Parameter(0.5 * torch.randn(S, 1))
+
+    def forward(self, x, m):
+        a = self.lin(torch.cat([x, m], -1)) * self.scale + self.shift - self.row * self.frozen
+        return torch.tanh(a @ self.mix + self.column.t())
+
+
+def test_buffers_frozen_and_row_weights(backend):
+    torch.manual_seed(12)
+    cell = _FixedWeights(7)
+    model = edbatch.nn.Propagate(cell, state_size=7)
+    for kind in ("trees", "dags"):
+        packed = structures.packed(kind, 12)
+        assert_same(model, packed, inputs_for(packed, 12))
+    assert cell.frozen.grad is None and cell.scale.grad is not None and cell.column.grad is not None
+    # A buffer is read on every call: assigned again, the new value is the one used.
+    packed = structures.packed("trees", 13)
+    inputs = inputs_for(packed, 13)
+    before = model(packed, **inputs).detach()
+    cell.shift = torch.full((7,), 3.0)
+    cell.row.mul_(-1)
+    after = model(packed, **inputs).detach()
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, reference_of(model, packed, inputs), rtol=1e-5, atol=1e-5)
+
+
 def test_function_cells_and_input_kind_none(backend):
     torch.manual_seed(7)
     W = torch.nn.Parameter(0.3 * torch.randn(7, 7))

@@ -164,6 +164,26 @@ def refused(error, *patterns, **options):
     return check
 
 
+class _IntegerBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("steps", torch.arange(7))
+
+    def forward(self, x, m):
+        return m * self.steps
+
+
+class _Column(nn.Module):
+    """A (n, 1) weight would broadcast to (n, n) against a row, not along the features."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Parameter(torch.ones(7, 1))
+
+    def forward(self, x, m):
+        return m + self.c
+
+
 class Einsums(nn.Module):
     def forward(self, x, m):
         return torch.einsum("bi,bi->bi", m, m)
@@ -202,6 +222,8 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "inplace=True")(lambda x, m: F.leaky_relu(m, 0.1, True))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ELU(inplace=True): r(m))
     refused(TypeError, "tensor constants")(lambda x, m: m + torch.tensor([1.0] * 7))
+    refused(ValueError, "the buffer node_cells.0.steps holds torch.int64")(_IntegerBuffer())
+    refused(ValueError, "a weight of shape (7, 1) used elementwise")(_Column())
     refused(TypeError, "integer input")(lambda x, m, e=nn.Embedding(3, 7): e(x))
 
 
