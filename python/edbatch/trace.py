@@ -212,6 +212,12 @@ class _Tracer(fx.Tracer):
             self.values[arg] = self.attribute(arg.target)  # made without create_proxy
         return arg
 
+    def call_module(self, m, forward, args, kwargs):
+        if isinstance(m, torch.jit.ScriptModule):
+            raise Refusal(f"a TorchScript module ({type(m).__name__}) cannot be traced into a "
+                          "cell: give the nn.Module it was scripted from")
+        return super().call_module(m, forward, args, kwargs)
+
     def path_of_module(self, mod):
         try:
             return super().path_of_module(mod)
@@ -255,6 +261,7 @@ class _Tracer(fx.Tracer):
             handler = trace_ops.MODULES.get(type(module))
             if handler is None:
                 raise Refusal(f"{_module_name(module)} is not supported in cells")
+            _refuse_hooks(module)
             return handler(self.body, module, args, kwargs)
         if node.op == "call_method":
             handler, name = trace_ops.METHODS.get(node.target), f"Tensor.{node.target}"
@@ -288,6 +295,22 @@ class _Tracer(fx.Tracer):
                           "cell, an expression of a parameter that no module holds (such as "
                           "W.t()) is computed before tracing and is such a constant")
         return value
+
+
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+
+def _refuse_hooks(module):
+    """A module the tracer translates itself (nn.Linear...) is not called, so its hooks, and the
+    global module hooks, would not run: refused. (A user module is called while tracing, so its
+    own hooks are traced with it.)"""
+    glob = torch.nn.modules.module
+    found = [h[1:] for h in _HOOKS if getattr(module, h, None)]
+    found += [h[1:] for h in _HOOKS if getattr(glob, "_global" + h, None)]
+    if found:
+        raise Refusal(f"{_module_name(module)} has {' and '.join(found)}, which cells do not run "
+                      "(nn.utils.weight_norm and pruning work through them): remove them, or "
+                      "compute the weight in the cell from parameters")
 
 
 def _module_name(module):

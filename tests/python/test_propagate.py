@@ -305,6 +305,29 @@ def test_buffers_frozen_and_row_weights(backend):
     torch.testing.assert_close(after, reference_of(model, packed, inputs), rtol=1e-5, atol=1e-5)
 
 
+class _Hooked(nn.Module):
+    """Forward hooks and pre-hooks on the cell and on a module of the user's own: they run while
+    the cell is traced, so the program has them (hooks on torch.nn's modules are refused)."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.inner = cells.OpCell("tanh", size, D)
+        self.inner.register_forward_pre_hook(lambda module, args: (0.5 * args[0], args[1]))
+        self.inner.register_forward_hook(lambda module, args, out: 2 * out)
+
+    def forward(self, x, m):
+        return self.inner(x, m)
+
+
+def test_hooks_of_user_modules_are_traced(backend):
+    torch.manual_seed(14)
+    cell = _Hooked(7)
+    cell.register_forward_hook(lambda module, args, out: out - 0.25)
+    model = edbatch.nn.Propagate(cell, state_size=7)
+    packed = structures.packed("dags", 14)
+    assert_same(model, packed, inputs_for(packed, 14))
+
+
 def test_function_cells_and_input_kind_none(backend):
     torch.manual_seed(7)
     W = torch.nn.Parameter(0.3 * torch.randn(7, 7))

@@ -223,6 +223,14 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ELU(inplace=True): r(m))
     refused(TypeError, "tensor constants")(lambda x, m: m + torch.tensor([1.0] * 7))
     refused(ValueError, "the buffer node_cells.0.steps holds torch.int64")(_IntegerBuffer())
+    hooked = nn.Linear(7, 7)
+    hooked.register_forward_hook(lambda module, args, out: 2 * out)
+    refused(TypeError, "nn.Linear has forward_hooks, which cells do not run")(
+        lambda x, m, f=hooked: f(m))
+    refused(TypeError, "nn.Linear has forward_pre_hooks")(
+        lambda x, m, f=nn.utils.weight_norm(nn.Linear(7, 7)): f(m))
+    refused(TypeError, "a TorchScript module (RecursiveScriptModule) cannot be traced")(
+        lambda x, m, f=torch.jit.script(nn.Linear(7, 7)): f(m))
     refused(ValueError, "a weight of shape (7, 1) used elementwise")(_Column())
     refused(TypeError, "integer input")(lambda x, m, e=nn.Embedding(3, 7): e(x))
 
