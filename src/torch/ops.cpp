@@ -77,7 +77,7 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto state = ctx->saved_data["state"].toCustomClass<RunState>();
-    Gradients g = run_backward(*state, ctx->saved_data["x_device"].toDevice(), grads);
+    Gradients g = autograd_backward(*state, ctx->saved_data["x_device"].toDevice(), grads);
     // One gradient per forward argument: cell, x, 7 structure tensors, the weights, 5 options,
     // labels and loss.
     variable_list out;

@@ -98,7 +98,7 @@ class ProgramFunction : public torch::autograd::Function<ProgramFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto state = ctx->saved_data["state"].toCustomClass<RunState>();
-    Gradients g = run_backward(*state, ctx->saved_data["x_device"].toDevice(), grads);
+    Gradients g = autograd_backward(*state, ctx->saved_data["x_device"].toDevice(), grads);
     // One gradient per forward argument: program, x, ids, 7 structure tensors, the weights,
     // seed, policy, threads, labels, loss.
     variable_list out{Tensor(), g.x, Tensor()};

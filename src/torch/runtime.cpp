@@ -5,6 +5,8 @@
 #endif
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <atomic>
 
@@ -287,9 +289,10 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
 }
 
 Gradients run_backward(RunState& state, const c10::Device& device,
-                       const torch::autograd::variable_list& grads) {
-  TORCH_CHECK(state.runner, "[edbatch] backward ran twice through one graph; pass "
-              "retain_graph=False or run the forward again");
+                       const torch::autograd::variable_list& grads, bool keep) {
+  TORCH_CHECK(state.runner,
+              "[edbatch] backward ran twice through a graph that autograd did not "
+              "keep: pass retain_graph=True to the backward before, or run the forward again");
   Runner& runner = *state.runner;
   const Cell& cell = runner.cell();
   const bool on_device = runner.on_device();
@@ -324,9 +327,31 @@ Gradients run_backward(RunState& state, const c10::Device& device,
     fail(e.what());
   }
   // The graph is spent: give the runner back now rather than when autograd frees the context.
-  RunnerPool::get().give_back(state.args, std::move(state.runner));
+  if (!keep) RunnerPool::get().give_back(state.args, std::move(state.runner));
   g.x = grad_x.to(device);
   for (Tensor& t : g.weights) t = t.to(device);
+  return g;
+}
+
+Gradients autograd_backward(RunState& state, const c10::Device& device,
+                            const torch::autograd::variable_list& grads) {
+  Gradients g =
+      run_backward(state, device, grads, torch::autograd::get_current_graph_task_keep_graph());
+  bool second_order = false;
+  for (const Tensor& t : grads) second_order = second_order || (t.defined() && t.requires_grad());
+  if (!at::GradMode::is_enabled() || !second_order) return g;
+  // create_graph=True: as PyTorch's once_differentiable, the gradients become outputs of a node
+  // that raises if anything differentiates through them.
+  torch::autograd::variable_list out{g.x};
+  for (Tensor& t : g.weights) out.push_back(t);
+  for (Tensor& t : out) t = t.detach().requires_grad_(true);
+  torch::autograd::DelayedError refuse(
+      "[edbatch] the gradients of an edbatch op cannot be differentiated again (double "
+      "backward, create_graph=True through the op, is not supported)",
+      static_cast<int>(out.size()));
+  out = refuse.apply(std::move(out));
+  g.x = out[0];
+  for (size_t i = 0; i < g.weights.size(); ++i) g.weights[i] = out[i + 1];
   return g;
 }
 

@@ -239,13 +239,19 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
                                 std::vector<Tensor> w, c10::intrusive_ptr<RunState>* state,
                                 const CallExtras& extras = {});
 // The backward of a forward kept in `state`, from the outputs' gradients: the gradients of x
-// and of the weights, on x's device. Gives the runner back to the pool.
+// and of the weights, on x's device. Gives the runner back to the pool unless `keep` (then a
+// later backward may run through the same forward again).
 struct Gradients {
   Tensor x;
   std::vector<Tensor> weights;
 };
 Gradients run_backward(RunState& state, const c10::Device& device,
-                       const torch::autograd::variable_list& grads);
+                       const torch::autograd::variable_list& grads, bool keep = false);
+// run_backward inside an autograd Function's backward: the runner kept while autograd keeps the
+// graph (retain_graph=True), and with create_graph=True gradients that refuse, when
+// differentiated, with a message (the op's backward is not differentiable itself).
+Gradients autograd_backward(RunState& state, const c10::Device& device,
+                            const torch::autograd::variable_list& grads);
 // A training step's forward (with a loss head: `a`'s head set) and backward in one call, with
 // no autograd graph: [the loss, x's gradient, each weight's gradient], on x's device.
 std::vector<Tensor> run_step(const CallArgs& a, const Tensor& x, Structure s, std::vector<Tensor> w,

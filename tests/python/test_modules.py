@@ -80,6 +80,45 @@ def test_modules_match_reference(make):
         assert p.grad is not None
 
 
+def _grads(module, losses, retain):
+    """The parameters' gradients after one backward per loss (retain: every one but the last
+    with retain_graph=True), or one backward of their sum."""
+    module.zero_grad()
+    if retain:
+        for i, loss in enumerate(losses):
+            loss.backward(retain_graph=i + 1 < len(losses))
+    else:
+        sum(losses).backward()
+    return [p.grad.clone() for p in module.parameters()]
+
+
+def test_retained_graph_and_double_backward():
+    """Two backwards through one forward (retain_graph=True before the second) add up as one of
+    the losses' sum; without retain_graph the second is refused; create_graph=True gives the right
+    first-order gradients and refuses differentiating them."""
+    torch.manual_seed(2)
+    module = edbatch.nn.TreeLSTM(30, 6, 5)
+    packed = edbatch.pack_trees([((1, 2), 3), 4, (5, (6, 7))])
+    h, _ = module(packed)
+    g = torch.randn(h.shape)
+    want = _grads(module, [(h * g).sum(), h.pow(2).sum()], retain=False)
+    h, _ = module(packed)
+    got = _grads(module, [(h * g).sum(), h.pow(2).sum()], retain=True)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    h, _ = module(packed)
+    h.sum().backward()
+    with pytest.raises(RuntimeError, match="did not keep: pass retain_graph=True"):
+        h.sum().backward()
+    h, _ = module(packed)
+    params = list(module.parameters())
+    grads = torch.autograd.grad(h.pow(2).sum(), params, create_graph=True)
+    for a, b in zip(grads, _grads(module, [module(packed)[0].pow(2).sum()], retain=False)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        sum(q.pow(2).sum() for q in grads).backward()
+
+
 def test_mvrnn_module_matches_reference():
     torch.manual_seed(1)
     module = edbatch.nn.MVRNN(20, 4)

@@ -328,6 +328,35 @@ def test_hooks_of_user_modules_are_traced(backend):
     assert_same(model, packed, inputs_for(packed, 14))
 
 
+def test_retained_graph_and_double_backward(backend):
+    """Two backwards through one forward (the first with retain_graph=True) equal one backward of
+    the sum; the op's gradients refuse a second differentiation (the program runner, plain
+    PyTorch, differentiates twice; its second-order values are not checked here)."""
+    torch.manual_seed(15)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), cells.ScaleEdge(7), state_size=7)
+    packed = structures.packed("dags", 15)
+    x = inputs_for(packed, 15)["x"]
+    params = list(model.parameters()) + [x]
+    g = torch.randn(packed.num_nodes, 7)
+    h = model(packed, x=x)
+    want = gradients([h, h], [g, 2 * h.detach()], params)
+    for p in params:
+        p.grad = None
+    h = model(packed, x=x)
+    (h * g).sum().backward(retain_graph=True)
+    h.pow(2).sum().backward()
+    assert sum(w is not None for w in want) > 3
+    for p, b in zip(params, want):
+        if b is not None:
+            torch.testing.assert_close(p.grad, b, rtol=1e-5, atol=1e-6)
+    grad_x, = torch.autograd.grad(model(packed, x=x).pow(2).sum(), x, create_graph=True)
+    h = model(packed, x=x)
+    torch.testing.assert_close(grad_x.detach(), gradients([h], [2 * h.detach()], [x])[0])
+    if backend == "op":
+        with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+            grad_x.pow(2).sum().backward()
+
+
 def test_function_cells_and_input_kind_none(backend):
     torch.manual_seed(7)
     W = torch.nn.Parameter(0.3 * torch.randn(7, 7))
