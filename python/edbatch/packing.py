@@ -1,6 +1,7 @@
 """Packs Python structures (nested tuples, SST lines, lattice records, DAG records) into the
 tensor format of the ops (docs/pytorch.md)."""
 import heapq
+import operator
 import random
 
 import torch
@@ -136,9 +137,39 @@ class _Builder:
         return Packed(**self.f)
 
 
+def _index(v):
+    """v as an int when it is one or stands for one (a NumPy integer, a 0-d integer tensor);
+    None for anything else (bools, floats, strings)."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
+def _ids(values, packer, i, name, low=0):
+    """A record's list of integers (a list, NumPy array or tensor) as Python ints >= low; None
+    entries stay None (no word)."""
+    values = values.tolist() if hasattr(values, "tolist") else list(values)
+    out = []
+    for v in values:
+        k = None if v is None else _index(v)
+        if v is not None and (k is None or k < low):
+            raise ValueError(f"{packer}: {name} {i}: {v!r} is not an integer >= {low}")
+        out.append(k)
+    return out
+
+
+def _rows(values):
+    """Edges or arcs (a list of pairs, a NumPy array or tensor of shape (n, 2 or 3)) as a list."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
 def _children(t):
-    """A tree node's children: a tuple's items, a dict node's "children"; None for a leaf id."""
-    if isinstance(t, tuple):
+    """A tree node's children: a tuple's (or list's, as JSON gives them) items, a dict node's
+    "children"; None for a leaf id."""
+    if isinstance(t, (tuple, list)):
         return t
     if isinstance(t, dict):
         return tuple(t.get("children", ()))
@@ -163,20 +194,28 @@ def _post_order(tree):
 
 def _tree_word(i, t):
     """The word id a tree node reads, or None."""
-    if isinstance(t, tuple):
+    if isinstance(t, (tuple, list)):
         if not t:
-            raise ValueError(f"pack_trees: tree {i} has an empty tuple")
+            raise ValueError(f"pack_trees: tree {i} has an empty {type(t).__name__}")
         return None
     word = t.get("word") if isinstance(t, dict) else t
-    if word is not None and (not isinstance(word, int) or word < 0):
-        raise ValueError(f"pack_trees: tree {i} has leaf {word!r}, not a word id")
-    return word
+    if word is None:
+        return None
+    if isinstance(word, str):
+        raise ValueError(f"pack_trees: tree {i} has leaf {word!r}, a string: leaves are word ids "
+                         "(an SST line is read by edbatch.pack_sst or parse_sst with a vocabulary)")
+    index = _index(word)
+    if index is None or index < 0:
+        raise ValueError(f"pack_trees: tree {i} has leaf {word!r}, not a word id (an integer >= 0)")
+    return index
 
 
 def pack_trees(trees, labels=None, edge_inputs=None):
     """Packs trees of any arity given as nested tuples of word ids: ((1, 2), 3) has leaves 1, 2,
-    3 (a tuple is an inner node with those children, in order). A node may also be a dict
-    {"word": id, "children": [...]} (a word at an inner node, as in dependency trees).
+    3 (a tuple is an inner node with those children, in order; a list is one too, as JSON gives
+    them). A word id is an int >= 0 or what stands for one (a NumPy integer, a 0-d integer
+    tensor). A node may also be a dict {"word": id, "children": [...]} (a word at an inner node,
+    as in dependency trees).
 
     Nodes are in post order; labels, when given, holds one list per tree in that order.
     edge_inputs="parent": each arc (child -> parent) reads the parent's input row (-1 when the
@@ -294,15 +333,21 @@ def pack_lattices(records):
     b = _Builder()
     for i, rec in enumerate(records):
         base = len(b.f["node_inputs"])
-        arcs_in = rec["arcs"]
-        tags = rec.get("tags") or [-1] * len(arcs_in)
+        arcs_in = _rows(rec["arcs"])
+        tags = rec.get("tags")
+        tags = [-1] * len(arcs_in) if tags is None else _ids(tags, "pack_lattices", i, "lattice",
+                                                             -1)
         if len(tags) != len(arcs_in):
             raise ValueError(f"pack_lattices: lattice {i} has {len(arcs_in)} nodes but "
                              f"{len(tags)} tags")
         for k, arcs in enumerate(arcs_in):
             triples = []
-            for j, vocab_id in arcs:
-                if not 0 <= j < k:
+            for j, vocab_id in _rows(arcs):
+                j, vocab_id = _index(j), _index(vocab_id)
+                if vocab_id is None or vocab_id < 0:
+                    raise ValueError(f"pack_lattices: lattice {i}: an arc into node {k} has no "
+                                     f"word id (an integer >= 0)")
+                if j is None or not 0 <= j < k:
                     raise ValueError(f"pack_lattices: lattice {i}: arc into node {k} comes from "
                                      f"node {j}")
                 kind = 0 if j == k - 1 else 1
@@ -333,10 +378,16 @@ def pack_dags(records):
     b = _Builder()
     for i, rec in enumerate(records):
         base = len(b.f["node_inputs"])
-        labels = rec.get("labels") or [-1] * len(rec["types"])
-        for k, (t, w, arcs) in enumerate(zip(rec["types"], rec["inputs"], rec["arcs"])):
-            for j, _ in arcs:
-                if not 0 <= j < k:
+        types = _ids(rec["types"], "pack_dags", i, "DAG")
+        inputs = _ids(rec["inputs"], "pack_dags", i, "DAG")
+        labels = rec.get("labels")
+        labels = [-1] * len(types) if labels is None else _ids(labels, "pack_dags", i, "DAG", -1)
+        for k, (t, w, arcs) in enumerate(zip(types, inputs, rec["arcs"])):
+            arcs = [(_index(j), _index(a)) for j, a in _rows(arcs)]
+            for j, a in arcs:
+                if a is None or a < 0:
+                    raise ValueError(f"pack_dags: DAG {i}: an arc into state {k} has no arc type")
+                if j is None or not 0 <= j < k:
                     raise ValueError(f"pack_dags: DAG {i}: arc into state {k} comes from {j}")
             b.node(input_row=b.row(w), node_type=t, label=labels[k],
                    arcs=[(base + j, a, -1) for j, a in arcs])
@@ -346,18 +397,30 @@ def pack_dags(records):
 
 def _edge_lists(i, inst):
     """Per node of edge-list instance i: its incoming (source, kind) pairs, in the given order."""
-    n = inst["num_nodes"]
+    n = _num_nodes(i, inst)
     preds = [[] for _ in range(n)]
-    for e in inst.get("edges", ()):
+    for e in _rows(inst.get("edges", ())):
         if len(e) not in (2, 3):
             raise ValueError(f"pack_edges: instance {i}: edge {e!r} is not (src, dst[, kind])")
-        src, dst = e[0], e[1]
-        for v in (src, dst):
-            if not isinstance(v, int) or not 0 <= v < n:
-                raise ValueError(f"pack_edges: instance {i}: edge {tuple(e)} names node {v!r}, "
-                                 f"outside 0..{n - 1}")
-        preds[dst].append((src, e[2] if len(e) == 3 else 0))
+        src, dst = _index(e[0]), _index(e[1])
+        for v, given in ((src, e[0]), (dst, e[1])):
+            if v is None or not 0 <= v < n:
+                raise ValueError(f"pack_edges: instance {i}: edge {tuple(e)} names node "
+                                 f"{given!r}, outside 0..{n - 1}")
+        kind = _index(e[2]) if len(e) == 3 else 0
+        if kind is None or kind < 0:
+            raise ValueError(f"pack_edges: instance {i}: edge {tuple(e)} has kind {e[2]!r}, not "
+                             f"an integer >= 0")
+        preds[dst].append((src, kind))
     return preds
+
+
+def _num_nodes(i, inst):
+    n = _index(inst["num_nodes"])
+    if n is None or n < 0:
+        raise ValueError(f"pack_edges: instance {i}: num_nodes {inst['num_nodes']!r} is not an "
+                         f"integer >= 0")
+    return n
 
 
 def _topological(i, preds):
@@ -400,16 +463,17 @@ def pack_edges(instances, edge_inputs=None, return_order=False):
         raise ValueError(f"pack_edges: edge_inputs must be None or 'target', got {edge_inputs!r}")
     b, orders = _Builder(), []
     for i, inst in enumerate(instances):
-        n = inst["num_nodes"]
+        n = _num_nodes(i, inst)
         preds = _edge_lists(i, inst)
         base = len(b.f["node_inputs"])
         position = [0] * n
         order = _topological(i, preds)
         for pos, k in enumerate(order):
             position[k] = base + pos
-        inputs = inst.get("inputs") or [None] * n
-        kinds = inst.get("kinds") or [0] * n
-        labels = inst.get("labels") or [-1] * n
+        inputs, kinds, labels = (
+            [default] * n if inst.get(name) is None
+            else _ids(inst[name], "pack_edges", i, "instance", low)
+            for name, default, low in (("inputs", None, -1), ("kinds", 0, 0), ("labels", -1, -1)))
         for name, values in (("inputs", inputs), ("kinds", kinds), ("labels", labels)):
             if len(values) != n:
                 raise ValueError(f"pack_edges: instance {i} has {n} nodes but {len(values)} "

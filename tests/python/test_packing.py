@@ -29,6 +29,24 @@ def test_trees_of_any_arity():
         edbatch.pack_trees([(1, ())])
 
 
+def test_trees_from_json_and_array_ids():
+    """Lists are inner nodes as tuples are (JSON gives lists); NumPy integers and 0-d integer
+    tensors are word ids; strings, bools, floats and negative ids are refused by name."""
+    numpy = pytest.importorskip("numpy")
+    want = edbatch.pack_trees([((1, 2), 3, (4,))])
+    for tree in ([[1, 2], 3, [4]], ((numpy.int64(1), 2), torch.tensor(3), [numpy.int32(4)])):
+        got = edbatch.pack_trees([tree])
+        for name in ("node_inputs", "pred_ptr", "pred_ids", "arc_types", "input_ids"):
+            assert torch.equal(getattr(got, name), getattr(want, name)), name
+    for leaf, message in (("the", "a string: leaves are word ids"), (True, "not a word id"),
+                          (2.0, "not a word id"), (-1, "not a word id"),
+                          (torch.tensor(1.0), "not a word id")):
+        with pytest.raises(ValueError, match=message):
+            edbatch.pack_trees([(1, leaf)])
+    with pytest.raises(ValueError, match="empty list"):
+        edbatch.pack_trees([[1, []]])
+
+
 def test_edge_inputs_parent_and_words_at_inner_nodes():
     tree = {"word": 5, "children": [1, {"word": 6, "children": [2]}]}
     p = edbatch.pack_trees([tree, (3, 4)], edge_inputs="parent")
@@ -64,6 +82,44 @@ def test_pack_edges_refuses_cycles_and_bad_nodes():
         edbatch.pack_edges([{"num_nodes": 3, "edges": [(-1, 2)]}])
     with pytest.raises(ValueError, match="3 nodes but 2 kinds"):
         edbatch.pack_edges([{"num_nodes": 3, "kinds": [0, 1]}])
+
+
+def _same_packed(a, b):
+    for name in ("node_inputs", "node_types", "pred_ptr", "pred_ids", "arc_types", "arc_inputs",
+                 "input_ids", "input_kinds", "labels", "instance_offsets"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_records_may_hold_arrays_and_tensors():
+    """Edge lists, DAG and lattice records may hold NumPy arrays and tensors (as data pipelines
+    keep them) where lists of ints are expected; the same Packed comes out. Non-integers are
+    refused by name."""
+    numpy = pytest.importorskip("numpy")
+    edges = {"num_nodes": 4, "edges": [(2, 0, 1), (0, 1, 0), (3, 1, 2)], "inputs": [5, None, 6, 7],
+             "kinds": [1, 0, 1, 0], "labels": [0, 1, -1, 2]}
+    as_arrays = {"num_nodes": numpy.int64(4),
+                 "edges": torch.tensor([(2, 0, 1), (0, 1, 0), (3, 1, 2)]),
+                 "inputs": [5, None, numpy.int64(6), 7], "kinds": numpy.array([1, 0, 1, 0]),
+                 "labels": torch.tensor([0, 1, -1, 2])}
+    _same_packed(edbatch.pack_edges([as_arrays], edge_inputs="target"),
+                 edbatch.pack_edges([edges], edge_inputs="target"))
+    dag = {"types": [0, 1, 1], "inputs": [3, 4, 5], "arcs": [[], [(0, 2)], [(0, 0), (1, 1)]]}
+    dag_arrays = {"types": numpy.array([0, 1, 1]), "inputs": torch.tensor([3, 4, 5]),
+                  "arcs": [numpy.zeros((0, 2), dtype=int), numpy.array([(0, 2)]),
+                           torch.tensor([(0, 0), (1, 1)])]}
+    _same_packed(edbatch.pack_dags([dag_arrays]), edbatch.pack_dags([dag]))
+    lattices = edbatch.packing.synthetic_lattices(2, vocab_size=10, seed=4)
+    arrays = [{"tags": numpy.array(r["tags"]), "arcs": [numpy.array(a) for a in r["arcs"]]}
+              for r in lattices]
+    _same_packed(edbatch.pack_lattices(arrays), edbatch.pack_lattices(lattices))
+    with pytest.raises(ValueError, match=r"edge \(0, 1, 0.5\) has kind 0.5"):
+        edbatch.pack_edges([{"num_nodes": 2, "edges": [(0, 1, 0.5)]}])
+    with pytest.raises(ValueError, match="instance 0: 1.5 is not an integer >= -1"):
+        edbatch.pack_edges([{"num_nodes": 1, "inputs": [1.5]}])
+    with pytest.raises(ValueError, match="num_nodes 2.0 is not an integer"):
+        edbatch.pack_edges([{"num_nodes": 2.0}])
+    with pytest.raises(ValueError, match="has no word id"):
+        edbatch.pack_lattices([{"arcs": [[], [(0, 1.0)]]}])
 
 
 def test_random_dags_keep_their_edges():
