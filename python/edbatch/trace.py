@@ -19,8 +19,9 @@ import traceback
 import torch
 import torch.fx as fx
 
-from . import trace_ops
+from . import trace_ops, trace_values, trace_weights
 from .trace_ops import Ids, Param, Refusal, Vec
+from .trace_weights import Weights, row_shaped
 
 # Frames in these are not the user's (torch, this package, the standard library).
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os)) + (
@@ -28,6 +29,10 @@ _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os)) + 
 _REDUCES = ("sum", "mean", "max")
 _INITIALS = ("zeros", "learned")
 _INPUT_KINDS = ("x", "ids", "none")
+# What a trace computes per row (everything but weights): an operation reading none of these is
+# a weight expression (trace_weights).
+_TRACED = (Vec, Ids, trace_values.Rows, trace_values.Stack, trace_values.Indices,
+           trace_values.Batch, trace_values.Shape)
 
 
 class FunctionCell(torch.nn.Module):
@@ -48,43 +53,6 @@ def cell_class_name(cell):
     if isinstance(cell, FunctionCell):
         return getattr(cell.fn, "__name__", type(cell.fn).__name__)
     return type(cell).__name__
-
-
-# ---- weights ----
-
-class Weights:
-    """The program's weight list: one entry per (tensor, layout), with a getter per entry that
-    returns the tensor to pass to the op on every call."""
-
-    def __init__(self):
-        self.entries, self.getters, self._index = [], [], {}
-
-    def add(self, param, layout):
-        key = (id(param.tensor), layout)
-        if key not in self._index:
-            name, getter = param.key
-            t = param.tensor
-            if layout == "vector" and _row_shaped(param):
-                # A (1, n) weight broadcasts over the rows as PyTorch does: the op reads it as
-                # the vector it holds (a view, so its gradient reaches the weight).
-                getter, t = (lambda get=getter: get().reshape(-1)), t.reshape(-1)
-            if layout == "vector" and t.dim() != 1 or layout != "vector" and t.dim() != 2:
-                raise Refusal(f"weight {name} has shape {tuple(t.shape)}, unusable as a "
-                              f"{'vector' if layout == 'vector' else 'matrix'}", ValueError)
-            rows, cols = (t.shape[0], 0) if t.dim() == 1 else tuple(t.shape)
-            self._index[key] = len(self.entries)
-            self.entries.append({"name": name, "rows": rows, "cols": cols, "layout": layout})
-            self.getters.append(getter)
-        return self._index[key]
-
-    def tensors(self):
-        return [get() for get in self.getters]
-
-
-def _row_shaped(param):
-    """A weight matrix of one row as the cell reads it: (1, n), or (n, 1).t()."""
-    t = param.tensor
-    return t.dim() == 2 and t.shape[1 if param.transposed else 0] == 1
 
 
 # ---- one cell ----
@@ -120,7 +88,7 @@ class Body:
                           "PyTorch would broadcast it along the features, not per row; "
                           "unsqueeze(-1) it first, or reduce with keepdim=True", ValueError)
         if isinstance(v, Param) and (v.tensor.dim() == 1 and not v.transposed
-                                     or _row_shaped(v)):
+                                     or row_shaped(v)):
             return self.emit("weight", v.tensor.shape[-1 if not v.transposed else 0], None,
                              weight=self.weight(v, "vector"))
         if isinstance(v, Param) and v.tensor.dim() == 0:
@@ -256,6 +224,10 @@ class _Tracer(fx.Tracer):
             return self.attribute(node.target)
         args = fx.node.map_arg(node.args, self.values.__getitem__)
         kwargs = fx.node.map_arg(node.kwargs, self.values.__getitem__)
+        if trace_weights.of_weights_only(node.op, node.target, args, kwargs, _TRACED):
+            name = (f"Tensor.{node.target}" if node.op == "call_method"
+                    else _function_name(node.target))
+            return trace_weights.evaluate(node.op, node.target, args, kwargs, name)
         if node.op == "call_module":
             module = self.root.get_submodule(node.target)
             handler = trace_ops.MODULES.get(type(module))

@@ -242,6 +242,15 @@ OPS = {
         torch.masked_fill(m, a < m, 0.5)),
     "sign, threshold": lambda c, a, m, x: (torch.sign(a) * m + a.sign() +
                                            F.threshold(a, 0.1, -0.5) + F.threshold(m, -0.2, 0.3)),
+    # Weight expressions: computed by PyTorch from the weights on every call.
+    "weight slices": lambda c, a, m, x: (
+        torch.cat([F.linear(a, w) for w in c.W.chunk(2, 0)], -1) + a @ c.W[:, :3] @ c.W[:3]
+        + torch.cat([c.b[:2], c.b[2:]]) + F.linear(m[:, 1:6], c.W.split([5, 2], 1)[0])
+        + m @ c.W.t()[:, :7]
+        + c.W[1] * c.W.narrow(1, 2, 1).t()),
+    "weight arithmetic": lambda c, a, m, x: (
+        F.linear(a, c.W / c.W.norm(dim=1, keepdim=True)) + m @ ((c.W + c.W.t()) / 2)
+        + a * c.s.exp() + m * c.W.mean() + F.linear(a, c.W * torch.tril(torch.ones_like(c.W)))),
 }
 
 

@@ -357,6 +357,20 @@ def test_retained_graph_and_double_backward(backend):
             grad_x.pow(2).sum().backward()
 
 
+def test_weight_expressions_follow_the_parameters(backend):
+    """A weight expression (cells.OPS "weight slices", "weight arithmetic") is computed again on
+    every call: after the parameters change, the outputs still equal the eager cell's."""
+    torch.manual_seed(16)
+    model = edbatch.nn.Propagate(cells.OpCell("weight arithmetic", 7, D), state_size=7)
+    packed = structures.packed("trees", 16)
+    inputs = inputs_for(packed, 16)
+    assert_same(model, packed, inputs)
+    with torch.no_grad():
+        model.node_cells[0].W.mul_(-1.5)
+        model.node_cells[0].s.add_(0.3)
+    assert_same(model, packed, inputs)
+
+
 def test_function_cells_and_input_kind_none(backend):
     torch.manual_seed(7)
     W = torch.nn.Parameter(0.3 * torch.randn(7, 7))

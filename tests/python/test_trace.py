@@ -173,6 +173,15 @@ class _IntegerBuffer(nn.Module):
         return m * self.steps
 
 
+class _BadWeightProduct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(7, 3))
+
+    def forward(self, x, m):
+        return m @ (self.w @ self.w)
+
+
 class _Column(nn.Module):
     """A (n, 1) weight would broadcast to (n, n) against a row, not along the features."""
 
@@ -223,6 +232,7 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ELU(inplace=True): r(m))
     refused(TypeError, "tensor constants")(lambda x, m: m + torch.tensor([1.0] * 7))
     refused(ValueError, "the buffer node_cells.0.steps holds torch.int64")(_IntegerBuffer())
+    refused(ValueError, "operator.matmul of weights failed: RuntimeError")(_BadWeightProduct())
     hooked = nn.Linear(7, 7)
     hooked.register_forward_hook(lambda module, args, out: 2 * out)
     refused(TypeError, "nn.Linear has forward_hooks, which cells do not run")(

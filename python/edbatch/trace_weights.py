@@ -1,0 +1,105 @@
+"""The weights of a traced program: the list the op receives (`Weights`), and weight expressions,
+what a cell computes from its weights alone (W[:H], W.chunk(2, 1), g * v / v.norm(...),
+s.exp(), (E + E.t()) / 2): PyTorch computes those on every call, outside the program, and the
+program reads the result as one more weight, so their gradients reach the parameters through
+autograd."""
+import torch
+import torch.fx as fx
+
+from .trace_values import Param, Refusal
+
+
+class Weights:
+    """The program's weight list: one entry per (tensor, layout), with a getter per entry that
+    returns the tensor to pass to the op on every call."""
+
+    def __init__(self):
+        self.entries, self.getters, self._index = [], [], {}
+
+    def add(self, param, layout):
+        key = (id(param.tensor), layout)
+        if key not in self._index:
+            name, getter = param.key
+            t = param.tensor
+            if layout == "vector" and row_shaped(param):
+                # A (1, n) weight broadcasts over the rows as PyTorch does: the op reads it as
+                # the vector it holds (a view, so its gradient reaches the weight).
+                getter, t = (lambda get=getter: get().reshape(-1)), t.reshape(-1)
+            if layout == "vector" and t.dim() != 1 or layout != "vector" and t.dim() != 2:
+                raise Refusal(f"weight {name} has shape {tuple(t.shape)}, unusable as a "
+                              f"{'vector' if layout == 'vector' else 'matrix'}", ValueError)
+            rows, cols = (t.shape[0], 0) if t.dim() == 1 else tuple(t.shape)
+            self._index[key] = len(self.entries)
+            self.entries.append({"name": name, "rows": rows, "cols": cols, "layout": layout})
+            self.getters.append(getter)
+        return self._index[key]
+
+    def tensors(self):
+        return [get() for get in self.getters]
+
+
+def row_shaped(param):
+    """A weight matrix of one row as the cell reads it: (1, n), or (n, 1).t()."""
+    t = param.tensor
+    return t.dim() == 2 and t.shape[1 if param.transposed else 0] == 1
+
+
+# ---- weight expressions ----
+
+# Kept by their handlers: a transpose is a layout of the same weight, not a copy.
+_LAYOUTS = {("call_method", "t"), ("call_function", torch.t)}
+
+
+def of_weights_only(op, target, args, kwargs, traced):
+    """True when an operation reads weights and nothing else the trace computes (`traced`: the
+    trace's value types other than Param), so PyTorch can compute it outside the program."""
+    if (op, target) in _LAYOUTS or op not in ("call_function", "call_method"):
+        return False
+    if op == "call_function" and target is getattr and args[1:] == ("T",):
+        return False
+    leaves = []
+    fx.node.map_aggregate((args, kwargs), leaves.append)
+    return (any(isinstance(v, Param) for v in leaves)
+            and not any(isinstance(v, traced) for v in leaves))
+
+
+def evaluate(op, target, args, kwargs, name):
+    """The operation on the weights now (for shapes), and a weight whose getter computes it again
+    on every call from the current parameters; tuples of tensors give a weight per item."""
+    def call(fetch):
+        a, k = fx.node.map_aggregate((args, kwargs),
+                                     lambda v: fetch(v) if isinstance(v, Param) else v)
+        return getattr(a[0], target)(*a[1:], **k) if op == "call_method" else target(*a, **k)
+
+    def now(p):
+        return p.tensor.t() if p.transposed else p.tensor
+
+    def later(p):
+        return p.key[1]().t() if p.transposed else p.key[1]()
+
+    with torch.no_grad():
+        try:
+            value = call(now)
+        except Exception as e:  # PyTorch's own error, on the user's line
+            raise Refusal(f"{name} of weights failed: {type(e).__name__}: {e}", ValueError)
+    label = f"{name}({', '.join(p.key[0] for p in _params(args, kwargs))})"
+    if isinstance(value, torch.Tensor):
+        return _weight(label, lambda: call(later), value)
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor)
+                                                          for v in value):
+        return tuple(_weight(f"{label}[{i}]", lambda i=i: call(later)[i], v)
+                     for i, v in enumerate(value))
+    return value  # an int, a size: a constant
+
+
+def _params(args, kwargs):
+    found = []
+    fx.node.map_aggregate((args, kwargs),
+                          lambda v: found.append(v) if isinstance(v, Param) else None)
+    return found
+
+
+def _weight(label, getter, value):
+    if value.dim() == 0:  # broadcasts as PyTorch broadcasts a 0-d tensor: a size-1 weight
+        return Param((label, lambda: getter().reshape(1)), value.reshape(1))
+    return Param((label, getter), value)
