@@ -540,8 +540,10 @@ MODULES = {
 # Feature reductions, maxima, minima and clamps (trace_reduce.py); activations written with them
 # (trace_activations.py); other compositions (trace_compose.py, which reads binary and softmax
 # above); comparisons and torch.where (trace_select.py, which reads binary); recurrent cells
-# (trace_rnn.py, which reads linear_of and pieces above).
-from . import trace_activations, trace_compose, trace_rnn, trace_select  # noqa: E402
+# (trace_rnn.py, which reads linear_of and pieces above); einsum (trace_einsum.py, which reads
+# binary and linear_of).
+from . import (trace_activations, trace_compose, trace_einsum, trace_rnn,  # noqa: E402
+               trace_select)
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
@@ -554,5 +556,7 @@ METHODS.update(trace_compose.METHODS)
 MODULES.update(trace_compose.MODULES)
 FUNCTIONS.update(trace_select.FUNCTIONS)
 METHODS.update(trace_select.METHODS)
+FUNCTIONS.update(trace_einsum.FUNCTIONS)
 SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_activations.SUPPORTED,
-                        trace_compose.SUPPORTED, trace_select.SUPPORTED, trace_rnn.SUPPORTED])
+                        trace_compose.SUPPORTED, trace_select.SUPPORTED, trace_rnn.SUPPORTED,
+                        trace_einsum.SUPPORTED])

@@ -242,6 +242,12 @@ OPS = {
         torch.masked_fill(m, a < m, 0.5)),
     "sign, threshold": lambda c, a, m, x: (torch.sign(a) * m + a.sign() +
                                            F.threshold(a, 0.1, -0.5) + F.threshold(m, -0.2, 0.3)),
+    "einsum": lambda c, a, m, x: (
+        torch.einsum("bi,ij->bj", a, c.W) + torch.einsum("bk,jk->bj", m, c.W)
+        + torch.einsum("bi,bi->bi", [a, m]) + torch.einsum("i,bi->bi", c.b, a)
+        + torch.einsum("zi,zi->z", a, m).unsqueeze(-1) + torch.einsum("ij,bj", c.W, m)
+        + torch.einsum("bi,i", a, c.b2)[:, None] + torch.einsum("bi->b", m)[:, None]
+        + torch.einsum("bi -> bi", a) + torch.einsum("ij,bi->bj", c.W.t(), a)),
     # Weight expressions: computed by PyTorch from the weights on every call.
     "weight slices": lambda c, a, m, x: (
         torch.cat([F.linear(a, w) for w in c.W.chunk(2, 0)], -1) + a @ c.W[:, :3] @ c.W[:3]

@@ -193,17 +193,31 @@ class _Column(nn.Module):
         return m + self.c
 
 
-class Einsums(nn.Module):
+class Cumsums(nn.Module):
     def forward(self, x, m):
-        return torch.einsum("bi,bi->bi", m, m)
+        return torch.cumsum(m, dim=-1)
 
 
 def test_unsupported_operation_names_op_cell_and_line():
-    line = Einsums.forward.__code__.co_firstlineno + 1
-    message = refused(TypeError, "torch.einsum is not supported", "node cell 0 (Einsums)",
-                      f"test_trace.py:{line}", 'torch.einsum("bi,bi->bi", m, m)',
-                      "cells may contain")(Einsums())
-    assert "nn.Linear" in message  # lists what is supported
+    line = Cumsums.forward.__code__.co_firstlineno + 1
+    message = refused(TypeError, "torch.cumsum is not supported", "node cell 0 (Cumsums)",
+                      f"test_trace.py:{line}", "torch.cumsum(m, dim=-1)",
+                      "cells may contain")(Cumsums())
+    assert "nn.Linear" in message and "torch.einsum of the forms" in message
+
+
+def test_einsums_without_a_program_form_are_refused():
+    w = nn.Parameter(torch.ones(7, 7))
+    refused(TypeError, "torch.einsum 'bi,bj->bij' is not supported", "at most one feature")(
+        lambda x, m: torch.einsum("bi,bj->bij", m, m).sum(-1))
+    refused(TypeError, "one or two operands")(
+        lambda x, m, w=w: torch.einsum("bi,ij,bj->b", m, w, m))
+    refused(TypeError, "the batch subscript 'b' first")(
+        lambda x, m: torch.einsum("bi,bi->i", m, m))
+    refused(TypeError, "one or two operands without '...'")(
+        lambda x, m: torch.einsum("...i,...i->...i", m, m))
+    refused(ValueError, "subscripts 'i' for a weight of 2 dims")(
+        lambda x, m, w=w: torch.einsum("bi,i->bi", m, w))
 
 
 def test_unsupported_module_and_methods():
