@@ -40,6 +40,9 @@ class Propagate(torch.nn.Module):
         message of arc j -> k:  edge_cell[arc kind](state_j, x_arc)   (the state when no edge cell)
         reduced message of k:   reduce over k's incoming arcs ("sum", "mean", "max"); a node
                                 without arcs gets zeros, or learned vectors (initial="learned")
+                                "softmax": attention; messages (score, value, ...) with a
+                                size-1 score reduce to (log-sum-exp of the scores, each value
+                                summed with the scores' softmax as weights, ...)
         state_k:                node_cell[node kind](x_k, reduced message)
 
     Cells are nn.Modules or functions of the PyTorch operations of docs/pytorch.md; a list or a
@@ -61,8 +64,9 @@ class Propagate(torch.nn.Module):
         check_head(classes, reduction, "Propagate")
         if state_size is None:
             raise TypeError("Propagate needs state_size= (an int, or a tuple for a tuple state)")
-        if reduce not in ("sum", "mean", "max"):
-            raise ValueError(f"Propagate: reduce must be 'sum', 'mean' or 'max', got {reduce!r}")
+        if reduce not in ("sum", "mean", "max", "softmax"):
+            raise ValueError(f"Propagate: reduce must be 'sum', 'mean', 'max' or 'softmax', got "
+                             f"{reduce!r}")
         if initial not in ("zeros", "learned"):
             raise ValueError(f"Propagate: initial must be 'zeros' or 'learned', got {initial!r}")
         self.node_cells = torch.nn.ModuleList(as_cells(node_cell, "node"))

@@ -26,7 +26,7 @@ from .trace_weights import Weights, row_shaped
 # Frames in these are not the user's (torch, this package, the standard library).
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os)) + (
     os.path.dirname(__file__) + os.sep,)
-_REDUCES = ("sum", "mean", "max")
+_REDUCES = ("sum", "mean", "max", "softmax")
 _INITIALS = ("zeros", "learned")
 _INPUT_KINDS = ("x", "ids", "none")
 # What a trace computes per row (everything but weights): an operation reading none of these is
@@ -465,6 +465,10 @@ def trace_program(node_cells, edge_cells=None, *, state_size, input_kind="x", in
     if message_size is not None and sizes_of(message_size, "message_size")[0] != message:
         raise ValueError(f"the edge cells return messages of sizes {message}, but message_size "
                          f"is {message_size!r}")
+    if reduce == "softmax" and (len(message) < 2 or message[0] != 1):
+        raise ValueError(f"reduce='softmax' attends over the messages: they must be tuples "
+                         f"(score, value, ...) whose first component has size 1, got sizes "
+                         f"{message}")
     node_cells_ = _trace_nodes(nodes, weights, state, message, message_tuple,
                                _input_slots(input_kind, input_size, 0), prefixes[0])
     cells = [c for c in node_cells_["cells"]] + [c for c in edge_cells_["cells"]]

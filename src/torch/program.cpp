@@ -15,8 +15,6 @@ namespace edbatch::torch_adapter {
 
 namespace {
 
-enum class Reduce { Sum, Mean, Max };
-
 // The program's one-argument instructions without fields (docs/programs.md).
 const std::map<std::string, Expr (*)(const Expr&)> kUnary = {
     {"sigmoid", sigmoid},   {"tanh", tanh},
@@ -104,11 +102,7 @@ ProgramCell::ProgramCell(const json& doc, ParameterCollection& pc, uint32_t inpu
   if (state_.empty() || message_.empty()) bad("empty state or message");
   for (uint32_t s : state_)
     if (s == 0) bad("a state component of size 0");
-  const std::string reduce = field<std::string>(doc, "reduce", at);
-  if (reduce == "sum") reduce_ = Reduce::Sum;
-  else if (reduce == "mean") reduce_ = Reduce::Mean;
-  else if (reduce == "max") reduce_ = Reduce::Max;
-  else bad("reduce '" + reduce + "' (expected sum, mean or max)");
+  reduce_ = read_reduce(field<std::string>(doc, "reduce", at), message_);
   read_weights(doc, pc);
   const std::string initial = field<std::string>(doc, "initial", at);
   if (initial == "learned") {
@@ -534,13 +528,11 @@ void ProgramCell::build(Graph& g, const Packed& p, const std::vector<Expr>& x,
       call(g, p, e, state.data(), p.arc_inputs[a], x, static_cast<uint32_t>(N + a), msg.data());
       for (uint32_t m = 0; m < M; ++m) messages_[m].push_back(msg[m]);
     }
-    for (uint32_t m = 0; m < M; ++m) {
-      const std::vector<Expr>& ms = messages_[m];
-      if (ms.empty()) reduced[m + 1] = initial_.empty() ? zeros(g, message_[m]) : parameter(g, initial_[m]);
-      else if (reduce_ == Reduce::Sum) reduced[m + 1] = sum(ms);
-      else if (reduce_ == Reduce::Mean) reduced[m + 1] = average(ms);
-      else reduced[m + 1] = maximum(ms);
-    }
+    if (messages_[0].empty())
+      for (uint32_t m = 0; m < M; ++m)
+        reduced[m + 1] = initial_.empty() ? zeros(g, message_[m]) : parameter(g, initial_[m]);
+    else
+      reduce_messages(reduce_, messages_, message_, reduced.data() + 1);
     CellProgram& nc = cells_[node_cells_[p.node_types[k]]];
     if (nc.pass_through) {
       for (uint32_t s = 0; s < S; ++s) out[s * N + k] = reduced[s + 1];

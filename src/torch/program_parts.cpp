@@ -93,4 +93,42 @@ Hoisting plan_hoisting(const std::vector<Instr>& body, const std::vector<uint32_
   return h;
 }
 
+Reduce read_reduce(const std::string& name, const std::vector<uint32_t>& message) {
+  if (name == "sum") return Reduce::Sum;
+  if (name == "mean") return Reduce::Mean;
+  if (name == "max") return Reduce::Max;
+  if (name != "softmax") bad("reduce '" + name + "' (expected sum, mean, max or softmax)");
+  if (message.size() < 2 || message[0] != 1)
+    bad("reduce 'softmax' needs messages of two components or more, the first of size 1 (the "
+        "score)");
+  return Reduce::Softmax;
+}
+
+void reduce_messages(Reduce how, const std::vector<std::vector<Expr>>& messages,
+                     const std::vector<uint32_t>& sizes, Expr* reduced) {
+  const size_t k = messages[0].size();
+  if (how != Reduce::Softmax || k == 1) {
+    for (size_t c = 0; c < messages.size(); ++c) {
+      const std::vector<Expr>& ms = messages[c];
+      reduced[c] = how == Reduce::Mean  ? average(ms)
+                   : how == Reduce::Max ? maximum(ms)
+                                        : sum(ms);  // Sum, and one message under Softmax
+    }
+    return;
+  }
+  // log_softmax over the scores stacked as one column: stable for any scores.
+  const std::vector<Expr>& scores = messages[0];
+  const Expr log_weights = log_softmax(concat(scores));
+  reduced[0] = subtract(scores[0], slice_rows(log_weights, 0, 1));  // log-sum-exp
+  const Expr weights = exp(log_weights);
+  std::vector<Expr> w(k), terms(k);
+  for (size_t j = 0; j < k; ++j)
+    w[j] = slice_rows(weights, static_cast<uint32_t>(j), static_cast<uint32_t>(j + 1));
+  for (size_t c = 1; c < messages.size(); ++c) {
+    for (size_t j = 0; j < k; ++j)
+      terms[j] = cmult(sizes[c] == 1 ? w[j] : broadcast_rows(w[j], sizes[c]), messages[c][j]);
+    reduced[c] = sum(terms);
+  }
+}
+
 }  // namespace edbatch::torch_adapter

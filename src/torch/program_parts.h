@@ -64,6 +64,17 @@ struct Hoisting {
 Hoisting plan_hoisting(const std::vector<Instr>& body, const std::vector<uint32_t>& outputs,
                        int32_t input_slot, InputKind input);
 
+// How a node's incoming messages become one (docs/programs.md, "Propagation"): per component
+// their sum, mean or elementwise maximum; or Softmax, attention over the messages: component 0
+// holds each message's score (one row), the node receives the scores' log-sum-exp there and every
+// other component summed with the scores' softmax as the weights.
+enum class Reduce { Sum, Mean, Max, Softmax };
+Reduce read_reduce(const std::string& name, const std::vector<uint32_t>& message);
+// messages[c][j]: component c of incoming message j (at least one message); `sizes`: each
+// component's rows. Writes one Expr per component to `reduced`.
+void reduce_messages(Reduce how, const std::vector<std::vector<Expr>>& messages,
+                     const std::vector<uint32_t>& sizes, Expr* reduced);
+
 // A cell compiled for one role (node or edge).
 struct CellProgram {
   std::string name;

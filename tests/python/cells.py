@@ -297,6 +297,35 @@ class GateEdge(nn.Module):
         return torch.tanh(self.U(self.drop(h))), torch.sigmoid(self.V(h) + self.W(x)) * c
 
 
+class AttentionEdge(nn.Module):
+    """Edge cell for reduce="softmax" over (h, c): (score, value, c) with a size-1 score of the
+    source state and the arc's input, scaled up so that the weights are far from uniform."""
+
+    def __init__(self, size, input_size):
+        super().__init__()
+        self.score = nn.Linear(size, 1)
+        self.key = nn.Linear(input_size, size)
+        self.value = _small(nn.Linear(size, size))
+
+    def forward(self, state, x):
+        h, c = state
+        return 4 * self.score(h * torch.tanh(self.key(x))), self.value(h), c
+
+
+class AttentionNode(nn.Module):
+    """Node cell reading the attention's (log-sum-exp, weighted value, weighted c)."""
+
+    def __init__(self, size, input_size):
+        super().__init__()
+        self.x = nn.Linear(input_size, size)
+        self.lse = nn.Linear(1, size)
+
+    def forward(self, x, message):
+        lse, v, c = message
+        h = torch.tanh(self.x(x) + v + self.lse(lse))
+        return h, 0.5 * c + h
+
+
 class ScaleEdge(nn.Module):
     """Edge cell over a single state: tanh(alpha * A h)."""
 

@@ -89,9 +89,13 @@ def run_cell(cell, inputs, weights, layouts, ctx):
 
 
 def _reduce(messages, how):
-    stacked = torch.stack(messages)
-    return {"sum": lambda: stacked.sum(0), "mean": lambda: stacked.mean(0),
-            "max": lambda: stacked.max(0).values}[how]()
+    """messages: per incoming message, its list of components; one tensor per component."""
+    stacked = [torch.stack(c) for c in zip(*messages)]
+    if how == "softmax":  # component 0: the scores (k, 1, 1)
+        weights = torch.softmax(stacked[0], 0)
+        return [torch.logsumexp(stacked[0], 0)] + [(weights * v).sum(0) for v in stacked[1:]]
+    return [{"sum": lambda: s.sum(0), "mean": lambda: s.mean(0),
+             "max": lambda: s.max(0).values}[how]() for s in stacked]
 
 
 def _input(x, ids, kind, row):
@@ -121,8 +125,7 @@ def run_program(program, x, ids, packed, weights, seed, policy, threads):
             slots = states[j] + ([arc_in] if arc_in is not None else [])
             messages.append(run_cell(cells[c], slots, weights, layouts, ctx))
         if messages:
-            reduced = [_reduce([m[i] for m in messages], doc["reduce"])
-                       for i in range(len(doc["message"]))]
+            reduced = _reduce(messages, doc["reduce"])
         elif doc["initial"] == "learned":
             reduced = [weights[w].view(1, -1) for w in doc["initial_weights"]]
         else:

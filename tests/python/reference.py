@@ -211,12 +211,18 @@ def _unpack(value):
 
 
 def _reduce(messages, how):
-    stacked = torch.stack(messages)
+    """messages: per incoming message, its list of components; one tensor per component.
+    "softmax": component 0 holds the scores; the node gets their log-sum-exp and the other
+    components weighted by their softmax."""
+    stacked = [torch.stack(c) for c in zip(*messages)]
+    if how == "softmax":
+        weights = torch.softmax(stacked[0], 0)
+        return [torch.logsumexp(stacked[0], 0)] + [(weights * v).sum(0) for v in stacked[1:]]
     if how == "sum":
-        return stacked.sum(0)
+        return [s.sum(0) for s in stacked]
     if how == "mean":
-        return stacked.mean(0)
-    return stacked.max(0).values
+        return [s.mean(0) for s in stacked]
+    return [s.max(0).values for s in stacked]
 
 
 def _run(packed, x, ids, nodes, edges, message, message_tuple, state_tuple, how, initial, hook,
@@ -235,7 +241,7 @@ def _run(packed, x, ids, nodes, edges, message, message_tuple, state_tuple, how,
                                                        _input(x, ids,
                                                               packed.arc_inputs[a].item()))))
         if incoming:
-            reduced = [_reduce([m[i] for m in incoming], how) for i in range(len(message))]
+            reduced = _reduce(incoming, how)
         elif initial is not None:
             reduced = [w.view(1, -1) for w in initial]
         else:

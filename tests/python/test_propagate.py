@@ -34,7 +34,7 @@ def reference_of(model, packed, inputs, dropout=None, message_size=None):
     return reference.propagate_reference(list(model.node_cells), edges, packed, **inputs,
                                          state_size=model.state_size, reduce=model.reduce,
                                          initial=initial, dropout=dropout,
-                                         message_size=message_size)
+                                         message_size=message_size or model.message_size)
 
 
 def gradients(outputs, upstream, params):
@@ -204,6 +204,42 @@ def test_structures_and_reduce(backend, kind, reduce):
                                  state_size=(7, 7))
     packed = structures.packed(kind, 4, edge_inputs="parent")
     assert_same(model, packed, inputs_for(packed, 4))
+
+
+def attention(initial="zeros"):
+    return edbatch.nn.Propagate(cells.AttentionNode(7, D), cells.AttentionEdge(7, D),
+                                reduce="softmax", state_size=(7, 7), message_size=(1, 7, 7),
+                                initial=initial)
+
+
+@pytest.mark.parametrize("kind", ["trees", "lattices", "dags", "empty", "star"])
+def test_attention_over_the_messages(backend, kind):
+    """reduce="softmax": the node gets the scores' log-sum-exp and the values weighted by their
+    softmax, over fan-ins of 1 to 6, lattices, DAGs, and one node reading 300 others."""
+    torch.manual_seed(17)
+    model = attention()
+    if kind == "star":
+        packed = edbatch.pack_edges([{"num_nodes": 301, "edges": [(j, 300) for j in range(300)],
+                                      "inputs": list(range(301))}], edge_inputs="target")
+    else:
+        packed = structures.packed(kind, 17, edge_inputs="parent")
+    assert_same(model, packed, inputs_for(packed, 17))
+
+
+def test_attention_with_a_learned_initial_message_and_its_refusals(backend):
+    torch.manual_seed(18)
+    model = attention(initial="learned")
+    with torch.no_grad():
+        for p in model.initial:
+            p.normal_()
+    packed = structures.packed("dags", 18, edge_inputs="target")
+    assert_same(model, packed, inputs_for(packed, 18))
+    packed = structures.packed("trees", 18)
+    for edge in (None, cells.GateEdge(7, D)):  # messages (h, c): no size-1 score first
+        model = edbatch.nn.Propagate(cells.LSTMCell(7, D), edge, reduce="softmax",
+                                     state_size=(7, 7))
+        with pytest.raises(ValueError, match="reduce='softmax' attends over the messages"):
+            model(packed, **inputs_for(packed, 18))
 
 
 @pytest.mark.parametrize("size", [7, 13, 129])

@@ -67,6 +67,14 @@ def test_structures_and_reduce_on_cuda(kind, reduce):
     assert_cuda_equals_cpu(model, structures.packed(kind, 4, edge_inputs="parent"), seed=4)
 
 
+@pytest.mark.parametrize("kind", ["trees", "dags"])
+def test_attention_on_cuda(kind):
+    torch.manual_seed(17)
+    model = edbatch.nn.Propagate(cells.AttentionNode(7, D), cells.AttentionEdge(7, D),
+                                 reduce="softmax", state_size=(7, 7), message_size=(1, 7, 7))
+    assert_cuda_equals_cpu(model, structures.packed(kind, 17, edge_inputs="parent"), seed=17)
+
+
 @pytest.mark.parametrize("size", [13, 129])
 def test_learned_initial_state_and_sizes_on_cuda(size):
     torch.manual_seed(5)
