@@ -80,6 +80,35 @@ class Packed:
             self._kinds = kept
         return kept[3]
 
+    def reversed(self):
+        """The same instances with every arc turned around (j -> k becomes k -> j), for a pass in
+        the other direction: from a tree's root down to its leaves, as bidirectional tree models
+        do. Each instance's nodes come in the opposite order, so the result is topological again.
+        Returns (packed, index): index[k] is the reversed batch's node for node k here, and the
+        other way round (the reversal is its own inverse), so the states of a pass over the
+        reversed batch are states[index] in this batch's node order. Arcs keep their types and
+        input rows; a node's incoming arcs come in the order of their sources (so reversing a tree
+        twice gives it back, children in order)."""
+        n, offsets = self.num_nodes, self.instance_offsets
+        node = torch.arange(n)
+        instance = torch.repeat_interleave(torch.arange(self.num_instances),
+                                           offsets[1:] - offsets[:-1])
+        index = offsets[instance] + offsets[instance + 1] - 1 - node
+        targets = torch.repeat_interleave(node, self.pred_ptr[1:] - self.pred_ptr[:-1])
+        into, source = index[self.pred_ids], index[targets]  # each arc turned around
+        order = torch.argsort(into * max(n, 1) + source)  # by target, then by source
+        out = Packed.__new__(Packed)
+        for name in _FIELDS:
+            setattr(out, name, getattr(self, name))
+        for name in ("node_inputs", "node_types", "labels"):
+            t = getattr(self, name)
+            setattr(out, name, t[index.to(t.device)])
+        out.pred_ids = source[order]
+        out.arc_types, out.arc_inputs = self.arc_types[order], self.arc_inputs[order]
+        out.pred_ptr = torch.cat([torch.zeros(1, dtype=torch.long),
+                                  torch.bincount(into, minlength=n).cumsum(0)])
+        return out, index
+
     def host_input_ids(self):
         """input_ids in host memory (to() keeps a copy, as for the labels): user cells that
         embed ids read them on the host."""

@@ -122,6 +122,29 @@ def test_records_may_hold_arrays_and_tensors():
         edbatch.pack_lattices([{"arcs": [[], [(0, 1.0)]]}])
 
 
+@pytest.mark.parametrize("kind", ["trees", "lattices", "dags", "empty"])
+def test_reversed_turns_every_arc_around(kind):
+    p = structures.packed(kind, 21, edge_inputs="parent")
+    r, index = p.reversed()
+    arcs = {(int(index[k]), int(index[p.pred_ids[a]]), int(p.arc_types[a]), int(p.arc_inputs[a]))
+            for k in range(p.num_nodes) for a in range(p.pred_ptr[k], p.pred_ptr[k + 1])}
+    turned = {(int(r.pred_ids[a]), k, int(r.arc_types[a]), int(r.arc_inputs[a]))
+              for k in range(r.num_nodes) for a in range(r.pred_ptr[k], r.pred_ptr[k + 1])}
+    assert turned == arcs and r.pred_ids.numel() == p.pred_ids.numel()
+    assert torch.equal(index[index], torch.arange(p.num_nodes))
+    assert torch.equal(r.instance_offsets, p.instance_offsets)
+    for i in range(r.num_instances):  # topological again, within each instance
+        lo, hi = int(r.instance_offsets[i]), int(r.instance_offsets[i + 1])
+        for k in range(lo, hi):
+            assert all(lo <= j < k for j in preds(r, k))
+    for name in ("node_inputs", "node_types", "labels"):
+        assert torch.equal(getattr(r, name)[index], getattr(p, name)), name
+    if kind == "trees":  # children in order: reversing twice gives the tree back
+        rr, _ = r.reversed()
+        for name in ("pred_ptr", "pred_ids", "arc_types", "arc_inputs", "node_inputs"):
+            assert torch.equal(getattr(rr, name), getattr(p, name)), name
+
+
 def test_random_dags_keep_their_edges():
     rng = random.Random(3)
     insts = [structures.random_dag(rng, n, 2, 3) for n in (1, 5, 20)]

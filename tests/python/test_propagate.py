@@ -408,6 +408,40 @@ def test_weight_expressions_follow_the_parameters(backend):
     assert_same(model, packed, inputs)
 
 
+def test_top_down_pass_over_the_reversed_batch(backend):
+    """A pass over packed.reversed() goes from each root down: every node's state is its cell
+    over its parent's state (zeros at the root), written here as that recursion directly."""
+    torch.manual_seed(19)
+    cell = cells.OpCell("tanh", 7, D)
+    down = edbatch.nn.Propagate(cell, state_size=7)
+    packed = structures.packed("trees", 19)
+    x = inputs_for(packed, 19)["x"]
+    reversed_, index = packed.reversed()
+    ours = down(reversed_, x=x)[index]
+    parent = {}
+    for k in range(packed.num_nodes):
+        for j in preds_of(packed, k):
+            parent[j] = k
+    want = [None] * packed.num_nodes
+    for k in reversed(range(packed.num_nodes)):  # parents after their children in packed order
+        row = int(packed.node_inputs[k])
+        xk = x[row:row + 1] if row >= 0 else x.new_zeros(1, D)
+        above = want[parent[k]] if k in parent else x.new_zeros(1, 7)
+        want[k] = cell(xk, above)
+    want = torch.cat(want)
+    torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+    g = torch.randn(want.shape)
+    got = torch.autograd.grad((ours * g).sum(), [x] + list(cell.parameters()), allow_unused=True)
+    ref = torch.autograd.grad((want * g).sum(), [x] + list(cell.parameters()), allow_unused=True)
+    for a, b in zip(got, ref):
+        if b is not None:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def preds_of(packed, k):
+    return packed.pred_ids[packed.pred_ptr[k]:packed.pred_ptr[k + 1]].tolist()
+
+
 def test_function_cells_and_input_kind_none(backend):
     torch.manual_seed(7)
     W = torch.nn.Parameter(0.3 * torch.randn(7, 7))
