@@ -3,6 +3,8 @@ what a cell computes from its weights alone (W[:H], W.chunk(2, 1), g * v / v.nor
 s.exp(), (E + E.t()) / 2): PyTorch computes those on every call, outside the program, and the
 program reads the result as one more weight, so their gradients reach the parameters through
 autograd."""
+import operator
+
 import torch
 import torch.fx as fx
 
@@ -48,12 +50,22 @@ def row_shaped(param):
 
 # Kept by their handlers: a transpose is a layout of the same weight, not a copy.
 _LAYOUTS = {("call_method", "t"), ("call_function", torch.t)}
+# Operations that write into a tensor: on a weight they would change the parameter on every
+# call, so they are left to the tracer's refusal of in-place operations.
+_WRITES = {operator.setitem, operator.delitem, operator.iadd, operator.isub, operator.imul,
+           operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow,
+           operator.imatmul, operator.iand, operator.ior, operator.ixor}
+_WRITES |= {f"__{f.__name__}__" for f in _WRITES}  # the same as methods (__setitem__...)
 
 
 def of_weights_only(op, target, args, kwargs, traced):
     """True when an operation reads weights and nothing else the trace computes (`traced`: the
     trace's value types other than Param), so PyTorch can compute it outside the program."""
     if (op, target) in _LAYOUTS or op not in ("call_function", "call_method"):
+        return False
+    name = target if op == "call_method" else getattr(target, "__name__", "")
+    if (name.endswith("_") and not name.endswith("__") or name in _WRITES
+            or target in _WRITES or "out" in kwargs):
         return False
     if op == "call_function" and target is getattr and args[1:] == ("T",):
         return False

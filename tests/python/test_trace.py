@@ -182,6 +182,16 @@ class _BadWeightProduct(nn.Module):
         return m @ (self.w @ self.w)
 
 
+class _WritesWeight(nn.Module):
+    def __init__(self, writes):
+        super().__init__()
+        self.w, self.writes = nn.Parameter(torch.ones(7, 7)), writes
+
+    def forward(self, x, m):
+        self.writes(self.w)
+        return m @ self.w
+
+
 class _Column(nn.Module):
     """A (n, 1) weight would broadcast to (n, n) against a row, not along the features."""
 
@@ -247,6 +257,13 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "tensor constants")(lambda x, m: m + torch.tensor([1.0] * 7))
     refused(ValueError, "the buffer node_cells.0.steps holds torch.int64")(_IntegerBuffer())
     refused(ValueError, "operator.matmul of weights failed: RuntimeError")(_BadWeightProduct())
+    for writes in (lambda w: w.mul_(2), lambda w: torch.nn.init.zeros_(w),
+                   lambda w: w.__setitem__(0, 5.0), lambda w: w.__iadd__(1.0),
+                   lambda w: torch.mul(w, 2, out=w)):
+        cell = _WritesWeight(writes)
+        with pytest.raises(TypeError):
+            trace(cell)
+        assert torch.equal(cell.w, torch.ones(7, 7))  # the parameter was not written
     hooked = nn.Linear(7, 7)
     hooked.register_forward_hook(lambda module, args, out: 2 * out)
     refused(TypeError, "nn.Linear has forward_hooks, which cells do not run")(
