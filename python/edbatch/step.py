@@ -9,23 +9,31 @@ def apply_gradients(tensors, grads, lr=None):
     nn.Parameter) accumulates it into .grad; a tensor computed from others (x = embedding(ids))
     passes it back through autograd to what it was computed from. With lr, leaves are updated in
     place instead (t -= lr * grad, plain SGD, their .grad untouched), in one multi-tensor
-    operation. A tensor listed twice gets the sum of its gradients."""
+    operation (a sparse gradient, a lookup table's touched rows, updates those rows). A tensor
+    listed twice gets the sum of its gradients."""
     leaves, others = {}, []
     for t, g in zip(tensors, grads):
         if t is None or not t.requires_grad:
             continue
         if t.is_leaf:
             kept = leaves.get(id(t))
-            leaves[id(t)] = (t, g if kept is None else kept[1] + g)
+            if kept is not None:  # dense + sparse, never sparse + dense (unsupported)
+                g = kept[1] + g if g.is_sparse or not kept[1].is_sparse else g + kept[1]
+            leaves[id(t)] = (t, g)
         else:
             others.append((t, g))
     pairs = list(leaves.values())
     with torch.no_grad():
         if lr is not None:
-            if pairs:
-                torch._foreach_add_([t for t, _ in pairs], [g for _, g in pairs], alpha=-lr)
+            dense = [(t, g) for t, g in pairs if not g.is_sparse]
+            if dense:
+                torch._foreach_add_([t for t, _ in dense], [g for _, g in dense], alpha=-lr)
+            for t, g in pairs:  # a lookup table's touched rows (sparse COO; repeats add up)
+                if g.is_sparse:
+                    t.index_add_(0, g._indices()[0], g._values(), alpha=-lr)
         else:
             for t, g in pairs:
+                g = g.to_dense() if g.is_sparse else g
                 if t.grad is None:
                     t.grad = g
                 else:

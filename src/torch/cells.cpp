@@ -171,6 +171,16 @@ void to_torch(const float* src, const WeightSpec& w, float* dst) {
   copy_weight(src, w, dst, false);
 }
 
+// A lookup table's rows at the call's ids only: the lookups read no others, and a table of a
+// large vocabulary copied whole would cost more than the cells (its other rows keep what an
+// earlier call left).
+void copy_rows(const float* src, const WeightSpec& w, const int64_t* ids, int64_t n, float* dst) {
+  const size_t cols = w.cols;
+  for (int64_t r = 0; r < n; ++r)
+    if (ids[r] >= 0 && ids[r] < int64_t{w.rows})
+      std::memcpy(dst + ids[r] * cols, src + ids[r] * cols, sizeof(float) * cols);
+}
+
 }  // namespace
 
 void to_engine(const float* src, const WeightSpec& w, float* dst) {
@@ -324,8 +334,13 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
                             specs[i].row_major(), specs[i].engine_cols()});
     io.write_parameters(pc_, transfers_);
   } else {
-    for (size_t i = 0; i < specs.size(); ++i)
-      to_engine(weights[i], specs[i], pc_.values(weight_params_[i].id));
+    for (size_t i = 0; i < specs.size(); ++i) {
+      float* dst = pc_.values(weight_params_[i].id);
+      if (specs[i].lookup && p.ids)
+        copy_rows(weights[i], specs[i], p.ids, p.num_x, dst);
+      else
+        to_engine(weights[i], specs[i], dst);
+    }
     pc_.mark_changed();  // device backends upload the parameters again
   }
   if (prof) prof->lap(HostProfile::Weights, t);
@@ -407,8 +422,36 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
     std::memcpy(row, t.data, sizeof(float) * size);
     row += size;
   }
-  for (size_t i = 0; i < specs.size(); ++i)
-    to_torch(pc_.grads(weight_params_[i].id), specs[i], grad_weights[i]);
+  std::vector<int64_t> rows;
+  std::vector<float> values;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const uint32_t id = weight_params_[i].id;
+    if (!specs[i].lookup) {
+      to_torch(pc_.grads(id), specs[i], grad_weights[i]);
+      continue;
+    }
+    if (!grad_weights[i]) continue;  // lookup_gradient
+    // A lookup table's gradient is zero but in the rows the backward touched.
+    const size_t cols = specs[i].cols;
+    std::fill(grad_weights[i], grad_weights[i] + specs[i].rows * cols, 0.0f);
+    lookup_gradient(i, rows, values);
+    for (size_t r = 0; r < rows.size(); ++r)
+      std::memcpy(grad_weights[i] + rows[r] * cols, values.data() + r * cols, sizeof(float) * cols);
+  }
+}
+
+void Runner::lookup_gradient(size_t i, std::vector<int64_t>& rows,
+                             std::vector<float>& values) const {
+  const WeightSpec& w = specs_[i];
+  const uint32_t id = weight_params_[i].id;
+  rows.clear();
+  values.clear();
+  for (uint32_t c : pc_.touched_columns(id))
+    if (c < w.rows) {  // columns past the table are the zeros of row -1
+      rows.push_back(c);
+      values.insert(values.end(), pc_.grads(id) + size_t{c} * w.cols,
+                    pc_.grads(id) + size_t{c + 1} * w.cols);
+    }
 }
 
 void Runner::read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights) {

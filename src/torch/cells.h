@@ -41,6 +41,7 @@ struct WeightSpec {
   std::string name;
   uint32_t rows = 0, cols = 0;
   bool transpose = true;
+  bool lookup = false;  // a lookup table (rows: ids), read only at the ids of a call
   // Whether a device copy transposes it (DeviceInterop::Transfer::row_major).
   bool row_major() const { return transpose && cols > 1; }
   // The engine parameter's columns that hold it (a lookup table may have more: zero columns).
@@ -139,8 +140,13 @@ class Runner {
   // output_size(0) floats, then output 1, ...; with a loss head the loss's one float). grad_x:
   // num_x x x_dim floats; grad_weights[i]: as weights()[i]; all overwritten. After a forward on
   // device memory, all of these are device memory and the work is queued on `stream`.
+  // On the host, a lookup table's entry may be nullptr: its gradient is then left for
+  // lookup_gradient (its touched rows only).
   void backward(const float* out_grad, float* grad_x, const std::vector<float*>& grad_weights,
                 void* stream = nullptr);
+  // After a host backward: the rows of lookup weight i with a gradient (ids, in the order the
+  // backward touched them) and those rows' gradients, cols floats each, one after another.
+  void lookup_gradient(size_t i, std::vector<int64_t>& rows, std::vector<float>& values) const;
   // Whether the last forward ran on device memory (so its backward does too).
   bool on_device() const { return on_device_; }
 

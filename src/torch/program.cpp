@@ -176,6 +176,7 @@ void ProgramCell::read_weights(const json& doc, ParameterCollection& pc) {
       std::fill(pc.values(p.id) + size_t{s.rows} * s.cols,
                 pc.values(p.id) + size_t{no_id_ + 1} * s.cols, 0.0f);
       s.transpose = false;
+      s.lookup = true;
     } else if (layout == "vector" && s.cols == 0) {
       p = pc.add_parameters(s.name, Dim{s.rows, 1});
     } else {

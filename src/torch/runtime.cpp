@@ -289,7 +289,8 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
 }
 
 Gradients run_backward(RunState& state, const c10::Device& device,
-                       const torch::autograd::variable_list& grads, bool keep) {
+                       const torch::autograd::variable_list& grads, bool keep,
+                       bool sparse_lookups) {
   TORCH_CHECK(state.runner,
               "[edbatch] backward ran twice through a graph that autograd did not "
               "keep: pass retain_graph=True to the backward before, or run the forward again");
@@ -315,7 +316,13 @@ Gradients run_backward(RunState& state, const c10::Device& device,
                             : at::empty({state.num_x, cell.input_dim()}, where);
   Gradients g;
   std::vector<float*> grad_w_ptr;
+  const bool sparse = sparse_lookups && !on_device;
   for (const WeightSpec& w : runner.weights()) {
+    if (sparse && w.lookup) {  // made below from the touched rows
+      g.weights.emplace_back();
+      grad_w_ptr.push_back(nullptr);
+      continue;
+    }
     g.weights.push_back(w.cols == 0 ? at::empty({w.rows}, where)
                                     : at::empty({w.rows, w.cols}, where));
     grad_w_ptr.push_back(g.weights.back().data_ptr<float>());
@@ -325,6 +332,20 @@ Gradients run_backward(RunState& state, const c10::Device& device,
                     on_device ? current_stream(grad_x) : nullptr);
   } catch (const std::exception& e) {
     fail(e.what());
+  }
+  if (sparse) {
+    std::vector<int64_t> rows;
+    std::vector<float> values;
+    for (size_t i = 0; i < g.weights.size(); ++i) {
+      const WeightSpec& w = runner.weights()[i];
+      if (!w.lookup) continue;
+      runner.lookup_gradient(i, rows, values);
+      const int64_t n = static_cast<int64_t>(rows.size());
+      Tensor index = at::empty({1, n}, at::kLong), rows_grad = at::empty({n, w.cols}, where);
+      std::copy(rows.begin(), rows.end(), index.data_ptr<int64_t>());
+      std::copy(values.begin(), values.end(), rows_grad.data_ptr<float>());
+      g.weights[i] = at::sparse_coo_tensor(index, rows_grad, {w.rows, w.cols});
+    }
   }
   // The graph is spent: give the runner back now rather than when autograd frees the context.
   if (!keep) RunnerPool::get().give_back(state.args, std::move(state.runner));
@@ -363,7 +384,9 @@ std::vector<Tensor> run_step(const CallArgs& a, const Tensor& x, Structure s, st
         "head's weight and bias after the cell's weights");
   c10::intrusive_ptr<RunState> state;
   std::vector<Tensor> out = run_forward(a, x, std::move(s), std::move(w), &state, extras);
-  Gradients g = run_backward(*state, x.device(), {at::ones_like(out[0])});
+  // No autograd: a lookup table's gradient is sparse, its touched rows (apply_gradients updates
+  // those, where a dense gradient would cost a table-sized write and update per step).
+  Gradients g = run_backward(*state, x.device(), {at::ones_like(out[0])}, false, true);
   out.push_back(std::move(g.x));
   for (Tensor& t : g.weights) out.push_back(std::move(t));
   return out;

@@ -240,13 +240,15 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
                                 const CallExtras& extras = {});
 // The backward of a forward kept in `state`, from the outputs' gradients: the gradients of x
 // and of the weights, on x's device. Gives the runner back to the pool unless `keep` (then a
-// later backward may run through the same forward again).
+// later backward may run through the same forward again). With `sparse_lookups`, a lookup
+// table's gradient computed on the host is a sparse COO tensor of the rows it touched.
 struct Gradients {
   Tensor x;
   std::vector<Tensor> weights;
 };
 Gradients run_backward(RunState& state, const c10::Device& device,
-                       const torch::autograd::variable_list& grads, bool keep = false);
+                       const torch::autograd::variable_list& grads, bool keep = false,
+                       bool sparse_lookups = false);
 // run_backward inside an autograd Function's backward: the runner kept while autograd keeps the
 // graph (retain_graph=True), and with create_graph=True gradients that refuse, when
 // differentiated, with a message (the op's backward is not differentiable itself).

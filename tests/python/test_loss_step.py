@@ -13,6 +13,7 @@ import torch
 import edbatch
 
 import cells
+import reference
 import structures
 from test_loss_head import C, close, random_labels, sst_batch, tree_module
 
@@ -98,6 +99,51 @@ def test_propagate_step_with_ids_updates_the_cells_embedding(kind):
         moved += int(bool((g != 0).any()))
     assert model.node_cells[0].emb.weight.grad is None
     assert moved >= 3  # the embedding inside the cell, the cell's weights, the head
+    # Without lr the gradients accumulate into .grad, the table's dense as backward's.
+    for p in params:
+        p.grad = None
+    with torch.no_grad():
+        for p, b in zip(params, before):
+            p.copy_(b)
+    model.loss_step(packed, ids=packed.input_ids, labels=labels)
+    for (name, p), g in zip(model.named_parameters(), want):
+        if g is not None:
+            assert not p.grad.is_sparse
+            close(p.grad, g, f"{name}'s gradient", tol=1e-6)
+
+
+def test_tables_are_read_at_each_calls_ids():
+    """A cell's embedding table is read at the ids of each call: after the table changes, a call
+    over other ids (some seen before, some not) equals the eager cell."""
+    torch.manual_seed(6)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, 0, vocab=structures.VOCAB),
+                                 state_size=7, threads=1)
+    table = model.node_cells[0].emb.weight
+    first = edbatch.pack_edges([{"num_nodes": 3, "edges": [(0, 2), (1, 2)],
+                                 "inputs": [1, 2, 3]}])
+    model(first, ids=first.input_ids)
+    with torch.no_grad():
+        table.mul_(-2).add_(0.5)
+    second = edbatch.pack_edges([{"num_nodes": 4, "edges": [(0, 1), (1, 2), (2, 3)],
+                                  "inputs": [2, 7, 11, 30]}])
+    got = model(second, ids=second.input_ids)
+    want = reference.propagate_reference(list(model.node_cells), None, second,
+                                         ids=second.input_ids, state_size=7)
+    close(got, want, "states after the table changed", tol=1e-5)
+
+
+def test_sparse_gradients_in_apply_gradients():
+    """A lookup table's gradient from a step is sparse (its touched rows, repeats adding up): lr
+    updates only those rows; without lr it accumulates densely, before or after a dense one."""
+    t = torch.nn.Parameter(torch.zeros(5, 2))
+    rows = torch.sparse_coo_tensor(torch.tensor([[3, 1, 3]]), torch.ones(3, 2), (5, 2))
+    dense = torch.full((5, 2), 0.5)
+    edbatch.apply_gradients([t, t], [rows, dense])
+    edbatch.apply_gradients([t, t], [dense, rows])
+    want = 2 * (rows.to_dense() + dense)
+    assert torch.equal(t.grad, want) and not t.grad.is_sparse
+    edbatch.apply_gradients([t], [rows], lr=0.5)
+    assert torch.equal(t.detach(), -0.5 * rows.to_dense()) and t[0].abs().sum() == 0
 
 
 def test_propagate_step_with_dropout_uses_the_calls_masks():
