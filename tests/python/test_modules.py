@@ -105,7 +105,7 @@ def test_retained_graph_and_double_backward():
     h, _ = module(packed)
     got = _grads(module, [(h * g).sum(), h.pow(2).sum()], retain=True)
     for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * max(1.0, b.abs().max().item()))
     h, _ = module(packed)
     h.sum().backward()
     with pytest.raises(RuntimeError, match="did not keep: pass retain_graph=True"):
@@ -114,7 +114,7 @@ def test_retained_graph_and_double_backward():
     params = list(module.parameters())
     grads = torch.autograd.grad(h.pow(2).sum(), params, create_graph=True)
     for a, b in zip(grads, _grads(module, [module(packed)[0].pow(2).sum()], retain=False)):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * max(1.0, b.abs().max().item()))
     with pytest.raises(RuntimeError, match="cannot be differentiated again"):
         sum(q.pow(2).sum() for q in grads).backward()
 
