@@ -89,8 +89,7 @@ class Body:
                           "unsqueeze(-1) it first, or reduce with keepdim=True", ValueError)
         if isinstance(v, Param) and (v.tensor.dim() == 1 and not v.transposed
                                      or row_shaped(v)):
-            return self.emit("weight", v.tensor.shape[-1 if not v.transposed else 0], None,
-                             weight=self.weight(v, "vector"))
+            return self.emit("weight", v.tensor.numel(), None, weight=self.weight(v, "vector"))
         if isinstance(v, Param) and v.tensor.dim() == 0:
             raise Refusal("a weight of shape () used elementwise: give a scalar weight shape "
                           "(1,), which broadcasts against the features", ValueError)

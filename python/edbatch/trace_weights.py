@@ -69,8 +69,7 @@ def of_weights_only(op, target, args, kwargs, traced):
         return False
     if op == "call_function" and target is getattr and args[1:] == ("T",):
         return False
-    leaves = []
-    fx.node.map_aggregate((args, kwargs), leaves.append)
+    leaves = _leaves(args, kwargs)
     return (any(isinstance(v, Param) for v in leaves)
             and not any(isinstance(v, traced) for v in leaves))
 
@@ -94,7 +93,8 @@ def evaluate(op, target, args, kwargs, name):
             value = call(now)
         except Exception as e:  # PyTorch's own error, on the user's line
             raise Refusal(f"{name} of weights failed: {type(e).__name__}: {e}", ValueError)
-    label = f"{name}({', '.join(p.key[0] for p in _params(args, kwargs))})"
+    params = [v for v in _leaves(args, kwargs) if isinstance(v, Param)]
+    label = f"{name}({', '.join(p.key[0] for p in params)})"
     if isinstance(value, torch.Tensor):
         return _weight(label, lambda: call(later), value)
     if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor)
@@ -104,10 +104,10 @@ def evaluate(op, target, args, kwargs, name):
     return value  # an int, a size: a constant
 
 
-def _params(args, kwargs):
+def _leaves(args, kwargs):
+    """The values an operation's arguments hold, through tuples, lists, dicts and slices."""
     found = []
-    fx.node.map_aggregate((args, kwargs),
-                          lambda v: found.append(v) if isinstance(v, Param) else None)
+    fx.node.map_aggregate((args, kwargs), found.append)
     return found
 
 

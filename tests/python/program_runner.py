@@ -6,6 +6,8 @@ import torch.nn.functional as F
 
 from edbatch.trace import dropout_mask
 
+from reference import reduce_messages
+
 
 def _linear(v, w, layout):
     return v @ w.t() if layout == "transpose" else v @ w
@@ -88,16 +90,6 @@ def run_cell(cell, inputs, weights, layouts, ctx):
     return [vals[i] for i in cell["outputs"]]
 
 
-def _reduce(messages, how):
-    """messages: per incoming message, its list of components; one tensor per component."""
-    stacked = [torch.stack(c) for c in zip(*messages)]
-    if how == "softmax":  # component 0: the scores (k, 1, 1)
-        weights = torch.softmax(stacked[0], 0)
-        return [torch.logsumexp(stacked[0], 0)] + [(weights * v).sum(0) for v in stacked[1:]]
-    return [{"sum": lambda: s.sum(0), "mean": lambda: s.mean(0),
-             "max": lambda: s.max(0).values}[how]() for s in stacked]
-
-
 def _input(x, ids, kind, row):
     if kind == "x":
         return x[row:row + 1] if row >= 0 else x.new_zeros((1, x.shape[1]))
@@ -125,7 +117,7 @@ def run_program(program, x, ids, packed, weights, seed, policy, threads):
             slots = states[j] + ([arc_in] if arc_in is not None else [])
             messages.append(run_cell(cells[c], slots, weights, layouts, ctx))
         if messages:
-            reduced = _reduce(messages, doc["reduce"])
+            reduced = reduce_messages(messages, doc["reduce"])
         elif doc["initial"] == "learned":
             reduced = [weights[w].view(1, -1) for w in doc["initial_weights"]]
         else:

@@ -210,7 +210,7 @@ def _unpack(value):
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def _reduce(messages, how):
+def reduce_messages(messages, how):
     """messages: per incoming message, its list of components; one tensor per component.
     "softmax": component 0 holds the scores; the node gets their log-sum-exp and the other
     components weighted by their softmax."""
@@ -241,7 +241,7 @@ def _run(packed, x, ids, nodes, edges, message, message_tuple, state_tuple, how,
                                                        _input(x, ids,
                                                               packed.arc_inputs[a].item()))))
         if incoming:
-            reduced = _reduce(incoming, how)
+            reduced = reduce_messages(incoming, how)
         elif initial is not None:
             reduced = [w.view(1, -1) for w in initial]
         else:
