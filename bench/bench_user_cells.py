@@ -20,8 +20,8 @@ edbatch-step-ids(-prefetch) run the same cells embedding their ids inside (Child
 without a word embeds zeros; lattice: each arc kind's table in its arc cell), so the tables'
 update happens in the engine call as well and the step has no autograd at all.
 
-The implementations run round-robin, one step each per repetition, so machine noise hits them
-alike; each row gives the median, p10 and p90 over the repetitions and the ratio of its median to
+The implementations run round-robin, one step each per repetition (--steps-per-sync N: N
+steps, then a wait for the device), so machine noise hits them alike; each row gives the median, p10 and p90 over the repetitions and the ratio of its median to
 edbatch's (user cells) from the same run. Plans (packing, level schedules) are made once per
 mini-batch outside the timed step. Every implementation updates with torch_models.sgd_update.
 Before timing, the first mini-batch's loss is compared across implementations.
@@ -193,23 +193,24 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
         for impl, loss_of in losses.items():
             if impl == "node-by-node" and rep >= args.warmup + args.eager_reps:
                 continue
-            i = rep % len(packs)
             ext.sync(device)
             t0 = time.perf_counter()
-            if isinstance(loss_of, Whole):
-                loss = loss_of.step(i)
-            else:
-                loss = loss_of(i)
-                loss.backward()
-                torch_models.sgd_update([p for p in params if p.grad is not None], args.lr,
-                                        drop_grads)
-            # Its autograd graph goes within its own step: kept, the next implementation's step
-            # would free it (60-80 ms for node by node's at B = 128).
-            value = loss.detach()
-            del loss
+            for s in range(args.steps_per_sync):
+                i = (rep * args.steps_per_sync + s) % len(packs)
+                if isinstance(loss_of, Whole):
+                    loss = loss_of.step(i)
+                else:
+                    loss = loss_of(i)
+                    loss.backward()
+                    torch_models.sgd_update([p for p in params if p.grad is not None], args.lr,
+                                            drop_grads)
+                # Its autograd graph goes within its own step: kept, the next implementation's
+                # step would free it (60-80 ms for node by node's at B = 128).
+                value = loss.detach()
+                del loss
             ext.sync(device)
             if rep >= args.warmup:
-                times[impl].append((time.perf_counter() - t0) * 1e3)
+                times[impl].append((time.perf_counter() - t0) * 1e3 / args.steps_per_sync)
             last[impl] = value
     base = statistics.median(times["edbatch"])
     base_prefetch = statistics.median(times["edbatch-prefetch"])
@@ -226,7 +227,7 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
                "p90_ms": round(ext.quantile(ts, 0.9), 3), "ratio_to_edbatch": round(med / base, 2),
                "ratio_to_edbatch_prefetch": round(med / base_prefetch, 2),
                "first_loss": round(check[impl], 4), "last_loss": round(float(last[impl]), 4),
-               "lr": args.lr}
+               "lr": args.lr, "steps_per_sync": args.steps_per_sync}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -240,6 +241,12 @@ def main():
     ap.add_argument("--batches", type=int, default=3, help="distinct mini-batches, cycled")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--eager-reps", type=int, default=3, help="node-by-node repetitions")
+    ap.add_argument("--steps-per-sync", type=int, default=1, metavar="N",
+                    help="consecutive steps of one implementation between two waits for the "
+                         "device, timed together (a repetition's time is theirs over N): 1 times "
+                         "each step to its end, as a loop reading the loss every step; more "
+                         "measures a loop's throughput, where the host queues a step while the "
+                         "device still runs the one before")
     ap.add_argument("--warmup", type=int, default=3,
                     help="untimed repetitions first: prefetching holds a prepared runner while "
                          "another runs, so its second runner (an engine with, on a GPU, its own "

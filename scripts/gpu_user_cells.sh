@@ -4,10 +4,11 @@
 # hand-batched PyTorch) on the GPU at mini-batch 32 and 128, hidden 128 and 256, and on one pinned
 # CPU core (taskset, one thread for edbatch and torch; core 0 unless --core N). Builds the
 # extension as scripts/gpu_torch.sh does when it is not built yet. JSON lines and tables go to the
-# output folder ($OUT when set, else gpu-user-cells).
+# output folder ($OUT when set, else gpu-user-cells). Arguments after -- go to every
+# bench_user_cells.py run (e.g. -- --steps-per-sync 8 --eager-reps 0).
 #
 #   scripts/gpu_user_cells.sh [--out DIR] [--build DIR] [--reps N] [--trees FILE] [--no-cpu]
-#                             [--cpu-only] [--core N]
+#                             [--cpu-only] [--core N] [-- BENCH ARGS]
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +28,7 @@ while [ $# -gt 0 ]; do
     --no-cpu) cpu=0; shift ;;
     --cpu-only) gpu=0; shift ;;
     --core) core=$2; shift 2 ;;
+    --) shift; break ;;
     -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_user_cells.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -45,7 +47,7 @@ if [ ! -f "$build/libedbatch_torch.so" ]; then
     { echo "gpu_user_cells.sh: build failed (build.log)" >&2; exit 1; }
 fi
 export EDBATCH_LIBRARY="$root/$build/libedbatch_torch.so" PYTHONPATH="$root/python"
-extra=()
+extra=("$@")
 [ -n "$trees" ] && extra+=(--trees "$trees")
 if [ "$gpu" = 1 ]; then
   for hidden in 128 256; do

@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "edbatch/block.h"
@@ -850,6 +851,73 @@ CUDA_CASE("cuda: pipelined training (submit, backward, device SGD) follows the c
         check_close(pc_gpu.grads(p), pc_cpu.grads(p), pc_cpu.dim(p).size(), 1e-3,
                     "gradient " + pc_cpu.name(p));
   }
+}
+
+// Engine::prepare encodes the forward pass ahead (Backend::prepare_forward), on another thread
+// as the PyTorch adapter's prefetching does; the forward that follows runs it. A graph changed
+// after its preparation, or another graph, is encoded afresh.
+CUDA_CASE("cuda: a forward encoded ahead by prepare() = cpu, and never for a changed graph") {
+  for (const std::string name : {"tree_lstm", "lattice_lstm"}) {
+    CAPTURE(name);
+    Twins t(name);
+    auto& [pc_cpu, pc_gpu, d_cpu, d_gpu, m_cpu, m_gpu, g_cpu, g_gpu] = t;
+    Engine e_cpu(pc_cpu, EngineOptions{"agenda", "cpu", 1});
+    Engine e_gpu(pc_gpu, EngineOptions{"lb-greedy", "cuda", 1});
+    auto build = [](Model& m, Graph& g, const std::vector<uint32_t>& ids) {
+      g.clear();
+      std::vector<Expr> losses;
+      for (uint32_t i : ids) losses.push_back(m.build(g, i));
+      return sum_losses(losses);
+    };
+    // Growing and shrinking mini-batches: the arena grows at some preparations.
+    const std::vector<std::vector<uint32_t>> batches = {{0}, {1, 2}, {3, 4, 0, 1}, {2}, {4, 3}};
+    uint64_t prepared = 0;
+    for (size_t step = 0; step < batches.size(); ++step) {
+      CAPTURE(step);
+      const Expr l_cpu = build(*m_cpu, g_cpu, batches[step]);
+      const Expr l_gpu = build(*m_gpu, g_gpu, batches[step]);
+      std::thread([&] { e_gpu.prepare(g_gpu); }).join();
+      const float want = as_scalar(e_cpu.forward(g_cpu, l_cpu));
+      const float got = as_scalar(e_gpu.forward(g_gpu, l_gpu));
+      CHECK(std::fabs(got - want) <= kTol * std::max(1.0f, std::fabs(want)));
+      CHECK(e_gpu.stats().prepared_passes == ++prepared);
+      e_cpu.backward(g_cpu, l_cpu);
+      e_gpu.backward(g_gpu, l_gpu);
+      pc_cpu.sgd_update(0.1f);
+      e_gpu.sgd_update(0.1f);
+    }
+    t.check_trained();
+    // Changed after its preparation: one more instance (the graph's version moves) ...
+    Expr l_cpu = build(*m_cpu, g_cpu, {0, 1});
+    Expr l_gpu = build(*m_gpu, g_gpu, {0});
+    e_gpu.prepare(g_gpu);
+    l_gpu = sum_losses({l_gpu, m_gpu->build(g_gpu, 1)});
+    CHECK(as_scalar(e_gpu.forward(g_gpu, l_gpu)) ==
+          doctest::Approx(as_scalar(e_cpu.forward(g_cpu, l_cpu))).epsilon(kTol));
+    CHECK(e_gpu.stats().prepared_passes == prepared);
+    // ... cleared and built again (a new generation), or another graph run instead.
+    e_gpu.prepare(g_gpu);
+    l_cpu = build(*m_cpu, g_cpu, {2, 3});
+    l_gpu = build(*m_gpu, g_gpu, {2, 3});
+    CHECK(as_scalar(e_gpu.forward(g_gpu, l_gpu)) ==
+          doctest::Approx(as_scalar(e_cpu.forward(g_cpu, l_cpu))).epsilon(kTol));
+    Graph other(pc_gpu);
+    const Expr l_other = build(*m_gpu, other, {4});
+    e_gpu.prepare(g_gpu);
+    l_cpu = build(*m_cpu, g_cpu, {4});
+    CHECK(as_scalar(e_gpu.forward(other, l_other)) ==
+          doctest::Approx(as_scalar(e_cpu.forward(g_cpu, l_cpu))).epsilon(kTol));
+    CHECK(e_gpu.stats().prepared_passes == prepared);
+  }
+  // Switched off (CudaOptions::prepare_ahead), the forward encodes.
+  Twins t("tree_lstm");
+  EngineOptions o{"lb-greedy", "cuda", 1};
+  o.cuda.prepare_ahead = false;
+  Engine e(t.pc_gpu, o);
+  const Expr l = t.m_gpu->build(t.g_gpu, 0);
+  e.prepare(t.g_gpu);
+  e.forward(t.g_gpu, l);
+  CHECK(e.stats().prepared_passes == 0);
 }
 
 // A forward whose plan reads far outside the arena: the error surfaces at the pass's sync as an

@@ -222,6 +222,12 @@ TEST_CASE(
   unsetenv("EDBATCH_CUDA_EPILOGUE");
   CHECK(apply_debug_env(o).gemm_epilogue);  // unset: the option as it was
 
+  CHECK(CudaOptions{}.prepare_ahead);
+  setenv("EDBATCH_CUDA_PREPARE", "0", 1);
+  CHECK_FALSE(apply_debug_env(CudaOptions{}).prepare_ahead);
+  unsetenv("EDBATCH_CUDA_PREPARE");
+  CHECK(apply_debug_env(CudaOptions{}).prepare_ahead);
+
   CHECK(CudaOptions{}.linear_min_blocks == 0);
   setenv("EDBATCH_CUDA_LINEAR_BLOCKS", "7", 1);
   CHECK(apply_debug_env(CudaOptions{}).linear_min_blocks == 7);

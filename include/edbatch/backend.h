@@ -31,6 +31,7 @@ struct ExecCounters {
   uint64_t packed_weights = 0;
   uint64_t arena_bytes = 0;   // values + adjoints currently reserved
   uint64_t arena_growths = 0; // times the arena had to grow (0 in steady state)
+  uint64_t prepared_passes = 0;  // forward passes run as Backend::prepare_forward encoded them
   // GPU time of the last forward / backward pass, from events around its work on the stream
   // (0 on backends without a device); a forward's adds the increments that continued it.
   double device_forward_ms = 0, device_backward_ms = 0;
@@ -111,6 +112,10 @@ class Backend {
   virtual void forward(const PlanRef& p) = 0;
   // Accumulates parameter gradients into the collection.
   virtual void backward(const PlanRef& p, const BackwardSeed& seed) = 0;
+  // Host work of the next forward(p) of this plan done ahead (Engine::prepare): a device
+  // backend encodes the pass, growing the buffers it needs, so forward(p) only uploads and
+  // launches, unless the graph, the plan or a buffer changed in between. Elsewhere a no-op.
+  virtual void prepare_forward(const PlanRef& p) { (void)p; }
   // Host-visible value / adjoint of a node after forward / backward. nullptr where the backend
   // does no math (null).
   // A device backend returns from forward() and backward() once their work is queued, and these
@@ -178,6 +183,9 @@ struct CudaOptions {
   // its invocations are done (GEMM -> elementwise fusion). Off by default: measured no faster
   // than a stage of their own on trees and lattices, slower on random DAGs (docs/cuda.md).
   bool gemm_epilogue = false;
+  // Engine::prepare encodes the next forward pass too (Backend::prepare_forward); false: the
+  // forward encodes it (a comparison aid).
+  bool prepare_ahead = true;
   // A fused GEMM step's thread blocks each take a chunk of the inner dimension; the chunk
   // (32 at least) doubles while the step's grid keeps at least this many thread blocks, so a big
   // step runs fewer, longer blocks with fewer atomic partial sums. 0: the device's

@@ -67,6 +67,7 @@ struct Stats {
   uint64_t packed_weights = 0;       // ExecCounters::packed_weights, so far
   uint64_t arena_bytes = 0;
   uint64_t arena_growths = 0;  // cumulative over the engine's life
+  uint64_t prepared_passes = 0;  // forwards encoded ahead by prepare(), cumulative
 };
 
 // A read-only view of a value owned by the engine, valid until the next forward.
@@ -107,9 +108,10 @@ class Engine {
   const Tensor& forward_through(Graph& g, const Expr& e);
   void forward_through(Graph& g, const std::vector<Expr>& es);
   // Schedules and plans `g` without running it, so that the next forward() or submit() of `g`
-  // only runs the plan. This is host work alone (the backend is not touched): it may be done
-  // ahead, on another thread, while nothing else uses this engine. Like forward(), it replaces
-  // the plan of the graph before (whose backward can no longer run).
+  // only runs the plan. This is host work (a device backend also encodes the forward pass,
+  // growing its buffers on its stream: Backend::prepare_forward): it may be done ahead, on
+  // another thread, while nothing else uses this engine. Like forward(), it replaces the plan of
+  // the graph before (whose backward can no longer run).
   void prepare(Graph& g);
   // Pipelined forward: schedules, plans and queues the forward pass of `g` (once per graph
   // version) and returns a ticket for the value of `e`. A device backend returns as soon as the
@@ -120,6 +122,9 @@ class Engine {
   // be read; result() waits for its pass.
   uint64_t submit(Graph& g, const Expr& e);
   Tensor result(uint64_t ticket);
+  // submit() without a value to read back: queues the forward pass of `g` (whole) and stages
+  // nothing, for callers that read values where they are (device_interop()).
+  void enqueue(Graph& g, const Expr& e);
   // values -= lr * grads and the gradients zeroed (ParameterCollection::sgd_update), done where
   // the backend holds the parameters: on a device, without copying them to the host and back.
   void sgd_update(float lr);

@@ -56,13 +56,7 @@ class CudaBackend : public Backend {
     const uint32_t first_batch = first_forward_batch(p);
     if (p.first_segment > 0 && arenas_.graph != &p.graph)
       throw std::invalid_argument("[cuda] incremental forward: the earlier segments ran elsewhere");
-    // An incremental forward keeps the values of the segments before it.
-    const size_t keep = p.first_segment > 0 ? arenas_.total_floats * sizeof(float) : 0;
-    if (arenas_.values.grow_keeping(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float), keep,
-                                    queue_.stream())) {
-      ++counters_.arena_growths;
-      arenas_.values_zero_from = arenas_.values.bytes() / sizeof(float);  // fresh memory
-    }
+    grow_values(p);
     arenas_.graph = &p.graph;
     arenas_.total_floats = p.plan.total_floats;
     if (p.first_segment > 0)
@@ -73,11 +67,11 @@ class CudaBackend : public Backend {
     phase.reset();
     Pass pass = new_pass(p, true);
     pass.first_batch = first_batch;
-    {
-      Profiler::Phase encoding(profiler_, "(host: forward, encoding)");
-      encode(pass);
-    }
-    {
+    if (!take_prepared(p, pass)) {
+      {
+        Profiler::Phase encoding(profiler_, "(host: forward, encoding)");
+        encode(pass);
+      }
       Profiler::Phase planning(profiler_, "(host: forward, launch plan)");
       launches_.plan(pass, options_);
     }
@@ -87,6 +81,25 @@ class CudaBackend : public Backend {
       arenas_.values_zero_from = p.plan.total_floats;
     }
     launcher_.run_pass(pass, "forward", launches_, uploads_.addresses());
+  }
+
+  void prepare_forward(const PlanRef& p) override {
+    prepared_.valid = false;
+    if (p.first_segment > 0 || !options_.prepare_ahead) return;  // increments: when they run
+    params_.sync(p.params);  // lays out the parameters' device copies on first use
+    grow_values(p);
+    Pass& pass = prepared_.pass;
+    pass = new_pass(p, true);
+    pass.first_batch = first_forward_batch(p);
+    encode(pass);
+    prepared_.launches.plan(pass, options_);
+    pass.p = nullptr;  // p is the caller's; forward's takes its place
+    prepared_.graph = &p.graph;
+    prepared_.generation = p.graph.generation();
+    prepared_.version = p.graph.version();
+    prepared_.plan = &p.plan;
+    prepared_.total_floats = p.plan.total_floats;
+    prepared_.valid = true;
   }
 
   void backward(const PlanRef& p, const BackwardSeed& seed) override {
@@ -231,6 +244,41 @@ class CudaBackend : public Backend {
     return pass;
   }
 
+  // The values arena at least p's plan large. An incremental forward keeps the values of the
+  // segments before it.
+  void grow_values(const PlanRef& p) {
+    const size_t keep = p.first_segment > 0 ? arenas_.total_floats * sizeof(float) : 0;
+    if (arenas_.values.grow_keeping(std::max<size_t>(p.plan.total_floats, 1) * sizeof(float), keep,
+                                    queue_.stream())) {
+      ++counters_.arena_growths;
+      arenas_.values_zero_from = arenas_.values.bytes() / sizeof(float);  // fresh memory
+    }
+  }
+
+  // The pass prepare_forward encoded for p, if it is p's (same graph, unchanged, same plan) and
+  // every address it holds is still `fresh`'s (new_pass for p now) and the arenas': `fresh`
+  // becomes it and its launch plan launches_. The prepared pass is used once either way.
+  bool take_prepared(const PlanRef& p, Pass& fresh) {
+    if (!prepared_.valid) return false;
+    prepared_.valid = false;
+    const Pass& q = prepared_.pass;
+    const bool same =
+        p.first_segment == 0 && prepared_.graph == &p.graph &&
+        prepared_.generation == p.graph.generation() && prepared_.version == p.graph.version() &&
+        prepared_.plan == &p.plan && prepared_.total_floats == p.plan.total_floats &&
+        q.first_batch == fresh.first_batch && q.values == fresh.values &&
+        q.adjoints == fresh.adjoints && q.params == fresh.params && q.grads == fresh.grads &&
+        q.param_offset == fresh.param_offset && q.scratch == arenas_.scratch.as() &&
+        q.scratch_floats == arenas_.scratch.bytes() / sizeof(float) &&
+        q.ones == arenas_.ones.as() && q.ones_floats == arenas_.ones.bytes() / sizeof(float);
+    if (!same) return false;
+    fresh = std::move(prepared_.pass);
+    fresh.p = &p;
+    std::swap(launches_, prepared_.launches);
+    ++counters_.prepared_passes;
+    return true;
+  }
+
   // Encodes, growing scratch and the ones vector and encoding again when they were too small.
   void encode(Pass& pass) {
     DeviceBuffer& scratch = arenas_.scratch;
@@ -273,6 +321,17 @@ class CudaBackend : public Backend {
   Uploads uploads_;
   StagedCopies staged_;
   LaunchPlan launches_;
+  // A forward pass encoded ahead (prepare_forward) with its launch plan, for one graph version.
+  struct Prepared {
+    bool valid = false;
+    const Graph* graph = nullptr;
+    uint32_t generation = 0;
+    uint64_t version = 0;
+    const MemoryPlan* plan = nullptr;
+    size_t total_floats = 0;
+    Pass pass;
+    LaunchPlan launches;
+  } prepared_;
   Profiler profiler_;
   Launcher launcher_;
   CudaInterop interop_;

@@ -91,6 +91,7 @@ void Engine::sync_counters() const {
   stats_.packed_weights = k.packed_weights;
   stats_.arena_bytes = k.arena_bytes;
   stats_.arena_growths = k.arena_growths;
+  stats_.prepared_passes = k.prepared_passes;
   stats_.device_forward_ms = k.device_forward_ms;
   stats_.device_backward_ms = k.device_backward_ms;
 }
@@ -132,6 +133,7 @@ void Engine::plan_graph(Graph& g, uint32_t end) {
 void Engine::prepare(Graph& g) {
   check_params(g, "Engine::prepare");
   plan_graph(g);
+  if (g.size() > 0) backend_->prepare_forward(PlanRef{g, schedule_, plan_, params_});
 }
 
 void Engine::run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end) {
@@ -185,6 +187,11 @@ uint64_t Engine::submit(Graph& g, const Expr& e) {
   staged_param_[ticket % Backend::kStagedSlots] = param ? n.aux : UINT32_MAX;
   sync_counters();
   return ticket;
+}
+
+void Engine::enqueue(Graph& g, const Expr& e) {
+  run_forward(g, e, "Engine::enqueue");
+  sync_counters();
 }
 
 Tensor Engine::result(uint64_t ticket) {

@@ -265,7 +265,8 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
   std::vector<Tensor> out;
   std::vector<float*> out_ptr;
   if (a.config.head.classes) {
-    out.push_back(at::zeros({}, x.options()));  // stays 0 for an empty batch
+    // The forward writes the loss; it stays 0 for an empty batch.
+    out.push_back(p.num_nodes > 0 ? at::empty({}, x.options()) : at::zeros({}, x.options()));
     out_ptr.push_back(out.back().data_ptr<float>());
   }
   for (uint32_t o = 0; !a.config.head.classes && o < runner->cell().num_outputs(); ++o) {
