@@ -65,6 +65,12 @@ TEST_CASE("pipeline: submitted results equal forward, and spent tickets are refu
   const Tensor t = piped.result(piped.submit(h, p));
   CHECK(t.dim == pc.dim(id));
   CHECK(t.data[0] == pc.values(id)[0]);
+  // enqueue: the forward without a staged value; the engine is at the graph as after forward.
+  Graph q(pc);
+  const Expr lq = random_batch(q, model, 43);
+  piped.enqueue(q, lq);
+  CHECK(as_scalar(piped.value(lq)) == doctest::Approx(expected[3]).epsilon(1e-5));
+  piped.backward(q, lq);
 }
 
 TEST_CASE("pipeline: Engine::sgd_update equals the collection's update") {
