@@ -116,6 +116,26 @@ def test_module_loss_equals_pytorch_head_over_its_outputs():
     assert "cell.head.weight" in m.state_dict()
 
 
+@pytest.mark.parametrize("trees", [40, 80])
+def test_loss_over_many_labelled_nodes(trees):
+    """Over a thousand and more labelled nodes (the engine sums their losses in chunks): the
+    loss and the gradients equal PyTorch's head over the module's outputs."""
+    m = tree_module()
+    packed = sst_batch(trees, seed=4)
+    labels = random_labels(packed.num_nodes, 11, unlabelled=0.1)
+    assert int((labels >= 0).sum()) > 32 * 32 // (2 if trees == 40 else 1)
+    for reduction in ("sum", "mean"):
+        m.cell.reduction = reduction
+        loss = m.loss(packed, labels=labels)
+        got = torch.autograd.grad(loss, list(m.parameters()))
+        h = m(packed)[0]
+        ref = head_loss(h, m.head.weight, m.head.bias, labels, reduction)
+        want = torch.autograd.grad(ref, list(m.parameters()))
+        close(loss.detach(), ref.detach(), f"{reduction} loss")
+        for (name, _), a, b in zip(m.named_parameters(), got, want):
+            close(a, b, f"{reduction} gradient of {name}")
+
+
 def test_no_labels_and_empty_batch_give_zero():
     m = tree_module()
     for packed, labels in ((sst_batch(), None), (edbatch.pack_sst([], {}), None)):
