@@ -21,9 +21,10 @@ without a word embeds zeros; lattice: each arc kind's table in its arc cell), so
 update happens in the engine call as well and the step has no autograd at all.
 
 The implementations run round-robin, one step each per repetition (--steps-per-sync N: N
-steps, then a wait for the device), so machine noise hits them alike; each row gives the median, p10 and p90 over the repetitions and the ratio of its median to
-edbatch's (user cells) from the same run. Plans (packing, level schedules) are made once per
-mini-batch outside the timed step. Every implementation updates with torch_models.sgd_update.
+steps, then a wait for the device), so machine noise hits them alike; each row gives the median,
+p10 and p90 over the repetitions and the ratio of its median to edbatch's (user cells) from the
+same run. Plans (packing, level schedules) are made once per mini-batch outside the timed step.
+Every implementation updates with torch_models.sgd_update.
 Before timing, the first mini-batch's loss is compared across implementations.
 
     /usr/bin/python3 bench/bench_user_cells.py [--models childsum,lattice --batch 32 --hidden 128
