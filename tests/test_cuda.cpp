@@ -195,6 +195,15 @@ const std::vector<OpCase> kOps = {
      [](OpGraph&, const std::vector<Expr>& a, uint32_t i) {
        return i % 3 == 0 ? sum({a[0]}) : i % 3 == 1 ? sum({a[0], a[2]}) : sum({a[2], a[1], a[0]});
      }},
+    // Nodes of two elements summing 100 and 70 arguments (a warp per element) beside a node
+    // summing 3, in one batch.
+    {"ragged sum of many small arguments", std::vector<Dim>(100, Dim{2, 1}),
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t i) {
+       if (i % 3 == 1) return sum({a[5], a[0], a[99]});
+       std::vector<Expr> xs(a.rbegin(), a.rend());
+       if (i % 3 == 2) xs.resize(70);
+       return sum(xs);
+     }},
     {"concat",
      {Dim{5, 3}, Dim{1, 3}, Dim{7, 3}},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {

@@ -39,7 +39,7 @@ struct StepDesc {
   uint32_t aux_begin;                     // into DeviceView::aux
   uint32_t table;                         // Lookup: float offset of the table in params/grads
   uint32_t arg_rows;  // Pick, PickNegLogSoftmax, SliceRows, MaxIndex: argument rows
-  uint32_t attr;                          // SliceRows: first row; Dropout: keep threshold
+  uint32_t attr;      // SliceRows: first row; Dropout: keep threshold; Sum: 1 when wide (wide_sum)
   float alpha, beta;                      // Node::alpha, beta
   uint32_t concat_rows[8];                // Concat: rows of each argument
   uint32_t cache_begin;                   // its operands' place in the group's shared cache
@@ -54,12 +54,20 @@ EDBATCH_HD constexpr bool column_op(Op op) {
   return op == Op::Softmax || op == Op::LogSoftmax || op == Op::LayerNorm || op == Op::MaxIndex ||
          op == Op::PickNegLogSoftmax || op == Op::ColumnSum;
 }
+// A sum over ragged arguments whose nodes have few elements and some node many arguments (a
+// loss summed over thousands of nodes) gives each element a warp, whose lanes take every 32nd
+// argument (StepDesc::attr = 1): one thread per element would add them one after another.
+constexpr uint32_t kWideSumMaxSize = 4, kWideSumMinArgs = 64;
+EDBATCH_HD inline bool wide_sum(const StepDesc& s) {
+  return static_cast<Op>(s.op) == Op::Sum && s.attr != 0;
+}
 // Items (threads) a step gives each node: one per element, one for a pick, a warp per
-// column for the column reductions.
+// column for the column reductions and per element for a wide sum.
 EDBATCH_HD inline uint32_t items_per_node(const StepDesc& s) {
   const Op op = static_cast<Op>(s.op);
   if (op == Op::Pick) return 1;
   if (column_op(op)) return kColumnThreads * (s.out_size / s.rows);
+  if (wide_sum(s)) return kColumnThreads * s.out_size;
   return s.out_size;
 }
 

@@ -302,6 +302,28 @@ __device__ void column_backward(const DeviceView& d, const Ops& ops, const StepD
   }
 }
 
+// A wide sum (wide_sum, device.h): element r / 32 of node v, lane r % 32 of its warp taking
+// arguments lane, lane + 32, ... of the node's CSR row. Forward reduces across the warp; backward
+// adds the element's adjoint to each argument's.
+__device__ void wide_sum_item(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
+                              uint32_t r, bool forward) {
+  const uint32_t e = r / kWarp, lane = r % kWarp;
+  const uint32_t* rows = d.index + slot(ops, s, 0).index_begin;
+  const uint32_t* offs = rows + s.count + 1;
+  const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size + e;
+  if (forward) {
+    float acc = 0;
+    for (uint32_t q = rows[v] + lane; q < rows[v + 1]; q += kWarp) acc += d.values[offs[q] + e];
+    acc = warp_sum(acc);
+    if (lane == 0) d.values[out] = acc;
+    return;
+  }
+  const float dy = load_adjoint(d.adjoints + out);
+  if (dy == 0.0f) return;
+  for (uint32_t q = rows[v] + lane; q < rows[v + 1]; q += kWarp)
+    atomicAdd(d.adjoints + offs[q] + e, dy);
+}
+
 // Element r of node v.
 __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc& s, uint32_t v,
                              uint32_t r) {
@@ -309,6 +331,10 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
   const Op op = static_cast<Op>(s.op);
   if (column_op(op)) {
     column_forward(d, ops, s, v, r);
+    return;
+  }
+  if (wide_sum(s)) {
+    wide_sum_item(d, ops, s, v, r, true);
     return;
   }
   switch (op) {
@@ -410,6 +436,10 @@ __device__ void backward_item(const DeviceView& d, const Ops& ops, const StepDes
   const Op op = static_cast<Op>(s.op);
   if (column_op(op)) {  // every lane of the warp, whatever its adjoints
     column_backward(d, ops, s, v, r);
+    return;
+  }
+  if (wide_sum(s)) {
+    wide_sum_item(d, ops, s, v, r, false);
     return;
   }
   const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size;
