@@ -28,6 +28,7 @@ CallArgs program_args(const std::string& program, const c10::Device& device, int
   a.options.device = device.is_cuda() ? "cuda" : "cpu";
   a.device_index = device.is_cuda() ? device.index() : -1;
   a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
+  a.options.plan_cache_bytes = static_cast<size_t>(plan_cache_bytes());
   return a;
 }
 

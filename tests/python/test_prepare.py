@@ -273,12 +273,29 @@ def test_prefetching_reuses_runners():
     assert made[1] == made[2] and made[0] >= 1
 
 
-def test_plan_cache_budget():
-    """A structure seen twice before runs on a reused plan (counted by plan_cache_stats) with
-    bitwise the same outputs and gradients; set_plan_cache(0) makes new engines plan every call."""
-    torch.manual_seed(0)
+def built_in_cell():
     model = edbatch.nn.TreeLSTM(50, 5, H, threads=1)
     p = structures("tree_lstm", 77)[0]
+    return model, lambda: model(p)
+
+
+def user_cell():
+    import cells
+    import structures as user_structures
+    model = edbatch.nn.Propagate(cells.LSTMCell(9, 5), cells.GateEdge(9, 5), state_size=(9, 9),
+                                 threads=1)
+    p = user_structures.packed("trees", 44, edge_inputs="parent")
+    x = torch.randn(p.input_ids.numel(), 5)
+    return model, lambda: model(p, x=x)
+
+
+@pytest.mark.parametrize("make", [built_in_cell, user_cell], ids=["built-in", "user"])
+def test_plan_cache_budget(make):
+    """A structure seen twice before runs on a reused plan (counted by plan_cache_stats) with
+    bitwise the same outputs and gradients; set_plan_cache(0) makes new engines plan every call,
+    built-in and user cells alike."""
+    torch.manual_seed(0)
+    model, call = make()
     previous = edbatch.set_plan_cache(64)
     try:
         results = {}
@@ -289,7 +306,7 @@ def test_plan_cache_budget():
             steps = []
             for _ in range(4):
                 model.zero_grad()
-                h, c = model(p)
+                h, c = call()
                 (h.sum() + 2 * c.sum()).backward()
                 steps.append((h.detach(), [w.grad.clone() for w in model.parameters()]))
             results[budget] = (steps, edbatch.plan_cache_stats()["plans_reused"] - before)
