@@ -9,7 +9,9 @@ same run. One JSON line per result on stdout, a table on stderr. Structure packi
 level plans (hand-batched) are made once per mini-batch, outside the timed step. edbatch runs
 twice: plain (graph build, scheduling and planning inside the step) and edbatch-prefetch, whose
 step starts edbatch.prepare on the next mini-batch first (that host work then overlaps the step,
-on a worker thread), as edbatch.prefetch does in a training loop. edbatch-loss and
+on a worker thread), as edbatch.prefetch does in a training loop: an untimed step before each
+timed one starts its preparation, and an untimed step after it takes the one it started, so the
+preparation overlaps exactly one step, as in a loop, and no plain step finds one. edbatch-loss and
 edbatch-loss-prefetch run the same steps with the loss head inside the engine (the modules'
 classes= option and loss()), where the others compute it in PyTorch from the returned states.
 edbatch-step and edbatch-step-prefetch run the whole step in one engine call with no autograd
@@ -29,7 +31,6 @@ buffers would be touched page by page again every step.
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -65,6 +66,38 @@ def sync(device):
 
 
 # ---- data and weights shared by every implementation ----
+
+class Prefetching:
+    """A training step on mini-batch i that first starts module.prepare on mini-batch i + depth,
+    as edbatch.prefetch(..., depth=depth) does in a training loop. Run it as a loop does:
+    lead_in() before a block of timed steps, drain() after it."""
+
+    def __init__(self, module, step, packs, depth=1):
+        self.module, self.step, self.packs, self.depth = module, step, packs, depth
+
+    def __call__(self, i, prepare=True):
+        i %= len(self.packs)
+        if prepare:
+            self.module.prepare(self.packs[(i + self.depth) % len(self.packs)])
+        return self.step(i)
+
+
+def lead_in(step, first, run):
+    """Untimed steps first - depth .. first - 1 of a Prefetching step (run(step, i, prepare)
+    runs one), which start the preparations of timed steps first, first + 1, ...: each timed
+    step's mini-batch is then prepared exactly `depth` steps before it, as in a training loop
+    (never during other implementations' steps)."""
+    for i in range(first - getattr(step, "depth", 0), first):
+        run(step, i, True)
+
+
+def drain(step, end, run):
+    """Untimed steps end .. end + depth - 1 of a Prefetching step, preparing nothing: they take
+    the preparations the timed steps left, so that no other implementation of the same module
+    finds one."""
+    for i in range(end, end + getattr(step, "depth", 0)):
+        run(step, i, False)
+
 
 def tree_data(args, tmp):
     lines = synthetic_sst(args.batch * args.batches, vocab_size=args.vocab, seed=args.seed)
@@ -259,17 +292,17 @@ def main():
             def prefetched(module, step):
                 # The next mini-batch's host work (edbatch.prepare) overlaps this step, as
                 # edbatch.prefetch does in a training loop.
-                def run(i):
-                    module.prepare(packs[(i + 1) % len(packs)])
-                    return step(packs[i])
-                return run
+                return Prefetching(module, lambda i: step(packs[i]), packs)
 
-            # A prefetching step runs before its plain twin in each repetition: it takes the
-            # mini-batch prepared in the repetition before, so the plain step never finds one
-            # prepared. The -loss steps run the loss head inside the engine (Ours.mh), the -step
-            # ones the whole step; both prefetching steps of Ours.mh run before its plain ones, so
-            # each takes one of the two preparations of its mini-batch and the plain ones find
-            # none.
+            def run(step, i, prepare):
+                if isinstance(step, Prefetching):
+                    return step(i, prepare)
+                return step(i)
+
+            # A prefetching step's timed step takes the mini-batch its untimed lead-in step
+            # prepared, and its untimed drain step takes what the timed one prepared, so no
+            # plain step finds one prepared. The -loss steps run the loss head inside the engine
+            # (Ours.mh), the -step ones the whole step.
             impls = {
                 "edbatch-prefetch": prefetched(ours.m, ours.step),
                 "edbatch": lambda i: ours.step(packs[i]),
@@ -295,6 +328,7 @@ def main():
                     if name == "node-by-node" and rep >= args.warmup + args.eager_reps:
                         continue
                     i = rep % len(packs)
+                    lead_in(step, i, run)
                     sync(device)
                     t0 = time.perf_counter()
                     loss = step(i).detach()
@@ -302,6 +336,7 @@ def main():
                     if rep >= args.warmup:
                         times[name].append((time.perf_counter() - t0) * 1e3)
                     last[name] = loss
+                    drain(step, i + 1, run)
             if args.profile:
                 profile(ours, packs, device, args.profile, model)
             nodes = statistics.mean(p.num_nodes for p in packs)

@@ -18,12 +18,18 @@ through autograd and the same update as everywhere. For lattice, edbatch-step an
 edbatch-step-prefetch do the same with the built-in module's output layer as the loss head.
 edbatch-step-ids(-prefetch) run the same cells embedding their ids inside (Child-Sum: a node
 without a word embeds zeros; lattice: each arc kind's table in its arc cell), so the tables'
-update happens in the engine call as well and the step has no autograd at all.
+update happens in the engine call as well and the step has no autograd at all;
+edbatch-step-ids-prefetch2 prepares two mini-batches ahead (edbatch.prefetch's depth=2: two
+workers prepare side by side, for mini-batches whose preparation takes longer than a step).
 
 The implementations run round-robin, one step each per repetition (--steps-per-sync N: N
 steps, then a wait for the device), so machine noise hits them alike; each row gives the median,
 p10 and p90 over the repetitions and the ratio of its median to edbatch's (user cells) from the
-same run. Plans (packing, level schedules) are made once per mini-batch outside the timed step.
+same run. A prefetching implementation's timed steps come after `depth` untimed steps that start
+their preparations and before `depth` that take the last ones, so each timed step's mini-batch was
+prepared exactly `depth` steps earlier, as in a training loop, and no other implementation finds
+a preparation. Plans (packing, level schedules) are made once per mini-batch outside the timed
+step.
 Every implementation updates with torch_models.sgd_update.
 Before timing, the first mini-batch's loss is compared across implementations.
 
@@ -49,15 +55,11 @@ import user_cell_models as ucm  # noqa: E402
 edbatch = ext.edbatch
 
 
-def prefetched(prop, loss_of, packs):
-    """The user cells' step with the next mini-batch's host work (Propagate.prepare) started
-    first, overlapping this step, as edbatch.prefetch does in a training loop. It runs first in
-    each repetition, so it takes the mini-batch prepared in the repetition before, and the plain
-    edbatch step never finds one prepared."""
-    def step(i):
-        prop.prepare(packs[(i + 1) % len(packs)])
-        return loss_of(i)
-    return step
+def prefetched(prop, loss_of, packs, depth=1):
+    """The user cells' step with the host work (Propagate.prepare) of the mini-batch `depth`
+    steps later started first, overlapping this step, as edbatch.prefetch(..., depth=depth) does
+    in a training loop (timed as a loop runs it: see bench_torch_ext.lead_in)."""
+    return ext.Prefetching(prop, loss_of, packs, depth)
 
 
 class Whole:
@@ -66,6 +68,7 @@ class Whole:
 
     def __init__(self, step, loss_of):
         self.step, self.loss_of = step, loss_of
+        self.depth = getattr(step, "depth", 0)
 
     def __call__(self, i):
         return self.loss_of(i)
@@ -118,11 +121,12 @@ def childsum_impls(args, device, drop_grads):
         return prop_ids.loss_step(packs[i], ids=packs[i].input_ids, lr=args.lr)
 
     losses = {"edbatch-prefetch": prefetched(prop, ours, packs), "edbatch": ours,
-              # Both prefetching steps of prop_loss run before its plain ones: each takes one
-              # of the two preparations of its mini-batch made in the repetition before, and
-              # the plain steps find none left.
+              # Each prefetching step is timed with its lead-in and drain steps around it
+              # (time_model), so no other step of the same module finds a preparation.
               "edbatch-loss-prefetch": prefetched(prop_loss, ours_loss, packs),
               "edbatch-step-prefetch": Whole(prefetched(prop_loss, ours_step, packs), ours_loss),
+              "edbatch-step-ids-prefetch2": Whole(prefetched(prop_ids, ours_ids_step, packs, 2),
+                                                  ours_ids_loss),
               "edbatch-step-ids-prefetch": Whole(prefetched(prop_ids, ours_ids_step, packs),
                                                  ours_ids_loss),
               "edbatch-loss": ours_loss,
@@ -173,6 +177,8 @@ def lattice_impls(args, device, drop_grads, tmp):
 
     losses = {"edbatch-prefetch": prefetched(prop, user, packs), "edbatch": user,
               "edbatch-step-prefetch": Whole(prefetched(prop_loss, user_step, packs), user_loss),
+              "edbatch-step-ids-prefetch2": Whole(prefetched(prop_ids, user_ids_step, packs, 2),
+                                                  user_ids_loss),
               "edbatch-step-ids-prefetch": Whole(prefetched(prop_ids, user_ids_step, packs),
                                                  user_ids_loss),
               "edbatch-step": Whole(user_step, user_loss),
@@ -184,8 +190,22 @@ def lattice_impls(args, device, drop_grads, tmp):
 
 
 def time_model(name, losses, params, packs, args, device, drop_grads):
-    with torch.no_grad():
-        check = {k: f(0).item() for k, f in losses.items()}
+    def one_step(loss_of, i, prepare=True):
+        """One training step of mini-batch i; the loss, detached."""
+        if isinstance(loss_of, Whole):
+            loss = (loss_of.step(i, prepare) if loss_of.depth else loss_of.step(i))
+        else:
+            loss = loss_of(i, prepare) if isinstance(loss_of, ext.Prefetching) else loss_of(i)
+            loss.backward()
+            torch_models.sgd_update([p for p in params if p.grad is not None], args.lr,
+                                    drop_grads)
+        # Its autograd graph goes within its own step: kept, the next implementation's step
+        # would free it (60-80 ms for node by node's at B = 128).
+        return loss.detach()
+
+    with torch.no_grad():  # no preparation left behind
+        check = {k: (f.step(0) if isinstance(f, ext.Prefetching) else f(0)).item()
+                 for k, f in losses.items()}
     print(f"{name}: first mini-batch loss " + ", ".join(f"{k} {v:.4f}" for k, v in check.items()),
           file=sys.stderr)
     times = {k: [] for k in losses}
@@ -194,25 +214,17 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
         for impl, loss_of in losses.items():
             if impl == "node-by-node" and rep >= args.warmup + args.eager_reps:
                 continue
+            first = rep * args.steps_per_sync
+            ext.lead_in(loss_of, first, one_step)
             ext.sync(device)
             t0 = time.perf_counter()
-            for s in range(args.steps_per_sync):
-                i = (rep * args.steps_per_sync + s) % len(packs)
-                if isinstance(loss_of, Whole):
-                    loss = loss_of.step(i)
-                else:
-                    loss = loss_of(i)
-                    loss.backward()
-                    torch_models.sgd_update([p for p in params if p.grad is not None], args.lr,
-                                            drop_grads)
-                # Its autograd graph goes within its own step: kept, the next implementation's
-                # step would free it (60-80 ms for node by node's at B = 128).
-                value = loss.detach()
-                del loss
+            for i in range(first, first + args.steps_per_sync):
+                value = one_step(loss_of, i % len(packs))
             ext.sync(device)
             if rep >= args.warmup:
                 times[impl].append((time.perf_counter() - t0) * 1e3 / args.steps_per_sync)
             last[impl] = value
+            ext.drain(loss_of, first + args.steps_per_sync, one_step)
     base = statistics.median(times["edbatch"])
     base_prefetch = statistics.median(times["edbatch-prefetch"])
     nodes = statistics.mean(p.num_nodes for p in packs)

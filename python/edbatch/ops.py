@@ -1,6 +1,8 @@
 """The op wrapper: checks arguments (raising ValueError/TypeError with clear messages) and calls
 torch.ops.edbatch.run_cell, which has autograd."""
+import collections
 import functools
+import itertools
 
 import torch
 
@@ -140,21 +142,30 @@ def plan_cache_stats():
     return {"budget_mb": budget / (1 << 20), "plans_reused": reused}
 
 
-def prefetch(module, batches):
+def prefetch(module, batches, depth=1):
     """Yields the packed mini-batches of `batches` (an iterable), each after starting
-    module.prepare() on the one after it, so that its host work overlaps this one's step:
+    module.prepare() on the `depth` after it (default 1: the next), so that their host work
+    overlaps this one's step:
 
         for packed in edbatch.prefetch(model, loader):
             loss = loss_fn(model(packed.to(device)), packed)
             ...
+
+    A depth of 2 helps when preparing one mini-batch takes longer than a step (large
+    mini-batches on a GPU): two worker threads then prepare the next two side by side. At most 8
+    preparations wait at a time, so depth is 1 to 8.
     """
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 8:
+        raise ValueError(f"edbatch.prefetch: depth must be an integer from 1 to 8, got {depth!r}")
     it = iter(batches)
-    end = object()
-    upcoming = next(it, end)
-    while upcoming is not end:
-        current, upcoming = upcoming, next(it, end)
-        if upcoming is not end:
-            module.prepare(upcoming)
+    window = collections.deque(itertools.islice(it, depth))  # the current one, then prepared
+    for packed in itertools.islice(window, 1, None):
+        module.prepare(packed)
+    while window:
+        current = window.popleft()
+        for packed in itertools.islice(it, 1):
+            module.prepare(packed)
+            window.append(packed)
         yield current
 
 

@@ -271,9 +271,10 @@ void Runner::check_labels(const Packed& p, const char* fn) const {
 
 namespace {
 // The sum of many scalars as sums of chunks, then the sum of those: one Sum of every labelled
-// node's loss is one thread's serial loop on a GPU, and its backward that many atomic additions
-// in a row (about 0.4 ms of a step at a mini-batch of 128 trees). Chunks of about sqrt(n) (at
-// least 32) keep both levels short and parallel.
+// node's loss is one warp's loop on a GPU (each lane adding every 32nd: kernels/cuda/device.h's
+// wide_sum), and its backward that many atomic additions; it was one thread's before the wide
+// sum (about 0.4 ms of a step at a mini-batch of 128 trees). Chunks of about sqrt(n) (at least
+// 32) keep both levels short and parallel.
 Expr sum_in_chunks(const std::vector<Expr>& xs) {
   const size_t n = xs.size();
   size_t chunk = 32;

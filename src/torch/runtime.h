@@ -52,8 +52,10 @@ void* current_stream(const Tensor& t);
 
 // Idle runners by configuration: a call takes one and gives it back after its backward (or at
 // once without autograd), so concurrent graphs never share a runner. Runners prepared ahead for a
-// structure (prepare) wait here until a call with that structure takes them; one worker thread
-// does their preparation, in the order asked.
+// structure (prepare) wait here until a call with that structure takes them; worker threads do
+// their preparation, started in the order asked: one, and a second (kMaxWorkers) once a
+// preparation is queued while no worker is free (prefetching more than one mini-batch ahead, when
+// one preparation takes longer than a step). Preparations touch only their own runner.
 class RunnerPool {
  public:
   // Never destroyed: autograd graphs that outlive static destruction still give runners back.
@@ -105,9 +107,9 @@ class RunnerPool {
     ++counts_[kPrepared];
     queue_.push_back(entry.get());
     prepared_.push_back(std::move(entry));
-    if (!worker_started_) {
+    if (free_workers_ < queue_.size() && workers_ < kMaxWorkers) {
       std::thread(&RunnerPool::work, this).detach();  // lives as long as the (leaked) pool
-      worker_started_ = true;
+      ++workers_;
     }
     work_.notify_one();
   }
@@ -128,7 +130,7 @@ class RunnerPool {
     std::unique_ptr<Runner> runner;
     bool done = false;
   };
-  static constexpr size_t kMaxPrepared = 8;
+  static constexpr size_t kMaxPrepared = 8, kMaxWorkers = 2;
 
   // An idle runner of configuration `a` (key k), or a new one (made outside the lock).
   std::unique_ptr<Runner> idle_or_new(const CallArgs& a, const std::string& k) {
@@ -147,12 +149,14 @@ class RunnerPool {
     return r;
   }
 
-  // The worker: prepares queued runners one by one. A failed preparation leaves the runner
+  // A worker: prepares queued runners one by one. A failed preparation leaves the runner
   // unprepared, so the call that takes it builds its graph and reports the error itself.
   void work() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
+      ++free_workers_;
       work_.wait(lock, [this] { return !queue_.empty(); });
+      --free_workers_;
       Prepared* e = queue_.front();
       queue_.pop_front();
       lock.unlock();
@@ -179,7 +183,7 @@ class RunnerPool {
   std::list<std::unique_ptr<Prepared>> prepared_;  // oldest first
   std::deque<Prepared*> queue_;                    // waiting for the worker
   std::condition_variable work_, done_;
-  bool worker_started_ = false;
+  size_t workers_ = 0, free_workers_ = 0;  // started, and waiting for work
   int64_t counts_[kCounts] = {};
 };
 

@@ -127,7 +127,10 @@ def test_more_prepared_than_kept():
     assert counts()["used"] == before["used"] + 8
 
 
-def test_prefetch_with_a_module():
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_prefetch_with_a_module(depth):
+    """Prefetching 1, 2 or 3 ahead (two workers preparing side by side): the same outputs, and
+    every mini-batch after the first served prepared."""
     torch.manual_seed(0)
     model = edbatch.nn.TreeLSTM(50, 5, H, threads=1)
     packs = [structures("tree_lstm", 40 + i)[0] for i in range(4)]
@@ -135,7 +138,7 @@ def test_prefetch_with_a_module():
         want = [model(p)[0] for p in packs]
     before = counts()
     seen = []
-    for p in edbatch.prefetch(model, packs):
+    for p in edbatch.prefetch(model, packs, depth=depth):
         h, c = model(p)
         (h.sum() + c.sum()).backward()
         seen.append(h.detach())
@@ -144,6 +147,25 @@ def test_prefetch_with_a_module():
         assert torch.equal(a, b)
     assert counts()["used"] == before["used"] + 3  # every mini-batch after the first
     assert list(edbatch.prefetch(model, [])) == []
+
+
+def test_prefetch_order_and_depth():
+    """prefetch prepares `depth` mini-batches ahead of the one it yields, each once, in order."""
+    log = []
+
+    class Recorder:
+        def prepare(self, packed):
+            log.append(("prepare", packed))
+
+    for depth, want in [(1, "p1 s0 p2 s1 p3 s2 s3"), (2, "p1 p2 s0 p3 s1 s2 s3"),
+                        (8, "p1 p2 p3 s0 s1 s2 s3")]:
+        log.clear()
+        for b in edbatch.prefetch(Recorder(), range(4), depth=depth):
+            log.append(("step", b))
+        assert " ".join(f"{k[0]}{b}" for k, b in log) == want
+    for bad in (0, 9, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="depth must be an integer from 1 to 8"):
+            list(edbatch.prefetch(Recorder(), range(3), depth=bad))
 
 
 def test_host_profile_is_printed_at_exit():
@@ -251,10 +273,11 @@ def test_propagate_prepare_with_ids():
                                                               packed.input_ids)
 
 
-def test_prefetching_reuses_runners():
-    """A training loop that prefetches over a few mini-batches reaches a steady set of runners
-    (each an engine, on a GPU with its own stream and arenas): none is made after the first
-    round."""
+@pytest.mark.parametrize("depth", [1, 2])
+def test_prefetching_reuses_runners(depth):
+    """A training loop that prefetches over a few mini-batches (one or two ahead) reaches a
+    steady set of runners (each an engine, on a GPU with its own stream and arenas): none is
+    made after the first round; the outputs are those of calls not prepared."""
     if not edbatch.propagate.has_propagate_op():
         pytest.skip("the loaded extension has no propagate op")
     import cells
@@ -264,10 +287,13 @@ def test_prefetching_reuses_runners():
                                  threads=1)
     batches = [user_structures.packed("trees", s, edge_inputs="parent") for s in (41, 42, 43)]
     xs = [torch.randn(b.input_ids.numel(), 5) for b in batches]
+    with torch.no_grad():
+        want = [model(packed, x=x)[0] for packed, x in zip(batches, xs)]
     made = []
     for _ in range(3):
-        for i, packed in enumerate(edbatch.prefetch(model, batches)):
+        for i, packed in enumerate(edbatch.prefetch(model, batches, depth=depth)):
             h, c = model(packed, x=xs[i])
+            assert torch.equal(h, want[i])
             (h.sum() + c.sum()).backward()
         made.append(counts()["runners"])
     assert made[1] == made[2] and made[0] >= 1
