@@ -67,14 +67,7 @@ class CudaBackend : public Backend {
     phase.reset();
     Pass pass = new_pass(p, true);
     pass.first_batch = first_batch;
-    if (!take_prepared(p, pass)) {
-      {
-        Profiler::Phase encoding(profiler_, "(host: forward, encoding)");
-        encode(pass);
-      }
-      Profiler::Phase planning(profiler_, "(host: forward, launch plan)");
-      launches_.plan(pass, options_);
-    }
+    if (!take_prepared(p, pass)) encode_forward(pass, launches_);
     {
       Profiler::Phase uploading(profiler_, "(host: forward, uploading)");
       uploads_.forward(p, pass, launches_, arenas_, params_.mirror());
@@ -91,8 +84,7 @@ class CudaBackend : public Backend {
     Pass& pass = prepared_.pass;
     pass = new_pass(p, true);
     pass.first_batch = first_forward_batch(p);
-    encode(pass);
-    prepared_.launches.plan(pass, options_);
+    encode_forward(pass, prepared_.launches);
     pass.p = nullptr;  // p is the caller's; forward's takes its place
     prepared_.graph = &p.graph;
     prepared_.generation = p.graph.generation();
@@ -227,6 +219,17 @@ class CudaBackend : public Backend {
 
  private:
   CudaBackend& self() const { return const_cast<CudaBackend&>(*this); }
+
+  // Encodes a forward pass and makes its launch plan into `launches` (forward's own, or the
+  // plan kept with a prepared pass).
+  void encode_forward(Pass& pass, LaunchPlan& launches) {
+    {
+      Profiler::Phase encoding(profiler_, "(host: forward, encoding)");
+      encode(pass);
+    }
+    Profiler::Phase planning(profiler_, "(host: forward, launch plan)");
+    launches.plan(pass, options_);
+  }
 
   Pass new_pass(const PlanRef& p, bool forward) {
     const ParamMirror& m = params_.mirror();
