@@ -16,7 +16,9 @@ edbatch-loss-prefetch run the same steps with the loss head inside the engine (t
 classes= option and loss()), where the others compute it in PyTorch from the returned states.
 edbatch-step and edbatch-step-prefetch run the whole step in one engine call with no autograd
 graph (loss_step(packed, lr=...): the loss, its backward and the SGD update of every parameter,
-the embeddings' rows included).
+the embeddings' rows included); edbatch-step-prefetch2 prepares two mini-batches ahead
+(edbatch.prefetch's depth=2, with two untimed lead-in and drain steps), for mini-batches whose
+preparation takes longer than a step.
 
 Both implementations update their parameters with the same code (torch_models.sgd_update: one
 multi-tensor add over the parameters with gradients, p -= lr * grad; --lr, default 1e-3).
@@ -289,10 +291,10 @@ def main():
                 ref.sgd_step(args.lr, drop_grads)
                 return loss
 
-            def prefetched(module, step):
-                # The next mini-batch's host work (edbatch.prepare) overlaps this step, as
-                # edbatch.prefetch does in a training loop.
-                return Prefetching(module, lambda i: step(packs[i]), packs)
+            def prefetched(module, step, depth=1):
+                # The host work (edbatch.prepare) of the mini-batch `depth` steps later overlaps
+                # this step, as edbatch.prefetch(..., depth=depth) does in a training loop.
+                return Prefetching(module, lambda i: step(packs[i]), packs, depth)
 
             def run(step, i, prepare):
                 if isinstance(step, Prefetching):
@@ -308,6 +310,7 @@ def main():
                 "edbatch": lambda i: ours.step(packs[i]),
                 "edbatch-loss-prefetch": prefetched(ours.mh, ours.step_in_engine),
                 "edbatch-step-prefetch": prefetched(ours.mh, ours.whole_step_in_engine),
+                "edbatch-step-prefetch2": prefetched(ours.mh, ours.whole_step_in_engine, 2),
                 "edbatch-loss": lambda i: ours.step_in_engine(packs[i]),
                 "edbatch-step": lambda i: ours.whole_step_in_engine(packs[i]),
                 "hand-batched": lambda i: ref_step(lambda: ref.batched_losses(groups[i], plans[i])),
@@ -355,10 +358,10 @@ def main():
                        "last_loss": round(float(last[name]), 4), "lr": args.lr}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print(f"\n{'model':<13} {'impl':<21} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
+    print(f"\n{'model':<13} {'impl':<22} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
           f"{'x prefetch':>10}", file=sys.stderr)
     for r in rows:
-        print(f"{r['model']:<13} {r['impl']:<21} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
+        print(f"{r['model']:<13} {r['impl']:<22} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
               f"{r['p90_ms']:>9.2f} {r['ratio_to_edbatch']:>9.2f} "
               f"{r['ratio_to_edbatch_prefetch']:>10.2f}", file=sys.stderr)
 

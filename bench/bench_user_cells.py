@@ -289,10 +289,10 @@ def main():
             else:
                 ap.error(f"unknown model {name!r} (childsum, lattice)")
             rows += time_model(name, losses, params, packs, args, device, drop_grads)
-    print(f"\n{'model':<9} {'impl':<25} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
+    print(f"\n{'model':<9} {'impl':<27} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
           f"{'x prefetch':>10}", file=sys.stderr)
     for r in rows:
-        print(f"{r['model']:<9} {r['impl']:<25} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
+        print(f"{r['model']:<9} {r['impl']:<27} {r['median_ms']:>10.2f} {r['p10_ms']:>9.2f} "
               f"{r['p90_ms']:>9.2f} {r['ratio_to_edbatch']:>9.2f} "
               f"{r['ratio_to_edbatch_prefetch']:>10.2f}", file=sys.stderr)
 
