@@ -113,3 +113,35 @@ def test_cells_embedding_ids_on_cuda(kind):
         got[device] = [o.detach().cpu() for o in out] + [p.grad.cpu() for p in m.parameters()]
     for a, b in zip(got["cuda"], got["cpu"]):
         torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-4 * scale(b))
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_prefetching_on_cuda(depth):
+    """A training loop prefetching one or three mini-batches ahead on the GPU (with three, two
+    workers encode forward passes on their runners' streams side by side): every step's outputs
+    and gradients equal those of the CPU module taking the same steps, and every mini-batch after
+    the first was served prepared."""
+    torch.manual_seed(11)
+    model = edbatch.nn.Propagate(cells.LSTMCell(9, D), cells.GateEdge(9, D), state_size=(9, 9))
+    batches = [structures.packed("trees", s, edge_inputs="parent") for s in range(50, 56)]
+    xs = [torch.randn(b.input_ids.numel(), D) for b in batches]
+    got = {}
+    for device in ("cpu", "cuda"):
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+        moved = [b.to(device) for b in batches]
+        with torch.no_grad():  # prepare() takes x's size and device from the last forward
+            m(moved[0], x=xs[0].to(device))
+        before = edbatch.prepare_stats()["used"]
+        steps = []
+        for i, packed in enumerate(edbatch.prefetch(m, moved, depth=depth)):
+            opt.zero_grad()
+            h, c = m(packed, x=xs[i].to(device))
+            (h.sum() + 2 * c.sum()).backward()
+            steps.append([h.detach().cpu()] + [p.grad.cpu() for p in m.parameters()])
+            opt.step()
+        assert edbatch.prepare_stats()["used"] - before == len(batches) - 1
+        got[device] = steps
+    for step_cuda, step_cpu in zip(got["cuda"], got["cpu"]):
+        for a, b in zip(step_cuda, step_cpu):
+            torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-4 * scale(b))
