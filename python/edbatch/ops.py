@@ -116,9 +116,10 @@ def prepare_stats():
     """Counts of prepare() over the process: {"prepared", "used" (by a matching call), "failed"
     (a bad structure; its call raised), "dropped" (more than 8 waited), "runners" (made for
     calls and preparations: each holds an engine, on a GPU with its own stream and arenas, so
-    a count that keeps growing means calls pay for new ones), "waiting" (now)}."""
+    a count that keeps growing means calls pay for new ones), "waiting" (now), "workers" (threads
+    preparing: a second starts when a preparation waits while the first is busy)}."""
     _lib.load()
-    return dict(zip(("prepared", "used", "failed", "dropped", "runners", "waiting"),
+    return dict(zip(("prepared", "used", "failed", "dropped", "runners", "waiting", "workers"),
                     torch.ops.edbatch.prepare_counts()))
 
 

@@ -115,12 +115,14 @@ class RunnerPool {
   }
 
   // Preparations asked for, used by a call, failed (bad structure), dropped unused, runners made
-  // (each with its engine: on a GPU its stream, cuBLAS handle and arenas); then how many wait now.
+  // (each with its engine: on a GPU its stream, cuBLAS handle and arenas); then how many wait now
+  // and the worker threads started.
   enum Count { kPrepared, kUsed, kFailed, kDropped, kRunners, kCounts };
   std::vector<int64_t> counts() {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<int64_t> c(counts_, counts_ + kCounts);
     c.push_back(static_cast<int64_t>(prepared_.size()));
+    c.push_back(static_cast<int64_t>(workers_));
     return c;
   }
 
