@@ -199,7 +199,8 @@ class Runner:
 def check_train_step(args, impl, path):
     """One SGD step on the whole data set as one mini-batch (the sum of its losses, lr / size),
     from --weights; the result must equal the weights `edbatch run --train --clip 0 --iters 1
-    --warmup 0 --batch <size>` saved in `path` (no clipping: plain SGD). Checks the gradients of the whole model."""
+    --warmup 0 --batch <size>` saved in `path` (no clipping: plain SGD). Checks the gradients of
+    the whole model."""
     cls, reader = torch_models.MODELS[args.model]
     data = reader(args.data, args.vocab_size)
     start = torch_models.read_safetensors(args.weights)

@@ -8,7 +8,8 @@ call runs a graph and plan made on the worker thread, with x written into it on 
 an empty batch. Exits 1 on a mismatch beyond float32 tolerance,
 2 when no GPU is usable.
 
-    python3 bench/torch_ext_cuda_check.py     # EDBATCH_LIBRARY=path/libedbatch_torch.so if not installed
+    python3 bench/torch_ext_cuda_check.py
+    # (EDBATCH_LIBRARY=path/libedbatch_torch.so if not installed)
 """
 import random
 import sys
@@ -96,9 +97,9 @@ def main():
     bad = 0
     side = torch.cuda.Stream()
     for name, make, packed in structures():
-        for what, steps, stream, prepare in (("", 1, None, False), (", side stream", 1, side, False),
-                                             (", 3 SGD steps", 3, None, False),
-                                             (", 3 SGD steps prepared ahead", 3, None, True)):
+        runs = (("", 1, None, False), (", side stream", 1, side, False),
+                (", 3 SGD steps", 3, None, False), (", 3 SGD steps prepared ahead", 3, None, True))
+        for what, steps, stream, prepare in runs:
             out_gpu, g_gpu, w_gpu = run(make, packed, "cuda", 7, steps, stream, prepare)
             out_cpu, g_cpu, w_cpu = run(make, packed, "cpu", 7, steps)
             torch.cuda.synchronize()

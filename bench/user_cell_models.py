@@ -119,8 +119,9 @@ class ChildSumBatched:
             kids.append(torch.tensor(kid, dtype=torch.long, device=self.device))
             parents.append(torch.tensor(par, dtype=torch.long, device=self.device))
             start += m
-        rows = packed.node_inputs[torch.tensor(order, dtype=torch.long)] if n else packed.node_inputs
-        labels = packed.labels[torch.tensor(order, dtype=torch.long)] if n else packed.labels
+        index = torch.tensor(order, dtype=torch.long)
+        rows = packed.node_inputs[index] if n else packed.node_inputs
+        labels = packed.labels[index] if n else packed.labels
         return (rows.to(self.device), labels.to(self.device), counts, kids, parents)
 
     def loss(self, packed, plan):

@@ -85,6 +85,14 @@ uint64_t gather_bytes(const Graph& g, const Node& first, uint32_t slot, const Op
   return static_cast<uint64_t>(count) * xd.size() * sizeof(float);
 }
 
+uint32_t MemoryPlan::max_ragged_args(const BatchPlan& b) const {
+  if (b.operand_count == 0 || operands[b.operand_begin].mode != OperandMode::Ragged) return 0;
+  const uint32_t* rows = index.data() + operands[b.operand_begin].index_begin;
+  uint32_t most = 0;
+  for (uint32_t v = 0; v < b.count; ++v) most = std::max(most, rows[v + 1] - rows[v]);
+  return most;
+}
+
 namespace {
 
 const BlockPlan& block_plan(const Graph& g, const Node& call) {

@@ -227,6 +227,10 @@ void check_modes(Graph& g, const Engine& e, const Built& bt, const std::vector<L
   if (g.types().is_ragged(first.type)) {
     REQUIRE(bp.operand_count == 1);
     CHECK(ops[0].mode == OperandMode::Ragged);
+    uint32_t most = 0;
+    for (uint32_t i = 0; i < bp.count; ++i)
+      most = std::max(most, g.node(s.nodes[s.batches[b].begin + i]).num_args);
+    CHECK(e.plan().max_ragged_args(bp) == most);
   } else if (first.num_args == layouts.size()) {
     REQUIRE(bp.operand_count == layouts.size());
     for (size_t j = 0; j < layouts.size(); ++j) {

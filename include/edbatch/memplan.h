@@ -80,6 +80,9 @@ struct MemoryPlan {
   double layout_ms = 0;  // ordering batch members for their consumers (outer planning)
 
   void clear();
+  // The most arguments a node of batch `b` reads through its Ragged first operand (0 when that
+  // operand is not ragged).
+  uint32_t max_ragged_args(const BatchPlan& b) const;
 };
 
 struct PlanOptions {

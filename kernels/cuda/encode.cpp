@@ -128,18 +128,6 @@ class Encoder {
     }
   }
 
-  // A sum over ragged arguments to run wide (wide_sum, device.h): small nodes, one of which has
-  // many arguments.
-  bool wide(const BatchPlan& sp) const {
-    if (sp.out_size > kWideSumMaxSize || sp.operand_count == 0) return false;
-    const Operand& o = plan_.operands[sp.operand_begin];
-    if (o.mode != OperandMode::Ragged) return false;
-    const uint32_t* rows = plan_.index.data() + o.index_begin;
-    for (uint32_t v = 0; v < sp.count; ++v)
-      if (rows[v + 1] - rows[v] >= kWideSumMinArgs) return true;
-    return false;
-  }
-
   Dim arg_dim(const Item& it, uint32_t j) const {
     return it.graph->node(it.graph->args(*it.first)[j]).dim;
   }
@@ -174,7 +162,8 @@ class Encoder {
       d.arg_rows = arg_dim(it, 0).rows;
     if (it.op == Op::SliceRows) d.attr = it.first->aux;
     if (it.op == Op::Dropout) d.attr = math::dropout_threshold(it.first->alpha);
-    if (it.op == Op::Sum) d.attr = wide(sp) ? 1 : 0;
+    if (it.op == Op::Sum)  // wide (device.h): small nodes, one of which has many arguments
+      d.attr = sp.out_size <= kWideSumMaxSize && plan_.max_ragged_args(sp) >= kWideSumMinArgs;
     if (it.op == Op::Concat) {
       if (sp.operand_count > kMaxConcatArgs)
         throw std::runtime_error("[cuda] concat of " + std::to_string(sp.operand_count) +
