@@ -24,11 +24,7 @@ CallArgs program_args(const std::string& program, const c10::Device& device, int
   a.config.cell = kProgramPrefix + program;
   a.config.hidden = 1;
   a.config.input_dim = static_cast<uint32_t>(input_dim);
-  a.options.policy = policy;
-  a.options.device = device.is_cuda() ? "cuda" : "cpu";
-  a.device_index = device.is_cuda() ? device.index() : -1;
-  a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
-  a.options.plan_cache_bytes = static_cast<size_t>(plan_cache_bytes());
+  set_run_options(a, device, policy, threads);
   return a;
 }
 

@@ -162,12 +162,17 @@ CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t i
               static_cast<uint32_t>(num_node_types),
               static_cast<uint32_t>(num_arc_types),
               {}};
+  set_run_options(a, device, policy, threads);
+  return a;
+}
+
+void set_run_options(CallArgs& a, const c10::Device& device, const std::string& policy,
+                     int64_t threads) {
   a.options.policy = policy;
   a.options.device = device.is_cuda() ? "cuda" : "cpu";
   a.device_index = device.is_cuda() ? device.index() : -1;
   a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
   a.options.plan_cache_bytes = static_cast<size_t>(plan_cache_budget.load());
-  return a;
 }
 
 void set_loss_head(CallArgs& a, const std::string& loss, int64_t classes) {

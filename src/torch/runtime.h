@@ -217,6 +217,10 @@ CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t i
 CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
                    int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
                    int64_t threads);
+// The engine options of a call on `device` (and which device), shared by built-in and user cells:
+// the batching policy, threads (0: torch's) and the plan cache budget set now (set_plan_cache).
+void set_run_options(CallArgs& a, const c10::Device& device, const std::string& policy,
+                     int64_t threads);
 // A loss head for the call (LossHead): `loss` "sum" or "mean" ("": none) over `classes` classes.
 void set_loss_head(CallArgs& a, const std::string& loss, int64_t classes);
 // The classes of the head whose weights end `weights` (the cell's, then the head's matrix and
