@@ -170,23 +170,52 @@ def test_prefetch_order_and_depth():
             list(edbatch.prefetch(Recorder(), range(3), depth=bad))
 
 
-def test_host_profile_is_printed_at_exit():
-    """EDBATCH_TORCH_PROFILE=1: the adapter's host time by phase, printed when the process ends."""
-    code = ("import torch, edbatch; m = edbatch.nn.TreeLSTM(50, 5, 7, threads=1); "
-            "p = edbatch.pack_trees([((1, 2), 3), 4]); m.prepare(p); h, c = m(p); "
-            "(h.sum() + c.sum()).backward()")
-    env = dict(os.environ, EDBATCH_TORCH_PROFILE="1")
+def _run_fresh(code, **env_vars):
+    """Runs `code` in a new Python process (a runner pool of its own) with `env_vars` set;
+    returns its completed process, checked to have succeeded."""
+    env = dict(os.environ, **env_vars)
     if env.get("EDBATCH_LIBRARY"):  # the checkout's package, as conftest.py uses
         env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "..",
                                                           "python"), env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_host_profile_is_printed_at_exit():
+    """EDBATCH_TORCH_PROFILE=1: the adapter's host time by phase, printed when the process ends."""
+    code = ("import torch, edbatch; m = edbatch.nn.TreeLSTM(50, 5, 7, threads=1); "
+            "p = edbatch.pack_trees([((1, 2), 3), 4]); m.prepare(p); h, c = m(p); "
+            "(h.sum() + c.sum()).backward()")
+    done = _run_fresh(code, EDBATCH_TORCH_PROFILE="1")
     line = [l for l in done.stderr.splitlines() if l.startswith("edbatch adapter host time")]
     assert len(line) == 1, done.stderr
     for phase in ("check", "weights", "graph build"):
         assert f" {phase} " in line[0]
     assert line[0].endswith(" 1 calls")
+
+
+def test_a_second_worker_starts_only_while_the_first_is_busy():
+    """In a fresh process: preparations each taken before the next is asked for keep one worker;
+    three asked back to back, each of about 9,500 nodes, start a second; never a third."""
+    code = ("import random, edbatch\n"
+            "def tree(rng, n):\n"
+            "    return rng.randrange(50) if n == 1 else (tree(rng, n // 2), tree(rng, n - n // 2))\n"
+            "rng = random.Random(5)\n"
+            "m = edbatch.nn.TreeLSTM(50, 5, 7, threads=1)\n"
+            "small = [edbatch.pack_trees([tree(rng, 5), tree(rng, 3)]) for _ in range(3)]\n"
+            "for p in small:\n"
+            "    m.prepare(p); m(p)\n"
+            "print(edbatch.prepare_stats()['workers'])\n"
+            "big = [edbatch.pack_trees([tree(rng, 40) for _ in range(120)]) for _ in range(3)]\n"
+            "for p in big:\n"
+            "    m.prepare(p)\n"
+            "for p in big:\n"
+            "    m(p)\n"
+            "s = edbatch.prepare_stats()\n"
+            "print(s['workers'], s['used'], s['prepared'])\n")
+    assert _run_fresh(code).stdout.split("\n")[:2] == ["1", "2 6 6"]
 
 
 def _user_step(model, packed, x):
