@@ -7,6 +7,7 @@
 #ifdef EDBATCH_TEST_CUDA_RUNTIME
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.h"
 #endif
 
@@ -544,6 +545,110 @@ CUDA_CASE("cuda: a block's elementwise group longer than one launch holds = cpu"
     check_same(run_on("cuda", og.g, loss, "agenda"), run_on("cpu", og.g, loss, "agenda"), og.g);
   }
 }
+
+// Pointwise runs (kernels/cuda/device.h): slices of a column stored before the run, steps of two
+// members whose successors read them across member positions, a weight vector, a sum of three, a
+// value the run reads and the block outputs (its adjoint from both), and slices of the run's
+// values, which read other elements than their own (so a run ends before them).
+CUDA_CASE("cuda: pointwise runs of a block's elementwise steps = cpu") {
+  ParameterCollection pc(8);
+  const Dim h{13, 1};
+  const Parameter w = pc.add_parameters("w", h);
+  Block blk(pc, "runs");
+  Graph& body = blk.body();
+  const Expr x = blk.input("x", Dim{26, 1}), m = blk.input("m", h);
+  const Expr top = slice_rows(x, 0, 13), bottom = slice_rows(x, 13, 26);
+  const Expr s1 = sigmoid(top), s2 = sigmoid(m);
+  const Expr p1 = cmult(s2, bottom), p2 = cmult(s1, s2);
+  const Expr c = sum({p1, p2, cmult(parameter(body, w), m)});
+  const Expr out = cmult(tanh(c), s1);
+  const Expr t = tanh(slice_rows(p2, 0, 6));
+  blk.output("h", out);
+  blk.output("c", c);
+  blk.output("t", cmult(t, t) - slice_rows(s2, 0, 6));
+  blk.freeze();
+  for (uint32_t k : {1u, 7u, 300u}) {
+    CAPTURE(k);
+    OpGraph og(k, &pc);
+    std::vector<Expr> losses;
+    for (uint32_t i = 0; i < k; ++i) {
+      const Expr xi = tanh(input(og.g, Dim{26, 1}, og.values(26)));
+      const Expr mi = tanh(input(og.g, h, og.values(h.size())));
+      for (const Expr& e : blk(og.g, {xi, mi})) losses.push_back(og.reduce(e));
+    }
+    const Expr loss = sum_losses(losses);
+    check_same(run_on("cuda", og.g, loss, "agenda"), run_on("cpu", og.g, loss, "agenda"), og.g);
+  }
+}
+
+#ifdef EDBATCH_TEST_CUDA_RUNTIME  // pointwise runs are CUDA backend code
+// The runs the CUDA encoder marks in the block of the case above (host code: no GPU needed).
+TEST_CASE("cuda: pointwise runs take what a thread may evaluate alone, and end where not") {
+  ParameterCollection pc(8);
+  const Dim h{13, 1};
+  const Parameter w = pc.add_parameters("w", h);
+  Block blk(pc, "runs");
+  Graph& body = blk.body();
+  const Expr x = blk.input("x", Dim{26, 1}), m = blk.input("m", h);
+  const Expr top = slice_rows(x, 0, 13), bottom = slice_rows(x, 13, 26);
+  const Expr s1 = sigmoid(top), s2 = sigmoid(m);
+  const Expr p1 = cmult(s2, bottom), p2 = cmult(s1, s2);
+  const Expr c = sum({p1, p2, cmult(parameter(body, w), m)});
+  const Expr out = cmult(tanh(c), s1);
+  const Expr t = tanh(slice_rows(p2, 0, 6));
+  blk.output("h", out);
+  blk.output("c", c);
+  blk.output("t", cmult(t, t) - slice_rows(s2, 0, 6));
+  blk.freeze();
+  const BlockPlan& bp = blk.plan();
+  const uint32_t k = 5;
+  for (const BlockGroup& bg : bp.groups) {
+    if (bg.step_count > cuda::kMaxFusedSteps) continue;
+    cuda::StepGroup g{};
+    MemoryPlan plan;
+    std::vector<cuda::RunStep> rs;
+    for (uint32_t q = 0; q < bg.step_count; ++q) {
+      const BlockStep& st = bp.steps[bg.step_begin + q];
+      const Node& n = bp.body->node(bp.members[st.member_begin]);
+      cuda::StepDesc& d = g.steps[g.step_count++];
+      d.op = static_cast<uint32_t>(st.op);
+      d.k = k;
+      d.count = st.member_count * k;
+      d.out_size = n.dim.size();
+      d.rows = n.dim.rows;
+      d.operand_begin = static_cast<uint32_t>(plan.operands.size());
+      d.operand_count = n.num_args;
+      d.attr = st.op == Op::SliceRows ? n.aux : 0;
+      for (uint32_t j = 0; j < n.num_args; ++j)
+        plan.operands.push_back({OperandMode::Contiguous, 0, 0, 0, 0});
+      rs.push_back({&bp, &st});
+    }
+    cuda::mark_pointwise_runs(g, rs.data(), plan, true);
+    // The body node of each step's member 0, and the run it is in.
+    auto run_of = [&](const Expr& e) {
+      for (uint32_t q = 0; q < g.step_count; ++q) {
+        const BlockStep& st = bp.steps[bg.step_begin + q];
+        for (uint32_t mi = 0; mi < st.member_count; ++mi)
+          if (bp.members[st.member_begin + mi] == e.id) return int(g.steps[q].run_first);
+      }
+      return -1;
+    };
+    if (run_of(s1) < 0) continue;  // another group
+    // The slices, both sigmoids, both products, the sum, tanh(c) and the output's product: one
+    // run; the slice of p2 reads other elements of it, so neither it nor tanh of it is.
+    const int run = run_of(s1);
+    for (const Expr& e : {top, bottom, s2, p1, p2, c, out}) CHECK(run_of(e) == run);
+    CHECK(g.steps[run].run_len >= 7);
+    CHECK(run_of(t) != run);
+    uint32_t slots = 0;
+    for (uint32_t q = run; q < uint32_t(run) + g.steps[run].run_len; ++q) {
+      CHECK(g.steps[q].run_first == run);
+      CHECK(g.steps[q].run_slot == slots);
+      slots += g.steps[q].count / k;
+    }
+  }
+}
+#endif
 
 // A fused GEMM step whose bias is each node's own value, as a user cell's per-row projection is
 // (LinearDesc::bias_per_node: the bias gradient per node and element), with some bias values read

@@ -222,6 +222,12 @@ TEST_CASE(
   unsetenv("EDBATCH_CUDA_EPILOGUE");
   CHECK(apply_debug_env(o).gemm_epilogue);  // unset: the option as it was
 
+  CHECK(CudaOptions{}.pointwise_runs);
+  setenv("EDBATCH_CUDA_RUNS", "0", 1);
+  CHECK_FALSE(apply_debug_env(CudaOptions{}).pointwise_runs);
+  unsetenv("EDBATCH_CUDA_RUNS");
+  CHECK(apply_debug_env(CudaOptions{}).pointwise_runs);
+
   CHECK(CudaOptions{}.prepare_ahead);
   setenv("EDBATCH_CUDA_PREPARE", "0", 1);
   CHECK_FALSE(apply_debug_env(CudaOptions{}).prepare_ahead);

@@ -183,6 +183,10 @@ struct CudaOptions {
   // its invocations are done (GEMM -> elementwise fusion). Off by default: measured no faster
   // than a stage of their own on trees and lattices, slower on random DAGs (docs/cuda.md).
   bool gemm_epilogue = false;
+  // A block's consecutive elementwise steps that a thread can evaluate element by element (math,
+  // fixed-arity sums, slices of a column) run as one pass with their values in registers, with
+  // no barrier between them (kernels/cuda/device.h, "pointwise runs"); false: step by step.
+  bool pointwise_runs = true;
   // Engine::prepare encodes the next forward pass too (Backend::prepare_forward); false: the
   // forward encodes it (a comparison aid).
   bool prepare_ahead = true;

@@ -6,6 +6,7 @@
 //   EDBATCH_CUDA_SYNC=1            CudaOptions::sync_each_launch
 //   EDBATCH_CUDA_LINEAR=cublas     CudaOptions::fused_linear = false
 //   EDBATCH_CUDA_EPILOGUE=1|0      CudaOptions::gemm_epilogue
+//   EDBATCH_CUDA_RUNS=0|1          CudaOptions::pointwise_runs
 //   EDBATCH_CUDA_PREPARE=0|1       CudaOptions::prepare_ahead
 //   EDBATCH_CUDA_LINEAR_BLOCKS=N   CudaOptions::linear_min_blocks (a whole number; 0: the device's)
 //   EDBATCH_CUDA_PROFILE=1         CudaOptions::profile

@@ -242,6 +242,7 @@ class CudaBackend : public Backend {
     pass.grads = m.grads.as();
     pass.param_offset = m.offset.data();
     pass.fused_linear = options_.fused_linear;
+    pass.pointwise_runs = options_.pointwise_runs;
     pass.linear_min_blocks =
         options_.linear_min_blocks ? options_.linear_min_blocks : queue_.multiprocessors();
     return pass;

@@ -17,6 +17,11 @@
 #include "edbatch/memplan.h"
 #include "kernels/cuda/device.h"
 
+namespace edbatch {
+struct BlockPlan;
+struct BlockStep;
+}  // namespace edbatch
+
 namespace edbatch::cuda {
 
 // Grow-only device memory. Growth happens only at the start of a pass, when nothing in the
@@ -205,6 +210,7 @@ struct Pass {
   bool forward = true;
   uint32_t first_batch = 0;        // forward: the batches run start here (an incremental forward)
   bool fused_linear = true;        // GEMM steps through the fused kernel where it applies
+  bool pointwise_runs = true;      // CudaOptions::pointwise_runs
   uint32_t linear_min_blocks = 1;  // linear_chunk_sizes (CudaOptions::linear_min_blocks)
   float* values = nullptr;
   float* adjoints = nullptr;
@@ -240,5 +246,16 @@ struct Pass {
 // they exceed what the pass has, the caller grows the buffers and encodes again. Backward also
 // marks the lookup rows it will touch in the collection.
 void encode_pass(Pass& pass);
+
+// A step of a group as mark_pointwise_runs sees it: its block and block step (null for a batch
+// of the graph itself, which runs on its own).
+struct RunStep {
+  const BlockPlan* block = nullptr;
+  const BlockStep* step = nullptr;
+};
+// Sets the pointwise runs of g's steps (device.h: StepDesc::run_first, run_len, run_slot and
+// StepGroup::run_src); steps[q] is g.steps[q]'s block step.
+// With `fuse` false every step runs on its own.
+void mark_pointwise_runs(StepGroup& g, const RunStep* steps, const MemoryPlan& plan, bool fuse);
 
 }  // namespace edbatch::cuda

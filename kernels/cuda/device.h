@@ -43,6 +43,10 @@ struct StepDesc {
   float alpha, beta;                      // Node::alpha, beta
   uint32_t concat_rows[8];                // Concat: rows of each argument
   uint32_t cache_begin;                   // its operands' place in the group's shared cache
+  // Pointwise runs (StepGroup::run_src): the index of the first step of this step's run in the
+  // group, the run's length (at its first step; 1: a step of its own) and the slot of this
+  // step's member 0 (member m: slot + m; the slots of a group's runs are numbered through).
+  uint8_t run_first, run_len, run_slot, unused_;
 };
 constexpr uint32_t kMaxConcatArgs = 8;
 
@@ -73,9 +77,29 @@ EDBATCH_HD inline uint32_t items_per_node(const StepDesc& s) {
 
 // Steps fused into one launch: each thread block runs every step, in order (backward: reverse),
 // over its share of the invocations, with a block barrier between steps.
+//
+// A pointwise run is a sequence of consecutive steps of elementwise math (kernels/op_math.h),
+// fixed-arity sums and slices of a column, of one element size, each operand of which is either
+// a value the run computes (read from a register) or one no member of the run writes (read from
+// memory). Forward, a thread evaluates element r of one invocation through every member of every
+// step of the run, with the values in registers and no barrier or round trip through memory
+// between the steps (each value is still stored, for backward and later readers). Backward runs
+// the steps one by one: carrying the adjoints in registers measured slower (docs/cuda.md).
 constexpr uint32_t kMaxFusedSteps = 24;
+constexpr uint32_t kMaxRunSlots = 32;  // members over the steps of a group's runs
+constexpr uint32_t kMaxRunLocal = 16;  // ... of one run (a thread's registers)
+constexpr uint32_t kMaxRunReads = 16;  // operands a run reads from memory
+constexpr uint32_t kMaxRunArgs = 4;    // operands of one step of a run
+constexpr uint8_t kFromMemory = 0xFF;  // run_src: the operand is read from memory
 struct StepGroup {
   StepDesc steps[kMaxFusedSteps];
+  // Per register slot (a member of a step of a pointwise run) and operand: the slot that holds
+  // the operand's value, or kFromMemory. Per slot: its step, and its first operand read from
+  // memory in the run's list of them (run_reads: slot * kMaxRunArgs + operand, in the order the
+  // run reads them), which a thread loads before it computes.
+  uint8_t run_src[kMaxRunSlots][kMaxRunArgs];
+  uint8_t run_step[kMaxRunSlots], run_read_begin[kMaxRunSlots];
+  uint8_t run_reads[kMaxFusedSteps][kMaxRunReads];  // per run, by its first step
   uint32_t step_count;
   uint32_t k;      // invocations
   uint32_t chunk;  // invocations per thread block

@@ -184,11 +184,11 @@ class Encoder {
       const size_t end = std::min(items.size(), begin + kMaxFusedSteps);
       StepGroup g{};
       g.k = items[begin].k;
-      uint32_t per_invocation = 1;
-      uint32_t operands = 0, members = 0;
+      uint32_t per_invocation = 1, operands = 0, members = 0;
+      RunStep run_steps[kMaxFusedSteps];
       for (size_t i = begin; i < end; ++i) {
-        StepDesc& d = g.steps[g.step_count++];
-        d = describe(items[i]);
+        StepDesc& d = g.steps[g.step_count++] = describe(items[i]);
+        run_steps[i - begin] = {items[i].block, items[i].step};
         d.cache_begin = operands;
         operands += d.operand_count;
         for (uint32_t j = 0; j < d.operand_count; ++j)
@@ -196,6 +196,7 @@ class Encoder {
             members += d.count / std::max(1u, d.k);
         per_invocation = std::max(per_invocation, d.count / std::max(1u, d.k) * items_per_node(d));
       }
+      mark_pointwise_runs(g, run_steps, plan_, pass_.pointwise_runs);
       if (operands <= kOperandCache && members <= kMemberCache) {
         g.cached_operands = operands;
         g.cached_members = members;

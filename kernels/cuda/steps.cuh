@@ -4,6 +4,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/operands.cuh"
 #include "kernels/cuda/step_operands.cuh"
+#include "kernels/cuda/step_runs.cuh"
 #include "kernels/op_math.h"
 
 namespace edbatch::cuda {
@@ -503,15 +504,27 @@ __device__ void cache_operands(const DeviceView& d, const StepGroup& g, OperandC
 }
 
 // Every step of the group over invocations [i0, i0 + n), operands from `cache` (filled by
-// cache_operands) where the group's fit there.
+// cache_operands) where the group's fit there; forward, a pointwise run as one pass
+// (step_runs.cuh).
 template <bool Forward>
 __device__ void steps_range(const DeviceView& d, const StepGroup& g, const OperandCache& cache,
                             uint32_t i0, uint32_t n) {
   const bool cached = g.cached_operands > 0;
-  for (uint32_t q = 0; q < g.step_count; ++q) {
-    const StepDesc& s = g.steps[Forward ? q : g.step_count - 1 - q];
-    const Ops ops = cached ? Ops{cache.slots + s.cache_begin, cache.members}
-                           : Ops{d.operands + s.operand_begin, d.member_operands};
+  const auto ops_of = [&](const StepDesc& s) {
+    return cached ? Ops{cache.slots + s.cache_begin, cache.members}
+                  : Ops{d.operands + s.operand_begin, d.member_operands};
+  };
+  for (uint32_t u = 0; u < g.step_count;) {
+    const uint32_t at = Forward ? u : g.step_count - 1 - u;
+    if (Forward && g.steps[at].run_len > 1) {
+      run_forward(d, g, at, g.steps[at].run_len, i0, n, ops_of);
+      u += g.steps[at].run_len;
+      if (u < g.step_count) __syncthreads();
+      continue;
+    }
+    ++u;
+    const StepDesc& s = g.steps[at];
+    const Ops ops = ops_of(s);
     const uint32_t members = s.count / s.k;
     const uint32_t per_node = items_per_node(s);
     const uint32_t items = members * n * per_node;
@@ -523,7 +536,7 @@ __device__ void steps_range(const DeviceView& d, const StepGroup& g, const Opera
       else
         backward_item(d, ops, s, v, r);
     }
-    if (q + 1 < g.step_count) __syncthreads();
+    if (u < g.step_count) __syncthreads();
   }
 }
 

@@ -57,6 +57,7 @@ CudaOptions apply_debug_env(CudaOptions o) {
     o.linear_min_blocks = static_cast<uint32_t>(n);
   }
   if (std::getenv("EDBATCH_CUDA_EPILOGUE")) o.gemm_epilogue = env_flag("EDBATCH_CUDA_EPILOGUE");
+  if (std::getenv("EDBATCH_CUDA_RUNS")) o.pointwise_runs = env_flag("EDBATCH_CUDA_RUNS");
   if (std::getenv("EDBATCH_CUDA_PREPARE")) o.prepare_ahead = env_flag("EDBATCH_CUDA_PREPARE");
   if (std::getenv("EDBATCH_CUDA_SYNC")) o.sync_each_launch = env_flag("EDBATCH_CUDA_SYNC");
   if (std::getenv("EDBATCH_CUDA_PROFILE")) o.profile = env_flag("EDBATCH_CUDA_PROFILE");
