@@ -582,7 +582,70 @@ CUDA_CASE("cuda: pointwise runs of a block's elementwise steps = cpu") {
 }
 
 #ifdef EDBATCH_TEST_CUDA_RUNTIME  // pointwise runs are CUDA backend code
-// The runs the CUDA encoder marks in the block of the case above (host code: no GPU needed).
+// Block group bg's steps for k invocations as the CUDA encoder describes them to
+// mark_pointwise_runs (operands all views), marked.
+cuda::StepGroup marked_group(const BlockPlan& bp, const BlockGroup& bg, uint32_t k) {
+  cuda::StepGroup g{};
+  MemoryPlan plan;
+  std::vector<cuda::RunStep> rs;
+  for (uint32_t q = 0; q < bg.step_count; ++q) {
+    const BlockStep& st = bp.steps[bg.step_begin + q];
+    const Node& n = bp.body->node(bp.members[st.member_begin]);
+    cuda::StepDesc& d = g.steps[g.step_count++];
+    d.op = static_cast<uint32_t>(st.op);
+    d.k = k;
+    d.count = st.member_count * k;
+    d.out_size = n.dim.size();
+    d.rows = n.dim.rows;
+    d.operand_begin = static_cast<uint32_t>(plan.operands.size());
+    d.operand_count = n.num_args;
+    d.attr = st.op == Op::SliceRows ? n.aux : 0;
+    for (uint32_t j = 0; j < n.num_args; ++j)
+      plan.operands.push_back({OperandMode::Contiguous, 0, 0, 0, 0});
+    rs.push_back({&bp, &st});
+  }
+  cuda::mark_pointwise_runs(g, rs.data(), plan, true);
+  return g;
+}
+
+// What every run of a marked group must be: steps of one element size and invocation count,
+// slots numbered through the run, register operands from earlier slots of the same run, and
+// the run's list of memory reads in the order its steps read them.
+void check_runs(const cuda::StepGroup& g) {
+  for (uint32_t f = 0; f < g.step_count; f += g.steps[f].run_len) {
+    const uint32_t len = g.steps[f].run_len;
+    REQUIRE(len >= 1);
+    if (len == 1) continue;
+    const uint32_t base = g.steps[f].run_slot, k = g.steps[f].k;
+    uint32_t slot = base, reads = 0;
+    for (uint32_t q = f; q < f + len; ++q) {
+      const cuda::StepDesc& s = g.steps[q];
+      CHECK(s.run_first == f);
+      CHECK(s.out_size == g.steps[f].out_size);
+      CHECK(s.k == k);
+      CHECK(s.run_slot == slot);
+      for (uint32_t m = 0; m < s.count / s.k; ++m, ++slot) {
+        CHECK(g.run_step[slot] == q);
+        CHECK(g.run_read_begin[slot] == reads);
+        for (uint32_t j = 0; j < s.operand_count; ++j) {
+          const uint8_t src = g.run_src[slot][j];
+          if (src != cuda::kFromMemory) {
+            CHECK(src >= base);
+            CHECK(src < s.run_slot);
+            continue;
+          }
+          REQUIRE(reads < cuda::kMaxRunReads);
+          CHECK(g.run_reads[f][reads++] == (slot - base) * cuda::kMaxRunArgs + j);
+        }
+      }
+    }
+    CHECK(slot - base <= cuda::kMaxRunLocal);
+    if (reads < cuda::kMaxRunReads) CHECK(g.run_reads[f][reads] == cuda::kFromMemory);
+  }
+}
+
+// The runs the CUDA encoder marks in the block of the case above (host code: no GPU needed), and
+// in a block whose elementwise steps change size.
 TEST_CASE("cuda: pointwise runs take what a thread may evaluate alone, and end where not") {
   ParameterCollection pc(8);
   const Dim h{13, 1};
@@ -602,29 +665,12 @@ TEST_CASE("cuda: pointwise runs take what a thread may evaluate alone, and end w
   blk.freeze();
   const BlockPlan& bp = blk.plan();
   const uint32_t k = 5;
+  bool found = false;
   for (const BlockGroup& bg : bp.groups) {
     if (bg.step_count > cuda::kMaxFusedSteps) continue;
-    cuda::StepGroup g{};
-    MemoryPlan plan;
-    std::vector<cuda::RunStep> rs;
-    for (uint32_t q = 0; q < bg.step_count; ++q) {
-      const BlockStep& st = bp.steps[bg.step_begin + q];
-      const Node& n = bp.body->node(bp.members[st.member_begin]);
-      cuda::StepDesc& d = g.steps[g.step_count++];
-      d.op = static_cast<uint32_t>(st.op);
-      d.k = k;
-      d.count = st.member_count * k;
-      d.out_size = n.dim.size();
-      d.rows = n.dim.rows;
-      d.operand_begin = static_cast<uint32_t>(plan.operands.size());
-      d.operand_count = n.num_args;
-      d.attr = st.op == Op::SliceRows ? n.aux : 0;
-      for (uint32_t j = 0; j < n.num_args; ++j)
-        plan.operands.push_back({OperandMode::Contiguous, 0, 0, 0, 0});
-      rs.push_back({&bp, &st});
-    }
-    cuda::mark_pointwise_runs(g, rs.data(), plan, true);
-    // The body node of each step's member 0, and the run it is in.
+    const cuda::StepGroup g = marked_group(bp, bg, k);
+    check_runs(g);
+    // The run of a body node's step.
     auto run_of = [&](const Expr& e) {
       for (uint32_t q = 0; q < g.step_count; ++q) {
         const BlockStep& st = bp.steps[bg.step_begin + q];
@@ -634,19 +680,24 @@ TEST_CASE("cuda: pointwise runs take what a thread may evaluate alone, and end w
       return -1;
     };
     if (run_of(s1) < 0) continue;  // another group
+    found = true;
     // The slices, both sigmoids, both products, the sum, tanh(c) and the output's product: one
     // run; the slice of p2 reads other elements of it, so neither it nor tanh of it is.
     const int run = run_of(s1);
     for (const Expr& e : {top, bottom, s2, p1, p2, c, out}) CHECK(run_of(e) == run);
     CHECK(g.steps[run].run_len >= 7);
     CHECK(run_of(t) != run);
-    uint32_t slots = 0;
-    for (uint32_t q = run; q < uint32_t(run) + g.steps[run].run_len; ++q) {
-      CHECK(g.steps[q].run_first == run);
-      CHECK(g.steps[q].run_slot == slots);
-      slots += g.steps[q].count / k;
-    }
   }
+  CHECK(found);
+
+  // Two chains of other sizes side by side: no run may take steps of both.
+  Block mixed(pc, "mixed");
+  const Expr a = tanh(mixed.input("a", h)), b = tanh(mixed.input("b", Dim{26, 1}));
+  mixed.output("a", cmult(sigmoid(a), a));
+  mixed.output("b", cmult(sigmoid(b), b));
+  mixed.freeze();
+  for (const BlockGroup& bg : mixed.plan().groups)
+    if (bg.step_count <= cuda::kMaxFusedSteps) check_runs(marked_group(mixed.plan(), bg, 3));
 }
 #endif
 
