@@ -546,27 +546,40 @@ CUDA_CASE("cuda: a block's elementwise group longer than one launch holds = cpu"
   }
 }
 
-// Pointwise runs (kernels/cuda/device.h): slices of a column stored before the run, steps of two
-// members whose successors read them across member positions, a weight vector, a sum of three, a
-// value the run reads and the block outputs (its adjoint from both), and slices of the run's
-// values, which read other elements than their own (so a run ends before them).
-CUDA_CASE("cuda: pointwise runs of a block's elementwise steps = cpu") {
-  ParameterCollection pc(8);
+// A block for pointwise runs (kernels/cuda/device.h): slices of a column stored before the run,
+// steps of two members whose successors read them across member positions, a weight vector, a
+// sum of three, a value the run reads and the block outputs (its adjoint from both), and slices
+// of the run's values, which read other elements than their own (so a run ends before them).
+struct RunsBlock {
+  RunsBlock() {
+    Graph& body = blk.body();
+    const Expr x = blk.input("x", Dim{26, 1}), m = blk.input("m", h);
+    top = slice_rows(x, 0, 13);
+    bottom = slice_rows(x, 13, 26);
+    s1 = sigmoid(top);
+    s2 = sigmoid(m);
+    p1 = cmult(s2, bottom);
+    p2 = cmult(s1, s2);
+    c = sum({p1, p2, cmult(parameter(body, w), m)});
+    out = cmult(tanh(c), s1);
+    t = tanh(slice_rows(p2, 0, 6));
+    blk.output("h", out);
+    blk.output("c", c);
+    blk.output("t", cmult(t, t) - slice_rows(s2, 0, 6));
+    blk.freeze();
+  }
+  ParameterCollection pc{8};
   const Dim h{13, 1};
   const Parameter w = pc.add_parameters("w", h);
-  Block blk(pc, "runs");
-  Graph& body = blk.body();
-  const Expr x = blk.input("x", Dim{26, 1}), m = blk.input("m", h);
-  const Expr top = slice_rows(x, 0, 13), bottom = slice_rows(x, 13, 26);
-  const Expr s1 = sigmoid(top), s2 = sigmoid(m);
-  const Expr p1 = cmult(s2, bottom), p2 = cmult(s1, s2);
-  const Expr c = sum({p1, p2, cmult(parameter(body, w), m)});
-  const Expr out = cmult(tanh(c), s1);
-  const Expr t = tanh(slice_rows(p2, 0, 6));
-  blk.output("h", out);
-  blk.output("c", c);
-  blk.output("t", cmult(t, t) - slice_rows(s2, 0, 6));
-  blk.freeze();
+  Block blk{pc, "runs"};
+  Expr top, bottom, s1, s2, p1, p2, c, out, t;
+};
+
+CUDA_CASE("cuda: pointwise runs of a block's elementwise steps = cpu") {
+  RunsBlock rb;
+  ParameterCollection& pc = rb.pc;
+  Block& blk = rb.blk;
+  const Dim h = rb.h;
   for (uint32_t k : {1u, 7u, 300u}) {
     CAPTURE(k);
     OpGraph og(k, &pc);
@@ -644,25 +657,15 @@ void check_runs(const cuda::StepGroup& g) {
   }
 }
 
-// The runs the CUDA encoder marks in the block of the case above (host code: no GPU needed), and
-// in a block whose elementwise steps change size.
+// The runs the CUDA encoder marks in RunsBlock (host code: no GPU needed), and in a block whose
+// elementwise steps change size.
 TEST_CASE("cuda: pointwise runs take what a thread may evaluate alone, and end where not") {
-  ParameterCollection pc(8);
-  const Dim h{13, 1};
-  const Parameter w = pc.add_parameters("w", h);
-  Block blk(pc, "runs");
-  Graph& body = blk.body();
-  const Expr x = blk.input("x", Dim{26, 1}), m = blk.input("m", h);
-  const Expr top = slice_rows(x, 0, 13), bottom = slice_rows(x, 13, 26);
-  const Expr s1 = sigmoid(top), s2 = sigmoid(m);
-  const Expr p1 = cmult(s2, bottom), p2 = cmult(s1, s2);
-  const Expr c = sum({p1, p2, cmult(parameter(body, w), m)});
-  const Expr out = cmult(tanh(c), s1);
-  const Expr t = tanh(slice_rows(p2, 0, 6));
-  blk.output("h", out);
-  blk.output("c", c);
-  blk.output("t", cmult(t, t) - slice_rows(s2, 0, 6));
-  blk.freeze();
+  RunsBlock rb;
+  const Block& blk = rb.blk;
+  ParameterCollection& pc = rb.pc;
+  const Dim h = rb.h;
+  const Expr &top = rb.top, &bottom = rb.bottom, &s1 = rb.s1, &s2 = rb.s2, &p1 = rb.p1;
+  const Expr &p2 = rb.p2, &c = rb.c, &out = rb.out, &t = rb.t;
   const BlockPlan& bp = blk.plan();
   const uint32_t k = 5;
   bool found = false;
