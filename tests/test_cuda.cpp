@@ -633,7 +633,6 @@ void check_runs(const cuda::StepGroup& g) {
     uint32_t slot = base, reads = 0;
     for (uint32_t q = f; q < f + len; ++q) {
       const cuda::StepDesc& s = g.steps[q];
-      CHECK(s.run_first == f);
       CHECK(s.out_size == g.steps[f].out_size);
       CHECK(s.k == k);
       CHECK(s.run_slot == slot);
@@ -673,13 +672,14 @@ TEST_CASE("cuda: pointwise runs take what a thread may evaluate alone, and end w
     if (bg.step_count > cuda::kMaxFusedSteps) continue;
     const cuda::StepGroup g = marked_group(bp, bg, k);
     check_runs(g);
-    // The run of a body node's step.
+    // The run of a body node's step: the first step of its run (the runs follow each other).
     auto run_of = [&](const Expr& e) {
-      for (uint32_t q = 0; q < g.step_count; ++q) {
-        const BlockStep& st = bp.steps[bg.step_begin + q];
-        for (uint32_t mi = 0; mi < st.member_count; ++mi)
-          if (bp.members[st.member_begin + mi] == e.id) return int(g.steps[q].run_first);
-      }
+      for (uint32_t f = 0; f < g.step_count; f += g.steps[f].run_len)
+        for (uint32_t q = f; q < f + g.steps[f].run_len; ++q) {
+          const BlockStep& st = bp.steps[bg.step_begin + q];
+          for (uint32_t mi = 0; mi < st.member_count; ++mi)
+            if (bp.members[st.member_begin + mi] == e.id) return int(f);
+        }
       return -1;
     };
     if (run_of(s1) < 0) continue;  // another group

@@ -253,7 +253,7 @@ struct RunStep {
   const BlockPlan* block = nullptr;
   const BlockStep* step = nullptr;
 };
-// Sets the pointwise runs of g's steps (device.h: StepDesc::run_first, run_len, run_slot and
+// Sets the pointwise runs of g's steps (device.h: StepDesc::run_len, run_slot and
 // StepGroup::run_src); steps[q] is g.steps[q]'s block step.
 // With `fuse` false every step runs on its own.
 void mark_pointwise_runs(StepGroup& g, const RunStep* steps, const MemoryPlan& plan, bool fuse);

@@ -43,10 +43,11 @@ struct StepDesc {
   float alpha, beta;                      // Node::alpha, beta
   uint32_t concat_rows[8];                // Concat: rows of each argument
   uint32_t cache_begin;                   // its operands' place in the group's shared cache
-  // Pointwise runs (StepGroup::run_src): the index of the first step of this step's run in the
-  // group, the run's length (at its first step; 1: a step of its own) and the slot of this
-  // step's member 0 (member m: slot + m; the slots of a group's runs are numbered through).
-  uint8_t run_first, run_len, run_slot, unused_;
+  // Pointwise runs (StepGroup::run_src): the run's length (at its first step; 1: a step of its
+  // own; the runs of a group follow each other, so a step's run is found by walking the lengths)
+  // and the slot of this step's member 0 (member m: slot + m; the slots of a group's runs are
+  // numbered through).
+  uint8_t run_len, run_slot, unused_[2];
 };
 constexpr uint32_t kMaxConcatArgs = 8;
 

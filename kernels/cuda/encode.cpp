@@ -196,7 +196,7 @@ class Encoder {
             members += d.count / std::max(1u, d.k);
         per_invocation = std::max(per_invocation, d.count / std::max(1u, d.k) * items_per_node(d));
       }
-      mark_pointwise_runs(g, run_steps, plan_, pass_.pointwise_runs);
+      mark_pointwise_runs(g, run_steps, plan_, pass_.pointwise_runs && pass_.forward);
       if (operands <= kOperandCache && members <= kMemberCache) {
         g.cached_operands = operands;
         g.cached_members = members;

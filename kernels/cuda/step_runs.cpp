@@ -29,7 +29,6 @@ class Runs {
   void mark(bool fuse) {
     for (uint32_t q = 0; q < g_.step_count; ++q) {
       StepDesc& s = g_.steps[q];
-      s.run_first = static_cast<uint8_t>(q);
       s.run_len = 1;
       s.run_slot = 0;
     }
@@ -105,7 +104,6 @@ class Runs {
     }
     reads_ = next;
     StepDesc& d = g_.steps[q];
-    d.run_first = static_cast<uint8_t>(first);
     d.run_slot = static_cast<uint8_t>(slots_);
     slots_ += members;
     return true;
