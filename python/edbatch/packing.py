@@ -6,6 +6,11 @@ import random
 
 import torch
 
+from . import sst as _sst
+
+# SST lines (sst.py), under their earlier names here too.
+parse_sst, pack_sst, synthetic_sst = _sst.parse_sst, _sst.pack_sst, _sst.synthetic_sst
+
 _DEVICE_FIELDS = ("input_ids", "input_kinds", "labels")
 # Fields whose host copy Packed.to() keeps: the extension reads them on the host.
 _HOST_COPIES = ("input_ids", "labels")
@@ -273,86 +278,6 @@ def pack_trees(trees, labels=None, edge_inputs=None):
                              f"{len(labels[i])} labels")
         b.end_instance("pack_trees", "tree", i)
     return b.build()
-
-
-def parse_sst(line, vocab, add=True, unk=0):
-    """Parses one SST line, e.g. "(3 (2 it) (4 (2 's) (4 good)))", into (tree, labels): the tree
-    as nested tuples of word ids (vocab maps words to ids; new words are added when `add`, else
-    map to `unk`) and the node labels in post order."""
-    tokens = line.replace("(", " ( ").replace(")", " ) ").split()
-    pos = 0
-
-    def token(what):
-        if pos >= len(tokens):
-            raise ValueError(f"the line ends where {what} should be (unbalanced parentheses)")
-        return tokens[pos]
-
-    def parse():
-        nonlocal pos
-        if token("'('") != "(":
-            raise ValueError(f"expected '(' at token {pos}, got {tokens[pos]!r}")
-        pos += 1
-        try:
-            label = int(token("a label"))
-        except ValueError:
-            raise ValueError(f"expected an integer label at token {pos}, got {tokens[pos]!r}")
-        pos += 1
-        if token("a word or '('") != "(":
-            word = tokens[pos]
-            if word == ")":
-                raise ValueError(f"node at token {pos - 2} has neither a word nor children")
-            pos += 1
-            if token("')'") != ")":
-                raise ValueError(f"expected ')' after the word {word!r}, got {tokens[pos]!r}")
-            pos += 1
-            if word not in vocab:
-                if not add:
-                    return unk, [label]
-                vocab[word] = len(vocab)
-            return vocab[word], [label]
-        children, labels = [], []
-        while token("')'") == "(":
-            t, l = parse()
-            children.append(t)
-            labels += l
-        if tokens[pos] != ")":
-            raise ValueError(f"expected ')' or '(' at token {pos}, got {tokens[pos]!r}")
-        pos += 1
-        return tuple(children), labels + [label]
-
-    try:
-        tree, labels = parse()
-        if pos < len(tokens):
-            raise ValueError(f"text after the tree at token {pos}: {tokens[pos]!r}")
-    except ValueError as e:
-        raise ValueError(f"parse_sst: malformed line {line.strip()!r}: {e}") from None
-    return tree, labels
-
-
-def pack_sst(lines, vocab, add=True):
-    parsed = [parse_sst(line, vocab, add) for line in lines if line.strip()]
-    return pack_trees([t for t, _ in parsed], [l for _, l in parsed])
-
-
-def synthetic_sst(n, vocab_size=1000, seed=1, max_words=24):
-    """Seeded SST-format lines over words "w<id>": random binary trees whose node labels (0..4)
-    follow the summed polarity of the words below (so the labels are learnable)."""
-    rng = random.Random(seed)
-
-    def label(score):
-        return 2 + max(-2, min(2, score))
-
-    def build(words):
-        if len(words) == 1:
-            s = (words[0] % 5) - 2
-            return f"({label(s)} w{words[0]})", s
-        cut = rng.randint(1, len(words) - 1)
-        left, sl = build(words[:cut])
-        right, sr = build(words[cut:])
-        return f"({label(sl + sr)} {left} {right})", sl + sr
-
-    return [build([rng.randrange(vocab_size) for _ in range(rng.randint(1, max_words))])[0]
-            for _ in range(n)]
 
 
 def pack_lattices(records):

@@ -220,7 +220,24 @@ def test_empty_instances_mixed_batches_and_malformed_lines_are_refused_by_name()
                       ("(x a)", "integer label at token 1, got 'x'"),
                       ("(3 )", "neither a word nor children"),
                       ("(3 a b)", "'\\)' after the word 'a', got 'b'"),
-                      ("(3 (2 a) b)", "'\\)' or '\\(' at token 6, got 'b'")]:
+                      ("(3 (2 a) b)", "'\\)' or '\\(' at token 6, got 'b'"),
+                      ("(3 (", "ends where a label should be"),
+                      ("(3 (2 a) (", "ends where a label should be")]:
         with pytest.raises(ValueError, match=f"parse_sst: malformed line .*{why}"):
             edbatch.parse_sst(line, {})
     assert edbatch.parse_sst("(3 (2 a) (1 (0 b) (4 c)))", {}) == ((0, (1, 2)), [2, 0, 4, 1, 3])
+
+
+def test_sst_lines_of_any_depth_parse_and_pack():
+    """A left-branching line 20,000 nodes deep (a long document binarised), far past Python's
+    recursion limit: parsed, labelled in post order and packed as a chain."""
+    depth = 20000
+    line = "(1 " * depth + "(2 w)" + " (0 v))" * depth
+    tree, labels = edbatch.parse_sst(line, {})
+    assert labels[:3] == [2, 0, 1] and len(labels) == 2 * depth + 1
+    assert labels.count(1) == depth and labels[-1] == 1
+    packed = edbatch.pack_trees([tree], [labels])
+    assert packed.num_nodes == 2 * depth + 1
+    assert packed.labels.tolist() == labels
+    inner = (packed.pred_ptr[1:] - packed.pred_ptr[:-1] == 2).nonzero().flatten()
+    assert inner.numel() == depth

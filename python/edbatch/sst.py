@@ -1,0 +1,93 @@
+"""SST bracketed lines: parsing into nested tuples of word ids with post-order labels, packing,
+and seeded synthetic lines (docs/pytorch.md)."""
+import random
+
+
+def parse_sst(line, vocab, add=True, unk=0):
+    """Parses one SST line, e.g. "(3 (2 it) (4 (2 's) (4 good)))", into (tree, labels): the tree
+    as nested tuples of word ids (vocab maps words to ids; new words are added when `add`, else
+    map to `unk`) and the node labels in post order. Without recursion: trees of any depth."""
+    tokens = line.replace("(", " ( ").replace(")", " ) ").split()
+    pos, labels, open_nodes = 0, [], []  # open_nodes: (label, children) of unclosed inner nodes
+
+    def token(what):
+        if pos >= len(tokens):
+            raise ValueError(f"the line ends where {what} should be (unbalanced parentheses)")
+        return tokens[pos]
+
+    def word_id(word):
+        if word not in vocab:
+            if not add:
+                return unk
+            vocab[word] = len(vocab)
+        return vocab[word]
+
+    try:
+        while True:  # at the '(' of a node
+            if token("'('") != "(":
+                raise ValueError(f"expected '(' at token {pos}, got {tokens[pos]!r}")
+            pos += 1
+            text = token("a label")
+            try:
+                label = int(text)
+            except ValueError:
+                raise ValueError(f"expected an integer label at token {pos}, got {text!r}")
+            pos += 1
+            if token("a word or '('") == "(":
+                open_nodes.append((label, []))
+                continue
+            word = tokens[pos]
+            if word == ")":
+                raise ValueError(f"node at token {pos - 2} has neither a word nor children")
+            pos += 1
+            if token("')'") != ")":
+                raise ValueError(f"expected ')' after the word {word!r}, got {tokens[pos]!r}")
+            pos += 1
+            node = word_id(word)
+            labels.append(label)
+            # Close every open node whose children end here; stop at the next child's '('.
+            while open_nodes:
+                open_nodes[-1][1].append(node)
+                if token("')'") == "(":
+                    break
+                if tokens[pos] != ")":
+                    raise ValueError(f"expected ')' or '(' at token {pos}, got {tokens[pos]!r}")
+                pos += 1
+                parent, children = open_nodes.pop()
+                node = tuple(children)
+                labels.append(parent)
+            if not open_nodes:
+                break
+        if pos < len(tokens):
+            raise ValueError(f"text after the tree at token {pos}: {tokens[pos]!r}")
+    except ValueError as e:
+        raise ValueError(f"parse_sst: malformed line {line.strip()!r}: {e}") from None
+    return node, labels
+
+
+def pack_sst(lines, vocab, add=True):
+    """Parses SST lines (blank lines skipped) and packs their trees with their labels."""
+    from .packing import pack_trees  # (packing imports this module's names)
+    parsed = [parse_sst(line, vocab, add) for line in lines if line.strip()]
+    return pack_trees([t for t, _ in parsed], [l for _, l in parsed])
+
+
+def synthetic_sst(n, vocab_size=1000, seed=1, max_words=24):
+    """Seeded SST-format lines over words "w<id>": random binary trees whose node labels (0..4)
+    follow the summed polarity of the words below (so the labels are learnable)."""
+    rng = random.Random(seed)
+
+    def label(score):
+        return 2 + max(-2, min(2, score))
+
+    def build(words):
+        if len(words) == 1:
+            s = (words[0] % 5) - 2
+            return f"({label(s)} w{words[0]})", s
+        cut = rng.randint(1, len(words) - 1)
+        left, sl = build(words[:cut])
+        right, sr = build(words[cut:])
+        return f"({label(sl + sr)} {left} {right})", sl + sr
+
+    return [build([rng.randrange(vocab_size) for _ in range(rng.randint(1, max_words))])[0]
+            for _ in range(n)]
