@@ -4,7 +4,6 @@
 // values no member of the run writes.
 #include <algorithm>
 #include <utility>
-#include <vector>
 
 #include "edbatch/block_plan.h"
 #include "edbatch/graph.h"
@@ -100,7 +99,8 @@ class Runs {
         if (src[m][j] == kFromMemory)
           g_.run_reads[first][next++] = static_cast<uint8_t>((at - base) * kMaxRunArgs + j);
       }
-      nodes_.emplace_back(rs.block->members[rs.step->member_begin + m], static_cast<uint8_t>(at));
+      nodes_[node_count_++] = {rs.block->members[rs.step->member_begin + m],
+                               static_cast<uint8_t>(at)};
     }
     reads_ = next;
     StepDesc& d = g_.steps[q];
@@ -114,19 +114,21 @@ class Runs {
   void close(uint32_t first, uint32_t end) {
     g_.steps[first].run_len = static_cast<uint8_t>(end - first);
     if (end == first + 1) slots_ = g_.steps[first].run_slot;
-    nodes_.clear();
+    node_count_ = 0;
   }
 
   uint8_t find(uint32_t node) const {
-    for (const auto& [n, at] : nodes_)
-      if (n == node) return at;
+    for (uint32_t i = 0; i < node_count_; ++i)
+      if (nodes_[i].first == node) return nodes_[i].second;
     return kFromMemory;
   }
 
   StepGroup& g_;
   const RunStep* steps_;
   const MemoryPlan& plan_;
-  std::vector<std::pair<uint32_t, uint8_t>> nodes_;  // the run's members: body node, slot
+  // The open run's members (body node, slot): at most kMaxRunLocal (joins checks that).
+  std::pair<uint32_t, uint8_t> nodes_[kMaxRunLocal];
+  uint32_t node_count_ = 0;
   uint32_t slots_ = 0;                               // slots taken in the group
   uint32_t reads_ = 0;                               // memory operands of the open run
 };
