@@ -63,6 +63,9 @@ class DeviceQueue {
   void switch_to(cudaStream_t next);
   // Work was queued that the next wait must cover (interop copies count too).
   void mark_queued() { queued_work_ = true; }
+  // Completed waits for the whole stream (wait()): work queued before a wait that has since
+  // completed is done, with no event to query.
+  uint64_t syncs() const { return syncs_; }
   // Names queued work and its kernels for an asynchronous error; `trim`: keep the last 8.
   void note_queued(std::string name, std::string where, bool trim);
   // Waits for all queued work. An asynchronous error becomes an exception naming the passes
@@ -85,7 +88,9 @@ class DeviceQueue {
  private:
   void warm_up_cublas();
   void check_async(cudaError_t e);
-  void collect_timings();
+  // all_done: the stream was just synchronised, so every pass queued on it (or on a stream it
+  // switched from, which it waits for) has finished and no event needs a query.
+  void collect_timings(bool all_done = false);
 
   ExecCounters& counters_;
   uint32_t multiprocessors_ = 1;
@@ -98,6 +103,7 @@ class DeviceQueue {
   // Passes queued since the last wait: name and kernel range, for asynchronous errors.
   std::vector<std::pair<std::string, std::string>> queued_;
   bool queued_work_ = false;  // work queued since the last wait
+  uint64_t syncs_ = 0;
 };
 
 // ---- param_mirror.cpp ----

@@ -106,6 +106,7 @@ struct StagingRing {
   PinnedBuffer buffers[kDepth];
   cudaEvent_t copied[kDepth] = {};
   bool queued[kDepth] = {};
+  uint64_t syncs[kDepth] = {};  // DeviceQueue::syncs() when the copy was queued
   int next = 0;
 };
 

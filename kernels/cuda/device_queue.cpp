@@ -101,9 +101,14 @@ void DeviceQueue::note_queued(std::string name, std::string where, bool trim) {
 
 void DeviceQueue::wait() {
   if (!queued_work_) return;  // value() reads node by node: nothing to wait for after the first
-  check_async(cudaStreamSynchronize(stream_));
-  collect_timings();
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) check_async(e);  // throws, naming what was queued
+  // Everything queued is done (a stream waits for the one it switched from): no queries, which
+  // are calls into the driver of a microsecond or more in a decoding step's round trip.
+  queued_.clear();
+  collect_timings(true);
   queued_work_ = false;
+  ++syncs_;
 }
 
 void DeviceQueue::wait_event(cudaEvent_t ev) {
@@ -141,10 +146,10 @@ DeviceQueue::Timing& DeviceQueue::next_timing(bool forward, bool adds) {
 
 // Device time of finished passes (CUDA events): the latest finished forward (with the increments
 // that continued it) and backward.
-void DeviceQueue::collect_timings() {
+void DeviceQueue::collect_timings(bool all_done) {
   for (size_t i = 0; i < timings_.size(); ++i) {
     Timing& t = timings_[(next_timing_ + i) % timings_.size()];  // oldest first
-    if (!t.queued || cudaEventQuery(t.stop) != cudaSuccess) continue;
+    if (!t.queued || (!all_done && cudaEventQuery(t.stop) != cudaSuccess)) continue;
     float ms = 0;
     EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
     double& total = t.forward ? counters_.device_forward_ms : counters_.device_backward_ms;

@@ -164,10 +164,11 @@ void Uploads::backward(const MemoryPlan& plan, const Pass& pass, const LaunchPla
   pass_data_at(d, at, pass, launches);
 }
 
-// The ring's next buffer, at least `bytes` large, once the copy it last fed is done.
+// The ring's next buffer, at least `bytes` large, once the copy it last fed is done (known
+// without a call when the whole stream was waited for since: a decoding loop waits every step).
 PinnedBuffer& Uploads::acquire(StagingRing& ring, size_t bytes) {
   if (ring.queued[ring.next]) {
-    queue_.wait_event(ring.copied[ring.next]);
+    if (ring.syncs[ring.next] == queue_.syncs()) queue_.wait_event(ring.copied[ring.next]);
     ring.queued[ring.next] = false;
   }
   PinnedBuffer& b = ring.buffers[ring.next];
@@ -188,6 +189,7 @@ const char* Uploads::upload_interop(const char* h, size_t bytes) {
 void Uploads::release(StagingRing& ring) {
   EDBATCH_CUDA_CHECK(cudaEventRecord(ring.copied[ring.next], queue_.stream()));
   ring.queued[ring.next] = true;
+  ring.syncs[ring.next] = queue_.syncs();
   ring.next = (ring.next + 1) % StagingRing::kDepth;
 }
 
