@@ -61,6 +61,7 @@ TEST_CASE("cli: a forward run writes sane metrics and one output line per instan
   CHECK(m["batches_over_lower_bound"].get<double>() >= 1.0);
   CHECK(m["peak_rss_bytes"].get<double>() > 0);
   CHECK(m["mean_loss_per_instance"].get<double>() > 0);
+  CHECK_FALSE(m.contains("device_forward_ms"));  // CUDA only
 
   const std::vector<nlohmann::json> lines = json_lines(dir / "o.jsonl");
   REQUIRE(lines.size() == 37);

@@ -30,6 +30,7 @@
 #include "edbatch/zoo.h"
 #include "kernels/op_math.h"
 #include "tests/check.h"
+#include "tests/cli_run.h"
 #include "tests/models.h"
 
 using namespace edbatch;
@@ -403,6 +404,25 @@ TEST_CASE("cuda: the GPU tests run only with a GPU") {
   }
   const std::unique_ptr<Backend> b = make_backend("cuda", {});
   CHECK(std::string(b->name()) == "cuda");
+}
+
+CUDA_CASE("cuda: edbatch run reports the device time of a forward pass") {
+  test::TempDir dir;
+  for (const std::string args :
+       {"--model tree_lstm --data synthetic:40", "--model lstm_nmt --data synthetic:24 --decode"}) {
+    CAPTURE(args);
+    const test::CliResult r =
+        test::run_cli(dir, "run " + args + " --device cuda --batch 8 --hidden 32 --json '" +
+                               dir / "m.json" + "'");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("device time of a forward") != std::string::npos);
+    const nlohmann::json m = nlohmann::json::parse(test::slurp(dir / "m.json"));
+    REQUIRE(m.contains("device_forward_ms"));
+    const double device = m["device_forward_ms"]["median"].get<double>();
+    CHECK(device > 0);  // the forward's kernels take time on the device
+    CHECK(device <= m["ms_per_minibatch"]["median"].get<double>());  // and the host waits
+  }
 }
 
 CUDA_CASE("cuda: every op in every operand layout = cpu") {

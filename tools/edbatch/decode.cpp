@@ -20,6 +20,7 @@ MiniBatchSample decode_sample(Model& model, Engine& engine, Graph& g,
   // (building the steps and reading each step's values).
   s.scheduling_ms = st.scheduling_ms;
   s.execution_ms = st.execution_ms;
+  s.device_forward_ms = st.device_forward_ms;  // summed over the increments too
   s.construction_ms = std::max(0.0, s.total_ms - s.scheduling_ms - s.execution_ms);
   s.nodes = st.nodes;
   s.batches = st.batches;

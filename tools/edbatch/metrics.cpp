@@ -101,6 +101,8 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["execution_ms"] = to_json(over(samples, [](auto& s) { return s.execution_ms; }));
   j["backward_ms"] = to_json(over(samples, [](auto& s) { return s.backward_ms; }));
   j["update_ms"] = to_json(over(samples, [](auto& s) { return s.update_ms; }));
+  if (info.device == "cuda")
+    j["device_forward_ms"] = to_json(over(samples, [](auto& s) { return s.device_forward_ms; }));
   j["nodes_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.nodes); }));
   j["batches_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.batches); }));
   j["lower_bound_per_minibatch"] =
@@ -156,6 +158,8 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
     row("  backward", [](auto& s) { return s.backward_ms; });
     row("  update", [](auto& s) { return s.update_ms; });
   }
+  if (info.device == "cuda")
+    row("device time of a forward", [](auto& s) { return s.device_forward_ms; });
   out += "\n";
   const Spread nb = over(samples, [](auto& s) { return double(s.batches); });
   const Spread lb = over(samples, [](auto& s) { return double(s.lower_bound); });

@@ -13,6 +13,10 @@ struct MiniBatchSample {
   double total_ms = 0;  // construction through update, as the caller sees it
   double construction_ms = 0, scheduling_ms = 0, execution_ms = 0, backward_ms = 0,
          update_ms = 0;
+  // CUDA: the device time of the latest forward pass that had finished when the sample was
+  // taken (CUDA events; Stats::device_forward_ms): this mini-batch's, or with --train or
+  // --pipeline, whose passes are waited for later, possibly the one before.
+  double device_forward_ms = 0;
   uint64_t nodes = 0, batches = 0, lower_bound = 0, kernels = 0, stages = 0, bytes_copied = 0;
   uint64_t split_call_backward = 0;  // CPU: block-call batches whose backward split by range
   uint64_t policy_hits = 0, policy_misses = 0;  // learned policies: table hits, fallbacks

@@ -174,6 +174,7 @@ class Runner {
     s.scheduling_ms = st.scheduling_ms;
     s.execution_ms = st.execution_ms;
     s.backward_ms = train ? st.backward_ms : 0;
+    s.device_forward_ms = st.device_forward_ms;
     s.nodes = st.nodes;
     s.batches = st.batches;
     s.lower_bound = st.lower_bound;
