@@ -53,26 +53,17 @@ def _small(module, scale=0.5):
     return module
 
 
-def reads(step):
-    """The values a program step reads (the program's formats: see RandomCell.forward)."""
-    kind = step[0]
-    if kind == "binary":
-        return [step[2], step[3]]
-    if kind in ("slice", "cat"):
-        return [step[1]] + ([step[2]] if kind == "cat" else [])
-    return [step[2]]
-
-
 class RandomCell(nn.Module):
     """A cell (input, message) -> state of `size` whose body is a random program of `steps`
     operations. Values 0 and 1 are projections of the input and the message; each step appends
     one value computed from earlier ones (the latest more often); the state is tanh of a sum of
-    products: of the last value and of every value no step reads."""
+    products: of the last value and of every value no step reads. A step is (kind, parameter,
+    the indices of the values it reads...): the operation's name, a layer's index, or a slice's
+    (start, width)."""
 
     def __init__(self, seed, size, input_size, message_size, steps=10):
         super().__init__()
         rng = random.Random(seed)
-        self.size = size
         width0 = rng.choice(WIDTHS[1:])
         self.x_in = nn.Linear(input_size, width0)
         self.m_in = _small(nn.Linear(message_size, width0), 0.3)
@@ -105,10 +96,10 @@ class RandomCell(nn.Module):
             elif kind == "slice" and w > 1:
                 start = rng.randrange(w)
                 w = rng.randint(1, w - start)
-                self.program.append(("slice", a, start, w))
+                self.program.append(("slice", (start, w), a))
             elif kind == "cat":
                 b = self._pick(rng, widths)
-                self.program.append(("cat", a, b))
+                self.program.append(("cat", None, a, b))
                 w += widths[b]
             elif kind == "reduce":
                 self.program.append(("reduce", rng.choice(sorted(REDUCE)), a))
@@ -120,7 +111,7 @@ class RandomCell(nn.Module):
                 self.program.append(("unary", "tanh", a))
             widths.append(w)
         # Every value no step reads reaches the state through a product of its own.
-        read = {j for step in self.program for j in reads(step)}
+        read = {j for step in self.program for j in step[2:]}
         self.sinks = [j for j in range(len(widths) - 1) if j not in read]
         self.last = nn.Linear(widths[-1], size)
         self.outs = nn.ModuleList(_small(nn.Linear(widths[j], size, bias=False), 0.3)
@@ -134,22 +125,22 @@ class RandomCell(nn.Module):
 
     def forward(self, x, m):
         values = [self.x_in(x), self.m_in(m)]
-        for step in self.program:
-            kind = step[0]
+        for kind, param, *args in self.program:
+            a = [values[j] for j in args]
             if kind == "unary":
-                v = UNARY[step[1]](values[step[2]])
+                v = UNARY[param](*a)
             elif kind == "binary":
-                v = BINARY[step[1]](values[step[2]], values[step[3]])
+                v = BINARY[param](*a)
             elif kind == "linear":
-                v = self.layers[step[1]](values[step[2]])
+                v = self.layers[param](*a)
             elif kind == "slice":
-                v = values[step[1]][:, step[2]:step[2] + step[3]]
+                v = a[0][:, param[0]:param[0] + param[1]]
             elif kind == "cat":
-                v = torch.cat([values[step[1]], values[step[2]]], -1)
+                v = torch.cat(a, -1)
             elif kind == "reduce":
-                v = REDUCE[step[1]](values[step[2]])
+                v = REDUCE[param](*a)
             else:
-                v = self.norms[step[1]](values[step[2]])
+                v = self.norms[param](*a)
             values.append(v)
         torch.sigmoid(values[self.dead]) * 2  # traced, and read by nothing
         out = self.last(values[-1])
