@@ -1041,6 +1041,43 @@ CUDA_CASE("cuda: pipelined training (submit, backward, device SGD) follows the c
   }
 }
 
+// Forward passes queued ahead of their reads for longer than the staging ring has buffers
+// and the timing ring has events, with no wait for the whole stream: each staging buffer is
+// reused once the start event of the pass its copy fed has completed.
+CUDA_CASE("cuda: more pipelined forwards than the staging and timing rings hold = cpu") {
+  Twins t("lattice_lstm");
+  auto& [pc_cpu, pc_gpu, d_cpu, d_gpu, m_cpu, m_gpu, g_cpu, g_gpu] = t;
+  Engine e_cpu(pc_cpu, EngineOptions{"agenda", "cpu", 1});
+  Engine e_gpu(pc_gpu, EngineOptions{"lb-greedy", "cuda", 1});
+  std::vector<std::vector<uint32_t>> batches;  // 1 to 3 of the 5 instances, shapes changing
+  for (uint32_t step = 0; step < 40; ++step) {
+    batches.push_back({step % 5});
+    for (uint32_t k = 1; k <= step % 3; ++k) batches.back().push_back((step * 3 + k) % 5);
+  }
+  auto build = [](Model& m, Graph& g, const std::vector<uint32_t>& ids) {
+    g.clear();
+    std::vector<Expr> losses;
+    for (uint32_t i : ids) losses.push_back(m.build(g, i));
+    return sum_losses(losses);
+  };
+  // Each result read three passes behind, so up to four are queued (Backend::kStagedSlots).
+  constexpr size_t kBehind = 3;
+  std::vector<uint64_t> tickets;
+  std::vector<float> loss_gpu;
+  for (size_t step = 0; step < batches.size(); ++step) {
+    tickets.push_back(e_gpu.submit(g_gpu, build(*m_gpu, g_gpu, batches[step])));
+    if (step >= kBehind) loss_gpu.push_back(as_scalar(e_gpu.result(tickets[step - kBehind])));
+  }
+  for (size_t step = batches.size() - kBehind; step < batches.size(); ++step)
+    loss_gpu.push_back(as_scalar(e_gpu.result(tickets[step])));
+  for (size_t step = 0; step < batches.size(); ++step) {
+    CAPTURE(step);
+    const float a = as_scalar(e_cpu.forward(g_cpu, build(*m_cpu, g_cpu, batches[step])));
+    CHECK(std::fabs(loss_gpu[step] - a) <= kTol * std::max(1.0f, std::fabs(a)));
+  }
+  CHECK(e_gpu.stats().device_forward_ms > 0);
+}
+
 // Engine::prepare encodes the forward pass ahead (Backend::prepare_forward), on another thread
 // as the PyTorch adapter's prefetching does; the forward that follows runs it. A graph changed
 // after its preparation, or another graph, is encoded afresh.
@@ -1158,7 +1195,9 @@ CUDA_CASE("cuda: an asynchronous error surfaces as an exception naming the kerne
   const std::string async = child("EDBATCH_CUDA_SYNC=0");
   INFO(async);
   CHECK(async.find("FAULT: [cuda] forward: asynchronous error") != std::string::npos);
-  CHECK(async.find("steps forward") != std::string::npos);
+  // The queued pass's description, made only when the error needs it.
+  CHECK(async.find("kernels from kernel 'steps forward' of the forward pass (batch 0)") !=
+        std::string::npos);
 }
 
 #ifdef EDBATCH_TEST_CUDA_RUNTIME
@@ -1373,6 +1412,11 @@ CUDA_CASE("cuda: incremental forwards and lstm_nmt's greedy decoding = cpu") {
     for (uint32_t p = 0; p < pc_cpu.size(); ++p)
       check_close(pc_gpu.grads(p), pc_cpu.grads(p), pc_cpu.dim(p).size(), 1e-3,
                   "incremental gradient of " + pc_cpu.name(p));
+    // Device time (CUDA events, read once the reads above waited): the forward's increments
+    // summed, and the backward's; none on the CPU.
+    CHECK(gpu.stats().device_forward_ms > 0);
+    CHECK(gpu.stats().device_backward_ms > 0);
+    CHECK(cpu.stats().device_forward_ms == 0);
     pc_cpu.zero_grads();
     pc_gpu.zero_grads();
     // The whole graph built first, then run through each instance's loss (prefixes), then all.

@@ -66,8 +66,12 @@ class DeviceQueue {
   // Completed waits for the whole stream (wait()): work queued before a wait that has since
   // completed is done, with no event to query.
   uint64_t syncs() const { return syncs_; }
-  // Names queued work and its kernels for an asynchronous error; `trim`: keep the last 8.
-  void note_queued(std::string name, std::string where, bool trim);
+  // Names queued work for an asynchronous error: `name` and a fixed description of its kernels
+  // (both static strings).
+  void note_queued(const char* name, const char* kernels);
+  // ... or a pass of `commands`, described by its first and last command only when an error
+  // needs the message (a decoding step queues a pass every few tens of microseconds).
+  void note_pass(const char* name, const std::vector<Command>& commands, bool chained);
   // Waits for all queued work. An asynchronous error becomes an exception naming the passes
   // queued since the last wait and their kernel ranges.
   void wait();
@@ -100,8 +104,18 @@ class DeviceQueue {
   cublasHandle_t blas_ = nullptr;
   std::array<Timing, 16> timings_;
   size_t next_timing_ = 0;
-  // Passes queued since the last wait: name and kernel range, for asynchronous errors.
-  std::vector<std::pair<std::string, std::string>> queued_;
+  // Work queued since the last wait, for asynchronous errors: the latest kQueuedKept.
+  struct Queued {
+    const char* name = nullptr;
+    const char* kernels = nullptr;  // a fixed description, or null: the pass's commands below
+    const char *first = nullptr, *last = nullptr;  // Command::what; null: no kernel
+    uint32_t first_batch = 0, last_batch = 0;
+    bool chained = false;
+    std::string where() const;
+  };
+  static constexpr size_t kQueuedKept = 8;
+  std::array<Queued, kQueuedKept> queued_{};
+  size_t queued_count_ = 0;   // noted since the last wait (the ring holds the latest)
   bool queued_work_ = false;  // work queued since the last wait
   uint64_t syncs_ = 0;
 };
@@ -201,12 +215,14 @@ class Uploads {
   explicit Uploads(DeviceQueue& queue) : queue_(queue) {}
   // One copy: the plan's operand metadata (an incremental forward: its segments' entries), the
   // parameter offsets, the pass's GEMM pointer arrays and the graph's input values; then the
-  // inputs move to their place in the arena.
-  void forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
-               const Arenas& arenas, const ParamMirror& params);
+  // inputs move to their place in the arena. `start` (the pass's timing event) is recorded right
+  // after the copy and tells when its staging buffer is free again: one event for both.
+  void forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches, const Arenas& arenas,
+               const ParamMirror& params, cudaEvent_t start);
   // The backward pass's own data (the plan's metadata is the forward's, unless that forward
-  // was an increment: then the whole plan's goes up too).
-  void backward(const MemoryPlan& plan, const Pass& pass, const LaunchPlan& launches);
+  // was an increment: then the whole plan's goes up too); `start` as for forward.
+  void backward(const MemoryPlan& plan, const Pass& pass, const LaunchPlan& launches,
+                cudaEvent_t start);
   const PassAddresses& addresses() const { return at_; }
   void set_adjoints(float* adjoints) { at_.view.adjoints = adjoints; }
 
@@ -230,7 +246,9 @@ class Uploads {
                          PlanAt& w);
   void view_plan(const char* d, const PlanAt& w, const PlanSegment& from);
   PinnedBuffer& acquire(StagingRing& ring, size_t bytes);
-  void release(StagingRing& ring);
+  // Records `done` (the ring's own event when null) after the copy from the ring's current
+  // buffer, and moves to the next buffer.
+  void release(StagingRing& ring, cudaEvent_t done = nullptr);
   size_t put_pass(char* h, size_t at, const Pass& pass, const LaunchPlan& launches) const;
   void pass_data_at(char* d, size_t at, const Pass& pass, const LaunchPlan& launches);
 
@@ -410,8 +428,8 @@ class Launcher {
         counters_(counters) {}
   // Queues the pass's launches; waits only in the debugging modes (sync after every kernel,
   // profile).
-  void run_pass(Pass& pass, const char* name, const LaunchPlan& launches,
-                const PassAddresses& at);
+  void run_pass(Pass& pass, const char* name, const LaunchPlan& launches, const PassAddresses& at,
+                DeviceQueue::Timing& timing);
 
  private:
   void launch(const Command& c, const PassAddresses& at);

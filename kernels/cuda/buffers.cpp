@@ -69,12 +69,12 @@ bool PinnedBuffer::reserve(size_t bytes) {
 }
 
 StagingRing::StagingRing() {
-  for (cudaEvent_t& ev : copied)
+  for (cudaEvent_t& ev : own)
     EDBATCH_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
 }
 
 StagingRing::~StagingRing() {
-  for (cudaEvent_t ev : copied) cudaEventDestroy(ev);
+  for (cudaEvent_t ev : own) cudaEventDestroy(ev);
 }
 
 void HostMirror::reset(size_t floats) {

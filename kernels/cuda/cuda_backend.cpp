@@ -68,12 +68,14 @@ class CudaBackend : public Backend {
     Pass pass = new_pass(p, true);
     pass.first_batch = first_batch;
     if (!take_prepared(p, pass)) encode_forward(pass, launches_);
+    // The pass's device time starts when its upload has been copied.
+    DeviceQueue::Timing& timing = queue_.next_timing(true, p.first_segment > 0);
     {
       Profiler::Phase uploading(profiler_, "(host: forward, uploading)");
-      uploads_.forward(p, pass, launches_, arenas_, params_.mirror());
+      uploads_.forward(p, pass, launches_, arenas_, params_.mirror(), timing.start);
       arenas_.values_zero_from = p.plan.total_floats;
     }
-    launcher_.run_pass(pass, "forward", launches_, uploads_.addresses());
+    launcher_.run_pass(pass, "forward", launches_, uploads_.addresses(), timing);
   }
 
   void prepare_forward(const PlanRef& p) override {
@@ -114,7 +116,8 @@ class CudaBackend : public Backend {
       Profiler::Phase planning(profiler_, "(host: backward, launch plan)");
       launches_.plan(pass, options_);
     }
-    uploads_.backward(p.plan, pass, launches_);
+    DeviceQueue::Timing& timing = queue_.next_timing(false, false);
+    uploads_.backward(p.plan, pass, launches_, timing.start);
     EDBATCH_CUDA_CHECK(cudaMemsetAsync(arenas_.adjoints.as(), 0,
                                        p.plan.total_floats * sizeof(float), queue_.stream()));
     if (seed.nodes == nullptr)
@@ -123,7 +126,7 @@ class CudaBackend : public Backend {
     else
       interop_.add_seeds(p, seed);
     uploads_.set_adjoints(arenas_.adjoints.as());
-    launcher_.run_pass(pass, "backward", launches_, uploads_.addresses());
+    launcher_.run_pass(pass, "backward", launches_, uploads_.addresses(), timing);
     // The gradients stay on the device; host code that reads them fetches them first.
     params_.device_wrote(p.params, false, true);
   }
@@ -193,7 +196,7 @@ class CudaBackend : public Backend {
     const ParamMirror& m = params_.mirror();
     launch_sgd(m.values.as(), m.grads.as(), m.floats, lr, queue_.stream());
     EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
-    queue_.note_queued("sgd update", "the SGD update kernel", false);
+    queue_.note_queued("sgd update", "the SGD update kernel");
     queue_.mark_queued();
     params_.device_updated(pc);
   }

@@ -104,7 +104,8 @@ struct StagingRing {
   StagingRing& operator=(const StagingRing&) = delete;
   ~StagingRing();
   PinnedBuffer buffers[kDepth];
-  cudaEvent_t copied[kDepth] = {};
+  cudaEvent_t own[kDepth] = {};     // the ring's events, for copies no pass's event follows
+  cudaEvent_t copied[kDepth] = {};  // completes after the slot's copy: own[i] or a pass's start
   bool queued[kDepth] = {};
   uint64_t syncs[kDepth] = {};  // DeviceQueue::syncs() when the copy was queued
   int next = 0;

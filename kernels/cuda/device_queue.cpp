@@ -94,9 +94,34 @@ void DeviceQueue::switch_to(cudaStream_t next) {
   EDBATCH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
 }
 
-void DeviceQueue::note_queued(std::string name, std::string where, bool trim) {
-  queued_.push_back({std::move(name), std::move(where)});
-  if (trim && queued_.size() > 8) queued_.erase(queued_.begin());
+void DeviceQueue::note_queued(const char* name, const char* kernels) {
+  Queued& q = queued_[queued_count_++ % kQueuedKept];
+  q = Queued{};
+  q.name = name;
+  q.kernels = kernels;
+}
+
+void DeviceQueue::note_pass(const char* name, const std::vector<Command>& commands, bool chained) {
+  Queued& q = queued_[queued_count_++ % kQueuedKept];
+  q = Queued{};
+  q.name = name;
+  if (commands.empty()) return;
+  q.first = commands.front().what;
+  q.first_batch = commands.front().batch;
+  q.last = commands.back().what;
+  q.last_batch = commands.back().batch;
+  q.chained = chained;
+}
+
+std::string DeviceQueue::Queued::where() const {
+  if (kernels) return kernels;
+  if (!first) return "no kernel";
+  const auto kernel = [this](const char* what, uint32_t batch) {
+    return std::string("kernel '") + what + "' of the " + name + " pass (batch " +
+           std::to_string(batch) + ")";
+  };
+  return std::string(chained ? "chained launches running " : "") + "kernels from " +
+         kernel(first, first_batch) + " to " + kernel(last, last_batch);
 }
 
 void DeviceQueue::wait() {
@@ -105,7 +130,7 @@ void DeviceQueue::wait() {
   if (e != cudaSuccess) check_async(e);  // throws, naming what was queued
   // Everything queued is done (a stream waits for the one it switched from): no queries, which
   // are calls into the driver of a microsecond or more in a decoding step's round trip.
-  queued_.clear();
+  queued_count_ = 0;
   collect_timings(true);
   queued_work_ = false;
   ++syncs_;
@@ -118,17 +143,19 @@ void DeviceQueue::wait_event(cudaEvent_t ev) {
 
 void DeviceQueue::check_async(cudaError_t e) {
   if (e == cudaSuccess) {
-    if (cudaStreamQuery(stream_) == cudaSuccess) queued_.clear();
+    if (cudaStreamQuery(stream_) == cudaSuccess) queued_count_ = 0;
     return;
   }
   std::string names, where;
-  for (const auto& [name, kernels] : queued_) {
-    names += (names.empty() ? "" : ", ") + name;
-    where += (where.empty() ? "" : "; ") + kernels;
+  const size_t kept = std::min(queued_count_, kQueuedKept);
+  for (size_t i = queued_count_ - kept; i < queued_count_; ++i) {  // oldest first
+    const Queued& q = queued_[i % kQueuedKept];
+    names += (names.empty() ? "" : ", ") + std::string(q.name);
+    where += (where.empty() ? "" : "; ") + q.where();
   }
   if (names.empty()) names = "device";
   if (where.empty()) where = "no kernel";
-  queued_.clear();
+  queued_count_ = 0;
   throw std::runtime_error("[cuda] " + names + ": asynchronous error " + cudaGetErrorString(e) +
                            " in " + where +
                            "; CudaOptions::sync_each_launch (EDBATCH_CUDA_SYNC=1) checks after "

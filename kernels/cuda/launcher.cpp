@@ -74,7 +74,7 @@ void Launcher::launch(const Command& c, const PassAddresses& at) {
 }
 
 void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
-                        const PassAddresses& at) {
+                        const PassAddresses& at, DeviceQueue::Timing& timing) {
   const std::vector<Launch>& launches = plan.launches;
   groups_ = std::move(pass.groups);
   linears_ = std::move(pass.linears);
@@ -85,10 +85,7 @@ void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
     profiler_.reserve_events(launches.size() + 1);
     stage_times = profiler_.stage_times(plan.stages.size(), queue_.stream());
   }
-  DeviceQueue::Timing& timing =
-      queue_.next_timing(pass.forward, pass.forward && pass.p->first_segment > 0);
-  const auto host_start = std::chrono::steady_clock::now();
-  EDBATCH_CUDA_CHECK(cudaEventRecord(timing.start, queue_.stream()));
+  const auto host_start = std::chrono::steady_clock::now();  // timing.start: at the upload
   for (size_t i = 0; i < launches.size(); ++i) {
     const Launch& l = launches[i];
     if (profile) EDBATCH_CUDA_CHECK(cudaEventRecord(profiler_.event(i), queue_.stream()));
@@ -119,11 +116,7 @@ void Launcher::run_pass(Pass& pass, const char* name, const LaunchPlan& plan,
   timing.queued = true;
   const double host_ms = std::chrono::duration<double, std::milli>(
                              std::chrono::steady_clock::now() - host_start).count();
-  std::string where = "no kernel";
-  if (!pass.commands.empty())
-    where = std::string(plan.stages.empty() ? "" : "chained launches running ") + "kernels from " +
-            describe(pass.commands.front(), name) + " to " + describe(pass.commands.back(), name);
-  queue_.note_queued(name, where, true);
+  queue_.note_pass(name, pass.commands, !plan.stages.empty());
   queue_.mark_queued();
   if (profile) {
     queue_.wait();

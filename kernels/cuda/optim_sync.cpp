@@ -127,7 +127,7 @@ void OptimizerSync::step(ParameterCollection& pc, const UpdateRule& rule, Optimi
                 slots > 1 ? s.buffers[1].as() : nullptr, d_segments, count, r, d_norm,
                 queue_.stream());
   EDBATCH_CUDA_CHECK(cudaPeekAtLastError());
-  queue_.note_queued("optimizer step", "the optimizer's norm and update kernels", false);
+  queue_.note_queued("optimizer step", "the optimizer's norm and update kernels");
   queue_.mark_queued();
   params_.device_updated(pc);
   if (slots > 0) {

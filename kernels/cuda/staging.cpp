@@ -59,7 +59,7 @@ void Uploads::view_plan(const char* d, const PlanAt& w, const PlanSegment& from)
 }
 
 void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
-                      const Arenas& arenas, const ParamMirror& params) {
+                      const Arenas& arenas, const ParamMirror& params, cudaEvent_t start) {
   const cudaStream_t stream = queue_.stream();
   const MemoryPlan& plan = p.plan;
   const std::vector<float>& inputs = p.graph.input_values();
@@ -106,7 +106,7 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
   put_pass(h, at_ptrs, pass, launches);
   char* d = forward_meta_.as<char>();
   EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, at, cudaMemcpyHostToDevice, stream));
-  release(forward_staging_);
+  release(forward_staging_, start);
   float* values = arenas.values.as();
   // Fused GEMM steps add their partial sums into zeroed outputs (the segments that run). The
   // arena is zero from arenas.values_zero_from on, so zeroing up to there leaves it zero from
@@ -145,7 +145,8 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
   pass_data_at(d, at_ptrs, pass, launches);
 }
 
-void Uploads::backward(const MemoryPlan& plan, const Pass& pass, const LaunchPlan& launches) {
+void Uploads::backward(const MemoryPlan& plan, const Pass& pass, const LaunchPlan& launches,
+                       cudaEvent_t start) {
   // Backward runs over every segment: after an incremental forward, which uploaded only its own
   // segment's metadata, the whole plan's goes up with the pass's data.
   const MemoryPlan* whole = plan_partial_ ? &plan : nullptr;
@@ -159,7 +160,7 @@ void Uploads::backward(const MemoryPlan& plan, const Pass& pass, const LaunchPla
   put_pass(h, at, pass, launches);
   char* d = backward_meta_.as<char>();
   EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, end, cudaMemcpyHostToDevice, queue_.stream()));
-  release(backward_staging_);
+  release(backward_staging_, start);
   if (whole) view_plan(d, plan_at, kWholePlan);
   pass_data_at(d, at, pass, launches);
 }
@@ -186,8 +187,12 @@ const char* Uploads::upload_interop(const char* h, size_t bytes) {
   return interop_meta_.as<char>();
 }
 
-void Uploads::release(StagingRing& ring) {
-  EDBATCH_CUDA_CHECK(cudaEventRecord(ring.copied[ring.next], queue_.stream()));
+// A pass's start event may be recorded again by a later pass before the slot comes round: a
+// wait on it then waits for that later point of the stream, which is still after the copy.
+void Uploads::release(StagingRing& ring, cudaEvent_t done) {
+  if (done == nullptr) done = ring.own[ring.next];
+  EDBATCH_CUDA_CHECK(cudaEventRecord(done, queue_.stream()));
+  ring.copied[ring.next] = done;
   ring.queued[ring.next] = true;
   ring.syncs[ring.next] = queue_.syncs();
   ring.next = (ring.next + 1) % StagingRing::kDepth;
