@@ -4,6 +4,7 @@
 //
 //   bench_nmt [--device cpu|cuda] [--hidden 128,256] [--batch 32,128] [--reps N] [--vocab V]
 //             [--data synthetic:N | SRC,TGT] [--policy P] [--max-len N] [--modes decode,train]
+//             [--plan-cache MB]
 //
 // EDBATCH_CUDA_PROFILE=1 with --modes decode: where the host time of decoding steps goes.
 #include <CLI/CLI.hpp>
@@ -28,14 +29,16 @@ struct Options {
   std::string device = "cpu", data = "synthetic:1024", policy = "lb-greedy";
   std::vector<uint32_t> hidden = {128, 256}, batch = {32, 128};
   uint32_t reps = 10, vocab = 256, max_len = 100;
+  double plan_cache_mb = 64;  // EngineOptions::plan_cache_bytes; 0: every step planned
   bool decode = true, train = true;
 };
 
 // Per decoding step, in microseconds: the host's work (all of it, and the part planning the
 // step's nodes and, on a device, the part encoding and queueing its kernels), and the kernels'
-// time (on a device, the GPU's, which the host waits for).
+// time (on a device, the GPU's, which the host waits for); and the share of steps planned as a
+// repeat of the step before (Stats::increments_repeated).
 struct StepTimes {
-  std::vector<double> host, plan, submit, kernels;
+  std::vector<double> host, plan, submit, kernels, repeated;
 };
 
 void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
@@ -49,22 +52,25 @@ void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
     std::printf("  host per step %.1f us (p10 %.1f, p90 %.1f; planning %.1f", h.median, h.p10,
                 h.p90, summarize(step.plan).median);
     if (o.device == "cuda") std::printf(", queueing %.1f", summarize(step.submit).median);
-    std::printf("), %s %.1f us, %.1f steps", o.device == "cuda" ? "device" : "kernels",
-                summarize(step.kernels).median, steps);
+    std::printf("), %s %.1f us, %.1f steps (%.0f%% repeats)",
+                o.device == "cuda" ? "device" : "kernels", summarize(step.kernels).median, steps,
+                100 * summarize(step.repeated).median);
   }
   std::printf("\n");
-  std::printf("{\"bench\":\"nmt\",\"impl\":\"edbatch\",\"mode\":\"%s\",\"device\":\"%s\","
-              "\"policy\":\"%s\",\"hidden\":%u,\"batch\":%u,\"per_s_median\":%.3f,"
-              "\"per_s_p10\":%.3f,\"per_s_p90\":%.3f",
-              mode, o.device.c_str(), o.policy.c_str(), hidden, batch, r.median, r.p10, r.p90);
+  std::printf(
+      "{\"bench\":\"nmt\",\"impl\":\"edbatch\",\"mode\":\"%s\",\"device\":\"%s\","
+      "\"policy\":\"%s\",\"plan_cache_mb\":%g,\"hidden\":%u,\"batch\":%u,"
+      "\"per_s_median\":%.3f,\"per_s_p10\":%.3f,\"per_s_p90\":%.3f",
+      mode, o.device.c_str(), o.policy.c_str(), o.plan_cache_mb, hidden, batch, r.median, r.p10,
+      r.p90);
   if (decode) {
     const auto h = summarize(step.host);
     std::printf(
         ",\"host_us_per_step_median\":%.3f,\"host_us_p10\":%.3f,\"host_us_p90\":%.3f,"
         "\"plan_us_per_step_median\":%.3f,\"queue_us_per_step_median\":%.3f,"
-        "\"kernel_us_per_step_median\":%.3f,\"steps\":%.1f",
+        "\"kernel_us_per_step_median\":%.3f,\"steps\":%.1f,\"repeated_steps_median\":%.3f",
         h.median, h.p10, h.p90, summarize(step.plan).median, summarize(step.submit).median,
-        summarize(step.kernels).median, steps);
+        summarize(step.kernels).median, steps, summarize(step.repeated).median);
   }
   std::printf("}\n");
   std::fflush(stdout);
@@ -89,6 +95,7 @@ void decode(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t h
   const bool cuda = o.device == "cuda";
   for (uint32_t r = 0; r < o.reps + 2; ++r) {
     batch_ids(r, batch, model.size(), ids);
+    const uint64_t repeated_before = engine.stats().increments_repeated;
     const double t0 = now_ms();
     model.decode(engine, g, ids, d);
     const double ms = now_ms() - t0;
@@ -101,6 +108,7 @@ void decode(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t h
     step.plan.push_back(s.scheduling_ms * 1e3 / steps);
     step.submit.push_back(cuda ? s.execution_ms * 1e3 / steps : 0);
     step.kernels.push_back(kernels_ms * 1e3 / steps);
+    step.repeated.push_back(static_cast<double>(s.increments_repeated - repeated_before) / steps);
     steps_sum += steps;
   }
   report("decode", o, hidden, batch, per_s, step, steps_sum / o.reps);
@@ -134,7 +142,9 @@ void run(const Options& o, const Dataset& data, uint32_t hidden, uint32_t batch)
   mo.hidden = hidden;
   mo.vocab = o.vocab;
   auto model = make_model("lstm_nmt", pc, data, mo);
-  Engine engine(pc, apply_debug_env(EngineOptions{o.policy, o.device, 1}));  // EDBATCH_CUDA_*
+  EngineOptions eo{o.policy, o.device, 1};
+  eo.plan_cache_bytes = static_cast<size_t>(o.plan_cache_mb * (1 << 20));
+  Engine engine(pc, apply_debug_env(eo));  // EDBATCH_CUDA_*
   Graph g(pc);
   if (o.decode) decode(o, *model, engine, g, hidden, batch);
   if (o.train) train(o, *model, engine, g, hidden, batch);
@@ -160,6 +170,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data", o.data, "synthetic:N or SOURCE,TARGET files")->capture_default_str();
   app.add_option("--policy", o.policy, "batching policy")->capture_default_str();
+  app.add_option("--plan-cache", o.plan_cache_mb,
+                 "MB of plan reuse; 0 plans every decoding step (no repeats)")
+      ->capture_default_str();
   app.add_option("--max-len", o.max_len, "decoding: the most tokens per sentence")
       ->capture_default_str();
   app.add_option("--modes", modes, "decode, train or both, comma-separated")->capture_default_str();

@@ -43,4 +43,19 @@ uint64_t gather_bytes(const Graph& g, const Node& first, uint32_t slot, const Op
 // Classifies operand offsets of `count` nodes as shared, a view (constant stride) or indexed.
 Operand classify_offsets(const uint32_t* offsets, uint32_t count, uint32_t size, MemoryPlan& out);
 
+// Where the input values of a segment of nodes [first_node, end_node) end, those before it
+// ending at `input_floats`.
+uint32_t segment_inputs_end(const Graph& g, uint32_t input_floats, uint32_t first_node,
+                            uint32_t end_node);
+
+// extend_memory_plan's parts for a segment of batches [first_batch, ...) and nodes [first_node,
+// n). begin_segment appends the segment with its input block (after everything planned) and
+// returns where its batches start; the batches are then placed (out.batches' offsets, sizes and
+// counts, their members' and block outputs' node_offset, out.total_floats); finish_segment
+// places inputs and reshapes and plans every batch's operands (a block call's steps too).
+uint64_t begin_segment(const Graph& g, uint32_t first_batch, uint32_t first_node, uint32_t n,
+                       MemoryPlan& out);
+void finish_segment(const Graph& g, const Schedule& s, uint32_t first_batch, uint32_t first_node,
+                    uint32_t n, MemoryPlan& out);
+
 }  // namespace edbatch

@@ -186,6 +186,16 @@ void plan_operands(const Graph& g, const Schedule& s, size_t b, MemoryPlan& out)
 
 }  // namespace
 
+uint32_t segment_inputs_end(const Graph& g, uint32_t input_floats, uint32_t first_node,
+                            uint32_t end_node) {
+  // Input values are added in node order: those of nodes [first_node, end_node) end where the
+  // last of their Input nodes' values ends (all of them when the plan goes to the graph's end).
+  if (end_node >= g.size()) return static_cast<uint32_t>(g.input_values().size());
+  for (uint32_t v = end_node; v-- > first_node;)
+    if (g.node(v).op == Op::Input) return g.node(v).aux + g.node(v).dim.size();
+  return input_floats;
+}
+
 void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions& options) {
   out.clear();
   extend_memory_plan(g, s, 0, 0, out, options);
@@ -206,23 +216,21 @@ void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint3
     out.layout_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  const auto& nodes = g.nodes();
   const uint32_t n = std::min(end_node, g.size());
   out.node_offset.resize(n, UINT32_MAX);
-  // Input values are added in node order: those of nodes [first_node, n) end where the last of
-  // their Input nodes' values ends (all of them when the plan goes to the graph's end).
-  uint32_t inputs_end = static_cast<uint32_t>(g.input_values().size());
-  if (n < g.size()) {
-    inputs_end = out.input_floats;
-    for (uint32_t v = n; v-- > first_node;)
-      if (nodes[v].op == Op::Input) {
-        inputs_end = nodes[v].aux + nodes[v].dim.size();
-        break;
-      }
-  }
+  uint64_t cursor = begin_segment(g, first_batch, first_node, n, out);
+  out.batches.resize(s.batches.size());
+  for (size_t b = first_batch; b < s.batches.size(); ++b)
+    cursor = place_batch(g, s, b, cursor, out);
+  out.total_floats = align_up(cursor);
+  finish_segment(g, s, first_batch, first_node, n, out);
+}
 
+uint64_t begin_segment(const Graph& g, uint32_t first_batch, uint32_t first_node, uint32_t n,
+                       MemoryPlan& out) {
   // The inputs added since the last segment, as one block copied from the graph, then the
   // segment's batches. Earlier values keep their offsets.
+  const uint32_t inputs_end = segment_inputs_end(g, out.input_floats, first_node, n);
   PlanSegment seg;
   seg.batch_begin = first_batch;
   seg.node_begin = first_node;
@@ -234,13 +242,15 @@ void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint3
   seg.index_begin = static_cast<uint32_t>(out.index.size());
   seg.aux_begin = static_cast<uint32_t>(out.aux.size());
   if (first_batch == 0) out.input_offset = seg.input_offset;
-  uint64_t cursor = align_up(static_cast<uint64_t>(seg.input_offset) + seg.input_count);
   out.input_floats += seg.input_count;
   out.segments.push_back(seg);
+  return align_up(static_cast<uint64_t>(seg.input_offset) + seg.input_count);
+}
 
-  out.batches.resize(s.batches.size());
-  for (size_t b = first_batch; b < s.batches.size(); ++b) cursor = place_batch(g, s, b, cursor, out);
-  out.total_floats = align_up(cursor);
+void finish_segment(const Graph& g, const Schedule& s, uint32_t first_batch, uint32_t first_node,
+                    uint32_t n, MemoryPlan& out) {
+  const auto& nodes = g.nodes();
+  const PlanSegment& seg = out.segments.back();
   // Inputs lie in the segment's input block; reshapes alias their argument (ids are
   // topological, so the argument, a batch's member or an input, is placed).
   for (uint32_t v = first_node; v < n; ++v) {

@@ -32,8 +32,9 @@ struct EngineOptions {
   // scheduled and planned; per-node integers (word ids, labels, picked indices, dropout keys,
   // block calls' integers) may differ. A structure is kept at its second planning and reused
   // from its third; graphs that never repeat cost a cheap key per planning and no memory. At most
-  // this many bytes of plans are kept; 0 turns reuse off. Results are bitwise those of planning
-  // again (docs/architecture.md, plan reuse).
+  // this many bytes of plans are kept; 0 turns reuse off, and with it the repeat of an
+  // incremental forward's plan (a decoding step like the one before: repeat_last_segment).
+  // Results are bitwise those of planning again (docs/architecture.md, plan reuse).
   size_t plan_cache_bytes = size_t{64} << 20;
   std::string policy_cache_dir = "";  // policy "auto": empty = default_policy_cache_dir()
 };
@@ -60,6 +61,9 @@ struct Stats {
   uint64_t policy_scored = 0;  // of the misses, those the learned scorer decided
   bool plan_reused = false;    // the last plan came from the plan cache (EngineOptions)
   uint64_t plans_reused = 0;   // ... and how many did, over the engine's life
+  // Incremental forwards planned as a repeat of the increment before (repeat_last_segment,
+  // memplan.h; on with plan reuse), over the engine's life.
+  uint64_t increments_repeated = 0;
   uint64_t kernels = 0;        // launches, forward + backward so far
   uint64_t stages = 0;         // dependent device steps so far (ExecCounters::stages)
   uint64_t bytes_copied = 0;   // gathers, forward + backward so far
@@ -206,6 +210,10 @@ class Engine {
   const Graph* graph_ = nullptr;
   uint32_t graph_generation_ = 0;
   uint64_t graph_version_ = UINT64_MAX;
+  // What the last planning added to the schedule's lower bound and the policy's lookups: an
+  // increment that repeats it adds the same.
+  uint32_t segment_bound_ = 0;
+  Policy::Lookups segment_lookups_;
   uint32_t ran_segments_ = 0;        // the plan's segments that have run ...
   uint64_t ran_inputs_version_ = 0;  // ... on these inputs
   bool have_backward_ = false;

@@ -123,6 +123,8 @@ void Engine::plan_graph(Graph& g, uint32_t end) {
   stats_.policy_hits = lookups.hits;
   stats_.policy_misses = lookups.misses;
   stats_.policy_scored = lookups.scored;
+  segment_bound_ = schedule_.lower_bound;
+  segment_lookups_ = lookups;
   graph_ = &g;
   graph_generation_ = g.generation();
   graph_version_ = g.version();

@@ -20,16 +20,29 @@ void Engine::extend_plan(Graph& g, uint32_t end) {
   const uint32_t first_node = static_cast<uint32_t>(plan_.node_offset.size());
   const uint32_t first_batch = static_cast<uint32_t>(schedule_.batches.size());
   const uint32_t nodes_before = static_cast<uint32_t>(schedule_.nodes.size());
-  scheduler_.extend(g, *policy_, schedule_, first_node, end);
-  extend_memory_plan(g, schedule_, first_batch, first_node, plan_, plan_options_, end);
+  // The same step as the increment before (decoding the same sentences): its plan again,
+  // shifted. Not where the scheduler lists each increment's reads, which the repeat leaves out.
+  const bool repeat = options_.plan_cache_bytes > 0 &&
+                      backend_->wants_batch_reads() != BatchReads::Always &&
+                      repeat_last_segment(g, schedule_, plan_, end);
+  if (repeat) {
+    schedule_.lower_bound += segment_bound_;
+    ++stats_.increments_repeated;
+  } else {
+    const uint32_t bound_before = schedule_.lower_bound;
+    scheduler_.extend(g, *policy_, schedule_, first_node, end);
+    extend_memory_plan(g, schedule_, first_batch, first_node, plan_, plan_options_, end);
+    segment_bound_ = schedule_.lower_bound - bound_before;
+    segment_lookups_ = policy_->lookups();
+  }
   stats_.construction_ms = g.construction_seconds() * 1e3;
   stats_.scheduling_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   stats_.nodes += schedule_.nodes.size() - nodes_before;
   stats_.batches = schedule_.batches.size();
   stats_.lower_bound = schedule_.lower_bound;
-  stats_.policy_hits += policy_->lookups().hits;
-  stats_.policy_misses += policy_->lookups().misses;
+  stats_.policy_hits += segment_lookups_.hits;
+  stats_.policy_misses += segment_lookups_.misses;
   graph_version_ = g.version();
   have_backward_ = false;
 }
