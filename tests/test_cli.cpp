@@ -1,5 +1,5 @@
 // `edbatch run` end to end: exit codes and messages for good runs, bad flags and bad files; the
-// metrics JSON; --outputs; --describe; a save/load weights round trip.
+// metrics JSON; --outputs; --describe; a save/load weights round trip; --decode's repeated steps.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -70,6 +70,34 @@ TEST_CASE("cli: a forward run writes sane metrics and one output line per instan
     CHECK(std::isfinite(lines[i]["loss"].get<double>()));
     CHECK(lines[i]["predicted"].size() == lines[i]["labels"].size());
     CHECK(lines[i]["labels"].size() > 0);
+  }
+}
+
+TEST_CASE("cli: --decode repeats a decoding step's plan, with the tokens of planning each step") {
+  TempDir dir;
+  std::vector<nlohmann::json> runs;
+  for (const char* cache : {"64", "0"}) {
+    const std::string tag = cache;
+    const Result r = cli(dir,
+                         "run --model lstm_nmt --data synthetic:12 --decode --hidden 6 "
+                         "--batch 6 --warmup 0 --plan-cache " +
+                             tag + " --json '" + dir / ("m" + tag + ".json") + "' --outputs '" +
+                             dir / ("o" + tag + ".jsonl") + "'");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const nlohmann::json m = nlohmann::json::parse(slurp(dir / ("m" + tag + ".json")));
+    runs.push_back(m);
+    CHECK((r.out.find("increments repeated") != std::string::npos) == (tag != "0"));
+  }
+  CHECK(runs[0]["increments_repeated"].get<uint64_t>() > 0);
+  CHECK(runs[1]["increments_repeated"].get<uint64_t>() == 0);
+  const std::vector<nlohmann::json> a = json_lines(dir / "o64.jsonl"),
+                                    b = json_lines(dir / "o0.jsonl");
+  REQUIRE(a.size() == 12);
+  REQUIRE(b.size() == a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i]["tokens"] == b[i]["tokens"]);
+    CHECK(a[i]["score"] == b[i]["score"]);
   }
 }
 

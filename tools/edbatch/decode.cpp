@@ -30,6 +30,7 @@ MiniBatchSample decode_sample(Model& model, Engine& engine, Graph& g,
   s.kernels = st.kernels - before.kernels;
   s.stages = st.stages - before.stages;
   s.bytes_copied = st.bytes_copied - before.bytes_copied;
+  s.increments_repeated = st.increments_repeated - before.increments_repeated;
   for (const Decoded& d : out) s.loss -= d.score;
   return s;
 }

@@ -43,6 +43,7 @@ std::string bytes_text(double b) {
 struct Totals {
   double instances = 0, ms = 0, loss = 0, batch_ratio = 0;
   uint64_t policy_hits = 0, policy_misses = 0, policy_scored = 0, plans_reused = 0;
+  uint64_t increments_repeated = 0;
 };
 Totals totals(const std::vector<MiniBatchSample>& samples) {
   Totals t;
@@ -55,6 +56,7 @@ Totals totals(const std::vector<MiniBatchSample>& samples) {
     t.policy_misses += s.policy_misses;
     t.policy_scored += s.policy_scored;
     t.plans_reused += s.plan_reused;
+    t.increments_repeated += s.increments_repeated;
   }
   if (!samples.empty()) t.batch_ratio /= samples.size();
   return t;
@@ -112,6 +114,7 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["policy_misses"] = t.policy_misses;
   j["policy_scored"] = t.policy_scored;
   j["plans_reused"] = t.plans_reused;
+  j["increments_repeated"] = t.increments_repeated;
   j["kernels_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.kernels); }));
   j["stages_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.stages); }));
   j["bytes_copied_per_minibatch"] =
@@ -187,6 +190,9 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
   if (t.plans_reused > 0)
     add("%-26s %10llu   of %zu mini-batches (a structure planned before)\n", "plans reused",
         static_cast<unsigned long long>(t.plans_reused), samples.size());
+  if (t.increments_repeated > 0)
+    add("%-26s %10llu   incremental forwards planned as the one before them, shifted\n",
+        "increments repeated", static_cast<unsigned long long>(t.increments_repeated));
   add("%-26s %10s\n", "bytes copied/mini-batch", bytes_text(copied.median).c_str());
   add("%-26s %10s\n", "arena", bytes_text(double(info.arena_bytes)).c_str());
   add("%-26s %10s\n", "peak memory (RSS)", bytes_text(double(info.peak_rss_bytes)).c_str());

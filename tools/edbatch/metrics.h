@@ -22,6 +22,7 @@ struct MiniBatchSample {
   uint64_t policy_hits = 0, policy_misses = 0;  // learned policies: table hits, fallbacks
   uint64_t policy_scored = 0;                    // ... of the fallbacks, the scorer's
   bool plan_reused = false;  // the schedule and plan came from the engine's plan cache
+  uint64_t increments_repeated = 0;  // incremental forwards planned as the one before, again
   double loss = 0;  // summed over the mini-batch (NaN with the null device)
 };
 

@@ -182,6 +182,7 @@ class Runner {
     s.policy_misses = st.policy_misses;
     s.policy_scored = st.policy_scored;
     s.plan_reused = st.plan_reused;
+    s.increments_repeated = st.increments_repeated - before.increments_repeated;
     s.kernels = st.kernels - before.kernels;
     s.stages = st.stages - before.stages;
     s.bytes_copied = st.bytes_copied - before.bytes_copied;
