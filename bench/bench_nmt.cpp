@@ -1,6 +1,7 @@
-// lstm_nmt: greedy decoding (sentences/s, and the host work of one decoding step) and
-// teacher-forced training (instances/s), per hidden size and mini-batch size, on synthetic pairs
-// or an IWSLT file pair. Medians and p10-p90 over mini-batches; one JSON line per result.
+// lstm_nmt: greedy decoding (sentences/s, and the host work of one decoding step, with and
+// without the first increment's encoders spread over the steps) and teacher-forced training
+// (instances/s), per hidden size and mini-batch size, on synthetic pairs or an IWSLT file pair.
+// Medians and p10-p90 over mini-batches; one JSON line per result.
 //
 //   bench_nmt [--device cpu|cuda] [--hidden 128,256] [--batch 32,128] [--reps N] [--vocab V]
 //             [--data synthetic:N | SRC,TGT] [--policy P] [--max-len N] [--modes decode,train]
@@ -39,6 +40,7 @@ struct Options {
 // repeat of the step before (Stats::increments_repeated).
 struct StepTimes {
   std::vector<double> host, plan, submit, kernels, repeated;
+  std::vector<double> increment;  // host work per increment after the first (a decoding step)
 };
 
 void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
@@ -49,8 +51,10 @@ void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
   const bool decode = !step.host.empty();
   if (decode) {
     const auto h = summarize(step.host);
-    std::printf("  host per step %.1f us (p10 %.1f, p90 %.1f; planning %.1f", h.median, h.p10,
-                h.p90, summarize(step.plan).median);
+    std::printf(
+        "  host per step %.1f us (p10 %.1f, p90 %.1f; per decoding step after the first "
+        "%.1f; planning %.1f",
+        h.median, h.p10, h.p90, summarize(step.increment).median, summarize(step.plan).median);
     if (o.device == "cuda") std::printf(", queueing %.1f", summarize(step.submit).median);
     std::printf("), %s %.1f us, %.1f steps (%.0f%% repeats)",
                 o.device == "cuda" ? "device" : "kernels", summarize(step.kernels).median, steps,
@@ -68,9 +72,13 @@ void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
     std::printf(
         ",\"host_us_per_step_median\":%.3f,\"host_us_p10\":%.3f,\"host_us_p90\":%.3f,"
         "\"plan_us_per_step_median\":%.3f,\"queue_us_per_step_median\":%.3f,"
-        "\"kernel_us_per_step_median\":%.3f,\"steps\":%.1f,\"repeated_steps_median\":%.3f",
+        "\"kernel_us_per_step_median\":%.3f,\"steps\":%.1f,\"repeated_steps_median\":%.3f,"
+        "\"host_us_per_increment_median\":%.3f,\"host_us_per_increment_p10\":%.3f,"
+        "\"host_us_per_increment_p90\":%.3f",
         h.median, h.p10, h.p90, summarize(step.plan).median, summarize(step.submit).median,
-        summarize(step.kernels).median, steps, summarize(step.repeated).median);
+        summarize(step.kernels).median, steps, summarize(step.repeated).median,
+        summarize(step.increment).median, summarize(step.increment).p10,
+        summarize(step.increment).p90);
   }
   std::printf("}\n");
   std::fflush(stdout);
@@ -85,29 +93,42 @@ void batch_ids(uint32_t r, uint32_t batch, uint32_t n, std::vector<uint32_t>& id
 // Decoding: every step's host work is the step's time less its kernels (the CPU runs them
 // inline; on a device the host waits for them when it reads the step's values). The engine's
 // planning, host execution and device times sum over the increments of the decoding graph.
+// The first increment holds every encoder and every first step: decoding each mini-batch once
+// more with one token per sentence measures it alone, so that the host work of the increments
+// after it (one decoding step each) is told apart from it.
 void decode(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t hidden,
             uint32_t batch) {
   std::vector<uint32_t> ids;
   std::vector<double> per_s;
   StepTimes step;
   double steps_sum = 0;
-  const DecodeOptions d{o.max_len};
   const bool cuda = o.device == "cuda";
-  for (uint32_t r = 0; r < o.reps + 2; ++r) {
-    batch_ids(r, batch, model.size(), ids);
-    const uint64_t repeated_before = engine.stats().increments_repeated;
+  struct Run {
+    double ms, host_ms, steps;
+  };
+  const auto run = [&](uint32_t max_len) {
     const double t0 = now_ms();
-    model.decode(engine, g, ids, d);
+    model.decode(engine, g, ids, DecodeOptions{max_len});
     const double ms = now_ms() - t0;
     const Stats& s = engine.stats();
-    const double steps = static_cast<double>(engine.plan().segments.size());
     const double kernels_ms = cuda ? s.device_forward_ms : s.execution_ms;
+    return Run{ms, ms - kernels_ms, static_cast<double>(engine.plan().segments.size())};
+  };
+  for (uint32_t r = 0; r < o.reps + 2; ++r) {
+    batch_ids(r, batch, model.size(), ids);
+    const Run first = run(1);
+    const uint64_t repeated_before = engine.stats().increments_repeated;
+    const Run all = run(o.max_len);
+    const Stats& s = engine.stats();
+    const double steps = all.steps;
     if (r < 2) continue;  // warm-up
-    per_s.push_back(batch / (ms / 1e3));
-    step.host.push_back((ms - kernels_ms) * 1e3 / steps);
+    per_s.push_back(batch / (all.ms / 1e3));
+    step.host.push_back(all.host_ms * 1e3 / steps);
+    if (steps > first.steps)
+      step.increment.push_back((all.host_ms - first.host_ms) * 1e3 / (steps - first.steps));
     step.plan.push_back(s.scheduling_ms * 1e3 / steps);
     step.submit.push_back(cuda ? s.execution_ms * 1e3 / steps : 0);
-    step.kernels.push_back(kernels_ms * 1e3 / steps);
+    step.kernels.push_back((all.ms - all.host_ms) * 1e3 / steps);
     step.repeated.push_back(static_cast<double>(s.increments_repeated - repeated_before) / steps);
     steps_sum += steps;
   }
