@@ -3,7 +3,8 @@
 // engine that plans every increment (plan reuse off): the same schedule and plan, entry by entry,
 // and bitwise the same values and gradients, for lstm_nmt's greedy decoding and for recurrent
 // steps that read the step before, two steps before, a fixed earlier value (the step repeats but
-// its operands are planned), or every state so far (never repeats), under several policies.
+// its operands are planned), or every state so far (never repeats), and for a graph built whole
+// and run through its equal instances one by one, under several policies.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -257,5 +258,55 @@ TEST_CASE("increment repeat: recurrent steps plan and compute as when every step
       for (size_t p = 0; p < a.grads.size(); ++p)
         CHECK(bitwise_equal(a.grads[p].data(), b.grads[p].data(), a.grads[p].size()));
     }
+  }
+}
+
+TEST_CASE("increment repeat: a graph built whole and run through equal instances one by one") {
+  // Each instance: an input, three recurrent steps and a loss; run through each instance's loss
+  // in turn, so every increment ends before the graph does (its input block ends at its own last
+  // input) and the later ones repeat the one before.
+  for (const char* policy : kPolicies) {
+    const std::string policy_name = policy;
+    CAPTURE(policy_name);
+    ParameterCollection pa{6}, pb{6};
+    const Net na(pa), nb(pb);
+    Engine ea(pa, options(policy, true)), eb(pb, options(policy, false));
+    Graph ga(pa), gb(pb);
+    Engine* engines[2] = {&ea, &eb};
+    Graph* graphs[2] = {&ga, &gb};
+    const Net* nets[2] = {&na, &nb};
+    std::vector<std::vector<float>> values[2];
+    for (int k = 0; k < 2; ++k) {
+      Graph& g = *graphs[k];
+      const Net& net = *nets[k];
+      std::mt19937_64 rng(23);
+      std::uniform_real_distribution<float> u(-1, 1);
+      std::vector<Expr> losses;
+      for (int i = 0; i < 6; ++i) {
+        std::vector<float> x(H);
+        for (float& v : x) v = u(rng);
+        Expr h = input(g, Dim{H, 1}, x);
+        for (int t = 0; t < 3; ++t) {
+          const uint32_t word = static_cast<uint32_t>(rng() % V);
+          Expr next;
+          net.cell->call(g, &h, 1, &word, 1, &next);
+          h = next;
+        }
+        losses.push_back(pick_neg_log_softmax(matmul(parameter(g, net.Wo), h),
+                                              static_cast<uint32_t>(rng() % V)));
+      }
+      for (const Expr& l : losses)
+        values[k].push_back(as_vector(engines[k]->forward_through(g, l)));
+      const Expr loss = sum_losses(losses);
+      values[k].push_back(as_vector(engines[k]->forward(g, loss)));
+      engines[k]->backward(g, loss);
+    }
+    CHECK(ea.stats().increments_repeated >= 4);
+    CHECK(eb.stats().increments_repeated == 0);
+    check_same_plan(ea, eb);
+    for (size_t i = 0; i < values[0].size(); ++i)
+      CHECK(bitwise_equal(values[0][i].data(), values[1][i].data(), values[0][i].size()));
+    for (uint32_t p = 0; p < pa.size(); ++p)
+      CHECK(bitwise_equal(pa.grads(p), pb.grads(p), pa.dim(p).size()));
   }
 }
