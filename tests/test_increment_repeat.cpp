@@ -13,9 +13,11 @@
 #include "edbatch/engine.h"
 #include "edbatch/models.h"
 #include "tests/check.h"
+#include "tests/step_net.h"
 
 using namespace edbatch;
 using edbatch::testing::bitwise_equal;
+using edbatch::testing::StepNet;
 
 namespace {
 
@@ -135,26 +137,6 @@ constexpr uint32_t H = 6, V = 9;
 
 enum class Reads { Previous, TwoBack, First, All };
 
-struct Net {
-  Parameter W, U, b, Wo;
-  LookupParameter E;
-  std::unique_ptr<Block> cell;  // h' = tanh(W h + U E[word] + b), as a block
-  explicit Net(ParameterCollection& pc) {
-    W = pc.add_parameters("W", Dim{H, H});
-    U = pc.add_parameters("U", Dim{H, H});
-    b = pc.add_parameters("b", Dim{H, 1});
-    Wo = pc.add_parameters("Wo", Dim{V, H});
-    E = pc.add_lookup_parameters("E", V, H);
-    cell = std::make_unique<Block>(pc, "step");
-    const Expr h = cell->input("h", Dim{H, 1});
-    const Expr e = cell->lookup(E, cell->index("word"));
-    Graph& body = cell->body();
-    cell->output("h",
-                 tanh(affine({parameter(body, b), parameter(body, W), h, parameter(body, U), e})));
-    cell->freeze();
-  }
-};
-
 struct Run {
   std::vector<std::vector<float>> values;  // the last step's states, then the loss
   std::vector<std::vector<float>> grads;
@@ -164,7 +146,7 @@ struct Run {
 // stops[i] steps. Each step: the cell (through the block or op by op), a sum of two or three
 // values, an input scaling it, dropout and a loss. Everything random comes from `seed`, so two
 // engines build the same graphs.
-Run run_steps(Engine& e, Graph& g, ParameterCollection& pc, const Net& net, Reads reads,
+Run run_steps(Engine& e, Graph& g, ParameterCollection& pc, const StepNet& net, Reads reads,
               bool blocks, const std::vector<uint32_t>& stops, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -243,7 +225,7 @@ TEST_CASE("increment repeat: recurrent steps plan and compute as when every step
       CAPTURE(policy_name);
       CAPTURE(k++);
       ParameterCollection pa{5}, pb{5};
-      const Net na(pa), nb(pb);
+      const StepNet na(pa, H, V), nb(pb, H, V);
       Engine ea(pa, options(policy, true)), eb(pb, options(policy, false));
       Graph ga(pa), gb(pb);
       const Run a = run_steps(ea, ga, pa, na, c.reads, c.blocks, c.stops, 17);
@@ -269,16 +251,16 @@ TEST_CASE("increment repeat: a graph built whole and run through equal instances
     const std::string policy_name = policy;
     CAPTURE(policy_name);
     ParameterCollection pa{6}, pb{6};
-    const Net na(pa), nb(pb);
+    const StepNet na(pa, H, V), nb(pb, H, V);
     Engine ea(pa, options(policy, true)), eb(pb, options(policy, false));
     Graph ga(pa), gb(pb);
     Engine* engines[2] = {&ea, &eb};
     Graph* graphs[2] = {&ga, &gb};
-    const Net* nets[2] = {&na, &nb};
+    const StepNet* nets[2] = {&na, &nb};
     std::vector<std::vector<float>> values[2];
     for (int k = 0; k < 2; ++k) {
       Graph& g = *graphs[k];
-      const Net& net = *nets[k];
+      const StepNet& net = *nets[k];
       std::mt19937_64 rng(23);
       std::uniform_real_distribution<float> u(-1, 1);
       std::vector<Expr> losses;

@@ -13,6 +13,7 @@
 #include "edbatch/fsm.h"
 #include "tests/check.h"
 #include "tests/reference.h"
+#include "tests/step_net.h"
 
 using namespace edbatch;
 using edbatch::testing::check_close;
@@ -22,29 +23,16 @@ namespace {
 
 constexpr uint32_t H = 5, X = 3, V = 7;
 
-struct Weights {
-  Parameter W, U, b, Wo, Wx;
-  LookupParameter E;
-  std::unique_ptr<Block> cell;  // h' = tanh(W h + U E[word] + b), as a block
+// The step (h' = tanh(W h + U E[word] + b), as a block and op by op) and Wx for the first state.
+struct Weights : edbatch::testing::StepNet {
+  Parameter Wx;
+  explicit Weights(ParameterCollection& pc) : StepNet(pc, H, V) {
+    Wx = pc.add_parameters("Wx", Dim{H, X});
+  }
 };
 
 Weights make_weights(ParameterCollection& pc) {
-  Weights w;
-  w.W = pc.add_parameters("W", Dim{H, H});
-  w.U = pc.add_parameters("U", Dim{H, H});
-  w.b = pc.add_parameters("b", Dim{H, 1});
-  w.Wo = pc.add_parameters("Wo", Dim{V, H});
-  w.Wx = pc.add_parameters("Wx", Dim{H, X});
-  w.E = pc.add_lookup_parameters("E", V, H);
-  w.cell = std::make_unique<Block>(pc, "step");
-  Block& blk = *w.cell;
-  const Expr h = blk.input("h", Dim{H, 1});
-  const Expr e = blk.lookup(w.E, blk.index("word"));
-  Graph& body = blk.body();
-  blk.output("h", tanh(affine({parameter(body, w.b), parameter(body, w.W), h,
-                               parameter(body, w.U), e})));
-  blk.freeze();
-  return w;
+  return Weights(pc);
 }
 
 // A decoder-like mini-batch built step by step: instance i starts from an input x_i, runs

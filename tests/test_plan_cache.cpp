@@ -12,6 +12,7 @@
 #include "edbatch/engine.h"
 #include "edbatch/models.h"
 #include "tests/check.h"
+#include "tests/step_net.h"
 
 using namespace edbatch;
 using edbatch::testing::bitwise_equal;
@@ -121,25 +122,8 @@ namespace {
 
 constexpr uint32_t H = 5, V = 11;
 
-struct Net {
-  Parameter W, U, b, Wo;
-  LookupParameter E;
-  std::unique_ptr<Block> cell;  // h' = tanh(W h + U E[word] + b)
-
-  explicit Net(ParameterCollection& pc) {
-    W = pc.add_parameters("W", Dim{H, H});
-    U = pc.add_parameters("U", Dim{H, H});
-    b = pc.add_parameters("b", Dim{H, 1});
-    Wo = pc.add_parameters("Wo", Dim{V, H});
-    E = pc.add_lookup_parameters("E", V, H);
-    cell = std::make_unique<Block>(pc, "step");
-    const Expr h = cell->input("h", Dim{H, 1});
-    const Expr e = cell->lookup(E, cell->index("word"));
-    Graph& body = cell->body();
-    cell->output("h",
-                 tanh(affine({parameter(body, b), parameter(body, W), h, parameter(body, U), e})));
-    cell->freeze();
-  }
+struct Net : edbatch::testing::StepNet {
+  explicit Net(ParameterCollection& pc) : StepNet(pc, H, V) {}
 
   // Four chains of states from word embeddings; state 3 of chain 2 reads chain `joined`'s (0
   // or 1) state 2 instead of its own (the edge that varies), `scale` multiplies the last loss
