@@ -42,6 +42,9 @@ struct Arenas {
   size_t values_zero_from = 0;
 };
 
+// A command's name in error messages: "kernel 'WHAT' of the PASS pass (batch N)" (launcher.cpp).
+std::string describe_kernel(const char* what, uint32_t batch, const char* pass);
+
 // ---- device_queue.cpp ----
 
 // The stream every part queues work on (the backend's own, or a caller's: DeviceInterop), the

@@ -116,12 +116,9 @@ void DeviceQueue::note_pass(const char* name, const std::vector<Command>& comman
 std::string DeviceQueue::Queued::where() const {
   if (kernels) return kernels;
   if (!first) return "no kernel";
-  const auto kernel = [this](const char* what, uint32_t batch) {
-    return std::string("kernel '") + what + "' of the " + name + " pass (batch " +
-           std::to_string(batch) + ")";
-  };
   return std::string(chained ? "chained launches running " : "") + "kernels from " +
-         kernel(first, first_batch) + " to " + kernel(last, last_batch);
+         describe_kernel(first, first_batch, name) + " to " +
+         describe_kernel(last, last_batch, name);
 }
 
 void DeviceQueue::wait() {

@@ -9,11 +9,15 @@
 
 namespace edbatch::cuda {
 
+std::string describe_kernel(const char* what, uint32_t batch, const char* pass) {
+  return std::string("kernel '") + what + "' of the " + pass + " pass (batch " +
+         std::to_string(batch) + ")";
+}
+
 namespace {
 
 std::string describe(const Command& c, const char* pass) {
-  return std::string("kernel '") + c.what + "' of the " + pass + " pass (batch " +
-         std::to_string(c.batch) + ")";
+  return describe_kernel(c.what, c.batch, pass);
 }
 
 std::string describe(const Pass& pass, const Launch& l, const char* name) {
