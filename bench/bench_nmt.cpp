@@ -193,6 +193,7 @@ int main(int argc, char** argv) {
   app.add_option("--policy", o.policy, "batching policy")->capture_default_str();
   app.add_option("--plan-cache", o.plan_cache_mb,
                  "MB of plan reuse; 0 plans every decoding step (no repeats)")
+      ->check(CLI::Range(0.0, 1e6))  // as edbatch run's --plan-cache
       ->capture_default_str();
   app.add_option("--max-len", o.max_len, "decoding: the most tokens per sentence")
       ->capture_default_str();
