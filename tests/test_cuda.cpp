@@ -773,6 +773,37 @@ CUDA_CASE("cuda: a GEMM step whose weight the pass computes reads it after its w
   }
 }
 
+// A bias shared by the batch, where its GEMM step goes through cuBLAS (above the fused kernel's
+// size, or with that kernel off): its gradient is the sum of the batch's columns of dY
+// (launch_sum_columns), here at bias sizes off the thread block's width and batches from one
+// node to more columns than one chunk of the sum holds.
+CUDA_CASE("cuda: a shared bias's gradient summed over the batch's columns = cpu") {
+  struct Shape {
+    Dim w;
+    uint32_t k;
+    bool fused;
+  };
+  // 1030 x 260 x 1100 multiply-adds is above the fused kernel's 2^28 in backward.
+  for (const Shape s : {Shape{Dim{1030, 260}, 1100, true}, Shape{Dim{1, 5}, 1, false},
+                        Shape{Dim{7, 13}, 3000, false}, Shape{Dim{129, 5}, 40, false},
+                        Shape{Dim{300, 9}, 777, false}}) {
+    CAPTURE(s.w.rows);
+    CAPTURE(s.k);
+    CudaOptions cuda;
+    cuda.fused_linear = s.fused;
+    OpGraph og(s.w.rows + s.k);
+    const Expr w = og.param(s.w), b = og.param(Dim{s.w.rows, 1});
+    std::vector<Expr> losses;
+    for (uint32_t i = 0; i < s.k; ++i) {
+      const Expr x = input(og.g, Dim{s.w.cols, 1}, og.values(s.w.cols));
+      losses.push_back(og.reduce(tanh(affine({b, w, x}))));
+    }
+    const Expr loss = sum_losses(losses);
+    check_same(run_on("cuda", og.g, loss, "agenda", true, cuda),
+               run_on("cpu", og.g, loss, "agenda"), og.g);
+  }
+}
+
 CUDA_CASE("cuda: a backward reads parameters changed after its forward, as the cpu does") {
   for (bool blocks : {false, true}) {
     CAPTURE(blocks);

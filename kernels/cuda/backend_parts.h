@@ -30,10 +30,10 @@ namespace edbatch::cuda {
 
 inline size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// The value and adjoint arenas (of the graph of the last forward pass), and the scratch and ones
-// vector its GEMM commands use. Grow-only, reused across passes.
+// The value and adjoint arenas (of the graph of the last forward pass), and the scratch its GEMM
+// commands use. Grow-only, reused across passes.
 struct Arenas {
-  DeviceBuffer values, adjoints, scratch, ones;
+  DeviceBuffer values, adjoints, scratch;
   const Graph* graph = nullptr;
   size_t total_floats = 0;
   // values holds zeros from here to its end (fused GEMMs accumulate into zeroed outputs): a

@@ -276,8 +276,7 @@ class CudaBackend : public Backend {
         q.first_batch == fresh.first_batch && q.values == fresh.values &&
         q.adjoints == fresh.adjoints && q.params == fresh.params && q.grads == fresh.grads &&
         q.param_offset == fresh.param_offset && q.scratch == arenas_.scratch.as() &&
-        q.scratch_floats == arenas_.scratch.bytes() / sizeof(float) &&
-        q.ones == arenas_.ones.as() && q.ones_floats == arenas_.ones.bytes() / sizeof(float);
+        q.scratch_floats == arenas_.scratch.bytes() / sizeof(float);
     if (!same) return false;
     fresh = std::move(prepared_.pass);
     fresh.p = &p;
@@ -286,28 +285,16 @@ class CudaBackend : public Backend {
     return true;
   }
 
-  // Encodes, growing scratch and the ones vector and encoding again when they were too small.
+  // Encodes, growing scratch and encoding again when it was too small.
   void encode(Pass& pass) {
     DeviceBuffer& scratch = arenas_.scratch;
-    DeviceBuffer& ones = arenas_.ones;
     for (;;) {
       pass.scratch = scratch.as();
       pass.scratch_floats = scratch.bytes() / sizeof(float);
-      pass.ones = ones.as();
-      pass.ones_floats = ones.bytes() / sizeof(float);
       encode_pass(pass);
-      bool again = false;
-      if (pass.scratch_need > pass.scratch_floats) {
-        scratch.reserve(pass.scratch_need * sizeof(float), queue_.stream());
-        ++counters_.arena_growths;
-        again = true;
-      }
-      if (pass.ones_need > pass.ones_floats) {
-        ones.reserve(pass.ones_need * sizeof(float), queue_.stream());
-        launch_fill(ones.as(), ones.bytes() / sizeof(float), 1.0f, queue_.stream());
-        again = true;
-      }
-      if (!again) return;
+      if (pass.scratch_need <= pass.scratch_floats) return;
+      scratch.reserve(pass.scratch_need * sizeof(float), queue_.stream());
+      ++counters_.arena_growths;
     }
   }
 

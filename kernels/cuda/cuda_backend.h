@@ -163,7 +163,15 @@ struct HostMirror {
 // upload's device address is known.
 struct Command {
   enum class Kind : uint8_t {
-    Steps, Gather, Scatter, Gemm, GemmBatched, Gemv, LinearForward, LinearBackward, Lookups
+    Steps,
+    Gather,
+    Scatter,
+    Gemm,
+    GemmBatched,
+    SumColumns,
+    LinearForward,
+    LinearBackward,
+    Lookups
   };
   Kind kind;
   const char* what;  // for error messages
@@ -183,7 +191,8 @@ struct Command {
   Operand operand{};
   uint32_t count = 0, k = 0, per_node = 0;
   float* buffer = nullptr;
-  // Gemm, GemmBatched, Gemv (column-major, as cuBLAS).
+  // Gemm, GemmBatched (column-major, as cuBLAS); SumColumns: c[i] += sum over j < n of
+  // a[j * lda + i], i < m.
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
   int m = 0, n = 0, kk = 0, lda = 0, ldb = 0, ldc = 0, batch_count = 0;
   const float* a = nullptr;
@@ -221,8 +230,6 @@ struct Pass {
   const uint32_t* param_offset = nullptr;  // host copy, per parameter id
   float* scratch = nullptr;                // GEMM operand gathers and input-gradient staging
   size_t scratch_floats = 0, scratch_need = 0;
-  float* ones = nullptr;                   // a vector of ones for bias gradients
-  size_t ones_floats = 0, ones_need = 0;
   std::vector<Command> commands;
   std::vector<StepGroup> groups;
   std::vector<LinearDesc> linears;
@@ -240,12 +247,12 @@ struct Pass {
     lookups.clear();
     lookup_starts.assign(1, 0);
     bytes_copied = 0;
-    scratch_need = ones_need = 0;
+    scratch_need = 0;
   }
 };
 
-// Encodes every batch of the plan (backward: in reverse). Sets scratch_need / ones_need; when
-// they exceed what the pass has, the caller grows the buffers and encodes again. Backward also
+// Encodes every batch of the plan (backward: in reverse). Sets scratch_need; when it exceeds
+// what the pass has, the caller grows scratch and encodes again. Backward also
 // marks the lookup rows it will touch in the collection.
 void encode_pass(Pass& pass);
 

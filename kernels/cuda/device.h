@@ -273,6 +273,9 @@ void launch_gather(const DeviceView& d, const Operand& o, uint32_t count, uint32
 // operand_adjoint(v)[r] += src[v * per_node + r], atomically (operands may repeat).
 void launch_scatter_add(const DeviceView& d, const Operand& o, uint32_t count, uint32_t k,
                         uint32_t per_node, const float* src, Stream s);
+// c[i] += the sum over columns j < n of a[j * lda + i], for i < m (a bias gradient: the columns
+// are the nodes' output adjoints), atomically over chunks of columns.
+void launch_sum_columns(const float* a, uint32_t lda, uint32_t m, uint32_t n, float* c, Stream s);
 void launch_fill(float* dst, uint64_t n, float value, Stream s);
 // src is rows x cols row-major; dst becomes cols x rows row-major (rows x cols column-major).
 void launch_transpose(const float* src, uint32_t rows, uint32_t cols, float* dst, Stream s);

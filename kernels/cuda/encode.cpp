@@ -471,17 +471,14 @@ class Encoder {
       scatter(it, bias, size, dy);
       return;
     }
-    pass_.ones_need = std::max<size_t>(pass_.ones_need, count);
     Command c{};
-    c.kind = Command::Kind::Gemv;
+    c.kind = Command::Kind::SumColumns;
     c.what = "bias gradient";
     c.batch = it.batch;
     c.m = static_cast<int>(size);
     c.n = static_cast<int>(count);
     c.a = dy;
     c.lda = static_cast<int>(size);
-    c.b = pass_.ones;
-    c.beta = 1;
     c.c = adjoint_at(bias, 0, it.k);
     pass_.commands.push_back(c);
   }

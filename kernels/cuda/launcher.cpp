@@ -34,7 +34,6 @@ const LinearDesc* Launcher::second_linear(const Command& c) const {
 }
 
 void Launcher::launch(const Command& c, const PassAddresses& at) {
-  static const float one = 1.0f;
   const cudaStream_t stream = queue_.stream();
   const cublasHandle_t blas = queue_.blas();
   switch (c.kind) {
@@ -70,9 +69,9 @@ void Launcher::launch(const Command& c, const PassAddresses& at) {
       launch_lookups(at.view, at.lookups, at.lookup_starts, c.count, at.lookup_blocks, forward_,
                      stream);
       return;
-    case Command::Kind::Gemv:
-      EDBATCH_CUBLAS_CHECK(cublasSgemv(blas, CUBLAS_OP_N, c.m, c.n, &one, c.a, c.lda, c.b, 1,
-                                       &c.beta, c.c, 1));
+    case Command::Kind::SumColumns:
+      launch_sum_columns(c.a, static_cast<uint32_t>(c.lda), static_cast<uint32_t>(c.m),
+                         static_cast<uint32_t>(c.n), c.c, stream);
       return;
   }
 }

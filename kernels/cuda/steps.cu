@@ -47,6 +47,26 @@ __global__ void scatter_add_kernel(DeviceView d, Operand o, uint32_t count, uint
   }
 }
 
+// Thread i of the x blocks adds its element of columns [y * chunk, (y + 1) * chunk) of `a`,
+// four loads in flight, into c[i].
+__global__ void sum_columns_kernel(const float* a, uint32_t lda, uint32_t m, uint32_t n,
+                                   uint32_t chunk, float* c) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= m) return;
+  const uint32_t begin = blockIdx.y * chunk, end = min(n, begin + chunk);
+  const float* p = a + i;
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  uint32_t j = begin;
+  for (; j + 4 <= end; j += 4) {
+    s0 += p[uint64_t(j) * lda];
+    s1 += p[uint64_t(j + 1) * lda];
+    s2 += p[uint64_t(j + 2) * lda];
+    s3 += p[uint64_t(j + 3) * lda];
+  }
+  for (; j < end; ++j) s0 += p[uint64_t(j) * lda];
+  if (begin < end) atomicAdd(c + i, (s0 + s1) + (s2 + s3));
+}
+
 __global__ void fill_kernel(float* dst, uint64_t n, float value) {
   for (uint64_t t = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; t < n;
        t += static_cast<uint64_t>(gridDim.x) * blockDim.x)
@@ -143,6 +163,19 @@ void launch_scatter_add(const DeviceView& d, const Operand& o, uint32_t count, u
                         uint32_t per_node, const float* src, Stream s) {
   scatter_add_kernel<<<grid_for(static_cast<uint64_t>(count) * per_node), kStepThreads, 0, s>>>(
       d, o, count, k, per_node, src);
+}
+
+void launch_sum_columns(const float* a, uint32_t lda, uint32_t m, uint32_t n, float* c, Stream s) {
+  if (m == 0 || n == 0) return;
+  // About 1,024 thread blocks in all (several per multiprocessor), each adding at least 16
+  // columns, so the loads of a column-wide gradient spread over the device rather than one
+  // thread per row walking every column.
+  constexpr uint32_t kThreads = 128, kBlocks = 1024, kMinChunk = 16;
+  const uint32_t x = (m + kThreads - 1) / kThreads;
+  const uint32_t most = std::max(1u, (n + kMinChunk - 1) / kMinChunk);
+  const uint32_t y = std::min(std::min(most, std::max(1u, kBlocks / x)), 65535u);
+  const uint32_t chunk = (n + y - 1) / y;
+  sum_columns_kernel<<<dim3(x, (n + chunk - 1) / chunk), kThreads, 0, s>>>(a, lda, m, n, chunk, c);
 }
 
 void launch_fill(float* dst, uint64_t n, float value, Stream s) {
