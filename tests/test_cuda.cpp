@@ -1404,6 +1404,57 @@ CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradien
               std::vector<float>(cpu.pc.grads(cpu.b.id), cpu.pc.grads(cpu.b.id) + M::kRows),
               M::kRows, kTol, "gradient of b on the host");
 }
+
+// prepare() also writes the forward's upload ahead, input values included. The forward must
+// read the values as they are when it runs: new ones written after the preparation, and the
+// first ones from device memory (two copies around them), as a CPU engine reads them.
+CUDA_CASE("cuda: a forward's upload written ahead by prepare() holds the inputs it runs with") {
+  const Dim h{13, 1};
+  constexpr uint32_t kInstances = 7, kFromDevice = 3;  // the first 3 x_i from device memory
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = u(rng);
+    return v;
+  };
+  ParameterCollection pc(23);
+  const Parameter W = pc.add_parameters("W", Dim{11, 13}), b = pc.add_parameters("b", Dim{11, 1});
+  Graph g(pc);
+  std::vector<Expr> losses;
+  for (uint32_t i = 0; i < kInstances; ++i) {
+    const Expr x = input(g, h, random(h.size()));
+    const Expr y = tanh(affine({parameter(g, b), parameter(g, W), x}));
+    losses.push_back(matmul(input(g, Dim{1, 11}, random(11)), y));
+  }
+  const Expr loss = sum_losses(losses);
+  const size_t floats = g.input_values().size();
+  Engine gpu(pc, EngineOptions{"lb-greedy", "cuda", 1}), cpu(pc, EngineOptions{"agenda", "cpu", 1});
+  auto same = [&](const std::string& what) {
+    INFO(what);
+    const float want = as_scalar(cpu.forward(g, loss));  // after the GPU's: the values it ran on
+    const float got = as_scalar(gpu.forward(g, loss));
+    CHECK(std::fabs(got - want) <= kTol * std::max(1.0f, std::fabs(want)));
+  };
+  std::thread([&] { gpu.prepare(g); }).join();
+  same("as prepared");
+  gpu.prepare(g);
+  g.write_inputs(0, random(floats).data(), floats);
+  same("input values written after the preparation");
+  CHECK(gpu.stats().prepared_passes == 2);
+  // Device memory gives the first x_i; the graph's host copies of them are stale. (New values
+  // first: a forward of a graph that ran and did not change since returns what it had.)
+  const std::vector<float> on_device = random(kFromDevice * h.size());
+  const DeviceFloats dx(on_device);
+  g.write_inputs(0, random(floats).data(), floats);
+  gpu.prepare(g);
+  gpu.device_interop()->inputs_from_device(dx.p, on_device.size());
+  const float got = as_scalar(gpu.forward(g, loss));
+  CHECK(gpu.stats().prepared_passes == 3);
+  g.write_inputs(0, on_device.data(), on_device.size());
+  const float want = as_scalar(cpu.forward(g, loss));
+  CHECK(std::fabs(got - want) <= kTol * std::max(1.0f, std::fabs(want)));
+}
 #endif
 
 CUDA_CASE("cuda: incremental forwards and lstm_nmt's greedy decoding = cpu") {

@@ -220,8 +220,14 @@ class Uploads {
   // parameter offsets, the pass's GEMM pointer arrays and the graph's input values; then the
   // inputs move to their place in the arena. `start` (the pass's timing event) is recorded right
   // after the copy and tells when its staging buffer is free again: one event for both.
+  // With `prepared`, the pass is the one prepare_forward was given last: its upload, written
+  // then, is copied as it is, unless a forward came between or the graph's input values changed.
   void forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches, const Arenas& arenas,
-               const ParamMirror& params, cudaEvent_t start);
+               const ParamMirror& params, cudaEvent_t start, bool prepared);
+  // Engine::prepare's forward pass (a whole graph): writes its upload into the forward ring's
+  // next buffer ahead, for forward() to copy, so that host work leaves the forward's path.
+  void prepare_forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
+                       const ParamMirror& params);
   // The backward pass's own data (the plan's metadata is the forward's, unless that forward
   // was an increment: then the whole plan's goes up too); `start` as for forward.
   void backward(const MemoryPlan& plan, const Pass& pass, const LaunchPlan& launches,
@@ -245,6 +251,22 @@ class Uploads {
   struct PlanAt {  // byte offsets of the plan's arrays in an upload
     size_t operands = 0, members = 0, index = 0, aux = 0;
   };
+  // A forward pass's upload: parameter offsets at 0, the plan's arrays, the pass's data at ptrs,
+  // the input values from the graph's input first_input on at inputs, the end.
+  struct ForwardUpload {
+    PlanAt plan;
+    size_t ptrs = 0, inputs = 0, end = 0, first_input = 0;
+  };
+  struct Prepared {  // what prepare_forward wrote into the forward ring's next buffer
+    bool valid = false;
+    const Graph* graph = nullptr;
+    uint64_t inputs_version = 0;
+    ForwardUpload u;
+  };
+  ForwardUpload forward_layout(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
+                               const ParamMirror& params) const;
+  void put_forward(char* h, const ForwardUpload& u, const PlanRef& p, const Pass& pass,
+                   const LaunchPlan& launches, const ParamMirror& params, size_t from_input) const;
   static size_t put_plan(char* h, size_t at, const MemoryPlan& plan, const PlanSegment& from,
                          PlanAt& w);
   void view_plan(const char* d, const PlanAt& w, const PlanSegment& from);
@@ -262,6 +284,7 @@ class Uploads {
   size_t device_input_floats_ = 0;
   PassAddresses at_;
   bool plan_partial_ = false;  // at_.view holds only the last increment's plan metadata
+  Prepared prepared_;
 };
 
 // Values copied out by Backend::stage, one pinned slot per ticket modulo kStagedSlots.

@@ -67,12 +67,13 @@ class CudaBackend : public Backend {
     phase.reset();
     Pass pass = new_pass(p, true);
     pass.first_batch = first_batch;
-    if (!take_prepared(p, pass)) encode_forward(pass, launches_);
+    const bool prepared = take_prepared(p, pass);
+    if (!prepared) encode_forward(pass, launches_);
     // The pass's device time starts when its upload has been copied.
     DeviceQueue::Timing& timing = queue_.next_timing(true, p.first_segment > 0);
     {
       Profiler::Phase uploading(profiler_, "(host: forward, uploading)");
-      uploads_.forward(p, pass, launches_, arenas_, params_.mirror(), timing.start);
+      uploads_.forward(p, pass, launches_, arenas_, params_.mirror(), timing.start, prepared);
       arenas_.values_zero_from = p.plan.total_floats;
     }
     launcher_.run_pass(pass, "forward", launches_, uploads_.addresses(), timing);
@@ -87,6 +88,7 @@ class CudaBackend : public Backend {
     pass = new_pass(p, true);
     pass.first_batch = first_forward_batch(p);
     encode_forward(pass, prepared_.launches);
+    uploads_.prepare_forward(p, pass, prepared_.launches, params_.mirror());
     pass.p = nullptr;  // p is the caller's; forward's takes its place
     prepared_.graph = &p.graph;
     prepared_.generation = p.graph.generation();
