@@ -156,7 +156,7 @@ class _Builder:
         self.f["pred_ptr"].append(len(self.f["pred_ids"]))
         self.f["node_inputs"].append(input_row)
         self.f["node_types"].append(node_type)
-        self.f["labels"].append(label)
+        self.f["labels"].append(-1 if label is None else label)  # None: no label, as -1
         return len(self.f["node_inputs"]) - 1
 
     def end_instance(self, packer, name, i):
@@ -182,13 +182,15 @@ def _index(v):
         return None
 
 
-def _ids(values, packer, i, name, low=0):
+def _ids(values, packer, i, name, low=0, none=True):
     """A record's list of integers (a list, NumPy array or tensor) as Python ints >= low; None
-    entries stay None (no word)."""
+    entries stay None (no word, no label) where `none` allows them."""
     values = values.tolist() if hasattr(values, "tolist") else list(values)
     out = []
     for v in values:
         k = None if v is None else _index(v)
+        if v is None and not none:
+            raise ValueError(f"{packer}: {name} {i}: None where an integer >= {low} is needed")
         if v is not None and (k is None or k < low):
             raise ValueError(f"{packer}: {name} {i}: {v!r} is not an integer >= {low}")
         out.append(k)
@@ -257,12 +259,22 @@ def pack_trees(trees, labels=None, edge_inputs=None):
     """
     if edge_inputs not in (None, "parent"):
         raise ValueError(f"pack_trees: edge_inputs must be None or 'parent', got {edge_inputs!r}")
+    trees = list(trees)
+    if labels is not None:
+        labels = list(labels)
+        if len(labels) != len(trees):
+            raise ValueError(f"pack_trees: {len(trees)} trees but {len(labels)} label lists")
     b = _Builder()
     for i, tree in enumerate(trees):
         ids = []  # post-order position -> node id, via a stack of finished children
         stack = []
-        for t in _post_order(tree):
-            label = -1 if labels is None else labels[i][len(ids)]
+        order = _post_order(tree)
+        tree_labels = None if labels is None else _ids(labels[i], "pack_trees", i, "tree", -1)
+        if tree_labels is not None and len(tree_labels) != len(order):
+            raise ValueError(f"pack_trees: tree {i} has {len(order)} nodes but "
+                             f"{len(tree_labels)} labels")
+        for t in order:
+            label = -1 if tree_labels is None else tree_labels[len(ids)]
             word = _tree_word(i, t)
             row = -1 if word is None else b.row(word)
             n = len(_children(t) or ())
@@ -273,9 +285,6 @@ def pack_trees(trees, labels=None, edge_inputs=None):
                        arcs=[(c, a, arc_row) for a, c in enumerate(children)])
             ids.append(k)
             stack.append(k)
-        if labels is not None and len(labels[i]) != len(ids):
-            raise ValueError(f"pack_trees: tree {i} has {len(ids)} nodes but "
-                             f"{len(labels[i])} labels")
         b.end_instance("pack_trees", "tree", i)
     return b.build()
 
@@ -328,22 +337,28 @@ def parse_lattices(text):
 
 def pack_dags(records):
     """Packs DAGs: each record {"types": [...], "inputs": [...], "arcs": [[(from, arc type),
-    ...] per state], "labels": [...] (optional)}; states in topological order."""
+    ...] per state], "labels": [...] (optional)}; states in topological order. An input or a
+    label None is none (input row -1, label -1)."""
     b = _Builder()
     for i, rec in enumerate(records):
         base = len(b.f["node_inputs"])
-        types = _ids(rec["types"], "pack_dags", i, "DAG")
+        types = _ids(rec["types"], "pack_dags", i, "DAG", none=False)
         inputs = _ids(rec["inputs"], "pack_dags", i, "DAG")
         labels = rec.get("labels")
         labels = [-1] * len(types) if labels is None else _ids(labels, "pack_dags", i, "DAG", -1)
-        for k, (t, w, arcs) in enumerate(zip(types, inputs, rec["arcs"])):
+        arcs_in = _rows(rec["arcs"])
+        for name, values in (("inputs", inputs), ("arc lists", arcs_in), ("labels", labels)):
+            if len(values) != len(types):
+                raise ValueError(f"pack_dags: DAG {i} has {len(types)} types but {len(values)} "
+                                 f"{name}")
+        for k, (t, w, arcs) in enumerate(zip(types, inputs, arcs_in)):
             arcs = [(_index(j), _index(a)) for j, a in _rows(arcs)]
             for j, a in arcs:
                 if a is None or a < 0:
                     raise ValueError(f"pack_dags: DAG {i}: an arc into state {k} has no arc type")
                 if j is None or not 0 <= j < k:
                     raise ValueError(f"pack_dags: DAG {i}: arc into state {k} comes from {j}")
-            b.node(input_row=b.row(w), node_type=t, label=labels[k],
+            b.node(input_row=-1 if w is None else b.row(w), node_type=t, label=labels[k],
                    arcs=[(base + j, a, -1) for j, a in arcs])
         b.end_instance("pack_dags", "DAG", i)
     return b.build()
@@ -426,7 +441,7 @@ def pack_edges(instances, edge_inputs=None, return_order=False):
             position[k] = base + pos
         inputs, kinds, labels = (
             [default] * n if inst.get(name) is None
-            else _ids(inst[name], "pack_edges", i, "instance", low)
+            else _ids(inst[name], "pack_edges", i, "instance", low, none=name != "kinds")
             for name, default, low in (("inputs", None, -1), ("kinds", 0, 0), ("labels", -1, -1)))
         for name, values in (("inputs", inputs), ("kinds", kinds), ("labels", labels)):
             if len(values) != n:

@@ -228,6 +228,39 @@ def test_empty_instances_mixed_batches_and_malformed_lines_are_refused_by_name()
     assert edbatch.parse_sst("(3 (2 a) (1 (0 b) (4 c)))", {}) == ((0, (1, 2)), [2, 0, 4, 1, 3])
 
 
+def test_labels_inputs_and_kinds_that_do_not_fit_are_refused_by_name():
+    tree = (1, (2, 3))  # 5 nodes
+    for labels, why in [([[0, 1]], "tree 0 has 5 nodes but 2 labels"),
+                        ([[0, 1, 2, 3, 4, 5]], "tree 0 has 5 nodes but 6 labels"),
+                        ([[0] * 5, [1] * 5], "1 trees but 2 label lists"),
+                        ([[0, 1, "pos", 3, 4]], "tree 0: 'pos' is not an integer >= -1"),
+                        ([[0, 1, 2.5, 3, 4]], "tree 0: 2.5 is not an integer >= -1"),
+                        ([[0, 1, -2, 3, 4]], "tree 0: -2 is not an integer >= -1")]:
+        with pytest.raises(ValueError, match=f"pack_trees: {why}"):
+            edbatch.pack_trees([tree], labels)
+    with pytest.raises(ValueError, match="pack_dags: DAG 0 has 3 types but 2 inputs"):
+        edbatch.pack_dags([{"types": [0, 1, 1], "inputs": [1, 2], "arcs": [[], [(0, 0)], []]}])
+    with pytest.raises(ValueError, match="pack_dags: DAG 0 has 2 types but 1 arc lists"):
+        edbatch.pack_dags([{"types": [0, 1], "inputs": [1, 2], "arcs": [[]]}])
+    with pytest.raises(ValueError, match="pack_dags: DAG 0 has 2 types but 3 labels"):
+        edbatch.pack_dags([{"types": [0, 1], "inputs": [1, 2], "arcs": [[], []],
+                            "labels": [0, 1, 2]}])
+    for pack in (lambda: edbatch.pack_dags([{"types": [0, None], "inputs": [1, 2],
+                                             "arcs": [[], []]}]),
+                 lambda: edbatch.pack_edges([{"num_nodes": 2, "edges": [(0, 1)],
+                                              "kinds": [None, 1]}])):
+        with pytest.raises(ValueError, match="0: None where an integer >= 0 is needed"):
+            pack()
+    # None is "no label" (-1) everywhere, and "no input" (row -1) in DAG records as in edge lists.
+    assert edbatch.pack_trees([tree], [[None, 1, 2, 3, None]]).labels.tolist() == [-1, 1, 2, 3, -1]
+    p = edbatch.pack_dags([{"types": [0, 1], "inputs": [7, None], "arcs": [[], [(0, 0)]],
+                            "labels": [None, 3]}])
+    assert p.labels.tolist() == [-1, 3] and p.node_inputs.tolist() == [0, -1]
+    assert p.input_ids.tolist() == [7]
+    p = edbatch.pack_edges([{"num_nodes": 2, "edges": [(0, 1)], "labels": [None, 1]}])
+    assert p.labels.tolist() == [-1, 1]
+
+
 def test_sst_lines_of_any_depth_parse_and_pack():
     """A left-branching line 20,000 nodes deep (a long document binarised), far past Python's
     recursion limit: parsed, labelled in post order and packed as a chain."""
