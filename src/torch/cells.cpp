@@ -45,7 +45,8 @@ void check_packed(const Packed& p, const char* fn) {
     while (p.instance_offsets[instance + 1] <= k) ++instance;
     const int64_t first = p.instance_offsets[instance];
     if (p.node_inputs[k] < -1 || p.node_inputs[k] >= p.num_x)
-      fail(fmt::format("node {} reads x row {}, outside [-1, {})", k, p.node_inputs[k], p.num_x));
+      fail(fmt::format("node {} reads input row {} (of x or ids), outside [-1, {})", k,
+                       p.node_inputs[k], p.num_x));
     if (p.node_types[k] < 0) fail(fmt::format("node {} has negative type", k));
     for (int64_t a = p.pred_ptr[k]; a < p.pred_ptr[k + 1]; ++a) {
       const int64_t j = p.pred_ids[a];
@@ -56,7 +57,8 @@ void check_packed(const Packed& p, const char* fn) {
                         k, instance, j, first, k - 1));
       if (p.arc_types[a] < 0) fail(fmt::format("arc {} has negative type", a));
       if (p.arc_inputs[a] < -1 || p.arc_inputs[a] >= p.num_x)
-        fail(fmt::format("arc {} reads x row {}, outside [-1, {})", a, p.arc_inputs[a], p.num_x));
+        fail(fmt::format("arc {} reads input row {} (of x or ids), outside [-1, {})", a,
+                         p.arc_inputs[a], p.num_x));
     }
   }
 }

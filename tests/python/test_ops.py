@@ -72,6 +72,12 @@ def grads(outputs, upstream, x, w):
     return [x.grad.clone()] + [p.grad.clone() for p in w.values()]
 
 
+# Gradients against the reference in float64, within this share of the gradient's scale. The
+# MV-RNN multiplies per-node matrices along every path of a tree, so float32 rounding grows with
+# its depth: about 4e-5 of the scale here, and 2.6e-5 for the float32 reference itself.
+GRAD_TOL = {"mvrnn": 1e-4}
+
+
 @pytest.mark.parametrize("cell", list(reference.CELLS))
 @pytest.mark.parametrize("seed", [1, 2])
 def test_forward_and_gradients_equal_reference(cell, seed):
@@ -80,14 +86,19 @@ def test_forward_and_gradients_equal_reference(cell, seed):
     for a, b in zip(ours, ref):
         assert a.shape == b.shape and a.shape[0] == packed.num_nodes
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    upstream = [torch.randn_like(o) for o in ours]
+    g = torch.Generator().manual_seed(seed + 3)
+    upstream = [torch.randn(o.shape, generator=g) for o in ours]
     got = grads(ours, upstream, x, w)
-    want = grads(ref, upstream, x, w)
+    x64 = x.detach().double().requires_grad_()
+    w64 = {k: v.detach().double().requires_grad_() for k, v in w.items()}
+    want = grads(reference.CELLS[cell](x64, packed, w64), [u.double() for u in upstream], x64,
+                 w64)
     names = ["x"] + list(w)
     for name, a, b in zip(names, got, want):
         # float32 sums of many terms: the absolute tolerance follows the gradient's scale.
-        atol = 1e-5 * max(1.0, b.abs().max().item())
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=atol, msg=f"gradient of {name}")
+        atol = GRAD_TOL.get(cell, 1e-5) * max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=atol,
+                                   msg=f"gradient of {name}")
 
 
 @pytest.mark.parametrize("cell", list(reference.CELLS))
@@ -113,7 +124,8 @@ def test_policies_and_threads_agree(options):
 def test_finite_differences_tree_lstm():
     """Central differences of the float32 op (step 1e-2) against its analytic gradient."""
     packed, x, w, ours, _ = run_both("tree_lstm", 5)
-    upstream = [torch.randn_like(o) for o in ours]
+    g = torch.Generator().manual_seed(11)
+    upstream = [torch.randn(o.shape, generator=g) for o in ours]
     analytic = grads(ours, upstream, x, w)
     params = [x, *w.values()]
     rng = random.Random(0)
@@ -220,10 +232,10 @@ def test_inconsistent_structures():
     with pytest.raises(ValueError, match="instance 1 has no nodes"):
         edbatch.run_cell("tree_lstm", x, packed, w, H)
     packed, w = tree_call(node_inputs=torch.tensor([0, 1, -1, 2, -1, 9]))
-    with pytest.raises(ValueError, match="node_types has 6 entries, expected|reads x row 9"):
+    with pytest.raises(ValueError, match="node_types has 6 entries, expected|reads input row 9"):
         edbatch.run_cell("tree_lstm", x, packed, w, H)
     packed, w = tree_call()
-    with pytest.raises(ValueError, match="reads x row 3, outside"):
+    with pytest.raises(ValueError, match=r"reads input row 3 \(of x or ids\), outside"):
         edbatch.run_cell("tree_lstm", x[:3], packed, w, H)
     # A node with one child is not a binary tree node.
     packed = edbatch.pack_trees([((1,), 2)])
