@@ -105,10 +105,13 @@ class StepDecoder:
         return self.running.numel() == 0
 
     def stats(self):
-        """{"steps", "graph_nodes", "nodes", "kernels", "batches"}: steps since start(), the
-        graph's nodes, and the engine's scheduled nodes, kernel launches and batches summed over
-        the steps (each step schedules and runs only the nodes it added)."""
-        return dict(zip(("steps", "graph_nodes", "nodes", "kernels", "batches"),
+        """{"steps", "graph_nodes", "nodes", "kernels", "batches", "repeated"}: steps since
+        start(), the graph's nodes, the engine's scheduled nodes, kernel launches and batches
+        summed over the steps (each step schedules and runs only the nodes it added), and the
+        steps planned as a repeat of the step before instead of scheduled and planned afresh (a
+        step over the same running instances as the one before; with plan reuse on, as by
+        default: edbatch.set_plan_cache)."""
+        return dict(zip(("steps", "graph_nodes", "nodes", "kernels", "batches", "repeated"),
                         self._impl.stats()))
 
     def instance_steps(self):

@@ -32,6 +32,7 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
   started_ = true;
   num_instances_ = num_instances;
   steps_ = 0;
+  repeated_before_ = engine_.stats().increments_repeated;
   instance_steps_.assign(static_cast<size_t>(num_instances), 0);
   state_.assign(static_cast<size_t>(num_instances) * S, Expr{});
   std::vector<float> zeros;

@@ -32,6 +32,9 @@ class Decoder {
   int64_t instance_steps(int64_t i) const { return instance_steps_.at(static_cast<size_t>(i)); }
   uint64_t graph_nodes() const { return graph_.size(); }
   const Stats& stats() const { return engine_.stats(); }
+  // Steps since start() planned as a repeat of the step before (the engine's repeated increments:
+  // the same running instances, with plan reuse on).
+  uint64_t steps_repeated() const { return engine_.stats().increments_repeated - repeated_before_; }
 
  private:
   ParameterCollection pc_;
@@ -40,6 +43,7 @@ class Decoder {
   Engine engine_;
   Graph graph_;
   int64_t num_instances_ = 0, steps_ = 0;
+  uint64_t repeated_before_ = 0;  // the engine's increments_repeated at start()
   bool started_ = false;
   std::vector<Expr> state_;  // instance i's output o at [i * num_outputs + o]
   std::vector<int64_t> instance_steps_;

@@ -95,13 +95,16 @@ class TorchDecoder : public torch::CustomClassHolder {
     return out;
   }
 
-  // [steps, graph nodes, scheduled nodes, kernel launches, batches]: scheduled nodes and
-  // launches add up over the steps since start (each forward runs only its new nodes).
+  // [steps, graph nodes, scheduled nodes, kernel launches, batches, steps repeated]: scheduled
+  // nodes and launches add up over the steps since start (each forward runs only its new nodes).
   std::vector<int64_t> stats() const {
     const Stats& s = decoder_->stats();
-    return {decoder_->steps(), static_cast<int64_t>(decoder_->graph_nodes()),
-            static_cast<int64_t>(s.nodes), static_cast<int64_t>(s.kernels),
-            static_cast<int64_t>(s.batches)};
+    return {decoder_->steps(),
+            static_cast<int64_t>(decoder_->graph_nodes()),
+            static_cast<int64_t>(s.nodes),
+            static_cast<int64_t>(s.kernels),
+            static_cast<int64_t>(s.batches),
+            static_cast<int64_t>(decoder_->steps_repeated())};
   }
 
   // The steps each instance has run since start.

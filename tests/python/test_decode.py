@@ -147,6 +147,47 @@ def test_greedy_user_lstm():
 
 
 @torch.no_grad()
+def test_steps_over_the_same_sentences_repeat_the_plan_before():
+    """A step over the same running sentences as the step before is planned as a repeat of it
+    (from the third step on: the first holds the initial states too); with plan reuse off every
+    step is planned, and the states are bitwise the same."""
+    B, E, H = 7, 5, 9
+    torch.manual_seed(3)
+    module = edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H))
+    g = torch.Generator().manual_seed(4)
+    h0, c0 = torch.randn(B, H, generator=g), torch.randn(B, H, generator=g)
+    xs = [torch.randn(B, E, generator=g) for _ in range(9)]
+    stops = {5: [1, 4, 6], 7: [0]}  # after steps 5 and 7 (0-based), these sentences end
+
+    def loop(decoder):
+        decoder.start(B, (h0, c0))
+        out, counts = [], []
+        for t, x in enumerate(xs):
+            ids = decoder.running
+            counts.append(ids.numel())
+            out.append(decoder.step(x[ids]))
+            decoder.stop(torch.tensor([i in stops.get(t, ()) for i in ids.tolist()]))
+        return out, counts
+
+    decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    for _ in range(2):  # counted from start()
+        states, counts = loop(decoder)
+        assert counts == [7] * 6 + [4] * 2 + [3]
+        assert decoder.stats()["repeated"] == sum(counts[t] == counts[t - 1]
+                                                  for t in range(2, len(counts))) == 5
+    before = edbatch.set_plan_cache(0)
+    try:
+        planned = edbatch.nn.StepDecoder(module, input_size=E)
+        want, _ = loop(planned)
+        assert planned.stats()["repeated"] == 0
+    finally:
+        edbatch.set_plan_cache(before)
+    for got, ref in zip(states, want):
+        for a, b in zip(got, ref):
+            assert torch.equal(a, b)
+
+
+@torch.no_grad()
 def test_greedy_builtin_lattice_lstm():
     vocab, E, H, max_len = 11, 6, 8, 9
     cells = {}
