@@ -34,12 +34,25 @@ void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch
   std::vector<uint32_t>& pos = scratch.pos;
   batch_of.assign(n, UINT32_MAX);
   pos.assign(n, 0);
-  for (uint32_t b = first_batch; b < s.batches.size(); ++b)
+  uint32_t widest = 0;
+  for (uint32_t b = first_batch; b < s.batches.size(); ++b) {
+    widest = std::max(widest, s.batches[b].count);
     for (uint32_t i = 0; i < s.batches[b].count; ++i) {
       const uint32_t v = s.nodes[s.batches[b].begin + i] - first_node;
       batch_of[v] = b - first_batch;
       pos[v] = i;
     }
+  }
+  std::vector<uint32_t>& seen = scratch.seen;
+  if (seen.size() < widest) seen.resize(widest, 0);
+  // A fresh stamp per want: positions seen before in it are repeats (no consecutive order).
+  const auto next_stamp = [&] {
+    if (++scratch.stamp == 0) {
+      std::fill(seen.begin(), seen.end(), 0u);
+      scratch.stamp = 1;
+    }
+    return scratch.stamp;
+  };
   const auto producer_of = [&](uint32_t v) {
     return v < first_node ? UINT32_MAX : batch_of[v - first_node];
   };
@@ -47,7 +60,6 @@ void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch
   std::vector<std::vector<SequenceWant>>& wants = scratch.wants;
   wants.resize(s.batches.size() - first_batch);
   for (auto& w : wants) w.clear();
-  std::vector<uint32_t>& sorted = scratch.sorted;
   std::vector<uint32_t>& reordered = scratch.reordered;
 
   for (uint32_t b = static_cast<uint32_t>(wants.size()); b-- > 0;) {
@@ -66,20 +78,23 @@ void order_for_consumers(const Graph& g, Schedule& s, OuterOrderScratch& scratch
       const Source s0 = source_of(g, g.args(first)[j]);
       const uint32_t producer = producer_of(s0.node);
       if (producer == UINT32_MAX) continue;  // inputs and parameters
-      SequenceWant w;
+      std::vector<uint32_t>& elems = scratch.elems;
+      elems.clear();
+      const uint32_t stamp = next_stamp();
       bool ok = true;
       for (uint32_t i = 0; i < batch.count && ok; ++i) {
         const Source si = source_of(g, g.args(g.node(members[i]))[j]);
         ok = producer_of(si.node) == producer && si.output == s0.output;
-        w.elems.push_back(ok ? pos_of(si.node) : 0);
+        if (!ok) break;
+        const uint32_t e = pos_of(si.node);
+        ok = seen[e] != stamp;  // each producer member at most once
+        seen[e] = stamp;
+        elems.push_back(e);
       }
       if (!ok) continue;
-      sorted = w.elems;
-      std::sort(sorted.begin(), sorted.end());
-      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) continue;
-      w.bytes = static_cast<uint64_t>(batch.count) * g.node(g.args(first)[j]).dim.size() *
-                sizeof(float) * (gemm ? 2 : 1);
-      wants[producer].push_back(std::move(w));
+      wants[producer].push_back({elems, static_cast<uint64_t>(batch.count) *
+                                            g.node(g.args(first)[j]).dim.size() * sizeof(float) *
+                                            (gemm ? 2 : 1)});
     }
   }
 }

@@ -15,7 +15,10 @@ struct Schedule;
 struct BlockPlan;
 
 struct OuterOrderScratch {
-  std::vector<uint32_t> batch_of, pos, sorted, reordered;
+  std::vector<uint32_t> batch_of, pos, reordered, elems;
+  // seen[e] == stamp: position e of the producer batch is in the want being collected.
+  std::vector<uint32_t> seen;
+  uint32_t stamp = 0;
   std::vector<std::vector<SequenceWant>> wants;
 };
 
