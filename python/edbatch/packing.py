@@ -197,6 +197,14 @@ def _ids(values, packer, i, name, low=0, none=True):
     return out
 
 
+def _counts_match(packer, name, i, n, unit, lists):
+    """Refuses, naming instance i, a list of `lists` ((what, values) pairs) whose length is not
+    n, the instance's count of `unit`."""
+    for what, values in lists:
+        if len(values) != n:
+            raise ValueError(f"{packer}: {name} {i} has {n} {unit} but {len(values)} {what}")
+
+
 def _rows(values):
     """Edges or arcs (a list of pairs, a NumPy array or tensor of shape (n, 2 or 3)) as a list."""
     return values.tolist() if hasattr(values, "tolist") else list(values)
@@ -270,9 +278,8 @@ def pack_trees(trees, labels=None, edge_inputs=None):
         stack = []
         order = _post_order(tree)
         tree_labels = None if labels is None else _ids(labels[i], "pack_trees", i, "tree", -1)
-        if tree_labels is not None and len(tree_labels) != len(order):
-            raise ValueError(f"pack_trees: tree {i} has {len(order)} nodes but "
-                             f"{len(tree_labels)} labels")
+        if tree_labels is not None:
+            _counts_match("pack_trees", "tree", i, len(order), "nodes", [("labels", tree_labels)])
         for t in order:
             label = -1 if tree_labels is None else tree_labels[len(ids)]
             word = _tree_word(i, t)
@@ -300,9 +307,7 @@ def pack_lattices(records):
         tags = rec.get("tags")
         tags = [-1] * len(arcs_in) if tags is None else _ids(tags, "pack_lattices", i, "lattice",
                                                              -1)
-        if len(tags) != len(arcs_in):
-            raise ValueError(f"pack_lattices: lattice {i} has {len(arcs_in)} nodes but "
-                             f"{len(tags)} tags")
+        _counts_match("pack_lattices", "lattice", i, len(arcs_in), "nodes", [("tags", tags)])
         for k, arcs in enumerate(arcs_in):
             triples = []
             for j, vocab_id in _rows(arcs):
@@ -347,10 +352,8 @@ def pack_dags(records):
         labels = rec.get("labels")
         labels = [-1] * len(types) if labels is None else _ids(labels, "pack_dags", i, "DAG", -1)
         arcs_in = _rows(rec["arcs"])
-        for name, values in (("inputs", inputs), ("arc lists", arcs_in), ("labels", labels)):
-            if len(values) != len(types):
-                raise ValueError(f"pack_dags: DAG {i} has {len(types)} types but {len(values)} "
-                                 f"{name}")
+        _counts_match("pack_dags", "DAG", i, len(types), "types",
+                      [("inputs", inputs), ("arc lists", arcs_in), ("labels", labels)])
         for k, (t, w, arcs) in enumerate(zip(types, inputs, arcs_in)):
             arcs = [(_index(j), _index(a)) for j, a in _rows(arcs)]
             for j, a in arcs:
@@ -443,10 +446,8 @@ def pack_edges(instances, edge_inputs=None, return_order=False):
             [default] * n if inst.get(name) is None
             else _ids(inst[name], "pack_edges", i, "instance", low, none=name != "kinds")
             for name, default, low in (("inputs", None, -1), ("kinds", 0, 0), ("labels", -1, -1)))
-        for name, values in (("inputs", inputs), ("kinds", kinds), ("labels", labels)):
-            if len(values) != n:
-                raise ValueError(f"pack_edges: instance {i} has {n} nodes but {len(values)} "
-                                 f"{name}")
+        _counts_match("pack_edges", "instance", i, n, "nodes",
+                      [("inputs", inputs), ("kinds", kinds), ("labels", labels)])
         for k in order:
             word = inputs[k]
             row = -1 if word is None or word < 0 else b.row(word)
