@@ -1252,6 +1252,18 @@ struct DeviceFloats {
   size_t n;
 };
 
+// Seeded floats uniform in [-1, 1): random(n) gives the next n.
+struct RandomFloats {
+  explicit RandomFloats(uint64_t seed) : rng(seed) {}
+  std::vector<float> operator()(size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = u(rng);
+    return v;
+  }
+  std::mt19937_64 rng;
+  std::uniform_real_distribution<float> u{-1.0f, 1.0f};
+};
+
 // Parameters W (rows x cols), b and h0, and a seed row over the outputs; x_i are inputs.
 struct InteropModel {
   static constexpr uint32_t kRows = 6, kCols = 5, kInstances = 7;
@@ -1302,13 +1314,7 @@ std::vector<float> transposed(const std::vector<float>& m, uint32_t rows, uint32
 CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradients in device "
           "memory, = cpu") {
   using M = InteropModel;
-  std::mt19937_64 rng(5);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto random = [&](size_t n) {
-    std::vector<float> v(n);
-    for (float& f : v) f = u(rng);
-    return v;
-  };
+  RandomFloats random(5);
   const std::vector<float> W_rows = random(M::kRows * M::kCols), b = random(M::kRows),
                            h0 = random(M::kRows), x = random(M::kInstances * M::kCols);
 
@@ -1411,13 +1417,7 @@ CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradien
 CUDA_CASE("cuda: a forward's upload written ahead by prepare() holds the inputs it runs with") {
   const Dim h{13, 1};
   constexpr uint32_t kInstances = 7, kFromDevice = 3;  // the first 3 x_i from device memory
-  std::mt19937_64 rng(17);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto random = [&](size_t n) {
-    std::vector<float> v(n);
-    for (float& f : v) f = u(rng);
-    return v;
-  };
+  RandomFloats random(17);
   ParameterCollection pc(23);
   const Parameter W = pc.add_parameters("W", Dim{11, 13}), b = pc.add_parameters("b", Dim{11, 1});
   Graph g(pc);
