@@ -86,6 +86,9 @@ class DeviceInterop {
   // The next forward pass takes the first `floats` floats of the graph's input values from
   // `src` instead of the host values it was built with.
   virtual void inputs_from_device(const float* src, size_t floats) = 0;
+  // An inputs_from_device that no forward has taken yet (the engine then runs a graph that ran
+  // and did not change since again, from its first segment).
+  virtual bool inputs_pending() const = 0;
   // Writes the values (adjoints, after backward) of `nodes` one after another to `dst`: node i's
   // dim.size() floats follow node i-1's.
   virtual void read_nodes(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,

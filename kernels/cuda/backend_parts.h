@@ -215,19 +215,36 @@ struct LaunchPlan;
 // inputs), and the interop's small descriptor uploads.
 class Uploads {
  public:
+  struct PlanAt {  // byte offsets of the plan's arrays in an upload
+    size_t operands = 0, members = 0, index = 0, aux = 0;
+  };
+  // A forward pass's upload: parameter offsets at 0, the plan's arrays, the pass's data at ptrs,
+  // the input values from the graph's input first_input on at inputs, the end.
+  struct ForwardUpload {
+    PlanAt plan;
+    size_t ptrs = 0, inputs = 0, end = 0, first_input = 0;
+  };
+  // What prepare_forward wrote into the forward ring's next buffer: the upload's layout, with
+  // the graph's input values as they were at `inputs_version`.
+  struct PreparedUpload {
+    ForwardUpload u;
+    uint64_t inputs_version = 0;
+  };
+
   explicit Uploads(DeviceQueue& queue) : queue_(queue) {}
   // One copy: the plan's operand metadata (an incremental forward: its segments' entries), the
   // parameter offsets, the pass's GEMM pointer arrays and the graph's input values; then the
   // inputs move to their place in the arena. `start` (the pass's timing event) is recorded right
   // after the copy and tells when its staging buffer is free again: one event for both.
-  // With `prepared`, the pass is the one prepare_forward was given last: its upload, written
-  // then, is copied as it is, unless a forward came between or the graph's input values changed.
+  // `prepared` (or null): the pass is the one prepare_forward was given last, with no forward
+  // between, and this is what it wrote. It is copied as it is, unless the graph's input values
+  // changed since.
   void forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches, const Arenas& arenas,
-               const ParamMirror& params, cudaEvent_t start, bool prepared);
+               const ParamMirror& params, cudaEvent_t start, const PreparedUpload* prepared);
   // Engine::prepare's forward pass (a whole graph): writes its upload into the forward ring's
   // next buffer ahead, for forward() to copy, so that host work leaves the forward's path.
-  void prepare_forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
-                       const ParamMirror& params);
+  PreparedUpload prepare_forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
+                                 const ParamMirror& params);
   // The backward pass's own data (the plan's metadata is the forward's, unless that forward
   // was an increment: then the whole plan's goes up too); `start` as for forward.
   void backward(const MemoryPlan& plan, const Pass& pass, const LaunchPlan& launches,
@@ -240,6 +257,7 @@ class Uploads {
     device_inputs_ = src;
     device_input_floats_ = floats;
   }
+  bool device_inputs_pending() const { return device_inputs_ != nullptr; }
   // The interop ring's next buffer, then its upload; returns the bytes' device address.
   PinnedBuffer& interop_staging(size_t bytes) { return acquire(interop_staging_, bytes); }
   const char* upload_interop(const char* h, size_t bytes);
@@ -248,21 +266,6 @@ class Uploads {
   double metadata_grow_ms() const { return forward_meta_.grow_ms() + backward_meta_.grow_ms(); }
 
  private:
-  struct PlanAt {  // byte offsets of the plan's arrays in an upload
-    size_t operands = 0, members = 0, index = 0, aux = 0;
-  };
-  // A forward pass's upload: parameter offsets at 0, the plan's arrays, the pass's data at ptrs,
-  // the input values from the graph's input first_input on at inputs, the end.
-  struct ForwardUpload {
-    PlanAt plan;
-    size_t ptrs = 0, inputs = 0, end = 0, first_input = 0;
-  };
-  struct Prepared {  // what prepare_forward wrote into the forward ring's next buffer
-    bool valid = false;
-    const Graph* graph = nullptr;
-    uint64_t inputs_version = 0;
-    ForwardUpload u;
-  };
   ForwardUpload forward_layout(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
                                const ParamMirror& params) const;
   void put_forward(char* h, const ForwardUpload& u, const PlanRef& p, const Pass& pass,
@@ -284,7 +287,6 @@ class Uploads {
   size_t device_input_floats_ = 0;
   PassAddresses at_;
   bool plan_partial_ = false;  // at_.view holds only the last increment's plan metadata
-  Prepared prepared_;
 };
 
 // Values copied out by Backend::stage, one pinned slot per ticket modulo kStagedSlots.
@@ -489,6 +491,7 @@ class CudaInterop : public DeviceInterop {
   void read_gradients(ParameterCollection& pc, const std::vector<Transfer>& t) override;
   void zero_gradients(ParameterCollection& pc) override;
   void inputs_from_device(const float* src, size_t floats) override;
+  bool inputs_pending() const override { return uploads_.device_inputs_pending(); }
   void read_nodes(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,
                   float* dst, bool adjoints) override;
 

@@ -73,7 +73,8 @@ class CudaBackend : public Backend {
     DeviceQueue::Timing& timing = queue_.next_timing(true, p.first_segment > 0);
     {
       Profiler::Phase uploading(profiler_, "(host: forward, uploading)");
-      uploads_.forward(p, pass, launches_, arenas_, params_.mirror(), timing.start, prepared);
+      uploads_.forward(p, pass, launches_, arenas_, params_.mirror(), timing.start,
+                       prepared ? &prepared_.upload : nullptr);
       arenas_.values_zero_from = p.plan.total_floats;
     }
     launcher_.run_pass(pass, "forward", launches_, uploads_.addresses(), timing);
@@ -88,7 +89,7 @@ class CudaBackend : public Backend {
     pass = new_pass(p, true);
     pass.first_batch = first_forward_batch(p);
     encode_forward(pass, prepared_.launches);
-    uploads_.prepare_forward(p, pass, prepared_.launches, params_.mirror());
+    prepared_.upload = uploads_.prepare_forward(p, pass, prepared_.launches, params_.mirror());
     pass.p = nullptr;  // p is the caller's; forward's takes its place
     prepared_.graph = &p.graph;
     prepared_.generation = p.graph.generation();
@@ -327,6 +328,7 @@ class CudaBackend : public Backend {
     size_t total_floats = 0;
     Pass pass;
     LaunchPlan launches;
+    Uploads::PreparedUpload upload;  // its upload, in the forward staging ring's next buffer
   } prepared_;
   Profiler profiler_;
   Launcher launcher_;

@@ -92,26 +92,24 @@ void Uploads::put_forward(char* h, const ForwardUpload& u, const PlanRef& p, con
       inputs.size() - from_input);
 }
 
-void Uploads::prepare_forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
-                              const ParamMirror& params) {
-  prepared_.valid = false;
+Uploads::PreparedUpload Uploads::prepare_forward(const PlanRef& p, const Pass& pass,
+                                                 const LaunchPlan& launches,
+                                                 const ParamMirror& params) {
   const ForwardUpload u = forward_layout(p, pass, launches, params);
   PinnedBuffer& staging = acquire(forward_staging_, std::max<size_t>(u.end, 1));
   put_forward(staging.as<char>(), u, p, pass, launches, params, u.first_input);
-  prepared_ = Prepared{true, &p.graph, p.graph.inputs_version(), u};
+  return PreparedUpload{u, p.graph.inputs_version()};
 }
 
 void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
                       const Arenas& arenas, const ParamMirror& params, cudaEvent_t start,
-                      bool prepared) {
+                      const PreparedUpload* prepared) {
   const cudaStream_t stream = queue_.stream();
   const MemoryPlan& plan = p.plan;
   const std::vector<float>& inputs = p.graph.input_values();
-  // The upload prepare_forward wrote into the ring's next buffer, when this pass is the one it
-  // was written for and no input value changed since (any forward uses it up).
-  const bool ready = prepared && prepared_.valid && prepared_.graph == &p.graph &&
-                     prepared_.inputs_version == p.graph.inputs_version();
-  prepared_.valid = false;
+  // The upload prepare_forward wrote into the ring's next buffer (no forward came between, so
+  // the buffer is still the ring's next), unless an input value changed since.
+  const bool ready = prepared && prepared->inputs_version == p.graph.inputs_version();
   if (device_inputs_ && device_input_floats_ > inputs.size()) {
     device_inputs_ = nullptr;
     throw std::invalid_argument("[cuda] inputs_from_device: " +
@@ -133,7 +131,7 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
                                 std::to_string(first_seg.input_count));
   }
   const size_t skip = device_inputs_ ? device_input_floats_ : first_seg.input_begin;
-  const ForwardUpload u = ready ? prepared_.u : forward_layout(p, pass, launches, params);
+  const ForwardUpload u = ready ? prepared->u : forward_layout(p, pass, launches, params);
   PinnedBuffer& staging = ready ? forward_staging_.buffers[forward_staging_.next]
                                 : acquire(forward_staging_, std::max<size_t>(u.end, 1));
   char* h = staging.as<char>();

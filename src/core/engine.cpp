@@ -141,9 +141,12 @@ void Engine::prepare(Graph& g) {
 void Engine::run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end) {
   check_graph(g, e, fn);
   plan_graph(g, end);
-  if (has_run(g, end)) return;
+  // Input values that device memory gives (DeviceInterop::inputs_from_device) are new inputs.
+  const DeviceInterop* io = backend_->device_interop();
+  const bool new_inputs = ran_inputs_version_ != g.inputs_version() || (io && io->inputs_pending());
+  if (!new_inputs && has_run(g, end)) return;
   // Only the segments added since the last forward run, unless the inputs changed.
-  const uint32_t first = ran_inputs_version_ == g.inputs_version() ? ran_segments_ : 0;
+  const uint32_t first = new_inputs ? 0 : ran_segments_;
   const auto t0 = Clock::now();
   backend_->forward(PlanRef{g, schedule_, plan_, params_, first});
   stats_.execution_ms = (first > 0 ? stats_.execution_ms : 0) + ms_since(t0);
