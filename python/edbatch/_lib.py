@@ -25,3 +25,17 @@ def load():
     torch.ops.load_library(path)
     _loaded = path
     return path
+
+
+def eager(fn):
+    """fn, kept out of torch.compile's graphs (torch 2.x): the extension's ops have no fake
+    kernels and read packed structures on the host, so a compiled model breaks its graph where
+    it calls fn and runs fn as it is (its autograd included). Without torch.compiler, fn."""
+    try:
+        from torch.compiler import disable
+    except ImportError:
+        try:
+            from torch._dynamo import disable  # torch 2.0
+        except ImportError:
+            return fn
+    return disable(fn)

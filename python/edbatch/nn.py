@@ -4,6 +4,7 @@ import math
 
 import torch
 
+from ._lib import eager
 from .head import check_head, head_weights
 from .ops import prepare, run_cell, weight_shapes
 from .step import apply_gradients
@@ -46,10 +47,12 @@ class Cell(torch.nn.Module):
     def weights(self):
         return [getattr(self, name) for name in self.weight_names]
 
+    @eager
     def forward(self, x, packed):
         return run_cell(self.cell, x, packed, self.weights(), self.hidden_size,
                         self.num_node_types, self.num_arc_types, self.policy, self.threads)
 
+    @eager
     def loss(self, x, packed, labels=None):
         """The loss head's cross-entropy over the nodes of `packed` (a 0-d tensor), computed
         inside the engine. labels: int64 per node, -1 for none (default packed's, read from its
@@ -60,6 +63,7 @@ class Cell(torch.nn.Module):
                         self.hidden_size, self.num_node_types, self.num_arc_types, self.policy,
                         self.threads, labels, self.reduction)[0]
 
+    @eager
     def loss_step(self, x, packed, labels=None, lr=None):
         """loss(x, packed, labels) and its backward in one call of the engine, recording no
         autograd graph; returns the loss (a 0-d tensor without history). The weights' and the
@@ -69,6 +73,7 @@ class Cell(torch.nn.Module):
         apply_gradients([x], [grad_x])
         return loss
 
+    @eager
     def _step(self, x, packed, labels, lr):
         """The step's loss and x's gradient, the weights' gradients handed on."""
         if labels is None:

@@ -46,6 +46,7 @@ def _message(error):
     return None
 
 
+@_lib.eager
 def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_types=1,
              policy="lb-greedy", threads=0, labels=None, loss=None, step=False):
     """Runs `cell` over every node of `packed` and returns its per-node outputs ([h, c] for the

@@ -2,6 +2,7 @@
 trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorch.md)."""
 import torch
 
+from ._lib import eager
 from .head import check_head, head_weights
 from .ops import _reraise
 from .step import apply_gradients
@@ -17,6 +18,7 @@ def has_propagate_op():
         return False
 
 
+@eager
 def run_program(program, x, ids, packed, weights, seed, policy, threads, labels=None, loss=None,
                 step=False):
     """Runs a traced Program over `packed` with the op: one tensor per state component (with a
@@ -111,10 +113,12 @@ class Propagate(torch.nn.Module):
         """Drops the traced programs (after changing a cell's code or structure)."""
         self._programs.clear()
 
+    @eager
     def forward(self, packed, x=None, ids=None):
         outputs, program, _ = self._run(packed, x, ids)
         return tuple(outputs) if program.state_tuple else outputs[0]
 
+    @eager
     def loss(self, packed, x=None, ids=None, labels=None):
         """The loss head's cross-entropy over every labelled node of `packed` (a 0-d tensor),
         inside the engine. labels: int64 per node, -1 for none (default packed's, read from its
@@ -124,6 +128,7 @@ class Propagate(torch.nn.Module):
             labels = packed.host_labels()
         return self._run(packed, x, ids, head, labels)[0][0]
 
+    @eager
     def loss_step(self, packed, x=None, ids=None, labels=None, lr=None):
         """loss(packed, x, ids, labels) and its backward in one call of the engine, recording no
         autograd graph; returns the loss (a 0-d tensor without history). The gradients go where

@@ -426,12 +426,20 @@ def as_cells(cells, role):
     elif not isinstance(cells, (list, tuple, torch.nn.ModuleList)):
         cells = [cells]
     out = []
-    for c in cells:
+    for c in map(_uncompiled, cells):
         if not callable(c):
             raise TypeError(f"a {role} cell must be an nn.Module or a function, got "
                             f"{type(c).__name__}")
         out.append(c if isinstance(c, torch.nn.Module) else FunctionCell(c))
     return out
+
+
+def _uncompiled(cell):
+    """What torch.compile wrapped, for a compiled module or function: edbatch traces the cell's
+    own code (the parameters are the same)."""
+    if isinstance(cell, torch.nn.Module) and type(cell).__name__ == "OptimizedModule":
+        return getattr(cell, "_orig_mod", cell)
+    return getattr(cell, "_torchdynamo_orig_callable", cell)
 
 
 def _identity(cell):
