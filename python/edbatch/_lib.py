@@ -39,3 +39,17 @@ def eager(fn):
         except ImportError:
             return fn
     return disable(fn)
+
+
+def autocast_float32(x):
+    """x as float32 inside an autocast region that made it float16 or bfloat16 (the engine
+    computes in float32, as autocast runs its float32 ops: the result is float32 and the
+    gradient flows back through the cast); anything else as it is."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in (torch.float16, torch.bfloat16):
+        return x
+    device = x.device.type
+    try:
+        on = torch.is_autocast_enabled(device)  # torch 2.4 and later
+    except TypeError:
+        on = torch.is_autocast_cpu_enabled() if device == "cpu" else torch.is_autocast_enabled()
+    return x.float() if on else x

@@ -2,6 +2,7 @@
 greedy decoding and other loops whose next input depends on the last output (docs/pytorch.md)."""
 import torch
 
+from ._lib import autocast_float32
 from .ops import _reraise
 
 
@@ -83,9 +84,10 @@ class StepDecoder:
         self.running = torch.arange(batch_size)
 
     def step(self, x):
-        """One step of every running instance: x has a row per entry of `running`."""
+        """One step of every running instance: x has a row per entry of `running` (float32;
+        float16 or bfloat16 inside torch.autocast, cast to float32)."""
         try:
-            out = self._impl.step(self.running, x.detach())
+            out = self._impl.step(self.running, autocast_float32(x).detach())
         except RuntimeError as e:
             _reraise(e)
         return tuple(out) if self._tuple else out[0]

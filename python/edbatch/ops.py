@@ -52,8 +52,9 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
     """Runs `cell` over every node of `packed` and returns its per-node outputs ([h, c] for the
     LSTM cells, [h] otherwise), each num_nodes x hidden_size, differentiable in x and weights.
 
-    x: float32 (rows x input size), the rows node_inputs / arc_inputs point at.  weights: in the
-    order of weight_shapes().  threads 0: torch.get_num_threads().
+    x: float32 (rows x input size), the rows node_inputs / arc_inputs point at (float16 or
+    bfloat16 from an autocast region: cast to float32).  weights: in the order of
+    weight_shapes().  threads 0: torch.get_num_threads().
 
     loss "sum" or "mean": a classification loss head runs inside the engine instead, and the call
     returns [loss]: the cross-entropy of softmax(W h + b) against `labels` (int64, one per node,
@@ -68,6 +69,7 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
     if step and loss is None:
         raise ValueError("edbatch.run_cell: step=True needs a loss head (loss='sum' or 'mean')")
     op = torch.ops.edbatch.run_cell_step if step else torch.ops.edbatch.run_cell
+    x = _lib.autocast_float32(x)
     structure = packed.structure() if hasattr(packed, "structure") else None
     if isinstance(x, torch.Tensor) and structure is not None:
         # The op checks everything itself; the checks below only run to explain a failure
@@ -181,7 +183,8 @@ def _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, n
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"edbatch.run_cell: x must be a tensor, got {type(x).__name__}")
     if x.dtype != torch.float32:
-        raise TypeError(f"edbatch.run_cell: x must be float32, got {x.dtype}")
+        raise TypeError(f"edbatch.run_cell: x must be float32, got {x.dtype} (float16 and "
+                        f"bfloat16 are taken inside torch.autocast only)")
     if x.dim() != 2:
         raise ValueError(f"edbatch.run_cell: x must be 2-D (rows x input size), got shape "
                          f"{tuple(x.shape)}")

@@ -2,7 +2,7 @@
 trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorch.md)."""
 import torch
 
-from ._lib import eager
+from ._lib import autocast_float32, eager
 from .head import check_head, head_weights
 from .ops import _reraise
 from .step import apply_gradients
@@ -108,6 +108,13 @@ class Propagate(torch.nn.Module):
                 reduce=self.reduce, initial=self.initial_kind, initial_weights=initial,
                 message_size=self.message_size)
         return self._programs[key]
+
+    def __getstate__(self):
+        """Pickled (torch.save of the whole module, copy.deepcopy) without the traced programs,
+        which hold the tracer's closures: they are traced again on first use."""
+        state = self.__dict__.copy()
+        state["_programs"] = {}
+        return state
 
     def retrace(self):
         """Drops the traced programs (after changing a cell's code or structure)."""
@@ -224,9 +231,11 @@ class Propagate(torch.nn.Module):
         if x is not None and ids is not None:
             raise ValueError("Propagate: give x (float rows) or ids (int64 per row), not both")
         if x is not None:
+            x = autocast_float32(x)
             if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() != 2:
                 raise TypeError(f"Propagate: x must be a float32 tensor (rows x input size), got "
-                                f"{_describe(x)}")
+                                f"{_describe(x)} (float16 and bfloat16 are taken inside "
+                                f"torch.autocast only)")
             return "x", x.shape[1], x, torch.empty(0, dtype=torch.long, device=x.device)
         if ids is not None:
             if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 1:
