@@ -5,7 +5,7 @@ import math
 import torch
 
 from ._lib import eager
-from .head import check_head, head_weights
+from .head import check_engine_options, check_head, head_weights
 from .ops import prepare, run_cell, weight_shapes
 from .step import apply_gradients
 from .propagate import Propagate  # noqa: F401  (user cells: edbatch.nn.Propagate)
@@ -25,6 +25,7 @@ class Cell(torch.nn.Module):
                  policy="lb-greedy", threads=0, classes=None, reduction="sum"):
         super().__init__()
         check_head(classes, reduction, f"edbatch.nn.Cell({cell!r})")
+        check_engine_options(policy, threads, f"edbatch.nn.Cell({cell!r})")
         self.reduction = reduction
         self.cell, self.input_size, self.hidden_size = cell, input_size, hidden_size
         self.num_node_types, self.num_arc_types = num_node_types, num_arc_types

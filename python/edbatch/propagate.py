@@ -3,7 +3,7 @@ trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorc
 import torch
 
 from ._lib import autocast_float32, eager
-from .head import check_head, head_weights
+from .head import check_engine_options, check_head, head_weights
 from .ops import _reraise
 from .step import apply_gradients
 from .trace import as_cells, sizes_of, trace_program
@@ -64,6 +64,7 @@ class Propagate(torch.nn.Module):
                  classes=None, reduction="sum"):
         super().__init__()
         check_head(classes, reduction, "Propagate")
+        check_engine_options(policy, threads, "Propagate")
         if state_size is None:
             raise TypeError("Propagate needs state_size= (an int, or a tuple for a tuple state)")
         if reduce not in ("sum", "mean", "max", "softmax"):

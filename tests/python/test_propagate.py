@@ -639,6 +639,15 @@ def test_bad_arguments():
         edbatch.nn.Propagate(cells.OpCell("tanh", 7, D))
     with pytest.raises(ValueError, match="reduce must be"):
         edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), reduce="min", state_size=7)
+    # Policies and thread counts are checked when the module is made, not at its first forward.
+    for options, message in [(dict(policy="lb_greedy"), "policy must be one of none, depth"),
+                             (dict(policy="fsm:"), "or fsm:FILE"),
+                             (dict(threads=-1), "threads must be an int >= 0"),
+                             (dict(threads=2.5), "threads must be an int >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7, **options)
+        with pytest.raises(ValueError, match=message):
+            edbatch.nn.TreeLSTM(30, 6, 5, **options)
     model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7)
     packed = edbatch.pack_trees([1])
     with pytest.raises(TypeError, match="x must be a float32"):
