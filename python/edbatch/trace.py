@@ -18,6 +18,7 @@ import traceback
 
 import torch
 import torch.fx as fx
+from torch.nn.utils import parametrize
 
 from . import trace_ops, trace_values, trace_weights
 from .trace_ops import Ids, Param, Refusal, Vec
@@ -104,6 +105,8 @@ class Body:
     def param_of(self, module, name):
         """A module's own parameter (nn.Linear.weight...), or None."""
         t = module._parameters.get(name)  # not getattr: fx patches it while tracing
+        if t is None:  # computed by a parametrization on every call: a weight expression
+            t = self.parametrized.get((module, name))
         if t is None:
             return None
         path = _user_path(self.module_paths[module]) + name
@@ -155,6 +158,7 @@ class _Tracer(fx.Tracer):
 
     def trace(self, root, *args, **kwargs):
         self.body.module_paths = {m: p for p, m in root.named_modules()}
+        self.body.parametrized, self.parametrization_of = trace_weights.parametrized(root)
         # Factories do not dispatch on traced arguments (torch.zeros(x.size(0), n)): while
         # tracing, their calls are recorded rather than run.
         saved = {name: getattr(torch, name) for name in _FACTORIES}
@@ -229,7 +233,12 @@ class _Tracer(fx.Tracer):
             return trace_weights.evaluate(node.op, node.target, args, kwargs, name)
         if node.op == "call_module":
             module = self.root.get_submodule(node.target)
-            handler = trace_ops.MODULES.get(type(module))
+            if module in self.parametrization_of:  # a parametrized tensor, read directly
+                return self.body.param_of(*self.parametrization_of[module])
+            cls = type(module)
+            if parametrize.is_parametrized(module):  # nn.utils.parametrize's subclass of cls
+                cls = cls.__mro__[1]
+            handler = trace_ops.MODULES.get(cls)
             if handler is None:
                 raise Refusal(f"{_module_name(module)} is not supported in cells")
             _refuse_hooks(module)
@@ -280,8 +289,9 @@ def _refuse_hooks(module):
     found += [h[1:] for h in _HOOKS if getattr(glob, "_global" + h, None)]
     if found:
         raise Refusal(f"{_module_name(module)} has {' and '.join(found)}, which cells do not run "
-                      "(nn.utils.weight_norm and pruning work through them): remove them, or "
-                      "compute the weight in the cell from parameters")
+                      "(nn.utils.weight_norm and pruning work through them): remove them, compute "
+                      "the weight with nn.utils.parametrize (parametrizations.weight_norm), or "
+                      "compute it in the cell from parameters")
 
 
 def _module_name(module):

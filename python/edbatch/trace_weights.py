@@ -7,6 +7,7 @@ import operator
 
 import torch
 import torch.fx as fx
+from torch.nn.utils import parametrize
 
 from .trace_values import Param, Refusal
 
@@ -47,6 +48,18 @@ def row_shaped(param):
 
 
 # ---- weight expressions ----
+
+
+def parametrized(root):
+    """The tensors nn.utils.parametrize computes in root's modules (orthogonal, weight_norm,
+    spectral_norm, a user's parametrization): {(module, name): value now}, computed before fx
+    patches module attributes (the value gives the weight's shape; PyTorch computes it again on
+    every call, and the program reads it as a weight), and {parametrization list: (module,
+    name)}, the module a cell calls when it reads such a tensor directly (self.lin.weight)."""
+    with torch.no_grad():
+        values = {(m, n): getattr(m, n).detach() for m in root.modules()
+                  if parametrize.is_parametrized(m) for n in m.parametrizations.keys()}
+    return values, {m.parametrizations[n]: (m, n) for m, n in values}
 
 # Kept by their handlers: a transpose is a layout of the same weight, not a copy.
 _LAYOUTS = {("call_method", "t"), ("call_function", torch.t)}

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import parametrizations, parametrize
 
 import edbatch
 from edbatch import propagate as propagate_module
@@ -654,3 +655,35 @@ def test_bad_arguments():
         model(packed, x=torch.randn(1, D, dtype=torch.float64))
     with pytest.raises(ValueError, match="not both"):
         model(packed, x=torch.randn(1, D), ids=packed.input_ids)
+
+
+class _Symmetric(nn.Module):
+    def forward(self, X):
+        return (X + X.t()) / 2
+
+
+class _ParametrizedCell(nn.Module):
+    """A node cell over weights that nn.utils.parametrize computes: an orthogonal U, called as
+    its module, and a symmetric V, read directly."""
+
+    def __init__(self):
+        super().__init__()
+        self.W = nn.Linear(D, 7)
+        self.U, self.V = nn.Linear(7, 7, bias=False), nn.Linear(7, 7, bias=False)
+        parametrizations.orthogonal(self.U)
+        parametrize.register_parametrization(self.V, "weight", _Symmetric())
+
+    def forward(self, x, m):
+        return torch.tanh(self.W(x) + self.U(m) + m @ self.V.weight.t())
+
+
+def test_parametrized_weights(backend):
+    """Parametrized tensors are weight expressions: PyTorch computes them on every call and
+    their gradients reach the parametrizations' originals, as in the eager cell."""
+    torch.manual_seed(3)
+    model = edbatch.nn.Propagate(_ParametrizedCell(), state_size=7)
+    names = [n for n, _ in model.named_parameters()]
+    assert "node_cells.0.U.parametrizations.weight.original" in names
+    for seed in (11, 12):
+        packed = structures.packed("trees", seed)
+        assert_same(model, packed, inputs_for(packed, seed))
