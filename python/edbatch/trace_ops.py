@@ -11,7 +11,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from . import trace_reduce
+from . import trace_reduce, trace_weights
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Vec,  # noqa: F401
                            bind, broadcast_pair, describe, feature_dim, is_number, no_inplace)
@@ -174,10 +174,12 @@ def embedding_of(body, ids, weight, options):
     if not isinstance(ids, Ids):
         raise Refusal(f"an embedding reads the integer input (input kind 'ids'), got "
                       f"{describe(ids)}")
-    for name in ("padding_idx", "max_norm", "scale_grad_by_freq", "sparse"):
+    for name in ("max_norm", "scale_grad_by_freq", "sparse"):
         value = options.get(name)
         if value is not None and value is not False:
             raise Refusal(f"an embedding with {name}={value!r} is not supported")
+    if options.get("padding_idx") is not None:
+        weight = trace_weights.padding_table(weight, options["padding_idx"])
     return body.emit("embedding", weight.tensor.shape[1], [ids], weight=body.weight(weight,
                                                                                     "lookup"))
 

@@ -18,10 +18,12 @@ class Weights:
 
     def __init__(self):
         self.entries, self.getters, self._index = [], [], {}
+        self._keys = []  # the tensors whose ids are keys, kept so that no id is reused
 
     def add(self, param, layout):
         key = (id(param.tensor), layout)
         if key not in self._index:
+            self._keys.append(param.tensor)
             name, getter = param.key
             t = param.tensor
             if layout == "vector" and row_shaped(param):
@@ -48,6 +50,34 @@ def row_shaped(param):
 
 
 # ---- weight expressions ----
+
+
+class _NoGradRow(torch.autograd.Function):
+    """The table as it is, except that no gradient reaches its row `row`."""
+
+    @staticmethod
+    def forward(ctx, table, row):
+        ctx.row = row
+        return table.view_as(table)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        grad[ctx.row] = 0
+        return grad, None
+
+
+def padding_table(param, padding_idx):
+    """An embedding table with padding_idx (nn.Embedding's): the lookup reads the table, and no
+    gradient reaches the padding row (a weight of its own, made on every call)."""
+    name, get = param.key
+    t = param.tensor
+    row = padding_idx + t.shape[0] if padding_idx < 0 else padding_idx
+    if not 0 <= row < t.shape[0]:
+        raise Refusal(f"padding_idx={padding_idx} is outside the table's {t.shape[0]} rows",
+                      ValueError)
+    return Param((f"{name}[padding_idx={row}]", lambda: _NoGradRow.apply(get(), row)),
+                 t.detach())
 
 
 def parametrized(root):

@@ -687,3 +687,31 @@ def test_parametrized_weights(backend):
     for seed in (11, 12):
         packed = structures.packed("trees", seed)
         assert_same(model, packed, inputs_for(packed, seed))
+
+
+class _PaddedEmbedding(nn.Module):
+    """A node cell that embeds its id with padding_idx (given negative: counted from the end)."""
+
+    def __init__(self, padding_idx):
+        super().__init__()
+        self.emb = nn.Embedding(structures.VOCAB, 7, padding_idx=padding_idx)
+        with torch.no_grad():
+            self.emb.weight[padding_idx] = 0.5  # not zero: the lookup still reads the row
+        self.U = nn.Linear(7, 7)
+
+    def forward(self, ids, m):
+        return torch.tanh(self.emb(ids) + self.U(m))
+
+
+@pytest.mark.parametrize("padding_idx", [0, 3, -1])
+def test_embedding_with_padding_idx(backend, padding_idx):
+    """As nn.Embedding: the padding row is read as it is and gets no gradient."""
+    torch.manual_seed(5)
+    model = edbatch.nn.Propagate(_PaddedEmbedding(padding_idx), state_size=7)
+    packed = structures.packed("dags", 7)
+    ids = packed.input_ids.clone()
+    ids[::3] = padding_idx % structures.VOCAB  # the padding row is read
+    assert_same(model, packed, {"ids": ids})
+    model(packed, ids=ids).sum().backward()
+    grad = model.node_cells[0].emb.weight.grad
+    assert grad[padding_idx].abs().sum() == 0 and grad.abs().sum() > 0
