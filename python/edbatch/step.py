@@ -3,6 +3,8 @@ run a loss head's forward and backward in one call and record no autograd graph;
 they return go where loss.backward() would send them, or update the parameters in place."""
 import torch
 
+from .trace_weights import padding_of, without_row
+
 
 def apply_gradients(tensors, grads, lr=None):
     """Hands each tensor that requires grad its gradient, as loss.backward() would: a leaf (an
@@ -15,6 +17,9 @@ def apply_gradients(tensors, grads, lr=None):
     for t, g in zip(tensors, grads):
         if t is None or not t.requires_grad:
             continue
+        padding = padding_of(t)  # a table whose padding row gets no gradient: the table's own
+        if padding is not None:
+            t, g = padding[0], without_row(g, padding[1])
         if t.is_leaf:
             kept = leaves.get(id(t))
             if kept is not None:  # dense + sparse, never sparse + dense (unsupported)

@@ -62,22 +62,43 @@ class _NoGradRow(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.clone()
-        grad[ctx.row] = 0
-        return grad, None
+        return without_row(grad, ctx.row), None
+
+
+def without_row(grad, row):
+    """A table's gradient (dense, or sparse COO by rows as the step ops return a lookup
+    table's) with row `row` left out."""
+    if grad.is_sparse:
+        keep = grad._indices()[0] != row
+        return torch.sparse_coo_tensor(grad._indices()[:, keep], grad._values()[keep],
+                                       grad.shape)
+    grad = grad.clone()
+    grad[row] = 0
+    return grad
 
 
 def padding_table(param, padding_idx):
     """An embedding table with padding_idx (nn.Embedding's): the lookup reads the table, and no
-    gradient reaches the padding row (a weight of its own, made on every call)."""
+    gradient reaches the padding row (a weight of its own, made on every call; `padding_of`
+    gives the table and the row back, for edbatch.apply_gradients)."""
     name, get = param.key
     t = param.tensor
     row = padding_idx + t.shape[0] if padding_idx < 0 else padding_idx
     if not 0 <= row < t.shape[0]:
         raise Refusal(f"padding_idx={padding_idx} is outside the table's {t.shape[0]} rows",
                       ValueError)
-    return Param((f"{name}[padding_idx={row}]", lambda: _NoGradRow.apply(get(), row)),
-                 t.detach())
+
+    def table():
+        base = get()
+        out = _NoGradRow.apply(base, row)
+        out._edbatch_padding = (base, row)
+        return out
+    return Param((f"{name}[padding_idx={row}]", table), t.detach())
+
+
+def padding_of(t):
+    """(table, padding row) of a table padding_table made, else None."""
+    return getattr(t, "_edbatch_padding", None)
 
 
 def parametrized(root):

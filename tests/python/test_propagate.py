@@ -715,3 +715,30 @@ def test_embedding_with_padding_idx(backend, padding_idx):
     model(packed, ids=ids).sum().backward()
     grad = model.node_cells[0].emb.weight.grad
     assert grad[padding_idx].abs().sum() == 0 and grad.abs().sum() > 0
+
+
+def test_loss_step_with_padding_idx():
+    """The step ops return a lookup table's gradient as sparse rows: the padding row is left
+    out of it, into .grad as loss().backward() gives it, and with lr the table is updated in
+    place, p - lr * grad, its padding row unchanged."""
+    torch.manual_seed(6)
+    model = edbatch.nn.Propagate(_PaddedEmbedding(0), state_size=7, classes=3)
+    packed = structures.packed("dags", 8)
+    ids = packed.input_ids.clone()
+    ids[::2] = 0
+    labels = torch.randint(0, 3, (packed.num_nodes,))
+    table = model.node_cells[0].emb.weight
+    want = model.loss(packed, ids=ids, labels=labels)
+    want.backward()
+    want_grad = table.grad.clone()
+    assert want_grad[0].abs().sum() == 0 and want_grad.abs().sum() > 0
+    model.zero_grad()
+    got = model.loss_step(packed, ids=ids, labels=labels)
+    torch.testing.assert_close(got, want.detach())
+    torch.testing.assert_close(table.grad, want_grad, rtol=1e-6, atol=1e-7)
+    model.zero_grad()
+    before = table.detach().clone()
+    model.loss_step(packed, ids=ids, labels=labels, lr=0.5)
+    assert table.grad is None or not table.grad.any()  # .grad left as zero_grad() left it
+    torch.testing.assert_close(table.detach(), before - 0.5 * want_grad, rtol=1e-6, atol=1e-6)
+    assert torch.equal(table[0].detach(), before[0])
