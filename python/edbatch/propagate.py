@@ -99,6 +99,8 @@ class Propagate(torch.nn.Module):
         node_kinds = node_kinds if self._every_kind[0] else 0
         arc_kinds = arc_kinds if self._every_kind[1] else 0
         key = (input_kind, input_size, self.training, node_kinds, arc_kinds)
+        if key in self._programs and not self._programs[key].current(self):
+            self._programs.clear()  # a cell's submodule was replaced: trace the cells again
         if key not in self._programs:
             initial = [(f"initial.{i}", p) for i, p in enumerate(self.initial)]
             nodes = list(self.node_cells) * (node_kinds or 1)
@@ -107,7 +109,7 @@ class Propagate(torch.nn.Module):
                 nodes, edges or None,
                 state_size=self.state_size, input_kind=input_kind, input_size=input_size,
                 reduce=self.reduce, initial=self.initial_kind, initial_weights=initial,
-                message_size=self.message_size)
+                message_size=self.message_size).bind(self)
         return self._programs[key]
 
     def __getstate__(self):
@@ -118,7 +120,8 @@ class Propagate(torch.nn.Module):
         return state
 
     def retrace(self):
-        """Drops the traced programs (after changing a cell's code or structure)."""
+        """Drops the traced programs, after changing a cell's code (a replaced submodule is
+        found by the next call itself, which traces again)."""
         self._programs.clear()
 
     @eager

@@ -22,6 +22,7 @@ from torch.nn.utils import parametrize
 
 from . import trace_ops, trace_values, trace_weights
 from .trace_ops import Ids, Param, Refusal, Vec
+from .trace_dropout import dropout_mask  # noqa: F401  (edbatch.dropout_mask)
 from .trace_weights import Weights, row_shaped
 
 # Frames in these are not the user's (torch, this package, the standard library).
@@ -109,8 +110,9 @@ class Body:
             t = self.parametrized.get((module, name))
         if t is None:
             return None
-        path = _user_path(self.module_paths[module]) + name
-        return Param((self.prefix + path, lambda m=module, n=name: getattr(m, n)), t)
+        path = _user_path(self.module_paths[module])
+        self.weights.read_from(self.prefix + path, module)
+        return Param((self.prefix + path + name, lambda m=module, n=name: getattr(m, n)), t)
 
 
 def _user_path(path):
@@ -257,6 +259,7 @@ class _Tracer(fx.Tracer):
         owner_path, _, name = path.rpartition(".")
         owner = self.root.get_submodule(owner_path) if owner_path else self.root
         key = self.body.prefix + _user_path(owner_path) + name
+        self.body.weights.read_from(self.body.prefix + _user_path(owner_path), owner)
         value = owner._parameters.get(name)  # not getattr: fx patches it while tracing
         if isinstance(value, torch.nn.Parameter):
             return Param((key, lambda m=owner, n=name: getattr(m, n)), value)
@@ -402,6 +405,7 @@ class Program:
     def __init__(self, doc, weights, state_tuple, message_tuple):
         self.doc, self.text = doc, json.dumps(doc, separators=(",", ":"))
         self._weights, self.state_tuple, self.message_tuple = weights, state_tuple, message_tuple
+        self._paths = []  # bind(): (path, module) of the modules weights are read from
         self.cell_sites, site = [], 0
         for cell in doc["cells"]:
             self.cell_sites.append(site)
@@ -410,6 +414,27 @@ class Program:
 
     def weights(self):
         return self._weights.tensors()
+
+    def bind(self, root):
+        """Notes where, under `root` (the Propagate), the modules the weights are read from are
+        now, for current(); modules found elsewhere (a function cell's closure) are left out."""
+        self._paths = [(p, m) for p, m in self._weights.module_paths if _module_at(root, p) is m]
+        return self
+
+    def current(self, root):
+        """Whether every module the weights are read from is still where bind() found it: a
+        submodule replaced since (cell.lin = nn.Linear(...)) needs the cells traced again, as
+        its weights are other tensors, perhaps of other shapes."""
+        return all(_module_at(root, p) is m for p, m in self._paths)
+
+
+def _module_at(root, path):
+    """The submodule of root at path (a tuple of names), or None."""
+    for name in path:
+        root = root._modules.get(name)
+        if root is None:
+            return None
+    return root
 
 
 def sizes_of(size, what):
@@ -563,36 +588,3 @@ def _initial(initial, initial_weights, message, weights):
         except Refusal as e:
             raise ValueError(str(e)) from None
     return out
-
-
-# ---- dropout masks (kernels/op_math.h) ----
-
-_M32 = 0xFFFFFFFF
-
-
-def _mix(h):
-    """murmur3's fmix32."""
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    return h ^ (h >> 16)
-
-
-def dropout_key(seed, index, site):
-    """The key of one dropout invocation: index is the node number (node cells) or num_nodes +
-    the arc number (edge cells), site the dropout instruction's number in the program."""
-    low, high = seed & _M32, (seed >> 32) & _M32
-    return _mix(_mix(low ^ _mix(high)) ^ _mix(index & _M32) ^ ((site * 0x9E3779B9) & _M32))
-
-
-def dropout_hash(key, i):
-    return _mix(key ^ ((i * 0x27D4EB2F) & _M32) ^ 0x165667B1)
-
-
-def dropout_mask(seed, index, site, size, p):
-    """The kept entries (a bool tensor of `size`) of one dropout invocation."""
-    key = dropout_key(seed, index, site)
-    threshold = p * 4294967296.0
-    return torch.tensor([dropout_hash(key, i) >= threshold for i in range(size)],
-                        dtype=torch.bool)

@@ -19,6 +19,15 @@ class Weights:
     def __init__(self):
         self.entries, self.getters, self._index = [], [], {}
         self._keys = []  # the tensors whose ids are keys, kept so that no id is reused
+        self._read_from = {}  # id(module) -> (path under the Propagate as a tuple, module)
+
+    def read_from(self, path, module):
+        """Records that weights are read from `module`, at `path` ("node_cells.0.lin.")."""
+        self._read_from.setdefault(id(module), (tuple(path.rstrip(".").split(".")), module))
+
+    @property
+    def module_paths(self):
+        return list(self._read_from.values())
 
     def add(self, param, layout):
         key = (id(param.tensor), layout)

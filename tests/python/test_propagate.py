@@ -742,3 +742,21 @@ def test_loss_step_with_padding_idx():
     assert table.grad is None or not table.grad.any()  # .grad left as zero_grad() left it
     torch.testing.assert_close(table.detach(), before - 0.5 * want_grad, rtol=1e-6, atol=1e-6)
     assert torch.equal(table[0].detach(), before[0])
+
+
+def test_a_replaced_submodule_is_traced_again(backend):
+    """The program reads weights from the modules it was traced from: a submodule replaced
+    after the first forward (or a whole cell) makes the next call trace the cells again, so the
+    new module's weights are read; an unchanged module keeps its program."""
+    torch.manual_seed(8)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7)
+    packed = structures.packed("trees", 9)
+    x = torch.randn(packed.input_ids.numel(), D)
+    model(packed, x=x)
+    program = model.program("x", D)
+    model(packed, x=x)
+    assert model.program("x", D) is program  # nothing replaced: the same program
+    model.node_cells[0].U = nn.Linear(7, 7)
+    assert_same(model, packed, {"x": x.clone().requires_grad_()})
+    model.node_cells[0] = cells.OpCell("sigmoid", 7, D)
+    assert_same(model, packed, {"x": x.clone().requires_grad_()})

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import edbatch
-from edbatch.trace import dropout_hash, dropout_key, trace_program
+from edbatch.trace import trace_program
+from edbatch.trace_dropout import dropout_hash, dropout_key
 
 
 def trace(node, edge=None, state_size=7, **options):
