@@ -18,7 +18,6 @@ def has_propagate_op():
         return False
 
 
-@eager
 def run_program(program, x, ids, packed, weights, seed, policy, threads, labels=None, loss=None,
                 step=False):
     """Runs a traced Program over `packed` with the op: one tensor per state component (with a
