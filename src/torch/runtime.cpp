@@ -364,11 +364,11 @@ Gradients autograd_backward(RunState& state, const c10::Device& device,
                             const torch::autograd::variable_list& grads) {
   Gradients g =
       run_backward(state, device, grads, torch::autograd::get_current_graph_task_keep_graph());
-  bool second_order = false;
-  for (const Tensor& t : grads) second_order = second_order || (t.defined() && t.requires_grad());
-  if (!at::GradMode::is_enabled() || !second_order) return g;
-  // create_graph=True: as PyTorch's once_differentiable, the gradients become outputs of a node
-  // that raises if anything differentiates through them.
+  if (!at::GradMode::is_enabled()) return g;
+  // create_graph=True: the gradients become outputs of a node that raises if anything
+  // differentiates through them. Unlike PyTorch's once_differentiable, also where the incoming
+  // gradients need none (the gradient of h.sum()): a penalty on such a gradient would otherwise
+  // add nothing to the parameters' gradients, silently.
   torch::autograd::variable_list out{g.x};
   for (Tensor& t : g.weights) out.push_back(t);
   for (Tensor& t : out) t = t.detach().requires_grad_(true);

@@ -117,6 +117,14 @@ def test_retained_graph_and_double_backward():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * max(1.0, b.abs().max().item()))
     with pytest.raises(RuntimeError, match="cannot be differentiated again"):
         sum(q.pow(2).sum() for q in grads).backward()
+    # A gradient penalty whose incoming gradient needs none (h.sum()'s ones), added to another
+    # loss: refused, not silently left out of the parameters' gradients.
+    x = torch.randn(8, 6, requires_grad=True)
+    h, _ = module(packed, x=x)
+    gx, = torch.autograd.grad(h.sum(), x, create_graph=True)
+    assert gx.requires_grad
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        (h.pow(2).sum() + gx.pow(2).sum()).backward()
 
 
 def test_mvrnn_module_matches_reference():
