@@ -72,8 +72,10 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyContext
     const std::string path = name.substr(4);
     return std::make_unique<FsmPolicy>(load_fsm_policy(path), path);
   }
-  throw std::invalid_argument("[make_policy] unknown policy '" + name +
-                              "' (expected none, depth, agenda, lb-greedy, auto or fsm:FILE)");
+  std::string known;
+  for (const std::string& p : policy_names()) known += p + ", ";
+  throw std::invalid_argument("[make_policy] unknown policy '" + name + "' (expected " + known +
+                              "or fsm:FILE)");
 }
 
 }  // namespace edbatch

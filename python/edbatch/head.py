@@ -1,15 +1,16 @@
 """The options' checks shared by edbatch.nn.Cell and edbatch.nn.Propagate: the loss head inside
 the engine (docs/pytorch.md, "The loss inside the engine"), the batching policy and threads."""
 
-POLICIES = ("none", "depth", "agenda", "lb-greedy", "auto")
+from . import ops
 
 
 def check_engine_options(policy, threads, owner):
     """Raises ValueError for a policy or thread count the engine would refuse at the first
     forward (a policy file, fsm:FILE, is read then: it may be written after the module)."""
-    if not isinstance(policy, str) or not (policy in POLICIES or
+    names = ops.policies()
+    if not isinstance(policy, str) or not (policy in names or
                                            (policy.startswith("fsm:") and len(policy) > 4)):
-        raise ValueError(f"{owner}: policy must be one of {', '.join(POLICIES)} or fsm:FILE (a "
+        raise ValueError(f"{owner}: policy must be one of {', '.join(names)} or fsm:FILE (a "
                          f"policy file of `edbatch train`), got {policy!r}")
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
         raise ValueError(f"{owner}: threads must be an int >= 0 (0: torch.get_num_threads()), "

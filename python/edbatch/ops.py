@@ -15,6 +15,13 @@ def cells():
     return list(torch.ops.edbatch.cells())
 
 
+@functools.lru_cache(maxsize=1)
+def policies():
+    """Names of the engine's scheduling policies (besides fsm:FILE, a learned policy's file)."""
+    _lib.load()
+    return tuple(torch.ops.edbatch.policies())
+
+
 @functools.lru_cache(maxsize=64)
 def weight_shapes(cell, hidden_size, input_size, num_node_types=1, num_arc_types=1):
     """[(name, shape)] of the weights run_cell takes for this cell, in order (row-major, torch's

@@ -2,14 +2,15 @@
 // kernels, autograd), prepare, and the cells' weight shapes. Tensors are checked and viewed as the
 // torch-free Packed format of cells.h (runtime.h); the work is a Runner's.
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 #include <fmt/format.h>
+#include <torch/library.h>
 
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "edbatch/backend.h"
+#include "edbatch/schedule.h"
 #include "src/torch/runtime.h"
 
 namespace edbatch::torch_adapter {
@@ -152,6 +153,10 @@ std::vector<int64_t> prepare_counts() { return RunnerPool::get().counts(); }
 
 std::vector<std::string> list_cells() { return cell_names(); }
 
+std::vector<std::string> list_policies() {
+  return policy_names();
+}
+
 // [budget in bytes, forward passes on a reused plan so far].
 std::vector<int64_t> plan_cache_info() {
   return {plan_cache_bytes(), static_cast<int64_t>(plans_reused_total())};
@@ -217,6 +222,7 @@ TORCH_LIBRARY(edbatch, m) {
       &prepare);
   m.def("prepare_counts() -> int[]", &prepare_counts);
   m.def("cells() -> str[]", &list_cells);
+  m.def("policies() -> str[]", &list_policies);
   m.def("set_plan_cache(int bytes) -> int", &set_plan_cache_bytes);
   m.def("plan_cache_info() -> int[]", &plan_cache_info);
   m.def("build_info() -> (str[], str)", &build_info);

@@ -635,7 +635,8 @@ def test_missing_op_is_explained(monkeypatch):
         model(edbatch.pack_trees([1]), x=torch.randn(1, D))
 
 
-def test_bad_arguments():
+def test_bad_arguments(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # where policy "auto" keeps what it learns
     with pytest.raises(TypeError, match="state_size"):
         edbatch.nn.Propagate(cells.OpCell("tanh", 7, D))
     with pytest.raises(ValueError, match="reduce must be"):
@@ -649,6 +650,14 @@ def test_bad_arguments():
             edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7, **options)
         with pytest.raises(ValueError, match=message):
             edbatch.nn.TreeLSTM(30, 6, 5, **options)
+    # Every policy the engine names (torch.ops.edbatch.policies) is accepted and runs.
+    assert {"none", "lb-greedy", "auto"} <= set(edbatch.ops.policies())
+    packed, x = edbatch.pack_trees([(1, (2, 3)), 4]), torch.randn(4, D)
+    want = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7, policy="none")
+    for policy in edbatch.ops.policies():
+        model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7, policy=policy)
+        model.load_state_dict(want.state_dict())
+        torch.testing.assert_close(model(packed, x=x), want(packed, x=x), rtol=1e-5, atol=1e-6)
     model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7)
     packed = edbatch.pack_trees([1])
     with pytest.raises(TypeError, match="x must be a float32"):
