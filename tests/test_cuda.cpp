@@ -42,6 +42,11 @@ const std::string kNoGpu = device_unavailable("cuda");
 const bool kSkip = !kNoGpu.empty();
 constexpr double kTol = 2e-4;  // float32, summed in another order (atomics, cuBLAS)
 
+// A scalar within kTol of the reference, relative where the reference is above 1.
+bool near(double got, double want) {
+  return std::fabs(got - want) <= kTol * std::max(1.0, std::fabs(want));
+}
+
 // Everything one engine computes for a graph: the loss, every value and adjoint, every
 // parameter gradient.
 struct Run {
@@ -998,7 +1003,7 @@ CUDA_CASE("cuda: SGD training on the GPU follows the CPU") {
       const Expr l_cpu = build_model(*m_cpu, g_cpu), l_gpu = build_model(*m_gpu, g_gpu);
       const float loss_cpu = as_scalar(e_cpu.forward(g_cpu, l_cpu));
       const float loss_gpu = as_scalar(e_gpu.forward(g_gpu, l_gpu));
-      CHECK(std::fabs(loss_gpu - loss_cpu) <= kTol * std::max(1.0f, std::fabs(loss_cpu)));
+      CHECK(near(loss_gpu, loss_cpu));
       e_cpu.backward(g_cpu, l_cpu);
       e_gpu.backward(g_gpu, l_gpu);
       pc_cpu.sgd_update(0.1f);
@@ -1048,8 +1053,7 @@ CUDA_CASE("cuda: pipelined training (submit, backward, device SGD) follows the c
     CHECK_THROWS_WITH_AS(e_gpu.result(tickets[0]), doctest::Contains("spent"),
                          std::invalid_argument);
     REQUIRE(loss_gpu.size() == loss_cpu.size());
-    for (size_t i = 0; i < loss_cpu.size(); ++i)
-      CHECK(std::fabs(loss_gpu[i] - loss_cpu[i]) <= kTol * std::max(1.0f, std::fabs(loss_cpu[i])));
+    for (size_t i = 0; i < loss_cpu.size(); ++i) CHECK(near(loss_gpu[i], loss_cpu[i]));
     // Host reads fetch the device's newer parameters.
     t.check_trained();
     // After the fetch the host may change a weight: the next pass uses the host's numbers.
@@ -1061,7 +1065,7 @@ CUDA_CASE("cuda: pipelined training (submit, backward, device SGD) follows the c
     const Expr l_cpu = build(*m_cpu, g_cpu, {0, 1, 2, 3, 4});
     const Expr l_gpu = build(*m_gpu, g_gpu, {0, 1, 2, 3, 4});
     const float a = as_scalar(e_cpu.forward(g_cpu, l_cpu)), b = as_scalar(e_gpu.forward(g_gpu, l_gpu));
-    CHECK(std::fabs(a - b) <= kTol * std::max(1.0f, std::fabs(a)));
+    CHECK(near(b, a));
     // Gradients left on the device by a backward are fetched by host code that reads them.
     e_cpu.backward(g_cpu, l_cpu);
     e_gpu.backward(g_gpu, l_gpu);
@@ -1104,7 +1108,7 @@ CUDA_CASE("cuda: more pipelined forwards than the staging and timing rings hold 
   for (size_t step = 0; step < batches.size(); ++step) {
     CAPTURE(step);
     const float a = as_scalar(e_cpu.forward(g_cpu, build(*m_cpu, g_cpu, batches[step])));
-    CHECK(std::fabs(loss_gpu[step] - a) <= kTol * std::max(1.0f, std::fabs(a)));
+    CHECK(near(loss_gpu[step], a));
   }
   CHECK(e_gpu.stats().device_forward_ms > 0);
 }
@@ -1135,7 +1139,7 @@ CUDA_CASE("cuda: a forward encoded ahead by prepare() = cpu, and never for a cha
       std::thread([&] { e_gpu.prepare(g_gpu); }).join();
       const float want = as_scalar(e_cpu.forward(g_cpu, l_cpu));
       const float got = as_scalar(e_gpu.forward(g_gpu, l_gpu));
-      CHECK(std::fabs(got - want) <= kTol * std::max(1.0f, std::fabs(want)));
+      CHECK(near(got, want));
       CHECK(e_gpu.stats().prepared_passes == ++prepared);
       e_cpu.backward(g_cpu, l_cpu);
       e_gpu.backward(g_gpu, l_gpu);
@@ -1434,7 +1438,7 @@ CUDA_CASE("cuda: a forward's upload written ahead by prepare() holds the inputs 
     INFO(what);
     const float want = as_scalar(cpu.forward(g, loss));  // after the GPU's: the values it ran on
     const float got = as_scalar(gpu.forward(g, loss));
-    CHECK(std::fabs(got - want) <= kTol * std::max(1.0f, std::fabs(want)));
+    CHECK(near(got, want));
   };
   std::thread([&] { gpu.prepare(g); }).join();
   same("as prepared");
@@ -1452,7 +1456,7 @@ CUDA_CASE("cuda: a forward's upload written ahead by prepare() holds the inputs 
     const float got = as_scalar(gpu.forward(g, loss));
     g.write_inputs(0, on_device.data(), on_device.size());
     const float want = as_scalar(cpu.forward(g, loss));
-    CHECK(std::fabs(got - want) <= kTol * std::max(1.0f, std::fabs(want)));
+    CHECK(near(got, want));
   };
   g.write_inputs(0, random(floats).data(), floats);
   gpu.prepare(g);
