@@ -17,6 +17,17 @@ def check_engine_options(policy, threads, owner):
                          f"got {threads!r}")
 
 
+def refuse_replica(module, owner):
+    """Raises RuntimeError in a replica of nn.DataParallel, which cannot split a packed batch (it
+    scatters tensors, lists and dicts, and hands every replica the whole of other objects)."""
+    if getattr(module, "_is_replica", False):
+        raise RuntimeError(f"{owner} runs under nn.DataParallel, which hands each replica the "
+                           f"whole packed batch (it splits only tensors, lists and dicts), so "
+                           f"every GPU would run all of it: use DistributedDataParallel, one "
+                           f"process per GPU, each packing its own share (docs/pytorch.md, "
+                           f"\"Distributed training\")")
+
+
 def check_head(classes, reduction, owner):
     """Raises ValueError for a loss head option that makes no sense."""
     if classes is not None and (not isinstance(classes, int) or classes <= 0):

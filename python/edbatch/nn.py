@@ -5,7 +5,7 @@ import math
 import torch
 
 from ._lib import eager
-from .head import check_engine_options, check_head, head_weights
+from .head import check_engine_options, check_head, head_weights, refuse_replica
 from .ops import prepare, run_cell, weight_shapes
 from .step import apply_gradients
 from .propagate import Propagate  # noqa: F401  (user cells: edbatch.nn.Propagate)
@@ -46,6 +46,7 @@ class Cell(torch.nn.Module):
             self.head.reset_parameters()
 
     def weights(self):
+        refuse_replica(self, f"edbatch.nn.Cell({self.cell!r})")
         return [getattr(self, name) for name in self.weight_names]
 
     @eager

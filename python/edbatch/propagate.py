@@ -3,7 +3,7 @@ trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorc
 import torch
 
 from ._lib import autocast_float32, eager
-from .head import check_engine_options, check_head, head_weights
+from .head import check_engine_options, check_head, head_weights, refuse_replica
 from .ops import _reraise
 from .step import apply_gradients
 from .trace import as_cells, sizes_of, trace_program
@@ -95,6 +95,7 @@ class Propagate(torch.nn.Module):
     def program(self, input_kind="x", input_size=0, node_kinds=1, arc_kinds=1):
         """The traced Program for this input kind and size in the current training mode (a
         single cell given for a role is listed for node_kinds / arc_kinds kinds)."""
+        refuse_replica(self, "Propagate")
         node_kinds = node_kinds if self._every_kind[0] else 0
         arc_kinds = arc_kinds if self._every_kind[1] else 0
         key = (input_kind, input_size, self.training, node_kinds, arc_kinds)

@@ -120,3 +120,29 @@ def test_ddp_step_equals_single_process_step(kind, backend):
     for name, value in single.state_dict().items():
         assert not torch.equal(value, before[name]), f"{name} did not change"
         torch.testing.assert_close(distributed[name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def replicated(module):
+    """A replica as nn.DataParallel's replicate() makes one (every submodule replicated), without
+    the GPUs it needs to copy the parameters."""
+    replica = module._replicate_for_data_parallel()
+    for name, param in module._parameters.items():
+        setattr(replica, name, None if param is None else param.view_as(param))
+    for name, child in module._modules.items():
+        replica._modules[name] = replicated(child)
+    return replica
+
+
+@pytest.mark.parametrize("kind", ["builtin", "user"])
+def test_data_parallel_is_refused(kind):
+    """nn.DataParallel would hand each replica the whole packed batch: refused, naming DDP."""
+    model = Classifier(make_model(kind))
+    packed = shards()[0]
+    loss_of(model, packed)  # the module itself runs, before and after a replica was made
+    with pytest.raises(RuntimeError, match="nn.DataParallel.*use DistributedDataParallel"):
+        loss_of(replicated(model), packed)
+    loss_of(model, packed)
+    if two_gpus():
+        parallel = torch.nn.DataParallel(model.to("cuda:0"), device_ids=[0, 1])
+        with pytest.raises(RuntimeError, match="nn.DataParallel"):
+            loss_of(parallel, packed.to("cuda:0"))
