@@ -514,3 +514,30 @@ TEST_CASE("data: a shared Vocabulary keeps word and tag ids across files") {
   CHECK(b.sentences[0].tags == std::vector<uint32_t>{0, 2, 3});
   CHECK(b.spellings == std::vector<std::string>{"the", "dog", "a", "cat|N"});
 }
+
+TEST_CASE("data: a UTF-8 byte order mark at the start of a file is skipped, elsewhere refused") {
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string trees = "(2 (1 a) (3 b))\n(4 (2 c) (2 a))\n";
+  const std::vector<Tree> plain = trees_from(trees), marked = trees_from(bom + trees);
+  REQUIRE(marked.size() == plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) CHECK(same_tree(marked[i], plain[i]));
+  CHECK_THROWS_WITH_AS(trees_from(trees + bom + "(1 x)\n"), doctest::Contains("t.txt:3:1"),
+                       std::invalid_argument);
+  const std::vector<Lattice> lat = lattices_from(kTwoLattices),
+                             lat_marked = lattices_from(bom + kTwoLattices);
+  REQUIRE(lat_marked.size() == lat.size());
+  for (size_t i = 0; i < lat.size(); ++i) CHECK(same_lattice(lat_marked[i], lat[i]));
+  const TaggedData tagged = tagged_from(bom + "the|D dog|N\n");
+  CHECK(tagged.spellings == std::vector<std::string>{"the", "dog"});
+  // Not a mark: the bytes stay for the parser, which names them.
+  CHECK_THROWS_AS(trees_from("\xEF\xBB(1 x)\n"), std::invalid_argument);
+  // Sentence pairs and their vocabularies, read from files.
+  const auto src = scratch_file("bom.en", bom + "a b\n"), tgt = scratch_file("bom.vi", bom + "c\n");
+  const auto sv = scratch_file("bom_vocab.en", bom + "<unk>\n<s>\n</s>\na\nb\n");
+  const auto tv = scratch_file("bom_vocab.vi", bom + "<unk>\n<s>\n</s>\nc\n");
+  const std::vector<SentencePair> pairs =
+      load_pairs(src.string(), sv.string(), tgt.string(), tv.string(), 100);
+  REQUIRE(pairs.size() == 1);
+  CHECK(pairs[0].source == std::vector<uint32_t>{3, 4});
+  CHECK(pairs[0].target == std::vector<uint32_t>{3});
+}

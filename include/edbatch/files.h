@@ -1,6 +1,7 @@
 // Files written whole or not at all.
 #pragma once
 #include <functional>
+#include <istream>
 #include <ostream>
 #include <string>
 
@@ -15,5 +16,9 @@ namespace edbatch {
 // std::runtime_error "[write_file_atomically] '<path>': ..." naming the failed step.
 void write_file_atomically(const std::string& path,
                            const std::function<void(std::ostream&)>& write);
+
+// Skips a UTF-8 byte order mark (EF BB BF) at the stream's position, as editors on Windows
+// write at the start of text files; leaves any other bytes unread.
+void skip_utf8_bom(std::istream& in);
 
 }  // namespace edbatch

@@ -326,16 +326,28 @@ def pack_lattices(records):
 
 
 def parse_lattices(text):
-    """Lattice records from the zoo's text format (docs/models.md)."""
-    tokens = iter(text.split())
+    """Lattice records from the zoo's text format (docs/models.md); a leading byte order mark
+    is skipped. ValueError naming the lattice and what was expected where the text is not."""
+    tokens = iter(text.lstrip("\ufeff").split())
+
+    def number(what):
+        token = next(tokens, None)
+        if token is None:
+            raise ValueError(f"parse_lattices: the text ends where {what} should be")
+        try:
+            return int(token)
+        except ValueError:
+            raise ValueError(f"parse_lattices: expected {what}, got {token!r}") from None
+
     records = []
-    for _ in range(int(next(tokens))):
-        length = int(next(tokens))
-        tags = [int(next(tokens)) for _ in range(length)]
+    for i in range(number("the number of lattices")):
+        length = number(f"lattice {i}'s length")
+        tags = [number(f"lattice {i}'s tags") for _ in range(length)]
         arcs = []
-        for _ in range(length):
-            n = int(next(tokens))
-            arcs.append([(int(next(tokens)), int(next(tokens))) for _ in range(n)])
+        for k in range(length):
+            n = number(f"lattice {i}'s arc count of state {k}")
+            arcs.append([(number(f"an arc's source in lattice {i}"),
+                          number(f"an arc's word id in lattice {i}")) for _ in range(n)])
         records.append({"arcs": arcs, "tags": tags})
     return records
 

@@ -6,8 +6,9 @@ import random
 def parse_sst(line, vocab, add=True, unk=0):
     """Parses one SST line, e.g. "(3 (2 it) (4 (2 's) (4 good)))", into (tree, labels): the tree
     as nested tuples of word ids (vocab maps words to ids; new words are added when `add`, else
-    map to `unk`) and the node labels in post order. Without recursion: trees of any depth."""
-    tokens = line.replace("(", " ( ").replace(")", " ) ").split()
+    map to `unk`) and the node labels in post order. Without recursion: trees of any depth. A
+    leading byte order mark (a file's first line read without encoding="utf-8-sig") is skipped."""
+    tokens = line.lstrip("\ufeff").replace("(", " ( ").replace(")", " ) ").split()
     pos, labels, open_nodes = 0, [], []  # open_nodes: (label, children) of unclosed inner nodes
 
     def token(what):

@@ -13,6 +13,17 @@
 
 namespace edbatch {
 
+void skip_utf8_bom(std::istream& in) {
+  static const char bom[] = "\xEF\xBB\xBF";
+  for (int i = 0; i < 3; ++i) {
+    if (in.peek() != static_cast<unsigned char>(bom[i])) {
+      for (; i > 0; --i) in.unget();
+      return;
+    }
+    in.get();
+  }
+}
+
 namespace {
 
 namespace fs = std::filesystem;

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "edbatch/data.h"
+#include "edbatch/files.h"
 
 namespace edbatch {
 
@@ -27,6 +28,7 @@ namespace {
 std::unordered_map<std::string, uint32_t> read_vocab(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(fmt::format("[load_pairs] cannot open vocabulary '{}'", path));
+  skip_utf8_bom(in);
   std::unordered_map<std::string, uint32_t> ids;
   std::string line;
   uint32_t next = 0;
@@ -67,6 +69,8 @@ std::vector<SentencePair> load_pairs(const std::string& source_path,
   std::ifstream src(source_path), tgt(target_path);
   if (!src) throw std::invalid_argument(fmt::format("[load_pairs] cannot open '{}'", source_path));
   if (!tgt) throw std::invalid_argument(fmt::format("[load_pairs] cannot open '{}'", target_path));
+  skip_utf8_bom(src);
+  skip_utf8_bom(tgt);
   std::vector<SentencePair> pairs;
   std::string a, b;
   for (uint32_t line = 1;; ++line) {

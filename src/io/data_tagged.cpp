@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "edbatch/data.h"
+#include "edbatch/files.h"
 
 namespace edbatch {
 
@@ -84,6 +85,7 @@ class TaggedParser {
 
 TaggedData parse_tagged(std::istream& in, const std::string& source_name, uint32_t vocab_size,
                         Vocabulary* vocabulary) {
+  skip_utf8_bom(in);
   Vocabulary own;
   TaggedParser parser(source_name, vocab_size, vocabulary ? *vocabulary : own);
   std::vector<TaggedSentence> sentences;

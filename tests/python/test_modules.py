@@ -35,6 +35,11 @@ def test_lattice_text_and_packing():
     text = "1\n3\n1 2 3\n0\n1 0 7\n2 1 8 0 9\n"
     records = parse_lattices(text)
     assert records == [{"arcs": [[], [(0, 7)], [(1, 8), (0, 9)]], "tags": [1, 2, 3]}]
+    assert parse_lattices("\ufeff" + text) == records  # a file's byte order mark
+    for bad, message in [(text[:-2], "the text ends where an arc's word id in lattice 0"),
+                         (text.replace("1 2 3", "1 x 3"), "expected lattice 0's tags, got 'x'")]:
+        with pytest.raises(ValueError, match=f"parse_lattices: {message}"):
+            parse_lattices(bad)
     packed = edbatch.pack_lattices(records)
     assert packed.arc_types.tolist() == [0, 0, 1]  # char, char, word
     assert packed.input_ids.tolist() == [7, 8, 9]

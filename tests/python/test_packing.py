@@ -226,6 +226,8 @@ def test_empty_instances_mixed_batches_and_malformed_lines_are_refused_by_name()
         with pytest.raises(ValueError, match=f"parse_sst: malformed line .*{why}"):
             edbatch.parse_sst(line, {})
     assert edbatch.parse_sst("(3 (2 a) (1 (0 b) (4 c)))", {}) == ((0, (1, 2)), [2, 0, 4, 1, 3])
+    # A file's first line read with its byte order mark.
+    assert edbatch.parse_sst("\ufeff(3 (2 a) (1 (0 b) (4 c)))", {}) == ((0, (1, 2)), [2, 0, 4, 1, 3])
 
 
 def test_labels_inputs_and_kinds_that_do_not_fit_are_refused_by_name():
