@@ -28,6 +28,10 @@ void add_model_option(CLI::App* app, std::string& model);
 // With `no_folding`, --vocab-size 0 is allowed (no folding).
 void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch, bool no_folding = false);
 
+// A number above `low` (at least `low` when `inclusive`) and finite as a float, refused in those
+// words: CLI11's PositiveNumber and NonNegativeNumber print the largest double in full.
+CLI::Validator number_from(double low, bool inclusive);
+
 // `edbatch run`: runs a model of the zoo (tools/edbatch/run.cpp).
 Command add_run_command(CLI::App& root);
 // `edbatch train`: learns an FSM batching policy file (tools/edbatch/train.cpp).

@@ -35,6 +35,19 @@ void check_data_flag(const std::string& model, const std::string& data) {
   }
 }
 
+CLI::Validator number_from(double low, bool inclusive) {
+  const std::string bound = (inclusive ? ">= " : "> ") + CLI::detail::to_string(low);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(static_cast<float>(v)) ||
+            (inclusive ? v < low : v <= low))
+          return "expected a finite number " + bound + ", got '" + text + "'";
+        return "";
+      },
+      "NUMBER " + bound);
+}
+
 void add_model_option(CLI::App* app, std::string& model) {
   std::string models;
   for (const std::string& m : model_names()) models += (models.empty() ? "" : ", ") + m;

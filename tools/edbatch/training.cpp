@@ -19,17 +19,17 @@ void add_training_options(CLI::App* app, TrainingOptions& o) {
   app->add_option("--lr", o.lr,
                   "learning rate on the mean per-instance loss (default per optimizer: sgd 0.1, "
                   "momentum (or sgd with --momentum) 0.01, adam 0.001, adagrad 0.05)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_from(0, false));
   app->add_option("--momentum", o.momentum, "sgd: heavy-ball momentum in [0, 1) (0: none)")
       ->check(CLI::Range(0.0f, 0.999f));
   app->add_option("--weight-decay", o.weight_decay,
                   "L2 weight decay added to every gradient (lookup tables: the touched columns)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_from(0, true));
   app->add_option("--clip", o.clip,
                   "clip the gradients of each mini-batch (of its mean loss) to this global L2 "
                   "norm (0: no clipping)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_from(0, true));
   app->add_option("--eval", o.eval,
                   "held-out data (a file of the model's format, read with the training data's "
                   "vocabulary, or synthetic:N drawn with its own seed): evaluated before "
