@@ -18,19 +18,8 @@ MiniBatchSample decode_sample(Model& model, Engine& engine, Graph& g,
   s.instances = static_cast<uint32_t>(ids.size());
   // Stats of a graph run in increments add up over its increments; construction is the rest
   // (building the steps and reading each step's values).
-  s.scheduling_ms = st.scheduling_ms;
-  s.execution_ms = st.execution_ms;
-  s.device_forward_ms = st.device_forward_ms;  // summed over the increments too
+  take_engine_stats(s, st, before);  // device_forward_ms: summed over the increments too
   s.construction_ms = std::max(0.0, s.total_ms - s.scheduling_ms - s.execution_ms);
-  s.nodes = st.nodes;
-  s.batches = st.batches;
-  s.lower_bound = st.lower_bound;
-  s.policy_hits = st.policy_hits;
-  s.policy_misses = st.policy_misses;
-  s.kernels = st.kernels - before.kernels;
-  s.stages = st.stages - before.stages;
-  s.bytes_copied = st.bytes_copied - before.bytes_copied;
-  s.increments_repeated = st.increments_repeated - before.increments_repeated;
   for (const Decoded& d : out) s.loss -= d.score;
   return s;
 }

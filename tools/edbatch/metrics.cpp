@@ -8,6 +8,24 @@
 
 namespace edbatch::cli {
 
+void take_engine_stats(MiniBatchSample& s, const Stats& st, const Stats& before) {
+  s.scheduling_ms = st.scheduling_ms;
+  s.execution_ms = st.execution_ms;
+  s.device_forward_ms = st.device_forward_ms;
+  s.nodes = st.nodes;
+  s.batches = st.batches;
+  s.lower_bound = st.lower_bound;
+  s.policy_hits = st.policy_hits;
+  s.policy_misses = st.policy_misses;
+  s.policy_scored = st.policy_scored;
+  s.plan_reused = st.plan_reused;
+  s.increments_repeated = st.increments_repeated - before.increments_repeated;
+  s.kernels = st.kernels - before.kernels;
+  s.stages = st.stages - before.stages;
+  s.bytes_copied = st.bytes_copied - before.bytes_copied;
+  s.split_call_backward = st.split_call_backward - before.split_call_backward;
+}
+
 namespace {
 
 // Linear interpolation between the closest ranks.

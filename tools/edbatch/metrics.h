@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "edbatch/engine.h"
+
 namespace edbatch::cli {
 
 struct MiniBatchSample {
@@ -25,6 +27,11 @@ struct MiniBatchSample {
   uint64_t increments_repeated = 0;  // incremental forwards planned as the one before, again
   double loss = 0;  // summed over the mini-batch (NaN with the null device)
 };
+
+// Fills what the engine counts for a mini-batch: its scheduling, execution and device times and
+// batching figures from `st`, and the counters that accumulate over the engine's life as the
+// difference from `before` (the stats when the mini-batch began).
+void take_engine_stats(MiniBatchSample& s, const Stats& st, const Stats& before);
 
 struct Spread {
   double median = 0, p10 = 0, p90 = 0, mean = 0;

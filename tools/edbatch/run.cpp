@@ -183,23 +183,9 @@ class Runner {
     s.total_ms = ms_since(t0);
     const Stats& st = engine_.stats();
     s.instances = static_cast<uint32_t>(ids.size());
+    take_engine_stats(s, st, before);
     s.construction_ms = st.construction_ms;
-    s.scheduling_ms = st.scheduling_ms;
-    s.execution_ms = st.execution_ms;
     s.backward_ms = train ? st.backward_ms : 0;
-    s.device_forward_ms = st.device_forward_ms;
-    s.nodes = st.nodes;
-    s.batches = st.batches;
-    s.lower_bound = st.lower_bound;
-    s.policy_hits = st.policy_hits;
-    s.policy_misses = st.policy_misses;
-    s.policy_scored = st.policy_scored;
-    s.plan_reused = st.plan_reused;
-    s.increments_repeated = st.increments_repeated - before.increments_repeated;
-    s.kernels = st.kernels - before.kernels;
-    s.stages = st.stages - before.stages;
-    s.bytes_copied = st.bytes_copied - before.bytes_copied;
-    s.split_call_backward = st.split_call_backward - before.split_call_backward;
     if (!o_.pipeline) s.loss = loss_of(value);
     return s;
   }
