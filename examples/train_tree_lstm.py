@@ -9,33 +9,14 @@ Runs on built-in synthetic SST-format trees unless --data names an SST file.
     python3 examples/train_tree_lstm.py --data sst/train.txt   # with `pip install`ed edbatch
 """
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import example_common
 
-
-def import_edbatch():
-    """The installed package, else the checkout's python/ with the CMake build's library."""
-    try:
-        import edbatch
-        return edbatch
-    except ImportError:
-        pass
-    sys.path.insert(0, os.path.join(ROOT, "python"))
-    for build in ("build", "build-torch"):
-        lib = os.path.join(ROOT, build, "libedbatch_torch.so")
-        if "EDBATCH_LIBRARY" not in os.environ and os.path.exists(lib):
-            os.environ["EDBATCH_LIBRARY"] = lib
-    import edbatch
-    return edbatch
-
-
-edbatch = import_edbatch()
+edbatch = example_common.import_edbatch()
 
 
 class Sentiment(torch.nn.Module):

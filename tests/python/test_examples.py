@@ -87,3 +87,18 @@ def test_example_training_lowers_the_loss(backend, name):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.9 * losses[0]
+
+
+def test_train_tree_lstm_script(monkeypatch, capsys):
+    """examples/train_tree_lstm.py (the built-in Tree-LSTM op with prefetching) runs as a script:
+    its loss per epoch, and the same first mini-batch's loss from its node-by-node model."""
+    script = example("train_tree_lstm")
+    monkeypatch.setattr(sys, "argv", ["train_tree_lstm.py", "--synthetic", "40", "--batch", "16",
+                                      "--epochs", "2", "--hidden", "8", "--compare-steps", "1"])
+    script.main()
+    out = capsys.readouterr().out
+    epochs = [line for line in out.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 2
+    line = next(line for line in out.splitlines() if line.startswith("first mini-batch loss"))
+    ours, theirs = (float(part.split()[-1]) for part in line.split(":")[1].split(","))
+    assert ours == pytest.approx(theirs, rel=1e-5)
