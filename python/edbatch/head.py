@@ -17,6 +17,14 @@ def check_engine_options(policy, threads, owner):
                          f"got {threads!r}")
 
 
+def check_packed(packed, owner):
+    """Raises TypeError unless `packed` is a packed batch (edbatch.Packed)."""
+    if not (hasattr(packed, "structure") and hasattr(packed, "kinds")):
+        raise TypeError(f"{owner}: expected a packed batch (edbatch.Packed: from pack_sst, "
+                        f"pack_trees, pack_lattices, pack_dags, pack_edges or collate), got "
+                        f"{type(packed).__name__}")
+
+
 def refuse_replica(module, owner):
     """Raises RuntimeError in a replica of nn.DataParallel, which cannot split a packed batch (it
     scatters tensors, lists and dicts, and hands every replica the whole of other objects)."""

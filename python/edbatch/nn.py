@@ -5,7 +5,7 @@ import math
 import torch
 
 from ._lib import eager
-from .head import check_engine_options, check_head, head_weights, refuse_replica
+from .head import check_engine_options, check_head, check_packed, head_weights, refuse_replica
 from .ops import prepare, run_cell, weight_shapes
 from .step import apply_gradients
 from .propagate import Propagate  # noqa: F401  (user cells: edbatch.nn.Propagate)
@@ -113,6 +113,7 @@ class _Embedded(torch.nn.Module):
         self.cell = Cell(cell, input_size, hidden_size, **options)
 
     def embed(self, packed):
+        check_packed(packed, type(self).__name__)
         if len(self.embeddings) == 1:
             return self.embeddings[0](packed.input_ids)
         x = self.embeddings[0](packed.input_ids)
@@ -221,6 +222,7 @@ class MVRNN(torch.nn.Module):
         self.cell.prepare(packed)
 
     def forward(self, packed):
+        check_packed(packed, "MVRNN")
         H = self.hidden_size
         M = self.matrices(packed.input_ids).view(-1, H, H)
         # The op reads each leaf's matrix column-major.

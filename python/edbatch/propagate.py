@@ -3,7 +3,7 @@ trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorc
 import torch
 
 from ._lib import autocast_float32, eager
-from .head import check_engine_options, check_head, head_weights, refuse_replica
+from .head import check_engine_options, check_head, check_packed, head_weights, refuse_replica
 from .ops import _reraise
 from .step import apply_gradients
 from .trace import as_cells, sizes_of, trace_program
@@ -159,6 +159,7 @@ class Propagate(torch.nn.Module):
         return outputs[0]
 
     def _run(self, packed, x, ids, head=(), labels=None, step=False):
+        check_packed(packed, "Propagate")
         kind, size, x, ids = self._inputs(x, ids)
         program = self.program(kind, size, *packed.kinds())
         weights = program.weights()
@@ -197,6 +198,7 @@ class Propagate(torch.nn.Module):
         call's masks; a module that has not run yet and is given no input_size or ids. A module
         with a loss head prepares loss(packed, x=...) with packed's labels instead.
         """
+        check_packed(packed, "Propagate.prepare")
         last = self._last_input
         if ids is not None:
             kind = "ids"

@@ -369,6 +369,9 @@ def trace_cell(cell, cell_name, role, inputs, weights, prefix):
                        f"node ({e.__class__.__name__}: {str(e).splitlines()[0]})")
         else:
             message = f"tracing failed: {e.__class__.__name__}: {e}"
+            if (not first or not second) and "NoneType" in str(e):
+                message += (" (the cell's input is None: the call was given neither x nor ids; "
+                            "a cell that reads an input needs one of them)")
         raise TypeError(_refuse(message, cell_name, None, frames)) from e
     return _outputs(graph, tracer, cell_name) + (body.instructions,)
 

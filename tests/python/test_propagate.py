@@ -664,6 +664,13 @@ def test_bad_arguments(monkeypatch, tmp_path):
         model(packed, x=torch.randn(1, D, dtype=torch.float64))
     with pytest.raises(ValueError, match="not both"):
         model(packed, x=torch.randn(1, D), ids=packed.input_ids)
+    # Not a packed batch (a list of trees), for Propagate and a built-in module.
+    for module in (model, edbatch.nn.TreeLSTM(30, 6, 5)):
+        with pytest.raises(TypeError, match="expected a packed batch .*got list"):
+            module([(1, 2)])
+    # A cell that reads its input, called with neither x nor ids.
+    with pytest.raises(TypeError, match="the cell's input is None: the call was given neither"):
+        edbatch.nn.Propagate(lambda x, m: torch.tanh(torch.cat([x, m], -1)), state_size=7)(packed)
 
 
 class _Symmetric(nn.Module):
