@@ -65,6 +65,7 @@ class StepDecoder:
                             f"lattice module, got {type(cell).__name__}")
         self.module = cell
         self.running = torch.empty(0, dtype=torch.long)
+        self._started = False
 
     def _weights(self):
         if self._program_of is not None:
@@ -82,10 +83,14 @@ class StepDecoder:
         except RuntimeError as e:
             _reraise(e)
         self.running = torch.arange(batch_size)
+        self._started = True
 
     def step(self, x):
         """One step of every running instance: x has a row per entry of `running` (float32;
         float16 or bfloat16 inside torch.autocast, cast to float32)."""
+        if not self._started:
+            raise RuntimeError("StepDecoder.step: no loop has begun: call start(batch_size, "
+                               "state) first")
         try:
             out = self._impl.step(self.running, autocast_float32(x).detach())
         except RuntimeError as e:
@@ -95,7 +100,11 @@ class StepDecoder:
     def stop(self, mask):
         """Ends the running instances whose entries of `mask` (a bool per running row) are
         True; returns the ids of those still running."""
-        mask = torch.as_tensor(mask, dtype=torch.bool).reshape(-1).cpu()
+        given = torch.as_tensor(mask)
+        if given.dtype != torch.bool and given.numel() > 0:  # torch.tensor([]) is float
+            raise TypeError(f"StepDecoder.stop: mask must be bool (e.g. tok == EOS), got "
+                            f"{given.dtype}")
+        mask = given.to(torch.bool).reshape(-1).cpu()
         if mask.numel() != self.running.numel():
             raise ValueError(f"StepDecoder.stop: {mask.numel()} entries for "
                              f"{self.running.numel()} running instances")

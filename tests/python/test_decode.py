@@ -208,6 +208,8 @@ def test_zero_start_and_errors():
     H, E = 4, 3
     module = edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H))
     decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    with pytest.raises(RuntimeError, match="call start"):
+        decoder.step(torch.randn(3, E))
     decoder.start(3)
     x = torch.randn(3, E)
     h, c = decoder.step(x)
@@ -221,8 +223,14 @@ def test_zero_start_and_errors():
     with pytest.raises(ValueError, match="no step"):
         edbatch.nn.StepDecoder(edbatch.nn.TreeLSTM(5, E, H))
     decoder.start(2)
-    decoder.stop(torch.tensor([True, True]))
+    with pytest.raises(TypeError, match="mask must be bool"):
+        decoder.stop(torch.tensor([0.5, 1.0]))  # not stopped: a float is no answer
+    assert decoder.running.tolist() == [0, 1]
+    decoder.stop([False, True])
+    assert decoder.running.tolist() == [0]
+    decoder.stop(torch.tensor([True]))
     assert decoder.done
+    decoder.stop(torch.tensor([]))  # nothing running, nothing to stop
 
 
 class HostView:
