@@ -171,8 +171,9 @@ class Runner {
       engine_.backward(g_, loss);
       const auto t1 = Clock::now();
       // Where the parameters live: on a device, without a round trip through the host. The
-      // gradients are those of the mean loss of the mini-batch.
-      optimizer_.step(engine_, 1.0f / static_cast<float>(ids.size()));
+      // gradients are those of the mean loss of the mini-batch. The null device does no math,
+      // so it has no gradients to apply either.
+      if (o_.device != "null") optimizer_.step(engine_, 1.0f / static_cast<float>(ids.size()));
       s.update_ms = ms_since(t1);
     }
     if (o_.pipeline) {
@@ -506,7 +507,8 @@ Command add_run_command(CLI::App& root) {
                   "plan, with bitwise the same results; 0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
-  app->add_option("--device", o->device, "cpu, null (schedules and plans, no math) or cuda")
+  app->add_option("--device", o->device,
+                  "cpu, null (schedules and plans, no math: with --train no update either) or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "null", "cuda"}));
   app->add_option("--threads", o->threads, "CPU threads")
