@@ -1,14 +1,18 @@
-// The time reward's costs: predicted time of a schedule, and measuring per-type costs on a device
-// by regression over forward passes under several policies (fsm.h, measure_type_costs).
+// The time reward's costs: predicted time of a schedule (a sum over its batches, or its critical
+// chain), and measuring per-type costs on a device by regression over forward passes under
+// several policies (fsm.h, measure_type_costs).
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 #include "edbatch/engine.h"
 #include "edbatch/fsm.h"
 #include "edbatch/graph.h"
+#include "edbatch/schedule.h"
 #include "edbatch/types.h"
 
 namespace edbatch {
@@ -23,17 +27,6 @@ FsmTypeCost FsmCostModel::of(const std::string& type_name) const {
     mean.node_us += c.node_us / costs.size();
   }
   return mean;
-}
-
-double FsmCostModel::predicted_us(const Graph& g, const Schedule& s) const {
-  std::unordered_map<uint32_t, FsmTypeCost> by_type;
-  double total = 0;
-  for (const Batch& b : s.batches) {
-    auto it = by_type.find(b.type);
-    if (it == by_type.end()) it = by_type.emplace(b.type, of(g.types().name(b.type))).first;
-    total += it->second.launch_us + it->second.node_us * b.count;
-  }
-  return total;
 }
 
 namespace {
@@ -96,38 +89,153 @@ std::vector<double> nnls(const std::vector<std::vector<double>>& rows,
   return x;
 }
 
+// Per batch of a schedule, the batches of the same schedule it reads from (CSR, each once).
+struct BatchInputs {
+  std::vector<uint32_t> begin, from;
+};
+
+BatchInputs batch_inputs(const Graph& g, const Schedule& s) {
+  const uint32_t B = static_cast<uint32_t>(s.batches.size());
+  std::vector<uint32_t> batch_of(g.size(), UINT32_MAX), seen(B, UINT32_MAX);
+  for (uint32_t b = 0; b < B; ++b)
+    for (uint32_t i = 0; i < s.batches[b].count; ++i) batch_of[s.nodes[s.batches[b].begin + i]] = b;
+  BatchInputs in;
+  in.begin.reserve(B + 1);
+  in.begin.push_back(0);
+  for (uint32_t b = 0; b < B; ++b) {
+    for (uint32_t i = 0; i < s.batches[b].count; ++i) {
+      const Node& n = g.node(s.nodes[s.batches[b].begin + i]);
+      const uint32_t* a = g.args(n);
+      for (uint32_t k = 0; k < n.num_args; ++k) {
+        const uint32_t p = scheduled_producer(g, a[k]);
+        const uint32_t pb = p == UINT32_MAX ? UINT32_MAX : batch_of[p];
+        if (pb == UINT32_MAX || pb == b || seen[pb] == b) continue;
+        seen[pb] = b;
+        in.from.push_back(pb);
+      }
+    }
+    in.begin.push_back(static_cast<uint32_t>(in.from.size()));
+  }
+  return in;
+}
+
+// The end of the schedule's last batch when each batch starts once those it reads from have
+// finished and takes cost[b]; `chain` (when given) gets the batches of the longest chain.
+double chain_end(const BatchInputs& in, const std::vector<double>& cost,
+                 std::vector<uint32_t>* chain) {
+  const size_t B = cost.size();
+  std::vector<double> finish(B, 0.0);
+  std::vector<uint32_t> via(B, UINT32_MAX);
+  uint32_t last = UINT32_MAX;
+  for (uint32_t b = 0; b < B; ++b) {
+    double start = 0;
+    for (uint32_t k = in.begin[b]; k < in.begin[b + 1]; ++k) {
+      const uint32_t p = in.from[k];
+      if (via[b] != UINT32_MAX && finish[p] <= start) continue;
+      start = finish[p];
+      via[b] = p;
+    }
+    finish[b] = start + cost[b];
+    if (last == UINT32_MAX || finish[b] > finish[last]) last = b;
+  }
+  if (chain) {
+    chain->clear();
+    for (uint32_t b = last; b != UINT32_MAX; b = via[b]) chain->push_back(b);
+  }
+  return last == UINT32_MAX ? 0.0 : finish[last];
+}
+
+// Per-type batch and node counts of a schedule's batches `which` (all when empty), then with
+// `chain` all its batches, then 1.
+std::vector<double> features(const Schedule& s, const std::vector<uint32_t>& local, size_t T,
+                             const std::vector<uint32_t>& which, bool chain) {
+  std::vector<double> f(2 * T + 1 + chain, 0.0);
+  if (chain) f[2 * T] = static_cast<double>(s.batches.size());
+  f.back() = 1.0;
+  auto add = [&](const Batch& b) {
+    f[local[b.type]] += 1;
+    f[T + local[b.type]] += b.count;
+  };
+  if (which.empty())
+    for (const Batch& b : s.batches) add(b);
+  for (uint32_t b : which) add(s.batches[b]);
+  return f;
+}
+
 }  // namespace
 
+double FsmCostModel::predicted_us(const Graph& g, const Schedule& s) const {
+  std::unordered_map<uint32_t, FsmTypeCost> by_type;
+  std::vector<double> cost;
+  cost.reserve(s.batches.size());
+  for (const Batch& b : s.batches) {
+    auto it = by_type.find(b.type);
+    if (it == by_type.end()) it = by_type.emplace(b.type, of(g.types().name(b.type))).first;
+    cost.push_back(it->second.launch_us + it->second.node_us * b.count);
+  }
+  if (chain) return chain_end(batch_inputs(g, s), cost, nullptr) + batch_us * cost.size();
+  double total = 0;
+  for (double c : cost) total += c;
+  return total;
+}
+
+FsmCostModel fit_type_costs(const std::vector<const Graph*>& graphs,
+                            const std::vector<Schedule>& schedules,
+                            const std::vector<double>& times_us, bool chain) {
+  if (graphs.size() != schedules.size() || graphs.size() != times_us.size() || graphs.empty())
+    throw std::invalid_argument("[fit_type_costs] needs one graph, schedule and time per sample");
+  // The types present, in order of first appearance.
+  FsmCostModel model;
+  model.chain = chain;
+  std::vector<uint32_t> local;
+  for (size_t i = 0; i < schedules.size(); ++i)
+    for (const Batch& b : schedules[i].batches) {
+      if (b.type >= local.size()) local.resize(b.type + 1, UINT32_MAX);
+      if (local[b.type] != UINT32_MAX) continue;
+      local[b.type] = static_cast<uint32_t>(model.types.size());
+      model.types.push_back(graphs[i]->types().name(b.type));
+    }
+  const size_t T = model.types.size(), n = schedules.size();
+  std::vector<std::vector<double>> rows(n);
+  for (size_t i = 0; i < n; ++i) rows[i] = features(schedules[i], local, T, {}, false);
+  std::vector<double> x = nnls(rows, times_us);
+  if (chain) {
+    // The chains depend on the costs: refit on the chains of the last costs until they settle.
+    std::vector<BatchInputs> inputs;
+    for (size_t i = 0; i < n; ++i) inputs.push_back(batch_inputs(*graphs[i], schedules[i]));
+    std::vector<std::vector<uint32_t>> chains(n), before;
+    for (int round = 0; round < 8 && chains != before; ++round) {
+      before = chains;
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<double> cost;
+        for (const Batch& b : schedules[i].batches)
+          cost.push_back(x[local[b.type]] + x[T + local[b.type]] * b.count);
+        chain_end(inputs[i], cost, &chains[i]);
+        rows[i] = features(schedules[i], local, T, chains[i], true);
+      }
+      if (chains != before) x = nnls(rows, times_us);
+    }
+  }
+  for (size_t t = 0; t < T; ++t) model.costs.push_back({x[t], x[T + t]});
+  if (chain) model.batch_us = x[2 * T];
+  return model;
+}
+
 FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<Graph*>& graphs,
-                                const EngineOptions& device, uint32_t reps, uint64_t seed) {
+                                const EngineOptions& device, uint32_t reps, uint64_t seed,
+                                bool chain) {
   if (graphs.size() < 2 || reps == 0)
     throw std::invalid_argument("[measure_type_costs] needs two graphs or more and reps > 0");
-  // The types present, and per sample (graph, policy) the batches and nodes of each.
-  std::vector<uint32_t> local(graphs.front()->types().size() + 1, UINT32_MAX);
-  FsmCostModel model;
-  model.device = device.device;
-  std::vector<uint32_t> globals;
-  for (Graph* g : graphs)
-    for (const Node& n : g->nodes())
-      if (is_scheduled(n.op)) {
-        if (n.type >= local.size()) local.resize(n.type + 1, UINT32_MAX);
-        if (local[n.type] == UINT32_MAX) {
-          local[n.type] = static_cast<uint32_t>(globals.size());
-          globals.push_back(n.type);
-          model.types.push_back(g->types().name(n.type));
-        }
-      }
-  const size_t T = globals.size();
   std::vector<std::unique_ptr<Policy>> policies;
   for (const char* p : {"lb-greedy", "agenda", "depth"}) policies.push_back(make_policy(p));
   for (uint64_t i = 0; i < 3; ++i)
     policies.push_back(std::make_unique<RandomPolicy>(seed + 977 * i));
-  std::vector<std::vector<double>> rows;
+  std::vector<const Graph*> sampled;
+  std::vector<Schedule> schedules;
   std::vector<double> times;
   for (auto& policy : policies) {
     Engine engine(params, std::move(policy), device);
     std::vector<std::vector<double>> ms(graphs.size());
-    std::vector<std::vector<double>> features(graphs.size());
     for (uint32_t rep = 0; rep <= reps; ++rep)  // the first round warms up
       for (size_t i = 0; i < graphs.size(); ++i) {
         Graph& g = *graphs[i];
@@ -135,25 +243,19 @@ FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<G
         engine.synchronize();
         const Stats& st = engine.stats();
         if (rep == 0) {
-          std::vector<double>& f = features[i];
-          f.assign(2 * T + 1, 0.0);
-          f[2 * T] = 1.0;
-          for (const Batch& b : engine.schedule().batches) {
-            f[local[b.type]] += 1;
-            f[T + local[b.type]] += b.count;
-          }
+          sampled.push_back(&g);
+          schedules.push_back(engine.schedule());
           continue;
         }
         ms[i].push_back(st.device_forward_ms > 0 ? st.device_forward_ms : st.execution_ms);
       }
     for (size_t i = 0; i < graphs.size(); ++i) {
       std::sort(ms[i].begin(), ms[i].end());
-      rows.push_back(features[i]);
       times.push_back(1e3 * ms[i][ms[i].size() / 2]);
     }
   }
-  const std::vector<double> x = nnls(rows, times);
-  for (size_t t = 0; t < T; ++t) model.costs.push_back({x[t], x[T + t]});
+  FsmCostModel model = fit_type_costs(sampled, schedules, times, chain);
+  model.device = device.device;
   return model;
 }
 

@@ -231,11 +231,22 @@ FsmScorer parse_scorer(const nlohmann::json& j, size_t types, const std::string&
   return s;
 }
 
-// "costs": {"device": name, "types": {type name: [launch_us, node_us]}}.
+// "costs": {"device": name, "types": {type name: [launch_us, node_us]}, "combine": "sum" or
+// "chain", "batch_us": number}; without "combine" (files written before it): "sum", and
+// without "batch_us": 0.
 FsmCostModel parse_costs(const nlohmann::json& j, const std::string& path) {
   if (!j.is_object()) file_error(path, "field 'costs' must be an object");
   FsmCostModel c;
   c.device = field<std::string>(j, "device", path);
+  if (auto it = j.find("combine"); it != j.end()) {
+    if (!it->is_string() || (*it != "sum" && *it != "chain"))
+      file_error(path, "costs 'combine' must be \"sum\" or \"chain\"");
+    c.chain = *it == "chain";
+  }
+  if (auto it = j.find("batch_us"); it != j.end()) {
+    c.batch_us = finite_value(*it, "costs 'batch_us'", path);
+    if (c.batch_us < 0) file_error(path, "costs 'batch_us' must not be negative");
+  }
   const nlohmann::json types = field<nlohmann::json>(j, "types", path);
   if (!types.is_object()) file_error(path, "costs 'types' must be an object");
   for (const auto& [name, v] : types.items()) {
@@ -288,7 +299,10 @@ std::string fsm_policy_json(const FsmPolicyData& policy) {
     for (size_t i = 0; i < policy.costs.types.size(); ++i)
       types[policy.costs.types[i]] = {policy.costs.costs[i].launch_us,
                                       policy.costs.costs[i].node_us};
-    j["costs"] = {{"device", policy.costs.device}, {"types", types}};
+    j["costs"] = {{"device", policy.costs.device},
+                  {"types", types},
+                  {"combine", policy.costs.chain ? "chain" : "sum"},
+                  {"batch_us", policy.costs.batch_us}};
   }
   return j.dump(1) + "\n";
 }

@@ -102,6 +102,22 @@ void SimGraph::set_costs(const FsmCostModel& costs, const std::vector<std::strin
     bound_cost += top[t] * c.launch_us;
   }
   fixed_cost = 0;
+  chain = costs.chain;
+  batch_cost = chain ? costs.batch_us : 0.0;
+  tail.clear();
+  if (chain) {  // consumers have larger ids: one reverse pass
+    tail.assign(num_nodes, 0.0);
+    bound_cost = 0;
+    for (uint32_t v = num_nodes; v-- > 0;) {
+      double after = 0;
+      for (uint32_t c = consumer_begin[v]; c < consumer_begin[v + 1]; ++c)
+        after = std::max(after, tail[consumers[c]]);
+      tail[v] = launch_cost[type[v]] + node_cost[type[v]] + after;
+      bound_cost = std::max(bound_cost, tail[v]);
+    }
+    bound_cost += batch_cost * lower_bound;
+    return;
+  }
   for (uint32_t v = 0; v < num_nodes; ++v) fixed_cost += node_cost[type[v]];
 }
 
@@ -114,6 +130,7 @@ SimState::SimState(const SimGraph& graph)
       top(graph.top),
       bound_left(graph.lower_bound),
       bound_cost_left(graph.bound_cost) {
+  if (graph.chain) start_at.assign(graph.num_nodes, 0.0);
   for (uint32_t v = 0; v < graph.num_nodes; ++v) {
     if (pending[v] != 0) continue;
     const uint32_t t = graph.type[v];
@@ -138,9 +155,21 @@ uint32_t SimState::run(uint32_t t) {
     --bound_left;
     bound_cost_left -= g->launch_cost[t];
   }
+  const uint32_t count = static_cast<uint32_t>(nodes.size());
+  const double took = g->launch_cost[t] + g->node_cost[t] * count;
+  double finish = 0;
+  if (g->chain) {
+    for (uint32_t v : nodes) finish = std::max(finish, start_at[v]);
+    finish += took;
+    end = std::max(end, finish);
+    cost = end + g->batch_cost * (batches + 1);
+  } else {
+    cost += took;
+  }
   for (uint32_t v : nodes) {
     for (uint32_t c = g->consumer_begin[v]; c < g->consumer_begin[v + 1]; ++c) {
       const uint32_t w = g->consumers[c];
+      if (g->chain) start_at[w] = std::max(start_at[w], finish);
       if (--pending[w] != 0) continue;
       const uint32_t tw = g->type[w];
       if (ready[tw].empty()) ready_types.push_back(tw);
@@ -149,12 +178,18 @@ uint32_t SimState::run(uint32_t t) {
     }
   }
   ++batches;
-  done += static_cast<uint32_t>(nodes.size());
-  const uint32_t count = static_cast<uint32_t>(nodes.size());
-  cost += g->launch_cost[t] + g->node_cost[t] * count;
+  done += count;
   nodes.clear();
   if (ready[t].empty()) ready[t].swap(nodes);  // keep the capacity
   return count;
+}
+
+double SimState::least_cost() const {
+  if (!g->chain) return cost + bound_cost_left;
+  double least = end;
+  for (uint32_t t : ready_types)
+    for (uint32_t v : ready[t]) least = std::max(least, start_at[v] + g->tail[v]);
+  return least + g->batch_cost * (batches + bound_left);
 }
 
 uint32_t SimState::lb_greedy() const {
@@ -241,7 +276,7 @@ std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
   std::vector<std::vector<Entry>> levels;
   std::vector<SimState> beam{SimState(tg.sim)}, next;
   struct Candidate {
-    double key;  // cost so far + launch cost of the remaining chain bound (0 when finished)
+    double key;  // least_cost() (the cost when finished)
     uint32_t left, parent, action;
     uint64_t hash;
   };
@@ -258,7 +293,7 @@ std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
       for (uint32_t t : beam[i].ready_types) {
         SimState c = beam[i];
         c.run(t);
-        cand.push_back({c.cost + c.bound_cost_left, tg.sim.num_nodes - c.done, i, t, c.hash});
+        cand.push_back({c.least_cost(), tg.sim.num_nodes - c.done, i, t, c.hash});
       }
     }
     std::sort(cand.begin(), cand.end(), [](const Candidate& a, const Candidate& b) {

@@ -25,8 +25,14 @@ struct SimGraph {
   std::vector<uint32_t> level_base, top, remaining_at;  // per local type / (type, height)
   std::vector<uint64_t> zobrist;                // per node: a random word (state hashing)
   std::vector<double> launch_cost, node_cost;   // per local type: the reward's costs (1, 0)
-  double bound_cost = 0;                        // sum of top * launch_cost
-  double fixed_cost = 0;                        // sum over nodes of node_cost: in every schedule
+  // Costs that combine along the critical chain (FsmCostModel::chain): per node, the least time
+  // from its batch's start to the end of the schedule (its batch, then its consumers' in turn).
+  bool chain = false;
+  std::vector<double> tail;
+  double batch_cost = 0;  // chain: added for every batch (FsmCostModel::batch_us)
+  // sum of top * launch_cost; chain: largest tail + batch_cost * lower_bound
+  double bound_cost = 0;
+  double fixed_cost = 0;  // sum over nodes of node_cost: in every schedule (chain: 0, in tails)
   void set_costs(const FsmCostModel& costs, const std::vector<std::string>& names);
 };
 
@@ -46,6 +52,11 @@ struct SimState {
   uint32_t batches = 0, done = 0, bound_left = 0;  // bound_left = sum of top
   uint64_t hash = 0;                               // xor of the scheduled nodes' words
   double cost = 0, bound_cost_left = 0;            // predicted cost so far; sum of top * launch
+  // With chain costs: per node, when its batch can start at the earliest (its producers'
+  // batches finished); the end of the last batch so far; `cost` is then end + batch_cost *
+  // batches.
+  std::vector<double> start_at;
+  double end = 0;
 
   bool finished() const { return ready_types.empty(); }
   uint32_t critical_total(uint32_t t) const { return remaining_at[g->level_base[t] + top[t]]; }
@@ -55,6 +66,10 @@ struct SimState {
   }
   // Runs every ready node of local type t; returns how many.
   uint32_t run(uint32_t t);
+  // The cost of any schedule that continues from here, at least: the cost so far plus the
+  // launch costs of the remaining chain bound, or with chain costs the latest end of a ready
+  // node's batch and its tail.
+  double least_cost() const;
   uint32_t lb_greedy() const;  // local type, as LowerBoundGreedyPolicy chooses
   // Local type, as FsmPolicy's scorer chooses; `index` gives the scorer's type index.
   uint32_t scored(const FsmScorer& s, std::vector<ReadyView>& views,
@@ -95,8 +110,8 @@ double run_policy(const TrainGraph& tg, const SimPolicy& p);
 // Sum of costs over graphs, in parallel; summed in graph order, so the thread count does not
 // change it.
 double evaluate(const std::vector<TrainGraph>& graphs, const SimPolicy& p);
-// A beam search over schedules ranked by cost so far plus the launch cost of the remaining chain
-// bound; returns the local types in order (lb-greedy's plan when that is cheaper).
+// A beam search over schedules ranked by SimState::least_cost; returns the local types in order
+// (lb-greedy's plan when that is cheaper).
 std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width);
 
 // The scorer (fsm_scorer_train.cpp): imitation of the plans (when given), then a (1+1) search

@@ -121,10 +121,19 @@ struct FsmCostModel {
   std::string device;  // where the costs were measured
   std::vector<std::string> types;
   std::vector<FsmTypeCost> costs;  // per entry of types
+  // How batch costs combine into a schedule's time. false: they add up (one batch after
+  // another, as on the CPU). true: the critical chain, as on a GPU whose stages wait only for
+  // the stages they read (docs/cuda.md): a batch starts once every batch it reads from has
+  // finished, and the schedule takes as long as its longest chain of batches, plus `batch_us`
+  // for every batch (what each adds in series whatever runs beside it: its launch, its stage's
+  // place in the launch).
+  bool chain = false;
+  double batch_us = 0;
   bool empty() const { return types.empty(); }
   // A type not in the model costs the mean of the model's types (1, 0 when empty).
   FsmTypeCost of(const std::string& type_name) const;
-  // Predicted microseconds of a schedule of `g`: the sum over its batches.
+  // Predicted microseconds of a schedule of `g`: the sum over its batches, or with `chain` the
+  // end of its last batch.
   double predicted_us(const Graph& g, const Schedule& s) const;
 };
 
@@ -132,11 +141,19 @@ struct FsmCostModel {
 // several policies (lb-greedy, agenda, depth and seeded random orders; `reps` times each, the
 // median kept), and the forward time (device time on a GPU, execution time on the CPU) is fitted
 // by non-negative least squares to sum over types (launch_us x batches + node_us x nodes) plus
-// a constant. `loss` is the expression each graph runs (its summed loss). The graphs must be
-// built over `params`.
+// a constant. With `chain` the sums run along each schedule's critical chain of batches, which
+// depends on the costs, plus batch_us times all its batches: the fit starts from the sum model's
+// costs and is repeated on the chains of the last fit's costs until they no longer change (at
+// most 8 rounds). `loss` is the
+// expression each graph runs (its summed loss). The graphs must be built over `params`.
 FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<Graph*>& graphs,
-                                const EngineOptions& device, uint32_t reps = 3,
-                                uint64_t seed = 1);
+                                const EngineOptions& device, uint32_t reps = 3, uint64_t seed = 1,
+                                bool chain = false);
+// The fit itself, on given forward times (microseconds) of `schedules` of `graphs` (one sample
+// per entry, graphs repeated as needed): per-type costs of the types the graphs schedule.
+FsmCostModel fit_type_costs(const std::vector<const Graph*>& graphs,
+                            const std::vector<Schedule>& schedules,
+                            const std::vector<double>& times_us, bool chain);
 
 // Everything a policy file holds besides the table.
 struct FsmPolicyInfo {

@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 
 struct TrainOptions {
   std::string model, data = "synthetic:2560", output, curve, encoding = "cover";
-  std::string eval_data, device = "none";
+  std::string eval_data, device = "none", combine = "auto", costs;
   uint32_t vocab = 256, batch = 32, hidden = 128, train_batches = 64, val_batches = 16;
   uint32_t eval_batches = 0, cost_graphs = 8, cost_reps = 3, threads = 1;
   uint64_t seed = 1;
@@ -96,6 +96,11 @@ void check_usage(const TrainOptions& o) {
   if (o.fsm.epsilon_start < 0 || o.fsm.epsilon_start > 1 || o.fsm.epsilon_end < 0 ||
       o.fsm.epsilon_end > 1)
     throw UsageError("--epsilon-start and --epsilon-end must lie in [0, 1]");
+  if (!o.costs.empty() && o.device != "none")
+    throw UsageError("--costs and --device " + o.device +
+                     ": the costs are either read from a file or measured, not both");
+  if (o.combine != "auto" && o.costs.empty() && o.device == "none")
+    throw UsageError("--combine " + o.combine + " needs costs: --device cpu|cuda or --costs FILE");
 }
 
 int train(TrainOptions o) {
@@ -124,8 +129,16 @@ int train(TrainOptions o) {
                "%s: %zu training mini-batches of up to %s instances, %zu validation ones of up "
                "to %u\n",
                o.model.c_str(), train_graphs.size(), size_list.c_str(), val_graphs.size(), o.batch);
-  if (o.device != "none") {
-    // The time reward: per-type costs measured on the device over some training mini-batches.
+  // The time reward: per-type costs measured on the device over some training mini-batches, or
+  // those of a policy file (--costs). On a GPU, stages wait only for what they read, so the
+  // costs combine along the critical chain (--combine auto).
+  const bool chain = o.combine == "chain" || (o.combine == "auto" && o.device == "cuda");
+  if (!o.costs.empty()) {
+    o.fsm.costs = load_fsm_policy(o.costs).costs;
+    if (o.fsm.costs.empty())
+      throw UsageError("--costs: " + o.costs + " has no costs (a policy trained with --device)");
+    if (o.combine != "auto") o.fsm.costs.chain = chain;
+  } else if (o.device != "none") {
     std::vector<Graph*> sample;
     for (size_t i = 0; i < w.train.size() && sample.size() < std::max(o.cost_graphs, 2u); ++i)
       sample.push_back(w.train[i].get());
@@ -133,12 +146,16 @@ int train(TrainOptions o) {
     eo.device = o.device;
     eo.threads = static_cast<int>(o.threads);
     eo = apply_debug_env(eo);
-    o.fsm.costs = measure_type_costs(pc, sample, eo, o.cost_reps, o.seed);
-    for (size_t i = 0; i < o.fsm.costs.types.size(); ++i)
-      std::fprintf(stderr, "cost on %s: %-40s %9.2f us + %8.4f us per node\n", o.device.c_str(),
-                   o.fsm.costs.types[i].c_str(), o.fsm.costs.costs[i].launch_us,
-                   o.fsm.costs.costs[i].node_us);
+    o.fsm.costs = measure_type_costs(pc, sample, eo, o.cost_reps, o.seed, chain);
   }
+  for (size_t i = 0; i < o.fsm.costs.types.size(); ++i)
+    std::fprintf(stderr, "cost on %s (%s): %-40s %9.2f us + %8.4f us per node\n",
+                 o.fsm.costs.device.c_str(), o.fsm.costs.chain ? "chain" : "sum",
+                 o.fsm.costs.types[i].c_str(), o.fsm.costs.costs[i].launch_us,
+                 o.fsm.costs.costs[i].node_us);
+  if (o.fsm.costs.chain)
+    std::fprintf(stderr, "cost on %s (chain): every batch in series %9.2f us\n",
+                 o.fsm.costs.device.c_str(), o.fsm.costs.batch_us);
 
   // The curve is written at the end, whole (write_file_atomically).
   std::ostringstream curve;
@@ -170,9 +187,12 @@ int train(TrainOptions o) {
   if (!o.curve.empty())
     write_file_atomically(o.curve, [&](std::ostream& out) { out << curve.str(); });
 
-  std::printf("%s, mini-batch %u, hidden %u, encoding %s, reward %s\n", o.model.c_str(), o.batch,
-              o.hidden, o.encoding.c_str(),
-              o.fsm.costs.empty() ? "batches" : ("time on " + o.device).c_str());
+  std::printf(
+      "%s, mini-batch %u, hidden %u, encoding %s, reward %s\n", o.model.c_str(), o.batch, o.hidden,
+      o.encoding.c_str(),
+      o.fsm.costs.empty()
+          ? "batches"
+          : ("time on " + o.fsm.costs.device + (o.fsm.costs.chain ? ", chain" : ", sum")).c_str());
   FsmPolicy loaded(result.policy, o.output);
   print_comparison(val_graphs, loaded, result.policy.costs, "validation (held out of --data)");
   if (!o.eval_data.empty()) {
@@ -264,6 +284,16 @@ Command add_train_command(CLI::App& root) {
                   "minimises the predicted time")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "cpu", "cuda"}));
+  app->add_option("--combine", o->combine,
+                  "how the time reward adds batch costs up: sum (one batch after another, as on "
+                  "the CPU), chain (the critical chain of batches waiting for the batches they "
+                  "read, as the GPU's stages run) or auto (chain on cuda, else sum)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "sum", "chain"}));
+  app->add_option("--costs", o->costs,
+                  "take the time reward's costs from this policy file (trained with --device "
+                  "cpu|cuda, e.g. on another machine) instead of measuring them")
+      ->check(CLI::ExistingFile);
   app->add_option("--cost-graphs", o->cost_graphs, "mini-batches the costs are measured on")
       ->capture_default_str()
       ->check(CLI::Range(2u, 1024u));
