@@ -270,13 +270,23 @@ double evaluate(const std::vector<TrainGraph>& graphs, const SimPolicy& p) {
 }
 
 std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
+  // Chain costs: least_cost() is the longest chain through the ready nodes, which most choices
+  // leave unchanged (they add batches beside it), so the beam would rank by its tie-breaks.
+  // There a candidate is ranked by the cost of lb-greedy's schedule from it on.
+  SimState completion(tg.sim);
+  auto rank = [&](const SimState& c) {
+    if (!tg.sim.chain) return c.least_cost();
+    completion = c;
+    while (!completion.finished()) completion.run(completion.lb_greedy());
+    return completion.cost;
+  };
   struct Entry {
     uint32_t parent, action;
   };
   std::vector<std::vector<Entry>> levels;
   std::vector<SimState> beam{SimState(tg.sim)}, next;
   struct Candidate {
-    double key;  // least_cost() (the cost when finished)
+    double key;  // rank() (the cost when finished)
     uint32_t left, parent, action;
     uint64_t hash;
   };
@@ -293,7 +303,7 @@ std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
       for (uint32_t t : beam[i].ready_types) {
         SimState c = beam[i];
         c.run(t);
-        cand.push_back({c.least_cost(), tg.sim.num_nodes - c.done, i, t, c.hash});
+        cand.push_back({rank(c), tg.sim.num_nodes - c.done, i, t, c.hash});
       }
     }
     std::sort(cand.begin(), cand.end(), [](const Candidate& a, const Candidate& b) {

@@ -110,8 +110,9 @@ double run_policy(const TrainGraph& tg, const SimPolicy& p);
 // Sum of costs over graphs, in parallel; summed in graph order, so the thread count does not
 // change it.
 double evaluate(const std::vector<TrainGraph>& graphs, const SimPolicy& p);
-// A beam search over schedules ranked by SimState::least_cost; returns the local types in order
-// (lb-greedy's plan when that is cheaper).
+// A beam search over schedules ranked by SimState::least_cost (with chain costs: by the cost of
+// finishing each with lb-greedy); returns the local types in order (lb-greedy's plan when that
+// is cheaper).
 std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width);
 
 // The scorer (fsm_scorer_train.cpp): imitation of the plans (when given), then a (1+1) search

@@ -337,12 +337,17 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     tbb::parallel_for(size_t(0), tgs.size(),
                       [&](size_t i) { plans[i] = beam_search(tgs[i], o.beam_width); });
     std::vector<uint32_t> val_plans(vgs.size());
+    std::vector<double> val_costs(vgs.size());
     tbb::parallel_for(size_t(0), vgs.size(), [&](size_t i) {
-      val_plans[i] = static_cast<uint32_t>(beam_search(vgs[i], o.beam_width).size());
+      SimState s(vgs[i].sim);
+      for (uint32_t t : beam_search(vgs[i], o.beam_width)) s.run(t);
+      val_plans[i] = s.batches;
+      val_costs[i] = s.cost;
     });
     uint64_t teacher_total = 0;
     for (uint32_t b : val_plans) teacher_total += b;
     result.teacher_batches = teacher_total / nv;
+    for (double c : val_costs) result.teacher_cost += c / nv;
   }
   if (o.scorer && !good_enough()) {
     const FsmScorer scorer =

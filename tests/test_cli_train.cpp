@@ -109,3 +109,34 @@ TEST_CASE("cli train: usage and file errors") {
   CHECK(cli(dir, "run --model tree_lstm --device null --policy fsm:").code == 2);
   CHECK(cli(dir, "run --model tree_lstm --device null --policy fastest").code == 2);
 }
+
+TEST_CASE("cli train: costs measured once, reused from the file, summed or along the chain") {
+  TempDir dir;
+  const std::string measured = dir / "cpu.json", chained = dir / "chain.json";
+  const std::string tiny = "train --model lattice_lstm " + kTiny + "--no-table ";
+  const Result m =
+      cli(dir, tiny + "--device cpu --cost-graphs 2 --cost-reps 1 -o '" + measured + "'");
+  INFO(m.err);
+  REQUIRE(m.code == 0);
+  CHECK(m.out.find("reward time on cpu, sum") != std::string::npos);
+  const nlohmann::json costs = nlohmann::json::parse(slurp(measured))["costs"];
+  CHECK(costs["combine"] == "sum");
+  // The same costs from the file, combined along the critical chain: nothing is measured.
+  const Result c =
+      cli(dir, tiny + "--costs '" + measured + "' --combine chain -o '" + chained + "'");
+  INFO(c.err);
+  REQUIRE(c.code == 0);
+  CHECK(c.out.find("reward time on cpu, chain") != std::string::npos);
+  const nlohmann::json again = nlohmann::json::parse(slurp(chained))["costs"];
+  CHECK(again["combine"] == "chain");
+  CHECK(again["types"] == costs["types"]);
+  CHECK(nlohmann::json::parse(slurp(chained))["validation"].contains("teacher_us"));
+  // Usage: costs from a file and measured ones; --combine without costs; a file without costs.
+  CHECK(cli(dir, tiny + "--costs '" + measured + "' --device cpu -o x.json").code == 2);
+  CHECK(cli(dir, tiny + "--combine chain -o x.json").code == 2);
+  const std::string plain = dir / "plain.json";
+  REQUIRE(cli(dir, tiny + "-o '" + plain + "'").code == 0);
+  const Result none = cli(dir, tiny + "--costs '" + plain + "' -o x.json");
+  CHECK(none.code == 2);
+  CHECK(none.err.find("has no costs") != std::string::npos);
+}

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -139,6 +140,66 @@ std::unique_ptr<Graph> random_dag(ParameterCollection& pc, std::mt19937_64& rng,
       made.push_back(cmult(operand(), operand()));
   }
   return g;
+}
+
+// Chain costs, computed here node by node: a batch starts once the batches holding its nodes'
+// scheduled arguments have finished and takes launch + node * count; the schedule takes until
+// its last batch ends, plus batch_us per batch.
+double chain_time_of(const Graph& g, const Schedule& s, const std::map<uint32_t, FsmTypeCost>& cost,
+                     double batch_us) {
+  std::vector<double> finish(g.size(), 0.0);
+  double end = 0;
+  for (const Batch& b : s.batches) {
+    double start = 0;
+    for (uint32_t i = b.begin; i < b.begin + b.count; ++i) {
+      const Node& n = g.node(s.nodes[i]);
+      for (uint32_t a = 0; a < n.num_args; ++a) start = std::max(start, finish[g.args(n)[a]]);
+    }
+    const double done = start + cost.at(b.type).launch_us + cost.at(b.type).node_us * b.count;
+    for (uint32_t i = b.begin; i < b.begin + b.count; ++i) finish[s.nodes[i]] = done;
+    end = std::max(end, done);
+  }
+  return end + batch_us * s.batches.size();
+}
+
+// The least chain time over every schedule whose batches take every ready node of one type, by
+// trying them all (small graphs).
+double chain_optimum(const Graph& g, const std::map<uint32_t, FsmTypeCost>& cost, double batch_us) {
+  std::vector<uint32_t> ids;
+  for (uint32_t v = 0; v < g.size(); ++v)
+    if (is_scheduled(g.node(v).op)) ids.push_back(v);
+  Schedule s;
+  std::vector<bool> done(g.size(), false);
+  for (uint32_t v = 0; v < g.size(); ++v) done[v] = !is_scheduled(g.node(v).op);
+  double best = HUGE_VAL;
+  std::function<void()> visit = [&] {
+    std::map<uint32_t, std::vector<uint32_t>> ready;
+    for (uint32_t v : ids) {
+      if (done[v]) continue;
+      const Node& n = g.node(v);
+      bool all = true;
+      for (uint32_t a = 0; a < n.num_args; ++a) all = all && done[g.args(n)[a]];
+      if (all) ready[n.type].push_back(v);
+    }
+    if (ready.empty()) {
+      best = std::min(best, chain_time_of(g, s, cost, batch_us));
+      return;
+    }
+    for (const auto& [type, nodes] : ready) {
+      s.batches.push_back(
+          {type, static_cast<uint32_t>(s.nodes.size()), static_cast<uint32_t>(nodes.size())});
+      for (uint32_t v : nodes) {
+        s.nodes.push_back(v);
+        done[v] = true;
+      }
+      visit();
+      for (uint32_t v : nodes) done[v] = false;
+      s.nodes.resize(s.nodes.size() - nodes.size());
+      s.batches.pop_back();
+    }
+  };
+  visit();
+  return best;
 }
 
 FsmTrainOptions quick_options() {
@@ -316,6 +377,140 @@ TEST_CASE("fsm scorer: predicted time ranks two schedules with equal counts by t
   CHECK(costs.of("nothing").launch_us == doctest::Approx(3.0));
 }
 
+TEST_CASE("fsm scorer: chain costs rank schedules by their longest chain of batches") {
+  // x -> tanh -> sigmoid and y -> sigmoid -> tanh, as above, and a third schedule that runs
+  // each chain's nodes as soon as they are ready: more batches, side by side.
+  ParameterCollection pc(1);
+  Graph g(pc);
+  const Expr a = sigmoid(tanh(input(g, 0.1f))), b = tanh(sigmoid(input(g, 0.2f)));
+  (void)a;
+  (void)b;
+  const uint32_t t_tanh = g.node(g.size() - 1).type, t_sig = g.node(g.size() - 2).type;
+  FsmCostModel costs;
+  costs.types = {g.types().name(t_tanh), g.types().name(t_sig)};
+  costs.costs = {{5.0, 0.5}, {1.0, 0.25}};
+  costs.chain = true;
+  std::vector<uint32_t> tanh_nodes, sig_nodes;
+  for (uint32_t v = 0; v < g.size(); ++v)
+    if (is_scheduled(g.node(v).op))
+      (g.node(v).type == t_tanh ? tanh_nodes : sig_nodes).push_back(v);
+  Schedule tanh_first, sig_first, apart;
+  tanh_first.nodes = {tanh_nodes[0], sig_nodes[0], sig_nodes[1], tanh_nodes[1]};
+  tanh_first.batches = {{t_tanh, 0, 1}, {t_sig, 1, 2}, {t_tanh, 3, 1}};
+  sig_first.nodes = {sig_nodes[1], tanh_nodes[0], tanh_nodes[1], sig_nodes[0]};
+  sig_first.batches = {{t_sig, 0, 1}, {t_tanh, 1, 2}, {t_sig, 3, 1}};
+  apart.nodes = {tanh_nodes[0], sig_nodes[1], tanh_nodes[1], sig_nodes[0]};
+  apart.batches = {{t_tanh, 0, 1}, {t_sig, 1, 1}, {t_tanh, 2, 1}, {t_sig, 3, 1}};
+  for (const Schedule* s : {&tanh_first, &sig_first, &apart}) validate_schedule(g, *s);
+  // tanh_first: tanh(x) ends at 5.5, both sigmoids wait for it (7.0), then tanh (12.5).
+  CHECK(costs.predicted_us(g, tanh_first) == doctest::Approx(12.5));
+  // sig_first: sigmoid(y) ends at 1.25, both tanh wait for it (7.25), then sigmoid (8.5).
+  CHECK(costs.predicted_us(g, sig_first) == doctest::Approx(8.5));
+  // apart: tanh(x) 0-5.5 beside sigmoid(y) 0-1.25 and tanh 1.25-6.75; sigmoid 5.5-6.75.
+  CHECK(costs.predicted_us(g, apart) == doctest::Approx(6.75));
+  costs.batch_us = 1.0;  // every batch in series as well
+  CHECK(costs.predicted_us(g, apart) == doctest::Approx(10.75));
+  CHECK(costs.predicted_us(g, sig_first) == doctest::Approx(11.5));
+  // Summed, the same costs rank the schedule with fewer batches first.
+  costs.chain = false;
+  CHECK(costs.predicted_us(g, apart) == doctest::Approx(13.5));
+  CHECK(costs.predicted_us(g, sig_first) < costs.predicted_us(g, apart));
+}
+
+TEST_CASE("fsm scorer: with chain costs the time reward finds the fastest schedule on small DAGs") {
+  ParameterCollection pc(1);
+  std::mt19937_64 rng(123);
+  int optimal = 0, trials = 0, beats_count = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    auto g = random_dag(pc, rng, 3 + rng() % 8);
+    FsmCostModel costs;
+    costs.device = "test";
+    costs.chain = true;
+    costs.batch_us = (rng() % 3) * 0.5;
+    std::map<uint32_t, FsmTypeCost> by_type;
+    for (const Node& n : g->nodes())
+      if (is_scheduled(n.op) && !by_type.count(n.type)) {
+        const FsmTypeCost c{double(1 + rng() % 9), double(rng() % 3) / 4};
+        by_type[n.type] = c;
+        costs.types.push_back(g->types().name(n.type));
+        costs.costs.push_back(c);
+      }
+    const double best = chain_optimum(*g, by_type, costs.batch_us);
+    FsmTrainOptions o = quick_options();
+    o.seed = trial;
+    o.costs = costs;
+    const FsmTrainResult r = train_fsm_policy({g.get()}, {g.get()}, o);
+    FsmPolicy fsm(r.policy);
+    Schedule s, greedy;
+    run_batches(*g, fsm, &s);
+    run_batches(*g, *make_policy("lb-greedy"), &greedy);
+    const double got = chain_time_of(*g, s, by_type, costs.batch_us);
+    CAPTURE(trial);
+    CHECK(costs.predicted_us(*g, s) == doctest::Approx(got));
+    CHECK(costs.predicted_us(*g, greedy) ==
+          doctest::Approx(chain_time_of(*g, greedy, by_type, costs.batch_us)));
+    CHECK(r.validation_cost == doctest::Approx(got));
+    CHECK(got >= best - 1e-9);
+    CHECK(got <= chain_time_of(*g, greedy, by_type, costs.batch_us) + 1e-9);
+    ++trials;
+    optimal += got <= best + 1e-9;
+    // Counting batches (or summing costs) can miss the fastest schedule.
+    FsmTrainOptions counting = quick_options();
+    counting.seed = trial;
+    FsmPolicy by_count(train_fsm_policy({g.get()}, {g.get()}, counting).policy);
+    Schedule s2;
+    run_batches(*g, by_count, &s2);
+    beats_count += got < chain_time_of(*g, s2, by_type, costs.batch_us) - 1e-9;
+  }
+  MESSAGE("chain costs: optimal in " << optimal << " of " << trials << ", faster than the "
+                                     << "batch-count policy in " << beats_count);
+  CHECK(optimal == trials);
+  CHECK(beats_count >= 3);
+}
+
+TEST_CASE("fsm scorer: the chain fit recovers costs that predict the times it was given") {
+  // Times made by a known chain model over schedules of random orders; the fit of the chain
+  // model predicts them, the sum model's fit does not.
+  const Synthetic s("lattice_lstm", 48, 8, 3);
+  FsmCostModel truth;
+  truth.chain = true;
+  truth.batch_us = 0.7;
+  std::mt19937_64 rng(5);
+  std::vector<const Graph*> graphs;
+  std::vector<Schedule> schedules;
+  for (const Graph* g : s.range(0, 6))
+    for (const Node& n : g->nodes())
+      if (is_scheduled(n.op) && std::find(truth.types.begin(), truth.types.end(),
+                                          g->types().name(n.type)) == truth.types.end()) {
+        truth.types.push_back(g->types().name(n.type));
+        truth.costs.push_back({double(2 + rng() % 9), double(rng() % 4) / 8});
+      }
+  for (const Graph* g : s.range(0, 6))
+    for (const char* p : {"lb-greedy", "depth", "agenda"}) {
+      Schedule sch;
+      run_batches(*g, *make_policy(p), &sch);
+      graphs.push_back(g);
+      schedules.push_back(sch);
+    }
+  std::vector<double> times;
+  for (size_t i = 0; i < graphs.size(); ++i)
+    times.push_back(truth.predicted_us(*graphs[i], schedules[i]));
+  const FsmCostModel chain = fit_type_costs(graphs, schedules, times, true);
+  const FsmCostModel sum = fit_type_costs(graphs, schedules, times, false);
+  CHECK(chain.chain);
+  CHECK(!sum.chain);
+  double chain_err = 0, sum_err = 0;
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    chain_err = std::max(
+        chain_err, std::abs(chain.predicted_us(*graphs[i], schedules[i]) - times[i]) / times[i]);
+    sum_err = std::max(sum_err,
+                       std::abs(sum.predicted_us(*graphs[i], schedules[i]) - times[i]) / times[i]);
+  }
+  MESSAGE("largest relative error: chain fit " << chain_err << ", sum fit " << sum_err);
+  CHECK(chain_err < 0.03);
+  CHECK(sum_err > 2 * chain_err);
+}
+
 TEST_CASE("fsm scorer: measured costs cover every type, finite and non-negative") {
   const Synthetic s("lattice_lstm", 24, 8, 5);
   std::vector<Graph*> graphs;
@@ -350,8 +545,23 @@ TEST_CASE("fsm scorer: version 2 files keep the scorer and costs; version 1 file
   CHECK(back.scorer.type_bias == d.scorer.type_bias);
   CHECK(back.costs.types == d.costs.types);
   CHECK(back.costs.costs[0].launch_us == 3.25);
+  CHECK(!back.costs.chain);
   nlohmann::json j = nlohmann::json::parse(fsm_policy_json(d));
   CHECK(j["version"] == 2);
+  // Chain costs keep how they combine and their cost per batch; costs written before these
+  // fields existed are summed.
+  FsmPolicyData chained = d;
+  chained.costs.chain = true;
+  chained.costs.batch_us = 0.625;
+  const FsmPolicyData chained_back = parse_fsm_policy(fsm_policy_json(chained), "mem");
+  CHECK(chained_back.costs.chain);
+  CHECK(chained_back.costs.batch_us == 0.625);
+  nlohmann::json earlier = nlohmann::json::parse(fsm_policy_json(chained));
+  earlier["costs"].erase("combine");
+  earlier["costs"].erase("batch_us");
+  const FsmPolicyData summed = parse_fsm_policy(earlier.dump(), "earlier");
+  CHECK(!summed.costs.chain);
+  CHECK(summed.costs.batch_us == 0);
   // A version 1 file: no scorer, no costs.
   nlohmann::json v1 = j;
   v1["version"] = 1;
@@ -380,6 +590,12 @@ TEST_CASE("fsm scorer: version 2 files keep the scorer and costs; version 1 file
   bad = j;
   bad["costs"]["types"][d.info.types[0]] = {-1.0, 0.0};
   CHECK(error_of(bad).find("must not be negative") != std::string::npos);
+  bad = j;
+  bad["costs"]["combine"] = "max";
+  CHECK(error_of(bad).find("costs 'combine' must be \"sum\" or \"chain\"") != std::string::npos);
+  bad = j;
+  bad["costs"]["batch_us"] = -2;
+  CHECK(error_of(bad).find("costs 'batch_us' must not be negative") != std::string::npos);
   bad = j;
   bad["version"] = 3;
   CHECK(error_of(bad).find("format version 3, this build reads versions 1 to 2") !=

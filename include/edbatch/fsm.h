@@ -254,6 +254,7 @@ struct FsmTrainResult {
                          // left to the caller)
   std::vector<FsmCurvePoint> curve;
   double teacher_batches = 0;  // mean batches of the beam search on the validation set (0: off)
+  double teacher_cost = 0;     // ... and its mean cost (batches, or the predicted time)
   double validation_cost = 0;  // mean predicted cost of the kept policy (= batches without costs)
   uint32_t episodes_run = 0;
   std::string best_source;  // "lb-greedy" (empty table), "teacher", "q-learning" or "search"

@@ -180,6 +180,7 @@ int train(TrainOptions o) {
   for (const char* h : {"depth", "agenda", "lb-greedy"})
     validation[h] = mean_batches(val_graphs, *make_policy(h));
   validation["teacher"] = result.teacher_batches;
+  if (!o.fsm.costs.empty()) validation["teacher_us"] = result.teacher_cost;
   validation["best"] = result.best_source;
   info.validation = validation.dump();
   info.validation_batches = fsm_batches;
