@@ -330,13 +330,14 @@ Command add_train_command(CLI::App& root) {
                   "states tried per pass of the table search, most visited first")
       ->capture_default_str();
   app->footer(
-      "Training: a beam search bounded by the lower bound plans each training mini-batch; a "
-      "linear scorer over per-type frontier features imitates it and is searched on the "
-      "training cost, then a table of states (the scorer deciding where it has no entry) "
-      "imitates the plans; Q-learning (n-step, epsilon-greedy, reward -1 + the share of the "
-      "type's critical nodes in the batch) and a search over table entries refine it. The table "
-      "kept is the best by batches on the validation mini-batches; training stops early within "
-      "1% of the lower bound.\n"
+      "Training: a beam search bounded by the lower bound plans each training mini-batch (with "
+      "chain costs, ranked by lb-greedy's completion of each candidate); a linear scorer over "
+      "per-type frontier features imitates it and is searched on the training cost, then a "
+      "table of states (the scorer deciding where it has no entry) imitates the plans; "
+      "Q-learning (n-step, epsilon-greedy, reward -1 + the share of the type's critical nodes in "
+      "the batch) and a search over table entries refine it. The table kept is the best by "
+      "batches (with costs: predicted time) on the validation mini-batches; training stops "
+      "early within 1% of the lower bound.\n"
       "Exit codes: 0 ok, 1 runtime error (data, files), 2 usage error. Progress goes to stderr, "
       "the summary to stdout.");
   return Command{app, [o] { return train(*o); }};
