@@ -346,75 +346,70 @@ TEST_CASE("fsm scorer: the time reward finds the cheapest schedule on small DAGs
   CHECK(differs >= 3);
 }
 
-TEST_CASE("fsm scorer: predicted time ranks two schedules with equal counts by their cost") {
-  // x -> tanh -> sigmoid and y -> sigmoid -> tanh: both orders take 3 batches.
-  ParameterCollection pc(1);
-  Graph g(pc);
-  const Expr a = sigmoid(tanh(input(g, 0.1f))), b = tanh(sigmoid(input(g, 0.2f)));
-  (void)a;
-  (void)b;
-  const uint32_t t_tanh = g.node(g.size() - 1).type, t_sig = g.node(g.size() - 2).type;
+// x -> tanh -> sigmoid and y -> sigmoid -> tanh, tanh costing 5 + 0.5 n and sigmoid 1 + 0.25 n,
+// with the two type-by-type schedules of three batches: tanh first (tanh{x}, sigmoid{both},
+// tanh{y's}) and sigmoid first (the mirror image).
+struct TwoChains {
+  TwoChains() : pc(1), g(pc) {
+    const Expr a = sigmoid(tanh(input(g, 0.1f))), b = tanh(sigmoid(input(g, 0.2f)));
+    (void)a;
+    (void)b;
+    t_tanh = g.node(g.size() - 1).type;
+    t_sig = g.node(g.size() - 2).type;
+    costs.types = {g.types().name(t_tanh), g.types().name(t_sig)};
+    costs.costs = {{5.0, 0.5}, {1.0, 0.25}};
+    for (uint32_t v = 0; v < g.size(); ++v)
+      if (is_scheduled(g.node(v).op))
+        (g.node(v).type == t_tanh ? tanh_nodes : sig_nodes).push_back(v);
+    REQUIRE(tanh_nodes.size() == 2);
+    tanh_first.nodes = {tanh_nodes[0], sig_nodes[0], sig_nodes[1], tanh_nodes[1]};
+    tanh_first.batches = {{t_tanh, 0, 1}, {t_sig, 1, 2}, {t_tanh, 3, 1}};
+    sig_first.nodes = {sig_nodes[1], tanh_nodes[0], tanh_nodes[1], sig_nodes[0]};
+    sig_first.batches = {{t_sig, 0, 1}, {t_tanh, 1, 2}, {t_sig, 3, 1}};
+    validate_schedule(g, tanh_first);
+    validate_schedule(g, sig_first);
+  }
+  ParameterCollection pc;
+  Graph g;
+  uint32_t t_tanh = 0, t_sig = 0;
   FsmCostModel costs;
-  costs.types = {g.types().name(t_tanh), g.types().name(t_sig)};
-  costs.costs = {{5.0, 0.5}, {1.0, 0.25}};
   std::vector<uint32_t> tanh_nodes, sig_nodes;
-  for (uint32_t v = 0; v < g.size(); ++v)
-    if (is_scheduled(g.node(v).op))
-      (g.node(v).type == t_tanh ? tanh_nodes : sig_nodes).push_back(v);
-  REQUIRE(tanh_nodes.size() == 2);
-  // Tanh first: tanh{x}, sigmoid{both}, tanh{y's}; sigmoid first: the mirror image.
   Schedule tanh_first, sig_first;
-  tanh_first.nodes = {tanh_nodes[0], sig_nodes[0], sig_nodes[1], tanh_nodes[1]};
-  tanh_first.batches = {{t_tanh, 0, 1}, {t_sig, 1, 2}, {t_tanh, 3, 1}};
-  sig_first.nodes = {sig_nodes[1], tanh_nodes[0], tanh_nodes[1], sig_nodes[0]};
-  sig_first.batches = {{t_sig, 0, 1}, {t_tanh, 1, 2}, {t_sig, 3, 1}};
-  validate_schedule(g, tanh_first);
-  validate_schedule(g, sig_first);
-  CHECK(costs.predicted_us(g, tanh_first) == doctest::Approx(2 * 5.0 + 2 * 0.5 + 1.0 + 2 * 0.25));
-  CHECK(costs.predicted_us(g, sig_first) == doctest::Approx(5.0 + 2 * 0.5 + 2 * 1.0 + 2 * 0.25));
-  CHECK(costs.predicted_us(g, sig_first) < costs.predicted_us(g, tanh_first));
+};
+
+TEST_CASE("fsm scorer: predicted time ranks two schedules with equal counts by their cost") {
+  TwoChains c;
+  CHECK(c.costs.predicted_us(c.g, c.tanh_first) ==
+        doctest::Approx(2 * 5.0 + 2 * 0.5 + 1.0 + 2 * 0.25));
+  CHECK(c.costs.predicted_us(c.g, c.sig_first) ==
+        doctest::Approx(5.0 + 2 * 0.5 + 2 * 1.0 + 2 * 0.25));
+  CHECK(c.costs.predicted_us(c.g, c.sig_first) < c.costs.predicted_us(c.g, c.tanh_first));
   // An unknown type costs the mean of the known ones.
-  CHECK(costs.of("nothing").launch_us == doctest::Approx(3.0));
+  CHECK(c.costs.of("nothing").launch_us == doctest::Approx(3.0));
 }
 
 TEST_CASE("fsm scorer: chain costs rank schedules by their longest chain of batches") {
-  // x -> tanh -> sigmoid and y -> sigmoid -> tanh, as above, and a third schedule that runs
-  // each chain's nodes as soon as they are ready: more batches, side by side.
-  ParameterCollection pc(1);
-  Graph g(pc);
-  const Expr a = sigmoid(tanh(input(g, 0.1f))), b = tanh(sigmoid(input(g, 0.2f)));
-  (void)a;
-  (void)b;
-  const uint32_t t_tanh = g.node(g.size() - 1).type, t_sig = g.node(g.size() - 2).type;
-  FsmCostModel costs;
-  costs.types = {g.types().name(t_tanh), g.types().name(t_sig)};
-  costs.costs = {{5.0, 0.5}, {1.0, 0.25}};
-  costs.chain = true;
-  std::vector<uint32_t> tanh_nodes, sig_nodes;
-  for (uint32_t v = 0; v < g.size(); ++v)
-    if (is_scheduled(g.node(v).op))
-      (g.node(v).type == t_tanh ? tanh_nodes : sig_nodes).push_back(v);
-  Schedule tanh_first, sig_first, apart;
-  tanh_first.nodes = {tanh_nodes[0], sig_nodes[0], sig_nodes[1], tanh_nodes[1]};
-  tanh_first.batches = {{t_tanh, 0, 1}, {t_sig, 1, 2}, {t_tanh, 3, 1}};
-  sig_first.nodes = {sig_nodes[1], tanh_nodes[0], tanh_nodes[1], sig_nodes[0]};
-  sig_first.batches = {{t_sig, 0, 1}, {t_tanh, 1, 2}, {t_sig, 3, 1}};
-  apart.nodes = {tanh_nodes[0], sig_nodes[1], tanh_nodes[1], sig_nodes[0]};
-  apart.batches = {{t_tanh, 0, 1}, {t_sig, 1, 1}, {t_tanh, 2, 1}, {t_sig, 3, 1}};
-  for (const Schedule* s : {&tanh_first, &sig_first, &apart}) validate_schedule(g, *s);
+  // A third schedule runs each chain's nodes as soon as they are ready: more batches, side by
+  // side.
+  TwoChains c;
+  c.costs.chain = true;
+  Schedule apart;
+  apart.nodes = {c.tanh_nodes[0], c.sig_nodes[1], c.tanh_nodes[1], c.sig_nodes[0]};
+  apart.batches = {{c.t_tanh, 0, 1}, {c.t_sig, 1, 1}, {c.t_tanh, 2, 1}, {c.t_sig, 3, 1}};
+  validate_schedule(c.g, apart);
   // tanh_first: tanh(x) ends at 5.5, both sigmoids wait for it (7.0), then tanh (12.5).
-  CHECK(costs.predicted_us(g, tanh_first) == doctest::Approx(12.5));
+  CHECK(c.costs.predicted_us(c.g, c.tanh_first) == doctest::Approx(12.5));
   // sig_first: sigmoid(y) ends at 1.25, both tanh wait for it (7.25), then sigmoid (8.5).
-  CHECK(costs.predicted_us(g, sig_first) == doctest::Approx(8.5));
+  CHECK(c.costs.predicted_us(c.g, c.sig_first) == doctest::Approx(8.5));
   // apart: tanh(x) 0-5.5 beside sigmoid(y) 0-1.25 and tanh 1.25-6.75; sigmoid 5.5-6.75.
-  CHECK(costs.predicted_us(g, apart) == doctest::Approx(6.75));
-  costs.batch_us = 1.0;  // every batch in series as well
-  CHECK(costs.predicted_us(g, apart) == doctest::Approx(10.75));
-  CHECK(costs.predicted_us(g, sig_first) == doctest::Approx(11.5));
+  CHECK(c.costs.predicted_us(c.g, apart) == doctest::Approx(6.75));
+  c.costs.batch_us = 1.0;  // every batch in series as well
+  CHECK(c.costs.predicted_us(c.g, apart) == doctest::Approx(10.75));
+  CHECK(c.costs.predicted_us(c.g, c.sig_first) == doctest::Approx(11.5));
   // Summed, the same costs rank the schedule with fewer batches first.
-  costs.chain = false;
-  CHECK(costs.predicted_us(g, apart) == doctest::Approx(13.5));
-  CHECK(costs.predicted_us(g, sig_first) < costs.predicted_us(g, apart));
+  c.costs.chain = false;
+  CHECK(c.costs.predicted_us(c.g, apart) == doctest::Approx(13.5));
+  CHECK(c.costs.predicted_us(c.g, c.sig_first) < c.costs.predicted_us(c.g, apart));
 }
 
 TEST_CASE("fsm scorer: with chain costs the time reward finds the fastest schedule on small DAGs") {
