@@ -217,7 +217,8 @@ FsmCostModel fit_type_costs(const std::vector<const Graph*>& graphs,
     }
   }
   for (size_t t = 0; t < T; ++t) model.costs.push_back({x[t], x[T + t]});
-  if (chain) model.batch_us = x[2 * T];
+  // A chain fit has the batches' column before the constant (none when no schedule has a batch).
+  if (chain && x.size() == 2 * T + 2) model.batch_us = x[2 * T];
   return model;
 }
 
