@@ -202,6 +202,22 @@ double chain_optimum(const Graph& g, const std::map<uint32_t, FsmTypeCost>& cost
   return best;
 }
 
+// Random costs for each type g schedules, in order of first appearance, into `costs` (device
+// "test") and returned by type id.
+std::map<uint32_t, FsmTypeCost> random_costs(const Graph& g, std::mt19937_64& rng,
+                                             FsmCostModel& costs) {
+  costs.device = "test";
+  std::map<uint32_t, FsmTypeCost> by_type;
+  for (const Node& n : g.nodes())
+    if (is_scheduled(n.op) && !by_type.count(n.type)) {
+      const FsmTypeCost c{double(1 + rng() % 9), double(rng() % 3) / 4};
+      by_type[n.type] = c;
+      costs.types.push_back(g.types().name(n.type));
+      costs.costs.push_back(c);
+    }
+  return by_type;
+}
+
 FsmTrainOptions quick_options() {
   FsmTrainOptions o;
   o.episodes = 32;
@@ -310,15 +326,7 @@ TEST_CASE("fsm scorer: the time reward finds the cheapest schedule on small DAGs
   for (int trial = 0; trial < 250; ++trial) {
     auto g = random_dag(pc, rng, 3 + rng() % 9);
     FsmCostModel costs;
-    costs.device = "test";
-    std::map<uint32_t, FsmTypeCost> by_type;
-    for (const Node& n : g->nodes())
-      if (is_scheduled(n.op) && !by_type.count(n.type)) {
-        const FsmTypeCost c{double(1 + rng() % 9), double(rng() % 3) / 4};
-        by_type[n.type] = c;
-        costs.types.push_back(g->types().name(n.type));
-        costs.costs.push_back(c);
-      }
+    const std::map<uint32_t, FsmTypeCost> by_type = random_costs(*g, rng, costs);
     const double best = optimum_cost(*g, by_type);
     FsmTrainOptions o = quick_options();
     o.seed = trial;
@@ -330,7 +338,7 @@ TEST_CASE("fsm scorer: the time reward finds the cheapest schedule on small DAGs
     // The predicted time, summed here from the costs drawn above.
     double cost = 0;
     for (const Batch& b : s.batches)
-      cost += by_type[b.type].launch_us + by_type[b.type].node_us * b.count;
+      cost += by_type.at(b.type).launch_us + by_type.at(b.type).node_us * b.count;
     CAPTURE(trial);
     CHECK(cost == doctest::Approx(best));
     CHECK(costs.predicted_us(*g, s) == doctest::Approx(cost));
@@ -419,17 +427,9 @@ TEST_CASE("fsm scorer: with chain costs the time reward finds the fastest schedu
   for (int trial = 0; trial < 120; ++trial) {
     auto g = random_dag(pc, rng, 3 + rng() % 8);
     FsmCostModel costs;
-    costs.device = "test";
     costs.chain = true;
     costs.batch_us = (rng() % 3) * 0.5;
-    std::map<uint32_t, FsmTypeCost> by_type;
-    for (const Node& n : g->nodes())
-      if (is_scheduled(n.op) && !by_type.count(n.type)) {
-        const FsmTypeCost c{double(1 + rng() % 9), double(rng() % 3) / 4};
-        by_type[n.type] = c;
-        costs.types.push_back(g->types().name(n.type));
-        costs.costs.push_back(c);
-      }
+    const std::map<uint32_t, FsmTypeCost> by_type = random_costs(*g, rng, costs);
     const double best = chain_optimum(*g, by_type, costs.batch_us);
     FsmTrainOptions o = quick_options();
     o.seed = trial;
