@@ -104,9 +104,8 @@ void SimGraph::set_costs(const FsmCostModel& costs, const std::vector<std::strin
   fixed_cost = 0;
   chain = costs.chain;
   batch_cost = chain ? costs.batch_us : 0.0;
-  tail.clear();
-  if (chain) {  // consumers have larger ids: one reverse pass
-    tail.assign(num_nodes, 0.0);
+  if (chain) {  // per node, the longest path from it to a sink; consumers have larger ids
+    std::vector<double> tail(num_nodes, 0.0);
     bound_cost = 0;
     for (uint32_t v = num_nodes; v-- > 0;) {
       double after = 0;
@@ -185,11 +184,7 @@ uint32_t SimState::run(uint32_t t) {
 }
 
 double SimState::least_cost() const {
-  if (!g->chain) return cost + bound_cost_left;
-  double least = end;
-  for (uint32_t t : ready_types)
-    for (uint32_t v : ready[t]) least = std::max(least, start_at[v] + g->tail[v]);
-  return least + g->batch_cost * (batches + bound_left);
+  return cost + bound_cost_left;
 }
 
 uint32_t SimState::lb_greedy() const {
@@ -270,9 +265,9 @@ double evaluate(const std::vector<TrainGraph>& graphs, const SimPolicy& p) {
 }
 
 std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
-  // Chain costs: least_cost() is the longest chain through the ready nodes, which most choices
-  // leave unchanged (they add batches beside it), so the beam would rank by its tie-breaks.
-  // There a candidate is ranked by the cost of lb-greedy's schedule from it on.
+  // Chain costs: a bound such as the longest chain through the ready nodes stays the same for
+  // most choices (they add batches beside it), so the beam would rank by its tie-breaks. There
+  // a candidate is ranked by the cost of lb-greedy's schedule from it on.
   SimState completion(tg.sim);
   auto rank = [&](const SimState& c) {
     if (!tg.sim.chain) return c.least_cost();

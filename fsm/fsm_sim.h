@@ -25,12 +25,11 @@ struct SimGraph {
   std::vector<uint32_t> level_base, top, remaining_at;  // per local type / (type, height)
   std::vector<uint64_t> zobrist;                // per node: a random word (state hashing)
   std::vector<double> launch_cost, node_cost;   // per local type: the reward's costs (1, 0)
-  // Costs that combine along the critical chain (FsmCostModel::chain): per node, the least time
-  // from its batch's start to the end of the schedule (its batch, then its consumers' in turn).
+  // Costs that combine along the critical chain (FsmCostModel::chain).
   bool chain = false;
-  std::vector<double> tail;
   double batch_cost = 0;  // chain: added for every batch (FsmCostModel::batch_us)
-  // sum of top * launch_cost; chain: largest tail + batch_cost * lower_bound
+  // sum of top * launch_cost; chain: the longest path of single-node batches from a source to a
+  // sink, plus batch_cost * lower_bound
   double bound_cost = 0;
   double fixed_cost = 0;  // sum over nodes of node_cost: in every schedule (chain: 0, in tails)
   void set_costs(const FsmCostModel& costs, const std::vector<std::string>& names);
@@ -66,9 +65,9 @@ struct SimState {
   }
   // Runs every ready node of local type t; returns how many.
   uint32_t run(uint32_t t);
-  // The cost of any schedule that continues from here, at least: the cost so far plus the
-  // launch costs of the remaining chain bound, or with chain costs the latest end of a ready
-  // node's batch and its tail.
+  // With summed costs, the cost of any schedule that continues from here, at least: the cost so
+  // far plus the launch costs of the remaining chain bound. (Chain costs have no such bound
+  // that tells candidates apart; beam_search ranks them by lb-greedy's completion.)
   double least_cost() const;
   uint32_t lb_greedy() const;  // local type, as LowerBoundGreedyPolicy chooses
   // Local type, as FsmPolicy's scorer chooses; `index` gives the scorer's type index.
