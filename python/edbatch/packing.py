@@ -389,8 +389,9 @@ def _edge_lists(i, inst):
         src, dst = _index(e[0]), _index(e[1])
         for v, given in ((src, e[0]), (dst, e[1])):
             if v is None or not 0 <= v < n:
+                why = "not an integer" if v is None else f"outside 0..{n - 1}"
                 raise ValueError(f"pack_edges: instance {i}: edge {tuple(e)} names node "
-                                 f"{given!r}, outside 0..{n - 1}")
+                                 f"{given!r}, {why}")
         kind = _index(e[2]) if len(e) == 3 else 0
         if kind is None or kind < 0:
             raise ValueError(f"pack_edges: instance {i}: edge {tuple(e)} has kind {e[2]!r}, not "

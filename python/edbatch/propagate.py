@@ -120,8 +120,9 @@ class Propagate(torch.nn.Module):
         return state
 
     def retrace(self):
-        """Drops the traced programs, after changing a cell's code (a replaced submodule is
-        found by the next call itself, which traces again)."""
+        """Drops the traced programs, after changing a cell's code (a replaced submodule or a
+        changed setting of one, such as nn.Dropout's p, is found by the next call itself,
+        which traces again)."""
         self._programs.clear()
 
     @eager
@@ -171,7 +172,7 @@ class Propagate(torch.nn.Module):
         if kind == "ids" and ids is packed.input_ids:
             ids = packed.host_input_ids()  # the op reads ids on the host: no copy back
         seed = 0
-        if self.training and program.has_dropout:
+        if program.has_dropout:  # nn.Dropout in training mode, or F.dropout(training=True)
             seed = int(torch.randint(0, 2 ** 62, ()).item())
         self.last_seed = seed  # the dropout masks' seed (edbatch.dropout_mask rebuilds them)
         extra = (labels, self.reduction) if head else ()  # the loss head's arguments
@@ -194,8 +195,8 @@ class Propagate(torch.nn.Module):
         forward(packed, ids=...) for those ids (default: packed's input_ids, from the host copy
         packed.to() keeps); a forward with other ids is not served the prepared graph.
 
-        Not prepared (a no-op): cells with dropout while training, whose graphs depend on the
-        call's masks; a module that has not run yet and is given no input_size or ids. A module
+        Not prepared (a no-op): cells that draw dropout masks (in training mode, or
+        F.dropout(training=True)), whose graphs depend on the call's masks; a module that has not run yet and is given no input_size or ids. A module
         with a loss head prepares loss(packed, x=...) with packed's labels instead.
         """
         check_packed(packed, "Propagate.prepare")
@@ -217,7 +218,7 @@ class Propagate(torch.nn.Module):
         if device is None:
             device = last[2] if last is not None else "cpu"
         program = self.program(kind, input_size, *packed.kinds())
-        if self.training and program.has_dropout:
+        if program.has_dropout:
             return
         try:
             head = (None, "", 0) if self.head is None else (

@@ -13,6 +13,8 @@ batch dim) raise ValueError. Both name the cell, the operation and the user's fi
 import inspect
 import json
 import linecache
+import math
+import operator
 import os
 import traceback
 
@@ -92,9 +94,10 @@ class Body:
         if isinstance(v, Param) and (v.tensor.dim() == 1 and not v.transposed
                                      or row_shaped(v)):
             return self.emit("weight", v.tensor.numel(), None, weight=self.weight(v, "vector"))
-        if isinstance(v, Param) and v.tensor.dim() == 0:
-            raise Refusal("a weight of shape () used elementwise: give a scalar weight shape "
-                          "(1,), which broadcasts against the features", ValueError)
+        if isinstance(v, Param) and v.tensor.dim() == 0 and not v.transposed:
+            # A 0-d weight (a learned temperature) broadcasts as a size-1 vector.
+            name, get = v.key
+            return self.vector(Param((name, lambda: get().reshape(1)), v.tensor.reshape(1)))
         if isinstance(v, Param):
             raise Refusal(f"a weight of shape {tuple(v.tensor.shape)} used elementwise: only "
                           f"vector weights can be (matrices go into products)", ValueError)
@@ -111,7 +114,6 @@ class Body:
         if t is None:
             return None
         path = _user_path(self.module_paths[module])
-        self.weights.read_from(self.prefix + path, module)
         return Param((self.prefix + path + name, lambda m=module, n=name: getattr(m, n)), t)
 
 
@@ -154,6 +156,9 @@ class _Tracer(fx.Tracer):
     def __init__(self, body, placeholders, prefix):
         super().__init__()
         self.record_stack_traces = True
+        # Buffers as traced attributes (get_attr), as parameters are: an expression of buffers
+        # alone (self.mask * 2) is then a weight expression, not a constant computed once.
+        self.proxy_buffer_attributes = True
         self.body, self.placeholders, self.values = body, placeholders, {}
         self.body.prefix = prefix
         self._external = 0
@@ -259,15 +264,17 @@ class _Tracer(fx.Tracer):
         owner_path, _, name = path.rpartition(".")
         owner = self.root.get_submodule(owner_path) if owner_path else self.root
         key = self.body.prefix + _user_path(owner_path) + name
-        self.body.weights.read_from(self.body.prefix + _user_path(owner_path), owner)
         value = owner._parameters.get(name)  # not getattr: fx patches it while tracing
         if isinstance(value, torch.nn.Parameter):
             return Param((key, lambda m=owner, n=name: getattr(m, n)), value)
         value = owner._buffers.get(name)
         if isinstance(value, torch.Tensor):
+            if value.dtype == torch.bool:  # a fixed mask: 0/1 floats, a condition where due
+                return Param((key, lambda m=owner, n=name: m._buffers[n].float()),
+                             value.float(), mask=True)
             if not value.is_floating_point():
                 raise Refusal(f"the buffer {key} holds {value.dtype}: cells read floating-point "
-                              "buffers only, as fixed weights", ValueError)
+                              "and bool buffers only, as fixed weights and masks", ValueError)
             # A fixed weight: read from the module on every call (it follows .to() and
             # reassignment), its gradient not kept (a buffer does not require one).
             return Param((key, lambda m=owner, n=name: m._buffers[n]), value)
@@ -401,14 +408,27 @@ def _outputs(graph, tracer, cell_name):
 
 # ---- programs ----
 
+def _finite(v):
+    """The document with its infinite and NaN numbers as "inf", "-inf" and "nan" (JSON has no
+    such numbers; docs/programs.md)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _finite(e) for k, e in v.items()}
+    if isinstance(v, list):
+        return [_finite(e) for e in v]
+    return v
+
+
 class Program:
     """A traced program: `doc` (docs/programs.md), `text` (its JSON), and `weights()` (the op's
     weight tensors, in order). `cell_sites[c]` is the dropout site of cell c's first dropout."""
 
     def __init__(self, doc, weights, state_tuple, message_tuple):
-        self.doc, self.text = doc, json.dumps(doc, separators=(",", ":"))
+        self.doc, self.text = doc, json.dumps(_finite(doc), separators=(",", ":"),
+                                              allow_nan=False)
         self._weights, self.state_tuple, self.message_tuple = weights, state_tuple, message_tuple
-        self._paths = []  # bind(): (path, module) of the modules weights are read from
+        self._settings = []  # bind(): (parent, name, module, getter, settings) per submodule
         self.cell_sites, site = [], 0
         for cell in doc["cells"]:
             self.cell_sites.append(site)
@@ -419,34 +439,54 @@ class Program:
         return self._weights.tensors()
 
     def bind(self, root):
-        """Notes where, under `root` (the Propagate), the modules the weights are read from are
-        now, for current(); modules found elsewhere (a function cell's closure) are left out."""
-        self._paths = [(p, m) for p, m in self._weights.module_paths if _module_at(root, p) is m]
+        """Notes every submodule of `root` (the Propagate), where it is and its settings, for
+        current(); modules found elsewhere (a function cell's closure) are left out."""
+        self._settings = []
+        for parent in root.modules():
+            for name, m in parent._modules.items():
+                if m is not None:
+                    get = operator.itemgetter(*_plain_keys(m))
+                    self._settings.append((parent, name, m, get, get(m.__dict__)))
         return self
 
     def current(self, root):
-        """Whether every module the weights are read from is still where bind() found it: a
-        submodule replaced since (cell.lin = nn.Linear(...)) needs the cells traced again, as
-        its weights are other tensors, perhaps of other shapes."""
-        return all(_module_at(root, p) is m for p, m in self._paths)
+        """Whether the traced constants still hold: every submodule is where bind() found it (a
+        submodule replaced since, cell.lin = nn.Linear(...), has other weights, perhaps of other
+        shapes) with the same training flag and plain settings (nn.Dropout's p, LeakyReLU's
+        slope, a cell's own temperature: the trace reads them as constants)."""
+        try:
+            return all(parent._modules.get(name) is m and get(m.__dict__) == values
+                       for parent, name, m, get, values in self._settings)
+        except KeyError:  # a setting deleted
+            return False
 
 
-def _module_at(root, path):
-    """The submodule of root at path (a tuple of names), or None."""
-    for name in path:
-        root = root._modules.get(name)
-        if root is None:
-            return None
-    return root
+def _plain_keys(module):
+    """The names of a module's training flag and its attributes of plain values (numbers,
+    strings, None, tuples of them)."""
+    return [k for k, v in module.__dict__.items() if k[0] != "_" and _plain(v)]
+
+
+def _plain(v):
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    return isinstance(v, tuple) and all(_plain(e) for e in v)
 
 
 def sizes_of(size, what):
-    """(sizes tuple, as_tuple) from an int or a tuple of ints."""
-    if isinstance(size, int) and not isinstance(size, bool):
-        sizes, as_tuple = (size,), False
-    else:
-        sizes, as_tuple = tuple(size), True
-    if not sizes or any(not isinstance(s, int) or s <= 0 for s in sizes):
+    """(sizes tuple, as_tuple) from an int (or NumPy integer) or a tuple of them."""
+    def one(s):
+        if isinstance(s, bool) or not hasattr(s, "__index__"):
+            raise TypeError
+        return operator.index(s)
+    try:
+        sizes, as_tuple = (one(size),), False
+    except TypeError:
+        try:
+            sizes, as_tuple = tuple(one(s) for s in size), True
+        except TypeError:
+            sizes = None
+    if not sizes or any(s <= 0 for s in sizes):
         raise ValueError(f"{what} must be a positive int or a tuple of them, got {size!r}")
     return sizes, as_tuple
 

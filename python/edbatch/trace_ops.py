@@ -33,8 +33,15 @@ SUPPORTED = (
 # ---- elementwise ----
 
 _SCALAR_RIGHT = {"add": lambda s: (1.0, s), "sub": lambda s: (1.0, -s),
-                 "mul": lambda s: (s, 0.0), "div": lambda s: (1.0 / s, 0.0)}
+                 "mul": lambda s: (s, 0.0), "div": lambda s: (_reciprocal(s), 0.0)}
 _SCALAR_LEFT = {"add": lambda s: (1.0, s), "sub": lambda s: (-1.0, s), "mul": lambda s: (s, 0.0)}
+
+
+def _reciprocal(s):
+    """1 / s, infinite for a zero as PyTorch's division by it (x / 0.0 = inf * x)."""
+    return 1.0 / s if s != 0 else math.copysign(math.inf, s)
+
+
 _PYTHON = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
            "div": operator.truediv}
 

@@ -7,8 +7,8 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from .trace_values import (Mask, Refusal, Vec, apply, bind, broadcast_pair, is_number, no_inplace,
-                           ops)
+from .trace_values import (Mask, Param, Refusal, Vec, apply, bind, broadcast_pair, is_number,
+                           no_inplace, ops)
 
 _BRANCHING = ("a cell cannot branch on tensor values (Python control flow is not traced): "
               "select with torch.where(a > b, x, y), or write the choice with arithmetic")
@@ -68,6 +68,8 @@ def comparison(name):
 
 
 def _as_mask(body, m, what):
+    if isinstance(m, Param) and m.mask:  # a comparison of weights alone
+        return _mask(body.vector(m))
     if not isinstance(m, Mask):
         raise Refusal(f"{what} takes comparisons (a > b, ~m, m & n); a float tensor is not one "
                       f"(in PyTorch either)")

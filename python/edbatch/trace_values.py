@@ -34,11 +34,12 @@ class Ids:
 
 
 class Param:
-    """A weight tensor read by the cell: `key` names it for the program, `transposed` after .t()."""
-    __slots__ = ("key", "tensor", "transposed")
+    """A weight tensor read by the cell: `key` names it for the program, `transposed` after .t();
+    `mask`: a comparison of weights alone (self.gate > 0), read as a 0/1 float weight."""
+    __slots__ = ("key", "tensor", "transposed", "mask")
 
-    def __init__(self, key, tensor, transposed=False):
-        self.key, self.tensor, self.transposed = key, tensor, transposed
+    def __init__(self, key, tensor, transposed=False, mask=False):
+        self.key, self.tensor, self.transposed, self.mask = key, tensor, transposed, mask
 
 
 class Rows:

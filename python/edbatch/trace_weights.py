@@ -19,15 +19,6 @@ class Weights:
     def __init__(self):
         self.entries, self.getters, self._index = [], [], {}
         self._keys = []  # the tensors whose ids are keys, kept so that no id is reused
-        self._read_from = {}  # id(module) -> (path under the Propagate as a tuple, module)
-
-    def read_from(self, path, module):
-        """Records that weights are read from `module`, at `path` ("node_cells.0.lin.")."""
-        self._read_from.setdefault(id(module), (tuple(path.rstrip(".").split(".")), module))
-
-    @property
-    def module_paths(self):
-        return list(self._read_from.values())
 
     def add(self, param, layout):
         key = (id(param.tensor), layout)
@@ -155,11 +146,13 @@ def evaluate(op, target, args, kwargs, name):
                                      lambda v: fetch(v) if isinstance(v, Param) else v)
         return getattr(a[0], target)(*a[1:], **k) if op == "call_method" else target(*a, **k)
 
-    def now(p):
-        return p.tensor.t() if p.transposed else p.tensor
+    def now(p):  # (a mask as the bool tensor it stands for)
+        t = p.tensor.t() if p.transposed else p.tensor
+        return t.bool() if p.mask else t
 
     def later(p):
-        return p.key[1]().t() if p.transposed else p.key[1]()
+        t = p.key[1]().t() if p.transposed else p.key[1]()
+        return t.bool() if p.mask else t
 
     with torch.no_grad():
         try:
@@ -185,6 +178,9 @@ def _leaves(args, kwargs):
 
 
 def _weight(label, getter, value):
+    if value.dtype == torch.bool:  # a condition on weights: 0/1 floats, a mask where one is due
+        w = _weight(label, lambda: getter().float(), value.float())
+        return Param(w.key, w.tensor, mask=True)
     if value.dim() == 0:  # broadcasts as PyTorch broadcasts a 0-d tensor: a size-1 weight
         return Param((label, lambda: getter().reshape(1)), value.reshape(1))
     return Param((label, getter), value)

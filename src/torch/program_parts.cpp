@@ -1,6 +1,7 @@
 #include "src/torch/program_parts.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace edbatch::torch_adapter {
@@ -8,6 +9,24 @@ namespace edbatch::torch_adapter {
 void bad(const std::string& what) {
   throw std::invalid_argument(fmt::format("[edbatch.propagate] program: {}", what));
 }
+
+namespace {
+
+// A float field: a JSON number, or "inf", "-inf" or "nan" (JSON has no such numbers).
+float real_or(const json& j, const char* key, float fallback, const std::string& at) {
+  if (!j.contains(key)) return fallback;
+  const json& v = j.at(key);
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s == "inf") return std::numeric_limits<float>::infinity();
+    if (s == "-inf") return -std::numeric_limits<float>::infinity();
+    if (s == "nan") return std::numeric_limits<float>::quiet_NaN();
+    bad(fmt::format("{}: \"{}\" is neither a number nor \"inf\", \"-inf\" or \"nan\"", at, key));
+  }
+  return field<float>(j, key, at);
+}
+
+}  // namespace
 
 Instr read_instr(const json& j, const std::string& cell, size_t v) {
   const std::string at = fmt::format("{}, value {}", cell, v);
@@ -21,11 +40,11 @@ Instr read_instr(const json& j, const std::string& cell, size_t v) {
   in.slot = field_or<int32_t>(j, "slot", -1, at);
   in.weight = field_or<int32_t>(j, "weight", -1, at);
   in.bias = field_or<int32_t>(j, "bias", -1, at);
-  in.alpha = field_or<float>(j, "alpha", 0.0f, at);
-  in.beta = field_or<float>(j, "beta", 0.0f, at);
-  in.eps = field_or<float>(j, "eps", 1e-5f, at);
-  in.p = field_or<float>(j, "p", 0.0f, at);
-  in.value = field_or<float>(j, "value", 0.0f, at);
+  in.alpha = real_or(j, "alpha", 0.0f, at);
+  in.beta = real_or(j, "beta", 0.0f, at);
+  in.eps = real_or(j, "eps", 1e-5f, at);
+  in.p = real_or(j, "p", 0.0f, at);
+  in.value = real_or(j, "value", 0.0f, at);
   in.begin = field_or<uint32_t>(j, "begin", 0, at);
   in.end = field_or<uint32_t>(j, "end", 0, at);
   return in;

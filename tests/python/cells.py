@@ -44,6 +44,9 @@ class OpCell(nn.Module):
         self.rnn = nn.RNNCell(S, S, nonlinearity="relu")
         self.ln = nn.LayerNorm(S)
         self.ln_plain = nn.LayerNorm(S, elementwise_affine=False)
+        self.t = nn.Parameter(torch.tensor(1.3))  # 0-d: a learned temperature
+        self.register_buffer("scale", 0.5 + torch.rand(S))
+        self.register_buffer("keep", torch.arange(S) % 3 != 0)
         self.act = {"nn.Sigmoid": nn.Sigmoid(), "nn.Tanh": nn.Tanh(), "nn.ReLU": nn.ReLU(),
                     "nn.GELU": nn.GELU(), "nn.Softplus": nn.Softplus(),
                     "nn.Softmax": nn.Softmax(-1), "nn.LogSoftmax": nn.LogSoftmax(dim=-1),
@@ -240,6 +243,20 @@ OPS = {
         torch.logical_and(a > 0, m > 0).float() + torch.logical_not(a > 0).to(a.dtype) * a +
         torch.where(c.gate(a) > 0, a, m) + (a > 0) * m + a.masked_fill(m > 0.3, -1.0) +
         torch.masked_fill(m, a < m, 0.5)),
+    # Infinite constants (JSON has none: the program writes them as strings): masking scores
+    # with -inf before a softmax (a column left unmasked, so no row is all -inf), clamps without
+    # a bound, an infinite branch clamped.
+    "infinite constants": lambda c, a, m, x: (
+        torch.softmax(torch.cat([a[..., :1], a[..., 1:].masked_fill(a[..., 1:] < 0,
+                                                                    float("-inf"))], -1), -1)
+        + torch.clamp(a, min=float("-inf"), max=0.5)
+        + torch.where(m > 0.2, torch.full_like(a, float("inf")), a).clamp(max=2.0)),
+    # Buffers in expressions, bool buffers and comparisons of weights alone as masks, a 0-d
+    # parameter.
+    "buffers, weight masks, 0-d weights": lambda c, a, m, x: (
+        a * (c.scale * 2) + m * c.scale.exp() + F.linear(a, c.W * (c.W > 0))
+        + a.masked_fill(c.b > 0, 0.25) + torch.where(c.keep, a, m) + a * c.keep + a / c.t
+        + m * (c.scale > 0.9) + torch.where(~c.keep & (c.b < 0.2), m, 0.5 * a) + c.t * m),
     "sign, threshold": lambda c, a, m, x: (torch.sign(a) * m + a.sign() +
                                            F.threshold(a, 0.1, -0.5) + F.threshold(m, -0.2, 0.3)),
     "einsum": lambda c, a, m, x: (

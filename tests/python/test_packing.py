@@ -80,6 +80,8 @@ def test_pack_edges_refuses_cycles_and_bad_nodes():
         edbatch.pack_edges([{"num_nodes": 3, "edges": [(0, 3)]}])
     with pytest.raises(ValueError, match="names node -1"):
         edbatch.pack_edges([{"num_nodes": 3, "edges": [(-1, 2)]}])
+    with pytest.raises(ValueError, match=r"names node 1.0, not an integer"):
+        edbatch.pack_edges([{"num_nodes": 3, "edges": [(0, 2), (1.0, 2)]}])
     with pytest.raises(ValueError, match="3 nodes but 2 kinds"):
         edbatch.pack_edges([{"num_nodes": 3, "kinds": [0, 1]}])
 

@@ -88,6 +88,20 @@ def test_each_operation(backend, op):
     assert_same(model, packed, inputs_for(packed, 1))
 
 
+def test_division_by_zero_is_infinite_as_in_pytorch(backend):
+    """x / 0.0 is inf, -inf or NaN by x's sign as in PyTorch, not an error when tracing."""
+    model = edbatch.nn.Propagate(lambda x, m: x / 0.0, state_size=D)
+    packed = structures.packed("trees", 3)
+    x = torch.randn(packed.input_ids.numel(), D)
+    x[0, :2] = 0.0
+    with torch.no_grad():
+        h = model(packed, x=x)
+    rows = packed.node_inputs
+    want = torch.where(rows[:, None] >= 0, x[rows.clamp(min=0)], torch.zeros(1, D)) / 0.0
+    torch.testing.assert_close(h, want, equal_nan=True)
+    assert torch.isinf(h).any() and torch.isnan(h).any()
+
+
 @pytest.mark.parametrize("size", [13, 129])
 @pytest.mark.parametrize("op", ["chunk", "slicing", "layer_norm", "softmax", "@", "torch.cat",
                                 "var", "size-1 gate, expand"])
@@ -576,6 +590,24 @@ def test_dropout_uses_the_shared_masks(backend, p):
     assert model.last_seed != seed  # every training call draws a new seed
 
 
+def test_functional_dropout_draws_masks_in_eval_mode(backend):
+    """F.dropout(..., training=True) (Monte Carlo dropout at inference) drops in eval mode too,
+    with new masks every call, as in PyTorch; nn.Dropout in eval mode does not."""
+    torch.manual_seed(13)
+    model = edbatch.nn.Propagate(lambda x, m: F.dropout(x, 0.5, training=True) + m,
+                                 state_size=D).eval()
+    packed = structures.packed("trees", 13)
+    inputs = inputs_for(packed, 13)
+    torch.manual_seed(14)
+    first = model(packed, **inputs)
+    seed = model.last_seed
+    assert seed != 0
+    nodes, edges = dropout_sites(model, packed)
+    assert_same(model, packed, inputs, seed=14, dropout=(seed, nodes, edges))
+    torch.manual_seed(15)
+    assert not torch.equal(model(packed, **inputs), first) and model.last_seed != seed
+
+
 def test_dropout_mask_statistics():
     """Keep rate 1 - p within 5 binomial standard deviations, for several keys and sizes."""
     for p in (0.1, 0.5, 0.9):
@@ -758,6 +790,42 @@ def test_loss_step_with_padding_idx():
     assert table.grad is None or not table.grad.any()  # .grad left as zero_grad() left it
     torch.testing.assert_close(table.detach(), before - 0.5 * want_grad, rtol=1e-6, atol=1e-6)
     assert torch.equal(table[0].detach(), before[0])
+
+
+class _Settings(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.act, self.drop, self.temp = nn.Linear(D, 7), nn.LeakyReLU(0.01), \
+            nn.Dropout(0.5), 1.0
+
+    def forward(self, x, m):
+        return self.act(self.drop(self.lin(x)) / self.temp + m)
+
+
+def test_changed_settings_are_traced_again(backend):
+    """What the trace reads as constants, a submodule's plain settings and training flag and a
+    cell's own attributes, takes effect at the next call as in eager PyTorch."""
+    torch.manual_seed(8)
+    model = edbatch.nn.Propagate(_Settings(), state_size=7).eval()
+    cell = model.node_cells[0]
+    packed = structures.packed("trees", 9)
+    inputs = inputs_for(packed, 9)
+    assert_same(model, packed, inputs)
+    cell.act.negative_slope = 0.5
+    assert_same(model, packed, inputs)
+    cell.temp = 3.0
+    assert_same(model, packed, inputs)
+    cell.act = nn.Tanh()  # a module without weights, replaced
+    assert_same(model, packed, inputs)
+    program = model.program("x", D)
+    assert model.program("x", D) is program  # nothing changed: the same program
+    model.train()
+    cell.drop.p = 0.0  # a dropout schedule at its end
+    assert_same(model, packed, inputs)
+    cell.drop.p = 0.5
+    cell.drop.eval()  # one submodule in eval mode
+    assert not model.program("x", D).has_dropout
+    assert_same(model, packed, inputs)
 
 
 def test_a_replaced_submodule_is_traced_again(backend):
