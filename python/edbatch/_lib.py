@@ -13,6 +13,10 @@ def load():
     if _loaded is not None:
         return _loaded
     path = os.environ.get("EDBATCH_LIBRARY")
+    if path and not os.path.isfile(path):
+        raise ImportError(f"edbatch: EDBATCH_LIBRARY is {path!r}, which is not a file: set it to "
+                          f"a CMake build's libedbatch_torch.so, or unset it to use the "
+                          f"extension `pip install` built")
     if not path:
         here = os.path.dirname(os.path.abspath(__file__))
         found = sorted(glob.glob(os.path.join(here, "_edbatch*.so")))

@@ -3,6 +3,7 @@ greedy decoding and other loops whose next input depends on the last output (doc
 import torch
 
 from ._lib import autocast_float32
+from .head import check_engine_options
 from .ops import _reraise
 
 
@@ -33,17 +34,18 @@ class StepDecoder:
     """
 
     def __init__(self, cell, input_size=None, policy="lb-greedy", threads=0):
-        from .nn import Cell, _Embedded
+        from .nn import Cell, _Inputs
         from .propagate import Propagate
-        if isinstance(cell, _Embedded):
+        check_engine_options(policy, threads, "StepDecoder")
+        if isinstance(cell, _Inputs):
             cell = cell.cell
         if isinstance(cell, Propagate):
             if input_size is None:
                 raise TypeError("StepDecoder: a Propagate cell needs input_size= (x's columns)")
-            if cell.training:
-                program = cell.program("x", input_size)
-                if program.has_dropout:
-                    raise ValueError("StepDecoder: the cell has dropout; call .eval() first")
+            if cell.program("x", input_size).has_dropout:
+                raise ValueError("StepDecoder: the cell draws dropout masks (nn.Dropout in "
+                                 "training mode, or F.dropout(training=True)); call .eval() "
+                                 "first")
             self._program_of = lambda: cell.program("x", input_size)
             self._tuple = self._program_of().state_tuple
             self.device = _device_of(self._program_of().weights())

@@ -1,6 +1,8 @@
 """The options' checks shared by edbatch.nn.Cell and edbatch.nn.Propagate: the loss head inside
 the engine (docs/pytorch.md, "The loss inside the engine"), the batching policy and threads."""
 
+import torch
+
 from . import ops
 
 
@@ -12,17 +14,9 @@ def check_engine_options(policy, threads, owner):
                                            (policy.startswith("fsm:") and len(policy) > 4)):
         raise ValueError(f"{owner}: policy must be one of {', '.join(names)} or fsm:FILE (a "
                          f"policy file of `edbatch train`), got {policy!r}")
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
-        raise ValueError(f"{owner}: threads must be an int >= 0 (0: torch.get_num_threads()), "
-                         f"got {threads!r}")
-
-
-def check_packed(packed, owner):
-    """Raises TypeError unless `packed` is a packed batch (edbatch.Packed)."""
-    if not (hasattr(packed, "structure") and hasattr(packed, "kinds")):
-        raise TypeError(f"{owner}: expected a packed batch (edbatch.Packed: from pack_sst, "
-                        f"pack_trees, pack_lattices, pack_dags, pack_edges or collate), got "
-                        f"{type(packed).__name__}")
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 1024:
+        raise ValueError(f"{owner}: threads must be an int from 0 (torch.get_num_threads()) to "
+                         f"1024, got {threads!r}")
 
 
 def refuse_replica(module, owner):
@@ -43,6 +37,18 @@ def check_head(classes, reduction, owner):
                          f"got {classes!r}")
     if reduction not in ("sum", "mean"):
         raise ValueError(f"{owner}: reduction must be 'sum' or 'mean', got {reduction!r}")
+
+
+def labels_of(labels, packed, owner):
+    """The labels of a loss call: packed's (its host copy) when None, else a tensor (the op
+    checks its dtype and length, naming both)."""
+    ops.check_packed(packed, owner)
+    if labels is None:
+        return packed.host_labels()
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(f"{owner}: labels must be an int64 tensor (a label per node, -1 for "
+                        f"none), got {type(labels).__name__}")
+    return labels
 
 
 def head_weights(module, owner):

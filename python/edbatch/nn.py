@@ -5,8 +5,8 @@ import math
 import torch
 
 from ._lib import eager
-from .head import check_engine_options, check_head, check_packed, head_weights, refuse_replica
-from .ops import prepare, run_cell, weight_shapes
+from .head import check_engine_options, check_head, head_weights, labels_of, refuse_replica
+from .ops import check_packed, prepare, run_cell, weight_shapes
 from .step import apply_gradients
 from .propagate import Propagate  # noqa: F401  (user cells: edbatch.nn.Propagate)
 from .decode import StepDecoder  # noqa: F401  (decoding loops: edbatch.nn.StepDecoder)
@@ -59,8 +59,7 @@ class Cell(torch.nn.Module):
         """The loss head's cross-entropy over the nodes of `packed` (a 0-d tensor), computed
         inside the engine. labels: int64 per node, -1 for none (default packed's, read from its
         host copy)."""
-        if labels is None:
-            labels = packed.host_labels()
+        labels = labels_of(labels, packed, "Cell")
         return run_cell(self.cell, x, packed, self.weights() + head_weights(self, "Cell"),
                         self.hidden_size, self.num_node_types, self.num_arc_types, self.policy,
                         self.threads, labels, self.reduction)[0]
@@ -78,8 +77,7 @@ class Cell(torch.nn.Module):
     @eager
     def _step(self, x, packed, labels, lr):
         """The step's loss and x's gradient, the weights' gradients handed on."""
-        if labels is None:
-            labels = packed.host_labels()
+        labels = labels_of(labels, packed, "Cell")
         weights = self.weights() + head_weights(self, "Cell")
         out = run_cell(self.cell, x, packed, weights, self.hidden_size, self.num_node_types,
                        self.num_arc_types, self.policy, self.threads, labels, self.reduction,
@@ -103,28 +101,9 @@ class Cell(torch.nn.Module):
                 f"policy={self.policy!r}")
 
 
-class _Embedded(torch.nn.Module):
-    """A cell whose input rows are embeddings of packed.input_ids (one table per input kind)."""
-
-    def __init__(self, cell, vocab_size, input_size, hidden_size, kinds=1, **options):
-        super().__init__()
-        self.embeddings = torch.nn.ModuleList(
-            torch.nn.Embedding(vocab_size, input_size) for _ in range(kinds))
-        self.cell = Cell(cell, input_size, hidden_size, **options)
-
-    def embed(self, packed):
-        check_packed(packed, type(self).__name__)
-        if len(self.embeddings) == 1:
-            return self.embeddings[0](packed.input_ids)
-        x = self.embeddings[0](packed.input_ids)
-        for kind in range(1, len(self.embeddings)):
-            mask = (packed.input_kinds == kind).unsqueeze(1)
-            x = torch.where(mask, self.embeddings[kind](packed.input_ids), x)
-        return x
-
-    def forward(self, packed, x=None):
-        """Per-node outputs; x overrides the embeddings (rows as packed.input_ids)."""
-        return self.cell(self.embed(packed) if x is None else x, packed)
+class _Inputs(torch.nn.Module):
+    """A built-in cell whose input rows it computes from packed.input_ids (`embed`): the loss
+    head, loss, loss_step and prepare of every built-in module."""
 
     @property
     def head(self):
@@ -148,20 +127,49 @@ class _Embedded(torch.nn.Module):
             x = self.embed(packed)
         loss, grad_x = self.cell._step(x, packed, labels, lr)
         with torch.no_grad():
-            for kind, table in enumerate(self.embeddings):
-                if not table.weight.requires_grad:
-                    continue
-                rows = grad_x
-                if len(self.embeddings) > 1:
-                    rows = rows * (packed.input_kinds == kind).unsqueeze(1)
-                if table.padding_idx is not None:
-                    rows = rows * (packed.input_ids != table.padding_idx).unsqueeze(1)
-                table.weight.index_add_(0, packed.input_ids, rows, alpha=-lr)
+            self._update_tables(packed, grad_x, lr)
         return loss
 
     def prepare(self, packed):
         """Starts the host work of a later forward(packed) on a worker thread (Cell.prepare)."""
+        check_packed(packed, f"{type(self).__name__}.prepare")
         self.cell.prepare(packed)
+
+
+class _Embedded(_Inputs):
+    """A cell whose input rows are embeddings of packed.input_ids (one table per input kind)."""
+
+    def __init__(self, cell, vocab_size, input_size, hidden_size, kinds=1, **options):
+        super().__init__()
+        self.embeddings = torch.nn.ModuleList(
+            torch.nn.Embedding(vocab_size, input_size) for _ in range(kinds))
+        self.cell = Cell(cell, input_size, hidden_size, **options)
+
+    def embed(self, packed):
+        check_packed(packed, type(self).__name__)
+        if len(self.embeddings) == 1:
+            return self.embeddings[0](packed.input_ids)
+        x = self.embeddings[0](packed.input_ids)
+        for kind in range(1, len(self.embeddings)):
+            mask = (packed.input_kinds == kind).unsqueeze(1)
+            x = torch.where(mask, self.embeddings[kind](packed.input_ids), x)
+        return x
+
+    def forward(self, packed, x=None):
+        """Per-node outputs; x overrides the embeddings (rows as packed.input_ids)."""
+        return self.cell(self.embed(packed) if x is None else x, packed)
+
+    def _update_tables(self, packed, grad_x, lr):
+        """SGD on the rows of the tables the batch read, from the gradient of its x rows."""
+        for kind, table in enumerate(self.embeddings):
+            if not table.weight.requires_grad:
+                continue
+            rows = grad_x
+            if len(self.embeddings) > 1:
+                rows = rows * (packed.input_kinds == kind).unsqueeze(1)
+            if table.padding_idx is not None:
+                rows = rows * (packed.input_ids != table.padding_idx).unsqueeze(1)
+            table.weight.index_add_(0, packed.input_ids, rows, alpha=-lr)
 
 
 class TreeLSTM(_Embedded):
@@ -203,10 +211,10 @@ class RandomDAG(_Embedded):
                          num_node_types=num_state_types, num_arc_types=num_arc_types, **options)
 
 
-class MVRNN(torch.nn.Module):
+class MVRNN(_Inputs):
     """Matrix-vector RNN (Socher et al. 2012; the zoo's mvrnn) over binary trees: every word has a
     vector and an H x H matrix (initialised to the identity plus noise). forward(packed) ->
-    (v, M): v num_nodes x H, M num_nodes x H x H."""
+    (v, M): v num_nodes x H, M num_nodes x H x H. With classes=C the loss head reads v."""
 
     def __init__(self, vocab_size, hidden_size, **options):
         super().__init__()
@@ -217,15 +225,24 @@ class MVRNN(torch.nn.Module):
             self.matrices.weight.mul_(0.01).add_(torch.eye(H).reshape(1, -1))
         self.cell = Cell("mvrnn", H + H * H, H, **options)
 
-    def prepare(self, packed):
-        """Starts the host work of a later forward(packed) on a worker thread (Cell.prepare)."""
-        self.cell.prepare(packed)
-
-    def forward(self, packed):
+    def embed(self, packed):
+        """The input rows [v; vec M], M column-major as the op reads each leaf's matrix."""
         check_packed(packed, "MVRNN")
         H = self.hidden_size
         M = self.matrices(packed.input_ids).view(-1, H, H)
-        # The op reads each leaf's matrix column-major.
-        x = torch.cat([self.vectors(packed.input_ids), M.transpose(1, 2).reshape(-1, H * H)], 1)
-        v, m = self.cell(x, packed)
+        return torch.cat([self.vectors(packed.input_ids), M.transpose(1, 2).reshape(-1, H * H)],
+                         1)
+
+    def forward(self, packed, x=None):
+        """(v, M) per node; x overrides the input rows (as embed(packed) makes them)."""
+        H = self.hidden_size
+        v, m = self.cell(self.embed(packed) if x is None else x, packed)
         return v, m.view(-1, H, H).transpose(1, 2)
+
+    def _update_tables(self, packed, grad_x, lr):
+        H, ids = self.hidden_size, packed.input_ids
+        if self.vectors.weight.requires_grad:
+            self.vectors.weight.index_add_(0, ids, grad_x[:, :H], alpha=-lr)
+        if self.matrices.weight.requires_grad:
+            rows = grad_x[:, H:].reshape(-1, H, H).transpose(1, 2).reshape(-1, H * H)
+            self.matrices.weight.index_add_(0, ids, rows, alpha=-lr)

@@ -46,10 +46,10 @@ def _reraise(error):
 def _message(error):
     """The library's own message ("[function] what"), without libtorch's backtrace; None when
     the error did not come from edbatch."""
-    text = str(error).split("\nException raised from")[0].strip()
-    for line in text.split("\n"):
-        if line.startswith("["):
-            return line.strip()
+    lines = str(error).split("\nException raised from")[0].strip().split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("["):  # with the lines after it (a list of what did not match)
+            return "\n".join(lines[i:]).strip()
     return None
 
 
@@ -92,9 +92,16 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
         weights = weights[:-2]  # the head's: the op names what is wrong with them
     _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, num_arc_types)
     if error is None:
-        raise TypeError(f"edbatch.run_cell: packed must be a Packed structure, got "
-                        f"{type(packed).__name__}")
+        check_packed(packed, "edbatch.run_cell")
     _reraise(error)
+
+
+def check_packed(packed, owner):
+    """Raises TypeError unless `packed` is a packed batch (edbatch.Packed)."""
+    if not (hasattr(packed, "structure") and hasattr(packed, "kinds")):
+        raise TypeError(f"{owner}: expected a packed batch (edbatch.Packed: from pack_sst, "
+                        f"pack_trees, pack_lattices, pack_dags, pack_edges or collate), got "
+                        f"{type(packed).__name__}")
 
 
 def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num_node_types=1,
@@ -106,11 +113,12 @@ def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num
     device, and x of `num_x` rows (default: packed.input_ids' length), then only runs the plan.
     Typically the next mini-batch is prepared while this one trains (see prefetch()). A call that
     matches no prepared structure works as usual; an error in the structure is raised by the
-    run_cell call. Up to 8 prepared structures wait; preparing more drops the oldest.
+    run_cell call. Up to 9 prepared structures wait; preparing more drops the oldest.
     With loss ("sum" or "mean") and classes, the prepared call is run_cell's loss head over
     packed's labels (Packed.host_labels()).
     """
     _lib.load()
+    check_packed(packed, "edbatch.prepare")
     if num_x is None:
         num_x = packed.input_ids.numel()
     try:
@@ -140,8 +148,9 @@ def set_plan_cache(megabytes):
     bitwise the same results; 0 turns reuse off. Engines already made keep their budget: set it
     before the first call. Budgets apply per engine (per module configuration and device)."""
     _lib.load()
-    if megabytes < 0:
-        raise ValueError(f"set_plan_cache: negative budget {megabytes}")
+    if not 0 <= megabytes <= 1 << 30:  # NaN too
+        raise ValueError(f"set_plan_cache: the budget must be from 0 to 2**30 MiB, got "
+                         f"{megabytes!r}")
     return torch.ops.edbatch.set_plan_cache(int(megabytes * (1 << 20))) / (1 << 20)
 
 
@@ -163,8 +172,8 @@ def prefetch(module, batches, depth=1):
             ...
 
     A depth of 2 helps when preparing one mini-batch takes longer than a step (large
-    mini-batches on a GPU): two worker threads then prepare the next two side by side. At most 8
-    preparations wait at a time, so depth is 1 to 8.
+    mini-batches on a GPU): two worker threads then prepare the next two side by side. depth is 1
+    to 8 (the engine keeps up to 9 preparations: the window and the one the step takes).
     """
     if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 8:
         raise ValueError(f"edbatch.prefetch: depth must be an integer from 1 to 8, got {depth!r}")

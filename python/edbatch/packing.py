@@ -66,8 +66,8 @@ class Packed:
         for name in _FIELDS:
             t = getattr(self, name)
             setattr(out, name, t.to(device) if name in _DEVICE_FIELDS else t.cpu())
-        out._host = {name: (getattr(out, name), self._host_copy(name))
-                     for name in _HOST_COPIES}
+        out._host = {name: (getattr(out, name), getattr(out, name)._version,
+                            self._host_copy(name)) for name in _HOST_COPIES}
         return out
 
     def kinds(self):
@@ -126,10 +126,13 @@ class Packed:
 
     def _host_copy(self, name):
         """Field `name` in host memory: the copy to() kept while the field is the tensor it was
-        kept with, else a copy now."""
+        kept with and unchanged in place since (word dropout on a GPU's input_ids), else a copy
+        now."""
         t = getattr(self, name)
         kept = getattr(self, "_host", {}).get(name)
-        return kept[1] if kept is not None and kept[0] is t else t.cpu()
+        if kept is not None and len(kept) == 3 and kept[0] is t and t._version == kept[1]:
+            return kept[2]
+        return t.cpu()
 
     def __repr__(self):
         return (f"Packed({self.num_instances} instances, {self.num_nodes} nodes, "

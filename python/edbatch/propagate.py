@@ -3,8 +3,8 @@ trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorc
 import torch
 
 from ._lib import autocast_float32, eager
-from .head import check_engine_options, check_head, check_packed, head_weights, refuse_replica
-from .ops import _reraise
+from .head import check_engine_options, check_head, head_weights, labels_of, refuse_replica
+from .ops import _reraise, check_packed
 from .step import apply_gradients
 from .trace import as_cells, sizes_of, trace_program
 
@@ -136,8 +136,7 @@ class Propagate(torch.nn.Module):
         inside the engine. labels: int64 per node, -1 for none (default packed's, read from its
         host copy)."""
         head = head_weights(self, "Propagate")
-        if labels is None:
-            labels = packed.host_labels()
+        labels = labels_of(labels, packed, "Propagate")
         return self._run(packed, x, ids, head, labels)[0][0]
 
     @eager
@@ -151,8 +150,7 @@ class Propagate(torch.nn.Module):
         the whole step in the engine). Not for DistributedDataParallel, whose gradient hooks
         run in autograd's backward: call loss() and backward() there."""
         head = head_weights(self, "Propagate")
-        if labels is None:
-            labels = packed.host_labels()
+        labels = labels_of(labels, packed, "Propagate")
         outputs, _, weights = self._run(packed, x, ids, head, labels, step=True)
         apply_gradients(weights, outputs[2:], lr)
         if x is not None:

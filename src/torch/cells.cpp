@@ -429,11 +429,15 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
   }
   std::fill(grad_x, grad_x + num_x_ * D, 0.0f);
   if (!have_graph_) {
+    if (num_nodes_ != 0)
+      throw std::runtime_error("[edbatch.backward] forward was not run for backward");
+    // No nodes: every gradient is zero, and no lookup row was touched (lookup_gradient).
+    pc_.zero_grads();
     for (size_t i = 0; i < specs.size(); ++i)
-      std::fill(grad_weights[i], grad_weights[i] + specs[i].rows * std::max(specs[i].cols, 1u),
-                0.0f);
-    if (num_nodes_ == 0) return;
-    throw std::runtime_error("[edbatch.backward] forward was not run for backward");
+      if (grad_weights[i])  // null: a lookup table's, made from its touched rows
+        std::fill(grad_weights[i], grad_weights[i] + specs[i].rows * std::max(specs[i].cols, 1u),
+                  0.0f);
+    return;
   }
   pc_.zero_grads();
   engine_.backward(graph_, targets_, out_grad);

@@ -171,6 +171,9 @@ void set_run_options(CallArgs& a, const c10::Device& device, const std::string& 
   a.options.policy = policy;
   a.options.device = device.is_cuda() ? "cuda" : "cpu";
   a.device_index = device.is_cuda() ? device.index() : -1;
+  if (threads < 0 || threads > kMaxThreads)
+    fail(fmt::format("[edbatch] threads must be from 0 (torch.get_num_threads()) to {}, got {}",
+                     kMaxThreads, threads));
   a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
   a.options.plan_cache_bytes = static_cast<size_t>(plan_cache_budget.load());
 }

@@ -132,7 +132,8 @@ class RunnerPool {
     std::unique_ptr<Runner> runner;
     bool done = false;
   };
-  static constexpr size_t kMaxPrepared = 8, kMaxWorkers = 2;
+  // edbatch.prefetch's deepest window: 8 ahead, and the one its next call is about to take.
+  static constexpr size_t kMaxPrepared = 9, kMaxWorkers = 2;
 
   // An idle runner of configuration `a` (key k), or a new one (made outside the lock).
   std::unique_ptr<Runner> idle_or_new(const CallArgs& a, const std::string& k) {
@@ -217,6 +218,9 @@ CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t i
 CallArgs call_args(const std::string& cell, const Tensor& x, int64_t hidden,
                    int64_t num_node_types, int64_t num_arc_types, const std::string& policy,
                    int64_t threads);
+// The most threads a call may ask for (python/edbatch/head.py checks the same).
+constexpr int64_t kMaxThreads = 1024;
+
 // The engine options of a call on `device` (and which device), shared by built-in and user cells:
 // the batching policy, threads (0: torch's) and the plan cache budget set now (set_plan_cache).
 void set_run_options(CallArgs& a, const c10::Device& device, const std::string& policy,

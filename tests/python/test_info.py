@@ -54,3 +54,14 @@ def test_python_m_edbatch_prints_the_same():
     assert lines[0] == f"edbatch {cmake_version()}"
     assert "backends built in: " + ", ".join(info["backends"]) in text
     assert f"  cuda: {info['devices']['cuda']['status']}" in lines
+
+
+def test_a_missing_library_is_named():
+    """EDBATCH_LIBRARY naming no file: an ImportError naming the variable and the path."""
+    env = dict(os.environ, EDBATCH_LIBRARY=os.path.join(ROOT, "no-such-lib.so"),
+               PYTHONPATH=os.path.join(ROOT, "python"))
+    code = "import edbatch._lib as l; l._loaded = None; l.load()"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    assert "EDBATCH_LIBRARY is" in done.stderr and "no-such-lib.so" in done.stderr

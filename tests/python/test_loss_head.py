@@ -197,6 +197,17 @@ def test_packed_to_keeps_host_labels():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_host_copies_follow_changes_in_place_on_the_gpu():
+    """Labels and ids changed in place on the GPU (word dropout) after to(): the host copies
+    the loss head and the cells' embeddings read follow."""
+    moved = sst_batch().to("cuda")
+    assert moved.host_labels()[0] != -1
+    moved.labels[0] = -1
+    moved.input_ids[1] = 3
+    assert moved.host_labels()[0] == -1 and moved.host_input_ids()[1] == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("prepared", [False, True])
 def test_cuda_equals_cpu(prepared):
     torch.manual_seed(4)

@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import edbatch
 
@@ -112,6 +113,23 @@ def test_propagate_step_with_ids_updates_the_cells_embedding(kind):
             close(p.grad, g, f"{name}'s gradient", tol=1e-6)
 
 
+def test_step_on_an_empty_batch_after_a_full_one():
+    """A cell that embeds its ids, stepped on an empty batch (its table's gradient made from the
+    touched rows: none), after a batch that touched rows: a zero loss, no update."""
+    torch.manual_seed(6)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, 0, vocab=structures.VOCAB),
+                                 state_size=7, classes=C, threads=1)
+    packed = structures.packed("dags", 32)
+    model.loss_step(packed, ids=packed.input_ids, labels=random_labels(packed.num_nodes, 16))
+    empty = edbatch.pack_trees([])
+    before = [p.detach().clone() for p in model.parameters()]
+    for lr in (None, 0.5):
+        loss = model.loss_step(empty, ids=empty.input_ids, lr=lr)
+        assert loss.item() == 0
+    for (name, p), b in zip(model.named_parameters(), before):
+        assert torch.equal(p.detach(), b), name
+
+
 def test_tables_are_read_at_each_calls_ids():
     """A cell's embedding table is read at the ids of each call: after the table changes, a call
     over other ids (some seen before, some not) equals the eager cell."""
@@ -164,10 +182,17 @@ def test_propagate_step_with_dropout_uses_the_calls_masks():
         close(p.grad, w, "gradient", tol=1e-6)
 
 
-@pytest.mark.parametrize("module", ["tree_lstm", "lattice_lstm"])
+@pytest.mark.parametrize("module", ["tree_lstm", "lattice_lstm", "mvrnn"])
 def test_builtin_step_with_lr_updates_every_parameter(module):
     if module == "tree_lstm":
         m, packed = tree_module(), sst_batch()
+    elif module == "mvrnn":  # the word matrices' rows are read transposed: updated back so
+        torch.manual_seed(4)
+        m, packed = edbatch.nn.MVRNN(structures.VOCAB, 4, classes=C, threads=1), sst_batch()
+        ref = copy.deepcopy(m)
+        v, _ = ref(packed)
+        close(m.loss(packed), F.cross_entropy(ref.head(v), packed.labels, reduction="sum"),
+              "MVRNN's loss head over v")
     else:
         torch.manual_seed(2)
         m = edbatch.nn.LatticeLSTM(structures.VOCAB, 6, 7, classes=C, threads=1)

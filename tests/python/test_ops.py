@@ -289,3 +289,15 @@ def test_pred_ptr_passing_the_arcs_is_refused_before_any_arc_is_read():
     packed, w = tree_call(pred_ptr=torch.tensor([0, 0, 0, 9, 2, 4, 4]))
     with pytest.raises(ValueError, match="pred_ptr\\[3\\] = 9 passes the number of arcs 4"):
         edbatch.run_cell("tree_lstm", x, packed, w, H)
+
+
+def test_library_messages_keep_their_lines():
+    """A library error's lines after its first (what did not match) stay in the ValueError;
+    libtorch's backtrace goes; errors from elsewhere are raised as they are."""
+    error = RuntimeError("[FsmPolicy] does not match; types it lacks:\n  block:a\n  sum(2*->2)\n"
+                         "Exception raised from check at fsm.cpp:1 (most recent call first):\n#0")
+    with pytest.raises(ValueError) as info:
+        edbatch.ops._reraise(error)
+    assert str(info.value) == "[FsmPolicy] does not match; types it lacks:\n  block:a\n  sum(2*->2)"
+    with pytest.raises(RuntimeError, match="not ours"):
+        edbatch.ops._reraise(RuntimeError("not ours"))

@@ -119,23 +119,23 @@ def test_more_prepared_than_kept():
     for p, input_size, *_ in cases:
         edbatch.prepare(cell, p, input_size, H, threads=1)
     after = counts()
-    # 8 wait at most: the oldest go, first any left from before, then 2 of these.
-    assert after["waiting"] == 8
+    # 9 wait at most: the oldest go, first any left from before, then 1 of these.
+    assert after["waiting"] == 9
     # A second worker starts when a preparation waits while the first is busy, never a third.
     assert 1 <= after["workers"] <= 2
-    assert after["dropped"] == before["dropped"] + before["waiting"] + 2
+    assert after["dropped"] == before["dropped"] + before["waiting"] + 1
     for (p, _, nt, at, w, x), want in zip(cases, wants):
         assert_same(step(cell, p, x, w, nt, at), want)
-    assert counts()["used"] == before["used"] + 8
+    assert counts()["used"] == before["used"] + 9
 
 
-@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("depth", [1, 2, 3, 8])
 def test_prefetch_with_a_module(depth):
-    """Prefetching 1, 2 or 3 ahead (two workers preparing side by side): the same outputs, and
-    every mini-batch after the first served prepared."""
+    """Prefetching 1, 2, 3 or 8 ahead (two workers preparing side by side): the same outputs,
+    and every mini-batch after the first served prepared."""
     torch.manual_seed(0)
     model = edbatch.nn.TreeLSTM(50, 5, H, threads=1)
-    packs = [structures("tree_lstm", 40 + i)[0] for i in range(4)]
+    packs = [structures("tree_lstm", 40 + i)[0] for i in range(12 if depth == 8 else 4)]
     with torch.no_grad():
         want = [model(p)[0] for p in packs]
     before = counts()
@@ -144,10 +144,10 @@ def test_prefetch_with_a_module(depth):
         h, c = model(p)
         (h.sum() + c.sum()).backward()
         seen.append(h.detach())
-    assert len(seen) == 4
+    assert len(seen) == len(packs)
     for a, b in zip(seen, want):
         assert torch.equal(a, b)
-    assert counts()["used"] == before["used"] + 3  # every mini-batch after the first
+    assert counts()["used"] == before["used"] + len(packs) - 1  # every one after the first
     assert list(edbatch.prefetch(model, [])) == []
 
 
@@ -376,5 +376,15 @@ def test_plan_cache_budget(make):
                 assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
     finally:
         edbatch.set_plan_cache(previous)
-    with pytest.raises(ValueError, match="negative"):
-        edbatch.set_plan_cache(-1)
+    for bad in (-1, float("nan"), 1e13):
+        with pytest.raises(ValueError, match="budget must be from 0 to 2"):
+            edbatch.set_plan_cache(bad)
+
+
+def test_preparing_what_is_not_packed_is_refused():
+    """A DataLoader without collate_fn=edbatch.collate hands lists: named, not an AttributeError."""
+    model = edbatch.nn.TreeLSTM(50, 5, H, threads=1)
+    for call in (lambda: model.prepare([(1, 2)]), lambda: list(edbatch.prefetch(model, [[1], [2]])),
+                 lambda: edbatch.prepare("tree_lstm", [(1, 2)], 5, H)):
+        with pytest.raises(TypeError, match="expected a packed batch .* got list"):
+            call()

@@ -676,12 +676,21 @@ def test_bad_arguments(monkeypatch, tmp_path):
     # Policies and thread counts are checked when the module is made, not at its first forward.
     for options, message in [(dict(policy="lb_greedy"), "policy must be one of none, depth"),
                              (dict(policy="fsm:"), "or fsm:FILE"),
-                             (dict(threads=-1), "threads must be an int >= 0"),
-                             (dict(threads=2.5), "threads must be an int >= 0")]:
+                             (dict(threads=-1), "threads must be an int from 0"),
+                             (dict(threads=2.5), "threads must be an int from 0"),
+                             (dict(threads=2 ** 31), "threads must be an int from 0")]:
         with pytest.raises(ValueError, match=message):
             edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7, **options)
         with pytest.raises(ValueError, match=message):
             edbatch.nn.TreeLSTM(30, 6, 5, **options)
+        with pytest.raises(ValueError, match=message):
+            edbatch.nn.StepDecoder(edbatch.nn.Propagate(cells.OpCell("tanh", 7, D),
+                                                        state_size=7), input_size=D, **options)
+    # The op's own check, for callers of the ops: no thread count wraps around 32 bits.
+    weights = [torch.randn(s) for _, s in edbatch.weight_shapes("tree_lstm", 5, D)]
+    with pytest.raises(ValueError, match="threads must be from 0 .* to 1024, got 4294967297"):
+        edbatch.run_cell("tree_lstm", torch.randn(4, D), edbatch.pack_trees([(1, (2, 3)), 4]),
+                         weights, 5, threads=2 ** 32 + 1)
     # Every policy the engine names (torch.ops.edbatch.policies) is accepted and runs.
     assert {"none", "lb-greedy", "auto"} <= set(edbatch.ops.policies())
     packed, x = edbatch.pack_trees([(1, (2, 3)), 4]), torch.randn(4, D)
