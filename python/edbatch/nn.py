@@ -49,9 +49,17 @@ class Cell(torch.nn.Module):
         refuse_replica(self, f"edbatch.nn.Cell({self.cell!r})")
         return [getattr(self, name) for name in self.weight_names]
 
+    def _x(self, x):
+        """x, refused by name when its columns are not the cell's input_size (the op would
+        blame the first weight that does not fit it)."""
+        if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[1] != self.input_size:
+            raise ValueError(f"edbatch.nn.Cell({self.cell!r}): x has {x.shape[1]} columns, the "
+                             f"cell's input_size is {self.input_size}")
+        return x
+
     @eager
     def forward(self, x, packed):
-        return run_cell(self.cell, x, packed, self.weights(), self.hidden_size,
+        return run_cell(self.cell, self._x(x), packed, self.weights(), self.hidden_size,
                         self.num_node_types, self.num_arc_types, self.policy, self.threads)
 
     @eager
@@ -60,7 +68,7 @@ class Cell(torch.nn.Module):
         inside the engine. labels: int64 per node, -1 for none (default packed's, read from its
         host copy)."""
         labels = labels_of(labels, packed, "Cell")
-        return run_cell(self.cell, x, packed, self.weights() + head_weights(self, "Cell"),
+        return run_cell(self.cell, self._x(x), packed, self.weights() + head_weights(self, "Cell"),
                         self.hidden_size, self.num_node_types, self.num_arc_types, self.policy,
                         self.threads, labels, self.reduction)[0]
 
@@ -79,9 +87,9 @@ class Cell(torch.nn.Module):
         """The step's loss and x's gradient, the weights' gradients handed on."""
         labels = labels_of(labels, packed, "Cell")
         weights = self.weights() + head_weights(self, "Cell")
-        out = run_cell(self.cell, x, packed, weights, self.hidden_size, self.num_node_types,
-                       self.num_arc_types, self.policy, self.threads, labels, self.reduction,
-                       step=True)
+        out = run_cell(self.cell, self._x(x), packed, weights, self.hidden_size,
+                       self.num_node_types, self.num_arc_types, self.policy, self.threads, labels,
+                       self.reduction, step=True)
         apply_gradients(weights, out[2:], lr)
         return out[0], out[1]
 

@@ -164,3 +164,13 @@ def test_training_lowers_the_loss():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
+
+
+def test_x_of_the_wrong_width_is_named():
+    """x whose columns are not the cell's input_size: x is named, not the first weight."""
+    model = edbatch.nn.TreeLSTM(30, 6, 5, classes=3)
+    packed = edbatch.pack_trees([((1, 2), 3)], [[0, 1, 2, 0, 1]])
+    for call in (lambda x: model(packed, x=x), lambda x: model.loss(packed, x=x),
+                 lambda x: model.loss_step(packed, x=x)):
+        with pytest.raises(ValueError, match=r"x has 7 columns, the cell's input_size is 6"):
+            call(torch.randn(3, 7))
