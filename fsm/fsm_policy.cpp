@@ -313,8 +313,12 @@ void save_fsm_policy(const std::string& path, const FsmPolicyData& policy) {
 }
 
 FsmPolicyData load_fsm_policy(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("[load_fsm_policy] cannot open '" + path + "'");
+  std::ifstream in;
+  try {
+    in = open_input(path, "load_fsm_policy");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());  // as every error of reading a policy (fsm.h)
+  }
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw std::runtime_error("[load_fsm_policy] error reading '" + path + "'");
   return parse_fsm_policy(text, path);

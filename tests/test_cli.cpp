@@ -1,6 +1,8 @@
 // `edbatch run` end to end: exit codes and messages for good runs, bad flags and bad files; the
-// metrics JSON; --outputs; --describe; a save/load weights round trip; --decode's repeated steps.
+// metrics JSON; --outputs; --describe; a save/load weights round trip; --decode's repeated steps;
+// losses that are not finite; --vocab-size 0; input and output paths checked before any work.
 #include <doctest/doctest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <cstdio>
@@ -8,8 +10,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "edbatch/safetensors.h"
 #include "tests/cli_run.h"
 
 namespace fs = std::filesystem;
@@ -272,4 +276,205 @@ TEST_CASE("cli: weights saved after training load back to the same losses") {
   const Result other =
       cli(dir, "run --model tree_lstm " + kSmall + "--data synthetic:4 --load-weights '" + w + "'");
   CHECK(other.code == 1);
+}
+
+TEST_CASE("cli: a forward run whose loss is not finite fails, naming where") {
+  TempDir dir;
+  const std::string common =
+      "run --model tree_lstm --no-blocks --hidden 6 --batch 8 --data "
+      "synthetic:12 ";
+  const std::string w = dir / "w.st", nan = dir / "nan.st";
+  REQUIRE(cli(dir, common + "--iters 1 --save-weights '" + w + "'").code == 0);
+  std::vector<edbatch::NamedTensor> tensors = edbatch::read_safetensors(w);
+  for (edbatch::NamedTensor& t : tensors)
+    if (t.name == "W_out") t.data[0] = std::nanf("");
+  edbatch::write_safetensors(nan, tensors);
+  const std::string json = dir / "m.json", out = dir / "o.jsonl";
+  for (const std::string& extra :
+       {std::string(""), std::string("--warmup 0 "), std::string("--pipeline --warmup 0 "),
+        std::string("--iters 1 --warmup 0 ")}) {
+    CAPTURE(extra);
+    const Result r = cli(dir, common + extra + "--load-weights '" + nan + "' --json '" + json +
+                                  "' --outputs '" + out + "' --eval synthetic:4");
+    CHECK(r.code == 1);
+    CHECK(r.err.find("mini-batch 1") != std::string::npos);
+    CHECK(r.err.find("the loss is nan, not finite") != std::string::npos);
+    CHECK(r.err.find("--check-numerics") != std::string::npos);
+    CHECK(r.out.find("instances/s") == std::string::npos);  // no table of a failed run
+    CHECK_FALSE(fs::exists(json));
+    CHECK_FALSE(fs::exists(out));
+  }
+  // --check-numerics names the first non-finite value and its mini-batch.
+  const Result checked = cli(dir, common + "--load-weights '" + nan + "' --check-numerics");
+  CHECK(checked.code == 1);
+  CHECK(checked.err.find("mini-batch 1") != std::string::npos);
+  // The null device computes no loss: null, as before.
+  const Result null =
+      cli(dir, common + "--device null --load-weights '" + nan + "' --json '" + json + "'");
+  REQUIRE(null.code == 0);
+  CHECK(nlohmann::json::parse(slurp(json))["mean_loss_per_instance"].is_null());
+
+  // Held-out data that overflows where the training data does not: the evaluation fails.
+  std::string deep = "(2 a)";
+  for (int i = 0; i < 3000; ++i) deep = "(2 " + deep + " (2 b))";
+  std::ofstream(dir / "deep.txt") << deep << "\n";
+  std::ofstream(dir / "flat.txt") << "(2 (2 a) (2 b))\n";
+  const std::string mvrnn = "run --model mvrnn --hidden 8 --warmup 0 --data '" + dir / "flat.txt" +
+                            "' --eval '" + dir / "deep.txt" + "'";
+  const Result eval = cli(dir, mvrnn);
+  CHECK(eval.code == 1);
+  CHECK(eval.err.find("--eval: held-out instance 0 of '" + dir / "deep.txt" + "': the loss is ") !=
+        std::string::npos);
+  CHECK(eval.err.find("not finite") != std::string::npos);
+  // --outputs covers instances the measured mini-batches did not: the deep tree, second.
+  std::ofstream(dir / "both.txt") << "(2 (2 a) (2 b))\n" << deep << "\n";
+  const Result outputs = cli(dir,
+                             "run --model mvrnn --hidden 8 --warmup 0 --batch 1 --iters 1 "
+                             "--data '" +
+                                 dir / "both.txt" + "' --outputs '" + out + "'");
+  CHECK(outputs.code == 1);
+  CHECK(outputs.err.find("--outputs: instance 1: the loss is ") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+  // Run alone it fails in the mini-batch.
+  const Result alone =
+      cli(dir, "run --model mvrnn --hidden 8 --warmup 0 --data '" + dir / "deep.txt" + "'");
+  CHECK(alone.code == 1);
+  CHECK(alone.err.find("epoch 1, mini-batch 1 of 1: the loss is ") != std::string::npos);
+}
+
+TEST_CASE("cli: --vocab-size 0 reads ids unfolded, sentence pairs included, within the limit") {
+  TempDir dir;
+  std::string vocab = "<unk>\n<s>\n</s>\n";
+  for (int i = 3; i < 300; ++i) vocab += "w" + std::to_string(i) + "\n";
+  std::ofstream(dir / "vocab.en") << vocab;
+  std::ofstream(dir / "vocab.vi") << vocab;
+  std::ofstream(dir / "s.en") << "w3 w299 w7\nw5 w6\n";
+  std::ofstream(dir / "s.vi") << "w4 w250\nw8\n";
+  const std::string json = dir / "m.json";
+  const Result nmt = cli(dir,
+                         "run --model lstm_nmt --hidden 4 --batch 2 --warmup 0 --vocab-size 0 "
+                         "--data '" +
+                             dir / "s.en" + "," + dir / "s.vi" + "' --json '" + json + "'");
+  INFO(nmt.err);
+  REQUIRE(nmt.code == 0);
+  CHECK(nlohmann::json::parse(slurp(json))["vocab"] == 300);  // w299 unfolded
+  // An id whose row count would wrap 32 bits, and one whose table would take gigabytes.
+  for (const std::string id : {"4294967295", "100000000"}) {
+    CAPTURE(id);
+    std::ofstream(dir / "lat.txt") << "1\n2\n0 0\n0\n1 0 " << id << "\n";
+    const Result r = cli(
+        dir, "run --model lattice_lstm --hidden 4 --vocab-size 0 --data '" + dir / "lat.txt" + "'");
+    CHECK(r.code == 1);
+    CHECK(r.err.find("--vocab-size 0: ") != std::string::npos);
+    CHECK(r.err.find("word id " + id) != std::string::npos);
+    CHECK(r.err.find("16777216") != std::string::npos);
+    CHECK(r.err.find("fold the ids with --vocab-size N") != std::string::npos);
+  }
+}
+
+TEST_CASE("cli: a directory given as an input file is named as one") {
+  TempDir dir;
+  const std::string folder = dir / "folder";
+  fs::create_directories(folder);
+  const std::string base = "run --model tree_lstm " + kSmall + "--data synthetic:8 ";
+  for (const std::string& args :
+       {base + "--load-weights '" + folder + "'", base + "--policy 'fsm:" + folder + "'",
+        "run --model tree_lstm --data '" + folder + "'", base + "--eval '" + folder + "'",
+        base + "--train --load-optimizer '" + folder + "'",
+        "run --model lstm_nmt --data '" + folder + "," + folder + "'",
+        "train --model tree_lstm -o '" + dir / "p.json" + "' --data '" + folder + "'"}) {
+    CAPTURE(args);
+    const Result r = cli(dir, args);
+    CHECK(r.code == 1);
+    CHECK(r.err.find("cannot open '" + folder + "': it is a directory") != std::string::npos);
+  }
+  // A vocabulary that is a directory.
+  fs::create_directories(dir / "nmt/vocab.en");
+  std::ofstream(dir / "nmt/s.en") << "a\n";
+  std::ofstream(dir / "nmt/s.vi") << "a\n";
+  const Result vocab =
+      cli(dir, "run --model lstm_nmt --data '" + dir / "nmt/s.en" + "," + dir / "nmt/s.vi" + "'");
+  CHECK(vocab.code == 1);
+  CHECK(vocab.err.find("vocab.en': it is a directory") != std::string::npos);
+}
+
+TEST_CASE("cli: output files are checked before any work") {
+  TempDir dir;
+  const std::string base = "run --model tree_lstm " + kSmall + "--data synthetic:8 ";
+  const std::string train = base + "--train --epochs 1 ";
+  fs::create_directories(dir / "folder");
+  for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
+           {train + "--save-weights '" + dir / "nodir/w.st" + "'", "--save-weights"},
+           {train + "--json '" + dir / "nodir/m.json" + "'", "--json"},
+           {train + "--outputs '" + dir / "nodir/o.jsonl" + "'", "--outputs"},
+           {train + "--save-optimizer '" + dir / "nodir/s.st" + "'", "--save-optimizer"},
+           {train + "--eval synthetic:4 --save-best '" + dir / "nodir/b.st" + "'", "--save-best"},
+           {base + "--write-data '" + dir / "nodir/d.txt" + "'", "--write-data"}}) {
+    CAPTURE(args);
+    const Result r = cli(dir, args);
+    CHECK(r.code == 1);
+    CHECK(r.err.find(option + ": cannot write '" + dir / "nodir/") != std::string::npos);
+    CHECK(r.err.find("the folder '" + dir / "nodir" + "' does not exist") != std::string::npos);
+    CHECK(r.out.empty());  // nothing ran
+  }
+  const Result folder = cli(dir, train + "--json '" + dir / "folder" + "'");
+  CHECK(folder.code == 1);
+  CHECK(folder.err.find("--json: cannot write '" + dir / "folder" + "': it is a directory") !=
+        std::string::npos);
+  std::ofstream(dir / "file") << "x";
+  const Result file = cli(dir, train + "--json '" + dir / "file/m.json" + "'");
+  CHECK(file.code == 1);
+  CHECK(file.err.find("'" + dir / "file" + "' is not a folder") != std::string::npos);
+  // A device is written directly, whatever its folder.
+  CHECK(cli(dir, "run --model tree_lstm " + kSmall + "--data synthetic:8 --json /dev/null").code ==
+        0);
+}
+
+TEST_CASE("cli: numbers that are not numbers, and seeds out of range, are usage errors") {
+  TempDir dir;
+  const std::string base = "run --model tree_lstm " + kSmall + "--data synthetic:8 --iters 1 ";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--plan-cache nan", "--plan-cache: expected a number in [0, 1000000], got 'nan'"},
+           {"--plan-cache inf", "--plan-cache: expected a number in [0, 1000000], got 'inf'"},
+           {"--policy-budget nan", "--policy-budget: expected a number in [0, 1000000]"},
+           {"--policy-budget -1", "--policy-budget: expected a number in [0, 1000000]"},
+           {"--train --momentum nan", "--momentum: expected a number in [0, 0.999], got 'nan'"},
+           {"--train --momentum 1", "--momentum: expected a number in [0, 0.999]"},
+           {"--seed -1", "--seed: expected an integer in 0..18446744073709551615, got '-1'"},
+           {"--seed 18446744073709551616", "--seed: expected an integer in 0..1844674407370955161"},
+           {"--seed 99999999999999999999999", "got '99999999999999999999999'"},
+           {"--seed 0x10", "--seed: expected an integer"},
+           {"--seed 1.5", "--seed: expected an integer"}}) {
+    CAPTURE(args);
+    const Result r = cli(dir, base + args);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+  }
+  // The largest seed is taken as it is; leading zeros are decimal.
+  for (const auto& [seed, value] : std::vector<std::pair<std::string, uint64_t>>{
+           {"18446744073709551615", UINT64_MAX}, {"010", 10}, {"0", 0}}) {
+    CAPTURE(seed);
+    const std::string json = dir / "s.json";
+    const Result r = cli(dir, base + "--seed " + seed + " --json '" + json + "'");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(nlohmann::json::parse(slurp(json))["seed"].get<uint64_t>() == value);
+  }
+}
+
+TEST_CASE("cli: an unknown command is named, and more threads than cores are warned of") {
+  TempDir dir;
+  const Result bogus = cli(dir, "bogus --model tree_lstm");
+  CHECK(bogus.code == 2);
+  CHECK(bogus.err.find("edbatch: unknown command 'bogus' (expected run or train)") !=
+        std::string::npos);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  const std::string threads = std::to_string(CPU_COUNT(&set) + 1);
+  const Result r =
+      cli(dir, "run --model tree_lstm " + kSmall + "--data synthetic:8 --threads " + threads);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("warning: --threads " + threads + " is more than the " +
+                   std::to_string(CPU_COUNT(&set)) + " CPU core(s)") != std::string::npos);
 }

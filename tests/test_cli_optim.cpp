@@ -1,10 +1,12 @@
 // `edbatch run --train` with optimizers and held-out evaluation, end to end: every zoo model's
 // default training run under every optimizer lowers its held-out loss on seeded synthetic data;
 // --eval accuracies equal counts made here from --outputs and from hand-built data sets with a
-// known answer; --save-best keeps the best epoch's weights; optimizer state files; usage errors.
+// known answer; --save-best keeps the best epoch's weights; optimizer state files; usage errors;
+// held-out sentence pairs read with the training vocabulary.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -299,4 +301,42 @@ TEST_CASE("cli optim: usage errors") {
     CHECK(r.code == 2);
     CHECK(r.err.find(message) != std::string::npos);
   }
+}
+
+TEST_CASE("cli optim: --eval of lstm_nmt reads the held-out pairs with the training vocabulary") {
+  TempDir dir;
+  const std::string train = dir / "train", same = dir / "same", other = dir / "other",
+                    bare = dir / "bare";
+  for (const std::string& d : {train, same, other, bare}) std::filesystem::create_directories(d);
+  const std::string source = "a b c\nb c\nc a\n", target = "x y\ny\nz x y\n";
+  for (const std::string& d : {train, same, other, bare}) {
+    write(d + "/s.en", source);
+    write(d + "/s.vi", target);
+  }
+  for (const std::string& d : {train, same}) {
+    write(d + "/vocab.en", "<unk>\n<s>\n</s>\na\nb\nc\n");
+    write(d + "/vocab.vi", "<unk>\n<s>\n</s>\nx\ny\nz\n");
+  }
+  // The same words in another order: read with it, every id would differ.
+  write(other + "/vocab.en", "<unk>\n<s>\n</s>\nc\na\nb\n");
+  write(other + "/vocab.vi", "<unk>\n<s>\n</s>\nz\ny\nx\n");
+  std::vector<double> losses;
+  for (const std::string& d : {same, other, bare}) {
+    CAPTURE(d);
+    const std::string json = dir / "m.json";
+    const Result r = cli(dir,
+                         "run --model lstm_nmt --hidden 6 --batch 2 --seed 3 --vocab-size 0 "
+                         "--data '" +
+                             train + "/s.en," + train + "/s.vi' --eval '" + d + "/s.en," + d +
+                             "/s.vi' --json '" + json + "'");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const nlohmann::json j = nlohmann::json::parse(slurp(json));
+    CHECK(j["vocab"] == 6);
+    losses.push_back(j["epochs"][0]["eval"]["loss_per_instance"].get<double>());
+    // The held-out set is the training set: its loss is the run's.
+    CHECK(losses.back() == doctest::Approx(j["mean_loss_per_instance"].get<double>()));
+  }
+  CHECK(losses[1] == losses[0]);
+  CHECK(losses[2] == losses[0]);
 }

@@ -1,6 +1,6 @@
 // `edbatch train` end to end: a tiny synthetic training run writes a policy file, a learning
 // curve and a summary; `edbatch run --policy fsm:FILE` loads it (table hits in its JSON) and
-// rejects it for another model; usage and file errors.
+// rejects it for another model; usage and file errors, found before training.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/cli_run.h"
 
@@ -134,9 +136,71 @@ TEST_CASE("cli train: costs measured once, reused from the file, summed or along
   // Usage: costs from a file and measured ones; --combine without costs; a file without costs.
   CHECK(cli(dir, tiny + "--costs '" + measured + "' --device cpu -o x.json").code == 2);
   CHECK(cli(dir, tiny + "--combine chain -o x.json").code == 2);
+  CHECK(c.err.find("warning") == std::string::npos);  // every type has its cost
+  // Costs of another model: the run goes on, warning of the types that take the mean cost (the
+  // sum of a mini-batch's losses is a type of every model).
+  const std::string tree =
+      "train --model tree_lstm " + kTiny + "--no-table -o '" + dir / "tree.json" + "' --costs ";
+  const Result other = cli(dir, tree + "'" + measured + "'");
+  INFO(other.err);
+  REQUIRE(other.code == 0);
+  CHECK(other.err.find("warning: --costs: 2 of the 3 types of tree_lstm (hidden 8) have no cost "
+                       "in '" +
+                       measured +
+                       "' and take the mean of its costs: "
+                       "block:tree_lstm.inner, block:tree_lstm.leaf\n") != std::string::npos);
+  nlohmann::json renamed = nlohmann::json::parse(slurp(measured));
+  nlohmann::json types = nlohmann::json::object();
+  for (const auto& [name, cost] : renamed["costs"]["types"].items()) types["x" + name] = cost;
+  renamed["costs"]["types"] = types;
+  std::ofstream(dir / "renamed.json") << renamed.dump();
+  const Result unmatched = cli(dir, tree + "'" + dir / "renamed.json" + "'");
+  REQUIRE(unmatched.code == 0);
+  CHECK(unmatched.err.find("warning: --costs: no type of tree_lstm (hidden 8) has a cost in '" +
+                           dir / "renamed.json" +
+                           "' (costs of another model, hidden size or mini-batch size?): all "
+                           "3 take the mean of its costs") != std::string::npos);
   const std::string plain = dir / "plain.json";
   REQUIRE(cli(dir, tiny + "-o '" + plain + "'").code == 0);
   const Result none = cli(dir, tiny + "--costs '" + plain + "' -o x.json");
   CHECK(none.code == 2);
   CHECK(none.err.find("has no costs") != std::string::npos);
+}
+
+TEST_CASE("cli train: outputs and --eval-data are checked before training, numbers in range") {
+  TempDir dir;
+  const std::string tiny = "train --model tree_lstm " + kTiny;
+  const std::string policy = dir / "p.json";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"-o '" + dir / "nodir/p.json" + "'", "--output: cannot write '" + dir / "nodir/p.json"},
+           {"-o '" + policy + "' --curve '" + dir / "nodir/c.csv" + "'",
+            "--curve: cannot write '" + dir / "nodir/c.csv"},
+           {"-o '" + dir.path.string() + "'",
+            "--output: cannot write '" + dir.path.string() + "': it is a directory"}}) {
+    CAPTURE(args);
+    const Result r = cli(dir, tiny + args);
+    CHECK(r.code == 1);
+    CHECK(r.err.find(message) != std::string::npos);
+    CHECK(r.err.find("episode") == std::string::npos);  // no training
+  }
+  std::ofstream(dir / "bad.txt") << "(2 (2 a) (2 b)\n";
+  const Result bad = cli(dir, tiny + "-o '" + policy + "' --eval-data '" + dir / "bad.txt" + "'");
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("bad.txt:1:") != std::string::npos);
+  CHECK(bad.err.find("episode") == std::string::npos);
+  CHECK_FALSE(fs::exists(policy));
+
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--alpha nan", "--alpha: expected a number in [0, 1], got 'nan'"},
+           {"--epsilon-start nan", "--epsilon-start: expected a number in [0, 1], got 'nan'"},
+           {"--epsilon-end 1.5", "--epsilon-end: expected a number in [0, 1], got '1.5'"},
+           {"--time-budget nan", "--time-budget: expected a number in [0, 1000000000]"},
+           {"--time-budget inf", "--time-budget: expected a number in [0, 1000000000]"},
+           {"--seed -1", "--seed: expected an integer in 0..18446744073709551615, got '-1'"}}) {
+    CAPTURE(args);
+    const Result r = cli(dir, tiny + args + " -o '" + policy + "'");
+    CHECK(r.code == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(policy));
 }

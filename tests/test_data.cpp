@@ -1,14 +1,18 @@
-// Data formats: SST trees, lattices, tagged sentences, and the synthetic generators.
+// Data formats: SST trees, lattices, tagged sentences, sentence pairs, and the synthetic
+// generators; the vocabulary a data set needs unfolded.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "edbatch/data.h"
+#include "edbatch/models.h"
 
 using namespace edbatch;
 
@@ -42,6 +46,10 @@ bool same_lattice(const Lattice& a, const Lattice& b) {
   for (size_t i = 0; i < a.arcs.size(); ++i)
     if (a.arcs[i].from != b.arcs[i].from || a.arcs[i].id != b.arcs[i].id) return false;
   return true;
+}
+
+doctest::Contains contains(const std::string& s) {
+  return doctest::Contains(s.c_str());
 }
 
 std::filesystem::path scratch_file(const std::string& name, const std::string& text) {
@@ -540,4 +548,123 @@ TEST_CASE("data: a UTF-8 byte order mark at the start of a file is skipped, else
   REQUIRE(pairs.size() == 1);
   CHECK(pairs[0].source == std::vector<uint32_t>{3, 4});
   CHECK(pairs[0].target == std::vector<uint32_t>{3});
+}
+
+TEST_CASE("data: a directory or a missing file given as a file names the path") {
+  const auto dir = std::filesystem::temp_directory_path() / "edbatch_test_data" / "a_folder";
+  std::filesystem::create_directories(dir);
+  const std::string d = dir.string(), missing = (dir / "absent.txt").string();
+  for (const auto& [fn, load] :
+       std::vector<std::pair<std::string, std::function<void(const std::string&)>>>{
+           {"load_trees", [](const std::string& p) { load_trees(p); }},
+           {"load_lattices", [](const std::string& p) { load_lattices(p); }},
+           {"load_tagged", [](const std::string& p) { load_tagged(p); }},
+           {"load_pairs", [](const std::string& p) { load_pairs(p, p, p, p, 100); }}}) {
+    CAPTURE(fn);
+    CHECK_THROWS_WITH_AS(load(d),
+                         contains("[" + fn + "] cannot open '" + d + "': it is a directory"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(load(missing), contains("'" + missing + "': No such file"),
+                         std::invalid_argument);
+  }
+  // A vocabulary that is a directory.
+  const auto src = scratch_file("dir_vocab.en", "a\n"), tgt = scratch_file("dir_vocab.vi", "c\n");
+  CHECK_THROWS_WITH_AS(load_pairs(src.string(), d, tgt.string(), d, 100),
+                       contains("'" + d + "': it is a directory"), std::invalid_argument);
+}
+
+namespace {
+
+// A folder holding SOURCE,TARGET files s.en, s.vi and, unless empty, vocab.en and vocab.vi.
+std::string pair_folder(const std::string& name, const std::string& source,
+                        const std::string& target, const std::string& source_vocab,
+                        const std::string& target_vocab) {
+  const auto dir = std::filesystem::temp_directory_path() / "edbatch_test_data" / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "s.en") << source;
+  std::ofstream(dir / "s.vi") << target;
+  if (!source_vocab.empty()) std::ofstream(dir / "vocab.en") << source_vocab;
+  if (!target_vocab.empty()) std::ofstream(dir / "vocab.vi") << target_vocab;
+  return (dir / "s.en").string() + "," + (dir / "s.vi").string();
+}
+
+}  // namespace
+
+TEST_CASE("pairs: vocab_size 0 keeps every id, others fold and must leave room for a word") {
+  std::string vocab = "<unk>\n<s>\n</s>\n";
+  for (int i = 3; i < 40; ++i) vocab += "w" + std::to_string(i) + "\n";
+  const std::string spec = pair_folder("pairs_nofold", "w39 w3 w5\n", "w4 zz\n", vocab, vocab);
+  const std::vector<SentencePair> full = load_pair_files(spec, 0);
+  REQUIRE(full.size() == 1);
+  CHECK(full[0].source == std::vector<uint32_t>{39, 3, 5});
+  CHECK(full[0].target == std::vector<uint32_t>{4, kUnk});
+  const std::vector<SentencePair> folded = load_pair_files(spec, 10);  // 3 + (39 - 3) % 7
+  CHECK(folded[0].source == std::vector<uint32_t>{4, 3, 5});
+  for (uint32_t small : {1u, 3u})
+    CHECK_THROWS_WITH_AS(load_pair_files(spec, small), doctest::Contains("needs 4+"),
+                         std::invalid_argument);
+}
+
+TEST_CASE("pairs: a vocabulary starts with <unk>, <s>, </s>, and the message names the line") {
+  const std::string ok = "<unk>\n<s>\n</s>\na\n";
+  for (const auto& [vocab, where] : std::vector<std::pair<std::string, std::string>>{
+           {"a\n<s>\n</s>\n", "vocab.en:1: expected '<unk>' but found 'a'"},
+           {"<unk>\n</s>\n<s>\na\n", "vocab.en:2: expected '<s>' but found '</s>'"},
+           {"<unk>\r\n<s>\r\nhello\r\n", "vocab.en:3: expected '</s>' but found 'hello'"},
+           {"<unk>\n<s>\n", "vocab.en:3: expected '</s>' but reached the end of the file"},
+           {"\xEF\xBB\xBF<unk>\n<s>\n", "vocab.en:3: expected '</s>'"}}) {
+    CAPTURE(vocab);
+    const std::string spec = pair_folder("pairs_special", "a\n", "a\n", vocab, ok);
+    CHECK_THROWS_WITH_AS(load_pair_files(spec, 100), contains(where), std::invalid_argument);
+  }
+  const std::string spec = pair_folder("pairs_special", "a\n", "a\n", ok, ok);
+  CHECK(load_pair_files(spec, 100)[0].source == std::vector<uint32_t>{3});
+}
+
+TEST_CASE("pairs: files read with a Vocabulary take the first pair's vocabularies") {
+  const std::string train = pair_folder("pairs_train", "a b\n", "x y\n", "<unk>\n<s>\n</s>\na\nb\n",
+                                        "<unk>\n<s>\n</s>\nx\ny\n");
+  // Another order beside the held-out files, or none at all: the training ids either way.
+  const std::string reordered =
+      pair_folder("pairs_reordered", "b a c\n", "y x\n", "<unk>\n<s>\n</s>\nc\nb\na\n",
+                  "<unk>\n<s>\n</s>\ny\nx\n");
+  const std::string bare = pair_folder("pairs_bare", "b a c\n", "y x\n", "", "");
+  Vocabulary v;
+  CHECK(load_pair_files(train, 0, &v)[0].source == std::vector<uint32_t>{3, 4});
+  CHECK(v.source_words.size() == 5);
+  for (const std::string& heldout : {reordered, bare}) {
+    CAPTURE(heldout);
+    const std::vector<SentencePair> h = load_pair_files(heldout, 0, &v);
+    CHECK(h[0].source == std::vector<uint32_t>{4, 3, kUnk});  // c: not in the training words
+    CHECK(h[0].target == std::vector<uint32_t>{4, 3});
+  }
+  // Without a vocabulary, the files beside them.
+  CHECK(load_pair_files(reordered, 0)[0].source == std::vector<uint32_t>{4, 5, 3});
+}
+
+TEST_CASE("data: the vocabulary of unfolded data is the largest id + 1, within the limit") {
+  Dataset d;
+  d.kind = DataKind::Lattices;
+  d.lattices = lattices_from(kTwoLattices, 0);
+  CHECK(data_vocabulary(d) == 301);  // arc id 300
+  // The largest id would wrap to 0 in 32 bits; one just past the limit would allocate gigabytes.
+  for (const uint32_t id : {UINT32_MAX, 100000000u, kMaxVocabulary}) {
+    CAPTURE(id);
+    d.lattices = lattices_from("1\n2\n0 0\n0\n1 0 " + std::to_string(id) + "\n", 0);
+    CHECK_THROWS_WITH_AS(data_vocabulary(d),
+                         contains("word id " + std::to_string(id) + " (instance 0)"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(data_vocabulary(d), doctest::Contains("limit of 16777216"),
+                         std::invalid_argument);
+  }
+  d.lattices = lattices_from("1\n2\n0 0\n0\n1 0 " + std::to_string(kMaxVocabulary - 1) + "\n", 0);
+  CHECK(data_vocabulary(d) == kMaxVocabulary);
+  // Sentence pairs: both sides count, and the special ids and a word at least.
+  Dataset p;
+  p.kind = DataKind::Pairs;
+  p.pairs = {{{3, 9}, {4}}, {{5}, {12}}};
+  CHECK(data_vocabulary(p) == 13);
+  p.pairs = {{{kUnk}, {kUnk}}};
+  CHECK(data_vocabulary(p) == 4);
 }

@@ -185,6 +185,7 @@ TEST_CASE("decode: sentence pairs load from the IWSLT text format") {
                        doctest::Contains("not aligned"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(load_pair_files(dir + "/a.en", 50), doctest::Contains("SOURCE,TARGET"),
                        std::invalid_argument);
+  std::ofstream(dir + "/a.fr") << "xin\n";  // the files are opened before their vocabularies
   CHECK_THROWS_WITH_AS(load_pair_files(dir + "/a.en," + dir + "/a.fr", 50),
                        doctest::Contains("vocab.fr"), std::invalid_argument);
   REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);

@@ -212,6 +212,10 @@ TEST_CASE("safetensors: corrupted files give errors naming the file and tensor")
 
   CHECK_THROWS_WITH_AS(read_safetensors(scratch("absent.st").string()),
                        contains("[read_safetensors] cannot open"), std::invalid_argument);
+  // A directory opens as a stream but has no size: named, not a huge allocation.
+  fs::create_directories(scratch("a_folder.st"));
+  CHECK_THROWS_WITH_AS(read_safetensors(scratch("a_folder.st").string()),
+                       contains("a_folder.st': it is a directory"), std::invalid_argument);
 }
 
 TEST_CASE("safetensors: parameter collections round trip") {

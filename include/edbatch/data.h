@@ -18,6 +18,9 @@ namespace edbatch {
 struct Vocabulary {
   std::unordered_map<std::string, uint32_t> words, tags;  // ids before folding
   std::vector<std::string> spellings, tag_names;          // tagged files: as TaggedData's
+  // Sentence pairs: the vocabulary files of the first pair of files read (source, target);
+  // pair files read later take their ids from these, not from the vocab.<ext> beside them.
+  std::unordered_map<std::string, uint32_t> source_words, target_words;
 };
 
 // ---- Binary trees (Stanford Sentiment Treebank) ----
@@ -102,16 +105,21 @@ struct SentencePair {
 };
 
 // A source file and a target file aligned by line (tokens separated by spaces), each with its
-// vocabulary file (one word per line, the id is the line number). Unknown words are <unk>; ids
-// at or above vocab_size fold into [3, vocab_size) (3 + (id - 3) mod (vocab_size - 3)), so the
-// special ids stay apart; vocab_size must be at least 4. Empty lines pair as empty sentences
-// and are skipped when either side is empty. Errors name file and line.
+// vocabulary file (one word per line, the id is the line number; the first three lines are
+// <unk>, <s>, </s>). Unknown words are <unk>; ids at or above vocab_size fold into
+// [3, vocab_size) (3 + (id - 3) mod (vocab_size - 3)), so the special ids stay apart;
+// vocab_size is 0 (no folding) or at least 4. Empty lines pair as empty sentences and are
+// skipped when either side is empty. Errors name file and line.
 std::vector<SentencePair> load_pairs(const std::string& source_path,
                                      const std::string& source_vocab,
                                      const std::string& target_path,
                                      const std::string& target_vocab, uint32_t vocab_size);
 // "SOURCE,TARGET": load_pairs with the vocabularies vocab.<extension> in each file's folder.
-std::vector<SentencePair> load_pair_files(const std::string& spec, uint32_t vocab_size);
+// With a `vocabulary` that holds a pair of vocabularies already (Vocabulary::source_words),
+// the files take their ids from it (words it lacks are <unk>) and vocab.<extension> is not
+// read; else the vocabularies read are stored in it.
+std::vector<SentencePair> load_pair_files(const std::string& spec, uint32_t vocab_size,
+                                          Vocabulary* vocabulary = nullptr);
 // The fold above, for one id.
 uint32_t fold_word(uint32_t id, uint32_t vocab_size);
 

@@ -1,5 +1,6 @@
 // Files written whole or not at all.
 #pragma once
+#include <fstream>
 #include <functional>
 #include <istream>
 #include <ostream>
@@ -16,6 +17,12 @@ namespace edbatch {
 // std::runtime_error "[write_file_atomically] '<path>': ..." naming the failed step.
 void write_file_atomically(const std::string& path,
                            const std::function<void(std::ostream&)>& write);
+
+// Opens `path` for reading (`mode` adds to std::ios::in, e.g. binary). Throws
+// std::invalid_argument "[<fn>] cannot open '<path>': <why>" when it does not exist, is a
+// directory, or cannot be read: every loader opens its files through this one check.
+std::ifstream open_input(const std::string& path, const char* fn,
+                         std::ios::openmode mode = std::ios::in);
 
 // Skips a UTF-8 byte order mark (EF BB BF) at the stream's position, as editors on Windows
 // write at the start of text files; leaves any other bytes unread.

@@ -13,6 +13,20 @@
 
 namespace edbatch {
 
+std::ifstream open_input(const std::string& path, const char* fn, std::ios::openmode mode) {
+  const auto fail = [&](const std::string& why) {
+    throw std::invalid_argument("[" + std::string(fn) + "] cannot open '" + path + "': " + why);
+  };
+  // An ifstream opens a directory without complaint and fails at the first read.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) fail("it is a directory, not a file");
+  errno = 0;
+  std::ifstream in(path, mode | std::ios::in);
+  if (!in) fail(errno ? std::strerror(errno) : "unreadable");
+  return in;
+}
+
 void skip_utf8_bom(std::istream& in) {
   static const char bom[] = "\xEF\xBB\xBF";
   for (int i = 0; i < 3; ++i) {

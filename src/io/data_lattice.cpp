@@ -161,8 +161,7 @@ std::vector<Lattice> parse_lattices(std::istream& in, const std::string& source_
 }
 
 std::vector<Lattice> load_lattices(const std::string& path, uint32_t vocab_size) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(fmt::format("[load_lattices] cannot open '{}'", path));
+  std::ifstream in = open_input(path, "load_lattices");
   return parse_lattices(in, path, vocab_size);
 }
 

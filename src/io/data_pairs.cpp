@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "edbatch/data.h"
 #include "edbatch/files.h"
@@ -25,11 +26,14 @@ uint32_t fold_word(uint32_t id, uint32_t vocab_size) {
 
 namespace {
 
-std::unordered_map<std::string, uint32_t> read_vocab(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(fmt::format("[load_pairs] cannot open vocabulary '{}'", path));
+using WordIds = std::unordered_map<std::string, uint32_t>;
+
+// One word per line, the id its line number; the first three lines are the special words.
+WordIds read_vocab(const std::string& path) {
+  static const char* const special[] = {"<unk>", "<s>", "</s>"};
+  std::ifstream in = open_input(path, "load_pairs");
   skip_utf8_bom(in);
-  std::unordered_map<std::string, uint32_t> ids;
+  WordIds ids;
   std::string line;
   uint32_t next = 0;
   while (std::getline(in, line)) {
@@ -37,38 +41,48 @@ std::unordered_map<std::string, uint32_t> read_vocab(const std::string& path) {
     if (line.empty() || line.find_first_of(" \t") != std::string::npos)
       throw std::invalid_argument(fmt::format(
           "[load_pairs] {}:{}: expected one word per line, found '{}'", path, next + 1, line));
+    if (next < 3 && line != special[next])
+      throw std::invalid_argument(fmt::format(
+          "[load_pairs] {}:{}: expected '{}' but found '{}': a vocabulary starts with <unk>, "
+          "<s>, </s> on its first three lines",
+          path, next + 1, special[next], line));
     ids.emplace(line, next++);  // a repeated word keeps its first id
   }
   if (next < 3)
     throw std::invalid_argument(fmt::format(
-        "[load_pairs] {}: {} words; a vocabulary starts with <unk>, <s>, </s>", path, next));
+        "[load_pairs] {}:{}: expected '{}' but reached the end of the file ({} words): a "
+        "vocabulary starts with <unk>, <s>, </s> on its first three lines",
+        path, next + 1, special[next], next));
   return ids;
 }
 
-std::vector<uint32_t> words_of(const std::string& line,
-                               const std::unordered_map<std::string, uint32_t>& vocab,
-                               uint32_t vocab_size) {
+std::vector<uint32_t> words_of(const std::string& line, const WordIds& vocab, uint32_t vocab_size) {
   std::vector<uint32_t> out;
   std::istringstream words(line);
   std::string w;
   while (words >> w) {
     const auto it = vocab.find(w);
-    out.push_back(fold_word(it == vocab.end() ? kUnk : it->second, vocab_size));
+    const uint32_t id = it == vocab.end() ? kUnk : it->second;
+    out.push_back(vocab_size ? fold_word(id, vocab_size) : id);
   }
   return out;
 }
 
-}  // namespace
+// The aligned files, opened.
+struct PairFiles {
+  std::string source_path, target_path;
+  std::ifstream source, target;
+  PairFiles(std::string s, std::string t)
+      : source_path(std::move(s)),
+        target_path(std::move(t)),
+        source(open_input(source_path, "load_pairs")),
+        target(open_input(target_path, "load_pairs")) {}
+};
 
-std::vector<SentencePair> load_pairs(const std::string& source_path,
-                                     const std::string& source_vocab,
-                                     const std::string& target_path,
-                                     const std::string& target_vocab, uint32_t vocab_size) {
-  fold_word(0, vocab_size);  // checks vocab_size
-  const auto sv = read_vocab(source_vocab), tv = read_vocab(target_vocab);
-  std::ifstream src(source_path), tgt(target_path);
-  if (!src) throw std::invalid_argument(fmt::format("[load_pairs] cannot open '{}'", source_path));
-  if (!tgt) throw std::invalid_argument(fmt::format("[load_pairs] cannot open '{}'", target_path));
+std::vector<SentencePair> read_pairs(PairFiles& files, const WordIds& sv, const WordIds& tv,
+                                     uint32_t vocab_size) {
+  const std::string &source_path = files.source_path, &target_path = files.target_path;
+  std::ifstream &src = files.source, &tgt = files.target;
   skip_utf8_bom(src);
   skip_utf8_bom(tgt);
   std::vector<SentencePair> pairs;
@@ -87,12 +101,30 @@ std::vector<SentencePair> load_pairs(const std::string& source_path,
   return pairs;
 }
 
-std::vector<SentencePair> load_pair_files(const std::string& spec, uint32_t vocab_size) {
+}  // namespace
+
+std::vector<SentencePair> load_pairs(const std::string& source_path,
+                                     const std::string& source_vocab,
+                                     const std::string& target_path,
+                                     const std::string& target_vocab, uint32_t vocab_size) {
+  if (vocab_size != 0) fold_word(0, vocab_size);  // checks vocab_size
+  PairFiles files(source_path, target_path);
+  return read_pairs(files, read_vocab(source_vocab), read_vocab(target_vocab), vocab_size);
+}
+
+std::vector<SentencePair> load_pair_files(const std::string& spec, uint32_t vocab_size,
+                                          Vocabulary* vocabulary) {
   const size_t comma = spec.find(',');
   if (comma == std::string::npos || comma == 0 || comma + 1 == spec.size() ||
       spec.find(',', comma + 1) != std::string::npos)
     throw std::invalid_argument(fmt::format(
         "[load_pair_files] expected SOURCE,TARGET (two files) but found '{}'", spec));
+  if (vocab_size != 0) fold_word(0, vocab_size);
+  const std::string src = spec.substr(0, comma), tgt = spec.substr(comma + 1);
+  PairFiles files(src, tgt);
+  // Files read after the vocabulary's first pair take its words' ids.
+  if (vocabulary && !vocabulary->source_words.empty())
+    return read_pairs(files, vocabulary->source_words, vocabulary->target_words, vocab_size);
   const auto vocab_of = [&](const std::string& path) {
     const size_t slash = path.find_last_of('/');
     const size_t dot = path.find_last_of('.');
@@ -102,8 +134,13 @@ std::vector<SentencePair> load_pair_files(const std::string& spec, uint32_t voca
     const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
     return dir + "vocab" + path.substr(dot);
   };
-  const std::string src = spec.substr(0, comma), tgt = spec.substr(comma + 1);
-  return load_pairs(src, vocab_of(src), tgt, vocab_of(tgt), vocab_size);
+  WordIds sv = read_vocab(vocab_of(src)), tv = read_vocab(vocab_of(tgt));
+  std::vector<SentencePair> pairs = read_pairs(files, sv, tv, vocab_size);
+  if (vocabulary) {
+    vocabulary->source_words = std::move(sv);
+    vocabulary->target_words = std::move(tv);
+  }
+  return pairs;
 }
 
 std::vector<SentencePair> synthetic_pairs(uint32_t n, uint64_t seed, uint32_t vocab_size) {

@@ -105,8 +105,7 @@ TaggedData parse_tagged(std::istream& in, const std::string& source_name, uint32
 }
 
 TaggedData load_tagged(const std::string& path, uint32_t vocab_size, Vocabulary* vocabulary) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(fmt::format("[load_tagged] cannot open '{}'", path));
+  std::ifstream in = open_input(path, "load_tagged");
   return parse_tagged(in, path, vocab_size, vocabulary);
 }
 

@@ -187,8 +187,7 @@ std::vector<Tree> parse_trees(std::istream& in, const std::string& source_name, 
 }
 
 std::vector<Tree> load_trees(const std::string& path, uint32_t vocab_size, Vocabulary* vocabulary) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(fmt::format("[load_trees] cannot open '{}'", path));
+  std::ifstream in = open_input(path, "load_trees");
   return parse_trees(in, path, vocab_size, vocabulary);
 }
 

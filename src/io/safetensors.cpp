@@ -112,9 +112,13 @@ class HeaderReader {
 };
 
 std::vector<char> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw std::invalid_argument(fmt::format("[read_safetensors] cannot open '{}'", path));
+  std::ifstream in = open_input(path, "read_safetensors", std::ios::binary | std::ios::ate);
   const std::streamoff size = in.tellg();
+  if (size < 0)
+    throw std::invalid_argument(
+        fmt::format("[read_safetensors] cannot read '{}': not a file "
+                    "whose size can be taken",
+                    path));
   std::vector<char> bytes(static_cast<size_t>(size));
   in.seekg(0);
   if (!in.read(bytes.data(), size))

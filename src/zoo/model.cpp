@@ -111,7 +111,9 @@ Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size
     case DataKind::Dags:
       throw std::invalid_argument(fmt::format(
           "[load_dataset] DAGs have no file format: use synthetic:N, not '{}'", spec));
-    case DataKind::Pairs: d.pairs = load_pair_files(spec, vocab_size); break;
+    case DataKind::Pairs:
+      d.pairs = load_pair_files(spec, vocab_size, vocabulary);
+      break;
   }
   if (d.size() == 0)
     throw std::invalid_argument(fmt::format("[load_dataset] '{}' holds no {}", spec,
@@ -154,16 +156,33 @@ Dataset load_dataset_with_heldout(DataKind kind, const std::string& train_spec,
 
 uint32_t data_vocabulary(const Dataset& data) {
   uint32_t top = 0;
-  for (const Tree& t : data.trees)
-    for (const TreeNode& n : t.nodes)
-      if (n.leaf()) top = std::max(top, n.word);
-  for (const Lattice& l : data.lattices)
-    for (const LatticeArc& a : l.arcs) top = std::max(top, a.id);
-  for (const TaggedSentence& s : data.tagged.sentences)
-    for (uint32_t w : s.words) top = std::max(top, w);
-  for (const Dag& d : data.dags)
-    for (uint32_t x : d.inputs) top = std::max(top, x);
-  return top + 1;
+  size_t at = 0;  // the instance holding `top`
+  const auto see = [&](uint32_t id, size_t instance) {
+    if (id <= top) return;
+    top = id;
+    at = instance;
+  };
+  for (size_t i = 0; i < data.trees.size(); ++i)
+    for (const TreeNode& n : data.trees[i].nodes)
+      if (n.leaf()) see(n.word, i);
+  for (size_t i = 0; i < data.lattices.size(); ++i)
+    for (const LatticeArc& a : data.lattices[i].arcs) see(a.id, i);
+  for (size_t i = 0; i < data.tagged.sentences.size(); ++i)
+    for (uint32_t w : data.tagged.sentences[i].words) see(w, i);
+  for (size_t i = 0; i < data.dags.size(); ++i)
+    for (uint32_t x : data.dags[i].inputs) see(x, i);
+  for (size_t i = 0; i < data.pairs.size(); ++i) {
+    for (uint32_t w : data.pairs[i].source) see(w, i);
+    for (uint32_t w : data.pairs[i].target) see(w, i);
+  }
+  // 64 bits: the largest id + 1 must not wrap to 0.
+  const uint64_t rows = std::max<uint64_t>(uint64_t{top} + 1, data.kind == DataKind::Pairs ? 4 : 1);
+  if (rows > kMaxVocabulary)
+    throw std::invalid_argument(fmt::format(
+        "[data_vocabulary] word id {} (instance {}) needs {} embedding rows, a row per id: "
+        "more than the limit of {}",
+        top, at, rows, kMaxVocabulary));
+  return static_cast<uint32_t>(rows);
 }
 
 // ---- Model ----

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 
 namespace edbatch::cli {
 
@@ -32,6 +35,11 @@ void write_decoded(std::ostream& out, Model& model, Engine& engine, Graph& g, ui
     for (uint32_t i = first; i < std::min(model.size(), first + batch); ++i) ids.push_back(i);
     const std::vector<Decoded> decoded = model.decode(engine, g, ids, options);
     for (size_t k = 0; k < ids.size(); ++k) {
+      if (!std::isfinite(decoded[k].score))
+        throw std::runtime_error("--outputs: instance " + std::to_string(ids[k]) +
+                                 ": the score is " + loss_text(decoded[k].score) +
+                                 ", not finite; nothing written (find the first non-finite "
+                                 "value with --check-numerics)");
       nlohmann::json line;
       line["instance"] = ids[k];
       line["tokens"] = decoded[k].tokens;

@@ -16,7 +16,8 @@ namespace edbatch::cli {
 MiniBatchSample decode_sample(Model& model, Engine& engine, Graph& g,
                               const std::vector<uint32_t>& ids, const DecodeOptions& options);
 // Decodes the whole data set in mini-batches of `batch`: a JSON line per instance with its
-// tokens, score and reference (the target).
+// tokens, score and reference (the target). Throws std::runtime_error at a score that is not
+// finite.
 void write_decoded(std::ostream& out, Model& model, Engine& engine, Graph& g, uint32_t batch,
                    const DecodeOptions& options);
 

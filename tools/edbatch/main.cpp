@@ -2,6 +2,7 @@
 // stderr as "edbatch <command>: <message>".
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "tools/edbatch/commands.h"
@@ -17,6 +18,16 @@ int main(int argc, char** argv) {
       if (argc > 1 && c.app->check_name(argv[1])) return "edbatch " + c.app->get_name() + ": ";
     return "edbatch: ";
   };
+  // CLI11 would only say that a subcommand is required.
+  if (argc > 1 && argv[1][0] != '-' && prefix() == "edbatch: ") {
+    std::string names;
+    for (const Command& c : commands) names += (names.empty() ? "" : " or ") + c.app->get_name();
+    std::fprintf(stderr,
+                 "edbatch: unknown command '%s' (expected %s)\nRun with --help for more "
+                 "information.\n",
+                 argv[1], names.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

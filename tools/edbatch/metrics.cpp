@@ -93,6 +93,10 @@ Spread spread(std::vector<double> v) {
   return s;
 }
 
+std::string loss_text(double loss) {
+  return std::isnan(loss) ? "nan" : std::to_string(loss);
+}
+
 nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSample>& samples) {
   const Totals t = totals(samples);
   nlohmann::json j;

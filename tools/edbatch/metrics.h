@@ -49,6 +49,9 @@ struct RunInfo {
   double wall_s = 0;
 };
 
+// A loss in a message: "nan" whatever its sign bit, "inf", "-inf" or the number.
+std::string loss_text(double loss);
+
 nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSample>& samples);
 // The table printed at the end of a run.
 std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample>& samples);

@@ -23,51 +23,6 @@
 
 namespace edbatch::cli {
 
-void check_data_flag(const std::string& model, const std::string& data) {
-  const std::string prefix = "synthetic:";
-  if (data.rfind(prefix, 0) == 0) {
-    const std::string n = data.substr(prefix.size());
-    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(n) == 0)
-      throw UsageError("--data: expected synthetic:N with N in 1..999999999, got '" + data + "'");
-  } else if (model_data_kind(model) == DataKind::Dags) {
-    throw UsageError("--data: " + model + " reads random DAGs, which only come as synthetic:N");
-  }
-}
-
-CLI::Validator number_from(double low, bool inclusive) {
-  const std::string bound = (inclusive ? ">= " : "> ") + CLI::detail::to_string(low);
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(static_cast<float>(v)) ||
-            (inclusive ? v < low : v <= low))
-          return "expected a finite number " + bound + ", got '" + text + "'";
-        return "";
-      },
-      "NUMBER " + bound);
-}
-
-void add_model_option(CLI::App* app, std::string& model) {
-  std::string models;
-  for (const std::string& m : model_names()) models += (models.empty() ? "" : ", ") + m;
-  app->add_option("--model", model, "the model: " + models)
-      ->required()
-      ->check(CLI::IsMember(model_names()));
-}
-
-void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch, bool no_folding) {
-  app->add_option("--vocab-size", vocab,
-                  no_folding ? "embedding rows; file word ids fold modulo this (0: no folding, "
-                               "a row per id the data holds: the full vocabulary of a file)"
-                             : "embedding rows; file word ids fold modulo this")
-      ->capture_default_str()
-      ->check(CLI::Range(no_folding ? 0u : 1u, 1u << 24));
-  app->add_option("--batch", batch, "instances per mini-batch")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 20));
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -226,6 +181,12 @@ class Runner {
       engine_.forward(g_, sum_losses(losses_));
       for (size_t k = 0; k < ids.size(); ++k) {
         const Tensor loss = engine_.value(losses_[k]);
+        if (loss.data && !std::isfinite(loss.data[0]))
+          throw std::runtime_error(
+              "--outputs: instance " + std::to_string(ids[k]) + ": the loss is " +
+              loss_text(loss.data[0]) +
+              ", not finite; nothing written (find the first non-finite value with "
+              "--check-numerics)");
         nlohmann::json line;
         line["instance"] = ids[k];
         line["loss"] = loss.data ? nlohmann::json(loss.data[0]) : nlohmann::json(nullptr);
@@ -251,13 +212,13 @@ class Runner {
   }
 };
 
-// Training stops at the first mini-batch whose loss is not finite (on by default; a loss is read
-// one mini-batch late with --pipeline), and a NumericsError of --check-numerics is reported with
-// the mini-batch it came from.
+// A run stops at the first mini-batch whose loss is not finite (a loss is read one mini-batch
+// late with --pipeline; the null device computes none), and a NumericsError of --check-numerics
+// is reported with the mini-batch it came from.
 class LossCheck {
  public:
   LossCheck(const RunOptions& o, uint32_t per_epoch, bool warmup)
-      : on_(o.train && o.device != "null"), per_epoch_(per_epoch), warmup_(warmup) {}
+      : on_(o.device != "null"), train_(o.train), per_epoch_(per_epoch), warmup_(warmup) {}
 
   // "epoch 2, mini-batch 7 of 32" for the b-th mini-batch (0-based) of the stream.
   std::string where(size_t b) const {
@@ -268,12 +229,18 @@ class LossCheck {
   // Checks the samples whose loss is known: all but the last while `last_pending`.
   void operator()(const std::vector<MiniBatchSample>& samples, bool last_pending) {
     const size_t known = samples.size() - (last_pending && !samples.empty() ? 1 : 0);
-    for (; on_ && checked_ < known; ++checked_)
-      if (!std::isfinite(samples[checked_].loss))
+    for (; on_ && checked_ < known; ++checked_) {
+      const double loss = samples[checked_].loss;
+      if (std::isfinite(loss)) continue;
+      if (train_)
         throw std::runtime_error(
-            where(checked_) + ": the training loss is " + std::to_string(samples[checked_].loss) +
+            where(checked_) + ": the training loss is " + loss_text(loss) +
             "; training stopped (lower --lr, clip the gradients with --clip, or find the "
             "first non-finite value with --check-numerics)");
+      throw std::runtime_error(where(checked_) + ": the loss is " + loss_text(loss) +
+                               ", not finite; the run stopped (find the first non-finite value "
+                               "with --check-numerics)");
+    }
     checked_ = std::max(checked_, known);
   }
   // Runs one step, naming its mini-batch in a --check-numerics error.
@@ -287,7 +254,7 @@ class LossCheck {
   }
 
  private:
-  bool on_;
+  bool on_, train_;
   uint32_t per_epoch_;
   bool warmup_;
   size_t checked_ = 0;
@@ -309,6 +276,27 @@ void check_usage(const RunOptions& o) {
   check_training_usage(o.t, o.train, o.device, o.model);
 }
 
+// Before any work: the files the run writes at its end.
+void check_outputs(const RunOptions& o) {
+  check_output_file("--write-data", o.write_data);
+  check_output_file("--outputs", o.outputs);
+  check_output_file("--json", o.json);
+  check_output_file("--save-weights", o.save_weights);
+  check_output_file("--save-best", o.t.save_best);
+  check_output_file("--save-optimizer", o.t.save_optimizer);
+}
+
+// --vocab-size 0: a row per id the data holds, within the limit of --vocab-size.
+uint32_t vocabulary_of(const Dataset& data) {
+  try {
+    return data_vocabulary(data);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("--vocab-size 0: " + std::string(e.what()) +
+                             "; fold the ids with --vocab-size N (N at most " +
+                             std::to_string(kMaxVocabulary) + ")");
+  }
+}
+
 // The data set in its text format (check_usage refused DAGs).
 int write_data(const Dataset& data, const std::string& path) {
   write_file_atomically(path, [&](std::ostream& out) {
@@ -323,6 +311,8 @@ int write_data(const Dataset& data, const std::string& path) {
 int run(const RunOptions& o) {
   const auto wall0 = Clock::now();
   check_usage(o);
+  check_outputs(o);
+  if (o.device == "cpu") warn_threads("run", o.threads);
   const DataKind kind = model_data_kind(o.model);
   if (!o.write_data.empty())
     return write_data(load_dataset(kind, o.data, o.vocab, o.seed), o.write_data);
@@ -335,7 +325,7 @@ int run(const RunOptions& o) {
   ParameterCollection pc(o.seed);
   ModelOptions mo;
   mo.hidden = o.hidden;
-  mo.vocab = o.vocab ? o.vocab : data_vocabulary(data);
+  mo.vocab = o.vocab ? o.vocab : vocabulary_of(data);
   mo.blocks = !o.no_blocks;
   mo.packed = o.packed;
   mo.seed = o.seed;
@@ -497,7 +487,7 @@ Command add_run_command(CLI::App& root) {
                   "--policy auto: seconds of training allowed at the first mini-batch (0: no "
                   "limit)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(number_in(0, 1e6));
   app->add_option("--policy-cache", o->policy_cache,
                   "--policy auto: the cache directory (default $XDG_CACHE_HOME/edbatch/policies "
                   "or ~/.cache/edbatch/policies)");
@@ -506,7 +496,7 @@ Command add_run_command(CLI::App& root) {
                   "mini-batch whose structure was planned twice before runs on the kept "
                   "plan, with bitwise the same results; 0: off)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(number_in(0, 1e6));
   app->add_option("--device", o->device,
                   "cpu, null (schedules and plans, no math: with --train no update either) or cuda")
       ->capture_default_str()
@@ -531,7 +521,8 @@ Command add_run_command(CLI::App& root) {
                 "them in bulk instead of adding each node as it is built (Block::call); the same "
                 "graph either way");
   app->add_option("--seed", o->seed, "seed of the synthetic data, initial weights and shuffling")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(seed_number());
   app->add_flag("--train", o->train,
                 "forward, backward and an optimizer step per mini-batch (data shuffled per "
                 "epoch)");

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "edbatch/edbatch.h"
@@ -91,11 +92,34 @@ void print_comparison(const std::vector<const Graph*>& graphs, FsmPolicy& fsm,
               100 * hits / n, 100 * scored / n, 100 * (misses - scored) / n);
 }
 
+// Warns when the costs of --costs miss types of the model: those take the mean cost
+// (FsmCostModel::of), which for costs of another model, hidden size or mini-batch size is
+// (nearly) every type.
+void warn_missing_costs(const TrainOptions& o, const std::vector<const Graph*>& graphs) {
+  const std::set<std::string> known(o.fsm.costs.types.begin(), o.fsm.costs.types.end());
+  std::set<std::string> types, missing;
+  for (const Graph* g : graphs)
+    for (const Node& n : g->nodes()) {
+      if (!is_scheduled(n.op)) continue;
+      const std::string& name = g->types().name(n.type);
+      types.insert(name);
+      if (!known.count(name)) missing.insert(name);
+    }
+  if (missing.empty()) return;
+  const std::string what = o.model + " (hidden " + std::to_string(o.hidden) + ")";
+  const std::string head =
+      missing.size() == types.size()
+          ? "no type of " + what + " has a cost in '" + o.costs +
+                "' (costs of another model, hidden size or mini-batch size?): all " +
+                std::to_string(types.size())
+          : std::to_string(missing.size()) + " of the " + std::to_string(types.size()) +
+                " types of " + what + " have no cost in '" + o.costs + "' and";
+  std::fprintf(stderr, "edbatch train: warning: --costs: %s take the mean of its costs: %s\n",
+               head.c_str(), CLI::detail::join(missing, ", ").c_str());
+}
+
 void check_usage(const TrainOptions& o) {
   check_data_flag(o.model, o.data);
-  if (o.fsm.epsilon_start < 0 || o.fsm.epsilon_start > 1 || o.fsm.epsilon_end < 0 ||
-      o.fsm.epsilon_end > 1)
-    throw UsageError("--epsilon-start and --epsilon-end must lie in [0, 1]");
   if (!o.costs.empty() && o.device != "none")
     throw UsageError("--costs and --device " + o.device +
                      ": the costs are either read from a file or measured, not both");
@@ -106,6 +130,9 @@ void check_usage(const TrainOptions& o) {
 int train(TrainOptions o) {
   const auto t0 = Clock::now();
   check_usage(o);
+  check_output_file("--output", o.output);
+  check_output_file("--curve", o.curve);
+  if (o.device == "cpu") warn_threads("train", o.threads);
   o.fsm.encoding = parse_fsm_encoding(o.encoding);
   o.fsm.seed = o.seed;
   o.fsm.teacher = !o.no_teacher;
@@ -124,6 +151,9 @@ int train(TrainOptions o) {
   const FsmWorkload w =
       make_fsm_workload(*model, o.batch, sizes, o.train_batches, o.val_batches, o.seed);
   const auto train_graphs = w.train_graphs(), val_graphs = w.validation_graphs();
+  // --eval-data is read before training, so that a bad file does not cost a training run.
+  const std::unique_ptr<Evaluation> evaluation =
+      o.eval_data.empty() ? nullptr : std::make_unique<Evaluation>(make_evaluation(o, mo));
   const std::string size_list = CLI::detail::join(sizes, ",");
   std::fprintf(stderr,
                "%s: %zu training mini-batches of up to %s instances, %zu validation ones of up "
@@ -138,6 +168,7 @@ int train(TrainOptions o) {
     if (o.fsm.costs.empty())
       throw UsageError("--costs: " + o.costs + " has no costs (a policy trained with --device)");
     if (o.combine != "auto") o.fsm.costs.chain = chain;
+    warn_missing_costs(o, train_graphs);
   } else if (o.device != "none") {
     std::vector<Graph*> sample;
     for (size_t i = 0; i < w.train.size() && sample.size() < std::max(o.cost_graphs, 2u); ++i)
@@ -196,10 +227,9 @@ int train(TrainOptions o) {
           : ("time on " + o.fsm.costs.device + (o.fsm.costs.chain ? ", chain" : ", sum")).c_str());
   FsmPolicy loaded(result.policy, o.output);
   print_comparison(val_graphs, loaded, result.policy.costs, "validation (held out of --data)");
-  if (!o.eval_data.empty()) {
-    const Evaluation e = make_evaluation(o, mo);
+  if (evaluation) {
     std::vector<const Graph*> graphs;
-    for (const auto& g : e.graphs) graphs.push_back(g.get());
+    for (const auto& g : evaluation->graphs) graphs.push_back(g.get());
     print_comparison(graphs, loaded, result.policy.costs,
                      ("evaluation (" + o.eval_data + ", not trained on)").c_str());
   }
@@ -251,7 +281,8 @@ Command add_train_command(CLI::App& root) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 16));
   app->add_option("--seed", o->seed, "seed of the data, the sampling and the rollouts")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(seed_number());
   app->add_option("--curve", o->curve,
                   "learning-curve CSV: episode, mean_batches, validation_batches, lower_bound")
       ->capture_default_str();
@@ -260,12 +291,14 @@ Command add_train_command(CLI::App& root) {
       ->check(CLI::Range(1u, 1024u));
   app->add_option("--alpha", o->fsm.alpha, "Q-learning step size")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_in(0, 1));
   app->add_option("--epsilon-start", o->fsm.epsilon_start,
                   "exploration rate of the first rollouts, decaying linearly ...")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in(0, 1));
   app->add_option("--epsilon-end", o->fsm.epsilon_end, "... to this one at the last")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in(0, 1));
   app->add_option("--rollouts-per-round", o->fsm.rollouts_per_round,
                   "rollouts run in parallel against one table between updates")
       ->capture_default_str()
@@ -316,7 +349,7 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--time-budget", o->fsm.time_budget_s,
                   "seconds; past them training stops and keeps the best so far (0: none)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(number_in(0, 1e9));
   app->add_flag("--no-teacher", o->no_teacher,
                 "skip the beam-search teacher (Q-learning and the table search only)");
   app->add_option("--beam", o->fsm.beam_width, "beam width of the teacher")

@@ -7,6 +7,7 @@
 
 #include "edbatch/safetensors.h"
 #include "tools/edbatch/commands.h"
+#include "tools/edbatch/metrics.h"
 
 namespace edbatch::cli {
 
@@ -21,7 +22,7 @@ void add_training_options(CLI::App* app, TrainingOptions& o) {
                   "momentum (or sgd with --momentum) 0.01, adam 0.001, adagrad 0.05)")
       ->check(number_from(0, false));
   app->add_option("--momentum", o.momentum, "sgd: heavy-ball momentum in [0, 1) (0: none)")
-      ->check(CLI::Range(0.0f, 0.999f));
+      ->check(number_in(0, 0.999));
   app->add_option("--weight-decay", o.weight_decay,
                   "L2 weight decay added to every gradient (lookup tables: the touched columns)")
       ->check(number_from(0, true));
@@ -87,7 +88,12 @@ Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, 
     for (uint32_t k = 0; k < n; ++k) {
       const std::vector<uint32_t> gold = model.labels(b + k);
       const std::vector<uint32_t> predicted = predicted_labels(engine, logits[k]);
-      e.loss += as_scalar(engine.value(losses[k]));
+      const double loss = as_scalar(engine.value(losses[k]));
+      if (!std::isfinite(loss) && e.first_not_finite == UINT32_MAX) {
+        e.first_not_finite = b + k;
+        e.not_finite_loss = loss;
+      }
+      e.loss += loss;
       e.instances += 1;
       for (size_t i = 0; i < gold.size() && i < predicted.size(); ++i)
         e.node_correct += predicted[i] == gold[i];
@@ -119,7 +125,7 @@ std::string percent(double x) {
 }
 }  // namespace
 
-void EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::string& text) {
+Evaluation EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::string& text) {
   const Evaluation e = evaluate(model_, engine_, train_size_, model_.size(), batch_);
   const DataKind kind = model_data_kind(model_.name());
   nlohmann::json j;
@@ -154,7 +160,7 @@ void EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::string& te
   // The best epoch: highest accuracy (root accuracy for trees), then lowest held-out loss.
   const double accuracy = kind == DataKind::Trees ? e.root_accuracy() : e.node_accuracy();
   const double loss = e.loss_per_instance();
-  if (epoch == 0 || !std::isfinite(loss)) return;
+  if (epoch == 0 || !std::isfinite(loss)) return e;
   if (best_epoch_ < 0 || accuracy > best_accuracy_ ||
       (accuracy == best_accuracy_ && loss < best_loss_)) {
     best_epoch_ = epoch;
@@ -168,6 +174,7 @@ void EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::string& te
       text += "  (best)";
     }
   }
+  return e;
 }
 
 void EpochReport::before_training() {
@@ -216,7 +223,12 @@ void EpochReport::evaluate_once() {
   nlohmann::json line;
   line["epoch"] = 0;
   std::string text = "eval  ";
-  run_eval(0, line, text);
+  const Evaluation e = run_eval(0, line, text);
+  if (e.first_not_finite != UINT32_MAX)
+    throw std::runtime_error(
+        "--eval: held-out instance " + std::to_string(e.first_not_finite - train_size_) + " of '" +
+        o_.eval + "': the loss is " + loss_text(e.not_finite_loss) +
+        ", not finite (find the first non-finite value with --check-numerics)");
   epochs_json_.push_back(line);
   std::printf("%s\n", text.c_str());
   std::fflush(stdout);

@@ -42,6 +42,8 @@ struct Evaluation {
   uint64_t node_correct = 0, nodes = 0;  // every loss node
   uint64_t root_correct = 0, roots = 0;  // trees: the last loss node (the root)
   double seconds = 0;
+  uint32_t first_not_finite = UINT32_MAX;  // the first instance whose loss is not finite
+  double not_finite_loss = 0;              // ... and its loss
   double loss_per_instance() const { return instances ? loss / instances : 0; }
   double node_accuracy() const { return nodes ? double(node_correct) / nodes : 0; }
   double root_accuracy() const { return roots ? double(root_correct) / roots : 0; }
@@ -61,13 +63,14 @@ class EpochReport {
   void epoch_end(uint32_t epoch, double train_loss);
   // Training by --iters: one evaluation at the end (as epoch 1 for --save-best).
   void after_iterations(uint32_t minibatches);
-  // A run without --train: one evaluation of the weights as they are.
+  // A run without --train: one evaluation of the weights as they are. Throws std::runtime_error
+  // when an instance's loss is not finite.
   void evaluate_once();
   // "epochs" and "eval" for the metrics JSON.
   void add_to_json(nlohmann::json& j) const;
 
  private:
-  void run_eval(uint32_t epoch, nlohmann::json& line, std::string& text);
+  Evaluation run_eval(uint32_t epoch, nlohmann::json& line, std::string& text);
 
   const TrainingOptions& o_;
   Model& model_;

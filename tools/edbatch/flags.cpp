@@ -1,0 +1,135 @@
+// Flags and checks both subcommands share (tools/edbatch/commands.h).
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "edbatch/models.h"
+#include "tools/edbatch/commands.h"
+
+namespace edbatch::cli {
+
+namespace {
+
+// A bound as people write it: "1000000", not "1e+06".
+std::string bound_text(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  return CLI::detail::to_string(v);
+}
+
+}  // namespace
+
+void check_data_flag(const std::string& model, const std::string& data) {
+  const std::string prefix = "synthetic:";
+  if (data.rfind(prefix, 0) == 0) {
+    const std::string n = data.substr(prefix.size());
+    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(n) == 0)
+      throw UsageError("--data: expected synthetic:N with N in 1..999999999, got '" + data + "'");
+  } else if (model_data_kind(model) == DataKind::Dags) {
+    throw UsageError("--data: " + model + " reads random DAGs, which only come as synthetic:N");
+  }
+}
+
+CLI::Validator number_from(double low, bool inclusive) {
+  const std::string bound = (inclusive ? ">= " : "> ") + bound_text(low);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(static_cast<float>(v)) ||
+            (inclusive ? v < low : v <= low))
+          return "expected a finite number " + bound + ", got '" + text + "'";
+        return "";
+      },
+      "NUMBER " + bound);
+}
+
+CLI::Validator number_in(double low, double high) {
+  const std::string range = "[" + bound_text(low) + ", " + bound_text(high) + "]";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        // Written so that NaN, which compares false with everything, fails.
+        if (!CLI::detail::lexical_cast(text, v) || !(v >= low && v <= high))
+          return "expected a number in " + range + ", got '" + text + "'";
+        return "";
+      },
+      "NUMBER in " + range);
+}
+
+CLI::Validator seed_number() {
+  const std::string max = std::to_string(UINT64_MAX);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        // Decimal digits only: CLI11 alone would wrap "-1" and saturate what overflows.
+        const bool digits =
+            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        const std::string trimmed =
+            digits ? text.substr(std::min(text.find_first_not_of('0'), text.size() - 1)) : text;
+        if (!digits || trimmed.size() > max.size() ||
+            (trimmed.size() == max.size() && trimmed > max))
+          return "expected an integer in 0.." + max + ", got '" + text + "'";
+        text = trimmed;  // no leading zeros: CLI11 would read them as octal
+        return "";
+      },
+      "");
+}
+
+void add_model_option(CLI::App* app, std::string& model) {
+  std::string models;
+  for (const std::string& m : model_names()) models += (models.empty() ? "" : ", ") + m;
+  app->add_option("--model", model, "the model: " + models)
+      ->required()
+      ->check(CLI::IsMember(model_names()));
+}
+
+void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch, bool no_folding) {
+  app->add_option("--vocab-size", vocab,
+                  no_folding ? "embedding rows; file word ids fold modulo this (0: no folding, "
+                               "a row per id the data holds: the full vocabulary of a file)"
+                             : "embedding rows; file word ids fold modulo this")
+      ->capture_default_str()
+      ->check(CLI::Range(no_folding ? 0u : 1u, kMaxVocabulary));
+  app->add_option("--batch", batch, "instances per mini-batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+}
+
+void check_output_file(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const auto fail = [&](const std::string& why) {
+    throw std::runtime_error(option + ": cannot write '" + path + "': " + why);
+  };
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) fail("it is a directory");
+  // A device or a pipe is written directly (write_file_atomically), not through its folder.
+  if (fs::exists(st) && !fs::is_regular_file(st)) return;
+  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
+  const fs::file_status d = fs::status(dir, ec);
+  if (!fs::exists(d)) fail("the folder '" + dir.string() + "' does not exist");
+  if (!fs::is_directory(d)) fail("'" + dir.string() + "' is not a folder");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    fail("the folder '" + dir.string() + "' is not writable (" + std::strerror(errno) + ")");
+}
+
+void warn_threads(const std::string& command, uint32_t threads) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const unsigned cores = sched_getaffinity(0, sizeof set, &set) == 0
+                             ? static_cast<unsigned>(CPU_COUNT(&set))
+                             : std::thread::hardware_concurrency();
+  if (cores == 0 || threads <= cores) return;
+  std::fprintf(stderr,
+               "edbatch %s: warning: --threads %u is more than the %u CPU core(s) this process "
+               "may use: at most %u run at once, and the others wait for a core\n",
+               command.c_str(), threads, cores, cores);
+}
+
+}  // namespace edbatch::cli
