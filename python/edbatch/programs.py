@@ -1,0 +1,70 @@
+"""A traced program (docs/programs.md) as the op takes it: the document, its JSON text, the
+weights it reads, and whether the cells it was traced from still hold what the trace read."""
+import json
+import math
+import operator
+
+
+def _finite(v):
+    """The document with its infinite and NaN numbers as "inf", "-inf" and "nan" (JSON has no
+    such numbers; docs/programs.md)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _finite(e) for k, e in v.items()}
+    if isinstance(v, list):
+        return [_finite(e) for e in v]
+    return v
+
+
+class Program:
+    """A traced program: `doc` (docs/programs.md), `text` (its JSON), and `weights()` (the op's
+    weight tensors, in order). `cell_sites[c]` is the dropout site of cell c's first dropout."""
+
+    def __init__(self, doc, weights, state_tuple, message_tuple):
+        self.doc, self.text = doc, json.dumps(_finite(doc), separators=(",", ":"),
+                                              allow_nan=False)
+        self._weights, self.state_tuple, self.message_tuple = weights, state_tuple, message_tuple
+        self._settings = []  # bind(): (parent, name, module, getter, settings) per submodule
+        self.cell_sites, site = [], 0
+        for cell in doc["cells"]:
+            self.cell_sites.append(site)
+            site += sum(ins["op"] == "dropout" for ins in cell["body"])
+        self.has_dropout = site > 0
+
+    def weights(self):
+        return self._weights.tensors()
+
+    def bind(self, root):
+        """Notes every submodule of `root` (the Propagate), where it is and its settings, for
+        current(); modules found elsewhere (a function cell's closure) are left out."""
+        self._settings = []
+        for parent in root.modules():
+            for name, m in parent._modules.items():
+                if m is not None:
+                    get = operator.itemgetter(*_plain_keys(m))
+                    self._settings.append((parent, name, m, get, get(m.__dict__)))
+        return self
+
+    def current(self, root):
+        """Whether the traced constants still hold: every submodule is where bind() found it (a
+        submodule replaced since, cell.lin = nn.Linear(...), has other weights, perhaps of other
+        shapes) with the same training flag and plain settings (nn.Dropout's p, LeakyReLU's
+        slope, a cell's own temperature: the trace reads them as constants)."""
+        try:
+            return all(parent._modules.get(name) is m and get(m.__dict__) == values
+                       for parent, name, m, get, values in self._settings)
+        except KeyError:  # a setting deleted
+            return False
+
+
+def _plain_keys(module):
+    """The names of a module's training flag and its attributes of plain values (numbers,
+    strings, None, tuples of them)."""
+    return [k for k, v in module.__dict__.items() if k[0] != "_" and _plain(v)]
+
+
+def _plain(v):
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    return isinstance(v, tuple) and all(_plain(e) for e in v)
