@@ -125,6 +125,19 @@ TEST_CASE("errors: backward before forward, non-scalar loss, engine misuse") {
   CHECK(contains(message_of([&] { e.forward(g2, z); }), "another ParameterCollection"));
 }
 
+TEST_CASE("errors: handles of another ParameterCollection") {
+  ParameterCollection a, b;
+  const Parameter wa = a.add_parameters("w", Dim{2, 1});
+  const Parameter wb = b.add_parameters("w", Dim{2, 1});
+  const LookupParameter eb = b.add_lookup_parameters("E", 4, 2);
+  Graph g(a);
+  parameter(g, wa);
+  // Same ids in both collections: without the owner check b's handle would read a's values.
+  CHECK(contains(message_of([&] { parameter(g, wb); }), "another ParameterCollection"));
+  a.add_lookup_parameters("E", 4, 2);
+  CHECK(contains(message_of([&] { lookup(g, eb, 1); }), "another ParameterCollection"));
+}
+
 TEST_CASE("errors: label, index and name ranges") {
   ParameterCollection pc;
   const LookupParameter E = pc.add_lookup_parameters("E", 10, 4);

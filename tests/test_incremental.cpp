@@ -407,6 +407,38 @@ TEST_CASE("incremental: rewritten inputs run every segment again") {
   CHECK(as_scalar(fresh.forward(g, loss)) == doctest::Approx(after).epsilon(1e-6));
 }
 
+TEST_CASE("incremental: forward after the parameters changed computes again") {
+  // One graph kept across training steps (a fixed structure): every forward after an update
+  // sees the new parameters, as a fresh engine does; reading after rewritten inputs is refused.
+  ParameterCollection pc(9);
+  const Parameter W = pc.add_parameters("W", Dim{3, 3});
+  Graph g(pc);
+  const Expr x = input(g, Dim{3, 1}, {0.5f, -1.0f, 2.0f});
+  const Expr loss = pick_neg_log_softmax(tanh(matmul(parameter(g, W), x)), 1);
+  Engine e(pc);
+  float last = as_scalar(e.forward(g, loss));
+  for (int step = 0; step < 3; ++step) {
+    e.backward(g, loss);
+    CHECK(as_scalar(e.forward(g, loss)) == last);  // a backward changes no value
+    pc.sgd_update(0.5f);
+    const float now = as_scalar(e.forward(g, loss));
+    Engine fresh(pc);
+    CHECK(now == as_scalar(fresh.forward(g, loss)));
+    CHECK(now < last);
+    last = now;
+  }
+  pc.values(W.id)[0] += 1.0f;  // written by hand, announced by mark_changed()
+  pc.mark_changed();
+  Engine fresh(pc);
+  CHECK(as_scalar(e.forward(g, loss)) == as_scalar(fresh.forward(g, loss)));
+  const std::vector<float> other{1.0f, 1.0f, 1.0f};
+  g.write_inputs(0, other.data(), other.size());
+  CHECK_THROWS_WITH_AS(e.value(loss), doctest::Contains("inputs were rewritten"),
+                       std::invalid_argument);
+  e.forward(g, loss);
+  CHECK(as_scalar(e.value(loss)) == as_scalar(fresh.forward(g, loss)));
+}
+
 TEST_CASE("incremental: misuse is a clear error") {
   ParameterCollection pc(8);
   const Weights w = make_weights(pc);

@@ -95,12 +95,15 @@ class Engine {
   ~Engine();
 
   // Runs every node of `g` (once per graph version and inputs version) and returns the value of
-  // `e`. A graph whose inputs were rewritten (Graph::write_inputs) runs again on the same plan.
+  // `e`. A graph whose inputs were rewritten (Graph::write_inputs) runs again on the same plan, and
+  // so does a graph with no node added since it ran when the parameters changed since (an update,
+  // zero_grads, loaded weights, mark_changed), as DyNet's forward computes again after an update.
   //
   // Incremental forward: when nodes were added to the graph of the last forward (same graph,
   // no clear() between), only the new nodes are scheduled (every policy sees their frontier),
   // planned after the values already computed, which keep their place, and run. A program can
-  // thus read values, decide what to add, and forward again (greedy decoding). backward() then
+  // thus read values, decide what to add, and forward again (greedy decoding); new nodes read the
+  // parameters of now, the values before keep theirs. backward() then
   // covers every increment, as for the graph built whole. Tensors read before stay readable
   // through value() (their pointers may move when the arena grows).
   const Tensor& forward(Graph& g, const Expr& e);
@@ -216,6 +219,7 @@ class Engine {
   Policy::Lookups segment_lookups_;
   uint32_t ran_segments_ = 0;        // the plan's segments that have run ...
   uint64_t ran_inputs_version_ = 0;  // ... on these inputs
+  uint64_t ran_params_version_ = 0;  // ... and these parameters (ParameterCollection::version)
   bool have_backward_ = false;
 };
 

@@ -14,19 +14,25 @@ namespace edbatch {
 class Block;
 
 // A handle into a ParameterCollection. Lookup tables are parameters of shape dim x vocab whose
-// columns are the embeddings.
+// columns are the embeddings. `owner` is the uid() of the collection that made the handle, so a
+// graph over another collection refuses it (0: not known, as for handles made from an id).
 struct Parameter {
   uint32_t id = UINT32_MAX;
+  uint64_t owner = 0;
   bool valid() const { return id != UINT32_MAX; }
 };
 struct LookupParameter {
   uint32_t id = UINT32_MAX;
+  uint64_t owner = 0;
   bool valid() const { return id != UINT32_MAX; }
 };
 
 class ParameterCollection {
  public:
-  explicit ParameterCollection(uint64_t seed = 1) : seed_(seed) {}
+  explicit ParameterCollection(uint64_t seed = 1);
+
+  // Tells collections apart (Parameter::owner): unique in the process, kept by moves.
+  uint64_t uid() const { return uid_; }
 
   // Uniform Glorot initialisation from the collection's seed and the parameter's name, so a
   // parameter's initial values do not depend on the order parameters were added.
@@ -125,6 +131,7 @@ class ParameterCollection {
 
   uint64_t seed_;
   uint64_t version_ = 0;
+  uint64_t uid_ = 0;
   mutable std::function<void()> fetch_;
   const void* fetch_owner_ = nullptr;
   std::vector<Entry> entries_;

@@ -144,15 +144,21 @@ void Engine::run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end) 
   // Input values that device memory gives (DeviceInterop::inputs_from_device) are new inputs.
   const DeviceInterop* io = backend_->device_interop();
   const bool new_inputs = ran_inputs_version_ != g.inputs_version() || (io && io->inputs_pending());
-  if (!new_inputs && has_run(g, end)) return;
-  // Only the segments added since the last forward run, unless the inputs changed.
-  const uint32_t first = new_inputs ? 0 : ran_segments_;
+  // A forward over nodes that all ran, after the parameters changed (an update), computes them
+  // again, as DyNet's forward does; an increment's new nodes alone read the new parameters (the
+  // values before keep theirs, as DyNet's incremental_forward).
+  const bool ran = has_run(g, end);
+  const bool new_params = ran && ran_params_version_ != params_.version();
+  if (!new_inputs && !new_params && ran) return;
+  // Only the segments added since the last forward run, unless the inputs or parameters changed.
+  const uint32_t first = new_inputs || new_params ? 0 : ran_segments_;
   const auto t0 = Clock::now();
   backend_->forward(PlanRef{g, schedule_, plan_, params_, first});
   stats_.execution_ms = (first > 0 ? stats_.execution_ms : 0) + ms_since(t0);
   stats_.backward_ms = 0;
   ran_segments_ = static_cast<uint32_t>(plan_.segments.size());
   ran_inputs_version_ = g.inputs_version();
+  ran_params_version_ = params_.version();
   have_backward_ = false;
   if (options_.check_numerics) check_forward_numerics(g, fn);
 }
@@ -252,7 +258,11 @@ void Engine::backward(Graph& g, const std::vector<Expr>& outputs, const float* s
 
 void Engine::run_backward(Graph& g, const BackwardSeed& seed) {
   const auto t0 = Clock::now();
+  // A backward changes gradients, not the values the forward read: unless they changed before
+  // it, the forward's values stay current.
+  const bool current = ran_params_version_ == params_.version();
   backend_->backward(PlanRef{g, schedule_, plan_, params_}, seed);
+  if (current) ran_params_version_ = params_.version();
   stats_.backward_ms = ms_since(t0);
   sync_counters();
   have_backward_ = true;

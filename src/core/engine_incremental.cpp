@@ -58,6 +58,10 @@ void Engine::check_ran(const Expr& e, const char* fn) const {
                                 "] expression is not from the last forward graph");
   graph_->node_of(e, fn);
   const uint32_t node = e.id;
+  if (ran_inputs_version_ != graph_->inputs_version())
+    throw std::invalid_argument(std::string("[") + fn +
+                                "] the graph's inputs were rewritten (Graph::write_inputs) since "
+                                "the last forward: run forward() first");
   if (node < ran_nodes()) return;
   throw std::invalid_argument(std::string("[") + fn + "] node " + std::to_string(node) +
                               (node < plan_.node_offset.size()

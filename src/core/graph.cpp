@@ -64,8 +64,11 @@ double Graph::construction_seconds() const {
 const Node& Graph::node_of(const Expr& e, const char* fn) const {
   if (e.graph == nullptr) fail(fn, "uninitialised expression");
   if (e.graph != this) fail(fn, "expression belongs to another graph");
-  if (e.generation != generation_ || e.id >= nodes_.size())
+  if (e.generation != generation_)
     fail(fn, "expression " + std::to_string(e.id) + " is from before Graph::clear()");
+  if (e.id >= nodes_.size())
+    fail(fn, "expression " + std::to_string(e.id) + " is past the graph's " +
+                 std::to_string(nodes_.size()) + " nodes (an Expr made by hand?)");
   return nodes_[e.id];
 }
 
@@ -324,13 +327,25 @@ Expr input(Graph& g, Dim dim, const std::vector<float>& values) {
 Expr input(Graph& g, Dim dim, const float* values) { return g.expr(g.add_input(dim, values)); }
 Expr input(Graph& g, float value) { return g.expr(g.add_input(Dim{1, 1}, &value)); }
 
+namespace {
+
+void check_owner(const Graph& g, uint64_t owner, uint32_t id, const char* fn) {
+  if (owner != 0 && owner != g.params().uid())
+    fail(fn, "the handle of parameter " + std::to_string(id) +
+                 " was made by another ParameterCollection than the graph's");
+}
+
+}  // namespace
+
 Expr parameter(Graph& g, Parameter p) {
   if (!p.valid()) fail("parameter", "uninitialised Parameter handle");
+  check_owner(g, p.owner, p.id, "parameter");
   return g.expr(g.add_parameter(p.id));
 }
 
 Expr lookup(Graph& g, LookupParameter table, uint32_t index) {
   if (!table.valid() || table.id >= g.params().size()) fail("lookup", "invalid lookup table handle");
+  check_owner(g, table.owner, table.id, "lookup");
   if (!g.params().is_lookup(table.id))
     fail("lookup", "'" + g.params().name(table.id) + "' is not a lookup table");
   const Dim d = g.params().dim(table.id);

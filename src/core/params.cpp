@@ -1,5 +1,6 @@
 #include "edbatch/params.h"
 
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -70,13 +71,18 @@ uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup,
   return id;
 }
 
+ParameterCollection::ParameterCollection(uint64_t seed) : seed_(seed) {
+  static std::atomic<uint64_t> next{1};
+  uid_ = next.fetch_add(1);
+}
+
 Parameter ParameterCollection::add_parameters(const std::string& name, Dim dim, float init_scale) {
-  return Parameter{add(name, dim, false, init_scale)};
+  return Parameter{add(name, dim, false, init_scale), uid_};
 }
 
 LookupParameter ParameterCollection::add_lookup_parameters(const std::string& name, uint32_t vocab,
                                                            uint32_t dim) {
-  return LookupParameter{add(name, Dim{dim, vocab}, true, 0.0f)};
+  return LookupParameter{add(name, Dim{dim, vocab}, true, 0.0f), uid_};
 }
 
 const ParameterCollection::Entry& ParameterCollection::entry(uint32_t id) const {
@@ -161,7 +167,7 @@ Parameter ParameterCollection::add_view(const std::string& name, Parameter base,
   entries_.push_back(std::move(e));
   by_name_[name] = id;
   ++version_;
-  return Parameter{id};
+  return Parameter{id, uid_};
 }
 
 bool ParameterCollection::adjacent(uint32_t a, uint32_t b) const {
