@@ -1,5 +1,6 @@
 #include "tests/cli_run.h"
 
+#include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +45,17 @@ CliResult run_cli(const TempDir& dir, const std::string& args) {
   (void)args;
   return CliResult{-1, "", "the tests were built without the edbatch command line"};
 #endif
+}
+
+void check_usage_errors(const TempDir& dir, const std::string& before,
+                        const std::vector<std::pair<std::string, std::string>>& cases,
+                        const std::string& after) {
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args);
+    const CliResult r = run_cli(dir, before + args + after);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+  }
 }
 
 std::vector<nlohmann::json> json_lines(const std::string& path) {

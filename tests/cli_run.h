@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace edbatch::test {
@@ -32,5 +33,11 @@ struct CliResult {
 // Runs `edbatch <args>` (args are passed to the shell as written) with its stdout and stderr
 // captured in files of `dir`.
 CliResult run_cli(const TempDir& dir, const std::string& args);
+
+// Each case, `edbatch <before><arguments><after>`, is a usage error: exit code 2 and the case's
+// message (a part of it) on stderr.
+void check_usage_errors(const TempDir& dir, const std::string& before,
+                        const std::vector<std::pair<std::string, std::string>>& cases,
+                        const std::string& after = "");
 
 }  // namespace edbatch::test

@@ -433,23 +433,19 @@ TEST_CASE("cli: output files are checked before any work") {
 TEST_CASE("cli: numbers that are not numbers, and seeds out of range, are usage errors") {
   TempDir dir;
   const std::string base = "run --model tree_lstm " + kSmall + "--data synthetic:8 --iters 1 ";
-  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
-           {"--plan-cache nan", "--plan-cache: expected a number in [0, 1000000], got 'nan'"},
-           {"--plan-cache inf", "--plan-cache: expected a number in [0, 1000000], got 'inf'"},
-           {"--policy-budget nan", "--policy-budget: expected a number in [0, 1000000]"},
-           {"--policy-budget -1", "--policy-budget: expected a number in [0, 1000000]"},
-           {"--train --momentum nan", "--momentum: expected a number in [0, 0.999], got 'nan'"},
-           {"--train --momentum 1", "--momentum: expected a number in [0, 0.999]"},
-           {"--seed -1", "--seed: expected an integer in 0..18446744073709551615, got '-1'"},
-           {"--seed 18446744073709551616", "--seed: expected an integer in 0..1844674407370955161"},
-           {"--seed 99999999999999999999999", "got '99999999999999999999999'"},
-           {"--seed 0x10", "--seed: expected an integer"},
-           {"--seed 1.5", "--seed: expected an integer"}}) {
-    CAPTURE(args);
-    const Result r = cli(dir, base + args);
-    CHECK(r.code == 2);
-    CHECK(r.err.find(message) != std::string::npos);
-  }
+  test::check_usage_errors(
+      dir, base,
+      {{"--plan-cache nan", "--plan-cache: expected a number in [0, 1000000], got 'nan'"},
+       {"--plan-cache inf", "--plan-cache: expected a number in [0, 1000000], got 'inf'"},
+       {"--policy-budget nan", "--policy-budget: expected a number in [0, 1000000]"},
+       {"--policy-budget -1", "--policy-budget: expected a number in [0, 1000000]"},
+       {"--train --momentum nan", "--momentum: expected a number in [0, 0.999], got 'nan'"},
+       {"--train --momentum 1", "--momentum: expected a number in [0, 0.999]"},
+       {"--seed -1", "--seed: expected an integer in 0..18446744073709551615, got '-1'"},
+       {"--seed 18446744073709551616", "--seed: expected an integer in 0..1844674407370955161"},
+       {"--seed 99999999999999999999999", "got '99999999999999999999999'"},
+       {"--seed 0x10", "--seed: expected an integer"},
+       {"--seed 1.5", "--seed: expected an integer"}});
   // The largest seed is taken as it is; leading zeros are decimal.
   for (const auto& [seed, value] : std::vector<std::pair<std::string, uint64_t>>{
            {"18446744073709551615", UINT64_MAX}, {"010", 10}, {"0", 0}}) {

@@ -290,17 +290,13 @@ TEST_CASE("cli optim: usage errors") {
     CHECK(!r.err.empty());
   }
   // Numbers out of range are refused in words, naming the flag and the value.
-  for (const auto& [bad, message] : std::vector<std::pair<std::string, std::string>>{
-           {"--train --lr -1", "--lr: expected a finite number > 0, got '-1'"},
-           {"--train --lr nan", "--lr: expected a finite number > 0, got 'nan'"},
-           {"--train --lr 1e50", "--lr: expected a finite number > 0, got '1e50'"},
-           {"--train --clip inf", "--clip: expected a finite number >= 0, got 'inf'"},
-           {"--train --weight-decay -0.5", "--weight-decay: expected a finite number >= 0"}}) {
-    CAPTURE(bad);
-    const Result r = cli(dir, base + bad);
-    CHECK(r.code == 2);
-    CHECK(r.err.find(message) != std::string::npos);
-  }
+  test::check_usage_errors(
+      dir, base,
+      {{"--train --lr -1", "--lr: expected a finite number > 0, got '-1'"},
+       {"--train --lr nan", "--lr: expected a finite number > 0, got 'nan'"},
+       {"--train --lr 1e50", "--lr: expected a finite number > 0, got '1e50'"},
+       {"--train --clip inf", "--clip: expected a finite number >= 0, got 'inf'"},
+       {"--train --weight-decay -0.5", "--weight-decay: expected a finite number >= 0"}});
 }
 
 TEST_CASE("cli optim: --eval of lstm_nmt reads the held-out pairs with the training vocabulary") {

@@ -190,17 +190,14 @@ TEST_CASE("cli train: outputs and --eval-data are checked before training, numbe
   CHECK(bad.err.find("episode") == std::string::npos);
   CHECK_FALSE(fs::exists(policy));
 
-  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
-           {"--alpha nan", "--alpha: expected a number in [0, 1], got 'nan'"},
-           {"--epsilon-start nan", "--epsilon-start: expected a number in [0, 1], got 'nan'"},
-           {"--epsilon-end 1.5", "--epsilon-end: expected a number in [0, 1], got '1.5'"},
-           {"--time-budget nan", "--time-budget: expected a number in [0, 1000000000]"},
-           {"--time-budget inf", "--time-budget: expected a number in [0, 1000000000]"},
-           {"--seed -1", "--seed: expected an integer in 0..18446744073709551615, got '-1'"}}) {
-    CAPTURE(args);
-    const Result r = cli(dir, tiny + args + " -o '" + policy + "'");
-    CHECK(r.code == 2);
-    CHECK(r.err.find(message) != std::string::npos);
-  }
+  test::check_usage_errors(
+      dir, tiny,
+      {{"--alpha nan", "--alpha: expected a number in [0, 1], got 'nan'"},
+       {"--epsilon-start nan", "--epsilon-start: expected a number in [0, 1], got 'nan'"},
+       {"--epsilon-end 1.5", "--epsilon-end: expected a number in [0, 1], got '1.5'"},
+       {"--time-budget nan", "--time-budget: expected a number in [0, 1000000000]"},
+       {"--time-budget inf", "--time-budget: expected a number in [0, 1000000000]"},
+       {"--seed -1", "--seed: expected an integer in 0..18446744073709551615, got '-1'"}},
+      " -o '" + policy + "'");
   CHECK_FALSE(fs::exists(policy));
 }
