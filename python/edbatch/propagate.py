@@ -194,8 +194,9 @@ class Propagate(torch.nn.Module):
         packed.to() keeps); a forward with other ids is not served the prepared graph.
 
         Not prepared (a no-op): cells that draw dropout masks (in training mode, or
-        F.dropout(training=True)), whose graphs depend on the call's masks; a module that has not run yet and is given no input_size or ids. A module
-        with a loss head prepares loss(packed, x=...) with packed's labels instead.
+        F.dropout(training=True)), whose graphs depend on the call's masks; a module that has
+        not run yet and is given no input_size or ids. A module with a loss head prepares
+        loss(packed, x=...) with packed's labels instead.
         """
         check_packed(packed, "Propagate.prepare")
         last = self._last_input
