@@ -323,13 +323,13 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
   };
   auto good_enough = [&] { return best <= (1.0 + o.early_stop) * bound_cost || out_of_time(); };
   // A learning-curve point for a candidate: its mean over the training mini-batches too.
-  auto report = [&](const SimPolicy& p, double validation_total) {
+  auto report = [&](const SimPolicy& p, double validation_total, const char* stage) {
     const double mean = evaluate(tgs, p) / tgs.size();
-    FsmCurvePoint pt{result.episodes_run, mean, validation_total / nv, bound_cost / nv};
+    FsmCurvePoint pt{stage, result.episodes_run, mean, validation_total / nv, bound_cost / nv};
     result.curve.push_back(pt);
     if (progress) progress(pt);
   };
-  report(encoding_only, best);
+  report(encoding_only, best, "lb-greedy");
 
   std::vector<std::vector<uint32_t>> plans;
   if (o.teacher && !good_enough()) {
@@ -355,7 +355,7 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     const SimPolicy p{info.encoding, nullptr, &scorer};
     const double v = evaluate(vgs, p);
     consider(FsmTable(), scorer, v, "scorer");
-    report(p, v);
+    report(p, v, "scorer");
   }
   // The tables' fallback: the scorer when it beat lb-greedy.
   const FsmScorer fallback = best_scorer;
@@ -385,7 +385,7 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     const SimPolicy p{info.encoding, &table, &fallback};
     const double v = evaluate(vgs, p);
     consider(table, fallback, v, "teacher");
-    report(p, v);
+    report(p, v, "teacher");
   }
 
   std::mt19937_64 rng(o.seed);
@@ -415,7 +415,7 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     const FsmTable table = greedy_table(q);
     const double v = evaluate(vgs, {info.encoding, &table, &fallback});
     consider(table, fallback, v, "q-learning");
-    FsmCurvePoint p{result.episodes_run, mean / count, v / nv, bound_cost / nv};
+    FsmCurvePoint p{"q-learning", result.episodes_run, mean / count, v / nv, bound_cost / nv};
     result.curve.push_back(p);
     if (progress) progress(p);
   }
@@ -425,7 +425,7 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     const SimPolicy p{info.encoding, &table, &fallback};
     const double v = evaluate(vgs, p);
     consider(table, fallback, v, "search");
-    report(p, v);
+    report(p, v, "search");
   }
   result.validation_cost = best / nv;
   {

@@ -57,9 +57,16 @@ TEST_CASE("cli train: a policy file that edbatch run loads") {
   std::istringstream lines(slurp(curve));
   std::string header, row;
   std::getline(lines, header);
-  CHECK(header == "episode,mean_batches,validation_batches,lower_bound");
+  CHECK(header == "episode,mean_batches,validation_batches,lower_bound,stage");
   int rows = 0;
-  while (std::getline(lines, row)) ++rows;
+  while (std::getline(lines, row)) {
+    ++rows;
+    const std::string stage = row.substr(row.rfind(',') + 1);
+    CAPTURE(row);
+    CHECK((stage == "lb-greedy" || stage == "scorer" || stage == "teacher" ||
+           stage == "q-learning" || stage == "search"));
+    if (rows == 1) CHECK(stage == "lb-greedy");
+  }
   CHECK(rows > 0);
 
   // The same seed writes the same file.

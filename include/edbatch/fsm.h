@@ -243,6 +243,9 @@ struct FsmTrainOptions {
 };
 
 struct FsmCurvePoint {
+  // The candidate measured: "lb-greedy", "scorer", "teacher" (the table of the teacher's
+  // votes), "q-learning" or "search".
+  const char* stage = "";
   uint32_t episode = 0;           // rollouts done
   double mean_batches = 0;        // over the training mini-batches (Q-learning: its rollouts)
   double validation_batches = 0;  // mean over the validation mini-batches (greedy table)

@@ -190,12 +190,13 @@ int train(TrainOptions o) {
 
   // The curve is written at the end, whole (write_file_atomically).
   std::ostringstream curve;
-  curve << "episode,mean_batches,validation_batches,lower_bound\n";
+  curve << "episode,mean_batches,validation_batches,lower_bound,stage\n";
   auto progress = [&](const FsmCurvePoint& p) {
-    std::fprintf(stderr, "episode %5u  training %8.2f  validation %8.2f  lower bound %8.2f\n",
-                 p.episode, p.mean_batches, p.validation_batches, p.lower_bound);
+    std::fprintf(stderr,
+                 "%-10s  episode %5u  training %8.2f  validation %8.2f  lower bound %8.2f\n",
+                 p.stage, p.episode, p.mean_batches, p.validation_batches, p.lower_bound);
     curve << p.episode << "," << p.mean_batches << "," << p.validation_batches << ","
-          << p.lower_bound << "\n";
+          << p.lower_bound << "," << p.stage << "\n";
   };
   FsmTrainResult result = train_fsm_policy(train_graphs, val_graphs, o.fsm, progress);
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -283,8 +284,10 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--seed", o->seed, "seed of the data, the sampling and the rollouts")
       ->capture_default_str()
       ->transform(seed_number());
-  app->add_option("--curve", o->curve,
-                  "learning-curve CSV: episode, mean_batches, validation_batches, lower_bound")
+  app->add_option(
+         "--curve", o->curve,
+         "learning-curve CSV: episode, mean_batches, validation_batches, lower_bound, stage (the "
+         "candidate measured: lb-greedy, scorer, teacher, q-learning or search)")
       ->capture_default_str();
   app->add_option("--n-step", o->fsm.n_step, "n of the n-step returns")
       ->capture_default_str()
