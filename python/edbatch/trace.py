@@ -95,8 +95,7 @@ class Body:
             return self.emit("weight", v.tensor.numel(), None, weight=self.weight(v, "vector"))
         if isinstance(v, Param) and v.tensor.dim() == 0 and not v.transposed:
             # A 0-d weight (a learned temperature) broadcasts as a size-1 vector.
-            name, get = v.key
-            return self.vector(Param((name, lambda: get().reshape(1)), v.tensor.reshape(1)))
+            return self.vector(trace_weights.as_weight(*v.key, v.tensor))
         if isinstance(v, Param):
             raise Refusal(f"a weight of shape {tuple(v.tensor.shape)} used elementwise: only "
                           f"vector weights can be (matrices go into products)", ValueError)
@@ -269,8 +268,7 @@ class _Tracer(fx.Tracer):
         value = owner._buffers.get(name)
         if isinstance(value, torch.Tensor):
             if value.dtype == torch.bool:  # a fixed mask: 0/1 floats, a condition where due
-                return Param((key, lambda m=owner, n=name: m._buffers[n].float()),
-                             value.float(), mask=True)
+                return trace_weights.as_weight(key, lambda m=owner, n=name: m._buffers[n], value)
             if not value.is_floating_point():
                 raise Refusal(f"the buffer {key} holds {value.dtype}: cells read floating-point "
                               "and bool buffers only, as fixed weights and masks", ValueError)

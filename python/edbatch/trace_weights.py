@@ -162,10 +162,10 @@ def evaluate(op, target, args, kwargs, name):
     params = [v for v in _leaves(args, kwargs) if isinstance(v, Param)]
     label = f"{name}({', '.join(p.key[0] for p in params)})"
     if isinstance(value, torch.Tensor):
-        return _weight(label, lambda: call(later), value)
+        return as_weight(label, lambda: call(later), value)
     if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor)
                                                           for v in value):
-        return tuple(_weight(f"{label}[{i}]", lambda i=i: call(later)[i], v)
+        return tuple(as_weight(f"{label}[{i}]", lambda i=i: call(later)[i], v)
                      for i, v in enumerate(value))
     return value  # an int, a size: a constant
 
@@ -177,9 +177,11 @@ def _leaves(args, kwargs):
     return found
 
 
-def _weight(label, getter, value):
+def as_weight(label, getter, value):
+    """A weight the program reads, computed by `getter` (`value`: its value now): a bool tensor
+    as a 0/1 mask, a 0-d one as a size-1 weight."""
     if value.dtype == torch.bool:  # a condition on weights: 0/1 floats, a mask where one is due
-        w = _weight(label, lambda: getter().float(), value.float())
+        w = as_weight(label, lambda: getter().float(), value.float())
         return Param(w.key, w.tensor, mask=True)
     if value.dim() == 0:  # broadcasts as PyTorch broadcasts a 0-d tensor: a size-1 weight
         return Param((label, lambda: getter().reshape(1)), value.reshape(1))
