@@ -11,6 +11,7 @@
 #include "edbatch/block_plan.h"
 #include "edbatch/engine.h"
 #include "edbatch/fsm.h"
+#include "edbatch/optim.h"
 #include "tests/check.h"
 #include "tests/reference.h"
 #include "tests/step_net.h"
@@ -427,6 +428,18 @@ TEST_CASE("incremental: forward after the parameters changed computes again") {
     CHECK(now < last);
     last = now;
   }
+  // Cleared gradients change no value: nothing runs again. An optimizer's step does.
+  e.backward(g, loss);
+  const uint64_t kernels = e.stats().kernels;
+  pc.zero_grads();
+  CHECK(as_scalar(e.forward(g, loss)) == last);
+  CHECK(e.stats().kernels == kernels);
+  e.backward(g, loss);
+  AdamOptimizer adam(pc, OptimizerOptions{0.05f});
+  adam.step();
+  CHECK(as_scalar(e.forward(g, loss)) == as_scalar(Engine(pc).forward(g, loss)));
+  CHECK(e.stats().kernels > kernels);
+  CHECK(as_scalar(e.value(loss)) != last);
   pc.values(W.id)[0] += 1.0f;  // written by hand, announced by mark_changed()
   pc.mark_changed();
   Engine fresh(pc);

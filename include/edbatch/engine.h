@@ -96,8 +96,9 @@ class Engine {
 
   // Runs every node of `g` (once per graph version and inputs version) and returns the value of
   // `e`. A graph whose inputs were rewritten (Graph::write_inputs) runs again on the same plan, and
-  // so does a graph with no node added since it ran when the parameters changed since (an update,
-  // zero_grads, loaded weights, mark_changed), as DyNet's forward computes again after an update.
+  // so does a graph with no node added since it ran when the parameters' values changed since (an
+  // update, loaded weights, mark_changed; not zero_grads), as DyNet's forward computes again after
+  // an update.
   //
   // Incremental forward: when nodes were added to the graph of the last forward (same graph,
   // no clear() between), only the new nodes are scheduled (every policy sees their frontier),

@@ -82,7 +82,10 @@ class ParameterCollection {
   // backend packs weights again between the increments of one graph (it always does at a
   // graph's first forward).
   uint64_t version() const { return version_; }
-  void mark_changed() { ++version_; }
+  // Changes with version() except at zero_grads(): what a forward read is still current after
+  // gradients alone were cleared.
+  uint64_t values_version() const { return values_version_; }
+  void mark_changed() { changed(); }
 
   // A device backend that holds newer values or gradients than the host (gradients a backward
   // left on the device, an update done there) leaves here how to copy them back. Every host
@@ -128,9 +131,13 @@ class ParameterCollection {
   };
   const Entry& entry(uint32_t id) const;
   uint32_t add(const std::string& name, Dim dim, bool lookup, float scale);
+  void changed() {  // values, and so gradients' layout too, may have changed
+    ++version_;
+    ++values_version_;
+  }
 
   uint64_t seed_;
-  uint64_t version_ = 0;
+  uint64_t version_ = 0, values_version_ = 0;
   uint64_t uid_ = 0;
   mutable std::function<void()> fetch_;
   const void* fetch_owner_ = nullptr;

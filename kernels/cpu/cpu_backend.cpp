@@ -50,9 +50,9 @@ class CpuBackend : public Backend {
 
   void forward(const PlanRef& p) override {
     // Packed weights last through the increments of a graph while the parameters stay.
-    if (p.first_segment == 0 || p.params.version() != packed_version_) {
+    if (p.first_segment == 0 || p.params.values_version() != packed_version_) {
       ++packed_stamp_;
-      packed_version_ = p.params.version();
+      packed_version_ = p.params.values_version();
     }
     packed_.new_pass(packed_stamp_);
     Context c = context(p);

@@ -148,7 +148,7 @@ void Engine::run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end) 
   // again, as DyNet's forward does; an increment's new nodes alone read the new parameters (the
   // values before keep theirs, as DyNet's incremental_forward).
   const bool ran = has_run(g, end);
-  const bool new_params = ran && ran_params_version_ != params_.version();
+  const bool new_params = ran && ran_params_version_ != params_.values_version();
   if (!new_inputs && !new_params && ran) return;
   // Only the segments added since the last forward run, unless the inputs or parameters changed.
   const uint32_t first = new_inputs || new_params ? 0 : ran_segments_;
@@ -158,7 +158,7 @@ void Engine::run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end) 
   stats_.backward_ms = 0;
   ran_segments_ = static_cast<uint32_t>(plan_.segments.size());
   ran_inputs_version_ = g.inputs_version();
-  ran_params_version_ = params_.version();
+  ran_params_version_ = params_.values_version();
   have_backward_ = false;
   if (options_.check_numerics) check_forward_numerics(g, fn);
 }
@@ -260,9 +260,9 @@ void Engine::run_backward(Graph& g, const BackwardSeed& seed) {
   const auto t0 = Clock::now();
   // A backward changes gradients, not the values the forward read: unless they changed before
   // it, the forward's values stay current.
-  const bool current = ran_params_version_ == params_.version();
+  const bool current = ran_params_version_ == params_.values_version();
   backend_->backward(PlanRef{g, schedule_, plan_, params_}, seed);
-  if (current) ran_params_version_ = params_.version();
+  if (current) ran_params_version_ = params_.values_version();
   stats_.backward_ms = ms_since(t0);
   sync_counters();
   have_backward_ = true;

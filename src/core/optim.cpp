@@ -213,6 +213,7 @@ void apply_update(ParameterCollection& pc, const UpdateRule& rule, OptimizerStat
     }
   }
   if (slots > 0) state.mark_changed();
+  pc.mark_changed();
   pc.zero_grads();
 }
 

@@ -35,7 +35,7 @@ void ParameterCollection::updated_on_device(const void* owner, std::function<voi
     for (uint32_t row : e.touched) e.touched_flag[row] = 0;
     e.touched.clear();
   }
-  ++version_;
+  changed();
 }
 
 uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup, float scale) {
@@ -67,7 +67,7 @@ uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup,
   uint32_t id = static_cast<uint32_t>(entries_.size());
   entries_.push_back(std::move(e));
   by_name_[name] = id;
-  ++version_;
+  changed();
   return id;
 }
 
@@ -166,7 +166,7 @@ Parameter ParameterCollection::add_view(const std::string& name, Parameter base,
   const uint32_t id = static_cast<uint32_t>(entries_.size());
   entries_.push_back(std::move(e));
   by_name_[name] = id;
-  ++version_;
+  changed();
   return Parameter{id, uid_};
 }
 
@@ -209,7 +209,7 @@ bool ParameterCollection::stack(const std::vector<uint32_t>& ids) {
       v.storage = entries_[v.base].storage;
       v.offset = entries_[v.base].offset + v.base_offset;
     }
-  ++version_;
+  changed();
   return true;
 }
 
@@ -241,12 +241,13 @@ void ParameterCollection::sgd_update(float lr) {
       for (size_t i = 0; i < e.dim.size(); ++i) v[i] -= lr * g[i];
     }
   }
+  changed();
   zero_grads();
 }
 
 void ParameterCollection::zero_grads() {
   fetch_from_device();
-  ++version_;
+  ++version_;  // the values stay: values_version() does not change
   for (uint32_t id = 0; id < entries_.size(); ++id) {
     Entry& e = entries_[id];
     if (e.view) continue;
