@@ -267,7 +267,7 @@ std::string fsm_policy_json(const FsmPolicyData& policy) {
   const FsmPolicyInfo& info = policy.info;
   nlohmann::json j;
   j["format"] = kFormatName;
-  j["version"] = kFsmFormatVersion;
+  j["version"] = info.block_shapes ? kFsmFormatVersion : 2;  // names as they were read
   j["model"] = info.model;
   j["hidden"] = info.hidden;
   j["encoding"] = fsm_encoding_name(info.encoding);
@@ -349,6 +349,15 @@ FsmPolicyData parse_fsm_policy(const std::string& text, const std::string& path)
     file_error(path, e.what());
   }
   info.types = field<std::vector<std::string>>(j, "types", path);
+  info.block_shapes = version >= 3;
+  {
+    std::unordered_map<std::string, size_t> seen;
+    for (size_t i = 0; i < info.types.size(); ++i)
+      if (!seen.emplace(info.types[i], i).second)
+        file_error(path, "type '" + info.types[i] + "' is listed twice (types " +
+                             std::to_string(seen[info.types[i]]) + " and " + std::to_string(i) +
+                             ")");
+  }
   if (info.types.size() > fsm_encoding_max_types(info.encoding))
     file_error(path, std::to_string(info.types.size()) + " types, more than encoding " +
                          fsm_encoding_name(info.encoding) + " supports");
@@ -381,6 +390,17 @@ FsmPolicyData parse_fsm_policy(const std::string& text, const std::string& path)
 
 // ---- The policy ----
 
+namespace {
+
+// A block type's name as files before version 3 wrote it: "block:name(8,8->16)" -> "block:name".
+std::string without_shapes(const std::string& name) {
+  const size_t open = name.rfind('(');
+  if (name.rfind("block:", 0) != 0 || open == std::string::npos || name.back() != ')') return name;
+  return name.substr(0, open);
+}
+
+}  // namespace
+
 FsmPolicy::FsmPolicy(FsmPolicyData data, std::string source)
     : data_(std::move(data)),
       source_(std::move(source)),
@@ -404,7 +424,7 @@ void FsmPolicy::begin(const Graph& g) {
   global_of_.assign(data_.info.types.size(), UINT32_MAX);
   bool unknown = false;
   for (uint32_t t = 0; t < types.size(); ++t) {
-    auto it = index.find(types.name(t));
+    auto it = index.find(data_.info.block_shapes ? types.name(t) : without_shapes(types.name(t)));
     if (it != index.end()) {
       local_of_[t] = it->second;
       global_of_[it->second] = t;

@@ -41,7 +41,7 @@ TEST_CASE("cli train: a policy file that edbatch run loads") {
 
   const nlohmann::json file = nlohmann::json::parse(slurp(policy));
   CHECK(file["format"] == "edbatch-fsm-policy");
-  CHECK(file["version"] == 2);
+  CHECK(file["version"] == 3);
   CHECK(file["model"] == "lattice_lstm");
   CHECK(file["hidden"] == 8);
   CHECK(file["encoding"] == "cover");
@@ -95,6 +95,9 @@ TEST_CASE("cli train: a policy file that edbatch run loads") {
                                  "--batch 8 --hidden 9 --policy 'fsm:" + policy + "'");
   CHECK(hidden.code == 1);
   CHECK(hidden.err.find("does not match") != std::string::npos);
+  // Block types carry their shapes as other types do (models of blocks alone, tree_lstm's, have
+  // no other type to tell the sizes apart).
+  CHECK(hidden.err.find("block:lattice_lstm.char(9,9->") != std::string::npos);
 }
 
 TEST_CASE("cli train: usage and file errors") {
@@ -103,6 +106,14 @@ TEST_CASE("cli train: usage and file errors") {
   CHECK(cli(dir, "train --model nope -o x.json").code == 2);
   CHECK(cli(dir, "train --model tree_lstm --encoding bits -o x.json").code == 2);
   CHECK(cli(dir, "train --model tree_lstm --data synthetic:0 -o x.json").code == 2);
+  // Refused before any training: an empty output name, held-out data out of range.
+  const Result empty = cli(dir, "train --model lattice_lstm " + kTiny + "-o ''");
+  CHECK(empty.code == 2);
+  CHECK(empty.err.find("--output: empty") != std::string::npos);
+  const Result eval =
+      cli(dir, "train --model lattice_lstm " + kTiny + "--eval-data synthetic:0 -o x.json");
+  CHECK(eval.code == 2);
+  CHECK(eval.err.find("--eval-data: expected synthetic:N") != std::string::npos);
   const Result help = cli(dir, "train --help");
   CHECK(help.code == 0);
   for (const char* flag : {"--model", "--data", "--batch", "--encoding", "--episodes", "--seed",
@@ -155,7 +166,8 @@ TEST_CASE("cli train: costs measured once, reused from the file, summed or along
                        "in '" +
                        measured +
                        "' and take the mean of its costs: "
-                       "block:tree_lstm.inner, block:tree_lstm.leaf\n") != std::string::npos);
+                       "block:tree_lstm.inner(8,8,8,8->22), block:tree_lstm.leaf(->22)\n") !=
+        std::string::npos);
   nlohmann::json renamed = nlohmann::json::parse(slurp(measured));
   nlohmann::json types = nlohmann::json::object();
   for (const auto& [name, cost] : renamed["costs"]["types"].items()) types["x" + name] = cost;

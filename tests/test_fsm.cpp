@@ -348,7 +348,7 @@ TEST_CASE("fsm: truncated, corrupt and foreign files are clear errors") {
   }
   CHECK(error_of("{\"hello\": 1}").find("not an edbatch policy file") != std::string::npos);
   std::string v2 = text;
-  v2.replace(v2.find("\"version\": 2"), 12, "\"version\": 7");
+  v2.replace(v2.find("\"version\": 3"), 12, "\"version\": 7");
   CHECK(error_of(v2).find("format version 7") != std::string::npos);
   nlohmann::json j = nlohmann::json::parse(text);
   j["table"] = {{1, 0, 99}};

@@ -526,7 +526,7 @@ TEST_CASE("fsm scorer: measured costs cover every type, finite and non-negative"
   }
 }
 
-TEST_CASE("fsm scorer: version 2 files keep the scorer and costs; version 1 files still load") {
+TEST_CASE("fsm scorer: version 3 files keep the scorer and costs; versions 1 and 2 still load") {
   const Synthetic s("lattice_lstm", 48, 8, 7);
   FsmTrainOptions o = quick_options();
   o.table = false;
@@ -542,7 +542,36 @@ TEST_CASE("fsm scorer: version 2 files keep the scorer and costs; version 1 file
   CHECK(back.costs.costs[0].launch_us == 3.25);
   CHECK(!back.costs.chain);
   nlohmann::json j = nlohmann::json::parse(fsm_policy_json(d));
-  CHECK(j["version"] == 2);
+  CHECK(j["version"] == 3);
+  // A version 2 file names block types without their shapes; the graph's match it by name alone
+  // and the policy decides as the version 3 one does.
+  nlohmann::json v2 = j;
+  v2["version"] = 2;
+  size_t renamed = 0;
+  for (auto& t : v2["types"]) {
+    const std::string name = t.get<std::string>();
+    if (name.rfind("block:", 0) != 0) continue;
+    REQUIRE(name.back() == ')');
+    t = name.substr(0, name.rfind('('));
+    ++renamed;
+  }
+  CHECK(renamed >= 2);
+  const FsmPolicyData older = parse_fsm_policy(v2.dump(), "v2");
+  CHECK(!older.info.block_shapes);
+  CHECK(nlohmann::json::parse(fsm_policy_json(older))["version"] == 2);
+  for (const Graph* g : s.range(3, 6)) {
+    FsmPolicy now(d), before(older);
+    Schedule a, b;
+    run_batches(*g, now, &a);
+    run_batches(*g, before, &b);
+    CHECK(a.nodes == b.nodes);
+    CHECK(a.batches.size() == b.batches.size());
+  }
+  // Without the version's rule, the names would not match.
+  v2["version"] = 3;
+  FsmPolicy unmatched(parse_fsm_policy(v2.dump(), "v2-as-v3"));
+  CHECK_THROWS_WITH_AS(run_batches(*s.range(5, 6).at(0), unmatched),
+                       doctest::Contains("does not match this graph"), std::invalid_argument);
   // Chain costs keep how they combine and their cost per batch; costs written before these
   // fields existed are summed.
   FsmPolicyData chained = d;
@@ -592,8 +621,12 @@ TEST_CASE("fsm scorer: version 2 files keep the scorer and costs; version 1 file
   bad["costs"]["batch_us"] = -2;
   CHECK(error_of(bad).find("costs 'batch_us' must not be negative") != std::string::npos);
   bad = j;
-  bad["version"] = 3;
-  CHECK(error_of(bad).find("format version 3, this build reads versions 1 to 2") !=
+  bad["types"][1] = d.info.types[0];
+  CHECK(error_of(bad).find("type '" + d.info.types[0] + "' is listed twice (types 0 and 1)") !=
+        std::string::npos);
+  bad = j;
+  bad["version"] = 4;
+  CHECK(error_of(bad).find("format version 4, this build reads versions 1 to 3") !=
         std::string::npos);
 }
 

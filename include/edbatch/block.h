@@ -23,7 +23,8 @@ struct FreezeOptions {
 
 class Block {
  public:
-  // `name` names the block's batching type ("block:<name>") and must be unique per collection.
+  // `name` names the block's batching type ("block:<name>(<input shapes>-><output floats>)") and
+  // must be unique per collection.
   Block(ParameterCollection& params, std::string name);
   ~Block();
   Block(const Block&) = delete;

@@ -161,6 +161,9 @@ struct FsmPolicyInfo {
   uint32_t hidden = 0;
   FsmEncoding encoding = FsmEncoding::Cover;
   std::vector<std::string> types;  // the type names the table's indices refer to
+  // Block types' names carry their shapes ("block:name(8,8->16)"); files before version 3 name
+  // them without ("block:name"), and a graph's block types match those by name alone.
+  bool block_shapes = true;
   std::string training;  // training settings, a JSON object as text
   double validation_batches = 0;   // mean batches per validation mini-batch
   double validation_lower_bound = 0;
@@ -174,8 +177,9 @@ struct FsmPolicyData {
   FsmCostModel costs;  // what the training minimised (empty: batches)
 };
 
-// Version 2 added the scorer and the costs; version 1 files (tables alone) still load.
-constexpr uint32_t kFsmFormatVersion = 2;
+// Version 2 added the scorer and the costs, version 3 block types' shapes; version 1 files
+// (tables alone) and version 2 files still load.
+constexpr uint32_t kFsmFormatVersion = 3;
 // JSON; the format is described in docs/policies.md. Throws std::runtime_error when the file
 // cannot be written or read, is not a policy file, has a format version this build does not
 // read, or is corrupt or truncated, naming the file and what is wrong.

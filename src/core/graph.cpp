@@ -87,19 +87,25 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
     // different parameters, or a parameter and a computed value, in one slot never batch.
     key_.push_back(static_cast<uint32_t>(Op::Call));
     key_.push_back(n.aux);
-    std::string shared;
+    std::string shared, shapes;
     for (uint32_t i = 0; i < n.num_args; ++i) {
       const Node& a = nodes_[args[i]];
-      if (a.op != Op::Parameter) continue;
+      if (a.op != Op::Parameter) {
+        shapes += (shapes.empty() ? "" : ",") + to_string(a.dim);
+        continue;
+      }
       key_.push_back(i);
       key_.push_back(kParamSlot | a.aux);
       shared += (shared.empty() ? "" : ",") + std::to_string(i) + "=" + params_->name(a.aux);
     }
     TypeTable& table = params_->types();
     auto interned = table.intern(key_.data(), static_cast<uint32_t>(key_.size()));
+    // The block fixed its shapes: they name the type, as they do other ops', so a policy
+    // learned for other shapes (another hidden size) does not match it.
     if (interned.is_new)
       table.set_name(interned.id, "block:" + params_->block_name(n.aux) +
-                                      (shared.empty() ? "" : "[" + shared + "]"));
+                                      (shared.empty() ? "" : "[" + shared + "]") + "(" + shapes +
+                                      "->" + to_string(n.dim) + ")");
     if (!any_param) {
       if (plain_call_type_.size() <= n.aux) plain_call_type_.resize(n.aux + 1, UINT32_MAX);
       plain_call_type_[n.aux] = interned.id;

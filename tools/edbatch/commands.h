@@ -19,9 +19,10 @@ struct Command {
   std::function<int()> run;  // the exit code
 };
 
-// Checks --data for `model`: a file name, or synthetic:N with N in 1..999999999 (random DAGs only
-// come synthetic). Throws UsageError.
-void check_data_flag(const std::string& model, const std::string& data);
+// Checks `option` (--data, --eval, --eval-data) for `model`: a file name, or synthetic:N with N
+// in 1..10^8, load_dataset's range (random DAGs only come synthetic). Throws UsageError.
+void check_data_flag(const std::string& model, const std::string& data,
+                     const std::string& option = "--data");
 
 // Options both subcommands take: --model (required, one of the zoo's), --vocab-size, --batch.
 void add_model_option(CLI::App* app, std::string& model);

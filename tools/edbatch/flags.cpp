@@ -24,15 +24,17 @@ std::string bound_text(double v) {
 
 }  // namespace
 
-void check_data_flag(const std::string& model, const std::string& data) {
+void check_data_flag(const std::string& model, const std::string& data, const std::string& option) {
   const std::string prefix = "synthetic:";
   if (data.rfind(prefix, 0) == 0) {
     const std::string n = data.substr(prefix.size());
     if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(n) == 0)
-      throw UsageError("--data: expected synthetic:N with N in 1..999999999, got '" + data + "'");
+        std::stoul(n) == 0 || std::stoul(n) > 100000000ul)
+      throw UsageError(option + ": expected synthetic:N with N in 1..10^8, got '" + data + "'");
+  } else if (data.empty()) {
+    throw UsageError(option + ": empty; expected a file name or synthetic:N");
   } else if (model_data_kind(model) == DataKind::Dags) {
-    throw UsageError("--data: " + model + " reads random DAGs, which only come as synthetic:N");
+    throw UsageError(option + ": " + model + " reads random DAGs, which only come as synthetic:N");
   }
 }
 

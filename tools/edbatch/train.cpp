@@ -120,6 +120,8 @@ void warn_missing_costs(const TrainOptions& o, const std::vector<const Graph*>& 
 
 void check_usage(const TrainOptions& o) {
   check_data_flag(o.model, o.data);
+  if (!o.eval_data.empty()) check_data_flag(o.model, o.eval_data, "--eval-data");
+  if (o.output.empty()) throw UsageError("--output: empty file name");
   if (!o.costs.empty() && o.device != "none")
     throw UsageError("--costs and --device " + o.device +
                      ": the costs are either read from a file or measured, not both");
