@@ -86,12 +86,17 @@ TEST_CASE("cli: --decode repeats a decoding step's plan, with the tokens of plan
                          "run --model lstm_nmt --data synthetic:12 --decode --hidden 6 "
                          "--batch 6 --warmup 0 --plan-cache " +
                              tag + " --json '" + dir / ("m" + tag + ".json") + "' --outputs '" +
-                             dir / ("o" + tag + ".jsonl") + "'");
+                             dir / ("o" + tag + ".jsonl") + "'" +
+                             // Held-out pairs are measured, not written among the outputs.
+                             (tag == "0" ? " --eval synthetic:5" : ""));
     INFO(r.err);
     REQUIRE(r.code == 0);
     const nlohmann::json m = nlohmann::json::parse(slurp(dir / ("m" + tag + ".json")));
     runs.push_back(m);
     CHECK((r.out.find("increments repeated") != std::string::npos) == (tag != "0"));
+    CHECK(m["decode"] == true);  // told apart from a forward run's metrics
+    CHECK(m["max_len"] == 100);
+    CHECK(r.out.find("greedy decoding") != std::string::npos);
   }
   CHECK(runs[0]["increments_repeated"].get<uint64_t>() > 0);
   CHECK(runs[1]["increments_repeated"].get<uint64_t>() == 0);
@@ -155,6 +160,7 @@ TEST_CASE("cli: every model runs, with training, iterations, threads and the nul
     const nlohmann::json m = nlohmann::json::parse(slurp(dir / "p.json"));
     CHECK(m["pipeline"] == true);
     CHECK(plain["pipeline"] == false);
+    CHECK(plain["decode"] == false);
     // The JSON's per-epoch records: as many as epochs when training, and with equal epochs
     // their mean is the run's mean loss per instance.
     REQUIRE(plain["epochs"].size() == (*train ? 2u : 0u));
@@ -278,6 +284,57 @@ TEST_CASE("cli: weights saved after training load back to the same losses") {
   CHECK(other.code == 1);
 }
 
+TEST_CASE("cli: saved weights keep the data's word and tag ids for files read later") {
+  // The same instances in another order, and among other ones, get the same losses: words and
+  // tags take the ids they had in training, not their order in the file read now.
+  TempDir dir;
+  struct Kind {
+    const char* model;
+    std::vector<std::string> lines;  // the training file; read later: 2, 0 and a new one
+    std::string unseen;
+  };
+  const std::vector<Kind> kinds = {{"tree_lstm",
+                                    {"(3 (2 good) (4 (2 film) (3 indeed)))",
+                                     "(1 (2 a) (0 (1 dull) (2 plot)))", "(2 (2 the) (2 film))"},
+                                    "(4 (2 brand) (3 new))"},
+                                   {"bilstm_tagger",
+                                    {"the|D film|N works|V", "a|D dull|J plot|N", "films|N work|V"},
+                                    "new|J words|N"}};
+  for (const Kind& k : kinds) {
+    CAPTURE(k.model);
+    const std::string a = dir / "a.txt", b = dir / "b.txt", w = dir / "w.st";
+    std::ofstream(a) << k.lines[0] << "\n" << k.lines[1] << "\n" << k.lines[2] << "\n";
+    std::ofstream(b) << k.lines[2] << "\n" << k.unseen << "\n" << k.lines[0] << "\n";
+    const std::string run = std::string("run --model ") + k.model + " " + kSmall;
+    REQUIRE(
+        cli(dir, run + "--data '" + a + "' --train --iters 3 --lr 0.5 --save-weights '" + w + "'")
+            .code == 0);
+    for (const std::string& data : {a, b})
+      REQUIRE(cli(dir, run + "--data '" + data + "' --load-weights '" + w + "' --outputs '" + data +
+                           ".jsonl'")
+                  .code == 0);
+    const auto in_a = json_lines(a + ".jsonl"), in_b = json_lines(b + ".jsonl");
+    REQUIRE(in_a.size() == 3);
+    REQUIRE(in_b.size() == 3);
+    for (const auto& [i, j] : {std::pair{2, 0}, std::pair{0, 2}}) {
+      CHECK(in_b[j]["loss"] == in_a[i]["loss"]);
+      CHECK(in_b[j]["predicted"] == in_a[i]["predicted"]);
+    }
+  }
+  // --vocab-size 0: a row per word the weights know; data with other words is refused.
+  const std::string a = dir / "trees.txt", w = dir / "w0.st";
+  std::ofstream(a) << kinds[0].lines[0] << "\n" << kinds[0].lines[1] << "\n";
+  const std::string run = "run --model tree_lstm " + kSmall + "--vocab-size 0 ";
+  REQUIRE(cli(dir, run + "--data '" + a + "' --save-weights '" + w + "'").code == 0);
+  std::ofstream(dir / "part.txt") << "(1 (2 dull) (2 film))\n";  // known words, fewer rows
+  CHECK(cli(dir, run + "--data '" + dir / "part.txt" + "' --load-weights '" + w + "'").code == 0);
+  std::ofstream(dir / "new.txt") << kinds[0].unseen << "\n";
+  const Result unseen =
+      cli(dir, run + "--data '" + dir / "new.txt" + "' --load-weights '" + w + "'");
+  CHECK(unseen.code == 1);
+  CHECK(unseen.err.find("the data holds others") != std::string::npos);
+}
+
 TEST_CASE("cli: a forward run whose loss is not finite fails, naming where") {
   TempDir dir;
   const std::string common =
@@ -326,6 +383,11 @@ TEST_CASE("cli: a forward run whose loss is not finite fails, naming where") {
   CHECK(eval.err.find("--eval: held-out instance 0 of '" + dir / "deep.txt" + "': the loss is ") !=
         std::string::npos);
   CHECK(eval.err.find("not finite") != std::string::npos);
+  // While training, the run goes on and warns.
+  const Result trained = cli(dir, mvrnn + " --train --epochs 1");
+  CHECK(trained.code == 0);
+  CHECK(trained.err.find("warning: --eval: held-out instance 0 of '" + dir / "deep.txt" +
+                         "': the loss is ") != std::string::npos);
   // --outputs covers instances the measured mini-batches did not: the deep tree, second.
   std::ofstream(dir / "both.txt") << "(2 (2 a) (2 b))\n" << deep << "\n";
   const Result outputs = cli(dir,

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <istream>
+#include <map>
 #include <ostream>
 #include <string>
 #include <unordered_map>
@@ -22,6 +23,15 @@ struct Vocabulary {
   // pair files read later take their ids from these, not from the vocab.<ext> beside them.
   std::unordered_map<std::string, uint32_t> source_words, target_words;
 };
+
+// The words and tags in id order, as metadata of a weights file ("edbatch.words",
+// "edbatch.tags": JSON lists; none for a vocabulary without words, e.g. synthetic data).
+std::map<std::string, std::string> vocabulary_metadata(const Vocabulary& vocabulary);
+// The vocabulary that metadata holds, spellings folded by vocab_size as the loaders fold them:
+// files read with it give its words and tags their ids again. Empty without such metadata.
+// Throws std::invalid_argument naming `source` for a malformed list or a name listed twice.
+Vocabulary vocabulary_from_metadata(const std::map<std::string, std::string>& metadata,
+                                    uint32_t vocab_size, const std::string& source);
 
 // ---- Binary trees (Stanford Sentiment Treebank) ----
 

@@ -75,10 +75,12 @@ Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size
 // `heldout_spec`. Files share one Vocabulary, so held-out words and tags get the training set's
 // ids (new ones continue the numbering: a tag only the held-out file has gets an output class of
 // its own); a synthetic held-out set is drawn with its own seed (heldout_seed(seed)), so it is
-// not a copy of a synthetic training set, and keeps the training set's spellings.
+// not a copy of a synthetic training set, and keeps the training set's spellings. With
+// `vocabulary`, both files continue its numbering (as load_dataset's).
 Dataset load_dataset_with_heldout(DataKind kind, const std::string& train_spec,
                                   const std::string& heldout_spec, uint32_t vocab_size,
-                                  uint64_t seed, uint32_t* train_size);
+                                  uint64_t seed, uint32_t* train_size,
+                                  Vocabulary* vocabulary = nullptr);
 uint64_t heldout_seed(uint64_t seed);
 // The most embedding rows (and output classes) a vocabulary may have: ids and argmax indices
 // must be exact as floats.

@@ -45,7 +45,9 @@ std::vector<NamedTensor> parse_safetensors(const char* bytes, size_t size,
 // One tensor per parameter, under its name, laid out as PyTorch would hold it: a rows x cols
 // matrix as shape [rows, cols] (row-major, so transposed from our column-major storage), a
 // vector as [rows], and a lookup table of vocab embeddings of size dim as [vocab, dim].
-void save_parameters(const std::string& path, const ParameterCollection& pc);
+// `metadata` goes into the file's "__metadata__" (e.g. vocabulary_metadata, edbatch/data.h).
+void save_parameters(const std::string& path, const ParameterCollection& pc,
+                     const std::map<std::string, std::string>& metadata = {});
 // Fills pc's values from the file. The file must hold exactly pc's parameters with the same
 // shapes; nothing is changed when it does not.
 void load_parameters(const std::string& path, ParameterCollection& pc);

@@ -66,7 +66,8 @@ void Engine::check_ran(const Expr& e, const char* fn) const {
   throw std::invalid_argument(std::string("[") + fn + "] node " + std::to_string(node) +
                               (node < plan_.node_offset.size()
                                    ? " was prepared but not run"
-                                   : " was added after the last forward and has not run") +
+                                   : " was added after the last forward (or lies past the "
+                                     "nodes a forward_through ran) and has not run") +
                               ": run forward() first");
 }
 
@@ -76,8 +77,9 @@ void Engine::check_ran_all(const Graph& g) const {
       ran_inputs_version_ == g.inputs_version() && g.size() > ran_nodes())
     throw std::invalid_argument("[Engine::backward] nodes " + std::to_string(ran_nodes()) + ".." +
                                 std::to_string(g.size() - 1) +
-                                " were added after the last forward and have not run: run "
-                                "forward() before backward()");
+                                " were added after the last forward (or lie past the nodes a "
+                                "forward_through ran) and have not run: run forward() before "
+                                "backward()");
   throw std::invalid_argument(
       "[Engine::backward] run forward() on this graph (in its current state) first");
 }

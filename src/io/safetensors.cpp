@@ -290,14 +290,15 @@ void tensor_to_parameter(const ParameterCollection& pc, uint32_t id, const std::
 
 }  // namespace
 
-void save_parameters(const std::string& path, const ParameterCollection& pc) {
+void save_parameters(const std::string& path, const ParameterCollection& pc,
+                     const std::map<std::string, std::string>& metadata) {
   std::vector<NamedTensor> tensors;
   tensors.reserve(pc.size());
   for (uint32_t id = 0; id < pc.size(); ++id) {
     if (pc.is_view(id)) continue;  // saved through its base
     tensors.push_back(parameter_tensor(pc, id, pc.name(id), pc.values(id)));
   }
-  write_safetensors(path, tensors);
+  write_safetensors(path, tensors, metadata);
 }
 
 void load_parameters(const std::string& path, ParameterCollection& pc) {

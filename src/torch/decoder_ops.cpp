@@ -46,6 +46,11 @@ class TorchDecoder : public torch::CustomClassHolder {
     std::vector<const float*> w, s;
     for (const Tensor& t : weights) w.push_back(t.data_ptr<float>());
     kept_.clear();
+    if (!states.empty() && states.size() != cell.num_outputs())
+      fail(
+          fmt::format("[edbatch.Decoder.start] {} initial state tensors given, the cell has {} "
+                      "outputs",
+                      states.size(), cell.num_outputs()));
     for (size_t o = 0; o < states.size(); ++o) {
       const Tensor& t = states[o];
       const int64_t size = cell.output_size(static_cast<uint32_t>(o));

@@ -36,7 +36,7 @@ class ProgramCell : public Cell {
  public:
   ProgramCell(const json& doc, ParameterCollection& pc, uint32_t input_size);
   uint32_t num_outputs() const override { return static_cast<uint32_t>(state_.size()); }
-  uint32_t output_size(uint32_t o) const override { return state_[o]; }
+  uint32_t output_size(uint32_t o) const override { return state_.at(o); }
   std::vector<uint32_t> input_segments() const override {
     return kind_ == InputKind::X ? std::vector<uint32_t>{input_dim()} : std::vector<uint32_t>{};
   }

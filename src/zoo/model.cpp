@@ -127,10 +127,11 @@ uint64_t heldout_seed(uint64_t seed) {
 
 Dataset load_dataset_with_heldout(DataKind kind, const std::string& train_spec,
                                   const std::string& heldout_spec, uint32_t vocab_size,
-                                  uint64_t seed, uint32_t* train_size) {
-  Vocabulary vocabulary;
-  Dataset d = load_dataset(kind, train_spec, vocab_size, seed, &vocabulary);
-  Dataset h = load_dataset(kind, heldout_spec, vocab_size, heldout_seed(seed), &vocabulary);
+                                  uint64_t seed, uint32_t* train_size, Vocabulary* vocabulary) {
+  Vocabulary own;
+  Vocabulary& v = vocabulary ? *vocabulary : own;
+  Dataset d = load_dataset(kind, train_spec, vocab_size, seed, &v);
+  Dataset h = load_dataset(kind, heldout_spec, vocab_size, heldout_seed(seed), &v);
   if (uint64_t{d.size()} + h.size() > UINT32_MAX)
     throw std::invalid_argument("[load_dataset_with_heldout] more than 2^32 - 1 instances");
   *train_size = d.size();

@@ -220,6 +220,8 @@ def test_zero_start_and_errors():
         decoder.step(torch.randn(2, E))
     with pytest.raises(ValueError, match="initial state"):
         decoder.start(3, (torch.zeros(2, H), torch.zeros(2, H)))
+    with pytest.raises(ValueError, match="3 initial state tensors given, the cell has 2 outputs"):
+        decoder.start(3, (torch.zeros(3, H),) * 3)
     with pytest.raises(ValueError, match="no step"):
         edbatch.nn.StepDecoder(edbatch.nn.TreeLSTM(5, E, H))
     decoder.start(2)

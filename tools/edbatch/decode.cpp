@@ -27,12 +27,12 @@ MiniBatchSample decode_sample(Model& model, Engine& engine, Graph& g,
   return s;
 }
 
-void write_decoded(std::ostream& out, Model& model, Engine& engine, Graph& g, uint32_t batch,
-                   const DecodeOptions& options) {
+void write_decoded(std::ostream& out, Model& model, Engine& engine, Graph& g, uint32_t size,
+                   uint32_t batch, const DecodeOptions& options) {
   std::vector<uint32_t> ids;
-  for (uint32_t first = 0; first < model.size(); first += batch) {
+  for (uint32_t first = 0; first < size; first += batch) {
     ids.clear();
-    for (uint32_t i = first; i < std::min(model.size(), first + batch); ++i) ids.push_back(i);
+    for (uint32_t i = first; i < std::min(size, first + batch); ++i) ids.push_back(i);
     const std::vector<Decoded> decoded = model.decode(engine, g, ids, options);
     for (size_t k = 0; k < ids.size(); ++k) {
       if (!std::isfinite(decoded[k].score))

@@ -15,10 +15,10 @@ namespace edbatch::cli {
 // negative log-probability of the greedy outputs).
 MiniBatchSample decode_sample(Model& model, Engine& engine, Graph& g,
                               const std::vector<uint32_t>& ids, const DecodeOptions& options);
-// Decodes the whole data set in mini-batches of `batch`: a JSON line per instance with its
-// tokens, score and reference (the target). Throws std::runtime_error at a score that is not
-// finite.
-void write_decoded(std::ostream& out, Model& model, Engine& engine, Graph& g, uint32_t batch,
-                   const DecodeOptions& options);
+// Decodes the model's first `size` instances (the run's data, not the held-out ones after it) in
+// mini-batches of `batch`: a JSON line per instance with its tokens, score and reference (the
+// target). Throws std::runtime_error at a score that is not finite.
+void write_decoded(std::ostream& out, Model& model, Engine& engine, Graph& g, uint32_t size,
+                   uint32_t batch, const DecodeOptions& options);
 
 }  // namespace edbatch::cli

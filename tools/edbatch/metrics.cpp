@@ -113,6 +113,8 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["packed"] = info.packed;
   j["train"] = info.train;
   j["pipeline"] = info.pipeline;
+  j["decode"] = info.decode;
+  if (info.decode) j["max_len"] = info.max_len;
   j["lr"] = info.lr;
   j["seed"] = info.seed;
   j["warmup_minibatches"] = info.warmup;
@@ -166,8 +168,9 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
       info.model.c_str(), info.data.c_str(), info.data_instances, info.batch, info.hidden,
       info.policy.c_str(), info.device.c_str(), info.threads,
       info.blocks ? (info.packed ? "blocks, packed" : "blocks, per node") : "op-level",
-      info.train ? (info.pipeline ? "training, pipelined" : "training")
-                 : (info.pipeline ? "forward only, pipelined" : "forward only"));
+      info.decode  ? "greedy decoding"
+      : info.train ? (info.pipeline ? "training, pipelined" : "training")
+                   : (info.pipeline ? "forward only, pipelined" : "forward only"));
   add("%zu mini-batches measured after %u warm-up, %.0f instances\n\n", samples.size(),
       info.warmup, t.instances);
   add("%-26s %10s %10s %10s\n", "ms per mini-batch", "median", "p10", "p90");

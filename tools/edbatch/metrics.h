@@ -44,6 +44,8 @@ struct RunInfo {
   uint32_t data_instances = 0, batch = 0, hidden = 0, vocab = 0, threads = 0, warmup = 0;
   uint64_t seed = 0;
   bool blocks = false, packed = false, train = false, pipeline = false;
+  bool decode = false;  // greedy decoding (--decode), with max_len
+  uint32_t max_len = 0;
   float lr = 0;
   uint64_t arena_bytes = 0, arena_growths_after_warmup = 0, peak_rss_bytes = 0;
   double wall_s = 0;

@@ -160,7 +160,7 @@ class Runner {
   void write_outputs(const std::string& path) {
     write_file_atomically(path, [&](std::ostream& out) {
       if (o_.decode)
-        write_decoded(out, model_, engine_, g_, o_.batch, DecodeOptions{o_.max_len});
+        write_decoded(out, model_, engine_, g_, size_, o_.batch, DecodeOptions{o_.max_len});
       else
         write_outputs_to(out);
     });
@@ -316,16 +316,37 @@ int run(const RunOptions& o) {
   const DataKind kind = model_data_kind(o.model);
   if (!o.write_data.empty())
     return write_data(load_dataset(kind, o.data, o.vocab, o.seed), o.write_data);
+  // Weights saved from data files keep their words' and tags' ids: files read now give the same
+  // words the same ids (new ones continue the numbering).
+  Vocabulary vocabulary;
+  if (!o.load_weights.empty()) {
+    std::map<std::string, std::string> metadata;
+    read_safetensors(o.load_weights, &metadata);
+    vocabulary = vocabulary_from_metadata(metadata, o.vocab, o.load_weights);
+  }
+  const size_t saved_words = vocabulary.words.size();
   // With --eval the held-out instances follow the training set's in one data set (one model).
   uint32_t train_size = 0;
-  const Dataset data = o.t.eval.empty() ? load_dataset(kind, o.data, o.vocab, o.seed)
-                                        : load_dataset_with_heldout(kind, o.data, o.t.eval, o.vocab,
-                                                                    o.seed, &train_size);
+  const Dataset data = o.t.eval.empty()
+                           ? load_dataset(kind, o.data, o.vocab, o.seed, &vocabulary)
+                           : load_dataset_with_heldout(kind, o.data, o.t.eval, o.vocab, o.seed,
+                                                       &train_size, &vocabulary);
+  const std::map<std::string, std::string> saved_vocabulary = vocabulary_metadata(vocabulary);
   if (o.t.eval.empty()) train_size = data.size();
   ParameterCollection pc(o.seed);
   ModelOptions mo;
   mo.hidden = o.hidden;
   mo.vocab = o.vocab ? o.vocab : vocabulary_of(data);
+  if (o.vocab == 0 && saved_words > 0) {
+    // A row per word the weights know; a word they do not know has no row.
+    mo.vocab = std::max<uint32_t>(mo.vocab, static_cast<uint32_t>(saved_words));
+    for (const auto& [word, id] : vocabulary.words)
+      if (id >= saved_words)
+        throw std::runtime_error("--vocab-size 0: '" + o.load_weights + "' has a row for each of " +
+                                 std::to_string(saved_words) +
+                                 " words, and the data holds others ('" + word +
+                                 "', ...); fold ids with --vocab-size N as when training");
+  }
   mo.blocks = !o.no_blocks;
   mo.packed = o.packed;
   mo.seed = o.seed;
@@ -350,7 +371,7 @@ int run(const RunOptions& o) {
   Engine engine(pc, eo);
   const std::unique_ptr<Optimizer> optimizer = make_cli_optimizer(o.t, pc);
   Runner runner(o, *model, engine, *optimizer, train_size);
-  EpochReport report(o.t, *model, engine, train_size, o.batch, o.epochs);
+  EpochReport report(o.t, *model, engine, train_size, o.batch, o.epochs, saved_vocabulary);
   if (o.train) report.before_training();
 
   // Warm-up mini-batches (the first of the data) fill the arena and caches; not measured.
@@ -421,12 +442,14 @@ int run(const RunOptions& o) {
   info.packed = mo.blocks && mo.packed;
   info.train = o.train;
   info.pipeline = o.pipeline;
+  info.decode = o.decode;
+  info.max_len = o.max_len;
   info.lr = optimizer->learning_rate();
   info.arena_bytes = engine.stats().arena_bytes;
   info.arena_growths_after_warmup = engine.stats().arena_growths - growths_at_warmup;
 
   if (!o.outputs.empty()) runner.write_outputs(o.outputs);
-  if (!o.save_weights.empty()) save_parameters(o.save_weights, pc);
+  if (!o.save_weights.empty()) save_parameters(o.save_weights, pc, saved_vocabulary);
   if (!o.t.save_optimizer.empty()) save_optimizer_state(o.t.save_optimizer, *optimizer);
   info.peak_rss_bytes = peak_rss_bytes();
   info.wall_s = ms_since(wall0) / 1e3;

@@ -53,7 +53,7 @@ void check_training_usage(const TrainingOptions& o, bool train, const std::strin
   if (!o.save_best.empty() && (o.eval.empty() || !train))
     throw UsageError("--save-best needs --train and --eval");
   if (!o.eval.empty()) {
-    check_data_flag(model, o.eval);
+    check_data_flag(model, o.eval, "--eval");
     if (device == "null") throw UsageError("--eval needs values: the null device computes none");
   }
   if ((!o.save_optimizer.empty() || !o.load_optimizer.empty()) && !train)
@@ -109,13 +109,15 @@ Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, 
 }
 
 EpochReport::EpochReport(const TrainingOptions& o, Model& model, Engine& engine,
-                         uint32_t train_size, uint32_t batch, uint32_t epochs)
+                         uint32_t train_size, uint32_t batch, uint32_t epochs,
+                         std::map<std::string, std::string> weights_metadata)
     : o_(o),
       model_(model),
       engine_(engine),
       train_size_(train_size),
       batch_(batch),
-      epochs_(epochs) {}
+      epochs_(epochs),
+      weights_metadata_(std::move(weights_metadata)) {}
 
 namespace {
 std::string percent(double x) {
@@ -125,8 +127,18 @@ std::string percent(double x) {
 }
 }  // namespace
 
-Evaluation EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::string& text) {
+std::string EpochReport::not_finite(const Evaluation& e) const {
+  return "--eval: held-out instance " + std::to_string(e.first_not_finite - train_size_) + " of '" +
+         o_.eval + "': the loss is " + loss_text(e.not_finite_loss) +
+         ", not finite (find the first non-finite value with --check-numerics)";
+}
+
+Evaluation EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::string& text,
+                                 bool training) {
   const Evaluation e = evaluate(model_, engine_, train_size_, model_.size(), batch_);
+  // While training, the run goes on (its training loss is checked on its own) and says so.
+  if (e.first_not_finite != UINT32_MAX && training)
+    std::fprintf(stderr, "edbatch run: warning: %s\n", not_finite(e).c_str());
   const DataKind kind = model_data_kind(model_.name());
   nlohmann::json j;
   j["loss_per_instance"] = std::isfinite(e.loss) ? nlohmann::json(e.loss_per_instance()) : nullptr;
@@ -168,7 +180,7 @@ Evaluation EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::stri
     best_loss_ = loss;
     line["best"] = true;
     if (!o_.save_best.empty()) {
-      save_parameters(o_.save_best, model_.params());
+      save_parameters(o_.save_best, model_.params(), weights_metadata_);
       text += "  (best: saved)";
     } else {
       text += "  (best)";
@@ -223,12 +235,8 @@ void EpochReport::evaluate_once() {
   nlohmann::json line;
   line["epoch"] = 0;
   std::string text = "eval  ";
-  const Evaluation e = run_eval(0, line, text);
-  if (e.first_not_finite != UINT32_MAX)
-    throw std::runtime_error(
-        "--eval: held-out instance " + std::to_string(e.first_not_finite - train_size_) + " of '" +
-        o_.eval + "': the loss is " + loss_text(e.not_finite_loss) +
-        ", not finite (find the first non-finite value with --check-numerics)");
+  const Evaluation e = run_eval(0, line, text, false);
+  if (e.first_not_finite != UINT32_MAX) throw std::runtime_error(not_finite(e));
   epochs_json_.push_back(line);
   std::printf("%s\n", text.c_str());
   std::fflush(stdout);

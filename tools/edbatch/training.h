@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -54,8 +55,9 @@ Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, 
 // "epochs" JSON. Without --eval it only prints and collects the training loss.
 class EpochReport {
  public:
+  // `weights_metadata` goes into --save-best's files (the data's vocabulary).
   EpochReport(const TrainingOptions& o, Model& model, Engine& engine, uint32_t train_size,
-              uint32_t batch, uint32_t epochs);
+              uint32_t batch, uint32_t epochs, std::map<std::string, std::string> weights_metadata);
   bool evaluating() const { return !o_.eval.empty(); }
   // Epoch 0: the held-out set before training (with --eval).
   void before_training();
@@ -70,7 +72,11 @@ class EpochReport {
   void add_to_json(nlohmann::json& j) const;
 
  private:
-  Evaluation run_eval(uint32_t epoch, nlohmann::json& line, std::string& text);
+  // While training, a held-out loss that is not finite is a warning (the training loss stops a
+  // run on its own); evaluate_once throws.
+  Evaluation run_eval(uint32_t epoch, nlohmann::json& line, std::string& text,
+                      bool training = true);
+  std::string not_finite(const Evaluation& e) const;  // what the first non-finite loss was
 
   const TrainingOptions& o_;
   Model& model_;
@@ -78,6 +84,7 @@ class EpochReport {
   uint32_t train_size_, batch_, epochs_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double eval_s_ = 0;  // evaluation time so far
+  std::map<std::string, std::string> weights_metadata_;
   nlohmann::json epochs_json_ = nlohmann::json::array();
   int64_t best_epoch_ = -1;
   double best_accuracy_ = -1, best_loss_ = 0;
