@@ -26,7 +26,16 @@ def load():
                 "`pip install --no-build-isolation .` or set EDBATCH_LIBRARY to a CMake build's "
                 "libedbatch_torch.so (docs/pytorch.md)")
         path = found[0]
-    torch.ops.load_library(path)
+    try:
+        torch.ops.load_library(path)
+    except OSError as e:
+        raise ImportError(f"edbatch: {path!r} could not be loaded: {e}") from None
+    try:
+        torch.ops.edbatch.build_info
+    except (AttributeError, RuntimeError):
+        raise ImportError(f"edbatch: {path!r} is not edbatch's PyTorch extension (it registers "
+                          f"no torch.ops.edbatch.*): EDBATCH_LIBRARY names a CMake build's "
+                          f"libedbatch_torch.so") from None
     _loaded = path
     return path
 

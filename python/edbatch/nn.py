@@ -67,8 +67,9 @@ class Cell(torch.nn.Module):
         """The loss head's cross-entropy over the nodes of `packed` (a 0-d tensor), computed
         inside the engine. labels: int64 per node, -1 for none (default packed's, read from its
         host copy)."""
-        labels = labels_of(labels, packed, "Cell")
-        return run_cell(self.cell, self._x(x), packed, self.weights() + head_weights(self, "Cell"),
+        owner = type(self).__name__
+        labels = labels_of(labels, packed, owner)
+        return run_cell(self.cell, self._x(x), packed, self.weights() + head_weights(self, owner),
                         self.hidden_size, self.num_node_types, self.num_arc_types, self.policy,
                         self.threads, labels, self.reduction)[0]
 
@@ -85,8 +86,9 @@ class Cell(torch.nn.Module):
     @eager
     def _step(self, x, packed, labels, lr):
         """The step's loss and x's gradient, the weights' gradients handed on."""
-        labels = labels_of(labels, packed, "Cell")
-        weights = self.weights() + head_weights(self, "Cell")
+        owner = type(self).__name__
+        labels = labels_of(labels, packed, owner)
+        weights = self.weights() + head_weights(self, owner)
         out = run_cell(self.cell, self._x(x), packed, weights, self.hidden_size,
                        self.num_node_types, self.num_arc_types, self.policy, self.threads, labels,
                        self.reduction, step=True)
@@ -121,6 +123,7 @@ class _Inputs(torch.nn.Module):
     def loss(self, packed, labels=None, x=None):
         """The loss head's cross-entropy over every labelled node (Cell.loss), inside the
         engine; labels default to packed's, x to the embeddings."""
+        labels = labels_of(labels, packed, type(self).__name__)
         return self.cell.loss(self.embed(packed) if x is None else x, packed, labels)
 
     def loss_step(self, packed, labels=None, lr=None, x=None):
@@ -129,6 +132,7 @@ class _Inputs(torch.nn.Module):
         update in place (p -= lr * grad) of the cell, the head and the embeddings (the rows the
         batch reads, as index_add); without, every gradient goes into .grad as loss.backward()
         would put it."""
+        labels = labels_of(labels, packed, type(self).__name__)
         if x is not None or lr is None:
             return self.cell.loss_step(self.embed(packed) if x is None else x, packed, labels, lr)
         with torch.no_grad():
@@ -155,6 +159,12 @@ class _Embedded(_Inputs):
 
     def embed(self, packed):
         check_packed(packed, type(self).__name__)
+        for i, table in enumerate(self.embeddings):
+            if table.weight.dtype != torch.float32:
+                raise TypeError(f"{type(self).__name__}: weight embeddings.{i}.weight must be "
+                                f"float32, got {table.weight.dtype} (the engine computes in "
+                                f"float32; for mixed precision keep the module in float32 and "
+                                f"run it inside torch.autocast)")
         if len(self.embeddings) == 1:
             return self.embeddings[0](packed.input_ids)
         x = self.embeddings[0](packed.input_ids)

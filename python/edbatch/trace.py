@@ -145,6 +145,25 @@ def _current_frames():
 
 
 _FACTORIES = ("zeros", "ones", "full")
+_INPLACE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+            "pow": "**", "matmul": "@", "and": "&", "or": "|", "xor": "^"}
+
+
+class _Proxy(fx.Proxy):
+    """fx's proxy, refusing in-place operators: without them (torch 1.13) `a += b` falls back
+    to `a = a + b`, which other names for `a` would not see, as they would in PyTorch."""
+
+
+def _refuse_inplace(symbol):
+    def refuse(self, other):
+        frame = user_frame(_current_frames())
+        self.tracer.body.where = format_where(frame) if frame else None
+        raise Refusal(f"the in-place operator {symbol}= is not supported: write a = a {symbol} b")
+    return refuse
+
+
+for _name, _symbol in _INPLACE.items():
+    setattr(_Proxy, f"__i{_name}__", _refuse_inplace(_symbol))
 
 
 class _Tracer(fx.Tracer):
@@ -173,10 +192,16 @@ class _Tracer(fx.Tracer):
         try:
             for name, fn in saved.items():
                 setattr(torch, name, recorded(fn))
-            return super().trace(root, *args, **kwargs)
+            # Autograd as a training call has it, whatever the caller's mode: a cell that turns
+            # it off (torch.no_grad) is then seen (create_proxy).
+            with torch.enable_grad():
+                return super().trace(root, *args, **kwargs)
         finally:
             for name, fn in saved.items():
                 setattr(torch, name, fn)
+
+    def proxy(self, node):
+        return _Proxy(node, self)
 
     def create_arg(self, a):
         if isinstance(a, torch.nn.Parameter) and all(a is not p for p in self.root.parameters()):
@@ -185,7 +210,9 @@ class _Tracer(fx.Tracer):
             self._external += 1
         arg = super().create_arg(a)
         if isinstance(arg, fx.Node) and arg.op == "get_attr" and arg not in self.values:
-            self.values[arg] = self.attribute(arg.target)  # made without create_proxy
+            frame = user_frame(_current_frames())  # made without create_proxy
+            self.body.where = format_where(frame) if frame else None
+            self.values[arg] = self.attribute(arg.target)
         return arg
 
     def call_module(self, m, forward, args, kwargs):
@@ -209,6 +236,10 @@ class _Tracer(fx.Tracer):
         proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
         frame = user_frame(_current_frames()) if kind != "placeholder" else None
         self.body.where = format_where(frame) if frame else None
+        if not torch.is_grad_enabled():
+            raise Refusal("gradients turned off inside a cell (torch.no_grad, "
+                          "set_grad_enabled(False)) are not supported: every operation of a "
+                          "cell is differentiated (nor is .detach() supported)")
         value = self.evaluate(proxy.node)
         self.values[proxy.node] = value
         if isinstance(value, (int, float, bool)):
@@ -277,7 +308,8 @@ class _Tracer(fx.Tracer):
             return Param((key, lambda m=owner, n=name: m._buffers[n]), value)
         value = owner.__dict__.get(name)
         if isinstance(value, torch.Tensor):
-            raise Refusal("tensor constants are not supported in cells: register the tensor as "
+            raise Refusal(f"the tensor attribute {key} is a constant, and tensor constants are "
+                          "not supported in cells: register the tensor as "
                           "a buffer (register_buffer) or make it an nn.Parameter; in a function "
                           "cell, an expression of a parameter that no module holds (such as "
                           "W.t()) is computed before tracing and is such a constant")

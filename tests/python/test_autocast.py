@@ -75,6 +75,11 @@ def test_low_precision_rows_outside_autocast_are_refused():
     tree = edbatch.pack_sst(["(3 (2 1) (4 5))"], {})
     with pytest.raises(TypeError, match="x must be float32, got .*inside torch.autocast"):
         cell(torch.randn(tree.input_ids.numel(), H).half(), tree)
+    # A built-in module made low precision as a whole: named by its embedding table, which
+    # makes its rows.
+    with pytest.raises(TypeError, match=r"TreeLSTM: weight embeddings.0.weight must be float32, "
+                                        r"got torch.float16"):
+        edbatch.nn.TreeLSTM(structures.VOCAB, H, H).half()(tree)
 
 
 @torch.no_grad()

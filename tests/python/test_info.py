@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import edbatch
@@ -56,12 +57,29 @@ def test_python_m_edbatch_prints_the_same():
     assert f"  cuda: {info['devices']['cuda']['status']}" in lines
 
 
+def load_with(path):
+    env = dict(os.environ, EDBATCH_LIBRARY=path, PYTHONPATH=os.path.join(ROOT, "python"))
+    done = subprocess.run([sys.executable, "-c", "import edbatch"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode != 0
+    return done.stderr.strip().splitlines()[-1]
+
+
 def test_a_missing_library_is_named():
     """EDBATCH_LIBRARY naming no file: an ImportError naming the variable and the path."""
-    env = dict(os.environ, EDBATCH_LIBRARY=os.path.join(ROOT, "no-such-lib.so"),
-               PYTHONPATH=os.path.join(ROOT, "python"))
-    code = "import edbatch._lib as l; l._loaded = None; l.load()"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode != 0
-    assert "EDBATCH_LIBRARY is" in done.stderr and "no-such-lib.so" in done.stderr
+    last = load_with(os.path.join(ROOT, "no-such-lib.so"))
+    assert "EDBATCH_LIBRARY is" in last and "no-such-lib.so" in last
+
+
+def test_a_library_that_is_not_the_extension_is_named(tmp_path):
+    """A file that is no library, and a library that registers no edbatch ops (another of
+    torch's own): ImportErrors naming the file."""
+    text = tmp_path / "text.so"
+    text.write_text("not a library")
+    last = load_with(str(text))
+    assert last.startswith("ImportError: edbatch:") and "could not be loaded" in last
+    other = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_global_deps.so")
+    if not os.path.isfile(other):
+        pytest.skip("no libtorch_global_deps.so beside this torch")
+    last = load_with(other)
+    assert "is not edbatch's PyTorch extension" in last and "libtorch_global_deps.so" in last

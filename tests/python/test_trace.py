@@ -217,6 +217,54 @@ def test_unsupported_operation_names_op_cell_and_line():
     assert "nn.Linear" in message and "torch.einsum of the forms" in message
 
 
+class _Aliased(nn.Module):
+    """In PyTorch `a += m` changes the tensor that `kept` names too."""
+
+    def forward(self, x, m):
+        a = torch.tanh(m)
+        kept = a
+        a += m
+        return kept
+
+
+class _Stopped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.U = nn.Linear(7, 7)
+
+    def forward(self, x, m):
+        with torch.no_grad():
+            g = torch.sigmoid(self.U(m))
+        return m * g
+
+
+class _TensorConstant(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.full((7,), 2.0)  # neither a buffer nor a parameter
+
+    def forward(self, x, m):
+        h = torch.tanh(m)
+        return h * self.scale
+
+
+def test_silent_differences_from_pytorch_are_refused_at_their_line():
+    """In-place operators (which fx turns into out-of-place ones), gradients turned off in the
+    cell (whatever the caller's mode), and a tensor attribute: each named at its own line."""
+    first = _Aliased.forward.__code__.co_firstlineno
+    refused(TypeError, "the in-place operator += is not supported", f"test_trace.py:{first + 3}",
+            "a += m")(_Aliased())
+    refused(TypeError, "the in-place operator *= is not supported")(
+        lambda x, m: m.__imul__(2.0))
+    first = _Stopped.forward.__code__.co_firstlineno
+    with torch.no_grad():  # the caller's mode is not the cell's
+        refused(TypeError, "gradients turned off inside a cell", f"test_trace.py:{first + 2}")(
+            _Stopped())
+    first = _TensorConstant.forward.__code__.co_firstlineno
+    refused(TypeError, "the tensor attribute node_cells.0.scale is a constant",
+            f"test_trace.py:{first + 2}", "h * self.scale")(_TensorConstant())
+
+
 def test_einsums_without_a_program_form_are_refused():
     w = nn.Parameter(torch.ones(7, 7))
     refused(TypeError, "torch.einsum 'bi,bj->bij' is not supported", "at most one feature")(
