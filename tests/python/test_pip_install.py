@@ -1,4 +1,5 @@
-"""`pip install .` of a copy of the checkout into a fresh virtual environment that sees the
+"""`pip install` of the source distribution of a copy of the checkout (`setup.py sdist`, so
+MANIFEST.in must carry every file the build reads) into a fresh virtual environment that sees the
 system's packages (Debian's torch), without build isolation or dependencies (no index needed):
 the installed package imports from the environment, runs a built-in cell equal to the reference
 (pip_check.py), and `python -m edbatch` reports the checkout's version and the backends that
@@ -39,13 +40,17 @@ def venv(tmp_path_factory):
     source = work / "edbatch"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         "build*", ".git", ".deb", ".whl", "out", "*.egg-info", "__pycache__", ".venv*"))
+    done = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(work / "dist")],
+                          cwd=source, env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
+    (sdist,) = (work / "dist").glob("edbatch-*.tar.gz")
     env = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env)],
                    check=True, timeout=300)
     python = str(env / "bin" / "python")
     start = time.monotonic()
     done = subprocess.run([python, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
-                           "--no-index", "-v", str(source)], cwd=work, env=clean_env(),
+                           "--no-index", "-v", str(sdist)], cwd=work, env=clean_env(),
                           capture_output=True, text=True, timeout=3600)
     seconds = time.monotonic() - start
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
