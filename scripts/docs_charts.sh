@@ -2,6 +2,22 @@
 # Renders the charts of docs/img/ from the recorded results in docs/data/ (docs/performance.md,
 # "Charts"; docs/data/README.md says where each file comes from). Needs python3-matplotlib.
 set -euo pipefail
+usage() {
+  cat <<'USAGE'
+usage: scripts/docs_charts.sh [-h|--help]
+
+Renders docs/img/*.png from the recorded results in docs/data/ with scripts/report.py,
+overwriting the charts there (docs/performance.md, "Charts"; docs/data/README.md says where each
+file comes from). Takes no arguments. Environment: PYTHON, the Python with matplotlib to run
+(default python3).
+USAGE
+}
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) usage; exit 0 ;;
+    *) echo "docs_charts.sh: unknown argument '$arg' (it takes none; see --help)" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 r() { "$py" scripts/report.py "$@"; }

@@ -3,19 +3,25 @@
 
   report.py throughput FILES... -o OUT.png [--x batch|hidden] [--model M,..] [--mode MODE]
       instances/s against mini-batch size (or hidden size), one line per implementation (edbatch
-      and every baseline found), one panel per model, mode and the other size. Reads the JSON of
+      and every baseline found) and configuration, one panel per model, mode (forward, train or
+      greedy decoding) and the other size. Runs that differ in blocks, policy, packing,
+      pipelining or benchmark are separate lines, labelled by what differs. Reads the JSON of
       `edbatch run --json` and the JSON lines of scripts/bench_torch.sh (results.jsonl),
       bench/torch_baseline.py, bench_cuda, bench_core, bench_blocks and bench/bench_torch_ext.py.
+      A result whose instances/s is not a positive number (NaN, 0: a failed or empty run) stops
+      the command with an error that names its file and line; remove it to draw the rest.
   report.py phases FILES... -o OUT.png [--share]
       time per mini-batch by phase (construction, scheduling, execution, backward, update),
-      from `edbatch run --json` and bench_core / bench_blocks JSON lines; --share draws each
-      run's phases as percentages of its time.
+      from `edbatch run --json` and bench_core / bench_blocks JSON lines, one bar per run,
+      labelled by what sets it apart; --share draws each run's phases as percentages of its time.
   report.py curve CSV... -o OUT.png
       a policy trainer's learning curve (`edbatch train --curve`): batches per mini-batch by
-      episode, on the training and validation mini-batches, against the lower bound.
+      episode, on the training and validation mini-batches, against the validation lower bound.
   report.py epochs JSON... -o OUT.png
-      a training run's loss per epoch (`edbatch run --train --epochs N --json`), and every
-      per-epoch accuracy the file holds, on a second axis.
+      a training run's loss per epoch (`edbatch run --train --epochs N --json`): the training
+      loss and the held-out loss (`--eval`) on one axis, the held-out accuracies on a second.
+      Each run is labelled by the settings that differ between the runs (optimizer, lr, ...),
+      or by its file where none does.
 
 Every command also takes --summary FILE: what was drawn (panels, series and their points) as
 JSON. Needs matplotlib (Debian: python3-matplotlib); the rest of edbatch does not.
@@ -23,32 +29,62 @@ JSON. Needs matplotlib (Debian: python3-matplotlib); the rest of edbatch does no
 import argparse
 import csv
 import json
+import math
 import os
 import sys
+import textwrap
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from result_files import read_results  # noqa: E402  (scripts/result_files.py)
 
 PHASES = ["construction", "scheduling", "execution", "backward", "update"]
+BENCH_NAMES = {"core_tree_lstm_ops": "bench_core", "block_tree_lstm": "bench_blocks",
+               "cuda": "bench_cuda"}
+MODE_TEXT = {"forward": "forward", "train": "train", "decode": "greedy decoding"}
 
 
-def load_records(paths):
-    """Every JSON object of the files: a file holds one object (possibly spread over lines, as
-    `edbatch run --json` writes it) or one object per line."""
-    out = []
-    for path in paths:
-        text = open(path).read()
-        try:
-            whole = json.loads(text)
-            out += whole if isinstance(whole, list) else [whole]
-            continue
-        except json.JSONDecodeError:
-            pass
-        for n, line in enumerate(text.splitlines(), 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"report.py: {path}:{n}: not JSON ({e.msg})")
+def config_parts(r):
+    """[(field, text)] of the settings that set a run apart from another of the same model, mode
+    and sizes: its benchmark, blocks or op level, policy, packing, pipelining and decoding
+    length (bench_blocks' form is in the implementation's name). Fields that a record does not
+    have are left out."""
+    parts = []
+    if r.get("bench"):
+        parts.append(("bench", BENCH_NAMES.get(r["bench"], r["bench"])))
+    if r.get("blocks") is not None:
+        parts.append(("blocks", "blocks" if r["blocks"] else "op level"))
+    if r.get("policy"):
+        parts.append(("policy", r["policy"]))
+    if r.get("packed") is not None:
+        parts.append(("packed", "packed" if r["packed"] else "unpacked"))
+    if r.get("pipeline") is not None:
+        parts.append(("pipeline", "pipelined" if r["pipeline"] else "not pipelined"))
+    if r.get("decode") and r.get("max_len") is not None:
+        parts.append(("max_len", f"max len {r['max_len']}"))
+    return parts
+
+
+def distinct_labels(items, sep=", ", open_=" (", close=")"):
+    """Labels of [(base, [(field, text)])]: each base, followed by the texts of the fields whose
+    values differ between items of that base, so that unlike items never share a label."""
+    by_base = {}
+    for base, parts in items:
+        by_base.setdefault(base, []).append(dict(parts))
+    labels = []
+    for base, parts in items:
+        others = by_base[base]
+        texts = [text for field, text in parts
+                 if any(o.get(field) != text for o in others)]
+        labels.append(f"{base}{open_}{sep.join(texts)}{close}" if texts else base)
+    return labels
+
+
+def number_duplicates(labels):
+    """The labels, with " #2", " #3", ... after the second and later copies of one label."""
+    seen, out = {}, []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
     return out
 
 
@@ -56,10 +92,19 @@ def _median(v):
     return v.get("median") if isinstance(v, dict) else v
 
 
+def run_mode(r):
+    """forward, train or decode (greedy decoding; `"decode": true`, absent in older files)."""
+    if r.get("decode"):
+        return "decode"
+    mode = r.get("mode") or ("train" if (r.get("train") or r.get("backward")) else "forward")
+    return mode.replace("-pipelined", "")
+
+
 def throughput_row(r):
-    """(model, impl, mode, device, threads, batch, hidden, instances/s, low, high) of one result,
-    or None for records that are not throughput results (checks, GEMM timings, ...). low and
-    high: the instances/s at the p90 and p10 times per mini-batch, where known."""
+    """(model, impl, mode, device, threads, batch, hidden, config, instances/s, low, high) of one
+    result, or None for records that are not throughput results (checks, GEMM timings, ...).
+    config: config_parts(r). low and high: the instances/s at the p90 and p10 times per
+    mini-batch, where known. A throughput that is not a positive number raises ValueError."""
     bench = r.get("bench")
     if "check" in r or bench in ("gemm", "block_cell", "fsm", "cudnn_lstm"):
         return None
@@ -67,10 +112,9 @@ def throughput_row(r):
     batch, hidden = r.get("batch"), r.get("hidden")
     if model is None or batch is None or hidden is None:
         return None
-    # Panels are forward or train; pipelining is a way to run, drawn as its own line.
-    mode = r.get("mode") or ("train" if (r.get("train") or r.get("backward")) else "forward")
-    pipelined = mode.endswith("-pipelined") or bool(r.get("pipeline"))
-    mode = mode.replace("-pipelined", "")
+    # Panels are forward, train or decode; pipelining is a way to run, drawn as its own line.
+    mode = run_mode(r)
+    pipelined = (r.get("mode") or "").endswith("-pipelined") or bool(r.get("pipeline"))
     impl = r.get("impl") or ("edbatch" if bench in (None, "cuda") else None)
     if bench == "block_tree_lstm":
         impl = "edbatch " + r["form"]
@@ -88,17 +132,21 @@ def throughput_row(r):
     if isinstance(ms, dict):
         lo_ms, hi_ms, ms = ms.get("p90"), ms.get("p10"), ms.get("median")
     per_s = r.get("instances_per_s", r.get("trees_per_s"))
-    if per_s is None and ms:
-        per_s = batch / ms * 1e3
+    if per_s is None and ms is not None:
+        per_s = batch / ms * 1e3 if ms > 0 else 0.0
     if per_s is None:
         return None
+    if not isinstance(per_s, (int, float)) or not math.isfinite(per_s) or per_s <= 0:
+        field = next((k for k in ("instances_per_s", "trees_per_s") if k in r),
+                     "ms per mini-batch")
+        raise ValueError(f"{field} is {per_s!r}, not a positive number of instances/s")
     low = batch / lo_ms * 1e3 if lo_ms else None
     high = batch / hi_ms * 1e3 if hi_ms else None
     if r.get("instances_per_s_min") is not None:  # a range over rounds, as tables record it
         low, high = r["instances_per_s_min"], r["instances_per_s_max"]
     return dict(model=model, impl=impl, mode=mode, device=r.get("device", "cpu"),
                 threads=r.get("threads"), batch=int(batch), hidden=int(hidden),
-                per_s=float(per_s), low=low, high=high)
+                config=tuple(config_parts(r)), per_s=float(per_s), low=low, high=high)
 
 
 def _median_of(values):
@@ -107,22 +155,33 @@ def _median_of(values):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
-def throughput_series(records, x, model=None, mode=None):
-    """{panel title: {impl: [(x, instances/s, low, high)]}}; repeated results (rounds) of one
+def throughput_series(sourced, x, model=None, mode=None):
+    """{panel title: {series label: [(x, instances/s, low, high)]}} of [(where, record)]. A series
+    is one implementation in one configuration (config_parts), labelled by what sets it apart
+    from the panel's other series of that implementation; repeated results (rounds) of one
     point are reduced to their median, and their range becomes the error bar."""
     other = "hidden" if x == "batch" else "batch"
     points, order = {}, {}
-    for r in filter(None, map(throughput_row, records)):
+    for where, record in sourced:
+        try:
+            r = throughput_row(record)
+        except ValueError as e:
+            raise SystemExit(f"report.py throughput: {where}: {e} (a failed or empty run?)")
+        if r is None:
+            continue
         if (model and r["model"] not in model.split(",")) or (mode and r["mode"] != mode):
             continue
-        title = (f"{r['model']}, {r['mode']}, {other} {r[other]}, {r['device']}"
+        title = (f"{r['model']}, {MODE_TEXT.get(r['mode'], r['mode'])}, {other} {r[other]}, "
+                 f"{r['device']}"
                  + (f" x{r['threads']}" if r["threads"] and r["device"] == "cpu" else ""))
         order[title] = (r["model"], r["mode"], r[other], r["device"], r["threads"] or 0)
-        points.setdefault(title, {}).setdefault(r["impl"], {}).setdefault(r[x], []).append(r)
+        series = points.setdefault(title, {}).setdefault((r["impl"], r["config"]), {})
+        series.setdefault(r[x], []).append(r)
     panels = {}
-    for title, impls in sorted(points.items(), key=lambda kv: order[kv[0]]):
+    for title, by_series in sorted(points.items(), key=lambda kv: order[kv[0]]):
         panels[title] = {}
-        for impl, by_x in impls.items():
+        labels = distinct_labels(list(by_series))
+        for label, by_x in zip(labels, by_series.values()):
             line = []
             for xv, rs in sorted(by_x.items()):
                 mid = _median_of([r["per_s"] for r in rs])
@@ -131,7 +190,7 @@ def throughput_series(records, x, model=None, mode=None):
                 else:
                     low, high = rs[0]["low"], rs[0]["high"]
                 line.append((xv, mid, low, high))
-            panels[title][impl] = line
+            panels[title][label] = line
     return panels
 
 
@@ -148,8 +207,8 @@ def _grid(plt, n, width=4.2, height=3.2):
     return fig, list(axes.flat[:n])
 
 
-def draw_throughput(plt, records, args):
-    panels = throughput_series(records, args.x, args.model, args.mode)
+def draw_throughput(plt, sourced, args):
+    panels = throughput_series(sourced, args.x, args.model, args.mode)
     if not panels:
         raise SystemExit("report.py throughput: no throughput results in the files")
     fig, axes = _grid(plt, len(panels))
@@ -197,8 +256,7 @@ def _bars(ax, title, impls, x, summary):
     for i, y in enumerate(ys):
         ax.text(i, y, f"{y:,.0f}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([n.replace("_", " ").replace(" pipelined", "\npipelined") for n in names],
-                       fontsize=7)
+    ax.set_xticklabels([textwrap.fill(n.replace("_", " "), 14) for n in names], fontsize=6)
     ax.set_yscale("log")
     ax.set_ylabel("instances/s")
     ax.set_title(f"{title}, {x} {points[0][0]}", fontsize=9)
@@ -208,7 +266,8 @@ def _bars(ax, title, impls, x, summary):
 
 
 def phase_row(r):
-    """(label, {phase: ms}) of a result that has phase times, else None."""
+    """(label, config, {phase: ms}) of a result that has phase times, else None; config:
+    config_parts(r), for draw_phases to tell unlike runs with one label apart."""
     times = {}
     for p in PHASES:
         v = r.get(f"{p}_ms")
@@ -216,18 +275,20 @@ def phase_row(r):
             times[p] = float(_median(v))
     if not times:
         return None
-    mode = "train" if (r.get("train") or r.get("backward")) else "forward"
     model = r.get("model") or r.get("form") or r.get("bench", "?")
-    label = f"{model}\n{mode} b{r.get('batch')} h{r.get('hidden')}"
+    label = f"{model}\n{MODE_TEXT[run_mode(r)]} b{r.get('batch')} h{r.get('hidden')}"
     if r.get("device") and r.get("device") != "cpu":
         label += f" {r['device']}"
-    return label, times
+    return label, config_parts(r), times
 
 
-def draw_phases(plt, records, args):
-    rows = [x for x in map(phase_row, records) if x]
+def draw_phases(plt, sourced, args):
+    rows = [x for x in (phase_row(r) for _, r in sourced) if x]
     if not rows:
         raise SystemExit("report.py phases: no per-phase times in the files")
+    labels = number_duplicates(distinct_labels([(label, config) for label, config, _ in rows],
+                                               sep="\n", open_="\n", close=""))
+    rows = [(label, times) for label, (_, _, times) in zip(labels, rows)]
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(rows) + 2), 4.2))
     bottoms = [0.0] * len(rows)
     totals = [sum(t.values()) or 1.0 for _, t in rows]
@@ -271,8 +332,9 @@ def draw_curve(plt, paths, args):
             label = f"{name}: {what}"
             ax.plot(ep, ys, style, ms=3, label=label)
             summary[label] = [[e, y] for e, y in zip(ep, ys)]
+        # The CSV's bound is that of the validation mini-batches, not of the training ones.
         ax.plot(ep, [float(r["lower_bound"]) for r in rows], ":", color="gray",
-                label=f"{name}: lower bound")
+                label=f"{name}: validation lower bound")
     ax.set_xlabel("episode")
     ax.set_ylabel("batches per mini-batch")
     ax.set_title("FSM policy learning curve", fontsize=10)
@@ -282,36 +344,73 @@ def draw_curve(plt, paths, args):
 
 
 def epoch_series(record):
-    """{name: [(epoch, value)]} of one run's per-epoch records: losses and accuracies."""
+    """{name: [(epoch, value)]} of one run's per-epoch records: its training loss and, from each
+    epoch's `eval` object, the held-out loss and accuracies. Timings (wall_s, seconds, ...) and
+    counts are left out."""
     out = {}
+
+    def add(epoch, key, v, prefix=""):
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and (
+                "loss" in key or "accuracy" in key):
+            out.setdefault(prefix + key.replace("_", " "), []).append((epoch, float(v)))
+
     for e in record.get("epochs") or []:
         for key, v in e.items():
-            if key != "epoch" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                out.setdefault(key, []).append((e["epoch"], float(v)))
+            if key == "eval" and isinstance(v, dict):
+                for k, x in v.items():
+                    add(e["epoch"], k, x, "held-out ")
+            elif key != "epoch":
+                add(e["epoch"], key, v)
     return out
 
 
-def draw_epochs(plt, records, args):
-    runs = [(r, epoch_series(r)) for r in records if epoch_series(r)]
+def run_settings(r):
+    """[(field, text)] of a training run's settings, to tell runs of one model and sizes apart."""
+    opt = r.get("optimizer")
+    opt = opt if isinstance(opt, dict) else {"name": opt}
+    lr = opt.get("lr", r.get("lr"))
+    parts = [("optimizer", opt.get("name"))] if opt.get("name") else []
+    if lr is not None:
+        parts.append(("lr", f"lr {lr:g}"))
+    for key in ("momentum", "weight_decay", "clip"):
+        if opt.get(key) is not None:
+            parts.append((key, f"{key.replace('_', ' ')} {opt[key]:g}"))
+    parts += [(key, f"{key} {r[key]}") for key in ("data", "seed", "policy", "device", "threads")
+              if r.get(key) is not None]
+    return parts + [p for p in config_parts(r) if p[0] != "policy"]
+
+
+def run_labels(runs):
+    """Labels of [(where, record)]: model and sizes, then the settings that differ between the
+    runs, then the file where nothing else does."""
+    labels = distinct_labels([(f"{r.get('model', '?')} h{r.get('hidden')} b{r.get('batch')}",
+                               run_settings(r)) for _, r in runs])
+    count = {label: labels.count(label) for label in labels}
+    labels = [label if count[label] == 1 else f"{label} [{os.path.basename(where)}]"
+              for label, (where, _) in zip(labels, runs)]
+    return number_duplicates(labels)
+
+
+def draw_epochs(plt, sourced, args):
+    runs = [(where, r) for where, r in sourced if epoch_series(r)]
     if not runs:
         raise SystemExit("report.py epochs: no per-epoch records in the files (run "
                          "`edbatch run --train --epochs N --json FILE`)")
     fig, ax = plt.subplots(figsize=(6, 4))
     acc_ax = None
     summary = {}
-    for r, series in runs:
-        run = f"{r.get('model', '?')} h{r.get('hidden')} b{r.get('batch')}"
-        for key, pts in sorted(series.items()):
+    for run, (_, r) in zip(run_labels(runs), runs):
+        for key, pts in sorted(epoch_series(r).items()):
             target = ax
             if "accuracy" in key:
                 acc_ax = acc_ax or ax.twinx()
                 target = acc_ax
-            label = f"{run}: {key.replace('_', ' ')}"
+            label = f"{run}: {key}"
             target.plot([p[0] for p in pts], [p[1] for p in pts],
                         "--^" if target is acc_ax else "-o", ms=3, label=label)
             summary[label] = [list(p) for p in pts]
     ax.set_xlabel("epoch")
-    ax.set_ylabel("loss")
+    ax.set_ylabel("loss per instance")
     ax.grid(True, alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     if acc_ax:
@@ -337,7 +436,8 @@ def main(argv=None):
         if name == "throughput":
             p.add_argument("--x", choices=["batch", "hidden"], default="batch")
             p.add_argument("--model", help="only these models (comma-separated)")
-            p.add_argument("--mode", choices=["forward", "train"])
+            p.add_argument("--mode", choices=["forward", "train", "decode"],
+                           help="only these runs (decode: greedy decoding)")
         if name == "phases":
             p.add_argument("--share", action="store_true",
                            help="each bar as shares of its run's time (100%%)")
@@ -357,7 +457,7 @@ def main(argv=None):
         fig, summary = draw_curve(plt, args.files, args)
     else:
         draw = {"throughput": draw_throughput, "phases": draw_phases, "epochs": draw_epochs}
-        fig, summary = draw[args.chart](plt, load_records(args.files), args)
+        fig, summary = draw[args.chart](plt, read_results(args.files, "report.py"), args)
     if args.title:
         fig.suptitle(args.title, fontsize=11)
     fig.tight_layout()

@@ -147,3 +147,123 @@ def test_without_matplotlib_says_so(tmp_path):
     assert done.returncode != 0
     assert "matplotlib is not installed" in done.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def test_epochs_draw_held_out_numbers_apart_from_timings(tmp_path):
+    files = [os.path.join(DATA, f) for f in ("epochs_sgd.json", "epochs_adam.json")]
+    drawn = report(tmp_path, "epochs", *files)
+    names = ["mean loss per instance", "held-out loss per instance", "held-out root accuracy",
+             "held-out node accuracy"]
+    # Two runs of one model and sizes, told apart by optimizer and learning rate.
+    for path, run in zip(files, ("tree_lstm h16 b8 (sgd, lr 0.1)",
+                                 "tree_lstm h16 b8 (adam, lr 0.001)")):
+        epochs = json.load(open(path))["epochs"]
+        assert drawn[f"{run}: held-out loss per instance"] == [
+            [e["epoch"], pytest.approx(e["eval"]["loss_per_instance"])] for e in epochs]
+        assert drawn[f"{run}: held-out root accuracy"] == [
+            [e["epoch"], pytest.approx(e["eval"]["root_accuracy"])] for e in epochs]
+        assert drawn[f"{run}: mean loss per instance"] == [
+            [e["epoch"], pytest.approx(e["mean_loss_per_instance"])] for e in epochs[1:]]
+    assert sorted(drawn) == sorted(f"{run}: {n}" for run in ("tree_lstm h16 b8 (sgd, lr 0.1)",
+                                                             "tree_lstm h16 b8 (adam, lr 0.001)")
+                                   for n in names)
+    # Losses on the loss axis, accuracies on the second one; no timings on either.
+    plt = _pyplot()
+    fig, _ = REPORT.draw_epochs(plt, REPORT.read_results(files, "report.py"), None)
+    loss_ax, acc_ax = fig.axes
+    assert all("loss" in line.get_label() for line in loss_ax.get_lines())
+    assert all("accuracy" in line.get_label() for line in acc_ax.get_lines())
+    assert len(loss_ax.get_lines()) == len(acc_ax.get_lines()) == 4
+    plt.close(fig)
+
+
+def test_epochs_of_like_runs_are_named_by_file(tmp_path):
+    run = json.load(open(os.path.join(DATA, "epochs_sgd.json")))
+    for name in ("first.json", "second.json"):
+        (tmp_path / name).write_text(json.dumps(run, indent=1))
+    drawn = report(tmp_path, "epochs", str(tmp_path / "first.json"), str(tmp_path / "second.json"))
+    assert len(drawn) == 8
+    assert "tree_lstm h16 b8 [first.json]: held-out loss per instance" in drawn
+    assert "tree_lstm h16 b8 [second.json]: held-out loss per instance" in drawn
+
+
+def test_throughput_keeps_configurations_apart(tmp_path):
+    path = os.path.join(DATA, "configs.jsonl")
+    rows = [json.loads(l) for l in open(path)]
+    drawn = report(tmp_path, "throughput", path)
+    # Forward runs in one panel, the greedy-decoding run in its own.
+    assert sorted(drawn) == ["tree_lstm, forward, hidden 16, cpu x1",
+                             "tree_lstm, greedy decoding, hidden 16, cpu x1"]
+    forward = drawn["tree_lstm, forward, hidden 16, cpu x1"]
+    # One series per configuration (none merged into a median of unlike runs).
+    assert sorted(p[0][1] for p in forward.values()) == sorted(
+        r["instances_per_s"] for r in rows if not r.get("decode"))
+    assert forward["edbatch (op level, depth, unpacked)"] == [[32, 6000.0]]
+    assert forward["edbatch (blocks, lb-greedy, packed)"] == [[32, 22000.0]]
+    assert forward["edbatch pipelined"] == [[32, 26000.0]]
+    decode = report(tmp_path, "throughput", path, "--mode", "decode")
+    assert decode == {"tree_lstm, greedy decoding, hidden 16, cpu x1": {"edbatch": [[32, 3000.0]]}}
+
+
+def test_bench_core_and_bench_blocks_rows_stay_apart(tmp_path):
+    path = os.path.join(DATA, "bench_core_blocks.jsonl")
+    rows = [json.loads(l) for l in open(path)]
+    (series,) = report(tmp_path, "throughput", path).values()
+    assert len(series) == len(rows) == 5
+    assert sorted(p[0][1] for p in series.values()) == pytest.approx(
+        sorted(r["trees_per_s"] for r in rows))
+    assert "edbatch op level (bench_core, depth)" in series
+    assert "edbatch op level (bench_blocks, lb-greedy)" in series
+
+
+def test_phases_label_what_sets_runs_apart(tmp_path):
+    drawn = report(tmp_path, "phases", os.path.join(DATA, "configs.jsonl"))
+    bars = drawn["bars"]
+    assert len(bars) == len(set(bars)) == 7
+    assert bars[2] == "tree_lstm\nforward b32 h16\nop level\ndepth\nunpacked\nnot pipelined"
+    assert bars[6].startswith("tree_lstm\ngreedy decoding b32 h16")
+
+
+def test_throughput_that_is_not_a_number_is_named(tmp_path):
+    run = json.load(open(os.path.join(DATA, "run_forward.json")))
+    run["instances_per_s"] = float("nan")
+    one = tmp_path / "nan.json"
+    one.write_text(json.dumps(run, indent=2))
+    said = report(tmp_path, "throughput", str(one), ok=False)
+    assert said.startswith(f"report.py throughput: {one}: instances_per_s is nan")
+    lines = tmp_path / "zero.jsonl"
+    ok = json.load(open(os.path.join(DATA, "run_forward.json")))
+    lines.write_text(json.dumps(ok) + "\n" + json.dumps(dict(ok, instances_per_s=0.0)) + "\n")
+    assert f"{lines}:2: instances_per_s is 0.0" in report(tmp_path, "throughput", str(lines),
+                                                          ok=False)
+
+
+def test_curve_names_the_validation_lower_bound():
+    plt = _pyplot()
+    fig, _ = REPORT.draw_curve(plt, [os.path.join(DATA, "curve.csv")], None)
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels == ["curve: training", "curve: validation", "curve: validation lower bound"]
+    plt.close(fig)
+
+
+def test_docs_charts_help_and_unknown_arguments(tmp_path):
+    # A copy of the script in an empty tree: nothing may be written next to it.
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "docs_charts.sh"
+    script.write_text(open(os.path.join(HERE, "..", "..", "scripts", "docs_charts.sh")).read())
+    env = dict(os.environ, PYTHON="false")
+    for flag in ("--help", "-h"):
+        done = subprocess.run(["bash", str(script), flag], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.startswith("usage: ")
+    done = subprocess.run(["bash", str(script), "--bogus"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "unknown argument '--bogus'" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scripts"]
