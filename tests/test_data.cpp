@@ -620,6 +620,12 @@ TEST_CASE("pairs: a vocabulary starts with <unk>, <s>, </s>, and the message nam
   }
   const std::string spec = pair_folder("pairs_special", "a\n", "a\n", ok, ok);
   CHECK(load_pair_files(spec, 100)[0].source == std::vector<uint32_t>{3});
+  // Files of unequal lengths: the shorter one and its count of lines are named.
+  const std::string uneven = pair_folder("pairs_uneven", "a\na\na\n", "a\na\n", ok, ok);
+  CHECK_THROWS_WITH_AS(load_pair_files(uneven, 100),
+                       contains("s.vi has 2 lines but " + uneven.substr(0, uneven.find(',')) +
+                                " has more: the files are not aligned"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("pairs: files read with a Vocabulary take the first pair's vocabularies") {

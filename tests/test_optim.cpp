@@ -350,10 +350,27 @@ TEST_CASE("optim: a state file of another optimizer or model is refused, changin
   ParameterCollection other(7);
   other.add_parameters("W", Dim{3, 5});
   AdamOptimizer adam_other(other, {});
-  CHECK_THROWS_WITH_AS(load_optimizer_state(file, adam_other), doctest::Contains("'W.exp_avg'"),
+  CHECK_THROWS_WITH_AS(load_optimizer_state(file, adam_other),
+                       doctest::Contains("the state of other parameters: parameter 0 is"),
                        std::invalid_argument);
   CHECK(adam_other.steps() == 0);
   CHECK(adam_other.state().slot(0, 0)[0] == 0.0f);
+  // Files without the list of parameters (written before it was kept) are checked by tensor.
+  {
+    std::map<std::string, std::string> m;
+    std::vector<NamedTensor> tensors = read_safetensors(file, &m);
+    m.erase("parameters");
+    write_safetensors(dir / "old.state", tensors, m);
+    CHECK_THROWS_WITH_AS(load_optimizer_state(dir / "old.state", adam_other),
+                         doctest::Contains("'W.exp_avg'"), std::invalid_argument);
+    load_optimizer_state(dir / "old.state", adam);
+  }
+  // Plain SGD keeps no tensors: the list alone refuses another model's state.
+  SgdOptimizer sgd(p.pc, {}), sgd_other(other, {});
+  save_optimizer_state(dir / "sgd.state", sgd);
+  CHECK_THROWS_WITH_AS(load_optimizer_state(dir / "sgd.state", sgd_other),
+                       doctest::Contains("the state of other parameters"), std::invalid_argument);
+  load_optimizer_state(dir / "sgd.state", sgd);
   // Weights are not optimizer state.
   const std::string weights = dir / "w.safetensors";
   save_parameters(weights, p.pc);

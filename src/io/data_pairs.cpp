@@ -93,8 +93,8 @@ std::vector<SentencePair> read_pairs(PairFiles& files, const WordIds& sv, const 
     if (!has_a && !has_b) break;
     if (has_a != has_b)
       throw std::invalid_argument(fmt::format(
-          "[load_pairs] {} ends at line {} but {} goes on: the files are not aligned",
-          has_a ? target_path : source_path, line, has_a ? source_path : target_path));
+          "[load_pairs] {} has {} lines but {} has more: the files are not aligned",
+          has_a ? target_path : source_path, line - 1, has_a ? source_path : target_path));
     SentencePair p{words_of(a, sv, vocab_size), words_of(b, tv, vocab_size)};
     if (!p.source.empty() && !p.target.empty()) pairs.push_back(std::move(p));
   }

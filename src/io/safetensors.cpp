@@ -337,7 +337,16 @@ void load_parameters(const std::string& path, ParameterCollection& pc) {
 
 namespace {
 constexpr const char* kOptimizerFormat = "edbatch-optimizer-state";
+
+// The parameters an optimizer state belongs to, as metadata: [[name, shape], ...] in id order, so
+// that a state without tensors (plain SGD's) is refused for another model too.
+std::string parameter_list(const ParameterCollection& pc) {
+  nlohmann::json list = nlohmann::json::array();
+  for (uint32_t id = 0; id < pc.size(); ++id)
+    if (!pc.is_view(id)) list.push_back({pc.name(id), parameter_shape(pc, id)});
+  return list.dump();
 }
+}  // namespace
 
 void save_optimizer_state(const std::string& path, const Optimizer& opt) {
   const ParameterCollection& pc = opt.params();
@@ -362,7 +371,8 @@ void save_optimizer_state(const std::string& path, const Optimizer& opt) {
       {"eps", fmt::format("{}", h.eps)},
       {"weight_decay", fmt::format("{}", h.weight_decay)},
       {"clip_norm", fmt::format("{}", h.clip_norm)},
-      {"sparse_lookups", h.sparse_lookups ? "true" : "false"}};
+      {"sparse_lookups", h.sparse_lookups ? "true" : "false"},
+      {"parameters", parameter_list(pc)}};
   write_safetensors(path, tensors, meta);
 }
 
@@ -390,6 +400,23 @@ void load_optimizer_state(const std::string& path, Optimizer& opt) {
   const uint64_t step = std::stoull(step_text);
 
   ParameterCollection& pc = opt.params();
+  // Files written before the list was kept have none; their tensors are checked below.
+  if (meta.count("parameters") && meta["parameters"] != parameter_list(pc)) {
+    const nlohmann::json mine = nlohmann::json::parse(parameter_list(pc));
+    nlohmann::json theirs;
+    try {
+      theirs = nlohmann::json::parse(meta["parameters"]);
+    } catch (const nlohmann::json::exception&) {
+      fail("the \"parameters\" of its metadata are not a JSON list");
+    }
+    const auto text = [](const nlohmann::json& list, size_t i) {
+      return i < list.size() && list.is_array() ? list[i].dump() : std::string("nothing");
+    };
+    size_t i = 0;
+    while (i < mine.size() && text(theirs, i) == text(mine, i)) ++i;
+    fail(fmt::format("the state of other parameters: parameter {} is {} in the file but {} here", i,
+                     text(theirs, i), text(mine, i)));
+  }
   OptimizerState& state = opt.state();
   const std::vector<std::string> slots = opt.slot_names();
   state.ensure(pc, static_cast<uint32_t>(slots.size()));

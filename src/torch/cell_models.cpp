@@ -13,10 +13,11 @@ namespace edbatch::torch_adapter {
 
 namespace {
 
-void need_input(const Packed& p, int64_t k, const char* fn, const char* cell) {
+// `what`: what node k lacks.
+void need_input(const Packed& p, int64_t k, const char* fn, const char* cell,
+                const char* what = "has no predecessors and no input row") {
   if (p.node_inputs[k] < 0)
-    throw std::invalid_argument(
-        fmt::format("[{}] {}: node {} has no predecessors and no input row", fn, cell, k));
+    throw std::invalid_argument(fmt::format("[{}] {}: node {} {}", fn, cell, k, what));
 }
 
 void binary_tree_check(const Packed& p, const char* fn, const char* cell) {
@@ -316,7 +317,7 @@ class RandomDagCell : public Cell {
   uint32_t num_outputs() const override { return 1; }
   void check(const Packed& p, const char* fn) const override {
     for (int64_t k = 0; k < p.num_nodes; ++k) {
-      need_input(p, k, fn, "random_dag");
+      need_input(p, k, fn, "random_dag", "has no input row (every state reads one)");
       if (p.node_types[k] >= state_types_)
         throw std::invalid_argument(fmt::format("[{}] random_dag: state {} has type {}, not below "
                                                 "the {} state types",
