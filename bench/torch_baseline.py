@@ -16,6 +16,7 @@ import ctypes
 import json
 import os
 import resource
+import struct
 import sys
 import time
 
@@ -64,12 +65,32 @@ def keep_freed_memory():
         return False
 
 
+def saved_words(path):
+    """{word: id} of the data a safetensors file's weights were trained on (its metadata
+    "edbatch.words", which `edbatch run --save-weights` writes for files of words), or None."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n).decode("utf-8"))
+    words = header.get("__metadata__", {}).get("edbatch.words")
+    return None if words is None else {w: i for i, w in enumerate(json.loads(words))}
+
+
+def read_data(args):
+    """--data as the weights saw it: a file of words continues their vocabulary (the ids
+    `edbatch run --load-weights` gives), else ids by first appearance."""
+    reader = torch_models.MODELS[args.model][1]
+    words = saved_words(args.weights)
+    if words is not None and reader is torch_models.read_trees:
+        return reader(args.data, args.vocab_size, words=words)
+    return reader(args.data, args.vocab_size)
+
+
 class Runner:
     def __init__(self, args):
         self.args = args
         self.device = torch.device(args.device)
-        cls, reader = torch_models.MODELS[args.model]
-        self.data = reader(args.data, args.vocab_size)
+        cls = torch_models.MODELS[args.model][0]
+        self.data = read_data(args)
         weights = torch_models.read_safetensors(args.weights)
         self.model = cls(weights, args.device, requires_grad=args.train)
         if self.model.H != args.hidden:
@@ -201,8 +222,8 @@ def check_train_step(args, impl, path):
     from --weights; the result must equal the weights `edbatch run --train --clip 0 --iters 1
     --warmup 0 --batch <size>` saved in `path` (no clipping: plain SGD). Checks the gradients of
     the whole model."""
-    cls, reader = torch_models.MODELS[args.model]
-    data = reader(args.data, args.vocab_size)
+    cls = torch_models.MODELS[args.model][0]
+    data = read_data(args)
     start = torch_models.read_safetensors(args.weights)
     model = cls(start, args.device, requires_grad=True)
     before = cls(start, args.device)
