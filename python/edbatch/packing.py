@@ -71,13 +71,14 @@ class Packed:
         return out
 
     def kinds(self):
-        """(node kinds, arc kinds) the batch uses: the largest type + 1, at least 1. Kept with
-        the batch (a training loop asks on every step) until node_types or arc_types is
-        replaced or changed in place."""
+        """(node kinds, arc kinds) the batch uses: the largest type + 1, at least 1. Counted on
+        every call on the host; on a device, kept with the batch (a training loop asks on every
+        step, and a count there waits for the device) until node_types or arc_types is replaced
+        or changed in place (not through .data, which PyTorch does not count as a change)."""
         key = (self.node_types._version, self.arc_types._version)
         kept = getattr(self, "_kinds", None)
         if (kept is None or kept[0] is not self.node_types or kept[1] is not self.arc_types
-                or kept[2] != key):
+                or kept[2] != key or not self.node_types.is_cuda):
             def count(types):
                 return int(types.max()) + 1 if types.numel() else 1
             kept = (self.node_types, self.arc_types, key,
@@ -219,7 +220,10 @@ def _children(t):
     if isinstance(t, (tuple, list)):
         return t
     if isinstance(t, dict):
-        return tuple(t.get("children", ()))
+        children = t.get("children", ())
+        if not isinstance(children, (tuple, list)):
+            raise ValueError(f"a node whose \"children\" is {children!r}, not a list")
+        return tuple(children)
     return None
 
 
@@ -245,15 +249,26 @@ def _tree_word(i, t):
         if not t:
             raise ValueError(f"pack_trees: tree {i} has an empty {type(t).__name__}")
         return None
-    word = t.get("word") if isinstance(t, dict) else t
-    if word is None:
-        return None
+    if isinstance(t, dict):
+        other = sorted(map(repr, set(t) - {"word", "children"}))
+        if other:
+            raise ValueError(f"pack_trees: tree {i} has a node with key {', '.join(other)}: "
+                             f"nodes are {{\"word\": id, \"children\": [...]}}")
+        word = t.get("word")
+        if word is None:
+            return None
+    elif t is None:
+        raise ValueError(f"pack_trees: tree {i} has leaf None, not a word id (a leaf without a "
+                         f"word is {{\"children\": []}})")
+    else:
+        word = t
     if isinstance(word, str):
         raise ValueError(f"pack_trees: tree {i} has leaf {word!r}, a string: leaves are word ids "
                          "(an SST line is read by edbatch.pack_sst or parse_sst with a vocabulary)")
     index = _index(word)
-    if index is None or index < 0:
-        raise ValueError(f"pack_trees: tree {i} has leaf {word!r}, not a word id (an integer >= 0)")
+    if index is None or not 0 <= index < 2 ** 63:
+        raise ValueError(f"pack_trees: tree {i} has leaf {word!r}, not a word id (an integer in "
+                         f"[0, 2^63))")
     return index
 
 
@@ -279,7 +294,10 @@ def pack_trees(trees, labels=None, edge_inputs=None):
     for i, tree in enumerate(trees):
         ids = []  # post-order position -> node id, via a stack of finished children
         stack = []
-        order = _post_order(tree)
+        try:
+            order = _post_order(tree)
+        except ValueError as e:
+            raise ValueError(f"pack_trees: tree {i} has {e}") from None
         tree_labels = None if labels is None else _ids(labels[i], "pack_trees", i, "tree", -1)
         if tree_labels is not None:
             _counts_match("pack_trees", "tree", i, len(order), "nodes", [("labels", tree_labels)])
@@ -333,25 +351,30 @@ def parse_lattices(text):
     is skipped. ValueError naming the lattice and what was expected where the text is not."""
     tokens = iter(text.lstrip("\ufeff").split())
 
-    def number(what):
+    def number(what, low=None):
         token = next(tokens, None)
         if token is None:
             raise ValueError(f"parse_lattices: the text ends where {what} should be")
-        try:
-            return int(token)
-        except ValueError:
-            raise ValueError(f"parse_lattices: expected {what}, got {token!r}") from None
+        if not (token.isascii() and token.lstrip("-").isdigit()) or (
+                low is not None and int(token) < low):
+            at_least = "" if low is None else f" (an integer >= {low})"
+            raise ValueError(f"parse_lattices: expected {what}{at_least}, got {token!r}")
+        return int(token)
 
     records = []
-    for i in range(number("the number of lattices")):
-        length = number(f"lattice {i}'s length")
+    for i in range(number("the number of lattices", 0)):
+        length = number(f"lattice {i}'s length", 0)
         tags = [number(f"lattice {i}'s tags") for _ in range(length)]
         arcs = []
         for k in range(length):
-            n = number(f"lattice {i}'s arc count of state {k}")
+            n = number(f"lattice {i}'s arc count of state {k}", 0)
             arcs.append([(number(f"an arc's source in lattice {i}"),
                           number(f"an arc's word id in lattice {i}")) for _ in range(n)])
         records.append({"arcs": arcs, "tags": tags})
+    extra = next(tokens, None)
+    if extra is not None:
+        raise ValueError(f"parse_lattices: text after the {len(records)} lattices the first line "
+                         f"announces: {extra!r}")
     return records
 
 

@@ -5,9 +5,11 @@ import random
 
 def parse_sst(line, vocab, add=True, unk=0):
     """Parses one SST line, e.g. "(3 (2 it) (4 (2 's) (4 good)))", into (tree, labels): the tree
-    as nested tuples of word ids (vocab maps words to ids; new words are added when `add`, else
-    map to `unk`) and the node labels in post order. Without recursion: trees of any depth. A
-    leading byte order mark (a file's first line read without encoding="utf-8-sig") is skipped."""
+    as nested tuples of word ids (vocab maps words to ids; new words are added when `add`, with
+    the id len(vocab), so the vocab must hold the ids 0..len(vocab)-1, as one built here does;
+    else they map to `unk`) and the node labels in post order. Without recursion: trees of any
+    depth. A leading byte order mark (a file's first line read without encoding="utf-8-sig") is
+    skipped."""
     tokens = line.lstrip("\ufeff").replace("(", " ( ").replace(")", " ) ").split()
     pos, labels, open_nodes = 0, [], []  # open_nodes: (label, children) of unclosed inner nodes
 
@@ -29,10 +31,9 @@ def parse_sst(line, vocab, add=True, unk=0):
                 raise ValueError(f"expected '(' at token {pos}, got {tokens[pos]!r}")
             pos += 1
             text = token("a label")
-            try:
-                label = int(text)
-            except ValueError:
+            if not (text.isascii() and text.lstrip("-").isdigit()):  # not int("1_0"), int("２")
                 raise ValueError(f"expected an integer label at token {pos}, got {text!r}")
+            label = int(text)
             pos += 1
             if token("a word or '('") == "(":
                 open_nodes.append((label, []))
@@ -66,10 +67,24 @@ def parse_sst(line, vocab, add=True, unk=0):
     return node, labels
 
 
-def pack_sst(lines, vocab, add=True):
-    """Parses SST lines (blank lines skipped) and packs their trees with their labels."""
+def pack_sst(lines, vocab, add=True, unk=0):
+    """Parses SST lines (blank lines skipped) and packs their trees with their labels; words not
+    in vocab are added when `add`, else read as `unk` (parse_sst). Errors name the line's number
+    among `lines` (from 1)."""
     from .packing import pack_trees  # (packing imports this module's names)
-    parsed = [parse_sst(line, vocab, add) for line in lines if line.strip()]
+    if add and set(vocab.values()) != set(range(len(vocab))):
+        raise ValueError(f"pack_sst: words are added with the next id, len(vocab), so vocab's ids "
+                         f"must be 0..{len(vocab) - 1}, but they are not (it maps {len(vocab)} "
+                         f"words to {len(set(vocab.values()))} ids up to "
+                         f"{max(vocab.values())}); give add=False and unk= for a fixed vocabulary")
+    parsed = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            parsed.append(parse_sst(line, vocab, add, unk))
+        except ValueError as e:
+            raise ValueError(f"pack_sst: line {n}: {e}") from None
     return pack_trees([t for t, _ in parsed], [l for _, l in parsed])
 
 

@@ -174,3 +174,12 @@ def test_x_of_the_wrong_width_is_named():
                  lambda x: model.loss_step(packed, x=x)):
         with pytest.raises(ValueError, match=r"x has 7 columns, the cell's input_size is 6"):
             call(torch.randn(3, 7))
+
+
+def test_a_random_dag_state_without_an_input_row_is_named():
+    """Every random_dag state reads an input row, a state with predecessors too."""
+    model = edbatch.nn.RandomDAG(30, 6, 5, num_state_types=2, num_arc_types=1)
+    packed = edbatch.pack_dags([{"types": [0, 1], "inputs": [3, None], "arcs": [[], [(0, 0)]]}])
+    with pytest.raises(ValueError, match="random_dag: node 1 has no input row \\(every state "
+                                         "reads one\\)"):
+        model(packed)

@@ -202,6 +202,8 @@ def test_kinds_follow_the_type_tensors():
     assert q.kinds() == (5, 1)
     q.node_types.zero_()
     assert q.kinds() == (1, 1) and p.kinds() == (5, 1)
+    q.node_types.data[3] = 2  # through .data, which does not count as a change on the host
+    assert q.kinds() == (3, 1)
 
 
 def test_empty_instances_mixed_batches_and_malformed_lines_are_refused_by_name():
@@ -227,9 +229,43 @@ def test_empty_instances_mixed_batches_and_malformed_lines_are_refused_by_name()
                       ("(3 (2 a) (", "ends where a label should be")]:
         with pytest.raises(ValueError, match=f"parse_sst: malformed line .*{why}"):
             edbatch.parse_sst(line, {})
+    for label in ("1_0", "\uff12"):  # what int() would take, SST would not
+        with pytest.raises(ValueError, match="integer label at token 1"):
+            edbatch.parse_sst(f"({label} a)", {})
     assert edbatch.parse_sst("(3 (2 a) (1 (0 b) (4 c)))", {}) == ((0, (1, 2)), [2, 0, 4, 1, 3])
     # A file's first line read with its byte order mark.
     assert edbatch.parse_sst("\ufeff(3 (2 a) (1 (0 b) (4 c)))", {}) == ((0, (1, 2)), [2, 0, 4, 1, 3])
+
+
+def test_tree_inputs_that_would_be_read_wrong_are_refused_by_name():
+    """A dict node with a misspelt key (its subtree would be lost), None for a leaf, children
+    that are not a list, an id past int64; a fixed SST vocabulary reads unknown words as unk; a
+    vocabulary whose next id is taken; lattice text that does not match its counts."""
+    for tree, why in [({"word": 1, "child": [2, 3]}, "a node with key 'child'"),
+                      ({"w": 3}, "a node with key 'w'"),
+                      ((1, None), "leaf None, not a word id"),
+                      ({"word": 1, "children": 5}, "a node whose \"children\" is 5"),
+                      ((2 ** 63, 1), "leaf 9223372036854775808, not a word id")]:
+        with pytest.raises(ValueError, match=f"pack_trees: tree 1 has {why}"):
+            edbatch.pack_trees([(1, 2), tree])
+    assert edbatch.pack_trees([{"word": 1, "children": [2, {"children": []}]}]).num_nodes == 3
+    vocab = {"good": 0, "film": 1}
+    p = edbatch.pack_sst(["(3 (2 good) (2 film))", "", "(1 (1 awful) (2 film))"], vocab,
+                         add=False, unk=7)
+    assert p.input_ids.tolist() == [0, 1, 7, 1] and vocab == {"good": 0, "film": 1}
+    with pytest.raises(ValueError, match="pack_sst: line 3: parse_sst: malformed line"):
+        edbatch.pack_sst(["(3 (2 good) (2 film))", "", "(1 (1 awful)"], vocab)
+    with pytest.raises(ValueError, match=r"vocab's ids must be 0..1, but they are not"):
+        edbatch.pack_sst(["(1 (1 awful) (2 film))"], {"<pad>": 0, "<unk>": 2})
+    text = "1\n2\n1 2\n0\n1 0 7\n"
+    assert len(edbatch.packing.parse_lattices(text)) == 1
+    for bad, why in [(text + "2\n1 1\n0\n", "text after the 1 lattices the first line "
+                                             "announces: '2'"),
+                     (text.replace("1 0 7", "-1 0 7"), "arc count of state 1 \\(an integer >= "
+                                                       "0\\), got '-1'"),
+                     (text.replace("1\n2\n", "1\n-2\n", 1), "length \\(an integer >= 0\\)")]:
+        with pytest.raises(ValueError, match=f"parse_lattices: .*{why}"):
+            edbatch.packing.parse_lattices(bad)
 
 
 def test_labels_inputs_and_kinds_that_do_not_fit_are_refused_by_name():
