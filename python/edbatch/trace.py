@@ -144,17 +144,15 @@ def _current_frames():
         frame = frame.f_back
 
 
-_FACTORIES = ("zeros", "ones", "full")
+_FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last three refused
 _INPLACE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
             "pow": "**", "matmul": "@", "and": "&", "or": "|", "xor": "^"}
 
 
-class _Proxy(fx.Proxy):
-    """fx's proxy, refusing in-place operators: without them (torch 1.13) `a += b` falls back
-    to `a = a + b`, which other names for `a` would not see, as they would in PyTorch."""
-
-
 def _refuse_inplace(symbol):
+    """fx's proxies refuse in-place operators while tracing: without them (torch 1.13) `a += b`
+    falls back to `a = a + b`, which other names for `a` would not see, as they would in
+    PyTorch."""
     def refuse(self, other):
         frame = user_frame(_current_frames())
         self.tracer.body.where = format_where(frame) if frame else None
@@ -162,8 +160,7 @@ def _refuse_inplace(symbol):
     return refuse
 
 
-for _name, _symbol in _INPLACE.items():
-    setattr(_Proxy, f"__i{_name}__", _refuse_inplace(_symbol))
+_INPLACE_REFUSALS = {f"__i{name}__": _refuse_inplace(s) for name, s in _INPLACE.items()}
 
 
 class _Tracer(fx.Tracer):
@@ -186,12 +183,15 @@ class _Tracer(fx.Tracer):
         # Factories do not dispatch on traced arguments (torch.zeros(x.size(0), n)): while
         # tracing, their calls are recorded rather than run.
         saved = {name: getattr(torch, name) for name in _FACTORIES}
+        operators = {name: fx.Proxy.__dict__.get(name) for name in _INPLACE_REFUSALS}
 
         def recorded(fn):
             return lambda *a, **kw: self.create_proxy("call_function", fn, a, kw)
         try:
             for name, fn in saved.items():
                 setattr(torch, name, recorded(fn))
+            for name, fn in _INPLACE_REFUSALS.items():
+                setattr(fx.Proxy, name, fn)
             # Autograd as a training call has it, whatever the caller's mode: a cell that turns
             # it off (torch.no_grad) is then seen (create_proxy).
             with torch.enable_grad():
@@ -199,9 +199,11 @@ class _Tracer(fx.Tracer):
         finally:
             for name, fn in saved.items():
                 setattr(torch, name, fn)
-
-    def proxy(self, node):
-        return _Proxy(node, self)
+            for name, fn in operators.items():
+                if fn is None:
+                    delattr(fx.Proxy, name)
+                else:
+                    setattr(fx.Proxy, name, fn)
 
     def create_arg(self, a):
         if isinstance(a, torch.nn.Parameter) and all(a is not p for p in self.root.parameters()):

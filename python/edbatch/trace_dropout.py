@@ -1,5 +1,8 @@
 """The dropout masks of a traced program, as kernels/op_math.h draws them: edbatch.dropout_mask
 rebuilds the masks of a call from its seed (Propagate.last_seed)."""
+import math
+import struct
+
 import torch
 
 _M32 = 0xFFFFFFFF
@@ -25,9 +28,14 @@ def dropout_hash(key, i):
     return _mix(key ^ ((i * 0x27D4EB2F) & _M32) ^ 0x165667B1)
 
 
+def dropout_threshold(p):
+    """The least hash kept: p as the engine holds it (float32) times 2^32, rounded up."""
+    return math.ceil(struct.unpack("f", struct.pack("f", p))[0] * 4294967296.0)
+
+
 def dropout_mask(seed, index, site, size, p):
     """The kept entries (a bool tensor of `size`) of one dropout invocation."""
     key = dropout_key(seed, index, site)
-    threshold = p * 4294967296.0
+    threshold = dropout_threshold(p)
     return torch.tensor([dropout_hash(key, i) >= threshold for i in range(size)],
                         dtype=torch.bool)

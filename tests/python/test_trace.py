@@ -11,7 +11,7 @@ from torch import nn
 
 import edbatch
 from edbatch.trace import trace_program
-from edbatch.trace_dropout import dropout_hash, dropout_key
+from edbatch.trace_dropout import dropout_hash, dropout_key, dropout_threshold
 
 
 def trace(node, edge=None, state_size=7, **options):
@@ -289,6 +289,9 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "a new tensor with dtype=torch.float64")(
         lambda x, m: m + torch.zeros(m.size(0), 7, dtype=torch.float64))
     refused(ValueError, "a new tensor of shape (3, 7)")(lambda x, m: m + torch.zeros(3, 7))
+    for name in ("rand", "randn", "empty"):  # named, whatever their arguments
+        refused(TypeError, f"torch.{name} is not supported")(
+            lambda x, m, n=name: m + getattr(torch, n)(m.size(0), 7))
     refused(TypeError, "in-place method Tensor.add_")(lambda x, m: m.add_(1))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))
     refused(TypeError, "beta=1")(lambda x, m: F.softplus(m, beta=2))
@@ -457,3 +460,8 @@ def test_dropout_hash_equals_uint32_arithmetic():
     mask = edbatch.dropout_mask(5, 3, 1, 64, 0.25)
     key = dropout_key(5, 3, 1)
     assert mask.tolist() == [dropout_hash(key, i) >= 0.25 * 2 ** 32 for i in range(64)]
+    # The engine holds p as a float32: 0.1 is 0.100000001490116..., whose threshold is 6 above
+    # the double's (kernels/op_math.h, dropout_threshold).
+    for p in (0.1, 0.3, 0.25, 1e-9):
+        assert dropout_threshold(p) == int(np.ceil(np.float64(np.float32(p)) * 2.0 ** 32))
+    assert dropout_threshold(0.1) - int(np.ceil(0.1 * 2.0 ** 32)) == 6
