@@ -55,8 +55,9 @@ void load_parameters(const std::string& path, ParameterCollection& pc);
 // An optimizer's state (edbatch/optim.h) in the layout of save_parameters: a tensor
 // "<parameter>.<slot>" per parameter and slot (Optimizer::slot_names: "exp_avg", "exp_avg_sq",
 // "sum", "momentum_buffer"), and metadata: "format" edbatch-optimizer-state, "version" 1,
-// "optimizer" (its name), "step" (steps taken) and the hyperparameters (for the record: loading
-// keeps the optimizer's own). Written atomically, like every safetensors file.
+// "optimizer" (its name), "step" (steps taken), "parameters" (a JSON list of [name, shape] of the
+// collection's parameters, which loading compares when present) and the hyperparameters (for the
+// record: loading keeps the optimizer's own). Written atomically, like every safetensors file.
 void save_optimizer_state(const std::string& path, const Optimizer& opt);
 // Restores the step count and every slot. The file must come from an optimizer of the same name
 // over parameters of the same names and shapes; otherwise it throws std::invalid_argument naming
