@@ -355,11 +355,11 @@ def parse_lattices(text):
         token = next(tokens, None)
         if token is None:
             raise ValueError(f"parse_lattices: the text ends where {what} should be")
-        if not (token.isascii() and token.lstrip("-").isdigit()) or (
-                low is not None and int(token) < low):
+        value = _sst.text_int(token)
+        if value is None or (low is not None and value < low):
             at_least = "" if low is None else f" (an integer >= {low})"
             raise ValueError(f"parse_lattices: expected {what}{at_least}, got {token!r}")
-        return int(token)
+        return value
 
     records = []
     for i in range(number("the number of lattices", 0)):

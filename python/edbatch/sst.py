@@ -1,6 +1,13 @@
 """SST bracketed lines: parsing into nested tuples of word ids with post-order labels, packing,
 and seeded synthetic lines (docs/pytorch.md)."""
 import random
+import re
+
+
+def text_int(token):
+    """token as an int when text files write it so (ASCII digits after an optional minus sign),
+    else None: not the other forms Python's int() takes ("1_0", full-width digits, "--1")."""
+    return int(token) if re.fullmatch(r"-?[0-9]+", token) else None
 
 
 def parse_sst(line, vocab, add=True, unk=0):
@@ -31,9 +38,9 @@ def parse_sst(line, vocab, add=True, unk=0):
                 raise ValueError(f"expected '(' at token {pos}, got {tokens[pos]!r}")
             pos += 1
             text = token("a label")
-            if not (text.isascii() and text.lstrip("-").isdigit()):  # not int("1_0"), int("２")
+            label = text_int(text)
+            if label is None:
                 raise ValueError(f"expected an integer label at token {pos}, got {text!r}")
-            label = int(text)
             pos += 1
             if token("a word or '('") == "(":
                 open_nodes.append((label, []))

@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 from torch.nn.utils import parametrize
 
-from . import trace_ops, trace_values, trace_weights
+from . import trace_inplace, trace_ops, trace_values, trace_weights
 from .programs import Program
 from .trace_ops import Ids, Param, Refusal, Vec
 from .trace_dropout import dropout_mask  # noqa: F401  (edbatch.dropout_mask)
@@ -131,6 +131,12 @@ def user_frame(frames):
     return None
 
 
+def note_where(body):
+    """Points body.where (what errors name) at the user's line being traced now."""
+    frame = user_frame(_current_frames())
+    body.where = format_where(frame) if frame else None
+
+
 def format_where(frame):
     filename, line = frame
     rel = os.path.relpath(filename)
@@ -145,22 +151,6 @@ def _current_frames():
 
 
 _FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last three refused
-_INPLACE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
-            "pow": "**", "matmul": "@", "and": "&", "or": "|", "xor": "^"}
-
-
-def _refuse_inplace(symbol):
-    """fx's proxies refuse in-place operators while tracing: without them (torch 1.13) `a += b`
-    falls back to `a = a + b`, which other names for `a` would not see, as they would in
-    PyTorch."""
-    def refuse(self, other):
-        frame = user_frame(_current_frames())
-        self.tracer.body.where = format_where(frame) if frame else None
-        raise Refusal(f"the in-place operator {symbol}= is not supported: write a = a {symbol} b")
-    return refuse
-
-
-_INPLACE_REFUSALS = {f"__i{name}__": _refuse_inplace(s) for name, s in _INPLACE.items()}
 
 
 class _Tracer(fx.Tracer):
@@ -183,27 +173,19 @@ class _Tracer(fx.Tracer):
         # Factories do not dispatch on traced arguments (torch.zeros(x.size(0), n)): while
         # tracing, their calls are recorded rather than run.
         saved = {name: getattr(torch, name) for name in _FACTORIES}
-        operators = {name: fx.Proxy.__dict__.get(name) for name in _INPLACE_REFUSALS}
 
         def recorded(fn):
             return lambda *a, **kw: self.create_proxy("call_function", fn, a, kw)
         try:
             for name, fn in saved.items():
                 setattr(torch, name, recorded(fn))
-            for name, fn in _INPLACE_REFUSALS.items():
-                setattr(fx.Proxy, name, fn)
             # Autograd as a training call has it, whatever the caller's mode: a cell that turns
             # it off (torch.no_grad) is then seen (create_proxy).
-            with torch.enable_grad():
+            with trace_inplace.refused(note_where), torch.enable_grad():
                 return super().trace(root, *args, **kwargs)
         finally:
             for name, fn in saved.items():
                 setattr(torch, name, fn)
-            for name, fn in operators.items():
-                if fn is None:
-                    delattr(fx.Proxy, name)
-                else:
-                    setattr(fx.Proxy, name, fn)
 
     def create_arg(self, a):
         if isinstance(a, torch.nn.Parameter) and all(a is not p for p in self.root.parameters()):
@@ -212,8 +194,7 @@ class _Tracer(fx.Tracer):
             self._external += 1
         arg = super().create_arg(a)
         if isinstance(arg, fx.Node) and arg.op == "get_attr" and arg not in self.values:
-            frame = user_frame(_current_frames())  # made without create_proxy
-            self.body.where = format_where(frame) if frame else None
+            note_where(self.body)  # made without create_proxy
             self.values[arg] = self.attribute(arg.target)
         return arg
 
@@ -236,8 +217,9 @@ class _Tracer(fx.Tracer):
 
     def create_proxy(self, kind, target, args, kwargs, *rest, **options):
         proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
-        frame = user_frame(_current_frames()) if kind != "placeholder" else None
-        self.body.where = format_where(frame) if frame else None
+        self.body.where = None
+        if kind != "placeholder":
+            note_where(self.body)
         if not torch.is_grad_enabled():
             raise Refusal("gradients turned off inside a cell (torch.no_grad, "
                           "set_grad_enabled(False)) are not supported: every operation of a "

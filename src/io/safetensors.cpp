@@ -340,11 +340,11 @@ constexpr const char* kOptimizerFormat = "edbatch-optimizer-state";
 
 // The parameters an optimizer state belongs to, as metadata: [[name, shape], ...] in id order, so
 // that a state without tensors (plain SGD's) is refused for another model too.
-std::string parameter_list(const ParameterCollection& pc) {
+nlohmann::json parameter_list(const ParameterCollection& pc) {
   nlohmann::json list = nlohmann::json::array();
   for (uint32_t id = 0; id < pc.size(); ++id)
     if (!pc.is_view(id)) list.push_back({pc.name(id), parameter_shape(pc, id)});
-  return list.dump();
+  return list;
 }
 }  // namespace
 
@@ -372,7 +372,7 @@ void save_optimizer_state(const std::string& path, const Optimizer& opt) {
       {"weight_decay", fmt::format("{}", h.weight_decay)},
       {"clip_norm", fmt::format("{}", h.clip_norm)},
       {"sparse_lookups", h.sparse_lookups ? "true" : "false"},
-      {"parameters", parameter_list(pc)}};
+      {"parameters", parameter_list(pc).dump()}};
   write_safetensors(path, tensors, meta);
 }
 
@@ -401,8 +401,8 @@ void load_optimizer_state(const std::string& path, Optimizer& opt) {
 
   ParameterCollection& pc = opt.params();
   // Files written before the list was kept have none; their tensors are checked below.
-  if (meta.count("parameters") && meta["parameters"] != parameter_list(pc)) {
-    const nlohmann::json mine = nlohmann::json::parse(parameter_list(pc));
+  const nlohmann::json mine = parameter_list(pc);
+  if (meta.count("parameters") && meta["parameters"] != mine.dump()) {
     nlohmann::json theirs;
     try {
       theirs = nlohmann::json::parse(meta["parameters"]);
@@ -410,7 +410,7 @@ void load_optimizer_state(const std::string& path, Optimizer& opt) {
       fail("the \"parameters\" of its metadata are not a JSON list");
     }
     const auto text = [](const nlohmann::json& list, size_t i) {
-      return i < list.size() && list.is_array() ? list[i].dump() : std::string("nothing");
+      return list.is_array() && i < list.size() ? list[i].dump() : std::string("nothing");
     };
     size_t i = 0;
     while (i < mine.size() && text(theirs, i) == text(mine, i)) ++i;
