@@ -85,6 +85,8 @@ uint64_t heldout_seed(uint64_t seed);
 // The most embedding rows (and output classes) a vocabulary may have: ids and argmax indices
 // must be exact as floats.
 constexpr uint32_t kMaxVocabulary = 1u << 24;
+// The most instances "synthetic:N" may ask for.
+constexpr uint32_t kMaxSyntheticInstances = 100000000;
 // One more than the largest word (or arc, or input) id of the data set: the embedding rows a model
 // needs for data loaded without folding (vocab_size 0). At least 1 (sentence pairs: 4, the
 // special ids and a word). Throws std::invalid_argument naming the instance and the id when that

@@ -83,7 +83,8 @@ Dataset load_dataset(DataKind kind, const std::string& spec, uint32_t vocab_size
     } catch (const std::exception&) {
       used = 0;
     }
-    if (count.empty() || used != count.size() || count[0] == '-' || n == 0 || n > 100000000ul)
+    if (count.empty() || used != count.size() || count[0] == '-' || n == 0 ||
+        n > kMaxSyntheticInstances)
       throw std::invalid_argument(fmt::format(
           "[load_dataset] expected synthetic:N with N in 1..10^8 but found '{}'", spec));
     const uint32_t count32 = static_cast<uint32_t>(n);

@@ -29,7 +29,7 @@ void check_data_flag(const std::string& model, const std::string& data, const st
   if (data.rfind(prefix, 0) == 0) {
     const std::string n = data.substr(prefix.size());
     if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(n) == 0 || std::stoul(n) > 100000000ul)
+        std::stoul(n) == 0 || std::stoul(n) > kMaxSyntheticInstances)
       throw UsageError(option + ": expected synthetic:N with N in 1..10^8, got '" + data + "'");
   } else if (data.empty()) {
     throw UsageError(option + ": empty; expected a file name or synthetic:N");
