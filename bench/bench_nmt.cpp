@@ -41,6 +41,7 @@ struct Options {
 struct StepTimes {
   std::vector<double> host, plan, submit, kernels, repeated;
   std::vector<double> increment;  // host work per increment after the first (a decoding step)
+  uint64_t arena_growths = 0;     // arena growths during the timed mini-batches (0: steady)
 };
 
 void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
@@ -56,9 +57,10 @@ void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
         "%.1f; planning %.1f",
         h.median, h.p10, h.p90, summarize(step.increment).median, summarize(step.plan).median);
     if (o.device == "cuda") std::printf(", queueing %.1f", summarize(step.submit).median);
-    std::printf("), %s %.1f us, %.1f steps (%.0f%% repeats)",
+    std::printf("), %s %.1f us, %.1f steps (%.0f%% repeats), arena growths %llu",
                 o.device == "cuda" ? "device" : "kernels", summarize(step.kernels).median, steps,
-                100 * summarize(step.repeated).median);
+                100 * summarize(step.repeated).median,
+                static_cast<unsigned long long>(step.arena_growths));
   }
   std::printf("\n");
   std::printf(
@@ -74,11 +76,11 @@ void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
         "\"plan_us_per_step_median\":%.3f,\"queue_us_per_step_median\":%.3f,"
         "\"kernel_us_per_step_median\":%.3f,\"steps\":%.1f,\"repeated_steps_median\":%.3f,"
         "\"host_us_per_increment_median\":%.3f,\"host_us_per_increment_p10\":%.3f,"
-        "\"host_us_per_increment_p90\":%.3f",
+        "\"host_us_per_increment_p90\":%.3f,\"arena_growths\":%llu",
         h.median, h.p10, h.p90, summarize(step.plan).median, summarize(step.submit).median,
         summarize(step.kernels).median, steps, summarize(step.repeated).median,
         summarize(step.increment).median, summarize(step.increment).p10,
-        summarize(step.increment).p90);
+        summarize(step.increment).p90, static_cast<unsigned long long>(step.arena_growths));
   }
   std::printf("}\n");
   std::fflush(stdout);
@@ -103,6 +105,7 @@ void decode(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t h
   StepTimes step;
   double steps_sum = 0;
   const bool cuda = o.device == "cuda";
+  uint64_t growths_before = 0;
   struct Run {
     double ms, host_ms, steps;
   };
@@ -121,7 +124,11 @@ void decode(const Options& o, Model& model, Engine& engine, Graph& g, uint32_t h
     const Run all = run(o.max_len);
     const Stats& s = engine.stats();
     const double steps = all.steps;
-    if (r < 2) continue;  // warm-up
+    if (r < 2) {  // warm-up
+      growths_before = s.arena_growths;
+      continue;
+    }
+    step.arena_growths = s.arena_growths - growths_before;
     per_s.push_back(batch / (all.ms / 1e3));
     step.host.push_back(all.host_ms * 1e3 / steps);
     if (steps > first.steps)
