@@ -254,6 +254,48 @@ TEST_CASE("cli optim: optimizer state files, clipping and weight decay flags") {
   CHECK(r.err.find("not of 'adagrad'") != std::string::npos);
 }
 
+TEST_CASE("cli optim: a run resumed from its optimizer state equals one run without a stop") {
+  // 37 trees in mini-batches of 8: 5 per epoch, the last short; shuffled each epoch; the
+  // warm-up trains in the first run and, resumed, does not. Split at an epoch's end (--epochs)
+  // and in an epoch's middle (--iters), the weights are the same bits as the whole run's.
+  TempDir dir;
+  const std::string common =
+      "run --model tree_lstm --data synthetic:37 --hidden 6 --batch 8 --train --optimizer adam ";
+  const auto f = [&](const char* name) { return " '" + dir / name + "' "; };
+  const auto run = [&](const std::string& args) {
+    const Result r = cli(dir, common + args);
+    INFO(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return r;
+  };
+  const auto state = [&](const char* in, const char* out) {  // load weights and state, save both
+    return "--load-weights" + f(in) + "--load-optimizer" + f((std::string(in) + "s").c_str()) +
+           "--save-weights" + f(out) + "--save-optimizer" + f((std::string(out) + "s").c_str());
+  };
+  run("--epochs 3 --save-weights" + f("whole"));
+  run("--epochs 1 --save-weights" + f("a") + "--save-optimizer" + f("as"));
+  Result r = run("--epochs 2 " + state("a", "b") + "--json" + f("b.json"));
+  CHECK(r.err.find("warning") == std::string::npos);
+  CHECK(slurp(dir / "b") == slurp(dir / "whole"));
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "b.json"));
+  CHECK(j["optimizer"]["resumed_after_minibatches"] == 5);
+  CHECK(j["optimizer"]["steps"] == 2 + 15);  // the first run's warm-up and 3 epochs
+  CHECK(j["epochs"].size() == 2);
+
+  run("--iters 12 --save-weights" + f("whole_iters"));
+  run("--iters 7 --save-weights" + f("c") + "--save-optimizer" + f("cs"));
+  run("--iters 2 " + state("c", "d"));
+  run("--iters 3 " + state("d", "e"));
+  CHECK(slurp(dir / "e") == slurp(dir / "whole_iters"));
+
+  // Another seed or mini-batch size: the state loads, the order starts again, and it says so.
+  r = run("--iters 1 --seed 5 --load-weights" + f("a") + "--load-optimizer" + f("as"));
+  CHECK(r.err.find("--load-optimizer") != std::string::npos);
+  CHECK(r.err.find("--seed 1, --batch 8 over 37 training instances") != std::string::npos);
+  CHECK(r.err.find("starts again") != std::string::npos);
+}
+
 TEST_CASE("cli optim: --eval of lstm_nmt counts the held-out tokens") {
   // The held-out pairs follow the training pairs in the data set; the accuracy is over every
   // target token (the greedy choice under teacher forcing).

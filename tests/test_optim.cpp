@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -364,6 +365,18 @@ TEST_CASE("optim: a state file of another optimizer or model is refused, changin
     CHECK_THROWS_WITH_AS(load_optimizer_state(dir / "old.state", adam_other),
                          doctest::Contains("'W.exp_avg'"), std::invalid_argument);
     load_optimizer_state(dir / "old.state", adam);
+  }
+  // The caller's own entries come back from loading; the format's own keys are not theirs.
+  {
+    save_optimizer_state(dir / "extra.state", adam, {{"mine.where", "epoch 3"}});
+    std::map<std::string, std::string> m;
+    load_optimizer_state(dir / "extra.state", adam, &m);
+    CHECK(m.at("mine.where") == "epoch 3");
+    CHECK(m.at("optimizer") == "adam");
+    CHECK_THROWS_WITH_AS(save_optimizer_state(dir / "bad.state", adam, {{"step", "9"}}),
+                         doctest::Contains("the extra metadata key 'step' is one of the format's"),
+                         std::invalid_argument);
+    CHECK_FALSE(std::filesystem::exists(dir / "bad.state"));
   }
   // Plain SGD keeps no tensors: the list alone refuses another model's state.
   SgdOptimizer sgd(p.pc, {}), sgd_other(other, {});

@@ -58,10 +58,15 @@ void load_parameters(const std::string& path, ParameterCollection& pc);
 // "optimizer" (its name), "step" (steps taken), "parameters" (a JSON list of [name, shape] of the
 // collection's parameters, which loading compares when present) and the hyperparameters (for the
 // record: loading keeps the optimizer's own). Written atomically, like every safetensors file.
-void save_optimizer_state(const std::string& path, const Optimizer& opt);
+// `extra` adds the caller's own entries (e.g. where in its data a training loop stands); a key
+// the format itself uses is refused with std::invalid_argument.
+void save_optimizer_state(const std::string& path, const Optimizer& opt,
+                          const std::map<std::string, std::string>& extra = {});
 // Restores the step count and every slot. The file must come from an optimizer of the same name
 // over parameters of the same names and shapes; otherwise it throws std::invalid_argument naming
-// the file and the difference, and nothing changes.
-void load_optimizer_state(const std::string& path, Optimizer& opt);
+// the file and the difference, and nothing changes. `metadata`, when given, receives the file's
+// metadata (the caller's `extra` entries among them).
+void load_optimizer_state(const std::string& path, Optimizer& opt,
+                          std::map<std::string, std::string>* metadata = nullptr);
 
 }  // namespace edbatch

@@ -348,7 +348,8 @@ nlohmann::json parameter_list(const ParameterCollection& pc) {
 }
 }  // namespace
 
-void save_optimizer_state(const std::string& path, const Optimizer& opt) {
+void save_optimizer_state(const std::string& path, const Optimizer& opt,
+                          const std::map<std::string, std::string>& extra) {
   const ParameterCollection& pc = opt.params();
   const OptimizerState& state = opt.state();
   const std::vector<std::string> slots = opt.slot_names();
@@ -373,10 +374,16 @@ void save_optimizer_state(const std::string& path, const Optimizer& opt) {
       {"clip_norm", fmt::format("{}", h.clip_norm)},
       {"sparse_lookups", h.sparse_lookups ? "true" : "false"},
       {"parameters", parameter_list(pc).dump()}};
+  for (const auto& [key, value] : extra)
+    if (!meta.emplace(key, value).second)
+      throw std::invalid_argument(fmt::format(
+          "[save_optimizer_state] '{}': the extra metadata key '{}' is one of the format's own",
+          path, key));
   write_safetensors(path, tensors, meta);
 }
 
-void load_optimizer_state(const std::string& path, Optimizer& opt) {
+void load_optimizer_state(const std::string& path, Optimizer& opt,
+                          std::map<std::string, std::string>* metadata) {
   std::map<std::string, std::string> meta;
   const std::vector<NamedTensor> tensors = read_safetensors(path, &meta);
   auto fail = [&](const std::string& what) {
@@ -454,6 +461,7 @@ void load_optimizer_state(const std::string& path, Optimizer& opt) {
   }
   state.set_step(step);
   state.mark_changed();
+  if (metadata) *metadata = std::move(meta);
 }
 
 }  // namespace edbatch

@@ -1,5 +1,7 @@
 #include "tools/edbatch/metrics.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -7,6 +9,12 @@
 #include <numeric>
 
 namespace edbatch::cli {
+
+uint64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;  // kilobytes on Linux
+}
 
 void take_engine_stats(MiniBatchSample& s, const Stats& st, const Stats& before) {
   s.scheduling_ms = st.scheduling_ms;

@@ -51,6 +51,9 @@ struct RunInfo {
   double wall_s = 0;
 };
 
+// The process's peak resident memory so far.
+uint64_t peak_rss_bytes();
+
 // A loss in a message: "nan" whatever its sign bit, "inf", "-inf" or the number.
 std::string loss_text(double loss);
 

@@ -1,6 +1,5 @@
 // `edbatch run`: runs one model of the zoo over a data set, mini-batch by mini-batch, forward
 // only or training, and reports throughput and batching statistics.
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,12 +73,6 @@ class BatchStream {
   std::mt19937_64 rng_;
   size_t pos_ = 0;
 };
-
-uint64_t peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<uint64_t>(u.ru_maxrss) * 1024;  // kilobytes on Linux
-}
 
 void progress(uint32_t done, uint32_t total, double instances, double ms) {
   const int width = 30;
@@ -369,7 +362,9 @@ int run(const RunOptions& o) {
   eo.plan_cache_bytes = static_cast<size_t>(o.plan_cache_mb * (1 << 20));
   eo = apply_debug_env(eo);  // EDBATCH_CUDA_* debugging switches
   Engine engine(pc, eo);
-  const std::unique_ptr<Optimizer> optimizer = make_cli_optimizer(o.t, pc);
+  uint64_t resumed = 0;  // mini-batches the loaded optimizer state's runs took
+  const std::unique_ptr<Optimizer> optimizer =
+      make_cli_optimizer(o.t, pc, DataPosition{o.seed, o.batch, train_size, 0}, &resumed);
   Runner runner(o, *model, engine, *optimizer, train_size);
   EpochReport report(o.t, *model, engine, train_size, o.batch, o.epochs, saved_vocabulary);
   if (o.train) report.before_training();
@@ -383,7 +378,8 @@ int run(const RunOptions& o) {
   for (uint32_t w = 0; w < o.warmup; ++w) {
     warm.next(ids);
     MiniBatchSample* previous = warm_samples.empty() ? nullptr : &warm_samples.back();
-    warm_samples.push_back(warm_check.step(w, [&] { return runner.step(ids, o.train, previous); }));
+    const bool train = o.train && o.t.load_optimizer.empty();  // resumed: no steps of its own
+    warm_samples.push_back(warm_check.step(w, [&] { return runner.step(ids, train, previous); }));
     warm_check(warm_samples, runner.pending());
   }
   runner.finish(warm_samples.empty() ? nullptr : &warm_samples.back());
@@ -391,6 +387,7 @@ int run(const RunOptions& o) {
   const uint64_t growths_at_warmup = engine.stats().arena_growths;
 
   BatchStream stream(train_size, o.batch, o.train, o.seed);
+  for (uint64_t k = 0; k < resumed; ++k) stream.next(ids);  // where the saved run stopped
   const uint32_t total = o.iters ? o.iters : o.epochs * stream.per_epoch();
   const bool show = isatty(STDERR_FILENO);
   std::vector<MiniBatchSample> samples;
@@ -409,7 +406,7 @@ int run(const RunOptions& o) {
     ms += samples.back().total_ms;
     if (show) progress(b + 1, total, instances, ms);
     // Training by epochs: the loss of each pass over the data, as it went.
-    if (o.train && !o.iters && (b + 1) % stream.per_epoch() == 0) {
+    if (o.train && !o.iters && (resumed + b + 1) % stream.per_epoch() == 0) {
       runner.finish(&samples.back());
       check(samples, false);
       double epoch_loss = 0, epoch_instances = 0;
@@ -419,7 +416,7 @@ int run(const RunOptions& o) {
       }
       epoch_first = samples.size();
       if (show) std::fputs("\r\033[K", stderr);
-      report.epoch_end((b + 1) / stream.per_epoch(), epoch_loss / epoch_instances);
+      report.epoch_end((b + stream.per_epoch()) / stream.per_epoch(), epoch_loss / epoch_instances);
     }
   }
   runner.finish(samples.empty() ? nullptr : &samples.back());
@@ -450,16 +447,22 @@ int run(const RunOptions& o) {
 
   if (!o.outputs.empty()) runner.write_outputs(o.outputs);
   if (!o.save_weights.empty()) save_parameters(o.save_weights, pc, saved_vocabulary);
-  if (!o.t.save_optimizer.empty()) save_optimizer_state(o.t.save_optimizer, *optimizer);
+  if (!o.t.save_optimizer.empty())
+    save_optimizer_state(o.t.save_optimizer, *optimizer,
+                         DataPosition{o.seed, o.batch, train_size, resumed + total}.metadata());
   info.peak_rss_bytes = peak_rss_bytes();
   info.wall_s = ms_since(wall0) / 1e3;
   if (!o.json.empty()) {
     nlohmann::json j = metrics_json(info, samples);
     if (o.train) {
       const UpdateRule& h = optimizer->hyperparameters();
-      j["optimizer"] = {{"name", o.t.optimizer},  {"lr", h.lr},
-                        {"momentum", h.momentum}, {"weight_decay", h.weight_decay},
-                        {"clip", h.clip_norm},    {"steps", optimizer->steps()}};
+      j["optimizer"] = {{"name", o.t.optimizer},
+                        {"lr", h.lr},
+                        {"momentum", h.momentum},
+                        {"weight_decay", h.weight_decay},
+                        {"clip", h.clip_norm},
+                        {"steps", optimizer->steps()},
+                        {"resumed_after_minibatches", resumed}};
     }
     report.add_to_json(j);
     const std::string text = j.dump(2) + "\n";
@@ -534,7 +537,8 @@ Command add_run_command(CLI::App& root) {
                   "measured mini-batches, cycling over the data (0: use --epochs)")
       ->capture_default_str();
   app->add_option("--warmup", o->warmup,
-                  "mini-batches run first and left out of the measurements (they train too)")
+                  "mini-batches run first and left out of the measurements (they train too, "
+                  "except with --load-optimizer)")
       ->capture_default_str();
   app->add_flag("--no-blocks", o->no_blocks,
                 "build op by op instead of through blocks (compiled cells); the default is "

@@ -1,9 +1,12 @@
 // The training side of `edbatch run` (tools/edbatch/training.h).
 #include "tools/edbatch/training.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "edbatch/safetensors.h"
 #include "tools/edbatch/commands.h"
@@ -43,7 +46,9 @@ void add_training_options(CLI::App* app, TrainingOptions& o) {
                   "save the optimizer's state (step count, moments) after the run (safetensors)");
   app->add_option("--load-optimizer", o.load_optimizer,
                   "load the optimizer's state before the run (from --save-optimizer of the same "
-                  "optimizer and model) to continue training");
+                  "optimizer and model) to continue training: over the same data, --batch and "
+                  "--seed the order of mini-batches continues where the saved run stopped, and "
+                  "the warm-up mini-batches do not train");
 }
 
 void check_training_usage(const TrainingOptions& o, bool train, const std::string& device,
@@ -60,14 +65,64 @@ void check_training_usage(const TrainingOptions& o, bool train, const std::strin
     throw UsageError("--save-optimizer and --load-optimizer need --train");
 }
 
-std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, ParameterCollection& pc) {
+std::map<std::string, std::string> DataPosition::metadata() const {
+  const nlohmann::json j = {
+      {"seed", seed}, {"batch", batch}, {"instances", instances}, {"minibatches", minibatches}};
+  return {{"edbatch.data_position", j.dump()}};
+}
+
+namespace {
+// The position a state file was saved at, or nullopt (with why) when it has none or another run
+// shape.
+std::optional<uint64_t> saved_position(const std::map<std::string, std::string>& meta,
+                                       const DataPosition& here, std::string& why) {
+  const auto it = meta.find("edbatch.data_position");
+  if (it == meta.end()) {
+    why = "it holds no data position (saved by another program or an older edbatch)";
+    return std::nullopt;
+  }
+  DataPosition saved;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(it->second);
+    saved.seed = j.at("seed").get<uint64_t>();
+    saved.batch = j.at("batch").get<uint32_t>();
+    saved.instances = j.at("instances").get<uint32_t>();
+    saved.minibatches = j.at("minibatches").get<uint64_t>();
+  } catch (const nlohmann::json::exception&) {
+    why = "its data position is not readable";
+    return std::nullopt;
+  }
+  if (saved.seed != here.seed || saved.batch != here.batch || saved.instances != here.instances) {
+    why = fmt::format(
+        "it was saved by a run with --seed {}, --batch {} over {} training instances, and this "
+        "run has --seed {}, --batch {} over {}",
+        saved.seed, saved.batch, saved.instances, here.seed, here.batch, here.instances);
+    return std::nullopt;
+  }
+  return saved.minibatches;
+}
+}  // namespace
+
+std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, ParameterCollection& pc,
+                                              const DataPosition& here, uint64_t* resume_after) {
   OptimizerOptions oo;
   oo.lr = o.lr;
   oo.momentum = o.momentum;
   oo.weight_decay = o.weight_decay;
   oo.clip_norm = o.clip;
   std::unique_ptr<Optimizer> opt = make_optimizer(o.optimizer, pc, oo);
-  if (!o.load_optimizer.empty()) load_optimizer_state(o.load_optimizer, *opt);
+  *resume_after = 0;
+  if (o.load_optimizer.empty()) return opt;
+  std::map<std::string, std::string> meta;
+  load_optimizer_state(o.load_optimizer, *opt, &meta);
+  std::string why;
+  if (const std::optional<uint64_t> position = saved_position(meta, here, why))
+    *resume_after = *position;
+  else
+    std::fprintf(stderr,
+                 "edbatch run: warning: --load-optimizer '%s': %s, so the order of mini-batches "
+                 "starts again from the first epoch's\n",
+                 o.load_optimizer.c_str(), why.c_str());
   return opt;
 }
 

@@ -32,8 +32,21 @@ void add_training_options(CLI::App* app, TrainingOptions& o);
 // Throws UsageError for combinations that cannot work.
 void check_training_usage(const TrainingOptions& o, bool train, const std::string& device,
                           const std::string& model);
-// The optimizer the flags ask for, its state loaded from --load-optimizer.
-std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, ParameterCollection& pc);
+// Where a training run stands in its data: --save-optimizer keeps it in the state's metadata
+// ("edbatch.data_position"), so that a run with --load-optimizer over the same data, --batch and
+// --seed continues the order of mini-batches where the saved run stopped.
+struct DataPosition {
+  uint64_t seed = 0;
+  uint32_t batch = 0, instances = 0;  // --batch, training instances
+  uint64_t minibatches = 0;           // measured mini-batches taken so far, over all runs
+  std::map<std::string, std::string> metadata() const;
+};
+// The optimizer the flags ask for, its state loaded from --load-optimizer. `*resume_after`
+// becomes the mini-batches the loaded state's runs took when its data position matches `here`
+// (seed, batch and instances); otherwise it stays 0 and a warning says that the order of
+// mini-batches starts again.
+std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, ParameterCollection& pc,
+                                              const DataPosition& here, uint64_t* resume_after);
 
 // Held-out evaluation: a forward pass over instances [first, end) of the model's data, the
 // argmax of each loss node's logits against its gold label.
