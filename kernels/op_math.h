@@ -449,22 +449,43 @@ EDBATCH_HD inline float dropout_factor(uint32_t key, uint32_t i, uint32_t thresh
   return dropout_hash(key, i) >= threshold ? scale : 0.0f;
 }
 
-// The first row of x[0, n) holding its largest value, NaN values passed over (all NaN: 0), the
-// largest found eight lanes at a time (this form of max vectorizes): max_index on the CPU and
-// argmax(Tensor). The CUDA kernel reduces a warp's lanes to the same row.
+// Maximum (elementwise, variadic) is NaN where any argument is, as torch.maximum and amax are:
+// whether x takes the place of the running maximum m (larger, or NaN where m is not). The
+// gradient goes to the first argument that took it.
+EDBATCH_HD inline bool takes_max(float x, float m) {
+  return x > m || (x != x && m == m);
+}
+
+// The first row of x[0, n) holding its largest value, a NaN counting as the largest (the first
+// NaN, as torch.max and torch.argmax give), the largest found eight lanes at a time (this form
+// of max vectorizes; x * 0 is NaN only for NaN and inf, so a column without them is read twice
+// only): max_index on the CPU and argmax(Tensor). The CUDA kernel reduces a warp's lanes to the
+// same row.
 inline uint32_t first_max_row(const float* x, size_t n) {
   constexpr size_t kLanes = 8;
-  float lane[kLanes];
+  float lane[kLanes], probe[kLanes] = {};
   for (float& l : lane) l = -INFINITY;
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (size_t j = 0; j < kLanes; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
-  for (; i < n; ++i) lane[0] = x[i] > lane[0] ? x[i] : lane[0];
-  float m = lane[0];
-  for (size_t j = 1; j < kLanes; ++j) m = lane[j] > m ? lane[j] : m;
+    for (size_t j = 0; j < kLanes; ++j) {
+      lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+      probe[j] += x[i + j] * 0.0f;
+    }
+  for (; i < n; ++i) {
+    lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+    probe[0] += x[i] * 0.0f;
+  }
+  float m = lane[0], p = probe[0];
+  for (size_t j = 1; j < kLanes; ++j) {
+    m = lane[j] > m ? lane[j] : m;
+    p += probe[j];
+  }
+  if (p != p)
+    for (size_t k = 0; k < n; ++k)
+      if (x[k] != x[k]) return static_cast<uint32_t>(k);
   for (size_t k = 0; k < n; ++k)
     if (x[k] == m) return static_cast<uint32_t>(k);
-  return 0;  // every value NaN
+  return 0;  // every value -inf
 }
 
 }  // namespace edbatch::math

@@ -48,4 +48,7 @@ inline void check_same_gradients(ParameterCollection& a, ParameterCollection& b,
   b.zero_grads();
 }
 
+// maximum's and max_index's NaN rule on `device` (tests/test_ops.cpp).
+void check_maximum_nan(const std::string& device, int threads);
+
 }  // namespace edbatch::testing

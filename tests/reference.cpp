@@ -184,7 +184,8 @@ void Reference::run_forward(const Graph& g, const Env& env, Values& vals,
       case Op::Maximum:
         y = x(0);
         for (uint32_t j = 1; j < nd.num_args; ++j)
-          for (uint32_t i = 0; i < y.size(); ++i) y[i] = std::max(y[i], x(j)[i]);
+          for (uint32_t i = 0; i < y.size(); ++i)  // NaN where any argument is NaN
+            y[i] = std::isnan(y[i]) || std::isnan(x(j)[i]) ? NAN : std::max(y[i], x(j)[i]);
         break;
       case Op::SliceRows: {
         const uint32_t in_rows = g.node(a[0]).dim.rows;
@@ -349,8 +350,8 @@ void Reference::run_backward(const Graph& g, const Env& env, const Values& vals,
         break;
       case Op::Maximum:
         for (size_t i = 0; i < dy.size(); ++i) {
-          uint32_t first = 0;
-          while (x(first)[i] != y[i]) ++first;
+          uint32_t first = 0;  // the first argument equal to the maximum, or the first NaN
+          while (!(x(first)[i] == y[i] || (std::isnan(y[i]) && std::isnan(x(first)[i])))) ++first;
           dx(first)[i] += dy[i];
         }
         break;

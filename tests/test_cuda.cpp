@@ -411,6 +411,10 @@ TEST_CASE("cuda: the GPU tests run only with a GPU") {
   CHECK(std::string(b->name()) == "cuda");
 }
 
+CUDA_CASE("cuda: maximum and max_index take NaN as the largest; maximum's gradient to the first") {
+  testing::check_maximum_nan("cuda", 1);
+}
+
 CUDA_CASE("cuda: edbatch run reports the device time of a forward pass") {
   test::TempDir dir;
   for (const std::string args :

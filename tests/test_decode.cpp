@@ -111,7 +111,7 @@ TEST_CASE("decode: batched greedy decoding equals each sentence decoded alone") 
   }
 }
 
-TEST_CASE("decode: argmax is the first largest value, NaN passed over") {
+TEST_CASE("decode: argmax is the first largest value, a NaN the largest (as torch.argmax)") {
   std::mt19937_64 rng(3);
   for (uint32_t n = 1; n <= 41; ++n) {
     for (int trial = 0; trial < 20; ++trial) {
@@ -122,17 +122,23 @@ TEST_CASE("decode: argmax is the first largest value, NaN passed over") {
       for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 7) - 3) * 0.5f;
       const Tensor t{x.data(), Dim{n, 1}};
       CHECK(argmax(t) == std::max_element(x.begin(), x.end()) - x.begin());
-      // A NaN anywhere is passed over.
+      // One or two NaNs anywhere: the first of them; an inf alone changes nothing else.
       std::vector<float> with_nan = x;
-      with_nan[rng() % n] = std::numeric_limits<float>::quiet_NaN();
-      std::vector<float> without;
-      for (float v : with_nan) without.push_back(std::isnan(v) ? -1e30f : v);
-      const uint32_t k = argmax(Tensor{with_nan.data(), Dim{n, 1}});
-      if (n > 1) CHECK(k == std::max_element(without.begin(), without.end()) - without.begin());
+      const uint32_t at = static_cast<uint32_t>(rng() % n), also = static_cast<uint32_t>(rng() % n);
+      with_nan[at] = with_nan[also] = std::numeric_limits<float>::quiet_NaN();
+      CHECK(argmax(Tensor{with_nan.data(), Dim{n, 1}}) == std::min(at, also));
+      std::vector<float> with_inf = x;
+      with_inf[also] = std::numeric_limits<float>::infinity();
+      CHECK(argmax(Tensor{with_inf.data(), Dim{n, 1}}) == also);
+      with_inf[also] = -std::numeric_limits<float>::infinity();
+      if (n > 1 && x[also] < *std::max_element(x.begin(), x.end()))
+        CHECK(argmax(Tensor{with_inf.data(), Dim{n, 1}}) ==
+              std::max_element(x.begin(), x.end()) - x.begin());
     }
   }
-  const float all_nan[3] = {NAN, NAN, NAN};
+  const float all_nan[3] = {NAN, NAN, NAN}, late_nan[3] = {1, 2, NAN};
   CHECK(argmax(Tensor{all_nan, Dim{3, 1}}) == 0);
+  CHECK(argmax(Tensor{late_nan, Dim{3, 1}}) == 2);
   const float minus_inf[2] = {-INFINITY, -INFINITY};
   CHECK(argmax(Tensor{minus_inf, Dim{2, 1}}) == 0);
   CHECK_THROWS_AS(argmax(Tensor{}), std::runtime_error);

@@ -637,6 +637,53 @@ TEST_CASE("ops: every op of the enum has a case in the harness") {
   }
 }
 
+// maximum is NaN where any argument is, whatever the order (torch.maximum), alone and in a
+// batch of ragged arity; each element's gradient goes to the first argument holding the result
+// (the first NaN where it is NaN). tests/test_cuda.cpp runs it on the GPU.
+void testing::check_maximum_nan(const std::string& device, int threads) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ParameterCollection pc(1);
+  Graph g(pc);
+  const Expr a = input(g, Dim{4, 1}, {1, nan, 3, nan});
+  const Expr b = input(g, Dim{4, 1}, {nan, 2, 1, nan});
+  const Expr c = input(g, Dim{4, 1}, {0, 5, nan, 1});
+  const Expr ab = maximum({a, b}), ba = maximum({b, a}), cab = maximum({c, a, b});
+  const Expr loss = column_sum(ab) + column_sum(cab);
+  Engine e(pc, EngineOptions{"lb-greedy", device, threads});
+  CHECK(std::isnan(as_scalar(e.forward(g, loss))));
+  for (const Expr& m : {ab, ba}) {
+    const std::vector<float> v = as_vector(e.value(m));
+    CHECK((std::isnan(v[0]) && std::isnan(v[1]) && v[2] == 3 && std::isnan(v[3])));
+  }
+  for (float v : as_vector(e.value(cab))) CHECK(std::isnan(v));
+  e.backward(g, loss);
+  CHECK(as_vector(e.gradient(a)) == std::vector<float>{0, 2, 1, 2});
+  CHECK(as_vector(e.gradient(b)) == std::vector<float>{2, 0, 0, 0});
+  CHECK(as_vector(e.gradient(c)) == std::vector<float>{0, 0, 1, 0});
+
+  // max_index (and amax through it): a NaN is the largest value, the first NaN's row; on the
+  // GPU, columns of 100 rows over a warp's lanes.
+  Graph h(pc);
+  std::vector<float> x(300);
+  for (uint32_t i = 0; i < 300; ++i) x[i] = static_cast<float>((i * 37) % 101) - 50;
+  x[55] = 60;
+  x[100 + 70] = x[100 + 37] = nan;
+  x[200 + 99] = nan;
+  x[200 + 3] = std::numeric_limits<float>::infinity();
+  const Expr m = max_index(input(h, Dim{100, 3}, x));
+  const std::vector<float> v = as_vector(e.forward(h, m));
+  CHECK(v[0] == 60);
+  CHECK(v[1] == 55);
+  CHECK((std::isnan(v[2]) && v[3] == 37 && std::isnan(v[4]) && v[5] == 99));
+}
+
+TEST_CASE("ops: maximum and max_index take NaN as the largest; maximum's gradient to the first") {
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    testing::check_maximum_nan("cpu", threads);
+  }
+}
+
 // The CPU kernels' forms of step and keep (Eigen's vectorised compare and select) on values the
 // harness does not draw: zeros, inf and NaN. keep's gradient passes only where it keeps.
 TEST_CASE("ops: keep drops inf and NaN where it does not keep; step of NaN is 0") {

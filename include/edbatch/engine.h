@@ -82,8 +82,9 @@ struct Tensor {
 };
 float as_scalar(const Tensor& t);
 std::vector<float> as_vector(const Tensor& t);
-// The index of the first largest value of `t` (as std::max_element, but NaN values are passed
-// over; all NaN: 0), eight values at a time: a greedy decoder's next word.
+// The index of the first largest value of `t` (as std::max_element, but a NaN counts as the
+// largest: the first NaN, as torch.argmax gives), eight values at a time: a greedy decoder's next
+// word.
 uint32_t argmax(const Tensor& t);
 
 class PlanCache;

@@ -150,9 +150,9 @@ Expr layer_norm(const Expr& x, float eps);
 Expr softmax(const Expr& x);
 Expr log_softmax(const Expr& x);
 // Per column: its largest value (row 0) and the row holding it first, as a float (row 1): a
-// 2 x cols value, so a greedy decoder reads two floats per column, not the column. NaN values
-// are passed over (all NaN: row 0 and its NaN), as argmax(Tensor) does. The gradient reaches the
-// maximal entry through row 0; the row index has none.
+// 2 x cols value, so a greedy decoder reads two floats per column, not the column. A NaN counts
+// as the largest value (the first NaN and its row), as in torch.max and argmax(Tensor). The
+// gradient reaches the maximal entry through row 0; the row index has none.
 Expr max_index(const Expr& x);
 // Per column: the sum of its rows (1 x cols); its gradient reaches every row. With
 // broadcast_rows, a reduction over the features that combines with them again (PyTorch's

@@ -15,7 +15,8 @@ enum class Op : uint8_t {
   MatMul,        // a * b
   Sum,           // variadic sum of same-shaped args (ragged: arity is not part of the type)
   Average,       // variadic elementwise mean, ragged like Sum
-  Maximum,       // variadic elementwise max, ragged like Sum; gradient to the first maximal arg
+  Maximum,       // variadic elementwise max (NaN where any arg is), ragged like Sum; gradient to
+                 // the first maximal arg (the first NaN)
   Subtract,      // a - b
   CMult,         // a .* b
   Divide,        // a ./ b

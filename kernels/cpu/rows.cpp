@@ -279,11 +279,14 @@ void maximum_forward(Context& c, const BatchArgs& b) {
     const NodeArgs a = node_args(c, b, i);
     Vec y(out_value(c, b, i), n);
     y = CVec(arg_value(c, b, a, i, 0), n);
-    for (uint32_t j = 1; j < a.count; ++j) y = y.max(CVec(arg_value(c, b, a, i, j), n));
+    for (uint32_t j = 1; j < a.count; ++j) {
+      const CVec x(arg_value(c, b, a, i, j), n);
+      y = (x > y || (x != x && y == y)).select(x, y);  // math::takes_max
+    }
   });
 }
 
-// Each element's gradient goes to the first argument holding the maximum.
+// Each element's gradient goes to the first argument holding the maximum (NaN: the first NaN).
 void maximum_backward(Context& c, const BatchArgs& b) {
   each_rows(c, b, [&](uint32_t r0, uint32_t r1) {
     for (uint32_t i = 0; i < b.count; ++i) {
@@ -294,7 +297,7 @@ void maximum_backward(Context& c, const BatchArgs& b) {
         float m = arg_value(c, b, a, i, 0)[r];
         for (uint32_t j = 1; j < a.count; ++j) {
           const float v = arg_value(c, b, a, i, j)[r];
-          if (v > m) {
+          if (math::takes_max(v, m)) {
             m = v;
             best = j;
           }

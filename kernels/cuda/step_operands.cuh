@@ -4,6 +4,7 @@
 #pragma once
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/operands.cuh"
+#include "kernels/op_math.h"
 
 namespace edbatch::cuda {
 
@@ -83,7 +84,7 @@ __device__ inline uint32_t first_max(const DeviceView& d, const Ops& ops, const 
   float m = var_value(d, ops, s, a, v, 0)[r];
   for (uint32_t j = 1; j < a.count; ++j) {
     const float x = var_value(d, ops, s, a, v, j)[r];
-    if (x > m) {
+    if (math::takes_max(x, m)) {
       m = x;
       best = j;
     }

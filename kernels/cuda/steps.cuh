@@ -80,9 +80,9 @@ __device__ inline void column_moments(const float* x, uint32_t n, uint32_t lane,
   *inv_std = rsqrtf(warp_sum(acc) / n + eps);
 }
 
-// max_index of column r / 32 of node v: each lane's first largest of its rows (NaN passed over;
-// an entry equal to -inf counts when the lane has none yet), then the warp's largest, the lowest
-// row on ties; all NaN: row 0. The same row as math::first_max_row.
+// max_index of column r / 32 of node v: each lane's first largest of its rows (a NaN counts as
+// the largest, math::takes_max; an entry equal to -inf counts when the lane has none yet), then
+// the warp's largest, the lowest row on ties and among NaNs. The same row as math::first_max_row.
 __device__ void max_index_forward(const DeviceView& d, const Ops& ops, const StepDesc& s,
                                   uint32_t v, uint32_t r) {
   constexpr uint32_t kNone = 0xffffffffu;
@@ -91,14 +91,15 @@ __device__ void max_index_forward(const DeviceView& d, const Ops& ops, const Ste
   float m = -INFINITY;
   uint32_t at = kNone;
   each_row(x, n, lane, [&](uint32_t q, float xq) {
-    const bool take = xq > m || (at == kNone && xq == m);
+    const bool take = math::takes_max(xq, m) || (at == kNone && xq == m);
     m = take ? xq : m;
     at = take ? q : at;
   });
   for (uint32_t o = kWarp / 2; o > 0; o /= 2) {
     const float om = __shfl_xor_sync(0xffffffffu, m, o);
     const uint32_t oa = __shfl_xor_sync(0xffffffffu, at, o);
-    if (oa != kNone && (at == kNone || om > m || (om == m && oa < at))) {
+    const bool tie = om == m || (om != om && m != m);
+    if (oa != kNone && (at == kNone || math::takes_max(om, m) || (tie && oa < at))) {
       m = om;
       at = oa;
     }
@@ -303,7 +304,7 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
       float acc = var_value(d, ops, s, a, v, 0)[r];
       for (uint32_t j = 1; j < a.count; ++j) {
         const float x = var_value(d, ops, s, a, v, j)[r];
-        acc = op == Op::Average ? acc + x : fmaxf(acc, x);
+        acc = op == Op::Average ? acc + x : (math::takes_max(x, acc) ? x : acc);
       }
       y[r] = op == Op::Average ? acc / static_cast<float>(a.count) : acc;
       return;
