@@ -523,14 +523,21 @@ TEST_CASE("data: a shared Vocabulary keeps word and tag ids across files") {
   CHECK(b.spellings == std::vector<std::string>{"the", "dog", "a", "cat|N"});
 }
 
-TEST_CASE("data: a UTF-8 byte order mark at the start of a file is skipped, elsewhere refused") {
+TEST_CASE("data: a UTF-8 byte order mark at a line's start is skipped, inside a line refused") {
   const std::string bom = "\xEF\xBB\xBF";
   const std::string trees = "(2 (1 a) (3 b))\n(4 (2 c) (2 a))\n";
   const std::vector<Tree> plain = trees_from(trees), marked = trees_from(bom + trees);
   REQUIRE(marked.size() == plain.size());
   for (size_t i = 0; i < plain.size(); ++i) CHECK(same_tree(marked[i], plain[i]));
-  CHECK_THROWS_WITH_AS(trees_from(trees + bom + "(1 x)\n"), doctest::Contains("t.txt:3:1"),
+  // Two files joined with cat: the second's mark starts a line.
+  const std::vector<Tree> joined = trees_from(bom + trees + bom + trees);
+  REQUIRE(joined.size() == 2 * plain.size());
+  for (size_t i = 0; i < joined.size(); ++i) CHECK(same_tree(joined[i], plain[i % plain.size()]));
+  CHECK_THROWS_WITH_AS(trees_from(trees + "(1 x" + bom + ")\n"),
+                       doctest::Contains("t.txt:3:5: a byte order mark (U+FEFF) inside a line"),
                        std::invalid_argument);
+  const TaggedData twice = tagged_from(bom + "the|D dog|N\n" + bom + "the|D dog|N\n");
+  CHECK(twice.spellings == std::vector<std::string>{"the", "dog"});
   const std::vector<Lattice> lat = lattices_from(kTwoLattices),
                              lat_marked = lattices_from(bom + kTwoLattices);
   REQUIRE(lat_marked.size() == lat.size());
@@ -673,4 +680,42 @@ TEST_CASE("data: the vocabulary of unfolded data is the largest id + 1, within t
   CHECK(data_vocabulary(p) == 13);
   p.pairs = {{{kUnk}, {kUnk}}};
   CHECK(data_vocabulary(p) == 4);
+}
+
+// Files that are not UTF-8 text with LF or CRLF line endings are refused where they would be read
+// as other words: UTF-16 (NUL bytes), old Mac line endings (CR alone), another encoding.
+TEST_CASE("data: UTF-16, CR line endings and bytes that are not UTF-8 are refused by line") {
+  const std::string utf16 = std::string(
+      "(\0"
+      "2\0 \0a\0)\0\n\0",
+      12);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {utf16, "t.txt:1:2: a NUL byte: the file is UTF-16 or binary"},
+      {"(2 a)\r(3 b)\r", "t.txt:1:6: a carriage return inside a line: the file has old Mac"},
+      {"(2 a)\n(3 caf\xE9)\n", "t.txt:2:7: byte 0xE9 is not UTF-8"},
+      {"(2 \xC0\xAF)\n", "t.txt:1:4: byte 0xC0 is not UTF-8"},          // overlong '/'
+      {"(2 \xED\xA0\x80)\n", "t.txt:1:4: byte 0xED is not UTF-8"},      // a surrogate
+      {"(2 \xF4\x90\x80\x80)\n", "t.txt:1:4: byte 0xF4 is not UTF-8"},  // past U+10FFFF
+      {"(2 \xE2\x82)\n", "t.txt:1:4: byte 0xE2 is not UTF-8"}};         // cut short
+  for (const auto& [text, where] : bad) {
+    CAPTURE(where);
+    CHECK_THROWS_WITH_AS(trees_from(text), contains(where), std::invalid_argument);
+  }
+  // UTF-8 of every length is read as words; CRLF is a line ending.
+  CHECK(trees_from("(2 (2 caf\xC3\xA9) (2 \xE1\xBB\x87\xF0\x9F\x98\x80))\r\n").size() == 1);
+  CHECK_THROWS_WITH_AS(tagged_from("the|D dog|N\rthe|D\r"),
+                       contains("s.txt:1:12: a carriage return inside a line"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(lattices_from("1\r2 1\r"), contains(":1:2: a carriage return"),
+                       std::invalid_argument);
+  const std::string ok = "<unk>\n<s>\n</s>\na\n";
+  CHECK_THROWS_WITH_AS(load_pair_files(pair_folder("pairs_utf16", "a\n", utf16, ok, ok), 100),
+                       contains("s.vi:1:2: a NUL byte"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      load_pair_files(pair_folder("pairs_cr", "a\n", "a\n", ok, "<unk>\r<s>\r"), 100),
+      contains("vocab.vi:1:6: a carriage return"), std::invalid_argument);
+  // Blank lines at the end of one file of a pair are not a pair of their own.
+  const auto tail =
+      load_pair_files(pair_folder("pairs_tail", "a\na\n\n \r\n", "a\na\n", ok, ok), 100);
+  CHECK(tail.size() == 2);
 }

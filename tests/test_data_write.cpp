@@ -219,4 +219,25 @@ TEST_CASE("write: edbatch run --write-data writes the data set --data names") {
       run("--model random_dag --data synthetic:3 --write-data '" + (dir / "d.txt") + "'");
   CHECK(dag.code == 2);
   CHECK(dag.err.find("--write-data") != std::string::npos);
+  // Sentence pairs are two files of their own: refused, and a file already there is kept.
+  const std::string kept = dir / "kept.txt";
+  std::ofstream(kept) << "precious\n";
+  const test::CliResult pairs =
+      run("--model lstm_nmt --data synthetic:3 --write-data '" + kept + "'");
+  CHECK(pairs.code == 2);
+  CHECK(pairs.err.find("--write-data: lstm_nmt reads sentence pairs") != std::string::npos);
+  CHECK(slurp(kept) == "precious\n");
+}
+
+// --json names the data file as given, also where its name is not UTF-8 (U+FFFD in its place),
+// instead of failing once the run is done.
+TEST_CASE("write: --json of a run whose data file's name is not UTF-8") {
+  const test::TempDir dir("edbatch_write");
+  const std::string data = dir / "caf\xE9.txt", json = dir / "m.json";
+  std::ofstream(data) << "(3 (2 a) (4 b))\n";
+  const test::CliResult r = test::run_cli(
+      dir, "run --model tree_lstm --hidden 4 --data '" + data + "' --json '" + json + "'");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(slurp(json).find("caf\xEF\xBF\xBD.txt") != std::string::npos);
 }

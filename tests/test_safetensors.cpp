@@ -151,6 +151,16 @@ TEST_CASE("safetensors: corrupted files give errors naming the file and tensor")
                                 std::to_string(ok.size() + 16) + " bytes follow it"),
                        std::invalid_argument);
 
+  // Text or gzip given for weights: no file cut short, none at all.
+  for (const std::string& bytes : {std::string("(3 (2 a) (4 b))\n"),
+                                   std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10)}) {
+    p = scratch("not_weights.st").string();
+    std::ofstream(p, std::ios::binary) << bytes;
+    CHECK_THROWS_WITH_AS(read_safetensors(p),
+                         contains("'" + p + "': not a safetensors file: its first 8 bytes"),
+                         std::invalid_argument);
+  }
+
   p = write_raw("bad_json.st", R"({"w":{"dtype":"F32",)", four);
   CHECK_THROWS_WITH_AS(read_safetensors(p), contains("'" + p + "': malformed JSON header"),
                        std::invalid_argument);

@@ -1,6 +1,7 @@
 #include "edbatch/files.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +37,72 @@ void skip_utf8_bom(std::istream& in) {
     }
     in.get();
   }
+}
+
+namespace {
+
+// The offset of the first byte of `s` that does not belong to a well-formed UTF-8 sequence
+// (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF), or npos.
+size_t invalid_utf8(const std::string& s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = b[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + 1 >= n || b[i + 1] < lo || b[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (i + k >= n || b[i + k] < 0x80 || b[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
+void prepare_text_line(std::string& line, const char* fn, const std::string& source,
+                       size_t line_no) {
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
+  const auto fail = [&](size_t at, const std::string& what) {
+    throw std::invalid_argument(
+        fmt::format("[{}] {}:{}:{}: {}", fn, source, line_no, at + 1, what));
+  };
+  const size_t nul = line.find('\0');
+  if (nul != std::string::npos)
+    fail(nul,
+         "a NUL byte: the file is UTF-16 or binary, not UTF-8 text (convert UTF-16 with "
+         "iconv -f utf-16 -t utf-8)");
+  const size_t cr = line.find('\r');
+  if (cr != std::string::npos)
+    fail(cr,
+         "a carriage return inside a line: the file has old Mac (CR) line endings (convert them "
+         "with tr '\\r' '\\n')");
+  const size_t mark = line.find("\xEF\xBB\xBF");
+  if (mark != std::string::npos)
+    fail(mark, "a byte order mark (U+FEFF) inside a line, where it would join a word");
+  const size_t bad = invalid_utf8(line);
+  if (bad != std::string::npos)
+    fail(bad, fmt::format("byte 0x{:02X} is not UTF-8: the file has another encoding (convert "
+                          "it, e.g. from Latin-1 with iconv -f latin1 -t utf-8)",
+                          static_cast<unsigned char>(line[bad])));
 }
 
 namespace {

@@ -36,6 +36,7 @@ class LatticeReader {
   bool next() {
     if (!std::getline(in_, line_)) return false;
     ++line_no_;
+    prepare_text_line(line_, "parse_lattices", source_, line_no_);
     return true;
   }
   bool next_nonblank() {

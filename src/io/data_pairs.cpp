@@ -37,7 +37,7 @@ WordIds read_vocab(const std::string& path) {
   std::string line;
   uint32_t next = 0;
   while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    prepare_text_line(line, "load_pairs", path, next + 1);
     if (line.empty() || line.find_first_of(" \t") != std::string::npos)
       throw std::invalid_argument(fmt::format(
           "[load_pairs] {}:{}: expected one word per line, found '{}'", path, next + 1, line));
@@ -68,6 +68,14 @@ std::vector<uint32_t> words_of(const std::string& line, const WordIds& vocab, ui
   return out;
 }
 
+// Whether `line` and the rest of `in` hold nothing but white space.
+bool blank_to_end(std::istream& in, std::string& line) {
+  do {
+    if (line.find_first_not_of(" \t\v\f\r") != std::string::npos) return false;
+  } while (std::getline(in, line));
+  return true;
+}
+
 // The aligned files, opened.
 struct PairFiles {
   std::string source_path, target_path;
@@ -91,10 +99,14 @@ std::vector<SentencePair> read_pairs(PairFiles& files, const WordIds& sv, const 
     const bool has_a = static_cast<bool>(std::getline(src, a));
     const bool has_b = static_cast<bool>(std::getline(tgt, b));
     if (!has_a && !has_b) break;
-    if (has_a != has_b)
+    if (has_a) prepare_text_line(a, "load_pairs", source_path, line);
+    if (has_b) prepare_text_line(b, "load_pairs", target_path, line);
+    // Blank lines at the end of one file only are not a line of their own.
+    if (has_a != has_b && !blank_to_end(has_a ? src : tgt, has_a ? a : b))
       throw std::invalid_argument(fmt::format(
           "[load_pairs] {} has {} lines but {} has more: the files are not aligned",
           has_a ? target_path : source_path, line - 1, has_a ? source_path : target_path));
+    if (has_a != has_b) break;
     SentencePair p{words_of(a, sv, vocab_size), words_of(b, tv, vocab_size)};
     if (!p.source.empty() && !p.target.empty()) pairs.push_back(std::move(p));
   }

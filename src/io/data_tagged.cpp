@@ -94,6 +94,7 @@ TaggedData parse_tagged(std::istream& in, const std::string& source_name, uint32
   size_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
+    prepare_text_line(line, "parse_tagged", source_name, line_no);
     if (parser.parse_line(line_no, line, sentence)) sentences.push_back(sentence);
   }
   if (sentences.empty())

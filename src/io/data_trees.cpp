@@ -175,6 +175,7 @@ std::vector<Tree> parse_trees(std::istream& in, const std::string& source_name, 
   size_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
+    prepare_text_line(line, "parse_trees", source_name, line_no);
     if (blank(line)) continue;
     trees.push_back(TreeLineParser(source_name, line_no, line, words, vocab_size).parse());
   }

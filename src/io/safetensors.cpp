@@ -212,6 +212,12 @@ std::vector<NamedTensor> parse_safetensors(const char* bytes, size_t size,
   uint64_t header_size = 0;
   for (int i = 7; i >= 0; --i)
     header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
+  // A length past the end without the JSON header's '{' after it: text, gzip, ..., not a file
+  // cut short.
+  if (header_size > size - 8 && size > 8 && bytes[8] != '{')
+    reader.fail(
+        "not a safetensors file: its first 8 bytes should give the header's length and a JSON "
+        "header start at byte 9, which is not '{'");
   if (header_size > size - 8)
     reader.fail(
         fmt::format("truncated file: the header length is {} bytes but only {} bytes "

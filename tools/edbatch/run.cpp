@@ -255,12 +255,14 @@ class LossCheck {
 
 void check_usage(const RunOptions& o) {
   check_data_flag(o.model, o.data);
-  if (!o.write_data.empty() && model_data_kind(o.model) == DataKind::Dags)
-    throw UsageError("--write-data: " + o.model + " reads random DAGs, which have no text format");
+  const DataKind kind = model_data_kind(o.model);
+  if (!o.write_data.empty() && (kind == DataKind::Dags || kind == DataKind::Pairs))
+    throw UsageError("--write-data: " + o.model + " reads " +
+                     (kind == DataKind::Dags ? "random DAGs, which have no text format"
+                                             : "sentence pairs, which it does not write"));
   if (o.chars && o.model != "bilstm_tagger")
     throw UsageError("--char applies to bilstm_tagger only");
-  if (o.decode && model_data_kind(o.model) != DataKind::Pairs)
-    throw UsageError("--decode applies to lstm_nmt only");
+  if (o.decode && kind != DataKind::Pairs) throw UsageError("--decode applies to lstm_nmt only");
   if (o.decode && (o.train || o.pipeline || o.device == "null"))
     throw UsageError("--decode reads every step's values: not with --train, --pipeline or "
                      "--device null");
@@ -290,7 +292,7 @@ uint32_t vocabulary_of(const Dataset& data) {
   }
 }
 
-// The data set in its text format (check_usage refused DAGs).
+// The data set in its text format (check_usage refused DAGs and pairs).
 int write_data(const Dataset& data, const std::string& path) {
   write_file_atomically(path, [&](std::ostream& out) {
     if (data.kind == DataKind::Trees) write_trees(out, data.trees);
@@ -465,7 +467,8 @@ int run(const RunOptions& o) {
                         {"resumed_after_minibatches", resumed}};
     }
     report.add_to_json(j);
-    const std::string text = j.dump(2) + "\n";
+    // File names need not be UTF-8: such bytes become U+FFFD rather than fail the run here.
+    const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     write_file_atomically(o.json, [&](std::ostream& out) { out << text; });
   }
   std::fputs(metrics_table(info, samples).c_str(), stdout);
@@ -584,7 +587,7 @@ Command add_run_command(CLI::App& root) {
   app->add_option("--write-data", o->write_data,
                   "write the data set --data names in its text format (SST trees, lattices or "
                   "word|TAG sentences; tree words become w<id>, tagged words keep their "
-                  "spellings) to this file, and exit");
+                  "spellings) to this file, and exit (not for sentence pairs or random DAGs)");
   app->add_flag("--describe", o->describe,
                 "print the model's tensors (names, shapes) and math, and exit");
   app->footer(
