@@ -10,7 +10,9 @@ User cells (any nn.Module of supported PyTorch ops) run batched through edbatch.
 from . import _lib
 from ._version import __version__
 from .packing import (Packed, pack_trees, parse_sst, pack_sst, pack_lattices, pack_dags,
-                      pack_edges, concat_packed, collate)
+                      pack_edges, concat_packed)
+from .collating import collate
+from .sst import LabelledTree
 from .ops import (run_cell, prepare, prepare_stats, prefetch, cells, weight_shapes,
                   set_plan_cache, plan_cache_stats)
 
@@ -22,8 +24,8 @@ from .trace import dropout_mask  # noqa: E402
 from .info import backends, device_status  # noqa: E402
 from .step import apply_gradients  # noqa: E402
 
-__all__ = ["__version__", "backends", "device_status", "Packed", "pack_trees", "parse_sst",
-           "pack_sst", "pack_lattices", "pack_dags", "pack_edges", "concat_packed", "collate",
-           "Propagate", "dropout_mask", "apply_gradients", "run_cell", "prepare",
+__all__ = ["__version__", "backends", "device_status", "Packed", "LabelledTree", "pack_trees",
+           "parse_sst", "pack_sst", "pack_lattices", "pack_dags", "pack_edges", "concat_packed",
+           "collate", "Propagate", "dropout_mask", "apply_gradients", "run_cell", "prepare",
            "prepare_stats", "prefetch", "cells", "weight_shapes", "set_plan_cache",
            "plan_cache_stats", "nn"]

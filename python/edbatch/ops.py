@@ -7,6 +7,7 @@ import itertools
 import torch
 
 from . import _lib
+from .saved import check_unchanged
 
 
 def cells():
@@ -82,10 +83,17 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
         # The op checks everything itself; the checks below only run to explain a failure
         # (they cost about as much as the op's own host work on small mini-batches).
         try:
-            return list(op(cell, x, *structure, list(weights), hidden_size, num_node_types,
-                           num_arc_types, policy, threads, labels, loss or ""))
+            out = list(op(cell, x, *structure, list(weights), hidden_size, num_node_types,
+                          num_arc_types, policy, threads, labels, loss or ""))
         except (RuntimeError, TypeError) as e:
             error = e
+        else:
+            if not step:  # autograd runs the backward: x and the weights must be unchanged then
+                check_unchanged(out, x, list(weights), lambda: ["x"] + [
+                    n for n, _ in weight_shapes(cell, hidden_size, x.shape[1], num_node_types,
+                                                num_arc_types)] + ["head weight", "head bias"],
+                    "edbatch.run_cell")
+            return out
     else:
         error = None
     if loss is not None:

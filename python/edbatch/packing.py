@@ -6,10 +6,12 @@ import random
 
 import torch
 
-from . import sst as _sst
+from . import sst as _sst, text as _text
+from .text import quote, shorten
 
-# SST lines (sst.py), under their earlier names here too.
+# SST lines (sst.py) and lattice text (text.py), under their earlier names here too.
 parse_sst, pack_sst, synthetic_sst = _sst.parse_sst, _sst.pack_sst, _sst.synthetic_sst
+parse_lattices = _text.parse_lattices
 
 _DEVICE_FIELDS = ("input_ids", "input_kinds", "labels")
 # Fields whose host copy Packed.to() keeps: the extension reads them on the host.
@@ -186,19 +188,34 @@ def _index(v):
         return None
 
 
-def _ids(values, packer, i, name, low=0, none=True):
+def _ids(values, packer, i, name, field, unit="node", low=0, none=True):
     """A record's list of integers (a list, NumPy array or tensor) as Python ints >= low; None
-    entries stay None (no word, no label) where `none` allows them."""
+    entries stay None (no word, no label) where `none` allows them. Errors name the entry by
+    its field (singular) and its unit's index."""
     values = values.tolist() if hasattr(values, "tolist") else list(values)
     out = []
-    for v in values:
-        k = None if v is None else _index(v)
-        if v is None and not none:
-            raise ValueError(f"{packer}: {name} {i}: None where an integer >= {low} is needed")
-        if v is not None and (k is None or k < low):
-            raise ValueError(f"{packer}: {name} {i}: {v!r} is not an integer >= {low}")
-        out.append(k)
+    for k, v in enumerate(values):
+        n = None if v is None else _index(v)
+        if (v is None and not none) or (v is not None and (n is None or n < low)):
+            raise ValueError(f"{packer}: {name} {i}: {unit} {k}'s {field} is "
+                             f"{shorten(repr(v))}, not an integer >= {low}"
+                             f"{' or None' if none else ''}")
+        out.append(n)
     return out
+
+
+def _field(record, key, packer, name, i, form):
+    """record[key], or ValueError naming the instance and the missing key."""
+    if not isinstance(record, dict):
+        raise TypeError(f"{packer}: {name} {i} is a {type(record).__name__}, not a dict {form}")
+    if key not in record:
+        raise ValueError(f"{packer}: {name} {i} has no {key!r} (a record is {form})")
+    return record[key]
+
+
+_EDGES = '{"num_nodes": n, "edges": [(src, dst), ...], ...}'
+_DAG = '{"types": [...], "inputs": [...], "arcs": [[(from, arc type), ...] per state], ...}'
+_LATTICE = '{"arcs": [[(from, id), ...] per node], "tags": [...]}'
 
 
 def _counts_match(packer, name, i, n, unit, lists):
@@ -263,8 +280,9 @@ def _tree_word(i, t):
     else:
         word = t
     if isinstance(word, str):
-        raise ValueError(f"pack_trees: tree {i} has leaf {word!r}, a string: leaves are word ids "
-                         "(an SST line is read by edbatch.pack_sst or parse_sst with a vocabulary)")
+        raise ValueError(f"pack_trees: tree {i} has leaf {quote(word)}, a string: leaves are word "
+                         "ids (an SST line is read by edbatch.pack_sst or parse_sst with a "
+                         "vocabulary)")
     index = _index(word)
     if index is None or not 0 <= index < 2 ** 63:
         raise ValueError(f"pack_trees: tree {i} has leaf {word!r}, not a word id (an integer in "
@@ -298,7 +316,8 @@ def pack_trees(trees, labels=None, edge_inputs=None):
             order = _post_order(tree)
         except ValueError as e:
             raise ValueError(f"pack_trees: tree {i} has {e}") from None
-        tree_labels = None if labels is None else _ids(labels[i], "pack_trees", i, "tree", -1)
+        tree_labels = None if labels is None else _ids(labels[i], "pack_trees", i, "tree",
+                                                       "label", low=-1)
         if tree_labels is not None:
             _counts_match("pack_trees", "tree", i, len(order), "nodes", [("labels", tree_labels)])
         for t in order:
@@ -324,10 +343,10 @@ def pack_lattices(records):
     b = _Builder()
     for i, rec in enumerate(records):
         base = len(b.f["node_inputs"])
-        arcs_in = _rows(rec["arcs"])
+        arcs_in = _rows(_field(rec, "arcs", "pack_lattices", "lattice", i, _LATTICE))
         tags = rec.get("tags")
         tags = [-1] * len(arcs_in) if tags is None else _ids(tags, "pack_lattices", i, "lattice",
-                                                             -1)
+                                                             "tag", low=-1)
         _counts_match("pack_lattices", "lattice", i, len(arcs_in), "nodes", [("tags", tags)])
         for k, arcs in enumerate(arcs_in):
             triples = []
@@ -346,50 +365,21 @@ def pack_lattices(records):
     return b.build()
 
 
-def parse_lattices(text):
-    """Lattice records from the zoo's text format (docs/models.md); a leading byte order mark
-    is skipped. ValueError naming the lattice and what was expected where the text is not."""
-    tokens = iter(text.lstrip("\ufeff").split())
-
-    def number(what, low=None):
-        token = next(tokens, None)
-        if token is None:
-            raise ValueError(f"parse_lattices: the text ends where {what} should be")
-        value = _sst.text_int(token)
-        if value is None or (low is not None and value < low):
-            at_least = "" if low is None else f" (an integer >= {low})"
-            raise ValueError(f"parse_lattices: expected {what}{at_least}, got {token!r}")
-        return value
-
-    records = []
-    for i in range(number("the number of lattices", 0)):
-        length = number(f"lattice {i}'s length", 0)
-        tags = [number(f"lattice {i}'s tags") for _ in range(length)]
-        arcs = []
-        for k in range(length):
-            n = number(f"lattice {i}'s arc count of state {k}", 0)
-            arcs.append([(number(f"an arc's source in lattice {i}"),
-                          number(f"an arc's word id in lattice {i}")) for _ in range(n)])
-        records.append({"arcs": arcs, "tags": tags})
-    extra = next(tokens, None)
-    if extra is not None:
-        raise ValueError(f"parse_lattices: text after the {len(records)} lattices the first line "
-                         f"announces: {extra!r}")
-    return records
-
-
 def pack_dags(records):
     """Packs DAGs: each record {"types": [...], "inputs": [...], "arcs": [[(from, arc type),
     ...] per state], "labels": [...] (optional)}; states in topological order. An input or a
-    label None is none (input row -1, label -1)."""
+    label None or -1 is none (input row -1, label -1), as in pack_edges."""
     b = _Builder()
     for i, rec in enumerate(records):
         base = len(b.f["node_inputs"])
-        types = _ids(rec["types"], "pack_dags", i, "DAG", none=False)
-        inputs = _ids(rec["inputs"], "pack_dags", i, "DAG")
+        types, inputs, arcs_in = (_field(rec, k, "pack_dags", "DAG", i, _DAG)
+                                  for k in ("types", "inputs", "arcs"))
+        types = _ids(types, "pack_dags", i, "DAG", "type", "state", none=False)
+        inputs = _ids(inputs, "pack_dags", i, "DAG", "input", "state", -1)
         labels = rec.get("labels")
-        labels = [-1] * len(types) if labels is None else _ids(labels, "pack_dags", i, "DAG", -1)
-        arcs_in = _rows(rec["arcs"])
+        labels = ([-1] * len(types) if labels is None
+                  else _ids(labels, "pack_dags", i, "DAG", "label", "state", -1))
+        arcs_in = _rows(arcs_in)
         _counts_match("pack_dags", "DAG", i, len(types), "types",
                       [("inputs", inputs), ("arc lists", arcs_in), ("labels", labels)])
         for k, (t, w, arcs) in enumerate(zip(types, inputs, arcs_in)):
@@ -399,7 +389,7 @@ def pack_dags(records):
                     raise ValueError(f"pack_dags: DAG {i}: an arc into state {k} has no arc type")
                 if j is None or not 0 <= j < k:
                     raise ValueError(f"pack_dags: DAG {i}: arc into state {k} comes from {j}")
-            b.node(input_row=-1 if w is None else b.row(w), node_type=t, label=labels[k],
+            b.node(input_row=-1 if w is None or w < 0 else b.row(w), node_type=t, label=labels[k],
                    arcs=[(base + j, a, -1) for j, a in arcs])
         b.end_instance("pack_dags", "DAG", i)
     return b.build()
@@ -427,7 +417,7 @@ def _edge_lists(i, inst):
 
 
 def _num_nodes(i, inst):
-    n = _index(inst["num_nodes"])
+    n = _index(_field(inst, "num_nodes", "pack_edges", "instance", i, _EDGES))
     if n is None or n < 0:
         raise ValueError(f"pack_edges: instance {i}: num_nodes {inst['num_nodes']!r} is not an "
                          f"integer >= 0")
@@ -465,10 +455,11 @@ def _topological(i, preds):
 
 def pack_edges(instances, edge_inputs=None, return_order=False):
     """Packs DAGs given as edge lists, in any node order: each instance {"num_nodes": n, "edges":
-    [(src, dst) or (src, dst, kind)], "inputs": [word id or None per node], "kinds": [node kind],
-    "labels": [...]} (all but num_nodes optional). Nodes are sorted topologically; a node's
-    incoming arcs keep the order of "edges". edge_inputs="target": each arc reads its target
-    node's input row. return_order: also return, per instance, the packed id of each node.
+    [(src, dst) or (src, dst, kind)], "inputs": [word id per node, None or -1 for none],
+    "kinds": [node kind], "labels": [...]} (all but num_nodes optional). Nodes are sorted
+    topologically; a node's incoming arcs keep the order of "edges". edge_inputs="target": each
+    arc reads its target node's input row. return_order: also return, per instance, the packed
+    id of each node.
     """
     if edge_inputs not in (None, "target"):
         raise ValueError(f"pack_edges: edge_inputs must be None or 'target', got {edge_inputs!r}")
@@ -483,7 +474,8 @@ def pack_edges(instances, edge_inputs=None, return_order=False):
             position[k] = base + pos
         inputs, kinds, labels = (
             [default] * n if inst.get(name) is None
-            else _ids(inst[name], "pack_edges", i, "instance", low, none=name != "kinds")
+            else _ids(inst[name], "pack_edges", i, "instance", name[:-1], low=low,
+                      none=name != "kinds")
             for name, default, low in (("inputs", None, -1), ("kinds", 0, 0), ("labels", -1, -1)))
         _counts_match("pack_edges", "instance", i, n, "nodes",
                       [("inputs", inputs), ("kinds", kinds), ("labels", labels)])
@@ -496,44 +488,6 @@ def pack_edges(instances, edge_inputs=None, return_order=False):
         b.end_instance("pack_edges", "instance", i)
         orders.append(position)
     return (b.build(), orders) if return_order else b.build()
-
-
-def _instance_kind(x):
-    """What collate packs x as, in words (one kind per batch)."""
-    if isinstance(x, Packed):
-        return "a Packed"
-    if isinstance(x, dict) and "num_nodes" in x:
-        return "an edge list"
-    if isinstance(x, dict) and "types" in x:
-        return "a DAG record"
-    if isinstance(x, dict) and "arcs" in x:
-        return "a lattice record"
-    if isinstance(x, str):
-        raise TypeError("collate: parse SST lines in the dataset (parse_sst needs the "
-                        "vocabulary) and give (tree, labels) pairs")
-    return "a (tree, labels) pair" if _is_labelled(x) else "a tree"
-
-
-def collate(instances):
-    """One Packed from a list of instances of one kind (a DataLoader's collate_fn): Packed
-    objects, edge-list dicts (pack_edges), lattice records (pack_lattices), DAG records with
-    "types" (pack_dags), trees (pack_trees), or (tree, labels) pairs."""
-    if not instances:
-        return _Builder().build()
-    kinds = [_instance_kind(x) for x in instances]
-    for i, k in enumerate(kinds):
-        if k != kinds[0]:
-            raise TypeError(f"collate: instance {i} is {k} but instance 0 is {kinds[0]}: "
-                            f"a batch holds instances of one kind")
-    packer = {"a Packed": concat_packed, "an edge list": pack_edges, "a DAG record": pack_dags,
-              "a lattice record": pack_lattices, "a tree": pack_trees}.get(kinds[0])
-    if packer is not None:
-        return packer(list(instances))
-    return pack_trees([t for t, _ in instances], [list(l) for _, l in instances])
-
-
-def _is_labelled(t):
-    return isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], list)
 
 
 def concat_packed(parts):

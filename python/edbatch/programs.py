@@ -3,6 +3,11 @@ weights it reads, and whether the cells it was traced from still hold what the t
 import json
 import math
 import operator
+import types
+
+import torch
+
+from .trace_hooks import HOOKS, global_hook_state
 
 
 def _finite(v):
@@ -25,7 +30,8 @@ class Program:
         self.doc, self.text = doc, json.dumps(_finite(doc), separators=(",", ":"),
                                               allow_nan=False)
         self._weights, self.state_tuple, self.message_tuple = weights, state_tuple, message_tuple
-        self._settings = []  # bind(): (parent, name, module, getter, settings) per submodule
+        self._settings = []  # bind(): what current() compares, per submodule
+        self._root = None  # bind(): the root's settings and the global hooks
         self.cell_sites, site = [], 0
         for cell in doc["cells"]:
             self.cell_sites.append(site)
@@ -35,27 +41,42 @@ class Program:
     def weights(self):
         return self._weights.tensors()
 
-    def bind(self, root):
-        """Notes every submodule of `root` (the Propagate), where it is and its settings, for
-        current(); modules found elsewhere (a function cell's closure) are left out."""
+    def bind(self, root, settings=()):
+        """Notes every submodule of `root` (the Propagate), where it is, its settings and hooks,
+        and `settings` (what the trace read from root itself), for current(); modules found
+        elsewhere (a function cell's closure) are left out."""
         self._settings = []
         for parent in root.modules():
             for name, m in parent._modules.items():
                 if m is not None:
-                    get = operator.itemgetter(*_plain_keys(m))
-                    self._settings.append((parent, name, m, get, get(m.__dict__)))
+                    # The training flag and the hook dicts at least: get() gives a tuple.
+                    get = operator.itemgetter(*_plain_keys(m), *(h for h in HOOKS
+                                                                 if h in m.__dict__))
+                    held = _object_keys(m)
+                    self._settings.append((parent, name, m, get, _copy(get(m.__dict__)), held,
+                                           _held(m, held)))
+        self._root = settings, global_hook_state()
         return self
 
-    def current(self, root):
+    def current(self, root, settings=()):
         """Whether the traced constants still hold: every submodule is where bind() found it (a
         submodule replaced since, cell.lin = nn.Linear(...), has other weights, perhaps of other
-        shapes) with the same training flag and plain settings (nn.Dropout's p, LeakyReLU's
-        slope, a cell's own temperature: the trace reads them as constants)."""
+        shapes) with the same training flag, plain settings (nn.Dropout's p, LeakyReLU's slope,
+        a cell's own temperature, self.cfg.scale of an object it holds: the trace reads them as
+        constants) and hooks (forward hooks are traced, others refused), and `settings` and the
+        global module hooks are as they were."""
         try:
-            return all(parent._modules.get(name) is m and get(m.__dict__) == values
-                       for parent, name, m, get, values in self._settings)
+            return self._root == (settings, global_hook_state()) and all(
+                parent._modules.get(name) is m and get(m.__dict__) == values
+                and (not held or _held(m, held) == held_values)
+                for parent, name, m, get, values, held, held_values in self._settings)
         except KeyError:  # a setting deleted
             return False
+
+
+def _copy(values):
+    """Values as bind() keeps them: the hook dicts copied."""
+    return tuple(dict(v) if isinstance(v, dict) else v for v in values)
 
 
 def _plain_keys(module):
@@ -68,3 +89,23 @@ def _plain(v):
     if v is None or isinstance(v, (bool, int, float, str)):
         return True
     return isinstance(v, tuple) and all(_plain(e) for e in v)
+
+
+def _object_keys(module):
+    """The names of a module's attributes that hold objects of plain settings (a SimpleNamespace,
+    a dataclass or another instance with a __dict__: self.cfg), not tensors, modules, functions,
+    classes or Python modules."""
+    return tuple(k for k, v in module.__dict__.items()
+                 if k[0] != "_" and not _plain(v) and not callable(v)
+                 and not isinstance(v, (torch.Tensor, types.ModuleType))
+                 and isinstance(getattr(v, "__dict__", None), dict))
+
+
+def _held(module, keys):
+    """The plain settings of the objects a module holds under `keys`."""
+    out = []
+    for k in keys:
+        d = getattr(module.__dict__[k], "__dict__", None)
+        out.append(tuple((a, v) for a, v in d.items() if _plain(v)) if isinstance(d, dict)
+                   else ("object", id(module.__dict__[k])))  # replaced by another kind of value
+    return out

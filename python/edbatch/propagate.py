@@ -5,6 +5,7 @@ import torch
 from ._lib import autocast_float32, eager
 from .head import check_engine_options, check_head, head_weights, labels_of, refuse_replica
 from .ops import _reraise, check_packed
+from .saved import check_unchanged
 from .step import apply_gradients
 from .trace import as_cells, sizes_of, trace_program
 
@@ -64,20 +65,13 @@ class Propagate(torch.nn.Module):
         super().__init__()
         check_head(classes, reduction, "Propagate")
         check_engine_options(policy, threads, "Propagate")
-        if state_size is None:
-            raise TypeError("Propagate needs state_size= (an int, or a tuple for a tuple state)")
-        if reduce not in ("sum", "mean", "max", "softmax"):
-            raise ValueError(f"Propagate: reduce must be 'sum', 'mean', 'max' or 'softmax', got "
-                             f"{reduce!r}")
-        if initial not in ("zeros", "learned"):
-            raise ValueError(f"Propagate: initial must be 'zeros' or 'learned', got {initial!r}")
+        _settings(state_size, message_size, reduce, initial)
         self.node_cells = torch.nn.ModuleList(as_cells(node_cell, "node"))
         self.edge_cells = torch.nn.ModuleList(as_cells(edge_cell, "edge"))
         # A single cell (not a list or dict) serves every node / arc kind of the data.
         self._every_kind = (_single(node_cell), _single(edge_cell) and edge_cell is not None)
         if not len(self.node_cells):
             raise ValueError("Propagate needs at least one node cell")
-        sizes_of(state_size, "state_size")
         self.state_size, self.message_size = state_size, message_size
         self.reduce, self.initial_kind = reduce, initial
         self.reduction = reduction
@@ -99,9 +93,14 @@ class Propagate(torch.nn.Module):
         node_kinds = node_kinds if self._every_kind[0] else 0
         arc_kinds = arc_kinds if self._every_kind[1] else 0
         key = (input_kind, input_size, self.training, node_kinds, arc_kinds)
-        if key in self._programs and not self._programs[key].current(self):
-            self._programs.clear()  # a cell's submodule was replaced: trace the cells again
+        settings = _settings(self.state_size, self.message_size, self.reduce, self.initial_kind)
+        if key in self._programs and not self._programs[key].current(self, settings):
+            self._programs.clear()  # a setting, a submodule or a hook changed: trace again
         if key not in self._programs:
+            if self.initial_kind == "learned" and not len(self.initial):
+                raise ValueError("Propagate: initial='learned' needs the learned initial "
+                                 "message that the module makes with it: make the module with "
+                                 "initial='learned' rather than setting initial_kind")
             initial = [(f"initial.{i}", p) for i, p in enumerate(self.initial)]
             nodes = list(self.node_cells) * (node_kinds or 1)
             edges = list(self.edge_cells) * (arc_kinds or 1)
@@ -109,7 +108,7 @@ class Propagate(torch.nn.Module):
                 nodes, edges or None,
                 state_size=self.state_size, input_kind=input_kind, input_size=input_size,
                 reduce=self.reduce, initial=self.initial_kind, initial_weights=initial,
-                message_size=self.message_size).bind(self)
+                message_size=self.message_size).bind(self, settings)
         return self._programs[key]
 
     def __getstate__(self):
@@ -120,9 +119,9 @@ class Propagate(torch.nn.Module):
         return state
 
     def retrace(self):
-        """Drops the traced programs, after changing a cell's code (a replaced submodule or a
-        changed setting of one, such as nn.Dropout's p, is found by the next call itself,
-        which traces again)."""
+        """Drops the traced programs, after changing a cell's code (a replaced submodule, a
+        changed setting of one, such as nn.Dropout's p, or of this module, such as reduce, and
+        a hook added or removed are found by the next call itself, which traces again)."""
         self._programs.clear()
 
     @eager
@@ -177,8 +176,16 @@ class Propagate(torch.nn.Module):
         if step:
             extra += (True,)
         weights = list(weights) + list(head)
-        outputs = run_program(program, x, ids, packed, weights, seed, self.policy, self.threads,
-                              *extra)
+        try:
+            outputs = run_program(program, x, ids, packed, weights, seed, self.policy,
+                                  self.threads, *extra)
+        except (RuntimeError, ValueError):
+            _check_weights(program, weights, x.device, kind)  # named as the module has them
+            raise
+        if not step:  # autograd runs the backward: x and the weights must be unchanged then
+            check_unchanged(outputs, x, weights, lambda: ["x"] + [
+                w["name"] for w in program.doc["weights"]] + ["head.weight", "head.bias"],
+                "Propagate")
         return outputs, program, weights
 
     def prepare(self, packed, input_size=None, num_x=None, device=None, ids=None):
@@ -253,6 +260,36 @@ class Propagate(torch.nn.Module):
     def extra_repr(self):
         return (f"state_size={self.state_size}, reduce={self.reduce!r}, "
                 f"initial={self.initial_kind!r}, policy={self.policy!r}")
+
+
+def _settings(state_size, message_size, reduce, initial):
+    """The settings the traced programs read, checked (at construction and on every call: a
+    change traces the programs again)."""
+    if state_size is None:
+        raise TypeError("Propagate needs state_size= (an int, or a tuple for a tuple state)")
+    if reduce not in ("sum", "mean", "max", "softmax"):
+        raise ValueError(f"Propagate: reduce must be 'sum', 'mean', 'max' or 'softmax', got "
+                         f"{reduce!r}")
+    if initial not in ("zeros", "learned"):
+        raise ValueError(f"Propagate: initial must be 'zeros' or 'learned', got {initial!r}")
+    return (sizes_of(state_size, "state_size"), reduce, initial,
+            None if message_size is None else sizes_of(message_size, "message_size"))
+
+
+def _check_weights(program, weights, device, kind):
+    """Raises TypeError / ValueError for the first weight of another dtype or device than the
+    engine takes, by its name in the module (the op names it as the program numbers it)."""
+    names = [w["name"] for w in program.doc["weights"]] + ["head.weight", "head.bias"]
+    for name, w in zip(names, weights):
+        if w.dtype != torch.float32:
+            raise TypeError(f"Propagate: weight {name} must be float32, got {w.dtype} (the "
+                            f"engine computes in float32: .float() the module; for mixed "
+                            f"precision keep it in float32 and run it inside "
+                            f"torch.autocast)") from None
+        if w.device != device:
+            where = {"x": "x is", "ids": "ids are"}.get(kind, f"weight {names[0]} is")
+            raise ValueError(f"Propagate: weight {name} is on {w.device} but {where} on "
+                             f"{device} (move the module with .to(device))") from None
 
 
 def _single(cells):

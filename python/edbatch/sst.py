@@ -1,23 +1,27 @@
 """SST bracketed lines: parsing into nested tuples of word ids with post-order labels, packing,
 and seeded synthetic lines (docs/pytorch.md)."""
+import collections
 import random
 import re
 
+from .text import blank, check_text, quote, strip, text_int
 
-def text_int(token):
-    """token as an int when text files write it so (ASCII digits after an optional minus sign),
-    else None: not the other forms Python's int() takes ("1_0", full-width digits, "--1")."""
-    return int(token) if re.fullmatch(r"-?[0-9]+", token) else None
+# What parse_sst returns: a tree and its labels, which collate reads as such (a plain 2-tuple
+# whose second item is a list of word ids is a tree as well).
+LabelledTree = collections.namedtuple("LabelledTree", ["tree", "labels"])
+_TOKEN = re.compile(r"[()]|[^() \t\n\v\f\r]+")  # words end at ASCII whitespace, as in C++
 
 
 def parse_sst(line, vocab, add=True, unk=0):
     """Parses one SST line, e.g. "(3 (2 it) (4 (2 's) (4 good)))", into (tree, labels): the tree
     as nested tuples of word ids (vocab maps words to ids; new words are added when `add`, with
     the id len(vocab), so the vocab must hold the ids 0..len(vocab)-1, as one built here does;
-    else they map to `unk`) and the node labels in post order. Without recursion: trees of any
-    depth. A leading byte order mark (a file's first line read without encoding="utf-8-sig") is
-    skipped."""
-    tokens = line.lstrip("\ufeff").replace("(", " ( ").replace(")", " ) ").split()
+    else they map to `unk`) and the node labels in post order, as a LabelledTree (a named
+    tuple). Without recursion: trees of any depth. Words end at ASCII whitespace, as the C++
+    readers' do. A leading byte order mark (a file's first line read without
+    encoding="utf-8-sig") is skipped."""
+    check_text(line, "parse_sst", "the line")
+    tokens = _TOKEN.findall(line.lstrip("\ufeff"))
     pos, labels, open_nodes = 0, [], []  # open_nodes: (label, children) of unclosed inner nodes
 
     def token(what):
@@ -35,12 +39,12 @@ def parse_sst(line, vocab, add=True, unk=0):
     try:
         while True:  # at the '(' of a node
             if token("'('") != "(":
-                raise ValueError(f"expected '(' at token {pos}, got {tokens[pos]!r}")
+                raise ValueError(f"expected '(' at token {pos}, got {quote(tokens[pos])}")
             pos += 1
             text = token("a label")
             label = text_int(text)
             if label is None:
-                raise ValueError(f"expected an integer label at token {pos}, got {text!r}")
+                raise ValueError(f"expected an integer label at token {pos}, got {quote(text)}")
             pos += 1
             if token("a word or '('") == "(":
                 open_nodes.append((label, []))
@@ -50,7 +54,8 @@ def parse_sst(line, vocab, add=True, unk=0):
                 raise ValueError(f"node at token {pos - 2} has neither a word nor children")
             pos += 1
             if token("')'") != ")":
-                raise ValueError(f"expected ')' after the word {word!r}, got {tokens[pos]!r}")
+                raise ValueError(f"expected ')' after the word {quote(word)}, got "
+                                 f"{quote(tokens[pos])}")
             pos += 1
             node = word_id(word)
             labels.append(label)
@@ -60,7 +65,8 @@ def parse_sst(line, vocab, add=True, unk=0):
                 if token("')'") == "(":
                     break
                 if tokens[pos] != ")":
-                    raise ValueError(f"expected ')' or '(' at token {pos}, got {tokens[pos]!r}")
+                    raise ValueError(f"expected ')' or '(' at token {pos}, got "
+                                     f"{quote(tokens[pos])}")
                 pos += 1
                 parent, children = open_nodes.pop()
                 node = tuple(children)
@@ -68,17 +74,21 @@ def parse_sst(line, vocab, add=True, unk=0):
             if not open_nodes:
                 break
         if pos < len(tokens):
-            raise ValueError(f"text after the tree at token {pos}: {tokens[pos]!r}")
+            raise ValueError(f"text after the tree at token {pos}: {quote(tokens[pos])}")
     except ValueError as e:
-        raise ValueError(f"parse_sst: malformed line {line.strip()!r}: {e}") from None
-    return node, labels
+        raise ValueError(f"parse_sst: malformed line {quote(strip(line))}: {e}") from None
+    return LabelledTree(node, labels)
 
 
 def pack_sst(lines, vocab, add=True, unk=0):
     """Parses SST lines (blank lines skipped) and packs their trees with their labels; words not
     in vocab are added when `add`, else read as `unk` (parse_sst). Errors name the line's number
-    among `lines` (from 1)."""
+    among `lines` (from 1): a list of str (a file's lines, text.splitlines()), not one str."""
     from .packing import pack_trees  # (packing imports this module's names)
+    if isinstance(lines, (str, bytes, bytearray)):
+        raise TypeError(f"pack_sst: lines must be a list of lines, got one "
+                        f"{type(lines).__name__}: pass its lines (text.splitlines(), after "
+                        f"decoding bytes)")
     if add and set(vocab.values()) != set(range(len(vocab))):
         raise ValueError(f"pack_sst: words are added with the next id, len(vocab), so vocab's ids "
                          f"must be 0..{len(vocab) - 1}, but they are not (it maps {len(vocab)} "
@@ -86,7 +96,8 @@ def pack_sst(lines, vocab, add=True, unk=0):
                          f"{max(vocab.values())}); give add=False and unk= for a fixed vocabulary")
     parsed = []
     for n, line in enumerate(lines, 1):
-        if not line.strip():
+        check_text(line, "pack_sst", f"line {n}")
+        if blank(line):
             continue
         try:
             parsed.append(parse_sst(line, vocab, add, unk))

@@ -20,11 +20,13 @@ import torch
 import torch.fx as fx
 from torch.nn.utils import parametrize
 
-from . import trace_inplace, trace_ops, trace_values, trace_weights
+from . import trace_dropout, trace_inplace, trace_ops, trace_values, trace_weights
+from .trace_hooks import module_name as _module_name, refuse_backward_hooks, refuse_hooks
 from .programs import Program
 from .trace_ops import Ids, Param, Refusal, Vec
-from .trace_dropout import dropout_mask  # noqa: F401  (edbatch.dropout_mask)
 from .trace_weights import Weights, row_shaped
+
+dropout_mask = trace_dropout.dropout_mask  # edbatch.dropout_mask
 
 # Frames in these are not the user's (torch, this package, the standard library).
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os)) + (
@@ -199,6 +201,11 @@ class _Tracer(fx.Tracer):
         return arg
 
     def call_module(self, m, forward, args, kwargs):
+        path = self.body.module_paths.get(m)
+        path = None if path is None else _user_path(path)[:-1]
+        if path:  # a submodule: errors point at the line calling it
+            note_where(self.body)
+        refuse_backward_hooks(m, path)
         if isinstance(m, torch.jit.ScriptModule):
             raise Refusal(f"a TorchScript module ({type(m).__name__}) cannot be traced into a "
                           "cell: give the nn.Module it was scripted from")
@@ -261,7 +268,7 @@ class _Tracer(fx.Tracer):
             handler = trace_ops.MODULES.get(cls)
             if handler is None:
                 raise Refusal(f"{_module_name(module)} is not supported in cells")
-            _refuse_hooks(module)
+            refuse_hooks(module)
             return handler(self.body, module, args, kwargs)
         if node.op == "call_method":
             handler, name = trace_ops.METHODS.get(node.target), f"Tensor.{node.target}"
@@ -298,28 +305,6 @@ class _Tracer(fx.Tracer):
                           "cell, an expression of a parameter that no module holds (such as "
                           "W.t()) is computed before tracing and is such a constant")
         return value
-
-
-_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
-
-
-def _refuse_hooks(module):
-    """A module the tracer translates itself (nn.Linear...) is not called, so its hooks, and the
-    global module hooks, would not run: refused. (A user module is called while tracing, so its
-    own hooks are traced with it.)"""
-    glob = torch.nn.modules.module
-    found = [h[1:] for h in _HOOKS if getattr(module, h, None)]
-    found += [h[1:] for h in _HOOKS if getattr(glob, "_global" + h, None)]
-    if found:
-        raise Refusal(f"{_module_name(module)} has {' and '.join(found)}, which cells do not run "
-                      "(nn.utils.weight_norm and pruning work through them): remove them, compute "
-                      "the weight with nn.utils.parametrize (parametrizations.weight_norm), or "
-                      "compute it in the cell from parameters")
-
-
-def _module_name(module):
-    cls = type(module)
-    return f"nn.{cls.__name__}" if cls.__module__.startswith("torch.nn") else cls.__qualname__
 
 
 def _function_name(fn):

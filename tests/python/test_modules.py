@@ -183,3 +183,24 @@ def test_a_random_dag_state_without_an_input_row_is_named():
     with pytest.raises(ValueError, match="random_dag: node 1 has no input row \\(every state "
                                          "reads one\\)"):
         model(packed)
+
+
+def test_changes_in_place_between_forward_and_backward_are_refused():
+    """A weight or x changed in place after the forward (an optimizer step before backward)
+    makes the backward raise PyTorch's error, as eager PyTorch does for what it saves, rather
+    than give gradients at the old values; a step after the backward is as usual."""
+    torch.manual_seed(5)
+    module = edbatch.nn.TreeLSTM(30, 6, 5)
+    packed = edbatch.pack_trees([((1, 2), 3), 4, (5, (6, 7))])
+    x = module.embed(packed).detach().requires_grad_()
+    for change, name in ((lambda: module.cell.U_i.add_(0.5), "U_i"), (lambda: x.mul_(2), "x")):
+        h, _ = module(packed, x=x)
+        with torch.no_grad():
+            change()
+        with pytest.raises(RuntimeError, match=f"modified by an inplace operation: {name} is at"):
+            h.sum().backward()
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        module(packed)[0].sum().backward()
+        optimizer.step()

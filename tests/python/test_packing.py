@@ -4,6 +4,7 @@ Packed pickles."""
 import pickle
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -116,7 +117,8 @@ def test_records_may_hold_arrays_and_tensors():
     _same_packed(edbatch.pack_lattices(arrays), edbatch.pack_lattices(lattices))
     with pytest.raises(ValueError, match=r"edge \(0, 1, 0.5\) has kind 0.5"):
         edbatch.pack_edges([{"num_nodes": 2, "edges": [(0, 1, 0.5)]}])
-    with pytest.raises(ValueError, match="instance 0: 1.5 is not an integer >= -1"):
+    with pytest.raises(ValueError, match="instance 0: node 0's input is 1.5, not an integer >= "
+                                         "-1 or None"):
         edbatch.pack_edges([{"num_nodes": 1, "inputs": [1.5]}])
     with pytest.raises(ValueError, match="num_nodes 2.0 is not an integer"):
         edbatch.pack_edges([{"num_nodes": 2.0}])
@@ -164,7 +166,8 @@ def test_random_dags_keep_their_edges():
 def test_collate_and_pickle():
     trees = [((1, 2), 3), 4]
     assert torch.equal(edbatch.collate(trees).pred_ids, edbatch.pack_trees(trees).pred_ids)
-    labelled = [(((1, 2), 3), [0, 1, 2, 3, 4]), (4, [2])]
+    labelled = [edbatch.LabelledTree(((1, 2), 3), [0, 1, 2, 3, 4]),
+                edbatch.parse_sst("(2 a)", {"<pad>": 0, "<unk>": 1, "a": 4})]
     assert edbatch.collate(labelled).labels.tolist() == [0, 1, 2, 3, 4, 2]
     assert edbatch.collate([{"num_nodes": 2, "edges": [(1, 0)]}]).pred_ids.tolist() == [0]
     lattice = {"arcs": [[], [(0, 7)]], "tags": [1, 2]}
@@ -218,7 +221,7 @@ def test_empty_instances_mixed_batches_and_malformed_lines_are_refused_by_name()
         edbatch.collate([{"num_nodes": 1}, {"num_nodes": 1}, {"arcs": [[]], "tags": [0]}])
     with pytest.raises(TypeError, match=r"instance 1 is a tree but instance 0 is a \(tree, "
                                         r"labels\) pair"):
-        edbatch.collate([(((1, 2), 3), [0, 1, 2, 3, 4]), 4])
+        edbatch.collate([(((1, 2), 3), torch.tensor([0, 1, 2, 3, 4])), 4])
     for line, why in [("(3 (2 a)", "ends where .* should be \\(unbalanced parentheses"),
                       ("(3 (2 a)))", "text after the tree at token 7"),
                       ("(x a)", "integer label at token 1, got 'x'"),
@@ -273,9 +276,10 @@ def test_labels_inputs_and_kinds_that_do_not_fit_are_refused_by_name():
     for labels, why in [([[0, 1]], "tree 0 has 5 nodes but 2 labels"),
                         ([[0, 1, 2, 3, 4, 5]], "tree 0 has 5 nodes but 6 labels"),
                         ([[0] * 5, [1] * 5], "1 trees but 2 label lists"),
-                        ([[0, 1, "pos", 3, 4]], "tree 0: 'pos' is not an integer >= -1"),
-                        ([[0, 1, 2.5, 3, 4]], "tree 0: 2.5 is not an integer >= -1"),
-                        ([[0, 1, -2, 3, 4]], "tree 0: -2 is not an integer >= -1")]:
+                        ([[0, 1, "pos", 3, 4]], "tree 0: node 2's label is 'pos', not an "
+                                                "integer >= -1 or None"),
+                        ([[0, 1, 2.5, 3, 4]], "tree 0: node 2's label is 2.5, not an integer"),
+                        ([[0, 1, -2, 3, 4]], "tree 0: node 2's label is -2, not an integer")]:
         with pytest.raises(ValueError, match=f"pack_trees: {why}"):
             edbatch.pack_trees([tree], labels)
     with pytest.raises(ValueError, match="pack_dags: DAG 0 has 3 types but 2 inputs"):
@@ -289,7 +293,8 @@ def test_labels_inputs_and_kinds_that_do_not_fit_are_refused_by_name():
                                              "arcs": [[], []]}]),
                  lambda: edbatch.pack_edges([{"num_nodes": 2, "edges": [(0, 1)],
                                               "kinds": [None, 1]}])):
-        with pytest.raises(ValueError, match="0: None where an integer >= 0 is needed"):
+        with pytest.raises(ValueError, match="0: (state 1's type|node 0's kind) is None, not "
+                                             "an integer >= 0$"):
             pack()
     # None is "no label" (-1) everywhere, and "no input" (row -1) in DAG records as in edge lists.
     assert edbatch.pack_trees([tree], [[None, 1, 2, 3, None]]).labels.tolist() == [-1, 1, 2, 3, -1]
@@ -314,3 +319,100 @@ def test_sst_lines_of_any_depth_parse_and_pack():
     assert packed.labels.tolist() == labels
     inner = (packed.pred_ptr[1:] - packed.pred_ptr[:-1] == 2).nonzero().flatten()
     assert inner.numel() == depth
+
+
+def test_collate_refuses_an_instance_that_reads_both_as_a_tree_and_as_a_pair():
+    """A 2-tuple whose second item is a list of word ids as long as the first item's nodes is a
+    tree (the list a node of leaves) and a (tree, labels) pair alike: refused, naming the
+    instance and how to say which. Other forms are read as what they can only be."""
+    tree = ((1, 2), [3, 4, 5])  # a tree of 8 nodes, or 3 nodes labelled 3, 4, 5
+    with pytest.raises(TypeError, match=r"collate: instance 1, \(\(1, 2\), \[3, 4, 5\]\), reads "
+                                        r"both as a tree .* and as a \(tree, labels\) pair: give "
+                                        r"the labels as a tensor"):
+        edbatch.collate([((1, 2), (3, 4, 5)), tree])
+    for t in (((1, 2), (3, 4, 5)), [(1, 2), [3, 4, 5]], ((1, 2), [3, 4]), ((1, 2), [3, [4, 5]]),
+              ((1, 2), [{"word": 3}, 4, 5])):  # trees only
+        got, want = edbatch.collate([t]), edbatch.pack_trees([t])
+        assert got.num_nodes == want.num_nodes and torch.equal(got.pred_ids, want.pred_ids)
+        assert got.labels.tolist() == [-1] * want.num_nodes
+    for labels, want in ((torch.tensor([3, 4, 5]), [3, 4, 5]), (np.array([3, 4, 5]), [3, 4, 5]),
+                         ([None, 4, -1], [-1, 4, -1]),
+                         (edbatch.LabelledTree((1, 2), [3, 4, 5]), [3, 4, 5])):  # pairs only
+        pair = labels if isinstance(labels, tuple) else ((1, 2), labels)
+        got = edbatch.collate([pair])
+        assert got.num_nodes == 3 and got.labels.tolist() == want
+    pair = edbatch.parse_sst("(3 (2 it) (4 (2 's) (4 good)))", {})
+    assert isinstance(pair, edbatch.LabelledTree) and pair == ((0, (1, 2)), [2, 2, 4, 4, 3])
+    assert edbatch.collate([pair]).labels.tolist() == [2, 2, 4, 4, 3]
+
+
+def test_packer_errors_name_the_missing_key_the_field_and_the_node():
+    for pack, error, why in [
+            (lambda: edbatch.pack_edges([{"edges": [(0, 1)]}]), ValueError,
+             "pack_edges: instance 0 has no 'num_nodes' (a record is {\"num_nodes\": n"),
+            (lambda: edbatch.collate([{"edges": [(0, 1)]}]), ValueError,
+             "pack_edges: instance 0 has no 'num_nodes'"),
+            (lambda: edbatch.pack_dags([{"types": [0], "inputs": [1]}]), ValueError,
+             "pack_dags: DAG 0 has no 'arcs' (a record is {\"types\""),
+            (lambda: edbatch.pack_lattices([{"tags": [0]}]), ValueError,
+             "pack_lattices: lattice 0 has no 'arcs'"),
+            (lambda: edbatch.pack_dags([[0, 1]]), TypeError, "pack_dags: DAG 0 is a list, not a "
+                                                             "dict {\"types\""),
+            (lambda: edbatch.pack_edges([{"num_nodes": 2, "inputs": [1, -5]}]), ValueError,
+             "pack_edges: instance 0: node 1's input is -5, not an integer >= -1 or None"),
+            (lambda: edbatch.pack_edges([{"num_nodes": 2, "labels": [1, "x"]}]), ValueError,
+             "pack_edges: instance 0: node 1's label is 'x', not an integer >= -1 or None"),
+            (lambda: edbatch.pack_dags([{"types": [0, -1], "inputs": [1, 2], "arcs": [[], []]}]),
+             ValueError, "pack_dags: DAG 0: state 1's type is -1, not an integer >= 0"),
+            (lambda: edbatch.pack_dags([{"types": [0, 1], "inputs": [1, 2.5], "arcs": [[], []]}]),
+             ValueError, "pack_dags: DAG 0: state 1's input is 2.5, not an integer >= -1"),
+            (lambda: edbatch.pack_lattices([{"arcs": [[]], "tags": ["B"]}]), ValueError,
+             "pack_lattices: lattice 0: node 0's tag is 'B', not an integer >= -1")]:
+        with pytest.raises(error) as info:
+            pack()
+        assert why in str(info.value), (why, str(info.value))
+
+
+def test_no_input_is_none_or_minus_one_in_dag_records_and_edge_lists():
+    for inputs in ([7, None, 8], [7, -1, 8]):
+        dags = edbatch.pack_dags([{"types": [0, 0, 0], "inputs": inputs,
+                                   "arcs": [[], [(0, 0)], [(1, 0)]]}])
+        edges = edbatch.pack_edges([{"num_nodes": 3, "edges": [(0, 1), (1, 2)],
+                                     "inputs": inputs}])
+        for p in (dags, edges):
+            assert p.node_inputs.tolist() == [0, -1, 1] and p.input_ids.tolist() == [7, 8]
+
+
+def test_text_readers_split_words_at_ascii_whitespace_and_refuse_other_inputs():
+    """Words end at ASCII whitespace only, as the C++ readers' do (U+3000 and U+00A0 belong to
+    words); one str or bytes where lines are expected is refused; errors quote a long line's
+    start only."""
+    vocab = {}
+    tree, labels = edbatch.parse_sst("(3\t(2 x\u3000)\v(2\fy\u00a0z))\r", vocab)
+    assert tree == (0, 1) and labels == [2, 2, 3] and vocab == {"x\u3000": 0, "y\u00a0z": 1}
+    assert edbatch.pack_sst(["(2 a)", " \t\r\n"], {}).num_instances == 1
+    with pytest.raises(ValueError, match="pack_sst: line 2: parse_sst: malformed line"):
+        edbatch.pack_sst(["(2 a)", "\u3000"], {})  # not blank for the C++ readers either
+    assert edbatch.parse_sst("\ufeff(2 a)", {}) == (0, [2])  # a file's byte order mark
+    with pytest.raises(ValueError, match=r"the number of lattices .*got '1\\u30001'"):
+        edbatch.packing.parse_lattices("1\u30001 0 0")
+    for call, why in [(lambda: edbatch.pack_sst("(2 a)\n(1 b)", {}),
+                       "pack_sst: lines must be a list of lines, got one str: pass its lines "
+                       "(text.splitlines()"),
+                      (lambda: edbatch.pack_sst(b"(2 a)", {}), "got one bytes"),
+                      (lambda: edbatch.pack_sst([b"(2 a)"], {}),
+                       "pack_sst: line 1 is bytes, not a str: decode it first"),
+                      (lambda: edbatch.parse_sst(b"(2 a)", {}),
+                       "parse_sst: the line is bytes, not a str: decode it first"),
+                      (lambda: edbatch.packing.parse_lattices(b"1 1 0 0"),
+                       "parse_lattices: the text is bytes, not a str")]:
+        with pytest.raises(TypeError) as info:
+            call()
+        assert why in str(info.value), (why, str(info.value))
+    long = "(2 " + "x" * 10 ** 6 + " y)"
+    for call in (lambda: edbatch.parse_sst(long, {}), lambda: edbatch.pack_sst([long], {}),
+                 lambda: edbatch.pack_trees(["x" * 10 ** 6]),
+                 lambda: edbatch.packing.parse_lattices("x" * 10 ** 6)):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert len(str(info.value)) < 600 and "... (" in str(info.value), str(info.value)[:600]

@@ -6,6 +6,9 @@ Every case runs on two backends (conftest.py's `backend`): "program", the traced
 Python (program_runner.py: checks the tracer and the program format without the extension's op),
 and "op", torch.ops.edbatch.propagate (skipped while the loaded extension does not register it).
 """
+import dataclasses
+import types
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -100,6 +103,29 @@ def test_division_by_zero_is_infinite_as_in_pytorch(backend):
     want = torch.where(rows[:, None] >= 0, x[rows.clamp(min=0)], torch.zeros(1, D)) / 0.0
     torch.testing.assert_close(h, want, equal_nan=True)
     assert torch.isinf(h).any() and torch.isnan(h).any()
+
+
+def test_a_nan_is_the_largest_value_as_in_pytorch(backend):
+    """reduce='max' over a NaN message, and maximum / amax / max of a NaN in a cell, are NaN
+    whatever the order, as torch.amax and torch.maximum give."""
+    x = torch.tensor([[2.0, 1.0], [-1.0, -1.0], [1.0, 3.0]])  # log(-1): node 1's state is NaN
+    for edges in ([(0, 2), (1, 2)], [(1, 2), (0, 2)]):
+        packed = edbatch.pack_edges([{"num_nodes": 3, "edges": edges, "inputs": [0, 1, 2]}])
+        model = edbatch.nn.Propagate(lambda x, m: torch.log(x) + m, reduce="max", state_size=2)
+        with torch.no_grad():
+            h = model(packed, x=x)
+        want = torch.log(x[:2]).amax(0) + torch.log(x[2])
+        torch.testing.assert_close(h[2], want, equal_nan=True)
+        assert torch.isnan(h[2]).all()
+    packed = edbatch.pack_trees([5])
+    for cell in (lambda x, m: torch.maximum(x[:, :1], torch.log(x[:, 1:])),
+                 lambda x, m: torch.log(x).amax(-1, keepdim=True),
+                 lambda x, m: torch.log(x).max(-1, keepdim=True).values):
+        y = torch.tensor([[1.0, -1.0]])
+        with torch.no_grad():
+            got = edbatch.nn.Propagate(cell, state_size=1)(packed, x=y)
+        torch.testing.assert_close(got, cell(y, None), equal_nan=True)
+        assert torch.isnan(got).all()
 
 
 @pytest.mark.parametrize("size", [13, 129])
@@ -379,6 +405,69 @@ def test_hooks_of_user_modules_are_traced(backend):
     assert_same(model, packed, inputs_for(packed, 14))
 
 
+def test_backward_hooks_are_refused_by_module_and_kind():
+    """Backward hooks of a module (the cell or a submodule) cannot run per node: the cells run
+    as one program. They are refused when the cell is traced, naming the module and the kind."""
+    def model_with(hook):
+        cell = _Hooked(7)
+        hook(cell)
+        return edbatch.nn.Propagate(cell, state_size=7)
+
+    cases = [(lambda c: c.register_full_backward_hook(lambda *a: None),
+              "the cell (_Hooked) has a full backward hook (register_full_backward_hook)"),
+             (lambda c: c.inner.U.register_full_backward_hook(lambda *a: None),
+              "submodule inner.U (nn.Linear) has a full backward hook"),
+             (lambda c: c.inner.register_backward_hook(lambda *a: None),
+              "submodule inner (OpCell) has a backward hook (register_backward_hook)")]
+    if hasattr(nn.Module, "register_full_backward_pre_hook"):  # torch 2.0 and later
+        cases.append((lambda c: c.register_full_backward_pre_hook(lambda *a: None),
+                      "the cell (_Hooked) has a full backward pre-hook"))
+    for hook, message in cases:
+        with pytest.raises(TypeError, match="Tensor.register_hook") as info:
+            model_with(hook).program("x", D)
+        assert "node cell 0 (_Hooked)" in str(info.value) and message in str(info.value)
+    handle = nn.modules.module.register_module_full_backward_hook(lambda *a: None)
+    try:
+        with pytest.raises(TypeError, match="a global module full backward hook"):
+            model_with(lambda c: None).program("x", D)
+    finally:
+        handle.remove()
+
+
+def test_hooks_added_or_removed_after_the_first_call_are_seen(backend):
+    """Hooks added to or removed from a cell or its submodules after the first call take effect
+    at the next call, as a first call would have them (traced, or refused)."""
+    torch.manual_seed(17)
+    model = edbatch.nn.Propagate(_Hooked(7), state_size=7)
+    cell = model.node_cells[0]
+    packed = structures.packed("trees", 17)
+    inputs = inputs_for(packed, 17)
+    assert_same(model, packed, inputs)
+    handle = cell.register_forward_hook(lambda module, args, out: 2 * out - 0.5)
+    assert_same(model, packed, inputs)
+    pre = cell.inner.register_forward_pre_hook(lambda module, args: (args[0], -args[1]))
+    assert_same(model, packed, inputs)
+    handle.remove()
+    assert_same(model, packed, inputs)
+    pre.remove()
+    assert_same(model, packed, inputs)
+    program = model.program("x", D)
+    assert model.program("x", D) is program  # nothing changed since: the same program
+    for add in (lambda: cell.inner.U.register_forward_hook(lambda module, args, out: 0 * out),
+                lambda: cell.register_full_backward_hook(lambda *a: None),
+                lambda: nn.modules.module.register_module_forward_hook(lambda *a: None)):
+        handle = add()
+        try:
+            with pytest.raises(TypeError, match="hook"):
+                model(packed, **inputs)
+        finally:
+            handle.remove()
+        assert_same(model, packed, inputs)
+    nn.utils.weight_norm(cell.inner.U)  # works through a forward pre-hook
+    with pytest.raises(TypeError, match="nn.Linear has forward_pre_hooks"):
+        model(packed, **inputs)
+
+
 def test_retained_graph_and_double_backward(backend):
     """Two backwards through one forward (the first with retain_graph=True) equal one backward of
     the sum; the op's gradients refuse a second differentiation (the program runner, plain
@@ -408,6 +497,62 @@ def test_retained_graph_and_double_backward(backend):
     if backend == "op":
         with pytest.raises(RuntimeError, match="cannot be differentiated again"):
             grad_x.pow(2).sum().backward()
+
+
+def test_changes_in_place_between_forward_and_backward_are_refused(backend):
+    """x or a weight changed in place after the forward (an optimizer step before backward) makes
+    the backward raise PyTorch's error, as in eager PyTorch, rather than give gradients at the
+    old values; changes after the backward (a training loop's step) are as usual."""
+    torch.manual_seed(19)
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), cells.ScaleEdge(7), state_size=7,
+                                 classes=3)
+    cell = model.node_cells[0]
+    packed = structures.packed("trees", 19)
+    packed.labels = torch.randint(-1, 3, (packed.num_nodes,))
+    x = inputs_for(packed, 19)["x"]
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    changes = [(lambda: cell.U.weight.add_(0.5), "node_cells.0.U.weight"),
+               (lambda: x.mul_(2.0), "x")]
+    eager = lambda packed, x: reference_of(model, packed, {"x": x})  # noqa: E731
+    for change, name in changes:
+        for run in (model, eager):
+            h = run(packed, x=x)
+            with torch.no_grad():
+                change()
+            with pytest.raises(RuntimeError, match="modified by an inplace operation") as info:
+                h.pow(2).sum().backward()
+            if run is model:
+                assert f"{name} is at version" in str(info.value)
+    if backend == "op":  # the loss head runs in the op only
+        loss = model.loss(packed, x=x)
+        with torch.no_grad():
+            model.head.weight.mul_(0.5)
+        with pytest.raises(RuntimeError, match="head.weight is at version"):
+            loss.backward()
+    model.load_state_dict(start)
+    x = inputs_for(packed, 19)["x"]
+    optimizer = torch.optim.SGD(list(model.parameters()) + [x], lr=0.1)
+    for _ in range(2):  # forward, backward, step
+        optimizer.zero_grad()
+        model(packed, x=x).pow(2).sum().backward()
+        optimizer.step()
+    assert_same(model, packed, {"x": x})
+
+
+def test_weights_of_another_dtype_or_device_are_named_as_the_module_has_them(backend):
+    """A module made float64 (or a weight on another device) is refused by the weight's name in
+    the module and PyTorch's dtype, with the remedy."""
+    model = edbatch.nn.Propagate(cells.OpCell("tanh", 7, D), state_size=7).double()
+    packed = structures.packed("trees", 20)
+    x = torch.randn(packed.input_ids.numel(), D)
+    with pytest.raises(TypeError, match=r"^Propagate: weight node_cells\.0\.lin\.bias must be "
+                                        r"float32, got torch\.float64 \(.*\.float\(\) the module"):
+        model(packed, x=x)
+    model.float()
+    model.node_cells[0].U.to("meta")
+    with pytest.raises(ValueError, match=r"^Propagate: weight node_cells\.0\.U\.bias is on meta "
+                                         r"but x is on cpu"):
+        model(packed, x=x)
 
 
 def test_weight_expressions_follow_the_parameters(backend):
@@ -835,6 +980,51 @@ def test_changed_settings_are_traced_again(backend):
     cell.drop.eval()  # one submodule in eval mode
     assert not model.program("x", D).has_dropout
     assert_same(model, packed, inputs)
+
+
+class _Configured(nn.Module):
+    """A cell reading a setting from an object it holds (a config namespace or dataclass)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.lin, self.cfg = nn.Linear(D, 7), config
+
+    def forward(self, x, m):
+        return torch.tanh(self.lin(x) * self.cfg.scale + m)
+
+
+@dataclasses.dataclass
+class _Config:
+    scale: float = 1.0
+    name: str = "cell"
+
+
+def test_changed_settings_of_propagate_and_of_held_objects_are_traced_again(backend):
+    """Propagate's own settings (reduce...) and the plain settings of an object a cell holds
+    (self.cfg.scale) changed after the first call take effect at the next call."""
+    torch.manual_seed(18)
+    packed = structures.packed("dags", 18)
+    inputs = inputs_for(packed, 18)
+    for config in (types.SimpleNamespace(scale=1.0), _Config()):
+        model = edbatch.nn.Propagate(_Configured(config), state_size=7)
+        assert_same(model, packed, inputs)
+        config.scale = 3.0
+        assert_same(model, packed, inputs)
+        model.node_cells[0].cfg = type(config)(scale=0.5)  # replaced
+        assert_same(model, packed, inputs)
+        program = model.program("x", D)
+        assert model.program("x", D) is program  # nothing changed since: the same program
+        for reduce in ("mean", "max", "sum"):
+            model.reduce = reduce
+            assert_same(model, packed, inputs)
+            assert model.program("x", D).doc["reduce"] == reduce
+    model.reduce = "min"
+    with pytest.raises(ValueError, match="Propagate: reduce must be 'sum', 'mean', 'max' or "
+                                         "'softmax', got 'min'"):
+        model(packed, **inputs)
+    model.reduce, model.initial_kind = "sum", "learned"
+    with pytest.raises(ValueError, match="make the module with initial='learned'"):
+        model(packed, **inputs)
 
 
 def test_a_replaced_submodule_is_traced_again(backend):
