@@ -54,6 +54,9 @@ if(TARGET edbatch_cli)
   install(TARGETS edbatch_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 install(EXPORT edbatchTargets NAMESPACE edbatch:: DESTINATION ${edbatch_cmake_dir})
+# The build tree is a package too (find_package with edbatch_DIR=<build>): its own targets file
+# beside the config, the libraries where they were built and the headers of the source tree.
+export(EXPORT edbatchTargets NAMESPACE edbatch:: FILE ${PROJECT_BINARY_DIR}/edbatchTargets.cmake)
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/edbatchConfig.cmake.in
   ${PROJECT_BINARY_DIR}/edbatchConfig.cmake INSTALL_DESTINATION ${edbatch_cmake_dir})
 # 0.x: a new minor version may break the API.
@@ -84,4 +87,11 @@ if(EDBATCH_BUILD_TESTS)
     --build-options ${edbatch_example_options}
     --test-command ${CMAKE_CTEST_COMMAND} --output-on-failure)
   set_tests_properties(package_example PROPERTIES FIXTURES_REQUIRED edbatch_package)
+  # The same example against the build tree itself (edbatch_DIR, nothing installed).
+  list(FILTER edbatch_example_options EXCLUDE REGEX "^-D(CMAKE_PREFIX_PATH|EDBATCH_COMMAND)=")
+  add_test(NAME package_build_tree COMMAND ${CMAKE_CTEST_COMMAND}
+    --build-and-test ${PROJECT_SOURCE_DIR}/examples/installed ${edbatch_pkg}/example-build-tree
+    --build-generator ${CMAKE_GENERATOR} --build-noclean
+    --build-options ${edbatch_example_options} -Dedbatch_DIR=${PROJECT_BINARY_DIR}
+    --test-command ${CMAKE_CTEST_COMMAND} --output-on-failure)
 endif()

@@ -272,3 +272,30 @@ TEST_CASE("errors: max_index refuses columns of more than 2^24 rows") {
   CHECK(contains(m, "columns of 16777217 rows; at most 16777216"));
   CHECK_NOTHROW(max_index(input(g, Dim{1u << 24, 1}, column.data())));
 }
+
+// Dim::size() is 32 bits: a shape of 2^32 or more entries would wrap to a small size, be
+// allocated so, and be written past its end. Each way in refuses it.
+TEST_CASE("errors: shapes of 2^32 entries or more, null inputs and too many threads") {
+  ParameterCollection pc;
+  std::string m = message_of([&] { pc.add_parameters("big", Dim{65536, 65537}); });
+  CHECK(contains(m, "[add_parameters] parameter 'big' of shape 65536x65537 has more than 2^32"));
+  m = message_of([&] { pc.add_lookup_parameters("E", 65537, 65536); });
+  CHECK(contains(m, "parameter 'E' of shape 65536x65537 has more than 2^32"));
+  CHECK(pc.size() == 0);
+  Graph g(pc);
+  const std::vector<float> few(65536, 1.0f);
+  m = message_of([&] { input(g, Dim{65536, 65537}, few); });
+  CHECK(contains(m, "[input] shape 65536x65537 has more than 2^32"));
+  m = message_of([&] { input(g, Dim{65536, 65536}, few.data()); });  // wraps to 0
+  CHECK(contains(m, "[input] shape 65536x65536 has more than 2^32"));
+  m = message_of([&] { input(g, Dim{7, 1}, static_cast<const float*>(nullptr)); });
+  CHECK(contains(m, "[input] no values (a null pointer) for shape 7"));
+  const Expr row = input(g, Dim{1, 65537}, std::vector<float>(65537, 1.0f));
+  m = message_of([&] { broadcast_rows(row, 65536); });
+  CHECK(contains(m, "shape 65536x65537 has more than 2^32"));
+  CHECK(g.size() == 1);
+  for (int threads : {0, 4097, 70000}) {
+    m = message_of([&] { Engine e(pc, EngineOptions{"lb-greedy", "cpu", threads}); });
+    CHECK(contains(m, "threads must be in 1..4096, got " + std::to_string(threads)));
+  }
+}

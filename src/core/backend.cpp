@@ -82,8 +82,12 @@ std::string device_unavailable(const std::string& device) {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options) {
-  if (options.threads < 1)
-    throw std::invalid_argument("[make_backend] threads must be at least 1, got " +
+  // TBB's arenas take at most about 2^16 threads (more crashed at destruction); more than a few
+  // thousand is a mistake on any machine.
+  constexpr int kMaxThreads = 4096;
+  if (options.threads < 1 || options.threads > kMaxThreads)
+    throw std::invalid_argument("[make_backend] threads must be in 1.." +
+                                std::to_string(kMaxThreads) + ", got " +
                                 std::to_string(options.threads));
   if (device == "cpu") return cpu::make_cpu_backend(options);
   if (device == "null") return make_null_backend();

@@ -167,6 +167,8 @@ uint32_t Graph::type_of(const Node& n, const uint32_t* args) {
 
 uint32_t Graph::add_node(Op op, Dim dim, const uint32_t* args, uint32_t nargs, uint32_t aux,
                          uint32_t aux2, float alpha, float beta) {
+  if (static_cast<uint64_t>(dim.rows) * dim.cols > UINT32_MAX)  // Dim::size() would wrap
+    fail(op_name(op), "shape " + to_string(dim) + " has more than 2^32 - 1 entries");
   // Filled in place: a Node assembled on the stack field by field and then copied whole reads
   // back stores that have not landed yet (a store-forwarding stall per node).
   Node& n = nodes_.emplace_back();
@@ -190,7 +192,10 @@ uint32_t Graph::add_node(Op op, Dim dim, const uint32_t* args, uint32_t nargs, u
 }
 
 uint32_t Graph::add_input(Dim dim, const float* values) {
-  if (dim.size() == 0) fail("input", "empty shape " + to_string(dim));
+  if (dim.rows == 0 || dim.cols == 0) fail("input", "empty shape " + to_string(dim));
+  if (static_cast<uint64_t>(dim.rows) * dim.cols > UINT32_MAX)
+    fail("input", "shape " + to_string(dim) + " has more than 2^32 - 1 entries");
+  if (values == nullptr) fail("input", "no values (a null pointer) for shape " + to_string(dim));
   const uint32_t offset = static_cast<uint32_t>(input_values_.size());
   input_values_.insert(input_values_.end(), values, values + dim.size());
   return add_node(Op::Input, dim, nullptr, 0, offset);

@@ -46,6 +46,9 @@ uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup,
   if (dim.rows == 0 || dim.cols == 0)
     throw std::invalid_argument("[add_parameters] parameter '" + name + "' has empty shape " +
                                 to_string(dim));
+  if (static_cast<uint64_t>(dim.rows) * dim.cols > UINT32_MAX)
+    throw std::invalid_argument("[add_parameters] parameter '" + name + "' of shape " +
+                                to_string(dim) + " has more than 2^32 - 1 entries");
   Entry e;
   e.name = name;
   e.dim = dim;
