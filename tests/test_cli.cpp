@@ -492,6 +492,73 @@ TEST_CASE("cli: output files are checked before any work") {
         0);
 }
 
+// What a run writes at its end: an empty value (an unset shell variable) and one file named by
+// two options are usage errors; a file name too long for its temporary file's, or a link to a
+// file not there yet, is written; one file that fails leaves the others written.
+TEST_CASE("cli: output files: empty names, one file twice, long names, links, one failure") {
+  TempDir dir;
+  const std::string train = "run --model tree_lstm " + kSmall + "--data synthetic:8 --train ";
+  for (const std::string flag : {"--save-weights", "--json", "--load-weights", "--eval",
+                                 "--load-optimizer", "--outputs", "--save-optimizer"}) {
+    CAPTURE(flag);
+    const Result r = cli(dir, train + flag + " ''");
+    CHECK(r.code == 2);
+    CHECK(r.err.find(flag + " was given an empty value") != std::string::npos);
+  }
+  const std::string w = dir / "w.st";
+  Result r = cli(dir, train + "--save-weights '" + w + "' --json '" + w + "'");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--json and --save-weights name one file") != std::string::npos);
+  CHECK(!fs::exists(w));
+  // 250 bytes: the name fits, the name with ".tmp.<pid>.<n>" would not.
+  const std::string long_name = dir / std::string(250, 'w');
+  r = cli(dir, train + "--save-weights '" + long_name + "'");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(fs::file_size(long_name) > 0);
+  r = cli(dir, train + "--save-weights '" + dir / std::string(256, 'w') + "'");
+  CHECK(r.code == 1);
+  CHECK(r.err.find("its file name is longer than 255 bytes") != std::string::npos);
+  CHECK(r.out.empty());
+  // A link to a file not written yet is written through.
+  fs::create_symlink(dir / "target.st", dir / "link.st");
+  CHECK(cli(dir, train + "--save-weights '" + dir / "link.st" + "'").code == 0);
+  CHECK(fs::is_symlink(dir / "link.st"));
+  CHECK(fs::file_size(dir / "target.st") > 0);
+  // --outputs to a full device: the weights, the optimizer's state and the JSON are written.
+  r = cli(dir, train + "--save-weights '" + w + "' --save-optimizer '" + dir / "s.st" +
+                   "' --json '" + dir / "m.json" + "' --outputs /dev/full");
+  CHECK(r.code == 1);
+  CHECK(r.err.find("--outputs: [write_file_atomically] '/dev/full': error writing (No space") !=
+        std::string::npos);
+  CHECK(r.err.find("not written: --outputs") != std::string::npos);
+  for (const char* f : {"w.st", "s.st", "m.json"}) CHECK(fs::file_size(dir / f) > 0);
+}
+
+// --optimizer momentum is SGD with momentum 0.9 unless --momentum says otherwise, 0 included;
+// --momentum with Adam or AdaGrad is a usage error, 0 included.
+TEST_CASE("cli: --momentum 0 is momentum 0") {
+  TempDir dir;
+  const std::string json = dir / "m.json";
+  const std::string base = "run --model tree_lstm " + kSmall +
+                           "--data synthetic:8 --iters 1 --train --json '" + json + "' ";
+  for (const auto& [flags, momentum] :
+       std::vector<std::pair<std::string, double>>{{"--optimizer momentum", 0.9},
+                                                   {"--optimizer momentum --momentum 0", 0.0},
+                                                   {"--optimizer momentum --momentum 0.5", 0.5},
+                                                   {"--momentum 0.5", 0.5}}) {
+    CAPTURE(flags);
+    REQUIRE(cli(dir, base + flags).code == 0);
+    const nlohmann::json j = nlohmann::json::parse(test::slurp(json));
+    CHECK(j["optimizer"]["momentum"].get<double>() == doctest::Approx(momentum));
+    CHECK(j["optimizer"]["lr"].get<double>() == doctest::Approx(0.01));
+  }
+  const Result r = cli(dir, base + "--optimizer adam --momentum 0");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--momentum applies to --optimizer sgd or momentum, not adam") !=
+        std::string::npos);
+}
+
 TEST_CASE("cli: numbers that are not numbers, and seeds out of range, are usage errors") {
   TempDir dir;
   const std::string base = "run --model tree_lstm " + kSmall + "--data synthetic:8 --iters 1 ";

@@ -161,6 +161,12 @@ TEST_CASE("safetensors: corrupted files give errors naming the file and tensor")
                          std::invalid_argument);
   }
 
+  // Bytes after the last tensor's data (a file appended to).
+  p = write_raw("appended.st", ok, four + "junk");
+  CHECK_THROWS_WITH_AS(read_safetensors(p),
+                       contains("'" + p + "': 4 bytes follow the last tensor's data"),
+                       std::invalid_argument);
+
   p = write_raw("bad_json.st", R"({"w":{"dtype":"F32",)", four);
   CHECK_THROWS_WITH_AS(read_safetensors(p), contains("'" + p + "': malformed JSON header"),
                        std::invalid_argument);

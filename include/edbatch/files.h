@@ -18,6 +18,10 @@ namespace edbatch {
 void write_file_atomically(const std::string& path,
                            const std::function<void(std::ostream&)>& write);
 
+// The file write_file_atomically writes for `path`: its symbolic links followed, to the file a
+// link names even where that file does not exist yet.
+std::string write_target(const std::string& path);
+
 // Opens `path` for reading (`mode` adds to std::ios::in, e.g. binary). Throws
 // std::invalid_argument "[<fn>] cannot open '<path>': <why>" when it does not exist, is a
 // directory, or cannot be read: every loader opens its files through this one check.

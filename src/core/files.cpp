@@ -109,17 +109,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr size_t kMaxFileName = 255;  // bytes of one name in a folder (NAME_MAX on Linux)
+
 [[noreturn]] void fail(const std::string& path, const std::string& what, int err = 0) {
   throw std::runtime_error("[write_file_atomically] '" + path + "': " + what +
                            (err ? std::string(" (") + std::strerror(err) + ")" : ""));
 }
 
 // Creates a temporary file next to `target` that no one else uses (O_EXCL); returns its name.
+// Its name is the target's with ".tmp.<pid>.<n>" added, the target's part shortened where the
+// whole would pass the folder's limit on a name (255 bytes), which the target itself need not.
 std::string create_temporary(const std::string& path, const std::string& target) {
   static std::atomic<uint64_t> counter{0};
+  const fs::path t(target);
+  const std::string folder = t.has_parent_path() ? t.parent_path().string() + "/" : "";
+  const std::string base = t.filename().string();
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const std::string name =
-        target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+    const std::string suffix =
+        ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+    const size_t room = kMaxFileName > suffix.size() ? kMaxFileName - suffix.size() : 0;
+    const std::string name = folder + base.substr(0, room) + suffix;
     const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) {
       ::close(fd);
@@ -144,22 +153,29 @@ void sync_file(const std::string& path, const std::string& name) {
 void write_directly(const std::string& path, const std::function<void(std::ostream&)>& write) {
   std::ofstream out(path, std::ios::binary);
   if (!out) fail(path, "cannot open for writing", errno);
+  errno = 0;
   write(out);
   out.flush();
-  if (!out) fail(path, "error writing");
+  if (!out) fail(path, "error writing", errno);
 }
 
 }  // namespace
 
+std::string write_target(const std::string& path) {
+  fs::path target(path);
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(target, ec); ++hops) {
+    const fs::path to = fs::read_symlink(target, ec);
+    if (ec) break;
+    target = to.is_absolute() ? to : target.parent_path() / to;
+  }
+  return target.string();
+}
+
 void write_file_atomically(const std::string& path,
                            const std::function<void(std::ostream&)>& write) {
   if (path.empty()) fail(path, "empty file name");
-  std::error_code ec;
-  fs::path target(path);
-  if (fs::is_symlink(target, ec)) {
-    const fs::path resolved = fs::canonical(target, ec);
-    if (!ec) target = resolved;
-  }
+  const fs::path target(write_target(path));
   struct stat st {};
   const bool exists = ::stat(target.c_str(), &st) == 0;
   if (exists && !S_ISREG(st.st_mode)) return write_directly(path, write);
@@ -169,9 +185,10 @@ void write_file_atomically(const std::string& path,
     {
       std::ofstream out(name, std::ios::binary | std::ios::trunc);
       if (!out) fail(path, "cannot open the temporary file '" + name + "'", errno);
+      errno = 0;  // what a failed write leaves (ENOSPC, EIO) is named
       write(out);
       out.close();
-      if (!out) fail(path, "error writing the temporary file '" + name + "'");
+      if (!out) fail(path, "error writing the temporary file '" + name + "'", errno);
     }
     if (exists && ::chmod(name.c_str(), st.st_mode & 07777) != 0)
       fail(path, "cannot give the temporary file the permissions of the old one", errno);

@@ -252,6 +252,14 @@ std::vector<NamedTensor> parse_safetensors(const char* bytes, size_t size,
       reader.fail(fmt::format("tensors '{}' and '{}' overlap: data_offsets [{}, {}] and [{}, {}]",
                               entries[i - 1].name, entries[i].name, entries[i - 1].begin,
                               entries[i - 1].end, entries[i].begin, entries[i].end));
+  // The format's tensors fill the data section: bytes past the last one are a file joined with
+  // something else or written by something else.
+  const uint64_t end = entries.empty() ? 0 : entries.back().end;
+  if (end != data_size)
+    reader.fail(
+        fmt::format("{} bytes follow the last tensor's data: not a safetensors file as "
+                    "written (appended to, or joined with another)",
+                    data_size - end));
 
   const char* data = header_begin + header_size;
   std::vector<NamedTensor> tensors;

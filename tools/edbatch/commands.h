@@ -6,6 +6,8 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace edbatch::cli {
 
@@ -40,9 +42,31 @@ CLI::Validator number_in(double low, double high);
 CLI::Validator seed_number();
 
 // Output files are checked before any work, so that a typo does not cost a whole run: throws
-// std::runtime_error naming `option` when `path` is a directory or its folder is missing, not a
-// folder or not writable.
+// std::runtime_error naming `option` when `path` is a directory, its name is too long, or the
+// folder of the file it names (through symbolic links) is missing, not a folder or not writable.
 void check_output_file(const std::string& option, const std::string& path);
+
+// The files a command writes when its work is done. add() checks each before any work
+// (check_output_file; an empty path: the option was not given), and refuses one file named by two
+// options, which would keep only the last. write() writes one; a failure is reported on stderr
+// and the files after it are still written, so that a failed --outputs keeps the weights;
+// finish() then throws naming the failed ones.
+class OutputFiles {
+ public:
+  explicit OutputFiles(std::string command) : command_(std::move(command)) {}  // "run", "train"
+  void add(const std::string& option, const std::string& path);
+  void write(const std::string& option, const std::function<void()>& write_file);
+  void finish() const;
+
+ private:
+  std::string command_;
+  std::vector<std::pair<std::string, std::string>> files_;  // option, the file it writes
+  std::vector<std::string> failed_;
+};
+
+// Refuses (UsageError) an option given an empty value, which a shell variable left unset
+// gives (--save-weights "$OUT"): the command would run as if the option were not given.
+void refuse_empty_values(const CLI::App& app);
 // Warns on stderr when --threads asks for more threads than the CPU cores the process may use.
 void warn_threads(const std::string& command, uint32_t threads);
 

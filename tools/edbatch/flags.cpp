@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "edbatch/files.h"
 #include "edbatch/models.h"
 #include "tools/edbatch/commands.h"
 
@@ -108,17 +109,62 @@ void check_output_file(const std::string& option, const std::string& path) {
   const auto fail = [&](const std::string& why) {
     throw std::runtime_error(option + ": cannot write '" + path + "': " + why);
   };
+  const fs::path target(write_target(path));  // a symbolic link is written through
+  if (target.filename().string().size() > 255) fail("its file name is longer than 255 bytes");
   std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
+  const fs::file_status st = fs::status(target, ec);
+  const auto absent = [&] {  // the file or (below) a folder above it not there: named below
+    return ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory;
+  };
+  if (ec && !absent()) fail(ec.message());
   if (fs::is_directory(st)) fail("it is a directory");
   // A device or a pipe is written directly (write_file_atomically), not through its folder.
   if (fs::exists(st) && !fs::is_regular_file(st)) return;
-  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : ".";
   const fs::file_status d = fs::status(dir, ec);
+  if (ec && !absent()) fail("the folder '" + dir.string() + "': " + ec.message());
   if (!fs::exists(d)) fail("the folder '" + dir.string() + "' does not exist");
   if (!fs::is_directory(d)) fail("'" + dir.string() + "' is not a folder");
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     fail("the folder '" + dir.string() + "' is not writable (" + std::strerror(errno) + ")");
+}
+
+void OutputFiles::add(const std::string& option, const std::string& path) {
+  if (path.empty()) return;
+  check_output_file(option, path);
+  namespace fs = std::filesystem;
+  const std::string file = fs::absolute(write_target(path)).lexically_normal().string();
+  for (const auto& [other, f] : files_)
+    if (f == file)
+      throw UsageError(option + " and " + other + " name one file, '" + path +
+                       "': the second written would replace the first");
+  files_.emplace_back(option, file);
+}
+
+void OutputFiles::write(const std::string& option, const std::function<void()>& write_file) {
+  try {
+    write_file();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edbatch %s: %s: %s\n", command_.c_str(), option.c_str(), e.what());
+    failed_.push_back(option);
+  }
+}
+
+void OutputFiles::finish() const {
+  if (failed_.empty()) return;
+  std::string names;
+  for (const std::string& o : failed_) names += (names.empty() ? "" : ", ") + o;
+  throw std::runtime_error("not written: " + names + " (above); the other files were");
+}
+
+void refuse_empty_values(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_items_expected_min() == 0) continue;  // flags
+    for (const std::string& v : opt->results())
+      if (v.empty())
+        throw UsageError(opt->get_name() +
+                         " was given an empty value (is a shell variable in it unset?)");
+  }
 }
 
 void warn_threads(const std::string& command, uint32_t threads) {

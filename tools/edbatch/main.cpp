@@ -1,6 +1,8 @@
 // `edbatch`: the command line. Exit codes: 0 ok, 1 runtime error, 2 usage error; errors go to
 // stderr as "edbatch <command>: <message>".
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -42,7 +44,15 @@ int main(int argc, char** argv) {
   for (const Command& c : commands) {
     if (!c.app->parsed()) continue;
     try {
-      return c.run();
+      refuse_empty_values(*c.app);
+      const int code = c.run();
+      // A table or description redirected to a full disk is output lost.
+      if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "%swriting to standard output failed: %s\n", prefix().c_str(),
+                     std::strerror(errno));
+        return 1;
+      }
+      return code;
     } catch (const UsageError& e) {
       std::fprintf(stderr, "%s%s\nRun with --help for more information.\n", prefix().c_str(),
                    e.what());

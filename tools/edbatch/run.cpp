@@ -45,35 +45,6 @@ struct RunOptions {
   bool check_numerics = false;
 };
 
-// Mini-batches of instance ids: the data set in order (shuffled by the seed when training),
-// epoch after epoch, the last mini-batch of an epoch possibly short.
-class BatchStream {
- public:
-  BatchStream(uint32_t n, uint32_t batch, bool shuffle, uint64_t seed)
-      : order_(n), batch_(batch), shuffle_(shuffle), rng_(seed) {
-    std::iota(order_.begin(), order_.end(), 0u);
-    if (shuffle_) std::shuffle(order_.begin(), order_.end(), rng_);
-  }
-  uint32_t per_epoch() const { return (size() + batch_ - 1) / batch_; }
-  uint32_t size() const { return static_cast<uint32_t>(order_.size()); }
-  void next(std::vector<uint32_t>& out) {
-    if (pos_ >= order_.size()) {
-      pos_ = 0;
-      if (shuffle_) std::shuffle(order_.begin(), order_.end(), rng_);
-    }
-    const size_t end = std::min(order_.size(), pos_ + batch_);
-    out.assign(order_.begin() + pos_, order_.begin() + end);
-    pos_ = end;
-  }
-
- private:
-  std::vector<uint32_t> order_;
-  uint32_t batch_;
-  bool shuffle_;
-  std::mt19937_64 rng_;
-  size_t pos_ = 0;
-};
-
 void progress(uint32_t done, uint32_t total, double instances, double ms) {
   const int width = 30;
   const int filled = total ? static_cast<int>(double(done) / total * width) : width;
@@ -272,13 +243,15 @@ void check_usage(const RunOptions& o) {
 }
 
 // Before any work: the files the run writes at its end.
-void check_outputs(const RunOptions& o) {
-  check_output_file("--write-data", o.write_data);
-  check_output_file("--outputs", o.outputs);
-  check_output_file("--json", o.json);
-  check_output_file("--save-weights", o.save_weights);
-  check_output_file("--save-best", o.t.save_best);
-  check_output_file("--save-optimizer", o.t.save_optimizer);
+OutputFiles output_files(const RunOptions& o) {
+  OutputFiles f("run");
+  f.add("--write-data", o.write_data);
+  f.add("--save-weights", o.save_weights);
+  f.add("--save-best", o.t.save_best);
+  f.add("--save-optimizer", o.t.save_optimizer);
+  f.add("--json", o.json);
+  f.add("--outputs", o.outputs);
+  return f;
 }
 
 // --vocab-size 0: a row per id the data holds, within the limit of --vocab-size.
@@ -306,7 +279,7 @@ int write_data(const Dataset& data, const std::string& path) {
 int run(const RunOptions& o) {
   const auto wall0 = Clock::now();
   check_usage(o);
-  check_outputs(o);
+  OutputFiles outputs = output_files(o);
   if (o.device == "cpu") warn_threads("run", o.threads);
   const DataKind kind = model_data_kind(o.model);
   if (!o.write_data.empty())
@@ -447,31 +420,39 @@ int run(const RunOptions& o) {
   info.arena_bytes = engine.stats().arena_bytes;
   info.arena_growths_after_warmup = engine.stats().arena_growths - growths_at_warmup;
 
-  if (!o.outputs.empty()) runner.write_outputs(o.outputs);
-  if (!o.save_weights.empty()) save_parameters(o.save_weights, pc, saved_vocabulary);
+  // The weights first: a failure of one file (--outputs' pass stops at a loss that is not
+  // finite) leaves the others written.
+  if (!o.save_weights.empty())
+    outputs.write("--save-weights", [&] { save_parameters(o.save_weights, pc, saved_vocabulary); });
   if (!o.t.save_optimizer.empty())
-    save_optimizer_state(o.t.save_optimizer, *optimizer,
-                         DataPosition{o.seed, o.batch, train_size, resumed + total}.metadata());
+    outputs.write("--save-optimizer", [&] {
+      save_optimizer_state(o.t.save_optimizer, *optimizer,
+                           DataPosition{o.seed, o.batch, train_size, resumed + total}.metadata());
+    });
+  if (!o.outputs.empty()) outputs.write("--outputs", [&] { runner.write_outputs(o.outputs); });
   info.peak_rss_bytes = peak_rss_bytes();
   info.wall_s = ms_since(wall0) / 1e3;
-  if (!o.json.empty()) {
-    nlohmann::json j = metrics_json(info, samples);
-    if (o.train) {
-      const UpdateRule& h = optimizer->hyperparameters();
-      j["optimizer"] = {{"name", o.t.optimizer},
-                        {"lr", h.lr},
-                        {"momentum", h.momentum},
-                        {"weight_decay", h.weight_decay},
-                        {"clip", h.clip_norm},
-                        {"steps", optimizer->steps()},
-                        {"resumed_after_minibatches", resumed}};
-    }
-    report.add_to_json(j);
-    // File names need not be UTF-8: such bytes become U+FFFD rather than fail the run here.
-    const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    write_file_atomically(o.json, [&](std::ostream& out) { out << text; });
-  }
+  if (!o.json.empty())
+    outputs.write("--json", [&] {
+      nlohmann::json j = metrics_json(info, samples);
+      if (o.train) {
+        const UpdateRule& h = optimizer->hyperparameters();
+        j["optimizer"] = {{"name", o.t.optimizer},
+                          {"lr", h.lr},
+                          {"momentum", h.momentum},
+                          {"weight_decay", h.weight_decay},
+                          {"clip", h.clip_norm},
+                          {"steps", optimizer->steps()},
+                          {"resumed_after_minibatches", resumed}};
+      }
+      report.add_to_json(j);
+      // File names need not be UTF-8: such bytes become U+FFFD rather than fail the run here.
+      const std::string text =
+          j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+      write_file_atomically(o.json, [&](std::ostream& out) { out << text; });
+    });
   std::fputs(metrics_table(info, samples).c_str(), stdout);
+  outputs.finish();
   return 0;
 }
 

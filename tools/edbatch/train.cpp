@@ -132,8 +132,9 @@ void check_usage(const TrainOptions& o) {
 int train(TrainOptions o) {
   const auto t0 = Clock::now();
   check_usage(o);
-  check_output_file("--output", o.output);
-  check_output_file("--curve", o.curve);
+  OutputFiles outputs("train");  // checked before any work
+  outputs.add("--output", o.output);
+  outputs.add("--curve", o.curve);
   if (o.device == "cpu") warn_threads("train", o.threads);
   o.fsm.encoding = parse_fsm_encoding(o.encoding);
   o.fsm.seed = o.seed;

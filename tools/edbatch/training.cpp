@@ -25,7 +25,8 @@ void add_training_options(CLI::App* app, TrainingOptions& o) {
                   "momentum (or sgd with --momentum) 0.01, adam 0.001, adagrad 0.05)")
       ->check(number_from(0, false));
   app->add_option("--momentum", o.momentum, "sgd: heavy-ball momentum in [0, 1) (0: none)")
-      ->check(number_in(0, 0.999));
+      ->check(number_in(0, 0.999))
+      ->each([&o](const std::string&) { o.momentum_given = true; });
   app->add_option("--weight-decay", o.weight_decay,
                   "L2 weight decay added to every gradient (lookup tables: the touched columns)")
       ->check(number_from(0, true));
@@ -53,7 +54,7 @@ void add_training_options(CLI::App* app, TrainingOptions& o) {
 
 void check_training_usage(const TrainingOptions& o, bool train, const std::string& device,
                           const std::string& model) {
-  if (o.momentum > 0 && o.optimizer != "sgd" && o.optimizer != "momentum")
+  if (o.momentum_given && o.optimizer != "sgd" && o.optimizer != "momentum")
     throw UsageError("--momentum applies to --optimizer sgd or momentum, not " + o.optimizer);
   if (!o.save_best.empty() && (o.eval.empty() || !train))
     throw UsageError("--save-best needs --train and --eval");
@@ -110,7 +111,11 @@ std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, Paramete
   oo.momentum = o.momentum;
   oo.weight_decay = o.weight_decay;
   oo.clip_norm = o.clip;
-  std::unique_ptr<Optimizer> opt = make_optimizer(o.optimizer, pc, oo);
+  // "momentum" is SGD with momentum 0.9 unless --momentum says otherwise, 0 included (the
+  // library reads 0 as not given); its default rate stays.
+  const bool own_momentum = o.optimizer == "momentum" && o.momentum_given;
+  if (own_momentum && oo.lr == 0) oo.lr = default_learning_rate("momentum");
+  std::unique_ptr<Optimizer> opt = make_optimizer(own_momentum ? "sgd" : o.optimizer, pc, oo);
   *resume_after = 0;
   if (o.load_optimizer.empty()) return opt;
   std::map<std::string, std::string> meta;

@@ -3,11 +3,14 @@
 // the JSON (tools/edbatch/training.cpp).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,7 @@ struct TrainingOptions {
   // Clipping is on by default: without it SGD diverges on mvrnn, lattice_lstm, bilstm_tagger
   // and random_dag at its default rate (docs/models.md).
   float momentum = 0, weight_decay = 0, clip = 5;
+  bool momentum_given = false;  // --momentum on the command line, 0 included
   std::string eval, save_best, save_optimizer, load_optimizer;
 };
 
@@ -32,6 +36,35 @@ void add_training_options(CLI::App* app, TrainingOptions& o);
 // Throws UsageError for combinations that cannot work.
 void check_training_usage(const TrainingOptions& o, bool train, const std::string& device,
                           const std::string& model);
+// Mini-batches of instance ids: the data set in order (shuffled by the seed when training),
+// epoch after epoch, the last mini-batch of an epoch possibly short.
+class BatchStream {
+ public:
+  BatchStream(uint32_t n, uint32_t batch, bool shuffle, uint64_t seed)
+      : order_(n), batch_(batch), shuffle_(shuffle), rng_(seed) {
+    std::iota(order_.begin(), order_.end(), 0u);
+    if (shuffle_) std::shuffle(order_.begin(), order_.end(), rng_);
+  }
+  uint32_t per_epoch() const { return (size() + batch_ - 1) / batch_; }
+  uint32_t size() const { return static_cast<uint32_t>(order_.size()); }
+  void next(std::vector<uint32_t>& out) {
+    if (pos_ >= order_.size()) {
+      pos_ = 0;
+      if (shuffle_) std::shuffle(order_.begin(), order_.end(), rng_);
+    }
+    const size_t end = std::min(order_.size(), pos_ + batch_);
+    out.assign(order_.begin() + pos_, order_.begin() + end);
+    pos_ = end;
+  }
+
+ private:
+  std::vector<uint32_t> order_;
+  uint32_t batch_;
+  bool shuffle_;
+  std::mt19937_64 rng_;
+  size_t pos_ = 0;
+};
+
 // Where a training run stands in its data: --save-optimizer keeps it in the state's metadata
 // ("edbatch.data_position"), so that a run with --load-optimizer over the same data, --batch and
 // --seed continues the order of mini-batches where the saved run stopped.
