@@ -143,10 +143,12 @@ def prepare_stats():
     (a bad structure; its call raised), "dropped" (more than 8 waited), "runners" (made for
     calls and preparations: each holds an engine, on a GPU with its own stream and arenas, so
     a count that keeps growing means calls pay for new ones), "waiting" (now), "workers" (threads
-    preparing: a second starts when a preparation waits while the first is busy)}."""
+    preparing: a second starts when a preparation waits while the first is busy), "idle"
+    (runners kept for later calls: at most 4 per configuration and 16 in all, so those that
+    outputs kept for backward held come back and are let go)}."""
     _lib.load()
-    return dict(zip(("prepared", "used", "failed", "dropped", "runners", "waiting", "workers"),
-                    torch.ops.edbatch.prepare_counts()))
+    return dict(zip(("prepared", "used", "failed", "dropped", "runners", "waiting", "workers",
+                     "idle"), torch.ops.edbatch.prepare_counts()))
 
 
 def set_plan_cache(megabytes):

@@ -33,6 +33,7 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
   num_instances_ = num_instances;
   steps_ = 0;
   repeated_before_ = engine_.stats().increments_repeated;
+  kernels_before_ = engine_.stats().kernels;
   instance_steps_.assign(static_cast<size_t>(num_instances), 0);
   state_.assign(static_cast<size_t>(num_instances) * S, Expr{});
   std::vector<float> zeros;

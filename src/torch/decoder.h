@@ -35,6 +35,8 @@ class Decoder {
   // Steps since start() planned as a repeat of the step before (the engine's repeated increments:
   // the same running instances, with plan reuse on).
   uint64_t steps_repeated() const { return engine_.stats().increments_repeated - repeated_before_; }
+  // Kernel launches since start() (the engine counts them over its life).
+  uint64_t kernels() const { return engine_.stats().kernels - kernels_before_; }
 
  private:
   ParameterCollection pc_;
@@ -44,6 +46,7 @@ class Decoder {
   Graph graph_;
   int64_t num_instances_ = 0, steps_ = 0;
   uint64_t repeated_before_ = 0;  // the engine's increments_repeated at start()
+  uint64_t kernels_before_ = 0;   // ... and its kernels
   bool started_ = false;
   std::vector<Expr> state_;  // instance i's output o at [i * num_outputs + o]
   std::vector<int64_t> instance_steps_;

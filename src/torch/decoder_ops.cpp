@@ -107,7 +107,7 @@ class TorchDecoder : public torch::CustomClassHolder {
     return {decoder_->steps(),
             static_cast<int64_t>(decoder_->graph_nodes()),
             static_cast<int64_t>(s.nodes),
-            static_cast<int64_t>(s.kernels),
+            static_cast<int64_t>(decoder_->kernels()),
             static_cast<int64_t>(s.batches),
             static_cast<int64_t>(decoder_->steps_repeated())};
   }

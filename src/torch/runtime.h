@@ -85,8 +85,9 @@ class RunnerPool {
   }
 
   void give_back(const CallArgs& a, std::unique_ptr<Runner> r) {
+    std::vector<std::unique_ptr<Runner>> evicted;  // destroyed after the lock is let go
     std::lock_guard<std::mutex> lock(mutex_);
-    idle_[key(a)].push_back(std::move(r));
+    park(key(a), std::move(r), evicted);
   }
 
   // Stages `p`'s structure on a runner for `a` and queues its preparation. At most kMaxPrepared
@@ -96,13 +97,14 @@ class RunnerPool {
     entry->key = key(a);
     entry->runner = idle_or_new(a, entry->key);
     entry->runner->stage(p);
+    std::vector<std::unique_ptr<Runner>> evicted;
     std::unique_lock<std::mutex> lock(mutex_);
     while (prepared_.size() >= kMaxPrepared) {
       std::unique_ptr<Prepared> old = std::move(prepared_.front());
       prepared_.pop_front();
       done_.wait(lock, [&old] { return old->done; });
       ++counts_[kDropped];
-      idle_[old->key].push_back(std::move(old->runner));
+      park(old->key, std::move(old->runner), evicted);
     }
     ++counts_[kPrepared];
     queue_.push_back(entry.get());
@@ -115,14 +117,15 @@ class RunnerPool {
   }
 
   // Preparations asked for, used by a call, failed (bad structure), dropped unused, runners made
-  // (each with its engine: on a GPU its stream, cuBLAS handle and arenas); then how many wait now
-  // and the worker threads started.
+  // (each with its engine: on a GPU its stream, cuBLAS handle and arenas); then how many wait now,
+  // the worker threads started, and the idle runners kept.
   enum Count { kPrepared, kUsed, kFailed, kDropped, kRunners, kCounts };
   std::vector<int64_t> counts() {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<int64_t> c(counts_, counts_ + kCounts);
     c.push_back(static_cast<int64_t>(prepared_.size()));
     c.push_back(static_cast<int64_t>(workers_));
+    c.push_back(static_cast<int64_t>(idle_.size()));
     return c;
   }
 
@@ -139,12 +142,12 @@ class RunnerPool {
   std::unique_ptr<Runner> idle_or_new(const CallArgs& a, const std::string& k) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto& idle = idle_[k];
-      if (!idle.empty()) {
-        std::unique_ptr<Runner> r = std::move(idle.back());
-        idle.pop_back();
-        return r;
-      }
+      for (auto it = idle_.rbegin(); it != idle_.rend(); ++it)
+        if (it->first == k) {
+          std::unique_ptr<Runner> r = std::move(it->second);
+          idle_.erase(std::next(it).base());
+          return r;
+        }
     }
     auto r = std::make_unique<Runner>(a.config, a.options);
     std::lock_guard<std::mutex> lock(mutex_);
@@ -182,7 +185,30 @@ class RunnerPool {
            "|" + std::to_string(c.head.classes) + (c.head.mean ? "m" : "s");
   }
   std::mutex mutex_;
-  std::map<std::string, std::vector<std::unique_ptr<Runner>>> idle_;
+  // Idle runners, the latest given back last. A runner an autograd graph held (an output kept
+  // and dropped later) comes back after the calls went on with others: more than a few per
+  // configuration, or many in all, would keep their engines and arenas for good.
+  static constexpr size_t kMaxIdlePerKey = 4, kMaxIdle = 16;
+  std::list<std::pair<std::string, std::unique_ptr<Runner>>> idle_;
+
+  // Under the lock: `r` joins the idle runners; the ones past the bounds, the oldest first, go to
+  // `evicted`.
+  void park(const std::string& k, std::unique_ptr<Runner> r,
+            std::vector<std::unique_ptr<Runner>>& evicted) {
+    idle_.emplace_back(k, std::move(r));
+    size_t same = 0;
+    for (auto it = idle_.end(); it != idle_.begin();) {
+      --it;
+      if (it->first == k && ++same > kMaxIdlePerKey) {
+        evicted.push_back(std::move(it->second));
+        it = idle_.erase(it);
+      }
+    }
+    while (idle_.size() > kMaxIdle) {
+      evicted.push_back(std::move(idle_.front().second));
+      idle_.pop_front();
+    }
+  }
   std::list<std::unique_ptr<Prepared>> prepared_;  // oldest first
   std::deque<Prepared*> queue_;                    // waiting for the worker
   std::condition_variable work_, done_;

@@ -170,11 +170,14 @@ def test_steps_over_the_same_sentences_repeat_the_plan_before():
         return out, counts
 
     decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    kernels = []
     for _ in range(2):  # counted from start()
         states, counts = loop(decoder)
         assert counts == [7] * 6 + [4] * 2 + [3]
         assert decoder.stats()["repeated"] == sum(counts[t] == counts[t - 1]
                                                   for t in range(2, len(counts))) == 5
+        kernels.append(decoder.stats()["kernels"])
+    assert kernels[0] == kernels[1] > 0
     before = edbatch.set_plan_cache(0)
     try:
         planned = edbatch.nn.StepDecoder(module, input_size=E)

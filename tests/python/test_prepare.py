@@ -388,3 +388,27 @@ def test_preparing_what_is_not_packed_is_refused():
                  lambda: edbatch.prepare("tree_lstm", [(1, 2)], 5, H)):
         with pytest.raises(TypeError, match="expected a packed batch .* got list"):
             call()
+
+
+def test_idle_runners_are_let_go_beyond_their_bound():
+    """Outputs kept for backward hold a runner each; given back when they go, at most 4 per
+    configuration (16 in all) stay idle and the rest are let go, so a second round of kept
+    outputs makes runners again instead of memory growing with the most ever in flight."""
+    cell = "tree_lstm"
+    packed, input_size, node_types, arc_types, w, x = case(cell, 60)
+    w = {k: v.detach().clone().requires_grad_() for k, v in w.items()}
+
+    def call():
+        return edbatch.run_cell(cell, x, packed, list(w.values()), H, node_types, arc_types,
+                                threads=1)
+
+    kept = [call() for _ in range(12)]
+    made = counts()["runners"]
+    del kept
+    assert counts()["idle"] <= 16
+    kept = [call() for _ in range(12)]
+    assert counts()["runners"] >= made + 8  # 12 in flight, at most 4 of them kept idle
+    want = step(cell, packed, x, w, node_types, arc_types)
+    del kept
+    assert_same(step(cell, packed, x, w, node_types, arc_types), want)
+    assert counts()["idle"] <= 16
