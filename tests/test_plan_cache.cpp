@@ -6,11 +6,14 @@
 // leaves the kept plan as it was; a budget too small for a plan keeps none.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <random>
+#include <set>
 
 #include "edbatch/block.h"
 #include "edbatch/engine.h"
 #include "edbatch/models.h"
+#include "src/core/plan_cache.h"
 #include "tests/check.h"
 #include "tests/step_net.h"
 
@@ -199,13 +202,44 @@ TEST_CASE("plan cache: a structure that differs in one edge or one attribute is 
   CHECK(!t.run(0, 1.0f, 4));
   CHECK(!t.run(0, 1.0f, 5));
   CHECK(t.run(0, 1.0f, 6));
-  // Two arguments swapped: the same key as the first structure, which the exact comparison
-  // turns down (and the swapped structure, its key seen, is kept at once).
+  // Two arguments swapped: another key (arguments count by position), kept in turn.
   CHECK(!t.run(1, 1.0f, 7, true));
-  CHECK(t.run(1, 1.0f, 8, true));
-  CHECK(!t.run(1, 0.5f, 9));  // one attribute
-  CHECK(t.run(1, 1.0f, 10));  // the first structure is still kept
+  CHECK(!t.run(1, 1.0f, 8, true));
+  CHECK(t.run(1, 1.0f, 9, true));
+  // One attribute: the same key as the first structure, which the exact comparison turns down.
+  CHECK(!t.run(1, 0.5f, 10));
+  CHECK(t.run(1, 1.0f, 11));  // the first structure is still kept
   CHECK(t.ea.stats().plans_reused == 4);
+}
+
+// Every tree of n leaves has the same counts of nodes and arguments, and each node but the root
+// is an argument once: the key tells their shapes apart, so trees that never repeat are not
+// kept (a kept plan that is never served only takes the budget).
+TEST_CASE("plan cache: trees of one size but other shapes have other keys") {
+  std::mt19937_64 rng(5);
+  ParameterCollection pc(1);
+  const Parameter W = pc.add_parameters("W", Dim{3, 6});
+  std::map<std::vector<uint32_t>, uint64_t> key_of;  // every node's arguments -> key
+  for (int trial = 0; trial < 300; ++trial) {
+    Graph g(pc);
+    std::vector<Expr> forest;  // random merges of 9 leaves
+    for (int i = 0; i < 9; ++i) forest.push_back(tanh(input(g, Dim{3, 1}, {1, 2, 3})));
+    while (forest.size() > 1) {
+      Expr pair[2];
+      for (Expr& e : pair) {
+        const auto at = forest.begin() + static_cast<std::ptrdiff_t>(rng() % forest.size());
+        e = *at;
+        forest.erase(at);
+      }
+      forest.push_back(tanh(parameter(g, W) * concat({pair[0], pair[1]})));
+    }
+    const auto [it, added] = key_of.emplace(g.all_args(), PlanCache::key(g));
+    CHECK(it->second == PlanCache::key(g));  // one structure, one key
+  }
+  REQUIRE(key_of.size() > 250);
+  std::set<uint64_t> keys;
+  for (const auto& [structure, key] : key_of) keys.insert(key);
+  CHECK(keys.size() == key_of.size());
 }
 
 TEST_CASE("plan cache: a budget too small for one plan keeps none") {

@@ -32,9 +32,10 @@ class PlanCache {
   // its third.
   void offer(const Graph& g, const Schedule& s, const MemoryPlan& p,
              const Policy::Lookups& lookups);
-  // The structure's key: counts of nodes, arguments, block-call integers and input floats, and
-  // sums of the arguments and of the types. Cheap (the argument sum vectorises) and different
-  // for nearly all graphs that differ; equality is then checked exactly.
+  // The structure's key: counts of nodes, arguments, block-call integers and input floats, a
+  // sum of the arguments each mixed with its position, and a sum of the types. Cheap (the
+  // argument sum vectorises) and different for nearly all graphs that differ, trees of one size
+  // among them; equality is then checked exactly.
   static uint64_t key(const Graph& g);
   size_t bytes() const { return used_; }
   size_t entries() const { return entries_.size(); }
