@@ -26,13 +26,16 @@ def load():
                 "`pip install --no-build-isolation .` or set EDBATCH_LIBRARY to a CMake build's "
                 "libedbatch_torch.so (docs/pytorch.md)")
         path = found[0]
+    if _registered():
+        # The ops are this process's already (the package reloaded, or imported again under
+        # another name): loading a copy would register them twice, which aborts the process.
+        _loaded = path
+        return path
     try:
         torch.ops.load_library(path)
     except OSError as e:
         raise ImportError(f"edbatch: {path!r} could not be loaded: {e}") from None
-    try:
-        torch.ops.edbatch.build_info
-    except (AttributeError, RuntimeError):
+    if not _registered():
         raise ImportError(f"edbatch: {path!r} is not edbatch's PyTorch extension (it registers "
                           f"no torch.ops.edbatch.*): EDBATCH_LIBRARY names a CMake build's "
                           f"libedbatch_torch.so") from None
@@ -66,3 +69,12 @@ def autocast_float32(x):
     except TypeError:
         on = torch.is_autocast_cpu_enabled() if device == "cpu" else torch.is_autocast_enabled()
     return x.float() if on else x
+
+
+def _registered():
+    """Whether torch.ops.edbatch's operators are registered in this process."""
+    try:
+        torch.ops.edbatch.build_info
+        return True
+    except (AttributeError, RuntimeError):
+        return False

@@ -14,6 +14,7 @@ import inspect
 import linecache
 import operator
 import os
+import threading
 import traceback
 
 import torch
@@ -153,6 +154,8 @@ def _current_frames():
 
 
 _FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last three refused
+# One trace at a time: it sets torch's factories and fx.Proxy's operators for the process.
+_TRACING = threading.RLock()
 
 
 class _Tracer(fx.Tracer):
@@ -173,21 +176,26 @@ class _Tracer(fx.Tracer):
         self.body.module_paths = {m: p for p, m in root.named_modules()}
         self.body.parametrized, self.parametrization_of = trace_weights.parametrized(root)
         # Factories do not dispatch on traced arguments (torch.zeros(x.size(0), n)): while
-        # tracing, their calls are recorded rather than run.
-        saved = {name: getattr(torch, name) for name in _FACTORIES}
+        # tracing, their calls in this thread are recorded rather than run. torch's names are
+        # the process's: one trace at a time, and other threads' calls run as they would.
+        with _TRACING:
+            saved = {name: getattr(torch, name) for name in _FACTORIES}
+            tracing = threading.get_ident()
 
-        def recorded(fn):
-            return lambda *a, **kw: self.create_proxy("call_function", fn, a, kw)
-        try:
-            for name, fn in saved.items():
-                setattr(torch, name, recorded(fn))
-            # Autograd as a training call has it, whatever the caller's mode: a cell that turns
-            # it off (torch.no_grad) is then seen (create_proxy).
-            with trace_inplace.refused(note_where), torch.enable_grad():
-                return super().trace(root, *args, **kwargs)
-        finally:
-            for name, fn in saved.items():
-                setattr(torch, name, fn)
+            def recorded(fn):
+                return lambda *a, **kw: (
+                    self.create_proxy("call_function", fn, a, kw)
+                    if threading.get_ident() == tracing else fn(*a, **kw))
+            try:
+                for name, fn in saved.items():
+                    setattr(torch, name, recorded(fn))
+                # Autograd as a training call has it, whatever the caller's mode: a cell that
+                # turns it off (torch.no_grad) is then seen (create_proxy).
+                with trace_inplace.refused(note_where), torch.enable_grad():
+                    return super().trace(root, *args, **kwargs)
+            finally:
+                for name, fn in saved.items():
+                    setattr(torch, name, fn)
 
     def create_arg(self, a):
         if isinstance(a, torch.nn.Parameter) and all(a is not p for p in self.root.parameters()):

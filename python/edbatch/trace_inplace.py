@@ -2,6 +2,7 @@
 Python turns `a += b` into `a = a + b`, which other names for `a` would not see, as they would
 in PyTorch."""
 import contextlib
+import threading
 
 import torch.fx as fx
 
@@ -15,8 +16,12 @@ _INPLACE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//"
 def refused(note_where):
     """Within: fx.Proxy's in-place operators raise a Refusal, after note_where(tracer body)
     points the error at the user's line; fx.Proxy is as it was after, whatever happens."""
+    tracing = threading.get_ident()
+
     def refusal(symbol):
         def refuse(proxy, other):
+            if threading.get_ident() != tracing:  # another thread's fx trace: as without
+                return NotImplemented
             note_where(proxy.tracer.body)
             raise Refusal(f"the in-place operator {symbol}= is not supported: write "
                           f"a = a {symbol} b")

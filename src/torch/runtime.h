@@ -2,6 +2,7 @@
 // traced user cells): argument checks, the pool of runners, and running a forward.
 #pragma once
 #include <ATen/ATen.h>
+#include <pthread.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/custom_class.h>
 
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -60,7 +62,11 @@ class RunnerPool {
  public:
   // Never destroyed: autograd graphs that outlive static destruction still give runners back.
   static RunnerPool& get() {
-    static RunnerPool* pool = new RunnerPool;
+    static RunnerPool* pool = [] {
+      auto* p = new RunnerPool;
+      ::pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child);
+      return p;
+    }();
     return *pool;
   }
 
@@ -185,6 +191,24 @@ class RunnerPool {
            "|" + std::to_string(c.head.classes) + (c.head.mean ? "m" : "s");
   }
   std::mutex mutex_;
+
+  // fork(): the pool's lock is held across it, so the child gets the pool between operations.
+  // The child has none of the parent's threads: its workers are started anew, and preparations
+  // queued or under way (their runners perhaps half made by a worker the child lacks) are left
+  // alone, never destroyed or served; their calls build their graphs themselves.
+  static void before_fork() { get().mutex_.lock(); }
+  static void after_fork_in_parent() { get().mutex_.unlock(); }
+  static void after_fork_in_child() {
+    RunnerPool& p = get();
+    for (std::unique_ptr<Prepared>& e : p.prepared_) (void)e.release();
+    p.prepared_.clear();
+    p.queue_.clear();
+    p.workers_ = p.free_workers_ = 0;
+    // Waiters the parent's threads were are not here to wake.
+    new (&p.work_) std::condition_variable;
+    new (&p.done_) std::condition_variable;
+    p.mutex_.unlock();
+  }
   // Idle runners, the latest given back last. A runner an autograd graph held (an output kept
   // and dropped later) comes back after the calls went on with others: more than a few per
   // configuration, or many in all, would keep their engines and arenas for good.

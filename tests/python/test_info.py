@@ -83,3 +83,25 @@ def test_a_library_that_is_not_the_extension_is_named(tmp_path):
         pytest.skip("no libtorch_global_deps.so beside this torch")
     last = load_with(other)
     assert "is not edbatch's PyTorch extension" in last and "libtorch_global_deps.so" in last
+
+
+def test_the_extension_loads_once_whatever_the_library_named_later(tmp_path):
+    """A second copy of the extension would register its operators again, which aborts the
+    process: once they are registered, load() (after a reload of the package, or with
+    EDBATCH_LIBRARY naming another copy) uses them as they are."""
+    copy = tmp_path / "copy.so"
+    copy.write_bytes(open(edbatch._lib.load(), "rb").read())
+    script = (
+        "import os, torch, edbatch\n"
+        "edbatch._lib.load()\n"
+        f"os.environ['EDBATCH_LIBRARY'] = {str(copy)!r}\n"
+        "edbatch._lib._loaded = None\n"
+        "edbatch._lib.load()\n"
+        "packed = edbatch.pack_trees([(1, 2)])\n"
+        "m = edbatch.nn.Propagate(lambda x, h: torch.tanh(x + h), state_size=3)\n"
+        "print(m(packed, x=torch.ones(3, 3)).shape)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch.Size([3, 3])" in done.stdout
