@@ -239,7 +239,7 @@ def profile(ours, packs, device, n, model):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="tree_lstm,lattice_lstm")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--batch", type=int, default=32)

@@ -247,7 +247,7 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].rstrip(":") + ".")
     ap.add_argument("--models", default="childsum,lattice")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--batch", type=int, default=32)

@@ -31,7 +31,7 @@ def timed(fn, iters, warmup=5):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", default="32,128")
     p.add_argument("--hidden", default="128,512")
     p.add_argument("--iters", type=int, default=30)

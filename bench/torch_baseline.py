@@ -256,7 +256,7 @@ def check_train_step(args, impl, path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, choices=sorted(torch_models.MODELS))
     p.add_argument("--data", required=True, help="an edbatch data file (edbatch run --write-data)")
     p.add_argument("--weights", required=True,

@@ -142,7 +142,7 @@ def check(model, pairs, device, max_len):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--hidden", default="128,256")
     ap.add_argument("--batch", default="32,128")

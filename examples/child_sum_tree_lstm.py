@@ -94,7 +94,7 @@ def pack(lines, vocab):
 
 
 def main():
-    args = example_common.arguments(__doc__.splitlines()[0], "an SST-format file")
+    args = example_common.arguments(__doc__.split("\n\n")[0], "an SST-format file")
     torch.manual_seed(args.seed)
     lines, vocab = example_common.sst_lines(args, edbatch), {}
     batches = [pack(lines[i:i + args.batch], vocab) for i in range(0, len(lines), args.batch)]

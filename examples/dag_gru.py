@@ -114,7 +114,7 @@ def synthetic_dags(n, vocab_size, classes, seed):
 
 
 def main():
-    args = example_common.arguments(__doc__.splitlines()[0], "a JSON-lines file of edge lists")
+    args = example_common.arguments(__doc__.split("\n\n")[0], "a JSON-lines file of edge lists")
     torch.manual_seed(args.seed)
     classes, vocab = 4, 50
     if args.data:

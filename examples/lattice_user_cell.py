@@ -85,7 +85,7 @@ def node_by_node(model, packed):
 
 
 def main():
-    args = example_common.arguments(__doc__.splitlines()[0], "lattices in the zoo's format",
+    args = example_common.arguments(__doc__.split("\n\n")[0], "lattices in the zoo's format",
                                     examples=60)
     torch.manual_seed(args.seed)
     if args.data:

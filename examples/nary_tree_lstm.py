@@ -87,7 +87,7 @@ def node_by_node(model, packed):
 
 
 def main():
-    args = example_common.arguments(__doc__.splitlines()[0], "an SST-format file")
+    args = example_common.arguments(__doc__.split("\n\n")[0], "an SST-format file")
     torch.manual_seed(args.seed)
     lines, vocab = example_common.sst_lines(args, edbatch), {}
     batches = [edbatch.pack_sst(lines[i:i + args.batch], vocab)

@@ -11,7 +11,8 @@
 # DIR/corpus/<target>, which later runs start from too; fuzz/corpus stays as checked in unless
 # --make-corpus rewrites its seeds with fuzz_make_corpus (the project's generators and writers).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"  # before the cd: $0 may be relative
+cd "$(dirname "$self")/.."
 
 seconds=60
 targets="trees lattices tagged safetensors policy pairs packed"
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --make-corpus) make_corpus=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     [0-9]*) seconds=$1; shift ;;
     *) echo "fuzz.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
