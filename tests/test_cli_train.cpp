@@ -109,7 +109,7 @@ TEST_CASE("cli train: usage and file errors") {
   // Refused before any training: an empty output name, held-out data out of range.
   const Result empty = cli(dir, "train --model lattice_lstm " + kTiny + "-o ''");
   CHECK(empty.code == 2);
-  CHECK(empty.err.find("--output: empty") != std::string::npos);
+  CHECK(empty.err.find("--output was given an empty value") != std::string::npos);
   const Result eval =
       cli(dir, "train --model lattice_lstm " + kTiny + "--eval-data synthetic:0 -o x.json");
   CHECK(eval.code == 2);

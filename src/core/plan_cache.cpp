@@ -57,8 +57,9 @@ uint64_t PlanCache::key(const Graph& g) {
   // linearly by position still let one tree in seven collide. In 32 bits, so it vectorises.
   const std::vector<uint32_t>& args = g.all_args();
   uint32_t arg_sum = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    uint32_t v = args[i] * 0x9E3779B1u + static_cast<uint32_t>(i);
+  const auto n = static_cast<uint32_t>(args.size());  // a graph's arguments fit 32 bits
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t v = args[i] * 0x9E3779B1u + i;
     v ^= v >> 16;
     v *= 0x7FEB352Du;
     v ^= v >> 15;
