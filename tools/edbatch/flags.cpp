@@ -134,6 +134,9 @@ void OutputFiles::add(const std::string& option, const std::string& path) {
   check_output_file(option, path);
   namespace fs = std::filesystem;
   const std::string file = fs::absolute(write_target(path)).lexically_normal().string();
+  std::error_code ec;
+  const fs::file_status st = fs::status(file, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) return;  // /dev/null, /dev/stdout, a pipe
   for (const auto& [other, f] : files_)
     if (f == file)
       throw UsageError(option + " and " + other + " name one file, '" + path +
