@@ -28,16 +28,13 @@ std::string write_target(const std::string& path);
 std::ifstream open_input(const std::string& path, const char* fn,
                          std::ios::openmode mode = std::ios::in);
 
-// Skips a UTF-8 byte order mark (EF BB BF) at the stream's position, as editors on Windows
-// write at the start of text files; leaves any other bytes unread.
-void skip_utf8_bom(std::istream& in);
-
 // A line of a UTF-8 text file as std::getline read it, made ready to split into words: a final
-// '\r' (Windows line endings) and a byte order mark at its start (files joined with cat) are
-// removed. Throws std::invalid_argument "[<fn>] <source>:<line>:<column>: ..." for a NUL byte (a
-// UTF-16 or binary file), a carriage return inside the line (old Mac line endings), a byte order
-// mark past its start, or bytes that are not UTF-8, so that such a file is refused instead of
-// being read as other words.
+// '\r' (Windows line endings) and a byte order mark at its start (as editors on Windows write at
+// the start of a file, and files joined with cat have at a line's start) are removed. Throws
+// std::invalid_argument "[<fn>] <source>:<line>:<column>: ..." for a NUL byte (a UTF-16 or binary
+// file), a carriage return inside the line (old Mac line endings), a byte order mark past its
+// start, or bytes that are not UTF-8, so that such a file is refused instead of being read as other
+// words.
 void prepare_text_line(std::string& line, const char* fn, const std::string& source,
                        size_t line_no);
 

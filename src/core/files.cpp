@@ -28,17 +28,6 @@ std::ifstream open_input(const std::string& path, const char* fn, std::ios::open
   return in;
 }
 
-void skip_utf8_bom(std::istream& in) {
-  static const char bom[] = "\xEF\xBB\xBF";
-  for (int i = 0; i < 3; ++i) {
-    if (in.peek() != static_cast<unsigned char>(bom[i])) {
-      for (; i > 0; --i) in.unget();
-      return;
-    }
-    in.get();
-  }
-}
-
 namespace {
 
 // The offset of the first byte of `s` that does not belong to a well-formed UTF-8 sequence

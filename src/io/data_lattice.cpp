@@ -147,7 +147,6 @@ Lattice read_lattice(LatticeReader& r, uint64_t index, uint64_t count, uint32_t 
 
 std::vector<Lattice> parse_lattices(std::istream& in, const std::string& source_name,
                                     uint32_t vocab_size) {
-  skip_utf8_bom(in);
   LatticeReader r(in, source_name);
   if (!r.next_nonblank())
     r.fail_at_end("expected the number of lattices on the first line (no lattices)");

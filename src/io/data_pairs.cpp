@@ -32,7 +32,6 @@ using WordIds = std::unordered_map<std::string, uint32_t>;
 WordIds read_vocab(const std::string& path) {
   static const char* const special[] = {"<unk>", "<s>", "</s>"};
   std::ifstream in = open_input(path, "load_pairs");
-  skip_utf8_bom(in);
   WordIds ids;
   std::string line;
   uint32_t next = 0;
@@ -91,8 +90,6 @@ std::vector<SentencePair> read_pairs(PairFiles& files, const WordIds& sv, const 
                                      uint32_t vocab_size) {
   const std::string &source_path = files.source_path, &target_path = files.target_path;
   std::ifstream &src = files.source, &tgt = files.target;
-  skip_utf8_bom(src);
-  skip_utf8_bom(tgt);
   std::vector<SentencePair> pairs;
   std::string a, b;
   for (uint32_t line = 1;; ++line) {
@@ -101,12 +98,13 @@ std::vector<SentencePair> read_pairs(PairFiles& files, const WordIds& sv, const 
     if (!has_a && !has_b) break;
     if (has_a) prepare_text_line(a, "load_pairs", source_path, line);
     if (has_b) prepare_text_line(b, "load_pairs", target_path, line);
-    // Blank lines at the end of one file only are not a line of their own.
-    if (has_a != has_b && !blank_to_end(has_a ? src : tgt, has_a ? a : b))
+    if (has_a != has_b) {
+      // Blank lines at the end of one file only are not a line of their own.
+      if (blank_to_end(has_a ? src : tgt, has_a ? a : b)) break;
       throw std::invalid_argument(fmt::format(
           "[load_pairs] {} has {} lines but {} has more: the files are not aligned",
           has_a ? target_path : source_path, line - 1, has_a ? source_path : target_path));
-    if (has_a != has_b) break;
+    }
     SentencePair p{words_of(a, sv, vocab_size), words_of(b, tv, vocab_size)};
     if (!p.source.empty() && !p.target.empty()) pairs.push_back(std::move(p));
   }

@@ -85,7 +85,6 @@ class TaggedParser {
 
 TaggedData parse_tagged(std::istream& in, const std::string& source_name, uint32_t vocab_size,
                         Vocabulary* vocabulary) {
-  skip_utf8_bom(in);
   Vocabulary own;
   TaggedParser parser(source_name, vocab_size, vocabulary ? *vocabulary : own);
   std::vector<TaggedSentence> sentences;

@@ -167,7 +167,6 @@ bool blank(const std::string& line) {
 
 std::vector<Tree> parse_trees(std::istream& in, const std::string& source_name, uint32_t vocab_size,
                               Vocabulary* vocabulary) {
-  skip_utf8_bom(in);
   std::vector<Tree> trees;
   std::unordered_map<std::string, uint32_t> own;
   std::unordered_map<std::string, uint32_t>& words = vocabulary ? vocabulary->words : own;
