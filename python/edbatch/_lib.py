@@ -71,10 +71,15 @@ def autocast_float32(x):
     return x.float() if on else x
 
 
-def _registered():
-    """Whether torch.ops.edbatch's operators are registered in this process."""
+def has_op(name):
+    """Whether torch.ops.edbatch.<name> is registered in this process."""
     try:
-        torch.ops.edbatch.build_info
+        getattr(torch.ops.edbatch, name)
         return True
     except (AttributeError, RuntimeError):
         return False
+
+
+def _registered():
+    """Whether the extension's operators are registered in this process."""
+    return has_op("build_info")

@@ -2,7 +2,7 @@
 trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorch.md)."""
 import torch
 
-from ._lib import autocast_float32, eager
+from ._lib import autocast_float32, eager, has_op
 from .head import check_engine_options, check_head, head_weights, labels_of, refuse_replica
 from .ops import _reraise, check_packed
 from .saved import check_unchanged
@@ -12,11 +12,7 @@ from .trace import as_cells, sizes_of, trace_program
 
 def has_propagate_op():
     """Whether the loaded extension registers torch.ops.edbatch.propagate."""
-    try:
-        torch.ops.edbatch.propagate
-        return True
-    except (AttributeError, RuntimeError):
-        return False
+    return has_op("propagate")
 
 
 def run_program(program, x, ids, packed, weights, seed, policy, threads, labels=None, loss=None,
