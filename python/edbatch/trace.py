@@ -171,6 +171,7 @@ class _Tracer(fx.Tracer):
         self.body, self.placeholders, self.values = body, placeholders, {}
         self.body.prefix = prefix
         self._external = 0
+        self._thread = None  # the thread tracing (trace())
 
     def trace(self, root, *args, **kwargs):
         self.body.module_paths = {m: p for p, m in root.named_modules()}
@@ -180,7 +181,7 @@ class _Tracer(fx.Tracer):
         # the process's: one trace at a time, and other threads' calls run as they would.
         with _TRACING:
             saved = {name: getattr(torch, name) for name in _FACTORIES}
-            tracing = threading.get_ident()
+            tracing = self._thread = threading.get_ident()
 
             def recorded(fn):
                 return lambda *a, **kw: (
@@ -208,7 +209,20 @@ class _Tracer(fx.Tracer):
             self.values[arg] = self.attribute(arg.target)
         return arg
 
+    def elsewhere(self):
+        """Whether this call comes from another thread than the trace's: fx sets
+        nn.Module.__call__ and __getattr__ for the process while it traces, and other threads'
+        modules run as they would."""
+        return threading.get_ident() != self._thread
+
+    def getattr(self, attr, attr_val, parameter_proxy_cache):
+        if self.elsewhere():
+            return attr_val
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
     def call_module(self, m, forward, args, kwargs):
+        if self.elsewhere():
+            return forward(*args, **kwargs)
         path = self.body.module_paths.get(m)
         path = None if path is None else _user_path(path)[:-1]
         if path:  # a submodule: errors point at the line calling it
