@@ -286,9 +286,10 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
                                 std::to_string(fsm_encoding_max_types(o.encoding)) + ")");
   const auto start = std::chrono::steady_clock::now();
   const std::function<bool()> out_of_time = [&] {
-    return o.time_budget_s > 0 &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
-               o.time_budget_s;
+    return (o.stop && o.stop()) ||
+           (o.time_budget_s > 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+                o.time_budget_s);
   };
 
   std::vector<TrainGraph> tgs, vgs;
@@ -465,6 +466,7 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
                              {"scorer_search", o.scorer_search},
                              {"table", o.table},
                              {"time_budget_s", o.time_budget_s},
+                             {"stopped_early", o.stop && o.stop()},
                              {"reward", o.costs.empty() ? "batches" : "time on " + o.costs.device},
                              {"best", result.best_source}};
   info.training = settings.dump();

@@ -36,7 +36,10 @@ CliResult run_cli(const TempDir& dir, const std::string& args) {
       std::string("'") + EDBATCH_CLI_PATH + "' " + args + " > '" + out + "' 2> '" + err + "'";
   const int status = std::system(cmd.c_str());
   CliResult r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  // The shell reports a child ended by a signal as 128 + the signal, or is itself ended by it.
+  r.code = WIFEXITED(status)     ? WEXITSTATUS(status)
+           : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                 : -1;
   r.out = slurp(out);
   r.err = slurp(err);
   return r;

@@ -26,7 +26,7 @@ struct TempDir {
 };
 
 struct CliResult {
-  int code = -1;  // exit code, -1 when the process did not exit normally
+  int code = -1;  // exit code; 128 + the signal for a process ended by one, as shells report
   std::string out, err;
 };
 

@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -294,6 +296,63 @@ TEST_CASE("cli optim: a run resumed from its optimizer state equals one run with
   CHECK(r.err.find("--load-optimizer") != std::string::npos);
   CHECK(r.err.find("--seed 1, --batch 8 over 37 training instances") != std::string::npos);
   CHECK(r.err.find("starts again") != std::string::npos);
+}
+
+TEST_CASE("cli optim: an interrupted run writes its files and resumes where it stopped") {
+  // EDBATCH_INTERRUPT_AFTER=N: the process sends itself SIGINT after N measured mini-batches.
+  // 37 trees in mini-batches of 8: 5 per epoch.
+  TempDir dir;
+  const std::string common =
+      "run --model tree_lstm --data synthetic:37 --hidden 6 --batch 8 --train --optimizer adam ";
+  const auto f = [&](const char* name) { return " '" + dir / name + "' "; };
+  const auto interrupted = [&](const char* after, const std::string& args) {
+    ::setenv("EDBATCH_INTERRUPT_AFTER", after, 1);
+    const Result r = cli(dir, args);
+    ::unsetenv("EDBATCH_INTERRUPT_AFTER");
+    INFO(args);
+    INFO(r.err);
+    CHECK(r.code == 128 + SIGINT);  // ended by the signal once the files are written
+    CHECK(r.err.find("interrupted") != std::string::npos);
+    CHECK(r.err.find("stopped by SIGINT") != std::string::npos);
+    return r;
+  };
+  REQUIRE(cli(dir, common + "--epochs 2 --save-weights" + f("whole")).code == 0);
+
+  // In an epoch's middle: weights, optimizer state and JSON written, the table printed.
+  Result r = interrupted("3", common + "--epochs 2 --save-weights" + f("a") + "--save-optimizer" +
+                                  f("as") + "--json" + f("a.json"));
+  CHECK(r.out.find("3 mini-batches measured") != std::string::npos);
+  CHECK(r.out.find("stopped by SIGINT; 10 planned") != std::string::npos);
+  nlohmann::json j = nlohmann::json::parse(slurp(dir / "a.json"));
+  CHECK(j["interrupted"] == "SIGINT");
+  CHECK(j["minibatches"] == 3);
+  CHECK(j["minibatches_planned"] == 10);
+  CHECK(j["optimizer"]["steps"] == 2 + 3);  // warm-up and the measured mini-batches
+  CHECK(j["epochs"].empty());               // the first epoch did not end
+  // Resumed for the 7 mini-batches left: the same bits as the run without a stop.
+  r = cli(dir, common + "--iters 7 --load-weights" + f("a") + "--load-optimizer" + f("as") +
+                   "--save-weights" + f("b"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(slurp(dir / "b") == slurp(dir / "whole"));
+
+  // At an epoch's end: that epoch is reported, evaluated and kept by --save-best.
+  r = interrupted("5", common + "--epochs 3 --eval synthetic:9 --save-best" + f("best") + "--json" +
+                           f("c.json"));
+  j = nlohmann::json::parse(slurp(dir / "c.json"));
+  CHECK(j["epochs"].size() == 1);
+  CHECK(j["minibatches"] == 5);
+  CHECK(std::filesystem::exists(dir / "best"));
+
+  // A forward-only run stops the same way; a malformed value is refused before any work.
+  r = interrupted(
+      "2", "run --model tree_lstm --data synthetic:37 --hidden 6 --iters 6 --json" + f("d.json"));
+  CHECK(nlohmann::json::parse(slurp(dir / "d.json"))["minibatches"] == 2);
+  ::setenv("EDBATCH_INTERRUPT_AFTER", "x", 1);
+  r = cli(dir, common + "--iters 1");
+  ::unsetenv("EDBATCH_INTERRUPT_AFTER");
+  CHECK(r.code == 1);
+  CHECK(r.err.find("EDBATCH_INTERRUPT_AFTER='x'") != std::string::npos);
 }
 
 TEST_CASE("cli optim: --eval of lstm_nmt counts the held-out tokens") {

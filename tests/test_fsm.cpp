@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -466,4 +467,33 @@ TEST_CASE("fsm: training mini-batches of several sizes, validation ones of --bat
   }
   CHECK_THROWS_WITH_AS(make_fsm_workload(*z.model, 8, {4, 0}, 2, 1, 3),
                        doctest::Contains("a training mini-batch size is 0"), std::invalid_argument);
+}
+
+TEST_CASE("fsm: a stop request ends training with the best candidate so far") {
+  Zoo z("lattice_lstm", 50, 6, 5, 2);
+  FsmTrainOptions o = quick_options();
+  const auto train = [&](const std::function<void(const FsmCurvePoint&)>& progress = {}) {
+    return train_fsm_policy(z.w.train_graphs(), z.w.validation_graphs(), o, progress);
+  };
+  const FsmTrainResult whole = train();
+  REQUIRE(whole.curve.size() > 2);
+  CHECK(whole.policy.info.training.find("\"stopped_early\":false") != std::string::npos);
+
+  // Asked at once: only lb-greedy is measured, and kept.
+  o.stop = [] { return true; };
+  const FsmTrainResult at_once = train();
+  CHECK(at_once.curve.size() == 1);
+  CHECK(at_once.best_source == "lb-greedy");
+  CHECK(at_once.policy.table.size() == 0);
+  CHECK(at_once.policy.info.training.find("\"stopped_early\":true") != std::string::npos);
+
+  // Asked once the first candidate after lb-greedy was measured: the stages after it are left.
+  bool asked = false;
+  o.stop = [&] { return asked; };
+  const FsmTrainResult part = train([&](const FsmCurvePoint& p) {
+    if (std::string(p.stage) != "lb-greedy") asked = true;
+  });
+  REQUIRE(part.curve.size() == 2);
+  CHECK(std::string(part.curve[1].stage) == whole.curve[1].stage);
+  CHECK(part.curve[1].validation_batches == whole.curve[1].validation_batches);
 }

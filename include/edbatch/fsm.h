@@ -244,6 +244,9 @@ struct FsmTrainOptions {
   // Wall-clock limit in seconds (0: none). Past it, the search and the later stages stop and
   // the best candidate so far is kept; results then depend on the machine's speed.
   double time_budget_s = 0;
+  // Asked to stop (the command line sets it on Ctrl-C): when it returns true, training ends as
+  // at the time budget, with the best candidate so far. Called from the training thread only.
+  std::function<bool()> stop;
 };
 
 struct FsmCurvePoint {

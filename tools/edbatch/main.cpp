@@ -1,6 +1,7 @@
 // `edbatch`: the command line. Exit codes: 0 ok, 1 runtime error, 2 usage error; errors go to
 // stderr as "edbatch <command>: <message>".
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "tools/edbatch/commands.h"
+#include "tools/edbatch/interrupt.h"
 
 int main(int argc, char** argv) {
   using namespace edbatch::cli;
@@ -45,12 +47,23 @@ int main(int argc, char** argv) {
     if (!c.app->parsed()) continue;
     try {
       refuse_empty_values(*c.app);
+      InterruptScope interrupts;
       const int code = c.run();
       // A table or description redirected to a full disk is output lost.
       if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
         std::fprintf(stderr, "%swriting to standard output failed: %s\n", prefix().c_str(),
                      std::strerror(errno));
         return 1;
+      }
+      if (code == 0 && interrupt_signal() != 0) {
+        // Its files written, the process ends by the signal, so that a calling shell or script
+        // stops too (it would go on after an ordinary exit).
+        std::fprintf(stderr, "%sstopped by %s\n", prefix().c_str(), interrupt_name());
+        std::fflush(stderr);
+        const int sig = interrupt_signal();
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+        return interrupt_exit_code();
       }
       return code;
     } catch (const UsageError& e) {

@@ -127,6 +127,8 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["seed"] = info.seed;
   j["warmup_minibatches"] = info.warmup;
   j["minibatches"] = samples.size();
+  j["minibatches_planned"] = info.planned;
+  j["interrupted"] = info.interrupted.empty() ? nlohmann::json() : nlohmann::json(info.interrupted);
   j["instances"] = t.instances;
   j["instances_per_s"] = t.ms > 0 ? t.instances / (t.ms / 1e3) : 0.0;
   j["ms_per_minibatch"] = to_json(over(samples, [](auto& s) { return s.total_ms; }));
@@ -179,8 +181,11 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
       info.decode  ? "greedy decoding"
       : info.train ? (info.pipeline ? "training, pipelined" : "training")
                    : (info.pipeline ? "forward only, pipelined" : "forward only"));
-  add("%zu mini-batches measured after %u warm-up, %.0f instances\n\n", samples.size(),
-      info.warmup, t.instances);
+  add("%zu mini-batches measured after %u warm-up, %.0f instances", samples.size(), info.warmup,
+      t.instances);
+  if (!info.interrupted.empty())
+    add(" (stopped by %s; %u planned)", info.interrupted.c_str(), info.planned);
+  out += "\n\n";
   add("%-26s %10s %10s %10s\n", "ms per mini-batch", "median", "p10", "p90");
   auto row = [&](const char* name, const std::function<double(const MiniBatchSample&)>& f) {
     const Spread s = over(samples, f);

@@ -46,6 +46,8 @@ struct RunInfo {
   bool blocks = false, packed = false, train = false, pipeline = false;
   bool decode = false;  // greedy decoding (--decode), with max_len
   uint32_t max_len = 0;
+  uint32_t planned = 0;     // mini-batches the run was to measure
+  std::string interrupted;  // "SIGINT" or "SIGTERM" when the run stopped early; "" otherwise
   float lr = 0;
   uint64_t arena_bytes = 0, arena_growths_after_warmup = 0, peak_rss_bytes = 0;
   double wall_s = 0;

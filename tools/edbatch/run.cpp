@@ -17,6 +17,7 @@
 #include "edbatch/safetensors.h"
 #include "tools/edbatch/commands.h"
 #include "tools/edbatch/decode.h"
+#include "tools/edbatch/interrupt.h"
 #include "tools/edbatch/metrics.h"
 #include "tools/edbatch/training.h"
 
@@ -280,6 +281,7 @@ int run(const RunOptions& o) {
   const auto wall0 = Clock::now();
   check_usage(o);
   OutputFiles outputs = output_files(o);
+  interrupt_after(0);  // a malformed EDBATCH_INTERRUPT_AFTER is refused before any work
   if (o.device == "cpu") warn_threads("run", o.threads);
   const DataKind kind = model_data_kind(o.model);
   if (!o.write_data.empty())
@@ -350,7 +352,7 @@ int run(const RunOptions& o) {
   std::vector<MiniBatchSample> warm_samples;
   warm_samples.reserve(o.warmup);
   LossCheck warm_check(o, warm.per_epoch(), true);
-  for (uint32_t w = 0; w < o.warmup; ++w) {
+  for (uint32_t w = 0; w < o.warmup && !interrupt_signal(); ++w) {
     warm.next(ids);
     MiniBatchSample* previous = warm_samples.empty() ? nullptr : &warm_samples.back();
     const bool train = o.train && o.t.load_optimizer.empty();  // resumed: no steps of its own
@@ -371,7 +373,7 @@ int run(const RunOptions& o) {
   size_t epoch_first = 0;  // the first sample of the current epoch
   RunInfo info;
   LossCheck check(o, stream.per_epoch(), false);
-  for (uint32_t b = 0; b < total; ++b) {
+  for (uint32_t b = 0; b < total && !interrupt_signal(); ++b) {
     stream.next(ids);
     MiniBatchSample* previous = samples.empty() ? nullptr : &samples.back();
     // Reserved: no reallocation.
@@ -380,6 +382,7 @@ int run(const RunOptions& o) {
     instances += samples.back().instances;
     ms += samples.back().total_ms;
     if (show) progress(b + 1, total, instances, ms);
+    interrupt_after(b + 1);
     // Training by epochs: the loss of each pass over the data, as it went.
     if (o.train && !o.iters && (resumed + b + 1) % stream.per_epoch() == 0) {
       runner.finish(&samples.back());
@@ -396,8 +399,10 @@ int run(const RunOptions& o) {
   }
   runner.finish(samples.empty() ? nullptr : &samples.back());
   check(samples, false);
+  const auto measured = static_cast<uint32_t>(samples.size());  // fewer when interrupted
+  if (show && interrupt_signal()) std::fputs("\r\033[K", stderr);
   if (!o.train) report.evaluate_once();
-  if (o.train && o.iters) report.after_iterations(total);
+  if (o.train && o.iters) report.after_iterations(measured);
 
   info.model = o.model;
   info.data = o.data;
@@ -416,6 +421,8 @@ int run(const RunOptions& o) {
   info.pipeline = o.pipeline;
   info.decode = o.decode;
   info.max_len = o.max_len;
+  info.planned = total;
+  info.interrupted = interrupt_name();
   info.lr = optimizer->learning_rate();
   info.arena_bytes = engine.stats().arena_bytes;
   info.arena_growths_after_warmup = engine.stats().arena_growths - growths_at_warmup;
@@ -426,8 +433,9 @@ int run(const RunOptions& o) {
     outputs.write("--save-weights", [&] { save_parameters(o.save_weights, pc, saved_vocabulary); });
   if (!o.t.save_optimizer.empty())
     outputs.write("--save-optimizer", [&] {
-      save_optimizer_state(o.t.save_optimizer, *optimizer,
-                           DataPosition{o.seed, o.batch, train_size, resumed + total}.metadata());
+      save_optimizer_state(
+          o.t.save_optimizer, *optimizer,
+          DataPosition{o.seed, o.batch, train_size, resumed + measured}.metadata());
     });
   if (!o.outputs.empty()) outputs.write("--outputs", [&] { runner.write_outputs(o.outputs); });
   info.peak_rss_bytes = peak_rss_bytes();
@@ -573,7 +581,9 @@ Command add_run_command(CLI::App& root) {
                 "print the model's tensors (names, shapes) and math, and exit");
   app->footer(
       "Exit codes: 0 ok, 1 runtime error (data, files, device), 2 usage error.\n"
-      "A progress bar goes to stderr when it is a terminal; the table goes to stdout.");
+      "A progress bar goes to stderr when it is a terminal; the table goes to stdout.\n"
+      "Ctrl-C (or SIGTERM) stops after the mini-batch in progress and writes the run's files as "
+      "at its end (the optimizer state resumes exactly there); a second Ctrl-C stops at once.");
   return Command{app, [o] { return run(*o); }};
 }
 

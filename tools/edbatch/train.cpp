@@ -13,6 +13,7 @@
 #include "edbatch/models.h"
 #include "edbatch/options.h"
 #include "tools/edbatch/commands.h"
+#include "tools/edbatch/interrupt.h"
 
 namespace edbatch::cli {
 
@@ -201,7 +202,11 @@ int train(TrainOptions o) {
     curve << p.episode << "," << p.mean_batches << "," << p.validation_batches << ","
           << p.lower_bound << "," << p.stage << "\n";
   };
+  o.fsm.stop = [] { return interrupt_signal() != 0; };
   FsmTrainResult result = train_fsm_policy(train_graphs, val_graphs, o.fsm, progress);
+  if (interrupt_signal())
+    std::fprintf(stderr, "training stopped by %s: the best candidate so far (%s) is kept\n",
+                 interrupt_name(), result.best_source.c_str());
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
   // The summary runs the real scheduler with the policy as `edbatch run` would load it.
@@ -378,7 +383,8 @@ Command add_train_command(CLI::App& root) {
       "batches (with costs: predicted time) on the validation mini-batches; training stops "
       "early within 1% of the lower bound.\n"
       "Exit codes: 0 ok, 1 runtime error (data, files), 2 usage error. Progress goes to stderr, "
-      "the summary to stdout.");
+      "the summary to stdout. Ctrl-C (or SIGTERM) stops training at its next check and writes "
+      "the best policy so far; a second Ctrl-C stops at once.");
   return Command{app, [o] { return train(*o); }};
 }
 

@@ -1,0 +1,86 @@
+#include "tools/edbatch/interrupt.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace edbatch::cli {
+namespace {
+
+// Lock-free, so safe in a handler, and seen by every thread (the signal may land on any).
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+struct sigaction g_previous[2];
+constexpr int kSignals[2] = {SIGINT, SIGTERM};
+
+void on_signal(int sig) {
+  if (g_signal.load() != 0) {
+    // The second: stop at once, as without a handler.
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_signal.store(sig);
+  // Only async-signal-safe calls here: write(2) of a constant text.
+  static const char kText[] =
+      "\nedbatch: interrupted: finishing the current step, then writing the files due at the "
+      "end (interrupt again to stop at once)\n";
+  const ssize_t ignored = write(STDERR_FILENO, kText, sizeof kText - 1);
+  (void)ignored;
+}
+
+}  // namespace
+
+InterruptScope::InterruptScope() {
+  g_signal.store(0);
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // reads and writes in progress go on
+  for (int i = 0; i < 2; ++i) {
+    sigaction(kSignals[i], nullptr, &g_previous[i]);
+    // A signal the parent ignores (a background job's SIGINT, nohup) stays ignored.
+    if (g_previous[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &sa, nullptr);
+  }
+}
+
+InterruptScope::~InterruptScope() {
+  for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &g_previous[i], nullptr);
+}
+
+int interrupt_signal() {
+  return g_signal.load();
+}
+
+const char* interrupt_name() {
+  const int sig = g_signal.load();
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "";
+}
+
+int interrupt_exit_code() {
+  return 128 + g_signal.load();
+}
+
+void interrupt_after(uint64_t minibatches_run) {
+  static const uint64_t after = [] {
+    const char* v = std::getenv("EDBATCH_INTERRUPT_AFTER");
+    if (v == nullptr || *v == 0) return uint64_t{0};
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (*end != 0 || errno != 0 || n == 0 || *v == '-')
+      throw std::invalid_argument(std::string("EDBATCH_INTERRUPT_AFTER='") + v +
+                                  "': expected a positive number of mini-batches");
+    return uint64_t{n};
+  }();
+  if (after != 0 && minibatches_run == after) kill(getpid(), SIGINT);
+}
+
+}  // namespace edbatch::cli
