@@ -308,7 +308,9 @@ struct ScalarDivide {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr a) { return a.alpha / x; }
   template <class M, class T>
-  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr a) { return dy * (-a.alpha / (x * x)); }
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr a) {
+    return dy * (-(a.alpha / x) / x);  // not / (x * x): x * x underflows below 1e-19
+  }
 };
 
 // ---- binary: y = value(a, b); da += grad_a(dy, a, b, y); db += grad_b(dy, a, b, y). ----
@@ -340,7 +342,9 @@ struct Divide {
   template <class M, class T>
   EDBATCH_HD static auto grad_a(const T& dy, const T&, const T& b, const T&) { return dy / b; }
   template <class M, class T>
-  EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T& b, const T&) { return dy * (-a / (b * b)); }
+  EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T& b, const T&) {
+    return dy * (-(a / b) / b);  // as PyTorch: b * b underflows below 1e-19
+  }
 };
 
 // a where b > 0, else 0: torch.where's selection (a value not selected, even inf or NaN, gives

@@ -50,5 +50,9 @@ inline void check_same_gradients(ParameterCollection& a, ParameterCollection& b,
 
 // maximum's and max_index's NaN rule on `device` (tests/test_ops.cpp).
 void check_maximum_nan(const std::string& device, int threads);
+// log_softmax's and pick_neg_log_softmax's precision far from 0 and under a mask (same file).
+void check_log_softmax_far(const std::string& device, int threads);
+// Nodes no seed depends on leave the gradients alone (same file).
+void check_unused_nodes(const std::string& device, int threads);
 
 }  // namespace edbatch::testing

@@ -415,6 +415,14 @@ CUDA_CASE("cuda: maximum and max_index take NaN as the largest; maximum's gradie
   testing::check_maximum_nan("cuda", 1);
 }
 
+CUDA_CASE("cuda: log_softmax and pick_neg_log_softmax far from 0 and under a mask") {
+  testing::check_log_softmax_far("cuda", 1);
+}
+
+CUDA_CASE("cuda: nodes the loss does not depend on leave the gradients alone") {
+  testing::check_unused_nodes("cuda", 1);
+}
+
 CUDA_CASE("cuda: edbatch run reports the device time of a forward pass") {
   test::TempDir dir;
   for (const std::string args :

@@ -477,6 +477,16 @@ TEST_CASE("incremental: misuse is a clear error") {
   CHECK(e.value(h).data != nullptr);
   e.forward(g, l2);
   e.backward(g, l2);
+  // A node added after the backward has no gradient; rewritten inputs make the adjoints stale.
+  const Expr h3 = tanh(h2);
+  CHECK_THROWS_WITH_AS(e.gradient(h3), doctest::Contains("[Engine::gradient] node"),
+                       std::invalid_argument);
+  CHECK(e.gradient(h2).data != nullptr);
+  const std::vector<float> other(H, 0.25f);
+  g.write_inputs(0, other.data(), other.size());
+  CHECK_THROWS_WITH_AS(e.gradient(h), doctest::Contains("inputs were rewritten"),
+                       std::invalid_argument);
+  CHECK(e.gradient(parameter(g, w.W)).data != nullptr);  // the parameter's own gradient stays
   // After clear(), expressions from before cannot be built on or read.
   g.clear();
   CHECK_THROWS_WITH_AS(tanh(h2), doctest::Contains("from before Graph::clear()"),

@@ -684,6 +684,108 @@ TEST_CASE("ops: maximum and max_index take NaN as the largest; maximum's gradien
   }
 }
 
+// log_softmax and pick_neg_log_softmax subtract the column's largest entry before adding the
+// log of the sum, so they keep float precision however far from 0 the column lies, and a column
+// masked to one large negative value is uniform, as in PyTorch. Against a double reference on
+// the stored floats; tests/test_cuda.cpp runs it on the GPU.
+void testing::check_log_softmax_far(const std::string& device, int threads) {
+  const std::vector<float> base{0.5f, -1.25f, 2.0f, 0.0f, 0.75f};
+  const uint32_t n = static_cast<uint32_t>(base.size());
+  ParameterCollection pc(1);
+  Graph g(pc);
+  std::vector<Expr> xs, logs, picks, terms;
+  std::vector<std::vector<float>> columns;
+  for (double offset : {0.0, 1e4, 1e5, 1e7, 3e7, -1e9}) {
+    std::vector<float> v(n);
+    for (uint32_t q = 0; q < n; ++q)
+      v[q] = offset == -1e9 ? -1e9f : static_cast<float>(offset + base[q]);
+    columns.push_back(v);
+    xs.push_back(input(g, Dim{n, 1}, v));
+    logs.push_back(log_softmax(xs.back()));
+    picks.push_back(pick_neg_log_softmax(xs.back(), static_cast<uint32_t>(xs.size()) % n));
+    terms.push_back(picks.back());
+    terms.push_back(column_sum(logs.back()));
+  }
+  const Expr loss = sum(terms);
+  Engine e(pc, EngineOptions{"lb-greedy", device, threads});
+  e.forward(g, loss);
+  e.backward(g, loss);
+  for (size_t k = 0; k < xs.size(); ++k) {
+    CAPTURE(columns[k][0]);
+    const std::vector<float>& v = columns[k];
+    const double m = *std::max_element(v.begin(), v.end());
+    double sum_exp = 0;
+    for (float x : v) sum_exp += std::exp(x - m);
+    const uint32_t label = static_cast<uint32_t>(k + 1) % n;
+    const std::vector<float> y = as_vector(e.value(logs[k]));
+    const std::vector<float> dx = as_vector(e.gradient(xs[k]));
+    for (uint32_t q = 0; q < n; ++q) {
+      const double log_p = (v[q] - m) - std::log(sum_exp), p = std::exp(log_p);
+      CHECK(y[q] == doctest::Approx(log_p).epsilon(1e-5));
+      // d/dx of -log_softmax[label] plus the column's sum of log_softmax.
+      const double grad = (p - (q == label ? 1 : 0)) + (1 - n * p);
+      CHECK(dx[q] == doctest::Approx(grad).epsilon(1e-5));
+    }
+    CHECK(as_scalar(e.value(picks[k])) ==
+          doctest::Approx(std::log(sum_exp) - (v[label] - m)).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("ops: log_softmax and pick_neg_log_softmax far from 0 and under a mask") {
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    testing::check_log_softmax_far("cpu", threads);
+  }
+}
+
+// Nodes no seed depends on are not differentiated, as PyTorch never differentiates them: exp of
+// a loss that overflows, sqrt and log at 0 and a division by 0, computed only to be read, leave
+// the gradients bitwise as they are without them. tests/test_cuda.cpp runs it on the GPU.
+void testing::check_unused_nodes(const std::string& device, int threads) {
+  ParameterCollection pc(3);
+  const Parameter W = pc.add_parameters("W", Dim{6, 4});
+  const std::vector<float> xv{0.5f, -1.0f, 0.25f, 2.0f};
+  Engine e(pc, EngineOptions{"lb-greedy", device, threads});
+  const auto gradient = [&](bool unused, bool seeds) {
+    Graph g(pc);
+    const Expr h = relu(matmul(parameter(g, W), input(g, Dim{4, 1}, xv)));
+    const Expr loss = sum({pick(h, 0), pick(h, 1), tanh(pick(h, 2))});
+    std::vector<Expr> read;
+    if (unused) {
+      const Expr zero = h - h;
+      read = {exp(scalar_affine(loss, 1000.0f, 100.0f)), sqrt(zero), log(zero), h / zero,
+              1.0f / zero};
+    }
+    e.forward(g, loss);
+    if (unused) {
+      CHECK(std::isinf(as_scalar(e.value(read[0]))));
+      CHECK(as_vector(e.value(read[1]))[0] == 0.0f);
+      CHECK(std::isinf(as_vector(e.value(read[2]))[0]));
+    }
+    pc.zero_grads();
+    const float one = 1.0f;
+    if (seeds)
+      e.backward(g, {loss}, &one);
+    else
+      e.backward(g, loss);
+    const float* dw = pc.grads(W.id);
+    return std::vector<float>(dw, dw + 24);
+  };
+  const std::vector<float> plain = gradient(false, false);
+  bool any = false;
+  for (float v : plain) any = any || v != 0.0f;
+  CHECK(any);
+  CHECK(gradient(true, false) == plain);
+  CHECK(gradient(true, true) == plain);
+}
+
+TEST_CASE("ops: nodes the loss does not depend on leave the gradients alone") {
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    testing::check_unused_nodes("cpu", threads);
+  }
+}
+
 // The CPU kernels' forms of step and keep (Eigen's vectorised compare and select) on values the
 // harness does not draw: zeros, inf and NaN. keep's gradient passes only where it keeps.
 TEST_CASE("ops: keep drops inf and NaN where it does not keep; step of NaN is 0") {
@@ -773,6 +875,11 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
     CHECK(math::Gelu::value<ScalarMath>(xf, Attr{}) ==
           doctest::Approx(math::Gelu::value<ScalarMath>(double(xf), Attr{})).epsilon(1e-6));
   }
+  // The divisions' gradients in float where b * b would underflow: -a / b^2 = -1e16.
+  CHECK(math::Divide::grad_b<ScalarMath>(1.0f, 1e-30f, 1e-23f, 0.0f) ==
+        doctest::Approx(-1e16).epsilon(1e-6));
+  CHECK(math::ScalarDivide::gradient<ScalarMath>(1.0f, 1e-23f, 0.0f, Attr{1e-30f}) ==
+        doctest::Approx(-1e16).epsilon(1e-6));
   // At the kink: leaky_relu's slope is alpha, elu's alpha, abs's 0 (PyTorch's choices).
   CHECK(math::LeakyRelu::gradient<ScalarMath>(1.0, 0.0, 0.0, Attr{0.25f}) == 0.25);
   CHECK(math::Elu::gradient<ScalarMath>(1.0, 0.0, 0.0, Attr{0.25f}) == 0.25);

@@ -104,6 +104,9 @@ struct BackwardSeed {
   const std::vector<uint32_t>* nodes = nullptr;
   const float* values = nullptr;
   bool on_device = false;
+  // Per batch of the schedule, 1 where no seed depends on any of its nodes: its backward is not
+  // run (nullptr: every batch runs). Engine::backward fills it.
+  const std::vector<uint8_t>* skip_batches = nullptr;
 };
 
 class Backend {

@@ -192,7 +192,7 @@ class Engine {
   void check_ran_all(const Graph& g) const;  // backward: every node of `g` has run
   void sync_counters() const;
   void run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end = UINT32_MAX);
-  void run_backward(Graph& g, const BackwardSeed& seed);
+  void run_backward(Graph& g, BackwardSeed seed);
   // EngineOptions::check_numerics after a pass (src/core/numerics.cpp).
   void check_forward_numerics(const Graph& g, const char* fn) const;
   void check_backward_numerics(const Graph& g) const;
@@ -206,6 +206,7 @@ class Engine {
   Schedule schedule_;
   MemoryPlan plan_;
   std::vector<uint32_t> seed_nodes_;  // backward(outputs, seeds)
+  std::vector<uint8_t> live_, skip_batches_;   // backward: nodes the seeds depend on, batches not
   mutable std::vector<uint32_t> fetch_nodes_;  // fetch()
   PlanOptions plan_options_;
   mutable Stats stats_;

@@ -111,6 +111,7 @@ class CpuBackend : public Backend {
         }
       }
       for (size_t b = p.schedule.batches.size(); b-- > 0;) {
+        if (seed.skip_batches != nullptr && (*seed.skip_batches)[b]) continue;
         const BatchArgs args = batch_args(p, b);
         if (args.op == Op::Call) {
           kernels += call_backward(c, p, b);

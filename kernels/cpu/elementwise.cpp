@@ -239,10 +239,12 @@ void pick_bwd(Context& c, const BatchArgs& b) {
     operand_adjoint(c, b.operands[0], i)[b.aux[i]] += *out_adjoint(c, b, i);
 }
 
-float log_sum_exp(CVec x, float* max_out) {
+// log sum_q exp(x[q] - m), with m = max x: -log softmax(x)[q] = this - (x[q] - m). Subtracting
+// m from x[q] first keeps the result exact where |m| is large (all entries masked at -1e9).
+float log_sum_exp_shifted(CVec x, float* max_out) {
   const float m = x.maxCoeff();
   *max_out = m;
-  return m + std::log((x - m).exp().sum());
+  return std::log((x - m).exp().sum());
 }
 
 void pnls_fwd(Context& c, const BatchArgs& b) {
@@ -251,7 +253,8 @@ void pnls_fwd(Context& c, const BatchArgs& b) {
     for (uint32_t i = i0; i < i1; ++i) {
       CVec x(operand_value(c, b.operands[0], i), n);
       float m;
-      *out_value(c, b, i) = log_sum_exp(x, &m) - x[b.aux[i]];
+      const float lse = log_sum_exp_shifted(x, &m);
+      *out_value(c, b, i) = lse - (x[b.aux[i]] - m);
     }
   });
 }
@@ -261,10 +264,10 @@ void pnls_bwd(Context& c, const BatchArgs& b) {
   for (uint32_t i = 0; i < b.count; ++i) {
     CVec x(operand_value(c, b.operands[0], i), n);
     float m;
-    const float lse = log_sum_exp(x, &m);
+    const float lse = log_sum_exp_shifted(x, &m);
     const float dy = *out_adjoint(c, b, i);
     Vec dx(operand_adjoint(c, b.operands[0], i), n);
-    dx += dy * (x - lse).exp();
+    dx += dy * ((x - m) - lse).exp();
     dx[b.aux[i]] -= dy;
   }
 }

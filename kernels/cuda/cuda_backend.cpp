@@ -111,6 +111,7 @@ class CudaBackend : public Backend {
     params_.upload_grads_if_changed(p.params);
     adjoints_mirror_.reset(arenas_.total_floats);
     Pass pass = new_pass(p, false);
+    pass.skip_batches = seed.skip_batches;
     {
       Profiler::Phase encoding(profiler_, "(host: backward, encoding)");
       encode(pass);

@@ -220,6 +220,7 @@ struct Pass {
   const PlanRef* p = nullptr;
   bool forward = true;
   uint32_t first_batch = 0;        // forward: the batches run start here (an incremental forward)
+  const std::vector<uint8_t>* skip_batches = nullptr;  // backward: BackwardSeed::skip_batches
   bool fused_linear = true;        // GEMM steps through the fused kernel where it applies
   bool pointwise_runs = true;      // CudaOptions::pointwise_runs
   uint32_t linear_min_blocks = 1;  // linear_chunk_sizes (CudaOptions::linear_min_blocks)

@@ -71,6 +71,7 @@ class Encoder {
     const size_t n = s.batches.size();
     for (size_t q = pass_.forward ? pass_.first_batch : 0; q < n; ++q) {
       const uint32_t b = static_cast<uint32_t>(pass_.forward ? q : n - 1 - q);
+      if (!pass_.forward && pass_.skip_batches != nullptr && (*pass_.skip_batches)[b]) continue;
       const Node& first = pass_.p->graph.node(s.nodes[s.batches[b].begin]);
       if (first.op == Op::Call) {
         call(b, first);

@@ -61,11 +61,13 @@ __device__ inline void warp_max_sum_exp(const float* x, uint32_t n, uint32_t lan
   *sum_exp = warp_sum(e);
 }
 
-// log sum_q exp(x[q]) over a column of n rows (every lane gets it).
-__device__ inline float warp_log_sum_exp(const float* x, uint32_t n, uint32_t lane) {
-  float m, e;
-  warp_max_sum_exp(x, n, lane, &m, &e);
-  return m + logf(e);
+// log sum_q exp(x[q] - m) over a column of n rows, m its largest entry (every lane gets both):
+// log softmax(x)[q] = (x[q] - m) - this, exact where |m| is large (a column masked at -1e9).
+__device__ inline float warp_log_sum_exp_shifted(const float* x, uint32_t n, uint32_t lane,
+                                                 float* max) {
+  float e;
+  warp_max_sum_exp(x, n, lane, max, &e);
+  return logf(e);
 }
 
 // Mean and 1 / sqrt(var + eps) (biased variance) of a column of n rows.
@@ -130,10 +132,11 @@ __device__ void column_forward(const DeviceView& d, const Ops& ops, const StepDe
   }
   if (static_cast<Op>(s.op) == Op::PickNegLogSoftmax) {  // one column of arg_rows: 1 x 1
     const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k);
-    const float lse = warp_log_sum_exp(x, s.arg_rows, r % kWarp);
+    float m;
+    const float lse = warp_log_sum_exp_shifted(x, s.arg_rows, r % kWarp, &m);
     if (r % kWarp == 0)
       d.values[s.out_offset + static_cast<uint64_t>(v) * s.out_size] =
-          lse - x[d.aux[s.aux_begin + v]];
+          lse - (x[d.aux[s.aux_begin + v]] - m);
     return;
   }
   const uint32_t lane = r % kWarp, n = s.rows;
@@ -152,8 +155,8 @@ __device__ void column_forward(const DeviceView& d, const Ops& ops, const StepDe
   if (op == Op::Softmax) {
     for (uint32_t q = lane; q < n; q += kWarp) y[q] = expf(x[q] - m) / e;
   } else {
-    const float lse = m + logf(e);
-    for (uint32_t q = lane; q < n; q += kWarp) y[q] = x[q] - lse;
+    const float lse = logf(e);
+    for (uint32_t q = lane; q < n; q += kWarp) y[q] = (x[q] - m) - lse;
   }
 }
 
@@ -187,9 +190,10 @@ __device__ void column_backward(const DeviceView& d, const Ops& ops, const StepD
     const float* x = value_at(d, ops, slot(ops, s, 0), v, s.k);
     float* dx = adjoint_at(d, ops, slot(ops, s, 0), v, s.k);
     const uint32_t label = d.aux[s.aux_begin + v];
-    const float lse = warp_log_sum_exp(x, s.arg_rows, r % kWarp);
+    float m;
+    const float lse = warp_log_sum_exp_shifted(x, s.arg_rows, r % kWarp, &m);
     each_row(x, s.arg_rows, r % kWarp, [&](uint32_t q, float xq) {
-      atomicAdd(dx + q, dy * expf(xq - lse) - (q == label ? dy : 0.0f));
+      atomicAdd(dx + q, dy * expf((xq - m) - lse) - (q == label ? dy : 0.0f));
     });
     return;
   }

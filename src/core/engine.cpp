@@ -256,8 +256,35 @@ void Engine::backward(Graph& g, const std::vector<Expr>& outputs, const float* s
   run_backward(g, seed);
 }
 
-void Engine::run_backward(Graph& g, const BackwardSeed& seed) {
+void Engine::run_backward(Graph& g, BackwardSeed seed) {
   const auto t0 = Clock::now();
+  // Nodes no seed depends on (a value computed only to be read, such as exp of the loss) are not
+  // differentiated: their adjoint is 0, and 0 times an infinite derivative there (exp
+  // overflowed, sqrt or log at 0) would put NaN into the gradients of everything they read.
+  // Batches of such nodes alone are skipped; a batch that also holds needed nodes runs whole,
+  // which is exact while the values of its unneeded nodes are finite.
+  live_.assign(g.size(), 0);
+  if (seed.nodes == nullptr)
+    live_[seed.loss_node] = 1;
+  else
+    for (uint32_t node : *seed.nodes) live_[node] = 1;
+  for (uint32_t id = g.size(); id-- > 0;) {
+    if (!live_[id]) continue;
+    const Node& n = g.node(id);
+    const uint32_t* args = g.args(n);
+    for (uint32_t k = 0; k < n.num_args; ++k) live_[args[k]] = 1;
+  }
+  skip_batches_.assign(schedule_.batches.size(), 0);
+  bool skipping = false;
+  for (size_t b = 0; b < schedule_.batches.size(); ++b) {
+    const Batch& batch = schedule_.batches[b];
+    bool dead = true;
+    for (uint32_t k = 0; k < batch.count && dead; ++k)
+      dead = !live_[schedule_.nodes[batch.begin + k]];
+    skip_batches_[b] = dead;
+    skipping = skipping || dead;
+  }
+  if (skipping) seed.skip_batches = &skip_batches_;
   // A backward changes gradients, not the values the forward read: unless they changed before
   // it, the forward's values stay current.
   const bool current = ran_params_version_ == params_.values_version();
@@ -292,6 +319,8 @@ Tensor Engine::gradient(const Expr& e) const {
   graph_->node_of(e, "Engine::gradient");
   const Node& n = graph_->node(e.id);
   if (n.op == Op::Parameter) return Tensor{params_.grads(n.aux), n.dim};
+  // A node added since, or inputs rewritten since: the backward did not see it.
+  check_ran(e, "Engine::gradient");
   return Tensor{backend_->adjoint(plan_, e.id), n.dim};
 }
 

@@ -267,6 +267,41 @@ def test_attention_over_the_messages(backend, kind):
     assert_same(model, packed, inputs_for(packed, 17))
 
 
+class FarScoreEdge(torch.nn.Module):
+    """Scores that sit far from 0 (every arc masked at -1e9, or all near 3e7): the weights are
+    still the softmax of the differences, uniform here."""
+
+    def __init__(self, offset):
+        super().__init__()
+        self.offset = offset
+        self.score = torch.nn.Linear(7, 1)
+        self.value = torch.nn.Linear(7, 7)
+
+    def forward(self, state, x):
+        h, c = state
+        return 0 * self.score(h) + self.offset, self.value(h), c
+
+
+class ValueNode(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.x = torch.nn.Linear(D, 7)
+
+    def forward(self, x, message):
+        _, v, c = message
+        h = torch.tanh(self.x(x) + v)
+        return h, 0.5 * c + h
+
+
+@pytest.mark.parametrize("offset", [-1e9, 3e7])
+def test_attention_with_scores_far_from_zero(backend, offset):
+    torch.manual_seed(19)
+    model = edbatch.nn.Propagate(ValueNode(), FarScoreEdge(offset), reduce="softmax",
+                                 state_size=(7, 7), message_size=(1, 7, 7))
+    packed = structures.packed("dags", 19, edge_inputs="target")
+    assert_same(model, packed, inputs_for(packed, 19))
+
+
 def test_attention_with_a_learned_initial_message_and_its_refusals(backend):
     torch.manual_seed(18)
     model = attention(initial="learned")
