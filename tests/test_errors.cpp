@@ -97,7 +97,9 @@ TEST_CASE("errors: expressions from another graph or from before clear()") {
   Graph g1(pc), g2(pc);
   const Expr a = input(g1, 1.0f);
   const Expr b = input(g2, 2.0f);
-  CHECK(contains(message_of([&] { add(a, b); }), "another graph"));
+  CHECK(contains(message_of([&] { add(a, b); }), "[add] argument 2 belongs to another graph"));
+  CHECK(contains(message_of([&] { add(b, Expr{}); }), "argument 2 is an uninitialised"));
+  CHECK(contains(message_of([&] { sum({b, b, Expr{}}); }), "[sum] argument 3 is an uninit"));
   g1.clear();
   CHECK(contains(message_of([&] { tanh(a); }), "before Graph::clear()"));
   CHECK(contains(message_of([&] { tanh(Expr{}); }), "uninitialised"));

@@ -11,9 +11,7 @@ TypeError; sizes that do not fit (wrong output sizes, mismatched operands, opera
 batch dim) raise ValueError. Both name the cell, the operation and the user's file:line.
 """
 import inspect
-import linecache
 import operator
-import os
 import threading
 import traceback
 
@@ -26,12 +24,10 @@ from .trace_hooks import module_name as _module_name, refuse_backward_hooks, ref
 from .programs import Program
 from .trace_ops import Ids, Param, Refusal, Vec
 from .trace_weights import Weights, row_shaped
+from .trace_where import called_with, format_where, refuse, user_frame
 
 dropout_mask = trace_dropout.dropout_mask  # edbatch.dropout_mask
 
-# Frames in these are not the user's (torch, this package, the standard library).
-_SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os)) + (
-    os.path.dirname(__file__) + os.sep,)
 _REDUCES = ("sum", "mean", "max", "softmax")
 _INITIALS = ("zeros", "learned")
 _INPUT_KINDS = ("x", "ids", "none")
@@ -126,24 +122,10 @@ def _user_path(path):
     return path + "." if path else ""
 
 
-def user_frame(frames):
-    """The innermost frame of `frames` (innermost first) in the user's code, or None."""
-    for filename, line in frames:
-        if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<"):
-            return filename, line
-    return None
-
-
 def note_where(body):
     """Points body.where (what errors name) at the user's line being traced now."""
     frame = user_frame(_current_frames())
     body.where = format_where(frame) if frame else None
-
-
-def format_where(frame):
-    filename, line = frame
-    rel = os.path.relpath(filename)
-    return f"{filename if rel.startswith('..') else rel}:{line}", filename, line
 
 
 def _current_frames():
@@ -359,18 +341,6 @@ def _wrapper(cell, role, n_first, tuple_first, n_second, tuple_second):
     return wrapper
 
 
-def _refuse(error, cell_name, where, frames=None):
-    if where is None and frames is not None:
-        frame = user_frame(frames)
-        where = format_where(frame) if frame else None
-    location, text = "", ""
-    if where is not None:
-        location = f" at {where[0]}"
-        line = linecache.getline(where[1], where[2]).strip()
-        text = f"\n    {line}" if line else ""
-    return f"{cell_name}{location}: {error}{text}"
-
-
 def trace_cell(cell, cell_name, role, inputs, weights, prefix):
     """Traces one cell. inputs: the cell's two arguments (first, second), each (slots,
     as_tuple) with slots a list of (kind, slot, size). Returns (instructions,
@@ -385,9 +355,10 @@ def trace_cell(cell, cell_name, role, inputs, weights, prefix):
     try:
         graph = tracer.trace(root)
     except Refusal as e:
-        raise e.error(_refuse(f"{e} (cells may contain: {trace_ops.SUPPORTED}; "
-                              f"docs/pytorch.md)" if e.error is TypeError else str(e),
-                              cell_name, body.where)) from None
+        tail = called_with(role, first, tuple_first, second, tuple_second)
+        if e.error is TypeError:
+            tail += f"\ncells may contain: {trace_ops.SUPPORTED} (docs/pytorch.md)"
+        raise e.error(refuse(str(e), cell_name, body.where, tail=tail)) from None
     except Exception as e:  # fx's TraceError (control flow) and anything else tracing raised
         frames = [(f.filename, f.lineno) for f in reversed(traceback.extract_tb(e.__traceback__))]
         if isinstance(e, fx.proxy.TraceError):
@@ -399,7 +370,7 @@ def trace_cell(cell, cell_name, role, inputs, weights, prefix):
             if (not first or not second) and "NoneType" in str(e):
                 message += (" (the cell's input is None: the call was given neither x nor ids; "
                             "a cell that reads an input needs one of them)")
-        raise TypeError(_refuse(message, cell_name, None, frames)) from e
+        raise TypeError(refuse(message, cell_name, None, frames)) from e
     return _outputs(graph, tracer, cell_name) + (body.instructions,)
 
 

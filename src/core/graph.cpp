@@ -300,7 +300,9 @@ void collect(Graph& g, Args xs, const char* fn, std::vector<uint32_t>& ids,
   dims.clear();
   for (size_t i = 0; i < xs.size(); ++i) {
     if (xs[i].graph != &g)
-      fail(fn, "argument " + std::to_string(i + 1) + " belongs to another graph");
+      fail(fn, "argument " + std::to_string(i + 1) +
+                   (xs[i].graph == nullptr ? " is an uninitialised expression"
+                                           : " belongs to another graph"));
     dims.push_back(g.node_of(xs[i], fn).dim);
     ids.push_back(xs[i].id);
   }
@@ -308,8 +310,9 @@ void collect(Graph& g, Args xs, const char* fn, std::vector<uint32_t>& ids,
 
 std::string where(const Graph& g) { return "node " + std::to_string(g.size()) + ": "; }
 
-Expr elementwise(Op op, Args xs, float alpha = 0, float beta = 0) {
-  const char* fn = op_name(op);
+// `name`: the function the caller called, for errors (add builds a sum).
+Expr elementwise(Op op, Args xs, float alpha = 0, float beta = 0, const char* name = nullptr) {
+  const char* fn = name != nullptr ? name : op_name(op);
   Graph& g = graph_of(xs, fn);
   thread_local std::vector<uint32_t> ids;
   thread_local std::vector<Dim> dims;
@@ -322,9 +325,9 @@ Expr elementwise(Op op, Args xs, float alpha = 0, float beta = 0) {
                            alpha, beta));
 }
 
-Expr binary(Op op, const Expr& a, const Expr& b) {
+Expr binary(Op op, const Expr& a, const Expr& b, const char* name = nullptr) {
   const Expr xs[2] = {a, b};
-  return elementwise(op, Args(xs, 2));
+  return elementwise(op, Args(xs, 2), 0, 0, name);
 }
 
 }  // namespace
@@ -412,7 +415,9 @@ Expr variadic(Op op, const std::vector<Expr>& xs) {
 }
 }  // namespace
 
-Expr add(const Expr& a, const Expr& b) { return binary(Op::Sum, a, b); }
+Expr add(const Expr& a, const Expr& b) {
+  return binary(Op::Sum, a, b, "add");
+}
 Expr sum(const std::vector<Expr>& xs) { return variadic(Op::Sum, xs); }
 Expr average(const std::vector<Expr>& xs) { return variadic(Op::Average, xs); }
 Expr maximum(const std::vector<Expr>& xs) { return variadic(Op::Maximum, xs); }

@@ -462,7 +462,10 @@ void ProgramCell::check(const Packed& p, const char* fn) const {
   for (int64_t r = 0; p.ids && id_rows_ != UINT32_MAX && r < p.num_x; ++r)
     if (p.ids[r] < 0 || p.ids[r] >= id_rows_)
       throw std::invalid_argument(fmt::format(
-          "[{}] ids[{}] is {}, outside the embedding tables' {} rows", fn, r, p.ids[r], id_rows_));
+          "[{}] ids[{}] is {}, outside the {} rows of the smallest embedding table in the cells: "
+          "every id must fit every table the cells embed with, whichever cell reads it (give "
+          "the smaller tables the largest's rows)",
+          fn, r, p.ids[r], id_rows_));
   for (int64_t k = 0; k < p.num_nodes; ++k) {
     const int64_t t = p.node_types[k];
     if (t < 0 || t >= static_cast<int64_t>(node_cells_.size()))
