@@ -604,3 +604,19 @@ TEST_CASE("cli: an unknown command is named, and more threads than cores are war
   CHECK(r.err.find("warning: --threads " + threads + " is more than the " +
                    std::to_string(CPU_COUNT(&set)) + " CPU core(s)") != std::string::npos);
 }
+
+TEST_CASE("cli: sentence pairs with an empty side are skipped with a warning") {
+  TempDir dir;
+  std::ofstream(dir / "vocab.en") << "<unk>\n<s>\n</s>\nhello\nworld\n";
+  std::ofstream(dir / "vocab.vi") << "<unk>\n<s>\n</s>\nxin\nchao\n";
+  std::ofstream(dir / "a.en") << "hello world\nworld\n\nhello\nhello hello\n";
+  std::ofstream(dir / "a.vi") << "xin chao\nchao\nxin\n\nchao xin\n";
+  const Result r =
+      cli(dir, "run --model lstm_nmt --hidden 4 --batch 2 --iters 1 --data '" + dir / "a.en" + "," +
+                   dir / "a.vi" + "' --json '" + dir / "m.json" + "'");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("2 of the lines of") != std::string::npos);
+  CHECK(r.err.find("have an empty side and were skipped (the first: line 3)") != std::string::npos);
+  CHECK(nlohmann::json::parse(slurp(dir / "m.json"))["data_instances"] == 3);
+}

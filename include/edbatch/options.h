@@ -14,10 +14,12 @@
 //   EDBATCH_TORCH_HOST_COPY=1      AdapterDebugOptions::host_copy
 //   EDBATCH_TORCH_WAIT=1           AdapterDebugOptions::wait_each_call
 //   XDG_CACHE_HOME, HOME           default_policy_cache_dir() (the "auto" policy's cache)
+//   EDBATCH_INTERRUPT_AFTER=N      interrupt_after_env() (`edbatch run` sends itself SIGINT)
 //
 // The command line and the PyTorch adapter apply it to their options; programs using the C++
 // API call it where they want the same switches.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "edbatch/backend.h"
@@ -43,6 +45,11 @@ AdapterDebugOptions adapter_debug_env();
 // Where the "auto" policy caches what it learns: $XDG_CACHE_HOME/edbatch/policies, else
 // $HOME/.cache/edbatch/policies; empty when neither variable is set (then nothing is cached).
 std::string default_policy_cache_dir();
+
+// EDBATCH_INTERRUPT_AFTER: the measured mini-batches after which `edbatch run` sends itself
+// SIGINT (0 when unset or empty); throws std::invalid_argument for anything but a positive
+// whole number.
+uint64_t interrupt_after_env();
 
 // True when `name` is set to anything but "" or "0".
 bool env_flag(const char* name);

@@ -198,7 +198,7 @@ class TreeLSTM(_Embedded):
 
 
 class TreeGRU(_Embedded):
-    """Binary Tree-GRU (the zoo's tree_gru; input_size must equal hidden_size): -> [h]."""
+    """Binary Tree-GRU (the zoo's tree_gru; input_size must equal hidden_size): -> (h,)."""
 
     def __init__(self, vocab_size, hidden_size, **options):
         super().__init__("tree_gru", vocab_size, hidden_size, hidden_size, **options)
@@ -213,7 +213,7 @@ class LatticeLSTM(_Embedded):
 
 
 class LatticeGRU(_Embedded):
-    """Lattice GRU with char and word arc cells (the zoo's lattice_gru): -> [h]."""
+    """Lattice GRU with char and word arc cells (the zoo's lattice_gru): -> (h,)."""
 
     def __init__(self, vocab_size, input_size, hidden_size, **options):
         super().__init__("lattice_gru", vocab_size, input_size, hidden_size, kinds=2,
@@ -221,7 +221,7 @@ class LatticeGRU(_Embedded):
 
 
 class RandomDAG(_Embedded):
-    """The random-DAG state cell (the zoo's random_dag): -> [h]."""
+    """The random-DAG state cell (the zoo's random_dag): -> (h,)."""
 
     def __init__(self, vocab_size, input_size, hidden_size, num_state_types=3,
                  num_arc_types=2, **options):

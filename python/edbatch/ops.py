@@ -57,21 +57,22 @@ def _message(error):
 @_lib.eager
 def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_types=1,
              policy="lb-greedy", threads=0, labels=None, loss=None, step=False):
-    """Runs `cell` over every node of `packed` and returns its per-node outputs ([h, c] for the
-    LSTM cells, [h] otherwise), each num_nodes x hidden_size, differentiable in x and weights.
+    """Runs `cell` over every node of `packed` and returns its per-node outputs ((h, c) for the
+    LSTM cells, (h,) otherwise), each num_nodes x hidden_size, differentiable in x and weights.
+    A tuple: module backward hooks and torch.utils.checkpoint look into tuples, not lists.
 
     x: float32 (rows x input size), the rows node_inputs / arc_inputs point at (float16 or
     bfloat16 from an autocast region: cast to float32).  weights: in the order of
     weight_shapes().  threads 0: torch.get_num_threads().
 
     loss "sum" or "mean": a classification loss head runs inside the engine instead, and the call
-    returns [loss]: the cross-entropy of softmax(W h + b) against `labels` (int64, one per node,
+    returns (loss,): the cross-entropy of softmax(W h + b) against `labels` (int64, one per node,
     -1 for none) summed or averaged over the labelled nodes, where W (classes x hidden_size) and
     b (classes) follow the cell's weights in `weights`. Labels are read on the host: pass a CPU
     tensor (Packed.host_labels()) to spare a wait on the GPU.
 
     step=True (with a loss): the loss's backward runs in the same call, with no autograd graph,
-    and the call returns [loss, x's gradient, each weight's gradient] (edbatch.apply_gradients
+    and the call returns (loss, x's gradient, each weight's gradient) (edbatch.apply_gradients
     hands them on as loss.backward() would).
     """
     if step and loss is None:
@@ -83,8 +84,8 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
         # The op checks everything itself; the checks below only run to explain a failure
         # (they cost about as much as the op's own host work on small mini-batches).
         try:
-            out = list(op(cell, x, *structure, list(weights), hidden_size, num_node_types,
-                          num_arc_types, policy, threads, labels, loss or ""))
+            out = tuple(op(cell, x, *structure, list(weights), hidden_size, num_node_types,
+                           num_arc_types, policy, threads, labels, loss or ""))
         except (RuntimeError, TypeError) as e:
             error = e
         else:

@@ -1,5 +1,6 @@
 #include "edbatch/options.h"
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
@@ -8,6 +9,18 @@
 #include <utility>
 
 namespace edbatch {
+
+uint64_t interrupt_after_env() {
+  const char* v = std::getenv("EDBATCH_INTERRUPT_AFTER");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (*end != '\0' || errno != 0 || n == 0 || *v == '-')
+    throw std::invalid_argument(std::string("EDBATCH_INTERRUPT_AFTER='") + v +
+                                "': expected a positive number of mini-batches");
+  return n;
+}
 
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);

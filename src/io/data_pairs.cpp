@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -92,6 +93,7 @@ std::vector<SentencePair> read_pairs(PairFiles& files, const WordIds& sv, const 
   std::ifstream &src = files.source, &tgt = files.target;
   std::vector<SentencePair> pairs;
   std::string a, b;
+  uint32_t skipped = 0, first_skipped = 0;
   for (uint32_t line = 1;; ++line) {
     const bool has_a = static_cast<bool>(std::getline(src, a));
     const bool has_b = static_cast<bool>(std::getline(tgt, b));
@@ -106,8 +108,18 @@ std::vector<SentencePair> read_pairs(PairFiles& files, const WordIds& sv, const 
           has_a ? target_path : source_path, line - 1, has_a ? source_path : target_path));
     }
     SentencePair p{words_of(a, sv, vocab_size), words_of(b, tv, vocab_size)};
-    if (!p.source.empty() && !p.target.empty()) pairs.push_back(std::move(p));
+    if (!p.source.empty() && !p.target.empty()) {
+      pairs.push_back(std::move(p));
+    } else if (skipped++ == 0) {
+      first_skipped = line;
+    }
   }
+  // A pair with nothing on one side has no sentence to translate or no target to learn.
+  if (skipped > 0)
+    std::fprintf(stderr,
+                 "[edbatch] warning: [load_pairs] %u of the lines of %s and %s have an empty "
+                 "side and were skipped (the first: line %u)\n",
+                 skipped, source_path.c_str(), target_path.c_str(), first_skipped);
   return pairs;
 }
 

@@ -66,6 +66,8 @@ class ProgramCell : public Cell {
     return row >= 0 ? static_cast<uint32_t>(p.ids[row]) : no_id_;
   }
   // Calls cell c: `floats` are the values of its slots 0, 1, ...; `in_row` the x/ids row.
+  void check_id(const Packed& p, const char* fn, const CellProgram& c, int64_t row,
+                const char* what, int64_t at) const;
   void call(Graph& g, const Packed& p, CellProgram& c, const Expr* floats, int64_t in_row,
             const std::vector<Expr>& x, uint32_t key_index, Expr* outs);
 
@@ -80,9 +82,10 @@ class ProgramCell : public Cell {
   std::vector<uint32_t> node_cells_, edge_cells_;
   std::map<std::pair<float, uint32_t>, Parameter> constants_;
   uint32_t sites_ = 0;
-  // The id that row -1 embeds (every lookup table's columns from its rows up to it are zeros),
-  // and the rows of the smallest table (ids must be below it).
-  uint32_t no_id_ = 0, id_rows_ = UINT32_MAX;
+  // The id that row -1 embeds (every lookup table's columns from its rows up to it are zeros);
+  // each weight's rows when it is a lookup table (else 0).
+  uint32_t no_id_ = 0;
+  std::vector<uint32_t> lookup_rows_;
   // Per build: zero columns by size, the messages of one node.
   std::map<uint32_t, Expr> zeros_;
   std::vector<std::vector<Expr>> messages_;
@@ -151,12 +154,11 @@ ProgramCell::ProgramCell(const json& doc, ParameterCollection& pc, uint32_t inpu
 
 void ProgramCell::read_weights(const json& doc, ParameterCollection& pc) {
   const json& ws = doc.at("weights");
-  for (const json& w : ws)
-    if (field_or<std::string>(w, "layout", "", "weight") == "lookup") {
-      const uint32_t rows = field_or<uint32_t>(w, "rows", 0, "weight");
-      no_id_ = std::max(no_id_, rows);
-      id_rows_ = std::min(id_rows_, rows);
-    }
+  for (const json& w : ws) {
+    const bool lookup = field_or<std::string>(w, "layout", "", "weight") == "lookup";
+    lookup_rows_.push_back(lookup ? field_or<uint32_t>(w, "rows", 0, "weight") : 0);
+    no_id_ = std::max(no_id_, lookup_rows_.back());
+  }
   for (size_t i = 0; i < ws.size(); ++i) {
     const std::string at = fmt::format("weight {}", i);
     WeightSpec s;
@@ -241,6 +243,9 @@ void ProgramCell::compile(CellProgram& c, bool edge, ParameterCollection& pc, ui
       c.reads_ids = c.reads_ids || h.in_main[v];
     }
     if (in.op == "dropout") ++c.sites;
+    if (in.op == "embedding" && in.weight >= 0 &&
+        static_cast<size_t>(in.weight) < lookup_rows_.size() && lookup_rows_[in.weight] > 0)
+      c.id_rows = std::min(c.id_rows, lookup_rows_[in.weight]);
   }
   std::sort(read.begin(), read.end());
   read.erase(std::unique(read.begin(), read.end()), read.end());
@@ -459,18 +464,12 @@ Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t 
 
 void ProgramCell::check(const Packed& p, const char* fn) const {
   const bool edges = !edge_cells_.empty();
-  for (int64_t r = 0; p.ids && id_rows_ != UINT32_MAX && r < p.num_x; ++r)
-    if (p.ids[r] < 0 || p.ids[r] >= id_rows_)
-      throw std::invalid_argument(fmt::format(
-          "[{}] ids[{}] is {}, outside the {} rows of the smallest embedding table in the cells: "
-          "every id must fit every table the cells embed with, whichever cell reads it (give "
-          "the smaller tables the largest's rows)",
-          fn, r, p.ids[r], id_rows_));
   for (int64_t k = 0; k < p.num_nodes; ++k) {
     const int64_t t = p.node_types[k];
     if (t < 0 || t >= static_cast<int64_t>(node_cells_.size()))
       throw std::invalid_argument(fmt::format(
           "[{}] node {} has kind {}; the module has {} node cells", fn, k, t, node_cells_.size()));
+    if (p.ids) check_id(p, fn, cells_[node_cells_[t]], p.node_inputs[k], "node", k);
   }
   if (!edges) return;
   for (int64_t a = 0; a < p.num_arcs; ++a) {
@@ -478,7 +477,21 @@ void ProgramCell::check(const Packed& p, const char* fn) const {
     if (t >= static_cast<int64_t>(edge_cells_.size()))
       throw std::invalid_argument(fmt::format(
           "[{}] arc {} has kind {}; the module has {} edge cells", fn, a, t, edge_cells_.size()));
+    if (p.ids && t >= 0) check_id(p, fn, cells_[edge_cells_[t]], p.arc_inputs[a], "arc", a);
   }
+}
+
+// Each cell's tables hold the ids it reads: cells of other kinds may have smaller tables (a
+// character vocabulary beside a word one). Every table has zero columns up to no_id_, so an id
+// below it is in bounds whichever cell's lookup (or input projection) reads its row.
+void ProgramCell::check_id(const Packed& p, const char* fn, const CellProgram& c, int64_t row,
+                           const char* what, int64_t at) const {
+  if (row < 0 || row >= p.num_x || c.id_rows == UINT32_MAX) return;  // rows: checked before
+  const int64_t id = p.ids[row];
+  if (id < 0 || id >= std::min<int64_t>(c.id_rows, no_id_))
+    throw std::invalid_argument(
+        fmt::format("[{}] {} {} reads ids[{}] = {}, outside {}'s embedding table of {} rows", fn,
+                    what, at, row, id, c.name, std::min<int64_t>(c.id_rows, no_id_)));
 }
 
 Expr ProgramCell::zeros(Graph& g, uint32_t size) {

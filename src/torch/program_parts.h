@@ -86,6 +86,7 @@ struct CellProgram {
   bool pass_through = false;         // a node cell returning its message: no block, no call
   bool reads_ids = false;            // the block's first integer is the input id
   uint32_t first_site = 0, sites = 0;  // its dropout sites (integers after the id)
+  uint32_t id_rows = UINT32_MAX;       // the rows of its smallest embedding table (ids below it)
   // The input projection (Hoisting): its block reads the x row; the cell's block reads its
   // outputs through the slots kHoistedSlot + i. Per build, its outputs by x row (row -1, the
   // zeros, first), made when a call first needs them.

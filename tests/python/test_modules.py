@@ -2,6 +2,7 @@
 op on the module's own embeddings, and a few SGD steps lower a Tree-LSTM classifier's loss."""
 import pytest
 import torch
+import torch.utils.checkpoint
 
 import edbatch
 from edbatch.packing import parse_lattices, synthetic_sst, synthetic_lattices
@@ -130,6 +131,31 @@ def test_retained_graph_and_double_backward():
     assert gx.requires_grad
     with pytest.raises(RuntimeError, match="cannot be differentiated again"):
         (h.pow(2).sum() + gx.pow(2).sum()).backward()
+
+
+def test_module_hooks_and_checkpoint_see_the_outputs():
+    """The modules return tuples, which module hooks and torch.utils.checkpoint look into (a list
+    they pass over): a full backward hook on the module and on its cell runs, with x's gradient,
+    and a reentrant checkpoint of the cell gives the plain call's gradients."""
+    torch.manual_seed(41)
+    module = edbatch.nn.TreeLSTM(30, 6, 5)
+    packed = edbatch.pack_trees([((1, 2), 3), 4, (5, (6, 7))])
+    out = module(packed)
+    assert isinstance(out, tuple) and len(out) == 2
+    seen = []
+    for m in (module, module.cell):
+        m.register_full_backward_hook(lambda mod, gin, gout: seen.append(
+            (type(mod).__name__, [g is not None for g in gin])))
+    x = torch.randn(8, 6, requires_grad=True)
+    module(packed, x)[0].sum().backward()
+    assert sorted(name for name, _ in seen) == sorted([type(module).__name__,
+                                                       type(module.cell).__name__])
+    assert all(any(has) for _, has in seen)  # x's gradient reaches both hooks
+    plain = x.grad.clone()
+    x.grad = None
+    h, _ = torch.utils.checkpoint.checkpoint(module.cell, x, packed, use_reentrant=True)
+    h.sum().backward()
+    torch.testing.assert_close(x.grad, plain)
 
 
 def test_mvrnn_module_matches_reference():

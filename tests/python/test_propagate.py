@@ -177,6 +177,48 @@ def test_embedding_of_ids(backend):
     assert_same(model, packed, inputs_for(packed, 3, ids=True))
 
 
+def test_cells_with_tables_of_their_own_sizes(backend):
+    """Arc kinds embedding with tables of different sizes (characters beside words): an id must
+    fit only the tables of the cells that read its row; the results equal the same cells given
+    x = each row's embedding in its own arc kind's table. An id outside the table of the cell
+    that reads it is refused, naming the arc and the cell."""
+    torch.manual_seed(31)
+    chars, words = torch.nn.Embedding(12, D), torch.nn.Embedding(40, D)
+    node, char_arc, word_arc = cells.LSTMCell(7, D), cells.GateEdge(7, D), cells.GateEdge(7, D)
+    inside = edbatch.nn.Propagate(cells.EmbedFirst(words, node),
+                                  [cells.EmbedFirst(chars, char_arc, edge=True),
+                                   cells.EmbedFirst(words, word_arc, edge=True)],
+                                  state_size=(7, 7))
+    packed = structures.packed("lattices", 31)
+    ids = packed.input_ids.clone()
+    char_rows = packed.arc_inputs[(packed.arc_types == 0) & (packed.arc_inputs >= 0)]
+    word_rows = packed.arc_inputs[(packed.arc_types == 1) & (packed.arc_inputs >= 0)]
+    node_rows = packed.node_inputs[packed.node_inputs >= 0]
+    ids[word_rows] = 12 + ids[word_rows] * 7 % 28
+    ids[char_rows] %= 12
+    assert (ids >= 12).any() and char_rows.numel() > 0
+    ours = inside(packed, ids=ids)
+    x = torch.zeros(ids.numel(), D)
+    x[word_rows], x[node_rows] = words(ids[word_rows]), words(ids[node_rows])
+    x[char_rows] = chars(ids[char_rows])
+    outside = edbatch.nn.Propagate(node, [char_arc, word_arc], state_size=(7, 7))(packed, x=x)
+    weights = [chars.weight, words.weight] + list(node.parameters())
+    g = torch.Generator().manual_seed(32)
+    upstream = [torch.randn(o.shape, generator=g) for o in outside]
+    for a, b in zip(ours, outside):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(gradients(ours, upstream, weights), gradients(outside, upstream, weights)):
+        torch.testing.assert_close(a, b)
+    if backend != "op":
+        return  # the refusal is the op's check
+    row = int(char_rows[0])
+    ids[row] = 12
+    arc = int(((packed.arc_inputs == row) & (packed.arc_types == 0)).nonzero()[0])
+    with pytest.raises(ValueError, match=rf"arc {arc} reads ids\[{row}\] = 12, outside edge "
+                                         r"cell 0 \(EmbedFirst\)'s embedding table of 12 rows"):
+        inside(packed, ids=ids)
+
+
 @pytest.mark.parametrize("kind", ["trees", "lattices", "dags"])
 @pytest.mark.parametrize("direct", [False, True])
 def test_ids_of_rows_minus_one_embed_zeros(backend, kind, direct):

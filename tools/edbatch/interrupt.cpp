@@ -3,12 +3,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <cstring>
-#include <stdexcept>
-#include <string>
+
+#include "edbatch/options.h"
 
 namespace edbatch::cli {
 namespace {
@@ -69,17 +67,7 @@ int interrupt_exit_code() {
 }
 
 void interrupt_after(uint64_t minibatches_run) {
-  static const uint64_t after = [] {
-    const char* v = std::getenv("EDBATCH_INTERRUPT_AFTER");
-    if (v == nullptr || *v == 0) return uint64_t{0};
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long n = std::strtoull(v, &end, 10);
-    if (*end != 0 || errno != 0 || n == 0 || *v == '-')
-      throw std::invalid_argument(std::string("EDBATCH_INTERRUPT_AFTER='") + v +
-                                  "': expected a positive number of mini-batches");
-    return uint64_t{n};
-  }();
+  static const uint64_t after = interrupt_after_env();
   if (after != 0 && minibatches_run == after) kill(getpid(), SIGINT);
 }
 

@@ -24,7 +24,7 @@ int interrupt_exit_code();
 
 // EDBATCH_INTERRUPT_AFTER=N (scripts and tests that try interrupts and resuming): the process
 // sends itself SIGINT once N measured mini-batches have run. Reads the variable at the first
-// call; throws std::invalid_argument for a value that is not a positive integer.
+// call (interrupt_after_env, which throws for a value that is not a positive integer).
 void interrupt_after(uint64_t minibatches_run);
 
 }  // namespace edbatch::cli
