@@ -619,4 +619,8 @@ TEST_CASE("cli: sentence pairs with an empty side are skipped with a warning") {
   CHECK(r.err.find("2 of the lines of") != std::string::npos);
   CHECK(r.err.find("have an empty side and were skipped (the first: line 3)") != std::string::npos);
   CHECK(nlohmann::json::parse(slurp(dir / "m.json"))["data_instances"] == 3);
+  // A vocabulary with no room for a word is a usage error, before any file is read.
+  test::check_usage_errors(dir, "run --model lstm_nmt --iters 1 --data synthetic:4 ",
+                           {{"--vocab-size 3", "--vocab-size 3 leaves lstm_nmt no word after"},
+                            {"--vocab-size 1", "(4 or more, or 0)"}});
 }

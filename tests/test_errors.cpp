@@ -69,9 +69,14 @@ TEST_CASE("errors: arguments of slices, layer norm, dropout, broadcasts, average
   CHECK_NOTHROW(slice_rows(x, 0, 5));
   m = message_of([&] { dropout(v, 1.0f, 3); });
   CHECK(contains(m, "[dropout] node "));
-  CHECK(contains(m, "p = 1 for 5 is outside [0, 1)"));
-  CHECK(contains(message_of([&] { dropout(v, -0.1f, 3); }), "p = -0.1 for 5"));
+  CHECK(contains(m, "p = 1 (of a 5 value) is outside [0, 1)"));
+  CHECK(contains(message_of([&] { dropout(v, -0.1f, 3); }), "p = -0.1 (of a 5 value)"));
   CHECK_NOTHROW(dropout(v, 0.0f, 3));
+  Block drop(pc, "drop");  // inside a block body: named by the block, not by a body node
+  const Expr bx = drop.input("x", Dim{5, 1});
+  drop.index("key");
+  CHECK(contains(message_of([&] { drop.dropout(bx, 1.0f, 0); }),
+                 "[Block::dropout] block 'drop': p = 1 is outside [0, 1)"));
   m = message_of([&] { layer_norm(x, -1e-5f); });
   CHECK(contains(m, "[layer_norm] node "));
   CHECK(contains(m, "eps = -1e-05 for 5x2"));
@@ -103,6 +108,15 @@ TEST_CASE("errors: expressions from another graph or from before clear()") {
   g1.clear();
   CHECK(contains(message_of([&] { tanh(a); }), "before Graph::clear()"));
   CHECK(contains(message_of([&] { tanh(Expr{}); }), "uninitialised"));
+  // A table of another collection, whether or not its id exists in this one.
+  ParameterCollection other;
+  const LookupParameter E = other.add_lookup_parameters("E", 4, 2);
+  Graph g3(pc);
+  CHECK(contains(message_of([&] { lookup(g3, E, 1); }),
+                 "the handle of table 0 was made by another ParameterCollection"));
+  pc.add_lookup_parameters("mine", 4, 2);
+  CHECK(contains(message_of([&] { lookup(g3, E, 1); }), "another ParameterCollection"));
+  CHECK(contains(message_of([&] { lookup(g3, LookupParameter{}, 1); }), "uninitialised"));
 }
 
 TEST_CASE("errors: backward before forward, non-scalar loss, engine misuse") {

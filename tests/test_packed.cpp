@@ -312,6 +312,19 @@ TEST_CASE("packed: malformed entries are refused by name and leave the graph as 
     run.reshape(wide.id, Dim{3, 3});
     refused("cannot reshape 10");
   }
+  SUBCASE("a block destroyed after its call was recorded, another made in its place") {
+    run.reset(g);
+    const uint32_t in[2] = {x.id, x.id};
+    run.call(*net.inner, in, &label);
+    net.inner.reset();
+    refused("entry 0 (call of block 'inner', node 3): the block was destroyed after its call");
+    // A block of the same inputs made since, perhaps at the same address, is not the one called.
+    Block other(pc, "other");
+    other.output("h", sigmoid(other.input("h1", Dim{H, 1}) + other.input("h2", Dim{H, 1})));
+    other.index("label");
+    other.freeze();
+    refused("the block was destroyed after its call was recorded");
+  }
   SUBCASE("a graph that changed since reset, and a run never reset") {
     run.reset(g);
     run.call(*net.leaf, nullptr, word_label);

@@ -70,8 +70,9 @@ class PackedGraph {
   };
   struct BlockInfo {
     const Block* block;
-    const BlockPlan* plan;
-    uint64_t run;  // the reset() it was checked in
+    const BlockPlan* plan;  // valid while the collection still has `block` under `id`
+    uint64_t run;           // the reset() it was checked in
+    uint32_t id;            // ParameterCollection::block(id): never reused
   };
   uint32_t slot_of(const Block& block);
   // The Expr call's checks and record; returns the id of the first output.

@@ -11,6 +11,13 @@ def _device_of(weights):
     return weights[0].device if weights else torch.device("cpu")
 
 
+def _without_dropout(program):
+    if program.has_dropout:
+        raise ValueError("StepDecoder: the cell draws dropout masks (nn.Dropout in training "
+                         "mode, or F.dropout(training=True)); call .eval() first")
+    return program
+
+
 class StepDecoder:
     """Runs a cell step by step over a mini-batch of sequences that stop at their own time.
 
@@ -42,16 +49,14 @@ class StepDecoder:
         if isinstance(cell, Propagate):
             if input_size is None:
                 raise TypeError("StepDecoder: a Propagate cell needs input_size= (x's columns)")
-            if cell.program("x", input_size).has_dropout:
-                raise ValueError("StepDecoder: the cell draws dropout masks (nn.Dropout in "
-                                 "training mode, or F.dropout(training=True)); call .eval() "
-                                 "first")
             self._program_of = lambda: cell.program("x", input_size)
-            self._tuple = self._program_of().state_tuple
-            self.device = _device_of(self._program_of().weights())
-            self._impl = torch.classes.edbatch.Decoder("program:" + self._program_of().text,
-                                                       input_size, 1, policy, threads,
-                                                       str(self.device))
+            self._make = lambda text: torch.classes.edbatch.Decoder(
+                "program:" + text, input_size, 1, policy, threads, str(self.device))
+            program = _without_dropout(self._program_of())
+            self._tuple = program.state_tuple
+            self.device = _device_of(program.weights())
+            self._text = program.text
+            self._impl = self._make(self._text)
         elif isinstance(cell, Cell):
             if cell.cell not in ("lattice_lstm", "lattice_gru"):
                 raise ValueError(f"StepDecoder: the built-in cell {cell.cell!r} has no step "
@@ -75,7 +80,15 @@ class StepDecoder:
         return [w.detach() for w in self.module.weights()]
 
     def start(self, batch_size, state=None):
-        """Begins a loop of batch_size instances, all running, from `state` (None: zeros)."""
+        """Begins a loop of batch_size instances, all running, from `state` (None: zeros). A
+        cell traced again since the last start (a submodule replaced, a setting or hook
+        changed) runs as it is now."""
+        if self._program_of is not None:
+            program = _without_dropout(self._program_of())
+            if program.text != self._text:
+                self._tuple = program.state_tuple
+                self._text = program.text
+                self._impl = self._make(self._text)
         states = []
         if state is not None:
             states = list(state) if isinstance(state, (tuple, list)) else [state]
@@ -102,7 +115,13 @@ class StepDecoder:
     def stop(self, mask):
         """Ends the running instances whose entries of `mask` (a bool per running row) are
         True; returns the ids of those still running."""
+        if not self._started:
+            raise RuntimeError("StepDecoder.stop: no loop has begun: call start(batch_size, "
+                               "state) first")
         given = torch.as_tensor(mask)
+        if given.squeeze().dim() > 1:
+            raise ValueError(f"StepDecoder.stop: mask has shape {tuple(given.shape)}; it takes "
+                             f"one bool per running row")
         if given.dtype != torch.bool and given.numel() > 0:  # torch.tensor([]) is float
             raise TypeError(f"StepDecoder.stop: mask must be bool (e.g. tok == EOS), got "
                             f"{given.dtype}")

@@ -1,6 +1,8 @@
 // Blocks: declaration, invocation and dumps. Compilation lives in block_compile.cpp.
 #include "edbatch/block.h"
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -88,6 +90,8 @@ Expr Block::dropout(const Expr& x, float p, uint32_t slot) {
   if (bp.frozen) fail("Block::dropout", bp, "the body is frozen");
   if (slot >= bp.index_names.size())
     fail("Block::dropout", bp, "no integer slot " + std::to_string(slot));
+  if (!(p >= 0 && p < 1))  // the body's node numbers would mean nothing to the caller
+    fail("Block::dropout", bp, fmt::format("p = {:g} is outside [0, 1)", p));
   const Expr e = edbatch::dropout(x, p, 0);
   mark_slot(bp, e, slot, kNoLimit);
   return e;

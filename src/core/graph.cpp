@@ -345,7 +345,8 @@ namespace {
 
 void check_owner(const Graph& g, uint64_t owner, uint32_t id, const char* fn) {
   if (owner != 0 && owner != g.params().uid())
-    fail(fn, "the handle of parameter " + std::to_string(id) +
+    fail(fn, std::string("the handle of ") +
+                 (std::string(fn) == "lookup" ? "table " : "parameter ") + std::to_string(id) +
                  " was made by another ParameterCollection than the graph's");
 }
 
@@ -358,8 +359,9 @@ Expr parameter(Graph& g, Parameter p) {
 }
 
 Expr lookup(Graph& g, LookupParameter table, uint32_t index) {
-  if (!table.valid() || table.id >= g.params().size()) fail("lookup", "invalid lookup table handle");
-  check_owner(g, table.owner, table.id, "lookup");
+  if (!table.valid()) fail("lookup", "uninitialised LookupParameter handle");
+  check_owner(g, table.owner, table.id, "lookup");  // before the id, which is another's
+  if (table.id >= g.params().size()) fail("lookup", "invalid lookup table handle");
   if (!g.params().is_lookup(table.id))
     fail("lookup", "'" + g.params().name(table.id) + "' is not a lookup table");
   const Dim d = g.params().dim(table.id);
@@ -507,7 +509,8 @@ Expr dropout(const Expr& x, float p, uint32_t key) {
   Graph& g = graph_of(Args(&x, 1), fn);
   const Dim d = g.node_of(x, fn).dim;
   if (!(p >= 0 && p < 1))
-    fail(fn, where(g) + "p = " + short_float(p) + " for " + to_string(d) + " is outside [0, 1)");
+    fail(fn, where(g) + "p = " + short_float(p) + " (of a " + to_string(d) +
+                 " value) is outside [0, 1)");
   return g.expr(g.add_node(Op::Dropout, d, &x.id, 1, 0, key, p));
 }
 

@@ -94,6 +94,7 @@ uint32_t PackedGraph::slot_of(const Block& block) {
   b.block = &block;
   b.plan = &p;
   b.run = run_;
+  b.id = id;
   return slot_by_id_[id];
 }
 
@@ -174,7 +175,12 @@ void PackedGraph::append_entry(Graph& g, const Entry& e) {
   const uint32_t* in = inputs_.data() + e.in_begin;
   switch (e.kind) {
     case kCall: {
-      const BlockPlan& p = *blocks_[e.what].plan;
+      const BlockInfo& b = blocks_[e.what];
+      // A block destroyed since call() recorded it: its plan is gone (a block made since may
+      // even sit at its address).
+      if (g.params().block(b.id) != b.block)
+        throw std::invalid_argument("the block was destroyed after its call was recorded");
+      const BlockPlan& p = *b.plan;
       for (uint32_t k = 0; k < e.in_count; ++k)
         value_node(g, in[k], self, [&] { return "input '" + p.input_names[k] + "'"; });
       const uint32_t* ints = ints_.data() + e.aux;
@@ -225,7 +231,7 @@ void PackedGraph::append(Graph& g) {
     g.truncate(base_);
     const Entry& en = entries_[k];
     const std::string what =
-        en.kind == kCall     ? "call of block '" + blocks_[en.what].plan->name + "'"
+        en.kind == kCall     ? "call of block '" + g.params().block_name(blocks_[en.what].id) + "'"
         : en.kind == kReduce ? std::string(reduce_name(static_cast<Reduce>(en.what)))
         : en.kind == kLookup ? std::string("lookup")
                              : std::string("reshape");

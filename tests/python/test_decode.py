@@ -238,6 +238,62 @@ def test_zero_start_and_errors():
     decoder.stop(torch.tensor([]))  # nothing running, nothing to stop
 
 
+class MinusLSTM(UserLSTM):
+    """UserLSTM with other code over the same weights."""
+
+    def forward(self, x, state):
+        h, c = state
+        i, f, g, o = (self.W(x) - self.U(h)).chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def test_a_cell_changed_after_the_decoder_was_made():
+    """The next start() runs the cell as it is then: a replaced cell's code (the same weights),
+    and a training-mode dropout refused as when the decoder is made; stop() needs a loop and a
+    mask of one entry per running row."""
+    torch.manual_seed(8)
+    H, E = 4, 3
+    module = edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H))
+    decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    with pytest.raises(RuntimeError, match="stop: no loop has begun"):
+        decoder.stop([True])
+    old = module.node_cells[0]
+    new = MinusLSTM(H, E)
+    new.load_state_dict(old.state_dict())
+    module.node_cells[0] = new
+    state = (torch.randn(3, H), torch.randn(3, H))
+    decoder.start(3, state)
+    x = torch.randn(3, E)
+    h, c = decoder.step(x)
+    with torch.no_grad():
+        eh, ec = new(x, state)
+        oh, _ = old(x, state)
+    torch.testing.assert_close(h, eh, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(c, ec, atol=1e-5, rtol=1e-4)
+    assert (h - oh).abs().max() > 1e-2  # the old code's result differs
+    with pytest.raises(ValueError, match="one bool per running row"):
+        decoder.stop(torch.zeros(3, 3, dtype=torch.bool))
+    decoder.stop(torch.tensor([[True], [False], [False]]))  # a column is one entry per row
+    assert decoder.running.tolist() == [1, 2]
+    module.node_cells[0] = nn.Sequential()  # replaced below; keeps the module whole meanwhile
+    module.node_cells[0] = DropLSTM(H, E)
+    with pytest.raises(ValueError, match="dropout"):
+        decoder.start(2)
+    module.eval()
+    decoder.start(2)
+    decoder.step(torch.randn(2, E))
+
+
+class DropLSTM(UserLSTM):
+    def __init__(self, size, input_size):
+        super().__init__(size, input_size)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x, state):
+        return super().forward(self.drop(x), state)
+
+
 class HostView:
     """A decoder on a CUDA module fed CUDA inputs, its new states brought back to the host for the
     reference loop (batched_greedy works on host tensors)."""

@@ -240,6 +240,9 @@ void check_usage(const RunOptions& o) {
                      "--device null");
   if (o.vocab == 0 && (o.data.rfind("synthetic:", 0) == 0 || o.t.eval.rfind("synthetic:", 0) == 0))
     throw UsageError("--vocab-size 0 (no folding) needs data files: synthetic ids need a size");
+  if (kind == DataKind::Pairs && o.vocab > 0 && o.vocab < 4)
+    throw UsageError("--vocab-size " + std::to_string(o.vocab) +
+                     " leaves lstm_nmt no word after <unk>, <s> and </s> (4 or more, or 0)");
   check_training_usage(o.t, o.train, o.device, o.model);
 }
 
