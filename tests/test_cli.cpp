@@ -285,8 +285,8 @@ TEST_CASE("cli: weights saved after training load back to the same losses") {
 }
 
 TEST_CASE("cli: saved weights keep the data's word and tag ids for files read later") {
-  // The same instances in another order, and among other ones, get the same losses: words and
-  // tags take the ids they had in training, not their order in the file read now.
+  // The same instances in another order, and among other ones, get the same losses and labels:
+  // words and tags take the ids they had in training, not their order in the file read now.
   TempDir dir;
   struct Kind {
     const char* model;
@@ -316,8 +316,11 @@ TEST_CASE("cli: saved weights keep the data's word and tag ids for files read la
     const auto in_a = json_lines(a + ".jsonl"), in_b = json_lines(b + ".jsonl");
     REQUIRE(in_a.size() == 3);
     REQUIRE(in_b.size() == 3);
+    // The losses within float rounding: an instance's values may differ in the last bits with
+    // its place in the mini-batch (its neighbours here are others).
     for (const auto& [i, j] : {std::pair{2, 0}, std::pair{0, 2}}) {
-      CHECK(in_b[j]["loss"] == in_a[i]["loss"]);
+      CHECK(in_b[j]["loss"].get<double>() ==
+            doctest::Approx(in_a[i]["loss"].get<double>()).epsilon(1e-6));
       CHECK(in_b[j]["predicted"] == in_a[i]["predicted"]);
     }
   }
