@@ -466,7 +466,7 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
                              {"scorer_search", o.scorer_search},
                              {"table", o.table},
                              {"time_budget_s", o.time_budget_s},
-                             {"stopped_early", o.stop && o.stop()},
+                             {"interrupted", o.stop && o.stop()},
                              {"reward", o.costs.empty() ? "batches" : "time on " + o.costs.device},
                              {"best", result.best_source}};
   info.training = settings.dump();

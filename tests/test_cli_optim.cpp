@@ -345,6 +345,11 @@ TEST_CASE("cli optim: an interrupted run writes its files and resumes where it s
   CHECK(j["minibatches"] == 5);
   CHECK(std::filesystem::exists(dir / "best"));
 
+  // Started with SIGINT ignored (a background job of a non-interactive shell): the same stop.
+  const auto before = std::signal(SIGINT, SIG_IGN);  // std::system's child inherits it
+  r = interrupted("3", common + "--epochs 2 --json" + f("i.json"));
+  std::signal(SIGINT, before);
+  CHECK(nlohmann::json::parse(slurp(dir / "i.json"))["minibatches"] == 3);
   // A forward-only run stops the same way; a malformed value is refused before any work.
   r = interrupted(
       "2", "run --model tree_lstm --data synthetic:37 --hidden 6 --iters 6 --json" + f("d.json"));

@@ -114,6 +114,9 @@ TEST_CASE("cli train: usage and file errors") {
       cli(dir, "train --model lattice_lstm " + kTiny + "--eval-data synthetic:0 -o x.json");
   CHECK(eval.code == 2);
   CHECK(eval.err.find("--eval-data: expected synthetic:N") != std::string::npos);
+  const Result vocab = cli(dir, "train --model lstm_nmt --vocab-size 2 -o x.json");
+  CHECK(vocab.code == 2);
+  CHECK(vocab.err.find("--vocab-size 2 leaves lstm_nmt no word after") != std::string::npos);
   const Result help = cli(dir, "train --help");
   CHECK(help.code == 0);
   for (const char* flag : {"--model", "--data", "--batch", "--encoding", "--episodes", "--seed",

@@ -477,7 +477,7 @@ TEST_CASE("fsm: a stop request ends training with the best candidate so far") {
   };
   const FsmTrainResult whole = train();
   REQUIRE(whole.curve.size() > 2);
-  CHECK(whole.policy.info.training.find("\"stopped_early\":false") != std::string::npos);
+  CHECK(whole.policy.info.training.find("\"interrupted\":false") != std::string::npos);
 
   // Asked at once: only lb-greedy is measured, and kept.
   o.stop = [] { return true; };
@@ -485,7 +485,7 @@ TEST_CASE("fsm: a stop request ends training with the best candidate so far") {
   CHECK(at_once.curve.size() == 1);
   CHECK(at_once.best_source == "lb-greedy");
   CHECK(at_once.policy.table.size() == 0);
-  CHECK(at_once.policy.info.training.find("\"stopped_early\":true") != std::string::npos);
+  CHECK(at_once.policy.info.training.find("\"interrupted\":true") != std::string::npos);
 
   // Asked once the first candidate after lb-greedy was measured: the stages after it are left.
   bool asked = false;

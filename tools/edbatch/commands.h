@@ -26,6 +26,10 @@ struct Command {
 void check_data_flag(const std::string& model, const std::string& data,
                      const std::string& option = "--data");
 
+// --vocab-size for `model`: lstm_nmt folds ids into [3, vocab), so it needs 4 or more (or 0 where
+// it is allowed). Throws UsageError.
+void check_vocab_size(const std::string& model, uint32_t vocab);
+
 // Options both subcommands take: --model (required, one of the zoo's), --vocab-size, --batch.
 void add_model_option(CLI::App* app, std::string& model);
 // With `no_folding`, --vocab-size 0 is allowed (no folding).

@@ -39,6 +39,12 @@ void check_data_flag(const std::string& model, const std::string& data, const st
   }
 }
 
+void check_vocab_size(const std::string& model, uint32_t vocab) {
+  if (model_data_kind(model) == DataKind::Pairs && vocab > 0 && vocab < 4)
+    throw UsageError("--vocab-size " + std::to_string(vocab) + " leaves " + model +
+                     " no word after <unk>, <s> and </s> (4 or more, or 0)");
+}
+
 CLI::Validator number_from(double low, bool inclusive) {
   const std::string bound = (inclusive ? ">= " : "> ") + bound_text(low);
   return CLI::Validator(

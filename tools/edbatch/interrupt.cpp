@@ -15,6 +15,7 @@ namespace {
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_previous[2];
+bool g_installed[2] = {false, false};  // whether the handler took SIGINT, SIGTERM
 constexpr int kSignals[2] = {SIGINT, SIGTERM};
 
 void on_signal(int sig) {
@@ -45,12 +46,16 @@ InterruptScope::InterruptScope() {
   for (int i = 0; i < 2; ++i) {
     sigaction(kSignals[i], nullptr, &g_previous[i]);
     // A signal the parent ignores (a background job's SIGINT, nohup) stays ignored.
-    if (g_previous[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &sa, nullptr);
+    g_installed[i] = g_previous[i].sa_handler != SIG_IGN;
+    if (g_installed[i]) sigaction(kSignals[i], &sa, nullptr);
   }
 }
 
 InterruptScope::~InterruptScope() {
-  for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &g_previous[i], nullptr);
+  for (int i = 0; i < 2; ++i) {
+    sigaction(kSignals[i], &g_previous[i], nullptr);
+    g_installed[i] = false;
+  }
 }
 
 int interrupt_signal() {
@@ -68,7 +73,11 @@ int interrupt_exit_code() {
 
 void interrupt_after(uint64_t minibatches_run) {
   static const uint64_t after = interrupt_after_env();
-  if (after != 0 && minibatches_run == after) kill(getpid(), SIGINT);
+  if (after == 0 || minibatches_run != after) return;
+  if (g_installed[0])
+    kill(getpid(), SIGINT);  // through the handler, as a Ctrl-C
+  else
+    on_signal(SIGINT);  // SIGINT ignored (a background job): the same request, by hand
 }
 
 }  // namespace edbatch::cli

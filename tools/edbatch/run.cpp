@@ -240,9 +240,7 @@ void check_usage(const RunOptions& o) {
                      "--device null");
   if (o.vocab == 0 && (o.data.rfind("synthetic:", 0) == 0 || o.t.eval.rfind("synthetic:", 0) == 0))
     throw UsageError("--vocab-size 0 (no folding) needs data files: synthetic ids need a size");
-  if (kind == DataKind::Pairs && o.vocab > 0 && o.vocab < 4)
-    throw UsageError("--vocab-size " + std::to_string(o.vocab) +
-                     " leaves lstm_nmt no word after <unk>, <s> and </s> (4 or more, or 0)");
+  check_vocab_size(o.model, o.vocab);
   check_training_usage(o.t, o.train, o.device, o.model);
 }
 
@@ -355,7 +353,9 @@ int run(const RunOptions& o) {
   std::vector<MiniBatchSample> warm_samples;
   warm_samples.reserve(o.warmup);
   LossCheck warm_check(o, warm.per_epoch(), true);
-  for (uint32_t w = 0; w < o.warmup && !interrupt_signal(); ++w) {
+  // Warm-up runs whole even when interrupted: its steps train, and a run resumed from the saved
+  // state has no warm-up steps of its own.
+  for (uint32_t w = 0; w < o.warmup; ++w) {
     warm.next(ids);
     MiniBatchSample* previous = warm_samples.empty() ? nullptr : &warm_samples.back();
     const bool train = o.train && o.t.load_optimizer.empty();  // resumed: no steps of its own

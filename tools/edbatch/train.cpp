@@ -122,6 +122,7 @@ void warn_missing_costs(const TrainOptions& o, const std::vector<const Graph*>& 
 void check_usage(const TrainOptions& o) {
   check_data_flag(o.model, o.data);
   if (!o.eval_data.empty()) check_data_flag(o.model, o.eval_data, "--eval-data");
+  check_vocab_size(o.model, o.vocab);
   if (o.output.empty()) throw UsageError("--output: empty file name");
   if (!o.costs.empty() && o.device != "none")
     throw UsageError("--costs and --device " + o.device +
