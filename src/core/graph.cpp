@@ -343,10 +343,10 @@ Expr input(Graph& g, float value) { return g.expr(g.add_input(Dim{1, 1}, &value)
 
 namespace {
 
-void check_owner(const Graph& g, uint64_t owner, uint32_t id, const char* fn) {
+// `what`: "parameter" or "table", as the handle names it.
+void check_owner(const Graph& g, uint64_t owner, uint32_t id, const char* fn, const char* what) {
   if (owner != 0 && owner != g.params().uid())
-    fail(fn, std::string("the handle of ") +
-                 (std::string(fn) == "lookup" ? "table " : "parameter ") + std::to_string(id) +
+    fail(fn, std::string("the handle of ") + what + " " + std::to_string(id) +
                  " was made by another ParameterCollection than the graph's");
 }
 
@@ -354,13 +354,13 @@ void check_owner(const Graph& g, uint64_t owner, uint32_t id, const char* fn) {
 
 Expr parameter(Graph& g, Parameter p) {
   if (!p.valid()) fail("parameter", "uninitialised Parameter handle");
-  check_owner(g, p.owner, p.id, "parameter");
+  check_owner(g, p.owner, p.id, "parameter", "parameter");
   return g.expr(g.add_parameter(p.id));
 }
 
 Expr lookup(Graph& g, LookupParameter table, uint32_t index) {
   if (!table.valid()) fail("lookup", "uninitialised LookupParameter handle");
-  check_owner(g, table.owner, table.id, "lookup");  // before the id, which is another's
+  check_owner(g, table.owner, table.id, "lookup", "table");  // before the id: another's
   if (table.id >= g.params().size()) fail("lookup", "invalid lookup table handle");
   if (!g.params().is_lookup(table.id))
     fail("lookup", "'" + g.params().name(table.id) + "' is not a lookup table");

@@ -10,13 +10,23 @@
 
 namespace edbatch {
 
+namespace {
+// `v` as a whole number (strtoull's form, no sign) of at most `max` into `*n`; false otherwise.
+bool whole_number(const char* v, uint64_t max, uint64_t* n) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long x = std::strtoull(v, &end, 10);
+  if (*end != '\0' || errno != 0 || *v == '-' || x > max) return false;
+  *n = x;
+  return true;
+}
+}  // namespace
+
 uint64_t interrupt_after_env() {
   const char* v = std::getenv("EDBATCH_INTERRUPT_AFTER");
   if (v == nullptr || *v == '\0') return 0;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end != '\0' || errno != 0 || n == 0 || *v == '-')
+  uint64_t n = 0;
+  if (!whole_number(v, UINT64_MAX, &n) || n == 0)
     throw std::invalid_argument(std::string("EDBATCH_INTERRUPT_AFTER='") + v +
                                 "': expected a positive number of mini-batches");
   return n;
@@ -62,9 +72,8 @@ CudaOptions apply_debug_env(CudaOptions o) {
                 {{"0", Waits::InOrder}, {"auto", Waits::Auto}, {"1", Waits::Always}},
                 "0, auto or 1", o.stage_waits);
   if (const char* v = std::getenv("EDBATCH_CUDA_LINEAR_BLOCKS"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const unsigned long n = std::strtoul(v, &end, 10);
-    if (*end != '\0' || *v == '-' || n > UINT32_MAX)
+    uint64_t n = 0;
+    if (!whole_number(v, UINT32_MAX, &n))
       bad_value("EDBATCH_CUDA_LINEAR_BLOCKS", v,
                 "a whole number of thread blocks (0: the device's multiprocessors)");
     o.linear_min_blocks = static_cast<uint32_t>(n);

@@ -488,10 +488,10 @@ void ProgramCell::check_id(const Packed& p, const char* fn, const CellProgram& c
                            const char* what, int64_t at) const {
   if (row < 0 || row >= p.num_x || c.id_rows == UINT32_MAX) return;  // rows: checked before
   const int64_t id = p.ids[row];
-  if (id < 0 || id >= std::min<int64_t>(c.id_rows, no_id_))
+  if (id < 0 || id >= c.id_rows)  // below it, in bounds: no table has more than no_id_ rows
     throw std::invalid_argument(
         fmt::format("[{}] {} {} reads ids[{}] = {}, outside {}'s embedding table of {} rows", fn,
-                    what, at, row, id, c.name, std::min<int64_t>(c.id_rows, no_id_)));
+                    what, at, row, id, c.name, c.id_rows));
 }
 
 Expr ProgramCell::zeros(Graph& g, uint32_t size) {

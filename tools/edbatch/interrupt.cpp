@@ -45,7 +45,8 @@ InterruptScope::InterruptScope() {
   sa.sa_flags = SA_RESTART;  // reads and writes in progress go on
   for (int i = 0; i < 2; ++i) {
     sigaction(kSignals[i], nullptr, &g_previous[i]);
-    // A signal the parent ignores (a background job's SIGINT, nohup) stays ignored.
+    // A signal the parent ignores (SIGINT in a background job of a non-interactive shell)
+    // stays ignored.
     g_installed[i] = g_previous[i].sa_handler != SIG_IGN;
     if (g_installed[i]) sigaction(kSignals[i], &sa, nullptr);
   }
