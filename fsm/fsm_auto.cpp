@@ -1,5 +1,6 @@
 // The "auto" policy: a scorer learned on the first graph within a time budget, cached on disk
 // keyed by the graph's type names and the device, and reused by later runs (fsm.h, AutoPolicy).
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -57,35 +58,45 @@ void AutoPolicy::warn(const std::string& what) const {
 void AutoPolicy::begin(const Graph& g) {
   if (!started_) {
     started_ = true;
-    const std::string dir =
-        context_.cache_dir.empty() ? default_policy_cache_dir() : context_.cache_dir;
-    if (!dir.empty()) path_ = dir + "/" + cache_key(g, context_.device) + ".json";
-    std::error_code ec;
-    if (!path_.empty() && std::filesystem::exists(path_, ec)) {
-      try {
-        FsmPolicyData d = load_fsm_policy(path_);
-        if (d.info.model != kAutoModel || device_of(d) != context_.device)
-          throw std::runtime_error("'" + path_ + "' was learned by model '" + d.info.model +
-                                   "' on device '" + device_of(d) + "'");
-        auto p = std::make_unique<FsmPolicy>(std::move(d), path_);
-        p->begin(g);  // refuses a policy for other types
-        learned_ = std::move(p);
-      } catch (const std::exception& e) {
-        warn("[auto policy] ignoring the cached policy, learning again: " + std::string(e.what()));
-      }
-    }
+    dir_ = context_.cache_dir.empty() ? default_policy_cache_dir() : context_.cache_dir;
   }
-  if (!learned_ && attempts_ < kAutoAttempts) learn(g);
+  if (!learned_ && attempts_ < kAutoAttempts) {
+    // Each graph is looked up under its own key, so the entry is named by the graph it was
+    // learned on (a first graph at the lower bound may be followed by graphs of other types).
+    path_ = dir_.empty() ? std::string() : dir_ + "/" + cache_key(g, context_.device) + ".json";
+    if (!path_.empty() &&
+        std::find(looked_up_.begin(), looked_up_.end(), path_) == looked_up_.end()) {
+      looked_up_.push_back(path_);
+      load_cached(g);
+    }
+    if (!learned_) learn(g);
+  }
   current_ = fallback_.get();
   if (learned_) {
     try {
       learned_->begin(g);
       current_ = learned_.get();
     } catch (const std::invalid_argument&) {
-      // A graph with types the first one lacked: lb-greedy schedules it.
+      // A graph with types the one learned on lacked: lb-greedy schedules it.
     }
   }
   if (current_ == fallback_.get()) fallback_->begin(g);
+}
+
+void AutoPolicy::load_cached(const Graph& g) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path_, ec)) return;
+  try {
+    FsmPolicyData d = load_fsm_policy(path_);
+    if (d.info.model != kAutoModel || device_of(d) != context_.device)
+      throw std::runtime_error("'" + path_ + "' was learned by model '" + d.info.model +
+                               "' on device '" + device_of(d) + "'");
+    auto p = std::make_unique<FsmPolicy>(std::move(d), path_);
+    p->begin(g);  // refuses a policy for other types
+    learned_ = std::move(p);
+  } catch (const std::exception& e) {
+    warn("[auto policy] ignoring the cached policy, learning again: " + std::string(e.what()));
+  }
 }
 
 // Trains on `g`. A graph that lb-greedy already schedules at the lower bound teaches nothing: the

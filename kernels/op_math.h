@@ -94,6 +94,9 @@ struct ScalarMath {
   EDBATCH_HD static float keep(float a, float m) {
     return m > 0 ? a : 0.0f;
   }
+  EDBATCH_HD static float zero(float) {
+    return 0.0f;
+  }
 
   static double exp(double x) { return std::exp(x); }
   static double tanh(double x) { return std::tanh(x); }
@@ -116,6 +119,9 @@ struct ScalarMath {
   }
   static double keep(double a, double m) {
     return m > 0 ? a : 0.0;
+  }
+  static double zero(double) {
+    return 0.0;
   }
 };
 
@@ -153,7 +159,9 @@ struct Relu {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) { return M::max0(x); }
   template <class M, class T>
-  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) { return M::step(x) * dy; }
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return M::keep(dy, x);  // a selection, as PyTorch's: an infinite dy where x <= 0 gives 0
+  }
 };
 
 // log(1 + e^x), in the form that neither overflows for large x nor loses small ones.
@@ -289,7 +297,7 @@ struct Step {
   }
   template <class M, class T>
   EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr) {
-    return dy * 0.0f;
+    return M::zero(dy);  // exactly 0, also where dy is infinite (0 * inf would be NaN)
   }
 };
 
@@ -361,7 +369,7 @@ struct Keep {
   }
   template <class M, class T>
   EDBATCH_HD static auto grad_b(const T& dy, const T&, const T&, const T&) {
-    return dy * 0.0f;
+    return M::zero(dy);
   }
 };
 

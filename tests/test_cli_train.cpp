@@ -212,6 +212,14 @@ TEST_CASE("cli train: outputs and --eval-data are checked before training, numbe
   CHECK(bad.err.find("episode") == std::string::npos);
   CHECK_FALSE(fs::exists(policy));
 
+  // A policy file that cannot be written (/dev/full passes the checks) keeps the curve.
+  const Result full = cli(dir, tiny + "-o /dev/full --curve '" + dir / "c.csv" + "'");
+  CHECK(full.code == 1);
+  CHECK(full.err.find("edbatch train: --output: ") != std::string::npos);
+  CHECK(full.err.find("not written: --output") != std::string::npos);
+  CHECK(full.out.find("NOT written to /dev/full") != std::string::npos);
+  CHECK(slurp(dir / "c.csv").rfind("episode,mean_batches,", 0) == 0);
+
   test::check_usage_errors(
       dir, tiny,
       {{"--alpha nan", "--alpha: expected a number in [0, 1], got 'nan'"},

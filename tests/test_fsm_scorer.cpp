@@ -712,6 +712,40 @@ TEST_CASE("fsm auto: learns once, caches, reuses; refuses other types and corrup
   fs::remove_all(dir);
 }
 
+TEST_CASE("fsm auto: what is learned after graphs at the bound is cached under its own types") {
+  // One engine may schedule graphs lb-greedy leaves at the lower bound (nothing to learn) before
+  // graphs of other types: the entry must be found again by a later run of the same sequence.
+  const fs::path dir = temp_dir("auto-later");
+  const Synthetic at_bound("tree_lstm", 32, 16, 13);
+  const Synthetic dags("random_dag", 32, 16, 12);
+  std::vector<std::string> warnings;
+  PolicyContext ctx;
+  ctx.cache_dir = dir.string();
+  ctx.auto_budget_s = 0;
+  ctx.warn = [&](const std::string& w) { warnings.push_back(w); };
+  auto run = [&](AutoPolicy& p) {
+    std::vector<Schedule> out(3);
+    run_batches(*at_bound.graphs[0], p, &out[0]);
+    run_batches(*dags.graphs[0], p, &out[1]);
+    run_batches(*dags.graphs[1], p, &out[2]);
+    return out;
+  };
+  AutoPolicy first(ctx);
+  const std::vector<Schedule> learned = run(first);
+  CHECK(first.trained());
+  const std::string dag_entry =
+      (dir / (AutoPolicy::cache_key(*dags.graphs[0], "cpu") + ".json")).string();
+  CHECK(first.cache_path() == dag_entry);
+  CHECK(fs::exists(dag_entry));
+  CHECK(!fs::exists(dir / (AutoPolicy::cache_key(*at_bound.graphs[0], "cpu") + ".json")));
+  AutoPolicy second(ctx);
+  const std::vector<Schedule> reused = run(second);
+  CHECK(!second.trained());
+  CHECK(warnings.empty());
+  for (size_t i = 0; i < learned.size(); ++i) CHECK(reused[i].nodes == learned[i].nodes);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("fsm auto: the default cache directory follows XDG_CACHE_HOME, then HOME") {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");

@@ -13,7 +13,10 @@ namespace edbatch {
 // or the complete new one, never a part. `write` gets a binary stream on the temporary file;
 // when it throws, or anything fails, the temporary file is removed and `path` is left as it was.
 // An existing `path` keeps its permissions; a symbolic link is written through; a path that
-// exists and is not a regular file (/dev/stdout, a pipe) is written directly. Throws
+// exists and is not a regular file (a pipe, /dev/null) is written directly, and one that names a
+// file descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N) is written into that
+// descriptor where it stands (standard output redirected to a file with >> is appended to, not
+// replaced; stdout and stderr are flushed first). Throws
 // std::runtime_error "[write_file_atomically] '<path>': ..." naming the failed step.
 void write_file_atomically(const std::string& path,
                            const std::function<void(std::ostream&)>& write);
@@ -21,6 +24,10 @@ void write_file_atomically(const std::string& path,
 // The file write_file_atomically writes for `path`: its symbolic links followed, to the file a
 // link names even where that file does not exist yet.
 std::string write_target(const std::string& path);
+
+// The file descriptor `path` names (/dev/stdout 1, /dev/stderr 2, /dev/fd/N and /proc/self/fd/N
+// N), else -1.
+int path_descriptor(const std::string& path);
 
 // Opens `path` for reading (`mode` adds to std::ios::in, e.g. binary). Throws
 // std::invalid_argument "[<fn>] cannot open '<path>': <why>" when it does not exist, is a

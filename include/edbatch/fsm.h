@@ -315,8 +315,10 @@ double mean_lower_bound(const std::vector<const Graph*>& graphs);
 // types, another device: a warning says so), trains a scorer on that graph within
 // context.auto_budget_s (0: no limit), writes it to the cache and uses it. When lb-greedy is
 // already at the lower bound on that graph, the next graphs are tried (up to 8, within the same
-// budget) before the empty result (lb-greedy) is cached. Later graphs with types it does not know
-// run lb-greedy. `trained()` says whether this instance trained.
+// budget) before the empty result (lb-greedy) is cached; each is looked up under its own key
+// first, and what is learned is cached under the key of the graph it was learned on. Later
+// graphs with types it does not know run lb-greedy. `trained()` says whether this instance
+// trained.
 class AutoPolicy : public Policy {
  public:
   explicit AutoPolicy(PolicyContext context);
@@ -326,17 +328,21 @@ class AutoPolicy : public Policy {
   Lookups lookups() const override;
   bool trained() const { return trained_; }
   double training_s() const { return training_s_; }
-  const std::string& cache_path() const { return path_; }  // set at the first graph
+  // The entry looked up for the last graph before one was found or learned: the file the
+  // policy was read from or written to.
+  const std::string& cache_path() const { return path_; }
   static std::string cache_key(const Graph& g, const std::string& device);
 
  private:
   void warn(const std::string& what) const;
   void learn(const Graph& g);
+  void load_cached(const Graph& g);
   PolicyContext context_;
   std::unique_ptr<FsmPolicy> learned_;
   std::unique_ptr<Policy> fallback_;
   Policy* current_ = nullptr;
-  std::string path_;
+  std::string dir_, path_;
+  std::vector<std::string> looked_up_;  // entries already read (or found missing)
   bool started_ = false, trained_ = false;
   uint32_t attempts_ = 0;
   double training_s_ = 0;

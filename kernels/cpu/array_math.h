@@ -35,6 +35,10 @@ struct ArrayMath {
   static auto keep(const A& a, const B& m) {
     return (m > 0.0f).select(a, 0.0f);
   }
+  template <class X>
+  static auto zero(const X& x) {
+    return X::PlainObject::Zero(x.rows(), x.cols());
+  }
 };
 
 }  // namespace edbatch::cpu

@@ -16,8 +16,9 @@ def _instance_kind(x, i):
     if isinstance(x, dict) and "arcs" in x:
         return "a lattice record"
     if isinstance(x, (str, bytes)):
-        raise TypeError("collate: parse SST lines in the dataset (parse_sst needs the "
-                        "vocabulary) and give the (tree, labels) pairs it returns")
+        raise TypeError("collate: parse SST lines once, before the DataLoader (parse_sst needs "
+                        "the vocabulary; in __getitem__, each worker process would grow a "
+                        "vocabulary of its own) and give the (tree, labels) pairs it returns")
     return "a (tree, labels) pair" if _is_labelled(x, i) else "a tree"
 
 
@@ -25,6 +26,7 @@ def collate(instances):
     """One Packed from a list of instances of one kind (a DataLoader's collate_fn): Packed
     objects, edge-list dicts (pack_edges), lattice records (pack_lattices), DAG records with
     "types" (pack_dags), trees (pack_trees), or (tree, labels) pairs (_is_labelled)."""
+    instances = list(instances)  # a generator is read once, here
     if not instances:
         return _Builder().build()
     kinds = [_instance_kind(x, i) for i, x in enumerate(instances)]

@@ -95,7 +95,7 @@ class StepDecoder:
             states = [s.detach() for s in states]
         try:
             self._impl.start(batch_size, self._weights(), states)
-        except RuntimeError as e:
+        except (RuntimeError, TypeError) as e:
             _reraise(e)
         self.running = torch.arange(batch_size)
         self._started = True
@@ -108,7 +108,7 @@ class StepDecoder:
                                "state) first")
         try:
             out = self._impl.step(self.running, autocast_float32(x).detach())
-        except RuntimeError as e:
+        except (RuntimeError, TypeError) as e:
             _reraise(e)
         return tuple(out) if self._tuple else out[0]
 

@@ -31,17 +31,18 @@ def weight_shapes(cell, hidden_size, input_size, num_node_types=1, num_arc_types
     try:
         names, rows, cols = torch.ops.edbatch.weight_shapes(cell, hidden_size, input_size,
                                                             num_node_types, num_arc_types)
-    except RuntimeError as e:
+    except (RuntimeError, TypeError) as e:
         _reraise(e)
     return [(n, (r,) if c == 0 else (r, c)) for n, r, c in zip(names, rows, cols)]
 
 
 def _reraise(error):
-    """Raises the library's own message as a ValueError, and any other error as it is."""
+    """Raises the library's own message as a ValueError (a TypeError for a wrong dtype), and any
+    other error as it is."""
     message = _message(error)
     if message is None:
         raise error
-    raise ValueError(message) from None
+    raise (TypeError if isinstance(error, TypeError) else ValueError)(message) from None
 
 
 def _message(error):
@@ -135,7 +136,7 @@ def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num
                                   *packed.structure(), hidden_size, num_node_types, num_arc_types,
                                   policy, threads, *_head_labels(packed, loss), loss or "",
                                   classes)
-    except RuntimeError as e:
+    except (RuntimeError, TypeError) as e:
         _reraise(e)
 
 

@@ -1,5 +1,6 @@
 """Packs Python structures (nested tuples, SST lines, lattice records, DAG records) into the
 tensor format of the ops (docs/pytorch.md)."""
+import difflib
 import heapq
 import operator
 import random
@@ -95,8 +96,8 @@ class Packed:
         Returns (packed, index): index[k] is the reversed batch's node for node k here, and the
         other way round (the reversal is its own inverse), so the states of a pass over the
         reversed batch are states[index] in this batch's node order. Arcs keep their types and
-        input rows; a node's incoming arcs come in the order of their sources (so reversing a tree
-        twice gives it back, children in order)."""
+        input rows; a node's incoming arcs come in the order of their sources, parallel arcs in
+        their order here (so reversing a tree twice gives it back, children in order)."""
         n, offsets = self.num_nodes, self.instance_offsets
         node = torch.arange(n)
         instance = torch.repeat_interleave(torch.arange(self.num_instances),
@@ -104,7 +105,8 @@ class Packed:
         index = offsets[instance] + offsets[instance + 1] - 1 - node
         targets = torch.repeat_interleave(node, self.pred_ptr[1:] - self.pred_ptr[:-1])
         into, source = index[self.pred_ids], index[targets]  # each arc turned around
-        order = torch.argsort(into * max(n, 1) + source)  # by target, then by source
+        # by target, then by source; parallel arcs keep their order (a stable sort)
+        order = torch.sort(into * max(n, 1) + source, stable=True)[1]
         out = Packed.__new__(Packed)
         for name in _FIELDS:
             setattr(out, name, getattr(self, name))
@@ -192,6 +194,10 @@ def _ids(values, packer, i, name, field, unit="node", low=0, none=True):
     """A record's list of integers (a list, NumPy array or tensor) as Python ints >= low; None
     entries stay None (no word, no label) where `none` allows them. Errors name the entry by
     its field (singular) and its unit's index."""
+    if isinstance(values, (str, bytes)) or not (hasattr(values, "tolist") or
+                                                 hasattr(values, "__iter__")):
+        raise ValueError(f"{packer}: {name} {i}: its {field}s are {shorten(repr(values))}, not a "
+                         f"list (one per {unit})")
     values = values.tolist() if hasattr(values, "tolist") else list(values)
     out = []
     for k, v in enumerate(values):
@@ -200,14 +206,23 @@ def _ids(values, packer, i, name, field, unit="node", low=0, none=True):
             raise ValueError(f"{packer}: {name} {i}: {unit} {k}'s {field} is "
                              f"{shorten(repr(v))}, not an integer >= {low}"
                              f"{' or None' if none else ''}")
+        if n is not None and n >= 2**63:
+            raise ValueError(f"{packer}: {name} {i}: {unit} {k}'s {field} is {n}, beyond int64")
         out.append(n)
     return out
 
 
-def _field(record, key, packer, name, i, form):
-    """record[key], or ValueError naming the instance and the missing key."""
+def _field(record, key, packer, name, i, form, fields=None):
+    """record[key], or ValueError naming the instance and the missing key. `fields`: the
+    record's fields, checked for a key one letter or so away from one ("edge" for "edges"), a
+    misspelling that would otherwise be read as the field left out; other keys are the user's."""
     if not isinstance(record, dict):
         raise TypeError(f"{packer}: {name} {i} is a {type(record).__name__}, not a dict {form}")
+    for other in (record if fields else ()):
+        near = difflib.get_close_matches(str(other), fields, n=1, cutoff=0.8)
+        if other not in fields and near:
+            raise ValueError(f"{packer}: {name} {i} has the key {other!r}: did you mean "
+                             f"{near[0]!r}? (a record is {form})")
     if key not in record:
         raise ValueError(f"{packer}: {name} {i} has no {key!r} (a record is {form})")
     return record[key]
@@ -226,9 +241,28 @@ def _counts_match(packer, name, i, n, unit, lists):
             raise ValueError(f"{packer}: {name} {i} has {n} {unit} but {len(values)} {what}")
 
 
-def _rows(values):
-    """Edges or arcs (a list of pairs, a NumPy array or tensor of shape (n, 2 or 3)) as a list."""
+def _rows(values, where, what):
+    """Edges or arcs (a list of pairs, a NumPy array or tensor of shape (n, 2 or 3)) as a list;
+    None (no edges) as an empty one."""
+    if values is None:
+        return []
+    if isinstance(values, (str, bytes)) or not (hasattr(values, "tolist") or
+                                                 hasattr(values, "__iter__")):
+        raise ValueError(f"{where}: {shorten(repr(values))} is not a list of {what}")
     return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def _pair(row, packer, where, form):
+    """An arc or edge row as a tuple of 2 (or, for edges, 3) items, else ValueError naming it."""
+    if isinstance(row, (str, bytes)) or not hasattr(row, "__len__") or len(row) not in form:
+        raise ValueError(f"{packer}: {where}: {shorten(repr(row))} is not "
+                         f"{' or '.join(_FORMS[n] for n in form)}")
+    return tuple(row)
+
+
+_FORMS = {2: "a pair", 3: "a triple (src, dst, kind)"}
+_LATTICE_FIELDS, _DAG_FIELDS = ("arcs", "tags"), ("types", "inputs", "arcs", "labels")
+_EDGE_FIELDS = ("num_nodes", "edges", "inputs", "kinds", "labels")
 
 
 def _children(t):
@@ -343,21 +377,24 @@ def pack_lattices(records):
     b = _Builder()
     for i, rec in enumerate(records):
         base = len(b.f["node_inputs"])
-        arcs_in = _rows(_field(rec, "arcs", "pack_lattices", "lattice", i, _LATTICE))
+        where = f"pack_lattices: lattice {i}"
+        arcs_in = _rows(_field(rec, "arcs", "pack_lattices", "lattice", i, _LATTICE,
+                               _LATTICE_FIELDS), where, "arc lists (one per node)")
         tags = rec.get("tags")
         tags = [-1] * len(arcs_in) if tags is None else _ids(tags, "pack_lattices", i, "lattice",
                                                              "tag", low=-1)
         _counts_match("pack_lattices", "lattice", i, len(arcs_in), "nodes", [("tags", tags)])
         for k, arcs in enumerate(arcs_in):
             triples = []
-            for j, vocab_id in _rows(arcs):
-                j, vocab_id = _index(j), _index(vocab_id)
-                if vocab_id is None or vocab_id < 0:
-                    raise ValueError(f"pack_lattices: lattice {i}: an arc into node {k} has no "
-                                     f"word id (an integer >= 0)")
+            for arc in _rows(arcs, f"{where}: node {k}", "(from, id) arcs"):
+                given = _pair(arc, "pack_lattices", f"lattice {i}: an arc into node {k}", (2,))
+                j, vocab_id = _index(given[0]), _index(given[1])
+                if vocab_id is None or not 0 <= vocab_id < 2**63:
+                    raise ValueError(f"{where}: an arc into node {k} has no word id (an integer "
+                                     f">= 0, below 2^63), it has {shorten(repr(given[1]))}")
                 if j is None or not 0 <= j < k:
-                    raise ValueError(f"pack_lattices: lattice {i}: arc into node {k} comes from "
-                                     f"node {j}")
+                    raise ValueError(f"{where}: arc into node {k} comes from node "
+                                     f"{shorten(repr(given[0]))}")
                 kind = 0 if j == k - 1 else 1
                 triples.append((base + j, kind, b.row(vocab_id, kind)))
             b.node(label=tags[k], arcs=triples)
@@ -372,23 +409,28 @@ def pack_dags(records):
     b = _Builder()
     for i, rec in enumerate(records):
         base = len(b.f["node_inputs"])
-        types, inputs, arcs_in = (_field(rec, k, "pack_dags", "DAG", i, _DAG)
+        where = f"pack_dags: DAG {i}"
+        types, inputs, arcs_in = (_field(rec, k, "pack_dags", "DAG", i, _DAG, _DAG_FIELDS)
                                   for k in ("types", "inputs", "arcs"))
         types = _ids(types, "pack_dags", i, "DAG", "type", "state", none=False)
         inputs = _ids(inputs, "pack_dags", i, "DAG", "input", "state", -1)
         labels = rec.get("labels")
         labels = ([-1] * len(types) if labels is None
                   else _ids(labels, "pack_dags", i, "DAG", "label", "state", -1))
-        arcs_in = _rows(arcs_in)
+        arcs_in = _rows(arcs_in, where, "arc lists (one per state)")
         _counts_match("pack_dags", "DAG", i, len(types), "types",
                       [("inputs", inputs), ("arc lists", arcs_in), ("labels", labels)])
         for k, (t, w, arcs) in enumerate(zip(types, inputs, arcs_in)):
-            arcs = [(_index(j), _index(a)) for j, a in _rows(arcs)]
-            for j, a in arcs:
-                if a is None or a < 0:
-                    raise ValueError(f"pack_dags: DAG {i}: an arc into state {k} has no arc type")
+            given = [_pair(arc, "pack_dags", f"DAG {i}: an arc into state {k}", (2,))
+                     for arc in _rows(arcs, f"{where}: state {k}", "(from, arc type) arcs")]
+            arcs = [(_index(j), _index(a)) for j, a in given]
+            for (j, a), (j_given, a_given) in zip(arcs, given):
+                if a is None or not 0 <= a < 2**63:
+                    raise ValueError(f"{where}: an arc into state {k} has no arc type (an integer "
+                                     f">= 0, below 2^63), it has {shorten(repr(a_given))}")
                 if j is None or not 0 <= j < k:
-                    raise ValueError(f"pack_dags: DAG {i}: arc into state {k} comes from {j}")
+                    raise ValueError(f"{where}: arc into state {k} comes from "
+                                     f"{shorten(repr(j_given))}")
             b.node(input_row=-1 if w is None or w < 0 else b.row(w), node_type=t, label=labels[k],
                    arcs=[(base + j, a, -1) for j, a in arcs])
         b.end_instance("pack_dags", "DAG", i)
@@ -399,9 +441,9 @@ def _edge_lists(i, inst):
     """Per node of edge-list instance i: its incoming (source, kind) pairs, in the given order."""
     n = _num_nodes(i, inst)
     preds = [[] for _ in range(n)]
-    for e in _rows(inst.get("edges", ())):
-        if len(e) not in (2, 3):
-            raise ValueError(f"pack_edges: instance {i}: edge {e!r} is not (src, dst[, kind])")
+    for e in _rows(inst.get("edges"), f"pack_edges: instance {i}: edges",
+                   "(src, dst[, kind]) edges"):
+        e = _pair(e, "pack_edges", f"instance {i}: an edge", (2, 3))
         src, dst = _index(e[0]), _index(e[1])
         for v, given in ((src, e[0]), (dst, e[1])):
             if v is None or not 0 <= v < n:
@@ -409,15 +451,15 @@ def _edge_lists(i, inst):
                 raise ValueError(f"pack_edges: instance {i}: edge {tuple(e)} names node "
                                  f"{given!r}, {why}")
         kind = _index(e[2]) if len(e) == 3 else 0
-        if kind is None or kind < 0:
+        if kind is None or not 0 <= kind < 2**63:
             raise ValueError(f"pack_edges: instance {i}: edge {tuple(e)} has kind {e[2]!r}, not "
-                             f"an integer >= 0")
+                             f"an integer >= 0 (below 2^63)")
         preds[dst].append((src, kind))
     return preds
 
 
 def _num_nodes(i, inst):
-    n = _index(_field(inst, "num_nodes", "pack_edges", "instance", i, _EDGES))
+    n = _index(_field(inst, "num_nodes", "pack_edges", "instance", i, _EDGES, _EDGE_FIELDS))
     if n is None or n < 0:
         raise ValueError(f"pack_edges: instance {i}: num_nodes {inst['num_nodes']!r} is not an "
                          f"integer >= 0")

@@ -54,8 +54,8 @@ class Program:
                                                                  if h in m.__dict__))
                     held = _object_keys(m)
                     self._settings.append((parent, name, m, get, _copy(get(m.__dict__)), held,
-                                           _held(m, held)))
-        self._root = settings, global_hook_state()
+                                           _held(m, held), _tensors(m)))
+        self._root = settings, global_hook_state(), _tensors(root)
         return self
 
     def current(self, root, settings=()):
@@ -63,15 +63,22 @@ class Program:
         submodule replaced since, cell.lin = nn.Linear(...), has other weights, perhaps of other
         shapes) with the same training flag, plain settings (nn.Dropout's p, LeakyReLU's slope,
         a cell's own temperature, self.cfg.scale of an object it holds: the trace reads them as
-        constants) and hooks (forward hooks are traced, others refused), and `settings` and the
-        global module hooks are as they were."""
+        constants), hooks (forward hooks are traced, others refused) and parameters and buffers
+        (which are None and their shapes: a bias given to a Linear made without one needs a new
+        trace), and `settings` and the global module hooks are as they were."""
         try:
-            return self._root == (settings, global_hook_state()) and all(
+            return self._root == (settings, global_hook_state(), _tensors(root)) and all(
                 parent._modules.get(name) is m and get(m.__dict__) == values
-                and (not held or _held(m, held) == held_values)
-                for parent, name, m, get, values, held, held_values in self._settings)
+                and (not held or _held(m, held) == held_values) and _tensors(m) == tensors
+                for parent, name, m, get, values, held, held_values, tensors in self._settings)
         except KeyError:  # a setting deleted
             return False
+
+
+def _tensors(module):
+    """A module's own parameters and buffers by name: None or the shape."""
+    return tuple((k, None if v is None else tuple(v.shape))
+                 for d in (module._parameters, module._buffers) for k, v in d.items())
 
 
 def _copy(values):

@@ -28,7 +28,7 @@ def run_program(program, x, ids, packed, weights, seed, policy, threads, labels=
         op = torch.ops.edbatch.propagate_step if step else torch.ops.edbatch.propagate
         return list(op(program.text, x, ids, *packed.structure(), weights, seed, policy, threads,
                        labels, loss or ""))
-    except RuntimeError as e:
+    except (RuntimeError, TypeError) as e:
         _reraise(e)
 
 
@@ -175,7 +175,7 @@ class Propagate(torch.nn.Module):
         try:
             outputs = run_program(program, x, ids, packed, weights, seed, self.policy,
                                   self.threads, *extra)
-        except (RuntimeError, ValueError):
+        except (RuntimeError, ValueError, TypeError):
             _check_weights(program, weights, x.device, kind)  # named as the module has them
             raise
         if not step:  # autograd runs the backward: x and the weights must be unchanged then

@@ -12,6 +12,10 @@ def check_unchanged(outputs, x, weights, names, owner):
     nodes = {o.grad_fn for o in outputs if o.grad_fn is not None}
     if not nodes:
         return
+    if getattr(x, "is_inference", lambda: False)():
+        raise RuntimeError(f"{owner}: x was made under torch.inference_mode, and such tensors "
+                           f"cannot be saved for backward (as in PyTorch): clone it outside "
+                           f"inference mode (x.clone()), or run the module inside it too")
     # x is not kept alive for this (a view's version is its base's, which outlives the view);
     # the weights are (parameters, or what the call computed from them).
     base = x if x._base is None else x._base

@@ -1,6 +1,7 @@
 """SST bracketed lines: parsing into nested tuples of word ids with post-order labels, packing,
 and seeded synthetic lines (docs/pytorch.md)."""
 import collections
+import operator
 import random
 import re
 
@@ -21,6 +22,7 @@ def parse_sst(line, vocab, add=True, unk=0):
     readers' do. A leading byte order mark (a file's first line read without
     encoding="utf-8-sig") is skipped."""
     check_text(line, "parse_sst", "the line")
+    _check_unk(unk, "parse_sst")
     tokens = _TOKEN.findall(line.lstrip("\ufeff"))
     pos, labels, open_nodes = 0, [], []  # open_nodes: (label, children) of unclosed inner nodes
 
@@ -33,7 +35,9 @@ def parse_sst(line, vocab, add=True, unk=0):
         if word not in vocab:
             if not add:
                 return unk
+            _check_vocab(vocab, "parse_sst")
             vocab[word] = len(vocab)
+            _checked[:] = [id(vocab), len(vocab)]
         return vocab[word]
 
     try:
@@ -45,6 +49,9 @@ def parse_sst(line, vocab, add=True, unk=0):
             label = text_int(text)
             if label is None:
                 raise ValueError(f"expected an integer label at token {pos}, got {quote(text)}")
+            if not -1 <= label < 2**63:
+                raise ValueError(f"label {label} at token {pos} is outside [-1, 2^63) (-1: no "
+                                 f"label)")
             pos += 1
             if token("a word or '('") == "(":
                 open_nodes.append((label, []))
@@ -75,9 +82,42 @@ def parse_sst(line, vocab, add=True, unk=0):
                 break
         if pos < len(tokens):
             raise ValueError(f"text after the tree at token {pos}: {quote(tokens[pos])}")
+    except _VocabError as e:
+        raise ValueError(str(e)) from None
     except ValueError as e:
         raise ValueError(f"parse_sst: malformed line {quote(strip(line))}: {e}") from None
     return LabelledTree(node, labels)
+
+
+class _VocabError(ValueError):
+    """A vocabulary new words cannot be added to: not a fault of the line."""
+
+
+_checked = [None, -1]  # the id and size of the vocabulary last checked or grown here
+
+
+def _check_vocab(vocab, owner):
+    """Refuses a vocabulary that new words cannot be added to with the id len(vocab) (two words
+    would share an id). Checked once per vocabulary and size: parsing a corpus line by line
+    checks it again only when someone else changed it."""
+    if _checked == [id(vocab), len(vocab)]:
+        return
+    ids = set(vocab.values())
+    if ids != set(range(len(vocab))):
+        raise _VocabError(f"{owner}: words are added with the next id, len(vocab), so vocab's ids "
+                         f"must be 0..{len(vocab) - 1}, but they are not (it maps {len(vocab)} "
+                         f"words to {len(ids)} ids up to {max(ids, default=-1)}); give add=False "
+                         f"and unk= for a fixed vocabulary")
+    _checked[:] = [id(vocab), len(vocab)]
+
+
+def _check_unk(unk, owner):
+    try:
+        n = None if isinstance(unk, bool) else operator.index(unk)
+    except TypeError:
+        n = None
+    if n is None or not 0 <= n < 2**63:
+        raise ValueError(f"{owner}: unk must be a word id (an int in [0, 2^63)), got {unk!r}")
 
 
 def pack_sst(lines, vocab, add=True, unk=0):
@@ -89,11 +129,9 @@ def pack_sst(lines, vocab, add=True, unk=0):
         raise TypeError(f"pack_sst: lines must be a list of lines, got one "
                         f"{type(lines).__name__}: pass its lines (text.splitlines(), after "
                         f"decoding bytes)")
-    if add and set(vocab.values()) != set(range(len(vocab))):
-        raise ValueError(f"pack_sst: words are added with the next id, len(vocab), so vocab's ids "
-                         f"must be 0..{len(vocab) - 1}, but they are not (it maps {len(vocab)} "
-                         f"words to {len(set(vocab.values()))} ids up to "
-                         f"{max(vocab.values())}); give add=False and unk= for a fixed vocabulary")
+    if add:
+        _check_vocab(vocab, "pack_sst")
+    _check_unk(unk, "pack_sst")
     parsed = []
     for n, line in enumerate(lines, 1):
         check_text(line, "pack_sst", f"line {n}")

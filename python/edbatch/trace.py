@@ -140,6 +140,10 @@ _FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last thr
 _TRACING = threading.RLock()
 
 
+# torch 1.13's stateless.functional_call gives a module a subclass of its class made there
+_STATELESS = "torch.nn.utils.stateless"
+
+
 class _Tracer(fx.Tracer):
     """fx's tracer, evaluating every node as it is created (sizes, instructions) so that chunks
     unpack, sizes are plain ints and errors point at the user's line."""
@@ -156,6 +160,10 @@ class _Tracer(fx.Tracer):
         self._thread = None  # the thread tracing (trace())
 
     def trace(self, root, *args, **kwargs):
+        if any(type(m).__module__ == _STATELESS for m in root.modules()):
+            raise Refusal("a cell is traced at its module's first call, which cannot be inside "
+                          "torch.nn.utils.stateless.functional_call (it hides the parameters "
+                          "the trace reads): call the module once before, outside it")
         self.body.module_paths = {m: p for p, m in root.named_modules()}
         self.body.parametrized, self.parametrization_of = trace_weights.parametrized(root)
         # Factories do not dispatch on traced arguments (torch.zeros(x.size(0), n)): while
@@ -181,6 +189,8 @@ class _Tracer(fx.Tracer):
                     setattr(torch, name, fn)
 
     def create_arg(self, a):
+        if isinstance(a, tuple) and hasattr(a, "_fields"):  # a namedtuple state: its fields
+            a = tuple(a)
         if isinstance(a, torch.nn.Parameter) and all(a is not p for p in self.root.parameters()):
             # A parameter from outside the cell (a function's closure): one weight of its own.
             self.root.register_parameter(f"param{self._external}", a)
@@ -210,6 +220,12 @@ class _Tracer(fx.Tracer):
         if path:  # a submodule: errors point at the line calling it
             note_where(self.body)
         refuse_backward_hooks(m, path)
+        from .nn import Cell, _Inputs
+        from .propagate import Propagate
+        if isinstance(m, (Propagate, Cell, _Inputs)):
+            raise Refusal(f"a cell cannot call an edbatch module ({type(m).__name__}): a cell "
+                          "computes one node from its rows, a module runs a whole packed batch; "
+                          "run it before, outside the cell, and pass its output in x")
         if isinstance(m, torch.jit.ScriptModule):
             raise Refusal(f"a TorchScript module ({type(m).__name__}) cannot be traced into a "
                           "cell: give the nn.Module it was scripted from")
@@ -267,8 +283,8 @@ class _Tracer(fx.Tracer):
             if module in self.parametrization_of:  # a parametrized tensor, read directly
                 return self.body.param_of(*self.parametrization_of[module])
             cls = type(module)
-            if parametrize.is_parametrized(module):  # nn.utils.parametrize's subclass of cls
-                cls = cls.__mro__[1]
+            if parametrize.is_parametrized(module) or cls.__module__ == _STATELESS:
+                cls = cls.__mro__[1]  # parametrize's or functional_call's subclass of cls
             handler = trace_ops.MODULES.get(cls)
             if handler is None:
                 raise Refusal(f"{_module_name(module)} is not supported in cells")
@@ -294,13 +310,13 @@ class _Tracer(fx.Tracer):
         value = owner._buffers.get(name)
         if isinstance(value, torch.Tensor):
             if value.dtype == torch.bool:  # a fixed mask: 0/1 floats, a condition where due
-                return trace_weights.as_weight(key, lambda m=owner, n=name: m._buffers[n], value)
+                return trace_weights.as_weight(key, lambda m=owner, n=name: getattr(m, n), value)
             if not value.is_floating_point():
                 raise Refusal(f"the buffer {key} holds {value.dtype}: cells read floating-point "
                               "and bool buffers only, as fixed weights and masks", ValueError)
             # A fixed weight: read from the module on every call (it follows .to() and
             # reassignment), its gradient not kept (a buffer does not require one).
-            return Param((key, lambda m=owner, n=name: m._buffers[n]), value)
+            return Param((key, lambda m=owner, n=name: getattr(m, n)), value)
         value = owner.__dict__.get(name)
         if isinstance(value, torch.Tensor):
             raise Refusal(f"the tensor attribute {key} is a constant, and tensor constants are "

@@ -1,6 +1,7 @@
 """Feature reductions (sum, mean, var, max, min, logsumexp over the last dim, kept as a size-1
 value that broadcasts), elementwise maxima and minima, clamps and explicit expands in a cell
 program (docs/programs.md). trace_ops merges these tables into its own."""
+import math
 from collections import namedtuple
 
 import torch
@@ -27,7 +28,9 @@ def _reduction_input(body, name, args, kwargs, extra=None, names=("input", "dim"
         dim = dim[0]
     if dim is None or isinstance(dim, (tuple, list, bool)):
         raise Refusal(f"{name} over every element is not supported: reduce the features with "
-                      f"{name}(-1, keepdim=True), one value per row", ValueError)
+                      f"{name}(-1, keepdim=True), one value per row (a cell sees one node's "
+                      f"row; to branch on a value, select with torch.where: Python control "
+                      f"flow is not traced)", ValueError)
     feature_dim(dim, name)
     return body.vector(a["input"]), a
 
@@ -195,9 +198,14 @@ Extreme = namedtuple("Extreme", "values indices")
 
 
 def logsumexp(body, args, kwargs):
-    """m + log(sum(exp(x - m))) with m the largest entry, as PyTorch computes it."""
+    """m + log(sum(exp(x - m))) with m the largest entry, or 0 where that is infinite, as
+    PyTorch computes it (a row of -inf gives -inf, one holding +inf gives +inf, not NaN)."""
     v, a = _reduction_input(body, "logsumexp", args, kwargs)
     m = _largest(body, v, "max")
+    # inf - |m| > 0 holds for a finite m only (inf - inf is NaN, which compares false)
+    finite = body.emit("step", 1, [body.emit("scale", 1, [body.emit("abs", 1, [m])], alpha=-1.0,
+                                             beta=math.inf)], alpha=0.0)
+    m = body.emit("keep", 1, [m, finite])
     d = body.emit("sub", v.size, [v, body.emit("broadcast", v.size, [m])])
     s = sum_of(body, body.emit("exp", v.size, [d]))
     return kept(body.emit("add", 1, [m, body.emit("log", 1, [s])]), a)

@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace edbatch {
@@ -148,7 +150,39 @@ void write_directly(const std::string& path, const std::function<void(std::ostre
   if (!out) fail(path, "error writing", errno);
 }
 
+// The whole text into an open descriptor (standard output redirected to a file or a pipe),
+// where it stands: no truncation, and what the process printed to it before comes first.
+void write_descriptor(const std::string& path, int fd,
+                      const std::function<void(std::ostream&)>& write) {
+  if (::fcntl(fd, F_GETFD) == -1)
+    fail(path, "it names file descriptor " + std::to_string(fd) + ", which is not open");
+  std::ostringstream text;
+  write(text);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const std::string s = text.str();
+  for (size_t done = 0; done < s.size();) {
+    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(path, "error writing", errno);
+    done += static_cast<size_t>(n);
+  }
+}
+
 }  // namespace
+
+int path_descriptor(const std::string& path) {
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const std::string prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    if (path.rfind(prefix, 0) != 0) continue;
+    const std::string n = path.substr(prefix.size());
+    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos)
+      return -1;
+    return std::stoi(n);
+  }
+  return -1;
+}
 
 std::string write_target(const std::string& path) {
   fs::path target(path);
@@ -164,6 +198,7 @@ std::string write_target(const std::string& path) {
 void write_file_atomically(const std::string& path,
                            const std::function<void(std::ostream&)>& write) {
   if (path.empty()) fail(path, "empty file name");
+  if (const int fd = path_descriptor(path); fd >= 0) return write_descriptor(path, fd, write);
   const fs::path target(write_target(path));
   struct stat st {};
   const bool exists = ::stat(target.c_str(), &st) == 0;

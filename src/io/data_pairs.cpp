@@ -35,17 +35,27 @@ WordIds read_vocab(const std::string& path) {
   std::ifstream in = open_input(path, "load_pairs");
   WordIds ids;
   std::string line;
-  uint32_t next = 0;
+  uint32_t next = 0, line_no = 0, blank = 0;  // blank: a blank line since the last word
   while (std::getline(in, line)) {
-    prepare_text_line(line, "load_pairs", path, next + 1);
-    if (line.empty() || line.find_first_of(" \t") != std::string::npos)
+    prepare_text_line(line, "load_pairs", path, ++line_no);
+    line.erase(line.find_last_not_of(" \t") + 1);  // trailing blanks, as data lines have
+    if (line.empty()) {  // blank lines may end the file; a word's id is its line's number
+      if (!blank) blank = line_no;
+      continue;
+    }
+    if (blank)
       throw std::invalid_argument(fmt::format(
-          "[load_pairs] {}:{}: expected one word per line, found '{}'", path, next + 1, line));
+          "[load_pairs] {}:{}: a blank line before the word on line {} (a word's id is its "
+          "line's number from 0: blank lines may only end the file)",
+          path, blank, line_no));
+    if (line.find_first_of(" \t") != std::string::npos)
+      throw std::invalid_argument(fmt::format(
+          "[load_pairs] {}:{}: expected one word per line, found '{}'", path, line_no, line));
     if (next < 3 && line != special[next])
       throw std::invalid_argument(fmt::format(
           "[load_pairs] {}:{}: expected '{}' but found '{}': a vocabulary starts with <unk>, "
           "<s>, </s> on its first three lines",
-          path, next + 1, special[next], line));
+          path, line_no, special[next], line));
     ids.emplace(line, next++);  // a repeated word keeps its first id
   }
   if (next < 3)
@@ -156,6 +166,12 @@ std::vector<SentencePair> load_pair_files(const std::string& spec, uint32_t voca
     const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
     return dir + "vocab" + path.substr(dot);
   };
+  if (vocab_of(src) == vocab_of(tgt))
+    std::fprintf(stderr,
+                 "[edbatch] warning: [load_pair_files] %s and %s share one vocabulary, %s (a "
+                 "side's vocabulary is named by its file's extension: give the sides their "
+                 "languages' extensions, e.g. .en and .vi)\n",
+                 src.c_str(), tgt.c_str(), vocab_of(src).c_str());
   WordIds sv = read_vocab(vocab_of(src)), tv = read_vocab(vocab_of(tgt));
   std::vector<SentencePair> pairs = read_pairs(files, sv, tv, vocab_size);
   if (vocabulary) {

@@ -15,6 +15,9 @@
 namespace edbatch::torch_adapter {
 
 void fail(const std::string& what) { TORCH_CHECK(false, what); }
+void fail_type(const std::string& what) {
+  TORCH_CHECK_TYPE(false, what);
+}
 
 std::string shape(at::IntArrayRef sizes) {
   std::string s = "[";
@@ -55,7 +58,8 @@ void* current_stream(const Tensor& t) {
 
 void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
   if (t.scalar_type() != at::kLong)
-    fail(fmt::format("[edbatch] {} must be int64, got {}", name, c10::toString(t.scalar_type())));
+    fail_type(
+        fmt::format("[edbatch] {} must be int64, got {}", name, c10::toString(t.scalar_type())));
   if (t.dim() != 1)
     fail(fmt::format("[edbatch] {} must be 1-D, got shape {}", name, shape(t.sizes())));
   if (size >= 0 && t.numel() != size)
@@ -99,8 +103,8 @@ void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell,
   for (size_t i = 0; i < specs.size(); ++i) {
     const WeightSpec& spec = specs[i];
     if (w[i].scalar_type() != at::kFloat)
-      fail(fmt::format("[edbatch] weight {} must be float32, got {}", spec.name,
-                       c10::toString(w[i].scalar_type())));
+      fail_type(fmt::format("[edbatch] weight {} must be float32, got {}", spec.name,
+                            c10::toString(w[i].scalar_type())));
     if (w[i].device() != x.device())
       fail(fmt::format("[edbatch] weight {} is on {} but x is on {}", spec.name,
                        w[i].device().str(), x.device().str()));
@@ -248,7 +252,8 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
                                 const CallExtras& extras) {
   const c10::DeviceGuard guard(x_in.device());  // a runner's CUDA state is made on its device
   if (x_in.scalar_type() != at::kFloat)
-    fail(fmt::format("[edbatch] x must be float32, got {}", c10::toString(x_in.scalar_type())));
+    fail_type(
+        fmt::format("[edbatch] x must be float32, got {}", c10::toString(x_in.scalar_type())));
   check_structure(x_in.device(), s);
   const bool on_device = device_resident(x_in);
   const Tensor x = on_device ? x_in.contiguous() : x_in.to(at::kCPU).contiguous();

@@ -26,6 +26,8 @@ using at::Tensor;
 // string: streaming integers or shapes through c10's message stream crashed under torch 2.11's
 // wheels, while a single string is passed through as it is.
 [[noreturn]] void fail(const std::string& what);
+// The same for a tensor of the wrong dtype, shown as a Python TypeError (as torch does).
+[[noreturn]] void fail_type(const std::string& what);
 
 std::string shape(at::IntArrayRef sizes);
 

@@ -160,6 +160,8 @@ def test_refusals_name_what_is_wrong():
         edbatch.nn.TreeLSTM(structures.VOCAB, 6, 7).loss(packed)
     with pytest.raises(TypeError, match=f"{type(m).__name__}: labels must be an int64 tensor"):
         m.loss(packed, labels=[1, 2])
+    with pytest.raises(TypeError, match="labels must be int64, got Int"):
+        m.loss(packed, labels=packed.labels.int())
     with pytest.raises(ValueError, match="reduction must be 'sum' or 'mean'"):
         tree_module(reduction="max")
     with pytest.raises(ValueError, match="classes must be a positive int"):

@@ -1,6 +1,7 @@
 """Every cell's forward outputs and gradients equal the pure-PyTorch reference on seeded random
 structures (single-node instances and empty batches included); bad inputs raise clear errors."""
 import random
+import re
 
 import pytest
 import torch
@@ -278,7 +279,9 @@ def test_the_op_itself_explains_bad_inputs():
               packed.structure()[2:]), "node_types has 5 entries, expected 6"),
     ]
     for change, message in cases:
-        with pytest.raises(RuntimeError, match=message):
+        # A wrong dtype is a TypeError, as in torch; other refusals RuntimeErrors.
+        error = TypeError if re.search("must be (float32|int64)", message) else RuntimeError
+        with pytest.raises(error, match=message):
             call(**change)
 
 

@@ -416,3 +416,66 @@ def test_text_readers_split_words_at_ascii_whitespace_and_refuse_other_inputs():
         with pytest.raises(ValueError) as info:
             call()
         assert len(str(info.value)) < 600 and "... (" in str(info.value), str(info.value)[:600]
+
+
+def test_malformed_records_are_refused_by_instance_and_field():
+    def refused(pack, why):
+        with pytest.raises(ValueError) as info:
+            pack()
+        assert why in str(info.value), (why, str(info.value))
+
+    # A field's name misspelt would read as the field left out (no arcs, kinds 0, labels -1).
+    refused(lambda: edbatch.pack_edges([{"num_nodes": 3, "edge": [(0, 1), (1, 2)]}]),
+            "pack_edges: instance 0 has the key 'edge': did you mean 'edges'?")
+    refused(lambda: edbatch.pack_edges([{"num_nodes": 2, "kind": [0, 1]}]),
+            "has the key 'kind': did you mean 'kinds'?")
+    refused(lambda: edbatch.pack_dags([{"types": [0], "inputs": [1], "arcs": [[]],
+                                        "label": [2]}]),
+            "pack_dags: DAG 0 has the key 'label': did you mean 'labels'?")
+    refused(lambda: edbatch.collate([{"arcs": [[]], "tag": [1]}]),
+            "pack_lattices: lattice 0 has the key 'tag': did you mean 'tags'?")
+    # Keys of the user's own are left alone; "edges": None is no edges.
+    p = edbatch.pack_edges([{"num_nodes": 2, "edges": None, "sentence": "a b"}])
+    assert p.pred_ids.numel() == 0 and p.num_nodes == 2
+    refused(lambda: edbatch.pack_edges([{"num_nodes": 3, "edges": [0, 1]}]),
+            "pack_edges: instance 0: an edge: 0 is not a pair or a triple")
+    refused(lambda: edbatch.pack_lattices([{"arcs": [[], [(0, 2, 1)]]}]),
+            "pack_lattices: lattice 0: an arc into node 1: (0, 2, 1) is not a pair")
+    refused(lambda: edbatch.pack_dags([{"types": [0, 0], "inputs": [1, 1],
+                                        "arcs": [[], [("0", 0)]]}]),
+            "pack_dags: DAG 0: arc into state 1 comes from '0'")
+    refused(lambda: edbatch.pack_edges([{"num_nodes": 1, "inputs": [2**63]}]),
+            "pack_edges: instance 0: node 0's input is 9223372036854775808, beyond int64")
+    refused(lambda: edbatch.pack_trees([1, 2], labels=[[0], None]),
+            "pack_trees: tree 1: its labels are None, not a list")
+
+
+def test_sst_errors_name_the_line_and_vocabularies_stay_one_to_one():
+    with pytest.raises(ValueError, match="pack_sst: line 3: .* label -4 at token 7"):
+        edbatch.pack_sst(["(2 a)", "", "(3 (2 a) (-4 a))"], {})
+    with pytest.raises(ValueError, match="pack_sst: line 2: .* label 99999999999999999999"):
+        edbatch.pack_sst(["", "(99999999999999999999 a)"], {})
+    with pytest.raises(ValueError, match="pack_sst: unk must be a word id"):
+        edbatch.pack_sst(["(2 a)"], {}, add=False, unk=-1)
+    # A new word's id len(vocab) is taken already: refused, not shared.
+    vocab = {"<pad>": 0, "<unk>": 2}
+    with pytest.raises(ValueError, match="parse_sst: words are added with the next id") as info:
+        edbatch.parse_sst("(2 (1 x) (3 y))", vocab)
+    assert type(info.value) is ValueError
+    assert vocab == {"<pad>": 0, "<unk>": 2}
+    # Growing a vocabulary line by line keeps one id per word.
+    vocab = {}
+    for line in ["(2 (1 x) (3 y))", "(1 (2 y) (2 z))", "(0 w)"]:
+        edbatch.parse_sst(line, vocab)
+    assert sorted(vocab.values()) == list(range(4))
+
+
+def test_collate_reads_a_generator_and_reversal_keeps_parallel_arcs_in_order():
+    trees = [((1, 2), 3), (4, 5)]
+    assert edbatch.collate(t for t in trees).num_instances == 2
+    assert edbatch.collate(map(lambda t: t, trees)).num_nodes == 8
+    p = edbatch.pack_edges([{"num_nodes": 2, "edges": [(0, 1, k) for k in range(20)]}])
+    r, _ = p.reversed()
+    assert r.arc_types.tolist() == list(range(20))
+    rr, _ = r.reversed()
+    assert torch.equal(rr.arc_types, p.arc_types) and torch.equal(rr.pred_ids, p.pred_ids)

@@ -107,7 +107,7 @@ def test_bad_structure_fails_at_the_call():
         edbatch.prepare("tree_lstm", packed, 5, H, num_x=-1)
     bad = edbatch.pack_trees([((1, 2), 3), 4])
     bad.pred_ids = bad.pred_ids.int()
-    with pytest.raises(ValueError, match="pred_ids must be int64, got Int"):
+    with pytest.raises(TypeError, match="pred_ids must be int64, got Int"):
         edbatch.prepare("tree_lstm", bad, 5, H)
 
 

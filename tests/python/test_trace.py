@@ -327,6 +327,9 @@ def test_unsupported_module_and_methods():
         lambda x, m, f=nn.utils.weight_norm(nn.Linear(7, 7)): f(m))
     refused(TypeError, "a TorchScript module (RecursiveScriptModule) cannot be traced")(
         lambda x, m, f=torch.jit.script(nn.Linear(7, 7)): f(m))
+    inner = edbatch.nn.Propagate(lambda x, m: torch.tanh(m), state_size=7)
+    refused(TypeError, "a cell cannot call an edbatch module (Propagate)", "outside the cell")(
+        lambda x, m, f=inner, p=edbatch.pack_trees([(1, 2)]): m + f(p, x=x))
     refused(ValueError, "a weight of shape (7, 1) used elementwise")(_Column())
     refused(TypeError, "integer input")(lambda x, m, e=nn.Embedding(3, 7): e(x))
 
@@ -389,6 +392,9 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "x[:, 7] is not supported")(lambda x, m: m[:, 7])
     refused(ValueError, "mean over every element", "mean(-1, keepdim=True)")(
         lambda x, m: m - m.mean())
+    # a branch on a whole-tensor value: the message names the way to write it
+    refused(ValueError, "sum over every element", "select with torch.where")(
+        lambda x, m: m if m.sum() > 0 else -m)
     refused(ValueError, "batch dim")(lambda x, m: m.sum(0, keepdim=True))
     refused(ValueError, "var of 1 feature(s) with correction 1 divides by 0")(
         lambda x, m: m + m[:, :1].var(-1, keepdim=True))

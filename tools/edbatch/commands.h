@@ -1,5 +1,6 @@
 // The subcommands of `edbatch`. Each registers its options on the root app and returns what to
-// run when it was the one given. The flags and checks they share are in flags.cpp.
+// run when it was the one given. The flags and checks they share are in flags.cpp, the output
+// files' in outputs.cpp.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -52,21 +53,44 @@ void check_output_file(const std::string& option, const std::string& path);
 
 // The files a command writes when its work is done. add() checks each before any work
 // (check_output_file; an empty path: the option was not given), and refuses one file named by two
-// options, which would keep only the last. write() writes one; a failure is reported on stderr
-// and the files after it are still written, so that a failed --outputs keeps the weights;
-// finish() then throws naming the failed ones.
+// options, which would keep only the last. read() names a file the command reads: an output that
+// is the same file (by any name) is refused, but for the output option `may_replace`
+// (--load-weights w.st --save-weights w.st continues a training run). write() writes one; a
+// failure is reported on stderr and the files after it are still written, so that a failed
+// --outputs keeps the weights; finish() then throws naming the failed ones.
 class OutputFiles {
  public:
   explicit OutputFiles(std::string command) : command_(std::move(command)) {}  // "run", "train"
   void add(const std::string& option, const std::string& path);
+  void read(const std::string& option, const std::string& path,
+            const std::string& may_replace = "");
+  void read_data(const std::string& option, const std::string& spec);  // a file or SRC,TGT
   void write(const std::string& option, const std::function<void()>& write_file);
   void finish() const;
+  bool written(const std::string& option) const;  // false once its write() failed
 
  private:
+  struct Input {
+    std::string option, path, may_replace;
+  };
+  void check_inputs() const;
   std::string command_;
   std::vector<std::pair<std::string, std::string>> files_;  // option, the file it writes
+  std::vector<Input> inputs_;
   std::vector<std::string> failed_;
 };
+
+// Warns on stderr for each of `flags` given to `app` when it does not apply (`without`: why, e.g.
+// "without --train").
+void warn_unused(const CLI::App& app, const std::vector<std::string>& flags, bool applies,
+                 const std::string& without);
+// Refuses (UsageError) output options given (a non-empty path) with `flag`, which exits before
+// the files would be written (--write-data, --describe).
+void refuse_outputs_after(const std::string& flag,
+                          const std::vector<std::pair<std::string, std::string>>& outputs);
+// Makes every integer option of `app` decimal: CLI11 reads 010 as 8 and 0x10 as 16; leading
+// zeros are dropped and anything but digits (with a sign) is refused naming the value.
+void decimal_integers(CLI::App& app);
 
 // Refuses (UsageError) an option given an empty value, which a shell variable left unset
 // gives (--save-weights "$OUT"): the command would run as if the option were not given.

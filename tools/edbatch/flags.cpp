@@ -2,6 +2,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -109,61 +110,43 @@ void add_size_options(CLI::App* app, uint32_t& vocab, uint32_t& batch, bool no_f
       ->check(CLI::Range(1u, 1u << 20));
 }
 
-void check_output_file(const std::string& option, const std::string& path) {
-  namespace fs = std::filesystem;
-  if (path.empty()) return;
-  const auto fail = [&](const std::string& why) {
-    throw std::runtime_error(option + ": cannot write '" + path + "': " + why);
-  };
-  const fs::path target(write_target(path));  // a symbolic link is written through
-  if (target.filename().string().size() > 255) fail("its file name is longer than 255 bytes");
-  std::error_code ec;
-  const fs::file_status st = fs::status(target, ec);
-  const auto absent = [&] {  // the file or (below) a folder above it not there: named below
-    return ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory;
-  };
-  if (ec && !absent()) fail(ec.message());
-  if (fs::is_directory(st)) fail("it is a directory");
-  // A device or a pipe is written directly (write_file_atomically), not through its folder.
-  if (fs::exists(st) && !fs::is_regular_file(st)) return;
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  const fs::file_status d = fs::status(dir, ec);
-  if (ec && !absent()) fail("the folder '" + dir.string() + "': " + ec.message());
-  if (!fs::exists(d)) fail("the folder '" + dir.string() + "' does not exist");
-  if (!fs::is_directory(d)) fail("'" + dir.string() + "' is not a folder");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    fail("the folder '" + dir.string() + "' is not writable (" + std::strerror(errno) + ")");
+void warn_unused(const CLI::App& app, const std::vector<std::string>& flags, bool applies,
+                 const std::string& without) {
+  if (applies) return;
+  for (const std::string& f : flags)
+    if (app.count(f) > 0)
+      std::fprintf(stderr, "edbatch %s: warning: %s has no effect %s\n", app.get_name().c_str(),
+                   f.c_str(), without.c_str());
 }
 
-void OutputFiles::add(const std::string& option, const std::string& path) {
-  if (path.empty()) return;
-  check_output_file(option, path);
-  namespace fs = std::filesystem;
-  const std::string file = fs::absolute(write_target(path)).lexically_normal().string();
-  std::error_code ec;
-  const fs::file_status st = fs::status(file, ec);
-  if (fs::exists(st) && !fs::is_regular_file(st)) return;  // /dev/null, /dev/stdout, a pipe
-  for (const auto& [other, f] : files_)
-    if (f == file)
-      throw UsageError(option + " and " + other + " name one file, '" + path +
-                       "': the second written would replace the first");
-  files_.emplace_back(option, file);
+void refuse_outputs_after(const std::string& flag,
+                          const std::vector<std::pair<std::string, std::string>>& outputs) {
+  std::string given;
+  for (const auto& [option, path] : outputs)
+    if (!path.empty()) given += (given.empty() ? "" : ", ") + option;
+  if (!given.empty())
+    throw UsageError(flag + " does its work and exits: " + given +
+                     " would not be written (run them separately)");
 }
 
-void OutputFiles::write(const std::string& option, const std::function<void()>& write_file) {
-  try {
-    write_file();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "edbatch %s: %s: %s\n", command_.c_str(), option.c_str(), e.what());
-    failed_.push_back(option);
+void decimal_integers(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type.rfind("UINT", 0) != 0 && type.rfind("INT", 0) != 0) continue;
+    opt->transform(CLI::Validator(
+        [](std::string& text) -> std::string {
+          if (text.empty()) return "";  // refuse_empty_values names it
+          const size_t sign = text[0] == '-' || text[0] == '+' ? 1 : 0;
+          if (text.size() == sign ||
+              text.find_first_not_of("0123456789", sign) != std::string::npos)
+            return "expected a whole number (decimal digits), got '" + text + "'";
+          // CLI11 would read a leading 0 as octal (010 as 8) and 0x as hexadecimal.
+          const size_t digit = text.find_first_not_of('0', sign);
+          text = text.substr(0, sign) + (digit == std::string::npos ? "0" : text.substr(digit));
+          return "";
+        },
+        ""));
   }
-}
-
-void OutputFiles::finish() const {
-  if (failed_.empty()) return;
-  std::string names;
-  for (const std::string& o : failed_) names += (names.empty() ? "" : ", ") + o;
-  throw std::runtime_error("not written: " + names + " (above); the other files were");
 }
 
 void refuse_empty_values(const CLI::App& app) {

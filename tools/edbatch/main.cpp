@@ -5,17 +5,33 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "tools/edbatch/commands.h"
 #include "tools/edbatch/interrupt.h"
 
+namespace {
+
+// --help, its text lost (standard output on a full disk) an error as the table's is.
+int help(CLI::App& app, const CLI::Error& e) {
+  const int code = app.exit(e);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "edbatch: writing to standard output failed: %s\n", std::strerror(errno));
+    return 1;
+  }
+  return code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace edbatch::cli;
   CLI::App app{"edbatch: dynamic batching of tree, lattice and DAG networks"};
   app.require_subcommand(1);
   std::vector<Command> commands = {add_run_command(app), add_train_command(app)};
+  for (const Command& c : commands) decimal_integers(*c.app);
 
   auto prefix = [&]() -> std::string {
     for (const Command& c : commands)
@@ -35,9 +51,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return help(app, e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return help(app, e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "%s%s\nRun with --help for more information.\n", prefix().c_str(),
                  e.what());
@@ -70,6 +86,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s%s\nRun with --help for more information.\n", prefix().c_str(),
                    e.what());
       return 2;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr,
+                   "%sout of memory (std::bad_alloc): try a smaller --batch, --hidden or "
+                   "--vocab-size\n",
+                   prefix().c_str());
+      return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s%s\n", prefix().c_str(), e.what());
       return 1;

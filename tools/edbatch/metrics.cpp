@@ -10,6 +10,16 @@
 
 namespace edbatch::cli {
 
+void progress(uint32_t done, uint32_t total, double instances, double ms) {
+  const int width = 30;
+  const int filled = total ? static_cast<int>(double(done) / total * width) : width;
+  std::fprintf(stderr, "\r[%.*s%*s] %u/%u mini-batches  %.0f instances/s ", filled,
+               "##############################", width - filled, "", done, total,
+               ms > 0 ? instances / (ms / 1e3) : 0.0);
+  if (done == total) std::fprintf(stderr, "\r%*s\r", width + 60, "");
+  std::fflush(stderr);
+}
+
 uint64_t peak_rss_bytes() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

@@ -55,6 +55,8 @@ struct RunInfo {
 
 // The process's peak resident memory so far.
 uint64_t peak_rss_bytes();
+// The progress bar on stderr: `done` of `total` mini-batches at `instances` per `ms`.
+void progress(uint32_t done, uint32_t total, double instances, double ms);
 
 // A loss in a message: "nan" whatever its sign bit, "inf", "-inf" or the number.
 std::string loss_text(double loss);

@@ -46,16 +46,6 @@ struct RunOptions {
   bool check_numerics = false;
 };
 
-void progress(uint32_t done, uint32_t total, double instances, double ms) {
-  const int width = 30;
-  const int filled = total ? static_cast<int>(double(done) / total * width) : width;
-  std::fprintf(stderr, "\r[%.*s%*s] %u/%u mini-batches  %.0f instances/s ", filled,
-               "##############################", width - filled, "", done, total,
-               ms > 0 ? instances / (ms / 1e3) : 0.0);
-  if (done == total) std::fprintf(stderr, "\r%*s\r", width + 60, "");
-  std::fflush(stderr);
-}
-
 // Builds one mini-batch, runs it, and trains on it when asked. The data set's first `size`
 // instances are the ones run (held-out instances of --eval follow them).
 class Runner {
@@ -242,6 +232,14 @@ void check_usage(const RunOptions& o) {
     throw UsageError("--vocab-size 0 (no folding) needs data files: synthetic ids need a size");
   check_vocab_size(o.model, o.vocab);
   check_training_usage(o.t, o.train, o.device, o.model);
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"--json", o.json},
+      {"--save-weights", o.save_weights},
+      {"--outputs", o.outputs},
+      {"--save-best", o.t.save_best},
+      {"--save-optimizer", o.t.save_optimizer}};
+  if (!o.write_data.empty()) refuse_outputs_after("--write-data", files);
+  if (o.describe) refuse_outputs_after("--describe", files);
 }
 
 // Before any work: the files the run writes at its end.
@@ -253,6 +251,11 @@ OutputFiles output_files(const RunOptions& o) {
   f.add("--save-optimizer", o.t.save_optimizer);
   f.add("--json", o.json);
   f.add("--outputs", o.outputs);
+  f.read_data("--data", o.data);
+  f.read_data("--eval", o.t.eval);
+  if (o.policy.rfind("fsm:", 0) == 0) f.read("--policy", o.policy.substr(4));
+  f.read("--load-weights", o.load_weights, "--save-weights");
+  f.read("--load-optimizer", o.t.load_optimizer, "--save-optimizer");
   return f;
 }
 
@@ -295,7 +298,7 @@ int run(const RunOptions& o) {
     read_safetensors(o.load_weights, &metadata);
     vocabulary = vocabulary_from_metadata(metadata, o.vocab, o.load_weights);
   }
-  const size_t saved_words = vocabulary.words.size();
+  const SavedVocabulary saved{vocabulary.words.size(), vocabulary.tags.size(), o.load_weights};
   // With --eval the held-out instances follow the training set's in one data set (one model).
   uint32_t train_size = 0;
   const Dataset data = o.t.eval.empty()
@@ -308,16 +311,7 @@ int run(const RunOptions& o) {
   ModelOptions mo;
   mo.hidden = o.hidden;
   mo.vocab = o.vocab ? o.vocab : vocabulary_of(data);
-  if (o.vocab == 0 && saved_words > 0) {
-    // A row per word the weights know; a word they do not know has no row.
-    mo.vocab = std::max<uint32_t>(mo.vocab, static_cast<uint32_t>(saved_words));
-    for (const auto& [word, id] : vocabulary.words)
-      if (id >= saved_words)
-        throw std::runtime_error("--vocab-size 0: '" + o.load_weights + "' has a row for each of " +
-                                 std::to_string(saved_words) +
-                                 " words, and the data holds others ('" + word +
-                                 "', ...); fold ids with --vocab-size N as when training");
-  }
+  if (!o.load_weights.empty()) mo.vocab = saved.check(vocabulary, o.vocab, mo.vocab);
   mo.blocks = !o.no_blocks;
   mo.packed = o.packed;
   mo.seed = o.seed;
@@ -328,7 +322,7 @@ int run(const RunOptions& o) {
     std::fputs(model->describe().c_str(), stdout);
     return 0;
   }
-  if (!o.load_weights.empty()) load_parameters(o.load_weights, pc);
+  if (!o.load_weights.empty()) saved.load(pc);
 
   EngineOptions eo;
   eo.policy = o.policy;
@@ -587,7 +581,16 @@ Command add_run_command(CLI::App& root) {
       "A progress bar goes to stderr when it is a terminal; the table goes to stdout.\n"
       "Ctrl-C (or SIGTERM) stops after the mini-batch in progress and writes the run's files as "
       "at its end (the optimizer state resumes exactly there); a second Ctrl-C stops at once.");
-  return Command{app, [o] { return run(*o); }};
+  return Command{app, [o, app] {
+                   warn_unused(*app,
+                               {"--optimizer", "--lr", "--momentum", "--weight-decay", "--clip"},
+                               o->train, "without --train");
+                   warn_unused(*app, {"--max-len"}, o->decode, "without --decode");
+                   warn_unused(*app, {"--policy-budget", "--policy-cache"}, o->policy == "auto",
+                               "without --policy auto");
+                   warn_unused(*app, {"--packed"}, !o->no_blocks, "with --no-blocks");
+                   return run(*o);
+                 }};
 }
 
 }  // namespace edbatch::cli

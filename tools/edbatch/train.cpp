@@ -137,6 +137,12 @@ int train(TrainOptions o) {
   OutputFiles outputs("train");  // checked before any work
   outputs.add("--output", o.output);
   outputs.add("--curve", o.curve);
+  outputs.read_data("--data", o.data);
+  outputs.read_data("--eval-data", o.eval_data);
+  outputs.read("--costs", o.costs, "--output");  // read whole before the policy is written
+  // A missing or malformed --costs file costs no work (exit 1, as other files).
+  const FsmCostModel given_costs =
+      o.costs.empty() ? FsmCostModel{} : load_fsm_policy(o.costs).costs;
   if (o.device == "cpu") warn_threads("train", o.threads);
   o.fsm.encoding = parse_fsm_encoding(o.encoding);
   o.fsm.seed = o.seed;
@@ -169,7 +175,7 @@ int train(TrainOptions o) {
   // costs combine along the critical chain (--combine auto).
   const bool chain = o.combine == "chain" || (o.combine == "auto" && o.device == "cuda");
   if (!o.costs.empty()) {
-    o.fsm.costs = load_fsm_policy(o.costs).costs;
+    o.fsm.costs = given_costs;
     if (o.fsm.costs.empty())
       throw UsageError("--costs: " + o.costs + " has no costs (a policy trained with --device)");
     if (o.combine != "auto") o.fsm.costs.chain = chain;
@@ -225,9 +231,12 @@ int train(TrainOptions o) {
   validation["best"] = result.best_source;
   info.validation = validation.dump();
   info.validation_batches = fsm_batches;
-  save_fsm_policy(o.output, result.policy);
+  // Each file is written whatever happened to the other (finish() below names a failure).
+  outputs.write("--output", [&] { save_fsm_policy(o.output, result.policy); });
   if (!o.curve.empty())
-    write_file_atomically(o.curve, [&](std::ostream& out) { out << curve.str(); });
+    outputs.write("--curve", [&] {
+      write_file_atomically(o.curve, [&](std::ostream& out) { out << curve.str(); });
+    });
 
   std::printf(
       "%s, mini-batch %u, hidden %u, encoding %s, reward %s\n", o.model.c_str(), o.batch, o.hidden,
@@ -243,10 +252,11 @@ int train(TrainOptions o) {
     print_comparison(graphs, loaded, result.policy.costs,
                      ("evaluation (" + o.eval_data + ", not trained on)").c_str());
   }
-  std::printf("table: %u states, scorer: %s (best: %s), %u episodes, trained in %.1f s; "
-              "written to %s\n",
+  std::printf("table: %u states, scorer: %s (best: %s), %u episodes, trained in %.1f s; %s %s\n",
               result.policy.table.size(), result.policy.scorer.empty() ? "no" : "yes",
-              result.best_source.c_str(), result.episodes_run, train_s, o.output.c_str());
+              result.best_source.c_str(), result.episodes_run, train_s,
+              outputs.written("--output") ? "written to" : "NOT written to", o.output.c_str());
+  outputs.finish();
   return 0;
 }
 
@@ -338,8 +348,7 @@ Command add_train_command(CLI::App& root) {
       ->check(CLI::IsMember({"auto", "sum", "chain"}));
   app->add_option("--costs", o->costs,
                   "take the time reward's costs from this policy file (trained with --device "
-                  "cpu|cuda, e.g. on another machine) instead of measuring them")
-      ->check(CLI::ExistingFile);
+                  "cpu|cuda, e.g. on another machine) instead of measuring them");
   app->add_option("--cost-graphs", o->cost_graphs, "mini-batches the costs are measured on")
       ->capture_default_str()
       ->check(CLI::Range(2u, 1024u));
@@ -386,7 +395,11 @@ Command add_train_command(CLI::App& root) {
       "Exit codes: 0 ok, 1 runtime error (data, files), 2 usage error. Progress goes to stderr, "
       "the summary to stdout. Ctrl-C (or SIGTERM) stops training at its next check and writes "
       "the best policy so far; a second Ctrl-C stops at once.");
-  return Command{app, [o] { return train(*o); }};
+  return Command{app, [o, app] {
+                   warn_unused(*app, {"--eval-batches"}, !o->eval_data.empty(),
+                               "without --eval-data");
+                   return train(*o);
+                 }};
 }
 
 }  // namespace edbatch::cli

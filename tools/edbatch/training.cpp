@@ -66,6 +66,37 @@ void check_training_usage(const TrainingOptions& o, bool train, const std::strin
     throw UsageError("--save-optimizer and --load-optimizer need --train");
 }
 
+uint32_t SavedVocabulary::check(const Vocabulary& data, uint32_t vocab_size, uint32_t rows) const {
+  // Saved weights keep their words' and tags' ids; new ones continue the numbering.
+  const auto refuse = [&](const char* what, size_t n, const std::string& name, const char* how) {
+    throw std::runtime_error(
+        fmt::format("'{}' has {} for each of {} {}, and the data holds others ('{}', ...); {}",
+                    path, what == std::string("words") ? "a row" : "a class", n, what, name, how));
+  };
+  for (const auto& [tag, id] : data.tags)
+    if (tags > 0 && id >= tags)
+      refuse("tags", tags, tag, "a tag the training data lacked has no class in its output layer");
+  if (vocab_size != 0 || words == 0) return rows;
+  for (const auto& [word, id] : data.words)  // a row per word the weights know
+    if (id >= words)
+      refuse("words", words, word,
+             "with --vocab-size 0; fold ids with --vocab-size N as when "
+             "training");
+  return std::max<uint32_t>(rows, static_cast<uint32_t>(words));
+}
+
+void SavedVocabulary::load(ParameterCollection& pc) const {
+  try {
+    load_parameters(path, pc);
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).find("expected shape") == std::string::npos) throw;
+    throw std::runtime_error(std::string(e.what()) +
+                             " (the model's shapes follow --hidden, --vocab-size and the data: "
+                             "run with those the weights were saved with; a class the training "
+                             "data did not have, such as a larger tag, has no output row)");
+  }
+}
+
 std::map<std::string, std::string> DataPosition::metadata() const {
   const nlohmann::json j = {
       {"seed", seed}, {"batch", batch}, {"instances", instances}, {"minibatches", minibatches}};

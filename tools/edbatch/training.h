@@ -97,6 +97,18 @@ struct Evaluation {
 };
 Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, uint32_t batch);
 
+// The vocabulary of the weights --load-weights names (how many words and tags they have rows
+// and classes for) against the data read with it.
+struct SavedVocabulary {
+  size_t words = 0, tags = 0;
+  std::string path;
+  // The embedding rows of the model (`rows`: the data's); throws std::runtime_error naming a tag
+  // the weights have no class for, or (with --vocab-size 0) a word they have no row for.
+  uint32_t check(const Vocabulary& data, uint32_t vocab_size, uint32_t rows) const;
+  // load_parameters, a shape that does not fit explained.
+  void load(ParameterCollection& pc) const;
+};
+
 // Evaluates after each epoch, prints the epoch's line, keeps the best weights, and collects the
 // "epochs" JSON. Without --eval it only prints and collects the training loss.
 class EpochReport {
