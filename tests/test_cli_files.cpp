@@ -97,8 +97,8 @@ TEST_CASE("cli files: integers are decimal, flags that do nothing say so") {
   CHECK(j["vocab"] == 100);
   test::check_usage_errors(
       dir, "run --model tree_lstm --data synthetic:9 ",
-      {{"--batch abc", "--batch: expected a whole number (decimal digits), got 'abc'"},
-       {"--hidden 0x10", "--hidden: expected a whole number (decimal digits), got '0x10'"},
+      {{"--batch abc", "--batch: expected an integer (decimal digits), got 'abc'"},
+       {"--hidden 0x10", "--hidden: expected an integer (decimal digits), got '0x10'"},
        {"--batch 1e3", "got '1e3'"},
        {"--write-data '" + dir / "d.txt" + "' --json '" + json + "'",
         "--write-data does its work and exits: --json would not be written"},

@@ -1,12 +1,16 @@
 // Caller mistakes raise exceptions whose message names the problem.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
+#include "edbatch/dump.h"
 #include "edbatch/edbatch.h"
 #include "edbatch/options.h"
 
@@ -314,4 +318,70 @@ TEST_CASE("errors: shapes of 2^32 entries or more, null inputs and too many thre
     m = message_of([&] { Engine e(pc, EngineOptions{"lb-greedy", "cpu", threads}); });
     CHECK(contains(m, "threads must be in 1..4096, got " + std::to_string(threads)));
   }
+}
+
+TEST_CASE("errors: collections are not copied, moved only without blocks, and keep their id") {
+  static_assert(!std::is_copy_constructible_v<ParameterCollection>);
+  static_assert(!std::is_copy_assignable_v<ParameterCollection>);
+  ParameterCollection a;
+  const Parameter w = a.add_parameters("w", Dim{2, 1});
+  const uint64_t uid = a.uid();
+  ParameterCollection b(std::move(a));
+  CHECK(b.uid() == uid);  // a's handles are b's now
+  CHECK(b.size() == 1);
+  CHECK(a.uid() != uid);  // NOLINT(bugprone-use-after-move): the moved-from collection is empty
+  CHECK(a.size() == 0);
+  Graph g(b);
+  CHECK_NOTHROW(parameter(g, w));
+  {
+    Block blk(b, "cell");
+    CHECK(contains(message_of([&] { ParameterCollection c(std::move(b)); }),
+                   "cannot move a collection while block 'cell' is declared over it"));
+  }
+  CHECK_NOTHROW([&] { ParameterCollection c(std::move(b)); }());  // the block is gone
+}
+
+TEST_CASE("errors: a graph truncated below what an engine ran is run afresh") {
+  ParameterCollection pc;
+  const Parameter W = pc.add_parameters("W", Dim{3, 3});
+  Graph g(pc);
+  const Expr x = input(g, Dim{3, 1}, {0.5f, -1, 2});
+  const Expr y = tanh(matmul(parameter(g, W), x));
+  Engine e(pc);
+  e.forward(g, y);
+  const uint32_t keep = y.id;  // x, W and the product stay; the tanh goes
+  g.truncate(keep);
+  const Expr product = g.expr(keep - 1);
+  CHECK(contains(message_of([&] { e.value(product); }), "truncated since the last forward"));
+  const Expr z = column_sum(cmult(product, product));  // another node where y was, and more
+  e.forward(g, z);
+  Engine fresh(pc);
+  fresh.forward(g, z);
+  CHECK(as_vector(e.value(z)) == as_vector(fresh.value(z)));
+  // Null inputs and plans of another graph are refused, not read.
+  CHECK(contains(message_of([&] { g.write_inputs(0, nullptr, 3); }), "values is null"));
+  Graph other(pc);
+  const Expr one = tanh(input(other, 1.0f));
+  Engine e2(pc);
+  e2.forward(other, one);
+  CHECK(contains(message_of([&] { dump_plan_json(other, e.schedule(), e.plan()); }),
+                 "[dump_plan_json] the schedule and memory plan are not of this graph"));
+  CHECK_NOTHROW(dump_plan_dot(other, e2.schedule(), e2.plan()));
+}
+
+TEST_CASE("errors: NaN settings that would make every value NaN are refused") {
+  ParameterCollection pc;
+  Graph g(pc);
+  const Expr x = input(g, Dim{3, 1}, {1, 2, 3});
+  const float nan = std::nanf("");
+  CHECK(contains(message_of([&] { leaky_relu(x, nan); }), "[leaky_relu]"));
+  CHECK(contains(message_of([&] { elu(x, nan); }), "needs a finite number"));
+  CHECK(contains(message_of([&] { pc.sgd_update(nan); }), "[sgd_update] lr = nan"));
+  CHECK(contains(message_of([&] {
+                   pc.add_parameters("w", Dim{2, 1}, nan);
+                 }),
+                 "init_scale must be finite"));
+  pc.add_parameters("v", Dim{2, 1});
+  const std::unique_ptr<Optimizer> opt = make_optimizer("sgd", pc);
+  CHECK(contains(message_of([&] { opt->step(nan); }), "[Optimizer::step] grad_scale = nan"));
 }

@@ -216,6 +216,7 @@ class Engine {
   const Graph* graph_ = nullptr;
   uint32_t graph_generation_ = 0;
   uint64_t graph_version_ = UINT64_MAX;
+  uint64_t graph_cuts_ = 0;  // the graph's cuts() when planned: a cut below what ran replans
   // What the last planning added to the schedule's lower bound and the policy's lookups: an
   // increment that repeats it adds the same.
   uint32_t segment_bound_ = 0;

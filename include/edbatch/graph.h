@@ -64,6 +64,9 @@ class Graph {
   void write_inputs(size_t offset, const float* values, size_t n);
   // Bumps on write_inputs(); an engine runs forward again when it differs from what it last ran.
   uint64_t inputs_version() const { return inputs_version_; }
+  // Bumps when truncate() drops nodes: an engine that ran some of them plans and runs the graph
+  // afresh rather than extending what it ran.
+  uint64_t cuts() const { return cuts_; }
   double construction_seconds() const;
 
   // Checked access for the Expr builders below.
@@ -79,7 +82,7 @@ class Graph {
   // Room for `nodes`, `args` and `ints` more (growing geometrically), for bulk appends.
   void reserve_more(size_t nodes, size_t args, size_t ints);
   // Drops the nodes from id `size` on, with their arguments, integers and input values: undoes a
-  // failed bulk append. Only for nodes no engine has run yet.
+  // failed bulk append. An engine that ran dropped nodes runs the graph afresh (cuts()).
   void truncate(uint32_t size);
   Expr expr(uint32_t id) { return Expr{this, id, generation_}; }
 
@@ -97,6 +100,7 @@ class Graph {
   uint32_t generation_ = 1;
   uint64_t version_ = 0;
   uint64_t inputs_version_ = 0;
+  uint64_t cuts_ = 0;
   std::chrono::steady_clock::time_point build_start_;
 };
 

@@ -30,8 +30,19 @@ struct LookupParameter {
 class ParameterCollection {
  public:
   explicit ParameterCollection(uint64_t seed = 1);
+  // Not copyable: a copy would hold the uid that tells collections apart, so one's handles would
+  // read the other's parameters. Movable (the moved-from collection is empty, with a new uid)
+  // while no Block is declared over it, which keeps its address: std::logic_error otherwise.
+  ParameterCollection(const ParameterCollection&) = delete;
+  ParameterCollection& operator=(const ParameterCollection&) = delete;
+  ParameterCollection(ParameterCollection&& other);
+  ParameterCollection& operator=(ParameterCollection&& other);
 
   // Tells collections apart (Parameter::owner): unique in the process, kept by moves.
+  //
+  // One thread at a time: building graphs over a collection registers batching types in it
+  // (types()), so graphs over one collection are built and run on one thread at a time (or
+  // under the caller's lock); engines over separate collections run in parallel.
   uint64_t uid() const { return uid_; }
 
   // Uniform Glorot initialisation from the collection's seed and the parameter's name, so a

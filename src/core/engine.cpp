@@ -70,8 +70,9 @@ void Engine::check_graph(const Graph& g, const Expr& e, const char* fn) const {
 }
 
 bool Engine::covers(const Graph& g, uint32_t end) const {
-  if (graph_ != &g || graph_generation_ != g.generation()) return false;
-  // Within a generation a graph only grows: a plan of its first nodes stays theirs.
+  if (graph_ != &g || graph_generation_ != g.generation() || graph_cuts_ != g.cuts()) return false;
+  // Within a generation (and without cuts) a graph only grows: a plan of its first nodes stays
+  // theirs.
   const size_t covered = plan_.node_offset.size();
   if (covered == g.size()) return graph_version_ == g.version();
   return covered < g.size() && covered >= end && !plan_.segments.empty();
@@ -128,6 +129,7 @@ void Engine::plan_graph(Graph& g, uint32_t end) {
   graph_ = &g;
   graph_generation_ = g.generation();
   graph_version_ = g.version();
+  graph_cuts_ = g.cuts();
   ran_segments_ = 0;
   have_backward_ = false;
 }

@@ -11,8 +11,8 @@ namespace edbatch {
 
 bool Engine::extends_plan(const Graph& g, uint32_t end) const {
   // Within one generation a graph only grows, so a larger one holds the planned nodes as they were.
-  return graph_ == &g && graph_generation_ == g.generation() && end <= g.size() &&
-         end > plan_.node_offset.size() && !plan_.segments.empty();
+  return graph_ == &g && graph_generation_ == g.generation() && graph_cuts_ == g.cuts() &&
+         end <= g.size() && end > plan_.node_offset.size() && !plan_.segments.empty();
 }
 
 void Engine::extend_plan(Graph& g, uint32_t end) {
@@ -62,6 +62,10 @@ void Engine::check_ran(const Expr& e, const char* fn) const {
     throw std::invalid_argument(std::string("[") + fn +
                                 "] the graph's inputs were rewritten (Graph::write_inputs) since "
                                 "the last forward: run forward() first");
+  if (graph_->cuts() != graph_cuts_)
+    throw std::invalid_argument(std::string("[") + fn +
+                                "] the graph was truncated since the last forward: run "
+                                "forward() first");
   if (node < ran_nodes()) return;
   throw std::invalid_argument(std::string("[") + fn + "] node " + std::to_string(node) +
                               (node < plan_.node_offset.size()

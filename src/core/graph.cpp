@@ -206,6 +206,7 @@ void Graph::write_inputs(size_t offset, const float* values, size_t n) {
     fail("Graph::write_inputs",
          "floats [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
              ") are outside the graph's " + std::to_string(input_values_.size()) + " input floats");
+  if (n > 0 && values == nullptr) fail("Graph::write_inputs", "values is null");
   if (n > 0) std::memcpy(input_values_.data() + offset, values, n * sizeof(float));
   ++inputs_version_;
 }
@@ -270,6 +271,7 @@ void Graph::truncate(uint32_t size) {
   input_values_.resize(inputs_end);
   nodes_.resize(size);
   ++version_;
+  ++cuts_;
 }
 
 // ---- builders ----
@@ -440,11 +442,22 @@ Expr exp(const Expr& x) { return elementwise(Op::Exp, Args(&x, 1)); }
 Expr log(const Expr& x) { return elementwise(Op::Log, Args(&x, 1)); }
 Expr sqrt(const Expr& x) { return elementwise(Op::Sqrt, Args(&x, 1)); }
 Expr gelu(const Expr& x) { return elementwise(Op::Gelu, Args(&x, 1)); }
+namespace {
+// A finite attribute (a NaN slope would make every value NaN without a word).
+const Expr& finite_attr(const Expr& x, float a, const char* fn, const char* name) {
+  Graph& g = graph_of(Args(&x, 1), fn);
+  if (!std::isfinite(a))
+    fail(fn, where(g) + name + " = " + short_float(a) + " for " + to_string(g.node_of(x, fn).dim) +
+                 ": needs a finite number");
+  return x;
+}
+}  // namespace
+
 Expr leaky_relu(const Expr& x, float slope) {
-  return elementwise(Op::LeakyRelu, Args(&x, 1), slope);
+  return elementwise(Op::LeakyRelu, Args(&finite_attr(x, slope, "leaky_relu", "slope"), 1), slope);
 }
 Expr elu(const Expr& x, float alpha) {
-  return elementwise(Op::Elu, Args(&x, 1), alpha);
+  return elementwise(Op::Elu, Args(&finite_attr(x, alpha, "elu", "alpha"), 1), alpha);
 }
 Expr abs(const Expr& x) {
   return elementwise(Op::Abs, Args(&x, 1));

@@ -250,6 +250,9 @@ Optimizer::Optimizer(ParameterCollection& pc, const UpdateRule& rule) : pc_(pc),
 Optimizer::~Optimizer() = default;
 
 UpdateRule Optimizer::next_rule(float grad_scale) const {
+  if (!std::isfinite(grad_scale))  // every update, host or device, takes its rule from here
+    throw std::invalid_argument("[Optimizer::step] grad_scale = " + std::to_string(grad_scale) +
+                                ": needs a finite number (it would make every parameter NaN)");
   UpdateRule r = rule_;
   r.grad_scale = grad_scale;
   r.step = state_.step() + 1;

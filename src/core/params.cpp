@@ -59,6 +59,9 @@ uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup,
   st.values.resize(dim.size());
   st.grads.assign(dim.size(), 0.0f);
   if (lookup) e.touched_flag.assign(dim.cols, 0);
+  if (std::isnan(scale) || std::isinf(scale))
+    throw std::invalid_argument("[add_parameters] parameter '" + name +
+                                "': init_scale must be finite (0: Glorot's)");
   if (scale <= 0) {
     // Glorot uniform; a lookup table's fan is its embedding size.
     float fan = lookup ? static_cast<float>(dim.rows) : static_cast<float>(dim.rows + dim.cols);
@@ -74,9 +77,51 @@ uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup,
   return id;
 }
 
-ParameterCollection::ParameterCollection(uint64_t seed) : seed_(seed) {
+namespace {
+uint64_t next_uid() {
   static std::atomic<uint64_t> next{1};
-  uid_ = next.fetch_add(1);
+  return next.fetch_add(1);
+}
+}  // namespace
+
+ParameterCollection::ParameterCollection(uint64_t seed) : seed_(seed), uid_(next_uid()) {}
+
+ParameterCollection::ParameterCollection(ParameterCollection&& other) : uid_(next_uid()) {
+  *this = std::move(other);
+}
+
+ParameterCollection& ParameterCollection::operator=(ParameterCollection&& other) {
+  if (this == &other) return *this;
+  for (const ParameterCollection* c : {this, &other})
+    for (size_t i = 0; i < c->blocks_.size(); ++i)
+      if (c->blocks_[i])
+        throw std::logic_error("[ParameterCollection] cannot move a collection while block '" +
+                               c->block_names_[i] +
+                               "' is declared over it (it keeps the "
+                               "collection's address)");
+  other.fetch_from_device();  // a device's newer values, fetched into the storages moved
+  fetch_from_device();
+  // Every member (a new one must be added here).
+  seed_ = other.seed_;
+  version_ = other.version_ + 1;
+  values_version_ = other.values_version_ + 1;
+  uid_ = other.uid_;
+  other.uid_ = next_uid();
+  fetch_owner_ = nullptr;
+  entries_ = std::move(other.entries_);
+  storages_ = std::move(other.storages_);
+  blocks_ = std::move(other.blocks_);
+  block_names_ = std::move(other.block_names_);
+  by_name_ = std::move(other.by_name_);
+  types_ = std::move(other.types_);
+  other.entries_.clear();
+  other.storages_.clear();
+  other.blocks_.clear();
+  other.block_names_.clear();
+  other.by_name_.clear();
+  other.types_ = TypeTable();
+  other.changed();
+  return *this;
 }
 
 Parameter ParameterCollection::add_parameters(const std::string& name, Dim dim, float init_scale) {
@@ -230,6 +275,9 @@ void ParameterCollection::mark_lookup_row(uint32_t id, uint32_t row) {
 }
 
 void ParameterCollection::sgd_update(float lr) {
+  if (!std::isfinite(lr))
+    throw std::invalid_argument("[sgd_update] lr = " + std::to_string(lr) +
+                                ": needs a finite number (it would make every parameter NaN)");
   fetch_from_device();
   for (uint32_t id = 0; id < entries_.size(); ++id) {
     const Entry& e = entries_[id];

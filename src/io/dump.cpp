@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 
 #include "edbatch/block_plan.h"
 #include "edbatch/graph.h"
@@ -85,7 +87,34 @@ std::string block_dot(const BlockPlan& p) {
   return o.str();
 }
 
+namespace {
+// Refuses a schedule or plan made for another graph (or for each other), which the dumps would
+// read out of bounds.
+void check_plan_of(const Graph& g, const Schedule& s, const MemoryPlan& m, const char* fn) {
+  const auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(std::string("[") + fn +
+                                "] the schedule and memory plan are not "
+                                "of this graph: " +
+                                what);
+  };
+  if (m.batches.size() != s.batches.size())
+    fail(std::to_string(s.batches.size()) + " batches scheduled, " +
+         std::to_string(m.batches.size()) + " planned");
+  for (uint32_t v : s.nodes)
+    if (v >= g.size())
+      fail("node " + std::to_string(v) + " scheduled, the graph has " + std::to_string(g.size()));
+  for (size_t b = 0; b < s.batches.size(); ++b) {
+    const Batch& batch = s.batches[b];
+    const BatchPlan& bp = m.batches[b];
+    if (batch.type >= g.types().size() || size_t(batch.begin) + batch.count > s.nodes.size() ||
+        size_t(bp.operand_begin) + bp.operand_count > m.operands.size())
+      fail("batch " + std::to_string(b) + " reads past the schedule, the plan or the types");
+  }
+}
+}  // namespace
+
 std::string dump_plan_json(const Graph& g, const Schedule& s, const MemoryPlan& m) {
+  check_plan_of(g, s, m, "dump_plan_json");
   using nlohmann::json;
   json j;
   j["batches_count"] = s.batches.size();
@@ -112,6 +141,7 @@ std::string dump_plan_json(const Graph& g, const Schedule& s, const MemoryPlan& 
 }
 
 std::string dump_plan_dot(const Graph& g, const Schedule& s, const MemoryPlan& m) {
+  check_plan_of(g, s, m, "dump_plan_dot");
   std::ostringstream o;
   o << "digraph plan {\n  rankdir=BT;\n  node [shape=box,fontsize=9];\n";
   std::vector<uint8_t> indexed(g.size(), 0);  // consumer reads some operand through an index

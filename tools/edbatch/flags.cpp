@@ -139,7 +139,7 @@ void decimal_integers(CLI::App& app) {
           const size_t sign = text[0] == '-' || text[0] == '+' ? 1 : 0;
           if (text.size() == sign ||
               text.find_first_not_of("0123456789", sign) != std::string::npos)
-            return "expected a whole number (decimal digits), got '" + text + "'";
+            return "expected an integer (decimal digits), got '" + text + "'";
           // CLI11 would read a leading 0 as octal (010 as 8) and 0x as hexadecimal.
           const size_t digit = text.find_first_not_of('0', sign);
           text = text.substr(0, sign) + (digit == std::string::npos ? "0" : text.substr(digit));
