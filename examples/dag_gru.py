@@ -121,7 +121,8 @@ def main():
         with open(args.data) as f:
             dags = [json.loads(line) for line in f if line.strip()]
         vocab = 1 + max(i for d in dags for i in d.get("inputs", [0]) if i is not None)
-        classes = 1 + max(label for d in dags for label in d.get("labels", [0]))
+        classes = 1 + max([0] + [label for d in dags for label in d.get("labels") or []
+                                 if label is not None])  # None: no label
     else:
         dags = synthetic_dags(args.examples, vocab, classes, args.seed)
     batches = [edbatch.pack_edges(dags[i:i + args.batch])

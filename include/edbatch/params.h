@@ -32,7 +32,8 @@ class ParameterCollection {
   explicit ParameterCollection(uint64_t seed = 1);
   // Not copyable: a copy would hold the uid that tells collections apart, so one's handles would
   // read the other's parameters. Movable (the moved-from collection is empty, with a new uid)
-  // while no Block is declared over it, which keeps its address: std::logic_error otherwise.
+  // before graphs, engines and blocks are made over it, which keep its address; moving one with
+  // a live Block throws std::logic_error (graphs and engines are not tracked: move it first).
   ParameterCollection(const ParameterCollection&) = delete;
   ParameterCollection& operator=(const ParameterCollection&) = delete;
   ParameterCollection(ParameterCollection&& other);

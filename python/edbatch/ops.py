@@ -142,7 +142,7 @@ def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num
 
 def prepare_stats():
     """Counts of prepare() over the process: {"prepared", "used" (by a matching call), "failed"
-    (a bad structure; its call raised), "dropped" (more than 8 waited), "runners" (made for
+    (a bad structure; its call raised), "dropped" (more than 9 waited), "runners" (made for
     calls and preparations: each holds an engine, on a GPU with its own stream and arenas, so
     a count that keeps growing means calls pay for new ones), "waiting" (now), "workers" (threads
     preparing: a second starts when a preparation waits while the first is busy), "idle"

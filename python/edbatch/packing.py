@@ -219,8 +219,10 @@ def _field(record, key, packer, name, i, form, fields=None):
     if not isinstance(record, dict):
         raise TypeError(f"{packer}: {name} {i} is a {type(record).__name__}, not a dict {form}")
     for other in (record if fields else ()):
+        if other in fields:
+            continue
         near = difflib.get_close_matches(str(other), fields, n=1, cutoff=0.8)
-        if other not in fields and near:
+        if near:
             raise ValueError(f"{packer}: {name} {i} has the key {other!r}: did you mean "
                              f"{near[0]!r}? (a record is {form})")
     if key not in record:
@@ -410,7 +412,8 @@ def pack_dags(records):
     for i, rec in enumerate(records):
         base = len(b.f["node_inputs"])
         where = f"pack_dags: DAG {i}"
-        types, inputs, arcs_in = (_field(rec, k, "pack_dags", "DAG", i, _DAG, _DAG_FIELDS)
+        types, inputs, arcs_in = (_field(rec, k, "pack_dags", "DAG", i, _DAG,
+                                         _DAG_FIELDS if k == "types" else None)
                                   for k in ("types", "inputs", "arcs"))
         types = _ids(types, "pack_dags", i, "DAG", "type", "state", none=False)
         inputs = _ids(inputs, "pack_dags", i, "DAG", "input", "state", -1)

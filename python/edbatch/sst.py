@@ -37,7 +37,7 @@ def parse_sst(line, vocab, add=True, unk=0):
                 return unk
             _check_vocab(vocab, "parse_sst")
             vocab[word] = len(vocab)
-            _checked[:] = [id(vocab), len(vocab)]
+            _checked[:] = [vocab, len(vocab)]
         return vocab[word]
 
     try:
@@ -93,14 +93,17 @@ class _VocabError(ValueError):
     """A vocabulary new words cannot be added to: not a fault of the line."""
 
 
-_checked = [None, -1]  # the id and size of the vocabulary last checked or grown here
+# The vocabulary last checked or grown here (held, so that its id cannot pass to another dict)
+# and its size.
+_checked = [None, -1]
 
 
 def _check_vocab(vocab, owner):
     """Refuses a vocabulary that new words cannot be added to with the id len(vocab) (two words
     would share an id). Checked once per vocabulary and size: parsing a corpus line by line
-    checks it again only when someone else changed it."""
-    if _checked == [id(vocab), len(vocab)]:
+    checks it again only when its size changed otherwise (an edit in place that keeps the size
+    is not seen)."""
+    if _checked[0] is vocab and _checked[1] == len(vocab):
         return
     ids = set(vocab.values())
     if ids != set(range(len(vocab))):
@@ -108,7 +111,7 @@ def _check_vocab(vocab, owner):
                          f"must be 0..{len(vocab) - 1}, but they are not (it maps {len(vocab)} "
                          f"words to {len(ids)} ids up to {max(ids, default=-1)}); give add=False "
                          f"and unk= for a fixed vocabulary")
-    _checked[:] = [id(vocab), len(vocab)]
+    _checked[:] = [vocab, len(vocab)]
 
 
 def _check_unk(unk, owner):

@@ -102,3 +102,18 @@ def test_train_tree_lstm_script(monkeypatch, capsys):
     line = next(line for line in out.splitlines() if line.startswith("first mini-batch loss"))
     ours, theirs = (float(part.split()[-1]) for part in line.split(":")[1].split(","))
     assert ours == pytest.approx(theirs, rel=1e-5)
+
+
+def test_dag_gru_script_reads_edge_lists_with_null_labels(monkeypatch, capsys, tmp_path):
+    """examples/dag_gru.py --data: JSON lines whose inputs and labels hold null (no input, no
+    label, as pack_edges reads them) train."""
+    data = tmp_path / "dags.jsonl"
+    data.write_text('{"num_nodes": 3, "edges": [[0, 1], [1, 2]], "inputs": [1, null, 2], '
+                    '"labels": [0, null, 1]}\n{"num_nodes": 2, "edges": [[1, 0]], '
+                    '"labels": [2, 1]}\n')
+    script = example("dag_gru")
+    monkeypatch.setattr(sys, "argv", ["dag_gru.py", "--data", str(data), "--hidden", "8",
+                                      "--epochs", "2"])
+    script.main()
+    epochs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 2
