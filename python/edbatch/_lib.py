@@ -1,4 +1,5 @@
 """Loads the compiled extension that registers torch.ops.edbatch.*."""
+import functools
 import glob
 import os
 
@@ -46,15 +47,25 @@ def load():
 def eager(fn):
     """fn, kept out of torch.compile's graphs (torch 2.x): the extension's ops have no fake
     kernels and read packed structures on the host, so a compiled model breaks its graph where
-    it calls fn and runs fn as it is (its autograd included). Without torch.compiler, fn."""
+    it calls fn and runs fn as it is (its autograd included). Without torch.compiler, fn.
+    Under torch.jit.trace, which would record one structure's operations as the model, it
+    refuses."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if torch.jit.is_tracing():
+            raise RuntimeError(f"edbatch: {fn.__qualname__} cannot be recorded by torch.jit.trace "
+                               f"(TorchScript would freeze one mini-batch's structure): run the "
+                               f"model eagerly, or under torch.compile (docs/pytorch.md)")
+        return fn(*args, **kwargs)
+
     try:
         from torch.compiler import disable
     except ImportError:
         try:
             from torch._dynamo import disable  # torch 2.0
         except ImportError:
-            return fn
-    return disable(fn)
+            return run
+    return disable(run)
 
 
 def autocast_float32(x):

@@ -1,5 +1,7 @@
 """edbatch.nn.StepDecoder: a decoding loop run one step at a time on one edbatch engine, for
 greedy decoding and other loops whose next input depends on the last output (docs/pytorch.md)."""
+import threading
+
 import torch
 
 from ._lib import autocast_float32
@@ -73,16 +75,33 @@ class StepDecoder:
         self.module = cell
         self.running = torch.empty(0, dtype=torch.long)
         self._started = False
+        self._lock = threading.Lock()
+
+    def start(self, batch_size, state=None):
+        """Begins a loop of batch_size instances, all running, from `state` (None: zeros). A
+        cell traced again since the last start (a submodule replaced, a setting or hook
+        changed) runs as it is now."""
+        with self._lock:  # one call at a time: the engine is not shared between threads
+            return self._start(batch_size, state)
+
+    def step(self, x):
+        """One step of every running instance: x has a row per entry of `running` (float32;
+        float16 or bfloat16 inside torch.autocast, cast to float32)."""
+        with self._lock:  # one call at a time: the engine is not shared between threads
+            return self._step(x)
+
+    def stop(self, mask):
+        """Ends the running instances whose entries of `mask` (a bool per running row) are
+        True; returns the ids of those still running."""
+        with self._lock:  # one call at a time: the engine is not shared between threads
+            return self._stop(mask)
 
     def _weights(self):
         if self._program_of is not None:
             return [w.detach() for w in self._program_of().weights()]
         return [w.detach() for w in self.module.weights()]
 
-    def start(self, batch_size, state=None):
-        """Begins a loop of batch_size instances, all running, from `state` (None: zeros). A
-        cell traced again since the last start (a submodule replaced, a setting or hook
-        changed) runs as it is now."""
+    def _start(self, batch_size, state=None):
         if self._program_of is not None:
             program = _without_dropout(self._program_of())
             if program.text != self._text:
@@ -100,9 +119,7 @@ class StepDecoder:
         self.running = torch.arange(batch_size)
         self._started = True
 
-    def step(self, x):
-        """One step of every running instance: x has a row per entry of `running` (float32;
-        float16 or bfloat16 inside torch.autocast, cast to float32)."""
+    def _step(self, x):
         if not self._started:
             raise RuntimeError("StepDecoder.step: no loop has begun: call start(batch_size, "
                                "state) first")
@@ -112,9 +129,7 @@ class StepDecoder:
             _reraise(e)
         return tuple(out) if self._tuple else out[0]
 
-    def stop(self, mask):
-        """Ends the running instances whose entries of `mask` (a bool per running row) are
-        True; returns the ids of those still running."""
+    def _stop(self, mask):
         if not self._started:
             raise RuntimeError("StepDecoder.stop: no loop has begun: call start(batch_size, "
                                "state) first")

@@ -97,7 +97,10 @@ class Propagate(torch.nn.Module):
                 raise ValueError("Propagate: initial='learned' needs the learned initial "
                                  "message that the module makes with it: make the module with "
                                  "initial='learned' rather than setting initial_kind")
-            initial = [(f"initial.{i}", p) for i, p in enumerate(self.initial)]
+            # read through the list on every call, as the cells' weights are: a parameter
+            # replaced there (or overridden by functional_call) is the one used
+            initial = [(f"initial.{i}", p, lambda m=self.initial, i=i: m[i])
+                       for i, p in enumerate(self.initial)]
             nodes = list(self.node_cells) * (node_kinds or 1)
             edges = list(self.edge_cells) * (arc_kinds or 1)
             self._programs[key] = trace_program(

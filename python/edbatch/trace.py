@@ -12,6 +12,7 @@ batch dim) raise ValueError. Both name the cell, the operation and the user's fi
 """
 import inspect
 import operator
+import os
 import threading
 import traceback
 
@@ -138,6 +139,32 @@ def _current_frames():
 _FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last three refused
 # One trace at a time: it sets torch's factories and fx.Proxy's operators for the process.
 _TRACING = threading.RLock()
+# What a trace patches for the process (fx: nn.Module.__call__ and __getattr__; here: torch's
+# factories), as they are when no trace runs.
+_UNPATCHED = ([(torch, name, getattr(torch, name)) for name in _FACTORIES] +
+              [(torch.nn.Module, name, getattr(torch.nn.Module, name))
+               for name in ("__call__", "__getattr__")] +
+              [(fx.Proxy, name, fx.Proxy.__dict__.get(name)) for name in trace_inplace.NAMES])
+
+
+def _after_fork_in_child():
+    """A child forked while another thread traced: that thread is not in the child, so its lock
+    and patches would stay forever (the child's first trace would wait for good). They are undone
+    here; the trace in progress belonged to the parent."""
+    global _TRACING
+    if _TRACING.acquire(blocking=False):
+        _TRACING.release()
+        return
+    _TRACING = threading.RLock()
+    for owner, name, value in _UNPATCHED:
+        if value is not None:
+            setattr(owner, name, value)
+        elif name in owner.__dict__:  # fx.Proxy has no in-place operators of its own
+            delattr(owner, name)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # torch 1.13's stateless.functional_call gives a module a subclass of its class made there
@@ -472,8 +499,8 @@ def trace_program(node_cells, edge_cells=None, *, state_size, input_kind="x", in
                   reduce="sum", initial="zeros", initial_weights=(), message_size=None,
                   prefixes=("node_cells.", "edge_cells.")):
     """Traces the cells into a Program. node_cells / edge_cells: a cell, or a list / dict of
-    cells by node / arc kind. initial_weights: (name, tensor) per message component for
-    initial="learned". Raises TypeError / ValueError naming the cell (module docstring)."""
+    cells by node / arc kind. initial_weights: (name, tensor[, read]) per message component for
+    initial="learned" (read(): the tensor on each call; default the tensor given). Raises TypeError / ValueError naming the cell (module docstring)."""
     if input_kind not in _INPUT_KINDS or reduce not in _REDUCES or initial not in _INITIALS:
         raise ValueError(f"input kind {input_kind!r}, reduce {reduce!r}, initial {initial!r}: "
                          f"expected one of {_INPUT_KINDS}, {_REDUCES}, {_INITIALS}")
@@ -561,13 +588,15 @@ def _initial(initial, initial_weights, message, weights):
         raise ValueError(f"initial='learned' needs one weight per message component "
                          f"({len(message)}), got {len(initial_weights)}")
     out = []
-    for i, ((name, tensor), size) in enumerate(zip(initial_weights, message)):
+    for i, (given, size) in enumerate(zip(initial_weights, message)):
+        name, tensor = given[:2]
+        read = given[2] if len(given) > 2 else (lambda t=tensor: t)
         if tuple(tensor.shape) != (size,):
             raise ValueError(f"the learned initial message component {i} ({name}) has shape "
                              f"{tuple(tensor.shape)}, but the message component has size {size} "
                              f"(pass message_size= to Propagate when edge cells change sizes)")
         try:
-            out.append(weights.add(Param((name, lambda t=tensor: t), tensor), "vector"))
+            out.append(weights.add(Param((name, read), tensor), "vector"))
         except Refusal as e:
             raise ValueError(str(e)) from None
     return out

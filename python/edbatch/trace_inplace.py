@@ -10,6 +10,7 @@ from .trace_values import Refusal
 
 _INPLACE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
             "pow": "**", "matmul": "@", "and": "&", "or": "|", "xor": "^"}
+NAMES = [f"__i{name}__" for name in _INPLACE]  # the methods set on fx.Proxy
 
 
 @contextlib.contextmanager
@@ -27,7 +28,7 @@ def refused(note_where):
                           f"a = a {symbol} b")
         return refuse
 
-    names = [f"__i{name}__" for name in _INPLACE]
+    names = NAMES
     saved = {name: fx.Proxy.__dict__.get(name) for name in names}
     try:
         for name, symbol in zip(names, _INPLACE.values()):

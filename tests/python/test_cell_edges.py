@@ -209,3 +209,42 @@ def test_an_inference_mode_x_is_refused_with_what_to_do():
         edbatch.nn.Propagate(Cell(torch.tanh), state_size=H)(packed, x=x)
     out = edbatch.nn.Propagate(Cell(torch.tanh), state_size=H)(packed, x=x.clone())
     assert out.requires_grad
+
+
+def test_a_learned_initial_message_replaced_or_overridden_is_the_one_used():
+    torch.manual_seed(6)
+    packed = packed_trees()
+    x = torch.randn(packed.input_ids.numel(), D)
+    cell = Cell(torch.tanh)
+    prop = edbatch.nn.Propagate(cell, state_size=H, initial="learned")
+    prop(packed, x=x)  # traced with the first initial vector
+    new = nn.Parameter(torch.randn(H))
+    prop.initial[0] = new
+    got = prop(packed, x=x)
+    want = reference.propagate_reference(cell, None, packed, x=x, state_size=H,
+                                         initial=[new.detach()])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    got.sum().backward()
+    assert new.grad is not None and new.grad.abs().sum() > 0
+    other = torch.randn(H)
+    over = stateless.functional_call(prop, {"initial.0": other}, (packed,), {"x": x})
+    torch.testing.assert_close(over, reference.propagate_reference(
+        cell, None, packed, x=x, state_size=H, initial=[other]), rtol=1e-5, atol=1e-6)
+
+
+def test_torch_jit_trace_is_refused_by_name():
+    packed = packed_trees()
+    x = torch.randn(packed.input_ids.numel(), D)
+    prop = edbatch.nn.Propagate(Cell(torch.tanh), state_size=H)
+    prop(packed, x=x)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.prop = prop
+
+        def forward(self, x):
+            return self.prop(packed, x=x)
+
+    with pytest.raises(RuntimeError, match="cannot be recorded by torch.jit.trace"):
+        torch.jit.trace(Model(), (x,))

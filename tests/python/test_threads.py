@@ -2,6 +2,7 @@
 operators set for the process, so traces take turns and other threads' calls run as usual; a
 child forked while preparations were queued or running computes as the parent would."""
 import os
+import signal
 import threading
 
 import pytest
@@ -82,3 +83,73 @@ def test_a_child_forked_with_preparations_queued_computes():
     with torch.no_grad():
         assert same(model(b), want)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_while_another_thread_traces_traces_its_own_cells():
+    """The trace's lock and patches belong to a thread the child does not have: the child undoes
+    them (a first call there waited for the lock for good)."""
+    inside, release = threading.Event(), threading.Event()
+
+    class Slow(torch.nn.Module):  # stays inside its trace until released
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x, m):
+            inside.set()
+            release.wait(30)
+            return torch.tanh(self.lin(x) + m)
+
+    packed = edbatch.pack_trees([((1, 2), 3)])
+    x = torch.randn(packed.input_ids.numel(), 4)
+    cell = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        want = edbatch.nn.Propagate(lambda x, m: torch.tanh(cell(x) + m), state_size=4)(
+            packed, x=x)
+    tracing = threading.Thread(target=lambda: edbatch.nn.Propagate(Slow(), state_size=4)(
+        packed, x=x))
+    tracing.start()
+    assert inside.wait(30)
+    pid = os.fork()
+    if pid == 0:  # exit code 0 only for a trace that ran and gave the parent's numbers
+        code = 1
+        try:
+            signal.alarm(60)  # a child that waits for the lock for good is ended
+            with torch.no_grad():
+                got = edbatch.nn.Propagate(lambda x, m: torch.tanh(cell(x) + m),
+                                           state_size=4)(packed, x=x)
+            code = 0 if torch.equal(got, want) and torch.zeros.__module__ == "torch" else 2
+        finally:
+            os._exit(code)
+    release.set()
+    tracing.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_one_step_decoder_from_two_threads_takes_one_step_at_a_time():
+    E, H = 4, 6
+    lin_x, lin_h = torch.nn.Linear(E, H), torch.nn.Linear(H, H)
+    prop = edbatch.nn.Propagate(lambda x, h: torch.tanh(lin_x(x) + lin_h(h)), state_size=H)
+    decoder = edbatch.nn.StepDecoder(prop.eval(), input_size=E)
+    errors = []
+
+    def steps():
+        try:
+            with torch.no_grad():
+                for _ in range(50):
+                    decoder.step(torch.randn(decoder.running.numel(), E))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    with torch.no_grad():
+        decoder.start(8)
+    threads = [threading.Thread(target=steps) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert decoder.stats()["steps"] == 100
+    assert decoder.instance_steps() == [100] * 8
