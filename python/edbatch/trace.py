@@ -12,7 +12,6 @@ batch dim) raise ValueError. Both name the cell, the operation and the user's fi
 """
 import inspect
 import operator
-import os
 import threading
 import traceback
 
@@ -20,7 +19,8 @@ import torch
 import torch.fx as fx
 from torch.nn.utils import parametrize
 
-from . import trace_dropout, trace_inplace, trace_ops, trace_values, trace_weights
+from . import (trace_dropout, trace_inplace, trace_lock, trace_ops, trace_values,
+               trace_weights)
 from .trace_hooks import module_name as _module_name, refuse_backward_hooks, refuse_hooks
 from .programs import Program
 from .trace_ops import Ids, Param, Refusal, Vec
@@ -136,37 +136,6 @@ def _current_frames():
         frame = frame.f_back
 
 
-_FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last three refused
-# One trace at a time: it sets torch's factories and fx.Proxy's operators for the process.
-_TRACING = threading.RLock()
-# What a trace patches for the process (fx: nn.Module.__call__ and __getattr__; here: torch's
-# factories), as they are when no trace runs.
-_UNPATCHED = ([(torch, name, getattr(torch, name)) for name in _FACTORIES] +
-              [(torch.nn.Module, name, getattr(torch.nn.Module, name))
-               for name in ("__call__", "__getattr__")] +
-              [(fx.Proxy, name, fx.Proxy.__dict__.get(name)) for name in trace_inplace.NAMES])
-
-
-def _after_fork_in_child():
-    """A child forked while another thread traced: that thread is not in the child, so its lock
-    and patches would stay forever (the child's first trace would wait for good). They are undone
-    here; the trace in progress belonged to the parent."""
-    global _TRACING
-    if _TRACING.acquire(blocking=False):
-        _TRACING.release()
-        return
-    _TRACING = threading.RLock()
-    for owner, name, value in _UNPATCHED:
-        if value is not None:
-            setattr(owner, name, value)
-        elif name in owner.__dict__:  # fx.Proxy has no in-place operators of its own
-            delattr(owner, name)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 # torch 1.13's stateless.functional_call gives a module a subclass of its class made there
 _STATELESS = "torch.nn.utils.stateless"
 
@@ -196,8 +165,8 @@ class _Tracer(fx.Tracer):
         # Factories do not dispatch on traced arguments (torch.zeros(x.size(0), n)): while
         # tracing, their calls in this thread are recorded rather than run. torch's names are
         # the process's: one trace at a time, and other threads' calls run as they would.
-        with _TRACING:
-            saved = {name: getattr(torch, name) for name in _FACTORIES}
+        with trace_lock.TRACING:
+            saved = {name: getattr(torch, name) for name in trace_lock.FACTORIES}
             tracing = self._thread = threading.get_ident()
 
             def recorded(fn):
