@@ -42,6 +42,12 @@ TEST_CASE("cli files: an output naming a file the command reads is refused, the 
        {"--train --eval '" + dir / "link.txt" + "' --save-weights '" + data + "'",
         "--save-weights and --data name one file"}});
   CHECK(slurp(data) == kTrees);
+  // A file whose name holds a comma is one file (for sentence pairs it would name two).
+  const std::string comma = dir / "a,b.txt";
+  std::ofstream(comma) << kTrees;
+  test::check_usage_errors(dir, "run --model tree_lstm " + kSmall + "--data '" + comma + "' ",
+                           {{"--outputs '" + comma + "'", "--outputs and --data name one file"}});
+  CHECK(slurp(comma) == kTrees);
   test::check_usage_errors(
       dir, "train --model tree_lstm --hidden 6 --episodes 2 ",
       {{"--data '" + data + "' -o '" + data + "'", "--output and --data name one file"}});

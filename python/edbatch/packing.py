@@ -2,13 +2,12 @@
 tensor format of the ops (docs/pytorch.md)."""
 import difflib
 import heapq
-import operator
 import random
 
 import torch
 
 from . import sst as _sst, text as _text
-from .text import quote, shorten
+from .text import index_of as _index, quote, shorten
 
 # SST lines (sst.py) and lattice text (text.py), under their earlier names here too.
 parse_sst, pack_sst, synthetic_sst = _sst.parse_sst, _sst.pack_sst, _sst.synthetic_sst
@@ -179,23 +178,11 @@ class _Builder:
         return Packed(**self.f)
 
 
-def _index(v):
-    """v as an int when it is one or stands for one (a NumPy integer, a 0-d integer tensor);
-    None for anything else (bools, floats, strings)."""
-    if isinstance(v, bool):
-        return None
-    try:
-        return operator.index(v)
-    except TypeError:
-        return None
-
-
 def _ids(values, packer, i, name, field, unit="node", low=0, none=True):
     """A record's list of integers (a list, NumPy array or tensor) as Python ints >= low; None
     entries stay None (no word, no label) where `none` allows them. Errors name the entry by
     its field (singular) and its unit's index."""
-    if isinstance(values, (str, bytes)) or not (hasattr(values, "tolist") or
-                                                 hasattr(values, "__iter__")):
+    if not _listlike(values):
         raise ValueError(f"{packer}: {name} {i}: its {field}s are {shorten(repr(values))}, not a "
                          f"list (one per {unit})")
     values = values.tolist() if hasattr(values, "tolist") else list(values)
@@ -210,6 +197,12 @@ def _ids(values, packer, i, name, field, unit="node", low=0, none=True):
             raise ValueError(f"{packer}: {name} {i}: {unit} {k}'s {field} is {n}, beyond int64")
         out.append(n)
     return out
+
+
+def _listlike(values):
+    """Whether `values` is a list of entries: a sequence, NumPy array or tensor (not a string)."""
+    return not isinstance(values, (str, bytes)) and (hasattr(values, "tolist") or
+                                                     hasattr(values, "__iter__"))
 
 
 def _field(record, key, packer, name, i, form, fields=None):
@@ -248,8 +241,7 @@ def _rows(values, where, what):
     None (no edges) as an empty one."""
     if values is None:
         return []
-    if isinstance(values, (str, bytes)) or not (hasattr(values, "tolist") or
-                                                 hasattr(values, "__iter__")):
+    if not _listlike(values):
         raise ValueError(f"{where}: {shorten(repr(values))} is not a list of {what}")
     return values.tolist() if hasattr(values, "tolist") else list(values)
 

@@ -1,11 +1,10 @@
 """SST bracketed lines: parsing into nested tuples of word ids with post-order labels, packing,
 and seeded synthetic lines (docs/pytorch.md)."""
 import collections
-import operator
 import random
 import re
 
-from .text import blank, check_text, quote, strip, text_int
+from .text import blank, check_text, index_of, quote, strip, text_int
 
 # What parse_sst returns: a tree and its labels, which collate reads as such (a plain 2-tuple
 # whose second item is a list of word ids is a tree as well).
@@ -115,10 +114,7 @@ def _check_vocab(vocab, owner):
 
 
 def _check_unk(unk, owner):
-    try:
-        n = None if isinstance(unk, bool) else operator.index(unk)
-    except TypeError:
-        n = None
+    n = index_of(unk)
     if n is None or not 0 <= n < 2**63:
         raise ValueError(f"{owner}: unk must be a word id (an int in [0, 2^63)), got {unk!r}")
 

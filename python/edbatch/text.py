@@ -1,6 +1,7 @@
 """Text read as the C++ readers read it: words split at ASCII whitespace only (space, \\t, \\n, \\v,
 \\f, \\r; not at U+3000 or U+00A0, which belong to words), so that a file gives the same words
 both ways; numbers in ASCII digits; quoted text in errors shortened. The zoo's lattice format."""
+import operator
 import re
 
 _SPACE = " \t\n\v\f\r"
@@ -41,6 +42,17 @@ def check_text(value, owner, what):
                         f"(.decode('utf-8'))")
     if not isinstance(value, str):
         raise TypeError(f"{owner}: {what} must be a str, got {type(value).__name__}")
+
+
+def index_of(v):
+    """v as an int when it is one or stands for one (a NumPy integer, a 0-d integer tensor);
+    None for anything else (bools, floats, strings)."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
 
 
 def text_int(token):

@@ -469,7 +469,8 @@ def trace_program(node_cells, edge_cells=None, *, state_size, input_kind="x", in
                   prefixes=("node_cells.", "edge_cells.")):
     """Traces the cells into a Program. node_cells / edge_cells: a cell, or a list / dict of
     cells by node / arc kind. initial_weights: (name, tensor[, read]) per message component for
-    initial="learned" (read(): the tensor on each call; default the tensor given). Raises TypeError / ValueError naming the cell (module docstring)."""
+    initial="learned" (read(): the tensor on each call; default the tensor given). Raises
+    TypeError / ValueError naming the cell (module docstring)."""
     if input_kind not in _INPUT_KINDS or reduce not in _REDUCES or initial not in _INITIALS:
         raise ValueError(f"input kind {input_kind!r}, reduce {reduce!r}, initial {initial!r}: "
                          f"expected one of {_INPUT_KINDS}, {_REDUCES}, {_INITIALS}")

@@ -166,13 +166,14 @@ std::vector<SentencePair> load_pair_files(const std::string& spec, uint32_t voca
     const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
     return dir + "vocab" + path.substr(dot);
   };
-  if (vocab_of(src) == vocab_of(tgt))
+  const std::string src_vocab = vocab_of(src), tgt_vocab = vocab_of(tgt);
+  if (src_vocab == tgt_vocab)
     std::fprintf(stderr,
                  "[edbatch] warning: [load_pair_files] %s and %s share one vocabulary, %s (a "
                  "side's vocabulary is named by its file's extension: give the sides their "
                  "languages' extensions, e.g. .en and .vi)\n",
-                 src.c_str(), tgt.c_str(), vocab_of(src).c_str());
-  WordIds sv = read_vocab(vocab_of(src)), tv = read_vocab(vocab_of(tgt));
+                 src.c_str(), tgt.c_str(), src_vocab.c_str());
+  WordIds sv = read_vocab(src_vocab), tv = read_vocab(tgt_vocab);
   std::vector<SentencePair> pairs = read_pairs(files, sv, tv, vocab_size);
   if (vocabulary) {
     vocabulary->source_words = std::move(sv);

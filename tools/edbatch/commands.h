@@ -64,7 +64,8 @@ class OutputFiles {
   void add(const std::string& option, const std::string& path);
   void read(const std::string& option, const std::string& path,
             const std::string& may_replace = "");
-  void read_data(const std::string& option, const std::string& spec);  // a file or SRC,TGT
+  // A data spec's files: the file it names, or the two of SRC,TGT (synthetic:N: none).
+  void read_data(const std::string& option, const std::string& spec);
   void write(const std::string& option, const std::function<void()>& write_file);
   void finish() const;
   bool written(const std::string& option) const;  // false once its write() failed

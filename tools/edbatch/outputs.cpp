@@ -69,6 +69,8 @@ void OutputFiles::read(const std::string& option, const std::string& path,
 
 void OutputFiles::read_data(const std::string& option, const std::string& spec) {
   if (spec.rfind("synthetic:", 0) == 0) return;
+  read(option, spec);  // one file, whatever its name holds (read() skips what does not exist)
+  if (spec.find(',') == std::string::npos) return;
   for (size_t start = 0; start <= spec.size();) {  // SOURCE,TARGET: two files
     const size_t comma = std::min(spec.find(',', start), spec.size());
     read(option, spec.substr(start, comma - start));
