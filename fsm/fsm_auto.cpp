@@ -1,5 +1,7 @@
 // The "auto" policy: a scorer learned on the first graph within a time budget, cached on disk
 // keyed by the graph's type names and the device, and reused by later runs (fsm.h, AutoPolicy).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -19,10 +21,25 @@ namespace {
 constexpr const char* kAutoModel = "auto";
 constexpr uint32_t kAutoAttempts = 8;
 
+nlohmann::json training_of(const FsmPolicyData& d) {
+  nlohmann::json t = nlohmann::json::parse(d.info.training, nullptr, false);
+  return t.is_object() ? t : nlohmann::json::object();
+}
+
 std::string device_of(const FsmPolicyData& d) {
-  const nlohmann::json t = nlohmann::json::parse(d.info.training, nullptr, false);
-  auto it = t.is_object() ? t.find("device") : t.end();
+  const nlohmann::json t = training_of(d);
+  auto it = t.find("device");
   return it != t.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// lb-greedy cached because the budget ran out before anything was learned (not because the
+// graphs were at the bound): a larger budget than that one (or none) learns again.
+bool learn_again(const FsmPolicyData& d, double budget) {
+  const nlohmann::json t = training_of(d);
+  if (!t.value("out_of_time", false) || t.value("best", std::string()) != "lb-greedy") return false;
+  const auto it = t.find("auto_budget_s");
+  const double cached = it != t.end() && it->is_number() ? it->get<double>() : 0;
+  return budget <= 0 || budget > cached;
 }
 }  // namespace
 
@@ -59,6 +76,10 @@ void AutoPolicy::begin(const Graph& g) {
   if (!started_) {
     started_ = true;
     dir_ = context_.cache_dir.empty() ? default_policy_cache_dir() : context_.cache_dir;
+    if (dir_.empty())
+      warn(
+          "[auto policy] no cache directory (XDG_CACHE_HOME and HOME are unset or not "
+          "absolute paths): what is learned now is not kept, and the next run learns again");
   }
   if (!learned_ && attempts_ < kAutoAttempts) {
     // Each graph is looked up under its own key, so the entry is named by the graph it was
@@ -91,6 +112,7 @@ void AutoPolicy::load_cached(const Graph& g) {
     if (d.info.model != kAutoModel || device_of(d) != context_.device)
       throw std::runtime_error("'" + path_ + "' was learned by model '" + d.info.model +
                                "' on device '" + device_of(d) + "'");
+    if (learn_again(d, context_.auto_budget_s)) return;  // quietly: the budget was raised
     auto p = std::make_unique<FsmPolicy>(std::move(d), path_);
     p->begin(g);  // refuses a policy for other types
     learned_ = std::move(p);
@@ -118,8 +140,18 @@ void AutoPolicy::learn(const Graph& g) {
   r.policy.info.model = kAutoModel;
   nlohmann::json training = nlohmann::json::parse(r.policy.info.training);
   training["device"] = context_.device;
+  training["auto_budget_s"] = budget;
+  const bool nothing = r.out_of_time && r.best_source == "lb-greedy";
+  training["out_of_time"] = r.out_of_time;
   r.policy.info.training = training.dump();
   trained_ = true;
+  if (nothing)
+    warn(fmt::format(
+        "[auto policy] the time budget of {:g} s ran out before anything was learned on a "
+        "mini-batch of {} nodes, so lb-greedy schedules{}: a larger budget learns again (0: no "
+        "limit), or train a policy with edbatch train",
+        budget, g.size(),
+        path_.empty() ? std::string() : " (kept in '" + path_ + "' for runs with this budget)"));
   if (!path_.empty()) {
     try {
       std::filesystem::create_directories(std::filesystem::path(path_).parent_path());

@@ -224,7 +224,7 @@ FsmCostModel fit_type_costs(const std::vector<const Graph*>& graphs,
 
 FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<Graph*>& graphs,
                                 const EngineOptions& device, uint32_t reps, uint64_t seed,
-                                bool chain) {
+                                bool chain, const std::function<bool()>& stop) {
   if (graphs.size() < 2 || reps == 0)
     throw std::invalid_argument("[measure_type_costs] needs two graphs or more and reps > 0");
   std::vector<std::unique_ptr<Policy>> policies;
@@ -239,6 +239,7 @@ FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<G
     std::vector<std::vector<double>> ms(graphs.size());
     for (uint32_t rep = 0; rep <= reps; ++rep)  // the first round warms up
       for (size_t i = 0; i < graphs.size(); ++i) {
+        if (stop && stop()) return FsmCostModel{};
         Graph& g = *graphs[i];
         engine.forward(g, g.expr(g.size() - 1));
         engine.synchronize();

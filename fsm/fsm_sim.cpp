@@ -264,7 +264,8 @@ double evaluate(const std::vector<TrainGraph>& graphs, const SimPolicy& p) {
   return total;
 }
 
-std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
+std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width,
+                                  const std::function<bool()>& stop) {
   // Chain costs: a bound such as the longest chain through the ready nodes stays the same for
   // most choices (they add batches beside it), so the beam would rank by its tie-breaks. There
   // a candidate is ranked by the cost of lb-greedy's schedule from it on.
@@ -289,6 +290,7 @@ std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width) {
   std::unordered_set<uint64_t> seen;
   // A finished state stays in the beam (action UINT32_MAX) until none ranks above it.
   while (!beam.front().finished()) {
+    if (stop && stop()) return {};
     cand.clear();
     for (uint32_t i = 0; i < beam.size(); ++i) {
       if (beam[i].finished()) {

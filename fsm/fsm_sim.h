@@ -111,8 +111,10 @@ double run_policy(const TrainGraph& tg, const SimPolicy& p);
 double evaluate(const std::vector<TrainGraph>& graphs, const SimPolicy& p);
 // A beam search over schedules ranked by SimState::least_cost (with chain costs: by the cost of
 // finishing each with lb-greedy); returns the local types in order (lb-greedy's plan when that
-// is cheaper).
-std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width);
+// is cheaper). When `stop` returns true (checked once per step of the search), it gives up and
+// returns an empty plan.
+std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width,
+                                  const std::function<bool()>& stop = {});
 
 // The scorer (fsm_scorer_train.cpp): imitation of the plans (when given), then a (1+1) search
 // over its weights on the training cost, until options.scorer_search evaluations or out of time.

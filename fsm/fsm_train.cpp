@@ -7,6 +7,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -322,7 +323,12 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     best_scorer = scorer;
     result.best_source = source;
   };
-  auto good_enough = [&] { return best <= (1.0 + o.early_stop) * bound_cost || out_of_time(); };
+  auto good_enough = [&] {
+    if (best <= (1.0 + o.early_stop) * bound_cost) return true;
+    if (!out_of_time()) return false;
+    result.out_of_time = true;
+    return true;
+  };
   // A learning-curve point for a candidate: its mean over the training mini-batches too.
   auto report = [&](const SimPolicy& p, double validation_total, const char* stage) {
     const double mean = evaluate(tgs, p) / tgs.size();
@@ -336,19 +342,29 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
   if (o.teacher && !good_enough()) {
     plans.resize(tgs.size());
     tbb::parallel_for(size_t(0), tgs.size(),
-                      [&](size_t i) { plans[i] = beam_search(tgs[i], o.beam_width); });
+                      [&](size_t i) { plans[i] = beam_search(tgs[i], o.beam_width, out_of_time); });
     std::vector<uint32_t> val_plans(vgs.size());
     std::vector<double> val_costs(vgs.size());
+    std::atomic<bool> cut{false};
     tbb::parallel_for(size_t(0), vgs.size(), [&](size_t i) {
       SimState s(vgs[i].sim);
-      for (uint32_t t : beam_search(vgs[i], o.beam_width)) s.run(t);
+      const std::vector<uint32_t> plan = beam_search(vgs[i], o.beam_width, out_of_time);
+      if (plan.empty()) cut = true;
+      for (uint32_t t : plan) s.run(t);
       val_plans[i] = s.batches;
       val_costs[i] = s.cost;
     });
-    uint64_t teacher_total = 0;
-    for (uint32_t b : val_plans) teacher_total += b;
-    result.teacher_batches = teacher_total / nv;
-    for (double c : val_costs) result.teacher_cost += c / nv;
+    // A search cut short by the budget leaves no teacher: no plans to imitate or vote with.
+    for (const std::vector<uint32_t>& p : plans) cut = cut || p.empty();
+    if (cut) {
+      plans.clear();
+      result.out_of_time = true;
+    } else {
+      uint64_t teacher_total = 0;
+      for (uint32_t b : val_plans) teacher_total += b;
+      result.teacher_batches = teacher_total / nv;
+      for (double c : val_costs) result.teacher_cost += c / nv;
+    }
   }
   if (o.scorer && !good_enough()) {
     const FsmScorer scorer =
@@ -441,6 +457,8 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     }
     info.validation_batches = batches / nv;
   }
+  // Past the budget at the end: some stage (the scorer's loops, the search) may have stopped early.
+  if (out_of_time()) result.out_of_time = true;
   result.policy.scorer = std::move(best_scorer);
   result.policy.costs = o.costs;
   result.policy.table = std::move(best_table);

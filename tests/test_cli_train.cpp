@@ -212,6 +212,25 @@ TEST_CASE("cli train: outputs and --eval-data are checked before training, numbe
   CHECK(bad.err.find("episode") == std::string::npos);
   CHECK_FALSE(fs::exists(policy));
 
+  // --eval-data naming the file --data trains on: said, and not labelled held out.
+  {
+    std::ofstream trees(dir / "trees.txt");
+    for (int i = 0; i < 24; ++i)
+      trees << "(" << i % 5 << " (2 w" << i << ") (" << (i + 1) % 5 << " (1 a) (3 w" << i % 7
+            << ")))\n";
+  }
+  fs::create_symlink(dir / "trees.txt", dir / "same.txt");
+  const Result same =
+      cli(dir,
+          "train --model tree_lstm --batch 4 --hidden 8 --train-batches 4 --val-batches 2 "
+          "--episodes 16 --data '" +
+              dir / "trees.txt" + "' --eval-data '" + dir / "same.txt" + "' -o '" +
+              dir / "same.json" + "'");
+  CHECK(same.code == 0);
+  CHECK(same.err.find("--eval-data and --data name one file") != std::string::npos);
+  CHECK(same.out.find("the file trained on)") != std::string::npos);
+  CHECK(same.out.find("not trained on") == std::string::npos);
+
   // A policy file that cannot be written (/dev/full passes the checks) keeps the curve.
   const Result full = cli(dir, tiny + "-o /dev/full --curve '" + dir / "c.csv" + "'");
   CHECK(full.code == 1);

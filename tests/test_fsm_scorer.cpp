@@ -746,6 +746,75 @@ TEST_CASE("fsm auto: what is learned after graphs at the bound is cached under i
   fs::remove_all(dir);
 }
 
+TEST_CASE("fsm auto: a budget that runs out before anything is learned is not final") {
+  // The budget ends before the teacher's search does: lb-greedy schedules, with a warning that
+  // names the cache; runs with the same budget reuse the entry without training again, and a run
+  // with no limit learns and replaces it.
+  const fs::path dir = temp_dir("auto-budget");
+  const Synthetic dags("random_dag", 32, 16, 12);
+  const Graph& g = *dags.graphs[0];
+  std::vector<std::string> warnings;
+  PolicyContext ctx;
+  ctx.cache_dir = dir.string();
+  ctx.auto_budget_s = 1e-9;
+  ctx.warn = [&](const std::string& w) { warnings.push_back(w); };
+  Schedule greedy;
+  std::unique_ptr<Policy> lb = make_policy("lb-greedy");
+  run_batches(g, *lb, &greedy);
+  AutoPolicy first(ctx);
+  Schedule s1;
+  run_batches(g, first, &s1);
+  CHECK(first.trained());
+  CHECK(s1.nodes == greedy.nodes);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("ran out before anything was learned") != std::string::npos);
+  CHECK(warnings[0].find(first.cache_path()) != std::string::npos);
+  REQUIRE(fs::exists(first.cache_path()));
+  const nlohmann::json training =
+      nlohmann::json::parse(load_fsm_policy(first.cache_path()).info.training);
+  CHECK(training["out_of_time"] == true);
+  CHECK(training["best"] == "lb-greedy");
+  warnings.clear();
+  AutoPolicy same(ctx);
+  Schedule s2;
+  run_batches(g, same, &s2);
+  CHECK(!same.trained());
+  CHECK(s2.nodes == greedy.nodes);
+  CHECK(warnings.empty());
+  ctx.auto_budget_s = 0;  // no limit
+  AutoPolicy unlimited(ctx);
+  Schedule s3;
+  run_batches(g, unlimited, &s3);
+  CHECK(unlimited.trained());
+  CHECK(warnings.empty());
+  CHECK(s3.batches.size() < greedy.batches.size());
+  const nlohmann::json now =
+      nlohmann::json::parse(load_fsm_policy(unlimited.cache_path()).info.training);
+  CHECK(now["out_of_time"] == false);
+  AutoPolicy later(ctx);  // and the learned entry is final
+  run_batches(g, later, nullptr);
+  CHECK(!later.trained());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("fsm train: a time budget that cuts the teacher short leaves no teacher") {
+  const Synthetic dags("random_dag", 32, 16, 12);
+  std::vector<const Graph*> graphs;
+  for (const auto& g : dags.graphs) graphs.push_back(g.get());
+  FsmTrainOptions o;
+  o.time_budget_s = 1e-9;
+  const FsmTrainResult cut = train_fsm_policy(graphs, graphs, o);
+  CHECK(cut.out_of_time);
+  CHECK(cut.teacher_batches == 0);
+  CHECK(cut.best_source == "lb-greedy");
+  o.time_budget_s = 0;
+  o.episodes = 0;
+  o.refine_passes = 0;
+  const FsmTrainResult whole = train_fsm_policy(graphs, graphs, o);
+  CHECK(!whole.out_of_time);
+  CHECK(whole.teacher_batches > 0);
+}
+
 TEST_CASE("fsm auto: the default cache directory follows XDG_CACHE_HOME, then HOME") {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
@@ -758,6 +827,17 @@ TEST_CASE("fsm auto: the default cache directory follows XDG_CACHE_HOME, then HO
   ::unsetenv("XDG_CACHE_HOME");
   ::unsetenv("HOME");
   CHECK(default_policy_cache_dir().empty());
+  {  // Nowhere to keep what is learned: said once, and the policy still schedules.
+    const Synthetic trees("tree_lstm", 8, 8, 3);
+    std::vector<std::string> warnings;
+    PolicyContext ctx;
+    ctx.warn = [&](const std::string& w) { warnings.push_back(w); };
+    AutoPolicy p(ctx);
+    for (int i = 0; i < 2; ++i) CHECK(run_batches(*trees.graphs[0], p) > 0);
+    CHECK(p.cache_path().empty());
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("no cache directory") != std::string::npos);
+  }
   if (xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
   if (home) ::setenv("HOME", saved_home.c_str(), 1);
 }

@@ -145,10 +145,11 @@ struct FsmCostModel {
 // depends on the costs, plus batch_us times all its batches: the fit starts from the sum model's
 // costs and is repeated on the chains of the last fit's costs until they no longer change (at
 // most 8 rounds). `loss` is the
-// expression each graph runs (its summed loss). The graphs must be built over `params`.
+// expression each graph runs (its summed loss). The graphs must be built over `params`. When
+// `stop` returns true between two passes, measuring ends and no costs are returned.
 FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<Graph*>& graphs,
                                 const EngineOptions& device, uint32_t reps = 3, uint64_t seed = 1,
-                                bool chain = false);
+                                bool chain = false, const std::function<bool()>& stop = {});
 // The fit itself, on given forward times (microseconds) of `schedules` of `graphs` (one sample
 // per entry, graphs repeated as needed): per-type costs of the types the graphs schedule.
 FsmCostModel fit_type_costs(const std::vector<const Graph*>& graphs,
@@ -263,11 +264,14 @@ struct FsmTrainResult {
   FsmPolicyData policy;  // the best table by validation batches (info.types set; model/hidden
                          // left to the caller)
   std::vector<FsmCurvePoint> curve;
-  double teacher_batches = 0;  // mean batches of the beam search on the validation set (0: off)
+  double teacher_batches = 0;  // mean batches of the beam search on the validation set (0: none
+                               // ran, or it was cut short)
   double teacher_cost = 0;     // ... and its mean cost (batches, or the predicted time)
   double validation_cost = 0;  // mean predicted cost of the kept policy (= batches without costs)
   uint32_t episodes_run = 0;
   std::string best_source;  // "lb-greedy" (empty table), "teacher", "q-learning" or "search"
+  // A stage was cut short or skipped by the time budget or stop(), not by reaching the bound.
+  bool out_of_time = false;
 };
 
 // Each graph is one mini-batch; all must share one TypeTable (one ParameterCollection) and outlive

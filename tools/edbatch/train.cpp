@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -139,6 +140,16 @@ int train(TrainOptions o) {
   outputs.add("--curve", o.curve);
   outputs.read_data("--data", o.data);
   outputs.read_data("--eval-data", o.eval_data);
+  // synthetic:N evaluates on another seed's instances; a file is what it holds.
+  std::error_code same_ec;
+  const bool eval_trained_on =
+      !o.eval_data.empty() && o.eval_data.rfind("synthetic:", 0) != 0 &&
+      (o.eval_data == o.data || std::filesystem::equivalent(o.eval_data, o.data, same_ec));
+  if (eval_trained_on)
+    std::fprintf(stderr,
+                 "edbatch train: warning: --eval-data and --data name one file, '%s': the "
+                 "trainer draws its mini-batches from it, so the evaluation is not held out\n",
+                 o.eval_data.c_str());
   outputs.read("--costs", o.costs, "--output");  // read whole before the policy is written
   // A missing or malformed --costs file costs no work (exit 1, as other files).
   const FsmCostModel given_costs =
@@ -188,7 +199,8 @@ int train(TrainOptions o) {
     eo.device = o.device;
     eo.threads = static_cast<int>(o.threads);
     eo = apply_debug_env(eo);
-    o.fsm.costs = measure_type_costs(pc, sample, eo, o.cost_reps, o.seed, chain);
+    o.fsm.costs = measure_type_costs(pc, sample, eo, o.cost_reps, o.seed, chain,
+                                     [] { return interrupt_signal() != 0; });
   }
   for (size_t i = 0; i < o.fsm.costs.types.size(); ++i)
     std::fprintf(stderr, "cost on %s (%s): %-40s %9.2f us + %8.4f us per node\n",
@@ -226,8 +238,12 @@ int train(TrainOptions o) {
   validation["minibatches"] = val_graphs.size();
   for (const char* h : {"depth", "agenda", "lb-greedy"})
     validation[h] = mean_batches(val_graphs, *make_policy(h));
-  validation["teacher"] = result.teacher_batches;
-  if (!o.fsm.costs.empty()) validation["teacher_us"] = result.teacher_cost;
+  // null when no teacher ran (--no-teacher, lb-greedy at the bound, or out of time)
+  validation["teacher"] =
+      result.teacher_batches > 0 ? nlohmann::json(result.teacher_batches) : nlohmann::json();
+  if (!o.fsm.costs.empty())
+    validation["teacher_us"] =
+        result.teacher_batches > 0 ? nlohmann::json(result.teacher_cost) : nlohmann::json();
   validation["best"] = result.best_source;
   info.validation = validation.dump();
   info.validation_batches = fsm_batches;
@@ -250,7 +266,9 @@ int train(TrainOptions o) {
     std::vector<const Graph*> graphs;
     for (const auto& g : evaluation->graphs) graphs.push_back(g.get());
     print_comparison(graphs, loaded, result.policy.costs,
-                     ("evaluation (" + o.eval_data + ", not trained on)").c_str());
+                     ("evaluation (" + o.eval_data +
+                      (eval_trained_on ? ", the file trained on)" : ", not trained on)"))
+                         .c_str());
   }
   std::printf("table: %u states, scorer: %s (best: %s), %u episodes, trained in %.1f s; %s %s\n",
               result.policy.table.size(), result.policy.scorer.empty() ? "no" : "yes",
@@ -368,7 +386,9 @@ Command add_train_command(CLI::App& root) {
                   "evaluations of the search over the scorer's weights on the training cost")
       ->capture_default_str();
   app->add_option("--time-budget", o->fsm.time_budget_s,
-                  "seconds; past them training stops and keeps the best so far (0: none)")
+                  "seconds of training, counted after any cost measurement; past them "
+                  "training stops (checked between stages and within each) and keeps the best "
+                  "so far (0: none)")
       ->capture_default_str()
       ->check(number_in(0, 1e9));
   app->add_flag("--no-teacher", o->no_teacher,
