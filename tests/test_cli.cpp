@@ -398,7 +398,8 @@ TEST_CASE("cli: a forward run whose loss is not finite fails, naming where") {
                              "--data '" +
                                  dir / "both.txt" + "' --outputs '" + out + "'");
   CHECK(outputs.code == 1);
-  CHECK(outputs.err.find("--outputs: instance 1: the loss is ") != std::string::npos);
+  CHECK(outputs.err.find("edbatch run: --outputs: instance 1: the loss is ") != std::string::npos);
+  CHECK(outputs.err.find("--outputs: --outputs") == std::string::npos);  // named once
   CHECK_FALSE(fs::exists(out));
   // Run alone it fails in the mini-batch.
   const Result alone =

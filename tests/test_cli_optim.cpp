@@ -10,11 +10,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "edbatch/safetensors.h"
 #include "tests/cli_run.h"
 
 namespace test = edbatch::test;
@@ -296,6 +298,40 @@ TEST_CASE("cli optim: a run resumed from its optimizer state equals one run with
   CHECK(r.err.find("--load-optimizer") != std::string::npos);
   CHECK(r.err.find("--seed 1, --batch 8 over 37 training instances") != std::string::npos);
   CHECK(r.err.find("starts again") != std::string::npos);
+}
+
+TEST_CASE("cli optim: a data position that cannot be where the state was saved starts again") {
+  // A state file edited by hand: a negative position (which would wrap around to 2^64 - 3) and
+  // one past the optimizer's own steps would replay the order for good. Both are refused with a
+  // warning, and the order starts again, as for another seed.
+  TempDir dir;
+  const std::string common =
+      "run --model tree_lstm --data synthetic:37 --hidden 6 --batch 8 --train --optimizer adam ";
+  const std::string weights = dir / "w", state = dir / "s", edited = dir / "edited";
+  REQUIRE(cli(dir, common + "--iters 3 --save-weights '" + weights + "' --save-optimizer '" +
+                       state + "'")
+              .code == 0);
+  std::map<std::string, std::string> meta;
+  const std::vector<edbatch::NamedTensor> tensors = edbatch::read_safetensors(state, &meta);
+  REQUIRE(meta.at("step") == "5");  // 2 warm-up and 3 measured mini-batches
+  for (const auto& [position, why] : std::vector<std::pair<std::string, std::string>>{
+           {"-3", "its data position is not readable"},
+           {"1000000000000",
+            "its data position, 1000000000000 mini-batches, is past its 5 "
+            "optimizer steps"},
+           {"\"3\"", "its data position is not readable"}}) {
+    std::map<std::string, std::string> m = meta;
+    m["edbatch.data_position"] =
+        R"({"batch":8,"instances":37,"minibatches":)" + position + R"(,"seed":1})";
+    edbatch::write_safetensors(edited, tensors, m);
+    const Result r = cli(dir, common + "--iters 1 --load-weights '" + weights +
+                                  "' --load-optimizer '" + edited + "'");
+    INFO(position);
+    INFO(r.err);
+    CHECK(r.code == 0);
+    CHECK(r.err.find(why) != std::string::npos);
+    CHECK(r.err.find("starts again from the first epoch's") != std::string::npos);
+  }
 }
 
 TEST_CASE("cli optim: an interrupted run writes its files and resumes where it stopped") {

@@ -449,6 +449,11 @@ TEST_CASE("optim: names, defaults and bad hyperparameters") {
   bad.momentum = 1.0f;
   CHECK_THROWS_AS(make_optimizer("sgd", pc, bad), std::invalid_argument);
   bad = {};
+  bad.momentum = 0.5f;  // Adam and AdaGrad have no momentum: not silently ignored
+  for (const char* name : {"adam", "adagrad"})
+    CHECK_THROWS_WITH_AS(make_optimizer(name, pc, bad),
+                         doctest::Contains("momentum applies to sgd"), std::invalid_argument);
+  bad = {};
   bad.clip_norm = -1;
   CHECK_THROWS_AS(make_optimizer("adagrad", pc, bad), std::invalid_argument);
   SgdOptimizer sgd(pc);

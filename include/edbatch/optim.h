@@ -124,7 +124,8 @@ float bias_correction(float beta, uint64_t step);
 // Hyperparameters; a zero lr or eps means the optimizer's default.
 struct OptimizerOptions {
   float lr = 0;        // defaults: default_learning_rate(name)
-  float momentum = 0;  // sgd: heavy-ball momentum (the "momentum" optimizer defaults to 0.9)
+  float momentum = 0;  // sgd only: heavy-ball momentum ("momentum" defaults to 0.9); adam and
+                       // adagrad refuse any other than 0
   float beta1 = 0.9f, beta2 = 0.999f;  // adam
   float eps = 0;                       // adam 1e-8, adagrad 1e-10
   float weight_decay = 0;

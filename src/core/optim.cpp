@@ -237,6 +237,10 @@ Optimizer::Optimizer(ParameterCollection& pc, const UpdateRule& rule) : pc_(pc),
         "lr must be positive, got " + std::to_string(rule.lr));
   check(rule.momentum >= 0 && rule.momentum < 1,
         "momentum must be in [0, 1), got " + std::to_string(rule.momentum));
+  check(rule.momentum == 0 || rule.kind == UpdateRule::Kind::Sgd,
+        "momentum applies to sgd (heavy-ball momentum), not to adam or adagrad (adam's moments "
+        "decay by beta1 and beta2), got " +
+            std::to_string(rule.momentum));
   check(rule.beta1 >= 0 && rule.beta1 < 1 && rule.beta2 >= 0 && rule.beta2 < 1,
         "beta1 and beta2 must be in [0, 1)");
   check(std::isfinite(rule.eps) && rule.eps > 0, "eps must be positive");

@@ -36,8 +36,8 @@ void write_decoded(std::ostream& out, Model& model, Engine& engine, Graph& g, ui
     const std::vector<Decoded> decoded = model.decode(engine, g, ids, options);
     for (size_t k = 0; k < ids.size(); ++k) {
       if (!std::isfinite(decoded[k].score))
-        throw std::runtime_error("--outputs: instance " + std::to_string(ids[k]) +
-                                 ": the score is " + loss_text(decoded[k].score) +
+        throw std::runtime_error("instance " + std::to_string(ids[k]) + ": the score is " +
+                                 loss_text(decoded[k].score) +
                                  ", not finite; nothing written (find the first non-finite "
                                  "value with --check-numerics)");
       nlohmann::json line;

@@ -138,8 +138,7 @@ class Runner {
         const Tensor loss = engine_.value(losses_[k]);
         if (loss.data && !std::isfinite(loss.data[0]))
           throw std::runtime_error(
-              "--outputs: instance " + std::to_string(ids[k]) + ": the loss is " +
-              loss_text(loss.data[0]) +
+              "instance " + std::to_string(ids[k]) + ": the loss is " + loss_text(loss.data[0]) +
               ", not finite; nothing written (find the first non-finite value with "
               "--check-numerics)");
         nlohmann::json line;

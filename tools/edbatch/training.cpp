@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <stdexcept>
 
 #include "edbatch/safetensors.h"
 #include "tools/edbatch/commands.h"
@@ -107,7 +109,7 @@ namespace {
 // The position a state file was saved at, or nullopt (with why) when it has none or another run
 // shape.
 std::optional<uint64_t> saved_position(const std::map<std::string, std::string>& meta,
-                                       const DataPosition& here, std::string& why) {
+                                       const DataPosition& here, uint64_t steps, std::string& why) {
   const auto it = meta.find("edbatch.data_position");
   if (it == meta.end()) {
     why = "it holds no data position (saved by another program or an older edbatch)";
@@ -116,11 +118,17 @@ std::optional<uint64_t> saved_position(const std::map<std::string, std::string>&
   DataPosition saved;
   try {
     const nlohmann::json j = nlohmann::json::parse(it->second);
-    saved.seed = j.at("seed").get<uint64_t>();
-    saved.batch = j.at("batch").get<uint32_t>();
-    saved.instances = j.at("instances").get<uint32_t>();
-    saved.minibatches = j.at("minibatches").get<uint64_t>();
-  } catch (const nlohmann::json::exception&) {
+    // Counts only: get<uint64_t>() would wrap -3 around to 2^64 - 3.
+    auto count = [&j](const char* key) {
+      const nlohmann::json& v = j.at(key);
+      if (!v.is_number_unsigned()) throw std::invalid_argument(key);
+      return v.get<uint64_t>();
+    };
+    saved.seed = count("seed");
+    saved.batch = static_cast<uint32_t>(std::min<uint64_t>(count("batch"), UINT32_MAX));
+    saved.instances = static_cast<uint32_t>(std::min<uint64_t>(count("instances"), UINT32_MAX));
+    saved.minibatches = count("minibatches");
+  } catch (const std::exception&) {
     why = "its data position is not readable";
     return std::nullopt;
   }
@@ -129,6 +137,14 @@ std::optional<uint64_t> saved_position(const std::map<std::string, std::string>&
         "it was saved by a run with --seed {}, --batch {} over {} training instances, and this "
         "run has --seed {}, --batch {} over {}",
         saved.seed, saved.batch, saved.instances, here.seed, here.batch, here.instances);
+    return std::nullopt;
+  }
+  // Every mini-batch a run measures takes one optimizer step (warm-up ones take steps too): a
+  // position past the steps is not one the state was saved at, and replaying the order up to it
+  // could take as long as the run it claims.
+  if (saved.minibatches > steps) {
+    why = fmt::format("its data position, {} mini-batches, is past its {} optimizer steps",
+                      saved.minibatches, steps);
     return std::nullopt;
   }
   return saved.minibatches;
@@ -152,7 +168,7 @@ std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, Paramete
   std::map<std::string, std::string> meta;
   load_optimizer_state(o.load_optimizer, *opt, &meta);
   std::string why;
-  if (const std::optional<uint64_t> position = saved_position(meta, here, why))
+  if (const std::optional<uint64_t> position = saved_position(meta, here, opt->steps(), why))
     *resume_after = *position;
   else
     std::fprintf(stderr,
