@@ -13,7 +13,8 @@ def check_engine_options(policy, threads, owner):
     if not isinstance(policy, str) or not (policy in names or
                                            (policy.startswith("fsm:") and len(policy) > 4)):
         raise ValueError(f"{owner}: policy must be one of {', '.join(names)} or fsm:FILE (a "
-                         f"policy file of `edbatch train`), got {policy!r}")
+                         f"policy file learned on this module's types, such as the cache entry "
+                         f"policy='auto' writes), got {policy!r}")
     if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 1024:
         raise ValueError(f"{owner}: threads must be an int from 0 (torch.get_num_threads()) to "
                          f"1024, got {threads!r}")

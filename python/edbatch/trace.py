@@ -106,13 +106,9 @@ class Body:
 
     def param_of(self, module, name):
         """A module's own parameter (nn.Linear.weight...), or None."""
-        t = module._parameters.get(name)  # not getattr: fx patches it while tracing
-        if t is None:  # computed by a parametrization on every call: a weight expression
-            t = self.parametrized.get((module, name))
-        if t is None:
-            return None
         path = _user_path(self.module_paths[module])
-        return Param((self.prefix + path + name, lambda m=module, n=name: getattr(m, n)), t)
+        return trace_weights.module_tensor(module, name, self.prefix + path + name,
+                                           self.parametrized)
 
 
 def _user_path(path):
@@ -300,27 +296,8 @@ class _Tracer(fx.Tracer):
         owner_path, _, name = path.rpartition(".")
         owner = self.root.get_submodule(owner_path) if owner_path else self.root
         key = self.body.prefix + _user_path(owner_path) + name
-        value = owner._parameters.get(name)  # not getattr: fx patches it while tracing
-        if isinstance(value, torch.nn.Parameter):
-            return Param((key, lambda m=owner, n=name: getattr(m, n)), value)
-        value = owner._buffers.get(name)
-        if isinstance(value, torch.Tensor):
-            if value.dtype == torch.bool:  # a fixed mask: 0/1 floats, a condition where due
-                return trace_weights.as_weight(key, lambda m=owner, n=name: getattr(m, n), value)
-            if not value.is_floating_point():
-                raise Refusal(f"the buffer {key} holds {value.dtype}: cells read floating-point "
-                              "and bool buffers only, as fixed weights and masks", ValueError)
-            # A fixed weight: read from the module on every call (it follows .to() and
-            # reassignment), its gradient not kept (a buffer does not require one).
-            return Param((key, lambda m=owner, n=name: getattr(m, n)), value)
-        value = owner.__dict__.get(name)
-        if isinstance(value, torch.Tensor):
-            raise Refusal(f"the tensor attribute {key} is a constant, and tensor constants are "
-                          "not supported in cells: register the tensor as "
-                          "a buffer (register_buffer) or make it an nn.Parameter; in a function "
-                          "cell, an expression of a parameter that no module holds (such as "
-                          "W.t()) is computed before tracing and is such a constant")
-        return value
+        value = trace_weights.module_tensor(owner, name, key, {})
+        return owner.__dict__.get(name) if value is None else value
 
 
 def _function_name(fn):

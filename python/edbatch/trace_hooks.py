@@ -54,12 +54,18 @@ def refuse_hooks(module):
     global module hooks, would not run: refused. (A user module is called while tracing, so its
     own forward hooks are traced with it.)"""
     found = [h[1:] for h in HOOKS if getattr(module, h, None)]
-    found += [h[1:] for h in HOOKS if getattr(_GLOBAL, "_global" + h, None)]
     if found:
         raise Refusal(f"{module_name(module)} has {' and '.join(found)}, which cells do not run "
                       "(nn.utils.weight_norm and pruning work through them): remove them, compute "
                       "the weight with nn.utils.parametrize (parametrizations.weight_norm), or "
                       "compute it in the cell from parameters")
+    found = [h[1:] for h in HOOKS if getattr(_GLOBAL, "_global" + h, None)]
+    if found:
+        names = " and ".join(f"global {h} (nn.modules.module.register_module_{h[:-1]})"
+                             for h in found)
+        raise Refusal(f"{names} would run for {module_name(module)} in eager PyTorch, and cells "
+                      "do not run them: remove the global hooks while the cell is first called "
+                      "(it is traced then), or hook the modules outside the cell")
 
 
 def module_name(module):

@@ -186,3 +186,33 @@ def as_weight(label, getter, value):
     if value.dim() == 0:  # broadcasts as PyTorch broadcasts a 0-d tensor: a size-1 weight
         return Param((label, lambda: getter().reshape(1)), value.reshape(1))
     return Param((label, getter), value)
+
+
+def module_tensor(owner, name, key, parametrized_values):
+    """The tensor a cell reads as owner.<name> (`key`: its name in errors and in the program): a
+    parameter (also a plain tensor torch.func.functional_call puts in its place), a tensor a
+    parametrization computes, or a floating-point or bool buffer (a fixed weight or mask, read
+    from the module on every call); None when owner has no such tensor. A tensor held as a plain
+    attribute is refused: it is a constant to a trace."""
+    getter = (lambda m=owner, n=name: getattr(m, n))  # on every call: .to(), reassignment
+    value = owner._parameters.get(name)  # not getattr: fx patches it while tracing
+    if value is None:
+        value = parametrized_values.get((owner, name))
+    if isinstance(value, torch.Tensor):
+        return Param((key, getter), value)
+    value = owner._buffers.get(name)
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool:  # a fixed mask: 0/1 floats, a condition where due
+            return as_weight(key, getter, value)
+        if not value.is_floating_point():
+            raise Refusal(f"the buffer {key} holds {value.dtype}: cells read floating-point "
+                          "and bool buffers only, as fixed weights and masks", ValueError)
+        return Param((key, getter), value)  # a buffer's gradient is not kept
+    if isinstance(owner.__dict__.get(name), torch.Tensor):
+        raise Refusal(f"the tensor attribute {key} is a constant, and tensor constants are "
+                      "not supported in cells: register the tensor as a buffer "
+                      "(register_buffer) or make it an nn.Parameter, or compute it from one "
+                      "with nn.utils.parametrize; in a function cell, an expression of a "
+                      "parameter that no module holds (such as W.t()) is computed before "
+                      "tracing and is such a constant")
+    return None

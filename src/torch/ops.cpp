@@ -70,6 +70,7 @@ class CellFunction : public torch::autograd::Function<CellFunction> {
         cell, x,
         {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets},
         weights, hidden, num_node_types, num_arc_types, policy, threads, labels, loss, &state);
+    keep_input_edges(*state, x, weights);
     ctx->saved_data["state"] = c10::IValue(state);
     ctx->saved_data["x_device"] = c10::IValue(x.device());
     ctx->saved_data["num_weights"] = static_cast<int64_t>(weights.size());

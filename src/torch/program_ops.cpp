@@ -88,6 +88,7 @@ class ProgramFunction : public torch::autograd::Function<ProgramFunction> {
     c10::intrusive_ptr<RunState> state;
     std::vector<Tensor> out =
         run_program(program, x, ids, s, weights, seed, policy, threads, labels, loss, &state);
+    keep_input_edges(*state, x, weights);
     ctx->saved_data["state"] = c10::IValue(state);
     ctx->saved_data["x_device"] = c10::IValue(x.device());
     return out;

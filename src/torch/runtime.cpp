@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <atomic>
@@ -54,6 +55,17 @@ void* current_stream(const Tensor& t) {
   (void)t;
   return nullptr;
 #endif
+}
+
+void check_storage(const Tensor& t, const char* what) {
+  // A functorch / torch.func transform's wrapper (grad, vjp, jacrev, vmap; autograd.grad with
+  // is_grads_batched=True) holds no storage of its own.
+  if (t.defined() && t.layout() == at::kStrided && !t.has_storage())
+    fail(fmt::format(
+        "[edbatch] {} is a tensor without storage, as torch.func / functorch transforms (grad, "
+        "vjp, jacrev, jacfwd, vmap) and autograd.grad(..., is_grads_batched=True) make: edbatch "
+        "ops support torch.autograd (backward, torch.autograd.grad) and not these transforms",
+        what));
 }
 
 void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
@@ -251,6 +263,8 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
                                 std::vector<Tensor> w, c10::intrusive_ptr<RunState>* state,
                                 const CallExtras& extras) {
   const c10::DeviceGuard guard(x_in.device());  // a runner's CUDA state is made on its device
+  check_storage(x_in, "x");
+  for (const Tensor& t : w) check_storage(t, "a weight");
   if (x_in.scalar_type() != at::kFloat)
     fail_type(
         fmt::format("[edbatch] x must be float32, got {}", c10::toString(x_in.scalar_type())));
@@ -368,25 +382,41 @@ Gradients run_backward(RunState& state, const c10::Device& device,
   return g;
 }
 
+void keep_input_edges(RunState& state, const Tensor& x, at::TensorList weights) {
+  state.input_edges.clear();
+  auto keep = [&state](const Tensor& t) {
+    if (t.defined() && t.requires_grad())
+      state.input_edges.push_back(torch::autograd::impl::gradient_edge(t));
+  };
+  keep(x);
+  for (const Tensor& w : weights) keep(w);
+}
+
 Gradients autograd_backward(RunState& state, const c10::Device& device,
                             const torch::autograd::variable_list& grads) {
+  for (const Tensor& t : grads) check_storage(t, "an incoming gradient");
   Gradients g =
       run_backward(state, device, grads, torch::autograd::get_current_graph_task_keep_graph());
   if (!at::GradMode::is_enabled()) return g;
   // create_graph=True: the gradients become outputs of a node that raises if anything
   // differentiates through them. Unlike PyTorch's once_differentiable, also where the incoming
   // gradients need none (the gradient of h.sum()): a penalty on such a gradient would otherwise
-  // add nothing to the parameters' gradients, silently.
-  torch::autograd::variable_list out{g.x};
-  for (Tensor& t : g.weights) out.push_back(t);
-  for (Tensor& t : out) t = t.detach().requires_grad_(true);
-  torch::autograd::DelayedError refuse(
+  // add nothing to the parameters' gradients, silently. The node leads to the op's inputs and to
+  // the incoming gradients, so that differentiating with respect to any of them (autograd.grad
+  // of chosen tensors, backward(inputs=...)) reaches it and raises, rather than passing it by.
+  torch::autograd::edge_list edges = state.input_edges;
+  for (const Tensor& t : grads)
+    if (t.defined() && t.requires_grad()) edges.push_back(torch::autograd::impl::gradient_edge(t));
+  auto refuse = std::make_shared<torch::autograd::Error>(
       "[edbatch] the gradients of an edbatch op cannot be differentiated again (double "
       "backward, create_graph=True through the op, is not supported)",
-      static_cast<int>(out.size()));
-  out = refuse.apply(std::move(out));
-  g.x = out[0];
-  for (size_t i = 0; i < g.weights.size(); ++i) g.weights[i] = out[i + 1];
+      std::move(edges));
+  auto differentiable = [&refuse](Tensor& t) {
+    if (t.defined()) t = t.detach();
+    torch::autograd::set_history(t, refuse);
+  };
+  differentiable(g.x);
+  for (Tensor& t : g.weights) differentiable(t);
   return g;
 }
 

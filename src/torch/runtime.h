@@ -253,8 +253,16 @@ class RunState : public torch::CustomClassHolder {
   CallArgs args;
   std::unique_ptr<Runner> runner;
   int64_t num_x, num_nodes;
+  // Where the gradients of x and of the weights go (keep_input_edges): with create_graph=True,
+  // the node that refuses to differentiate the op's gradients leads there (autograd_backward).
+  torch::autograd::edge_list input_edges;
 };
 
+// Keeps in `state` the autograd edges of x and of the weights that require a gradient.
+void keep_input_edges(RunState& state, const Tensor& x, at::TensorList weights);
+
+// Refuses a strided tensor without storage (what torch.func transforms pass), naming it `what`.
+void check_storage(const Tensor& t, const char* what);
 void check_index_tensor(const Tensor& t, const char* name, int64_t size);
 // Checks the structure tensors' dtypes, devices and sizes and makes them contiguous CPU tensors.
 void check_structure(const c10::Device& device, Structure& s);

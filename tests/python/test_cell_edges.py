@@ -248,3 +248,99 @@ def test_torch_jit_trace_is_refused_by_name():
 
     with pytest.raises(RuntimeError, match="cannot be recorded by torch.jit.trace"):
         torch.jit.trace(Model(), (x,))
+
+
+def test_a_first_trace_under_torch_2_functional_call_reads_the_module_afterwards():
+    """torch 2.x's functional_call puts plain tensors where the module's parameters are for the
+    call (done by hand where torch.func is missing): a cell first traced then uses them, and the
+    next call outside it the module's own parameters, with their gradients."""
+    torch.manual_seed(9)
+    packed = packed_trees()
+    x = torch.randn(packed.input_ids.numel(), D)
+    cell = Cell(torch.tanh)
+    prop = edbatch.nn.Propagate(cell, state_size=H)
+    other = torch.randn(H, D)
+    if hasattr(torch, "func"):
+        got = torch.func.functional_call(prop, {"node_cells.0.W.weight": other}, (packed,),
+                                         {"x": x})
+    else:
+        own = cell.W._parameters["weight"]
+        cell.W._parameters["weight"] = other
+        try:
+            got = prop(packed, x=x)
+        finally:
+            cell.W._parameters["weight"] = own
+    swapped = copy.deepcopy(cell)
+    with torch.no_grad():
+        swapped.W.weight.copy_(other)
+    want = reference.propagate_reference(swapped, None, packed, x=x, state_size=H)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    out = prop(packed, x=x)
+    torch.testing.assert_close(
+        out, reference.propagate_reference(cell, None, packed, x=x, state_size=H),
+        rtol=1e-5, atol=1e-6)
+    out.sum().backward()
+    assert cell.W.weight.grad is not None and cell.W.weight.grad.abs().sum() > 0
+
+
+def test_a_module_weight_that_is_a_buffer_or_a_plain_tensor():
+    """nn.Linear's weight as a buffer is a fixed weight (no gradient), as buffers are elsewhere
+    in cells; as a plain attribute (del lin.weight; lin.weight = 2 * v) it is a constant to a
+    trace, refused as such rather than as a missing weight."""
+    torch.manual_seed(10)
+    packed = packed_trees()
+    x = torch.randn(packed.input_ids.numel(), D)
+    cell = Cell(torch.tanh)
+    fixed = cell.U.weight.detach().clone()
+    del cell.U.weight
+    cell.U.register_buffer("weight", fixed)
+    out = edbatch.nn.Propagate(cell, state_size=H)(packed, x=x)
+    torch.testing.assert_close(
+        out, reference.propagate_reference(cell, None, packed, x=x, state_size=H),
+        rtol=1e-5, atol=1e-6)
+    out.sum().backward()
+    assert cell.W.weight.grad is not None and cell.U.bias.grad is not None
+    cell = Cell(torch.tanh)
+    v = nn.Parameter(torch.randn(H, H))
+    del cell.U.weight
+    cell.U.weight = 2 * v
+    with pytest.raises(TypeError, match="the tensor attribute .*U.weight is a constant"):
+        edbatch.nn.Propagate(cell, state_size=H)(packed, x=x)
+
+
+def test_a_global_forward_hook_is_named_as_global():
+    packed = packed_trees()
+    x = torch.randn(packed.input_ids.numel(), D)
+    handle = nn.modules.module.register_module_forward_hook(lambda *a: None)
+    try:
+        with pytest.raises(TypeError, match="global forward_hooks .*register_module_forward_hook"
+                                            ".* would run for nn.Linear"):
+            edbatch.nn.Propagate(Cell(torch.tanh), state_size=H)(packed, x=x)
+    finally:
+        handle.remove()
+
+
+def _functorch():
+    if hasattr(torch, "func"):
+        return torch.func
+    return pytest.importorskip("functorch")
+
+
+def test_function_transforms_are_refused_by_name():
+    """torch.func / functorch's grad, vjp and jacrev are refused by name (torch 1.13's pass the
+    op tensors without storage); autograd.grad of the same runs."""
+    ft = _functorch()
+    packed = packed_trees()
+    x = torch.randn(packed.input_ids.numel(), D)
+    prop = edbatch.nn.Propagate(Cell(torch.tanh), state_size=H)
+    prop(packed, x=x)
+    f = lambda v: prop(packed, x=v).sum()  # noqa: E731
+    for transform in (lambda: ft.grad(f)(x), lambda: ft.vjp(f, x),
+                      lambda: ft.jacrev(f)(x)):
+        # torch 1.13's functorch reaches the op, which names what it supports; torch 2.x
+        # refuses C++ autograd functions under these transforms itself.
+        with pytest.raises((ValueError, RuntimeError), match="functorch transforms"):
+            transform()
+    x.requires_grad_()
+    gx, = torch.autograd.grad(f(x), x)
+    assert gx.shape == x.shape and torch.isfinite(gx).all()

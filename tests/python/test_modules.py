@@ -131,6 +131,17 @@ def test_retained_graph_and_double_backward():
     assert gx.requires_grad
     with pytest.raises(RuntimeError, match="cannot be differentiated again"):
         (h.pow(2).sum() + gx.pow(2).sum()).backward()
+    # The same penalty differentiated with respect to chosen tensors (autograd.grad of the
+    # parameters, backward(inputs=...), a Hessian): refused too, not passed by.
+    for differentiate in (lambda loss: torch.autograd.grad(loss, params),
+                          lambda loss: loss.backward(inputs=params),
+                          lambda loss: torch.autograd.grad(loss, x)):
+        h, _ = module(packed, x=x)
+        gx, = torch.autograd.grad(h.sum(), x, create_graph=True)
+        with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+            differentiate(h.pow(2).sum() + 10 * gx.pow(2).sum())
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        torch.autograd.functional.hessian(lambda v: module(packed, x=v)[0].pow(2).sum(), x)
 
 
 def test_module_hooks_and_checkpoint_see_the_outputs():
