@@ -305,16 +305,30 @@ int main(int argc, char** argv) {
   uint32_t hidden = 128, k = 64, batch = 32, reps = 30;
   int threads = 1;
   std::string policy = "lb-greedy", part = "all";
-  app.add_option("--hidden", hidden, "hidden size")->capture_default_str();
-  app.add_option("--k", k, "invocations per cell benchmark")->capture_default_str();
-  app.add_option("--batch", batch, "trees per mini-batch")->capture_default_str();
-  app.add_option("--reps", reps, "timed repetitions")->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads")->capture_default_str();
+  app.add_option("--hidden", hidden, "hidden size")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--k", k, "invocations per cell benchmark")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--batch", batch, "trees per mini-batch")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
   app.add_option("--policy", policy, "batching policy for the Tree-LSTM")->capture_default_str();
-  app.add_option("--part", part, "cells, tree, gemm or all")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  if (part == "all" || part == "cells") bench_cells(hidden, k, reps, threads);
-  if (part == "all" || part == "tree") bench_tree_lstm(hidden, batch, reps, threads, policy);
-  if (part == "all" || part == "gemm") bench_gemm(reps);
-  return 0;
+  app.add_option("--part", part, "cells, tree, gemm or all")
+      ->check(CLI::IsMember({"cells", "tree", "gemm", "all"}))
+      ->capture_default_str();
+  if (const int code = bench::parse(app, argc, argv); code >= 0) return code;
+  return bench::guarded("bench_blocks", [&] {
+    if (part == "all" || part == "cells") bench_cells(hidden, k, reps, threads);
+    if (part == "all" || part == "tree") bench_tree_lstm(hidden, batch, reps, threads, policy);
+    if (part == "all" || part == "gemm") bench_gemm(reps);
+    return 0;
+  });
 }

@@ -136,65 +136,74 @@ int main(int argc, char** argv) {
   app.add_flag("--host-sgd", host_sgd,
                "plain train: update on the host (ParameterCollection::sgd_update: gradients "
                "downloaded, values uploaded) instead of Engine::sgd_update on the device");
-  app.add_option("--device", device, "cuda or cpu");
+  app.add_option("--device", device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--policy", policy, "batching policy");
-  app.add_option("--warmup", warmup, "mini-batches run before timing");
-  app.add_option("--iters", iters, "timed mini-batches");
-  app.add_option("--mini-batches", mini_batches, "distinct mini-batches cycled through");
+  app.add_option("--warmup", warmup, "mini-batches run before timing")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--iters", iters, "timed mini-batches")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--mini-batches", mini_batches, "distinct mini-batches cycled through")
+      ->check(CLI::Range(1, 1 << 30));
   app.add_flag("--op-level", op_level, "build the models op by op instead of through blocks");
-  CLI11_PARSE(app, argc, argv);
-
-  for (const std::string& mode : split(modes))
-    if (mode != "forward" && mode != "train" && mode != "forward-pipelined" &&
-        mode != "train-pipelined") {
-      std::fprintf(stderr, "bench_cuda: unknown mode '%s'\n", mode.c_str());
-      return 2;
-    }
-  const std::vector<std::string> names = models.empty() ? model_names() : split(models);
-  std::fprintf(stderr, "%-24s %5s %6s %-17s %12s %18s %10s %8s %9s %7s %9s %8s\n", "model", "batch",
-               "hidden", "mode", "inst/s", "ms p10-p90", "device ms", "busy", "kernels", "stages",
-               "us/stage", "build ms");
-  for (const std::string& name : names)
-    for (const std::string& b : split(batches))
-      for (const std::string& h : split(hiddens))
-        for (const std::string& mode : split(modes)) {
-          const Config c{name, device, policy, static_cast<uint32_t>(std::stoul(b)),
-                         static_cast<uint32_t>(std::stoul(h)), mode.rfind("train", 0) == 0,
-                         !op_level, mode.find("pipelined") != std::string::npos, host_sgd};
-          const Result r = measure(c, warmup, iters, mini_batches);
-          const double per_s = c.batch / r.ms.median * 1e3;
-          const double us_per_stage = r.stages > 0 ? r.device_ms.median * 1e3 / r.stages : 0;
-          nlohmann::json j{{"bench", "cuda"},
-                           {"model", name},
-                           {"device", device},
-                           {"policy", policy},
-                           {"blocks", c.blocks},
-                           {"batch", c.batch},
-                           {"hidden", c.hidden},
-                           {"mode", mode},
-                           {"host_sgd", c.train && !c.pipelined && host_sgd},
-                           {"instances_per_s", per_s},
-                           {"ms_median", r.ms.median},
-                           {"ms_p10", r.ms.p10},
-                           {"ms_p90", r.ms.p90},
-                           {"device_ms_median", r.device_ms.median},
-                           {"device_busy", r.device_ms.median / r.ms.median},
-                           {"build_ms_median", r.build_ms.median},
-                           {"schedule_ms_median", r.schedule_ms.median},
-                           {"kernels_per_minibatch", r.kernels},
-                           {"stages_per_minibatch", r.stages},
-                           {"device_us_per_stage", us_per_stage},
-                           {"nodes", r.nodes},
-                           {"batches", r.batches},
-                           {"iters", iters}};
-          std::printf("%s\n", j.dump().c_str());
-          std::fflush(stdout);
-          std::fprintf(stderr,
-                       "%-24s %5u %6u %-17s %12.0f %8.2f-%-9.2f %10.3f %7.0f%% %9.0f %7.0f %9.2f "
-                       "%8.2f\n",
-                       name.c_str(), c.batch, c.hidden, mode.c_str(), per_s, r.ms.p10, r.ms.p90,
-                       r.device_ms.median, 100 * r.device_ms.median / r.ms.median, r.kernels,
-                       r.stages, us_per_stage, r.build_ms.median);
-        }
-  return 0;
+  if (const int code = bench::parse(app, argc, argv); code >= 0) return code;
+  return bench::guarded("bench_cuda", [&] {
+    for (const std::string& mode : split(modes))
+      if (mode != "forward" && mode != "train" && mode != "forward-pipelined" &&
+          mode != "train-pipelined") {
+        std::fprintf(stderr, "bench_cuda: unknown mode '%s'\n", mode.c_str());
+        return 2;
+      }
+    const std::vector<std::string> names = models.empty() ? model_names() : split(models);
+    std::fprintf(stderr, "%-24s %5s %6s %-17s %12s %18s %10s %8s %9s %7s %9s %8s\n", "model",
+                 "batch", "hidden", "mode", "inst/s", "ms p10-p90", "device ms", "busy", "kernels",
+                 "stages", "us/stage", "build ms");
+    for (const std::string& name : names)
+      for (const std::string& b : split(batches))
+        for (const std::string& h : split(hiddens))
+          for (const std::string& mode : split(modes)) {
+            const Config c{name,
+                           device,
+                           policy,
+                           static_cast<uint32_t>(std::stoul(b)),
+                           static_cast<uint32_t>(std::stoul(h)),
+                           mode.rfind("train", 0) == 0,
+                           !op_level,
+                           mode.find("pipelined") != std::string::npos,
+                           host_sgd};
+            const Result r = measure(c, warmup, iters, mini_batches);
+            const double per_s = c.batch / r.ms.median * 1e3;
+            const double us_per_stage = r.stages > 0 ? r.device_ms.median * 1e3 / r.stages : 0;
+            nlohmann::json j{{"bench", "cuda"},
+                             {"model", name},
+                             {"device", device},
+                             {"policy", policy},
+                             {"blocks", c.blocks},
+                             {"batch", c.batch},
+                             {"hidden", c.hidden},
+                             {"mode", mode},
+                             {"host_sgd", c.train && !c.pipelined && host_sgd},
+                             {"instances_per_s", per_s},
+                             {"ms_median", r.ms.median},
+                             {"ms_p10", r.ms.p10},
+                             {"ms_p90", r.ms.p90},
+                             {"device_ms_median", r.device_ms.median},
+                             {"device_busy", r.device_ms.median / r.ms.median},
+                             {"build_ms_median", r.build_ms.median},
+                             {"schedule_ms_median", r.schedule_ms.median},
+                             {"kernels_per_minibatch", r.kernels},
+                             {"stages_per_minibatch", r.stages},
+                             {"device_us_per_stage", us_per_stage},
+                             {"nodes", r.nodes},
+                             {"batches", r.batches},
+                             {"iters", iters}};
+            std::printf("%s\n", j.dump().c_str());
+            std::fflush(stdout);
+            std::fprintf(stderr,
+                         "%-24s %5u %6u %-17s %12.0f %8.2f-%-9.2f %10.3f %7.0f%% %9.0f %7.0f %9.2f "
+                         "%8.2f\n",
+                         name.c_str(), c.batch, c.hidden, mode.c_str(), per_s, r.ms.p10, r.ms.p90,
+                         r.device_ms.median, 100 * r.device_ms.median / r.ms.median, r.kernels,
+                         r.stages, us_per_stage, r.build_ms.median);
+          }
+    return 0;
+  });
 }

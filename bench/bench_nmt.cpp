@@ -47,22 +47,23 @@ struct StepTimes {
 void report(const char* mode, const Options& o, uint32_t hidden, uint32_t batch,
             const std::vector<double>& per_s, const StepTimes& step, double steps) {
   const auto r = summarize(per_s);
-  std::printf("%-7s hidden %4u  B %4u  %10.1f /s  (p10 %.1f, p90 %.1f)", mode, hidden, batch,
-              r.median, r.p10, r.p90);
+  std::fprintf(stderr, "%-7s hidden %4u  B %4u  %10.1f /s  (p10 %.1f, p90 %.1f)", mode, hidden,
+               batch, r.median, r.p10, r.p90);
   const bool decode = !step.host.empty();
   if (decode) {
     const auto h = summarize(step.host);
-    std::printf(
-        "  host per step %.1f us (p10 %.1f, p90 %.1f; per decoding step after the first "
-        "%.1f; planning %.1f",
-        h.median, h.p10, h.p90, summarize(step.increment).median, summarize(step.plan).median);
-    if (o.device == "cuda") std::printf(", queueing %.1f", summarize(step.submit).median);
-    std::printf("), %s %.1f us, %.1f steps (%.0f%% repeats), arena growths %llu",
-                o.device == "cuda" ? "device" : "kernels", summarize(step.kernels).median, steps,
-                100 * summarize(step.repeated).median,
-                static_cast<unsigned long long>(step.arena_growths));
+    std::fprintf(stderr,
+                 "  host per step %.1f us (p10 %.1f, p90 %.1f; per decoding step after the first "
+                 "%.1f; planning %.1f",
+                 h.median, h.p10, h.p90, summarize(step.increment).median,
+                 summarize(step.plan).median);
+    if (o.device == "cuda") std::fprintf(stderr, ", queueing %.1f", summarize(step.submit).median);
+    std::fprintf(stderr, "), %s %.1f us, %.1f steps (%.0f%% repeats), arena growths %llu",
+                 o.device == "cuda" ? "device" : "kernels", summarize(step.kernels).median, steps,
+                 100 * summarize(step.repeated).median,
+                 static_cast<unsigned long long>(step.arena_growths));
   }
-  std::printf("\n");
+  std::fprintf(stderr, "\n");
   std::printf(
       "{\"bench\":\"nmt\",\"impl\":\"edbatch\",\"mode\":\"%s\",\"device\":\"%s\","
       "\"policy\":\"%s\",\"plan_cache_mb\":%g,\"hidden\":%u,\"batch\":%u,"
@@ -186,15 +187,22 @@ int main(int argc, char** argv) {
       "lstm_nmt benchmark: greedy decoding (sentences/s and the host work of one decoding step) "
       "and teacher-forced training (instances/s), one JSON line per result"};
   std::string modes = "decode,train";
-  app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--device", o.device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("--hidden", o.hidden, "comma-separated hidden sizes")
       ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   app.add_option("--batch", o.batch, "comma-separated mini-batch sizes")
       ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
-  app.add_option("--reps", o.reps, "timed mini-batches per configuration")->capture_default_str();
+  app.add_option("--reps", o.reps, "timed mini-batches per configuration")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
   app.add_option("--vocab", o.vocab, "words per side (ids fold modulo this)")
+      ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   app.add_option("--data", o.data, "synthetic:N or SOURCE,TARGET files")->capture_default_str();
   app.add_option("--policy", o.policy, "batching policy")->capture_default_str();
@@ -203,18 +211,21 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e6))  // as edbatch run's --plan-cache
       ->capture_default_str();
   app.add_option("--max-len", o.max_len, "decoding: the most tokens per sentence")
+      ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   app.add_option("--modes", modes, "decode, train or both, comma-separated")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  const std::string m = "," + modes + ",";
-  o.decode = m.find(",decode,") != std::string::npos;
-  o.train = m.find(",train,") != std::string::npos;
-  if (!o.decode && !o.train) {
-    std::fprintf(stderr, "bench_nmt: --modes: decode, train or both\n");
-    return 2;
-  }
-  const Dataset data = load_dataset(DataKind::Pairs, o.data, o.vocab, 1);
-  for (uint32_t h : o.hidden)
-    for (uint32_t b : o.batch) run(o, data, h, b);
-  return 0;
+  if (const int code = bench::parse(app, argc, argv); code >= 0) return code;
+  return bench::guarded("bench_nmt", [&] {
+    const std::string m = "," + modes + ",";
+    o.decode = m.find(",decode,") != std::string::npos;
+    o.train = m.find(",train,") != std::string::npos;
+    if (!o.decode && !o.train) {
+      std::fprintf(stderr, "bench_nmt: --modes: decode, train or both\n");
+      return 2;
+    }
+    const Dataset data = load_dataset(DataKind::Pairs, o.data, o.vocab, 1);
+    for (uint32_t h : o.hidden)
+      for (uint32_t b : o.batch) run(o, data, h, b);
+    return 0;
+  });
 }

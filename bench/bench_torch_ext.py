@@ -20,6 +20,12 @@ the embeddings' rows included); edbatch-step-prefetch2 prepares two mini-batches
 (edbatch.prefetch's depth=2, with two untimed lead-in and drain steps), for mini-batches whose
 preparation takes longer than a step.
 
+Before timing, the implementations' losses on the first mini-batch (before any update) are
+compared: they compute one model from the same weights, so a difference beyond --loss-rtol
+(relative to the loss's magnitude) stops the benchmark with exit status 1. Each JSON line has
+"mode": "train" and "train": true (report.py draws them as training steps); a loss that is not
+finite is written as null.
+
 Both implementations update their parameters with the same code (torch_models.sgd_update: one
 multi-tensor add over the parameters with gradients, p -= lr * grad; --lr, default 1e-3).
 Gradients (--grads): both implementations either drop them after the update ("drop": PyTorch's
@@ -31,7 +37,7 @@ buffers would be touched page by page again every step.
     /usr/bin/python3 bench/bench_torch_ext.py [--hidden 128 --batch 32 --reps 9 --device cpu]
 """
 import argparse
-import json
+import math
 import os
 import statistics
 import sys
@@ -44,6 +50,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import torch_models  # noqa: E402
+from torch_baseline import HelpFormatter, count, json_line  # noqa: E402
+import torch_baseline  # noqa: E402
 
 try:
     import edbatch
@@ -57,9 +65,41 @@ except ImportError:
 from edbatch.packing import synthetic_lattices, synthetic_sst  # noqa: E402
 
 
+MODELS = ("tree_lstm", "lattice_lstm")
+
+
 def quantile(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
+    """The q-quantile of xs, interpolated as `edbatch run --json` (torch_baseline.quantile)."""
+    return torch_baseline.quantile(sorted(xs), q)
+
+
+def model_list(choices):
+    """An argparse type: a comma-separated list of names from choices, else a usage error."""
+    def parse(text):
+        names = text.split(",")
+        bad = [n for n in names if n not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown model(s) {', '.join(map(repr, bad))} "
+                                             f"(expected a comma-separated list of "
+                                             f"{', '.join(choices)})")
+        return names
+    parse.__name__ = "models"
+    return parse
+
+
+def check_first_losses(name, losses, rtol):
+    """Stops (exit status 1) when the implementations' losses on one mini-batch, {impl: loss},
+    differ by more than rtol times their magnitude (at least 1), or one is not finite: they
+    compute one model from the same weights. Else prints them on stderr."""
+    text = ", ".join(f"{k} {v:.6g}" for k, v in losses.items())
+    scale = max([1.0] + [abs(v) for v in losses.values() if math.isfinite(v)])
+    spread = max(losses.values()) - min(losses.values())
+    if not all(math.isfinite(v) for v in losses.values()) or not spread <= rtol * scale:
+        raise SystemExit(f"{name}: the first mini-batch's losses differ beyond --loss-rtol "
+                         f"{rtol:g} x {scale:.6g} ({text}): the implementations do not compute "
+                         "the same model")
+    print(f"{name}: first mini-batch loss {text} (equal within --loss-rtol {rtol:g})",
+          file=sys.stderr)
 
 
 def sync(device):
@@ -238,25 +278,31 @@ def profile(ours, packs, device, n, model):
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), file=sys.stderr)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="tree_lstm,lattice_lstm")
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--batches", type=int, default=3, help="distinct mini-batches, cycled")
-    ap.add_argument("--reps", type=int, default=9)
-    ap.add_argument("--eager-reps", type=int, default=3, help="node-by-node repetitions")
-    ap.add_argument("--warmup", type=int, default=3,
+def parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("--models", type=model_list(MODELS), default=",".join(MODELS),
+                    help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--hidden", type=count(), default=128, help="hidden size")
+    ap.add_argument("--batch", type=count(), default=32, help="instances per mini-batch")
+    ap.add_argument("--batches", type=count(), default=3, help="distinct mini-batches, cycled")
+    ap.add_argument("--reps", type=count(), default=9, help="timed repetitions")
+    ap.add_argument("--eager-reps", type=count(0), default=3,
+                    help="timed node-by-node repetitions (0: node by node is not timed)")
+    ap.add_argument("--warmup", type=count(0), default=3,
                     help="untimed repetitions first: prefetching holds a prepared runner while "
                          "another runs, so its second runner (an engine with, on a GPU, its own "
                          "stream and arenas) is made in the second repetition")
-    ap.add_argument("--vocab", type=int, default=2000)
-    ap.add_argument("--threads", type=int, default=0, help="edbatch threads (0: torch's)")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--vocab", type=count(), default=2000, help="vocabulary of the synthetic data")
+    ap.add_argument("--threads", type=count(0), default=0, help="edbatch threads (0: torch's)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (or cuda:N)")
     ap.add_argument("--grads", choices=("drop", "zero"), default=None,
                     help="after each update, drop the gradients (set to None) or zero them in "
                          "place; both implementations alike (default: drop on cuda, zero on cpu)")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1, help="seed of the synthetic data and weights")
+    ap.add_argument("--loss-rtol", type=float, default=1e-4,
+                    help="how far apart (relative to the loss) the implementations' losses on the "
+                         "first mini-batch may be")
     ap.add_argument("--lr", type=float, default=1e-3,
                     help="SGD learning rate of every implementation (larger rates can make the "
                          "summed loss diverge, and saturated cells' denormal floats then slow the "
@@ -265,17 +311,30 @@ def main():
                     help="edbatch's plan cache budget (edbatch.set_plan_cache). Default 0: the "
                          "few mini-batches cycled here would otherwise run on reused plans from "
                          "their third step, as no reshuffled training data does")
-    ap.add_argument("--profile", type=int, default=0, metavar="N",
+    ap.add_argument("--profile", type=count(0), default=0, metavar="N",
                     help="after timing, N edbatch steps phase by phase (forward, loss, backward, "
                          "optimizer; each waited for) and under torch.profiler, on stderr")
-    args = ap.parse_args()
+    return ap
+
+
+def check_rates(ap, args):
+    """Usage errors for --plan-cache and --loss-rtol below 0 (or NaN)."""
+    for flag in ("plan_cache", "loss_rtol"):
+        if not getattr(args, flag) >= 0:
+            ap.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected a number >= 0")
+
+
+def main(argv=None):
+    ap = parser()
+    args = ap.parse_args(argv)
+    check_rates(ap, args)
     edbatch.set_plan_cache(args.plan_cache)
     device = torch.device(args.device)
     drop_grads = (args.grads or ("drop" if device.type == "cuda" else "zero")) == "drop"
     H = args.hidden
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for model in args.models.split(","):
+        for model in args.models:
             packs, groups, vocab = (tree_data if model == "tree_lstm" else lattice_data)(args, tmp)
             classes = 5 if model == "tree_lstm" else 18
             w = zoo_weights(model, vocab, H, classes, args.seed)
@@ -316,14 +375,13 @@ def main():
                 "hand-batched": lambda i: ref_step(lambda: ref.batched_losses(groups[i], plans[i])),
                 "node-by-node": lambda i: ref_step(lambda: ref.eager_losses(groups[i])),
             }
-            # The same loss before any update (a check that the three compute the same model).
+            # The same loss before any update: the three compute the same model.
             with torch.no_grad():
                 check = {"edbatch": ours.loss(packs[0]).item(),
                          "edbatch-loss": ours.mh.loss(packs[0]).item(),
                          "hand-batched": ref.batched_losses(groups[0], plans[0]).sum().item(),
                          "node-by-node": ref.eager_losses(groups[0]).sum().item()}
-            print(f"{model}: first mini-batch loss " +
-                  ", ".join(f"{k} {v:.4f}" for k, v in check.items()), file=sys.stderr)
+            check_first_losses(model, check, args.loss_rtol)
             times = {name: [] for name in impls}
             last = {}  # each implementation's loss at its last step: a diverging run shows there
             for rep in range(args.warmup + args.reps):
@@ -346,8 +404,12 @@ def main():
             base = statistics.median(times["edbatch"])
             base_prefetch = statistics.median(times["edbatch-prefetch"])
             for name, ts in times.items():
+                if not ts:  # not timed (--eager-reps 0 for node by node)
+                    continue
                 med = statistics.median(ts)
-                row = {"bench": "torch_ext", "model": model, "impl": name, "device": args.device,
+                # Each time is a training step: forward, backward and the SGD update.
+                row = {"bench": "torch_ext", "model": model, "impl": name, "mode": "train",
+                       "train": True, "device": args.device,
                        "batch": args.batch, "hidden": H, "nodes": round(nodes, 1),
                        "threads": args.threads or torch.get_num_threads(), "reps": len(ts),
                        "grads": "drop" if drop_grads else "zero",
@@ -357,7 +419,7 @@ def main():
                        "ratio_to_edbatch_prefetch": round(med / base_prefetch, 2),
                        "last_loss": round(float(last[name]), 4), "lr": args.lr}
                 rows.append(row)
-                print(json.dumps(row), flush=True)
+                print(json_line(row), flush=True)
     print(f"\n{'model':<13} {'impl':<22} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
           f"{'x prefetch':>10}", file=sys.stderr)
     for r in rows:

@@ -31,13 +31,15 @@ prepared exactly `depth` steps earlier, as in a training loop, and no other impl
 a preparation. Plans (packing, level schedules) are made once per mini-batch outside the timed
 step.
 Every implementation updates with torch_models.sgd_update.
-Before timing, the first mini-batch's loss is compared across implementations.
+Before timing, the first mini-batch's loss is compared across implementations: a difference
+beyond --loss-rtol (relative to the loss's magnitude) stops the benchmark with exit status 1.
+Each JSON line has "mode": "train" and "train": true (report.py draws them as training steps);
+a loss that is not finite is written as null.
 
     /usr/bin/python3 bench/bench_user_cells.py [--models childsum,lattice --batch 32 --hidden 128
                                                 --device cpu --reps 9]
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -51,8 +53,10 @@ sys.path.insert(0, HERE)
 import bench_torch_ext as ext  # noqa: E402  (finds and loads edbatch)
 import torch_models  # noqa: E402
 import user_cell_models as ucm  # noqa: E402
+from torch_baseline import HelpFormatter, count, json_line  # noqa: E402
 
 edbatch = ext.edbatch
+MODELS = ("childsum", "lattice")
 
 
 def prefetched(prop, loss_of, packs, depth=1):
@@ -206,8 +210,7 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
     with torch.no_grad():  # no preparation left behind
         check = {k: (f.step(0) if isinstance(f, ext.Prefetching) else f(0)).item()
                  for k, f in losses.items()}
-    print(f"{name}: first mini-batch loss " + ", ".join(f"{k} {v:.4f}" for k, v in check.items()),
-          file=sys.stderr)
+    ext.check_first_losses(name, check, args.loss_rtol)
     times = {k: [] for k in losses}
     last = {}  # each implementation's loss at its last step: a diverging run shows there
     for rep in range(args.warmup + args.reps):
@@ -233,7 +236,9 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
         if not ts:  # not timed (--eager-reps 0 for node by node)
             continue
         med = statistics.median(ts)
-        row = {"bench": "user_cells", "model": name, "impl": impl, "device": args.device,
+        # Each time is a training step: forward, backward and the SGD update.
+        row = {"bench": "user_cells", "model": name, "impl": impl, "mode": "train",
+               "train": True, "device": args.device,
                "batch": args.batch, "hidden": args.hidden, "nodes": round(nodes, 1),
                "threads": args.threads or torch.get_num_threads(), "reps": len(ts),
                "median_ms": round(med, 3), "p10_ms": round(ext.quantile(ts, 0.1), 3),
@@ -242,52 +247,64 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
                "first_loss": round(check[impl], 4), "last_loss": round(float(last[impl]), 4),
                "lr": args.lr, "steps_per_sync": args.steps_per_sync}
         rows.append(row)
-        print(json.dumps(row), flush=True)
+        print(json_line(row), flush=True)
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].rstrip(":") + ".")
-    ap.add_argument("--models", default="childsum,lattice")
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--batches", type=int, default=3, help="distinct mini-batches, cycled")
-    ap.add_argument("--reps", type=int, default=9)
-    ap.add_argument("--eager-reps", type=int, default=3, help="node-by-node repetitions")
-    ap.add_argument("--steps-per-sync", type=int, default=1, metavar="N",
+def parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].rstrip(":") + ".",
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("--models", type=ext.model_list(MODELS), default=",".join(MODELS),
+                    help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--hidden", type=count(), default=128, help="hidden size")
+    ap.add_argument("--batch", type=count(), default=32, help="instances per mini-batch")
+    ap.add_argument("--batches", type=count(), default=3, help="distinct mini-batches, cycled")
+    ap.add_argument("--reps", type=count(), default=9, help="timed repetitions")
+    ap.add_argument("--eager-reps", type=count(0), default=3,
+                    help="timed node-by-node repetitions (0: node by node is not timed)")
+    ap.add_argument("--steps-per-sync", type=count(), default=1, metavar="N",
                     help="consecutive steps of one implementation between two waits for the "
                          "device, timed together (a repetition's time is theirs over N): 1 times "
                          "each step to its end, as a loop reading the loss every step; more "
                          "measures a loop's throughput, where the host queues a step while the "
                          "device still runs the one before")
-    ap.add_argument("--warmup", type=int, default=3,
+    ap.add_argument("--warmup", type=count(0), default=3,
                     help="untimed repetitions first: prefetching holds a prepared runner while "
                          "another runs, so its second runner (an engine with, on a GPU, its own "
                          "stream and arenas) is made in the second repetition")
-    ap.add_argument("--vocab", type=int, default=2000)
+    ap.add_argument("--vocab", type=count(), default=2000, help="vocabulary of the synthetic data")
     ap.add_argument("--trees", default="", help="SST-format file for childsum (default synthetic)")
-    ap.add_argument("--threads", type=int, default=0, help="edbatch threads (0: torch's)")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=count(0), default=0, help="edbatch threads (0: torch's)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (or cuda:N)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the data and weights")
+    ap.add_argument("--loss-rtol", type=float, default=1e-4,
+                    help="how far apart (relative to the loss) the implementations' losses on the "
+                         "first mini-batch may be")
     ap.add_argument("--lr", type=float, default=1e-3,
                     help="SGD learning rate of every implementation (0.01 made the summed loss "
                          "of B = 128 diverge, and the saturated cells' denormal floats then slowed "
                          "the CPU steps of both sides several-fold)")
     ap.add_argument("--plan-cache", type=float, default=0, metavar="MB",
-                    help="edbatch's plan cache budget (default 0: see bench_torch_ext.py)")
-    args = ap.parse_args()
+                    help="edbatch's plan cache budget (0: see bench_torch_ext.py)")
+    return ap
+
+
+def main(argv=None):
+    ap = parser()
+    args = ap.parse_args(argv)
+    ext.check_rates(ap, args)
+    if args.trees and not os.path.isfile(args.trees):
+        ap.error(f"--trees {args.trees}: no such file")
     edbatch.set_plan_cache(args.plan_cache)
     device = torch.device(args.device)
     drop_grads = device.type == "cuda"
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models.split(","):
+        for name in args.models:
             if name == "childsum":
                 losses, params, packs = childsum_impls(args, device, drop_grads)
-            elif name == "lattice":
-                losses, params, packs = lattice_impls(args, device, drop_grads, tmp)
             else:
-                ap.error(f"unknown model {name!r} (childsum, lattice)")
+                losses, params, packs = lattice_impls(args, device, drop_grads, tmp)
             rows += time_model(name, losses, params, packs, args, device, drop_grads)
     print(f"\n{'model':<9} {'impl':<27} {'median ms':>10} {'p10':>9} {'p90':>9} {'x edbatch':>9} "
           f"{'x prefetch':>10}", file=sys.stderr)

@@ -8,12 +8,17 @@ by dependency level, on an edbatch data file with the weights edbatch saved.
 Prints one JSON line per result on stdout (field names as in `edbatch run --json` where they
 overlap: instances_per_s, ms_per_minibatch {median, p10, p90, mean}, ...) and a short summary on
 stderr. --check-against compares per-instance losses with `edbatch run --outputs` and exits 1 on
-a mismatch beyond float32 tolerance.
+a mismatch beyond float32 tolerance. A loss that is not finite (a diverged training run) stops
+the run with an error that names its mini-batch, as `edbatch run` does.
+
+The helpers quantile, count, json_line and HelpFormatter are shared with the other Python
+benchmarks (bench_torch_ext.py, bench_user_cells.py, torch_nmt.py).
 """
 
 import argparse
 import ctypes
 import json
+import math
 import os
 import resource
 import struct
@@ -27,13 +32,58 @@ import torch_models  # noqa: E402
 
 
 def quantile(sorted_values, q):
-    """Linear interpolation between the closest ranks (as edbatch's metrics)."""
+    """Linear interpolation between the closest ranks, as `edbatch run --json` and the C++
+    benchmarks (numpy's default percentile, statistics.quantiles(method="inclusive")): never
+    outside the values, and the median of an even count is the mean of the middle two."""
     if not sorted_values:
         return 0.0
     pos = q * (len(sorted_values) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def count(minimum=1):
+    """An argparse type: an integer >= minimum (1: a positive count), else a usage error."""
+    def parse(text):
+        try:
+            n = int(text)
+        except ValueError:
+            n = None
+        if n is None or n < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected {'a positive integer' if minimum == 1 else f'an integer >= {minimum}'}"
+                f", not {text!r}")
+        return n
+    parse.__name__ = "count"
+    return parse
+
+
+def finite(x):
+    """x with every float that is not finite (NaN, infinities) replaced by None: JSON has no
+    token for them (json.dumps would write NaN or Infinity, which JSON readers refuse)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+def json_line(record):
+    """One JSON line of a result, non-finite numbers written as null (see finite)."""
+    return json.dumps(finite(record), allow_nan=False)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each flag's default after its help, where it has one (not for switches and
+    flags without a default)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default == "":
+            return action.help
+        return super()._get_help_string(action)
 
 
 def spread(values):
@@ -128,11 +178,23 @@ class Runner:
         self.sync()
         return (time.perf_counter() - t0) * 1e3, loss
 
+    def finite_loss(self, impl, loss, where):
+        """Stops at a loss that is not finite, as `edbatch run` does (a diverged run's times
+        would be those of NaN arithmetic, and its results would not be JSON)."""
+        if math.isfinite(loss):
+            return
+        if self.args.train:
+            raise SystemExit(f"torch_baseline: torch_{impl}, {where}: the training loss is "
+                             f"{loss}; training stopped (lower --lr)")
+        raise SystemExit(f"torch_baseline: torch_{impl}, {where}: the loss is {loss}, not "
+                         "finite; the run stopped (check the weights and data)")
+
     def measure(self, impl):
         a = self.args
         iters = a.iters if impl == "batched" else a.eager_iters
         for w in range(a.warmup):
-            self.step(impl, self.minibatch(w), a.train)
+            _, loss = self.step(impl, self.minibatch(w), a.train)
+            self.finite_loss(impl, loss, f"warm-up mini-batch {w + 1}")
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         wall0 = time.perf_counter()
@@ -144,6 +206,7 @@ class Runner:
                 batch = self.minibatch(k)
                 k += 1
                 t, loss = self.step(impl, batch, a.train)
+                self.finite_loss(impl, loss, f"measured mini-batch {k} of {a.repeats * iters}")
                 ms.append(t)
                 losses.append(loss)
                 rep_ms += t
@@ -186,6 +249,9 @@ class Runner:
         n = len(self.data) if a.check_limit == 0 else min(a.check_limit, len(self.data))
         if impl == "eager" and a.check_limit == 0:
             n = min(n, a.eager_check_limit)
+        if n == 0:
+            raise SystemExit(f"torch_baseline: loss check for {impl}: no instances in {a.data} "
+                             "to check")
         ours = []
         with torch.no_grad():
             for k in range(0, n, a.batch):
@@ -199,13 +265,13 @@ class Runner:
             d = abs(x - ref[i])
             worst_abs = max(worst_abs, d)
             worst_rel = max(worst_rel, d / max(abs(ref[i]), 1e-30))
-            if d > a.atol + a.rtol * abs(ref[i]):
+            if not d <= a.atol + a.rtol * abs(ref[i]):  # a NaN on either side fails too
                 bad.append((i, x, ref[i]))
         result = {"check": "pass" if not bad else "FAIL", "impl": "torch_" + impl,
                   "model": a.model, "data": a.data, "device": a.device, "instances": n,
                   "max_abs_diff": worst_abs, "max_rel_diff": worst_rel,
                   "rtol": a.rtol, "atol": a.atol, "mismatches": len(bad)}
-        print(json.dumps(result), flush=True)
+        print(json_line(result), flush=True)
         if bad:
             for i, x, y in bad[:10]:
                 print(f"torch_baseline: MISMATCH {a.model} {impl} instance {i}: pytorch {x!r} "
@@ -237,12 +303,13 @@ def check_train_step(args, impl, path):
             d = (p - ref.params[name]).abs()
             tol = args.step_atol + args.step_rtol * ref.params[name].abs()
             moved = max(moved, (ref.params[name] - before.params[name]).abs().max().item())
-            if d.max().item() > worst:
-                worst, worst_name = d.max().item(), name
-            if (d > tol).any():
+            m = d.max().item()
+            if not math.isnan(worst) and not m <= worst:  # a NaN is the worst
+                worst, worst_name = m, name
+            if not (d <= tol).all():  # a NaN on either side fails too
                 bad.append(name)
     ok = not bad and moved > 0
-    print(json.dumps({"check": "pass" if ok else "FAIL", "kind": "train_step",
+    print(json_line({"check": "pass" if ok else "FAIL", "kind": "train_step",
                       "impl": "torch_" + impl, "model": args.model, "data": args.data,
                       "device": args.device, "instances": len(data),
                       "max_abs_diff": worst, "worst_tensor": worst_name,
@@ -255,48 +322,62 @@ def check_train_step(args, impl, path):
           f"{moved:.3g})", file=sys.stderr)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, choices=sorted(torch_models.MODELS))
+def parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--model", required=True, choices=sorted(torch_models.MODELS),
+                   help="the model of the weights and data")
     p.add_argument("--data", required=True, help="an edbatch data file (edbatch run --write-data)")
     p.add_argument("--weights", required=True,
                    help="safetensors weights from edbatch run --save-weights")
-    p.add_argument("--vocab-size", type=int, default=256,
-                   help="word ids fold modulo this, as in edbatch (default 256)")
-    p.add_argument("--batch", type=int, default=32, help="instances per mini-batch (32)")
-    p.add_argument("--hidden", type=int, default=128, help="must match the weights (128)")
+    p.add_argument("--vocab-size", type=count(), default=256,
+                   help="word ids fold modulo this, as in edbatch")
+    p.add_argument("--batch", type=count(), default=32, help="instances per mini-batch")
+    p.add_argument("--hidden", type=count(), default=128, help="must match the weights")
     p.add_argument("--device", default="cpu", help="cpu or cuda (or cuda:N)")
-    p.add_argument("--impl", choices=["eager", "batched", "both"], default="both")
+    p.add_argument("--impl", choices=["eager", "batched", "both"], default="both",
+                   help="node-by-node eager, hand-batched by dependency level, or both")
     p.add_argument("--train", action="store_true",
-                   help="forward, backward and an SGD update per mini-batch")
+                   help="forward, backward and an SGD update per mini-batch (a loss that is "
+                        "not finite stops the run, naming its mini-batch)")
     p.add_argument("--lr", type=float, default=0.1,
-                   help="SGD learning rate on the mean per-instance loss (0.1, as edbatch)")
-    p.add_argument("--iters", type=int, default=20, help="measured mini-batches (batched)")
-    p.add_argument("--eager-iters", type=int, default=5, help="measured mini-batches (eager)")
-    p.add_argument("--warmup", type=int, default=2, help="unmeasured mini-batches first (2)")
-    p.add_argument("--repeats", type=int, default=1, help="measured runs of --iters each (1)")
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1)")
+                   help="SGD learning rate on the mean per-instance loss (as edbatch)")
+    p.add_argument("--iters", type=count(), default=20, help="measured mini-batches (batched)")
+    p.add_argument("--eager-iters", type=count(), default=5, help="measured mini-batches (eager)")
+    p.add_argument("--warmup", type=count(0), default=2, help="unmeasured mini-batches first")
+    p.add_argument("--repeats", type=count(), default=1, help="measured runs of --iters each")
+    p.add_argument("--threads", type=count(), default=1, help="torch.set_num_threads")
     p.add_argument("--check-against", metavar="FILE",
                    help="edbatch run --outputs FILE on the same data and weights: compare "
                         "per-instance losses first and exit 1 on a mismatch")
     p.add_argument("--check-only", action="store_true", help="only the loss check, no timing")
-    p.add_argument("--check-limit", type=int, default=0,
+    p.add_argument("--check-limit", type=count(0), default=0, metavar="N",
                    help="check the first N instances only (0: all; eager: at most "
                         "--eager-check-limit)")
-    p.add_argument("--eager-check-limit", type=int, default=128)
-    p.add_argument("--rtol", type=float, default=2e-5)
-    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--eager-check-limit", type=count(), default=128, metavar="N",
+                   help="instances the eager implementation checks when --check-limit is 0")
+    p.add_argument("--rtol", type=float, default=2e-5,
+                   help="loss check: relative tolerance (times |edbatch's loss|)")
+    p.add_argument("--atol", type=float, default=1e-4, help="loss check: absolute tolerance")
     p.add_argument("--check-train-step", metavar="FILE",
                    help="weights edbatch saved after one training step on the whole data as one "
                         "mini-batch (--train --iters 1 --warmup 0 --batch <size>) from "
                         "--weights: take the same step and compare every tensor, then exit")
-    p.add_argument("--step-rtol", type=float, default=1e-4)
-    p.add_argument("--step-atol", type=float, default=2e-5)
+    p.add_argument("--step-rtol", type=float, default=1e-4,
+                   help="train-step check: relative tolerance (times |edbatch's weight|)")
+    p.add_argument("--step-atol", type=float, default=2e-5,
+                   help="train-step check: absolute tolerance")
     p.add_argument("--no-malloc-tuning", action="store_true",
                    help="leave glibc's malloc settings alone (see keep_freed_memory)")
+    return p
+
+
+def main(argv=None):
+    p = parser()
     a = p.parse_args(argv)
-    if a.batch < 1 or a.iters < 1 or a.eager_iters < 1 or a.repeats < 1 or a.threads < 1:
-        p.error("--batch, --iters, --eager-iters, --repeats and --threads must be positive")
+    for flag in ("rtol", "atol", "step_rtol", "step_atol"):
+        if not getattr(a, flag) >= 0:
+            p.error(f"--{flag.replace('_', '-')} {getattr(a, flag)}: expected a number >= 0")
 
     a.malloc_keep_freed = False if a.no_malloc_tuning else keep_freed_memory()
     torch.set_num_threads(a.threads)
@@ -326,7 +407,7 @@ def main(argv=None):
         return 0
     for impl in impls:
         r = runner.measure(impl)
-        print(json.dumps(r), flush=True)
+        print(json_line(r), flush=True)
         ms = r["ms_per_minibatch"]
         print(f"{a.model} torch_{impl} {a.device} x{a.threads} "
               f"{'train' if a.train else 'forward'}: {r['instances_per_s']:.0f} instances/s, "

@@ -12,16 +12,22 @@ torch thread).
 
   torch_nmt.py [--device cpu|cuda] [--hidden 128,256] [--batch 32,128] [--reps N] [--vocab V]
                [--pairs N] [--max-len N] [--check]
+
+p10 and p90 are interpolated between the closest ranks, as `edbatch run --json` and bench_nmt
+(torch_baseline.quantile).
 """
 import argparse
-import json
+import os
 import random
-import statistics
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_baseline import HelpFormatter, count, json_line, quantile  # noqa: E402
 
 UNK, BOS, EOS = 0, 1, 2
 
@@ -118,14 +124,14 @@ def sync(device):
 
 
 def report(mode, args, hidden, batch, per_s):
-    q = statistics.quantiles(per_s, n=10) if len(per_s) > 1 else [per_s[0]] * 9
-    med = statistics.median(per_s)
+    v = sorted(per_s)
+    med, p10, p90 = (quantile(v, q) for q in (0.5, 0.1, 0.9))
     print(f"{mode:7s} hidden {hidden:4d}  B {batch:4d}  {med:10.1f} /s  "
-          f"(p10 {q[0]:.1f}, p90 {q[-1]:.1f})")
-    print(json.dumps({"bench": "nmt", "impl": "pytorch", "mode": mode, "device": args.device,
-                      "torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "hidden": hidden, "batch": batch, "per_s_median": med,
-                      "per_s_p10": q[0], "per_s_p90": q[-1]}), flush=True)
+          f"(p10 {p10:.1f}, p90 {p90:.1f})")
+    print(json_line({"bench": "nmt", "impl": "pytorch", "mode": mode, "device": args.device,
+                     "torch": torch.__version__, "threads": torch.get_num_threads(),
+                     "hidden": hidden, "batch": batch, "per_s_median": med,
+                     "per_s_p10": p10, "per_s_p90": p90}), flush=True)
 
 
 def check(model, pairs, device, max_len):
@@ -141,18 +147,40 @@ def check(model, pairs, device, max_len):
     print(f"check: {len(pairs)} sentences decode alike batched and alone", flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--hidden", default="128,256")
-    ap.add_argument("--batch", default="32,128")
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--vocab", type=int, default=256)
-    ap.add_argument("--pairs", type=int, default=1024)
-    ap.add_argument("--max-len", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--check", action="store_true", help="only the functional check")
-    args = ap.parse_args()
+def sizes(text):
+    """An argparse type: comma-separated positive integers, else a usage error."""
+    parse = count()
+    try:
+        return [parse(x) for x in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, not "
+                                         f"{text!r}")
+
+
+def parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (or cuda:N)")
+    ap.add_argument("--hidden", type=sizes, default="128,256", help="comma-separated hidden sizes")
+    ap.add_argument("--batch", type=sizes, default="32,128",
+                    help="comma-separated mini-batch sizes (sentence pairs)")
+    ap.add_argument("--reps", type=count(), default=10,
+                    help="timed mini-batches per mode and size, after 2 untimed ones")
+    ap.add_argument("--vocab", type=count(4), default=256,
+                    help="vocabulary, the 3 special tokens (unknown, <s>, </s>) included")
+    ap.add_argument("--pairs", type=count(), default=1024, help="synthetic sentence pairs")
+    ap.add_argument("--max-len", type=count(), default=100,
+                    help="longest greedy decoding, in tokens (each sentence stops at its own "
+                         "</s> or after min(max-len, 2 |source| + 2))")
+    ap.add_argument("--threads", type=count(), default=1, help="torch.set_num_threads")
+    ap.add_argument("--check", action="store_true",
+                    help="only the functional check: batched greedy decoding equals each "
+                         "sentence decoded alone")
+    return ap
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     pairs = synthetic_pairs(args.pairs, args.vocab)
@@ -160,8 +188,8 @@ def main():
     if args.check:
         check(Seq2Seq(args.vocab, 16).to(dev).eval(), pairs[:9], dev, args.max_len)
         return
-    for hidden in [int(x) for x in args.hidden.split(",")]:
-        for batch in [int(x) for x in args.batch.split(",")]:
+    for hidden in args.hidden:
+        for batch in args.batch:
             model = Seq2Seq(args.vocab, hidden).to(dev)
             opt = torch.optim.SGD(model.parameters(), lr=0.1 / batch)
             batches = [batch_tensors([pairs[(r * batch + k) % len(pairs)] for k in range(batch)],

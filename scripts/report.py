@@ -3,13 +3,16 @@
 
   report.py throughput FILES... -o OUT.png [--x batch|hidden] [--model M,..] [--mode MODE]
       instances/s against mini-batch size (or hidden size), one line per implementation (edbatch
-      and every baseline found) and configuration, one panel per model, mode (forward, train or
-      greedy decoding) and the other size. Runs that differ in blocks, policy, packing,
+      and every baseline found) and configuration, one panel per model, mode and the other
+      size. The mode is a record's `mode` field, else train for `"train": true` and
+      forward+backward (no update) for `"backward": true` (bench_core --backward), else forward;
+      greedy decoding for `"decode": true`. Runs that differ in blocks, policy, packing,
       pipelining or benchmark are separate lines, labelled by what differs. Reads the JSON of
       `edbatch run --json` and the JSON lines of scripts/bench_torch.sh (results.jsonl),
-      bench/torch_baseline.py, bench_cuda, bench_core, bench_blocks and bench/bench_torch_ext.py.
-      A result whose instances/s is not a positive number (NaN, 0: a failed or empty run) stops
-      the command with an error that names its file and line; remove it to draw the rest.
+      bench/torch_baseline.py, bench_cuda, bench_core, bench_blocks, bench/bench_torch_ext.py and
+      bench/bench_user_cells.py. A result whose instances/s is not a positive number (NaN, 0,
+      null: a failed or empty run) stops the command with an error that names its file and line;
+      remove it to draw the rest. So does a field of the wrong type (a string batch, ...).
   report.py phases FILES... -o OUT.png [--share]
       time per mini-batch by phase (construction, scheduling, execution, backward, update),
       from `edbatch run --json` and bench_core / bench_blocks JSON lines, one bar per run,
@@ -24,7 +27,9 @@
       or by its file where none does.
 
 Every command also takes --summary FILE: what was drawn (panels, series and their points) as
-JSON. Needs matplotlib (Debian: python3-matplotlib); the rest of edbatch does not.
+JSON. OUT (.png, .svg, .pdf, .eps or .ps) and the summary may not name a file read, a
+directory or a file in a missing directory: such paths are refused (exit status 2) before
+anything is read. Needs matplotlib (Debian: python3-matplotlib); the rest of edbatch does not.
 """
 import argparse
 import csv
@@ -35,12 +40,54 @@ import sys
 import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from result_files import read_results  # noqa: E402  (scripts/result_files.py)
+from result_files import check_outputs, read_results  # noqa: E402  (scripts/result_files.py)
 
 PHASES = ["construction", "scheduling", "execution", "backward", "update"]
 BENCH_NAMES = {"core_tree_lstm_ops": "bench_core", "block_tree_lstm": "bench_blocks",
                "cuda": "bench_cuda"}
-MODE_TEXT = {"forward": "forward", "train": "train", "decode": "greedy decoding"}
+# forward+backward: bench_core --backward, which times the backward pass but updates nothing.
+MODE_TEXT = {"forward": "forward", "forward+backward": "forward+backward", "train": "train",
+             "decode": "greedy decoding"}
+FORMATS = ("png", "svg", "pdf", "eps", "ps")  # what -o may end with
+
+
+def _number(r, key, kind="number"):
+    """r[key]: None where absent or null, else a number; kind "size": a positive integer, "count":
+    an integer >= 0. Anything else raises ValueError naming the field and what was expected."""
+    v = r.get(key)
+    if v is None:
+        return None
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if ok and kind != "number":
+        ok = float(v).is_integer() and v >= (1 if kind == "size" else 0)
+    if not ok:
+        want = {"size": "a positive integer", "count": "an integer >= 0"}.get(kind, "a number")
+        raise ValueError(f"{key} is {json.dumps(v)}, not {want}")
+    return int(v) if kind != "number" else v
+
+
+def _text(r, key, default=None):
+    """r[key] (default where absent or null), which must be a string: else ValueError."""
+    v = r.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, str):
+        raise ValueError(f"{key} is {json.dumps(v)}, not a string")
+    return v
+
+
+def _each(chart, sourced, fn):
+    """[(where, fn(record))] of the records for which fn returns something; a ValueError it
+    raises (a field that is not what it should be) stops the command, naming the record."""
+    out = []
+    for where, r in sourced:
+        try:
+            x = fn(r)
+        except ValueError as e:
+            raise SystemExit(f"report.py {chart}: {where}: {e}")
+        if x is not None:
+            out.append((where, x))
+    return out
 
 
 def config_parts(r):
@@ -88,36 +135,46 @@ def number_duplicates(labels):
     return out
 
 
-def _median(v):
-    return v.get("median") if isinstance(v, dict) else v
-
-
 def run_mode(r):
-    """forward, train or decode (greedy decoding; `"decode": true`, absent in older files)."""
+    """forward, forward+backward, train or decode (greedy decoding; `"decode": true`, absent in
+    older files). A `mode` field (bench_cuda, bench_nmt, bench/bench_torch_ext.py, ...) says it,
+    "-pipelined" after it being a way to run; else `"train": true` (`edbatch run --json`,
+    bench/torch_baseline.py) is a training step and `"backward": true` (bench_core --backward)
+    forward+backward without an update. An unknown mode raises ValueError."""
     if r.get("decode"):
         return "decode"
-    mode = r.get("mode") or ("train" if (r.get("train") or r.get("backward")) else "forward")
-    return mode.replace("-pipelined", "")
+    mode = r.get("mode")
+    if mode is None:
+        return ("train" if r.get("train") else "forward+backward" if r.get("backward")
+                else "forward")
+    base = mode.replace("-pipelined", "") if isinstance(mode, str) else None
+    if base not in MODE_TEXT:
+        raise ValueError(f"mode is {json.dumps(mode)}, expected one of "
+                         f"{', '.join(MODE_TEXT)} (or forward-pipelined, train-pipelined)")
+    return base
 
 
 def throughput_row(r):
     """(model, impl, mode, device, threads, batch, hidden, config, instances/s, low, high) of one
     result, or None for records that are not throughput results (checks, GEMM timings, ...).
     config: config_parts(r). low and high: the instances/s at the p90 and p10 times per
-    mini-batch, where known. A throughput that is not a positive number raises ValueError."""
+    mini-batch, where known. A throughput that is not a positive number, or a field that is not
+    what it should be, raises ValueError."""
     bench = r.get("bench")
     if "check" in r or bench in ("gemm", "block_cell", "fsm", "cudnn_lstm"):
         return None
-    model = r.get("model") or r.get("cell") or ("tree_lstm" if bench else None)
-    batch, hidden = r.get("batch"), r.get("hidden")
+    model = _text(r, "model") or _text(r, "cell") or ("tree_lstm" if bench else None)
+    batch, hidden = _number(r, "batch", "size"), _number(r, "hidden", "size")
     if model is None or batch is None or hidden is None:
         return None
     # Panels are forward, train or decode; pipelining is a way to run, drawn as its own line.
     mode = run_mode(r)
     pipelined = (r.get("mode") or "").endswith("-pipelined") or bool(r.get("pipeline"))
-    impl = r.get("impl") or ("edbatch" if bench in (None, "cuda") else None)
+    impl = _text(r, "impl") or ("edbatch" if bench in (None, "cuda") else None)
     if bench == "block_tree_lstm":
-        impl = "edbatch " + r["form"]
+        impl = "edbatch " + _text(r, "form", "")
+        if impl == "edbatch ":
+            raise ValueError("no field 'form' (bench_blocks names the form of each result)")
     if bench == "core_tree_lstm_ops":
         impl = "edbatch op level"
     if impl is None:
@@ -126,27 +183,42 @@ def throughput_row(r):
     impl = impl.replace("_pipelined", "")
     if pipelined and impl.startswith("edbatch"):
         impl += " pipelined"
-    ms = r.get("ms_per_minibatch", r.get("ms_per_batch", r.get("ms_median", r.get("median_ms"))))
-    lo_ms = r.get("ms_p90", r.get("p90_ms"))
-    hi_ms = r.get("ms_p10", r.get("p10_ms"))
-    if isinstance(ms, dict):
-        lo_ms, hi_ms, ms = ms.get("p90"), ms.get("p10"), ms.get("median")
-    per_s = r.get("instances_per_s", r.get("trees_per_s"))
+    times = r
+    ms_key = _first(r, ("ms_per_minibatch", "ms_per_batch", "ms_median", "median_ms"))
+    lo_key, hi_key = _first(r, ("ms_p90", "p90_ms")), _first(r, ("ms_p10", "p10_ms"))
+    if isinstance(r.get(ms_key), dict):  # {median, p10, p90} of `edbatch run --json`
+        times = {f"{ms_key}.{k}": v for k, v in r[ms_key].items()}
+        ms_key, lo_key, hi_key = (f"{ms_key}.{k}" for k in ("median", "p90", "p10"))
+    ms, lo_ms, hi_ms = (_number(times, k) if k else None for k in (ms_key, lo_key, hi_key))
+    field = _first(r, ("instances_per_s", "trees_per_s"))
+    per_s = r[field] if field else None
+    if field and per_s is None:
+        raise ValueError(f"{field} is null, not a number of instances/s (a failed or empty run?)")
     if per_s is None and ms is not None:
-        per_s = batch / ms * 1e3 if ms > 0 else 0.0
+        per_s, field = (batch / ms * 1e3 if ms > 0 else 0.0), "ms per mini-batch"
     if per_s is None:
         return None
-    if not isinstance(per_s, (int, float)) or not math.isfinite(per_s) or per_s <= 0:
-        field = next((k for k in ("instances_per_s", "trees_per_s") if k in r),
-                     "ms per mini-batch")
-        raise ValueError(f"{field} is {per_s!r}, not a positive number of instances/s")
+    if (not isinstance(per_s, (int, float)) or isinstance(per_s, bool)
+            or not math.isfinite(per_s) or per_s <= 0):
+        raise ValueError(f"{field} is {per_s!r}, not a positive number of instances/s (a "
+                         "failed or empty run?)")
     low = batch / lo_ms * 1e3 if lo_ms else None
     high = batch / hi_ms * 1e3 if hi_ms else None
-    if r.get("instances_per_s_min") is not None:  # a range over rounds, as tables record it
-        low, high = r["instances_per_s_min"], r["instances_per_s_max"]
-    return dict(model=model, impl=impl, mode=mode, device=r.get("device", "cpu"),
-                threads=r.get("threads"), batch=int(batch), hidden=int(hidden),
+    lowest, highest = _number(r, "instances_per_s_min"), _number(r, "instances_per_s_max")
+    if (lowest is None) != (highest is None):
+        have, lack = (("min", "max") if highest is None else ("max", "min"))
+        raise ValueError(f"instances_per_s_{have} without instances_per_s_{lack} (a range "
+                         "over rounds has both)")
+    if lowest is not None:  # a range over rounds, as tables record it
+        low, high = lowest, highest
+    return dict(model=model, impl=impl, mode=mode, device=_text(r, "device", "cpu"),
+                threads=_number(r, "threads", "count"), batch=batch, hidden=hidden,
                 config=tuple(config_parts(r)), per_s=float(per_s), low=low, high=high)
+
+
+def _first(r, keys):
+    """The first of keys that r has (null or not), else None."""
+    return next((k for k in keys if k in r), None)
 
 
 def _median_of(values):
@@ -162,13 +234,7 @@ def throughput_series(sourced, x, model=None, mode=None):
     point are reduced to their median, and their range becomes the error bar."""
     other = "hidden" if x == "batch" else "batch"
     points, order = {}, {}
-    for where, record in sourced:
-        try:
-            r = throughput_row(record)
-        except ValueError as e:
-            raise SystemExit(f"report.py throughput: {where}: {e} (a failed or empty run?)")
-        if r is None:
-            continue
+    for _, r in _each("throughput", sourced, throughput_row):
         if (model and r["model"] not in model.split(",")) or (mode and r["mode"] != mode):
             continue
         title = (f"{r['model']}, {MODE_TEXT.get(r['mode'], r['mode'])}, {other} {r[other]}, "
@@ -243,9 +309,13 @@ def draw_throughput(plt, sourced, args):
 
 
 def _bars(ax, title, impls, x, summary):
-    """One configuration only: a bar per implementation, with its range."""
+    """One point per implementation: a bar each, with its range. The panel's title gives the
+    points' x where they share it, else each bar's label gives its own."""
     names = sorted(impls, key=_impl_order)
     points = [impls[n][0] for n in names]
+    shared = len({p[0] for p in points}) == 1
+    labels = [textwrap.fill(n.replace("_", " "), 14) + ("" if shared else f"\n{x} {p[0]}")
+              for n, p in zip(names, points)]
     ys = [p[1] for p in points]
     err = None
     if all(p[2] is not None and p[3] is not None for p in points):
@@ -256,10 +326,10 @@ def _bars(ax, title, impls, x, summary):
     for i, y in enumerate(ys):
         ax.text(i, y, f"{y:,.0f}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([textwrap.fill(n.replace("_", " "), 14) for n in names], fontsize=6)
+    ax.set_xticklabels(labels, fontsize=6)
     ax.set_yscale("log")
     ax.set_ylabel("instances/s")
-    ax.set_title(f"{title}, {x} {points[0][0]}", fontsize=9)
+    ax.set_title(f"{title}, {x} {points[0][0]}" if shared else title, fontsize=9)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     for n, p in zip(names, points):
         summary[n] = [[p[0], p[1]]]
@@ -267,12 +337,15 @@ def _bars(ax, title, impls, x, summary):
 
 def phase_row(r):
     """(label, config, {phase: ms}) of a result that has phase times, else None; config:
-    config_parts(r), for draw_phases to tell unlike runs with one label apart."""
+    config_parts(r), for draw_phases to tell unlike runs with one label apart. A time or mode
+    that is not what it should be raises ValueError."""
     times = {}
     for p in PHASES:
-        v = r.get(f"{p}_ms")
+        v, key = r.get(f"{p}_ms"), f"{p}_ms"
+        if isinstance(v, dict):  # {median, p10, p90} of `edbatch run --json`
+            v, key = v.get("median"), f"{p}_ms.median"
         if v is not None:
-            times[p] = float(_median(v))
+            times[p] = float(_number({key: v}, key))
     if not times:
         return None
     model = r.get("model") or r.get("form") or r.get("bench", "?")
@@ -283,7 +356,7 @@ def phase_row(r):
 
 
 def draw_phases(plt, sourced, args):
-    rows = [x for x in (phase_row(r) for _, r in sourced) if x]
+    rows = [row for _, row in _each("phases", sourced, phase_row)]
     if not rows:
         raise SystemExit("report.py phases: no per-phase times in the files")
     labels = number_duplicates(distinct_labels([(label, config) for label, config, _ in rows],
@@ -322,8 +395,18 @@ def draw_curve(plt, paths, args):
         if not rows or not need <= set(rows[0]):
             raise SystemExit(f"report.py curve: {path}: expected the CSV columns of "
                              f"`edbatch train --curve` ({', '.join(sorted(need))})")
+        for n, r in enumerate(rows, 2):  # line 1: the header
+            for col in sorted(need):
+                try:
+                    float(r[col])
+                except (TypeError, ValueError):
+                    raise SystemExit(f"report.py curve: {path}:{n}: {col} is {r[col]!r}, not a "
+                                     "number")
+            if not float(r["episode"]).is_integer():
+                raise SystemExit(f"report.py curve: {path}:{n}: episode is {r['episode']!r}, not "
+                                 "an integer")
         name = os.path.splitext(os.path.basename(path))[0]
-        ep = [int(r["episode"]) for r in rows]
+        ep = [int(float(r["episode"])) for r in rows]
         # Training: the mean of each round's exploring rollouts (and of the candidate tables at
         # the start and the end); validation: the greedy table on held-out mini-batches.
         for col, what, style in (("mean_batches", "training", "-"),
@@ -346,8 +429,19 @@ def draw_curve(plt, paths, args):
 def epoch_series(record):
     """{name: [(epoch, value)]} of one run's per-epoch records: its training loss and, from each
     epoch's `eval` object, the held-out loss and accuracies. Timings (wall_s, seconds, ...) and
-    counts are left out."""
+    counts are left out. `epochs` that is not a list of objects with an `epoch` number raises
+    ValueError."""
     out = {}
+    epochs = record.get("epochs")
+    if epochs is not None and not isinstance(epochs, list):
+        raise ValueError(f"epochs is {json.dumps(epochs)}, not a list of per-epoch objects (as "
+                         "`edbatch run --train --epochs N --json` writes)")
+    for i, e in enumerate(epochs or []):
+        if not isinstance(e, dict):
+            raise ValueError(f"epochs[{i}] is {json.dumps(e)}, not a JSON object")
+        if e.get("epoch") is None:
+            raise ValueError(f"epochs[{i}] has no field 'epoch'")
+        _number(e, "epoch")
 
     def add(epoch, key, v, prefix=""):
         if isinstance(v, (int, float)) and not isinstance(v, bool) and (
@@ -368,12 +462,12 @@ def run_settings(r):
     """[(field, text)] of a training run's settings, to tell runs of one model and sizes apart."""
     opt = r.get("optimizer")
     opt = opt if isinstance(opt, dict) else {"name": opt}
-    lr = opt.get("lr", r.get("lr"))
+    lr = _number(opt, "lr") if opt.get("lr") is not None else _number(r, "lr")
     parts = [("optimizer", opt.get("name"))] if opt.get("name") else []
     if lr is not None:
         parts.append(("lr", f"lr {lr:g}"))
     for key in ("momentum", "weight_decay", "clip"):
-        if opt.get(key) is not None:
+        if _number(opt, key) is not None:
             parts.append((key, f"{key.replace('_', ' ')} {opt[key]:g}"))
     parts += [(key, f"{key} {r[key]}") for key in ("data", "seed", "policy", "device", "threads")
               if r.get(key) is not None]
@@ -392,7 +486,13 @@ def run_labels(runs):
 
 
 def draw_epochs(plt, sourced, args):
-    runs = [(where, r) for where, r in sourced if epoch_series(r)]
+    def drawn(r):  # a run with per-epoch records (its settings, for its label, checked)
+        if not epoch_series(r):
+            return None
+        run_settings(r)
+        return r
+
+    runs = [(where, r) for where, r in sourced if _each("epochs", [(where, r)], drawn)]
     if not runs:
         raise SystemExit("report.py epochs: no per-epoch records in the files (run "
                          "`edbatch run --train --epochs N --json FILE`)")
@@ -426,22 +526,38 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="chart", required=True)
+    parsers = {}
     for name in ("throughput", "phases", "curve", "epochs"):
-        p = sub.add_parser(name)
-        p.add_argument("files", nargs="+")
-        p.add_argument("-o", "--output", required=True, help="the PNG to write")
+        p = parsers[name] = sub.add_parser(name)
+        p.add_argument("files", nargs="+", help="the result files to read (never written)")
+        p.add_argument("-o", "--output", required=True,
+                       help=f"the chart to write: a .png (or {', .'.join(FORMATS[1:])}) file, "
+                       "which must not be one of the files read")
         p.add_argument("--summary", help="write what was drawn as JSON here")
         p.add_argument("--title", help="a title over the whole figure")
-        p.add_argument("--dpi", type=int, default=80)
+        p.add_argument("--dpi", type=int, default=80, help="dots per inch (default 80)")
         if name == "throughput":
-            p.add_argument("--x", choices=["batch", "hidden"], default="batch")
+            p.add_argument("--x", choices=["batch", "hidden"], default="batch",
+                           help="the x axis (default batch)")
             p.add_argument("--model", help="only these models (comma-separated)")
-            p.add_argument("--mode", choices=["forward", "train", "decode"],
-                           help="only these runs (decode: greedy decoding)")
+            p.add_argument("--mode", choices=list(MODE_TEXT),
+                           help="only these runs (forward+backward: bench_core --backward, no "
+                           "update; decode: greedy decoding)")
         if name == "phases":
             p.add_argument("--share", action="store_true",
                            help="each bar as shares of its run's time (100%%)")
     args = parser.parse_args(argv)
+    for path in args.files:
+        if not os.path.exists(path):
+            raise SystemExit(f"report.py: {path}: no such file")
+    usage = parsers[args.chart].error
+    check_outputs(usage, args.files, [("-o", args.output), ("--summary", args.summary)])
+    fmt = os.path.splitext(args.output)[1][1:]
+    if fmt.lower() not in FORMATS:
+        usage(f"-o {args.output}: " + (f"unsupported extension .{fmt}" if fmt else "no extension")
+              + f" (expected a file name ending in .{', .'.join(FORMATS)})")
+    if args.dpi < 1:
+        usage(f"--dpi {args.dpi}: expected a positive number of dots per inch")
     try:
         import matplotlib
     except ImportError:
@@ -450,9 +566,6 @@ def main(argv=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    for path in args.files:
-        if not os.path.exists(path):
-            raise SystemExit(f"report.py: {path}: no such file")
     if args.chart == "curve":
         fig, summary = draw_curve(plt, args.files, args)
     else:

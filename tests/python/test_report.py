@@ -267,3 +267,151 @@ def test_docs_charts_help_and_unknown_arguments(tmp_path):
                           text=True, timeout=60)
     assert done.returncode == 2 and "unknown argument '--bogus'" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scripts"]
+
+
+def usage_error(capsys, *args):
+    """Runs report.py with args that it must refuse as a usage error (exit status 2) before
+    writing anything; returns the message."""
+    with pytest.raises(SystemExit) as stop:
+        REPORT.main(list(args))
+    assert stop.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_outputs_never_replace_inputs(tmp_path, capsys):
+    run = tmp_path / "run.json"
+    run.write_text(open(os.path.join(DATA, "run_forward.json")).read())
+    before = run.read_bytes()
+    png = str(tmp_path / "chart.png")
+    said = usage_error(capsys, "phases", str(run), "-o", png, "--summary", str(run))
+    assert f"--summary {run}: is the input file {run}" in said
+    # The same file by another name: a hard link, a symbolic link, a path through "..".
+    os.link(run, tmp_path / "hard.json")
+    os.symlink(run, tmp_path / "soft.json")
+    (tmp_path / "sub").mkdir()
+    for other in ("hard.json", "soft.json", os.path.join("sub", "..", "run.json")):
+        said = usage_error(capsys, "phases", str(run), "-o", png, "--summary",
+                           str(tmp_path / other))
+        assert "is the input file" in said
+    said = usage_error(capsys, "throughput", str(run), "-o", str(tmp_path / "hard.json"))
+    assert "-o" in said and "is the input file" in said
+    said = usage_error(capsys, "throughput", str(run), "-o", png, "--summary", png)
+    assert "is the file -o writes too" in said
+    assert run.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.json", "run.json", "soft.json",
+                                                          "sub"]
+
+
+def test_output_paths_that_cannot_be_written_are_usage_errors(tmp_path, capsys):
+    run = os.path.join(DATA, "run_forward.json")
+    said = usage_error(capsys, "throughput", run, "-o", str(tmp_path / "nodir" / "x.png"))
+    assert "no directory" in said and "nodir" in said
+    said = usage_error(capsys, "throughput", run, "-o", str(tmp_path / "out.txt"))
+    assert "unsupported extension .txt" in said and ".png" in said
+    said = usage_error(capsys, "throughput", run, "-o", str(tmp_path / "noext"))
+    assert "no extension" in said and ".png" in said
+    (tmp_path / "d").mkdir()
+    said = usage_error(capsys, "throughput", run, "-o", str(tmp_path / "d"))
+    assert "is a directory" in said
+    said = usage_error(capsys, "throughput", run, "-o", str(tmp_path / "x.png"), "--summary",
+                       str(tmp_path / "nodir" / "s.json"))
+    assert "--summary" in said and "no directory" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    assert list((tmp_path / "d").iterdir()) == []
+    # Another format that matplotlib writes.
+    assert REPORT.main(["throughput", run, "-o", str(tmp_path / "x.svg")]) == 0
+    assert (tmp_path / "x.svg").read_text().lstrip().startswith("<?xml")
+
+
+def write_records(tmp_path, *records):
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def test_modes_of_the_benchmarks(tmp_path):
+    core = json.loads(open(os.path.join(DATA, "bench_core_blocks.jsonl")).readline())
+    ext = {"bench": "torch_ext", "model": "tree_lstm", "impl": "edbatch", "mode": "train",
+           "train": True, "device": "cpu", "batch": 32, "hidden": 32, "threads": 1,
+           "median_ms": 4.0, "p10_ms": 3.0, "p90_ms": 5.0}
+    path = write_records(tmp_path, ext, dict(core, backward=True),
+                         dict(core, backward=False, policy="agenda"))
+    drawn = report(tmp_path, "throughput", path)
+    # bench_torch_ext's training steps are training; bench_core --backward updates nothing.
+    assert sorted(drawn) == sorted(["tree_lstm, forward, hidden 32, cpu x1",
+                                    "tree_lstm, forward+backward, hidden 32, cpu x1",
+                                    "tree_lstm, train, hidden 32, cpu x1"])
+    assert drawn["tree_lstm, train, hidden 32, cpu x1"] == {"edbatch": [[32, 8000.0]]}
+    only = report(tmp_path, "throughput", path, "--mode", "forward+backward")
+    assert list(only) == ["tree_lstm, forward+backward, hidden 32, cpu x1"]
+    bars = report(tmp_path, "phases", path)["bars"]
+    assert [b.split("\n")[1] for b in bars] == ["forward+backward b32 h32", "forward b32 h32"]
+
+
+def test_bars_at_different_sizes_say_each_size(tmp_path):
+    rows = [{"model": "tree_lstm", "impl": "edbatch", "batch": 4, "hidden": 8, "threads": 1,
+             "train": False, "instances_per_s": 20000.0},
+            {"model": "tree_lstm", "impl": "torch_batched", "batch": 64, "hidden": 8,
+             "threads": 1, "train": False, "instances_per_s": 500.0}]
+    args = REPORT.argparse.Namespace(x="batch", model=None, mode=None)
+    plt = _pyplot()
+    for batches, title, ticks in (
+            ((4, 64), "tree_lstm, forward, hidden 8, cpu x1",
+             ["edbatch\nbatch 4", "torch batched\nbatch 64"]),
+            ((4, 4), "tree_lstm, forward, hidden 8, cpu x1, batch 4",
+             ["edbatch", "torch batched"])):
+        sourced = [("r", dict(r, batch=b)) for r, b in zip(rows, batches)]
+        fig, _ = REPORT.draw_throughput(plt, sourced, args)
+        (ax,) = fig.axes
+        assert ax.get_title() == title
+        assert [t.get_text() for t in ax.get_xticklabels()] == ticks
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("chart,change,message", [
+    ("throughput", {"instances_per_s_min": 900.0}, "instances_per_s_min without "
+     "instances_per_s_max"),
+    ("throughput", {"batch": "16"}, 'batch is "16", not a positive integer'),
+    ("throughput", {"hidden": 0}, "hidden is 0, not a positive integer"),
+    ("throughput", {"mode": "eval"}, 'mode is "eval", expected one of forward, '),
+    ("throughput", {"instances_per_s": None}, "instances_per_s is null"),
+    ("throughput", {"ms_per_minibatch": {"median": "fast"}, "instances_per_s": 1.0},
+     'ms_per_minibatch.median is "fast", not a number'),
+    ("phases", {"mode": "eval"}, 'mode is "eval"'),
+    ("phases", {"execution_ms": {"median": None, "p10": 1.0}, "construction_ms": "1"},
+     'construction_ms is "1", not a number'),
+    ("epochs", {"epochs": 8}, "epochs is 8, not a list of per-epoch objects"),
+    ("epochs", {"epochs": [{"mean_loss_per_instance": 1.0}]}, "epochs[0] has no field 'epoch'"),
+    ("epochs", {"epochs": [{"epoch": "1", "mean_loss_per_instance": 1.0}]},
+     'epoch is "1", not a number'),
+    ("epochs", {"lr": "fast"}, 'lr is "fast", not a number'),
+])
+def test_fields_of_the_wrong_kind_are_named(tmp_path, chart, change, message):
+    base = "run_epochs.json" if chart == "epochs" else "run_forward.json"
+    run = json.load(open(os.path.join(DATA, base)))
+    path = write_records(tmp_path, run, dict(run, **change))
+    said = report(tmp_path, chart, path, ok=False)
+    assert said.startswith(f"report.py {chart}: {path}:2: {message}"), said
+
+
+def test_partial_benchmark_lines_are_named(tmp_path):
+    block = {"bench": "block_tree_lstm", "batch": 4, "hidden": 8, "trees_per_s": 100.0}
+    path = write_records(tmp_path, block)  # one line: named by its file
+    said = report(tmp_path, "throughput", path, ok=False)
+    assert said.startswith(f"report.py throughput: {path}: no field 'form'")
+    # bench_core --reps 0: no time measured, so no throughput (null), not 0.
+    core = json.loads(open(os.path.join(DATA, "bench_core_blocks.jsonl")).readline())
+    path = write_records(tmp_path, dict(core, trees_per_s=None, ms_per_batch=0.0, ms_p10=0.0,
+                                        ms_p90=0.0))
+    assert f"{path}: trees_per_s is null" in report(tmp_path, "throughput", path, ok=False)
+
+
+def test_curve_cells_that_are_not_numbers_are_named(tmp_path):
+    rows = open(os.path.join(DATA, "curve.csv")).read().splitlines()
+    head = rows[0].split(",")
+    cells = rows[2].split(",")
+    cells[head.index("validation_batches")] = "many"
+    bad = tmp_path / "curve.csv"
+    bad.write_text("\n".join(rows[:2] + [",".join(cells)] + rows[3:]) + "\n")
+    said = report(tmp_path, "curve", str(bad), ok=False)
+    assert said == f"report.py curve: {bad}:3: validation_batches is 'many', not a number"
