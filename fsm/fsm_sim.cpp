@@ -293,6 +293,9 @@ std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width,
     if (stop && stop()) return {};
     cand.clear();
     for (uint32_t i = 0; i < beam.size(); ++i) {
+      // Each entry ranks every ready type by a schedule finished with lb-greedy: on a large
+      // graph one step of the search takes seconds, so stopping is checked per entry.
+      if (i > 0 && stop && stop()) return {};
       if (beam[i].finished()) {
         cand.push_back({beam[i].cost, 0, i, UINT32_MAX, beam[i].hash});
         continue;

@@ -111,7 +111,7 @@ double run_policy(const TrainGraph& tg, const SimPolicy& p);
 double evaluate(const std::vector<TrainGraph>& graphs, const SimPolicy& p);
 // A beam search over schedules ranked by SimState::least_cost (with chain costs: by the cost of
 // finishing each with lb-greedy); returns the local types in order (lb-greedy's plan when that
-// is cheaper). When `stop` returns true (checked once per step of the search), it gives up and
+// is cheaper). When `stop` returns true (checked for each entry of the beam), it gives up and
 // returns an empty plan.
 std::vector<uint32_t> beam_search(const TrainGraph& tg, uint32_t width,
                                   const std::function<bool()>& stop = {});

@@ -1,9 +1,12 @@
 // The command line and the user's files: an output that would replace an input is refused before
 // any work; /dev/stdout redirected to a file is written where it stands; integers are decimal;
 // flags that do nothing are said to; saved weights name a tag they have no class for; sentence
-// pairs' vocabularies with blank lines and one shared by both sides.
+// pairs' vocabularies with blank lines and one shared by both sides; a file-size limit and a
+// closed standard stream.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -165,4 +168,67 @@ TEST_CASE("cli files: a missing --costs file costs edbatch train no work") {
   CHECK(r.err.find("missing.json") != std::string::npos);
   CHECK(r.err.find("episode") == std::string::npos);
   CHECK_FALSE(fs::exists(dir / "p.json"));
+}
+
+TEST_CASE("cli files: a file-size limit fails the write that meets it, not the run") {
+#ifdef EDBATCH_CLI_PATH
+  // ulimit -f: SIGXFSZ ended the run without a word, a temporary file left and the other files
+  // not written. The weights (249 KB) pass the limit, the JSON (2 KB) does not.
+  TempDir dir;
+  const std::string cmd = "cd '" + dir.path.string() + "' && ulimit -f 24 && exec '" +
+                          EDBATCH_CLI_PATH +
+                          "' run --model tree_lstm --hidden 64 --iters 2 --save-weights w.st "
+                          "--json j.json > out.txt 2> err.txt";
+  const int status = std::system(("sh -c \"" + cmd + "\"").c_str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  const std::string err = slurp(dir / "err.txt");
+  CHECK(err.find("edbatch run: --save-weights: ") != std::string::npos);
+  CHECK(err.find("File too large") != std::string::npos);
+  CHECK(nlohmann::json::parse(slurp(dir / "j.json"))["instances"] == 64);
+  for (const auto& entry : fs::directory_iterator(dir.path))
+    CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+#endif
+}
+
+TEST_CASE("cli files: a standard stream closed at start is /dev/null, not the next file opened") {
+#ifdef EDBATCH_CLI_PATH
+  // With 2>&- the next file opened would be descriptor 2, and a message (Ctrl-C's) would land
+  // inside it: /dev/null takes the place, so /dev/fd/2 is open, and written to nowhere.
+  TempDir dir;
+  const std::string cmd = std::string("'") + EDBATCH_CLI_PATH +
+                          "' run --model tree_lstm --hidden 8 --iters 1 --json /dev/fd/2 > '" +
+                          dir / "out.txt" + "' 2>&-";
+  const int status = std::system(cmd.c_str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(slurp(dir / "out.txt").find("instances/s") != std::string::npos);
+#endif
+}
+
+TEST_CASE("cli files: a run stopped before its first measured mini-batch reports no times") {
+#ifdef EDBATCH_CLI_PATH
+  // SIGTERM while the data loads (600,000 synthetic trees): warm-up runs whole, nothing is
+  // measured, and the JSON holds nulls, not medians of nothing as 0.
+  TempDir dir;
+  const std::string cmd = "cd '" + dir.path.string() + "' && ('" + EDBATCH_CLI_PATH +
+                          "' run --model tree_lstm --data synthetic:600000 --hidden 8 --batch 64 "
+                          "--train --iters 3 --json m.json > out.txt 2> err.txt & pid=$!; "
+                          // once its SIGTERM handler is in place (SigCgt bit 15), as the run
+                          // begins: loading the data alone then takes a second or more
+                          "i=0; while [ $i -lt 3000 ]; do "
+                          "m=$(awk '/^SigCgt/{print $2}' /proc/$pid/status 2>/dev/null); "
+                          "[ -n \"$m\" ] && [ $(( 0x$m & 0x4000 )) -ne 0 ] && break; "
+                          "sleep 0.01; i=$((i+1)); done; kill -TERM $pid; wait $pid)";
+  const int status = std::system(cmd.c_str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 143);
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "m.json"));
+  CHECK(j["minibatches"] == 0);
+  CHECK(j["interrupted"] == "SIGTERM");
+  CHECK(j["ms_per_minibatch"].is_null());
+  CHECK(j["instances_per_s"].is_null());
+  CHECK(j["batches_over_lower_bound"].is_null());
+  CHECK(slurp(dir / "out.txt").find("no mini-batch was measured") != std::string::npos);
+#endif
 }

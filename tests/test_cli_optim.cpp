@@ -236,6 +236,53 @@ TEST_CASE("cli optim: --save-best keeps the best epoch's weights") {
         doctest::Approx(at_best["loss_per_instance"].get<double>()).epsilon(1e-5));
 }
 
+TEST_CASE("cli optim: weights and optimizer state from different points of a run are refused") {
+  // Weights saved after training record the optimizer's steps: a pair whose weights were
+  // written later than the state (a failed --save-optimizer, a mix of runs) is refused before
+  // any work; the pair saved together loads.
+  TempDir dir;
+  const std::string common =
+      "run --model tree_lstm --data synthetic:37 --hidden 6 --batch 8 --train --optimizer adam ";
+  const auto f = [&](const char* name) { return " '" + dir / name + "' "; };
+  REQUIRE(
+      cli(dir, common + "--iters 3 --save-weights" + f("w1") + "--save-optimizer" + f("s1")).code ==
+      0);
+  std::map<std::string, std::string> meta;
+  edbatch::read_safetensors(dir / "w1", &meta);
+  CHECK(meta.at("edbatch.optimizer_steps") == "5");  // 2 warm-up and 3 measured
+  REQUIRE(cli(dir, common + "--iters 2 --load-weights" + f("w1") + "--load-optimizer" + f("s1") +
+                       "--save-weights" + f("w2"))
+              .code == 0);
+  const Result r = cli(dir, common + "--iters 1 --load-weights" + f("w2") + "--load-optimizer" +
+                                f("s1") + "--json" + f("j.json"));
+  CHECK(r.code == 1);
+  CHECK(r.err.find("was saved after 7 optimizer steps and --load-optimizer") != std::string::npos);
+  CHECK(r.err.find("after 5: they are not from one point of a run") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "j.json"));
+}
+
+TEST_CASE("cli optim: a --save-best that cannot be written stops nothing else") {
+  // /dev/full passes the checks before any work and fails at the first best epoch: training
+  // goes on, the other files are written, and the run names the file it could not write.
+  TempDir dir;
+  const std::string weights = dir / "w.st", state = dir / "s.st", json = dir / "t.json";
+  const Result r =
+      cli(dir,
+          "run --model tree_gru --data synthetic:40 --eval synthetic:16 --hidden 8 --batch 8 "
+          "--train --epochs 3 --save-best /dev/full --save-weights '" +
+              weights + "' --save-optimizer '" + state + "' --json '" + json + "'");
+  CHECK(r.code == 1);
+  CHECK(r.err.find("edbatch run: --save-best: ") != std::string::npos);
+  CHECK(r.err.find("not written: --save-best (above); the other files were") != std::string::npos);
+  CHECK(r.out.find("(best: NOT saved)") != std::string::npos);
+  CHECK(r.out.find("epoch 3/3") != std::string::npos);  // training went on
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  CHECK(j["epochs"].size() == 4);
+  CHECK(j["optimizer"]["steps"].get<int>() > 0);
+  CHECK(std::filesystem::file_size(weights) > 0);
+  CHECK(std::filesystem::file_size(state) > 0);
+}
+
 TEST_CASE("cli optim: optimizer state files, clipping and weight decay flags") {
   TempDir dir;
   const std::string state = dir / "adam.state", json = dir / "j.json";

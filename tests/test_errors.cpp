@@ -213,6 +213,28 @@ TEST_CASE("errors: EDBATCH_CUDA_STAGE_WAITS is read as 0, auto or 1, anything el
   CHECK(apply_debug_env(CudaOptions{}).stage_waits == Waits::Auto);
 }
 
+TEST_CASE("errors: on/off switches read the usual words and refuse others") {
+  for (const char* on : {"1", "true", "TRUE", "yes", "On"}) {
+    CAPTURE(on);
+    setenv("EDBATCH_CUDA_SYNC", on, 1);
+    CHECK(env_flag("EDBATCH_CUDA_SYNC"));
+  }
+  for (const char* off : {"", "0", "false", "No", "OFF"}) {
+    CAPTURE(off);
+    setenv("EDBATCH_CUDA_SYNC", off, 1);
+    CHECK_FALSE(env_flag("EDBATCH_CUDA_SYNC"));
+  }
+  // "false" turned profiling on before: any value but "" and "0" did.
+  setenv("EDBATCH_TORCH_PROFILE", "false", 1);
+  CHECK_FALSE(adapter_debug_env().profile);
+  setenv("EDBATCH_CUDA_SYNC", "2", 1);
+  CHECK(contains(message_of([] { apply_debug_env(CudaOptions{}); }),
+                 "EDBATCH_CUDA_SYNC='2': expected 1, true, yes or on, or 0, false, no or off"));
+  unsetenv("EDBATCH_CUDA_SYNC");
+  unsetenv("EDBATCH_TORCH_PROFILE");
+  CHECK_FALSE(env_flag("EDBATCH_CUDA_SYNC"));
+}
+
 TEST_CASE(
     "errors: EDBATCH_CUDA_CHAIN, _LINEAR, _EPILOGUE, _LINEAR_BLOCKS: their values, empty, and "
     "refusals") {

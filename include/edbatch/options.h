@@ -51,7 +51,8 @@ std::string default_policy_cache_dir();
 // whole number.
 uint64_t interrupt_after_env();
 
-// True when `name` is set to anything but "" or "0".
+// A switch: false when `name` is unset or empty, or 0, false, no or off; true for 1, true, yes or
+// on (either case). Throws std::invalid_argument naming the variable for anything else.
 bool env_flag(const char* name);
 
 }  // namespace edbatch

@@ -1,5 +1,6 @@
 #include "edbatch/options.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -34,7 +35,15 @@ uint64_t interrupt_after_env() {
 
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
+  if (v == nullptr || *v == '\0') return false;
+  std::string s(v);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* on : {"1", "true", "yes", "on"})
+    if (s == on) return true;
+  for (const char* off : {"0", "false", "no", "off"})
+    if (s == off) return false;
+  throw std::invalid_argument(std::string(name) + "='" + v +
+                              "': expected 1, true, yes or on, or 0, false, no or off");
 }
 
 namespace {

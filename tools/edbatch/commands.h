@@ -66,9 +66,11 @@ class OutputFiles {
             const std::string& may_replace = "");
   // A data spec's files: the file it names, or the two of SRC,TGT (synthetic:N: none).
   void read_data(const std::string& option, const std::string& spec);
+  // Writes one option's file; a failure is printed and remembered (finish() names it), and a
+  // later write of the same option that succeeds (--save-best at a later epoch) clears it.
   void write(const std::string& option, const std::function<void()>& write_file);
   void finish() const;
-  bool written(const std::string& option) const;  // false once its write() failed
+  bool written(const std::string& option) const;  // false while its last write() failed
 
  private:
   struct Input {
@@ -78,7 +80,7 @@ class OutputFiles {
   std::string command_;
   std::vector<std::pair<std::string, std::string>> files_;  // option, the file it writes
   std::vector<Input> inputs_;
-  std::vector<std::string> failed_;
+  std::vector<std::string> failed_, written_;
 };
 
 // Warns on stderr for each of `flags` given to `app` when it does not apply (`without`: why, e.g.

@@ -1,5 +1,8 @@
 // `edbatch`: the command line. Exit codes: 0 ok, 1 runtime error, 2 usage error; errors go to
 // stderr as "edbatch <command>: <message>".
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -28,6 +31,16 @@ int help(CLI::App& app, const CLI::Error& e) {
 
 int main(int argc, char** argv) {
   using namespace edbatch::cli;
+  // A standard stream left closed (2>&-, a daemon's launcher) would be the next file opened, a
+  // weights file's temporary, and a message written to it (Ctrl-C's) would land inside that
+  // file: /dev/null takes its place.
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF &&
+        ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd)
+      return 1;
+  // A file-size limit (ulimit -f) is an error of the write that meets it (reported, the other
+  // files written, no temporary left), not a signal that ends the run without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"edbatch: dynamic batching of tree, lattice and DAG networks"};
   app.require_subcommand(1);
   std::vector<Command> commands = {add_run_command(app), add_train_command(app)};

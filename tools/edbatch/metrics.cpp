@@ -173,6 +173,11 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   else
     j["mean_loss_per_instance"] = nullptr;
   j["wall_s"] = info.wall_s;
+  if (samples.empty()) {  // stopped before the first measured mini-batch: no numbers, not zeros
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it->is_object() && it->contains("median")) *it = nullptr;
+    j["instances_per_s"] = j["batches_over_lower_bound"] = nullptr;
+  }
   return j;
 }
 
@@ -195,6 +200,7 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
       t.instances);
   if (!info.interrupted.empty())
     add(" (stopped by %s; %u planned)", info.interrupted.c_str(), info.planned);
+  if (samples.empty()) return out + "\nno mini-batch was measured, so there are no times\n";
   out += "\n\n";
   add("%-26s %10s %10s %10s\n", "ms per mini-batch", "median", "p10", "p90");
   auto row = [&](const char* name, const std::function<double(const MiniBatchSample&)>& f) {

@@ -103,8 +103,10 @@ void OutputFiles::add(const std::string& option, const std::string& path) {
 }
 
 void OutputFiles::write(const std::string& option, const std::function<void()>& write_file) {
+  failed_.erase(std::remove(failed_.begin(), failed_.end(), option), failed_.end());
   try {
     write_file();
+    written_.push_back(option);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "edbatch %s: %s: %s\n", command_.c_str(), option.c_str(), e.what());
     failed_.push_back(option);
@@ -119,7 +121,11 @@ void OutputFiles::finish() const {
   if (failed_.empty()) return;
   std::string names;
   for (const std::string& o : failed_) names += (names.empty() ? "" : ", ") + o;
-  throw std::runtime_error("not written: " + names + " (above); the other files were");
+  bool others = false;  // a file written whose last write did not fail
+  for (const std::string& o : written_)
+    others = others || std::find(failed_.begin(), failed_.end(), o) == failed_.end();
+  throw std::runtime_error("not written: " + names + " (above)" +
+                           (others ? "; the other files were" : ""));
 }
 
 }  // namespace edbatch::cli

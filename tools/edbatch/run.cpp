@@ -292,10 +292,10 @@ int run(const RunOptions& o) {
   // Weights saved from data files keep their words' and tags' ids: files read now give the same
   // words the same ids (new ones continue the numbering).
   Vocabulary vocabulary;
+  std::map<std::string, std::string> loaded;  // --load-weights' metadata
   if (!o.load_weights.empty()) {
-    std::map<std::string, std::string> metadata;
-    read_safetensors(o.load_weights, &metadata);
-    vocabulary = vocabulary_from_metadata(metadata, o.vocab, o.load_weights);
+    read_safetensors(o.load_weights, &loaded);
+    vocabulary = vocabulary_from_metadata(loaded, o.vocab, o.load_weights);
   }
   const SavedVocabulary saved{vocabulary.words.size(), vocabulary.tags.size(), o.load_weights};
   // With --eval the held-out instances follow the training set's in one data set (one model).
@@ -336,8 +336,9 @@ int run(const RunOptions& o) {
   uint64_t resumed = 0;  // mini-batches the loaded optimizer state's runs took
   const std::unique_ptr<Optimizer> optimizer =
       make_cli_optimizer(o.t, pc, DataPosition{o.seed, o.batch, train_size, 0}, &resumed);
+  check_saved_pair(o.load_weights, loaded, o.t.load_optimizer, *optimizer);
   Runner runner(o, *model, engine, *optimizer, train_size);
-  EpochReport report(o.t, *model, engine, train_size, o.batch, o.epochs, saved_vocabulary);
+  EpochReport report(o.t, *model, engine, train_size, o.batch, o.epochs, saved_vocabulary, outputs);
   if (o.train) report.before_training();
 
   // Warm-up mini-batches (the first of the data) fill the arena and caches; not measured.
@@ -426,7 +427,9 @@ int run(const RunOptions& o) {
   // The weights first: a failure of one file (--outputs' pass stops at a loss that is not
   // finite) leaves the others written.
   if (!o.save_weights.empty())
-    outputs.write("--save-weights", [&] { save_parameters(o.save_weights, pc, saved_vocabulary); });
+    outputs.write("--save-weights", [&] {
+      save_parameters(o.save_weights, pc, with_optimizer_steps(saved_vocabulary, *optimizer));
+    });
   if (!o.t.save_optimizer.empty())
     outputs.write("--save-optimizer", [&] {
       save_optimizer_state(

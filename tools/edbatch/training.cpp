@@ -178,6 +178,29 @@ std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, Paramete
   return opt;
 }
 
+namespace {
+constexpr const char* kWeightsSteps = "edbatch.optimizer_steps";
+}  // namespace
+
+std::map<std::string, std::string> with_optimizer_steps(std::map<std::string, std::string> metadata,
+                                                        const Optimizer& optimizer) {
+  if (optimizer.steps() > 0) metadata[kWeightsSteps] = std::to_string(optimizer.steps());
+  return metadata;
+}
+
+void check_saved_pair(const std::string& weights,
+                      const std::map<std::string, std::string>& weights_metadata,
+                      const std::string& state, const Optimizer& optimizer) {
+  const auto it = weights_metadata.find(kWeightsSteps);
+  if (weights.empty() || state.empty() || it == weights_metadata.end()) return;
+  if (it->second == std::to_string(optimizer.steps())) return;
+  throw std::runtime_error(fmt::format(
+      "--load-weights '{}' was saved after {} optimizer steps and --load-optimizer '{}' after {}: "
+      "they are not from one point of a run (one of the pair failed to be written, or they "
+      "come from different runs); load weights and state saved together",
+      weights, it->second, state, optimizer.steps()));
+}
+
 Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, uint32_t batch) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool trees = model_data_kind(model.name()) == DataKind::Trees;
@@ -217,14 +240,15 @@ Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, 
 
 EpochReport::EpochReport(const TrainingOptions& o, Model& model, Engine& engine,
                          uint32_t train_size, uint32_t batch, uint32_t epochs,
-                         std::map<std::string, std::string> weights_metadata)
+                         std::map<std::string, std::string> weights_metadata, OutputFiles& outputs)
     : o_(o),
       model_(model),
       engine_(engine),
       train_size_(train_size),
       batch_(batch),
       epochs_(epochs),
-      weights_metadata_(std::move(weights_metadata)) {}
+      weights_metadata_(std::move(weights_metadata)),
+      outputs_(outputs) {}
 
 namespace {
 std::string percent(double x) {
@@ -287,8 +311,11 @@ Evaluation EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::stri
     best_loss_ = loss;
     line["best"] = true;
     if (!o_.save_best.empty()) {
-      save_parameters(o_.save_best, model_.params(), weights_metadata_);
-      text += "  (best: saved)";
+      // A file that cannot be written is reported (and named at the end) while training goes
+      // on: the run's other files and a later best epoch are still written.
+      outputs_.write("--save-best",
+                     [&] { save_parameters(o_.save_best, model_.params(), weights_metadata_); });
+      text += outputs_.written("--save-best") ? "  (best: saved)" : "  (best: NOT saved)";
     } else {
       text += "  (best)";
     }

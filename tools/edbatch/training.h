@@ -17,6 +17,7 @@
 #include "edbatch/engine.h"
 #include "edbatch/models.h"
 #include "edbatch/optim.h"
+#include "tools/edbatch/commands.h"
 
 namespace edbatch::cli {
 
@@ -80,6 +81,17 @@ struct DataPosition {
 // mini-batches starts again.
 std::unique_ptr<Optimizer> make_cli_optimizer(const TrainingOptions& o, ParameterCollection& pc,
                                               const DataPosition& here, uint64_t* resume_after);
+// Weights saved after training record the optimizer's steps ("edbatch.optimizer_steps"), so that
+// a resumed run checks that --load-weights and --load-optimizer come from one point of a run
+// (check_saved_pair). `metadata` with that entry when the optimizer has taken steps.
+std::map<std::string, std::string> with_optimizer_steps(std::map<std::string, std::string> metadata,
+                                                        const Optimizer& optimizer);
+// Throws std::runtime_error when the weights (`weights_metadata`, read from `weights`) record
+// other optimizer steps than the state loaded into `optimizer` from `state` (nothing is checked
+// when either is not given or the weights record none).
+void check_saved_pair(const std::string& weights,
+                      const std::map<std::string, std::string>& weights_metadata,
+                      const std::string& state, const Optimizer& optimizer);
 
 // Held-out evaluation: a forward pass over instances [first, end) of the model's data, the
 // argmax of each loss node's logits against its gold label.
@@ -113,9 +125,11 @@ struct SavedVocabulary {
 // "epochs" JSON. Without --eval it only prints and collects the training loss.
 class EpochReport {
  public:
-  // `weights_metadata` goes into --save-best's files (the data's vocabulary).
+  // `weights_metadata` goes into --save-best's files (the data's vocabulary), written through
+  // `outputs` (a failed write is reported and training goes on).
   EpochReport(const TrainingOptions& o, Model& model, Engine& engine, uint32_t train_size,
-              uint32_t batch, uint32_t epochs, std::map<std::string, std::string> weights_metadata);
+              uint32_t batch, uint32_t epochs, std::map<std::string, std::string> weights_metadata,
+              OutputFiles& outputs);
   bool evaluating() const { return !o_.eval.empty(); }
   // Epoch 0: the held-out set before training (with --eval).
   void before_training();
@@ -143,6 +157,7 @@ class EpochReport {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double eval_s_ = 0;  // evaluation time so far
   std::map<std::string, std::string> weights_metadata_;
+  OutputFiles& outputs_;
   nlohmann::json epochs_json_ = nlohmann::json::array();
   int64_t best_epoch_ = -1;
   double best_accuracy_ = -1, best_loss_ = 0;
