@@ -20,7 +20,7 @@ _lib.load()
 
 from . import nn  # noqa: E402  (needs the ops loaded)
 from .propagate import Propagate  # noqa: E402
-from .trace import dropout_mask  # noqa: E402
+from .propagate import dropout_mask  # noqa: E402  (its arguments checked)
 from .info import backends, device_status  # noqa: E402
 from .step import apply_gradients  # noqa: E402
 

@@ -65,7 +65,13 @@ def eager(fn):
             from torch._dynamo import disable  # torch 2.0
         except ImportError:
             return run
-    return disable(run)
+    wrapped = disable(run)
+    if getattr(wrapped, "__doc__", None) != fn.__doc__:  # help() shows fn's own text
+        try:
+            wrapped.__doc__, wrapped.__wrapped__ = fn.__doc__, fn
+        except AttributeError:
+            pass
+    return wrapped
 
 
 def autocast_float32(x):

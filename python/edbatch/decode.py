@@ -4,6 +4,7 @@ import threading
 
 import torch
 
+from . import checks
 from ._lib import autocast_float32
 from .head import check_engine_options
 from .ops import _reraise
@@ -51,11 +52,14 @@ class StepDecoder:
         if isinstance(cell, Propagate):
             if input_size is None:
                 raise TypeError("StepDecoder: a Propagate cell needs input_size= (x's columns)")
+            input_size = checks.integer(input_size, "StepDecoder", "input_size")
             self._program_of = lambda: cell.program("x", input_size)
             self._make = lambda text: torch.classes.edbatch.Decoder(
                 "program:" + text, input_size, 1, policy, threads, str(self.device))
             program = _without_dropout(self._program_of())
             self._tuple = program.state_tuple
+            self._components = len(program.doc["state"]) if isinstance(
+                program.doc.get("state"), list) else 1
             self.device = _device_of(program.weights())
             self._text = program.text
             self._impl = self._make(self._text)
@@ -63,8 +67,14 @@ class StepDecoder:
             if cell.cell not in ("lattice_lstm", "lattice_gru"):
                 raise ValueError(f"StepDecoder: the built-in cell {cell.cell!r} has no step "
                                  "(lattice_lstm and lattice_gru have)")
+            if input_size is not None and checks.integer(
+                    input_size, "StepDecoder", "input_size") != cell.input_size:
+                raise ValueError(f"StepDecoder: input_size is {input_size}, but the built-in "
+                                 f"cell's input_size is {cell.input_size} (x's columns; leave "
+                                 f"input_size out for a built-in cell)")
             self._program_of = None
             self._tuple = cell.cell == "lattice_lstm"
+            self._components = 2 if self._tuple else 1
             self.device = _device_of(cell.weights())
             self._impl = torch.classes.edbatch.Decoder(cell.cell, cell.input_size,
                                                        cell.hidden_size, policy, threads,
@@ -101,7 +111,20 @@ class StepDecoder:
             return [w.detach() for w in self._program_of().weights()]
         return [w.detach() for w in self.module.weights()]
 
+    def __repr__(self):
+        return (f"StepDecoder({type(self.module).__name__}, device={self.device}, "
+                f"running={self.running.numel()}{'' if self._started else ', not started'})")
+
     def _start(self, batch_size, state=None):
+        # The engine's graph holds a node per instance and state component (32-bit ids).
+        batch_size = checks.integer(batch_size, "StepDecoder.start", "batch_size", 0,
+                                    checks.MAX_SIZE // max(self._components, 1))
+        if state is not None and not isinstance(state, torch.Tensor) and not (
+                isinstance(state, (tuple, list)) and
+                all(isinstance(s, torch.Tensor) for s in state)):
+            raise TypeError(f"StepDecoder.start: state must be a tensor or a tuple of tensors "
+                            f"(as the cell returns it, a row per instance), or None (zeros), "
+                            f"got {type(state).__name__}")
         if self._program_of is not None:
             program = _without_dropout(self._program_of())
             if program.text != self._text:
@@ -123,6 +146,9 @@ class StepDecoder:
         if not self._started:
             raise RuntimeError("StepDecoder.step: no loop has begun: call start(batch_size, "
                                "state) first")
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"StepDecoder.step: x must be a float32 tensor (a row per running "
+                            f"instance), got {type(x).__name__}")
         try:
             out = self._impl.step(self.running, autocast_float32(x).detach())
         except (RuntimeError, TypeError) as e:
@@ -133,8 +159,16 @@ class StepDecoder:
         if not self._started:
             raise RuntimeError("StepDecoder.stop: no loop has begun: call start(batch_size, "
                                "state) first")
-        given = torch.as_tensor(mask)
-        if given.squeeze().dim() > 1:
+        if mask is None or isinstance(mask, (str, bytes)):
+            raise TypeError(f"StepDecoder.stop: mask must be a bool per running row (a tensor, "
+                            f"list or NumPy array), got {type(mask).__name__}")
+        try:
+            given = torch.as_tensor(mask)
+        except (TypeError, RuntimeError, ValueError):
+            raise TypeError(f"StepDecoder.stop: mask must be a bool per running row (a tensor, "
+                            f"list or NumPy array), got {type(mask).__name__}") from None
+        # one bool per row: shape (N,) or (N, 1), or () for a single running instance
+        if given.dim() > 2 or given.dim() == 2 and given.shape[1] != 1:
             raise ValueError(f"StepDecoder.stop: mask has shape {tuple(given.shape)}; it takes "
                              f"one bool per running row")
         if given.dtype != torch.bool and given.numel() > 0:  # torch.tensor([]) is float

@@ -3,7 +3,7 @@ the engine (docs/pytorch.md, "The loss inside the engine"), the batching policy 
 
 import torch
 
-from . import ops
+from . import checks, ops
 
 
 def check_engine_options(policy, threads, owner):
@@ -32,10 +32,12 @@ def refuse_replica(module, owner):
 
 
 def check_head(classes, reduction, owner):
-    """Raises ValueError for a loss head option that makes no sense."""
-    if classes is not None and (not isinstance(classes, int) or classes <= 0):
-        raise ValueError(f"{owner}: classes must be a positive int (or None: no loss head), "
-                         f"got {classes!r}")
+    """Raises TypeError / ValueError for a loss head option that makes no sense."""
+    if classes is not None:
+        try:
+            checks.integer(classes, owner, "classes")
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{e} (or None: no loss head)") from None
     if reduction not in ("sum", "mean"):
         raise ValueError(f"{owner}: reduction must be 'sum' or 'mean', got {reduction!r}")
 

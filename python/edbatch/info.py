@@ -24,8 +24,14 @@ def cuda_tensor_path():
 
 
 def device_status(device):
-    """"" when edbatch can run on `device` ("cpu", "null", "cuda") here, else why not."""
+    """"" when edbatch can run on `device` ("cpu", "null", "cuda", or a torch.device, read as its
+    type) here, else why not."""
     _lib.load()
+    if isinstance(device, torch.device):
+        device = device.type  # the backend: "cuda" for cuda:N as well
+    if not isinstance(device, str):
+        raise TypeError(f"device_status: device must be a str (\"cpu\", \"null\", \"cuda\") or "
+                        f"a torch.device, got {type(device).__name__}")
     return torch.ops.edbatch.device_status(device)
 
 

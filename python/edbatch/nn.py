@@ -6,10 +6,18 @@ import torch
 
 from ._lib import eager
 from .head import check_engine_options, check_head, head_weights, labels_of, refuse_replica
-from .ops import check_packed, prepare, run_cell, weight_shapes
+from . import checks
+from .ops import check_packed, check_sizes, prepare, run_cell, weight_shapes
 from .step import apply_gradients
-from .propagate import Propagate  # noqa: F401  (user cells: edbatch.nn.Propagate)
-from .decode import StepDecoder  # noqa: F401  (decoding loops: edbatch.nn.StepDecoder)
+from .propagate import Propagate
+from .decode import StepDecoder
+
+__all__ = ["Cell", "TreeLSTM", "TreeGRU", "LatticeLSTM", "LatticeGRU", "RandomDAG", "MVRNN",
+           "Propagate", "StepDecoder"]
+
+# The options of every built-in module (TreeLSTM, ..., MVRNN); the cell's own sizes and type
+# counts are the modules' named arguments.
+_OPTIONS = ("policy", "threads", "classes", "reduction")
 
 
 class Cell(torch.nn.Module):
@@ -24,8 +32,11 @@ class Cell(torch.nn.Module):
     def __init__(self, cell, input_size, hidden_size, num_node_types=1, num_arc_types=1,
                  policy="lb-greedy", threads=0, classes=None, reduction="sum"):
         super().__init__()
-        check_head(classes, reduction, f"edbatch.nn.Cell({cell!r})")
-        check_engine_options(policy, threads, f"edbatch.nn.Cell({cell!r})")
+        owner = f"edbatch.nn.Cell({cell!r})"
+        cell, hidden_size, input_size, num_node_types, num_arc_types = check_sizes(
+            owner, cell, hidden_size, input_size, num_node_types, num_arc_types)
+        check_head(classes, reduction, owner)
+        check_engine_options(policy, threads, owner)
         self.reduction = reduction
         self.cell, self.input_size, self.hidden_size = cell, input_size, hidden_size
         self.num_node_types, self.num_arc_types = num_node_types, num_arc_types
@@ -39,6 +50,8 @@ class Cell(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
+        """Draws the cell's weights from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) and resets
+        the loss head (nn.Linear's own initialisation)."""
         bound = 1.0 / math.sqrt(self.hidden_size)
         for name in self.weight_names:
             torch.nn.init.uniform_(getattr(self, name), -bound, bound)
@@ -46,6 +59,8 @@ class Cell(torch.nn.Module):
             self.head.reset_parameters()
 
     def weights(self):
+        """The cell's weights, in the order of edbatch.weight_shapes() (the loss head's are
+        not among them)."""
         refuse_replica(self, f"edbatch.nn.Cell({self.cell!r})")
         return [getattr(self, name) for name in self.weight_names]
 
@@ -59,6 +74,9 @@ class Cell(torch.nn.Module):
 
     @eager
     def forward(self, x, packed):
+        """The cell over every node of `packed`: a tuple of per-node outputs ((h, c) for the
+        LSTM cells, (h,) otherwise), each num_nodes x hidden_size in packed order. x: float32
+        rows (input_size columns) that packed.node_inputs / arc_inputs point at."""
         return run_cell(self.cell, self._x(x), packed, self.weights(), self.hidden_size,
                         self.num_node_types, self.num_arc_types, self.policy, self.threads)
 
@@ -107,8 +125,16 @@ class Cell(torch.nn.Module):
                 self.num_node_types, self.num_arc_types, self.policy, self.threads, **head)
 
     def extra_repr(self):
-        return (f"{self.cell}, input_size={self.input_size}, hidden_size={self.hidden_size}, "
-                f"policy={self.policy!r}")
+        text = f"{self.cell}, input_size={self.input_size}, hidden_size={self.hidden_size}"
+        for name in ("num_node_types", "num_arc_types"):
+            if getattr(self, name) != 1:
+                text += f", {name}={getattr(self, name)}"
+        text += f", policy={self.policy!r}"
+        if self.threads:
+            text += f", threads={self.threads}"
+        if self.head is not None:
+            text += f", classes={self.head.out_features}, reduction={self.reduction!r}"
+        return text
 
 
 class _Inputs(torch.nn.Module):
@@ -151,13 +177,21 @@ class _Inputs(torch.nn.Module):
 class _Embedded(_Inputs):
     """A cell whose input rows are embeddings of packed.input_ids (one table per input kind)."""
 
-    def __init__(self, cell, vocab_size, input_size, hidden_size, kinds=1, **options):
+    def __init__(self, cell, vocab_size, input_size, hidden_size, options, kinds=1,
+                 num_node_types=1, num_arc_types=1):
         super().__init__()
+        owner = type(self).__name__
+        _check_options(owner, options)
+        check_head(options.get("classes"), options.get("reduction", "sum"), owner)
+        vocab_size, hidden_size, input_size = checks.sizes(
+            owner, vocab_size=vocab_size, hidden_size=hidden_size, input_size=input_size)
         self.embeddings = torch.nn.ModuleList(
             torch.nn.Embedding(vocab_size, input_size) for _ in range(kinds))
-        self.cell = Cell(cell, input_size, hidden_size, **options)
+        self.cell = Cell(cell, input_size, hidden_size, num_node_types, num_arc_types, **options)
 
     def embed(self, packed):
+        """The input rows x of `packed`: the embeddings of packed.input_ids, each from the
+        table of its input kind (packed.input_kinds); forward(packed) runs the cell on them."""
         check_packed(packed, type(self).__name__)
         for i, table in enumerate(self.embeddings):
             if table.weight.dtype != torch.float32:
@@ -165,13 +199,20 @@ class _Embedded(_Inputs):
                                 f"float32, got {table.weight.dtype} (the engine computes in "
                                 f"float32; for mixed precision keep the module in float32 and "
                                 f"run it inside torch.autocast)")
-        if len(self.embeddings) == 1:
-            return self.embeddings[0](packed.input_ids)
-        x = self.embeddings[0](packed.input_ids)
-        for kind in range(1, len(self.embeddings)):
-            mask = (packed.input_kinds == kind).unsqueeze(1)
-            x = torch.where(mask, self.embeddings[kind](packed.input_ids), x)
-        return x
+        tables = [(f"embeddings.{i}", t) for i, t in enumerate(self.embeddings)]
+        if packed.input_ids.is_cuda:  # an index out of range would stop the device: checked here
+            _check_ids(self, packed, tables)
+        try:
+            if len(self.embeddings) == 1:
+                return self.embeddings[0](packed.input_ids)
+            x = self.embeddings[0](packed.input_ids)
+            for kind in range(1, len(self.embeddings)):
+                mask = (packed.input_kinds == kind).unsqueeze(1)
+                x = torch.where(mask, self.embeddings[kind](packed.input_ids), x)
+            return x
+        except (IndexError, RuntimeError):
+            _check_ids(self, packed, tables)
+            raise
 
     def forward(self, packed, x=None):
         """Per-node outputs; x overrides the embeddings (rows as packed.input_ids)."""
@@ -190,34 +231,59 @@ class _Embedded(_Inputs):
             table.weight.index_add_(0, packed.input_ids, rows, alpha=-lr)
 
 
+def _check_options(owner, options):
+    """Refuses, naming them, options a built-in module does not take (TypeError, as Python
+    refuses an unexpected keyword argument)."""
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise TypeError(f"{owner}: unexpected option{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(unknown)} (the options of the built-in modules are "
+                        f"{', '.join(_OPTIONS)})")
+
+
+def _check_ids(module, packed, tables):
+    """Raises ValueError naming the first input id of `packed` that is outside its table's
+    vocabulary (tables: (name, nn.Embedding) per input kind; one table: every row's)."""
+    ids = packed.host_input_ids()
+    kinds = packed.input_kinds.cpu() if len(tables) > 1 else None
+    for kind, (name, table) in enumerate(tables):
+        rows = ids if kinds is None else ids[kinds == kind]
+        bad = ((rows < 0) | (rows >= table.num_embeddings)).nonzero()
+        if bad.numel():
+            row = int(bad[0, 0]) if kinds is None else int((kinds == kind).nonzero()[bad[0, 0]])
+            raise ValueError(f"{type(module).__name__}: input id {int(ids[row])} (input row "
+                             f"{row}) is outside the vocabulary of {name}, of "
+                             f"{table.num_embeddings} ids (0..{table.num_embeddings - 1})")
+
+
 class TreeLSTM(_Embedded):
     """Binary Tree-LSTM (Tai et al.; the zoo's tree_lstm): forward(packed) -> (h, c)."""
 
     def __init__(self, vocab_size, input_size, hidden_size, **options):
-        super().__init__("tree_lstm", vocab_size, input_size, hidden_size, **options)
+        super().__init__("tree_lstm", vocab_size, input_size, hidden_size, options)
 
 
 class TreeGRU(_Embedded):
     """Binary Tree-GRU (the zoo's tree_gru; input_size must equal hidden_size): -> (h,)."""
 
     def __init__(self, vocab_size, hidden_size, **options):
-        super().__init__("tree_gru", vocab_size, hidden_size, hidden_size, **options)
+        super().__init__("tree_gru", vocab_size, hidden_size, hidden_size, options)
 
 
 class LatticeLSTM(_Embedded):
     """Lattice LSTM with char and word arc cells (the zoo's lattice_lstm): -> (h, c)."""
 
     def __init__(self, vocab_size, input_size, hidden_size, **options):
-        super().__init__("lattice_lstm", vocab_size, input_size, hidden_size, kinds=2,
-                         num_arc_types=2, **options)
+        super().__init__("lattice_lstm", vocab_size, input_size, hidden_size, options, kinds=2,
+                         num_arc_types=2)
 
 
 class LatticeGRU(_Embedded):
     """Lattice GRU with char and word arc cells (the zoo's lattice_gru): -> (h,)."""
 
     def __init__(self, vocab_size, input_size, hidden_size, **options):
-        super().__init__("lattice_gru", vocab_size, input_size, hidden_size, kinds=2,
-                         num_arc_types=2, **options)
+        super().__init__("lattice_gru", vocab_size, input_size, hidden_size, options, kinds=2,
+                         num_arc_types=2)
 
 
 class RandomDAG(_Embedded):
@@ -225,8 +291,9 @@ class RandomDAG(_Embedded):
 
     def __init__(self, vocab_size, input_size, hidden_size, num_state_types=3,
                  num_arc_types=2, **options):
-        super().__init__("random_dag", vocab_size, input_size, hidden_size,
-                         num_node_types=num_state_types, num_arc_types=num_arc_types, **options)
+        checks.sizes("RandomDAG", num_state_types=num_state_types, num_arc_types=num_arc_types)
+        super().__init__("random_dag", vocab_size, input_size, hidden_size, options,
+                         num_node_types=num_state_types, num_arc_types=num_arc_types)
 
 
 class MVRNN(_Inputs):
@@ -236,6 +303,14 @@ class MVRNN(_Inputs):
 
     def __init__(self, vocab_size, hidden_size, **options):
         super().__init__()
+        _check_options("MVRNN", options)
+        check_head(options.get("classes"), options.get("reduction", "sum"), "MVRNN")
+        vocab_size, hidden_size = checks.sizes("MVRNN", vocab_size=vocab_size,
+                                               hidden_size=hidden_size)
+        if hidden_size + hidden_size * hidden_size > checks.MAX_SIZE:
+            raise ValueError(f"MVRNN: hidden_size {hidden_size} makes input rows of hidden + "
+                             f"hidden^2 = {hidden_size + hidden_size * hidden_size} floats, more "
+                             f"than the engine takes ({checks.MAX_SIZE})")
         H = self.hidden_size = hidden_size
         self.vectors = torch.nn.Embedding(vocab_size, H)
         self.matrices = torch.nn.Embedding(vocab_size, H * H)
@@ -247,9 +322,18 @@ class MVRNN(_Inputs):
         """The input rows [v; vec M], M column-major as the op reads each leaf's matrix."""
         check_packed(packed, "MVRNN")
         H = self.hidden_size
-        M = self.matrices(packed.input_ids).view(-1, H, H)
-        return torch.cat([self.vectors(packed.input_ids), M.transpose(1, 2).reshape(-1, H * H)],
-                         1)
+        tables = [("vectors", self.vectors), ("matrices", self.matrices)]
+        if packed.input_ids.is_cuda:  # an index out of range would stop the device: checked here
+            _check_ids(self, packed, tables[:1])
+            _check_ids(self, packed, tables[1:])
+        try:
+            M = self.matrices(packed.input_ids).view(-1, H, H)
+            v = self.vectors(packed.input_ids)
+        except (IndexError, RuntimeError):
+            _check_ids(self, packed, tables[:1])
+            _check_ids(self, packed, tables[1:])
+            raise
+        return torch.cat([v, M.transpose(1, 2).reshape(-1, H * H)], 1)
 
     def forward(self, packed, x=None):
         """(v, M) per node; x overrides the input rows (as embed(packed) makes them)."""

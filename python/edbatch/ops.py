@@ -6,7 +6,7 @@ import itertools
 
 import torch
 
-from . import _lib
+from . import _lib, checks
 from .saved import check_unchanged
 
 
@@ -23,17 +23,36 @@ def policies():
     return tuple(torch.ops.edbatch.policies())
 
 
-@functools.lru_cache(maxsize=64)
 def weight_shapes(cell, hidden_size, input_size, num_node_types=1, num_arc_types=1):
     """[(name, shape)] of the weights run_cell takes for this cell, in order (row-major, torch's
-    (out, in) convention: W x is W @ x)."""
+    (out, in) convention: W x is W @ x). Sizes and type counts are ints from 1 to 2^31 - 1."""
+    return list(_weight_shapes(*check_sizes("edbatch.weight_shapes", cell, hidden_size,
+                                            input_size, num_node_types, num_arc_types)))
+
+
+def check_sizes(owner, cell, hidden_size, input_size, num_node_types=1, num_arc_types=1):
+    """(cell, hidden_size, input_size, num_node_types, num_arc_types), the sizes as ints from 1
+    to 2^31 - 1 (the engine holds them in 32 bits), else TypeError / ValueError naming them."""
+    checks.text(cell, owner, "cell")
+    hidden, inputs, node_types, arc_types = checks.sizes(
+        owner, hidden_size=hidden_size, input_size=input_size, num_node_types=num_node_types,
+        num_arc_types=num_arc_types)
+    if cell == "mvrnn" and inputs != hidden + hidden * hidden:
+        raise ValueError(f"{owner}: mvrnn's input_size must be hidden + hidden^2 = "
+                         f"{hidden + hidden * hidden} (a leaf's v and M), got {inputs}")
+    return cell, hidden, inputs, node_types, arc_types
+
+
+@functools.lru_cache(maxsize=64)
+def _weight_shapes(cell, hidden_size, input_size, num_node_types, num_arc_types):
+    """weight_shapes() of checked arguments (ints), as a tuple."""
     _lib.load()
     try:
         names, rows, cols = torch.ops.edbatch.weight_shapes(cell, hidden_size, input_size,
                                                             num_node_types, num_arc_types)
     except (RuntimeError, TypeError) as e:
         _reraise(e)
-    return [(n, (r,) if c == 0 else (r, c)) for n, r, c in zip(names, rows, cols)]
+    return tuple((n, (r,) if c == 0 else (r, c)) for n, r, c in zip(names, rows, cols))
 
 
 def _reraise(error):
@@ -76,34 +95,67 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
     and the call returns (loss, x's gradient, each weight's gradient) (edbatch.apply_gradients
     hands them on as loss.backward() would).
     """
-    if step and loss is None:
-        raise ValueError("edbatch.run_cell: step=True needs a loss head (loss='sum' or 'mean')")
+    weights = _check_options(cell, weights, hidden_size, num_node_types, num_arc_types, policy,
+                             threads, labels, loss, step)
     op = torch.ops.edbatch.run_cell_step if step else torch.ops.edbatch.run_cell
     x = _lib.autocast_float32(x)
     structure = packed.structure() if hasattr(packed, "structure") else None
     if isinstance(x, torch.Tensor) and structure is not None:
-        # The op checks everything itself; the checks below only run to explain a failure
+        # The op checks the tensors itself; the checks below only run to explain a failure
         # (they cost about as much as the op's own host work on small mini-batches).
         try:
-            out = tuple(op(cell, x, *structure, list(weights), hidden_size, num_node_types,
+            out = tuple(op(cell, x, *structure, weights, hidden_size, num_node_types,
                            num_arc_types, policy, threads, labels, loss or ""))
         except (RuntimeError, TypeError) as e:
             error = e
         else:
             if not step:  # autograd runs the backward: x and the weights must be unchanged then
-                check_unchanged(out, x, list(weights), lambda: ["x"] + [
+                check_unchanged(out, x, weights, lambda: ["x"] + [
                     n for n, _ in weight_shapes(cell, hidden_size, x.shape[1], num_node_types,
                                                 num_arc_types)] + ["head weight", "head bias"],
                     "edbatch.run_cell")
             return out
     else:
         error = None
-    if loss is not None:
-        weights = weights[:-2]  # the head's: the op names what is wrong with them
-    _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, num_arc_types)
+    _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, num_arc_types,
+                     loss)
     if error is None:
         check_packed(packed, "edbatch.run_cell")
     _reraise(error)
+
+
+def _check_options(cell, weights, hidden_size, num_node_types, num_arc_types, policy, threads,
+                   labels, loss, step):
+    """run_cell's arguments other than x and packed, checked before the op (a few isinstance
+    calls): TypeError / ValueError naming the first bad one. Returns the weights as a list."""
+    owner = "edbatch.run_cell"
+    checks.text(cell, owner, "cell")
+    checks.sizes(owner, hidden_size=hidden_size, num_node_types=num_node_types,
+                 num_arc_types=num_arc_types)
+    checks.text(policy, owner, "policy")
+    checks.int64(threads, owner, "threads")
+    if loss is not None and (not isinstance(loss, str) or loss not in ("sum", "mean")):
+        raise ValueError(f"{owner}: loss must be 'sum' or 'mean' (a loss head), or None, got "
+                         f"{loss!r}")
+    checks.flag(step, owner, "step")
+    if step and loss is None:
+        raise ValueError(f"{owner}: step=True needs a loss head (loss='sum' or 'mean')")
+    if labels is not None:
+        if loss is None:
+            raise ValueError(f"{owner}: labels are read by a loss head only: give loss='sum' or "
+                             f"'mean' (and the head's weight and bias after the cell's weights)")
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(f"{owner}: labels must be an int64 tensor (a label per node, -1 for "
+                            f"none), got {type(labels).__name__}")
+    if weights is None or isinstance(weights, (torch.Tensor, str)) or not hasattr(
+            weights, "__iter__"):
+        raise TypeError(f"{owner}: weights must be a list of tensors (in the order of "
+                        f"weight_shapes()), got {type(weights).__name__}")
+    weights = list(weights)
+    for i, w in enumerate(weights):
+        if not isinstance(w, torch.Tensor):
+            raise TypeError(f"{owner}: weights[{i}] must be a tensor, got {type(w).__name__}")
+    return weights
 
 
 def check_packed(packed, owner):
@@ -128,11 +180,22 @@ def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num
     packed's labels (Packed.host_labels()).
     """
     _lib.load()
-    check_packed(packed, "edbatch.prepare")
+    owner = "edbatch.prepare"
+    check_packed(packed, owner)
+    cell, hidden_size, input_size, num_node_types, num_arc_types = check_sizes(
+        owner, cell, hidden_size, input_size, num_node_types, num_arc_types)
+    device = as_device(device, owner)
     if num_x is None:
         num_x = packed.input_ids.numel()
+    num_x = checks.int64(num_x, owner, "num_x")  # its range: the op's check
+    checks.text(policy, owner, "policy")
+    checks.int64(threads, owner, "threads")
+    if loss is not None and (not isinstance(loss, str) or loss not in ("sum", "mean")):
+        raise ValueError(f"{owner}: loss must be 'sum' or 'mean' (a loss head), or None, got "
+                         f"{loss!r}")
+    classes = checks.integer(classes, owner, "classes", 1 if loss else 0)
     try:
-        torch.ops.edbatch.prepare(cell, str(torch.device(device)), input_size, num_x,
+        torch.ops.edbatch.prepare(cell, device, input_size, num_x,
                                   *packed.structure(), hidden_size, num_node_types, num_arc_types,
                                   policy, threads, *_head_labels(packed, loss), loss or "",
                                   classes)
@@ -160,6 +223,9 @@ def set_plan_cache(megabytes):
     bitwise the same results; 0 turns reuse off. Engines already made keep their budget: set it
     before the first call. Budgets apply per engine (per module configuration and device)."""
     _lib.load()
+    if isinstance(megabytes, (bool, str, bytes)) or not hasattr(megabytes, "__float__"):
+        raise TypeError(f"set_plan_cache: the budget must be a number of MiB from 0 to 2**30, "
+                        f"got {megabytes!r} (a {type(megabytes).__name__})")
     if not 0 <= megabytes <= 1 << 30:  # NaN too
         raise ValueError(f"set_plan_cache: the budget must be from 0 to 2**30 MiB, got "
                          f"{megabytes!r}")
@@ -189,7 +255,17 @@ def prefetch(module, batches, depth=1):
     """
     if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 8:
         raise ValueError(f"edbatch.prefetch: depth must be an integer from 1 to 8, got {depth!r}")
-    it = iter(batches)
+    if not callable(getattr(module, "prepare", None)):
+        raise TypeError(f"edbatch.prefetch: module must have a prepare(packed) method (an "
+                        f"edbatch.nn module or a Propagate), got {type(module).__name__}")
+    if not hasattr(batches, "__iter__"):
+        raise TypeError(f"edbatch.prefetch: batches must be an iterable of packed batches, got "
+                        f"{type(batches).__name__}")
+    return _prefetched(module, iter(batches), depth)
+
+
+def _prefetched(module, it, depth):
+    """prefetch()'s generator, of checked arguments."""
     window = collections.deque(itertools.islice(it, depth))  # the current one, then prepared
     for packed in itertools.islice(window, 1, None):
         module.prepare(packed)
@@ -201,12 +277,25 @@ def prefetch(module, batches, depth=1):
         yield current
 
 
+def as_device(device, owner):
+    """device (a str such as "cpu" or "cuda:0", or a torch.device) as the str the ops take, else
+    TypeError / ValueError naming it."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"{owner}: device must be a str (\"cpu\", \"cuda:0\") or a "
+                        f"torch.device, got {type(device).__name__}")
+    try:
+        return str(torch.device(device))
+    except RuntimeError as e:
+        raise ValueError(f"{owner}: device {device!r} is not a device: {e}") from None
+
+
 def _head_labels(packed, loss):
     """(labels,) for a call with a loss head, else (None,)."""
     return (packed.host_labels() if loss else None,)
 
 
-def _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, num_arc_types):
+def _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, num_arc_types,
+                     loss=None):
     """Raises TypeError / ValueError naming the first bad argument of run_cell."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"edbatch.run_cell: x must be a tensor, got {type(x).__name__}")
@@ -218,19 +307,18 @@ def _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, n
                          f"{tuple(x.shape)}")
     if structure is None:
         return
-    names = ("node_inputs", "node_types", "pred_ptr", "pred_ids", "arc_types", "arc_inputs",
-             "instance_offsets")
-    for name, t in zip(names, structure):
-        if t.dtype != torch.long:
-            raise TypeError(f"edbatch.run_cell: packed.{name} must be int64, got {t.dtype}")
-        if t.device != x.device and t.device.type != "cpu":
-            raise ValueError(f"edbatch.run_cell: packed.{name} is on {t.device} but x is on "
-                             f"{x.device} (use packed.to(device))")
+    check_structure(structure, "edbatch.run_cell", x.device)
     expected = weight_shapes(cell, hidden_size, x.shape[1], num_node_types, num_arc_types)
-    if len(weights) != len(expected):
+    cell_weights = weights if loss is None else weights[:-2]  # the op names the head's faults
+    if loss is not None and len(weights) < len(expected) + 2:
+        raise ValueError(f"edbatch.run_cell: loss={loss!r} needs the loss head's weight (classes "
+                         f"x hidden_size) and bias (classes) after {cell}'s {len(expected)} "
+                         f"weights ({', '.join(n for n, _ in expected)}): {len(expected) + 2} "
+                         f"in all, got {len(weights)}")
+    if len(cell_weights) != len(expected):
         raise ValueError(f"edbatch.run_cell: {cell} takes {len(expected)} weights "
-                         f"({', '.join(n for n, _ in expected)}), got {len(weights)}")
-    for w, (name, shape) in zip(weights, expected):
+                         f"({', '.join(n for n, _ in expected)}), got {len(cell_weights)}")
+    for w, (name, shape) in zip(cell_weights, expected):
         if w.dtype != torch.float32:
             raise TypeError(f"edbatch.run_cell: weight {name} must be float32, got {w.dtype}")
         if tuple(w.shape) != shape:
@@ -239,3 +327,29 @@ def _check_arguments(cell, x, structure, weights, hidden_size, num_node_types, n
         if w.device != x.device:
             raise ValueError(f"edbatch.run_cell: weight {name} is on {w.device} but x is on "
                              f"{x.device}")
+
+
+def check_structure(structure, owner, device=None):
+    """Raises TypeError / ValueError naming the first field of packed.structure() that is not
+    an int64 tensor (in host memory or on `device`), and a node_inputs whose length alone
+    disagrees with the node count that node_types, pred_ptr and instance_offsets agree on (the
+    op, counting from node_inputs, would blame node_types)."""
+    names = ("node_inputs", "node_types", "pred_ptr", "pred_ids", "arc_types", "arc_inputs",
+             "instance_offsets")
+    for name, t in zip(names, structure):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{owner}: packed.{name} must be an int64 tensor, got "
+                            f"{type(t).__name__}")
+        if t.dtype != torch.long:
+            raise TypeError(f"{owner}: packed.{name} must be int64, got {t.dtype}")
+        if device is not None and t.device != device and t.device.type != "cpu":
+            raise ValueError(f"{owner}: packed.{name} is on {t.device} but x is on {device} "
+                             f"(use packed.to(device))")
+    node_inputs, node_types, pred_ptr = structure[0], structure[1], structure[2]
+    offsets = structure[6]
+    n = node_types.numel()
+    if (node_inputs.numel() != n and pred_ptr.numel() == n + 1 and offsets.numel() > 0
+            and int(offsets[-1]) == n):
+        raise ValueError(f"{owner}: packed.node_inputs has {node_inputs.numel()} entries, but "
+                         f"node_types, pred_ptr and instance_offsets hold {n} nodes (one input "
+                         f"row, or -1, per node)")

@@ -7,6 +7,7 @@ import random
 import torch
 
 from . import sst as _sst, text as _text
+from .checks import flag, int_tensor
 from .text import index_of as _index, quote, shorten
 
 # SST lines (sst.py) and lattice text (text.py), under their earlier names here too.
@@ -33,13 +34,14 @@ class Packed:
     """
 
     def __init__(self, **fields):
+        for other in fields:
+            if other not in _FIELDS:
+                near = difflib.get_close_matches(str(other), _FIELDS, n=1)
+                raise TypeError(f"Packed: unknown field {other!r}"
+                                f"{f' (did you mean {near[0]!r}?)' if near else ''}: the "
+                                f"fields are {', '.join(_FIELDS)}")
         for name in _FIELDS:
-            value = fields.get(name)
-            if value is None:
-                value = []
-            if not isinstance(value, torch.Tensor):
-                value = torch.tensor(value, dtype=torch.long)
-            setattr(self, name, value)
+            setattr(self, name, int_tensor(fields.get(name), "Packed", name))
         if self.instance_offsets.numel() == 0:
             self.instance_offsets = torch.zeros(1, dtype=torch.long)
 
@@ -57,13 +59,20 @@ class Packed:
         return self.instance_offsets[1:] - 1
 
     def structure(self):
+        """(node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs,
+        instance_offsets): the tensors the ops read, in the order they take them."""
         return (self.node_inputs, self.node_types, self.pred_ptr, self.pred_ids, self.arc_types,
                 self.arc_inputs, self.instance_offsets)
 
     def to(self, device):
         """The input rows and labels (input_ids, input_kinds, labels) on `device`. The structure
         tensors stay in host memory: the extension reads them on the host, and copying them back
-        from a GPU on every call would wait for the GPU each time."""
+        from a GPU on every call would wait for the GPU each time. The fields stay int64: a
+        dtype is refused."""
+        if isinstance(device, torch.dtype) or not isinstance(device, (str, int, torch.device)):
+            raise TypeError(f"Packed.to: takes a device (\"cuda\", torch.device), got "
+                            f"{device!r}: the fields are int64 ids and indices, whose dtype "
+                            f"stays")
         out = Packed.__new__(Packed)
         for name in _FIELDS:
             t = getattr(self, name)
@@ -81,10 +90,16 @@ class Packed:
         kept = getattr(self, "_kinds", None)
         if (kept is None or kept[0] is not self.node_types or kept[1] is not self.arc_types
                 or kept[2] != key or not self.node_types.is_cuda):
-            def count(types):
-                return int(types.max()) + 1 if types.numel() else 1
+            def count(types, name):
+                if not types.numel():
+                    return 1
+                low, high = torch.aminmax(types)
+                if int(low) < 0:
+                    raise ValueError(f"Packed.kinds: {name} holds {int(low)}; types are ints "
+                                     f">= 0")
+                return int(high) + 1
             kept = (self.node_types, self.arc_types, key,
-                    (count(self.node_types), count(self.arc_types)))
+                    (count(self.node_types, "node_types"), count(self.arc_types, "arc_types")))
             self._kinds = kept
         return kept[3]
 
@@ -500,6 +515,7 @@ def pack_edges(instances, edge_inputs=None, return_order=False):
     """
     if edge_inputs not in (None, "target"):
         raise ValueError(f"pack_edges: edge_inputs must be None or 'target', got {edge_inputs!r}")
+    flag(return_order, "pack_edges", "return_order")
     b, orders = _Builder(), []
     for i, inst in enumerate(instances):
         n = _num_nodes(i, inst)
@@ -530,7 +546,10 @@ def pack_edges(instances, edge_inputs=None, return_order=False):
 def concat_packed(parts):
     """One Packed holding the instances of several, in order."""
     b = _Builder()
-    for p in parts:
+    for i, p in enumerate(parts):
+        if not isinstance(p, Packed):
+            raise TypeError(f"concat_packed: part {i} is a {type(p).__name__}, not a Packed "
+                            f"(pack instances with pack_trees and the like, or collate them)")
         node_base = len(b.f["node_inputs"])
         row_base = len(b.f["input_ids"])
         arc_base = len(b.f["pred_ids"])

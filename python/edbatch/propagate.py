@@ -2,12 +2,14 @@
 trees, lattices and DAGs by the extension's op `edbatch::propagate` (docs/pytorch.md)."""
 import torch
 
+from . import checks
 from ._lib import autocast_float32, eager, has_op
 from .head import check_engine_options, check_head, head_weights, labels_of, refuse_replica
-from .ops import _reraise, check_packed
+from .ops import _reraise, as_device, check_packed, check_structure
 from .saved import check_unchanged
 from .step import apply_gradients
 from .trace import as_cells, sizes_of, trace_program
+from .trace_dropout import dropout_mask as _dropout_mask
 
 
 def has_propagate_op():
@@ -62,6 +64,11 @@ class Propagate(torch.nn.Module):
         check_head(classes, reduction, "Propagate")
         check_engine_options(policy, threads, "Propagate")
         _settings(state_size, message_size, reduce, initial)
+        for what, size in (("state_size", state_size), ("message_size", message_size)):
+            for s in sizes_of(size, what)[0] if size is not None else ():
+                checks.integer(s, "Propagate", what)  # within the engine's 32-bit sizes
+        for role, cells in (("node_cell", node_cell), ("edge_cell", edge_cell)):
+            _check_kinds(role, cells)
         self.node_cells = torch.nn.ModuleList(as_cells(node_cell, "node"))
         self.edge_cells = torch.nn.ModuleList(as_cells(edge_cell, "edge"))
         # A single cell (not a list or dict) serves every node / arc kind of the data.
@@ -125,6 +132,10 @@ class Propagate(torch.nn.Module):
 
     @eager
     def forward(self, packed, x=None, ids=None):
+        """Every node's state, one row per node in packed order: a tensor, or a tuple of them
+        for a tuple state_size. x: float32 input rows (packed.node_inputs / arc_inputs point
+        at them); ids: int64 ids per input row, for cells that embed them; neither: cells
+        without inputs."""
         outputs, program, _ = self._run(packed, x, ids)
         return tuple(outputs) if program.state_tuple else outputs[0]
 
@@ -180,6 +191,7 @@ class Propagate(torch.nn.Module):
                                   self.threads, *extra)
         except (RuntimeError, ValueError, TypeError):
             _check_weights(program, weights, x.device, kind)  # named as the module has them
+            check_structure(packed.structure(), "Propagate")
             raise
         if not step:  # autograd runs the backward: x and the weights must be unchanged then
             check_unchanged(outputs, x, weights, lambda: ["x"] + [
@@ -213,22 +225,25 @@ class Propagate(torch.nn.Module):
         else:
             kind = last[0] if last is not None else None
         if kind == "ids":
-            ids = packed.host_input_ids() if ids is None else ids
+            ids = packed.host_input_ids() if ids is None else self._inputs(None, ids)[3]
             input_size, num_x = 0, ids.numel()
         elif kind == "x":
-            input_size = last[1] if input_size is None else input_size
-            num_x = packed.input_ids.numel() if num_x is None else num_x
+            input_size = last[1] if input_size is None else checks.int64(
+                input_size, "Propagate.prepare", "input_size")
+            num_x = packed.input_ids.numel() if num_x is None else checks.int64(
+                num_x, "Propagate.prepare", "num_x")
         else:
             return
         if device is None:
             device = last[2] if last is not None else "cpu"
+        device = as_device(device, "Propagate.prepare")
         program = self.program(kind, input_size, *packed.kinds())
         if program.has_dropout:
             return
         try:
             head = (None, "", 0) if self.head is None else (
                 packed.host_labels(), self.reduction, self.head.out_features)
-            torch.ops.edbatch.propagate_prepare(program.text, str(torch.device(device)),
+            torch.ops.edbatch.propagate_prepare(program.text, device,
                                                 input_size, num_x, *packed.structure(),
                                                 self.policy, self.threads, *head,
                                                 ids=ids if kind == "ids" else None)
@@ -257,8 +272,44 @@ class Propagate(torch.nn.Module):
         return "none", 0, torch.empty(0, 0), torch.empty(0, dtype=torch.long)
 
     def extra_repr(self):
-        return (f"state_size={self.state_size}, reduce={self.reduce!r}, "
-                f"initial={self.initial_kind!r}, policy={self.policy!r}")
+        text = f"state_size={self.state_size}"
+        if self.message_size is not None:
+            text += f", message_size={self.message_size}"
+        text += (f", reduce={self.reduce!r}, initial={self.initial_kind!r}, "
+                 f"policy={self.policy!r}")
+        if self.threads:
+            text += f", threads={self.threads}"
+        if self.head is not None:
+            text += f", classes={self.head.out_features}, reduction={self.reduction!r}"
+        return text
+
+
+def dropout_mask(seed, index, site, size, p):
+    """The kept entries (a bool tensor of `size`) of one dropout invocation of a call whose seed
+    was `seed` (Propagate.last_seed): index is the node number (node cells) or num_nodes + the
+    arc number (edge cells), site the dropout's number in the program (docs/programs.md); p the
+    dropout probability, from 0 to below 1."""
+    owner = "edbatch.dropout_mask"
+    seed = checks.int64(seed, owner, "seed")
+    index = checks.integer(index, owner, "index", 0, 2**32 - 1)
+    site = checks.integer(site, owner, "site", 0, 2**32 - 1)
+    size = checks.integer(size, owner, "size", 0)
+    p = checks.number(p, owner, "p")
+    if not 0 <= p < 1:
+        raise ValueError(f"{owner}: p must be from 0 to below 1 (the probability of dropping an "
+                         f"entry), got {p!r}")
+    return _dropout_mask(seed, index, site, size, p)
+
+
+def _check_kinds(role, cells):
+    """Refuses a dict of cells whose keys are not kinds (ints >= 0, or their digits)."""
+    if not isinstance(cells, (dict, torch.nn.ModuleDict)):
+        return
+    for key in cells.keys():
+        if not (isinstance(key, int) and not isinstance(key, bool) and key >= 0 or
+                isinstance(key, str) and key.isdigit() and key.isascii()):
+            raise ValueError(f"Propagate: {role} is a dict of cells by kind, whose keys must be "
+                             f"the kinds 0..n-1 (ints), got the key {key!r}")
 
 
 def _settings(state_size, message_size, reduce, initial):

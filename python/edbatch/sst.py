@@ -1,9 +1,11 @@
 """SST bracketed lines: parsing into nested tuples of word ids with post-order labels, packing,
 and seeded synthetic lines (docs/pytorch.md)."""
 import collections
+import collections.abc
 import random
 import re
 
+from .checks import flag
 from .text import blank, check_text, index_of, quote, strip, text_int
 
 # What parse_sst returns: a tree and its labels, which collate reads as such (a plain 2-tuple
@@ -21,7 +23,7 @@ def parse_sst(line, vocab, add=True, unk=0):
     readers' do. A leading byte order mark (a file's first line read without
     encoding="utf-8-sig") is skipped."""
     check_text(line, "parse_sst", "the line")
-    _check_unk(unk, "parse_sst")
+    _check_options(vocab, add, unk, "parse_sst")
     tokens = _TOKEN.findall(line.lstrip("\ufeff"))
     pos, labels, open_nodes = 0, [], []  # open_nodes: (label, children) of unclosed inner nodes
 
@@ -113,6 +115,17 @@ def _check_vocab(vocab, owner):
     _checked[:] = [vocab, len(vocab)]
 
 
+def _check_options(vocab, add, unk, owner):
+    """Refuses a vocab that is no mapping of words to ids (a dict), an add that is not a bool
+    (a string "no" would read as true) and an unk that is no word id."""
+    flag(add, owner, "add")
+    if not isinstance(vocab, collections.abc.Mapping) or add and not isinstance(
+            vocab, collections.abc.MutableMapping):
+        raise TypeError(f"{owner}: vocab must be a dict mapping words to ids (an empty one to "
+                        f"build it as lines are read), got {type(vocab).__name__}")
+    _check_unk(unk, owner)
+
+
 def _check_unk(unk, owner):
     n = index_of(unk)
     if n is None or not 0 <= n < 2**63:
@@ -128,9 +141,9 @@ def pack_sst(lines, vocab, add=True, unk=0):
         raise TypeError(f"pack_sst: lines must be a list of lines, got one "
                         f"{type(lines).__name__}: pass its lines (text.splitlines(), after "
                         f"decoding bytes)")
+    _check_options(vocab, add, unk, "pack_sst")
     if add:
         _check_vocab(vocab, "pack_sst")
-    _check_unk(unk, "pack_sst")
     parsed = []
     for n, line in enumerate(lines, 1):
         check_text(line, "pack_sst", f"line {n}")

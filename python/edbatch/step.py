@@ -3,6 +3,7 @@ run a loss head's forward and backward in one call and record no autograd graph;
 they return go where loss.backward() would send them, or update the parameters in place."""
 import torch
 
+from . import checks
 from .trace_weights import padding_of, without_row
 
 
@@ -12,14 +13,29 @@ def apply_gradients(tensors, grads, lr=None):
     passes it back through autograd to what it was computed from. With lr, leaves are updated in
     place instead (t -= lr * grad, plain SGD, their .grad untouched), in one multi-tensor
     operation (a sparse gradient, a lookup table's touched rows, updates those rows). A tensor
-    listed twice gets the sum of its gradients."""
+    listed twice gets the sum of its gradients. tensors and grads are lists of the same length;
+    a tensor None, or one that does not require grad, is passed over, and so is a gradient None
+    (no gradient for that tensor, as torch.optim passes over a parameter whose .grad is None).
+    A gradient has its tensor's shape and device (of another dtype, it is cast to the tensor's,
+    as autograd casts)."""
+    tensors, grads = _listed(tensors, "tensors"), _listed(grads, "grads")
+    if len(tensors) != len(grads):
+        raise ValueError(f"apply_gradients: {len(tensors)} tensors but {len(grads)} gradients "
+                         f"(one per tensor, None for none)")
+    if lr is not None:
+        lr = checks.number(lr, "apply_gradients", "lr")
     leaves, others = {}, []
-    for t, g in zip(tensors, grads):
-        if t is None or not t.requires_grad:
+    for i, (t, g) in enumerate(zip(tensors, grads)):
+        if t is None or g is None:
+            continue
+        _check_pair(i, t, g)
+        if not t.requires_grad:
             continue
         padding = padding_of(t)  # a table whose padding row gets no gradient: the table's own
         if padding is not None:
             t, g = padding[0], without_row(g, padding[1])
+        if g.dtype != t.dtype:
+            g = g.to(t.dtype)
         if t.is_leaf:
             kept = leaves.get(id(t))
             if kept is not None:  # dense + sparse, never sparse + dense (unsupported)
@@ -45,3 +61,26 @@ def apply_gradients(tensors, grads, lr=None):
                     t.grad.add_(g)
     if others:
         torch.autograd.backward([t for t, _ in others], [g for _, g in others])
+
+
+def _listed(values, name):
+    """tensors or grads as a list, else TypeError (a single tensor is not a list of them)."""
+    if isinstance(values, (torch.Tensor, str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"apply_gradients: {name} must be a list (one entry per tensor), got "
+                        f"{type(values).__name__}")
+    return list(values)
+
+
+def _check_pair(i, t, g):
+    """Refuses, naming entry i, a tensor or gradient that is not a tensor, or a gradient of
+    another shape or device than its tensor."""
+    for name, v in (("tensors", t), ("grads", g)):
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(f"apply_gradients: {name}[{i}] must be a tensor (or None), got "
+                            f"{type(v).__name__}")
+    if g.shape != t.shape:
+        raise ValueError(f"apply_gradients: grads[{i}] has shape {tuple(g.shape)}, its tensor "
+                         f"{tuple(t.shape)}")
+    if g.device != t.device:
+        raise ValueError(f"apply_gradients: grads[{i}] is on {g.device}, its tensor on "
+                         f"{t.device}")
