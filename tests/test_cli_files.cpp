@@ -11,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/cli_run.h"
 
@@ -208,27 +210,34 @@ TEST_CASE("cli files: a standard stream closed at start is /dev/null, not the ne
 
 TEST_CASE("cli files: a run stopped before its first measured mini-batch reports no times") {
 #ifdef EDBATCH_CLI_PATH
-  // SIGTERM while the data loads (600,000 synthetic trees): warm-up runs whole, nothing is
-  // measured, and the JSON holds nulls, not medians of nothing as 0.
-  TempDir dir;
-  const std::string cmd = "cd '" + dir.path.string() + "' && ('" + EDBATCH_CLI_PATH +
-                          "' run --model tree_lstm --data synthetic:600000 --hidden 8 --batch 64 "
-                          "--train --iters 3 --json m.json > out.txt 2> err.txt & pid=$!; "
-                          // once its SIGTERM handler is in place (SigCgt bit 15), as the run
-                          // begins: loading the data alone then takes a second or more
-                          "i=0; while [ $i -lt 3000 ]; do "
-                          "m=$(awk '/^SigCgt/{print $2}' /proc/$pid/status 2>/dev/null); "
-                          "[ -n \"$m\" ] && [ $(( 0x$m & 0x4000 )) -ne 0 ] && break; "
-                          "sleep 0.01; i=$((i+1)); done; kill -TERM $pid; wait $pid)";
-  const int status = std::system(cmd.c_str());
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 143);
-  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "m.json"));
-  CHECK(j["minibatches"] == 0);
-  CHECK(j["interrupted"] == "SIGTERM");
-  CHECK(j["ms_per_minibatch"].is_null());
-  CHECK(j["instances_per_s"].is_null());
-  CHECK(j["batches_over_lower_bound"].is_null());
-  CHECK(slurp(dir / "out.txt").find("no mini-batch was measured") != std::string::npos);
+  // SIGTERM (or SIGHUP: a terminal closed) while the data loads (600,000 synthetic trees):
+  // warm-up runs whole, nothing is measured, the files are written, and the JSON holds nulls,
+  // not medians of nothing as 0.
+  for (const auto& [name, number] :
+       std::vector<std::pair<std::string, int>>{{"TERM", 15}, {"HUP", 1}}) {
+    CAPTURE(name);
+    TempDir dir;
+    const std::string cmd =
+        "cd '" + dir.path.string() + "' && ('" + EDBATCH_CLI_PATH +
+        "' run --model tree_lstm --data synthetic:600000 --hidden 8 --batch 64 --train --iters 3 "
+        "--json m.json > out.txt 2> err.txt & pid=$!; "
+        // once its handlers are in place (SigCgt: SIGTERM's and SIGHUP's bits), as the run
+        // begins: loading the data alone then takes a second or more
+        "i=0; while [ $i -lt 3000 ]; do "
+        "m=$(awk '/^SigCgt/{print $2}' /proc/$pid/status 2>/dev/null); "
+        "[ -n \"$m\" ] && [ $(( 0x$m & 0x4001 )) -eq $(( 0x4001 )) ] && break; "
+        "sleep 0.01; i=$((i+1)); done; kill -" +
+        name + " $pid; wait $pid)";
+    const int status = std::system(cmd.c_str());
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 128 + number);
+    const nlohmann::json j = nlohmann::json::parse(slurp(dir / "m.json"));
+    CHECK(j["minibatches"] == 0);
+    CHECK(j["interrupted"] == "SIG" + name);
+    CHECK(j["ms_per_minibatch"].is_null());
+    CHECK(j["instances_per_s"].is_null());
+    CHECK(j["batches_over_lower_bound"].is_null());
+    CHECK(slurp(dir / "out.txt").find("no mini-batch was measured") != std::string::npos);
+  }
 #endif
 }

@@ -14,9 +14,11 @@ namespace {
 // Lock-free, so safe in a handler, and seen by every thread (the signal may land on any).
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
-struct sigaction g_previous[2];
-bool g_installed[2] = {false, false};  // whether the handler took SIGINT, SIGTERM
-constexpr int kSignals[2] = {SIGINT, SIGTERM};
+// SIGHUP: the terminal closed (an ssh session dropped), which would otherwise lose the run.
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr int kCount = sizeof kSignals / sizeof kSignals[0];
+struct sigaction g_previous[kCount];
+bool g_installed[kCount] = {};  // whether the handler took each of kSignals
 
 void on_signal(int sig) {
   if (g_signal.load() != 0) {
@@ -43,7 +45,7 @@ InterruptScope::InterruptScope() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // reads and writes in progress go on
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kCount; ++i) {
     sigaction(kSignals[i], nullptr, &g_previous[i]);
     // A signal the parent ignores (SIGINT in a background job of a non-interactive shell)
     // stays ignored.
@@ -53,7 +55,7 @@ InterruptScope::InterruptScope() {
 }
 
 InterruptScope::~InterruptScope() {
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kCount; ++i) {
     sigaction(kSignals[i], &g_previous[i], nullptr);
     g_installed[i] = false;
   }
@@ -65,7 +67,7 @@ int interrupt_signal() {
 
 const char* interrupt_name() {
   const int sig = g_signal.load();
-  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "";
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "";
 }
 
 int interrupt_exit_code() {

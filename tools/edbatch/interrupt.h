@@ -1,4 +1,4 @@
-// Ctrl-C (SIGINT) and SIGTERM during `edbatch run` and `edbatch train`: the first asks the
+// Ctrl-C (SIGINT), SIGTERM and SIGHUP during `edbatch run` and `edbatch train`: the first asks the
 // command to stop where it can (after the current mini-batch; the trainer keeps its best
 // candidate so far) and write its files as at a normal end; a second ends the process at once.
 #pragma once
@@ -15,9 +15,9 @@ class InterruptScope {
   InterruptScope& operator=(const InterruptScope&) = delete;
 };
 
-// The signal that asked to stop (SIGINT or SIGTERM), 0 while none has.
+// The signal that asked to stop (SIGINT, SIGTERM or SIGHUP), 0 while none has.
 int interrupt_signal();
-// "SIGINT" or "SIGTERM" for interrupt_signal(); "" while none.
+// "SIGINT", "SIGTERM" or "SIGHUP" for interrupt_signal(); "" while none.
 const char* interrupt_name();
 // The exit status of a process ended by that signal, as shells report it: 128 + the signal.
 int interrupt_exit_code();

@@ -581,7 +581,8 @@ Command add_run_command(CLI::App& root) {
   app->footer(
       "Exit codes: 0 ok, 1 runtime error (data, files, device), 2 usage error.\n"
       "A progress bar goes to stderr when it is a terminal; the table goes to stdout.\n"
-      "Ctrl-C (or SIGTERM) stops after the mini-batch in progress and writes the run's files as "
+      "Ctrl-C (or SIGTERM, SIGHUP) stops after the mini-batch in progress and writes the run's "
+      "files as "
       "at its end (the optimizer state resumes exactly there); a second Ctrl-C stops at once.");
   return Command{app, [o, app] {
                    warn_unused(*app,

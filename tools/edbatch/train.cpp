@@ -413,7 +413,8 @@ Command add_train_command(CLI::App& root) {
       "batches (with costs: predicted time) on the validation mini-batches; training stops "
       "early within 1% of the lower bound.\n"
       "Exit codes: 0 ok, 1 runtime error (data, files), 2 usage error. Progress goes to stderr, "
-      "the summary to stdout. Ctrl-C (or SIGTERM) stops training at its next check and writes "
+      "the summary to stdout. Ctrl-C (or SIGTERM, SIGHUP) stops training at its next check and "
+      "writes "
       "the best policy so far; a second Ctrl-C stops at once.");
   return Command{app, [o, app] {
                    warn_unused(*app, {"--eval-batches"}, !o->eval_data.empty(),
