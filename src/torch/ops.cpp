@@ -175,8 +175,9 @@ std::string device_status(const std::string& device) { return device_unavailable
 std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>> weight_shapes(
     const std::string& cell, int64_t hidden, int64_t input_size, int64_t num_node_types,
     int64_t num_arc_types) {
-  TORCH_CHECK(hidden > 0 && input_size > 0 && num_node_types > 0 && num_arc_types > 0,
-              "[edbatch] sizes and type counts must be positive");
+  for (const int64_t v : {hidden, input_size, num_node_types, num_arc_types})
+    TORCH_CHECK(v > 0 && v <= INT32_MAX,
+                "[edbatch] sizes and type counts must be from 1 to 2147483647, got ", v);
   ParameterCollection pc;
   std::unique_ptr<Cell> c;
   try {

@@ -23,6 +23,9 @@ CallArgs program_args(const std::string& program, const c10::Device& device, int
   CallArgs a;
   a.config.cell = kProgramPrefix + program;
   a.config.hidden = 1;
+  if (input_dim < 0 || input_dim > INT32_MAX)
+    fail(fmt::format("[edbatch.propagate] the input size must be from 0 to {}, got {}", INT32_MAX,
+                     input_dim));
   a.config.input_dim = static_cast<uint32_t>(input_dim);
   set_run_options(a, device, policy, threads);
   return a;

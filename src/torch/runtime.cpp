@@ -167,10 +167,14 @@ int64_t plan_cache_bytes() {
 CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t input_size,
                    int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
                    const std::string& policy, int64_t threads) {
-  if (hidden <= 0) fail(fmt::format("[edbatch] hidden size must be positive, got {}", hidden));
-  if (input_size <= 0)
-    fail(fmt::format("[edbatch] the input size must be positive, got {}", input_size));
-  if (num_node_types <= 0 || num_arc_types <= 0) fail("[edbatch] type counts must be positive");
+  // Sizes and counts are 32-bit in the engine, which also doubles some (2 * hidden rows).
+  constexpr int64_t kMax = INT32_MAX;
+  if (hidden <= 0 || hidden > kMax)
+    fail(fmt::format("[edbatch] hidden size must be from 1 to {}, got {}", kMax, hidden));
+  if (input_size <= 0 || input_size > kMax)
+    fail(fmt::format("[edbatch] the input size must be from 1 to {}, got {}", kMax, input_size));
+  if (num_node_types <= 0 || num_arc_types <= 0 || num_node_types > kMax || num_arc_types > kMax)
+    fail(fmt::format("[edbatch] type counts must be from 1 to {}", kMax));
   CallArgs a;
   a.config = {cell,
               static_cast<uint32_t>(hidden),
