@@ -278,17 +278,22 @@ def profile(ours, packs, device, n, model):
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), file=sys.stderr)
 
 
-def parser():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=HelpFormatter)
-    ap.add_argument("--models", type=model_list(MODELS), default=",".join(MODELS),
-                    help=f"comma-separated, of {', '.join(MODELS)}")
+def add_shared_flags(ap, models):
+    """The flags this benchmark shares with bench_user_cells.py: models, sizes, repetitions."""
+    ap.add_argument("--models", type=model_list(models), default=",".join(models),
+                    help=f"comma-separated, of {', '.join(models)}")
     ap.add_argument("--hidden", type=count(), default=128, help="hidden size")
     ap.add_argument("--batch", type=count(), default=32, help="instances per mini-batch")
     ap.add_argument("--batches", type=count(), default=3, help="distinct mini-batches, cycled")
     ap.add_argument("--reps", type=count(), default=9, help="timed repetitions")
     ap.add_argument("--eager-reps", type=count(0), default=3,
                     help="timed node-by-node repetitions (0: node by node is not timed)")
+
+
+def parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=HelpFormatter)
+    add_shared_flags(ap, MODELS)
     ap.add_argument("--warmup", type=count(0), default=3,
                     help="untimed repetitions first: prefetching holds a prepared runner while "
                          "another runs, so its second runner (an engine with, on a GPU, its own "

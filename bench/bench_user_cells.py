@@ -254,14 +254,7 @@ def time_model(name, losses, params, packs, args, device, drop_grads):
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].rstrip(":") + ".",
                                  formatter_class=HelpFormatter)
-    ap.add_argument("--models", type=ext.model_list(MODELS), default=",".join(MODELS),
-                    help=f"comma-separated, of {', '.join(MODELS)}")
-    ap.add_argument("--hidden", type=count(), default=128, help="hidden size")
-    ap.add_argument("--batch", type=count(), default=32, help="instances per mini-batch")
-    ap.add_argument("--batches", type=count(), default=3, help="distinct mini-batches, cycled")
-    ap.add_argument("--reps", type=count(), default=9, help="timed repetitions")
-    ap.add_argument("--eager-reps", type=count(0), default=3,
-                    help="timed node-by-node repetitions (0: node by node is not timed)")
+    ext.add_shared_flags(ap, MODELS)
     ap.add_argument("--steps-per-sync", type=count(), default=1, metavar="N",
                     help="consecutive steps of one implementation between two waits for the "
                          "device, timed together (a repetition's time is theirs over N): 1 times "

@@ -189,6 +189,8 @@ TEST_CASE("incremental: values and gradients equal the graph built whole, every 
           const Stats& s = inc_engine.stats();
           CHECK(s.policy_hits + s.policy_misses == s.batches);
           CHECK(s.policy_misses > 0);
+          // Every segment's unseen states count, those the scorer decided too.
+          CHECK(s.policy_scored == (learned.scorer.empty() ? 0 : s.policy_misses));
         }
         for (const auto& [v, values] : read)
           check_close(values, expected.values[v], values.size(), 1e-5,

@@ -43,6 +43,7 @@ void Engine::extend_plan(Graph& g, uint32_t end) {
   stats_.lower_bound = schedule_.lower_bound;
   stats_.policy_hits += segment_lookups_.hits;
   stats_.policy_misses += segment_lookups_.misses;
+  stats_.policy_scored += segment_lookups_.scored;
   graph_version_ = g.version();
   have_backward_ = false;
 }
