@@ -176,8 +176,9 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>>
     const std::string& cell, int64_t hidden, int64_t input_size, int64_t num_node_types,
     int64_t num_arc_types) {
   for (const int64_t v : {hidden, input_size, num_node_types, num_arc_types})
-    TORCH_CHECK(v > 0 && v <= INT32_MAX,
-                "[edbatch] sizes and type counts must be from 1 to 2147483647, got ", v);
+    if (v <= 0 || v > INT32_MAX)
+      fail(fmt::format("[edbatch] sizes and type counts must be from 1 to {}, got {}", INT32_MAX,
+                       v));
   ParameterCollection pc;
   std::unique_ptr<Cell> c;
   try {
