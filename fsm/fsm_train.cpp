@@ -323,12 +323,7 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     best_scorer = scorer;
     result.best_source = source;
   };
-  auto good_enough = [&] {
-    if (best <= (1.0 + o.early_stop) * bound_cost) return true;
-    if (!out_of_time()) return false;
-    result.out_of_time = true;
-    return true;
-  };
+  auto good_enough = [&] { return best <= (1.0 + o.early_stop) * bound_cost || out_of_time(); };
   // A learning-curve point for a candidate: its mean over the training mini-batches too.
   auto report = [&](const SimPolicy& p, double validation_total, const char* stage) {
     const double mean = evaluate(tgs, p) / tgs.size();
@@ -349,16 +344,16 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     tbb::parallel_for(size_t(0), vgs.size(), [&](size_t i) {
       SimState s(vgs[i].sim);
       const std::vector<uint32_t> plan = beam_search(vgs[i], o.beam_width, out_of_time);
-      if (plan.empty()) cut = true;
+      if (plan.empty() && vgs[i].sim.num_nodes > 0) cut = true;
       for (uint32_t t : plan) s.run(t);
       val_plans[i] = s.batches;
       val_costs[i] = s.cost;
     });
     // A search cut short by the budget leaves no teacher: no plans to imitate or vote with.
-    for (const std::vector<uint32_t>& p : plans) cut = cut || p.empty();
+    for (size_t i = 0; i < plans.size(); ++i)
+      cut = cut || (plans[i].empty() && tgs[i].sim.num_nodes > 0);
     if (cut) {
       plans.clear();
-      result.out_of_time = true;
     } else {
       uint64_t teacher_total = 0;
       for (uint32_t b : val_plans) teacher_total += b;
@@ -457,8 +452,9 @@ FsmTrainResult train_fsm_policy(const std::vector<const Graph*>& train,
     }
     info.validation_batches = batches / nv;
   }
-  // Past the budget at the end: some stage (the scorer's loops, the search) may have stopped early.
-  if (out_of_time()) result.out_of_time = true;
+  // Past the budget (or asked to stop) at the end: a stage was cut short or skipped on the way
+  // (a budget once passed stays passed, and a stop once asked stays asked).
+  result.out_of_time = out_of_time();
   result.policy.scorer = std::move(best_scorer);
   result.policy.costs = o.costs;
   result.policy.table = std::move(best_table);

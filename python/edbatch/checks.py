@@ -2,9 +2,10 @@
 takes them, flags and numbers, each refused with TypeError (not of the kind expected) or
 ValueError (out of range) whose message names the function and the argument."""
 import math
-import operator
 
 import torch
+
+from .text import index_of
 
 # The engine holds sizes, type counts and node ids in 32 bits and computes products of them
 # (2 * hidden_size rows, hidden + hidden^2 inputs): sizes and counts stay below 2^31.
@@ -14,12 +15,7 @@ MAX_SIZE = 2**31 - 1
 def integer(value, owner, name, low=1, high=MAX_SIZE):
     """value as an int from low to high (an int, a NumPy integer or a 0-d integer tensor; not a
     bool, a float or a str), else TypeError / ValueError naming owner and name."""
-    n = None
-    if not isinstance(value, (bool, float)):
-        try:
-            n = operator.index(value)
-        except TypeError:
-            pass
+    n = index_of(value)
     expected = ("a positive int" if low == 1 else "an int >= 0" if low == 0 else
                 "an int" if low <= -2**63 else f"an int from {low}")
     expected += f" (at most {high})" if high < 2**63 - 1 else ""

@@ -159,14 +159,15 @@ class StepDecoder:
         if not self._started:
             raise RuntimeError("StepDecoder.stop: no loop has begun: call start(batch_size, "
                                "state) first")
-        if mask is None or isinstance(mask, (str, bytes)):
+        given = None
+        if mask is not None and not isinstance(mask, (str, bytes)):
+            try:
+                given = torch.as_tensor(mask)
+            except (TypeError, RuntimeError, ValueError):
+                pass
+        if given is None:
             raise TypeError(f"StepDecoder.stop: mask must be a bool per running row (a tensor, "
                             f"list or NumPy array), got {type(mask).__name__}")
-        try:
-            given = torch.as_tensor(mask)
-        except (TypeError, RuntimeError, ValueError):
-            raise TypeError(f"StepDecoder.stop: mask must be a bool per running row (a tensor, "
-                            f"list or NumPy array), got {type(mask).__name__}") from None
         # one bool per row: shape (N,) or (N, 1), or () for a single running instance
         if given.dim() > 2 or given.dim() == 2 and given.shape[1] != 1:
             raise ValueError(f"StepDecoder.stop: mask has shape {tuple(given.shape)}; it takes "
