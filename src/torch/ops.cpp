@@ -175,10 +175,7 @@ std::string device_status(const std::string& device) { return device_unavailable
 std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>> weight_shapes(
     const std::string& cell, int64_t hidden, int64_t input_size, int64_t num_node_types,
     int64_t num_arc_types) {
-  for (const int64_t v : {hidden, input_size, num_node_types, num_arc_types})
-    if (v <= 0 || v > INT32_MAX)
-      fail(fmt::format("[edbatch] sizes and type counts must be from 1 to {}, got {}", INT32_MAX,
-                       v));
+  check_sizes(hidden, input_size, num_node_types, num_arc_types);
   ParameterCollection pc;
   std::unique_ptr<Cell> c;
   try {

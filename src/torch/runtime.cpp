@@ -164,9 +164,8 @@ int64_t plan_cache_bytes() {
   return plan_cache_budget.load();
 }
 
-CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t input_size,
-                   int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
-                   const std::string& policy, int64_t threads) {
+void check_sizes(int64_t hidden, int64_t input_size, int64_t num_node_types,
+                 int64_t num_arc_types) {
   // Sizes and counts are 32-bit in the engine, which also doubles some (2 * hidden rows).
   constexpr int64_t kMax = INT32_MAX;
   if (hidden <= 0 || hidden > kMax)
@@ -174,7 +173,14 @@ CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t i
   if (input_size <= 0 || input_size > kMax)
     fail(fmt::format("[edbatch] the input size must be from 1 to {}, got {}", kMax, input_size));
   if (num_node_types <= 0 || num_arc_types <= 0 || num_node_types > kMax || num_arc_types > kMax)
-    fail(fmt::format("[edbatch] type counts must be from 1 to {}", kMax));
+    fail(fmt::format("[edbatch] type counts must be from 1 to {}, got {} node and {} arc types",
+                     kMax, num_node_types, num_arc_types));
+}
+
+CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t input_size,
+                   int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
+                   const std::string& policy, int64_t threads) {
+  check_sizes(hidden, input_size, num_node_types, num_arc_types);
   CallArgs a;
   a.config = {cell,
               static_cast<uint32_t>(hidden),
@@ -386,14 +392,18 @@ Gradients run_backward(RunState& state, const c10::Device& device,
   return g;
 }
 
+namespace {
+// Appends to `edges` where the gradients of those of `tensors` that require one go.
+void add_edges(torch::autograd::edge_list& edges, at::TensorList tensors) {
+  for (const Tensor& t : tensors)
+    if (t.defined() && t.requires_grad()) edges.push_back(torch::autograd::impl::gradient_edge(t));
+}
+}  // namespace
+
 void keep_input_edges(RunState& state, const Tensor& x, at::TensorList weights) {
   state.input_edges.clear();
-  auto keep = [&state](const Tensor& t) {
-    if (t.defined() && t.requires_grad())
-      state.input_edges.push_back(torch::autograd::impl::gradient_edge(t));
-  };
-  keep(x);
-  for (const Tensor& w : weights) keep(w);
+  add_edges(state.input_edges, x);
+  add_edges(state.input_edges, weights);
 }
 
 Gradients autograd_backward(RunState& state, const c10::Device& device,
@@ -409,8 +419,7 @@ Gradients autograd_backward(RunState& state, const c10::Device& device,
   // the incoming gradients, so that differentiating with respect to any of them (autograd.grad
   // of chosen tensors, backward(inputs=...)) reaches it and raises, rather than passing it by.
   torch::autograd::edge_list edges = state.input_edges;
-  for (const Tensor& t : grads)
-    if (t.defined() && t.requires_grad()) edges.push_back(torch::autograd::impl::gradient_edge(t));
+  add_edges(edges, grads);
   auto refuse = std::make_shared<torch::autograd::Error>(
       "[edbatch] the gradients of an edbatch op cannot be differentiated again (double "
       "backward, create_graph=True through the op, is not supported)",

@@ -272,6 +272,8 @@ void check_inputs(const Tensor& x, std::vector<Tensor>& w, const Cell& cell,
                   const std::vector<WeightSpec>& specs, bool on_device);
 // The structure of `s` for x of num_x rows of x_dim floats at `x` (nullptr: not known yet).
 Packed packed_view(const Structure& s, const float* x, int64_t num_x, int64_t x_dim);
+// Refuses sizes and type counts outside 1 .. 2^31 - 1 (the engine holds them in 32 bits).
+void check_sizes(int64_t hidden, int64_t input_size, int64_t num_node_types, int64_t num_arc_types);
 CallArgs call_args(const std::string& cell, const c10::Device& device, int64_t input_size,
                    int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
                    const std::string& policy, int64_t threads);
