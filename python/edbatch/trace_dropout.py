@@ -33,9 +33,28 @@ def dropout_threshold(p):
     return math.ceil(struct.unpack("f", struct.pack("f", p))[0] * 4294967296.0)
 
 
+def _mul32(h, c, t):
+    """h = (h * c) mod 2^32, in place, for an int64 tensor h of 32-bit values (t: scratch of h's
+    size), without leaving 64 signed bits: the low 16 bits' product, plus the high 16 bits'
+    product's low 16 bits shifted up."""
+    t.copy_(h).__irshift__(16)
+    t.mul_(c).bitwise_and_(0xFFFF).__ilshift__(16)
+    h.bitwise_and_(0xFFFF).mul_(c).add_(t).bitwise_and_(_M32)
+
+
+def _mix_all(h, t):
+    """_mix over an int64 tensor of 32-bit values, in place (t: scratch)."""
+    for shift, c in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        h.bitwise_xor_(t.copy_(h).__irshift__(shift))
+        _mul32(h, c, t)
+    h.bitwise_xor_(t.copy_(h).__irshift__(16))
+
+
 def dropout_mask(seed, index, site, size, p):
-    """The kept entries (a bool tensor of `size`) of one dropout invocation."""
-    key = dropout_key(seed, index, site)
-    threshold = dropout_threshold(p)
-    return torch.tensor([dropout_hash(key, i) >= threshold for i in range(size)],
-                        dtype=torch.bool)
+    """The kept entries (a bool tensor of `size`) of one dropout invocation: dropout_hash of
+    every entry, computed over a tensor at once."""
+    h, t = torch.arange(size, dtype=torch.int64), torch.empty(size, dtype=torch.int64)
+    _mul32(h, 0x27D4EB2F, t)
+    h.bitwise_xor_(dropout_key(seed, index, site) ^ 0x165667B1)
+    _mix_all(h, t)
+    return h >= dropout_threshold(p)

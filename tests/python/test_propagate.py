@@ -420,6 +420,25 @@ def test_node_and_edge_kinds(backend):
     assert_same(model, packed, inputs_for(packed, 6))
 
 
+def test_cells_of_kinds_a_batch_lacks_get_zero_gradients(backend):
+    # Documented: zeros (not None, as eager PyTorch leaves them), so DDP needs no
+    # find_unused_parameters; the used kinds' gradients are those of eager PyTorch.
+    torch.manual_seed(16)
+    model = edbatch.nn.Propagate([cells.OpCell("tanh", 5, D) for _ in range(3)], state_size=5)
+    packed = edbatch.pack_dags([{"types": [0, 2, 2], "inputs": [0, 1, 2],
+                                 "arcs": [[], [(0, 0)], [(0, 0), (1, 0)]]}])
+    assert_same(model, packed, inputs_for(packed, 16))
+    if backend != "op":
+        return  # the Python runner leaves unused weights out of autograd as eager does
+    model.zero_grad(set_to_none=True)
+    model(packed, **inputs_for(packed, 16)).sum().backward()
+    for kind, cell in enumerate(model.node_cells):
+        for name in ("lin.weight", "lin.bias"):  # a = lin(x) + U(m), m zero at kind 0
+            grad = cell.get_parameter(name).grad
+            assert grad is not None, (kind, name)
+            assert bool(grad.any()) == (kind != 1), (kind, name)
+
+
 class _FixedWeights(nn.Module):
     """Buffers and frozen parameters as fixed weights, and weights of one row, (1, n) or
     (n, 1).t(), broadcast over the rows as PyTorch does (trainable and frozen)."""
