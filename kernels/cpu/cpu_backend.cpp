@@ -1,5 +1,6 @@
 // The CPU backend: runs a plan batch by batch over one arena of values and one of adjoints,
-// inside a TBB arena of the requested number of threads.
+// inside a TBB arena of the requested number of threads (at most the cores it may use).
+#include <tbb/info.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -44,7 +45,12 @@ class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& o)
       : threads_(std::max(1, o.threads)), min_parallel_work_(o.min_parallel_work) {
-    if (threads_ > 1) arena_ = std::make_unique<tbb::task_arena>(threads_);
+    // Work is cut into threads_ chunks whatever the arena's size, so results depend only on
+    // the requested count; beyond the cores the process may use, more workers would only take
+    // turns (and TBB refuses them with a warning of its own).
+    if (threads_ > 1)
+      arena_ = std::make_unique<tbb::task_arena>(
+          std::clamp(tbb::info::default_concurrency(), 1, threads_));
   }
   const char* name() const override { return "cpu"; }
 

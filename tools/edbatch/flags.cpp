@@ -166,10 +166,12 @@ void warn_threads(const std::string& command, uint32_t threads) {
                              ? static_cast<unsigned>(CPU_COUNT(&set))
                              : std::thread::hardware_concurrency();
   if (cores == 0 || threads <= cores) return;
-  std::fprintf(stderr,
-               "edbatch %s: warning: --threads %u is more than the %u CPU core(s) this process "
-               "may use: at most %u run at once, and the others wait for a core\n",
-               command.c_str(), threads, cores, cores);
+  std::fprintf(
+      stderr,
+      "edbatch %s: warning: --threads %u is more than the %u CPU core(s) this process "
+      "may use: its work is cut into %u parts (results as with %u threads anywhere), run by %u "
+      "thread(s)\n",
+      command.c_str(), threads, cores, threads, threads, cores);
 }
 
 }  // namespace edbatch::cli
