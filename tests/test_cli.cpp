@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -491,6 +492,13 @@ TEST_CASE("cli: output files are checked before any work") {
   const Result file = cli(dir, train + "--json '" + dir / "file/m.json" + "'");
   CHECK(file.code == 1);
   CHECK(file.err.find("'" + dir / "file" + "' is not a folder") != std::string::npos);
+  // A malformed debugging switch is refused before any work too (--write-data runs no engine).
+  ::setenv("EDBATCH_CUDA_CHAIN", "sometimes", 1);
+  const Result chain = cli(dir, base + "--write-data '" + dir / "d.txt" + "'");
+  ::unsetenv("EDBATCH_CUDA_CHAIN");
+  CHECK(chain.code == 1);
+  CHECK(chain.err.find("EDBATCH_CUDA_CHAIN='sometimes'") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "d.txt"));
   // A device is written directly, whatever its folder.
   CHECK(cli(dir, "run --model tree_lstm " + kSmall + "--data synthetic:8 --json /dev/null").code ==
         0);

@@ -221,6 +221,11 @@ TEST_CASE("cli optim: --save-best keeps the best epoch's weights") {
   REQUIRE(best_epoch >= 1);
   const nlohmann::json& at_best = j["epochs"][best_epoch]["eval"];
   CHECK(j["epochs"][best_epoch]["best"] == true);
+  // The file records the optimizer's steps at that epoch (2 warm-up, then 5 per epoch), so it
+  // cannot be resumed with the state of the run's end.
+  std::map<std::string, std::string> meta;
+  edbatch::read_safetensors(best, &meta);
+  CHECK(meta.at("edbatch.optimizer_steps") == std::to_string(2 + 5 * best_epoch));
   // The best by root accuracy, ties by loss.
   for (int e = 1; e < static_cast<int>(j["epochs"].size()); ++e)
     CHECK(j["epochs"][e]["eval"]["root_accuracy"].get<double>() <=

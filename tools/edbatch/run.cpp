@@ -19,6 +19,7 @@
 #include "tools/edbatch/decode.h"
 #include "tools/edbatch/interrupt.h"
 #include "tools/edbatch/metrics.h"
+#include "tools/edbatch/run_options.h"
 #include "tools/edbatch/training.h"
 
 namespace edbatch::cli {
@@ -29,22 +30,6 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
-
-struct RunOptions {
-  std::string policy_cache;
-  double policy_budget = 2;
-  double plan_cache_mb = 64;
-  std::string model, data = "synthetic:1000", policy = "lb-greedy", device = "cpu";
-  std::string outputs, json, save_weights, load_weights, write_data;
-  uint32_t vocab = 256, batch = 32, hidden = 128, threads = 1, epochs = 1, iters = 0, warmup = 2;
-  uint32_t max_len = 100;  // --decode
-  bool decode = false;
-  uint64_t seed = 1;
-  TrainingOptions t;  // optimizer, --eval, --save-best (tools/edbatch/training.h)
-  bool no_blocks = false, packed = false, train = false, describe = false, chars = false,
-       pipeline = false;
-  bool check_numerics = false;
-};
 
 // Builds one mini-batch, runs it, and trains on it when asked. The data set's first `size`
 // instances are the ones run (held-out instances of --eval follow them).
@@ -214,51 +199,6 @@ class LossCheck {
   size_t checked_ = 0;
 };
 
-void check_usage(const RunOptions& o) {
-  check_data_flag(o.model, o.data);
-  const DataKind kind = model_data_kind(o.model);
-  if (!o.write_data.empty() && (kind == DataKind::Dags || kind == DataKind::Pairs))
-    throw UsageError("--write-data: " + o.model + " reads " +
-                     (kind == DataKind::Dags ? "random DAGs, which have no text format"
-                                             : "sentence pairs, which it does not write"));
-  if (o.chars && o.model != "bilstm_tagger")
-    throw UsageError("--char applies to bilstm_tagger only");
-  if (o.decode && kind != DataKind::Pairs) throw UsageError("--decode applies to lstm_nmt only");
-  if (o.decode && (o.train || o.pipeline || o.device == "null"))
-    throw UsageError("--decode reads every step's values: not with --train, --pipeline or "
-                     "--device null");
-  if (o.vocab == 0 && (o.data.rfind("synthetic:", 0) == 0 || o.t.eval.rfind("synthetic:", 0) == 0))
-    throw UsageError("--vocab-size 0 (no folding) needs data files: synthetic ids need a size");
-  check_vocab_size(o.model, o.vocab);
-  check_training_usage(o.t, o.train, o.device, o.model);
-  const std::vector<std::pair<std::string, std::string>> files = {
-      {"--json", o.json},
-      {"--save-weights", o.save_weights},
-      {"--outputs", o.outputs},
-      {"--save-best", o.t.save_best},
-      {"--save-optimizer", o.t.save_optimizer}};
-  if (!o.write_data.empty()) refuse_outputs_after("--write-data", files);
-  if (o.describe) refuse_outputs_after("--describe", files);
-}
-
-// Before any work: the files the run writes at its end.
-OutputFiles output_files(const RunOptions& o) {
-  OutputFiles f("run");
-  f.add("--write-data", o.write_data);
-  f.add("--save-weights", o.save_weights);
-  f.add("--save-best", o.t.save_best);
-  f.add("--save-optimizer", o.t.save_optimizer);
-  f.add("--json", o.json);
-  f.add("--outputs", o.outputs);
-  f.read_data("--data", o.data);
-  f.read_data("--eval", o.t.eval);
-  if (o.policy.rfind("fsm:", 0) == 0) f.read("--policy", o.policy.substr(4));
-  f.read("--load-weights", o.load_weights, "--save-weights");
-  f.read("--load-optimizer", o.t.load_optimizer, "--save-optimizer");
-  return f;
-}
-
-// --vocab-size 0: a row per id the data holds, within the limit of --vocab-size.
 uint32_t vocabulary_of(const Dataset& data) {
   try {
     return data_vocabulary(data);
@@ -285,6 +225,7 @@ int run(const RunOptions& o) {
   check_usage(o);
   OutputFiles outputs = output_files(o);
   interrupt_after(0);  // a malformed EDBATCH_INTERRUPT_AFTER is refused before any work
+  apply_debug_env(EngineOptions{});  // and malformed EDBATCH_CUDA_* debugging switches
   if (o.device == "cpu") warn_threads("run", o.threads);
   const DataKind kind = model_data_kind(o.model);
   if (!o.write_data.empty())
@@ -338,7 +279,8 @@ int run(const RunOptions& o) {
       make_cli_optimizer(o.t, pc, DataPosition{o.seed, o.batch, train_size, 0}, &resumed);
   check_saved_pair(o.load_weights, loaded, o.t.load_optimizer, *optimizer);
   Runner runner(o, *model, engine, *optimizer, train_size);
-  EpochReport report(o.t, *model, engine, train_size, o.batch, o.epochs, saved_vocabulary, outputs);
+  EpochReport report(o.t, *model, engine, train_size, o.batch, o.epochs, saved_vocabulary, outputs,
+                     *optimizer);
   if (o.train) report.before_training();
 
   // Warm-up mini-batches (the first of the data) fill the arena and caches; not measured.

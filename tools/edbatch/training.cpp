@@ -196,8 +196,9 @@ void check_saved_pair(const std::string& weights,
   if (it->second == std::to_string(optimizer.steps())) return;
   throw std::runtime_error(fmt::format(
       "--load-weights '{}' was saved after {} optimizer steps and --load-optimizer '{}' after {}: "
-      "they are not from one point of a run (one of the pair failed to be written, or they "
-      "come from different runs); load weights and state saved together",
+      "they are not from one point of a run (weights of --save-best's epoch with the state at "
+      "the run's end, one of a pair that failed to be written, or files of different runs); "
+      "load weights and state saved together",
       weights, it->second, state, optimizer.steps()));
 }
 
@@ -240,7 +241,8 @@ Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, 
 
 EpochReport::EpochReport(const TrainingOptions& o, Model& model, Engine& engine,
                          uint32_t train_size, uint32_t batch, uint32_t epochs,
-                         std::map<std::string, std::string> weights_metadata, OutputFiles& outputs)
+                         std::map<std::string, std::string> weights_metadata, OutputFiles& outputs,
+                         const Optimizer& optimizer)
     : o_(o),
       model_(model),
       engine_(engine),
@@ -248,7 +250,8 @@ EpochReport::EpochReport(const TrainingOptions& o, Model& model, Engine& engine,
       batch_(batch),
       epochs_(epochs),
       weights_metadata_(std::move(weights_metadata)),
-      outputs_(outputs) {}
+      outputs_(outputs),
+      optimizer_(optimizer) {}
 
 namespace {
 std::string percent(double x) {
@@ -313,8 +316,10 @@ Evaluation EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::stri
     if (!o_.save_best.empty()) {
       // A file that cannot be written is reported (and named at the end) while training goes
       // on: the run's other files and a later best epoch are still written.
-      outputs_.write("--save-best",
-                     [&] { save_parameters(o_.save_best, model_.params(), weights_metadata_); });
+      outputs_.write("--save-best", [&] {
+        save_parameters(o_.save_best, model_.params(),
+                        with_optimizer_steps(weights_metadata_, optimizer_));
+      });
       text += outputs_.written("--save-best") ? "  (best: saved)" : "  (best: NOT saved)";
     } else {
       text += "  (best)";

@@ -125,11 +125,12 @@ struct SavedVocabulary {
 // "epochs" JSON. Without --eval it only prints and collects the training loss.
 class EpochReport {
  public:
-  // `weights_metadata` goes into --save-best's files (the data's vocabulary), written through
-  // `outputs` (a failed write is reported and training goes on).
+  // `weights_metadata` goes into --save-best's files (the data's vocabulary), with the steps
+  // `optimizer` has taken, written through `outputs` (a failed write is reported and training
+  // goes on).
   EpochReport(const TrainingOptions& o, Model& model, Engine& engine, uint32_t train_size,
               uint32_t batch, uint32_t epochs, std::map<std::string, std::string> weights_metadata,
-              OutputFiles& outputs);
+              OutputFiles& outputs, const Optimizer& optimizer);
   bool evaluating() const { return !o_.eval.empty(); }
   // Epoch 0: the held-out set before training (with --eval).
   void before_training();
@@ -158,6 +159,7 @@ class EpochReport {
   double eval_s_ = 0;  // evaluation time so far
   std::map<std::string, std::string> weights_metadata_;
   OutputFiles& outputs_;
+  const Optimizer& optimizer_;
   nlohmann::json epochs_json_ = nlohmann::json::array();
   int64_t best_epoch_ = -1;
   double best_accuracy_ = -1, best_loss_ = 0;
