@@ -1,7 +1,7 @@
 """Comparisons and selections in a cell program (docs/programs.md): `a > b` and the other
-comparisons as 0/1 masks (`step` of a difference), their logical combinations, torch.where
-(`keep`: a selection, so the branch not taken may be inf or NaN), sign and threshold. trace_ops
-merges these tables into its own."""
+comparisons as 0/1 masks (`step` of a difference, equal infinities mended), their logical
+combinations, torch.where (`keep`: a selection, so the branch not taken may be inf or NaN), sign
+and threshold. trace_ops merges these tables into its own."""
 import operator
 
 import torch
@@ -38,9 +38,34 @@ def _not(body, m):
     return _mask(apply(body, "scale", m, alpha=-1.0, beta=1.0))
 
 
+_FLOAT_MAX = 3.4028234663852886e38  # the largest float32
+
+
+def _infinite(body, v, sign):
+    """1 where v is +inf (sign 1) or -inf (sign -1), else 0 (NaN included): sign * v beyond the
+    largest float."""
+    return _step(body, apply(body, "scale", v, alpha=float(sign), beta=-_FLOAT_MAX), False)
+
+
+def _same_infinity(body, a, b):
+    """1 where a and b are the same infinity (a - b is NaN there), else 0; None where that cannot
+    happen (a finite number on either side)."""
+    if is_number(a):
+        a, b = b, a
+    if is_number(b):
+        return _infinite(body, body.vector(a), 1 if b > 0 else -1) if abs(b) == float("inf") \
+            else None
+    x, y = broadcast_pair(body, body.vector(a), body.vector(b), "a comparison of tensors")
+    return apply(body, "add", *(apply(body, "mul", _infinite(body, x, s), _infinite(body, y, s))
+                                for s in (1, -1)))
+
+
 def _greater(body, a, b, inclusive):
-    """a > b (a >= b): 1 where a - b > 0 (>= 0), else 0; NaN compares false, as in PyTorch."""
-    return _step(body, _difference(body, a, b), inclusive)
+    """a > b (a >= b): 1 where a - b > 0 (>= 0), else 0; NaN compares false, as in PyTorch. With
+    `inclusive`, equal infinities (whose difference is NaN) compare true."""
+    m = _step(body, _difference(body, a, b), inclusive)
+    same = _same_infinity(body, a, b) if inclusive else None
+    return m if same is None else _mask(apply(body, "add", m, same))
 
 
 def _equal(body, a, b):

@@ -7,6 +7,7 @@ Python (program_runner.py: checks the tracer and the program format without the 
 and "op", torch.ops.edbatch.propagate (skipped while the loaded extension does not register it).
 """
 import dataclasses
+import operator
 import types
 
 import pytest
@@ -126,6 +127,31 @@ def test_a_nan_is_the_largest_value_as_in_pytorch(backend):
             got = edbatch.nn.Propagate(cell, state_size=1)(packed, x=y)
         torch.testing.assert_close(got, cell(y, None), equal_nan=True)
         assert torch.isnan(got).all()
+
+
+_SPECIAL = [float("inf"), float("-inf"), float("nan"), 3.4028234663852886e38,
+            -3.4028234663852886e38, 0.0, -0.0, 1.0]
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "ge", "le", "gt", "lt"])
+def test_comparisons_of_infinities_and_nan_as_in_pytorch(backend, op):
+    """Equal infinities compare equal (their difference is NaN), NaN compares false, the largest
+    float is not infinite: every pair of special values, and each against numbers."""
+    n = len(_SPECIAL)
+    a = torch.tensor(_SPECIAL).repeat_interleave(n)[None]
+    b = torch.tensor(_SPECIAL).repeat(n)[None]
+    packed = edbatch.pack_trees([5])
+    compare = getattr(operator, op)  # a == b, a != b, ...
+    cells = [lambda x, m: compare(x[:, :n * n], x[:, n * n:]).float()]
+    cells += [lambda x, m, v=v: compare(x[:, :n * n], v).float() for v in _SPECIAL]
+    cells += [lambda x, m, v=v: compare(x[:, :n * n], torch.full_like(x[:, :1], v)).float()
+              for v in _SPECIAL]  # against a one-column tensor, broadcast
+    cells.append(lambda x, m: compare(x[:, :n * n], x[:, :n * n]).float())  # x == x
+    x = torch.cat([a, b], 1)
+    for cell in cells:
+        with torch.no_grad():
+            got = edbatch.nn.Propagate(cell, state_size=n * n)(packed, x=x)
+        torch.testing.assert_close(got, cell(x, None), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("size", [13, 129])
