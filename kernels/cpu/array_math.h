@@ -2,18 +2,76 @@
 // op's math on whole columns (or runs of columns) at once, with Eigen's vectorised functions.
 #pragma once
 #include <Eigen/Core>
+#include <cmath>
+#include <limits>
 #include <unsupported/Eigen/SpecialFunctions>  // Array::erf (vectorised)
 
 #include "kernels/op_math.h"
 
 namespace edbatch::cpu {
 
+// sqrt and log as PyTorch gives them at every float. Eigen's vectorised sqrt (EIGEN_FAST_MATH,
+// on by default, and wanted for tanh and erf) is a reciprocal estimate with a Newton step: NaN
+// at +inf, zero for subnormals, and a bit or two short of the rounded root. Its log clamps
+// subnormal inputs to the smallest normal float (log(1e-40) = -87.34 instead of -92.10).
+namespace exact {
+template <class Packet>
+Packet sqrt(const Packet& p) {
+  return Eigen::internal::psqrt(p);
+}
+#if defined(__SSE__)
+inline __m128 sqrt(__m128 p) {
+  return _mm_sqrt_ps(p);
+}
+#endif
+#if defined(__AVX__)
+inline __m256 sqrt(__m256 p) {
+  return _mm256_sqrt_ps(p);
+}
+#endif
+#if defined(__AVX512F__)
+inline __m512 sqrt(__m512 p) {
+  return _mm512_sqrt_ps(p);
+}
+#endif
+}  // namespace exact
+
+struct SqrtOp {
+  float operator()(float x) const { return std::sqrt(x); }
+  template <class Packet>
+  Packet packetOp(const Packet& p) const {
+    return exact::sqrt(p);
+  }
+};
+
+struct LogOp {
+  float operator()(float x) const { return std::log(x); }
+  template <class Packet>
+  Packet packetOp(const Packet& p) const {
+    using namespace Eigen::internal;
+    const Packet y = plog(p);
+    const Packet tiny =
+        pand(pcmp_lt(p, pset1<Packet>(std::numeric_limits<float>::min())), pcmp_lt(pzero(p), p));
+    if (!predux_any(tiny)) return y;
+    // A subnormal x: log(x 2^24) - 24 log 2, x 2^24 being normal.
+    const Packet scaled =
+        psub(plog(pmul(p, pset1<Packet>(16777216.0f))), pset1<Packet>(16.635532333438686f));
+    return pselect(tiny, scaled, y);
+  }
+};
+
 struct ArrayMath {
   template <class X> static auto exp(const X& x) { return x.exp(); }
   template <class X> static auto tanh(const X& x) { return x.tanh(); }
   template <class X> static auto log1p(const X& x) { return x.log1p(); }
-  template <class X> static auto log(const X& x) { return x.log(); }
-  template <class X> static auto sqrt(const X& x) { return x.sqrt(); }
+  template <class X>
+  static auto log(const X& x) {
+    return x.unaryExpr(LogOp{});
+  }
+  template <class X>
+  static auto sqrt(const X& x) {
+    return x.unaryExpr(SqrtOp{});
+  }
   template <class X> static auto erf(const X& x) { return x.erf(); }
   template <class X>
   static auto sin(const X& x) {
@@ -42,3 +100,17 @@ struct ArrayMath {
 };
 
 }  // namespace edbatch::cpu
+
+namespace Eigen::internal {
+template <>
+struct functor_traits<edbatch::cpu::SqrtOp> {
+  enum { Cost = 14, PacketAccess = packet_traits<float>::HasSqrt };
+};
+template <>
+struct functor_traits<edbatch::cpu::LogOp> {
+  enum {
+    Cost = functor_traits<scalar_log_op<float>>::Cost + 2,
+    PacketAccess = packet_traits<float>::HasLog
+  };
+};
+}  // namespace Eigen::internal

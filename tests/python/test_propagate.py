@@ -154,6 +154,24 @@ def test_comparisons_of_infinities_and_nan_as_in_pytorch(backend, op):
         torch.testing.assert_close(got, cell(x, None), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("op", ["sqrt", "log", "rsqrt"])
+def test_roots_and_logs_of_infinities_and_subnormals_as_in_pytorch(backend, op):
+    """At every float, with as many nodes as the kernels take in vector registers (the value of
+    a node must not depend on its batch-mates): +inf, subnormals, 0, negatives and NaN."""
+    special = [float("inf"), 1e-40, 3e-39, 1.1754942e-38, 1e-45, 0.0, -0.0, -2.0, float("nan"),
+               4.0, 3.4028234663852886e38, 0.37]
+    f = getattr(torch, op)
+    packed = edbatch.pack_trees(list(range(37)))  # 37 single-node trees, one batch
+    x = torch.tensor(special).repeat(37, 1).requires_grad_()
+    xe = x.detach().clone().requires_grad_()
+    got = edbatch.nn.Propagate(lambda x, m: f(x), state_size=len(special))(packed, x=x)
+    want = f(xe)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=2e-7, atol=0)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad, equal_nan=True, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("size", [13, 129])
 @pytest.mark.parametrize("op", ["chunk", "slicing", "layer_norm", "softmax", "@", "torch.cat",
                                 "var", "size-1 gate, expand"])
