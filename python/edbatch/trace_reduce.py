@@ -142,7 +142,7 @@ def feature_mean(body, args, kwargs):
 
 def feature_var(body, args, kwargs, name="var"):
     """Sum of squared deviations over n - correction (PyTorch's default correction is 1); std:
-    its square root."""
+    its square root, whose gradient is 0 where it is 0 (PyTorch's), not 0 * inf."""
     v, a = _reduction_input(body, name, args, kwargs, {"unbiased": None, "correction": None},
                             ("input", "dim", "unbiased", "keepdim"))
     if a["unbiased"] is not None and a["correction"] is not None:
@@ -156,7 +156,9 @@ def feature_var(body, args, kwargs, name="var"):
     mean = body.emit("broadcast", v.size, [sum_of(body, v, 1.0 / v.size)])
     d = body.emit("sub", v.size, [v, mean])
     var = sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction))
-    return kept(body.emit("sqrt", 1, [var]) if name == "std" else var, a)
+    if name == "std":  # a constant row: no gradient through the root, as PyTorch's std
+        var = body.emit("sqrt", 1, [_floored(body, var, 0.0)])
+    return kept(var, a)
 
 
 def feature_std(body, args, kwargs):
