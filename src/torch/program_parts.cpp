@@ -1,6 +1,7 @@
 #include "src/torch/program_parts.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -138,7 +139,13 @@ void reduce_messages(Reduce how, const std::vector<std::vector<Expr>>& messages,
   // log_softmax over the scores stacked as one column: stable for any scores.
   const std::vector<Expr>& scores = messages[0];
   const Expr log_weights = log_softmax(concat(scores));
-  reduced[0] = subtract(scores[0], slice_rows(log_weights, 0, 1));  // log-sum-exp
+  // log-sum-exp as torch.logsumexp: shifted by the largest score where that is finite (inf - |m|
+  // > 0), else by 0, so that -inf scores (masked arcs) and +inf give -inf and +inf, not NaN.
+  const Expr m = maximum(scores);
+  const Expr shift = keep(m, step(scalar_affine(abs(m), -1, INFINITY)));
+  std::vector<Expr> e(k);
+  for (size_t j = 0; j < k; ++j) e[j] = exp(subtract(scores[j], shift));
+  reduced[0] = add(shift, log(sum(e)));
   const Expr weights = exp(log_weights);
   std::vector<Expr> w(k), terms(k);
   for (size_t j = 0; j < k; ++j)

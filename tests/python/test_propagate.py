@@ -388,6 +388,34 @@ def test_attention_with_scores_far_from_zero(backend, offset):
     assert_same(model, packed, inputs_for(packed, 19))
 
 
+class _ScoreFirst(nn.Module):
+    """Edge cell: the child's first feature as the score, the others as the value."""
+
+    def forward(self, child, x):
+        return child[:, :1] * 1.0, child[:, 1:] * 1.0
+
+
+def test_attention_over_masked_and_infinite_scores_as_torch_logsumexp(backend):
+    """A masked arc (-inf) first or last, +inf, every arc masked, finite scores far apart: the
+    log-sum-exp is torch.logsumexp's and the context softmax's, NaN only where PyTorch's is."""
+    inf = float("inf")
+
+    def node(x, message):
+        lse, context = message
+        return torch.cat([x[:, :1] + lse, x[:, 1:] + context], -1)
+    model = edbatch.nn.Propagate(node, _ScoreFirst(), reduce="softmax", state_size=3,
+                                 message_size=(1, 2))
+    packed = edbatch.pack_trees([(0, 1)])  # two leaves, then the root (its x row: zeros)
+    for scores in ((-inf, 0.0), (0.0, -inf), (inf, 0.0), (-inf, -inf), (-3e38, 3e38)):
+        x = torch.tensor([[scores[0], 1.0, 2.0], [scores[1], 3.0, 4.0], [0.0, 0.0, 0.0]])
+        with torch.no_grad():
+            root = model(packed, x=x)[-1]
+        s = torch.tensor(scores)
+        want = torch.cat([torch.logsumexp(s, 0)[None],
+                          (torch.softmax(s, 0)[:, None] * x[:2, 1:]).sum(0)])
+        torch.testing.assert_close(root, want, equal_nan=True, msg=lambda m: f"{scores}: {m}")
+
+
 def test_attention_with_a_learned_initial_message_and_its_refusals(backend):
     torch.manual_seed(18)
     model = attention(initial="learned")
