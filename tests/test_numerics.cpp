@@ -86,6 +86,26 @@ TEST_CASE("numerics: parameters and inputs are checked before the pass") {
   std::string m = numerics_error([&] { engine.forward(g, y); });
   CHECK(contains(m, "parameter 'p' holds nan at element 2 of 3, before the forward pass"));
 
+  // A matrix and a lookup table: the element as their saved tensors (and PyTorch) index them,
+  // [row, column] of a rows x cols matrix and [word, feature] of a table, not the position in
+  // the collection's column-major storage.
+  ParameterCollection pcm;
+  const Parameter w = pcm.add_parameters("W", Dim{5, 4});
+  pcm.values(w.id)[3 * 5 + 2] = std::numeric_limits<float>::infinity();  // column 3, row 2
+  pcm.mark_changed();
+  Graph gm(pcm);
+  Engine em(pcm, checked());
+  m = numerics_error([&] { em.forward(gm, tanh(parameter(gm, w))); });
+  CHECK(contains(m, "parameter 'W' holds inf at element [2, 3] of shape [5, 4]"));
+  ParameterCollection pcl;
+  const LookupParameter e = pcl.add_lookup_parameters("E", 7, 3);         // 7 words of 3 features
+  pcl.values(e.id)[4 * 3 + 1] = std::numeric_limits<float>::quiet_NaN();  // word 4, feature 1
+  pcl.mark_changed();
+  Graph gl(pcl);
+  Engine el(pcl, checked());
+  m = numerics_error([&] { el.forward(gl, tanh(lookup(gl, e, 0))); });
+  CHECK(contains(m, "parameter 'E' holds nan at element [4, 1] of shape [7, 3]"));
+
   ParameterCollection pc2;
   Graph g2(pc2);
   const Expr x = input(g2, Dim{2, 1}, {1.0f, -std::numeric_limits<float>::infinity()});

@@ -27,7 +27,19 @@ struct Finding {
   std::string what;  // "node 17 (op tanh, type '...')"
   float value;
   uint64_t element, size;
+  std::string at;  // where in a parameter, as its saved tensor indexes it; else empty
 };
+
+// Element i of parameter `id` (stored column-major) as its saved tensor (safetensors, and
+// PyTorch) indexes it: [row, column] of a matrix, [word, feature] of a lookup table.
+std::string parameter_index(const ParameterCollection& pc, uint32_t id, uint64_t i) {
+  const Dim d = pc.dim(id);
+  if (d.cols == 1) return fmt::format("element {} of {}", i, d.rows);
+  if (pc.is_lookup(id))
+    return fmt::format("element [{}, {}] of shape [{}, {}]", i / d.rows, i % d.rows, d.cols,
+                       d.rows);
+  return fmt::format("element [{}, {}] of shape [{}, {}]", i % d.rows, i / d.rows, d.rows, d.cols);
+}
 
 class Checker {
  public:
@@ -41,9 +53,10 @@ class Checker {
       if (pc.is_view(id)) continue;
       const uint64_t n = pc.dim(id).size();
       const float* v = adjoints_ ? pc.grads(id) : pc.values(id);
-      if (found(v, n, f))
-        return named(
-            f, fmt::format("{}parameter '{}'", adjoints_ ? "the gradient of " : "", pc.name(id)));
+      if (!found(v, n, f)) continue;
+      f.at = parameter_index(pc, id, f.element);
+      return named(
+          f, fmt::format("{}parameter '{}'", adjoints_ ? "the gradient of " : "", pc.name(id)));
     }
     return false;
   }
@@ -129,10 +142,11 @@ class Checker {
 
 [[noreturn]] void report(const char* fn, const char* kind, const Finding& f,
                          const std::string& where) {
+  const std::string at = f.at.empty() ? fmt::format("element {} of {}", f.element, f.size) : f.at;
   throw NumericsError(
-      fmt::format("[{}] non-finite {}: {} holds {} at element {} of {}, {} "
+      fmt::format("[{}] non-finite {}: {} holds {} at {}, {} "
                   "(EngineOptions::check_numerics)",
-                  fn, kind, f.what, f.value, f.element, f.size, where));
+                  fn, kind, f.what, f.value, at, where));
 }
 
 }  // namespace
