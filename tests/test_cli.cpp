@@ -339,6 +339,25 @@ TEST_CASE("cli: saved weights keep the data's word and tag ids for files read la
   CHECK(unseen.err.find("the data holds others") != std::string::npos);
 }
 
+TEST_CASE("cli: a last update that leaves the weights not finite stops the run unsaved") {
+  // The loss is checked before each update: the weights after the last one are checked at the
+  // end, so infinite weights are neither saved nor reported as a good run.
+  TempDir dir;
+  const std::string w = dir / "w.st", json = dir / "m.json", best = dir / "b.st";
+  const Result r = cli(dir,
+                       "run --model tree_lstm --hidden 6 --batch 8 --data synthetic:16 --eval "
+                       "synthetic:4 --train --iters 1 --warmup 0 --lr 3e38 --weight-decay 1e38 "
+                       "--clip 0 --save-weights '" +
+                           w + "' --save-best '" + best + "' --json '" + json + "'");
+  CHECK(r.code == 1);
+  CHECK(r.err.find("epoch 1, mini-batch 1 of 2: after its update, parameter '") !=
+        std::string::npos);
+  CHECK(r.err.find("training stopped and nothing is saved") != std::string::npos);
+  CHECK_FALSE(fs::exists(w));
+  CHECK_FALSE(fs::exists(json));
+  CHECK_FALSE(fs::exists(best));
+}
+
 TEST_CASE("cli: a forward run whose loss is not finite fails, naming where") {
   TempDir dir;
   const std::string common =

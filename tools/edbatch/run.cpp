@@ -338,6 +338,8 @@ int run(const RunOptions& o) {
   }
   runner.finish(samples.empty() ? nullptr : &samples.back());
   check(samples, false);
+  if (o.train && o.device != "null")
+    check_trained_weights(pc, samples.empty() ? "the warm-up" : check.where(samples.size() - 1));
   const auto measured = static_cast<uint32_t>(samples.size());  // fewer when interrupted
   if (show && interrupt_signal()) std::fputs("\r\033[K", stderr);
   if (!o.train) report.evaluate_once();

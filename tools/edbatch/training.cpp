@@ -188,6 +188,21 @@ std::map<std::string, std::string> with_optimizer_steps(std::map<std::string, st
   return metadata;
 }
 
+void check_trained_weights(const ParameterCollection& pc, const std::string& after) {
+  for (uint32_t id = 0; id < pc.size(); ++id) {
+    if (pc.is_view(id)) continue;
+    const float* v = pc.values(id);
+    const float* bad =
+        std::find_if(v, v + pc.dim(id).size(), [](float x) { return !std::isfinite(x); });
+    if (bad == v + pc.dim(id).size()) continue;
+    throw std::runtime_error(fmt::format(
+        "{}: after its update, parameter '{}' holds {}; training stopped and nothing is saved "
+        "(lower --lr or --weight-decay, clip the gradients with --clip, or find the first "
+        "non-finite value with --check-numerics)",
+        after, pc.name(id), *bad));
+  }
+}
+
 void check_saved_pair(const std::string& weights,
                       const std::map<std::string, std::string>& weights_metadata,
                       const std::string& state, const Optimizer& optimizer) {
@@ -280,7 +295,7 @@ Evaluation EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::stri
   j["seconds"] = e.seconds;
   char buf[64];
   std::snprintf(buf, sizeof buf, "held-out loss per instance %.4f", e.loss_per_instance());
-  text += buf;
+  text += std::isnan(e.loss) ? "held-out loss per instance nan" : buf;  // not printf's "-nan"
   const char* unit = kind == DataKind::Lattices || kind == DataKind::Tagged ? "tag"
                      : kind == DataKind::Pairs                              ? "token"
                                                                             : "node";
@@ -306,6 +321,8 @@ Evaluation EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::stri
   // The best epoch: highest accuracy (root accuracy for trees), then lowest held-out loss.
   const double accuracy = kind == DataKind::Trees ? e.root_accuracy() : e.node_accuracy();
   const double loss = e.loss_per_instance();
+  if (epoch != 0 && !std::isfinite(loss) && !o_.save_best.empty())
+    text += "  (not finite: not kept by --save-best)";
   if (epoch == 0 || !std::isfinite(loss)) return e;
   if (best_epoch_ < 0 || accuracy > best_accuracy_ ||
       (accuracy == best_accuracy_ && loss < best_loss_)) {
@@ -348,6 +365,9 @@ void EpochReport::epoch_end(uint32_t epoch, double train_loss) {
   std::snprintf(buf, sizeof buf, "epoch %u/%u  mean loss per instance %.4f", epoch, epochs_,
                 train_loss);
   std::string text = buf;
+  if (std::isnan(train_loss))
+    text = "epoch " + std::to_string(epoch) + "/" + std::to_string(epochs_) +
+           "  mean loss per instance nan";
   if (evaluating()) {
     text += "  ";
     run_eval(epoch, line, text);
@@ -387,7 +407,10 @@ void EpochReport::add_to_json(nlohmann::json& j) const {
     j["eval"] = {{"data", o_.eval},
                  {"instances", model_.size() - train_size_},
                  {"best_epoch", best_epoch_ >= 0 ? nlohmann::json(best_epoch_) : nullptr}};
-    if (!o_.save_best.empty()) j["eval"]["save_best"] = o_.save_best;
+    if (!o_.save_best.empty()) {
+      j["eval"]["save_best"] = o_.save_best;
+      j["eval"]["save_best_written"] = best_epoch_ >= 0 && outputs_.written("--save-best");
+    }
   }
 }
 

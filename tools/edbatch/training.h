@@ -109,6 +109,11 @@ struct Evaluation {
 };
 Evaluation evaluate(Model& model, Engine& engine, uint32_t first, uint32_t end, uint32_t batch);
 
+// After the last update of `after` ("epoch 1, mini-batch 5 of 5"): throws std::runtime_error
+// naming the first parameter that holds a value that is not finite (the loss, checked before
+// each update, cannot see the last one diverge).
+void check_trained_weights(const ParameterCollection& pc, const std::string& after);
+
 // The vocabulary of the weights --load-weights names (how many words and tags they have rows
 // and classes for) against the data read with it.
 struct SavedVocabulary {
