@@ -161,11 +161,11 @@ def sign(body, args, kwargs):
 
 
 def threshold(body, args, kwargs):
-    """x where x > threshold, else value."""
+    """value where x <= threshold, else x (PyTorch's test: NaN stays NaN, its gradient passes)."""
     a = bind(args, kwargs, ("input", "threshold", "value", "inplace"), {"inplace": False})
     no_inplace(a["inplace"])
     v = body.vector(a["input"])
-    return where_of(body, _greater(body, v, a["threshold"], False), v, a["value"])
+    return where_of(body, _greater(body, a["threshold"], v, True), a["value"], v)
 
 
 def as_float(body, args, kwargs):

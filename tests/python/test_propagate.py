@@ -154,6 +154,19 @@ def test_comparisons_of_infinities_and_nan_as_in_pytorch(backend, op):
         torch.testing.assert_close(got, cell(x, None), rtol=0, atol=0)
 
 
+def test_threshold_keeps_nan_as_pytorch(backend):
+    """F.threshold tests x <= threshold: NaN stays NaN and its gradient passes, as in PyTorch."""
+    packed = edbatch.pack_trees([5])
+    cell = lambda x, m: F.threshold(x, 0.5, -2.0)  # noqa: E731
+    x = torch.tensor([_SPECIAL]).requires_grad_()
+    xe = x.detach().clone().requires_grad_()
+    got, want = edbatch.nn.Propagate(cell, state_size=len(_SPECIAL))(packed, x=x), cell(xe, None)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("op", ["sqrt", "log", "rsqrt"])
 def test_roots_and_logs_of_infinities_and_subnormals_as_in_pytorch(backend, op):
     """At every float, with as many nodes as the kernels take in vector registers (the value of
