@@ -136,24 +136,25 @@ void reduce_messages(Reduce how, const std::vector<std::vector<Expr>>& messages,
     }
     return;
   }
-  // log_softmax over the scores stacked as one column: stable for any scores.
+  // Over each arc's score alone, so that no op depends on an arc's position (one slice per
+  // position would make a batching type per position, and scheduling quadratic in the fan-in):
+  // e_j = exp(s_j - m), m the largest score but at least the lowest float, so that arcs all
+  // masked (-inf) give -inf as torch.logsumexp does, not NaN; log-sum-exp m + log sum e, and the
+  // values weighted as sum e_j v_j / sum e, the softmax's weights applied once to the sum.
   const std::vector<Expr>& scores = messages[0];
-  const Expr log_weights = log_softmax(concat(scores));
-  // log-sum-exp as torch.logsumexp: shifted by the largest score where that is finite (inf - |m|
-  // > 0), else by 0, so that -inf scores (masked arcs) and +inf give -inf and +inf, not NaN.
-  const Expr m = maximum(scores);
-  const Expr shift = keep(m, step(scalar_affine(abs(m), -1, INFINITY)));
-  std::vector<Expr> e(k);
-  for (size_t j = 0; j < k; ++j) e[j] = exp(subtract(scores[j], shift));
-  reduced[0] = add(shift, log(sum(e)));
-  const Expr weights = exp(log_weights);
-  std::vector<Expr> w(k), terms(k);
-  for (size_t j = 0; j < k; ++j)
-    w[j] = slice_rows(weights, static_cast<uint32_t>(j), static_cast<uint32_t>(j + 1));
+  std::vector<Expr> e(scores);
+  e.push_back(input(*scores[0].graph, -std::numeric_limits<float>::max()));
+  const Expr m = maximum(e);
+  e.pop_back();
+  for (size_t j = 0; j < k; ++j) e[j] = exp(subtract(scores[j], m));
+  const Expr total = sum(e);
+  reduced[0] = add(m, log(total));
+  const Expr inverse = scalar_divide(1, total);
+  std::vector<Expr> terms(k);
   for (size_t c = 1; c < messages.size(); ++c) {
     for (size_t j = 0; j < k; ++j)
-      terms[j] = cmult(sizes[c] == 1 ? w[j] : broadcast_rows(w[j], sizes[c]), messages[c][j]);
-    reduced[c] = sum(terms);
+      terms[j] = cmult(sizes[c] == 1 ? e[j] : broadcast_rows(e[j], sizes[c]), messages[c][j]);
+    reduced[c] = cmult(sum(terms), sizes[c] == 1 ? inverse : broadcast_rows(inverse, sizes[c]));
   }
 }
 
