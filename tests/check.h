@@ -52,6 +52,8 @@ inline void check_same_gradients(ParameterCollection& a, ParameterCollection& b,
 void check_maximum_nan(const std::string& device, int threads);
 // log_softmax's and pick_neg_log_softmax's precision far from 0 and under a mask (same file).
 void check_log_softmax_far(const std::string& device, int threads);
+// Sums and means of 10^5 arguments keep float32's precision; infinities and NaN carry (same file).
+void check_wide_sums(const std::string& device, int threads);
 // Nodes no seed depends on leave the gradients alone (same file).
 void check_unused_nodes(const std::string& device, int threads);
 

@@ -415,6 +415,10 @@ CUDA_CASE("cuda: maximum and max_index take NaN as the largest; maximum's gradie
   testing::check_maximum_nan("cuda", 1);
 }
 
+CUDA_CASE("cuda: sums and means of 10^5 arguments keep float32's precision") {
+  testing::check_wide_sums("cuda", 1);
+}
+
 CUDA_CASE("cuda: log_softmax and pick_neg_log_softmax far from 0 and under a mask") {
   testing::check_log_softmax_far("cuda", 1);
 }

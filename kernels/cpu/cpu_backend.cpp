@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include "edbatch/schedule.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -20,6 +21,14 @@ bool Buffer::reserve(size_t floats) {
   // Grow with headroom; resize zero-fills, which also takes the page faults up front.
   data_.resize(std::max(floats, data_.size() + data_.size() / 2));
   return true;
+}
+
+float* pairwise_scratch(uint32_t n) {
+  // One level per halving of up to 2^32 terms in blocks of kPairwiseBlock.
+  thread_local std::vector<float> scratch;
+  const size_t need = size_t(n) * 32;
+  if (scratch.size() < need) scratch.resize(need);
+  return scratch.data();
 }
 
 void parallel_chunks(const Context& c, uint32_t n, double work,

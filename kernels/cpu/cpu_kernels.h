@@ -1,6 +1,7 @@
 // Internal to the CPU backend: the kernel context, operand access and the kernel tables.
 #pragma once
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -177,6 +178,33 @@ void for_chunks(const Context& c, uint32_t n, double work, const F& f) {
                   [](void* s, uint32_t b, uint32_t e) { (*static_cast<const F*>(s))(b, e); },
                   const_cast<F*>(&f));
 }
+
+// Sums of many vectors (a reduce over a node of large fan-in): y (n floats) = value(begin) + ...
+// + value(end - 1), left to right up to kPairwiseBlock terms, and beyond as the sum of two halves
+// (each a whole number of blocks) summed alike, so that rounding grows with log(count) as
+// torch.sum's does, not with the count. `scratch` holds n floats per level of halving below this
+// one (pairwise_scratch).
+constexpr uint32_t kPairwiseBlock = 64;
+template <class F>
+void pairwise_sum(float* y, uint32_t n, uint32_t begin, uint32_t end, const F& value,
+                  float* scratch) {
+  if (end - begin <= kPairwiseBlock) {
+    const float* v = value(begin);
+    std::copy(v, v + n, y);
+    for (uint32_t j = begin + 1; j < end; ++j) {
+      v = value(j);
+      for (uint32_t r = 0; r < n; ++r) y[r] += v[r];
+    }
+    return;
+  }
+  const uint32_t blocks = (end - begin + kPairwiseBlock - 1) / kPairwiseBlock;
+  const uint32_t mid = begin + blocks / 2 * kPairwiseBlock;
+  pairwise_sum(y, n, begin, mid, value, scratch + n);
+  pairwise_sum(scratch, n, mid, end, value, scratch + n);
+  for (uint32_t r = 0; r < n; ++r) y[r] += scratch[r];
+}
+// This thread's scratch for pairwise_sum over vectors of n floats (any count below 2^32).
+float* pairwise_scratch(uint32_t n);
 
 using Kernel = void (*)(Context&, const BatchArgs&);
 struct KernelRow {

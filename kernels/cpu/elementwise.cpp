@@ -127,7 +127,7 @@ void sum_fwd(Context& c, const BatchArgs& b) {
   const uint32_t n = b.out_dim.size();
   const bool ragged = b.operands[0].mode == OperandMode::Ragged;
   const uint32_t slots = b.bp->operand_count;
-  bool one_pass = !ragged;
+  bool one_pass = !ragged && slots <= kPairwiseBlock;
   for (uint32_t j = 0; j < slots && one_pass; ++j) one_pass = flat(b, b.operands[j]);
   for_chunks(c, b.count, batch_floats(b), [&](uint32_t i0, uint32_t i1) {
     if (one_pass) {
@@ -142,8 +142,18 @@ void sum_fwd(Context& c, const BatchArgs& b) {
       if (ragged) {
         const uint32_t* offs;
         const uint32_t k = ragged_args(c, b, i, &offs);
+        if (k > kPairwiseBlock) {
+          pairwise_sum(
+              y.data(), n, 0, k, [&](uint32_t j) { return c.values + offs[j]; },
+              pairwise_scratch(n));
+          continue;
+        }
         y = CVec(c.values + offs[0], n);
         for (uint32_t j = 1; j < k; ++j) y += CVec(c.values + offs[j], n);
+      } else if (slots > kPairwiseBlock) {
+        pairwise_sum(
+            y.data(), n, 0, slots, [&](uint32_t j) { return operand_value(c, b.operands[j], i); },
+            pairwise_scratch(n));
       } else {
         y = CVec(operand_value(c, b.operands[0], i), n);
         for (uint32_t j = 1; j < slots; ++j) y += CVec(operand_value(c, b.operands[j], i), n);

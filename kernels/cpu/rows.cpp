@@ -254,8 +254,14 @@ void average_forward(Context& c, const BatchArgs& b) {
   each_node(c, b, true, [&](uint32_t i) {
     const NodeArgs a = node_args(c, b, i);
     Vec y(out_value(c, b, i), n);
-    y = CVec(arg_value(c, b, a, i, 0), n);
-    for (uint32_t j = 1; j < a.count; ++j) y += CVec(arg_value(c, b, a, i, j), n);
+    if (a.count > kPairwiseBlock) {
+      pairwise_sum(
+          y.data(), n, 0, a.count, [&](uint32_t j) { return arg_value(c, b, a, i, j); },
+          pairwise_scratch(n));
+    } else {
+      y = CVec(arg_value(c, b, a, i, 0), n);
+      for (uint32_t j = 1; j < a.count; ++j) y += CVec(arg_value(c, b, a, i, j), n);
+    }
     y /= static_cast<float>(a.count);
   });
 }

@@ -11,8 +11,19 @@ namespace edbatch::cuda {
 
 namespace {
 
-
 constexpr uint32_t kStepThreads = 256;
+
+// A running sum with Kahan's compensation, so that a sum over many arguments (a reduce over a
+// node of large fan-in, added by one thread) keeps float32's accuracy instead of losing a
+// rounding per term. An infinite or NaN sum carries on as a plain one.
+struct CompensatedSum {
+  float value = 0, carry = 0;
+  __device__ void add(float x) {
+    const float y = x - carry, t = value + y;
+    carry = isfinite(t) ? (t - value) - y : 0.0f;
+    value = t;
+  }
+};
 
 // ---- reductions over the rows of a column (softmax, log softmax, layer norm, max_index,
 // pick_neg_log_softmax): one warp per column. steps_body gives such a step 32 items per column
@@ -239,9 +250,9 @@ __device__ void wide_sum_item(const DeviceView& d, const Ops& ops, const StepDes
   const uint32_t* offs = rows + s.count + 1;
   const uint64_t out = s.out_offset + static_cast<uint64_t>(v) * s.out_size + e;
   if (forward) {
-    float acc = 0;
-    for (uint32_t q = rows[v] + lane; q < rows[v + 1]; q += kWarp) acc += d.values[offs[q] + e];
-    acc = warp_sum(acc);
+    CompensatedSum sum;
+    for (uint32_t q = rows[v] + lane; q < rows[v + 1]; q += kWarp) sum.add(d.values[offs[q] + e]);
+    const float acc = warp_sum(sum.value);
     if (lane == 0) d.values[out] = acc;
     return;
   }
@@ -274,7 +285,9 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
       if (o0.mode == OperandMode::Ragged) {
         const uint32_t* rows = d.index + o0.index_begin;
         const uint32_t* offs = rows + s.count + 1;
-        for (uint32_t q = rows[v]; q < rows[v + 1]; ++q) acc += d.values[offs[q] + r];
+        CompensatedSum sum;
+        for (uint32_t q = rows[v]; q < rows[v + 1]; ++q) sum.add(d.values[offs[q] + r]);
+        acc = sum.value;
       } else {
         for (uint32_t j = 0; j < s.operand_count; ++j) acc += value_at(d, ops, slot(ops, s, j), v, s.k)[r];
       }
@@ -305,12 +318,18 @@ __device__ void forward_item(const DeviceView& d, const Ops& ops, const StepDesc
     case Op::Average:
     case Op::Maximum: {
       const VarArgs a = var_args(d, ops, s, v);
+      if (op == Op::Average) {
+        CompensatedSum sum;
+        for (uint32_t j = 0; j < a.count; ++j) sum.add(var_value(d, ops, s, a, v, j)[r]);
+        y[r] = sum.value / static_cast<float>(a.count);
+        return;
+      }
       float acc = var_value(d, ops, s, a, v, 0)[r];
       for (uint32_t j = 1; j < a.count; ++j) {
         const float x = var_value(d, ops, s, a, v, j)[r];
-        acc = op == Op::Average ? acc + x : (math::takes_max(x, acc) ? x : acc);
+        acc = math::takes_max(x, acc) ? x : acc;
       }
-      y[r] = op == Op::Average ? acc / static_cast<float>(a.count) : acc;
+      y[r] = acc;
       return;
     }
     case Op::SliceRows: {
