@@ -178,6 +178,14 @@ TEST_CASE("errors: label, index and name ranges") {
     CHECK(contains(message_of([&] { make_backend("cuda", {}); }), "[cuda]"));
   CHECK(contains(message_of([&] { parameter(g, Parameter{E.id}); }), "is a lookup table"));
   CHECK(contains(message_of([&] { sum_losses({x}); }), "not a scalar"));
+  // Named by their place in the list (and their node), and by the arguments given.
+  const Expr one = input(g, 1.0f);
+  CHECK(contains(message_of([&] {
+                   sum_losses({one, x});
+                 }),
+                 "losses[1] (node " + std::to_string(x.id) + ") is"));
+  CHECK(contains(message_of([&] { pc.add_lookup_parameters("E0", 0, 4); }),
+                 "[add_lookup_parameters] lookup table 'E0' of vocab 0 and dim 4 is empty"));
 }
 
 TEST_CASE("engine: a new graph at a recycled address is recomputed, not served from cache") {

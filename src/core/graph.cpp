@@ -538,10 +538,12 @@ Expr slice_rows(const Expr& x, uint32_t begin, uint32_t end) {
 }
 Expr sum_losses(const std::vector<Expr>& losses) {
   Graph& g = graph_of(losses, "sum_losses");
-  for (const Expr& l : losses)
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const Expr& l = losses[i];
     if (l.graph == &g && g.node_of(l, "sum_losses").dim != Dim{1, 1})
-      fail("sum_losses", "loss " + std::to_string(l.id) + " is " +
-                             to_string(g.node(l.id).dim) + ", not a scalar");
+      fail("sum_losses", "losses[" + std::to_string(i) + "] (node " + std::to_string(l.id) +
+                             ") is " + to_string(g.node(l.id).dim) + ", not a scalar");
+  }
   return sum(losses);
 }
 

@@ -130,6 +130,10 @@ Parameter ParameterCollection::add_parameters(const std::string& name, Dim dim, 
 
 LookupParameter ParameterCollection::add_lookup_parameters(const std::string& name, uint32_t vocab,
                                                            uint32_t dim) {
+  if (vocab == 0 || dim == 0)
+    throw std::invalid_argument("[add_lookup_parameters] lookup table '" + name + "' of vocab " +
+                                std::to_string(vocab) + " and dim " + std::to_string(dim) +
+                                " is empty");
   return LookupParameter{add(name, Dim{dim, vocab}, true, 0.0f), uid_};
 }
 
