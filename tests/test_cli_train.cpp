@@ -231,6 +231,16 @@ TEST_CASE("cli train: outputs and --eval-data are checked before training, numbe
   CHECK(same.out.find("the file trained on)") != std::string::npos);
   CHECK(same.out.find("not trained on") == std::string::npos);
 
+  // Data of one instance trains and validates on it, and says so.
+  std::ofstream(dir / "one.txt") << "(3 (2 a) (4 (1 b) (2 c)))\n";
+  const Result one = cli(dir,
+                         "train --model tree_lstm --batch 4 --hidden 8 --train-batches 2 "
+                         "--val-batches 1 --episodes 4 --data '" +
+                             dir / "one.txt" + "' -o '" + dir / "one.json" + "'");
+  CHECK(one.code == 0);
+  CHECK(one.err.find("--data holds one instance, which serves both training and validation") !=
+        std::string::npos);
+
   // A policy file that cannot be written (/dev/full passes the checks) keeps the curve.
   const Result full = cli(dir, tiny + "-o /dev/full --curve '" + dir / "c.csv" + "'");
   CHECK(full.code == 1);

@@ -173,6 +173,10 @@ int train(TrainOptions o) {
   const FsmWorkload w =
       make_fsm_workload(*model, o.batch, sizes, o.train_batches, o.val_batches, o.seed);
   const auto train_graphs = w.train_graphs(), val_graphs = w.validation_graphs();
+  if (model->size() == 1)
+    std::fprintf(stderr,
+                 "edbatch train: warning: --data holds one instance, which serves both training "
+                 "and validation: the validation figures are not held out\n");
   // --eval-data is read before training, so that a bad file does not cost a training run.
   const std::unique_ptr<Evaluation> evaluation =
       o.eval_data.empty() ? nullptr : std::make_unique<Evaluation>(make_evaluation(o, mo));
@@ -290,7 +294,8 @@ Command add_train_command(CLI::App& root) {
   app->add_option("-o,--output", o->output, "the policy file to write (JSON)")->required();
   app->add_option("--data", o->data,
                   "synthetic:N (seeded generator) or a data file of the model's kind; a fifth "
-                  "is held out for validation")
+                  "(at least one instance) is held out for validation, except from a single "
+                  "instance, which serves both, with a warning")
       ->capture_default_str();
   add_size_options(app, o->vocab, o->batch);
   app->add_option("--hidden", o->hidden,
