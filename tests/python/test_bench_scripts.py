@@ -1,7 +1,7 @@
-"""The Python benchmarks of bench/ (bench_torch_ext.py, bench_user_cells.py, torch_nmt.py,
-torch_baseline.py): their flags (counts checked, every flag described with its default), their
-percentiles (those of `edbatch run --json`), the first-mini-batch loss check that precedes the
-timing, a diverged run stopped at its first non-finite loss, and the mode their results carry
+"""The Python benchmarks of bench/ (bench_torch_ext.py, bench_user_cells.py, bench_fan_in.py,
+torch_nmt.py, torch_baseline.py): their flags (counts checked, every flag described with its
+default), their percentiles (those of `edbatch run --json`), the first-mini-batch loss check
+that precedes the timing, a diverged run stopped at its first non-finite loss, and the mode their results carry
 for scripts/report.py. Runs use the smallest settings: what is checked is what the scripts
 write, never how fast anything ran."""
 import argparse
@@ -184,6 +184,22 @@ def test_user_cell_rows_are_training_steps():
     rows = _rows(out)
     assert rows and all(r["mode"] == "train" and r["train"] is True for r in rows)
     assert all(_report().run_mode(r) == "train" for r in rows)
+
+
+def test_fan_in_benchmark_rows_and_usage_errors():
+    _bench("bench_fan_in")
+    code, out, err = run_script("bench_fan_in.py", "--fan-in", "3,70", "--reps", "1",
+                                "--hidden", "4")
+    assert code == 0, err
+    rows = _rows(out)
+    assert [(r["reduce"], r["fan_in"]) for r in rows] == [
+        ("sum", 3), ("sum", 70), ("softmax", 3), ("softmax", 70)]
+    assert all(r["median_s"] > 0 and r["us_per_arc"] > 0 for r in rows)
+    assert all(r["relative_error"] < 1e-6 for r in rows if r["reduce"] == "sum")
+    assert all(r["relative_error"] is None for r in rows if r["reduce"] == "softmax")
+    for bad in (["--fan-in", "3,x"], ["--fan-in", "0"], ["--reduce", "min"]):
+        code, out, err = run_script("bench_fan_in.py", *bad)
+        assert code == 2 and not out and "error:" in err, bad
 
 
 def test_json_lines_have_no_nan_tokens():
