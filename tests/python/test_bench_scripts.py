@@ -1,9 +1,9 @@
 """The Python benchmarks of bench/ (bench_torch_ext.py, bench_user_cells.py, bench_fan_in.py,
 torch_nmt.py, torch_baseline.py): their flags (counts checked, every flag described with its
 default), their percentiles (those of `edbatch run --json`), the first-mini-batch loss check
-that precedes the timing, a diverged run stopped at its first non-finite loss, and the mode their results carry
-for scripts/report.py. Runs use the smallest settings: what is checked is what the scripts
-write, never how fast anything ran."""
+that precedes the timing, a diverged run stopped at its first non-finite loss, and the mode
+their results carry for scripts/report.py. Runs use the smallest settings: what is checked is
+what the scripts write, never how fast anything ran."""
 import argparse
 import importlib
 import importlib.util
