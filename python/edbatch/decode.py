@@ -1,5 +1,6 @@
 """edbatch.nn.StepDecoder: a decoding loop run one step at a time on one edbatch engine, for
 greedy decoding and other loops whose next input depends on the last output (docs/pytorch.md)."""
+import functools
 import threading
 
 import torch
@@ -19,6 +20,11 @@ def _without_dropout(program):
         raise ValueError("StepDecoder: the cell draws dropout masks (nn.Dropout in training "
                          "mode, or F.dropout(training=True)); call .eval() first")
     return program
+
+
+def _program_decoder(input_size, policy, threads, text, device):
+    return torch.classes.edbatch.Decoder("program:" + text, input_size, 1, policy, threads,
+                                         str(device))
 
 
 class StepDecoder:
@@ -54,15 +60,16 @@ class StepDecoder:
                 raise TypeError("StepDecoder: a Propagate cell needs input_size= (x's columns)")
             input_size = checks.integer(input_size, "StepDecoder", "input_size")
             self._program_of = lambda: cell.program("x", input_size)
-            self._make = lambda text: torch.classes.edbatch.Decoder(
-                "program:" + text, input_size, 1, policy, threads, str(self.device))
+            # no reference to self (a cycle would keep a dropped decoder's engine until the
+            # garbage collector's next pass): the device is passed in
+            self._make = functools.partial(_program_decoder, input_size, policy, threads)
             program = _without_dropout(self._program_of())
             self._tuple = program.state_tuple
             self._components = len(program.doc["state"]) if isinstance(
                 program.doc.get("state"), list) else 1
             self.device = _device_of(program.weights())
             self._text = program.text
-            self._impl = self._make(self._text)
+            self._impl = self._make(self._text, self.device)
         elif isinstance(cell, Cell):
             if cell.cell not in ("lattice_lstm", "lattice_gru"):
                 raise ValueError(f"StepDecoder: the built-in cell {cell.cell!r} has no step "
@@ -130,7 +137,7 @@ class StepDecoder:
             if program.text != self._text:
                 self._tuple = program.state_tuple
                 self._text = program.text
-                self._impl = self._make(self._text)
+                self._impl = self._make(self._text, self.device)
         states = []
         if state is not None:
             states = list(state) if isinstance(state, (tuple, list)) else [state]

@@ -1,6 +1,9 @@
 """edbatch.nn.StepDecoder: greedy decoding step by step on one engine against the same loop run
 eagerly in PyTorch one sentence at a time; sentences stop at their own end token; the graph grows
 by one cell call per running sentence and step."""
+import gc
+import weakref
+
 import pytest
 import torch
 from torch import nn
@@ -144,6 +147,25 @@ def test_greedy_user_lstm():
     check_same(model, eager, batched_greedy(model, decoder, max_len), max_len)
     steps = decoder.instance_steps()
     assert steps == [len(t) for t in eager[0]]
+
+
+@torch.no_grad()
+def test_a_dropped_decoder_is_freed_at_once():
+    """No reference cycle: the last reference dropped frees the decoder and its engine, without
+    waiting for the garbage collector (a decoder per request would otherwise pile up)."""
+    module = edbatch.nn.Propagate(UserLSTM(6, 4), state_size=(6, 6))
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        decoder = edbatch.nn.StepDecoder(module, input_size=4)
+        decoder.start(3)
+        decoder.step(torch.randn(3, 4))
+        ref = weakref.ref(decoder)
+        del decoder
+        assert ref() is None
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @torch.no_grad()
