@@ -305,8 +305,10 @@ void Runner::add_loss_head(const Packed& p) {
     losses_.push_back(pick_neg_log_softmax(z, static_cast<uint32_t>(p.labels[k])));
   }
   Expr loss = losses_.empty() ? input(graph_, 0.0f) : sum_in_chunks(losses_);
+  // The mean's factor as an input, not an attribute: attributes are part of a node's type, and
+  // a type per count of labelled nodes would stay in the collection for good.
   if (head_.mean && losses_.size() > 1)
-    loss = scalar_affine(loss, 1.0f / static_cast<float>(losses_.size()), 0.0f);
+    loss = cmult(loss, input(graph_, 1.0f / static_cast<float>(losses_.size())));
   targets_.assign(1, loss);
 }
 
