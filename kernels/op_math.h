@@ -94,6 +94,9 @@ struct ScalarMath {
   EDBATCH_HD static float keep(float a, float m) {
     return m > 0 ? a : 0.0f;
   }
+  EDBATCH_HD static float unless_zero(float a, float dy) {
+    return dy == 0.0f ? 0.0f : a;
+  }
   EDBATCH_HD static float zero(float) {
     return 0.0f;
   }
@@ -117,6 +120,7 @@ struct ScalarMath {
   static double step0(double x) {
     return x >= 0 ? 1.0 : 0.0;
   }
+  static double unless_zero(double a, double dy) { return dy == 0.0 ? 0.0 : a; }
   static double keep(double a, double m) {
     return m > 0 ? a : 0.0;
   }
@@ -136,7 +140,11 @@ EDBATCH_HD constexpr auto constant(double c) {
 }
 
 // ---- unary: y = value(x); dx += gradient(dy, x, y), dy times the derivative at x. kUsesX /
-// kUsesY say which of x and y the gradient reads, so that kernels load only those. ----
+// kUsesY say which of x and y the gradient reads, so that kernels load only those. Where the
+// derivative can be infinite (exp overflowed, log, sqrt and divisions at 0, products with inf),
+// a dy of exactly 0 gives 0 (M::unless_zero): a value only compared, or only selected away,
+// gets no gradient, as in PyTorch, where no gradient reaches it, rather than 0 * inf = NaN
+// spreading through the batch's shared products into every weight's gradient. ----
 
 struct Tanh {
   static constexpr bool kUsesX = false, kUsesY = true;
@@ -178,7 +186,9 @@ struct Exp {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) { return M::exp(x); }
   template <class M, class T>
-  EDBATCH_HD static auto gradient(const T& dy, const T&, const T& y, Attr) { return dy * y; }
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T& y, Attr) {
+    return M::unless_zero(dy * y, dy);
+  }
 };
 
 struct Log {
@@ -186,7 +196,9 @@ struct Log {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) { return M::log(x); }
   template <class M, class T>
-  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) { return dy / x; }
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return M::unless_zero(dy / x, dy);
+  }
 };
 
 struct Sqrt {
@@ -194,7 +206,9 @@ struct Sqrt {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) { return M::sqrt(x); }
   template <class M, class T>
-  EDBATCH_HD static auto gradient(const T& dy, const T&, const T& y, Attr) { return dy * (0.5f / y); }
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T& y, Attr) {
+    return M::unless_zero(dy * (0.5f / y), dy);
+  }
 };
 
 // The exact GELU (PyTorch's default): x Phi(x); its derivative Phi(x) + x phi(x).
@@ -317,7 +331,7 @@ struct ScalarDivide {
   EDBATCH_HD static auto value(const T& x, Attr a) { return a.alpha / x; }
   template <class M, class T>
   EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr a) {
-    return dy * (-(a.alpha / x) / x);  // not / (x * x): x * x underflows below 1e-19
+    return M::unless_zero(dy * (-(a.alpha / x) / x), dy);  // not / (x * x): underflows
   }
 };
 
@@ -338,9 +352,13 @@ struct CMult {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& a, const T& b) { return a * b; }
   template <class M, class T>
-  EDBATCH_HD static auto grad_a(const T& dy, const T&, const T& b, const T&) { return dy * b; }
+  EDBATCH_HD static auto grad_a(const T& dy, const T&, const T& b, const T&) {
+    return M::unless_zero(dy * b, dy);
+  }
   template <class M, class T>
-  EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T&, const T&) { return dy * a; }
+  EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T&, const T&) {
+    return M::unless_zero(dy * a, dy);
+  }
 };
 
 struct Divide {
@@ -348,10 +366,12 @@ struct Divide {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& a, const T& b) { return a / b; }
   template <class M, class T>
-  EDBATCH_HD static auto grad_a(const T& dy, const T&, const T& b, const T&) { return dy / b; }
+  EDBATCH_HD static auto grad_a(const T& dy, const T&, const T& b, const T&) {
+    return M::unless_zero(dy / b, dy);
+  }
   template <class M, class T>
   EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T& b, const T&) {
-    return dy * (-(a / b) / b);  // as PyTorch: b * b underflows below 1e-19
+    return M::unless_zero(dy * (-(a / b) / b), dy);  // as PyTorch: b * b underflows below 1e-19
   }
 };
 

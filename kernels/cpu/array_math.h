@@ -89,6 +89,10 @@ struct ArrayMath {
   static auto step0(const X& x) {
     return (x >= 0.0f).template cast<float>();
   }
+  template <class A, class D>
+  static auto unless_zero(const A& a, const D& dy) {
+    return (dy == 0.0f).select(0.0f, a);
+  }
   template <class A, class B>
   static auto keep(const A& a, const B& m) {
     return (m > 0.0f).select(a, 0.0f);

@@ -1,8 +1,8 @@
 """User cells at the edges of PyTorch's semantics, each against the same cells run node by node
 (reference.propagate_reference): selections (relu, where, masked_fill, threshold) that cut off an
-infinite gradient, logsumexp of infinite rows, a namedtuple state, parameters and buffers that
-a module gains, loses or reshapes after its first call, and functional_call's overrides. On the
-CPU, and on CUDA where there is a GPU."""
+infinite gradient, values only compared, logsumexp of infinite rows, a namedtuple state,
+parameters and buffers that a module gains, loses or reshapes after its first call, and
+functional_call's overrides. On the CPU, and on CUDA where there is a GPU."""
 import collections
 import copy
 
@@ -72,6 +72,28 @@ def test_selections_pass_no_gradient_where_they_cut_an_infinite_one(device, name
     cell = Cell(f)
     with torch.no_grad():  # some entries cut off exactly at 0 (a relu of exactly 0)
         cell.W.bias[0] = -100.0
+    check_against_reference(cell, packed, x, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,f", [
+    ("a norm compared", lambda a: torch.where(
+        torch.sqrt((a * a).sum(-1, keepdim=True)) > 1.0, 0.5 * a, a)),
+    ("a log compared", lambda a: torch.where(torch.log(a.abs()) > 0, a, 2 * a)),
+    ("a quotient compared", lambda a: a * (1.0 / a.abs() > 2.0).float()),
+])
+def test_values_only_compared_pass_no_gradient(device, name, f):
+    """A value read only by a comparison gets no gradient in PyTorch: here, one whose derivative
+    is infinite at a node whose pre-activation is exactly 0 (a leaf of zeros) must not turn the
+    batch's weight gradients into NaN (0 * inf)."""
+    torch.manual_seed(3)
+    packed = packed_trees()
+    x = torch.randn(packed.input_ids.numel(), D)
+    x[0] = 0.0  # leaf 0: W x + U(0) = 0 with both biases 0
+    cell = Cell(f)
+    with torch.no_grad():
+        cell.W.bias.zero_()
+        cell.U.bias.zero_()
     check_against_reference(cell, packed, x, device)
 
 
