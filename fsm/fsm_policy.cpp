@@ -418,21 +418,28 @@ void FsmPolicy::begin(const Graph& g) {
   fallback_->begin(g);
   const TypeTable& types = g.types();
   if (mapped_table_ == &types && mapped_size_ == types.size()) return;
-  std::unordered_map<std::string, uint32_t> index;
-  for (uint32_t i = 0; i < data_.info.types.size(); ++i) index.emplace(data_.info.types[i], i);
-  local_of_.assign(types.size(), UINT32_MAX);
-  global_of_.assign(data_.info.types.size(), UINT32_MAX);
-  bool unknown = false;
-  for (uint32_t t = 0; t < types.size(); ++t) {
-    auto it = index.find(data_.info.block_shapes ? types.name(t) : without_shapes(types.name(t)));
-    if (it != index.end()) {
+  // Types are only ever added to a table: map the new ones (all of them for another table, or
+  // a new table at the old one's address, which the name of the last type mapped tells).
+  if (mapped_table_ != &types || mapped_size_ > types.size() ||
+      (mapped_size_ > 0 && types.name(mapped_size_ - 1) != mapped_last_name_)) {
+    mapped_size_ = 0;
+    local_of_.clear();
+    global_of_.assign(data_.info.types.size(), UINT32_MAX);
+    unknown_ = false;
+  }
+  if (index_.empty())
+    for (uint32_t i = 0; i < data_.info.types.size(); ++i) index_.emplace(data_.info.types[i], i);
+  local_of_.resize(types.size(), UINT32_MAX);
+  for (uint32_t t = mapped_size_; t < types.size(); ++t) {
+    auto it = index_.find(data_.info.block_shapes ? types.name(t) : without_shapes(types.name(t)));
+    if (it != index_.end()) {
       local_of_[t] = it->second;
       global_of_[it->second] = t;
     } else {
-      unknown |= is_scheduled(types.op(t));
+      unknown_ |= is_scheduled(types.op(t));
     }
   }
-  if (unknown) {
+  if (unknown_) {
     // Only types that this graph schedules matter; others may come from other graphs.
     std::vector<bool> present(types.size(), false);
     for (const Node& n : g.nodes())
@@ -453,6 +460,7 @@ void FsmPolicy::begin(const Graph& g) {
   }
   mapped_table_ = &types;
   mapped_size_ = types.size();
+  mapped_last_name_ = mapped_size_ > 0 ? types.name(mapped_size_ - 1) : std::string();
   ids_.resize(data_.info.types.size());
   counts_.resize(ids_.size());
   scratch_.resize(ids_.size());

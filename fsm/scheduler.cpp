@@ -63,10 +63,31 @@ void Scheduler::prepare(const Graph& g) {
   const uint32_t num_types = g.types().size();
   const Node* nodes = g.nodes().data() + f;
 
-  // Compact ids, and types present in this graph get compact local ids for the chain
-  // computation.
-  type_count_.assign(num_types, 0);
-  bucket_.assign(num_types, UINT32_MAX);  // global type -> local index
+  // The per-type arrays are indexed by global type id and only grow; only the entries of the
+  // types present in the last segment are reset, so a segment costs its own types, not every
+  // type the table ever interned (a program may intern one per mini-batch).
+  if (type_count_.size() < num_types) {
+    type_count_.resize(num_types, 0);
+    bucket_.resize(num_types, UINT32_MAX);
+    avg_depth_.resize(num_types, 0.0);
+    top_.resize(num_types, 0);
+    level_base_.resize(num_types, 0);
+    ready_pos_.resize(num_types, UINT32_MAX);
+    ready_.resize(num_types);
+  }
+  for (const uint32_t t : present_) {
+    type_count_[t] = 0;
+    bucket_[t] = UINT32_MAX;
+    avg_depth_[t] = 0.0;
+    top_[t] = 0;
+    level_base_[t] = 0;
+    ready_pos_[t] = UINT32_MAX;
+    ready_[t].clear();
+  }
+  present_.clear();
+  ready_types_.clear();
+  // Compact ids, and types present in this segment get compact local ids (bucket_, in order of
+  // first appearance, the order of present_) for the chain computation.
   local_.resize(n);
   sched_.resize(n);
   sched_type_.resize(n);
@@ -80,7 +101,10 @@ void Scheduler::prepare(const Graph& g) {
     local_[v] = S;
     sched_type_[S] = t;
     sched_[S++] = v;
-    if (type_count_[t]++ == 0) bucket_[t] = local_types++;
+    if (type_count_[t]++ == 0) {
+      bucket_[t] = local_types++;
+      present_.push_back(t);
+    }
   }
   sched_.resize(S);
   sched_type_.resize(S);
@@ -100,7 +124,6 @@ void Scheduler::prepare(const Graph& g) {
   pending_.resize(S);
   depth_.resize(S);
   consumer_begin_.assign(S + 1, 0);
-  avg_depth_.assign(num_types, 0.0);
   for (uint32_t s = 0; s < S; ++s) {
     const Node& nd = nodes[sched_[s]];
     const uint32_t* a = g.args(nd);
@@ -150,27 +173,21 @@ void Scheduler::prepare(const Graph& g) {
       T, S, sched_type_.data(), bucket_.data(), consumer_begin_.data(), consumers_.data(),
       chain_.data(), height_.data());
 
-  // Per-type histograms of unscheduled and ready nodes by height, and mean depth.
-  top_.assign(num_types, 0);
+  // Per-type histograms of unscheduled and ready nodes by height, and mean depth. Slot 0 of
+  // the histograms stays 0: the level of every absent type (top 0, base 0) reads it.
   for (uint32_t s = 0; s < S; ++s) {
     const uint32_t t = sched_type_[s];
     top_[t] = std::max(top_[t], height_[s]);
   }
-  level_base_.assign(num_types, 0);
-  uint32_t total = 0;
-  for (uint32_t t = 0; t < num_types; ++t) {
+  uint32_t total = 1;
+  for (const uint32_t t : present_) {
     level_base_[t] = total;
-    total += type_count_[t] ? top_[t] + 1 : 1;
-    if (type_count_[t]) avg_depth_[t] /= type_count_[t];
+    total += top_[t] + 1;
+    avg_depth_[t] /= type_count_[t];
   }
   remaining_at_.assign(total, 0);
   ready_at_.assign(total, 0);
   for (uint32_t s = 0; s < S; ++s) ++remaining_at_[level_base_[sched_type_[s]] + height_[s]];
-
-  if (ready_.size() < num_types) ready_.resize(num_types);
-  for (auto& r : ready_) r.clear();
-  ready_types_.clear();
-  ready_pos_.assign(num_types, UINT32_MAX);
 }
 
 void Scheduler::push_ready(uint32_t s, uint32_t type) {
@@ -197,7 +214,7 @@ void Scheduler::extend(const Graph& g, Policy& policy, Schedule& out, uint32_t f
   first_ = first_node;
   reading_ = reads_ == BatchReads::Always || (reads_ == BatchReads::WholeGraphs && first_ == 0);
   prepare(g);
-  for (uint32_t t = 0; t < top_.size(); ++t) out.lower_bound += top_[t];
+  for (const uint32_t t : present_) out.lower_bound += top_[t];
   const uint32_t first_batch = static_cast<uint32_t>(out.batches.size());
   switch (policy.kind()) {
     case Policy::Kind::NodeByNode: run_node_by_node(g, out); break;

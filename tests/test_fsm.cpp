@@ -36,12 +36,10 @@ using edbatch::test::slurp;
 
 // A random DAG of `n` scheduled nodes of `types` kinds: tanh (one input), add and cmult (two);
 // inputs come from earlier nodes or fresh graph inputs.
-std::unique_ptr<Graph> random_dag(ParameterCollection& pc, std::mt19937_64& rng, uint32_t n,
-                                  uint32_t types) {
-  auto g = std::make_unique<Graph>(pc);
+void add_random_dag(Graph& g, std::mt19937_64& rng, uint32_t n, uint32_t types) {
   std::vector<Expr> made;
   auto operand = [&]() {
-    if (made.empty() || rng() % 6 == 0) return input(*g, 0.5f);
+    if (made.empty() || rng() % 6 == 0) return input(g, 0.5f);
     return made[made.size() - 1 - rng() % std::min<size_t>(made.size(), 4)];  // keeps it deep
   };
   for (uint32_t i = 0; i < n; ++i) {
@@ -50,6 +48,12 @@ std::unique_ptr<Graph> random_dag(ParameterCollection& pc, std::mt19937_64& rng,
     else if (k == 1) made.push_back(add(operand(), operand()));
     else made.push_back(cmult(operand(), operand()));
   }
+}
+
+std::unique_ptr<Graph> random_dag(ParameterCollection& pc, std::mt19937_64& rng, uint32_t n,
+                                  uint32_t types) {
+  auto g = std::make_unique<Graph>(pc);
+  add_random_dag(*g, rng, n, types);
   return g;
 }
 
@@ -496,4 +500,61 @@ TEST_CASE("fsm: a stop request ends training with the best candidate so far") {
   REQUIRE(part.curve.size() == 2);
   CHECK(std::string(part.curve[1].stage) == whole.curve[1].stage);
   CHECK(part.curve[1].validation_batches == whole.curve[1].validation_batches);
+}
+
+TEST_CASE("fsm: a reused scheduler and policy schedule as fresh ones, whatever was interned") {
+  // One Scheduler and one policy of each kind over graphs of other tables, a table that grows
+  // between graphs (a new attribute per graph, as a per-mini-batch scale makes), and after a
+  // policy that threw mid-run: schedules and bounds equal a fresh scheduler's and policy's.
+  ParameterCollection pc(4);
+  std::mt19937_64 rng(21);
+  auto trained_on = random_dag(pc, rng, 40, 3);
+  const FsmPolicyData data =
+      train_fsm_policy({trained_on.get()}, {trained_on.get()}, quick_options()).policy;
+  Scheduler reused;
+  FsmPolicy fsm_reused(data);
+  auto greedy_reused = make_policy("lb-greedy");
+  Graph grown(pc);
+  auto check_same = [&](const Graph& g) {
+    for (Policy* p : {static_cast<Policy*>(&fsm_reused), greedy_reused.get()}) {
+      Schedule a, b;
+      reused.run(g, *p, a);
+      Scheduler fresh;
+      if (p == &fsm_reused) {
+        FsmPolicy fsm_fresh(data);
+        fresh.run(g, fsm_fresh, b);
+        CHECK(fsm_reused.lookups().hits == fsm_fresh.lookups().hits);
+      } else {
+        fresh.run(g, *make_policy("lb-greedy"), b);
+      }
+      validate_schedule(g, a);
+      CHECK(a.nodes == b.nodes);
+      CHECK(a.batches.size() == b.batches.size());
+      CHECK(a.lower_bound == b.lower_bound);
+      CHECK(a.lower_bound <= a.batches.size());
+    }
+  };
+  struct Throws : Policy {
+    uint32_t left = 3;
+    const char* name() const override { return "throws"; }
+    uint32_t choose(const Frontier& f) override {
+      if (left-- == 0) throw std::runtime_error("stop");
+      return f.ready_types().front();
+    }
+  };
+  for (uint32_t round = 0; round < 6; ++round) {
+    auto own = random_dag(pc, rng, 30 + 7 * round, 3);
+    check_same(*own);
+    // The grown table: this round's attribute types (scheduled, absent from the DAG below, and
+    // unknown to the policy), then a DAG of the policy's types.
+    grown.clear();
+    for (uint32_t k = 0; k < 50; ++k) scalar_affine(input(grown, 0.5f), 1.0f + round * 50 + k, 0);
+    grown.clear();
+    add_random_dag(grown, rng, 35, 3);
+    CHECK(grown.types().size() >= 50 * (round + 1));
+    check_same(grown);
+    Throws throws;
+    Schedule partial;
+    CHECK_THROWS_AS(reused.run(grown, throws, partial), std::runtime_error);
+  }
 }

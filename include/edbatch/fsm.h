@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "edbatch/schedule.h"
@@ -211,6 +212,9 @@ class FsmPolicy : public Policy {
   Lookups lookups_;
   const void* mapped_table_ = nullptr;  // the TypeTable the maps below were made for ...
   uint32_t mapped_size_ = 0;            // ... and its size then
+  std::string mapped_last_name_;        // ... and the name of its last type then
+  std::unordered_map<std::string, uint32_t> index_;  // the file's type name -> index
+  bool unknown_ = false;  // a scheduled type of the table is not among the file's
   std::vector<uint32_t> local_of_;      // graph type id -> index into the file's types
   std::vector<uint32_t> global_of_;     // index -> graph type id (UINT32_MAX when absent)
   std::vector<uint32_t> ids_, counts_, scratch_;
