@@ -51,6 +51,10 @@ void save_parameters(const std::string& path, const ParameterCollection& pc,
 // Fills pc's values from the file. The file must hold exactly pc's parameters with the same
 // shapes; nothing is changed when it does not.
 void load_parameters(const std::string& path, ParameterCollection& pc);
+// The same from tensors read before (read_safetensors: one read gives the metadata and the
+// values, so they come from one version of the file); `source_name` names them in errors.
+void load_parameters(const std::vector<NamedTensor>& tensors, const std::string& source_name,
+                     ParameterCollection& pc);
 
 // An optimizer's state (edbatch/optim.h) in the layout of save_parameters: a tensor
 // "<parameter>.<slot>" per parameter and slot (Optimizer::slot_names: "exp_avg", "exp_avg_sq",

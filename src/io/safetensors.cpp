@@ -316,7 +316,11 @@ void save_parameters(const std::string& path, const ParameterCollection& pc,
 }
 
 void load_parameters(const std::string& path, ParameterCollection& pc) {
-  std::vector<NamedTensor> tensors = read_safetensors(path);
+  load_parameters(read_safetensors(path), path, pc);
+}
+
+void load_parameters(const std::vector<NamedTensor>& tensors, const std::string& path,
+                     ParameterCollection& pc) {
   std::unordered_map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& t : tensors) by_name[t.name] = &t;
   auto fail = [&](const std::string& what) {

@@ -234,11 +234,13 @@ int run(const RunOptions& o) {
   // words the same ids (new ones continue the numbering).
   Vocabulary vocabulary;
   std::map<std::string, std::string> loaded;  // --load-weights' metadata
+  SavedVocabulary saved{0, 0, o.load_weights, {}};
   if (!o.load_weights.empty()) {
-    read_safetensors(o.load_weights, &loaded);
+    saved.tensors = read_safetensors(o.load_weights, &loaded);
     vocabulary = vocabulary_from_metadata(loaded, o.vocab, o.load_weights);
   }
-  const SavedVocabulary saved{vocabulary.words.size(), vocabulary.tags.size(), o.load_weights};
+  saved.words = vocabulary.words.size();
+  saved.tags = vocabulary.tags.size();
   // With --eval the held-out instances follow the training set's in one data set (one model).
   uint32_t train_size = 0;
   const Dataset data = o.t.eval.empty()
@@ -385,6 +387,7 @@ int run(const RunOptions& o) {
   info.wall_s = ms_since(wall0) / 1e3;
   if (!o.json.empty())
     outputs.write("--json", [&] {
+      info.interrupted = interrupt_name();  // a signal during the writes above ends it as well
       nlohmann::json j = metrics_json(info, samples);
       if (o.train) {
         const UpdateRule& h = optimizer->hyperparameters();

@@ -87,9 +87,9 @@ uint32_t SavedVocabulary::check(const Vocabulary& data, uint32_t vocab_size, uin
   return std::max<uint32_t>(rows, static_cast<uint32_t>(words));
 }
 
-void SavedVocabulary::load(ParameterCollection& pc) const {
+void SavedVocabulary::load(ParameterCollection& pc) {
   try {
-    load_parameters(path, pc);
+    load_parameters(tensors, path, pc);
   } catch (const std::exception& e) {
     if (std::string(e.what()).find("expected shape") == std::string::npos) throw;
     throw std::runtime_error(std::string(e.what()) +
@@ -97,6 +97,7 @@ void SavedVocabulary::load(ParameterCollection& pc) const {
                              "run with those the weights were saved with; a class the training "
                              "data did not have, such as a larger tag, has no output row)");
   }
+  tensors = {};
 }
 
 std::map<std::string, std::string> DataPosition::metadata() const {

@@ -17,6 +17,7 @@
 #include "edbatch/engine.h"
 #include "edbatch/models.h"
 #include "edbatch/optim.h"
+#include "edbatch/safetensors.h"
 #include "tools/edbatch/commands.h"
 
 namespace edbatch::cli {
@@ -119,11 +120,12 @@ void check_trained_weights(const ParameterCollection& pc, const std::string& aft
 struct SavedVocabulary {
   size_t words = 0, tags = 0;
   std::string path;
+  std::vector<NamedTensor> tensors;  // the file's, read once with its metadata
   // The embedding rows of the model (`rows`: the data's); throws std::runtime_error naming a tag
   // the weights have no class for, or (with --vocab-size 0) a word they have no row for.
   uint32_t check(const Vocabulary& data, uint32_t vocab_size, uint32_t rows) const;
-  // load_parameters, a shape that does not fit explained.
-  void load(ParameterCollection& pc) const;
+  // load_parameters, a shape that does not fit explained; releases the tensors.
+  void load(ParameterCollection& pc);
 };
 
 // Evaluates after each epoch, prints the epoch's line, keeps the best weights, and collects the
