@@ -44,9 +44,11 @@ class Cell(torch.nn.Module):
         self.weight_names = []
         for name, shape in weight_shapes(cell, hidden_size, input_size, num_node_types,
                                          num_arc_types):
-            self.register_parameter(name, torch.nn.Parameter(torch.empty(shape)))
+            weight = torch.nn.Parameter(torch.empty(shape, dtype=torch.float32))
+            self.register_parameter(name, weight)
             self.weight_names.append(name)
-        self.head = None if classes is None else torch.nn.Linear(hidden_size, classes)
+        self.head = None if classes is None else torch.nn.Linear(hidden_size, classes,
+                                                                     dtype=torch.float32)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -186,7 +188,7 @@ class _Embedded(_Inputs):
         vocab_size, hidden_size, input_size = checks.sizes(
             owner, vocab_size=vocab_size, hidden_size=hidden_size, input_size=input_size)
         self.embeddings = torch.nn.ModuleList(
-            torch.nn.Embedding(vocab_size, input_size) for _ in range(kinds))
+            torch.nn.Embedding(vocab_size, input_size, dtype=torch.float32) for _ in range(kinds))
         self.cell = Cell(cell, input_size, hidden_size, num_node_types, num_arc_types, **options)
 
     def embed(self, packed):
@@ -312,8 +314,8 @@ class MVRNN(_Inputs):
                              f"hidden^2 = {hidden_size + hidden_size * hidden_size} floats, more "
                              f"than the engine takes ({checks.MAX_SIZE})")
         H = self.hidden_size = hidden_size
-        self.vectors = torch.nn.Embedding(vocab_size, H)
-        self.matrices = torch.nn.Embedding(vocab_size, H * H)
+        self.vectors = torch.nn.Embedding(vocab_size, H, dtype=torch.float32)
+        self.matrices = torch.nn.Embedding(vocab_size, H * H, dtype=torch.float32)
         with torch.no_grad():
             self.matrices.weight.mul_(0.01).add_(torch.eye(H).reshape(1, -1))
         self.cell = Cell("mvrnn", H + H * H, H, **options)

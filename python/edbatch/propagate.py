@@ -79,13 +79,15 @@ class Propagate(torch.nn.Module):
         self.reduce, self.initial_kind = reduce, initial
         self.reduction = reduction
         self.head = (None if classes is None else
-                     torch.nn.Linear(sizes_of(state_size, "state_size")[0][0], classes))
+                     torch.nn.Linear(sizes_of(state_size, "state_size")[0][0], classes,
+                                     dtype=torch.float32))
         self.policy, self.threads = policy, threads
         self.initial = torch.nn.ParameterList()
         if initial == "learned":
             sizes = sizes_of(state_size if message_size is None else message_size,
                              "message_size")[0]
-            self.initial.extend(torch.nn.Parameter(torch.zeros(s)) for s in sizes)
+            self.initial.extend(torch.nn.Parameter(torch.zeros(s, dtype=torch.float32))
+                                for s in sizes)
         self._programs, self.last_seed = {}, 0
         self._last_input = None  # (input kind, size, device) of the last forward, for prepare
 
@@ -174,7 +176,7 @@ class Propagate(torch.nn.Module):
         if kind != "x":  # no float input: x has a row (of no columns) per input row
             rows = ids.numel() if kind == "ids" else packed.input_ids.numel()
             device = ids.device if kind == "ids" else (weights[0].device if weights else "cpu")
-            x = torch.empty(rows, 0, device=device)
+            x = torch.empty(rows, 0, device=device, dtype=torch.float32)
         self._last_input = (kind, size, x.device)
         if kind == "ids" and ids is packed.input_ids:
             ids = packed.host_input_ids()  # the op reads ids on the host: no copy back
@@ -260,16 +262,16 @@ class Propagate(torch.nn.Module):
         if x is not None:
             x = autocast_float32(x)
             if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() != 2:
-                raise TypeError(f"Propagate: x must be a float32 tensor (rows x input size), got "
-                                f"{_describe(x)} (float16 and bfloat16 are taken inside "
+                raise TypeError(f"Propagate: x must be a float32 tensor, 2-D (rows x input size), "
+                                f"got {_describe(x)} (float16 and bfloat16 are taken inside "
                                 f"torch.autocast only)")
             return "x", x.shape[1], x, torch.empty(0, dtype=torch.long, device=x.device)
         if ids is not None:
             if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 1:
                 raise TypeError(f"Propagate: ids must be an int64 tensor (one id per row), got "
                                 f"{_describe(ids)}")
-            return "ids", 0, torch.empty(0, 0, device=ids.device), ids
-        return "none", 0, torch.empty(0, 0), torch.empty(0, dtype=torch.long)
+            return "ids", 0, torch.empty(0, 0, device=ids.device, dtype=torch.float32), ids
+        return "none", 0, torch.empty(0, 0, dtype=torch.float32), torch.empty(0, dtype=torch.long)
 
     def extra_repr(self):
         text = f"state_size={self.state_size}"

@@ -58,6 +58,13 @@ void* current_stream(const Tensor& t) {
 }
 
 void check_storage(const Tensor& t, const char* what) {
+  if (t.defined() && t.layout() != at::kStrided) {
+    std::ostringstream layout;
+    layout << t.layout();
+    fail_type(fmt::format("[edbatch] {} must be a dense tensor, got layout {} (call .to_dense() "
+                          "first)",
+                          what, layout.str()));
+  }
   // A functorch / torch.func transform's wrapper (grad, vjp, jacrev, vmap; autograd.grad with
   // is_grads_batched=True) holds no storage of its own.
   if (t.defined() && t.layout() == at::kStrided && !t.has_storage())
