@@ -214,7 +214,7 @@ class FsmPolicy : public Policy {
   uint32_t mapped_size_ = 0;            // ... and its size then
   std::string mapped_last_name_;        // ... and the name of its last type then
   std::unordered_map<std::string, uint32_t> index_;  // the file's type name -> index
-  bool unknown_ = false;  // a scheduled type of the table is not among the file's
+  bool unknown_ = false;                // a scheduled type of the table is not among the file's
   std::vector<uint32_t> local_of_;      // graph type id -> index into the file's types
   std::vector<uint32_t> global_of_;     // index -> graph type id (UINT32_MAX when absent)
   std::vector<uint32_t> ids_, counts_, scratch_;

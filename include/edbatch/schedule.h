@@ -143,7 +143,7 @@ class Scheduler : private Frontier {
   std::vector<uint32_t> taken_;     // run_frontier: the nodes of the batch being scheduled
   std::vector<uint32_t> chain_;     // compact ids x present types: chain heights
   std::vector<uint32_t> type_count_, bucket_;  // per global type (see prepare)
-  std::vector<uint32_t> present_;  // the types of the last segment's scheduled nodes
+  std::vector<uint32_t> present_;              // the types of the last segment's scheduled nodes
   uint32_t first_ = 0;  // nodes before it have run; per-node arrays start here
   uint32_t end_ = 0;    // nodes from it on are not scheduled this time
   uint32_t arg_base_ = 0;  // the first argument of the segment's nodes (producer_[0])

@@ -61,9 +61,10 @@ void check_storage(const Tensor& t, const char* what) {
   if (t.defined() && t.layout() != at::kStrided) {
     std::ostringstream layout;
     layout << t.layout();
-    fail_type(fmt::format("[edbatch] {} must be a dense tensor, got layout {} (call .to_dense() "
-                          "first)",
-                          what, layout.str()));
+    fail_type(
+        fmt::format("[edbatch] {} must be a dense tensor, got layout {} (call .to_dense() "
+                    "first)",
+                    what, layout.str()));
   }
   // A functorch / torch.func transform's wrapper (grad, vjp, jacrev, vmap; autograd.grad with
   // is_grads_batched=True) holds no storage of its own.
