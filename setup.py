@@ -91,12 +91,14 @@ def extension():
         return CppExtension(**args)
     from torch.utils.cpp_extension import CUDA_HOME
     lib = os.path.join(CUDA_HOME, "lib64")
-    args["libraries"] += ["cublas"]
-    # CUDA tensors stay on the GPU (src/torch/runtime.cpp), as with the CMake build.
-    args["define_macros"] += [("EDBATCH_TORCH_CUDA", None)]
+    # CUDA tensors stay on the GPU (src/torch/runtime.cpp), as with the CMake build; cuBLAS is
+    # opened when the CUDA backend first runs (kernels/cuda/cublas_api.cpp), from the usual
+    # search (PyTorch's, once torch has loaded it) or else the toolkit's directory.
+    args["define_macros"] += [("EDBATCH_TORCH_CUDA", None),
+                              ("EDBATCH_CUDA_LIBRARY_DIR", '"' + lib + '"')]
     args["extra_compile_args"] = {"cxx": args["extra_compile_args"],
                                   "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]}
-    args["runtime_library_dirs"] = [lib]  # the toolkit's cuBLAS, wherever CUDA_HOME is
+    args["runtime_library_dirs"] = [lib]  # the toolkit's runtime, wherever CUDA_HOME is
     return CUDAExtension(**args)
 
 

@@ -36,7 +36,11 @@ set(EDBATCH_CUDA_WARNINGS -Xcompiler=-Wall,-Wextra,-Werror --Werror=all-warnings
 # Links the backend's libraries into `target` when the CUDA backend is built.
 function(edbatch_link_cuda target)
   if(EDBATCH_CUDA)
-    target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas)
+    # cuBLAS is opened at run time, when the backend makes its first handle
+    # (kernels/cuda/cublas_api.cpp), from the toolkit's directory when the usual search misses.
+    target_link_libraries(${target} PRIVATE CUDA::cudart ${CMAKE_DL_LIBS})
+    target_compile_definitions(${target} PRIVATE
+      EDBATCH_CUDA_LIBRARY_DIR="${CUDAToolkit_LIBRARY_DIR}")
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CUDA>:${EDBATCH_CUDA_WARNINGS}>
       $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)

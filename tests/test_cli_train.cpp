@@ -182,6 +182,14 @@ TEST_CASE("cli train: costs measured once, reused from the file, summed or along
                            dir / "renamed.json" +
                            "' (costs of another model, hidden size or mini-batch size?): all "
                            "3 take the mean of its costs") != std::string::npos);
+  // Summed costs without a cost per batch rank every schedule the same: warned of.
+  nlohmann::json flat = nlohmann::json::parse(slurp(measured));
+  for (auto& [name, cost] : flat["costs"]["types"].items()) cost[0] = 0.0;
+  std::ofstream(dir / "flat.json") << flat.dump();
+  const Result same = cli(dir, tiny + "--costs '" + dir / "flat.json" + "' -o x.json");
+  REQUIRE(same.code == 0);
+  CHECK(same.err.find("warning: the costs give no type a cost per batch, so every schedule of a "
+                      "mini-batch costs the same") != std::string::npos);
   const std::string plain = dir / "plain.json";
   REQUIRE(cli(dir, tiny + "-o '" + plain + "'").code == 0);
   const Result none = cli(dir, tiny + "--costs '" + plain + "' -o x.json");

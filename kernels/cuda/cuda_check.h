@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/cublas_api.h"
+
 namespace edbatch::cuda {
 
 inline void check_cuda(cudaError_t e, const char* call, const char* file, int line) {
@@ -17,8 +19,8 @@ inline void check_cuda(cudaError_t e, const char* call, const char* file, int li
 
 inline void check_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("[cuda] ") + call + ": " + cublasGetStatusString(s) +
-                             " (" + file + ":" + std::to_string(line) + ")");
+    throw std::runtime_error(std::string("[cuda] ") + call + ": " + blas::status_string(s) + " (" +
+                             file + ":" + std::to_string(line) + ")");
 }
 
 }  // namespace edbatch::cuda

@@ -28,8 +28,8 @@ DeviceQueue::DeviceQueue(ExecCounters& counters) : counters_(counters) {
   EDBATCH_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
   uint64_t keep = UINT64_MAX;
   EDBATCH_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
-  EDBATCH_CUBLAS_CHECK(cublasCreate(&blas_));
-  EDBATCH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  EDBATCH_CUBLAS_CHECK(blas::create(&blas_));
+  EDBATCH_CUBLAS_CHECK(blas::set_stream(blas_, stream_));
   warm_up_cublas();
   for (Timing& t : timings_) {
     EDBATCH_CUDA_CHECK(cudaEventCreate(&t.start));
@@ -51,7 +51,7 @@ DeviceQueue::~DeviceQueue() {
 }
 
 void DeviceQueue::release_blas() {
-  if (blas_) cublasDestroy(blas_);
+  if (blas_) blas::destroy(blas_);
   blas_ = nullptr;
 }
 
@@ -73,12 +73,11 @@ void DeviceQueue::warm_up_cublas() {
   const cublasOperation_t ops[3][2] = {
       {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}, {CUBLAS_OP_T, CUBLAS_OP_N}};
   for (const auto& op : ops) {
-    EDBATCH_CUBLAS_CHECK(cublasSgemmBatched(blas_, op[0], op[1], n, n, n, &one, ptrs, n,
-                                            ptrs + batch, n, &one,
-                                            const_cast<float* const*>(ptrs + 2 * batch), n,
-                                            batch));
-    EDBATCH_CUBLAS_CHECK(cublasSgemm(blas_, op[0], op[1], n, n, n, &one, buf, n, buf + n * n,
-                                     n, &one, buf + 2 * n * n, n));
+    EDBATCH_CUBLAS_CHECK(
+        blas::sgemm_batched(blas_, op[0], op[1], n, n, n, &one, ptrs, n, ptrs + batch, n, &one,
+                            const_cast<float* const*>(ptrs + 2 * batch), n, batch));
+    EDBATCH_CUBLAS_CHECK(blas::sgemm(blas_, op[0], op[1], n, n, n, &one, buf, n, buf + n * n, n,
+                                     &one, buf + 2 * n * n, n));
   }
   EDBATCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
   EDBATCH_CUDA_CHECK(cudaFree(ptrs));
@@ -91,7 +90,7 @@ void DeviceQueue::switch_to(cudaStream_t next) {
   EDBATCH_CUDA_CHECK(cudaEventRecord(switch_, stream_));
   EDBATCH_CUDA_CHECK(cudaStreamWaitEvent(next, switch_, 0));
   stream_ = next;
-  EDBATCH_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  EDBATCH_CUBLAS_CHECK(blas::set_stream(blas_, stream_));
 }
 
 void DeviceQueue::note_queued(const char* name, const char* kernels) {

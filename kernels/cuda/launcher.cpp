@@ -47,16 +47,15 @@ void Launcher::launch(const Command& c, const PassAddresses& at) {
       launch_scatter_add(at.view, c.operand, c.count, c.k, c.per_node, c.buffer, stream);
       return;
     case Command::Kind::Gemm:
-      EDBATCH_CUBLAS_CHECK(cublasSgemm(blas, c.ta, c.tb, c.m, c.n, c.kk, &c.alpha, c.a, c.lda,
-                                       c.b, c.ldb, &c.beta, c.c, c.ldc));
+      EDBATCH_CUBLAS_CHECK(blas::sgemm(blas, c.ta, c.tb, c.m, c.n, c.kk, &c.alpha, c.a, c.lda, c.b,
+                                       c.ldb, &c.beta, c.c, c.ldc));
       return;
     case Command::Kind::GemmBatched: {
       const float* const* a = at.ptrs + c.ptr_begin;
       const float* const* b = a + c.batch_count;
       float* const* cc = const_cast<float* const*>(b + c.batch_count);
-      EDBATCH_CUBLAS_CHECK(cublasSgemmBatched(blas, c.ta, c.tb, c.m, c.n, c.kk, &c.alpha, a,
-                                              c.lda, b, c.ldb, &c.beta, cc, c.ldc,
-                                              c.batch_count));
+      EDBATCH_CUBLAS_CHECK(blas::sgemm_batched(blas, c.ta, c.tb, c.m, c.n, c.kk, &c.alpha, a, c.lda,
+                                               b, c.ldb, &c.beta, cc, c.ldc, c.batch_count));
       return;
     }
     case Command::Kind::LinearForward:

@@ -92,8 +92,11 @@ void warn_unused(const CLI::App& app, const std::vector<std::string>& flags, boo
 void refuse_outputs_after(const std::string& flag,
                           const std::vector<std::pair<std::string, std::string>>& outputs);
 // Makes every integer option of `app` decimal: CLI11 reads 010 as 8 and 0x10 as 16; leading
-// zeros are dropped and anything but digits (with a sign) is refused naming the value.
+// zeros are dropped and anything but digits (with a sign) is refused naming the value, as is a
+// negative count. An option given twice takes its last value.
 void decimal_integers(CLI::App& app);
+// The message for a count too large for its option (CLI11's own says "Could not convert").
+std::string conversion_message(const CLI::App& app, const CLI::ConversionError& e);
 
 // Refuses (UsageError) an option given an empty value, which a shell variable left unset
 // gives (--save-weights "$OUT"): the command would run as if the option were not given.

@@ -87,7 +87,7 @@ CLI::Validator seed_number() {
         text = trimmed;  // no leading zeros: CLI11 would read them as octal
         return "";
       },
-      "");
+      "", "seed");
 }
 
 void add_model_option(CLI::App* app, std::string& model) {
@@ -131,10 +131,19 @@ void refuse_outputs_after(const std::string& flag,
 
 void decimal_integers(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
+    // A flag given twice takes its last value, as with most programs: a wrapper script may pass
+    // defaults that the caller's own flags then override.
+    if (opt->get_expected_max() <= 1) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     const std::string type = opt->get_type_name();
-    if (type.rfind("UINT", 0) != 0 && type.rfind("INT", 0) != 0) continue;
+    const bool is_unsigned = type.rfind("UINT", 0) == 0;
+    if (!is_unsigned && type.rfind("INT", 0) != 0) continue;
+    try {
+      opt->get_validator("seed");  // a seed checks its own digits and 64-bit range
+      continue;
+    } catch (const CLI::OptionNotFound&) {
+    }
     opt->transform(CLI::Validator(
-        [](std::string& text) -> std::string {
+        [is_unsigned](std::string& text) -> std::string {
           if (text.empty()) return "";  // refuse_empty_values names it
           const size_t sign = text[0] == '-' || text[0] == '+' ? 1 : 0;
           if (text.size() == sign ||
@@ -142,11 +151,31 @@ void decimal_integers(CLI::App& app) {
             return "expected an integer (decimal digits), got '" + text + "'";
           // CLI11 would read a leading 0 as octal (010 as 8) and 0x as hexadecimal.
           const size_t digit = text.find_first_not_of('0', sign);
+          if (is_unsigned && text[0] == '-' && digit != std::string::npos)
+            return "expected an integer of 0 or more, got '" + text + "'";
           text = text.substr(0, sign) + (digit == std::string::npos ? "0" : text.substr(digit));
           return "";
         },
         ""));
   }
+}
+
+std::string conversion_message(const CLI::App& app, const CLI::ConversionError& e) {
+  // CLI11's "Could not convert: --iters = 5000000000": a count past its 32 bits (the seeds,
+  // 64-bit, have their own check).
+  const std::string text = e.what(), lead = "Could not convert: ", between = " = ";
+  const size_t at = text.find(between);
+  if (text.rfind(lead, 0) != 0 || at == std::string::npos) return text;
+  const std::string name = text.substr(lead.size(), at - lead.size());
+  // Given more than once, the values are joined with commas; the last one is taken.
+  std::string value = text.substr(at + between.size());
+  value = value.substr(value.rfind(',') == std::string::npos ? 0 : value.rfind(',') + 1);
+  for (const CLI::App* sub : app.get_subcommands({}))
+    for (const CLI::Option* opt : sub->get_options())
+      if (opt->check_name(name) && opt->get_type_name().rfind("UINT", 0) == 0)
+        return name + ": expected an integer in 0.." + std::to_string(UINT32_MAX) + ", got '" +
+               value + "'";
+  return text;
 }
 
 void refuse_empty_values(const CLI::App& app) {

@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
     return help(app, e);
   } catch (const CLI::CallForAllHelp& e) {
     return help(app, e);
+  } catch (const CLI::ConversionError& e) {
+    std::fprintf(stderr, "%s%s\nRun with --help for more information.\n", prefix().c_str(),
+                 conversion_message(app, e).c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "%s%s\nRun with --help for more information.\n", prefix().c_str(),
                  e.what());

@@ -3,8 +3,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 
@@ -115,6 +117,14 @@ std::string loss_text(double loss) {
   return std::isnan(loss) ? "nan" : std::to_string(loss);
 }
 
+double json_decimal(float value) {
+  if (!std::isfinite(value)) return value;
+  char text[32];
+  const std::to_chars_result r = std::to_chars(text, text + sizeof text - 1, value);
+  *r.ptr = '\0';
+  return std::strtod(text, nullptr);
+}
+
 nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSample>& samples) {
   const Totals t = totals(samples);
   nlohmann::json j;
@@ -133,7 +143,7 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["pipeline"] = info.pipeline;
   j["decode"] = info.decode;
   if (info.decode) j["max_len"] = info.max_len;
-  j["lr"] = info.lr;
+  j["lr"] = json_decimal(info.lr);
   j["seed"] = info.seed;
   j["warmup_minibatches"] = info.warmup;
   j["minibatches"] = samples.size();

@@ -60,6 +60,9 @@ void progress(uint32_t done, uint32_t total, double instances, double ms);
 
 // A loss in a message: "nan" whatever its sign bit, "inf", "-inf" or the number.
 std::string loss_text(double loss);
+// A float setting (a learning rate) for the JSON: the shortest decimal that reads back as the
+// float, 0.1 rather than its double value 0.10000000149011612.
+double json_decimal(float value);
 
 nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSample>& samples);
 // The table printed at the end of a run.

@@ -281,8 +281,8 @@ int run(const RunOptions& o) {
       make_cli_optimizer(o.t, pc, DataPosition{o.seed, o.batch, train_size, 0}, &resumed);
   check_saved_pair(o.load_weights, loaded, o.t.load_optimizer, *optimizer);
   Runner runner(o, *model, engine, *optimizer, train_size);
-  EpochReport report(o.t, *model, engine, train_size, o.batch, o.epochs, saved_vocabulary, outputs,
-                     *optimizer);
+  EpochReport report(o.t, *model, engine, train_size, o.batch, o.iters ? 0 : o.epochs,
+                     saved_vocabulary, outputs, *optimizer);
   if (o.train) report.before_training();
 
   // Warm-up mini-batches (the first of the data) fill the arena and caches; not measured.
@@ -346,6 +346,7 @@ int run(const RunOptions& o) {
   if (show && interrupt_signal()) std::fputs("\r\033[K", stderr);
   if (!o.train) report.evaluate_once();
   if (o.train && o.iters) report.after_iterations(measured);
+  if (o.train) report.warn_if_untrained_was_best();
 
   info.model = o.model;
   info.data = o.data;
@@ -392,10 +393,10 @@ int run(const RunOptions& o) {
       if (o.train) {
         const UpdateRule& h = optimizer->hyperparameters();
         j["optimizer"] = {{"name", o.t.optimizer},
-                          {"lr", h.lr},
-                          {"momentum", h.momentum},
-                          {"weight_decay", h.weight_decay},
-                          {"clip", h.clip_norm},
+                          {"lr", json_decimal(h.lr)},
+                          {"momentum", json_decimal(h.momentum)},
+                          {"weight_decay", json_decimal(h.weight_decay)},
+                          {"clip", json_decimal(h.clip_norm)},
                           {"steps", optimizer->steps()},
                           {"resumed_after_minibatches", resumed}};
       }
@@ -539,6 +540,11 @@ Command add_run_command(CLI::App& root) {
                    warn_unused(*app, {"--policy-budget", "--policy-cache"}, o->policy == "auto",
                                "without --policy auto");
                    warn_unused(*app, {"--packed"}, !o->no_blocks, "with --no-blocks");
+                   warn_unused(*app, {"--epochs"}, o->iters == 0,
+                               "with --iters, which sets the mini-batches to run");
+                   warn_unused(*app, {"--train", "--eval", "--epochs", "--iters"},
+                               o->write_data.empty() && !o->describe,
+                               "with --write-data or --describe, which exit before any run");
                    return run(*o);
                  }};
 }

@@ -214,6 +214,18 @@ int train(TrainOptions o) {
   if (o.fsm.costs.chain)
     std::fprintf(stderr, "cost on %s (chain): every batch in series %9.2f us\n",
                  o.fsm.costs.device.c_str(), o.fsm.costs.batch_us);
+  // Summed costs without any per-batch part make every schedule of a mini-batch cost the same
+  // (its nodes are the same): the time reward could not rank them.
+  bool per_batch = o.fsm.costs.chain;
+  for (const FsmTypeCost& c : o.fsm.costs.costs) per_batch |= c.launch_us > 0;
+  if (!o.fsm.costs.empty() && !per_batch)
+    std::fprintf(stderr,
+                 "edbatch train: warning: the costs give no type a cost per batch, so every "
+                 "schedule of a mini-batch costs the same and the time reward cannot rank them "
+                 "(%s); train on batches (without --device) or measure more: --cost-graphs, "
+                 "--cost-reps\n",
+                 o.costs.empty() ? "the fit of the measured times found none"
+                                 : ("as " + o.costs + " has them").c_str());
 
   // The curve is written at the end, whole (write_file_atomically).
   std::ostringstream curve;

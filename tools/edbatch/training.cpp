@@ -69,21 +69,24 @@ void check_training_usage(const TrainingOptions& o, bool train, const std::strin
 }
 
 uint32_t SavedVocabulary::check(const Vocabulary& data, uint32_t vocab_size, uint32_t rows) const {
-  // Saved weights keep their words' and tags' ids; new ones continue the numbering.
-  const auto refuse = [&](const char* what, size_t n, const std::string& name, const char* how) {
-    throw std::runtime_error(
-        fmt::format("'{}' has {} for each of {} {}, and the data holds others ('{}', ...); {}",
-                    path, what == std::string("words") ? "a row" : "a class", n, what, name, how));
+  // Saved weights keep their words' and tags' ids; new ones continue the numbering, in the order
+  // the data met them, so the smallest new id is the first new word or tag.
+  const auto check_ids = [&](const std::unordered_map<std::string, uint32_t>& ids, size_t known,
+                             const char* what, const char* how) {
+    const std::pair<const std::string, uint32_t>* first = nullptr;
+    for (const auto& entry : ids)
+      if (entry.second >= known && (!first || entry.second < first->second)) first = &entry;
+    if (first)
+      throw std::runtime_error(fmt::format(
+          "'{}' has {} for each of {} {}, and the data holds others (the first: '{}'): {}", path,
+          what == std::string("words") ? "a row" : "a class", known, what, first->first, how));
   };
-  for (const auto& [tag, id] : data.tags)
-    if (tags > 0 && id >= tags)
-      refuse("tags", tags, tag, "a tag the training data lacked has no class in its output layer");
+  if (tags > 0)
+    check_ids(data.tags, tags, "tags", "a tag the training data lacked has no output class");
   if (vocab_size != 0 || words == 0) return rows;
-  for (const auto& [word, id] : data.words)  // a row per word the weights know
-    if (id >= words)
-      refuse("words", words, word,
-             "with --vocab-size 0; fold ids with --vocab-size N as when "
-             "training");
+  check_ids(data.words, words, "words",
+            "with --vocab-size 0 each word needs its own row; fold ids with --vocab-size N as "
+            "when training");
   return std::max<uint32_t>(rows, static_cast<uint32_t>(words));
 }
 
@@ -324,6 +327,10 @@ Evaluation EpochReport::run_eval(uint32_t epoch, nlohmann::json& line, std::stri
   const double loss = e.loss_per_instance();
   if (epoch != 0 && !std::isfinite(loss) && !o_.save_best.empty())
     text += "  (not finite: not kept by --save-best)";
+  if (epoch == 0 && training && std::isfinite(loss)) {
+    start_accuracy_ = accuracy;
+    start_loss_ = loss;
+  }
   if (epoch == 0 || !std::isfinite(loss)) return e;
   if (best_epoch_ < 0 || accuracy > best_accuracy_ ||
       (accuracy == best_accuracy_ && loss < best_loss_)) {
@@ -350,7 +357,9 @@ void EpochReport::before_training() {
   if (!evaluating()) return;
   nlohmann::json line;
   line["epoch"] = 0;
-  std::string text = "epoch 0/" + std::to_string(epochs_) + "  ";
+  // Training by --iters (epochs_ 0) has no epochs to count.
+  std::string text =
+      epochs_ ? "epoch 0/" + std::to_string(epochs_) + "  " : std::string("before training  ");
   run_eval(0, line, text);
   epochs_json_.push_back(line);
   std::printf("%s\n", text.c_str());
@@ -400,6 +409,20 @@ void EpochReport::evaluate_once() {
   epochs_json_.push_back(line);
   std::printf("%s\n", text.c_str());
   std::fflush(stdout);
+}
+
+void EpochReport::warn_if_untrained_was_best() const {
+  if (best_epoch_ < 1 || start_accuracy_ < 0) return;
+  if (start_accuracy_ < best_accuracy_ ||
+      (start_accuracy_ == best_accuracy_ && start_loss_ >= best_loss_))
+    return;
+  std::fprintf(stderr,
+               "edbatch run: warning: the weights before training (epoch 0: accuracy %s, "
+               "held-out loss %.4f) did better than every trained epoch (the best, epoch %lld: "
+               "%s, %.4f)%s\n",
+               percent(start_accuracy_).c_str(), start_loss_, static_cast<long long>(best_epoch_),
+               percent(best_accuracy_).c_str(), best_loss_,
+               o_.save_best.empty() ? "" : "; --save-best holds that epoch's weights");
 }
 
 void EpochReport::add_to_json(nlohmann::json& j) const {

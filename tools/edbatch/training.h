@@ -148,6 +148,9 @@ class EpochReport {
   // A run without --train: one evaluation of the weights as they are. Throws std::runtime_error
   // when an instance's loss is not finite.
   void evaluate_once();
+  // After training: warns when the weights before training (epoch 0) did better on the held-out
+  // set than every trained epoch (--save-best keeps trained epochs only).
+  void warn_if_untrained_was_best() const;
   // "epochs" and "eval" for the metrics JSON.
   void add_to_json(nlohmann::json& j) const;
 
@@ -170,6 +173,7 @@ class EpochReport {
   nlohmann::json epochs_json_ = nlohmann::json::array();
   int64_t best_epoch_ = -1;
   double best_accuracy_ = -1, best_loss_ = 0;
+  double start_accuracy_ = -1, start_loss_ = 0;  // epoch 0's, when it was evaluated
 };
 
 }  // namespace edbatch::cli
