@@ -153,6 +153,13 @@ def feature_var(body, args, kwargs, name="var"):
     if v.size - correction <= 0:
         raise Refusal(f"{name} of {v.size} feature(s) with correction {correction} divides by "
                       f"{v.size - correction}", ValueError)
+    # Deviations from the mean of the row shifted by its first entry: the same in exact
+    # arithmetic, and exactly 0 for a constant row, as PyTorch's (the mean of equal floats is
+    # not always that float, and a tiny variance where PyTorch has 0 turns a later normalize or
+    # comparison around).
+    if v.size > 1:
+        first = body.emit("slice", 1, [v], begin=0, end=1)
+        v = body.emit("sub", v.size, [v, body.emit("broadcast", v.size, [first])])
     mean = body.emit("broadcast", v.size, [sum_of(body, v, 1.0 / v.size)])
     d = body.emit("sub", v.size, [v, mean])
     var = sum_of(body, body.emit("mul", v.size, [d, d]), 1.0 / (v.size - correction))

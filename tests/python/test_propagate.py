@@ -487,6 +487,31 @@ def test_norms_of_zero_vectors_give_pytorchs_gradients(backend):
     assert not model.initial[0].any()  # the zero vector of the test
 
 
+def test_long_concatenations_and_deviations_of_constant_rows(backend):
+    """torch.cat of more than 64 pieces and x.repeat(1, k > 64) (a block step reads at most 64
+    operands: they become concatenations of concatenations); var and std of a constant row are
+    exactly 0, the variance of equal numbers (PyTorch's batched CPU kernels give 0 too; a single
+    row's, 3e-8 here), so that a normalize after them gives 0, not a unit vector."""
+    lin = nn.Linear(D, 7)
+
+    def cell(x, m):
+        c = lin(x)
+        wide = torch.cat([c[:, i % 7:i % 7 + 1] * (1 + i) for i in range(70)] + [m], -1)
+        return torch.tanh(wide[:, 60:67] * 0.05 + m[:, :1].repeat(1, 130)[:, 100:107])
+
+    def constant_rows(x, m):
+        flat = (x[:, :1] * 0 + 0.3).expand(-1, 33).clamp_min(0.1)
+        s = flat.std(-1, keepdim=True, unbiased=False) + flat.var(-1, keepdim=True)
+        return torch.cat([s, F.normalize(s.expand(-1, 6), dim=-1)], -1)
+    torch.manual_seed(12)
+    model = edbatch.nn.Propagate(cell, state_size=7)
+    model.lin = lin
+    packed = structures.packed("trees", 11)
+    assert_same(model, packed, inputs_for(packed, 11))
+    out = edbatch.nn.Propagate(constant_rows, state_size=7)(packed, **inputs_for(packed, 11))
+    assert torch.equal(out, torch.zeros_like(out))
+
+
 def test_activations_at_zero_give_pytorchs_gradients(backend):
     """A learned initial state at zero: prelu's gradient there is its weight, selu's scale *
     alpha, celu's and elu's 1, relu's 0, as in PyTorch (the kinks of the compositions); and
