@@ -3,6 +3,7 @@
 // misuse is reported.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
 #include <random>
 
@@ -459,4 +460,43 @@ TEST_CASE("blocks: planned layouts on random trees: outputs contiguous, views ar
       }
   }
   CHECK(gathered_total > 0);
+}
+
+TEST_CASE(
+    "blocks: a long concat in a body runs nested; a step of more than 64 operands is refused") {
+  // concat builds more than 8 arguments as a concat of concats (what the CUDA kernels read),
+  // in a block body as anywhere: 70 rows of i * tanh(x), each where it belongs, and the input's
+  // gradient the sum of their derivatives.
+  ParameterCollection pc(1);
+  Block wide(pc, "wide70");
+  const Expr x = wide.input("x", Dim{1, 1});
+  std::vector<Expr> parts;
+  for (int i = 0; i < 70; ++i) parts.push_back(scalar_affine(tanh(x), static_cast<float>(i), 0));
+  wide.output("y", concat(parts));
+  wide.freeze();
+  Graph g(pc);
+  const Expr in = input(g, 0.5f);
+  const Expr y = wide(g, {in})[0];
+  const Expr loss = column_sum(y);
+  Engine engine(pc);
+  engine.forward(g, loss);
+  const Tensor t = engine.value(y);
+  REQUIRE(t.dim.rows == 70);
+  for (int i = 0; i < 70; ++i) CHECK(t.data[i] == doctest::Approx(i * std::tanh(0.5)));
+  engine.backward(g, loss);
+  const double dtanh = 1 - std::tanh(0.5) * std::tanh(0.5);
+  CHECK(engine.gradient(in).data[0] == doctest::Approx(dtanh * 69 * 70 / 2).epsilon(1e-5));
+  // A sum of 70 arguments is one step of 70 operands: refused when the body is compiled.
+  Block many(pc, "sum70");
+  const Expr z = many.input("z", Dim{2, 1});
+  many.output("s", sum(std::vector<Expr>(70, tanh(z))));
+  try {
+    many.freeze();
+    FAIL("a body step of 70 operands was compiled");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("[Block::freeze] block 'sum70': body node") !=
+          std::string::npos);
+    CHECK(std::string(e.what()).find("has 70 arguments, and a block step reads at most 64") !=
+          std::string::npos);
+  }
 }

@@ -29,6 +29,9 @@ struct BlockGroup {
   bool fused;
 };
 
+// The most operands one step of a compiled body reads (the CPU kernels' operand table);
+// Block::freeze refuses a body node with more.
+constexpr uint32_t kMaxStepOperands = 64;
 constexpr uint32_t kNoLimit = UINT32_MAX;  // an integer slot that takes any value (dropout keys)
 
 struct BlockPlan {

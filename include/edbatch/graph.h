@@ -145,6 +145,8 @@ Expr erf(const Expr& x);
 // keep(a, c) + keep(b, 1 - c).
 Expr step(const Expr& x, bool inclusive = false);
 Expr keep(const Expr& a, const Expr& mask);
+// Rows of xs one after another (the same columns). More than 8 arguments are built as a concat
+// of concats of at most 8 (the CUDA kernels read a concat's arguments from a table of 8).
 Expr concat(const std::vector<Expr>& xs);
 // Rows [begin, end) of every column.
 Expr slice_rows(const Expr& x, uint32_t begin, uint32_t end);

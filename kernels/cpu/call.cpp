@@ -18,7 +18,7 @@ namespace edbatch::cpu {
 
 namespace {
 
-constexpr uint32_t kMaxArgs = 64;
+constexpr uint32_t kMaxArgs = kMaxStepOperands;
 constexpr uint32_t kChunk = 16;  // invocations per fused pass
 
 const BlockPlan& plan_of(const PlanRef& p, size_t b) {

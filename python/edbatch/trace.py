@@ -32,7 +32,6 @@ dropout_mask = trace_dropout.dropout_mask  # edbatch.dropout_mask
 _REDUCES = ("sum", "mean", "max", "softmax")
 _INITIALS = ("zeros", "learned")
 _INPUT_KINDS = ("x", "ids", "none")
-MAX_OPERANDS = 64  # of one step of a block (the kernels' operand tables)
 # What a trace computes per row (everything but weights): an operation reading none of these is
 # a weight expression (trace_weights).
 _TRACED = (Vec, Ids, trace_values.Rows, trace_values.Stack, trace_values.Indices,
@@ -68,13 +67,6 @@ class Body:
         self.instructions, self.weights, self.where = [], weights, None
 
     def emit(self, op, size, args, **fields):
-        if op == "cat" and len(args) > MAX_OPERANDS:
-            # A block step reads at most 64 operands: a longer concatenation (x.repeat(1, 100),
-            # torch.cat of a long list) becomes one of concatenations of 64.
-            groups = [args[i:i + MAX_OPERANDS] for i in range(0, len(args), MAX_OPERANDS)]
-            args = [g[0] if len(g) == 1 else self.emit("cat", sum(a.size for a in g), g)
-                    for g in groups]
-            return self.emit("cat", size, args, **fields)
         ins = {"op": op, "size": int(size)}
         if args:
             ins["args"] = [a.index for a in args]

@@ -378,14 +378,16 @@ def power_of(body, v, e):
     n = abs(int(e))
     if n == 0:
         return body.emit("const", v.size, [], value=1.0)
-    result, square = None, v
+    # x ** -n as (1 / x) ** n: the reciprocal of x ** n would have a gradient through x ** -2n,
+    # which overflows float32 where PyTorch's -n x ** -(n + 1) is finite (x ** -3 at 2e-7).
+    result, square = None, rdiv(v) if e < 0 else v
     while n:
         if n & 1:
             result = square if result is None else mul(result, square)
         n >>= 1
         if n:
             square = mul(square, square)
-    return rdiv(result) if e < 0 else result
+    return result
 
 
 def power(body, args, kwargs):

@@ -114,6 +114,17 @@ void Block::freeze(const FreezeOptions& options) {
   BlockPlan& p = *plan_;
   if (p.frozen) fail("Block::freeze", p, "already frozen");
   if (p.source_outputs.empty()) fail("Block::freeze", p, "no outputs declared");
+  // A step of the compiled body reads at most kMaxStepOperands operands (the kernels' operand
+  // tables); nested calls (a concat of concats) take more.
+  for (uint32_t v = 0; v < p.source->size(); ++v) {
+    const Node& n = p.source->node(v);
+    if (is_scheduled(n.op) && n.num_args > kMaxStepOperands)
+      fail("Block::freeze", p,
+           "body node " + std::to_string(v) + " (" + op_name(n.op) + ") has " +
+               std::to_string(n.num_args) + " arguments, and a block step reads at most " +
+               std::to_string(kMaxStepOperands) + ": nest it (a " + op_name(n.op) + " of " +
+               op_name(n.op) + "s of at most " + std::to_string(kMaxStepOperands) + " each)");
+  }
   p.source_slot.resize(p.source->size(), UINT32_MAX);
   compile_block(p, options);
   p.frozen = true;

@@ -185,6 +185,22 @@ def test_roots_and_logs_of_infinities_and_subnormals_as_in_pytorch(backend, op):
     torch.testing.assert_close(x.grad, xe.grad, equal_nan=True, rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("e", [-2, -3, -5, -16])
+def test_negative_powers_of_small_numbers_have_pytorchs_gradients(backend, e):
+    """x ** -n where x ** -2n overflows float32 and PyTorch's gradient -n x ** -(n + 1) does
+    not (x ** -3 at 2e-7: -1.9e27; it was -inf), and at the large, negative and signed-zero x."""
+    xs = [2e-7, 1e-6, -3e-7, 0.013, 1e-3, -0.5, 1.7, 40.0, 1e7, -2e8, 0.0, -0.0]
+    packed = edbatch.pack_trees(list(range(5)))
+    x = torch.tensor(xs).repeat(5, 1).requires_grad_()
+    xe = x.detach().clone().requires_grad_()
+    got = edbatch.nn.Propagate(lambda x, m: x ** e, state_size=len(xs))(packed, x=x)
+    want = xe ** e
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-5, atol=1e-38)  # subnormals
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad, equal_nan=True, rtol=1e-5, atol=1e-38)
+
+
 @pytest.mark.parametrize("size", [13, 129])
 @pytest.mark.parametrize("op", ["chunk", "slicing", "layer_norm", "softmax", "@", "torch.cat",
                                 "var", "size-1 gate, expand"])

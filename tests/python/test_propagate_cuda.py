@@ -145,3 +145,23 @@ def test_prefetching_on_cuda(depth):
     for step_cuda, step_cpu in zip(got["cuda"], got["cpu"]):
         for a, b in zip(step_cuda, step_cpu):
             torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-4 * scale(b))
+
+
+class WideCat(torch.nn.Module):
+    """torch.cat of 21 pieces and x.repeat(1, 70): concatenations of concatenations of 8, the
+    most a CUDA concat reads (they failed on CUDA before)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(D, 7)
+
+    def forward(self, x, m):
+        c = self.lin(x)
+        wide = torch.cat([c[:, i % 7:i % 7 + 1] * (1 + i) for i in range(20)] + [m], -1)
+        return torch.tanh(wide[:, 12:19] * 0.1 + m[:, :1].repeat(1, 70)[:, 60:67])
+
+
+def test_long_concatenations_on_cuda():
+    torch.manual_seed(4)
+    model = edbatch.nn.Propagate(WideCat(), state_size=7)
+    assert_cuda_equals_cpu(model, structures.packed("lattices", 4), seed=4)
