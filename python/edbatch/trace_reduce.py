@@ -83,10 +83,13 @@ def unbind(body, args, kwargs):
 
 
 def stack_item(s, index):
-    """s[i] (a stack along 0), s[:, i] (along 1), s[..., i] or s[:, :, i] (along 2)."""
+    """s[i] (a stack along 0), s[:, i] (along 1), s[..., i] or s[:, :, i] (along 2), with any
+    trailing full slices (s[:, i, :])."""
     index = index if isinstance(index, tuple) else (index,)
     if index[:1] == (Ellipsis,) and len(index) == 2:
         index = (slice(None),) * 2 + index[1:]
+    while len(index) > s.dim + 1 and (index[-1] is Ellipsis or index[-1] == slice(None)):
+        index = index[:-1]  # s[:, i, :] is s[:, i]
     if len(index) == s.dim + 1 and all(i == slice(None) for i in index[:-1]):
         i = index[-1]
         if isinstance(i, int) and not isinstance(i, bool) and -len(s.parts) <= i < len(s.parts):

@@ -231,7 +231,8 @@ OPS = {
         c.two(m).view(m.size(0), 2, -1)[:, 1] * a + c.two(a).reshape(-1, 2, a.size(1)).sum(1) +
         c.back(torch.stack([a, m], 1).view(a.size(0), -1)) + torch.stack([a, m])[1] +
         torch.stack((a, m * 2), -1)[..., 0] + c.two(m).view(-1, 2, a.shape[-1]).max(1).values +
-        torch.unbind(torch.stack([a, m], 2), -1)[1] + torch.stack([a, m], 1)[:, -1]),
+        torch.unbind(torch.stack([a, m], 2), -1)[1] + torch.stack([a, m], 1)[:, -1] +
+        c.two(m).view(-1, 2, a.shape[-1])[:, 0, :] + torch.stack([a, m])[1, ...]),
     # Comparisons as masks and torch.where, whose branch not taken (log of a negative value
     # here) may be NaN without reaching the result or the gradients.
     "comparisons, where": lambda c, a, m, x: (
