@@ -417,11 +417,9 @@ void FsmPolicy::begin(const Graph& g) {
   lookups_ = {};
   fallback_->begin(g);
   const TypeTable& types = g.types();
-  if (mapped_table_ == &types && mapped_size_ == types.size()) return;
-  // Types are only ever added to a table: map the new ones (all of them for another table, or
-  // a new table at the old one's address, which the name of the last type mapped tells).
-  if (mapped_table_ != &types || mapped_size_ > types.size() ||
-      (mapped_size_ > 0 && types.name(mapped_size_ - 1) != mapped_last_name_)) {
+  if (mapped_table_ == types.serial() && mapped_size_ == types.size()) return;
+  // Types are only ever added to a table: map the new ones (all of them for another table).
+  if (mapped_table_ != types.serial()) {
     mapped_size_ = 0;
     local_of_.clear();
     global_of_.assign(data_.info.types.size(), UINT32_MAX);
@@ -458,9 +456,8 @@ void FsmPolicy::begin(const Graph& g) {
           (absent.empty() ? "" : "\ntypes of the policy that the graph lacks:" + absent));
     }
   }
-  mapped_table_ = &types;
+  mapped_table_ = types.serial();
   mapped_size_ = types.size();
-  mapped_last_name_ = mapped_size_ > 0 ? types.name(mapped_size_ - 1) : std::string();
   ids_.resize(data_.info.types.size());
   counts_.resize(ids_.size());
   scratch_.resize(ids_.size());

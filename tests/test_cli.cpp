@@ -627,7 +627,7 @@ TEST_CASE("cli: numbers that are not numbers, and seeds out of range, are usage 
        {"--seed 99999999999999999999999", "got '99999999999999999999999'"},
        {"--seed 0x10", "--seed: expected an integer"},
        {"--seed 1.5", "--seed: expected an integer"},
-       {"--iters -1", "--iters: expected an integer of 0 or more, got '-1'"},
+       {"--iters -1", "--iters: a count cannot be negative, got '-1'"},
        {"--warmup 5000000000", "--warmup: expected an integer in 0..4294967295, got '5000000000'"},
        {"--iters 99999999999999999999", "--iters: expected an integer in 0..4294967295"}});
   // The largest seed is taken as it is; leading zeros are decimal.
@@ -663,6 +663,26 @@ TEST_CASE("cli: a flag given twice takes its last value; flags that do nothing a
   CHECK(describe.code == 0);
   CHECK(describe.err.find("warning: --train has no effect with --write-data or --describe") !=
         std::string::npos);
+}
+
+TEST_CASE("cli: untrained weights better than every trained epoch are warned of") {
+  // A learning rate far too large: held-out root accuracy 10% before training, 0% after.
+  TempDir dir;
+  const std::string run =
+      "run --model tree_lstm --data synthetic:30 --eval synthetic:20 "
+      "--hidden 4 --train --lr 50 --clip 0 ";
+  const Result epochs = cli(dir, run + "--epochs 2 --save-best '" + dir / "best.st" + "'");
+  INFO(epochs.err);
+  REQUIRE(epochs.code == 0);
+  CHECK(epochs.err.find("warning: the weights before training (accuracy 10.00%, held-out loss "
+                        "67.0062) did better than every trained epoch (the best, epoch 2: "
+                        "accuracy 0.00%") != std::string::npos);
+  CHECK(epochs.err.find("--save-best holds those weights") != std::string::npos);
+  const Result sane = cli(dir,
+                          "run --model tree_lstm --data synthetic:30 --eval synthetic:20 "
+                          "--hidden 4 --train --epochs 2");
+  REQUIRE(sane.code == 0);
+  CHECK(sane.err.find("warning") == std::string::npos);
 }
 
 TEST_CASE("cli: an unknown command is named, and more threads than cores are warned of") {

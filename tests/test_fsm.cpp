@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -556,5 +557,51 @@ TEST_CASE("fsm: a reused scheduler and policy schedule as fresh ones, whatever w
     Throws throws;
     Schedule partial;
     CHECK_THROWS_AS(reused.run(grown, throws, partial), std::runtime_error);
+  }
+}
+
+TEST_CASE("fsm: a policy reused over a new collection at a freed one's address maps it again") {
+  // std::optional keeps its collection in place, so each new one (and its type table) lies
+  // where the last one was, with as many types but interned in another order: the policy must
+  // not take the old table's map for it (a map by address and size did).
+  ParameterCollection train_pc(4);
+  std::mt19937_64 rng(152);
+  auto trained_on = random_dag(train_pc, rng, 40, 3);
+  const FsmPolicyData data =
+      train_fsm_policy({trained_on.get()}, {trained_on.get()}, quick_options()).policy;
+  FsmPolicy reused(data);
+  std::optional<ParameterCollection> pc;
+  const void* address = nullptr;
+  uint64_t serial = 0;
+  for (uint32_t round = 0; round < 8; ++round) {
+    pc.emplace(round);
+    {
+      Graph g(*pc);
+      const Expr a = input(g, 0.5f);  // the three kinds interned first, in this round's order
+      if (round % 2) {
+        (void)cmult(a, a);
+        (void)add(a, a);
+        (void)tanh(a);
+      } else {
+        (void)tanh(a);
+        (void)add(a, a);
+        (void)cmult(a, a);
+      }
+      std::mt19937_64 r(1000 + round);
+      add_random_dag(g, r, 40, 3);
+      if (round > 0) CHECK(&g.types() == address);  // the point of the test
+      CHECK(g.types().serial() != serial);
+      address = &g.types();
+      serial = g.types().serial();
+      Scheduler s1, s2;
+      Schedule a_out, b_out;
+      s1.run(g, reused, a_out);
+      FsmPolicy fresh(data);
+      s2.run(g, fresh, b_out);
+      CHECK(a_out.nodes == b_out.nodes);
+      CHECK(reused.lookups().hits == fresh.lookups().hits);
+      CHECK(reused.lookups().misses == fresh.lookups().misses);
+    }
+    pc.reset();
   }
 }

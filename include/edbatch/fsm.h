@@ -210,9 +210,8 @@ class FsmPolicy : public Policy {
   std::unique_ptr<Policy> fallback_;
   bool cover_;
   Lookups lookups_;
-  const void* mapped_table_ = nullptr;  // the TypeTable the maps below were made for ...
-  uint32_t mapped_size_ = 0;            // ... and its size then
-  std::string mapped_last_name_;        // ... and the name of its last type then
+  uint64_t mapped_table_ = 0;  // the serial of the TypeTable the maps below were made for ...
+  uint32_t mapped_size_ = 0;   // ... and its size then
   std::unordered_map<std::string, uint32_t> index_;  // the file's type name -> index
   bool unknown_ = false;                // a scheduled type of the table is not among the file's
   std::vector<uint32_t> local_of_;      // graph type id -> index into the file's types

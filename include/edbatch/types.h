@@ -20,6 +20,13 @@ inline uint32_t float_bits(float f) {
 
 class TypeTable {
  public:
+  TypeTable() : serial_(next_serial()) {}
+  // A copy is another table: it gets its own serial.
+  TypeTable(const TypeTable& other) { *this = other; }
+  TypeTable& operator=(const TypeTable& other);
+  TypeTable(TypeTable&&) = default;
+  TypeTable& operator=(TypeTable&&) = default;
+
   struct Interned {
     uint32_t id;
     bool is_new;
@@ -32,6 +39,9 @@ class TypeTable {
   const std::string& name(uint32_t type) const { return names_.at(type); }
   Op op(uint32_t type) const { return static_cast<Op>(pool_[spans_.at(type).begin] & 0xff); }
   uint32_t find(std::string_view name) const;  // UINT32_MAX when absent
+  // Unique per table made in the process (copies included): what keeps per-table maps apart
+  // when a new table lies at a freed one's address.
+  uint64_t serial() const { return serial_; }
   // Ragged types batch nodes with different numbers of arguments (key bit kRaggedKey).
   bool is_ragged(uint32_t type) const { return pool_[spans_.at(type).begin] & kRaggedKey; }
   static constexpr uint32_t kRaggedKey = 0x100;
@@ -47,6 +57,8 @@ class TypeTable {
   std::vector<Span> spans_;
   std::vector<std::string> names_;
   std::vector<uint32_t> slots_;  // open addressing: type id + 1, 0 = empty
+  uint64_t serial_ = 0;
+  static uint64_t next_serial();
 };
 
 }  // namespace edbatch

@@ -122,8 +122,10 @@ void Block::freeze(const FreezeOptions& options) {
       fail("Block::freeze", p,
            "body node " + std::to_string(v) + " (" + op_name(n.op) + ") has " +
                std::to_string(n.num_args) + " arguments, and a block step reads at most " +
-               std::to_string(kMaxStepOperands) + ": nest it (a " + op_name(n.op) + " of " +
-               op_name(n.op) + "s of at most " + std::to_string(kMaxStepOperands) + " each)");
+               std::to_string(kMaxStepOperands) +
+               ": split it into parts of at most that many (a sum or maximum over the parts' "
+               "sums or maxima; an average as the sum of the parts' sums scaled by 1/n; an "
+               "affine as the sum of affines over parts of its products)");
   }
   p.source_slot.resize(p.source->size(), UINT32_MAX);
   compile_block(p, options);

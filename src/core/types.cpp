@@ -1,9 +1,24 @@
 #include "edbatch/types.h"
 
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 
 namespace edbatch {
+
+uint64_t TypeTable::next_serial() {
+  static std::atomic<uint64_t> next{1};
+  return next++;
+}
+
+TypeTable& TypeTable::operator=(const TypeTable& other) {
+  pool_ = other.pool_;
+  spans_ = other.spans_;
+  names_ = other.names_;
+  slots_ = other.slots_;
+  serial_ = next_serial();
+  return *this;
+}
 
 namespace {
 uint64_t hash_key(const uint32_t* key, uint32_t len) {

@@ -77,6 +77,7 @@ void check_storage(const Tensor& t, const char* what) {
 }
 
 void check_index_tensor(const Tensor& t, const char* name, int64_t size) {
+  check_storage(t, name);
   if (t.scalar_type() != at::kLong)
     fail_type(
         fmt::format("[edbatch] {} must be int64, got {}", name, c10::toString(t.scalar_type())));

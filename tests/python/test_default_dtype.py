@@ -104,3 +104,10 @@ def test_a_sparse_x_is_refused_by_name(module):
         x = torch.randn(packed.input_ids.numel(), D)
     with pytest.raises(TypeError, match="x must be a dense tensor, got layout Sparse"):
         m(packed, x.to_sparse()) if module == "propagate" else m(x.to_sparse(), packed)
+
+
+def test_sparse_ids_are_refused_by_name():
+    packed = batch()
+    prop = enn.Propagate(EmbedInside(), state_size=H)
+    with pytest.raises(TypeError, match="ids must be a dense tensor, got layout Sparse"):
+        prop(packed, ids=packed.input_ids.to_sparse())

@@ -152,7 +152,7 @@ void decimal_integers(CLI::App& app) {
           // CLI11 would read a leading 0 as octal (010 as 8) and 0x as hexadecimal.
           const size_t digit = text.find_first_not_of('0', sign);
           if (is_unsigned && text[0] == '-' && digit != std::string::npos)
-            return "expected an integer of 0 or more, got '" + text + "'";
+            return "a count cannot be negative, got '" + text + "'";
           text = text.substr(0, sign) + (digit == std::string::npos ? "0" : text.substr(digit));
           return "";
         },

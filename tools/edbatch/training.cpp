@@ -416,13 +416,16 @@ void EpochReport::warn_if_untrained_was_best() const {
   if (start_accuracy_ < best_accuracy_ ||
       (start_accuracy_ == best_accuracy_ && start_loss_ >= best_loss_))
     return;
+  // Training by --iters (epochs_ 0) evaluates once, after its last mini-batch.
+  const std::string trained =
+      epochs_ ? "every trained epoch (the best, epoch " + std::to_string(best_epoch_) + ": "
+              : std::string("the weights after the last mini-batch (");
   std::fprintf(stderr,
-               "edbatch run: warning: the weights before training (epoch 0: accuracy %s, "
-               "held-out loss %.4f) did better than every trained epoch (the best, epoch %lld: "
-               "%s, %.4f)%s\n",
-               percent(start_accuracy_).c_str(), start_loss_, static_cast<long long>(best_epoch_),
+               "edbatch run: warning: the weights before training (accuracy %s, held-out loss "
+               "%.4f) did better than %saccuracy %s, held-out loss %.4f)%s\n",
+               percent(start_accuracy_).c_str(), start_loss_, trained.c_str(),
                percent(best_accuracy_).c_str(), best_loss_,
-               o_.save_best.empty() ? "" : "; --save-best holds that epoch's weights");
+               o_.save_best.empty() ? "" : "; --save-best holds those weights");
 }
 
 void EpochReport::add_to_json(nlohmann::json& j) const {
