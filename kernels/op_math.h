@@ -86,7 +86,10 @@ struct ScalarMath {
   }
   EDBATCH_HD static float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
   EDBATCH_HD static float abs(float x) { return x < 0 ? -x : x; }
-  EDBATCH_HD static float max0(float x) { return x > 0 ? x : 0.0f; }
+  // max(x, 0) with PyTorch's NaN: relu(NaN) is NaN (the array form's Eigen max keeps it too).
+  EDBATCH_HD static float max0(float x) {
+    return x <= 0 ? 0.0f : x;
+  }
   EDBATCH_HD static float step(float x) { return x > 0 ? 1.0f : 0.0f; }
   EDBATCH_HD static float step0(float x) {
     return x >= 0 ? 1.0f : 0.0f;
@@ -115,7 +118,9 @@ struct ScalarMath {
   }
   static double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
   static double abs(double x) { return std::abs(x); }
-  static double max0(double x) { return x > 0 ? x : 0.0; }
+  static double max0(double x) {
+    return x <= 0 ? 0.0 : x;
+  }
   static double step(double x) { return x > 0 ? 1.0 : 0.0; }
   static double step0(double x) {
     return x >= 0 ? 1.0 : 0.0;

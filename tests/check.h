@@ -50,6 +50,8 @@ inline void check_same_gradients(ParameterCollection& a, ParameterCollection& b,
 
 // maximum's and max_index's NaN rule on `device` (tests/test_ops.cpp).
 void check_maximum_nan(const std::string& device, int threads);
+// relu, leaky_relu, elu and softplus at NaN and the infinities (same file).
+void check_rectifiers_nan(const std::string& device, int threads);
 // log_softmax's and pick_neg_log_softmax's precision far from 0 and under a mask (same file).
 void check_log_softmax_far(const std::string& device, int threads);
 // Sums and means of 10^5 arguments keep float32's precision; infinities and NaN carry (same file).

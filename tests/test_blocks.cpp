@@ -500,3 +500,31 @@ TEST_CASE(
                                      "split it") != std::string::npos);
   }
 }
+
+TEST_CASE("blocks: restacking keeps every parameter's values, gradients and views") {
+  // Each stack moves its parameters into a new storage and frees the storages nothing reads any
+  // more; a parameter left behind in a shared storage (A after B moves on) must survive.
+  ParameterCollection pc{3};
+  std::vector<Parameter> p;
+  for (const char* name : {"A", "B", "C", "D"}) p.push_back(pc.add_parameters(name, Dim{2, 3}));
+  const Parameter view = pc.add_view("B_right", p[1], 1, 2);
+  std::vector<std::vector<float>> values, grads;
+  for (size_t i = 0; i < p.size(); ++i) {
+    for (size_t j = 0; j < 6; ++j) pc.grads(p[i].id)[j] = static_cast<float>(10 * i + j);
+    values.emplace_back(pc.values(p[i].id), pc.values(p[i].id) + 6);
+    grads.emplace_back(pc.grads(p[i].id), pc.grads(p[i].id) + 6);
+  }
+  REQUIRE(pc.stack({p[0].id, p[1].id}));
+  REQUIRE(pc.stack({p[1].id, p[2].id}));
+  REQUIRE(pc.stack({p[3].id, p[0].id}));
+  CHECK(pc.adjacent(p[1].id, p[2].id));
+  CHECK(pc.adjacent(p[3].id, p[0].id));
+  for (size_t i = 0; i < p.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::vector<float>(pc.values(p[i].id), pc.values(p[i].id) + 6) == values[i]);
+    CHECK(std::vector<float>(pc.grads(p[i].id), pc.grads(p[i].id) + 6) == grads[i]);
+  }
+  // Column-major 2 x 3: the view of B's columns 1..2 starts at its third float.
+  CHECK(std::vector<float>(pc.values(view.id), pc.values(view.id) + 4) ==
+        std::vector<float>(values[1].begin() + 2, values[1].end()));
+}

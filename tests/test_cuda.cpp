@@ -415,6 +415,10 @@ CUDA_CASE("cuda: maximum and max_index take NaN as the largest; maximum's gradie
   testing::check_maximum_nan("cuda", 1);
 }
 
+CUDA_CASE("cuda: the rectifiers keep NaN and map the infinities as PyTorch does") {
+  testing::check_rectifiers_nan("cuda", 1);
+}
+
 CUDA_CASE("cuda: sums and means of 10^5 arguments keep float32's precision") {
   testing::check_wide_sums("cuda", 1);
 }

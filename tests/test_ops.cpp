@@ -678,6 +678,60 @@ void testing::check_maximum_nan(const std::string& device, int threads) {
   CHECK((std::isnan(v[2]) && v[3] == 37 && std::isnan(v[4]) && v[5] == 99));
 }
 
+// The rectifiers at NaN and the infinities, as PyTorch gives them: NaN stays NaN (relu(NaN) is
+// NaN, not 0), over a column long enough for the CPU's vector lanes and a scalar tail. Gradients
+// pass where x > 0 only (relu's at NaN is 0). tests/test_cuda.cpp runs it on the GPU.
+void testing::check_rectifiers_nan(const std::string& device, int threads) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> pattern{nan, inf, -inf, -3.0f, 2.0f, 0.0f};
+  const double e3 = std::exp(-3.0);
+  const std::vector<std::pair<std::string, std::vector<double>>> expected{
+      {"relu", {NAN, INFINITY, 0, 0, 2, 0}},
+      {"leaky_relu", {NAN, INFINITY, -INFINITY, -0.3, 2, 0}},
+      {"elu", {NAN, INFINITY, -0.5, 0.5 * (e3 - 1), 2, 0}},
+      {"softplus",
+       {NAN, INFINITY, 0, std::log1p(e3), 2 + std::log1p(std::exp(-2.0)), std::log(2.0)}}};
+  const uint32_t n = 19;
+  std::vector<float> xs(n);
+  for (uint32_t i = 0; i < n; ++i) xs[i] = pattern[i % pattern.size()];
+  ParameterCollection pc(1);
+  Graph g(pc);
+  const Expr x = input(g, Dim{n, 1}, xs);
+  const std::vector<Expr> ys{relu(x), leaky_relu(x, 0.1f), elu(x, 0.5f), softplus(x)};
+  const Expr finite = column_sum(keep(ys[0], step(x)));  // relu where x > 0: 2 per pattern, and inf
+  Engine e(pc, EngineOptions{"lb-greedy", device, threads});
+  e.forward(g, finite);  // runs every node of g
+  for (size_t k = 0; k < ys.size(); ++k) {
+    const std::vector<float> v = as_vector(e.value(ys[k]));
+    for (uint32_t i = 0; i < n; ++i) {
+      const double want = expected[k].second[i % pattern.size()];
+      CAPTURE(expected[k].first);
+      CAPTURE(i);
+      if (std::isnan(want))
+        CHECK(std::isnan(v[i]));
+      else if (std::isinf(want))
+        CHECK(v[i] == want);
+      else
+        CHECK(v[i] == doctest::Approx(want).epsilon(1e-6));
+    }
+  }
+  e.backward(g, finite);
+  const std::vector<float> dx = as_vector(e.gradient(x));
+  for (uint32_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    const float xi = xs[i];
+    CHECK(dx[i] == (xi > 0 ? 1.0f : 0.0f));
+  }
+}
+
+TEST_CASE("ops: the rectifiers keep NaN and map the infinities as PyTorch does") {
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    testing::check_rectifiers_nan("cpu", threads);
+  }
+}
+
 TEST_CASE("ops: maximum and max_index take NaN as the largest; maximum's gradient to the first") {
   for (int threads : {1, 2}) {
     CAPTURE(threads);
@@ -950,6 +1004,10 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
     CHECK(math::Step::value<ScalarMath>(static_cast<float>(x), Attr{1.0f}) == inclusive);
     CHECK(math::Step::gradient<ScalarMath>(5.0, x, 0.0, Attr{}) == 0.0);
   }
+  // relu of NaN is NaN (PyTorch's), in the float form the GPU evaluates and the double reference.
+  CHECK(std::isnan(math::Relu::value<ScalarMath>(nan, Attr{})));
+  CHECK(std::isnan(math::Relu::value<ScalarMath>(static_cast<float>(nan), Attr{})));
+  CHECK(math::Relu::value<ScalarMath>(-inf, Attr{}) == 0.0);
   // keep selects: a value not kept is exactly 0 even when it is inf or NaN.
   CHECK(math::Keep::value<ScalarMath>(inf, 0.0) == 0.0);
   CHECK(math::Keep::value<ScalarMath>(nan, -1.0) == 0.0);

@@ -241,6 +241,10 @@ bool ParameterCollection::stack(const std::vector<uint32_t>& ids) {
   if (already) return true;
   fetch_from_device();
   Storage st;
+  size_t total = 0;
+  for (uint32_t id : ids) total += entry(id).dim.size();
+  st.values.reserve(total);
+  st.grads.reserve(total);
   for (uint32_t id : ids) {
     const size_t n = entry(id).dim.size();
     st.values.insert(st.values.end(), values(id), values(id) + n);
@@ -261,6 +265,12 @@ bool ParameterCollection::stack(const std::vector<uint32_t>& ids) {
       v.storage = entries_[v.base].storage;
       v.offset = entries_[v.base].offset + v.base_offset;
     }
+  // A storage no entry reads any more (each parameter starts in one of its own) is freed, or a
+  // model would hold every stacked weight twice. Storage ids stay as they are.
+  std::vector<uint8_t> read(storages_.size(), 0);
+  for (const Entry& e : entries_) read[e.storage] = 1;
+  for (size_t s = 0; s < storages_.size(); ++s)
+    if (!read[s]) storages_[s] = Storage{};
   changed();
   return true;
 }

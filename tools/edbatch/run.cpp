@@ -540,7 +540,8 @@ Command add_run_command(CLI::App& root) {
                    warn_unused(*app, {"--policy-budget", "--policy-cache"}, o->policy == "auto",
                                "without --policy auto");
                    warn_unused(*app, {"--packed"}, !o->no_blocks, "with --no-blocks");
-                   warn_unused(*app, {"--epochs"}, o->iters == 0,
+                   warn_unused(*app, {"--epochs"},
+                               o->iters == 0 || !o->write_data.empty() || o->describe,
                                "with --iters, which sets the mini-batches to run");
                    warn_unused(*app, {"--train", "--eval", "--epochs", "--iters"},
                                o->write_data.empty() && !o->describe,
