@@ -24,10 +24,22 @@ def _arith(body, name, x, y):
 
 
 def lerp(body, args, kwargs):
-    """start + weight * (end - start), the weight a number or a tensor."""
+    """PyTorch's two forms: start + weight (end - start) where |weight| < 0.5, else
+    end - (end - start) (1 - weight), so that a weight of 1 gives end exactly (one form alone
+    cancels: lerp(1e8, 1, 1) would be 0). A tensor weight picks per entry, as torch.where."""
+    from .trace_select import comparison, where_of  # trace_select reads this module's table
     a = bind(args, kwargs, ("input", "end", "weight"), {})
-    step = _arith(body, "mul", a["weight"], _arith(body, "sub", a["end"], a["input"]))
-    return _arith(body, "add", a["input"], step)
+    start, end, w = a["input"], a["end"], a["weight"]
+    diff = _arith(body, "sub", end, start)
+    if is_number(w) and abs(w) < 0.5:
+        return _arith(body, "add", start, _arith(body, "mul", w, diff))
+    rest = 1.0 - float(w) if is_number(w) else _arith(body, "sub", 1.0, w)
+    near_end = _arith(body, "sub", end, _arith(body, "mul", diff, rest))
+    if is_number(w):
+        return near_end
+    near_start = _arith(body, "add", start, _arith(body, "mul", w, diff))
+    small = comparison("lt")(body, (apply(body, "abs", body.vector(w)), 0.5), {})
+    return where_of(body, small, near_start, near_end)
 
 
 def addc(name):

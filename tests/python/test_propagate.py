@@ -167,6 +167,85 @@ def test_threshold_keeps_nan_as_pytorch(backend):
     torch.testing.assert_close(x.grad, xe.grad, rtol=0, atol=0)
 
 
+_RECTIFIED = [float("inf"), float("-inf"), float("nan"), 3.4028234663852886e38,
+              -3.4028234663852886e38, 0.0, -0.0, 1.0, -2.5, 1e-40, 88.8, -104.0]
+_ELEMENTWISE = {
+    "relu": F.relu, "relu6": F.relu6, "leaky_relu": lambda x: F.leaky_relu(x, 0.1), "elu": F.elu,
+    "softplus": F.softplus, "hardtanh": F.hardtanh, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+    "exp": torch.exp, "abs": torch.abs}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("op", list(_ELEMENTWISE))
+def test_activations_of_nan_and_infinities_as_in_pytorch(op, device):
+    """NaN stays NaN (relu(NaN) was 0 on the GPU), the infinities and float's extremes map as
+    PyTorch maps them, on each device, over more nodes than the kernels take in vector registers."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    f = _ELEMENTWISE[op]
+    packed = edbatch.pack_trees(list(range(37)))
+    x = torch.tensor(_RECTIFIED).repeat(37, 1)
+    model = edbatch.nn.Propagate(lambda x, m: f(x), state_size=len(_RECTIFIED)).to(device)
+    with torch.no_grad():
+        got = model(packed.to(device), x=x.to(device)).cpu()
+    torch.testing.assert_close(got, f(x), equal_nan=True, rtol=1e-5, atol=1e-38)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_softmax_of_a_row_masked_whole_is_nan_as_in_pytorch(device):
+    """softmax / log_softmax of x.masked_fill(mask, -inf): a row masked whole is NaN, the others
+    as PyTorch gives them, on each device."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    packed = edbatch.pack_trees(list(range(29)))
+    x = torch.randn(29, 6, generator=torch.Generator().manual_seed(3))
+    for f in (torch.softmax, torch.log_softmax):
+        def cell(x, m, f=f):
+            return f(x.masked_fill((x[:, :1] > 0) | (x < -1), float("-inf")), -1)
+        model = edbatch.nn.Propagate(cell, state_size=6).to(device)
+        with torch.no_grad():
+            got = model(packed.to(device), x=x.to(device)).cpu()
+        want = cell(x, None)
+        assert torch.isnan(want).any() and not torch.isnan(want).all()
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("weight", [0.25, 0.5, 0.75, 1.0, 1.5, -0.7, "tensor", "parameter"])
+def test_lerp_takes_pytorchs_form_by_the_weight(backend, weight):
+    """torch.lerp is start + w (end - start) for |w| < 0.5, else end - (end - start) (1 - w), so
+    lerp(1e8, 1, 1) is 1 (one form alone gives 0), per entry for a tensor weight; the gradients
+    of start, end and the weight as PyTorch's."""
+    # The Python runner's autograd sends 0 * inf = NaN into the form not taken; the op sends 0.
+    starts = [1e8, 1e30, float("inf") if backend == "op" else 3e38, 1.0, -3.0, 2.0, 0.0, 5.0]
+    ends = [1.0, 88.8, 0.0, 2.0, 4.0, float("nan"), -1.0, 5.0]
+    weights = [1.0, 0.3, 0.75, 1.0, -0.6, 0.5, 0.49, 2.0]
+    n = len(starts)
+
+    class Lerp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.tensor(weights))
+
+        def forward(self, x, m):
+            w = {"tensor": x[:, 2 * n:], "parameter": self.w}.get(weight, weight)
+            return torch.lerp(x[:, :n], x[:, n:2 * n], w)
+
+    packed = edbatch.pack_trees([5, 6])
+    x = torch.tensor(starts + ends + weights).repeat(2, 1).requires_grad_()
+    xe = x.detach().clone().requires_grad_()
+    cell, eager = Lerp(), Lerp()
+    got, want = edbatch.nn.Propagate(cell, state_size=n)(packed, x=x), eager(xe, None)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-6, atol=0)
+    if not isinstance(weight, str) and abs(weight) >= 0.5:
+        assert got[0, 0].item() == want[0, 0].item()
+    upstream = torch.arange(1.0, 2 * n + 1).view(2, n)
+    (got * upstream).sum().backward()
+    (want * upstream).sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad, equal_nan=True, rtol=1e-6, atol=0)
+    if weight == "parameter":
+        torch.testing.assert_close(cell.w.grad, eager.w.grad, equal_nan=True, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("op", ["sqrt", "log", "rsqrt"])
 def test_roots_and_logs_of_infinities_and_subnormals_as_in_pytorch(backend, op):
     """At every float, with as many nodes as the kernels take in vector registers (the value of
