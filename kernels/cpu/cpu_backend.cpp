@@ -13,13 +13,21 @@
 #include "edbatch/schedule.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "src/core/backends.h"
+#include "src/core/huge_pages.h"
 
 namespace edbatch::cpu {
 
 bool Buffer::reserve(size_t floats) {
   if (floats <= data_.size()) return false;
-  // Grow with headroom; resize zero-fills, which also takes the page faults up front.
-  data_.resize(std::max(floats, data_.size() + data_.size() / 2));
+  // Grow with headroom into a new buffer, advised huge pages before its first touch; resize
+  // zero-fills, which also takes the page faults up front.
+  const size_t n = std::max(floats, data_.size() + data_.size() / 2);
+  std::vector<float, Eigen::aligned_allocator<float>> grown;
+  grown.reserve(n);
+  advise_huge_pages(grown.data(), n * sizeof(float));
+  grown.resize(n);
+  std::copy(data_.begin(), data_.end(), grown.begin());
+  data_.swap(grown);
   return true;
 }
 

@@ -5,6 +5,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "src/core/huge_pages.h"
+
 namespace edbatch {
 
 namespace {
@@ -13,6 +15,13 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ull ^ (seed * 0x9e3779b97f4a7c15ull);
   for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
   return h;
+}
+
+// Reserves n floats, with huge pages where the buffer is large (src/core/huge_pages.h), before
+// anything touches them.
+void reserve_floats(std::vector<float>& v, size_t n) {
+  v.reserve(n);
+  advise_huge_pages(v.data(), n * sizeof(float));
 }
 }  // namespace
 
@@ -56,6 +65,8 @@ uint32_t ParameterCollection::add(const std::string& name, Dim dim, bool lookup,
   e.storage = static_cast<uint32_t>(storages_.size());
   storages_.emplace_back();
   Storage& st = storages_.back();
+  reserve_floats(st.values, dim.size());
+  reserve_floats(st.grads, dim.size());
   st.values.resize(dim.size());
   st.grads.assign(dim.size(), 0.0f);
   if (lookup) e.touched_flag.assign(dim.cols, 0);
@@ -240,37 +251,36 @@ bool ParameterCollection::stack(const std::vector<uint32_t>& ids) {
   for (size_t i = 1; i < ids.size(); ++i) already &= adjacent(ids[i - 1], ids[i]);
   if (already) return true;
   fetch_from_device();
-  Storage st;
+  const uint32_t sid = static_cast<uint32_t>(storages_.size());
+  storages_.emplace_back();
   size_t total = 0;
   for (uint32_t id : ids) total += entry(id).dim.size();
-  st.values.reserve(total);
-  st.grads.reserve(total);
+  reserve_floats(storages_[sid].values, total);
+  reserve_floats(storages_[sid].grads, total);
+  size_t offset = 0;
   for (uint32_t id : ids) {
+    Storage& st = storages_[sid];
     const size_t n = entry(id).dim.size();
     st.values.insert(st.values.end(), values(id), values(id) + n);
     st.grads.insert(st.grads.end(), grads(id), grads(id) + n);
-  }
-  const uint32_t sid = static_cast<uint32_t>(storages_.size());
-  storages_.push_back(std::move(st));
-  size_t offset = 0;
-  for (uint32_t id : ids) {
     Entry& e = entries_[id];
-    // The old storage may still hold other stacked entries; only this span is abandoned.
+    const uint32_t old = e.storage;
     e.storage = sid;
     e.offset = offset;
-    offset += e.dim.size();
+    offset += n;
+    // A storage no parameter reads any more (each starts in one of its own; an earlier stack
+    // may still hold others) is freed at once, so a model holds each stacked weight once and
+    // the stack itself needs one parameter's memory more, not the whole group's. Views follow
+    // their bases below; storage ids stay as they are.
+    bool read = false;
+    for (const Entry& other : entries_) read |= !other.view && other.storage == old;
+    if (!read) storages_[old] = Storage{};
   }
   for (Entry& v : entries_)
     if (v.view) {
       v.storage = entries_[v.base].storage;
       v.offset = entries_[v.base].offset + v.base_offset;
     }
-  // A storage no entry reads any more (each parameter starts in one of its own) is freed, or a
-  // model would hold every stacked weight twice. Storage ids stay as they are.
-  std::vector<uint8_t> read(storages_.size(), 0);
-  for (const Entry& e : entries_) read[e.storage] = 1;
-  for (size_t s = 0; s < storages_.size(); ++s)
-    if (!read[s]) storages_[s] = Storage{};
   changed();
   return true;
 }
