@@ -19,14 +19,14 @@ namespace edbatch::cpu {
 
 bool Buffer::reserve(size_t floats) {
   if (floats <= data_.size()) return false;
-  // Grow with headroom into a new buffer, advised huge pages before its first touch; resize
-  // zero-fills, which also takes the page faults up front.
+  // Grow with headroom into a new buffer, advised huge pages before its first touch: the old
+  // values copied, the rest zero-filled, which also takes the page faults up front.
   const size_t n = std::max(floats, data_.size() + data_.size() / 2);
   std::vector<float, Eigen::aligned_allocator<float>> grown;
   grown.reserve(n);
   advise_huge_pages(grown.data(), n * sizeof(float));
+  grown.assign(data_.begin(), data_.end());
   grown.resize(n);
-  std::copy(data_.begin(), data_.end(), grown.begin());
   data_.swap(grown);
   return true;
 }

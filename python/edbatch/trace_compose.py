@@ -31,15 +31,17 @@ def lerp(body, args, kwargs):
     a = bind(args, kwargs, ("input", "end", "weight"), {})
     start, end, w = a["input"], a["end"], a["weight"]
     diff = _arith(body, "sub", end, start)
-    if is_number(w) and abs(w) < 0.5:
+
+    def near_start():
         return _arith(body, "add", start, _arith(body, "mul", w, diff))
-    rest = 1.0 - float(w) if is_number(w) else _arith(body, "sub", 1.0, w)
-    near_end = _arith(body, "sub", end, _arith(body, "mul", diff, rest))
+
+    def near_end(rest):
+        return _arith(body, "sub", end, _arith(body, "mul", diff, rest))
+
     if is_number(w):
-        return near_end
-    near_start = _arith(body, "add", start, _arith(body, "mul", w, diff))
+        return near_start() if abs(w) < 0.5 else near_end(1.0 - float(w))
     small = comparison("lt")(body, (apply(body, "abs", body.vector(w)), 0.5), {})
-    return where_of(body, small, near_start, near_end)
+    return where_of(body, small, near_start(), near_end(_arith(body, "sub", 1.0, w)))
 
 
 def addc(name):
