@@ -136,5 +136,8 @@ inline bool is_scheduled(Op op) {
 inline bool per_node_int(Op op) {
   return op == Op::Lookup || op == Op::Pick || op == Op::PickNegLogSoftmax || op == Op::Dropout;
 }
+// The most arguments of one concat node (the CUDA kernels keep a concat's argument rows in a
+// table of this size); `concat` of more builds a concat of concats, the same values everywhere.
+inline constexpr uint32_t kMaxConcatArgs = 8;
 
 }  // namespace edbatch

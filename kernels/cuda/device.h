@@ -41,7 +41,7 @@ struct StepDesc {
   uint32_t arg_rows;  // Pick, PickNegLogSoftmax, SliceRows, MaxIndex: argument rows
   uint32_t attr;      // SliceRows: first row; Dropout: keep threshold; Sum: 1 when wide (wide_sum)
   float alpha, beta;                      // Node::alpha, beta
-  uint32_t concat_rows[8];                // Concat: rows of each argument
+  uint32_t concat_rows[kMaxConcatArgs];   // Concat: rows of each argument
   uint32_t cache_begin;                   // its operands' place in the group's shared cache
   // Pointwise runs (StepGroup::run_src): the run's length (at its first step; 1: a step of its
   // own; the runs of a group follow each other, so a step's run is found by walking the lengths)
@@ -49,7 +49,6 @@ struct StepDesc {
   // numbered through).
   uint8_t run_len, run_slot, unused_[2];
 };
-constexpr uint32_t kMaxConcatArgs = 8;
 
 // Reductions over the rows of each column (softmax, log softmax, layer norm, max_index: its two
 // output rows per column; pick_neg_log_softmax and column_sum: one) run one warp per

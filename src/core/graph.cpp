@@ -435,11 +435,6 @@ Expr sum_losses(const std::vector<Expr>& losses) {
   return sum(losses);
 }
 
-// The most arguments of one concat node: the CUDA kernels read a concat's argument rows from
-// a table of this many (kMaxConcatArgs, kernels/cuda/device.h). A longer concat is built as a
-// concat of concats, the same values on every backend.
-constexpr size_t kConcatArgs = 8;
-
 Expr concat(const std::vector<Expr>& xs) {
   const char* fn = "concat";
   Graph& g = graph_of(xs, fn);
@@ -454,11 +449,12 @@ Expr concat(const std::vector<Expr>& xs) {
                    std::to_string(out.cols));
     out.rows += dims[i].rows;
   }
-  if (xs.size() > kConcatArgs) {  // checked whole above, so errors name the caller's arguments
+  if (xs.size() > kMaxConcatArgs) {  // checked whole above, so errors name the caller's arguments
     std::vector<Expr> groups;
-    for (size_t i = 0; i < xs.size(); i += kConcatArgs) {
+    for (size_t i = 0; i < xs.size(); i += kMaxConcatArgs) {
       const auto first = xs.begin() + static_cast<std::ptrdiff_t>(i);
-      const auto last = first + static_cast<std::ptrdiff_t>(std::min(kConcatArgs, xs.size() - i));
+      const auto last =
+          first + static_cast<std::ptrdiff_t>(std::min<size_t>(kMaxConcatArgs, xs.size() - i));
       groups.push_back(last - first == 1 ? *first : concat(std::vector<Expr>(first, last)));
     }
     return concat(groups);
