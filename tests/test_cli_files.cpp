@@ -193,6 +193,26 @@ TEST_CASE("cli files: a file-size limit fails the write that meets it, not the r
 #endif
 }
 
+TEST_CASE("cli files: out of memory names what could not grow") {
+#if defined(EDBATCH_CLI_PATH) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // ulimit -v (the sanitizers need more address space than it leaves): the mini-batch's 977 MiB
+  // of values cannot be had.
+  TempDir dir;
+  const std::string cmd = "cd '" + dir.path.string() + "' && ulimit -v 600000 && exec '" +
+                          EDBATCH_CLI_PATH +
+                          "' run --model tree_lstm --hidden 1024 --batch 512 --iters 1 --warmup 0 "
+                          "> out.txt 2> err.txt";
+  const int status = std::system(("sh -c \"" + cmd + "\"").c_str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  const std::string err = slurp(dir / "err.txt");
+  INFO(err);
+  CHECK(err.find("edbatch run: [cpu] out of memory: a mini-batch's values, adjoints or scratch "
+                 "could not grow from 0.0 to 976.7 MiB: try a smaller --batch") !=
+        std::string::npos);
+#endif
+}
+
 TEST_CASE("cli files: a standard stream closed at start is /dev/null, not the next file opened") {
 #ifdef EDBATCH_CLI_PATH
   // With 2>&- the next file opened would be descriptor 2, and a message (Ctrl-C's) would land

@@ -423,6 +423,18 @@ TEST_CASE("cli optim: an interrupted run writes its files and resumes where it s
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(slurp(dir / "b") == slurp(dir / "whole"));
+  // Or by epochs: the first is the rest of the interrupted one, so --epochs 2 again ends where
+  // the run without a stop ended.
+  r = cli(dir, common + "--epochs 2 --load-weights" + f("a") + "--load-optimizer" + f("as") +
+                   "--save-weights" + f("e") + "--json" + f("e.json"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("epoch 1 of this run is the last 2 of its 5 mini-batches") != std::string::npos);
+  CHECK(slurp(dir / "e") == slurp(dir / "whole"));
+  j = nlohmann::json::parse(slurp(dir / "e.json"));
+  CHECK(j["minibatches"] == 7);
+  REQUIRE(j["epochs"].size() == 2);
+  CHECK(j["epochs"][1]["epoch"] == 2);
 
   // At an epoch's end: that epoch is reported, evaluated and kept by --save-best.
   r = interrupted("5", common + "--epochs 3 --eval synthetic:9 --save-best" + f("best") + "--json" +

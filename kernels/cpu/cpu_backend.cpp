@@ -5,9 +5,12 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "edbatch/schedule.h"
@@ -17,13 +20,35 @@
 
 namespace edbatch::cpu {
 
+namespace {
+// A std::bad_alloc that says what could not be had (callers that catch bad_alloc still do).
+class OutOfMemory : public std::bad_alloc {
+ public:
+  explicit OutOfMemory(std::string what) : what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
+};
+}  // namespace
+
 bool Buffer::reserve(size_t floats) {
   if (floats <= data_.size()) return false;
   // Grow with headroom into a new buffer, advised huge pages before its first touch: the old
   // values copied, the rest zero-filled, which also takes the page faults up front.
   const size_t n = std::max(floats, data_.size() + data_.size() / 2);
   std::vector<float, Eigen::aligned_allocator<float>> grown;
-  grown.reserve(n);
+  try {
+    grown.reserve(n);
+  } catch (const std::bad_alloc&) {
+    char what[160];
+    std::snprintf(what, sizeof what,
+                  "[cpu] out of memory: a mini-batch's values, adjoints or scratch could not "
+                  "grow from %.1f to %.1f MiB",
+                  static_cast<double>(data_.size()) * sizeof(float) / (1 << 20),
+                  static_cast<double>(n) * sizeof(float) / (1 << 20));
+    throw OutOfMemory(what);
+  }
   advise_huge_pages(grown.data(), n * sizeof(float));
   grown.assign(data_.begin(), data_.end());
   grown.resize(n);

@@ -56,11 +56,15 @@ def _weight_shapes(cell, hidden_size, input_size, num_node_types, num_arc_types)
 
 
 def _reraise(error):
-    """Raises the library's own message as a ValueError (a TypeError for a wrong dtype), and any
-    other error as it is."""
+    """Raises the library's own message as a ValueError (a TypeError for a wrong dtype; memory
+    that could not be had as a MemoryError on the CPU and torch.cuda.OutOfMemoryError on the
+    GPU, as PyTorch's callers catch it), and any other error as it is."""
     message = _message(error)
     if message is None:
         raise error
+    if "out of memory" in message:
+        cuda_oom = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
+        raise (cuda_oom if message.startswith("[cuda]") else MemoryError)(message) from None
     raise (TypeError if isinstance(error, TypeError) else ValueError)(message) from None
 
 
@@ -69,7 +73,9 @@ def _message(error):
     the error did not come from edbatch."""
     lines = str(error).split("\nException raised from")[0].strip().split("\n")
     for i, line in enumerate(lines):
-        if line.startswith("["):  # with the lines after it (a list of what did not match)
+        # With the lines after it (a list of what did not match); c10's own "[enforce fail at
+        # ...]" (torch's allocator inside the op) is not the library's.
+        if line.startswith("[") and not line.startswith("[enforce fail"):
             return "\n".join(lines[i:]).strip()
     return None
 

@@ -1,7 +1,10 @@
 """Every cell's forward outputs and gradients equal the pure-PyTorch reference on seeded random
 structures (single-node instances and empty batches included); bad inputs raise clear errors."""
+import os
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -304,3 +307,43 @@ def test_library_messages_keep_their_lines():
     assert str(info.value) == "[FsmPolicy] does not match; types it lacks:\n  block:a\n  sum(2*->2)"
     with pytest.raises(RuntimeError, match="not ours"):
         edbatch.ops._reraise(RuntimeError("not ours"))
+
+
+def test_out_of_memory_is_a_memory_error(tmp_path):
+    """Memory the engine cannot have is a MemoryError naming what could not grow (it was a
+    ValueError); torch's own allocator failing inside the op stays torch's RuntimeError."""
+    script = tmp_path / "oom.py"
+    script.write_text(
+        "import resource, sys, torch, edbatch\n"
+        "vocab = {}\n"
+        "tree = '(2 (2 a) (2 b))'\n"
+        "packed = edbatch.pack_sst([tree] * 4000, vocab)\n"
+        "model = edbatch.nn.TreeLSTM(vocab_size=len(vocab), input_size=512, hidden_size=512)\n"
+        "vm = int(next(l for l in open('/proc/self/status') if l.startswith('VmSize')).split()[1])\n"
+        "_, hard = resource.getrlimit(resource.RLIMIT_AS)\n"
+        "resource.setrlimit(resource.RLIMIT_AS, ((vm + int(sys.argv[1])) * 1024, hard))\n"
+        "try:\n"
+        "    model(packed)\n"
+        "except BaseException as e:\n"
+        "    print(type(e).__name__, e)\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    out = {}
+    for room in (200 * 1024, 8 * 1024):  # KiB: the arena fails first, then torch's own output
+        r = subprocess.run([sys.executable, str(script), str(room)], capture_output=True,
+                           text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        out[room] = r.stdout
+    assert out[200 * 1024].startswith(
+        "MemoryError [cpu] out of memory: a mini-batch's values, adjoints or scratch could not "
+        "grow from 0.0 to "), out
+    assert out[8 * 1024].startswith("RuntimeError "), out
+    # The mapping by message, as the op gives it:
+    with pytest.raises(MemoryError, match="could not grow"):
+        edbatch.ops._reraise(RuntimeError("[cpu] out of memory: x could not grow\nException raised"
+                                          " from f at a.cpp:1"))
+    cuda_oom = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
+    with pytest.raises(cuda_oom, match="cudaMallocAsync"):
+        edbatch.ops._reraise(RuntimeError("[cuda] cudaMallocAsync(&p, n, s): out of memory (b.cpp:2)"))
+    with pytest.raises(RuntimeError, match="enforce fail"):
+        edbatch.ops._reraise(RuntimeError("[enforce fail at alloc_cpu.cpp:75] err == 0. "
+                                          "DefaultCPUAllocator: can't allocate memory"))

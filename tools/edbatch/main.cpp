@@ -103,11 +103,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s%s\nRun with --help for more information.\n", prefix().c_str(),
                    e.what());
       return 2;
-    } catch (const std::bad_alloc&) {
-      std::fprintf(stderr,
-                   "%sout of memory (std::bad_alloc): try a smaller --batch, --hidden or "
-                   "--vocab-size\n",
-                   prefix().c_str());
+    } catch (const std::bad_alloc& e) {
+      // The library's own say what could not grow ("[cpu] out of memory: ...").
+      const bool plain = std::strchr(e.what(), '[') == nullptr;
+      std::fprintf(stderr, "%s%s%s: try a smaller --batch, --hidden or --vocab-size\n",
+                   prefix().c_str(), plain ? "out of memory: " : "", e.what());
       return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s%s\n", prefix().c_str(), e.what());

@@ -306,7 +306,15 @@ int run(const RunOptions& o) {
 
   BatchStream stream(train_size, o.batch, o.train, o.seed);
   for (uint64_t k = 0; k < resumed; ++k) stream.next(ids);  // where the saved run stopped
-  const uint32_t total = o.iters ? o.iters : o.epochs * stream.per_epoch();
+  // Resumed in an epoch's middle, the first of --epochs is the rest of that epoch, so the run
+  // ends at an epoch's end as the run without a stop does.
+  const auto rest = static_cast<uint32_t>(resumed % stream.per_epoch());
+  if (!o.iters && rest != 0)
+    std::fprintf(stderr,
+                 "edbatch run: resuming in an epoch's middle: epoch 1 of this run is the last %u "
+                 "of its %u mini-batches\n",
+                 stream.per_epoch() - rest, stream.per_epoch());
+  const uint32_t total = o.iters ? o.iters : o.epochs * stream.per_epoch() - rest;
   const bool show = isatty(STDERR_FILENO);
   std::vector<MiniBatchSample> samples;
   samples.reserve(total);
