@@ -131,6 +131,12 @@ FsmTrainOptions quick_options() {
   return o;
 }
 
+// A quick policy learned on one random DAG of `nodes` nodes over `pc`.
+FsmPolicyData dag_policy(ParameterCollection& pc, std::mt19937_64& rng, uint32_t nodes) {
+  auto g = random_dag(pc, rng, nodes, 3);
+  return train_fsm_policy({g.get()}, {g.get()}, quick_options()).policy;
+}
+
 }  // namespace
 
 TEST_CASE("fsm: encodings are order-free and tell states apart as the reference does") {
@@ -331,8 +337,7 @@ TEST_CASE("fsm: a policy for another model is rejected, naming the types that di
 TEST_CASE("fsm: truncated, corrupt and foreign files are clear errors") {
   ParameterCollection pc(1);
   std::mt19937_64 rng(9);
-  auto g = random_dag(pc, rng, 12, 3);
-  FsmPolicyData data = train_fsm_policy({g.get()}, {g.get()}, quick_options()).policy;
+  FsmPolicyData data = dag_policy(pc, rng, 12);
   data.info.model = "dag";
   const std::string path = temp_path("bad.json");
   save_fsm_policy(path, data);
@@ -509,9 +514,7 @@ TEST_CASE("fsm: a reused scheduler and policy schedule as fresh ones, whatever w
   // policy that threw mid-run: schedules and bounds equal a fresh scheduler's and policy's.
   ParameterCollection pc(4);
   std::mt19937_64 rng(21);
-  auto trained_on = random_dag(pc, rng, 40, 3);
-  const FsmPolicyData data =
-      train_fsm_policy({trained_on.get()}, {trained_on.get()}, quick_options()).policy;
+  const FsmPolicyData data = dag_policy(pc, rng, 40);
   Scheduler reused;
   FsmPolicy fsm_reused(data);
   auto greedy_reused = make_policy("lb-greedy");
@@ -566,9 +569,7 @@ TEST_CASE("fsm: a policy reused over a new collection at a freed one's address m
   // not take the old table's map for it (a map by address and size did).
   ParameterCollection train_pc(4);
   std::mt19937_64 rng(152);
-  auto trained_on = random_dag(train_pc, rng, 40, 3);
-  const FsmPolicyData data =
-      train_fsm_policy({trained_on.get()}, {trained_on.get()}, quick_options()).policy;
+  const FsmPolicyData data = dag_policy(train_pc, rng, 40);
   FsmPolicy reused(data);
   std::optional<ParameterCollection> pc;
   const void* address = nullptr;
