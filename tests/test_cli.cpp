@@ -666,7 +666,8 @@ TEST_CASE("cli: a flag given twice takes its last value; flags that do nothing a
 }
 
 TEST_CASE("cli: untrained weights better than every trained epoch are warned of") {
-  // A learning rate far too large: held-out root accuracy 10% before training, 0% after.
+  // A learning rate far too large: held-out root accuracy 10% before training, no better after
+  // (what it is after depends on the CPU's vector units: the run is chaotic).
   TempDir dir;
   const std::string run =
       "run --model tree_lstm --data synthetic:30 --eval synthetic:20 "
@@ -675,8 +676,8 @@ TEST_CASE("cli: untrained weights better than every trained epoch are warned of"
   INFO(epochs.err);
   REQUIRE(epochs.code == 0);
   CHECK(epochs.err.find("warning: the weights before training (accuracy 10.00%, held-out loss "
-                        "67.0062) did better than every trained epoch (the best, epoch 2: "
-                        "accuracy 0.00%") != std::string::npos);
+                        "67.0062) did better than every trained epoch (the best, epoch ") !=
+        std::string::npos);
   CHECK(epochs.err.find("--save-best holds those weights") != std::string::npos);
   const Result sane = cli(dir,
                           "run --model tree_lstm --data synthetic:30 --eval synthetic:20 "

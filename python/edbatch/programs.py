@@ -32,6 +32,7 @@ class Program:
         self._weights, self.state_tuple, self.message_tuple = weights, state_tuple, message_tuple
         self._settings = []  # bind(): what current() compares, per submodule
         self._root = None  # bind(): the root's settings and the global hooks
+        self._owners = []  # bind(): the owners of bound-method cells and their tensors
         self.cell_sites, site = [], 0
         for cell in doc["cells"]:
             self.cell_sites.append(site)
@@ -41,20 +42,22 @@ class Program:
     def weights(self):
         return self._weights.tensors()
 
-    def bind(self, root, settings=()):
+    def bind(self, root, settings=(), owners=()):
         """Notes every submodule of `root` (the Propagate), where it is, its settings and hooks,
-        and `settings` (what the trace read from root itself), for current(); modules found
-        elsewhere (a function cell's closure) are left out."""
+        and `settings` (what the trace read from root itself), for current(). `owners`: the
+        modules whose bound methods are cells (Propagate(self.cell)), noted as cells are, with
+        their own settings and which parameters they hold; modules found elsewhere (a function
+        cell's closure) are left out."""
         self._settings = []
-        for parent in root.modules():
-            for name, m in parent._modules.items():
-                if m is not None:
-                    # The training flag and the hook dicts at least: get() gives a tuple.
-                    get = operator.itemgetter(*_plain_keys(m), *(h for h in HOOKS
-                                                                 if h in m.__dict__))
-                    held = _object_keys(m)
-                    self._settings.append((parent, name, m, get, _copy(get(m.__dict__)), held,
-                                           _held(m, held), _tensors(m)))
+        for top in (root, *owners):
+            for parent in top.modules():
+                for name, m in parent._modules.items():
+                    if m is not None:
+                        self._settings.append(_noted(parent, name, m))
+        # An owner itself: its training flag and hooks (its other attributes, a step counter
+        # say, would trace again at every call; they are not checked, as a closure is not).
+        self._settings += [_noted(None, None, m, settings=False) for m in owners]
+        self._owners = [(m, _identities(m)) for m in owners]
         self._root = settings, global_hook_state(), _tensors(root)
         return self
 
@@ -68,11 +71,29 @@ class Program:
         trace), and `settings` and the global module hooks are as they were."""
         try:
             return self._root == (settings, global_hook_state(), _tensors(root)) and all(
-                parent._modules.get(name) is m and get(m.__dict__) == values
+                (parent is None or parent._modules.get(name) is m) and get(m.__dict__) == values
                 and (not held or _held(m, held) == held_values) and _tensors(m) == tensors
-                for parent, name, m, get, values, held, held_values, tensors in self._settings)
+                for parent, name, m, get, values, held, held_values, tensors in self._settings
+            ) and all(_identities(m) == ids for m, ids in self._owners)
         except KeyError:  # a setting deleted
             return False
+
+
+def _noted(parent, name, m, settings=True):
+    """What current() compares for module m, parent's submodule `name` (parent None: m is not
+    placed, an owner of a bound-method cell): the training flag and the hook dicts at least
+    (get() gives a tuple), its plain settings and the objects of settings it holds (unless
+    `settings` is False), and its tensors' shapes."""
+    plain = _plain_keys(m) if settings else ["training"]
+    get = operator.itemgetter(*plain, *(h for h in HOOKS if h in m.__dict__))
+    held = _object_keys(m) if settings else ()
+    return parent, name, m, get, _copy(get(m.__dict__)), held, _held(m, held), _tensors(m)
+
+
+def _identities(module):
+    """Which tensors a module holds as its own parameters and buffers: a bound-method cell reads
+    its owner's (self.W) as the objects the trace saw, so one replaced needs a new trace."""
+    return tuple((k, id(v)) for d in (module._parameters, module._buffers) for k, v in d.items())
 
 
 def _tensors(module):

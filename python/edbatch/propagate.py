@@ -8,7 +8,7 @@ from .head import check_engine_options, check_head, head_weights, labels_of, ref
 from .ops import _reraise, as_device, check_packed, check_structure
 from .saved import check_unchanged
 from .step import apply_gradients
-from .trace import as_cells, sizes_of, trace_program
+from .trace import FunctionCell, as_cells, sizes_of, trace_program
 from .trace_dropout import dropout_mask as _dropout_mask
 
 
@@ -116,7 +116,7 @@ class Propagate(torch.nn.Module):
                 nodes, edges or None,
                 state_size=self.state_size, input_kind=input_kind, input_size=input_size,
                 reduce=self.reduce, initial=self.initial_kind, initial_weights=initial,
-                message_size=self.message_size).bind(self, settings)
+                message_size=self.message_size).bind(self, settings, _owners(nodes + edges))
         return self._programs[key]
 
     def __getstate__(self):
@@ -312,6 +312,17 @@ def _check_kinds(role, cells):
                 isinstance(key, str) and key.isdigit() and key.isascii()):
             raise ValueError(f"Propagate: {role} is a dict of cells by kind, whose keys must be "
                              f"the kinds 0..n-1 (ints), got the key {key!r}")
+
+
+def _owners(cells):
+    """The modules whose bound methods are among the cells (Propagate(self.cell)), each once."""
+    found = []
+    for c in cells:
+        owner = getattr(getattr(c, "fn", None), "__self__", None) if isinstance(
+            c, FunctionCell) else None
+        if isinstance(owner, torch.nn.Module) and all(owner is not f for f in found):
+            found.append(owner)
+    return found
 
 
 def _settings(state_size, message_size, reduce, initial):

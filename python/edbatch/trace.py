@@ -12,6 +12,7 @@ batch dim) raise ValueError. Both name the cell, the operation and the user's fi
 """
 import inspect
 import operator
+import os
 import threading
 import traceback
 
@@ -136,6 +137,14 @@ def _current_frames():
 _STATELESS = "torch.nn.utils.stateless"
 
 
+class _Proxy(fx.Proxy):
+    """fx's proxy, unpacked by the tracer's values (fx reads the caller's bytecode for it, which
+    fails on some Python versions: B, D = x.size())."""
+
+    def __iter__(self):
+        return self.tracer.iter(self)
+
+
 class _Tracer(fx.Tracer):
     """fx's tracer, evaluating every node as it is created (sizes, instructions) so that chunks
     unpack, sizes are plain ints and errors point at the user's line."""
@@ -183,10 +192,10 @@ class _Tracer(fx.Tracer):
     def create_arg(self, a):
         if isinstance(a, tuple) and hasattr(a, "_fields"):  # a namedtuple state: its fields
             a = tuple(a)
-        if isinstance(a, torch.nn.Parameter) and all(a is not p for p in self.root.parameters()):
-            # A parameter from outside the cell (a function's closure): one weight of its own.
-            self.root.register_parameter(f"param{self._external}", a)
-            self._external += 1
+        if type(a).__module__ == "numpy" and getattr(a, "ndim", None) == 0:
+            a = a.item()  # a NumPy scalar (self.scale = np.sqrt(d)): the Python number
+        if isinstance(a, torch.nn.Parameter):
+            self._adopt(a)
         arg = super().create_arg(a)
         if isinstance(arg, fx.Node) and arg.op == "get_attr" and arg not in self.values:
             note_where(self.body)  # made without create_proxy
@@ -199,9 +208,18 @@ class _Tracer(fx.Tracer):
         modules run as they would."""
         return threading.get_ident() != self._thread
 
+    def _adopt(self, param):
+        """A parameter from outside the cell (a function's closure, the module of a bound-method
+        cell): one weight of its own, read by the trace as the cell's are."""
+        if all(param is not p for p in self.root.parameters()):
+            self.root.register_parameter(f"param{self._external}", param)
+            self._external += 1
+
     def getattr(self, attr, attr_val, parameter_proxy_cache):
         if self.elsewhere():
             return attr_val
+        if isinstance(attr_val, torch.nn.Parameter):  # traced where it is read (self.t.item())
+            self._adopt(attr_val)
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def call_module(self, m, forward, args, kwargs):
@@ -241,8 +259,10 @@ class _Tracer(fx.Tracer):
             note_where(self.body)
         if not torch.is_grad_enabled():
             raise Refusal("gradients turned off inside a cell (torch.no_grad, "
-                          "set_grad_enabled(False)) are not supported: every operation of a "
-                          "cell is differentiated (nor is .detach() supported)")
+                          "set_grad_enabled(False), torch.utils.checkpoint, which recomputes "
+                          "without them) are not supported: every operation of a cell is "
+                          "differentiated (nor is .detach() supported); edbatch keeps a cell's "
+                          "values for backward in its own memory plan")
         value = self.evaluate(proxy.node)
         self.values[proxy.node] = value
         if isinstance(value, (int, float, bool)):
@@ -253,10 +273,15 @@ class _Tracer(fx.Tracer):
             return type(value)(*parts) if hasattr(value, "_fields") else parts  # (values, indices)
         return proxy
 
+    def proxy(self, node):
+        return _Proxy(node, self)
+
     def iter(self, obj):
         value = self.values.get(obj.node)
         if isinstance(value, tuple):
             return iter([obj[i] for i in range(len(value))])
+        if isinstance(value, trace_values.Shape):  # B, D = x.shape: the batch size and D
+            return iter([obj[0], obj[1]])
         return super().iter(obj)
 
     def evaluate(self, node):
@@ -270,6 +295,9 @@ class _Tracer(fx.Tracer):
             name = (f"Tensor.{node.target}" if node.op == "call_method"
                     else _function_name(node.target))
             return trace_weights.evaluate(node.op, node.target, args, kwargs, name)
+        if not args and "input" in kwargs and _input_first(node, self.root):  # f(input=x)
+            kwargs = dict(kwargs)
+            args = (kwargs.pop("input"),)
         if node.op == "call_module":
             module = self.root.get_submodule(node.target)
             if module in self.parametrization_of:  # a parametrized tensor, read directly
@@ -289,7 +317,7 @@ class _Tracer(fx.Tracer):
         else:
             handler, name = trace_ops.FUNCTIONS.get(node.target), _function_name(node.target)
         if handler is None:
-            raise Refusal(f"{name} is not supported in cells")
+            raise Refusal(f"{name} is not supported in cells{_inside_torch_module()}")
         return handler(self.body, args, kwargs)
 
     def attribute(self, path):
@@ -298,6 +326,43 @@ class _Tracer(fx.Tracer):
         key = self.body.prefix + _user_path(owner_path) + name
         value = trace_weights.module_tensor(owner, name, key, {})
         return owner.__dict__.get(name) if value is None else value
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_NOT_CODE = (os.path.dirname(__file__) + os.sep, _TORCH_DIR + "fx" + os.sep,
+             _TORCH_DIR + "overrides.py", _TORCH_DIR + "_tensor.py")
+
+
+def _inside_torch_module():
+    """When the operation is inside torch's own module code (LSTMCell.forward called as a method,
+    super().forward(x, h)): a hint to call the module instead, which edbatch translates."""
+    for filename, _ in _current_frames():
+        if filename.startswith(_NOT_CODE):
+            continue
+        if filename.startswith(_TORCH_DIR + os.path.join("nn", "modules")):
+            return (f" (inside torch's own {os.path.relpath(filename, _TORCH_DIR)}, reached by "
+                    "calling a module's forward method: call the module itself, self.cell(x, "
+                    "h), which edbatch translates; a subclass of nn.LSTMCell, nn.GRUCell or "
+                    "nn.RNNCell cannot call super().forward: hold the cell as a submodule)")
+        return ""
+    return ""
+
+
+def _input_first(node, root):
+    """Whether the call's first parameter is `input` (torch.tanh(input=x), self.lin(input=x)),
+    which the handlers read as the first argument; not torch.where(condition, input, other)."""
+    if node.op == "call_module":
+        fn = type(root.get_submodule(node.target)).forward
+    elif node.op == "call_function":
+        fn = node.target
+    else:
+        return False
+    try:
+        names = [n for n in inspect.signature(fn).parameters if n != "self"]
+    except (TypeError, ValueError):  # a builtin: its docstring begins "tanh(input, *, ...)"
+        doc = (getattr(fn, "__doc__", None) or "").lstrip()
+        names = [doc[doc.find("(") + 1:].split(",")[0].split(")")[0].strip()] if "(" in doc else []
+    return bool(names) and names[0] == "input"
 
 
 def _function_name(fn):
@@ -350,7 +415,10 @@ def trace_cell(cell, cell_name, role, inputs, weights, prefix):
         raise e.error(refuse(str(e), cell_name, body.where, tail=tail)) from None
     except Exception as e:  # fx's TraceError (control flow) and anything else tracing raised
         frames = [(f.filename, f.lineno) for f in reversed(traceback.extract_tb(e.__traceback__))]
-        if isinstance(e, fx.proxy.TraceError):
+        if "'len' is not supported in symbolic tracing" in str(e):
+            message = ("len() of a traced tensor is not supported: x.size(0) is the batch size "
+                       "(usable in torch.zeros(x.size(0), n)), x.size(-1) the features")
+        elif isinstance(e, fx.proxy.TraceError):
             message = ("Python control flow on tensor values (if/while/for over a traced "
                        "tensor) cannot be traced: a cell must run the same operations for every "
                        f"node ({e.__class__.__name__}: {str(e).splitlines()[0]})")
@@ -462,8 +530,9 @@ def trace_program(node_cells, edge_cells=None, *, state_size, input_kind="x", in
     if message is None:
         message, message_tuple = state, state_tuple
     if message_size is not None and sizes_of(message_size, "message_size")[0] != message:
-        raise ValueError(f"the edge cells return messages of sizes {message}, but message_size "
-                         f"is {message_size!r}")
+        source = ("the edge cells return messages" if edges else
+                  "without edge cells the messages are the states (state_size), of")
+        raise ValueError(f"{source} sizes {message}, but message_size is {message_size!r}")
     if reduce == "softmax" and (len(message) < 2 or message[0] != 1):
         raise ValueError(f"reduce='softmax' attends over the messages: they must be tuples "
                          f"(score, value, ...) whose first component has size 1, got sizes "

@@ -252,6 +252,13 @@ def narrow(body, args, kwargs):
     return slice_of(body, v, start, start + a["length"])
 
 
+def _index_text(i):
+    if isinstance(i, slice):
+        return ":".join("" if e is None else str(e) for e in (i.start, i.stop)) + (
+            "" if i.step is None else f":{i.step}")
+    return "..." if i is Ellipsis else repr(i)
+
+
 def getitem(body, args, kwargs):
     v, index = args
     if isinstance(v, (tuple, list)):
@@ -273,14 +280,23 @@ def getitem(body, args, kwargs):
         raise Refusal(f"indexing {describe(v)} is not supported")
     if not isinstance(index, tuple):
         index = (index,)
-    if index[:1] == (Ellipsis,) and len(index) == 2:
-        index = (slice(None), index[1])
+    if index[:1] == (Ellipsis,) and len(index) in (2, 3):
+        index = (slice(None),) + index[1:]
     if index == (Ellipsis,) or index == (slice(None),):
         return v
-    if len(index) != 2 or index[0] != slice(None):
+    if index[0] != slice(None):
         raise Refusal("indexing along the batch dim is not supported: slice the features with "
                       "x[:, a:b] or x[..., a:b]", ValueError)
-    s = index[1]
+    s = index[1] if len(index) > 1 else None
+    if len(index) == 3 and index[2] is None and isinstance(s, int) and not isinstance(s, bool):
+        if not -v.size <= s < v.size:
+            raise Refusal(f"x[:, {s}, None]: {s} is out of range for {v.size} features",
+                          ValueError)
+        return slice_of(body, v, s % v.size, s % v.size + 1)  # the feature as a (batch, 1)
+    if len(index) != 2:
+        raise Refusal(f"x[{', '.join(map(_index_text, index))}] is not supported: values are "
+                      "(batch, features); index the features with x[:, i], x[:, i, None] or "
+                      "x[:, a:b]", ValueError)
     if isinstance(s, int) and not isinstance(s, bool) and -v.size <= s < v.size:
         return Rows(slice_of(body, v, s % v.size, s % v.size + 1))  # x[:, i]: shape (batch,)
     if not isinstance(s, slice):

@@ -53,7 +53,14 @@ def _axis(dim):
 
 def stack(body, args, kwargs):
     a = bind(args, kwargs, ("tensors", "dim"), {"dim": 0})
-    parts = [body.vector(t) for t in a["tensors"]]
+    tensors = list(a["tensors"])
+    if tensors and all(isinstance(t, Rows) for t in tensors):
+        # (batch,) values side by side, (batch, k): the cat of their (batch, 1) columns
+        if a["dim"] not in (1, -1):
+            raise Refusal(f"torch.stack of (batch,) values along dim {a['dim']!r} would move the "
+                          "batch dim: stack them along dim 1 (or -1)", ValueError)
+        return body.emit("cat", len(tensors), [t.vec for t in tensors])
+    parts = [body.vector(t) for t in tensors]
     if not parts:
         raise Refusal("torch.stack of no tensors", ValueError)
     for p in parts[1:]:

@@ -122,6 +122,12 @@ _WRITES = {operator.setitem, operator.delitem, operator.iadd, operator.isub, ope
 _WRITES |= {f"__{f.__name__}__" for f in _WRITES}  # the same as methods (__setitem__...)
 
 
+# What a weight gives as a Python value without reading its values (W.shape[1], W.size(0)).
+_STRUCTURAL = {"size", "shape", "dim", "ndim", "ndimension", "numel", "nelement", "dtype",
+               "device", "layout", "is_floating_point", "is_complex", "element_size",
+               "get_device", "is_cuda", "requires_grad", "__len__", "len"}
+
+
 def of_weights_only(op, target, args, kwargs, traced):
     """True when an operation reads weights and nothing else the trace computes (`traced`: the
     trace's value types other than Param), so PyTorch can compute it outside the program."""
@@ -167,7 +173,14 @@ def evaluate(op, target, args, kwargs, name):
                                                           for v in value):
         return tuple(as_weight(f"{label}[{i}]", lambda i=i: call(later)[i], v)
                      for i, v in enumerate(value))
-    return value  # an int, a size: a constant
+    what = (args[1] if op == "call_function" and target is getattr
+            else target if op == "call_method" else getattr(target, "__name__", ""))
+    if what not in _STRUCTURAL:
+        raise Refusal(f"{name} of a weight gives a Python value that the trace would keep as a "
+                      f"constant (the weight's value when the cell was traced, not after an "
+                      f"optimizer step or load_state_dict): use the tensor itself "
+                      f"(x / self.t, not x / self.t.item())", ValueError)
+    return value  # a size, a dtype: a constant of the weight's shape, not of its values
 
 
 def _leaves(args, kwargs):
@@ -208,6 +221,12 @@ def module_tensor(owner, name, key, parametrized_values):
             raise Refusal(f"the buffer {key} holds {value.dtype}: cells read floating-point "
                           "and bool buffers only, as fixed weights and masks", ValueError)
         return Param((key, getter), value)  # a buffer's gradient is not kept
+    if isinstance(owner.__dict__.get(name), torch.Tensor) and name.startswith("_tensor_constant"):
+        raise Refusal("a tensor made in the cell from Python values (torch.tensor, torch.arange, "
+                      "torch.linspace, torch.eye, ...) is a constant, and tensor constants are "
+                      "not supported in cells: make it once in __init__ and register it as a "
+                      "buffer (register_buffer), or write it with torch.full / torch.ones / "
+                      "torch.zeros of the feature size")
     if isinstance(owner.__dict__.get(name), torch.Tensor):
         raise Refusal(f"the tensor attribute {key} is a constant, and tensor constants are "
                       "not supported in cells: register the tensor as a buffer "

@@ -10,6 +10,7 @@ import dataclasses
 import operator
 import types
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -1336,6 +1337,92 @@ def test_changed_settings_of_propagate_and_of_held_objects_are_traced_again(back
     model.reduce, model.initial_kind = "sum", "learned"
     with pytest.raises(ValueError, match="make the module with initial='learned'"):
         model(packed, **inputs)
+
+
+class _InputKeywords(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.ln, self.drop = nn.Linear(D, 7), nn.LayerNorm(7), nn.Dropout(0.0)
+
+    def forward(self, x, m):
+        h = self.ln(input=self.lin(input=x)) + self.drop(input=m)
+        g = torch.matmul(input=x, other=self.lin.weight.t())
+        return torch.tanh(input=h) * F.logsigmoid(input=g)
+
+
+def test_operations_called_with_input_keyword(backend):
+    """f(input=x) as f(x), for the translated modules and functions (it failed inside tracing)."""
+    torch.manual_seed(10)
+    model = edbatch.nn.Propagate(_InputKeywords(), state_size=7)
+    packed = structures.packed("trees", 9)
+    assert_same(model, packed, {"x": torch.randn(packed.input_ids.numel(), D).requires_grad_()})
+
+
+class _ShapeIdioms(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(D, 7)
+        self.half = np.float32(0.5)  # a NumPy scalar setting
+
+    def forward(self, x, m):
+        B, F_ = x.size()
+        _, H = m.shape
+        dots = [(m[:, k:k + 2] * m[:, :2]).sum(-1) for k in range(3)]  # (batch,) each
+        per_row = torch.stack(dots, 1)  # (batch, 3), as an RNTN's bilinear scores
+        h = self.lin(x) * self.half + m.new_zeros(B, H) + m[:, 1, None] * m[..., -1, None]
+        return torch.tanh(h + torch.cat([per_row, m[:, :4]], -1) / F_)
+
+
+def test_shape_unpacking_per_row_stacks_and_single_feature_columns(backend):
+    """B, D = x.size() (and x.shape), torch.stack of (batch,) values along dim 1, x[:, i, None]
+    and NumPy scalar settings trace as PyTorch computes them (each was refused)."""
+    torch.manual_seed(11)
+    model = edbatch.nn.Propagate(_ShapeIdioms(), state_size=7)
+    packed = structures.packed("dags", 9)
+    assert_same(model, packed, {"x": torch.randn(packed.input_ids.numel(), D).requires_grad_()})
+
+
+class _OwnsItsCell(nn.Module):
+    """A model whose cell is its own method (Propagate(self.cell))."""
+
+    def __init__(self):
+        super().__init__()
+        self.U = nn.Linear(7, 7)
+        self.W = nn.Parameter(torch.randn(D, 7) * 0.5)
+        self.calls = 0
+        self.prop = edbatch.nn.Propagate(self.cell, state_size=7)
+
+    def cell(self, x, m):
+        return torch.tanh(x @ self.W + self.U(m))
+
+
+def test_a_bound_method_cell_follows_its_module(backend):
+    """A cell that is a module's own method reads that module's submodules and parameters: one
+    replaced (model.U = nn.Linear(...), model.W = nn.Parameter(...)) makes the next call trace
+    again, as a cell's own would (the old layer was run and trained); a plain attribute of the
+    module (a step counter) keeps the program."""
+    torch.manual_seed(9)
+    model = _OwnsItsCell()
+    packed = structures.packed("trees", 9)
+    x = torch.randn(packed.input_ids.numel(), D)
+
+    def check():
+        params = [model.W, *model.U.parameters()]
+        ours = model.prop(packed, x=x)
+        ref = reference_of(model.prop, packed, {"x": x})
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+        up = [torch.randn(ref.shape)]
+        for a, b in zip(gradients([ours], up, params), gradients([ref], up, params)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+    check()
+    program = model.prop.program("x", D)
+    model.calls += 1
+    assert model.prop.program("x", D) is program
+    model.U = nn.Linear(7, 7)
+    check()
+    model.W = nn.Parameter(torch.randn(D, 7))
+    check()
 
 
 def test_a_replaced_submodule_is_traced_again(backend):

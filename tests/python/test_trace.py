@@ -268,6 +268,60 @@ def test_silent_differences_from_pytorch_are_refused_at_their_line():
             f"test_trace.py:{first + 2}", "h * self.scale")(_TensorConstant())
 
 
+class _Temperature(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.t = nn.Parameter(torch.tensor(2.0))
+        self.register_buffer("scale", torch.tensor([1.0, 2.0]))
+
+    def forward(self, x, m):
+        return torch.tanh(m / self.t.item())
+
+    def of_buffer(self, x, m):
+        return m * self.scale.tolist()[1] + m * self.scale.max().item()
+
+
+def test_python_values_of_weights_are_refused():
+    """.item() / .tolist() of a weight would be the trace's constant, its value when the cell
+    was traced, not after an optimizer step: refused at its line, in a cell, a bound-method cell
+    and a closure (sizes of weights are kept)."""
+    first = _Temperature.forward.__code__.co_firstlineno
+    refused(ValueError, "Tensor.item of a weight gives a Python value", "not x / self.t.item()",
+            f"test_trace.py:{first + 1}")(_Temperature())
+    cell = _Temperature()
+    refused(ValueError, "Tensor.item of a weight")(cell.forward)
+    refused(ValueError, "Tensor.item of a weight")(lambda x, m, c=cell: m * c.t.item())
+    refused(ValueError, "Tensor.tolist of a weight")(lambda x, m, c=cell: m * c.t.tolist())
+    refused(ValueError, "Tensor.tolist of a weight")(
+        type("Buffered", (_Temperature,), {"forward": _Temperature.of_buffer})())
+    trace(lambda x, m, c=cell: m * c.t.dim() / c.t.numel())  # sizes: constants
+
+
+class _SubclassedLSTMCell(nn.LSTMCell):
+    def forward(self, x, state):
+        h, c = super().forward(x, state)
+        return torch.tanh(h), c
+
+
+def test_refusals_of_everyday_idioms_say_what_is_wrong():
+    """Each of these was refused with a message that did not fit (fx's own advice, an index
+    error, the batch dim, an attribute the cell does not have, 'torch.no_grad')."""
+    refused(TypeError, "len() of a traced tensor is not supported", "x.size(0) is the batch")(
+        lambda x, m: m + torch.zeros(len(m), 7))
+    refused(ValueError, "x[:, 1:3, None] is not supported", "x[:, i, None]")(
+        lambda x, m: m * m[:, 1:3, None].sum(-1).sum(-1, keepdim=True))
+    refused(ValueError, "x[:, 9, None]: 9 is out of range for 7 features")(
+        lambda x, m: m * m[:, 9, None])
+    refused(ValueError, "torch.stack of (batch,) values along dim 0 would move the batch dim")(
+        lambda x, m: torch.stack([m.sum(-1), m.sum(-1)], 0).sum(0, keepdim=True) + m)
+    refused(TypeError, "a tensor made in the cell from Python values (torch.tensor")(
+        lambda x, m: m * torch.tensor([2.0]))
+    refused(TypeError, "is not supported in cells", "inside torch's own nn/modules/rnn.py",
+            "call the module itself", state_size=(7, 7))(_SubclassedLSTMCell(5, 7))
+    with pytest.raises(ValueError, match="without edge cells the messages are the states"):
+        trace(lambda x, m: m, message_size=8)
+
+
 def test_einsums_without_a_program_form_are_refused():
     w = nn.Parameter(torch.ones(7, 7))
     refused(TypeError, "torch.einsum 'bi,bj->bij' is not supported", "at most one feature")(
