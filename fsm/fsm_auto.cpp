@@ -108,6 +108,9 @@ void AutoPolicy::load_cached(const Graph& g) {
   std::error_code ec;
   if (!std::filesystem::exists(path_, ec)) return;
   try {
+    // A pipe or device there would block the read (or never end): not a cached policy.
+    if (!std::filesystem::is_regular_file(path_, ec))
+      throw std::runtime_error("'" + path_ + "' is not a regular file");
     FsmPolicyData d = load_fsm_policy(path_);
     if (d.info.model != kAutoModel || device_of(d) != context_.device)
       throw std::runtime_error("'" + path_ + "' was learned by model '" + d.info.model +
@@ -155,6 +158,9 @@ void AutoPolicy::learn(const Graph& g) {
   if (!path_.empty()) {
     try {
       std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+      std::error_code ec;  // a pipe there would take the write and block until read
+      if (std::filesystem::exists(path_, ec) && !std::filesystem::is_regular_file(path_, ec))
+        throw std::runtime_error("'" + path_ + "' is not a regular file");
       save_fsm_policy(path_, r.policy);
     } catch (const std::exception& e) {
       warn("[auto policy] cannot cache the learned policy: " + std::string(e.what()));

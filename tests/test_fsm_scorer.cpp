@@ -4,6 +4,7 @@
 // exhaustive search over schedules by cost; version 1 and 2 policy files; the "auto" policy's
 // cache (writes once, reuses, refuses other types, survives a corrupt file).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <tbb/global_control.h>
 #include <unistd.h>
 
@@ -699,6 +700,22 @@ TEST_CASE("fsm auto: learns once, caches, reuses; refuses other types and corrup
   CHECK(warnings[0].find("corrupt or truncated") != std::string::npos);
   CHECK(s.nodes == learned[0].nodes);  // training is deterministic without a time limit
   CHECK_NOTHROW(load_fsm_policy(third.cache_path()));
+  // A pipe in its place (reading or writing it would wait for the other end for good): it is
+  // neither read nor written, each said, and the policy is learned all the same.
+  const std::string kept = third.cache_path() + ".kept";
+  fs::rename(third.cache_path(), kept);
+  REQUIRE(::mkfifo(third.cache_path().c_str(), 0600) == 0);
+  warnings.clear();
+  AutoPolicy fourth(ctx);
+  run_batches(*lattices.graphs[0], fourth, &s);
+  CHECK(fourth.trained());
+  CHECK(s.nodes == learned[0].nodes);
+  REQUIRE(warnings.size() == 2);
+  CHECK(warnings[0].find("ignoring the cached policy") != std::string::npos);
+  CHECK(warnings[1].find("cannot cache the learned policy") != std::string::npos);
+  for (const std::string& w : warnings) CHECK(w.find("is not a regular file") != std::string::npos);
+  fs::remove(third.cache_path());
+  fs::rename(kept, third.cache_path());
   // The engine takes it by name, with the directory in its options.
   EngineOptions eo;
   eo.policy = "auto";
@@ -824,6 +841,8 @@ TEST_CASE("fsm auto: the default cache directory follows XDG_CACHE_HOME, then HO
   ::setenv("XDG_CACHE_HOME", "relative", 1);  // XDG: relative paths are ignored
   ::setenv("HOME", "/home/someone", 1);
   CHECK(default_policy_cache_dir() == "/home/someone/.cache/edbatch/policies");
+  ::setenv("HOME", "relhome", 1);  // nor a relative HOME (it would follow the working folder)
+  CHECK(default_policy_cache_dir().empty());
   ::unsetenv("XDG_CACHE_HOME");
   ::unsetenv("HOME");
   CHECK(default_policy_cache_dir().empty());

@@ -1,7 +1,9 @@
 """edbatch.nn.StepDecoder: a decoding loop run one step at a time on one edbatch engine, for
 greedy decoding and other loops whose next input depends on the last output (docs/pytorch.md)."""
 import functools
+import os
 import threading
+import weakref
 
 import torch
 
@@ -25,6 +27,25 @@ def _without_dropout(program):
 def _program_decoder(input_size, policy, threads, text, device):
     return torch.classes.edbatch.Decoder("program:" + text, input_size, 1, policy, threads,
                                          str(device))
+
+
+_LIVE = weakref.WeakSet()  # every StepDecoder, for the fork handler below
+
+
+def _after_fork_in_child():
+    """A child forked while another thread of the parent was inside a decoder's call: that
+    thread is not in the child, so the decoder's lock would stay taken for good. The decoder is
+    unlocked and refuses further calls, naming why (its engine stopped in the middle)."""
+    for d in list(_LIVE):
+        if d._lock.acquire(blocking=False):
+            d._lock.release()
+            continue
+        d._lock = threading.Lock()
+        d._forked_mid_call = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class StepDecoder:
@@ -93,25 +114,42 @@ class StepDecoder:
         self.running = torch.empty(0, dtype=torch.long)
         self._started = False
         self._lock = threading.Lock()
+        self._forked_mid_call = False
+        _LIVE.add(self)
 
     def start(self, batch_size, state=None):
         """Begins a loop of batch_size instances, all running, from `state` (None: zeros). A
         cell traced again since the last start (a submodule replaced, a setting or hook
         changed) runs as it is now."""
         with self._lock:  # one call at a time: the engine is not shared between threads
+            self._check_fork()
             return self._start(batch_size, state)
 
     def step(self, x):
         """One step of every running instance: x has a row per entry of `running` (float32;
         float16 or bfloat16 inside torch.autocast, cast to float32)."""
         with self._lock:  # one call at a time: the engine is not shared between threads
+            self._check_fork()
             return self._step(x)
 
     def stop(self, mask):
         """Ends the running instances whose entries of `mask` (a bool per running row) are
         True; returns the ids of those still running."""
         with self._lock:  # one call at a time: the engine is not shared between threads
+            self._check_fork()
             return self._stop(mask)
+
+    def _check_fork(self):
+        if self._forked_mid_call:
+            raise RuntimeError("StepDecoder: this process was forked while another thread of its "
+                               "parent was inside this decoder's start, step or stop, so its "
+                               "engine is the parent's in the middle of that call: make a new "
+                               "StepDecoder here")
+
+    def __reduce__(self):
+        raise TypeError("a StepDecoder cannot be pickled or copied (it holds a running engine "
+                        "and its graph): pickle its module and make a StepDecoder from it where "
+                        "it is needed (in each worker process)")
 
     def _weights(self):
         if self._program_of is not None:

@@ -12,7 +12,6 @@ batch dim) raise ValueError. Both name the cell, the operation and the user's fi
 """
 import inspect
 import operator
-import os
 import threading
 import traceback
 
@@ -26,7 +25,7 @@ from .trace_hooks import module_name as _module_name, refuse_backward_hooks, ref
 from .programs import Program
 from .trace_ops import Ids, Param, Refusal, Vec
 from .trace_weights import Weights, row_shaped
-from .trace_where import called_with, format_where, refuse, user_frame
+from .trace_where import called_with, format_where, inside_torch_module, refuse, user_frame
 
 dropout_mask = trace_dropout.dropout_mask  # edbatch.dropout_mask
 
@@ -317,7 +316,7 @@ class _Tracer(fx.Tracer):
         else:
             handler, name = trace_ops.FUNCTIONS.get(node.target), _function_name(node.target)
         if handler is None:
-            raise Refusal(f"{name} is not supported in cells{_inside_torch_module()}")
+            raise Refusal(f"{name} is not supported in cells{inside_torch_module()}")
         return handler(self.body, args, kwargs)
 
     def attribute(self, path):
@@ -328,41 +327,11 @@ class _Tracer(fx.Tracer):
         return owner.__dict__.get(name) if value is None else value
 
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_NOT_CODE = (os.path.dirname(__file__) + os.sep, _TORCH_DIR + "fx" + os.sep,
-             _TORCH_DIR + "overrides.py", _TORCH_DIR + "_tensor.py")
-
-
-def _inside_torch_module():
-    """When the operation is inside torch's own module code (LSTMCell.forward called as a method,
-    super().forward(x, h)): a hint to call the module instead, which edbatch translates."""
-    for filename, _ in _current_frames():
-        if filename.startswith(_NOT_CODE):
-            continue
-        if filename.startswith(_TORCH_DIR + os.path.join("nn", "modules")):
-            return (f" (inside torch's own {os.path.relpath(filename, _TORCH_DIR)}, reached by "
-                    "calling a module's forward method: call the module itself, self.cell(x, "
-                    "h), which edbatch translates; a subclass of nn.LSTMCell, nn.GRUCell or "
-                    "nn.RNNCell cannot call super().forward: hold the cell as a submodule)")
-        return ""
-    return ""
-
-
 def _input_first(node, root):
-    """Whether the call's first parameter is `input` (torch.tanh(input=x), self.lin(input=x)),
-    which the handlers read as the first argument; not torch.where(condition, input, other)."""
+    """Whether the call's first parameter is `input` (torch.tanh(input=x), self.lin(input=x))."""
     if node.op == "call_module":
-        fn = type(root.get_submodule(node.target)).forward
-    elif node.op == "call_function":
-        fn = node.target
-    else:
-        return False
-    try:
-        names = [n for n in inspect.signature(fn).parameters if n != "self"]
-    except (TypeError, ValueError):  # a builtin: its docstring begins "tanh(input, *, ...)"
-        doc = (getattr(fn, "__doc__", None) or "").lstrip()
-        names = [doc[doc.find("(") + 1:].split(",")[0].split(")")[0].strip()] if "(" in doc else []
-    return bool(names) and names[0] == "input"
+        return trace_values.input_first(type(root.get_submodule(node.target)).forward)
+    return node.op == "call_function" and trace_values.input_first(node.target)
 
 
 def _function_name(fn):

@@ -1,6 +1,7 @@
 """The values a cell's trace computes with (docs/programs.md): feature vectors, the integer input,
 weights and shapes, and the refusal a handler raises for what a program cannot express; with
 the argument helpers the handlers of trace_ops share."""
+import inspect
 
 
 class Refusal(Exception):
@@ -97,6 +98,17 @@ def describe(v):
              Indices: "the indices of a max or min over the features (only its values are "
                       "supported)"}
     return names.get(type(v), type(v).__name__)
+
+
+def input_first(fn):
+    """Whether fn's first parameter is `input` (torch.tanh, nn.Linear.forward), which handlers
+    read as the first argument when it is given by keyword; not torch.where(condition, ...)."""
+    try:
+        names = [n for n in inspect.signature(fn).parameters if n != "self"]
+    except (TypeError, ValueError):  # a builtin: its docstring begins "tanh(input, *, ...)"
+        doc = (getattr(fn, "__doc__", None) or "").lstrip()
+        names = [doc[doc.find("(") + 1:].split(",")[0].split(")")[0].strip()] if "(" in doc else []
+    return bool(names) and names[0] == "input"
 
 
 def bind(args, kwargs, names, defaults):

@@ -1,5 +1,6 @@
 """Where a refusal of a cell points: the user's frame (file and line, the line's text) and
 what the cell was given (trace.py's messages)."""
+import inspect
 import linecache
 import os
 
@@ -51,3 +52,27 @@ def called_with(role, first, tuple_first, second, tuple_second):
     return (f"\n(the cell was called with {names[0]}: {sizes(first, tuple_first)}, "
             f"{names[1]}: {sizes(second, tuple_second)}; these sizes come from the input and "
             f"the module's state_size and message_size)")
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_NOT_CODE = (os.path.dirname(__file__) + os.sep, _TORCH_DIR + "fx" + os.sep,
+             _TORCH_DIR + "overrides.py", _TORCH_DIR + "_tensor.py")
+
+
+def inside_torch_module():
+    """When the operation being traced is inside torch's own module code (LSTMCell.forward
+    called as a method, super().forward(x, h)): a hint to call the module instead, which edbatch
+    translates; else ""."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        frame = frame.f_back
+        if filename.startswith(_NOT_CODE):
+            continue
+        if not filename.startswith(_TORCH_DIR + os.path.join("nn", "modules")):
+            return ""
+        return (f" (inside torch's own {os.path.relpath(filename, _TORCH_DIR)}, reached by "
+                "calling a module's forward method: call the module itself, self.cell(x, h), "
+                "which edbatch translates; a subclass of nn.LSTMCell, nn.GRUCell or nn.RNNCell "
+                "cannot call super().forward: hold the cell as a submodule)")
+    return ""

@@ -99,7 +99,7 @@ std::string default_policy_cache_dir() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg && *xdg == '/') return std::string(xdg) + "/edbatch/policies";  // XDG: absolute only
   const char* home = std::getenv("HOME");
-  if (home && *home) return std::string(home) + "/.cache/edbatch/policies";
+  if (home && *home == '/') return std::string(home) + "/.cache/edbatch/policies";
   return {};
 }
 

@@ -169,6 +169,43 @@ def test_a_dropped_decoder_is_freed_at_once():
 
 
 @torch.no_grad()
+def test_a_decoder_is_not_copied_and_a_fork_inside_its_call_is_named():
+    """Pickling or copying a decoder says to make one where it is needed (it named a lambda or
+    a C++ class); a child forked while a thread of the parent was inside the decoder's call
+    gets a clear error there instead of waiting for that thread's lock for good, and a decoder
+    idle at the fork goes on in the child."""
+    import copy
+    import os
+    import pickle
+    module = edbatch.nn.Propagate(UserLSTM(6, 4), state_size=(6, 6))
+    busy = edbatch.nn.StepDecoder(module, input_size=4)
+    idle = edbatch.nn.StepDecoder(module, input_size=4)
+    for make in (pickle.dumps, copy.deepcopy, copy.copy):
+        with pytest.raises(TypeError, match="a StepDecoder cannot be pickled or copied"):
+            make(busy)
+    busy.start(2)
+    idle.start(2)
+    want = idle.step(torch.ones(2, 4))[0]
+    idle.start(2)
+    with busy._lock:  # as a thread inside busy.step() at the fork holds it
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit code, never back into pytest
+            code = 1
+            try:
+                try:
+                    busy.step(torch.ones(2, 4))
+                except RuntimeError as e:
+                    code = 2 if "forked while another thread" in str(e) else 3
+                if code == 2 and torch.equal(idle.step(torch.ones(2, 4))[0], want):
+                    code = 0
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert busy.step(torch.ones(2, 4))[0].shape == (2, 6)  # the parent's decoder is unharmed
+
+
+@torch.no_grad()
 def test_steps_over_the_same_sentences_repeat_the_plan_before():
     """A step over the same running sentences as the step before is planned as a repeat of it
     (from the third step on: the first holds the initial states too); with plan reuse off every
