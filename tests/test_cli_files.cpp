@@ -172,19 +172,29 @@ TEST_CASE("cli files: a missing --costs file costs edbatch train no work") {
   CHECK_FALSE(fs::exists(dir / "p.json"));
 }
 
+#ifdef EDBATCH_CLI_PATH
+namespace {
+// `edbatch ARGS` under `ulimit LIMIT` in dir (its output in out.txt): its standard error, once it
+// has exited with code 1.
+std::string limited_run(const TempDir& dir, const std::string& limit, const std::string& args) {
+  const std::string cmd = "cd '" + dir.path.string() + "' && ulimit " + limit + " && exec '" +
+                          EDBATCH_CLI_PATH + "' " + args + " > out.txt 2> err.txt";
+  const int status = std::system(("sh -c \"" + cmd + "\"").c_str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  return slurp(dir / "err.txt");
+}
+}  // namespace
+#endif
+
 TEST_CASE("cli files: a file-size limit fails the write that meets it, not the run") {
 #ifdef EDBATCH_CLI_PATH
   // ulimit -f: SIGXFSZ ended the run without a word, a temporary file left and the other files
   // not written. The weights (249 KB) pass the limit, the JSON (2 KB) does not.
   TempDir dir;
-  const std::string cmd = "cd '" + dir.path.string() + "' && ulimit -f 24 && exec '" +
-                          EDBATCH_CLI_PATH +
-                          "' run --model tree_lstm --hidden 64 --iters 2 --save-weights w.st "
-                          "--json j.json > out.txt 2> err.txt";
-  const int status = std::system(("sh -c \"" + cmd + "\"").c_str());
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 1);
-  const std::string err = slurp(dir / "err.txt");
+  const std::string err =
+      limited_run(dir, "-f 24",
+                  "run --model tree_lstm --hidden 64 --iters 2 --save-weights w.st --json j.json");
   CHECK(err.find("edbatch run: --save-weights: ") != std::string::npos);
   CHECK(err.find("File too large") != std::string::npos);
   CHECK(nlohmann::json::parse(slurp(dir / "j.json"))["instances"] == 64);
@@ -198,14 +208,8 @@ TEST_CASE("cli files: out of memory names what could not grow") {
   // ulimit -v (the sanitizers need more address space than it leaves): the mini-batch's 977 MiB
   // of values cannot be had.
   TempDir dir;
-  const std::string cmd = "cd '" + dir.path.string() + "' && ulimit -v 600000 && exec '" +
-                          EDBATCH_CLI_PATH +
-                          "' run --model tree_lstm --hidden 1024 --batch 512 --iters 1 --warmup 0 "
-                          "> out.txt 2> err.txt";
-  const int status = std::system(("sh -c \"" + cmd + "\"").c_str());
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 1);
-  const std::string err = slurp(dir / "err.txt");
+  const std::string err = limited_run(
+      dir, "-v 600000", "run --model tree_lstm --hidden 1024 --batch 512 --iters 1 --warmup 0");
   INFO(err);
   CHECK(err.find("edbatch run: [cpu] out of memory: a mini-batch's values, adjoints or scratch "
                  "could not grow from 0.0 to 976.7 MiB: try a smaller --batch") !=

@@ -1350,14 +1350,6 @@ class _InputKeywords(nn.Module):
         return torch.tanh(input=h) * F.logsigmoid(input=g)
 
 
-def test_operations_called_with_input_keyword(backend):
-    """f(input=x) as f(x), for the translated modules and functions (it failed inside tracing)."""
-    torch.manual_seed(10)
-    model = edbatch.nn.Propagate(_InputKeywords(), state_size=7)
-    packed = structures.packed("trees", 9)
-    assert_same(model, packed, {"x": torch.randn(packed.input_ids.numel(), D).requires_grad_()})
-
-
 class _ShapeIdioms(nn.Module):
     def __init__(self):
         super().__init__()
@@ -1373,12 +1365,14 @@ class _ShapeIdioms(nn.Module):
         return torch.tanh(h + torch.cat([per_row, m[:, :4]], -1) / F_)
 
 
-def test_shape_unpacking_per_row_stacks_and_single_feature_columns(backend):
-    """B, D = x.size() (and x.shape), torch.stack of (batch,) values along dim 1, x[:, i, None]
-    and NumPy scalar settings trace as PyTorch computes them (each was refused)."""
+@pytest.mark.parametrize("cell, kind", [(_InputKeywords, "trees"), (_ShapeIdioms, "dags")])
+def test_keyword_inputs_and_shape_idioms_trace_as_pytorch_computes(backend, cell, kind):
+    """f(input=x) for the translated modules and functions (it failed inside tracing); B, D =
+    x.size() (and x.shape), torch.stack of (batch,) values along dim 1, x[:, i, None] and NumPy
+    scalar settings (each was refused)."""
     torch.manual_seed(11)
-    model = edbatch.nn.Propagate(_ShapeIdioms(), state_size=7)
-    packed = structures.packed("dags", 9)
+    model = edbatch.nn.Propagate(cell(), state_size=7)
+    packed = structures.packed(kind, 9)
     assert_same(model, packed, {"x": torch.randn(packed.input_ids.numel(), D).requires_grad_()})
 
 
