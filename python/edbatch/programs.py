@@ -45,9 +45,9 @@ class Program:
     def bind(self, root, settings=(), owners=()):
         """Notes every submodule of `root` (the Propagate), where it is, its settings and hooks,
         and `settings` (what the trace read from root itself), for current(). `owners`: the
-        modules whose bound methods are cells (Propagate(self.cell)), noted as cells are, with
-        their own settings and which parameters they hold; modules found elsewhere (a function
-        cell's closure) are left out."""
+        modules whose bound methods are cells (Propagate(self.cell)): their submodules noted as
+        root's are, and their training flag, hooks and which parameters they hold; modules found
+        elsewhere (a function cell's closure) are left out."""
         self._settings = []
         for top in (root, *owners):
             for parent in top.modules():
