@@ -41,6 +41,14 @@ bool learn_again(const FsmPolicyData& d, double budget) {
   const double cached = it != t.end() && it->is_number() ? it->get<double>() : 0;
   return budget <= 0 || budget > cached;
 }
+
+// The cache path holds a regular file, or nothing: a pipe or device there would block a read or
+// a write (or never end), so it is neither.
+void refuse_unless_regular(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw std::runtime_error("'" + path + "' is not a regular file");
+}
 }  // namespace
 
 AutoPolicy::AutoPolicy(PolicyContext context)
@@ -108,9 +116,7 @@ void AutoPolicy::load_cached(const Graph& g) {
   std::error_code ec;
   if (!std::filesystem::exists(path_, ec)) return;
   try {
-    // A pipe or device there would block the read (or never end): not a cached policy.
-    if (!std::filesystem::is_regular_file(path_, ec))
-      throw std::runtime_error("'" + path_ + "' is not a regular file");
+    refuse_unless_regular(path_);
     FsmPolicyData d = load_fsm_policy(path_);
     if (d.info.model != kAutoModel || device_of(d) != context_.device)
       throw std::runtime_error("'" + path_ + "' was learned by model '" + d.info.model +
@@ -158,9 +164,7 @@ void AutoPolicy::learn(const Graph& g) {
   if (!path_.empty()) {
     try {
       std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
-      std::error_code ec;  // a pipe there would take the write and block until read
-      if (std::filesystem::exists(path_, ec) && !std::filesystem::is_regular_file(path_, ec))
-        throw std::runtime_error("'" + path_ + "' is not a regular file");
+      refuse_unless_regular(path_);
       save_fsm_policy(path_, r.policy);
     } catch (const std::exception& e) {
       warn("[auto policy] cannot cache the learned policy: " + std::string(e.what()));

@@ -10,7 +10,6 @@ Refusals: an operation a program cannot express (or Python control flow on tenso
 TypeError; sizes that do not fit (wrong output sizes, mismatched operands, operations along the
 batch dim) raise ValueError. Both name the cell, the operation and the user's file:line.
 """
-import inspect
 import operator
 import threading
 import traceback
@@ -25,7 +24,8 @@ from .trace_hooks import module_name as _module_name, refuse_backward_hooks, ref
 from .programs import Program
 from .trace_ops import Ids, Param, Refusal, Vec
 from .trace_weights import Weights, row_shaped
-from .trace_where import called_with, format_where, inside_torch_module, refuse, user_frame
+from .trace_where import (called_with, current_frames, format_where, inside_torch_module,
+                          refuse, user_frame)
 
 dropout_mask = trace_dropout.dropout_mask  # edbatch.dropout_mask
 
@@ -121,15 +121,8 @@ def _user_path(path):
 
 def note_where(body):
     """Points body.where (what errors name) at the user's line being traced now."""
-    frame = user_frame(_current_frames())
+    frame = user_frame(current_frames())
     body.where = format_where(frame) if frame else None
-
-
-def _current_frames():
-    frame = inspect.currentframe()
-    while frame is not None:
-        yield frame.f_code.co_filename, frame.f_lineno
-        frame = frame.f_back
 
 
 # torch 1.13's stateless.functional_call gives a module a subclass of its class made there

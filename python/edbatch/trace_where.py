@@ -11,6 +11,14 @@ _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os)) + 
     os.path.dirname(__file__) + os.sep,)
 
 
+def current_frames():
+    """(file, line) of every frame of the stack, innermost first (this package's own first)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        yield frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+
+
 def user_frame(frames):
     """The innermost frame of `frames` (innermost first) in the user's code, or None."""
     for filename, line in frames:
@@ -63,10 +71,7 @@ def inside_torch_module():
     """When the operation being traced is inside torch's own module code (LSTMCell.forward
     called as a method, super().forward(x, h)): a hint to call the module instead, which edbatch
     translates; else ""."""
-    frame = inspect.currentframe()
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        frame = frame.f_back
+    for filename, _ in current_frames():
         if filename.startswith(_NOT_CODE):
             continue
         if not filename.startswith(_TORCH_DIR + os.path.join("nn", "modules")):
