@@ -139,6 +139,16 @@ class StepDecoder:
             self._check_fork()
             return self._stop(mask)
 
+    def reorder(self, index):
+        """Goes on with the rows `index` of the last step's output (positions in `running`;
+        repeats allowed, rows not named end): row r of the next step continues from the state of
+        row index[r], as beam search continues each hypothesis from its parent's. The instances
+        are numbered afresh (`running` becomes arange(len(index)); each keeps its source's step
+        count in instance_steps()). Runs nothing; returns `running`."""
+        with self._lock:  # one call at a time: the engine is not shared between threads
+            self._check_fork()
+            return self._reorder(index)
+
     def _check_fork(self):
         if self._forked_mid_call:
             raise RuntimeError("StepDecoder: this process was forked while another thread of its "
@@ -227,6 +237,44 @@ class StepDecoder:
         self.running = self.running[~mask]
         return self.running
 
+    def _reorder(self, index):
+        if not self._started:
+            raise RuntimeError("StepDecoder.reorder: no loop has begun: call start(batch_size, "
+                               "state) first")
+        given = None
+        if index is not None and not isinstance(index, (str, bytes)):
+            try:
+                given = torch.as_tensor(index)
+            except (TypeError, RuntimeError, ValueError):
+                pass
+        if given is None:
+            raise TypeError(f"StepDecoder.reorder: index must be integer positions of running "
+                            f"rows (a tensor, list or NumPy array), got {type(index).__name__}")
+        if given.dtype == torch.bool:
+            raise TypeError("StepDecoder.reorder: index must be integer positions of running "
+                            "rows, got a bool mask (stop(mask) ends the rows a mask marks)")
+        if (given.dtype.is_floating_point or given.dtype.is_complex) and given.numel() > 0:
+            raise TypeError(f"StepDecoder.reorder: index must be integer positions of running "
+                            f"rows, got {given.dtype}")
+        if given.dim() != 1:
+            raise ValueError(f"StepDecoder.reorder: index has shape {tuple(given.shape)}; it "
+                             f"takes one position per row of the next step")
+        given = given.to(torch.long).cpu()
+        n = self.running.numel()
+        bad = given[(given < 0) | (given >= n)]
+        if bad.numel():
+            raise ValueError(f"StepDecoder.reorder: position {int(bad[0])} is not a running "
+                             f"row: positions are in [0, {n}) (the rows of the last step's "
+                             f"output)")
+        checks.integer(given.numel(), "StepDecoder.reorder", "len(index)", 0,
+                       checks.MAX_SIZE // max(self._components, 1))
+        try:
+            self._impl.reorder(self.running[given])
+        except (RuntimeError, TypeError) as e:
+            _reraise(e)
+        self.running = torch.arange(given.numel())
+        return self.running
+
     @property
     def done(self):
         return self.running.numel() == 0
@@ -242,5 +290,6 @@ class StepDecoder:
                         self._impl.stats()))
 
     def instance_steps(self):
-        """The steps each instance ran since start(): a list, one entry per instance."""
+        """The steps each instance ran since start(): a list, one entry per instance (after
+        reorder(), each instance counts its source's steps too)."""
         return list(self._impl.instance_steps())

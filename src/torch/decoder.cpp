@@ -100,4 +100,25 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
   ++steps_;
 }
 
+void Decoder::reorder(int64_t n, const int64_t* ids) {
+  const char* fn = "edbatch.Decoder.reorder";
+  if (!started_) throw std::invalid_argument(fmt::format("[{}] call start() first", fn));
+  if (n < 0) throw std::invalid_argument(fmt::format("[{}] negative number of instances", fn));
+  for (int64_t r = 0; r < n; ++r)
+    if (ids[r] < 0 || ids[r] >= num_instances_)
+      throw std::invalid_argument(
+          fmt::format("[{}] instance id {} outside [0, {})", fn, ids[r], num_instances_));
+  const uint32_t S = cell_->num_outputs();
+  std::vector<Expr> state(static_cast<size_t>(n) * S);
+  std::vector<int64_t> instance_steps(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const auto from = static_cast<size_t>(ids[r]);
+    std::copy_n(&state_[from * S], S, &state[static_cast<size_t>(r) * S]);
+    instance_steps[static_cast<size_t>(r)] = instance_steps_[from];
+  }
+  state_.swap(state);
+  instance_steps_.swap(instance_steps);
+  num_instances_ = n;
+}
+
 }  // namespace edbatch::torch_adapter

@@ -26,6 +26,10 @@ class Decoder {
   // x row r (x: n x input_dim floats) and its last state; outputs[o] receives n x output_size(o),
   // the new states, which become the instances' states. n = 0 does nothing.
   void step(int64_t n, const int64_t* ids, const float* x, const std::vector<float*>& outputs);
+  // The loop goes on with n instances: instance r (in [0, n)) continues from the state and step
+  // count of instance ids[r] (in [0, num_instances); repeats allowed, instances not named end),
+  // as beam search continues each new hypothesis from its parent's. Adds and runs no node.
+  void reorder(int64_t n, const int64_t* ids);
 
   int64_t num_instances() const { return num_instances_; }
   int64_t steps() const { return steps_; }            // steps since start() (n > 0 ones)

@@ -100,6 +100,18 @@ class TorchDecoder : public torch::CustomClassHolder {
     return out;
   }
 
+  // ids: int64, for each instance of the loop from now on, the instance whose state it continues
+  // from (Decoder::reorder).
+  void reorder(const Tensor& ids) {
+    check_index_tensor(ids, "ids", -1);
+    const Tensor ids_c = ids.to(at::kCPU).contiguous();
+    try {
+      decoder_->reorder(ids_c.numel(), ids_c.data_ptr<int64_t>());
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+
   // [steps, graph nodes, scheduled nodes, kernel launches, batches, steps repeated]: scheduled
   // nodes and launches add up over the steps since start (each forward runs only its new nodes).
   std::vector<int64_t> stats() const {
@@ -132,6 +144,7 @@ TORCH_LIBRARY_FRAGMENT(edbatch, m) {
       .def(torch::init<std::string, int64_t, int64_t, std::string, int64_t, std::string>())
       .def("start", &TorchDecoder::start)
       .def("step", &TorchDecoder::step)
+      .def("reorder", &TorchDecoder::reorder)
       .def("stats", &TorchDecoder::stats)
       .def("instance_steps", &TorchDecoder::instance_steps);
 }

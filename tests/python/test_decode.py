@@ -4,6 +4,7 @@ by one cell call per running sentence and step."""
 import gc
 import weakref
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -399,3 +400,181 @@ def test_greedy_on_cuda():
     eh, ec = lattice_lstm_step(w, x, (zeros, zeros))
     torch.testing.assert_close(h, eh, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(c, ec, atol=1e-5, rtol=1e-4)
+
+
+# Beam search: every sentence keeps K hypotheses; each step extends them by their K * V
+# continuations, keeps the best K that do not end (and sets aside those that end at EOS), and
+# continues each kept hypothesis from its parent's state (StepDecoder.reorder).
+
+def beam_choose(live, logp, K, last):
+    """One sentence's choice: live is its hypotheses [(tokens, score)], logp (len(live), V) their
+    next log-probabilities. Returns the kept [(parent, token, score)] and the ended ones."""
+    V = logp.shape[1]
+    total = (torch.tensor([s for _, s in live])[:, None] + logp).reshape(-1)
+    top = total.topk(min(2 * K, total.numel()))
+    kept, ended = [], []
+    for score, j in zip(top.values.tolist(), top.indices.tolist()):
+        parent, tok = divmod(j, V)
+        (ended if tok == EOS or last else kept).append((parent, tok, score))
+        if len(kept) == K or last and len(ended) == K:
+            break
+    return kept, ended
+
+
+def beam_step(live, finished, logp, K, last):
+    """Applies beam_choose to one sentence: returns its kept (parent, token) pairs and new live
+    list; empty when the sentence is done (K ended hypotheses, or the cap)."""
+    kept, ended = beam_choose(live, logp, K, last)
+    finished.extend((live[p][0] + [tok], s) for p, tok, s in ended)
+    if last or len(finished) >= K or not kept:
+        return [], []
+    return [(p, tok) for p, tok, _ in kept], [(live[p][0] + [tok], s) for p, tok, s in kept]
+
+
+def eager_beam(model, step, K, max_len):
+    """Each sentence alone in eager PyTorch, its hypotheses' states indexed by parent."""
+    results = []
+    for i in range(model.h0.shape[0]):
+        state = (model.h0[i:i + 1], model.c0[i:i + 1])
+        live, finished, toks = [([], 0.0)], [], torch.tensor([BOS])
+        for t in range(max_len):
+            state = step(model.emb[toks], state)
+            logp = torch.log_softmax(state[0] @ model.out_w.T + model.out_b, -1)
+            kept, live = beam_step(live, finished, logp, K, t + 1 == max_len)
+            if not kept:
+                break
+            parents = torch.tensor([p for p, _ in kept])
+            state = tuple(s[parents] for s in state)
+            toks = torch.tensor([tok for _, tok in kept])
+        results.append(finished)
+    return results
+
+
+def batched_beam(model, decoder, K, max_len):
+    """Every sentence's hypotheses as rows of one decoder, kept ones reordered after each step.
+    Also returns each reorder's index."""
+    B = model.h0.shape[0]
+    decoder.start(B, (model.h0, model.c0))
+    live = [[([], 0.0)] for _ in range(B)]
+    finished = [[] for _ in range(B)]
+    active, toks, indices = list(range(B)), torch.full((B,), BOS), []
+    for t in range(max_len):
+        h, _ = decoder.step(model.emb[toks])
+        logp = torch.log_softmax(h @ model.out_w.T + model.out_b, -1)
+        index, next_toks, still, row = [], [], [], 0
+        for i in active:
+            k = len(live[i])
+            kept, live[i] = beam_step(live[i], finished[i], logp[row:row + k], K, t + 1 == max_len)
+            index += [row + p for p, _ in kept]
+            next_toks += [tok for _, tok in kept]
+            still += [i] if kept else []
+            row += k
+        indices.append((row, index))
+        assert decoder.reorder(index).tolist() == list(range(len(index)))
+        active, toks = still, torch.tensor(next_toks, dtype=torch.long)
+        if decoder.done:
+            break
+    return finished, indices
+
+
+def check_beams(eager, batched):
+    (got, indices) = batched
+    assert len(got) == len(eager)
+    for e, b in zip(eager, got):
+        assert [tokens for tokens, _ in b] == [tokens for tokens, _ in e]
+        for (_, sb), (_, se) in zip(b, e):
+            assert abs(sb - se) <= 1e-4 * max(1.0, abs(se))
+    # The search did what beam search does: parents with several children, parents dropped,
+    # children out of their parents' order, hypotheses of several lengths, and the last step
+    # keeping nothing.
+    assert any(len(set(ix)) < len(ix) for _, ix in indices)
+    assert any(set(range(rows)) - set(ix) for rows, ix in indices)
+    assert any(ix != sorted(ix) for _, ix in indices)
+    assert len({len(tokens) for f in eager for tokens, _ in f}) >= 3
+    assert indices[-1][1] == []
+
+
+def user_beam_case(vocab, E, H):
+    torch.manual_seed(5)
+    cell = UserLSTM(H, E)
+    return Model(5, vocab, E, H), cell, edbatch.nn.Propagate(cell, state_size=(H, H))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_beam_search_reorders_states(device):
+    """Beam search over a mini-batch on one decoder gives every sentence the hypotheses and
+    scores of the same search run eagerly on that sentence alone; with plan reuse off, the same
+    bits (a step after a reorder reads its parents from new places)."""
+    vocab, E, H, K, max_len = 13, 5, 9, 3, 8
+    model, cell, module = user_beam_case(vocab, E, H)
+    eager = eager_beam(model, cell, K, max_len)
+    decoder = HostView(edbatch.nn.StepDecoder(module.to(device), input_size=E)) \
+        if device == "cuda" else edbatch.nn.StepDecoder(module, input_size=E)
+    got = batched_beam(model, decoder, K, max_len)
+    check_beams(eager, got)
+    assert decoder.stats()["repeated"] > 0  # steps of as many rows as the one before, reordered
+    before = edbatch.set_plan_cache(0)
+    try:
+        planned = edbatch.nn.StepDecoder(module, input_size=E)
+        want = batched_beam(model, HostView(planned) if device == "cuda" else planned, K, max_len)
+        assert planned.stats()["repeated"] == 0
+    finally:
+        edbatch.set_plan_cache(before)
+    assert got == want
+
+    lattice = edbatch.nn.LatticeLSTM(vocab, E, H)
+    w = {n: getattr(lattice.cell, n) for n in lattice.cell.weight_names}
+    eager = eager_beam(model, lambda x, state: lattice_lstm_step(w, x, state), K, max_len)
+    lattice_decoder = edbatch.nn.StepDecoder(lattice.to(device))
+    check_beams(eager, batched_beam(model, HostView(lattice_decoder) if device == "cuda"
+                                    else lattice_decoder, K, max_len))
+
+
+@torch.no_grad()
+def test_reorder_continues_named_rows_and_refuses_others():
+    H, E = 4, 3
+    module = edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H))
+    decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    with pytest.raises(RuntimeError, match="no loop has begun"):
+        decoder.reorder([0])
+    g = torch.Generator().manual_seed(8)
+    h0, c0 = torch.randn(4, H, generator=g), torch.randn(4, H, generator=g)
+    decoder.start(4, (h0, c0))
+    # Before any step: the initial states are reordered.
+    assert decoder.reorder(torch.tensor([3, 3, 0])).tolist() == [0, 1, 2]
+    x = torch.randn(3, E, generator=g)
+    h, c = decoder.step(x)
+    eh, ec = module.node_cells[0](x, (h0[[3, 3, 0]], c0[[3, 3, 0]]))
+    torch.testing.assert_close(h, eh, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(c, ec, atol=1e-5, rtol=1e-4)
+    # After stop(): positions are rows of the running instances.
+    decoder.stop([False, True, False])
+    x = torch.randn(2, E, generator=g)
+    h2, c2 = decoder.step(x)
+    assert decoder.instance_steps() == [2, 1, 2]
+    decoder.reorder(np.array([1, 0, 1, 1]))
+    assert decoder.instance_steps() == [2, 2, 2, 2]
+    x = torch.randn(4, E, generator=g)
+    h3, c3 = decoder.step(x)
+    eh, ec = module.node_cells[0](x, (h2[[1, 0, 1, 1]], c2[[1, 0, 1, 1]]))
+    torch.testing.assert_close(h3, eh, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(c3, ec, atol=1e-5, rtol=1e-4)
+    assert decoder.instance_steps() == [3, 3, 3, 3]
+    for bad, error, match in [
+        ([4], ValueError, r"position 4 is not a running row: positions are in \[0, 4\)"),
+        ([-1], ValueError, "position -1 is not a running row"),
+        ([[0, 1]], ValueError, r"index has shape \(1, 2\)"),
+        ([0.0, 1.0], TypeError, "integer positions of running rows, got torch.float32"),
+        ([True, False, True, True], TypeError, r"bool mask \(stop\(mask\)"),
+        ("01", TypeError, "got str"),
+        (None, TypeError, "got NoneType"),
+    ]:
+        with pytest.raises(error, match=match):
+            decoder.reorder(bad)
+    assert decoder.running.tolist() == [0, 1, 2, 3]  # a refused reorder changes nothing
+    assert decoder.reorder([]).numel() == 0 and decoder.done
+    assert decoder.instance_steps() == []
+    decoder.start(2)  # a new loop after a reorder to nothing
+    assert decoder.running.tolist() == [0, 1] and decoder.instance_steps() == [0, 0]
