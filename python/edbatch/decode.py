@@ -60,8 +60,10 @@ class StepDecoder:
     it, a row per instance; None: zeros). step(x) runs one step for the running instances
     (x: a row per running instance, in the order of `running`) and returns their new state, as
     the cell returns it. stop(mask) ends the instances whose rows in the last step's output have
-    mask True. The engine keeps one graph from start() on: each step adds one cell call per
-    running instance and runs only those calls.
+    mask True. reorder(index) goes on with chosen rows of the last step's output, a row named
+    once or several times (beam search: each kept hypothesis continues from its parent's state).
+    The engine keeps one graph from start() on: each step adds one cell call per running
+    instance and runs only those calls.
 
     Inference only: the returned tensors carry no autograd history (decode under
     torch.no_grad(); train with the cell's whole-structure forward). Weights are read at start().

@@ -1,4 +1,4 @@
-"""The Python benchmarks of bench/ (bench_torch_ext.py, bench_user_cells.py, bench_fan_in.py,
+"""The Python benchmarks of bench/ (bench_torch_ext.py, bench_user_cells.py, bench_beam.py,
 torch_nmt.py, torch_baseline.py): their flags (counts checked, every flag described with its
 default), their percentiles (those of `edbatch run --json`), the first-mini-batch loss check
 that precedes the timing, a diverged run stopped at its first non-finite loss, and the mode
@@ -108,6 +108,8 @@ def test_help_describes_every_flag_and_its_default():
     cells = _bench("bench_user_cells")
     _described(cells.parser(), [("--steps-per-sync", 1), ("--batch", 32),
                                 ("--models", "childsum,lattice")])
+    beam = _bench("bench_beam")
+    _described(beam.parser(), [("--batch", "32,128"), ("--beam", 4), ("--max-differ", 0.05)])
 
 
 def test_extension_benchmarks_check_their_counts_and_models(capsys):
@@ -184,6 +186,33 @@ def test_user_cell_rows_are_training_steps():
     rows = _rows(out)
     assert rows and all(r["mode"] == "train" and r["train"] is True for r in rows)
     assert all(_report().run_mode(r) == "train" for r in rows)
+
+
+def test_beam_benchmark_rows_checks_and_usage_errors():
+    beam = _bench("bench_beam")
+    code, out, err = run_script("bench_beam.py", "--batch", "3,5", "--hidden", "6", "--embed",
+                                "4", "--vocab", "12", "--beam", "2", "--max-len", "6",
+                                "--reps", "1", "--warmup", "0", "--no-compile")
+    assert code == 0, err
+    rows = _rows(out)
+    assert [(r["batch"], r["impl"]) for r in rows] == [
+        (b, i) for b in (3, 5) for i in ("edbatch", "pytorch-module", "pytorch-lstmcell")]
+    assert all(r["sent_per_s"] > 0 and 1 <= r["mean_steps"] <= r["max_steps"] <= 6 for r in rows)
+    assert all(r["edbatch_speedup"] == 1.0 for r in rows if r["impl"] == "edbatch")
+    # The check before the timing: one sentence of four with another best hypothesis stops it.
+    args = beam.parser().parse_args([])
+    best, tokens, steps = torch.zeros(4), torch.zeros(4, 3, dtype=torch.long), torch.ones(4)
+    beam.check_same("B=4", {"edbatch": (best, tokens, steps),
+                            "pytorch-module": (best + 1e-5, tokens, steps)}, args)
+    other = tokens.clone()
+    other[2, 1] = 7
+    with pytest.raises(SystemExit, match="differs from edbatch's on 25% of the sentences"):
+        beam.check_same("B=4", {"edbatch": (best, tokens, steps),
+                                "pytorch-module": (best, other, steps)}, args)
+    for bad in (["--batch", "3,x"], ["--batch", "0"], ["--beam", "0"],
+                ["--vocab", "6", "--beam", "4"]):
+        code, out, err = run_script("bench_beam.py", *bad)
+        assert code == 2 and not out and "error:" in err, bad
 
 
 def test_fan_in_benchmark_rows_and_usage_errors():

@@ -578,3 +578,25 @@ def test_reorder_continues_named_rows_and_refuses_others():
     assert decoder.instance_steps() == []
     decoder.start(2)  # a new loop after a reorder to nothing
     assert decoder.running.tolist() == [0, 1] and decoder.instance_steps() == [0, 0]
+
+
+@torch.no_grad()
+def test_reorder_of_a_single_tensor_state():
+    """A GRU's state is one tensor: a step after reorder(index) equals a loop started from the
+    rows index of the step before."""
+    vocab, E, H = 11, 6, 5
+    torch.manual_seed(3)
+    gru = edbatch.nn.LatticeGRU(vocab, E, H)
+    g = torch.Generator().manual_seed(4)
+    h0, x1 = torch.randn(5, H, generator=g), torch.randn(5, E, generator=g)
+    index = [4, 0, 0, 2, 4, 4]
+    x2 = torch.randn(len(index), E, generator=g)
+    reordered = edbatch.nn.StepDecoder(gru)
+    reordered.start(5, h0)
+    h1 = reordered.step(x1)
+    reordered.reorder(index)
+    got = reordered.step(x2)
+    direct = edbatch.nn.StepDecoder(gru)
+    direct.start(len(index), h1[index])
+    torch.testing.assert_close(got, direct.step(x2), atol=0, rtol=0)
+    assert not torch.equal(got, reordered.step(x2))  # the state moved on
