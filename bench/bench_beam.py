@@ -44,18 +44,19 @@ BOS, EOS = 1, 0
 
 
 class UserLSTM(nn.Module):
-    """The user's cell: (x, (h, c)) -> (h, c), gates in nn.LSTMCell's order (i, f, g, o)."""
+    """The user's cell: (x, (h, c)) -> (h, c), one product for the four gates of [x, h], in
+    nn.LSTMCell's order (input, forget, cell, output)."""
 
     def __init__(self, size, input_size):
         super().__init__()
-        self.W = nn.Linear(input_size, 4 * size)
-        self.U = nn.Linear(size, 4 * size, bias=False)
+        self.gates = nn.Linear(input_size + size, 4 * size)
 
     def forward(self, x, state):
         h, c = state
-        i, f, g, o = (self.W(x) + self.U(h)).chunk(4, -1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        return torch.sigmoid(o) * torch.tanh(c), c
+        z = self.gates(torch.cat([x, h], -1))
+        i, f, g, o = z.chunk(4, -1)
+        c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c_new), c_new
 
 
 class Model(nn.Module):
@@ -147,11 +148,11 @@ def run_search(model, cell_rows, B, K, max_len, state, device):
 def implementations(model, args, B, state, device):
     h0, c0 = (s.repeat_interleave(args.beam, 0) for s in state)
     cell = model.cell
-    lstm = nn.LSTMCell(cell.W.in_features, cell.U.in_features).to(device)
+    lstm = nn.LSTMCell(args.embed, args.hidden).to(device)
     with torch.no_grad():
-        lstm.weight_ih.copy_(cell.W.weight)
-        lstm.bias_ih.copy_(cell.W.bias)
-        lstm.weight_hh.copy_(cell.U.weight)
+        lstm.weight_ih.copy_(cell.gates.weight[:, :args.embed])
+        lstm.weight_hh.copy_(cell.gates.weight[:, args.embed:])
+        lstm.bias_ih.copy_(cell.gates.bias)
         lstm.bias_hh.zero_()
     module = edbatch.nn.Propagate(cell, state_size=(args.hidden, args.hidden))
     decoder = edbatch.nn.StepDecoder(module, input_size=args.embed, threads=args.threads)

@@ -24,6 +24,17 @@ def _without_dropout(program):
     return program
 
 
+def _as_tensor(value, fn, wants):
+    """value (a tensor, list or NumPy array) as a tensor, else a TypeError saying what fn wants."""
+    if value is not None and not isinstance(value, (str, bytes)):
+        try:
+            return torch.as_tensor(value)
+        except (TypeError, RuntimeError, ValueError):
+            pass
+    raise TypeError(f"StepDecoder.{fn}: {wants} (a tensor, list or NumPy array), got "
+                    f"{type(value).__name__}")
+
+
 def _program_decoder(input_size, policy, threads, text, device):
     return torch.classes.edbatch.Decoder("program:" + text, input_size, 1, policy, threads,
                                          str(device))
@@ -216,15 +227,7 @@ class StepDecoder:
         if not self._started:
             raise RuntimeError("StepDecoder.stop: no loop has begun: call start(batch_size, "
                                "state) first")
-        given = None
-        if mask is not None and not isinstance(mask, (str, bytes)):
-            try:
-                given = torch.as_tensor(mask)
-            except (TypeError, RuntimeError, ValueError):
-                pass
-        if given is None:
-            raise TypeError(f"StepDecoder.stop: mask must be a bool per running row (a tensor, "
-                            f"list or NumPy array), got {type(mask).__name__}")
+        given = _as_tensor(mask, "stop", "mask must be a bool per running row")
         # one bool per row: shape (N,) or (N, 1), or () for a single running instance
         if given.dim() > 2 or given.dim() == 2 and given.shape[1] != 1:
             raise ValueError(f"StepDecoder.stop: mask has shape {tuple(given.shape)}; it takes "
@@ -243,15 +246,7 @@ class StepDecoder:
         if not self._started:
             raise RuntimeError("StepDecoder.reorder: no loop has begun: call start(batch_size, "
                                "state) first")
-        given = None
-        if index is not None and not isinstance(index, (str, bytes)):
-            try:
-                given = torch.as_tensor(index)
-            except (TypeError, RuntimeError, ValueError):
-                pass
-        if given is None:
-            raise TypeError(f"StepDecoder.reorder: index must be integer positions of running "
-                            f"rows (a tensor, list or NumPy array), got {type(index).__name__}")
+        given = _as_tensor(index, "reorder", "index must be integer positions of running rows")
         if given.dtype == torch.bool:
             raise TypeError("StepDecoder.reorder: index must be integer positions of running "
                             "rows, got a bool mask (stop(mask) ends the rows a mask marks)")
