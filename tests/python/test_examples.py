@@ -1,5 +1,6 @@
 """The user-cell examples: each model equals its node-by-node PyTorch version in loss and in
-the gradients of every parameter, and a few optimizer steps lower its loss."""
+the gradients of every parameter, and a few optimizer steps lower its loss; seq2seq_beam's beam
+search on a StepDecoder equals the same search over its cell run eagerly."""
 import importlib
 import os
 import sys
@@ -117,3 +118,86 @@ def test_dag_gru_script_reads_edge_lists_with_null_labels(monkeypatch, capsys, t
     script.main()
     epochs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
     assert len(epochs) == 2
+
+
+class EagerSteps:
+    """seq2seq_beam's decoding loop cell in plain PyTorch: the user's cell on the rows, the states
+    gathered by parent (what the example's Engine does on a StepDecoder)."""
+
+    def __init__(self, model):
+        self.cell = model.chain.node_cells[0]
+
+    def start(self, state):
+        self.state = state
+
+    def reorder(self, rows):
+        self.state = tuple(s[torch.tensor(rows, dtype=torch.long)] for s in self.state)
+
+    def step(self, x):
+        self.state = self.cell(x, self.state)
+        return self.state
+
+
+def greedy_alone(seq2seq, model, source):
+    """One source decoded greedily by itself, node by node: its tokens and log-probability."""
+    cell = model.chain.node_cells[0]
+    state = (torch.zeros(1, cell.lstm.hidden_size),) * 2  # the chain's first node: no message
+    for tok in source + [seq2seq.SEP]:  # the chain up to SEP, as Propagate runs it
+        state = cell(model.embed(torch.tensor([tok])), state)
+    tokens, score = [], 0.0
+    for t in range(len(source) + 2):
+        logp = torch.log_softmax(model.out(state[0]), -1)[0]
+        tok = int(logp.argmax())
+        score += float(logp[tok])
+        if tok == seq2seq.EOS:
+            break
+        tokens.append(tok)
+        state = cell(model.embed(torch.tensor([tok])), state)
+    return tokens, score
+
+
+@torch.no_grad()
+def test_seq2seq_beam_search_on_the_decoder_equals_plain_pytorch():
+    """examples/seq2seq_beam.py: its beam search over a StepDecoder gives every sentence the
+    hypothesis and score of the same search over the user's cell run eagerly (states gathered by
+    parent), and beam 1 the tokens of each sentence decoded greedily by itself."""
+    seq2seq = example("seq2seq_beam")
+    torch.manual_seed(6)
+    model = seq2seq.Reverser(13, embed=7).eval()
+    model.out.weight.mul_(8.0)  # peaked next-token distributions: parents trade places
+    sources = seq2seq.synthetic(9, seed=4, lengths=(1, 9))
+    orders = []
+
+    class Recorded(seq2seq.Engine):
+        def reorder(self, rows):
+            orders.append(list(rows))
+            super().reorder(rows)
+
+    for beam in (1, 3):
+        ours = seq2seq.beam_search(model, Recorded(model), sources, beam)
+        want = seq2seq.beam_search(model, EagerSteps(model), sources, beam)
+        assert [t for t, _ in ours] == [t for t, _ in want]
+        assert [s for _, s in ours] == pytest.approx([s for _, s in want], rel=1e-4, abs=1e-5)
+        if beam == 1:
+            alone = [greedy_alone(seq2seq, model, s) for s in sources]
+            assert [t for t, _ in ours] == [t for t, _ in alone]
+            assert [s for _, s in ours] == pytest.approx([s for _, s in alone], rel=1e-4,
+                                                         abs=1e-5)
+    # The search reordered: rows out of order, parents with several children, rows dropped.
+    assert any(rows != sorted(rows) for rows in orders)
+    assert any(len(set(rows)) < len(rows) for rows in orders)
+    assert any(len(rows) < len(before) for before, rows in zip(orders, orders[1:]))
+    # Hypotheses of several lengths, some ended by EOS before the cap.
+    assert len({len(t) for t, _ in ours}) >= 3
+    assert any(len(t) < len(s) + 2 for (t, _), s in zip(ours, sources))
+
+
+def test_seq2seq_beam_script_trains_and_decodes(monkeypatch, capsys):
+    script = example("seq2seq_beam")
+    monkeypatch.setattr(sys, "argv", ["seq2seq_beam.py", "--examples", "60", "--epochs", "2",
+                                      "--hidden", "8", "--beam", "2"])
+    script.main()
+    out = capsys.readouterr().out.splitlines()
+    assert len([line for line in out if line.startswith("epoch ")]) == 2
+    assert [line.split(":")[0] for line in out if line.startswith("beam ")] == ["beam 1",
+                                                                               "beam 2"]
