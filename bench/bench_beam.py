@@ -9,7 +9,7 @@ torch.compile with a dynamic row count) and as nn.LSTMCell holding the same weig
 
 The model: a token's embedding (E columns), the LSTM cell (hidden H), an output layer to V words
 and log-softmax. The encoder's final states are seeded random rows (the search is timed, not an
-encoder). Every implementation runs the same search code (search_step): a sentence's K * V
+encoder). Every implementation runs the same search code (Search.step): a sentence's K * V
 continuations scored, the best 2K taken, those among the best K that end in EOS set aside as
 finished, the best K others kept; a sentence is done with K finished hypotheses, and at --max-len
 its live ones finish. The output layer, the softmax and the search are the same PyTorch code on

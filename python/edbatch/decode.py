@@ -162,6 +162,11 @@ class StepDecoder:
             self._check_fork()
             return self._reorder(index)
 
+    def _check_started(self, fn):
+        if not self._started:
+            raise RuntimeError(f"StepDecoder.{fn}: no loop has begun: call start(batch_size, "
+                               f"state) first")
+
     def _check_fork(self):
         if self._forked_mid_call:
             raise RuntimeError("StepDecoder: this process was forked while another thread of its "
@@ -211,9 +216,7 @@ class StepDecoder:
         self._started = True
 
     def _step(self, x):
-        if not self._started:
-            raise RuntimeError("StepDecoder.step: no loop has begun: call start(batch_size, "
-                               "state) first")
+        self._check_started("step")
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"StepDecoder.step: x must be a float32 tensor (a row per running "
                             f"instance), got {type(x).__name__}")
@@ -224,9 +227,7 @@ class StepDecoder:
         return tuple(out) if self._tuple else out[0]
 
     def _stop(self, mask):
-        if not self._started:
-            raise RuntimeError("StepDecoder.stop: no loop has begun: call start(batch_size, "
-                               "state) first")
+        self._check_started("stop")
         given = _as_tensor(mask, "stop", "mask must be a bool per running row")
         # one bool per row: shape (N,) or (N, 1), or () for a single running instance
         if given.dim() > 2 or given.dim() == 2 and given.shape[1] != 1:
@@ -243,9 +244,7 @@ class StepDecoder:
         return self.running
 
     def _reorder(self, index):
-        if not self._started:
-            raise RuntimeError("StepDecoder.reorder: no loop has begun: call start(batch_size, "
-                               "state) first")
+        self._check_started("reorder")
         given = _as_tensor(index, "reorder", "index must be integer positions of running rows")
         if given.dtype == torch.bool:
             raise TypeError("StepDecoder.reorder: index must be integer positions of running "

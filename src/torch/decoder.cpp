@@ -14,6 +14,12 @@ Decoder::Decoder(const CellConfig& config, const RunOptions& options)
   for (const WeightSpec& w : cell_->weights()) weight_params_.push_back({pc_.find(w.name)});
 }
 
+void Decoder::check_instance(const char* fn, int64_t id) const {
+  if (id < 0 || id >= num_instances_)
+    throw std::invalid_argument(
+        fmt::format("[{}] instance id {} outside [0, {})", fn, id, num_instances_));
+}
+
 void Decoder::start(int64_t num_instances, const std::vector<const float*>& weights,
                     const std::vector<const float*>& states) {
   const char* fn = "edbatch.Decoder.start";
@@ -55,9 +61,7 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     throw std::invalid_argument(fmt::format("[{}] {} running instances of {}", fn, n, num_instances_));
   seen_.assign(static_cast<size_t>(num_instances_), 0);
   for (int64_t r = 0; r < n; ++r) {
-    if (ids[r] < 0 || ids[r] >= num_instances_)
-      throw std::invalid_argument(fmt::format("[{}] instance id {} outside [0, {})", fn, ids[r],
-                                              num_instances_));
+    check_instance(fn, ids[r]);
     if (seen_[static_cast<size_t>(ids[r])]++)
       throw std::invalid_argument(fmt::format("[{}] instance {} is given twice", fn, ids[r]));
   }
@@ -104,10 +108,7 @@ void Decoder::reorder(int64_t n, const int64_t* ids) {
   const char* fn = "edbatch.Decoder.reorder";
   if (!started_) throw std::invalid_argument(fmt::format("[{}] call start() first", fn));
   if (n < 0) throw std::invalid_argument(fmt::format("[{}] negative number of instances", fn));
-  for (int64_t r = 0; r < n; ++r)
-    if (ids[r] < 0 || ids[r] >= num_instances_)
-      throw std::invalid_argument(
-          fmt::format("[{}] instance id {} outside [0, {})", fn, ids[r], num_instances_));
+  for (int64_t r = 0; r < n; ++r) check_instance(fn, ids[r]);
   const uint32_t S = cell_->num_outputs();
   std::vector<Expr> state(static_cast<size_t>(n) * S);
   std::vector<int64_t> instance_steps(static_cast<size_t>(n));

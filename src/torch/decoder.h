@@ -43,6 +43,9 @@ class Decoder {
   uint64_t kernels() const { return engine_.stats().kernels - kernels_before_; }
 
  private:
+  // Throws naming fn unless id is an instance of the loop (in [0, num_instances)).
+  void check_instance(const char* fn, int64_t id) const;
+
   ParameterCollection pc_;
   std::unique_ptr<Cell> cell_;
   std::vector<Parameter> weight_params_;

@@ -574,6 +574,13 @@ def test_reorder_continues_named_rows_and_refuses_others():
         with pytest.raises(error, match=match):
             decoder.reorder(bad)
     assert decoder.running.tolist() == [0, 1, 2, 3]  # a refused reorder changes nothing
+    # The engine's class checks the instance ids it is given too (as step's).
+    for call, name in [(lambda: decoder._impl.reorder(torch.tensor([9])), "reorder"),
+                       (lambda: decoder._impl.step(torch.tensor([-1]), torch.zeros(1, E)), "step")]:
+        with pytest.raises(RuntimeError, match=rf"\[edbatch.Decoder.{name}\] instance id "
+                                               rf"(9|-1) outside \[0, 4\)"):
+            call()
+    assert decoder.instance_steps() == [3, 3, 3, 3]
     assert decoder.reorder([]).numel() == 0 and decoder.done
     assert decoder.instance_steps() == []
     decoder.start(2)  # a new loop after a reorder to nothing
