@@ -1398,7 +1398,7 @@ CUDA_CASE("cuda: DeviceInterop moves parameters, inputs, node values and gradien
       io->write_parameters(gpu.pc, {{gpu.W.id, dW.p, true}, {gpu.b.id, db.p, false},
                                     {gpu.h0.id, dh0.p, false}, {gpu.seed.id, dseed.p, false}});
     }
-    io->inputs_from_device(dx.p, x.size());
+    io->inputs_from_device(dx.p, x.size(), 0);
     ge.forward(gpu.g, gpu_loss);
     io->read_nodes(gpu.g, ge.plan(), gpu.ids(), values.p, false);
     io->zero_gradients(gpu.pc);
@@ -1472,7 +1472,7 @@ CUDA_CASE("cuda: a forward's upload written ahead by prepare() holds the inputs 
     INFO(what);
     const std::vector<float> on_device = random(kFromDevice * h.size());
     const DeviceFloats dx(on_device);
-    gpu.device_interop()->inputs_from_device(dx.p, on_device.size());
+    gpu.device_interop()->inputs_from_device(dx.p, on_device.size(), 0);
     const float got = as_scalar(gpu.forward(g, loss));
     g.write_inputs(0, on_device.data(), on_device.size());
     const float want = as_scalar(cpu.forward(g, loss));
@@ -1485,6 +1485,91 @@ CUDA_CASE("cuda: a forward's upload written ahead by prepare() holds the inputs 
   // A graph that ran and did not change since: new device inputs still make its forward run.
   same("the host copies of the device inputs");
   from_device("the same graph again, new inputs from device memory");
+}
+
+// A decoding step's x rows come from device memory: an incremental forward takes the inputs of
+// the nodes it adds from there, between host inputs of its own on both sides, and earlier values
+// stay. A range outside the inputs of the nodes a forward runs first is refused and dropped.
+CUDA_CASE("cuda: an incremental forward takes its new nodes' inputs from device memory = cpu") {
+  const Dim h{13, 1};
+  constexpr uint32_t kRows = 5;
+  RandomFloats random(29);
+  ParameterCollection pc(31);
+  const Parameter W = pc.add_parameters("W", Dim{13, 13}), b = pc.add_parameters("b", Dim{13, 1});
+  Graph g_gpu(pc), g_cpu(pc);  // the same nodes; g_gpu's x rows hold junk on the host
+  Engine gpu(pc, EngineOptions{"lb-greedy", "cuda", 1}), cpu(pc, EngineOptions{"agenda", "cpu", 1});
+  std::vector<Expr> s_gpu, s_cpu;
+  for (uint32_t i = 0; i < kRows; ++i) {
+    const std::vector<float> v = random(h.size());
+    s_gpu.push_back(input(g_gpu, h, v));
+    s_cpu.push_back(input(g_cpu, h, v));
+  }
+  // One step on both graphs; returns where g_gpu's x rows begin among its input values.
+  auto step = [&](const std::vector<float>& x) {
+    const std::vector<float> before = random(h.size()), after = random(h.size());
+    const std::vector<float> junk(h.size(), 1e30f);
+    size_t first = 0;
+    for (Graph* g : {&g_gpu, &g_cpu}) {
+      std::vector<Expr>& s = g == &g_gpu ? s_gpu : s_cpu;
+      const Expr head = input(*g, h, before);
+      if (g == &g_gpu) first = g->input_values().size();
+      std::vector<Expr> xs;
+      for (uint32_t i = 0; i < kRows; ++i)
+        xs.push_back(input(*g, h, g == &g_gpu ? junk.data() : x.data() + i * h.size()));
+      const Expr tail = input(*g, h, after);
+      for (uint32_t i = 0; i < kRows; ++i)
+        s[i] = tanh(affine({parameter(*g, b), parameter(*g, W), xs[i]}) + s[i] + head) + tail;
+    }
+    return first;
+  };
+  auto same = [&](const std::vector<Expr>& got_nodes, const std::vector<Expr>& want_nodes,
+                  const std::string& what) {
+    INFO(what);
+    gpu.fetch(got_nodes);
+    for (uint32_t i = 0; i < kRows; ++i)
+      check_close(as_vector(gpu.value(got_nodes[i])), as_vector(cpu.value(want_nodes[i])), h.size(),
+                  1e-5f, "state " + std::to_string(i));
+  };
+  gpu.forward_through(g_gpu, s_gpu);
+  cpu.forward_through(g_cpu, s_cpu);
+  std::vector<Expr> first_gpu, first_cpu;
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    const std::vector<float> x = random(kRows * h.size());
+    const DeviceFloats dx(x);
+    const size_t first = step(x);
+    gpu.device_interop()->inputs_from_device(dx.p, x.size(), first);
+    gpu.forward_through(g_gpu, s_gpu);
+    cpu.forward_through(g_cpu, s_cpu);
+    same(s_gpu, s_cpu, "after the step");
+    if (round == 0) first_gpu = s_gpu, first_cpu = s_cpu;
+  }
+  same(first_gpu, first_cpu, "the first step's values, after the later steps");
+
+  // Refused: past the graph's inputs; across the inputs of the nodes that ran first (inputs of
+  // nodes that ran make the whole graph run again). Each time the graph runs on after it.
+  const std::vector<float> x = random(kRows * h.size());
+  const DeviceFloats dx(x);
+  const size_t first = step(x);
+  const size_t graph_inputs = g_gpu.input_values().size();
+  for (const auto& [begin, floats, why] :
+       {std::tuple<size_t, size_t, std::string>{first, graph_inputs, "but the graph has"},
+        {0, kRows * h.size() + 1,
+         "but the inputs of the nodes this forward runs first are [0, "}}) {
+    CAPTURE(begin);
+    gpu.device_interop()->inputs_from_device(dx.p, floats, begin);
+    CHECK(gpu.device_interop()->pending_inputs_begin() == begin);
+    const std::string message = "[cuda] inputs_from_device: input floats [" +
+                                std::to_string(begin) + ", " + std::to_string(begin + floats) +
+                                "), " + why;
+    CHECK_THROWS_WITH_AS(gpu.forward_through(g_gpu, s_gpu), doctest::Contains(message.c_str()),
+                         std::invalid_argument);
+    CHECK(gpu.device_interop()->pending_inputs_begin() == SIZE_MAX);
+  }
+  gpu.device_interop()->inputs_from_device(dx.p, x.size(), first);
+  gpu.forward_through(g_gpu, s_gpu);
+  cpu.forward_through(g_cpu, s_cpu);
+  same(s_gpu, s_cpu, "after the refusals");
 }
 #endif
 

@@ -83,12 +83,14 @@ class DeviceInterop {
   virtual void read_gradients(ParameterCollection& pc, const std::vector<Transfer>& t) = 0;
   // Zeroes every gradient on the device (ParameterCollection::zero_grads without the host).
   virtual void zero_gradients(ParameterCollection& pc) = 0;
-  // The next forward pass takes the first `floats` floats of the graph's input values from
-  // `src` instead of the host values it was built with.
-  virtual void inputs_from_device(const float* src, size_t floats) = 0;
-  // An inputs_from_device that no forward has taken yet (the engine then runs a graph that ran
-  // and did not change since again, from its first segment).
-  virtual bool inputs_pending() const = 0;
+  // The next forward pass takes `floats` floats of the graph's input values, from float
+  // `first_input` on, from `src` instead of the host values they were built with. They lie among
+  // the inputs of the pass's first segment: a whole graph's first inputs (first_input 0), or
+  // those of the nodes an incremental forward adds. src null: none (a pending call is dropped).
+  virtual void inputs_from_device(const float* src, size_t floats, size_t first_input) = 0;
+  // The first_input of an inputs_from_device that no forward has taken yet, SIZE_MAX if none.
+  // Inputs of nodes that ran make the engine run the graph again from its first segment.
+  virtual size_t pending_inputs_begin() const = 0;
   // Writes the values (adjoints, after backward) of `nodes` one after another to `dst`: node i's
   // dim.size() floats follow node i-1's.
   virtual void read_nodes(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,

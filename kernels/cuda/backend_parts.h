@@ -252,12 +252,14 @@ class Uploads {
   const PassAddresses& addresses() const { return at_; }
   void set_adjoints(float* adjoints) { at_.view.adjoints = adjoints; }
 
-  // DeviceInterop::inputs_from_device: the next forward takes its first inputs from `src`.
-  void inputs_from_device(const float* src, size_t floats) {
+  // DeviceInterop::inputs_from_device: the next forward takes input values [first_input,
+  // first_input + floats) from `src`.
+  void inputs_from_device(const float* src, size_t floats, size_t first_input) {
     device_inputs_ = src;
     device_input_floats_ = floats;
+    device_input_first_ = first_input;
   }
-  bool device_inputs_pending() const { return device_inputs_ != nullptr; }
+  size_t pending_inputs_begin() const { return device_inputs_ ? device_input_first_ : SIZE_MAX; }
   // The interop ring's next buffer, then its upload; returns the bytes' device address.
   PinnedBuffer& interop_staging(size_t bytes) { return acquire(interop_staging_, bytes); }
   const char* upload_interop(const char* h, size_t bytes);
@@ -269,7 +271,9 @@ class Uploads {
   ForwardUpload forward_layout(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
                                const ParamMirror& params) const;
   void put_forward(char* h, const ForwardUpload& u, const PlanRef& p, const Pass& pass,
-                   const LaunchPlan& launches, const ParamMirror& params, size_t from_input) const;
+                   const LaunchPlan& launches, const ParamMirror& params, size_t skip_begin,
+                   size_t skip_end) const;
+  std::pair<size_t, size_t> device_input_range(const PlanRef& p);
   static size_t put_plan(char* h, size_t at, const MemoryPlan& plan, const PlanSegment& from,
                          PlanAt& w);
   void view_plan(const char* d, const PlanAt& w, const PlanSegment& from);
@@ -284,7 +288,7 @@ class Uploads {
   StagingRing forward_staging_, backward_staging_, interop_staging_;
   DeviceBuffer forward_meta_, backward_meta_, interop_meta_;
   const float* device_inputs_ = nullptr;  // DeviceInterop::inputs_from_device, for the next forward
-  size_t device_input_floats_ = 0;
+  size_t device_input_floats_ = 0, device_input_first_ = 0;
   PassAddresses at_;
   bool plan_partial_ = false;  // at_.view holds only the last increment's plan metadata
 };
@@ -490,8 +494,8 @@ class CudaInterop : public DeviceInterop {
   void write_parameters(ParameterCollection& pc, const std::vector<Transfer>& t) override;
   void read_gradients(ParameterCollection& pc, const std::vector<Transfer>& t) override;
   void zero_gradients(ParameterCollection& pc) override;
-  void inputs_from_device(const float* src, size_t floats) override;
-  bool inputs_pending() const override { return uploads_.device_inputs_pending(); }
+  void inputs_from_device(const float* src, size_t floats, size_t first_input) override;
+  size_t pending_inputs_begin() const override { return uploads_.pending_inputs_begin(); }
   void read_nodes(const Graph& g, const MemoryPlan& plan, const std::vector<uint32_t>& nodes,
                   float* dst, bool adjoints) override;
 

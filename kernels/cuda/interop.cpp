@@ -111,8 +111,8 @@ void CudaInterop::zero_gradients(ParameterCollection& pc) {
   params_.device_wrote(pc, false, true);
 }
 
-void CudaInterop::inputs_from_device(const float* src, size_t floats) {
-  uploads_.inputs_from_device(src, floats);
+void CudaInterop::inputs_from_device(const float* src, size_t floats, size_t first_input) {
+  uploads_.inputs_from_device(src, floats, first_input);
 }
 
 void CudaInterop::read_nodes(const Graph& g, const MemoryPlan& plan,

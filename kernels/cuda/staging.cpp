@@ -79,17 +79,18 @@ Uploads::ForwardUpload Uploads::forward_layout(const PlanRef& p, const Pass& pas
   return u;
 }
 
-// Writes the upload laid out as `u` into `h`, input values from `from_input` on.
+// Writes the upload laid out as `u` into `h`, input values but those in [skip_begin, skip_end).
 void Uploads::put_forward(char* h, const ForwardUpload& u, const PlanRef& p, const Pass& pass,
-                          const LaunchPlan& launches, const ParamMirror& params,
-                          size_t from_input) const {
+                          const LaunchPlan& launches, const ParamMirror& params, size_t skip_begin,
+                          size_t skip_end) const {
   PlanAt plan_at;
   put(h, 0, params.offset);
   put_plan(h, u.plan.operands, p.plan, p.plan.segments.at(p.first_segment), plan_at);
   put_pass(h, u.ptrs, pass, launches);
   const std::vector<float>& inputs = p.graph.input_values();
-  put(h, u.inputs + (from_input - u.first_input) * sizeof(float), inputs.data() + from_input,
-      inputs.size() - from_input);
+  put(h, u.inputs, inputs.data() + u.first_input, skip_begin - u.first_input);
+  put(h, u.inputs + (skip_end - u.first_input) * sizeof(float), inputs.data() + skip_end,
+      inputs.size() - skip_end);
 }
 
 Uploads::PreparedUpload Uploads::prepare_forward(const PlanRef& p, const Pass& pass,
@@ -97,8 +98,32 @@ Uploads::PreparedUpload Uploads::prepare_forward(const PlanRef& p, const Pass& p
                                                  const ParamMirror& params) {
   const ForwardUpload u = forward_layout(p, pass, launches, params);
   PinnedBuffer& staging = acquire(forward_staging_, std::max<size_t>(u.end, 1));
-  put_forward(staging.as<char>(), u, p, pass, launches, params, u.first_input);
+  put_forward(staging.as<char>(), u, p, pass, launches, params, u.first_input, u.first_input);
   return PreparedUpload{u, p.graph.inputs_version()};
+}
+
+// The input values [begin, end) that DeviceInterop::inputs_from_device gives this pass (begin =
+// end = the first segment's first input when none); throws, dropping them, unless they lie among
+// the inputs of the pass's first segment.
+std::pair<size_t, size_t> Uploads::device_input_range(const PlanRef& p) {
+  const PlanSegment& first_seg = p.plan.segments.at(p.first_segment);
+  const size_t seg_begin = first_seg.input_begin, seg_end = seg_begin + first_seg.input_count;
+  if (!device_inputs_) return {seg_begin, seg_begin};
+  const size_t begin = device_input_first_, end = begin + device_input_floats_;
+  const size_t graph_inputs = p.graph.input_values().size();
+  std::string why;
+  if (end > graph_inputs)
+    why = "but the graph has " + std::to_string(graph_inputs);
+  else if (begin < seg_begin || end > seg_end)
+    why = "but the inputs of the nodes this forward runs first are [" + std::to_string(seg_begin) +
+          ", " + std::to_string(seg_end) + ")" +
+          (p.first_segment > 0 ? " (an incremental forward: the nodes added since the last)" : "");
+  if (!why.empty()) {
+    device_inputs_ = nullptr;
+    throw std::invalid_argument("[cuda] inputs_from_device: input floats [" +
+                                std::to_string(begin) + ", " + std::to_string(end) + "), " + why);
+  }
+  return {begin, end};
 }
 
 void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& launches,
@@ -110,40 +135,26 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
   // The upload prepare_forward wrote into the ring's next buffer (no forward came between, so
   // the buffer is still the ring's next), unless an input value changed since.
   const bool ready = prepared && prepared->inputs_version == p.graph.inputs_version();
-  if (device_inputs_ && device_input_floats_ > inputs.size()) {
-    device_inputs_ = nullptr;
-    throw std::invalid_argument("[cuda] inputs_from_device: " +
-                                std::to_string(device_input_floats_) +
-                                " floats, but the graph has " + std::to_string(inputs.size()));
-  }
-  // Input values the caller's device memory provides are not uploaded; nor are those of the
-  // segments that ran before (an incremental forward runs from p.first_segment).
+  // Input values the caller's device memory provides, [dev_begin, dev_end), are not uploaded;
+  // nor are those of the segments that ran before (an incremental forward runs from
+  // p.first_segment).
   const PlanSegment& first_seg = plan.segments.at(p.first_segment);
-  if (device_inputs_ && p.first_segment > 0) {
-    device_inputs_ = nullptr;
-    throw std::invalid_argument("[cuda] inputs_from_device: not for an incremental forward");
-  }
-  if (device_inputs_ && device_input_floats_ > first_seg.input_count) {
-    device_inputs_ = nullptr;
-    throw std::invalid_argument("[cuda] inputs_from_device: " +
-                                std::to_string(device_input_floats_) +
-                                " floats, but the graph's first forward has " +
-                                std::to_string(first_seg.input_count));
-  }
-  const size_t skip = device_inputs_ ? device_input_floats_ : first_seg.input_begin;
+  const auto [dev_begin, dev_end] = device_input_range(p);
   const ForwardUpload u = ready ? prepared->u : forward_layout(p, pass, launches, params);
   PinnedBuffer& staging = ready ? forward_staging_.buffers[forward_staging_.next]
                                 : acquire(forward_staging_, std::max<size_t>(u.end, 1));
   char* h = staging.as<char>();
-  if (!ready) put_forward(h, u, p, pass, launches, params, skip);
+  if (!ready) put_forward(h, u, p, pass, launches, params, dev_begin, dev_end);
   forward_meta_.reserve(std::max<size_t>(u.end, 1), stream);
   char* d = forward_meta_.as<char>();
   // One copy, or two around the input values the caller's device memory provides.
-  const size_t tail = u.inputs + (skip - u.first_input) * sizeof(float);
-  const size_t inputs_end = u.inputs + (inputs.size() - u.first_input) * sizeof(float);
-  EDBATCH_CUDA_CHECK(
-      cudaMemcpyAsync(d, h, tail > u.inputs ? u.inputs : u.end, cudaMemcpyHostToDevice, stream));
-  if (tail > u.inputs && tail < inputs_end)
+  const auto byte_of = [&](size_t input) {
+    return u.inputs + (input - u.first_input) * sizeof(float);
+  };
+  const size_t inputs_end = byte_of(inputs.size());
+  const size_t head = dev_begin < dev_end ? byte_of(dev_begin) : u.end, tail = byte_of(dev_end);
+  EDBATCH_CUDA_CHECK(cudaMemcpyAsync(d, h, head, cudaMemcpyHostToDevice, stream));
+  if (dev_begin < dev_end && tail < inputs_end)
     EDBATCH_CUDA_CHECK(
         cudaMemcpyAsync(d + tail, h + tail, inputs_end - tail, cudaMemcpyHostToDevice, stream));
   release(forward_staging_, start);
@@ -155,23 +166,27 @@ void Uploads::forward(const PlanRef& p, const Pass& pass, const LaunchPlan& laun
   if (zero_from < zero_to)
     EDBATCH_CUDA_CHECK(
         cudaMemsetAsync(values + zero_from, 0, (zero_to - zero_from) * sizeof(float), stream));
-  // Each segment's inputs move to their place (one block per segment).
+  // Each segment's inputs move to their place (one block per segment, two around the device's).
   const float* uploaded = reinterpret_cast<const float*>(d + u.inputs);
-  for (size_t s = p.first_segment; s < plan.segments.size(); ++s) {
-    const PlanSegment& seg = plan.segments[s];
-    const size_t b = std::max<size_t>(seg.input_begin, skip);
-    const size_t e = static_cast<size_t>(seg.input_begin) + seg.input_count;
+  const auto move = [&](const PlanSegment& seg, size_t b, size_t e) {
     if (b < e)
       EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values + seg.input_offset + (b - seg.input_begin),
                                          uploaded + (b - u.first_input), (e - b) * sizeof(float),
                                          cudaMemcpyDeviceToDevice, stream));
+  };
+  for (size_t s = p.first_segment; s < plan.segments.size(); ++s) {
+    const PlanSegment& seg = plan.segments[s];
+    const size_t b = seg.input_begin, e = b + seg.input_count;
+    move(seg, b, std::min(e, dev_begin));
+    move(seg, std::max(b, dev_end), e);
   }
   if (device_inputs_) {  // DeviceInterop::inputs_from_device: the caller's device memory
     const float* src = device_inputs_;
     device_inputs_ = nullptr;
-    if (skip > 0)
-      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(values + first_seg.input_offset, src,
-                                         skip * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    if (dev_begin < dev_end)
+      EDBATCH_CUDA_CHECK(cudaMemcpyAsync(
+          values + first_seg.input_offset + (dev_begin - first_seg.input_begin), src,
+          (dev_end - dev_begin) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
   }
   DeviceView& view = at_.view;
   view = DeviceView{};

@@ -143,9 +143,14 @@ void Engine::prepare(Graph& g) {
 void Engine::run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end) {
   check_graph(g, e, fn);
   plan_graph(g, end);
-  // Input values that device memory gives (DeviceInterop::inputs_from_device) are new inputs.
+  // Input values that device memory gives (DeviceInterop::inputs_from_device) are new inputs,
+  // unless they are those of the nodes that have not run (an increment's).
   const DeviceInterop* io = backend_->device_interop();
-  const bool new_inputs = ran_inputs_version_ != g.inputs_version() || (io && io->inputs_pending());
+  const size_t device_inputs = io ? io->pending_inputs_begin() : SIZE_MAX;
+  const size_t unran_inputs =
+      ran_segments_ < plan_.segments.size() ? plan_.segments[ran_segments_].input_begin : SIZE_MAX;
+  const bool new_inputs = ran_inputs_version_ != g.inputs_version() ||
+                          (device_inputs != SIZE_MAX && device_inputs < unran_inputs);
   // A forward over nodes that all ran, after the parameters changed (an update), computes them
   // again, as DyNet's forward does; an increment's new nodes alone read the new parameters (the
   // values before keep theirs, as DyNet's incremental_forward).

@@ -389,7 +389,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   const Expr target = targets_[0];
   if (on_device) {
     DeviceInterop& io = interop(fn);
-    io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim));
+    io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim), 0);
     engine_.enqueue(graph_, target);  // queued; nothing waits for it
     if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
     if (prof) {

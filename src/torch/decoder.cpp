@@ -54,7 +54,7 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
 }
 
 void Decoder::step(int64_t n, const int64_t* ids, const float* x,
-                   const std::vector<float*>& outputs) {
+                   const std::vector<float*>& outputs, bool on_device, void* stream) {
   const char* fn = "edbatch.Decoder.step";
   if (!started_) throw std::invalid_argument(fmt::format("[{}] call start() first", fn));
   if (n < 0 || n > num_instances_)
@@ -65,21 +65,32 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     if (seen_[static_cast<size_t>(ids[r])]++)
       throw std::invalid_argument(fmt::format("[{}] instance {} is given twice", fn, ids[r]));
   }
+  DeviceInterop* io = on_device ? engine_.device_interop() : nullptr;
+  if (on_device && !io)
+    throw std::invalid_argument(fmt::format("[{}] device memory given, but the engine runs on {}",
+                                            fn, engine_.options().device));
   if (n == 0) return;
   const uint32_t S = cell_->num_outputs(), D = cell_->input_dim();
   const std::vector<uint32_t> segments = cell_->input_segments();
-  prev_.resize(S);
-  out_.resize(S);
+  // The step's x rows are its first input values, one after another as x holds them (from device
+  // memory, those inputs are placeholders until the forward copies x in).
+  const size_t first_input = graph_.input_values().size();
+  if (on_device) zeros_.assign(D, 0.0f);
+  x_.clear();
   for (int64_t r = 0; r < n; ++r) {
-    x_.clear();
-    const float* row = x + r * D;
+    const float* row = on_device ? zeros_.data() : x + r * D;
     for (uint32_t size : segments) {
       x_.push_back(input(graph_, Dim{size, 1}, row));
       row += size;
     }
+  }
+  prev_.resize(S);
+  out_.resize(S);
+  for (int64_t r = 0; r < n; ++r) {
     Expr* state = &state_[static_cast<size_t>(ids[r]) * S];
     std::copy(state, state + S, prev_.begin());
-    if (!cell_->step(graph_, x_.data(), prev_.data(), out_.data()))
+    if (!cell_->step(graph_, &x_[static_cast<size_t>(r) * segments.size()], prev_.data(),
+                     out_.data()))
       throw std::invalid_argument(fmt::format(
           "[{}] this cell has no decoding step (a chain of its nodes: the lattice cells, and "
           "user cells reading x rows without dropout)",
@@ -88,10 +99,29 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     ++instance_steps_[static_cast<size_t>(ids[r])];
   }
   // Run the step's nodes (only those added since the last forward run), then read the new states
-  // at once: from a device, one copy queued behind the step's kernels and one wait.
+  // at once: into host memory, one copy queued behind the step's kernels and one wait; into
+  // device memory, copies queued on `stream`, and nothing waits.
   fetch_.clear();
   for (int64_t r = 0; r < n; ++r)
     for (uint32_t o = 0; o < S; ++o) fetch_.push_back(state_[static_cast<size_t>(ids[r]) * S + o]);
+  if (on_device) {
+    io->use_stream(stream);
+    io->inputs_from_device(x, static_cast<size_t>(n) * D, first_input);
+    try {
+      engine_.forward_through(graph_, fetch_);
+    } catch (...) {
+      io->inputs_from_device(nullptr, 0, 0);  // not left for a later forward
+      throw;
+    }
+    for (uint32_t o = 0; o < S; ++o) {
+      node_ids_.clear();
+      for (int64_t r = 0; r < n; ++r)
+        node_ids_.push_back(state_[static_cast<size_t>(ids[r]) * S + o].id);
+      io->read_nodes(graph_, engine_.plan(), node_ids_, outputs[o], false);
+    }
+    ++steps_;
+    return;
+  }
   engine_.forward_through(graph_, fetch_);
   engine_.fetch(fetch_);
   for (uint32_t o = 0; o < S; ++o) {

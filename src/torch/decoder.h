@@ -24,8 +24,11 @@ class Decoder {
              const std::vector<const float*>& states);
   // One step for the instances ids[0..n) (distinct, in [0, num_instances)): instance ids[r] reads
   // x row r (x: n x input_dim floats) and its last state; outputs[o] receives n x output_size(o),
-  // the new states, which become the instances' states. n = 0 does nothing.
-  void step(int64_t n, const int64_t* ids, const float* x, const std::vector<float*>& outputs);
+  // the new states, which become the instances' states. n = 0 does nothing. With on_device, x and
+  // outputs are device memory of the engine's device, read and written on `stream` (a
+  // cudaStream_t; the step is queued there, and nothing waits for it).
+  void step(int64_t n, const int64_t* ids, const float* x, const std::vector<float*>& outputs,
+            bool on_device = false, void* stream = nullptr);
   // The loop goes on with n instances: instance r (in [0, n)) continues from the state and step
   // count of instance ids[r] (in [0, num_instances); repeats allowed, instances not named end),
   // as beam search continues each new hypothesis from its parent's. Adds and runs no node.
@@ -58,6 +61,8 @@ class Decoder {
   std::vector<Expr> state_;  // instance i's output o at [i * num_outputs + o]
   std::vector<int64_t> instance_steps_;
   std::vector<Expr> x_, prev_, out_, fetch_;
+  std::vector<uint32_t> node_ids_;
+  std::vector<float> zeros_;
   std::vector<uint8_t> seen_;
 };
 

@@ -1,7 +1,7 @@
 // The libtorch half of the decoding loop: torch.ops.edbatch's class Decoder (decoder.h) for
 // edbatch.nn.StepDecoder. Forward only: tensors come back without autograd history. The engine
-// runs on the device of the cell's weights (CPU or CUDA); inputs and states cross through host
-// memory, one copy per step.
+// runs on the device of the cell's weights (CPU or CUDA); on CUDA, a step's x and new states stay
+// in device memory (through host memory with EDBATCH_TORCH_HOST_COPY=1, or for a CPU x).
 #include <fmt/format.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
@@ -72,7 +72,8 @@ class TorchDecoder : public torch::CustomClassHolder {
   }
 
   // ids: int64, the running instances; x: float32, one row per id. Returns their new states (one
-  // tensor per cell output, a row per id) on x's device.
+  // tensor per cell output, a row per id) on x's device. A CUDA x on a CUDA engine stays on the
+  // GPU (runtime.h, device_resident): the step is queued on torch's current stream.
   std::vector<Tensor> step(const Tensor& ids, const Tensor& x) {
     const Cell& cell = decoder_->cell();
     check_index_tensor(ids, "ids", -1);
@@ -84,15 +85,18 @@ class TorchDecoder : public torch::CustomClassHolder {
                        n, cell.input_dim(), c10::toString(x.scalar_type()), shape(x.sizes())));
     const c10::DeviceGuard guard(device_);
     const Tensor ids_c = ids.to(at::kCPU).contiguous();
-    const Tensor x_c = x.to(at::kCPU).contiguous();
+    const bool on_device = device_.is_cuda() && device_resident(x);
+    const Tensor x_c = x.to(on_device ? device_ : c10::Device(at::kCPU)).contiguous();
     std::vector<Tensor> out;
     std::vector<float*> outputs;
     for (uint32_t o = 0; o < cell.num_outputs(); ++o) {
-      out.push_back(at::empty({n, static_cast<int64_t>(cell.output_size(o))}, at::kFloat));
+      out.push_back(at::empty({n, static_cast<int64_t>(cell.output_size(o))},
+                              at::dtype(at::kFloat).device(x_c.device())));
       outputs.push_back(out.back().data_ptr<float>());
     }
     try {
-      decoder_->step(n, ids_c.data_ptr<int64_t>(), x_c.data_ptr<float>(), outputs);
+      decoder_->step(n, ids_c.data_ptr<int64_t>(), x_c.data_ptr<float>(), outputs, on_device,
+                     on_device ? current_stream(x_c) : nullptr);
     } catch (const std::exception& e) {
       fail(e.what());
     }

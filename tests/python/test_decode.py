@@ -1,6 +1,7 @@
 """edbatch.nn.StepDecoder: greedy decoding step by step on one engine against the same loop run
 eagerly in PyTorch one sentence at a time; sentences stop at their own end token; the graph grows
 by one cell call per running sentence and step."""
+import copy
 import gc
 import weakref
 
@@ -607,3 +608,52 @@ def test_reorder_of_a_single_tensor_state():
     direct.start(len(index), h1[index])
     torch.testing.assert_close(got, direct.step(x2), atol=0, rtol=0)
     assert not torch.equal(got, reordered.step(x2))  # the state moved on
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@torch.no_grad()
+def test_cuda_steps_stay_on_the_device():
+    """On a CUDA engine, a CUDA x (strided, on a side stream) and the new states stay in device
+    memory: no copy through the host that PyTorch would wait for. Steps, a stop and a reorder give
+    the CPU engine's states; a CPU x on the same decoder gets CPU states back."""
+    vocab, E, H = 13, 6, 7
+    model, eager, cell = pick_user_lstm(vocab, E, H, 5)
+    module = edbatch.nn.Propagate(cell, state_size=(H, H))
+    on_cpu = edbatch.nn.StepDecoder(module, input_size=E)
+    on_cuda = edbatch.nn.StepDecoder(
+        edbatch.nn.Propagate(copy.deepcopy(cell), state_size=(H, H)).cuda(), input_size=E)
+    g = torch.Generator().manual_seed(8)
+    h0, c0 = torch.randn(6, H, generator=g), torch.randn(6, H, generator=g)
+    on_cpu.start(6, (h0, c0))
+    on_cuda.start(6, (h0.cuda(), c0.cuda()))
+    device_path = edbatch.info.cuda_tensor_path() == "gpu"
+    side = torch.cuda.Stream()
+    for step, change in enumerate(["stop", "reorder", None, "cpu x"]):
+        n = on_cpu.running.numel()
+        wide = torch.randn(n, 2 * E, generator=g)
+        x = wide[:, ::2]  # strided rows
+        want = on_cpu.step(x)
+        if change == "cpu x":
+            got = on_cuda.step(x)
+            assert all(not t.is_cuda for t in got)
+        else:
+            x_cuda = wide.cuda()[:, ::2]
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                if device_path:
+                    torch.cuda.set_sync_debug_mode("error")  # a copy to the host raises
+                try:
+                    got = on_cuda.step(x_cuda)
+                finally:
+                    torch.cuda.set_sync_debug_mode(0)
+                assert all(t.is_cuda for t in got)
+                got = tuple(t.cpu() for t in got)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=f"step {step}")
+        if change == "stop":
+            mask = torch.tensor([True, False, False, True, False, False])
+            assert torch.equal(on_cuda.stop(mask), on_cpu.stop(mask))
+        elif change == "reorder":
+            index = [3, 0, 0, 2, 3]
+            assert torch.equal(on_cuda.reorder(index), on_cpu.reorder(index))
+    assert on_cuda.stats()["nodes"] == on_cpu.stats()["nodes"]
