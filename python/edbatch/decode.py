@@ -257,8 +257,9 @@ class StepDecoder:
                              f"takes one position per row of the next step")
         given = given.to(torch.long).cpu()
         n = self.running.numel()
-        bad = given[(given < 0) | (given >= n)]
-        if bad.numel():
+        # two reductions; the positions out of range are found only for the message
+        if given.numel() and (int(given.min()) < 0 or int(given.max()) >= n):
+            bad = given[(given < 0) | (given >= n)]
             raise ValueError(f"StepDecoder.reorder: position {int(bad[0])} is not a running "
                              f"row: positions are in [0, {n}) (the rows of the last step's "
                              f"output)")
