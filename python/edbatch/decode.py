@@ -80,7 +80,8 @@ class StepDecoder:
     torch.no_grad(); train with the cell's whole-structure forward). Weights are read at start().
     The engine runs where the cell's parameters are when the decoder is made (the CPU or a CUDA
     device; `device` says which): move the module first. x may be on any device; the new states
-    come back on x's device.
+    come back on x's device. On a CUDA engine a CUDA x and the new states stay on the GPU, queued
+    on torch's current stream (nothing waits for them).
     """
 
     def __init__(self, cell, input_size=None, policy="lb-greedy", threads=0):
