@@ -194,11 +194,13 @@ bool Runner::wait_each_call() {
   return wait;
 }
 
-DeviceInterop& Runner::interop(const char* fn) {
-  DeviceInterop* io = engine_.device_interop();
+DeviceInterop& device_interop(Engine& engine, const char* fn) {
+  DeviceInterop* io = engine.device_interop();
   if (!io)
-    throw std::invalid_argument(std::string("[") + fn + "] device memory given, but the engine "
-                                "runs on " + engine_.options().device);
+    throw std::invalid_argument(std::string("[") + fn +
+                                "] device memory given, but the engine "
+                                "runs on " +
+                                engine.options().device);
   return *io;
 }
 
@@ -351,7 +353,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   if (prof) prof->lap(HostProfile::Check, t);
   const std::vector<WeightSpec>& specs = specs_;
   if (on_device) {
-    DeviceInterop& io = interop(fn);
+    DeviceInterop& io = device_interop(engine_, fn);
     io.use_stream(stream);
     transfers_.clear();
     for (size_t i = 0; i < specs.size(); ++i)
@@ -388,7 +390,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   // Backward seeds the outputs' adjoints directly (Engine::backward from outputs).
   const Expr target = targets_[0];
   if (on_device) {
-    DeviceInterop& io = interop(fn);
+    DeviceInterop& io = device_interop(engine_, fn);
     io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim), 0);
     engine_.enqueue(graph_, target);  // queued; nothing waits for it
     if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
@@ -496,7 +498,7 @@ void Runner::read_gradients(DeviceInterop& io, const std::vector<float*>& grad_w
 // device; nothing waits.
 void Runner::backward_on_device(const float* out_grad, float* grad_x,
                                 const std::vector<float*>& grad_weights, void* stream) {
-  DeviceInterop& io = interop("edbatch.backward");
+  DeviceInterop& io = device_interop(engine_, "edbatch.backward");
   io.use_stream(stream);
   if (!have_graph_) {
     if (num_nodes_ != 0)

@@ -116,6 +116,10 @@ struct RunOptions {
 // Forward passes of every Runner in the process that ran on a reused plan (Stats::plan_reused).
 uint64_t plans_reused_total();
 
+// The engine's device interop; throws naming fn when the engine runs on the CPU (device memory
+// was given for an engine that cannot read it).
+DeviceInterop& device_interop(Engine& engine, const char* fn);
+
 // One cell on one engine; reused across mini-batches (its graph, arena and blocks are kept).
 class Runner {
  public:
@@ -186,7 +190,6 @@ class Runner {
   void build_graph(const Packed& p, const float* x);
   void add_loss_head(const Packed& p);
   void check_labels(const Packed& p, const char* fn) const;
-  DeviceInterop& interop(const char* fn);
   static bool wait_each_call();
   void read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights);
   void backward_on_device(const float* out_grad, float* grad_x,

@@ -65,10 +65,7 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     if (seen_[static_cast<size_t>(ids[r])]++)
       throw std::invalid_argument(fmt::format("[{}] instance {} is given twice", fn, ids[r]));
   }
-  DeviceInterop* io = on_device ? engine_.device_interop() : nullptr;
-  if (on_device && !io)
-    throw std::invalid_argument(fmt::format("[{}] device memory given, but the engine runs on {}",
-                                            fn, engine_.options().device));
+  DeviceInterop* io = on_device ? &device_interop(engine_, fn) : nullptr;
   if (n == 0) return;
   const uint32_t S = cell_->num_outputs(), D = cell_->input_dim();
   const std::vector<uint32_t> segments = cell_->input_segments();
@@ -116,19 +113,18 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     for (uint32_t o = 0; o < S; ++o) {
       node_ids_.clear();
       for (int64_t r = 0; r < n; ++r)
-        node_ids_.push_back(state_[static_cast<size_t>(ids[r]) * S + o].id);
+        node_ids_.push_back(fetch_[static_cast<size_t>(r) * S + o].id);
       io->read_nodes(graph_, engine_.plan(), node_ids_, outputs[o], false);
     }
-    ++steps_;
-    return;
-  }
-  engine_.forward_through(graph_, fetch_);
-  engine_.fetch(fetch_);
-  for (uint32_t o = 0; o < S; ++o) {
-    const uint32_t size = cell_->output_size(o);
-    for (int64_t r = 0; r < n; ++r) {
-      const Tensor t = engine_.value(state_[static_cast<size_t>(ids[r]) * S + o]);
-      std::memcpy(outputs[o] + r * size, t.data, sizeof(float) * size);
+  } else {
+    engine_.forward_through(graph_, fetch_);
+    engine_.fetch(fetch_);
+    for (uint32_t o = 0; o < S; ++o) {
+      const uint32_t size = cell_->output_size(o);
+      for (int64_t r = 0; r < n; ++r) {
+        const Tensor t = engine_.value(fetch_[static_cast<size_t>(r) * S + o]);
+        std::memcpy(outputs[o] + r * size, t.data, sizeof(float) * size);
+      }
     }
   }
   ++steps_;
