@@ -202,9 +202,9 @@ TEST_CASE("incremental: values and gradients equal the graph built whole, every 
 }
 
 // On the GPU an increment uploads only its own segment's plan metadata, and a backward after
-// increments the whole plan's; values come to the host one by one or many at once (fetch). Values
-// read right after their increment and the gradients (of two backward passes in a row, then of a
-// whole forward on the same engines) equal the CPU's.
+// increments the whole plan's; values come to the host one by one or many at once (fetch, read).
+// Values read right after their increment and the gradients (of two backward passes in a row, then
+// of a whole forward on the same engines) equal the CPU's.
 TEST_CASE("incremental: on the GPU, values and gradients equal the CPU's" *
           doctest::skip(!device_unavailable("cuda").empty())) {
   ParameterCollection pc_cpu(19), pc_gpu(19);
@@ -237,15 +237,26 @@ TEST_CASE("incremental: on the GPU, values and gradients equal the CPU's" *
       const Expr lc = bc.build(gc, [&](Graph& g, const std::vector<Expr>& l) {
         cpu.forward(g, l.back());
       });
-      bool fetch = false;
+      int way = 0;
       const Expr lg = bg.build(gg, [&](Graph& g, const std::vector<Expr>& l) {
         const uint32_t before = g.size();
         gpu.forward(g, l.back());
-        // Every other increment, its values come to the host at once first (Engine::fetch).
+        // In turn, an increment's values come to the host one by one (value), at once first
+        // (Engine::fetch), or copied out at once (Engine::read, each into its own buffer).
         std::vector<Expr> exprs;
         for (uint32_t v = before > 30 ? before - 30 : 0; v < g.size(); ++v)
           if (computed(g, v)) exprs.push_back(g.expr(v));
-        if ((fetch = !fetch)) gpu.fetch(exprs);
+        way = (way + 1) % 3;
+        if (way == 1) gpu.fetch(exprs);
+        if (way == 2) {
+          std::vector<std::vector<float>> bufs;
+          std::vector<float*> outs;
+          for (const Expr& e : exprs) bufs.emplace_back(g.node(e.id).dim.size());
+          for (std::vector<float>& b : bufs) outs.push_back(b.data());
+          gpu.read(exprs, 1, outs.data());
+          for (size_t i = 0; i < exprs.size(); ++i) read.emplace_back(exprs[i].id, bufs[i]);
+          return;
+        }
         for (const Expr& e : exprs) read.emplace_back(e.id, value_of(gpu, g, e.id));
       });
       cpu.forward(gc, lc);
@@ -333,6 +344,62 @@ TEST_CASE("incremental: forward_through runs a prefix and the rest runs later, e
       CHECK(e.plan().segments.size() > 2);
     }
   }
+}
+
+// Engine::read copies the values of groups of expressions, each group into its own buffer, as
+// value() gives them one by one: after each increment, every computed node so far and a
+// parameter, in groups of several sizes.
+TEST_CASE("incremental: read copies groups of values as value() gives them") {
+  ParameterCollection pc(29);
+  const Weights w = make_weights(pc);
+  const Builder b{w, {4, 1, 6, 3, 5}, 31};
+  Engine e(pc);
+  Graph g(pc);
+  uint32_t increments = 0;
+  const Expr loss = b.build(g, [&](Graph& gg, const std::vector<Expr>& losses) {
+    e.forward(gg, losses.back());
+    ++increments;
+    std::vector<Expr> exprs{parameter(gg, w.W)};
+    std::vector<std::vector<float>> expected{value_of(e, gg, exprs[0].id)};
+    for (uint32_t v = 0; v < gg.size(); ++v)
+      if (computed(gg, v) && gg.node(v).op != Op::Parameter) {
+        exprs.push_back(gg.expr(v));
+        expected.push_back(value_of(e, gg, v));
+      }
+    for (const size_t group : {size_t{1}, size_t{2}, size_t{3}}) {
+      CAPTURE(group);
+      std::vector<Expr> es(exprs.begin(), exprs.begin() + exprs.size() / group * group);
+      std::vector<std::vector<float>> bufs(es.size() / group);
+      std::vector<float*> outs;
+      for (size_t k = 0; k < bufs.size(); ++k) {
+        size_t floats = 0;
+        for (size_t j = 0; j < group; ++j) floats += expected[k * group + j].size();
+        bufs[k].assign(floats + 1, -7.0f);  // the float past the group stays as it was
+        outs.push_back(bufs[k].data());
+      }
+      e.read(es, group, outs.data());
+      for (size_t k = 0; k < bufs.size(); ++k) {
+        std::vector<float> want;
+        for (size_t j = 0; j < group; ++j)
+          want.insert(want.end(), expected[k * group + j].begin(), expected[k * group + j].end());
+        want.push_back(-7.0f);
+        CHECK(bufs[k] == want);  // bit for bit: the same floats copied
+      }
+    }
+  });
+  CHECK(increments > 1);
+  e.forward(g, loss);
+  // Misuse: groups that do not divide the list, and a node that has not run.
+  float sink[4 * H];
+  float* outs[2] = {sink, sink + 2 * H};
+  const Expr h = g.expr(g.size() - 1);
+  CHECK_THROWS_WITH_AS(e.read({h, h, h}, 2, outs), doctest::Contains("are not groups of 2"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(e.read({h}, 0, outs), doctest::Contains("are not groups of 0"),
+                       std::invalid_argument);
+  const Expr later = tanh(h);
+  CHECK_THROWS_WITH_AS(e.read({later}, 1, outs), doctest::Contains("[Engine::read] node"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("incremental: gradients after increments match finite differences") {

@@ -158,6 +158,9 @@ class Engine {
   // lie close together (a decoding step's outputs, one per sentence, are one batch's), where
   // value() alone copies on each miss. Checks each expression as value() does.
   void fetch(const std::vector<Expr>& es) const;
+  // fetch(), then copies the values out: `es` holds groups of `group` expressions, and group k's
+  // values go one after another (each dim.size() floats) to outs[k]. Checks each expression once.
+  void read(const std::vector<Expr>& es, size_t group, float* const* outs) const;
   Tensor gradient(const Expr& e) const;  // after backward
 
   // Device times are those of the latest finished passes (a device runs passes asynchronously).
@@ -189,6 +192,7 @@ class Engine {
   uint32_t ran_nodes() const;  // nodes [0, ran_nodes()) have values
   // value() and fetch(): `e` is a node of the last forward's graph that has run.
   void check_ran(const Expr& e, const char* fn) const;
+  void fetch_checked(const std::vector<Expr>& es, const char* fn) const;  // fetch(), read()
   void check_ran_all(const Graph& g) const;  // backward: every node of `g` has run
   void sync_counters() const;
   void run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end = UINT32_MAX);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -311,12 +312,34 @@ Tensor Engine::value(const Expr& e) const {
 }
 
 void Engine::fetch(const std::vector<Expr>& es) const {
+  fetch_checked(es, "Engine::fetch");
+}
+
+void Engine::fetch_checked(const std::vector<Expr>& es, const char* fn) const {
   fetch_nodes_.clear();
   for (const Expr& e : es) {
-    check_ran(e, "Engine::fetch");
+    check_ran(e, fn);
     if (graph_->node(e.id).op != Op::Parameter) fetch_nodes_.push_back(e.id);
   }
   if (!fetch_nodes_.empty()) backend_->fetch(plan_, fetch_nodes_);
+}
+
+void Engine::read(const std::vector<Expr>& es, size_t group, float* const* outs) const {
+  if (group == 0 ? !es.empty() : es.size() % group != 0)
+    throw std::invalid_argument("[Engine::read] " + std::to_string(es.size()) +
+                                " expressions are not groups of " + std::to_string(group));
+  fetch_checked(es, "Engine::read");
+  for (size_t i = 0, k = 0; i < es.size(); ++k) {
+    float* out = outs[k];
+    for (const size_t end = i + group; i < end; ++i) {
+      const Node& n = graph_->node(es[i].id);
+      const float* v =
+          n.op == Op::Parameter ? params_.values(n.aux) : backend_->value(plan_, es[i].id);
+      const size_t size = n.dim.size();
+      std::memcpy(out, v, sizeof(float) * size);
+      out += size;
+    }
+  }
 }
 
 Tensor Engine::gradient(const Expr& e) const {

@@ -412,14 +412,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   }
   engine_.forward(graph_, target);
   if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
-  engine_.fetch(targets_);
-  for (uint32_t o = 0; o < nout; ++o) {
-    for (size_t k = 0; k < per_output; ++k) {
-      const Tensor t = engine_.value(targets_[o * per_output + k]);
-      const size_t size = t.dim.size();
-      std::memcpy(outputs[o] + k * size, t.data, sizeof(float) * size);
-    }
-  }
+  engine_.read(targets_, per_output, outputs.data());
   have_graph_ = for_backward;
 }
 

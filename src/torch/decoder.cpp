@@ -98,9 +98,9 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
   // Run the step's nodes (only those added since the last forward run), then read the new states
   // at once: into host memory, one copy queued behind the step's kernels and one wait; into
   // device memory, copies queued on `stream`, and nothing waits.
-  fetch_.clear();
-  for (int64_t r = 0; r < n; ++r)
-    for (uint32_t o = 0; o < S; ++o) fetch_.push_back(state_[static_cast<size_t>(ids[r]) * S + o]);
+  fetch_.clear();  // output by output
+  for (uint32_t o = 0; o < S; ++o)
+    for (int64_t r = 0; r < n; ++r) fetch_.push_back(state_[static_cast<size_t>(ids[r]) * S + o]);
   if (on_device) {
     io->use_stream(stream);
     io->inputs_from_device(x, static_cast<size_t>(n) * D, first_input);
@@ -113,19 +113,12 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     for (uint32_t o = 0; o < S; ++o) {
       node_ids_.clear();
       for (int64_t r = 0; r < n; ++r)
-        node_ids_.push_back(fetch_[static_cast<size_t>(r) * S + o].id);
+        node_ids_.push_back(fetch_[o * static_cast<size_t>(n) + r].id);
       io->read_nodes(graph_, engine_.plan(), node_ids_, outputs[o], false);
     }
   } else {
     engine_.forward_through(graph_, fetch_);
-    engine_.fetch(fetch_);
-    for (uint32_t o = 0; o < S; ++o) {
-      const uint32_t size = cell_->output_size(o);
-      for (int64_t r = 0; r < n; ++r) {
-        const Tensor t = engine_.value(fetch_[static_cast<size_t>(r) * S + o]);
-        std::memcpy(outputs[o] + r * size, t.data, sizeof(float) * size);
-      }
-    }
+    engine_.read(fetch_, static_cast<size_t>(n), outputs.data());
   }
   ++steps_;
 }

@@ -89,6 +89,7 @@ class ProgramCell : public Cell {
   // Per build: zero columns by size, the messages of one node.
   std::map<uint32_t, Expr> zeros_;
   std::vector<std::vector<Expr>> messages_;
+  std::vector<Expr> step_row_, step_reduced_;  // step()'s, kept: it runs once per decoded row
 };
 
 ProgramCell::ProgramCell(const json& doc, ParameterCollection& pc, uint32_t input_size)
@@ -567,15 +568,18 @@ void ProgramCell::build(Graph& g, const Packed& p, const std::vector<Expr>& x,
 // any); one message reduces to itself; node cell 0 reads x. Not for ids or dropout (call data).
 bool ProgramCell::step(Graph& g, const Expr* x, const Expr* prev, Expr* out) {
   if (kind_ != InputKind::X || sites_ > 0) return false;
-  const std::vector<Expr> row{x[0]};
+  step_row_.assign(1, x[0]);
   zeros_.clear();  // the decoder's graph may have been cleared since the last step
   for (CellProgram& c : cells_) c.projections.assign(2 * static_cast<size_t>(c.projected), Expr{});
-  std::vector<Expr> reduced(message_.size() + 1);
+  std::vector<Expr>& reduced = step_reduced_;
+  reduced.assign(message_.size() + 1, Expr{});
   if (edge_cells_.empty()) std::copy(prev, prev + message_.size(), reduced.begin() + 1);
-  else call(g, Packed{}, cells_[edge_cells_[0]], prev, -1, row, 1, reduced.data() + 1);
+  else
+    call(g, Packed{}, cells_[edge_cells_[0]], prev, -1, step_row_, 1, reduced.data() + 1);
   CellProgram& nc = cells_[node_cells_[0]];
   if (nc.pass_through) std::copy(reduced.begin() + 1, reduced.end(), out);
-  else call(g, Packed{}, nc, reduced.data(), 0, row, 0, out);
+  else
+    call(g, Packed{}, nc, reduced.data(), 0, step_row_, 0, out);
   return true;
 }
 
