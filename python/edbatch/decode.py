@@ -256,18 +256,10 @@ class StepDecoder:
         if given.dim() != 1:
             raise ValueError(f"StepDecoder.reorder: index has shape {tuple(given.shape)}; it "
                              f"takes one position per row of the next step")
-        given = given.to(torch.long).cpu()
-        n = self.running.numel()
-        # two reductions; the positions out of range are found only for the message
-        if given.numel() and (int(given.min()) < 0 or int(given.max()) >= n):
-            bad = given[(given < 0) | (given >= n)]
-            raise ValueError(f"StepDecoder.reorder: position {int(bad[0])} is not a running "
-                             f"row: positions are in [0, {n}) (the rows of the last step's "
-                             f"output)")
         checks.integer(given.numel(), "StepDecoder.reorder", "len(index)", 0,
                        checks.MAX_SIZE // max(self._components, 1))
-        try:
-            self._impl.reorder(self.running[given])
+        try:  # the engine's class reads the positions, checks them and maps them to instances
+            self._impl.reorder(self.running, given)
         except (RuntimeError, TypeError) as e:
             _reraise(e)
         self.running = torch.arange(given.numel())

@@ -129,15 +129,15 @@ void Decoder::reorder(int64_t n, const int64_t* ids) {
   if (n < 0) throw std::invalid_argument(fmt::format("[{}] negative number of instances", fn));
   for (int64_t r = 0; r < n; ++r) check_instance(fn, ids[r]);
   const uint32_t S = cell_->num_outputs();
-  std::vector<Expr> state(static_cast<size_t>(n) * S);
-  std::vector<int64_t> instance_steps(static_cast<size_t>(n));
+  next_state_.resize(static_cast<size_t>(n) * S);
+  next_steps_.resize(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
     const auto from = static_cast<size_t>(ids[r]);
-    std::copy_n(&state_[from * S], S, &state[static_cast<size_t>(r) * S]);
-    instance_steps[static_cast<size_t>(r)] = instance_steps_[from];
+    std::copy_n(&state_[from * S], S, &next_state_[static_cast<size_t>(r) * S]);
+    next_steps_[static_cast<size_t>(r)] = instance_steps_[from];
   }
-  state_.swap(state);
-  instance_steps_.swap(instance_steps);
+  state_.swap(next_state_);  // the old lists stay as the next reorder's storage
+  instance_steps_.swap(next_steps_);
   num_instances_ = n;
 }
 

@@ -60,6 +60,8 @@ class Decoder {
   bool started_ = false;
   std::vector<Expr> state_;  // instance i's output o at [i * num_outputs + o]
   std::vector<int64_t> instance_steps_;
+  std::vector<Expr> next_state_;  // reorder()'s, swapped with state_ and instance_steps_
+  std::vector<int64_t> next_steps_;
   std::vector<Expr> x_, prev_, out_, fetch_;
   std::vector<uint32_t> node_ids_;
   std::vector<float> zeros_;

@@ -104,13 +104,29 @@ class TorchDecoder : public torch::CustomClassHolder {
     return out;
   }
 
-  // ids: int64, for each instance of the loop from now on, the instance whose state it continues
-  // from (Decoder::reorder).
-  void reorder(const Tensor& ids) {
-    check_index_tensor(ids, "ids", -1);
-    const Tensor ids_c = ids.to(at::kCPU).contiguous();
+  // running: int64, the running instances; positions: integers (any dtype and device, checked
+  // for dtype and shape by the caller), for each instance of the loop from now on, the position
+  // in `running` of the instance whose state it continues from (Decoder::reorder).
+  void reorder(const Tensor& running, const Tensor& positions) {
+    check_index_tensor(running, "running", -1);
+    const Tensor run = running.to(at::kCPU).contiguous();
+    const Tensor pos = positions.to(at::TensorOptions().device(at::kCPU).dtype(at::kLong))
+                           .contiguous()
+                           .reshape({-1});
+    const int64_t n = run.numel(), m = pos.numel();
+    const int64_t* from = run.data_ptr<int64_t>();
+    const int64_t* p = pos.data_ptr<int64_t>();
+    ids_.resize(static_cast<size_t>(m));
+    for (int64_t r = 0; r < m; ++r) {
+      if (p[r] < 0 || p[r] >= n)
+        fail(
+            fmt::format("[StepDecoder.reorder] position {} is not a running row: positions are "
+                        "in [0, {}) (the rows of the last step's output)",
+                        p[r], n));
+      ids_[static_cast<size_t>(r)] = from[p[r]];
+    }
     try {
-      decoder_->reorder(ids_c.numel(), ids_c.data_ptr<int64_t>());
+      decoder_->reorder(m, ids_.data());
     } catch (const std::exception& e) {
       fail(e.what());
     }
@@ -139,6 +155,7 @@ class TorchDecoder : public torch::CustomClassHolder {
   c10::Device device_;
   std::unique_ptr<Decoder> decoder_;
   std::vector<Tensor> kept_;
+  std::vector<int64_t> ids_;  // reorder()'s
 };
 
 }  // namespace

@@ -543,8 +543,8 @@ def test_reorder_continues_named_rows_and_refuses_others():
     g = torch.Generator().manual_seed(8)
     h0, c0 = torch.randn(4, H, generator=g), torch.randn(4, H, generator=g)
     decoder.start(4, (h0, c0))
-    # Before any step: the initial states are reordered.
-    assert decoder.reorder(torch.tensor([3, 3, 0])).tolist() == [0, 1, 2]
+    # Before any step: the initial states are reordered (positions of any integer dtype).
+    assert decoder.reorder(torch.tensor([3, 3, 0], dtype=torch.int32)).tolist() == [0, 1, 2]
     x = torch.randn(3, E, generator=g)
     h, c = decoder.step(x)
     eh, ec = module.node_cells[0](x, (h0[[3, 3, 0]], c0[[3, 3, 0]]))
@@ -576,7 +576,8 @@ def test_reorder_continues_named_rows_and_refuses_others():
             decoder.reorder(bad)
     assert decoder.running.tolist() == [0, 1, 2, 3]  # a refused reorder changes nothing
     # The engine's class checks the instance ids it is given too (as step's).
-    for call, name in [(lambda: decoder._impl.reorder(torch.tensor([9])), "reorder"),
+    for call, name in [(lambda: decoder._impl.reorder(torch.tensor([9]), torch.tensor([0])),
+                        "reorder"),
                        (lambda: decoder._impl.step(torch.tensor([-1]), torch.zeros(1, E)), "step")]:
         with pytest.raises(RuntimeError, match=rf"\[edbatch.Decoder.{name}\] instance id "
                                                rf"(9|-1) outside \[0, 4\)"):
