@@ -23,7 +23,14 @@ token sequence on more than --max-differ of the sentences stops the benchmark wi
 For one CPU core: taskset -c 0 python3 bench/bench_beam.py --device cpu (one torch thread and one
 edbatch thread unless --threads).
 
+--time-step ROWS times the decoder's step and reorder alone instead, at each row count (the same
+user cell, H and E; loops of 30 steps from zero states, every step after a loop's first reordered
+from random parents, repeats allowed, as beam search does), each call timed with a wait for the
+device on both sides: the host work per step and row that a search pays, without its output
+layer and search code.
+
     python3 bench/bench_beam.py [--device cpu|cuda] [--batch 32,128] [--hidden 256] [--beam 4]
+    python3 bench/bench_beam.py --device cuda --time-step 128,512 [--steps 600]
 """
 import argparse
 import os
@@ -181,6 +188,50 @@ def implementations(model, args, B, state, device):
     return impls
 
 
+def time_step(args, rows, device):
+    """--time-step: the decoder's step and reorder alone at each row count."""
+    table = []
+    for R in rows:
+        torch.manual_seed(args.seed)
+        cell = UserLSTM(args.hidden, args.embed).to(device)
+        module = edbatch.nn.Propagate(cell, state_size=(args.hidden, args.hidden))
+        decoder = edbatch.nn.StepDecoder(module, input_size=args.embed, threads=args.threads)
+        g = torch.Generator(device=device).manual_seed(args.seed)
+        x = torch.randn(R, args.embed, generator=g, device=device)
+        steps, reorders = [], []
+        with torch.no_grad():
+            for s in range(args.steps):
+                if s % 30 == 0:
+                    decoder.start(R)
+                else:
+                    index = torch.randint(0, R, (R,), generator=g, device=device)
+                    ext.sync(device)
+                    t0 = time.perf_counter()
+                    decoder.reorder(index)
+                    reorders.append((time.perf_counter() - t0) * 1e6)
+                ext.sync(device)
+                t0 = time.perf_counter()
+                decoder.step(x)
+                ext.sync(device)
+                steps.append((time.perf_counter() - t0) * 1e6)
+        row = {"bench": "beam_step", "device": args.device, "rows": R, "hidden": args.hidden,
+               "embed": args.embed, "threads": args.threads or torch.get_num_threads(),
+               "steps": len(steps), "step_us": round(statistics.median(steps), 1),
+               "p10_step_us": round(quantile(sorted(steps), 0.1), 1),
+               "p90_step_us": round(quantile(sorted(steps), 0.9), 1),
+               "reorder_us": round(statistics.median(reorders), 1) if reorders else None,
+               "p10_reorder_us": round(quantile(sorted(reorders), 0.1), 1) if reorders else None,
+               "p90_reorder_us": round(quantile(sorted(reorders), 0.9), 1) if reorders else None}
+        table.append(row)
+        print(json_line(row), flush=True)
+    print(f"\n{'rows':>5} {'step us':>9} {'p10':>9} {'p90':>9} {'reorder us':>11} {'p10':>9} "
+          f"{'p90':>9}", file=sys.stderr)
+    for r in table:
+        print(f"{r['rows']:>5} {r['step_us']:>9} {r['p10_step_us']:>9} {r['p90_step_us']:>9} "
+              f"{r['reorder_us']!s:>11} {r['p10_reorder_us']!s:>9} {r['p90_reorder_us']!s:>9}",
+              file=sys.stderr)
+
+
 def check_same(name, results, args):
     best, tokens, steps = results["edbatch"]
     for impl, (b, t, s) in results.items():
@@ -212,6 +263,11 @@ def parser():
                     default=hasattr(torch, "compile"),
                     help="also time the user's module under torch.compile (pytorch-compile; "
                          "default: where torch has it)")
+    ap.add_argument("--time-step", default="", metavar="ROWS",
+                    help="time the decoder's step and reorder alone at these row counts "
+                         "(comma-separated) instead of the search")
+    ap.add_argument("--steps", type=count(), default=600,
+                    help="--time-step: steps timed per row count")
     ap.add_argument("--seed", type=int, default=1, help="seed of the weights and start states")
     ap.add_argument("--score-rtol", type=float, default=1e-3,
                     help="how far apart two implementations' best scores may be")
@@ -235,6 +291,15 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == "cpu" and args.threads:
         torch.set_num_threads(args.threads)
+    if args.time_step:
+        try:
+            rows = [int(r) for r in args.time_step.split(",")]
+        except ValueError:
+            rows = []
+        if not rows or min(rows) < 1:
+            ap.error(f"--time-step {args.time_step!r}: positive integers, comma-separated")
+        time_step(args, rows, device)
+        return
     torch.manual_seed(args.seed)
     model = Model(args.vocab, args.embed, args.hidden, args.eos_gain).to(device).eval()
     rows = []

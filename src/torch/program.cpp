@@ -25,13 +25,6 @@ const std::map<std::string, Expr (*)(const Expr&)> kUnary = {
     {"cos", cos},           {"erf", erf},
     {"softmax", softmax},   {"log_softmax", log_softmax}};
 
-// A sum of products with weights, kept while a cell is translated so that `W1 x + W2 h + b`
-// becomes one affine node (one GEMM step) rather than two and an addition.
-struct LinearForm {
-  std::vector<Expr> terms;  // W1, x1, W2, x2, ... (parameter nodes and values)
-  std::vector<Expr> biases;
-};
-
 class ProgramCell : public Cell {
  public:
   ProgramCell(const json& doc, ParameterCollection& pc, uint32_t input_size);
@@ -55,8 +48,7 @@ class ProgramCell : public Cell {
                     std::vector<LinearForm>& form, const std::vector<uint32_t>& uses,
                     const std::map<int32_t, Expr>& slots, uint32_t& next_site);
   void compile_projection(CellProgram& c, const Hoisting& h, const std::vector<uint32_t>& uses);
-  const Expr* projected(Graph& g, const Packed& p, CellProgram& c, int64_t in_row,
-                        const std::vector<Expr>& x);
+  const Expr* projected(Graph& g, const Packed& p, CellProgram& c, int64_t in_row, const Expr* x);
   Expr affine_of(Graph& b, const LinearForm& f);
   Parameter weight(int32_t w, const std::string& at, bool vector) const;
   Parameter constant(float value, uint32_t size);
@@ -69,7 +61,7 @@ class ProgramCell : public Cell {
   void check_id(const Packed& p, const char* fn, const CellProgram& c, int64_t row,
                 const char* what, int64_t at) const;
   void call(Graph& g, const Packed& p, CellProgram& c, const Expr* floats, int64_t in_row,
-            const std::vector<Expr>& x, uint32_t key_index, Expr* outs);
+            const Expr* x, uint32_t key_index, Expr* outs);
 
   ParameterCollection& pc_;
   InputKind kind_ = InputKind::X;
@@ -86,10 +78,11 @@ class ProgramCell : public Cell {
   // each weight's rows when it is a lookup table (else 0).
   uint32_t no_id_ = 0;
   std::vector<uint32_t> lookup_rows_;
-  // Per build: zero columns by size, the messages of one node.
+  // Per build: zero columns by size, the messages of one node; step()'s message (kept: a step
+  // runs per decoded row).
   std::map<uint32_t, Expr> zeros_;
   std::vector<std::vector<Expr>> messages_;
-  std::vector<Expr> step_row_, step_reduced_;  // step()'s, kept: it runs once per decoded row
+  std::vector<Expr> step_reduced_;
 };
 
 ProgramCell::ProgramCell(const json& doc, ParameterCollection& pc, uint32_t input_size)
@@ -342,7 +335,7 @@ void ProgramCell::compile_projection(CellProgram& c, const Hoisting& h,
 // Cell c's projected values for x / ids row `in_row` (-1: the zeros, or no_id_), one call per
 // row and build.
 const Expr* ProgramCell::projected(Graph& g, const Packed& p, CellProgram& c, int64_t in_row,
-                                   const std::vector<Expr>& x) {
+                                   const Expr* x) {
   Expr* out = &c.projections[static_cast<size_t>(in_row + 1) * c.projected];
   if (out[0].graph != nullptr) return out;
   if (kind_ == InputKind::Ids) {
@@ -353,12 +346,6 @@ const Expr* ProgramCell::projected(Graph& g, const Packed& p, CellProgram& c, in
     c.projection->call(g, &in, 1, nullptr, 0, out);
   }
   return out;
-}
-
-// Two linear forms that add into one affine: products, or a product and a projected input (a bias).
-bool foldable(const LinearForm& a, const LinearForm& b) {
-  const bool a_any = !a.terms.empty() || !a.biases.empty(), b_any = !b.terms.empty() || !b.biases.empty();
-  return a_any && b_any && (!a.terms.empty() || !b.terms.empty());
 }
 
 Expr ProgramCell::affine_of(Graph& b, const LinearForm& f) {
@@ -502,8 +489,7 @@ Expr ProgramCell::zeros(Graph& g, uint32_t size) {
 }
 
 void ProgramCell::call(Graph& g, const Packed& p, CellProgram& c, const Expr* floats,
-                       int64_t in_row, const std::vector<Expr>& x, uint32_t key_index,
-                       Expr* outs) {
+                       int64_t in_row, const Expr* x, uint32_t key_index, Expr* outs) {
   Expr in[16];
   std::vector<Expr> many;
   Expr* ins = c.float_slots.size() <= 16 ? in : (many.resize(c.float_slots.size()), many.data());
@@ -543,7 +529,8 @@ void ProgramCell::build(Graph& g, const Packed& p, const std::vector<Expr>& x,
         continue;
       }
       CellProgram& e = cells_[edge_cells_[p.arc_types[a]]];
-      call(g, p, e, state.data(), p.arc_inputs[a], x, static_cast<uint32_t>(N + a), msg.data());
+      call(g, p, e, state.data(), p.arc_inputs[a], x.data(), static_cast<uint32_t>(N + a),
+           msg.data());
       for (uint32_t m = 0; m < M; ++m) messages_[m].push_back(msg[m]);
     }
     if (messages_[0].empty())
@@ -559,7 +546,7 @@ void ProgramCell::build(Graph& g, const Packed& p, const std::vector<Expr>& x,
     Expr o[64];
     std::vector<Expr> more;
     Expr* os = S <= 64 ? o : (more.resize(S), more.data());
-    call(g, p, nc, reduced.data(), p.node_inputs[k], x, static_cast<uint32_t>(k), os);
+    call(g, p, nc, reduced.data(), p.node_inputs[k], x.data(), static_cast<uint32_t>(k), os);
     for (uint32_t s = 0; s < S; ++s) out[s * N + k] = os[s];
   }
 }
@@ -568,18 +555,17 @@ void ProgramCell::build(Graph& g, const Packed& p, const std::vector<Expr>& x,
 // any); one message reduces to itself; node cell 0 reads x. Not for ids or dropout (call data).
 bool ProgramCell::step(Graph& g, const Expr* x, const Expr* prev, Expr* out) {
   if (kind_ != InputKind::X || sites_ > 0) return false;
-  step_row_.assign(1, x[0]);
   zeros_.clear();  // the decoder's graph may have been cleared since the last step
   for (CellProgram& c : cells_) c.projections.assign(2 * static_cast<size_t>(c.projected), Expr{});
   std::vector<Expr>& reduced = step_reduced_;
   reduced.assign(message_.size() + 1, Expr{});
   if (edge_cells_.empty()) std::copy(prev, prev + message_.size(), reduced.begin() + 1);
   else
-    call(g, Packed{}, cells_[edge_cells_[0]], prev, -1, step_row_, 1, reduced.data() + 1);
+    call(g, Packed{}, cells_[edge_cells_[0]], prev, -1, x, 1, reduced.data() + 1);
   CellProgram& nc = cells_[node_cells_[0]];
   if (nc.pass_through) std::copy(reduced.begin() + 1, reduced.end(), out);
   else
-    call(g, Packed{}, nc, reduced.data(), 0, step_row_, 0, out);
+    call(g, Packed{}, nc, reduced.data(), 0, x, 0, out);
   return true;
 }
 

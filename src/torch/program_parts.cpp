@@ -158,4 +158,10 @@ void reduce_messages(Reduce how, const std::vector<std::vector<Expr>>& messages,
   }
 }
 
+bool foldable(const LinearForm& a, const LinearForm& b) {
+  const bool a_any = !a.terms.empty() || !a.biases.empty(),
+             b_any = !b.terms.empty() || !b.biases.empty();
+  return a_any && b_any && (!a.terms.empty() || !b.terms.empty());
+}
+
 }  // namespace edbatch::torch_adapter

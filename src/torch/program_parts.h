@@ -96,4 +96,13 @@ struct CellProgram {
 };
 constexpr int32_t kHoistedSlot = 1 << 20;
 
+// A sum of products with weights, kept while a cell is translated so that `W1 x + W2 h + b`
+// becomes one affine node (one GEMM step) rather than two and an addition.
+struct LinearForm {
+  std::vector<Expr> terms;  // W1, x1, W2, x2, ... (parameter nodes and values)
+  std::vector<Expr> biases;
+};
+// Two linear forms that add into one affine: products, or a product and a projected input (a bias).
+bool foldable(const LinearForm& a, const LinearForm& b);
+
 }  // namespace edbatch::torch_adapter

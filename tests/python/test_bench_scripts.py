@@ -210,9 +210,19 @@ def test_beam_benchmark_rows_checks_and_usage_errors():
         beam.check_same("B=4", {"edbatch": (best, tokens, steps),
                                 "pytorch-module": (best, other, steps)}, args)
     for bad in (["--batch", "3,x"], ["--batch", "0"], ["--beam", "0"],
-                ["--vocab", "6", "--beam", "4"]):
+                ["--vocab", "6", "--beam", "4"], ["--time-step", "4,0"], ["--time-step", "x"]):
         code, out, err = run_script("bench_beam.py", *bad)
         assert code == 2 and not out and "error:" in err, bad
+    # The decoder's step and reorder alone: a row per row count, 31 steps (a second loop's
+    # first step too), so 29 reorders.
+    code, out, err = run_script("bench_beam.py", "--time-step", "3,7", "--steps", "31",
+                                "--hidden", "6", "--embed", "4")
+    assert code == 0, err
+    rows = _rows(out)
+    assert [(r["bench"], r["rows"], r["steps"]) for r in rows] == [
+        ("beam_step", 3, 31), ("beam_step", 7, 31)]
+    assert all(0 < r["p10_step_us"] <= r["step_us"] <= r["p90_step_us"] and
+               0 < r["p10_reorder_us"] <= r["reorder_us"] <= r["p90_reorder_us"] for r in rows)
 
 
 def test_fan_in_benchmark_rows_and_usage_errors():
