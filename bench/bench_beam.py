@@ -216,20 +216,21 @@ def time_step(args, rows, device):
                 steps.append((time.perf_counter() - t0) * 1e6)
         row = {"bench": "beam_step", "device": args.device, "rows": R, "hidden": args.hidden,
                "embed": args.embed, "threads": args.threads or torch.get_num_threads(),
-               "steps": len(steps), "step_us": round(statistics.median(steps), 1),
-               "p10_step_us": round(quantile(sorted(steps), 0.1), 1),
-               "p90_step_us": round(quantile(sorted(steps), 0.9), 1),
-               "reorder_us": round(statistics.median(reorders), 1) if reorders else None,
-               "p10_reorder_us": round(quantile(sorted(reorders), 0.1), 1) if reorders else None,
-               "p90_reorder_us": round(quantile(sorted(reorders), 0.9), 1) if reorders else None}
+               "steps": len(steps), **spread("step_us", steps), **spread("reorder_us", reorders)}
         table.append(row)
         print(json_line(row), flush=True)
-    print(f"\n{'rows':>5} {'step us':>9} {'p10':>9} {'p90':>9} {'reorder us':>11} {'p10':>9} "
-          f"{'p90':>9}", file=sys.stderr)
+    keys = [k for k in table[0] if k.endswith("_us")]
+    print("\n rows " + " ".join(f"{k:>14}" for k in keys), file=sys.stderr)
     for r in table:
-        print(f"{r['rows']:>5} {r['step_us']:>9} {r['p10_step_us']:>9} {r['p90_step_us']:>9} "
-              f"{r['reorder_us']!s:>11} {r['p10_reorder_us']!s:>9} {r['p90_reorder_us']!s:>9}",
-              file=sys.stderr)
+        print(f"{r['rows']:>5} " + " ".join(f"{r[k]!s:>14}" for k in keys), file=sys.stderr)
+
+
+def spread(name, values):
+    """The median of `values` as `name`, and its p10 and p90 (None for no values)."""
+    v = sorted(values)
+    got = [statistics.median(v), quantile(v, 0.1), quantile(v, 0.9)] if v else [None] * 3
+    return {k: None if x is None else round(x, 1)
+            for k, x in zip((name, "p10_" + name, "p90_" + name), got)}
 
 
 def check_same(name, results, args):
@@ -277,27 +278,28 @@ def parser():
     return ap
 
 
+def counts(ap, flag, value):
+    """A flag's comma-separated positive integers, or a usage error naming it."""
+    try:
+        got = [int(v) for v in value.split(",")]
+    except ValueError:
+        got = []
+    if not got or min(got) < 1:
+        ap.error(f"{flag} {value!r}: positive integers, comma-separated")
+    return got
+
+
 def main(argv=None):
     ap = parser()
     args = ap.parse_args(argv)
     if args.vocab < 2 * args.beam:
         ap.error(f"--vocab {args.vocab} is below 2 * --beam: the search takes the best 2K")
-    try:
-        batches = [int(b) for b in args.batch.split(",")]
-    except ValueError:
-        batches = []
-    if not batches or min(batches) < 1:
-        ap.error(f"--batch {args.batch!r}: positive integers, comma-separated")
+    batches, rows = (counts(ap, flag, value) for flag, value in
+                     (("--batch", args.batch), ("--time-step", args.time_step or "1")))
     device = torch.device(args.device)
     if device.type == "cpu" and args.threads:
         torch.set_num_threads(args.threads)
     if args.time_step:
-        try:
-            rows = [int(r) for r in args.time_step.split(",")]
-        except ValueError:
-            rows = []
-        if not rows or min(rows) < 1:
-            ap.error(f"--time-step {args.time_step!r}: positive integers, comma-separated")
         time_step(args, rows, device)
         return
     torch.manual_seed(args.seed)
