@@ -294,13 +294,13 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.vocab < 2 * args.beam:
         ap.error(f"--vocab {args.vocab} is below 2 * --beam: the search takes the best 2K")
-    batches, rows = (counts(ap, flag, value) for flag, value in
-                     (("--batch", args.batch), ("--time-step", args.time_step or "1")))
+    batches = counts(ap, "--batch", args.batch)
+    step_rows = counts(ap, "--time-step", args.time_step) if args.time_step else []
     device = torch.device(args.device)
     if device.type == "cpu" and args.threads:
         torch.set_num_threads(args.threads)
-    if args.time_step:
-        time_step(args, rows, device)
+    if step_rows:
+        time_step(args, step_rows, device)
         return
     torch.manual_seed(args.seed)
     model = Model(args.vocab, args.embed, args.hidden, args.eos_gain).to(device).eval()

@@ -193,6 +193,7 @@ class Engine {
   // value() and fetch(): `e` is a node of the last forward's graph that has run.
   void check_ran(const Expr& e, const char* fn) const;
   void fetch_checked(const std::vector<Expr>& es, const char* fn) const;  // fetch(), read()
+  const float* values_of(const Node& n, uint32_t id) const;  // unchecked: value(), read()
   void check_ran_all(const Graph& g) const;  // backward: every node of `g` has run
   void sync_counters() const;
   void run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end = UINT32_MAX);

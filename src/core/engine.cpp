@@ -307,8 +307,11 @@ void Engine::run_backward(Graph& g, BackwardSeed seed) {
 Tensor Engine::value(const Expr& e) const {
   check_ran(e, "Engine::value");
   const Node& n = graph_->node(e.id);
-  if (n.op == Op::Parameter) return Tensor{params_.values(n.aux), n.dim};
-  return Tensor{backend_->value(plan_, e.id), n.dim};
+  return Tensor{values_of(n, e.id), n.dim};
+}
+
+const float* Engine::values_of(const Node& n, uint32_t id) const {
+  return n.op == Op::Parameter ? params_.values(n.aux) : backend_->value(plan_, id);
 }
 
 void Engine::fetch(const std::vector<Expr>& es) const {
@@ -333,10 +336,8 @@ void Engine::read(const std::vector<Expr>& es, size_t group, float* const* outs)
     float* out = outs[k];
     for (const size_t end = i + group; i < end; ++i) {
       const Node& n = graph_->node(es[i].id);
-      const float* v =
-          n.op == Op::Parameter ? params_.values(n.aux) : backend_->value(plan_, es[i].id);
       const size_t size = n.dim.size();
-      std::memcpy(out, v, sizeof(float) * size);
+      std::memcpy(out, values_of(n, es[i].id), sizeof(float) * size);
       out += size;
     }
   }
