@@ -79,6 +79,9 @@ class DeviceQueue {
   // queued since the last wait and their kernel ranges.
   void wait();
   void wait_event(cudaEvent_t ev);
+  // Whether the work before `ev` has finished, by one query (a staging slot's copy is most often
+  // long done when the slot comes round); an asynchronous error throws as wait() does.
+  bool done(cudaEvent_t ev);
 
   // Events around one queued pass, for its device time (read once it has finished). An
   // increment of a forward (`adds`) adds its time to that of the forward it continues.
@@ -98,6 +101,8 @@ class DeviceQueue {
   // all_done: the stream was just synchronised, so every pass queued on it (or on a stream it
   // switched from, which it waits for) has finished and no event needs a query.
   void collect_timings(bool all_done = false);
+  // Adds a finished pass's device time to the counters.
+  void add_time(Timing& t);
 
   ExecCounters& counters_;
   uint32_t multiprocessors_ = 1;

@@ -137,6 +137,13 @@ void DeviceQueue::wait_event(cudaEvent_t ev) {
   collect_timings();
 }
 
+bool DeviceQueue::done(cudaEvent_t ev) {
+  const cudaError_t e = cudaEventQuery(ev);
+  if (e == cudaSuccess) return true;
+  if (e != cudaErrorNotReady) check_async(e);  // throws
+  return false;
+}
+
 void DeviceQueue::check_async(cudaError_t e) {
   if (e == cudaSuccess) {
     if (cudaStreamQuery(stream_) == cudaSuccess) queued_count_ = 0;
@@ -161,7 +168,8 @@ void DeviceQueue::check_async(cudaError_t e) {
 DeviceQueue::Timing& DeviceQueue::next_timing(bool forward, bool adds) {
   Timing& timing = timings_[next_timing_];
   next_timing_ = (next_timing_ + 1) % timings_.size();
-  if (timing.queued) wait_event(timing.stop);
+  if (timing.queued && !done(timing.stop)) wait_event(timing.stop);
+  if (timing.queued) add_time(timing);  // finished (the oldest of the ring)
   timing.forward = forward;
   timing.adds = adds;
   return timing;
@@ -173,12 +181,16 @@ void DeviceQueue::collect_timings(bool all_done) {
   for (size_t i = 0; i < timings_.size(); ++i) {
     Timing& t = timings_[(next_timing_ + i) % timings_.size()];  // oldest first
     if (!t.queued || (!all_done && cudaEventQuery(t.stop) != cudaSuccess)) continue;
-    float ms = 0;
-    EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
-    double& total = t.forward ? counters_.device_forward_ms : counters_.device_backward_ms;
-    total = t.adds ? total + ms : ms;
-    t.queued = false;
+    add_time(t);
   }
+}
+
+void DeviceQueue::add_time(Timing& t) {
+  float ms = 0;
+  EDBATCH_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
+  double& total = t.forward ? counters_.device_forward_ms : counters_.device_backward_ms;
+  total = t.adds ? total + ms : ms;
+  t.queued = false;
 }
 
 }  // namespace edbatch::cuda

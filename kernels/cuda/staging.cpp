@@ -224,7 +224,8 @@ void Uploads::backward(const MemoryPlan& plan, const Pass& pass, const LaunchPla
 // without a call when the whole stream was waited for since: a decoding loop waits every step).
 PinnedBuffer& Uploads::acquire(StagingRing& ring, size_t bytes) {
   if (ring.queued[ring.next]) {
-    if (ring.syncs[ring.next] == queue_.syncs()) queue_.wait_event(ring.copied[ring.next]);
+    const cudaEvent_t copied = ring.copied[ring.next];
+    if (ring.syncs[ring.next] == queue_.syncs() && !queue_.done(copied)) queue_.wait_event(copied);
     ring.queued[ring.next] = false;
   }
   PinnedBuffer& b = ring.buffers[ring.next];

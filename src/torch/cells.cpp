@@ -204,6 +204,26 @@ DeviceInterop& device_interop(Engine& engine, const char* fn) {
   return *io;
 }
 
+void read_groups(DeviceInterop& io, const Graph& g, const MemoryPlan& plan,
+                 const std::vector<Expr>& targets, size_t per_group,
+                 const std::vector<float*>& outputs, std::vector<uint32_t>& ids) {
+  ids.clear();
+  float* run = nullptr;  // where the groups in ids start
+  size_t floats = 0;     // ... and their floats so far
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (run != nullptr && outputs[o] != run + floats) {
+      io.read_nodes(g, plan, ids, run, false);
+      ids.clear();
+    }
+    if (ids.empty()) run = outputs[o], floats = 0;
+    for (size_t k = o * per_group; k < (o + 1) * per_group; ++k) {
+      ids.push_back(targets[k].id);
+      floats += g.node(targets[k].id).dim.size();
+    }
+  }
+  if (!ids.empty()) io.read_nodes(g, plan, ids, run, false);
+}
+
 void Runner::stage(const Packed& p) {
   prepared_ = false;
   const int64_t N = p.num_nodes, A = p.num_arcs, B = p.num_instances;
@@ -400,11 +420,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
       prof->add(HostProfile::Launch, ms_since(t) - scheduling_ms);
       t = Clock::now();
     }
-    for (uint32_t o = 0; o < nout; ++o) {
-      ids_.clear();
-      for (size_t k = 0; k < per_output; ++k) ids_.push_back(targets_[o * per_output + k].id);
-      io.read_nodes(graph_, engine_.plan(), ids_, outputs[o], false);
-    }
+    read_groups(io, graph_, engine_.plan(), targets_, per_output, outputs, ids_);
     if (wait_each_call()) engine_.synchronize();
     if (prof) prof->lap(HostProfile::Read, t);
     have_graph_ = for_backward;

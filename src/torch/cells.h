@@ -120,6 +120,14 @@ uint64_t plans_reused_total();
 // was given for an engine that cannot read it).
 DeviceInterop& device_interop(Engine& engine, const char* fn);
 
+// Reads the values of targets, group by group, into device memory on io's stream: group o,
+// targets[o * per_group, (o + 1) * per_group), one node after another into outputs[o]. Groups
+// whose outputs follow one another in memory (outputs[o + 1] right after group o's floats) are
+// read at once: one upload of their spans and one gather launch. ids: scratch.
+void read_groups(DeviceInterop& io, const Graph& g, const MemoryPlan& plan,
+                 const std::vector<Expr>& targets, size_t per_group,
+                 const std::vector<float*>& outputs, std::vector<uint32_t>& ids);
+
 // One cell on one engine; reused across mini-batches (its graph, arena and blocks are kept).
 class Runner {
  public:

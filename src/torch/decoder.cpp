@@ -110,12 +110,7 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
       io->inputs_from_device(nullptr, 0, 0);  // not left for a later forward
       throw;
     }
-    for (uint32_t o = 0; o < S; ++o) {
-      node_ids_.clear();
-      for (int64_t r = 0; r < n; ++r)
-        node_ids_.push_back(fetch_[o * static_cast<size_t>(n) + r].id);
-      io->read_nodes(graph_, engine_.plan(), node_ids_, outputs[o], false);
-    }
+    read_groups(*io, graph_, engine_.plan(), fetch_, static_cast<size_t>(n), outputs, node_ids_);
   } else {
     engine_.forward_through(graph_, fetch_);
     engine_.read(fetch_, static_cast<size_t>(n), outputs.data());

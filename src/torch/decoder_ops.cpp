@@ -87,21 +87,30 @@ class TorchDecoder : public torch::CustomClassHolder {
     const Tensor ids_c = ids.to(at::kCPU).contiguous();
     const bool on_device = device_.is_cuda() && device_resident(x);
     const Tensor x_c = x.to(on_device ? device_ : c10::Device(at::kCPU)).contiguous();
-    std::vector<Tensor> out;
+    // The new states are views of one buffer, one after another, so that the decoder reads them
+    // at once (one gather on the device) and they move to x's device in one copy.
+    int64_t floats = 0;
+    for (uint32_t o = 0; o < cell.num_outputs(); ++o) floats += n * cell.output_size(o);
+    const auto split = [&](const Tensor& all) {
+      std::vector<Tensor> views;
+      int64_t begin = 0;
+      for (uint32_t o = 0; o < cell.num_outputs(); ++o) {
+        const int64_t size = cell.output_size(o);
+        views.push_back(all.narrow(0, begin, n * size).view({n, size}));
+        begin += n * size;
+      }
+      return views;
+    };
+    const Tensor all = at::empty({floats}, at::dtype(at::kFloat).device(x_c.device()));
     std::vector<float*> outputs;
-    for (uint32_t o = 0; o < cell.num_outputs(); ++o) {
-      out.push_back(at::empty({n, static_cast<int64_t>(cell.output_size(o))},
-                              at::dtype(at::kFloat).device(x_c.device())));
-      outputs.push_back(out.back().data_ptr<float>());
-    }
+    for (const Tensor& t : split(all)) outputs.push_back(t.data_ptr<float>());
     try {
       decoder_->step(n, ids_c.data_ptr<int64_t>(), x_c.data_ptr<float>(), outputs, on_device,
                      on_device ? current_stream(x_c) : nullptr);
     } catch (const std::exception& e) {
       fail(e.what());
     }
-    for (Tensor& t : out) t = t.to(x.device());
-    return out;
+    return split(all.to(x.device()));
   }
 
   // running: int64, the running instances; positions: integers (any dtype and device, checked
