@@ -27,10 +27,11 @@ edbatch thread unless --threads).
 user cell, H and E; loops of 30 steps from zero states, every step after a loop's first reordered
 from random parents, repeats allowed, as beam search does), each call timed with a wait for the
 device on both sides: the host work per step and row that a search pays, without its output
-layer and search code.
+layer and search code. With --calls (CUDA) each row also counts the CUDA runtime calls per step,
+its reorder included (torch.profiler).
 
     python3 bench/bench_beam.py [--device cpu|cuda] [--batch 32,128] [--hidden 256] [--beam 4]
-    python3 bench/bench_beam.py --device cuda --time-step 128,512 [--steps 600]
+    python3 bench/bench_beam.py --device cuda --time-step 128,512 [--steps 600] [--calls]
 """
 import argparse
 import os
@@ -217,12 +218,36 @@ def time_step(args, rows, device):
         row = {"bench": "beam_step", "device": args.device, "rows": R, "hidden": args.hidden,
                "embed": args.embed, "threads": args.threads or torch.get_num_threads(),
                "steps": len(steps), **spread("step_us", steps), **spread("reorder_us", reorders)}
+        if args.calls:
+            row["calls_per_step"] = runtime_calls(decoder, R, x, g, device)
         table.append(row)
         print(json_line(row), flush=True)
     keys = [k for k in table[0] if k.endswith("_us")]
     print("\n rows " + " ".join(f"{k:>14}" for k in keys), file=sys.stderr)
     for r in table:
         print(f"{r['rows']:>5} " + " ".join(f"{r[k]!s:>14}" for k in keys), file=sys.stderr)
+    for r in table:
+        if "calls_per_step" in r:
+            calls = ", ".join(f"{k} {v}" for k, v in sorted(r["calls_per_step"].items()))
+            print(f"{r['rows']:>5} rows, CUDA runtime calls per step: {calls}", file=sys.stderr)
+
+
+def runtime_calls(decoder, R, x, g, device, loops=2):
+    """--calls: the CUDA runtime calls (launches, copies, event and stream calls) per step, its
+    reorder included, counted by torch.profiler over loops of 30 steps as time_step runs them."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for s in range(30 * loops):
+            if s % 30 == 0:
+                decoder.start(R)
+            else:
+                decoder.reorder(torch.randint(0, R, (R,), generator=g, device=device))
+            decoder.step(x)
+        ext.sync(device)
+    steps = 30 * loops
+    return {e.key: round(e.count / steps, 2) for e in p.key_averages()
+            if e.key.startswith("cuda") and e.key not in ("cudaDeviceSynchronize",
+                                                           "cudaGetDeviceCount")}
 
 
 def spread(name, values):
@@ -269,6 +294,9 @@ def parser():
                          "(comma-separated) instead of the search")
     ap.add_argument("--steps", type=count(), default=600,
                     help="--time-step: steps timed per row count")
+    ap.add_argument("--calls", action="store_true",
+                    help="--time-step on CUDA: also count the CUDA runtime calls per step (with "
+                         "its reorder) under torch.profiler")
     ap.add_argument("--seed", type=int, default=1, help="seed of the weights and start states")
     ap.add_argument("--score-rtol", type=float, default=1e-3,
                     help="how far apart two implementations' best scores may be")
@@ -297,6 +325,9 @@ def main(argv=None):
     batches = counts(ap, "--batch", args.batch)
     step_rows = counts(ap, "--time-step", args.time_step) if args.time_step else []
     device = torch.device(args.device)
+    if args.calls and (not step_rows or device.type != "cuda"):
+        ap.error("--calls counts CUDA runtime calls of --time-step: give --time-step ROWS and "
+                 "--device cuda")
     if device.type == "cpu" and args.threads:
         torch.set_num_threads(args.threads)
     if step_rows:

@@ -210,7 +210,8 @@ def test_beam_benchmark_rows_checks_and_usage_errors():
         beam.check_same("B=4", {"edbatch": (best, tokens, steps),
                                 "pytorch-module": (best, other, steps)}, args)
     for bad in (["--batch", "3,x"], ["--batch", "0"], ["--beam", "0"],
-                ["--vocab", "6", "--beam", "4"], ["--time-step", "4,0"], ["--time-step", "x"]):
+                ["--vocab", "6", "--beam", "4"], ["--time-step", "4,0"], ["--time-step", "x"],
+                ["--calls"], ["--calls", "--time-step", "4", "--device", "cpu"]):
         code, out, err = run_script("bench_beam.py", *bad)
         assert code == 2 and not out and "error:" in err, bad
     # The decoder's step and reorder alone: a row per row count, 31 steps (a second loop's
@@ -223,6 +224,18 @@ def test_beam_benchmark_rows_checks_and_usage_errors():
         ("beam_step", 3, 31), ("beam_step", 7, 31)]
     assert all(0 < r["p10_step_us"] <= r["step_us"] <= r["p90_step_us"] and
                0 < r["p10_reorder_us"] <= r["reorder_us"] <= r["p90_reorder_us"] for r in rows)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_beam_step_counts_cuda_runtime_calls():
+    # A step on the device queues its kernels: each counted step launches at least one.
+    _bench("bench_beam")
+    code, out, err = run_script("bench_beam.py", "--device", "cuda", "--time-step", "5",
+                                "--steps", "31", "--hidden", "6", "--embed", "4", "--calls")
+    assert code == 0, err
+    (row,) = _rows(out)
+    calls = row["calls_per_step"]
+    assert calls.get("cudaLaunchKernel", 0) >= 1 and "CUDA runtime calls per step" in err
 
 
 def test_fan_in_benchmark_rows_and_usage_errors():
