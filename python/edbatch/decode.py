@@ -81,7 +81,8 @@ class StepDecoder:
     The engine runs where the cell's parameters are when the decoder is made (the CPU or a CUDA
     device; `device` says which): move the module first. x may be on any device; the new states
     come back on x's device. On a CUDA engine a CUDA x and the new states stay on the GPU, queued
-    on torch's current stream (nothing waits for them).
+    on torch's current stream (nothing waits for them). A tuple state's components are views of
+    one tensor per step (clone one to keep it alone).
     """
 
     def __init__(self, cell, input_size=None, policy="lb-greedy", threads=0):
