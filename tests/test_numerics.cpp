@@ -60,6 +60,32 @@ TEST_CASE("numerics: an overflow hidden by tanh is found, naming its op, node an
   CHECK(std::isinf(as_scalar(engine.value(overflow))));
 }
 
+TEST_CASE("numerics: an increment checks the nodes it ran, not those of the increments before") {
+  ParameterCollection pc;
+  Graph g(pc);
+  const Expr x = input(g, 1.0f);
+  const Expr overflow = (x * 1e30f) * 1e30f;  // inf
+  Engine engine(pc, checked());
+  const std::string first = numerics_error([&] { engine.forward(g, overflow); });
+  INFO(first);
+  CHECK(contains(first, "node " + std::to_string(overflow.id) + " (op scalar_affine"));
+  // A later increment of finite values, reading the same input: nothing to report.
+  const Expr y = x * 3.0f;
+  std::string later;
+  CHECK_NOTHROW(later = numerics_error([&] { CHECK(as_scalar(engine.forward(g, y)) == 3.0f); }));
+  CHECK(later.empty());
+  // One that overflows is named, not the node found before.
+  const Expr again = (y * 1e30f) * 1e30f;
+  const std::string second = numerics_error([&] { engine.forward(g, again); });
+  INFO(second);
+  CHECK(contains(second, "node " + std::to_string(again.id) + " (op scalar_affine"));
+  // A whole forward from the start (new input values) checks every node again.
+  const float two = 2.0f;
+  g.write_inputs(0, &two, 1);
+  const std::string whole = numerics_error([&] { engine.forward(g, again); });
+  CHECK(contains(whole, "node " + std::to_string(overflow.id) + " (op scalar_affine"));
+}
+
 TEST_CASE("numerics: a gradient that overflows while the values are finite") {
   ParameterCollection pc;
   Graph g(pc);

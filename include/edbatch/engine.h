@@ -198,8 +198,9 @@ class Engine {
   void sync_counters() const;
   void run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end = UINT32_MAX);
   void run_backward(Graph& g, BackwardSeed seed);
-  // EngineOptions::check_numerics after a pass (src/core/numerics.cpp).
-  void check_forward_numerics(const Graph& g, const char* fn) const;
+  // EngineOptions::check_numerics after a pass (src/core/numerics.cpp); a forward's check reads
+  // the parameters and the segments it ran, from `first_segment` on.
+  void check_forward_numerics(const Graph& g, const char* fn, uint32_t first_segment) const;
   void check_backward_numerics(const Graph& g) const;
 
   ParameterCollection& params_;

@@ -168,7 +168,7 @@ void Engine::run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end) 
   ran_inputs_version_ = g.inputs_version();
   ran_params_version_ = params_.values_version();
   have_backward_ = false;
-  if (options_.check_numerics) check_forward_numerics(g, fn);
+  if (options_.check_numerics) check_forward_numerics(g, fn, first);
 }
 
 const Tensor& Engine::forward(Graph& g, const Expr& e) {

@@ -61,11 +61,11 @@ class Checker {
     return false;
   }
 
-  // The graph's input nodes.
-  bool inputs(Finding& f) const {
+  // The graph's input nodes from `begin` on.
+  bool inputs(uint32_t begin, Finding& f) const {
     // The planned nodes (a forward_through plans a prefix of the graph).
     const std::vector<Node>& nodes = p_.graph.nodes();
-    for (uint32_t id = 0; id < p_.plan.node_offset.size(); ++id) {
+    for (uint32_t id = begin; id < p_.plan.node_offset.size(); ++id) {
       if (nodes[id].op != Op::Input) continue;
       const uint64_t n = nodes[id].dim.size();
       if (found(read(p_.plan.node_offset[id], n), n, f))
@@ -151,13 +151,18 @@ class Checker {
 
 }  // namespace
 
-void Engine::check_forward_numerics(const Graph& g, const char* fn) const {
+void Engine::check_forward_numerics(const Graph& g, const char* fn, uint32_t first_segment) const {
   const PlanRef p{g, schedule_, plan_, params_};
   const Checker check(p, *backend_, false);
+  // An increment checks what it ran: the values before it were checked by their own forward
+  // (and one found then is not reported again by every later step of a loop).
+  const bool all = first_segment >= plan_.segments.size();
+  const PlanSegment* seg = all ? nullptr : &plan_.segments[first_segment];
   Finding f;
-  if (check.parameters(f) || check.inputs(f)) report(fn, "value", f, "before the forward pass");
+  if (check.parameters(f) || check.inputs(seg ? seg->node_begin : 0, f))
+    report(fn, "value", f, "before the forward pass");
   const size_t batches = schedule_.batches.size();
-  for (size_t b = 0; b < batches; ++b)
+  for (size_t b = seg ? seg->batch_begin : 0; b < batches; ++b)
     if (check.batch(b, f))
       report(fn, "value", f,
              fmt::format("computed by batch {} of {} of the forward pass", b, batches));
