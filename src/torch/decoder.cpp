@@ -21,7 +21,7 @@ void Decoder::check_instance(const char* fn, int64_t id) const {
 }
 
 void Decoder::start(int64_t num_instances, const std::vector<const float*>& weights,
-                    const std::vector<const float*>& states) {
+                    const std::vector<const float*>& states, bool weights_on_device, void* stream) {
   const char* fn = "edbatch.Decoder.start";
   const uint32_t S = cell_->num_outputs();
   if (num_instances < 0)
@@ -31,9 +31,21 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
         fmt::format("[{}] {} initial state tensors given, the cell has {} outputs", fn,
                     states.size(), S));
   const std::vector<WeightSpec>& specs = cell_->weights();
-  for (size_t i = 0; i < specs.size(); ++i)
-    to_engine(weights[i], specs[i], pc_.values(weight_params_[i].id));
-  pc_.mark_changed();  // device backends upload the parameters again
+  if (weights_on_device) {
+    // One launch on the device, queued on the caller's stream: no round trip through the host
+    // and no upload of every parameter at the first step.
+    DeviceInterop& io = device_interop(engine_, fn);
+    io.use_stream(stream);
+    transfers_.clear();
+    for (size_t i = 0; i < specs.size(); ++i)
+      transfers_.push_back({weight_params_[i].id, const_cast<float*>(weights[i]),
+                            specs[i].row_major(), specs[i].engine_cols()});
+    io.write_parameters(pc_, transfers_);
+  } else {
+    for (size_t i = 0; i < specs.size(); ++i)
+      to_engine(weights[i], specs[i], pc_.values(weight_params_[i].id));
+    pc_.mark_changed();  // device backends upload the parameters again
+  }
   graph_.clear();
   started_ = true;
   num_instances_ = num_instances;

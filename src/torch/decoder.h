@@ -19,9 +19,11 @@ class Decoder {
   // Starts a loop of `num_instances` instances on a cleared graph. weights[i] holds the cell's
   // weights()[i] row-major (read now: later changes to them do not reach the loop);
   // states[o] holds num_instances x output_size(o) floats, the initial output o (nullptr or an
-  // empty list: zeros).
+  // empty list: zeros). With weights_on_device the weights are device memory of the engine's
+  // device, copied into the engine's parameters there, on `stream` (as Runner::forward does).
   void start(int64_t num_instances, const std::vector<const float*>& weights,
-             const std::vector<const float*>& states);
+             const std::vector<const float*>& states, bool weights_on_device = false,
+             void* stream = nullptr);
   // One step for the instances ids[0..n) (distinct, in [0, num_instances)): instance ids[r] reads
   // x row r (x: n x input_dim floats) and its last state; outputs[o] receives n x output_size(o),
   // the new states, which become the instances' states. n = 0 does nothing. With on_device, x and
@@ -52,6 +54,7 @@ class Decoder {
   ParameterCollection pc_;
   std::unique_ptr<Cell> cell_;
   std::vector<Parameter> weight_params_;
+  std::vector<DeviceInterop::Transfer> transfers_;  // start()'s weights from device memory
   Engine engine_;
   Graph graph_;
   int64_t num_instances_ = 0, steps_ = 0;

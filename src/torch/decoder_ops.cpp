@@ -41,8 +41,9 @@ class TorchDecoder : public torch::CustomClassHolder {
     const Cell& cell = decoder_->cell();
     const c10::DeviceGuard guard(device_);
     const Tensor probe = at::empty({0, cell.input_dim()}, at::dtype(at::kFloat).device(device_));
-    check_inputs(probe, weights, cell, cell.weights(),
-                 false);  // on the weights' device; copied to the host
+    // On the engine's device; CUDA weights stay there (device_resident), others go to the host.
+    const bool on_device = device_.is_cuda() && device_resident(probe);
+    check_inputs(probe, weights, cell, cell.weights(), on_device);
     std::vector<const float*> w, s;
     for (const Tensor& t : weights) w.push_back(t.data_ptr<float>());
     kept_.clear();
@@ -64,7 +65,7 @@ class TorchDecoder : public torch::CustomClassHolder {
       s.push_back(kept_.back().data_ptr<float>());
     }
     try {
-      decoder_->start(num_instances, w, s);
+      decoder_->start(num_instances, w, s, on_device, on_device ? current_stream(probe) : nullptr);
     } catch (const std::exception& e) {
       fail(e.what());
     }

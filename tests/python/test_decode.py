@@ -613,6 +613,35 @@ def test_reorder_of_a_single_tensor_state():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @torch.no_grad()
+def test_cuda_start_reads_the_weights_as_they_are_then():
+    """On a CUDA engine, start() copies CUDA weights on the device (no copy through the host
+    that PyTorch would wait for) as they are when it is called: a change after it does not reach
+    the loop's steps, and the next start() reads the changed weights."""
+    vocab, E, H = 13, 6, 7
+    _, _, cell = pick_user_lstm(vocab, E, H, 5)
+    cuda_module = edbatch.nn.Propagate(copy.deepcopy(cell), state_size=(H, H)).cuda()
+    on_cuda = edbatch.nn.StepDecoder(cuda_module, input_size=E)
+    on_cpu = edbatch.nn.StepDecoder(edbatch.nn.Propagate(cell, state_size=(H, H)), input_size=E)
+    x = torch.randn(4, E, generator=torch.Generator().manual_seed(3))
+    device_path = edbatch.info.cuda_tensor_path() == "gpu"
+    for loop in range(2):
+        if device_path:
+            torch.cuda.set_sync_debug_mode("error")  # a copy to the host raises
+        try:
+            on_cuda.start(4)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        on_cpu.start(4)
+        want = on_cpu.step(x)
+        for p in list(cuda_module.parameters()) + list(cell.parameters()):
+            p.mul_(0.5)  # after start: the loop keeps the weights it started with
+        got = on_cuda.step(x.cuda())
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-4, msg=f"loop {loop}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@torch.no_grad()
 def test_cuda_steps_stay_on_the_device():
     """On a CUDA engine, a CUDA x (strided, on a side stream) and the new states stay in device
     memory: no copy through the host that PyTorch would wait for. Steps, a stop and a reorder give
