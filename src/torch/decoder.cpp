@@ -21,7 +21,8 @@ void Decoder::check_instance(const char* fn, int64_t id) const {
 }
 
 void Decoder::start(int64_t num_instances, const std::vector<const float*>& weights,
-                    const std::vector<const float*>& states, bool weights_on_device, void* stream) {
+                    const std::vector<const float*>& states, bool weights_on_device, void* stream,
+                    bool states_on_device) {
   const char* fn = "edbatch.Decoder.start";
   const uint32_t S = cell_->num_outputs();
   if (num_instances < 0)
@@ -54,15 +55,25 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
   kernels_before_ = engine_.stats().kernels;
   instance_steps_.assign(static_cast<size_t>(num_instances), 0);
   state_.assign(static_cast<size_t>(num_instances) * S, Expr{});
+  // The states are the graph's first input values, output after output (from device memory,
+  // placeholders until the first step's forward copies them in).
+  start_states_pending_ = 0;
   std::vector<float> zeros;
   for (uint32_t o = 0; o < S; ++o) {
     const uint32_t size = cell_->output_size(o);
-    if (states.empty() || states[o] == nullptr) zeros.assign(size, 0.0f);
+    const bool given = !states_on_device && !states.empty() && states[o] != nullptr;
+    if (!given) zeros.assign(size, 0.0f);
     for (int64_t i = 0; i < num_instances; ++i) {
-      const float* v = states.empty() || states[o] == nullptr ? zeros.data() : states[o] + i * size;
+      const float* v = given ? states[o] + i * size : zeros.data();
       state_[static_cast<size_t>(i) * S + o] = input(graph_, Dim{size, 1}, v);
     }
   }
+  if (states_on_device) start_states_pending_ = graph_.input_values().size();
+}
+
+void Decoder::write_start_states(const float* states) {
+  if (start_states_pending_ > 0) graph_.write_inputs(0, states, start_states_pending_);
+  start_states_pending_ = 0;
 }
 
 void Decoder::step(int64_t n, const int64_t* ids, const float* x,
@@ -115,15 +126,21 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     for (int64_t r = 0; r < n; ++r) fetch_.push_back(state_[static_cast<size_t>(ids[r]) * S + o]);
   if (on_device) {
     io->use_stream(stream);
-    io->inputs_from_device(x, static_cast<size_t>(n) * D, first_input);
+    // Start's states from device memory are the inputs before the step's (the graph's first).
+    const size_t pending = start_states_pending_;
+    io->inputs_from_device(x, pending + static_cast<size_t>(n) * D, first_input - pending);
     try {
       engine_.forward_through(graph_, fetch_);
     } catch (...) {
       io->inputs_from_device(nullptr, 0, 0);  // not left for a later forward
       throw;
     }
+    start_states_pending_ = 0;
     read_groups(*io, graph_, engine_.plan(), fetch_, static_cast<size_t>(n), outputs, node_ids_);
   } else {
+    if (start_states_pending_ > 0)
+      throw std::logic_error(
+          fmt::format("[{}] start's states are still in device memory (write_start_states)", fn));
     engine_.forward_through(graph_, fetch_);
     engine_.read(fetch_, static_cast<size_t>(n), outputs.data());
   }

@@ -21,14 +21,23 @@ class Decoder {
   // states[o] holds num_instances x output_size(o) floats, the initial output o (nullptr or an
   // empty list: zeros). With weights_on_device the weights are device memory of the engine's
   // device, copied into the engine's parameters there, on `stream` (as Runner::forward does).
+  // With states_on_device the states are not read here: the first step on the device takes them
+  // from device memory ahead of its x (step), or write_start_states gives them before a step
+  // through the host.
   void start(int64_t num_instances, const std::vector<const float*>& weights,
              const std::vector<const float*>& states, bool weights_on_device = false,
-             void* stream = nullptr);
+             void* stream = nullptr, bool states_on_device = false);
+  // The floats of start()'s states still to come from device memory (0: none): every output's
+  // num_instances x output_size(o), output after output.
+  size_t start_states_pending() const { return start_states_pending_; }
+  // Those states from host memory, laid out as start_states_pending() says.
+  void write_start_states(const float* states);
   // One step for the instances ids[0..n) (distinct, in [0, num_instances)): instance ids[r] reads
   // x row r (x: n x input_dim floats) and its last state; outputs[o] receives n x output_size(o),
   // the new states, which become the instances' states. n = 0 does nothing. With on_device, x and
   // outputs are device memory of the engine's device, read and written on `stream` (a
-  // cudaStream_t; the step is queued there, and nothing waits for it).
+  // cudaStream_t; the step is queued there, and nothing waits for it); while start's states are
+  // pending (start_states_pending()), x holds them first, then the step's rows.
   void step(int64_t n, const int64_t* ids, const float* x, const std::vector<float*>& outputs,
             bool on_device = false, void* stream = nullptr);
   // The loop goes on with n instances: instance r (in [0, n)) continues from the state and step
@@ -68,6 +77,7 @@ class Decoder {
   std::vector<Expr> x_, prev_, out_, fetch_;
   std::vector<uint32_t> node_ids_;
   std::vector<float> zeros_;
+  size_t start_states_pending_ = 0;
   std::vector<uint8_t> seen_;
 };
 

@@ -52,6 +52,9 @@ class TorchDecoder : public torch::CustomClassHolder {
           fmt::format("[edbatch.Decoder.start] {} initial state tensors given, the cell has {} "
                       "outputs",
                       states.size(), cell.num_outputs()));
+    // CUDA states on the engine's device stay there: one buffer, output after output, that the
+    // first step's forward reads ahead of its x.
+    bool states_on_device = on_device && !states.empty();
     for (size_t o = 0; o < states.size(); ++o) {
       const Tensor& t = states[o];
       const int64_t size = cell.output_size(static_cast<uint32_t>(o));
@@ -61,12 +64,23 @@ class TorchDecoder : public torch::CustomClassHolder {
                          "{}], got {} of shape {}",
                          o, num_instances, size, c10::toString(t.scalar_type()),
                          shape(t.sizes())));
+      states_on_device = states_on_device && t.device() == device_;
+    }
+    std::vector<Tensor> flat;
+    for (const Tensor& t : states) {
+      if (states_on_device) {
+        flat.push_back(t.reshape({-1}));
+        continue;
+      }
       kept_.push_back(t.to(at::kCPU).contiguous());
       s.push_back(kept_.back().data_ptr<float>());
     }
+    start_states_ = states_on_device ? at::cat(flat) : Tensor();
     try {
-      decoder_->start(num_instances, w, s, on_device, on_device ? current_stream(probe) : nullptr);
+      decoder_->start(num_instances, w, s, on_device, on_device ? current_stream(probe) : nullptr,
+                      states_on_device);
     } catch (const std::exception& e) {
+      start_states_ = Tensor();
       fail(e.what());
     }
     kept_.clear();
@@ -105,12 +119,24 @@ class TorchDecoder : public torch::CustomClassHolder {
     const Tensor all = at::empty({floats}, at::dtype(at::kFloat).device(x_c.device()));
     std::vector<float*> outputs;
     for (const Tensor& t : split(all)) outputs.push_back(t.data_ptr<float>());
+    // Start's states still in device memory: ahead of x for a step on the device, else through
+    // the host now.
+    Tensor x_in = x_c;
+    if (start_states_.defined() && n > 0) {
+      if (on_device) {
+        x_in = at::cat({start_states_, x_c.reshape({-1})});
+      } else {
+        const Tensor host = start_states_.to(at::kCPU);
+        decoder_->write_start_states(host.data_ptr<float>());
+      }
+    }
     try {
-      decoder_->step(n, ids_c.data_ptr<int64_t>(), x_c.data_ptr<float>(), outputs, on_device,
+      decoder_->step(n, ids_c.data_ptr<int64_t>(), x_in.data_ptr<float>(), outputs, on_device,
                      on_device ? current_stream(x_c) : nullptr);
     } catch (const std::exception& e) {
       fail(e.what());
     }
+    if (decoder_->start_states_pending() == 0) start_states_ = Tensor();
     return split(all.to(x.device()));
   }
 
@@ -165,6 +191,7 @@ class TorchDecoder : public torch::CustomClassHolder {
   c10::Device device_;
   std::unique_ptr<Decoder> decoder_;
   std::vector<Tensor> kept_;
+  Tensor start_states_;       // start()'s states on the device, until the first step takes them
   std::vector<int64_t> ids_;  // reorder()'s
 };
 

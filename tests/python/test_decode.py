@@ -613,30 +613,40 @@ def test_reorder_of_a_single_tensor_state():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @torch.no_grad()
-def test_cuda_start_reads_the_weights_as_they_are_then():
-    """On a CUDA engine, start() copies CUDA weights on the device (no copy through the host
-    that PyTorch would wait for) as they are when it is called: a change after it does not reach
-    the loop's steps, and the next start() reads the changed weights."""
+def test_cuda_start_reads_the_weights_and_states_on_the_device():
+    """On a CUDA engine, start() takes CUDA weights and states on the device (no copy through
+    the host that PyTorch would wait for), the weights as they are when it is called: a change
+    after it does not reach the loop's steps, and the next start() reads the changed weights.
+    The first step reads the states, after a stop too, and through the host for a CPU x."""
     vocab, E, H = 13, 6, 7
     _, _, cell = pick_user_lstm(vocab, E, H, 5)
     cuda_module = edbatch.nn.Propagate(copy.deepcopy(cell), state_size=(H, H)).cuda()
     on_cuda = edbatch.nn.StepDecoder(cuda_module, input_size=E)
     on_cpu = edbatch.nn.StepDecoder(edbatch.nn.Propagate(cell, state_size=(H, H)), input_size=E)
-    x = torch.randn(4, E, generator=torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)
     device_path = edbatch.info.cuda_tensor_path() == "gpu"
-    for loop in range(2):
+    for loop, first in enumerate(["cuda x", "stop", "cpu x"]):
+        h0, c0, x = (torch.randn(4, n, generator=g) for n in (H, H, E))
         if device_path:
             torch.cuda.set_sync_debug_mode("error")  # a copy to the host raises
         try:
-            on_cuda.start(4)
+            on_cuda.start(4, (h0.cuda(), c0.cuda()))
         finally:
             torch.cuda.set_sync_debug_mode(0)
-        on_cpu.start(4)
+        on_cpu.start(4, (h0, c0))
+        if first == "stop":
+            mask = torch.tensor([False, True, False, False])
+            assert torch.equal(on_cuda.stop(mask), on_cpu.stop(mask))
+            x = x[~mask]
         want = on_cpu.step(x)
         for p in list(cuda_module.parameters()) + list(cell.parameters()):
             p.mul_(0.5)  # after start: the loop keeps the weights it started with
-        got = on_cuda.step(x.cuda())
+        got = on_cuda.step(x if first == "cpu x" else x.cuda())
+        assert all(t.is_cuda == (first != "cpu x") for t in got)
         for a, b in zip(got, want):
+            torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-4, msg=f"loop {loop}")
+        again = on_cuda.step(x.cuda())  # the states have moved on from the start's
+        for a, b in zip(again, on_cpu.step(x)):
             torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-4, msg=f"loop {loop}")
 
 
