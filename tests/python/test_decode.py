@@ -627,10 +627,11 @@ def test_cuda_start_reads_the_weights_and_states_on_the_device():
     device_path = edbatch.info.cuda_tensor_path() == "gpu"
     for loop, first in enumerate(["cuda x", "stop", "cpu x"]):
         h0, c0, x = (torch.randn(4, n, generator=g) for n in (H, H, E))
+        state = (h0.cuda(), c0.cuda())
         if device_path:
             torch.cuda.set_sync_debug_mode("error")  # a copy to the host raises
         try:
-            on_cuda.start(4, (h0.cuda(), c0.cuda()))
+            on_cuda.start(4, state)
         finally:
             torch.cuda.set_sync_debug_mode(0)
         on_cpu.start(4, (h0, c0))
