@@ -204,6 +204,20 @@ DeviceInterop& device_interop(Engine& engine, const char* fn) {
   return *io;
 }
 
+void write_weights_on_device(Engine& engine, ParameterCollection& pc,
+                             const std::vector<WeightSpec>& specs,
+                             const std::vector<Parameter>& params,
+                             const std::vector<const float*>& weights, void* stream,
+                             std::vector<DeviceInterop::Transfer>& transfers, const char* fn) {
+  DeviceInterop& io = device_interop(engine, fn);
+  io.use_stream(stream);
+  transfers.clear();
+  for (size_t i = 0; i < specs.size(); ++i)
+    transfers.push_back({params[i].id, const_cast<float*>(weights[i]), specs[i].row_major(),
+                         specs[i].engine_cols()});
+  io.write_parameters(pc, transfers);
+}
+
 void read_groups(DeviceInterop& io, const Graph& g, const MemoryPlan& plan,
                  const std::vector<Expr>& targets, size_t per_group,
                  const std::vector<float*>& outputs, std::vector<uint32_t>& ids) {
@@ -373,13 +387,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   if (prof) prof->lap(HostProfile::Check, t);
   const std::vector<WeightSpec>& specs = specs_;
   if (on_device) {
-    DeviceInterop& io = device_interop(engine_, fn);
-    io.use_stream(stream);
-    transfers_.clear();
-    for (size_t i = 0; i < specs.size(); ++i)
-      transfers_.push_back({weight_params_[i].id, const_cast<float*>(weights[i]),
-                            specs[i].row_major(), specs[i].engine_cols()});
-    io.write_parameters(pc_, transfers_);
+    write_weights_on_device(engine_, pc_, specs, weight_params_, weights, stream, transfers_, fn);
   } else {
     for (size_t i = 0; i < specs.size(); ++i) {
       float* dst = pc_.values(weight_params_[i].id);

@@ -120,6 +120,14 @@ uint64_t plans_reused_total();
 // was given for an engine that cannot read it).
 DeviceInterop& device_interop(Engine& engine, const char* fn);
 
+// Writes weights[i] (device memory, torch's layout as specs[i] says) into parameter params[i] of
+// pc on the engine's device, in one launch queued on `stream` (transfers: the caller's scratch).
+void write_weights_on_device(Engine& engine, ParameterCollection& pc,
+                             const std::vector<WeightSpec>& specs,
+                             const std::vector<Parameter>& params,
+                             const std::vector<const float*>& weights, void* stream,
+                             std::vector<DeviceInterop::Transfer>& transfers, const char* fn);
+
 // Reads the values of targets, group by group, into device memory on io's stream: group o,
 // targets[o * per_group, (o + 1) * per_group), one node after another into outputs[o]. Groups
 // whose outputs follow one another in memory (outputs[o + 1] right after group o's floats) are

@@ -35,13 +35,7 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
   if (weights_on_device) {
     // One launch on the device, queued on the caller's stream: no round trip through the host
     // and no upload of every parameter at the first step.
-    DeviceInterop& io = device_interop(engine_, fn);
-    io.use_stream(stream);
-    transfers_.clear();
-    for (size_t i = 0; i < specs.size(); ++i)
-      transfers_.push_back({weight_params_[i].id, const_cast<float*>(weights[i]),
-                            specs[i].row_major(), specs[i].engine_cols()});
-    io.write_parameters(pc_, transfers_);
+    write_weights_on_device(engine_, pc_, specs, weight_params_, weights, stream, transfers_, fn);
   } else {
     for (size_t i = 0; i < specs.size(); ++i)
       to_engine(weights[i], specs[i], pc_.values(weight_params_[i].id));
