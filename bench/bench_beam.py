@@ -30,8 +30,14 @@ device on both sides: the host work per step and row that a search pays, without
 layer and search code. With --calls (CUDA) each row also counts the CUDA runtime calls per step,
 its reorder included (torch.profiler).
 
+--time-start ROWS times a loop's start instead, at each row count: start() from zero states and
+from given states (seeded random rows on --device), and the first step after it, each call timed
+with a wait for the device on both sides (the first --warmup loops untimed). On CUDA, start copies
+the weights into the engine and the first step reads the given states, both in device memory.
+
     python3 bench/bench_beam.py [--device cpu|cuda] [--batch 32,128] [--hidden 256] [--beam 4]
     python3 bench/bench_beam.py --device cuda --time-step 128,512 [--steps 600] [--calls]
+    python3 bench/bench_beam.py --device cuda --time-start 128,512 [--reps 50]
 """
 import argparse
 import os
@@ -232,6 +238,45 @@ def time_step(args, rows, device):
             print(f"{r['rows']:>5} rows, CUDA runtime calls per step: {calls}", file=sys.stderr)
 
 
+def time_start(args, rows, device):
+    """--time-start: start() and the first step after it, from zero and from given states."""
+    table = []
+    for R in rows:
+        torch.manual_seed(args.seed)
+        cell = UserLSTM(args.hidden, args.embed).to(device)
+        module = edbatch.nn.Propagate(cell, state_size=(args.hidden, args.hidden))
+        decoder = edbatch.nn.StepDecoder(module, input_size=args.embed, threads=args.threads)
+        g = torch.Generator(device=device).manual_seed(args.seed)
+        x = torch.randn(R, args.embed, generator=g, device=device)
+        given = tuple(torch.randn(R, args.hidden, generator=g, device=device) for _ in range(2))
+        for states in ("zeros", "given"):
+            starts, firsts = [], []
+            with torch.no_grad():
+                for rep in range(args.warmup + args.reps):
+                    ext.sync(device)
+                    t0 = time.perf_counter()
+                    decoder.start(R, given if states == "given" else None)
+                    ext.sync(device)
+                    t1 = time.perf_counter()
+                    decoder.step(x)
+                    ext.sync(device)
+                    if rep >= args.warmup:
+                        starts.append((t1 - t0) * 1e6)
+                        firsts.append((time.perf_counter() - t1) * 1e6)
+            row = {"bench": "beam_start", "device": args.device, "rows": R, "states": states,
+                   "hidden": args.hidden, "embed": args.embed,
+                   "threads": args.threads or torch.get_num_threads(), "loops": len(starts),
+                   **spread("start_us", starts), **spread("first_step_us", firsts)}
+            table.append(row)
+            print(json_line(row), flush=True)
+    print(f"\n rows states {'start_us':>9} {'p10':>9} {'p90':>9} {'first_us':>9} {'p10':>9} "
+          f"{'p90':>9}", file=sys.stderr)
+    for r in table:
+        print(f"{r['rows']:>5} {r['states']:<6} {r['start_us']:>9} {r['p10_start_us']:>9} "
+              f"{r['p90_start_us']:>9} {r['first_step_us']:>9} {r['p10_first_step_us']:>9} "
+              f"{r['p90_first_step_us']:>9}", file=sys.stderr)
+
+
 def runtime_calls(decoder, R, x, g, device, loops=2):
     """--calls: the CUDA runtime calls (launches, copies, event and stream calls) per step, its
     reorder included, counted by torch.profiler over loops of 30 steps as time_step runs them
@@ -294,6 +339,10 @@ def parser():
     ap.add_argument("--time-step", default="", metavar="ROWS",
                     help="time the decoder's step and reorder alone at these row counts "
                          "(comma-separated) instead of the search")
+    ap.add_argument("--time-start", default="", metavar="ROWS",
+                    help="time start() (zero and given states) and the first step alone at "
+                         "these row counts (comma-separated) instead of the search; --reps "
+                         "loops each, after --warmup")
     ap.add_argument("--steps", type=count(), default=600,
                     help="--time-step: steps timed per row count")
     ap.add_argument("--calls", action="store_true",
@@ -326,6 +375,9 @@ def main(argv=None):
         ap.error(f"--vocab {args.vocab} is below 2 * --beam: the search takes the best 2K")
     batches = counts(ap, "--batch", args.batch)
     step_rows = counts(ap, "--time-step", args.time_step) if args.time_step else []
+    start_rows = counts(ap, "--time-start", args.time_start) if args.time_start else []
+    if step_rows and start_rows:
+        ap.error("--time-step and --time-start: give one of them")
     device = torch.device(args.device)
     if args.calls and (not step_rows or device.type != "cuda"):
         ap.error("--calls counts CUDA runtime calls of --time-step: give --time-step ROWS and "
@@ -334,6 +386,9 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     if step_rows:
         time_step(args, step_rows, device)
+        return
+    if start_rows:
+        time_start(args, start_rows, device)
         return
     torch.manual_seed(args.seed)
     model = Model(args.vocab, args.embed, args.hidden, args.eos_gain).to(device).eval()

@@ -211,7 +211,8 @@ def test_beam_benchmark_rows_checks_and_usage_errors():
                                 "pytorch-module": (best, other, steps)}, args)
     for bad in (["--batch", "3,x"], ["--batch", "0"], ["--beam", "0"],
                 ["--vocab", "6", "--beam", "4"], ["--time-step", "4,0"], ["--time-step", "x"],
-                ["--calls"], ["--calls", "--time-step", "4", "--device", "cpu"]):
+                ["--calls"], ["--calls", "--time-step", "4", "--device", "cpu"],
+                ["--time-start", "0"], ["--time-start", "3", "--time-step", "3"]):
         code, out, err = run_script("bench_beam.py", *bad)
         assert code == 2 and not out and "error:" in err, bad
     # The decoder's step and reorder alone: a row per row count, 31 steps (a second loop's
@@ -224,6 +225,16 @@ def test_beam_benchmark_rows_checks_and_usage_errors():
         ("beam_step", 3, 31), ("beam_step", 7, 31)]
     assert all(0 < r["p10_step_us"] <= r["step_us"] <= r["p90_step_us"] and
                0 < r["p10_reorder_us"] <= r["reorder_us"] <= r["p90_reorder_us"] for r in rows)
+    # A loop's start and first step: a row per row count and kind of start state, --reps loops.
+    code, out, err = run_script("bench_beam.py", "--time-start", "3,7", "--reps", "4",
+                                "--warmup", "1", "--hidden", "6", "--embed", "4")
+    assert code == 0, err
+    rows = _rows(out)
+    assert [(r["bench"], r["rows"], r["states"], r["loops"]) for r in rows] == [
+        ("beam_start", R, s, 4) for R in (3, 7) for s in ("zeros", "given")]
+    assert all(0 < r["p10_start_us"] <= r["start_us"] <= r["p90_start_us"] and
+               0 < r["p10_first_step_us"] <= r["first_step_us"] <= r["p90_first_step_us"]
+               for r in rows)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
