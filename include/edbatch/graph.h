@@ -74,6 +74,11 @@ class Graph {
   uint32_t add_node(Op op, Dim dim, const uint32_t* args, uint32_t nargs, uint32_t aux = 0,
                     uint32_t aux2 = 0, float alpha = 0, float beta = 0);
   uint32_t add_input(Dim dim, const float* values);
+  // `count` repetitions of input nodes of the shapes `dims` (count * ndims nodes with consecutive
+  // ids), their values one after another from `values`, or zeros when `values` is null
+  // (placeholders that write_inputs or a device backend's inputs fill). As many add_input calls
+  // would add, at one type lookup per shape and one copy. Returns the first node's id.
+  uint32_t add_inputs(const Dim* dims, uint32_t ndims, uint32_t count, const float* values);
   uint32_t add_parameter(uint32_t param_id);
   // A call of block `block` (already checked by the caller) and its output views.
   uint32_t add_call(uint32_t block, Dim dim, const uint32_t* args, uint32_t nargs,

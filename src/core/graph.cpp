@@ -162,6 +162,47 @@ void Graph::truncate(uint32_t size) {
   ++cuts_;
 }
 
+uint32_t Graph::add_inputs(const Dim* dims, uint32_t ndims, uint32_t count, const float* values) {
+  uint64_t floats = 0;  // per repetition
+  for (uint32_t d = 0; d < ndims; ++d) {
+    if (dims[d].rows == 0 || dims[d].cols == 0) fail("input", "empty shape " + to_string(dims[d]));
+    floats += static_cast<uint64_t>(dims[d].rows) * dims[d].cols;
+  }
+  const uint64_t total = floats * count, offset = input_values_.size();
+  if (offset + total > UINT32_MAX)
+    fail("input", std::to_string(count) + " x " + std::to_string(floats) +
+                      " input floats after the graph's " + std::to_string(offset) +
+                      " pass 2^32 - 1 (a graph's input values are indexed by 32 bits)");
+  const auto first = static_cast<uint32_t>(nodes_.size());
+  if (ndims == 0 || count == 0) return first;
+  reserve_geometric(nodes_, static_cast<size_t>(ndims) * count);
+  if (values != nullptr)
+    input_values_.insert(input_values_.end(), values, values + total);
+  else
+    input_values_.resize(offset + total, 0.0f);
+  // The first repetition through add_node (its types), the others copies of it at their offsets.
+  auto at = static_cast<uint32_t>(offset);
+  try {
+    for (uint32_t d = 0; d < ndims; ++d) {
+      add_node(Op::Input, dims[d], nullptr, 0, at);
+      at += dims[d].size();
+    }
+  } catch (...) {
+    truncate(first);
+    input_values_.resize(offset);
+    throw;
+  }
+  for (uint32_t r = 1; r < count; ++r)
+    for (uint32_t d = 0; d < ndims; ++d) {
+      Node& n = nodes_.emplace_back(nodes_[first + d]);
+      n.arg_begin = static_cast<uint32_t>(args_.size());
+      n.aux = at;
+      at += n.dim.size();
+    }
+  ++version_;
+  return first;
+}
+
 // ---- builders ----
 
 namespace {

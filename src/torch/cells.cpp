@@ -218,6 +218,17 @@ void write_weights_on_device(Engine& engine, ParameterCollection& pc,
   io.write_parameters(pc, transfers);
 }
 
+void add_x_inputs(Graph& g, const std::vector<uint32_t>& segments, uint32_t rows, const float* x,
+                  std::vector<Expr>& exprs) {
+  std::vector<Dim> dims;
+  for (uint32_t size : segments) dims.push_back(Dim{size, 1});
+  const uint32_t first = g.add_inputs(dims.data(), static_cast<uint32_t>(dims.size()), rows, x);
+  const size_t count = dims.size() * rows;
+  exprs.clear();
+  exprs.reserve(count);
+  for (size_t k = 0; k < count; ++k) exprs.push_back(g.expr(first + static_cast<uint32_t>(k)));
+}
+
 void read_groups(DeviceInterop& io, const Graph& g, const MemoryPlan& plan,
                  const std::vector<Expr>& targets, size_t per_group,
                  const std::vector<float*>& outputs, std::vector<uint32_t>& ids) {
@@ -352,16 +363,7 @@ void Runner::add_loss_head(const Packed& p) {
 // later or taken from device memory).
 void Runner::build_graph(const Packed& p, const float* x) {
   graph_.clear();
-  const std::vector<uint32_t> segments = cell_->input_segments();
-  x_.clear();
-  if (x == nullptr) zeros_.assign(static_cast<size_t>(p.x_dim), 0.0f);
-  for (int64_t r = 0; r < p.num_x; ++r) {
-    const float* row = x == nullptr ? zeros_.data() : x + r * p.x_dim;
-    for (uint32_t size : segments) {
-      x_.push_back(input(graph_, Dim{size, 1}, row));
-      row += size;
-    }
-  }
+  add_x_inputs(graph_, cell_->input_segments(), static_cast<uint32_t>(p.num_x), x, x_);
   out_.assign(static_cast<size_t>(cell_->num_outputs()) * p.num_nodes, Expr{});
   cell_->build(graph_, p, x_, out_);
   if (head_.classes)

@@ -128,6 +128,12 @@ void write_weights_on_device(Engine& engine, ParameterCollection& pc,
                              const std::vector<const float*>& weights, void* stream,
                              std::vector<DeviceInterop::Transfer>& transfers, const char* fn);
 
+// Appends the input nodes of `rows` rows of x to g, each row's segments one after another (an
+// input node per segment, as the cell reads x), into `exprs` (cleared first): values from x, one
+// row after another, or zeros when x is null (placeholders a device forward fills).
+void add_x_inputs(Graph& g, const std::vector<uint32_t>& segments, uint32_t rows, const float* x,
+                  std::vector<Expr>& exprs);
+
 // Reads the values of targets, group by group, into device memory on io's stream: group o,
 // targets[o * per_group, (o + 1) * per_group), one node after another into outputs[o]. Groups
 // whose outputs follow one another in memory (outputs[o + 1] right after group o's floats) are
@@ -194,7 +200,6 @@ class Runner {
   int64_t num_nodes_ = 0, num_x_ = 0;
   bool have_graph_ = false;
   bool on_device_ = false;  // the last forward's memory
-  std::vector<float> zeros_;  // placeholder input values (the device fills them)
   std::vector<uint32_t> ids_;
   std::vector<DeviceInterop::Transfer> transfers_;
 

@@ -52,15 +52,13 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
   // The states are the graph's first input values, output after output (from device memory,
   // placeholders until the first step's forward copies them in).
   start_states_pending_ = 0;
-  std::vector<float> zeros;
   for (uint32_t o = 0; o < S; ++o) {
-    const uint32_t size = cell_->output_size(o);
     const bool given = !states_on_device && !states.empty() && states[o] != nullptr;
-    if (!given) zeros.assign(size, 0.0f);
-    for (int64_t i = 0; i < num_instances; ++i) {
-      const float* v = given ? states[o] + i * size : zeros.data();
-      state_[static_cast<size_t>(i) * S + o] = input(graph_, Dim{size, 1}, v);
-    }
+    const Dim dim{cell_->output_size(o), 1};
+    const uint32_t first = graph_.add_inputs(&dim, 1, static_cast<uint32_t>(num_instances),
+                                             given ? states[o] : nullptr);
+    for (int64_t i = 0; i < num_instances; ++i)
+      state_[static_cast<size_t>(i) * S + o] = graph_.expr(first + static_cast<uint32_t>(i));
   }
   if (states_on_device) start_states_pending_ = graph_.input_values().size();
 }
@@ -89,15 +87,7 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
   // The step's x rows are its first input values, one after another as x holds them (from device
   // memory, those inputs are placeholders until the forward copies x in).
   const size_t first_input = graph_.input_values().size();
-  if (on_device) zeros_.assign(D, 0.0f);
-  x_.clear();
-  for (int64_t r = 0; r < n; ++r) {
-    const float* row = on_device ? zeros_.data() : x + r * D;
-    for (uint32_t size : segments) {
-      x_.push_back(input(graph_, Dim{size, 1}, row));
-      row += size;
-    }
-  }
+  add_x_inputs(graph_, segments, static_cast<uint32_t>(n), on_device ? nullptr : x, x_);
   prev_.resize(S);
   out_.resize(S);
   for (int64_t r = 0; r < n; ++r) {

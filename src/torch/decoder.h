@@ -76,7 +76,6 @@ class Decoder {
   std::vector<int64_t> next_steps_;
   std::vector<Expr> x_, prev_, out_, fetch_;
   std::vector<uint32_t> node_ids_;
-  std::vector<float> zeros_;
   size_t start_states_pending_ = 0;
   std::vector<uint8_t> seen_;
 };
