@@ -195,16 +195,21 @@ def implementations(model, args, B, state, device):
     return impls
 
 
+def seeded_decoder(args, R, device):
+    """A decoder of the user LSTM cell with seeded weights, its generator and an x of R rows."""
+    torch.manual_seed(args.seed)
+    cell = UserLSTM(args.hidden, args.embed).to(device)
+    module = edbatch.nn.Propagate(cell, state_size=(args.hidden, args.hidden))
+    decoder = edbatch.nn.StepDecoder(module, input_size=args.embed, threads=args.threads)
+    g = torch.Generator(device=device).manual_seed(args.seed)
+    return decoder, g, torch.randn(R, args.embed, generator=g, device=device)
+
+
 def time_step(args, rows, device):
     """--time-step: the decoder's step and reorder alone at each row count."""
     table = []
     for R in rows:
-        torch.manual_seed(args.seed)
-        cell = UserLSTM(args.hidden, args.embed).to(device)
-        module = edbatch.nn.Propagate(cell, state_size=(args.hidden, args.hidden))
-        decoder = edbatch.nn.StepDecoder(module, input_size=args.embed, threads=args.threads)
-        g = torch.Generator(device=device).manual_seed(args.seed)
-        x = torch.randn(R, args.embed, generator=g, device=device)
+        decoder, g, x = seeded_decoder(args, R, device)
         steps, reorders = [], []
         with torch.no_grad():
             for s in range(args.steps):
@@ -242,12 +247,7 @@ def time_start(args, rows, device):
     """--time-start: start() and the first step after it, from zero and from given states."""
     table = []
     for R in rows:
-        torch.manual_seed(args.seed)
-        cell = UserLSTM(args.hidden, args.embed).to(device)
-        module = edbatch.nn.Propagate(cell, state_size=(args.hidden, args.hidden))
-        decoder = edbatch.nn.StepDecoder(module, input_size=args.embed, threads=args.threads)
-        g = torch.Generator(device=device).manual_seed(args.seed)
-        x = torch.randn(R, args.embed, generator=g, device=device)
+        decoder, g, x = seeded_decoder(args, R, device)
         given = tuple(torch.randn(R, args.hidden, generator=g, device=device) for _ in range(2))
         for states in ("zeros", "given"):
             starts, firsts = [], []
