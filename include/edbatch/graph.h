@@ -52,6 +52,7 @@ class Graph {
   const std::vector<float>& input_values() const { return input_values_; }
   // Per-invocation integers of block calls (a Call node's start in aux2).
   const std::vector<uint32_t>& ints() const { return ints_; }
+  uint32_t call_ints(uint32_t id) const;  // how many of them call node `id` has
   ParameterCollection& params() const { return *params_; }
   const TypeTable& types() const;
   uint32_t generation() const { return generation_; }
@@ -79,6 +80,15 @@ class Graph {
   // (placeholders that write_inputs or a device backend's inputs fill). As many add_input calls
   // would add, at one type lookup per shape and one copy. Returns the first node's id.
   uint32_t add_inputs(const Dim* dims, uint32_t ndims, uint32_t count, const float* values);
+  // Appends `copies` copies of the pattern nodes [begin, end): copy c's node i is pattern node
+  // begin + i with its arguments args[c * A + j] (A: the pattern's arguments, j over them in
+  // node order), a call's integers and an input's values the pattern node's (an input gets its
+  // own copy of them). Each argument must come before its node and be a parameter exactly where
+  // the pattern's is, so the pattern's types hold; a pattern holding a parameter node is refused
+  // (a graph holds each parameter once). Returns the first copy's first node id; a refused copy
+  // leaves the graph as it was. For structures that repeat a unit built once (a decoding step's
+  // cell call per instance), at the cost of copying its nodes.
+  uint32_t repeat_nodes(uint32_t begin, uint32_t end, uint32_t copies, const uint32_t* args);
   uint32_t add_parameter(uint32_t param_id);
   // A call of block `block` (already checked by the caller) and its output views.
   uint32_t add_call(uint32_t block, Dim dim, const uint32_t* args, uint32_t nargs,

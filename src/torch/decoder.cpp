@@ -45,6 +45,7 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
   started_ = true;
   num_instances_ = num_instances;
   steps_ = 0;
+  steps_copied_ = 0;
   repeated_before_ = engine_.stats().increments_repeated;
   kernels_before_ = engine_.stats().kernels;
   instance_steps_.assign(static_cast<size_t>(num_instances), 0);
@@ -90,15 +91,26 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
   add_x_inputs(graph_, segments, static_cast<uint32_t>(n), on_device ? nullptr : x, x_);
   prev_.resize(S);
   out_.resize(S);
+  // The first rows through the cell; from the fourth on, copies of the second row's nodes when
+  // the third row came out as such a copy (repeat_rows).
+  row_begin_.clear();
+  row_prev_.clear();
+  row_out_.clear();
   for (int64_t r = 0; r < n; ++r) {
+    if (r == kBuiltRows && repeat_rows(n, ids, segments.size())) break;
     Expr* state = &state_[static_cast<size_t>(ids[r]) * S];
     std::copy(state, state + S, prev_.begin());
+    row_begin_.push_back(graph_.size());
     if (!cell_->step(graph_, &x_[static_cast<size_t>(r) * segments.size()], prev_.data(),
                      out_.data()))
       throw std::invalid_argument(fmt::format(
           "[{}] this cell has no decoding step (a chain of its nodes: the lattice cells, and "
           "user cells reading x rows without dropout)",
           fn));
+    for (uint32_t o = 0; o < S; ++o) {
+      row_prev_.push_back(prev_[o].id);
+      row_out_.push_back(out_[o].id);
+    }
     std::copy(out_.begin(), out_.end(), state);
     ++instance_steps_[static_cast<size_t>(ids[r])];
   }
@@ -129,6 +141,97 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     engine_.read(fetch_, static_cast<size_t>(n), outputs.data());
   }
   ++steps_;
+}
+
+// Rows kBuiltRows.. of a step as copies of row 1's nodes (Graph::repeat_nodes), when row 2 is
+// exactly the copy that row 1 predicts for it: every node the same, reading row 2's own nodes, x
+// rows and previous states where row 1 reads its own, and the same other nodes (parameters,
+// constants). Row 0 may differ (it adds the loop's parameter nodes at the first step). A row's
+// graph building is then a copy of integers. Returns false, adding nothing, when row 2 differs.
+bool Decoder::repeat_rows(int64_t n, const int64_t* ids, size_t segs) {
+  const uint32_t S = cell_->num_outputs();
+  const uint32_t b0 = row_begin_[1], b1 = row_begin_[2], b2 = graph_.size();
+  const uint32_t m = b1 - b0;
+  if (m == 0 || b2 - b1 != m) return false;
+  const uint32_t* prev1 = &row_prev_[S];
+  for (uint32_t o = 0; o < S; ++o)
+    for (uint32_t q = 0; q < o; ++q)
+      if (prev1[o] == prev1[q]) return false;  // a state read twice: its role is ambiguous
+  // Where row 1's arguments (and outputs) come from: its own nodes, an x row's input (by
+  // segment), a previous state (by output), or another node every row shares.
+  enum : uint32_t { kOwn, kX, kPrev, kShared };
+  const auto classify = [&](uint32_t a) -> std::pair<uint32_t, uint32_t> {
+    if (a >= b0 && a < b1) return {kOwn, a - b0};
+    for (size_t k = 0; k < segs; ++k)
+      if (a == x_[segs + k].id) return {kX, static_cast<uint32_t>(k)};
+    for (uint32_t o = 0; o < S; ++o)
+      if (a == prev1[o]) return {kPrev, o};
+    return {kShared, a};
+  };
+  // That source for row r, whose previous states are prev.
+  const auto mapped = [&](std::pair<uint32_t, uint32_t> c, int64_t r, const uint32_t* prev) {
+    switch (c.first) {
+      case kOwn:
+        return b0 + static_cast<uint32_t>(r - 1) * m + c.second;
+      case kX:
+        return x_[static_cast<size_t>(r) * segs + c.second].id;
+      case kPrev:
+        return prev[c.second];
+      default:
+        return c.second;
+    }
+  };
+  const uint32_t a0 = graph_.node(b0).arg_begin, A = graph_.node(b1).arg_begin - a0;
+  pattern_.clear();
+  for (uint32_t j = 0; j < A; ++j) pattern_.push_back(classify(graph_.all_args()[a0 + j]));
+  // Row 2 against the copy that row 1 predicts for it.
+  const uint32_t* prev2 = &row_prev_[2 * static_cast<size_t>(S)];
+  const std::vector<float>& values = graph_.input_values();
+  const std::vector<uint32_t>& ints = graph_.ints();
+  for (uint32_t i = 0; i < m; ++i) {
+    const Node &p = graph_.node(b0 + i), &q = graph_.node(b1 + i);
+    if (p.op != q.op || p.type != q.type || p.dim != q.dim || p.num_args != q.num_args ||
+        float_bits(p.alpha) != float_bits(q.alpha) || float_bits(p.beta) != float_bits(q.beta))
+      return false;
+    if (p.op == Op::Input) {  // an input the cell adds (a constant): the same values
+      if (!std::equal(values.begin() + p.aux, values.begin() + p.aux + p.dim.size(),
+                      values.begin() + q.aux))
+        return false;
+    } else if (p.op == Op::Call) {  // the same block and integers
+      const uint32_t count = graph_.call_ints(b0 + i);
+      if (p.aux != q.aux || graph_.call_ints(b1 + i) != count ||
+          !std::equal(ints.begin() + p.aux2, ints.begin() + p.aux2 + count, ints.begin() + q.aux2))
+        return false;
+    } else if (p.aux != q.aux || p.aux2 != q.aux2) {
+      return false;
+    }
+    for (uint32_t k = 0; k < p.num_args; ++k)
+      if (graph_.args(q)[k] != mapped(pattern_[p.arg_begin - a0 + k], 2, prev2)) return false;
+  }
+  for (uint32_t o = 0; o < S; ++o)
+    if (row_out_[2 * S + o] != mapped(classify(row_out_[S + o]), 2, prev2)) return false;
+  // The other rows as copies of row 1, each reading its own x rows and previous states.
+  const auto copies = static_cast<uint32_t>(n - kBuiltRows);
+  copy_args_.resize(static_cast<size_t>(A) * copies);
+  row_prev_.resize(static_cast<size_t>(S) * 3 + S);
+  uint32_t* prev = &row_prev_[3 * static_cast<size_t>(S)];
+  for (uint32_t c = 0; c < copies; ++c) {
+    const int64_t r = kBuiltRows + c;
+    for (uint32_t o = 0; o < S; ++o) prev[o] = state_[static_cast<size_t>(ids[r]) * S + o].id;
+    uint32_t* args = &copy_args_[static_cast<size_t>(c) * A];
+    for (uint32_t j = 0; j < A; ++j) args[j] = mapped(pattern_[j], r, prev);
+  }
+  graph_.repeat_nodes(b0, b1, copies, copy_args_.data());
+  for (uint32_t c = 0; c < copies; ++c) {
+    const int64_t r = kBuiltRows + c;
+    Expr* state = &state_[static_cast<size_t>(ids[r]) * S];
+    for (uint32_t o = 0; o < S; ++o) prev[o] = state[o].id;
+    for (uint32_t o = 0; o < S; ++o)
+      state[o] = graph_.expr(mapped(classify(row_out_[S + o]), r, prev));
+    ++instance_steps_[static_cast<size_t>(ids[r])];
+  }
+  ++steps_copied_;
+  return true;
 }
 
 void Decoder::reorder(int64_t n, const int64_t* ids) {

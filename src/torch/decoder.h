@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "src/torch/cells.h"
@@ -53,12 +54,18 @@ class Decoder {
   // Steps since start() planned as a repeat of the step before (the engine's repeated increments:
   // the same running instances, with plan reuse on).
   uint64_t steps_repeated() const { return engine_.stats().increments_repeated - repeated_before_; }
+  // Steps since start() whose rows from the fourth on were copies of the second's nodes.
+  uint64_t steps_copied() const { return steps_copied_; }
   // Kernel launches since start() (the engine counts them over its life).
   uint64_t kernels() const { return engine_.stats().kernels - kernels_before_; }
 
  private:
   // Throws naming fn unless id is an instance of the loop (in [0, num_instances)).
   void check_instance(const char* fn, int64_t id) const;
+  // A step's rows from kBuiltRows on as copies of row 1's nodes (decoder.cpp); false: build them
+  // through the cell.
+  bool repeat_rows(int64_t n, const int64_t* ids, size_t segs);
+  static constexpr int64_t kBuiltRows = 3;
 
   ParameterCollection pc_;
   std::unique_ptr<Cell> cell_;
@@ -67,6 +74,7 @@ class Decoder {
   Engine engine_;
   Graph graph_;
   int64_t num_instances_ = 0, steps_ = 0;
+  uint64_t steps_copied_ = 0;
   uint64_t repeated_before_ = 0;  // the engine's increments_repeated at start()
   uint64_t kernels_before_ = 0;   // ... and its kernels
   bool started_ = false;
@@ -76,6 +84,11 @@ class Decoder {
   std::vector<int64_t> next_steps_;
   std::vector<Expr> x_, prev_, out_, fetch_;
   std::vector<uint32_t> node_ids_;
+  // The step's rows built through the cell: their first nodes, previous states and outputs
+  // (num_outputs per row); repeat_rows' pattern of row 1's arguments and the copies' arguments.
+  std::vector<uint32_t> row_begin_, row_prev_, row_out_;
+  std::vector<std::pair<uint32_t, uint32_t>> pattern_;
+  std::vector<uint32_t> copy_args_;
   size_t start_states_pending_ = 0;
   std::vector<uint8_t> seen_;
 };

@@ -168,8 +168,9 @@ class TorchDecoder : public torch::CustomClassHolder {
     }
   }
 
-  // [steps, graph nodes, scheduled nodes, kernel launches, batches, steps repeated]: scheduled
-  // nodes and launches add up over the steps since start (each forward runs only its new nodes).
+  // [steps, graph nodes, scheduled nodes, kernel launches, batches, steps repeated, steps
+  // copied]: scheduled nodes and launches add up over the steps since start (each forward runs
+  // only its new nodes).
   std::vector<int64_t> stats() const {
     const Stats& s = decoder_->stats();
     return {decoder_->steps(),
@@ -177,7 +178,8 @@ class TorchDecoder : public torch::CustomClassHolder {
             static_cast<int64_t>(s.nodes),
             static_cast<int64_t>(decoder_->kernels()),
             static_cast<int64_t>(s.batches),
-            static_cast<int64_t>(decoder_->steps_repeated())};
+            static_cast<int64_t>(decoder_->steps_repeated()),
+            static_cast<int64_t>(decoder_->steps_copied())};
   }
 
   // The steps each instance has run since start.

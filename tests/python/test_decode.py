@@ -149,6 +149,40 @@ def test_greedy_user_lstm():
     check_same(model, eager, batched_greedy(model, decoder, max_len), max_len)
     steps = decoder.instance_steps()
     assert steps == [len(t) for t in eager[0]]
+    # Steps of four or more rows build rows from the fourth on as copies of the second's nodes.
+    assert decoder.stats()["copied"] > 0
+
+
+class Decay(nn.Module):
+    """An edge cell: (state, the arc's row) -> message. In a decoding step the arc has no row,
+    so x is zeros, an input node each row adds."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.lin = nn.Linear(size, size)
+
+    def forward(self, state, x):
+        h, c = state
+        return torch.tanh(self.lin(h)) + x.sum(-1, keepdim=True) + 0.25, c * 0.9
+
+
+@torch.no_grad()
+def test_greedy_through_an_edge_cell():
+    vocab, E, H, max_len = 13, 5, 9, 10
+    cells = {}
+
+    def step_of(model, seed):
+        torch.manual_seed(seed)
+        cells[seed] = (UserLSTM(H, E), Decay(H))
+        node, edge = cells[seed]
+        return lambda x, state: node(x, edge(state, torch.zeros(1, E)))
+
+    model, eager, seed = pick_model(step_of, vocab, E, H, max_len)
+    node, edge = cells[seed]
+    module = edbatch.nn.Propagate(node, edge, state_size=(H, H))
+    decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    check_same(model, eager, batched_greedy(model, decoder, max_len), max_len)
+    assert decoder.stats()["copied"] > 0
 
 
 @torch.no_grad()
@@ -516,6 +550,7 @@ def test_beam_search_reorders_states(device):
     got = batched_beam(model, decoder, K, max_len)
     check_beams(eager, got)
     assert decoder.stats()["repeated"] > 0  # steps of as many rows as the one before, reordered
+    assert decoder.stats()["copied"] > 0  # rows from the fourth on copied from the second's
     before = edbatch.set_plan_cache(0)
     try:
         planned = edbatch.nn.StepDecoder(module, input_size=E)
