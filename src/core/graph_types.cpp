@@ -17,6 +17,10 @@ constexpr uint32_t kParamSlot = 0x80000000u;
 constexpr uint32_t kRaggedFlag = TypeTable::kRaggedKey;
 }  // namespace
 
+void graph_fail(const char* fn, const std::string& msg) {
+  throw std::invalid_argument(std::string("[") + fn + "] " + msg);
+}
+
 std::string short_float(float f) {
   char buf[32];
   for (int digits = 6; digits <= 9; ++digits) {
