@@ -1,15 +1,16 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
-selu, celu, prelu, softmin, log1p, expm1 and rms_norm (torch 2.4 on), in their torch., F.,
-method and module forms. trace_ops merges these tables into its own."""
+selu, celu, prelu, softmin, log1p, expm1, rms_norm (torch 2.4 on), cosine_similarity and
+pairwise_distance, in their torch., F., method and module forms. trace_ops merges these tables
+into its own."""
 import math
 
 import torch
 import torch.nn.functional as F
 
-from .trace_reduce import clamp_of, sum_of
-from .trace_values import (Param, Refusal, apply, bind, is_number, no_inplace, ops, plain,
-                           with_inplace)
+from .trace_reduce import clamp_of, norm, normalize, sum_of
+from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, feature_dim,
+                           is_number, no_inplace, ops, plain, with_inplace)
 
 nn = torch.nn
 
@@ -159,6 +160,27 @@ def _softmin(body, args, kwargs):
     return ops().softmax("softmax")(body, (minus,), {"dim": a["dim"], "dtype": a["dtype"]})
 
 
+def cosine_similarity(body, args, kwargs):
+    """Over the features, as PyTorch computes it: x1 and x2 broadcast to one size, each divided
+    by its norm floored at eps (F.normalize), then the sum of their products; a (batch,) value.
+    Below eps a norm's gradient is 0 (the floor takes it); PyTorch's differs there, though not at
+    a zero vector, where both give F.normalize's 1 / eps."""
+    a = bind(args, kwargs, ("x1", "x2", "dim", "eps"), {"dim": 1, "eps": 1e-8})
+    feature_dim(a["dim"], "cosine_similarity")
+    x1, x2 = broadcast_pair(body, body.vector(a["x1"]), body.vector(a["x2"]),
+                            "cosine_similarity")
+    u1, u2 = (normalize(body, (v,), {"dim": -1, "eps": a["eps"]}) for v in (x1, x2))
+    return Rows(sum_of(body, body.emit("mul", u1.size, [u1, u2])))
+
+
+def pairwise_distance(body, args, kwargs):
+    """|x1 - x2 + eps| over the features (p=2), as PyTorch's norm of the shifted difference."""
+    a = bind(args, kwargs, ("x1", "x2", "p", "eps", "keepdim"),
+             {"p": 2.0, "eps": 1e-6, "keepdim": False})
+    shifted = _arith(body, "add", _arith(body, "sub", a["x1"], a["x2"]), float(a["eps"]))
+    return norm(body, (shifted, a["p"], -1, a["keepdim"]), {})
+
+
 _selu = with_inplace(selu_of)
 
 
@@ -168,6 +190,8 @@ FUNCTIONS = {
     F.gelu: gelu, F.selu: _selu, torch.selu: _selu, F.celu: _celu, torch.celu: _celu,
     F.prelu: _prelu, torch.prelu: _prelu, F.softmin: _softmin,
     torch.log1p: plain(log1p_of), torch.expm1: plain(expm1_of),
+    F.cosine_similarity: cosine_similarity, torch.cosine_similarity: cosine_similarity,
+    F.pairwise_distance: pairwise_distance, torch.pairwise_distance: pairwise_distance,
 }
 
 METHODS = {
@@ -182,6 +206,10 @@ MODULES = {
     nn.CELU: lambda body, m, args, kwargs: _celu(body, (args[0], m.alpha, m.inplace), {}),
     nn.PReLU: lambda body, m, args, kwargs: prelu_of(body, args[0], body.param_of(m, "weight")),
     nn.Softmin: lambda body, m, args, kwargs: _softmin(body, (args[0], m.dim), {}),
+    nn.CosineSimilarity: lambda body, m, args, kwargs: cosine_similarity(
+        body, args, {**kwargs, "dim": m.dim, "eps": m.eps}),
+    nn.PairwiseDistance: lambda body, m, args, kwargs: pairwise_distance(
+        body, args, {**kwargs, "p": m.norm, "eps": m.eps, "keepdim": m.keepdim}),
 }
 if hasattr(nn, "RMSNorm"):
     MODULES[nn.RMSNorm] = lambda body, m, args, kwargs: rms_norm_of(
@@ -189,4 +217,6 @@ if hasattr(nn, "RMSNorm"):
 
 SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximate='tanh'; selu, "
              "celu, prelu, softmin, log1p, expm1 (torch., F., method and module forms); "
-             "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later)")
+             "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
+             "cosine_similarity and pairwise_distance (p=2) over the features (torch., F. and "
+             "module forms; a (batch,) value, or (batch, 1) with keepdim=True)")

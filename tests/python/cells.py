@@ -60,6 +60,8 @@ class OpCell(nn.Module):
                     "nn.CELU": nn.CELU(0.6), "nn.PReLU": nn.PReLU(S, 0.3),
                     "nn.Softmin": nn.Softmin(-1),
                     "nn.GELU(tanh)": nn.GELU(approximate="tanh"),
+                    "nn.CosineSimilarity": nn.CosineSimilarity(eps=1e-6),
+                    "nn.PairwiseDistance": nn.PairwiseDistance(keepdim=True, eps=1e-4),
                     **({"nn.RMSNorm": _rms_norm(S)} if hasattr(nn, "RMSNorm") else {}),
                     }.get(op, nn.Identity())
 
@@ -157,6 +159,14 @@ OPS = {
                                                m, 2, -1, True) +
                                            torch.linalg.vector_norm(a, dim=[-1], keepdim=True) +
                                            a.norm(2, -1, True) + m.var(-1, False, True)),
+    # (batch,) values, a weight vector broadcast as the second operand.
+    "cosine_similarity, pairwise_distance": lambda c, a, m, x: (
+        a * F.cosine_similarity(a, m).unsqueeze(-1) +
+        torch.cosine_similarity(m, c.scale, dim=-1, eps=1e-3)[:, None] * m +
+        F.pairwise_distance(a, m).unsqueeze(-1) * 0.1 +
+        torch.pairwise_distance(m * 2, a, eps=0.0, keepdim=True) * 0.05),
+    "nn.CosineSimilarity": lambda c, a, m, x: a * c.act(a, m + 0.5).unsqueeze(-1) + m,
+    "nn.PairwiseDistance": lambda c, a, m, x: c.act(a, x2=m) * 0.1 + a,
     "nn.GRUCell": lambda c, a, m, x: c.gru(a, m) + c.gru(m) * 0.5,
     "nn.LSTMCell": lambda c, a, m, x: _product(c.lstm(a, (m, torch.tanh(a)))) + c.lstm(m)[1],
     "nn.RNNCell": lambda c, a, m, x: c.rnn(a, m) + c.rnn(a, hx=m * 0.5),

@@ -563,15 +563,17 @@ def test_learned_initial_state(backend, size):
 
 def test_norms_of_zero_vectors_give_pytorchs_gradients(backend):
     """A learned initial state at zero: its norm's gradient is 0 and F.normalize's is 1 / eps
-    there, and std's of a constant row 0, as in PyTorch (a sum of squares floored with the
-    constant first, never 0 * inf)."""
+    there (so too in cosine_similarity and pairwise_distance), and std's of a constant row 0, as
+    in PyTorch (a sum of squares floored with the constant first, never 0 * inf)."""
     lin = nn.Linear(D, 7)
 
     def cell(x, m):
         return (torch.tanh(lin(x)) + m.norm(dim=-1, keepdim=True) +
                 1e-6 * F.normalize(m, eps=1e-3) + F.normalize(lin(x), dim=-1) * 0.5 +
                 torch.linalg.vector_norm(lin(x), dim=-1, keepdim=True) +
-                1e-3 * (m.std(-1, keepdim=True) + (m + 2).std(-1, unbiased=False, keepdim=True)))
+                1e-3 * (m.std(-1, keepdim=True) + (m + 2).std(-1, unbiased=False, keepdim=True)) +
+                1e-6 * F.cosine_similarity(lin(x), m, eps=1e-3).unsqueeze(-1) +
+                F.pairwise_distance(m, m * 2, eps=0.0, keepdim=True))
     torch.manual_seed(9)
     model = edbatch.nn.Propagate(cell, state_size=7, initial="learned")
     model.lin = lin  # registered, so its parameters are checked too

@@ -460,6 +460,13 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "a value of shape (batch,)")(lambda x, m: m - m.var(-1, True))
     refused(ValueError, "var over every element")(lambda x, m: m - torch.var(m, True))
     refused(ValueError, "p=1 are not supported")(lambda x, m: m * m.norm(1, -1, True))
+    refused(ValueError, "p=1 are not supported")(
+        lambda x, m: m * F.pairwise_distance(m, m * 2, 1, keepdim=True))
+    refused(ValueError, "cosine_similarity along the batch dim")(
+        lambda x, m: m * F.cosine_similarity(m, m * 2, 0))
+    refused(ValueError, "cosine_similarity of sizes 7 and 3")(
+        lambda x, m: m * F.cosine_similarity(m, m[:, :3]).unsqueeze(-1))
+    refused(ValueError, "a value of shape (batch,)")(lambda x, m: m * F.cosine_similarity(m, m))
     refused(ValueError, "clamp without min or max")(lambda x, m: torch.clamp(m))
     refused(ValueError, "sum of a stack is supported over the stacked dim (0)")(
         lambda x, m: torch.stack([m, m]).sum(-1))
