@@ -1,16 +1,17 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
-selu, celu, prelu, softmin, log1p, expm1, rms_norm (torch 2.4 on), cosine_similarity and
-pairwise_distance, in their torch., F., method and module forms. trace_ops merges these tables
-into its own."""
+selu, celu, prelu, softmin, log1p, expm1, rms_norm (torch 2.4 on), cosine_similarity,
+pairwise_distance and bilinear, in their torch., F., method and module forms. trace_ops merges
+these tables into its own."""
 import math
 
 import torch
 import torch.nn.functional as F
 
 from .trace_reduce import clamp_of, norm, normalize, sum_of
-from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, feature_dim,
-                           is_number, no_inplace, ops, plain, with_inplace)
+from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
+                           feature_dim, is_number, no_inplace, ops, plain, with_inplace)
+from .trace_weights import as_weight
 
 nn = torch.nn
 
@@ -181,6 +182,38 @@ def pairwise_distance(body, args, kwargs):
     return norm(body, (shifted, a["p"], -1, a["keepdim"]), {})
 
 
+def bilinear_of(body, x1, x2, weight, bias):
+    """x1 A_k x2 + b_k for each output k (weight A: (out, in1, in2)): x1 times A read as
+    (out * in2, in1) rows (a weight computed from A on every call, so its gradient reaches A),
+    times out copies of x2 side by side, summed per output."""
+    if not isinstance(weight, Param) or weight.tensor.dim() != 3:
+        raise Refusal("bilinear is supported with its (out, in1, in2) weight (an nn.Parameter "
+                      f"of the cell), got {describe(weight)}")
+    out, in1, in2 = weight.tensor.shape
+    v1, v2 = body.vector(x1), body.vector(x2)
+    if (v1.size, v2.size) != (in1, in2):
+        raise Refusal(f"bilinear of sizes {v1.size} and {v2.size} with a weight for {in1} and "
+                      f"{in2}", ValueError)
+    label, get = weight.key
+
+    def rows(a):
+        return a.transpose(1, 2).reshape(out * in2, in1)
+    w = as_weight(f"bilinear({label})", lambda: rows(get()), rows(weight.tensor))
+    t = ops().linear_of(body, v1, w, None, "linear")
+    p = body.emit("mul", out * in2, [t, v2 if out == 1 else
+                                     body.emit("cat", out * in2, [v2] * out)])
+    sums = [sum_of(body, p if out == 1 else
+                   body.emit("slice", in2, [p], begin=k * in2, end=(k + 1) * in2))
+            for k in range(out)]
+    y = sums[0] if out == 1 else body.emit("cat", out, sums)
+    return y if bias is None else _arith(body, "add", y, bias)
+
+
+def _bilinear(body, args, kwargs):
+    a = bind(args, kwargs, ("input1", "input2", "weight", "bias"), {"bias": None})
+    return bilinear_of(body, a["input1"], a["input2"], a["weight"], a["bias"])
+
+
 _selu = with_inplace(selu_of)
 
 
@@ -192,6 +225,7 @@ FUNCTIONS = {
     torch.log1p: plain(log1p_of), torch.expm1: plain(expm1_of),
     F.cosine_similarity: cosine_similarity, torch.cosine_similarity: cosine_similarity,
     F.pairwise_distance: pairwise_distance, torch.pairwise_distance: pairwise_distance,
+    F.bilinear: _bilinear, torch.bilinear: _bilinear,
 }
 
 METHODS = {
@@ -210,6 +244,9 @@ MODULES = {
         body, args, {**kwargs, "dim": m.dim, "eps": m.eps}),
     nn.PairwiseDistance: lambda body, m, args, kwargs: pairwise_distance(
         body, args, {**kwargs, "p": m.norm, "eps": m.eps, "keepdim": m.keepdim}),
+    nn.Bilinear: lambda body, m, args, kwargs: _bilinear(
+        body, args, {**kwargs, "weight": body.param_of(m, "weight"),
+                     "bias": body.param_of(m, "bias")}),
 }
 if hasattr(nn, "RMSNorm"):
     MODULES[nn.RMSNorm] = lambda body, m, args, kwargs: rms_norm_of(
@@ -219,4 +256,5 @@ SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximat
              "celu, prelu, softmin, log1p, expm1 (torch., F., method and module forms); "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
              "cosine_similarity and pairwise_distance (p=2) over the features (torch., F. and "
-             "module forms; a (batch,) value, or (batch, 1) with keepdim=True)")
+             "module forms; a (batch,) value, or (batch, 1) with keepdim=True); nn.Bilinear / "
+             "F.bilinear")

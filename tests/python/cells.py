@@ -62,6 +62,8 @@ class OpCell(nn.Module):
                     "nn.GELU(tanh)": nn.GELU(approximate="tanh"),
                     "nn.CosineSimilarity": nn.CosineSimilarity(eps=1e-6),
                     "nn.PairwiseDistance": nn.PairwiseDistance(keepdim=True, eps=1e-4),
+                    "nn.Bilinear": nn.Bilinear(S, max(D, 1), S),
+                    "F.bilinear": nn.Bilinear(max(D, 1), S, 3, bias=False),
                     **({"nn.RMSNorm": _rms_norm(S)} if hasattr(nn, "RMSNorm") else {}),
                     }.get(op, nn.Identity())
 
@@ -167,6 +169,11 @@ OPS = {
         torch.pairwise_distance(m * 2, a, eps=0.0, keepdim=True) * 0.05),
     "nn.CosineSimilarity": lambda c, a, m, x: a * c.act(a, m + 0.5).unsqueeze(-1) + m,
     "nn.PairwiseDistance": lambda c, a, m, x: c.act(a, x2=m) * 0.1 + a,
+    # x's size differs from the state's, so a transposed weight would be refused or wrong.
+    "nn.Bilinear": lambda c, a, m, x: c.act(a, x) + m,
+    "F.bilinear": lambda c, a, m, x: a + torch.cat(
+        [F.bilinear(x, m, c.act.weight), torch.bilinear(x, a, c.act.weight * 0.5, c.b[:3]),
+         m[:, 6:]], -1),
     "nn.GRUCell": lambda c, a, m, x: c.gru(a, m) + c.gru(m) * 0.5,
     "nn.LSTMCell": lambda c, a, m, x: _product(c.lstm(a, (m, torch.tanh(a)))) + c.lstm(m)[1],
     "nn.RNNCell": lambda c, a, m, x: c.rnn(a, m) + c.rnn(a, hx=m * 0.5),

@@ -467,6 +467,11 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "cosine_similarity of sizes 7 and 3")(
         lambda x, m: m * F.cosine_similarity(m, m[:, :3]).unsqueeze(-1))
     refused(ValueError, "a value of shape (batch,)")(lambda x, m: m * F.cosine_similarity(m, m))
+    bilinear = nn.Bilinear(7, 4, 7)
+    refused(ValueError, "bilinear of sizes 7 and 7 with a weight for 7 and 4")(
+        lambda x, m: bilinear(m, m))
+    refused(TypeError, "bilinear is supported with its (out, in1, in2) weight")(
+        lambda x, m: F.bilinear(m, m, m))
     refused(ValueError, "clamp without min or max")(lambda x, m: torch.clamp(m))
     refused(ValueError, "sum of a stack is supported over the stacked dim (0)")(
         lambda x, m: torch.stack([m, m]).sum(-1))
