@@ -185,6 +185,38 @@ def test_greedy_through_an_edge_cell():
     assert decoder.stats()["copied"] > 0
 
 
+class Twin(nn.Module):
+    """A cell whose two state components are one tensor: (x, (h, c)) -> (h', h')."""
+
+    def __init__(self, size, input_size):
+        super().__init__()
+        self.W = nn.Linear(input_size, size)
+        self.U = nn.Linear(size, size, bias=False)
+
+    def forward(self, x, state):
+        h, c = state
+        h = torch.tanh(self.W(x) + self.U(h + 0.5 * c))
+        return h, h
+
+
+@torch.no_grad()
+def test_rows_built_through_the_cell_where_a_copy_would_be_ambiguous():
+    """From the second step on, a row's two previous states are one node, so a copy of the
+    second row could not tell which it reads: every row goes through the cell (the first step,
+    from start's separate states, is copied), with the eager tokens and states."""
+    vocab, E, H, max_len = 13, 5, 9, 10
+
+    def cell_of(model, seed):
+        torch.manual_seed(seed)
+        return Twin(H, E)
+
+    model, eager, seed = pick_model(cell_of, vocab, E, H, max_len)
+    decoder = edbatch.nn.StepDecoder(edbatch.nn.Propagate(cell_of(model, seed),
+                                                          state_size=(H, H)), input_size=E)
+    check_same(model, eager, batched_greedy(model, decoder, max_len), max_len)
+    assert decoder.stats()["steps"] > 2 and decoder.stats()["copied"] == 1
+
+
 @torch.no_grad()
 def test_a_dropped_decoder_is_freed_at_once():
     """No reference cycle: the last reference dropped frees the decoder and its engine, without
