@@ -175,8 +175,9 @@ class _Tracer(fx.Tracer):
                     setattr(torch, name, recorded(fn))
                 # Autograd as a training call has it, whatever the caller's mode: a cell that
                 # turns it off (torch.no_grad) is then seen (create_proxy).
-                with trace_inplace.refused(note_where), torch.enable_grad():
-                    return super().trace(root, *args, **kwargs)
+                with trace_inplace.refused(note_where), trace_lock.unbound_methods(tracing):
+                    with torch.enable_grad():
+                        return super().trace(root, *args, **kwargs)
             finally:
                 for name, fn in saved.items():
                     setattr(torch, name, fn)

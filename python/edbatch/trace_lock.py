@@ -1,6 +1,8 @@
 """The lock that makes cell traces take turns in a process (a trace sets torch's factories,
-fx's nn.Module patches and fx.Proxy's in-place operators for the process while it runs), and
-its reset in a child forked while another thread of the parent traced."""
+torch.Tensor's C methods, fx's nn.Module patches and fx.Proxy's in-place operators for the
+process while it runs), and its reset in a child forked while another thread of the parent
+traced."""
+import contextlib
 import os
 import threading
 
@@ -11,11 +13,43 @@ from . import trace_inplace
 
 FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last three refused
 TRACING = threading.RLock()  # one trace at a time; read as trace_lock.TRACING (reset below)
+# torch.Tensor's methods written in C, which it inherits from its C base: called unbound on a
+# traced value (torch.Tensor.sigmoid(x)), their descriptors refuse anything but a tensor.
+TENSOR_METHODS = tuple(name for name, v in vars(torch.Tensor.__mro__[1]).items()
+                       if type(v).__name__ == "method_descriptor" and not name.startswith("_")
+                       and name not in vars(torch.Tensor))
 # What a trace patches for the process, as it is when no trace runs.
 _UNPATCHED = ([(torch, name, getattr(torch, name)) for name in FACTORIES] +
               [(torch.nn.Module, name, getattr(torch.nn.Module, name))
                for name in ("__call__", "__getattr__")] +
-              [(fx.Proxy, name, fx.Proxy.__dict__.get(name)) for name in trace_inplace.NAMES])
+              [(fx.Proxy, name, fx.Proxy.__dict__.get(name)) for name in trace_inplace.NAMES] +
+              [(torch.Tensor, name, None) for name in TENSOR_METHODS])
+
+
+@contextlib.contextmanager
+def unbound_methods(thread):
+    """While a trace runs in `thread`: torch.Tensor holds a function of its own for each of
+    TENSOR_METHODS, which calls a traced value's method there (torch.Tensor.sigmoid(x) is then
+    x.sigmoid(), one instruction or a refusal naming Tensor.sigmoid) and passes every other call
+    on to the C method."""
+    def unbound(name, method):
+        def call(self, *args, **kwargs):
+            if isinstance(self, fx.Proxy) and threading.get_ident() == thread:
+                return getattr(self, name)(*args, **kwargs)
+            return method(self, *args, **kwargs)
+        call.__name__ = call.__qualname__ = name
+        return call
+    # torch.overrides keeps a table of Tensor's methods, made at its first use: made now, it
+    # holds the C methods, not the functions set here.
+    torch.overrides.is_tensor_method_or_property(torch.Tensor.add)
+    try:
+        for name in TENSOR_METHODS:
+            setattr(torch.Tensor, name, unbound(name, getattr(torch.Tensor, name)))
+        yield
+    finally:
+        for name in TENSOR_METHODS:
+            if name in vars(torch.Tensor):
+                delattr(torch.Tensor, name)
 
 
 def _after_fork_in_child():

@@ -94,6 +94,27 @@ def test_each_operation(backend, op):
     assert_same(model, packed, inputs_for(packed, 1))
 
 
+def test_tensor_methods_called_unbound(backend):
+    """torch.Tensor.sigmoid(m), torch.Tensor.add(a, b): the C methods' descriptors refuse a
+    traced value, so while a cell is traced torch.Tensor holds functions of its own for them;
+    afterwards it holds none, and torch.overrides still knows the C methods."""
+    lin = nn.Linear(D, 7)
+
+    def cell(x, m):
+        return (torch.Tensor.tanh(torch.Tensor.add(lin(x), torch.Tensor.sigmoid(m))) *
+                torch.Tensor.mul(m, 0.5) + torch.Tensor.sum(m, -1, keepdim=True))
+    torch.manual_seed(4)
+    model = edbatch.nn.Propagate(cell, state_size=7)
+    model.lin = lin
+    packed = structures.packed("trees", 4)
+    assert_same(model, packed, inputs_for(packed, 4))
+    assert not any(name in vars(torch.Tensor) for name in ("sigmoid", "add", "mul", "sum"))
+    assert torch.overrides.is_tensor_method_or_property(torch.Tensor.add)
+    unsupported = edbatch.nn.Propagate(lambda x, m: torch.Tensor.cumsum(m, -1), state_size=7)
+    with pytest.raises(TypeError, match="Tensor.cumsum is not supported in cells"):
+        unsupported(packed, **inputs_for(packed, 4))
+
+
 def test_division_by_zero_is_infinite_as_in_pytorch(backend):
     """x / 0.0 is inf, -inf or NaN by x's sign as in PyTorch, not an error when tracing."""
     model = edbatch.nn.Propagate(lambda x, m: x / 0.0, state_size=D)

@@ -1,6 +1,7 @@
-"""Python threads and fork: a cell's first call traces it with torch's factories and fx's
-operators set for the process, so traces take turns and other threads' calls run as usual; a
-child forked while preparations were queued or running computes as the parent would."""
+"""Python threads and fork: a cell's first call traces it with torch's factories, torch.Tensor's
+C methods and fx's operators set for the process, so traces take turns and other threads' calls
+run as usual; a child forked while preparations were queued or running computes as the parent
+would."""
 import os
 import signal
 import threading
@@ -12,7 +13,7 @@ import edbatch
 
 
 def cell(x, m):
-    return torch.tanh(x + torch.zeros(x.size(0), 4) + m)
+    return torch.tanh(x + torch.zeros(x.size(0), 4) + torch.Tensor.mul(m, 1.0))
 
 
 def test_first_calls_in_threads_trace_in_turn_and_leave_torch_as_it_was():
@@ -28,9 +29,11 @@ def test_first_calls_in_threads_trace_in_turn_and_leave_torch_as_it_was():
             with torch.no_grad():
                 results.append(edbatch.nn.Propagate(cell, state_size=4)(packed, x=x))
 
-    def plain_torch():  # no edbatch: factories must stay torch's
+    def plain_torch():  # no edbatch: factories and Tensor's methods must stay torch's
         while not stop.is_set():
-            for make in (lambda: torch.zeros(3), lambda: torch.randn(2)):
+            for make in (lambda: torch.zeros(3), lambda: torch.randn(2),
+                         lambda: torch.Tensor.mul(torch.ones(2), 2.0),
+                         lambda: torch.ones(2).sigmoid()):
                 try:
                     made = make()
                     if not isinstance(made, torch.Tensor):
@@ -52,6 +55,7 @@ def test_first_calls_in_threads_trace_in_turn_and_leave_torch_as_it_was():
     for got in results:
         assert torch.equal(got, want)
     assert isinstance(torch.zeros(3), torch.Tensor) and isinstance(torch.empty(1), torch.Tensor)
+    assert "mul" not in vars(torch.Tensor)
 
 
 def same(a, b):
