@@ -9,23 +9,18 @@
 
 namespace edbatch {
 
-namespace {
-[[noreturn]] void fail(const char* fn, const std::string& msg) {
-  graph_fail(fn, msg);
-}
-}  // namespace
-
 uint32_t Graph::add_inputs(const Dim* dims, uint32_t ndims, uint32_t count, const float* values) {
   uint64_t floats = 0;  // per repetition
   for (uint32_t d = 0; d < ndims; ++d) {
-    if (dims[d].rows == 0 || dims[d].cols == 0) fail("input", "empty shape " + to_string(dims[d]));
+    if (dims[d].rows == 0 || dims[d].cols == 0)
+      graph_fail("input", "empty shape " + to_string(dims[d]));
     floats += static_cast<uint64_t>(dims[d].rows) * dims[d].cols;
   }
   const uint64_t total = floats * count, offset = input_values_.size();
   if (offset + total > UINT32_MAX)
-    fail("input", std::to_string(count) + " x " + std::to_string(floats) +
-                      " input floats after the graph's " + std::to_string(offset) +
-                      " pass 2^32 - 1 (a graph's input values are indexed by 32 bits)");
+    graph_fail("input", std::to_string(count) + " x " + std::to_string(floats) +
+                            " input floats after the graph's " + std::to_string(offset) +
+                            " pass 2^32 - 1 (a graph's input values are indexed by 32 bits)");
   const auto first = static_cast<uint32_t>(nodes_.size());
   if (ndims == 0 || count == 0) return first;
   reserve_geometric(nodes_, static_cast<size_t>(ndims) * count);
@@ -68,8 +63,8 @@ uint32_t Graph::repeat_nodes(uint32_t begin, uint32_t end, uint32_t copies, cons
   const char* fn = "Graph::repeat_nodes";
   const auto first = static_cast<uint32_t>(nodes_.size());
   if (begin > end || end > first)
-    fail(fn, "pattern [" + std::to_string(begin) + ", " + std::to_string(end) +
-                 ") is not a range of the graph's " + std::to_string(first) + " nodes");
+    graph_fail(fn, "pattern [" + std::to_string(begin) + ", " + std::to_string(end) +
+                       ") is not a range of the graph's " + std::to_string(first) + " nodes");
   if (begin == end || copies == 0) return first;
   const uint32_t m = end - begin;
   const uint32_t a0 = nodes_[begin].arg_begin;
@@ -80,14 +75,15 @@ uint32_t Graph::repeat_nodes(uint32_t begin, uint32_t end, uint32_t copies, cons
   for (uint32_t i = begin; i < end; ++i) {
     const Node& n = nodes_[i];
     if (n.op == Op::Parameter)
-      fail(fn, "pattern node " + std::to_string(i) + " is a parameter (a graph holds it once)");
+      graph_fail(fn,
+                 "pattern node " + std::to_string(i) + " is a parameter (a graph holds it once)");
     if (n.op == Op::Input) floats += n.dim.size();
     if (n.op == Op::Call) ints += call_ints_of[i - begin] = call_ints(i);
   }
   if (static_cast<uint64_t>(first) + static_cast<uint64_t>(m) * copies > UINT32_MAX ||
       input_values_.size() + floats * copies > UINT32_MAX)
-    fail(fn, std::to_string(copies) + " copies of " + std::to_string(m) +
-                 " nodes pass the graph's 32-bit ids or input offsets");
+    graph_fail(fn, std::to_string(copies) + " copies of " + std::to_string(m) +
+                       " nodes pass the graph's 32-bit ids or input offsets");
   // Every argument before its node, a parameter where the pattern's is.
   for (uint32_t c = 0; c < copies; ++c) {
     const uint32_t base = first + c * m;
@@ -97,16 +93,17 @@ uint32_t Graph::repeat_nodes(uint32_t begin, uint32_t end, uint32_t copies, cons
       for (uint32_t k = 0; k < n.num_args; ++k) {
         const uint32_t j = n.arg_begin - a0 + k, b = ca[j];
         if (b >= base + i)
-          fail(fn, "copy " + std::to_string(c) + ", node " + std::to_string(i) + ": argument " +
-                       std::to_string(k) + " is node " + std::to_string(b) + ", not one before it");
+          graph_fail(fn, "copy " + std::to_string(c) + ", node " + std::to_string(i) +
+                             ": argument " + std::to_string(k) + " is node " + std::to_string(b) +
+                             ", not one before it");
         const bool was = nodes_[args_[a0 + j]].op == Op::Parameter;
         const bool is = b < first ? nodes_[b].op == Op::Parameter
                                   : nodes_[begin + (b - first) % m].op == Op::Parameter;
         if (was != is)
-          fail(fn, "copy " + std::to_string(c) + ", node " + std::to_string(i) + ": argument " +
-                       std::to_string(k) +
-                       (was ? " is not a parameter where the pattern's is"
-                            : " is a parameter where the pattern's is not"));
+          graph_fail(fn, "copy " + std::to_string(c) + ", node " + std::to_string(i) +
+                             ": argument " + std::to_string(k) +
+                             (was ? " is not a parameter where the pattern's is"
+                                  : " is a parameter where the pattern's is not"));
       }
     }
   }
