@@ -135,7 +135,10 @@ namespace {
 
 constexpr uint32_t H = 6, V = 9;
 
-enum class Reads { Previous, TwoBack, First, All };
+// Each step reads: its sequence's previous state, the state two steps back, its first value,
+// the sum of all its states, or (Parents) the previous state of a sequence drawn at random for
+// each row, repeats allowed, as beam search continues each hypothesis from its parent's.
+enum class Reads { Previous, TwoBack, First, All, Parents };
 
 struct Run {
   std::vector<std::vector<float>> values;  // the last step's states, then the loss
@@ -161,17 +164,20 @@ Run run_steps(Engine& e, Graph& g, ParameterCollection& pc, const StepNet& net, 
   std::vector<Expr> losses, states;
   uint32_t steps = 0;
   for (uint32_t s : stops) steps = std::max(steps, s);
+  std::vector<Expr> last(n);
   for (uint32_t t = 0; t < steps; ++t) {
     states.clear();
+    for (size_t i = 0; i < n; ++i) last[i] = h[i].back();
     for (size_t i = 0; i < n; ++i) {
       if (t >= stops[i]) continue;
       const uint32_t word = static_cast<uint32_t>(rng() % V);
-      const Expr prev = h[i].back();
+      const Expr prev = reads == Reads::Parents ? last[rng() % n] : last[i];
       Expr next;
-      if (reads == Reads::Previous && blocks) {
+      if ((reads == Reads::Previous || reads == Reads::Parents) && blocks) {
         net.cell->call(g, &prev, 1, &word, 1, &next);
       } else {
-        const Expr other = reads == Reads::Previous  ? lookup(g, net.E, word)
+        const Expr other = reads == Reads::Previous || reads == Reads::Parents
+                               ? lookup(g, net.E, word)
                            : reads == Reads::TwoBack ? h[i][h[i].size() > 1 ? h[i].size() - 2 : 0]
                            : reads == Reads::First   ? h[i][0]
                                                      : sum(h[i]);  // one more each step
@@ -210,13 +216,21 @@ TEST_CASE("increment repeat: recurrent steps plan and compute as when every step
     bool blocks;
     std::vector<uint32_t> stops;
     bool repeats;
+    int replanned;  // increments whose operands were planned afresh (-1: any number)
   };
   const Case cases[] = {
-      {Reads::Previous, true, {7, 7, 7}, true},      // every step after the second repeats
-      {Reads::Previous, false, {9, 4, 6, 9}, true},  // stops break the run, then it resumes
-      {Reads::TwoBack, false, {8, 8}, true},         // reads two steps back: from the fourth
-      {Reads::First, false, {6, 6, 6}, true},        // reads a fixed value: operands planned
-      {Reads::All, false, {6, 6}, false},            // reads every state so far: never repeats
+      {Reads::Previous, true, {7, 7, 7}, true, -1},      // every step after the second repeats
+      {Reads::Previous, false, {9, 4, 6, 9}, true, -1},  // stops break the run, then it resumes
+      {Reads::TwoBack, false, {8, 8}, true, -1},         // reads two steps back: from the fourth
+      {Reads::First, false, {6, 6, 6}, true, 4},         // reads a fixed value: operands planned
+      {Reads::All, false, {6, 6}, false, 0},             // reads every state so far: never repeats
+      // Random parents: the first step reads the inputs (its own segment), the second reads them
+      // through gathers, and from the third on the gathers' entries are rewritten.
+      {Reads::Parents, true, {9, 9, 9, 9, 9, 9, 9}, true, 0},
+      {Reads::Parents, false, {9, 9, 9, 9, 9, 9, 9}, true, 0},
+      // Two rows: a step whose parents come out in order (or both one row) reads them as a view
+      // or a shared value, and the step after plans its operands.
+      {Reads::Parents, false, {12, 12}, true, -1},
   };
   for (const char* policy : kPolicies) {
     int k = 0;
@@ -231,6 +245,11 @@ TEST_CASE("increment repeat: recurrent steps plan and compute as when every step
       const Run a = run_steps(ea, ga, pa, na, c.reads, c.blocks, c.stops, 17);
       const Run b = run_steps(eb, gb, pb, nb, c.reads, c.blocks, c.stops, 17);
       CHECK((ea.stats().increments_repeated > 0) == c.repeats);
+      if (c.reads == Reads::Parents)  // every step from the third on
+        CHECK(ea.stats().increments_repeated == c.stops[0] - 2);
+      // Node by node ("none"), a batch of one row reads its parent as a shared value: planned.
+      if (c.replanned >= 0 && policy_name != "none")
+        CHECK(ea.stats().increments_replanned == uint64_t(c.replanned));
       CHECK(eb.stats().increments_repeated == 0);
       CHECK(ea.plan().ragged_operands > 0);
       check_same_plan(ea, eb);

@@ -64,6 +64,8 @@ struct Stats {
   // Incremental forwards planned as a repeat of the increment before (repeat_last_segment,
   // memplan.h; on with plan reuse), over the engine's life.
   uint64_t increments_repeated = 0;
+  // ... of which the operands were planned afresh (SegmentRepeat::Replanned).
+  uint64_t increments_replanned = 0;
   uint64_t kernels = 0;        // launches, forward + backward so far
   uint64_t stages = 0;         // dependent device steps so far (ExecCounters::stages)
   uint64_t bytes_copied = 0;   // gathers, forward + backward so far

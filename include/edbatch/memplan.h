@@ -101,20 +101,30 @@ void plan_memory(const Graph& g, Schedule& s, MemoryPlan& out, const PlanOptions
 void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint32_t first_node,
                         MemoryPlan& out, const PlanOptions& options = {},
                         uint32_t end_node = UINT32_MAX);
+// How repeat_last_segment planned an increment.
+enum class SegmentRepeat : uint8_t {
+  None,       // not a repeat: nothing changed
+  Shifted,    // the last segment's schedule and plan, shifted (gathered reads rewritten)
+  Replanned,  // the last segment's schedule and places, shifted; the operands planned afresh
+};
+
 // Incremental forward whose nodes repeat those of the plan's last segment (a decoding step after
 // a step over the same sentences): nodes [first, end_node), first = the nodes planned, are the
 // last segment's n nodes again, n further on, with the same ops, types, shapes and attributes
 // (an Input's values and a block call's integers n segments' worth further on too), and every
-// argument either the last segment's argument n further on, or the same parameter node. An
-// argument n further on that lies before the last segment (the previous step's state) must be
-// of the same kind, laid out exactly the last segment's floats further on. Then the schedule
-// and plan that Scheduler::extend and extend_memory_plan would append are the last segment's,
-// shifted: they are appended so, with the new nodes' per-node integers (lookup indices, labels,
-// dropout keys, block calls' integers), and true is returned. Otherwise nothing changes and the
-// result is false. The schedule's lower bound is left to the caller (the last segment's
-// contribution again).
-bool repeat_last_segment(const Graph& g, Schedule& s, MemoryPlan& p,
-                         uint32_t end_node = UINT32_MAX);
+// argument either the last segment's argument n further on, the same parameter node, or (where
+// the old node read a value from before the last segment) a value from before of the same kind
+// and shape. Then the schedule and the places that Scheduler::extend and extend_memory_plan would
+// append are the last segment's, shifted. So are the operands (and the block steps and indices)
+// when every read lies where the last segment's read lies, one segment's floats on, except
+// entries of gathered (indexed or ragged) operands, which are rewritten to the new reads
+// (Shifted: beam search after a reorder); otherwise the operands are planned as
+// extend_memory_plan plans them (Replanned). The new nodes' per-node integers (lookup indices,
+// labels, dropout keys, block calls' integers) are read either way. Not a repeat (None): nothing
+// changes. The schedule's lower bound is left to the caller (the last segment's contribution
+// again).
+SegmentRepeat repeat_last_segment(const Graph& g, Schedule& s, MemoryPlan& p,
+                                  uint32_t end_node = UINT32_MAX);
 // Rewrites the plan's per-node integers (lookup indices, labels, picked indices, dropout keys,
 // block calls' integers) from `g`: a plan made for a graph of the same structure then serves `g`.
 void refresh_plan_aux(const Graph& g, MemoryPlan& plan);

@@ -271,15 +271,18 @@ class StepDecoder:
         return self.running.numel() == 0
 
     def stats(self):
-        """{"steps", "graph_nodes", "nodes", "kernels", "batches", "repeated", "copied"}: steps
-        since start(), the graph's nodes, the engine's scheduled nodes, kernel launches and
-        batches summed over the steps (each step schedules and runs only the nodes it added),
-        the steps planned as a repeat of the step before instead of scheduled and planned afresh
-        (a step over the same running instances as the one before; with plan reuse on, as by
-        default: edbatch.set_plan_cache), and the steps whose rows from the fourth on were built
-        as copies of the second row's nodes (when the third row came out as such a copy)."""
+        """{"steps", "graph_nodes", "nodes", "kernels", "batches", "repeated", "copied",
+        "replanned"}: steps since start(), the graph's nodes, the engine's scheduled nodes,
+        kernel launches and batches summed over the steps (each step schedules and runs only the
+        nodes it added), the steps planned as a repeat of the step before instead of scheduled
+        and planned afresh (a step over as many running instances as the one before, after a
+        reorder too; with plan reuse on, as by default: edbatch.set_plan_cache), the steps whose
+        rows from the fourth on were built as copies of the second row's nodes (when the third
+        row came out as such a copy), and of the repeated steps those whose operands were
+        planned afresh (their rows read their states otherwise than the step before's rows did:
+        in order where those were reordered, or the other way round)."""
         return dict(zip(("steps", "graph_nodes", "nodes", "kernels", "batches", "repeated",
-                         "copied"), self._impl.stats()))
+                         "copied", "replanned"), self._impl.stats()))
 
     def instance_steps(self):
         """The steps each instance ran since start(): a list, one entry per instance (after

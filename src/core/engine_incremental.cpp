@@ -22,12 +22,14 @@ void Engine::extend_plan(Graph& g, uint32_t end) {
   const uint32_t nodes_before = static_cast<uint32_t>(schedule_.nodes.size());
   // The same step as the increment before (decoding the same sentences): its plan again,
   // shifted. Not where the scheduler lists each increment's reads, which the repeat leaves out.
-  const bool repeat = options_.plan_cache_bytes > 0 &&
-                      backend_->wants_batch_reads() != BatchReads::Always &&
-                      repeat_last_segment(g, schedule_, plan_, end);
-  if (repeat) {
+  const SegmentRepeat repeat =
+      options_.plan_cache_bytes > 0 && backend_->wants_batch_reads() != BatchReads::Always
+          ? repeat_last_segment(g, schedule_, plan_, end)
+          : SegmentRepeat::None;
+  if (repeat != SegmentRepeat::None) {
     schedule_.lower_bound += segment_bound_;
     ++stats_.increments_repeated;
+    stats_.increments_replanned += repeat == SegmentRepeat::Replanned;
   } else {
     const uint32_t bound_before = schedule_.lower_bound;
     scheduler_.extend(g, *policy_, schedule_, first_node, end);

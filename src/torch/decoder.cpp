@@ -47,6 +47,7 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
   steps_ = 0;
   steps_copied_ = 0;
   repeated_before_ = engine_.stats().increments_repeated;
+  replanned_before_ = engine_.stats().increments_replanned;
   kernels_before_ = engine_.stats().kernels;
   instance_steps_.assign(static_cast<size_t>(num_instances), 0);
   state_.assign(static_cast<size_t>(num_instances) * S, Expr{});

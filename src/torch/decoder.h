@@ -54,6 +54,11 @@ class Decoder {
   // Steps since start() planned as a repeat of the step before (the engine's repeated increments:
   // the same running instances, with plan reuse on).
   uint64_t steps_repeated() const { return engine_.stats().increments_repeated - repeated_before_; }
+  // ... of which the operands were planned afresh (a step whose rows read their states otherwise
+  // than through the step before's views and gathers).
+  uint64_t steps_replanned() const {
+    return engine_.stats().increments_replanned - replanned_before_;
+  }
   // Steps since start() whose rows from the fourth on were copies of the second's nodes.
   uint64_t steps_copied() const { return steps_copied_; }
   // Kernel launches since start() (the engine counts them over its life).
@@ -76,6 +81,7 @@ class Decoder {
   int64_t num_instances_ = 0, steps_ = 0;
   uint64_t steps_copied_ = 0;
   uint64_t repeated_before_ = 0;  // the engine's increments_repeated at start()
+  uint64_t replanned_before_ = 0;  // ... and its increments_replanned
   uint64_t kernels_before_ = 0;   // ... and its kernels
   bool started_ = false;
   std::vector<Expr> state_;  // instance i's output o at [i * num_outputs + o]

@@ -169,8 +169,8 @@ class TorchDecoder : public torch::CustomClassHolder {
   }
 
   // [steps, graph nodes, scheduled nodes, kernel launches, batches, steps repeated, steps
-  // copied]: scheduled nodes and launches add up over the steps since start (each forward runs
-  // only its new nodes).
+  // copied, steps replanned]: scheduled nodes and launches add up over the steps since start
+  // (each forward runs only its new nodes).
   std::vector<int64_t> stats() const {
     const Stats& s = decoder_->stats();
     return {decoder_->steps(),
@@ -179,7 +179,8 @@ class TorchDecoder : public torch::CustomClassHolder {
             static_cast<int64_t>(decoder_->kernels()),
             static_cast<int64_t>(s.batches),
             static_cast<int64_t>(decoder_->steps_repeated()),
-            static_cast<int64_t>(decoder_->steps_copied())};
+            static_cast<int64_t>(decoder_->steps_copied()),
+            static_cast<int64_t>(decoder_->steps_replanned())};
   }
 
   // The steps each instance has run since start.

@@ -517,6 +517,52 @@ def eager_beam(model, step, K, max_len):
     return results
 
 
+@torch.no_grad()
+def test_reordered_steps_repeat_the_plan_with_new_gathers():
+    """Steps of a constant row count, each reordered from random parents (repeats allowed):
+    from the third on each is planned as a repeat of the one before with its gathers rewritten
+    to the new parents (none planned afresh), and the states are bitwise those of a decoder
+    that plans every step."""
+    R, E, H, steps = 11, 6, 5, 9
+    torch.manual_seed(8)
+    cell = UserLSTM(H, E)
+    module = edbatch.nn.Propagate(cell, state_size=(H, H))
+    g = torch.Generator().manual_seed(9)
+    xs = [torch.randn(R, E, generator=g) for _ in range(steps)]
+    parents = [torch.randint(0, R, (R,), generator=g) for _ in range(steps)]
+    assert all(p.tolist() != sorted(p.tolist()) for p in parents)
+
+    def loop(decoder):
+        decoder.start(R)
+        out = []
+        for x, p in zip(xs, parents):
+            out.append(decoder.step(x))
+            decoder.reorder(p)
+        return out
+
+    decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    got = loop(decoder)
+    assert decoder.stats()["repeated"] == steps - 2
+    assert decoder.stats()["replanned"] == 0
+    before = edbatch.set_plan_cache(0)
+    try:
+        planned = edbatch.nn.StepDecoder(module, input_size=E)
+        want = loop(planned)
+        assert planned.stats()["repeated"] == 0
+    finally:
+        edbatch.set_plan_cache(before)
+    for a, b in zip(got, want):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
+    # And the user's cell run eagerly, each row's state taken from its parent's after a step.
+    state = (torch.zeros(R, H), torch.zeros(R, H))
+    for x, p, out in zip(xs, parents, got):
+        state = cell(x, state)
+        for x_, y in zip(out, state):
+            torch.testing.assert_close(x_, y, rtol=1e-5, atol=1e-6)
+        state = tuple(v[p] for v in state)
+
+
 def batched_beam(model, decoder, K, max_len):
     """Every sentence's hypotheses as rows of one decoder, kept ones reordered after each step.
     Also returns each reorder's index."""
@@ -582,6 +628,8 @@ def test_beam_search_reorders_states(device):
     got = batched_beam(model, decoder, K, max_len)
     check_beams(eager, got)
     assert decoder.stats()["repeated"] > 0  # steps of as many rows as the one before, reordered
+    # ... some of them through the step before's gathers, rewritten to the new parents
+    assert decoder.stats()["replanned"] < decoder.stats()["repeated"]
     assert decoder.stats()["copied"] > 0  # rows from the fourth on copied from the second's
     before = edbatch.set_plan_cache(0)
     try:
