@@ -100,7 +100,10 @@ TEST_CASE("cli: --decode repeats a decoding step's plan, with the tokens of plan
     CHECK(r.out.find("greedy decoding") != std::string::npos);
   }
   CHECK(runs[0]["increments_repeated"].get<uint64_t>() > 0);
+  CHECK(runs[0]["increments_replanned"].get<uint64_t>() <=
+        runs[0]["increments_repeated"].get<uint64_t>());
   CHECK(runs[1]["increments_repeated"].get<uint64_t>() == 0);
+  CHECK(runs[1]["increments_replanned"].get<uint64_t>() == 0);
   const std::vector<nlohmann::json> a = json_lines(dir / "o64.jsonl"),
                                     b = json_lines(dir / "o0.jsonl");
   REQUIRE(a.size() == 12);

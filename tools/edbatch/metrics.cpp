@@ -40,6 +40,7 @@ void take_engine_stats(MiniBatchSample& s, const Stats& st, const Stats& before)
   s.policy_scored = st.policy_scored;
   s.plan_reused = st.plan_reused;
   s.increments_repeated = st.increments_repeated - before.increments_repeated;
+  s.increments_replanned = st.increments_replanned - before.increments_replanned;
   s.kernels = st.kernels - before.kernels;
   s.stages = st.stages - before.stages;
   s.bytes_copied = st.bytes_copied - before.bytes_copied;
@@ -81,7 +82,7 @@ std::string bytes_text(double b) {
 struct Totals {
   double instances = 0, ms = 0, loss = 0, batch_ratio = 0;
   uint64_t policy_hits = 0, policy_misses = 0, policy_scored = 0, plans_reused = 0;
-  uint64_t increments_repeated = 0;
+  uint64_t increments_repeated = 0, increments_replanned = 0;
 };
 Totals totals(const std::vector<MiniBatchSample>& samples) {
   Totals t;
@@ -95,6 +96,7 @@ Totals totals(const std::vector<MiniBatchSample>& samples) {
     t.policy_scored += s.policy_scored;
     t.plans_reused += s.plan_reused;
     t.increments_repeated += s.increments_repeated;
+    t.increments_replanned += s.increments_replanned;
   }
   if (!samples.empty()) t.batch_ratio /= samples.size();
   return t;
@@ -169,6 +171,7 @@ nlohmann::json metrics_json(const RunInfo& info, const std::vector<MiniBatchSamp
   j["policy_scored"] = t.policy_scored;
   j["plans_reused"] = t.plans_reused;
   j["increments_repeated"] = t.increments_repeated;
+  j["increments_replanned"] = t.increments_replanned;
   j["kernels_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.kernels); }));
   j["stages_per_minibatch"] = to_json(over(samples, [](auto& s) { return double(s.stages); }));
   j["bytes_copied_per_minibatch"] =
@@ -255,8 +258,10 @@ std::string metrics_table(const RunInfo& info, const std::vector<MiniBatchSample
     add("%-26s %10llu   of %zu mini-batches (a structure planned before)\n", "plans reused",
         static_cast<unsigned long long>(t.plans_reused), samples.size());
   if (t.increments_repeated > 0)
-    add("%-26s %10llu   incremental forwards planned as the one before them, shifted\n",
-        "increments repeated", static_cast<unsigned long long>(t.increments_repeated));
+    add("%-26s %10llu   incremental forwards planned as the one before them, shifted (%llu of "
+        "them with their operands planned afresh)\n",
+        "increments repeated", static_cast<unsigned long long>(t.increments_repeated),
+        static_cast<unsigned long long>(t.increments_replanned));
   add("%-26s %10s\n", "bytes copied/mini-batch", bytes_text(copied.median).c_str());
   add("%-26s %10s\n", "arena", bytes_text(double(info.arena_bytes)).c_str());
   add("%-26s %10s\n", "peak memory (RSS)", bytes_text(double(info.peak_rss_bytes)).c_str());

@@ -25,6 +25,7 @@ struct MiniBatchSample {
   uint64_t policy_scored = 0;                    // ... of the fallbacks, the scorer's
   bool plan_reused = false;  // the schedule and plan came from the engine's plan cache
   uint64_t increments_repeated = 0;  // incremental forwards planned as the one before, again
+  uint64_t increments_replanned = 0;  // ... of those, with their operands planned afresh
   double loss = 0;  // summed over the mini-batch (NaN with the null device)
 };
 
