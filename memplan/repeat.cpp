@@ -27,13 +27,6 @@ struct Shift {
   bool exact = true;
 };
 
-// A gathered read (an indexed or ragged operand's entry) of the new segment that is not the last
-// segment's, shifted: index entry `at` of the last segment, one segment's entries on, reads
-// `offset`.
-struct Reread {
-  uint32_t at, offset;
-};
-
 // Whether node `x` (new) is node `y` (of the last segment, `sh.nodes` before it) again: the same
 // op, type, shape and attributes, reading the new segment's values where y reads the last
 // segment's, and values of the same kind and shape from before where y does.
@@ -139,75 +132,6 @@ void repeat_layout(const Graph& g, const Schedule& s, MemoryPlan& p, const PlanS
   finish_segment(g, s, static_cast<uint32_t>(b1), n1, end, p);
 }
 
-// The new nodes' places: the last segment's, one segment's floats on; a reshape aliases its
-// argument, which may be a value from before that is not the last segment's, shifted.
-void shift_node_offsets(const Graph& g, MemoryPlan& p, uint32_t n0, uint32_t end, const Shift& sh) {
-  const uint32_t n1 = n0 + sh.nodes;
-  p.node_offset.resize(end);
-  for (uint32_t i = 0; i < sh.nodes; ++i) {
-    const uint32_t o = p.node_offset[n0 + i];
-    p.node_offset[n1 + i] = o == UINT32_MAX ? o : o + sh.floats;
-  }
-  if (sh.exact) return;
-  for (uint32_t v = n1; v < end; ++v) {
-    const Node& nd = g.node(v);
-    if (nd.op == Op::Reshape) p.node_offset[v] = p.node_offset[g.args(nd)[0]];
-  }
-}
-
-// Whether the last segment's operands serve the new nodes with only gathered entries rewritten
-// (a beam search step after its hypotheses were reordered: each row reads its parent's state
-// through the same gather): every read of the new segment lies where the last segment's read
-// lies, one segment's floats on, except in indexed and ragged operands, whose entries to
-// rewrite are appended to `rereads`. Needs the new nodes placed (shift_node_offsets).
-bool gathered_reads(const Graph& g, const Schedule& s, const MemoryPlan& p, size_t b0, size_t b1,
-                    const Shift& sh, std::vector<Reread>& rereads) {
-  rereads.clear();
-  const uint32_t* offset = p.node_offset.data();
-  for (size_t b = b0; b < b1; ++b) {
-    const Batch& batch = s.batches[b];
-    const BatchPlan& bp = p.batches[b];
-    const uint32_t* members = s.nodes.data() + batch.begin;
-    if (bp.operand_count == 0) continue;
-    const Operand& o0 = p.operands[bp.operand_begin];
-    if (o0.mode == OperandMode::Ragged) {
-      const uint32_t* rows = p.index.data() + o0.index_begin;
-      const uint32_t entries = o0.index_begin + batch.count + 1;
-      for (uint32_t i = 0; i < batch.count; ++i) {
-        const Node& y = g.node(members[i]);
-        const uint32_t* ya = g.args(y);
-        const uint32_t* xa = g.args(g.node(members[i] + sh.nodes));
-        for (uint32_t k = 0; k < y.num_args; ++k) {
-          const uint32_t have = offset[xa[k]];
-          if (have == UINT32_MAX) return false;
-          if (have != offset[ya[k]] + sh.floats) rereads.push_back({entries + rows[i] + k, have});
-        }
-      }
-      continue;
-    }
-    for (uint32_t j = 0; j < bp.operand_count; ++j) {
-      const Operand& o = p.operands[bp.operand_begin + j];
-      if (o.mode == OperandMode::Param) continue;
-      const size_t before = rereads.size();
-      bool shared = true, contiguous = true;
-      uint32_t first = 0;
-      for (uint32_t i = 0; i < batch.count; ++i) {
-        uint32_t have = offset[g.args(g.node(members[i] + sh.nodes))[j]];
-        if (have != offset[g.args(g.node(members[i]))[j]] + sh.floats) {
-          if (o.mode != OperandMode::Indexed || have == UINT32_MAX) return false;
-          rereads.push_back({o.index_begin + i, have});
-        }
-        if (i == 0) first = have;
-        shared &= have == first;
-        contiguous &= have == first + i * o.stride;
-      }
-      // New reads that a view serves are planned as views (extend_memory_plan would).
-      if (rereads.size() > before && (shared || contiguous)) return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 SegmentRepeat repeat_last_segment(const Graph& g, Schedule& s, MemoryPlan& p, uint32_t end_node) {
@@ -239,15 +163,10 @@ SegmentRepeat repeat_last_segment(const Graph& g, Schedule& s, MemoryPlan& p, ui
     append_shifted(s.nodes, first_entry, [&](uint32_t v) { return v + sh.nodes; });
   }
 
-  // The new nodes' places, then whether the operands serve them with gathered entries rewritten.
-  shift_node_offsets(g, p, n0, end, sh);
-  thread_local std::vector<Reread> rereads;
-  if (!sh.exact && !gathered_reads(g, s, p, b0, b1, sh, rereads)) {
-    p.node_offset.resize(n1);
+  if (!sh.exact) {
     repeat_layout(g, s, p, last, b0, b1, end, sh);
     return SegmentRepeat::Replanned;
   }
-  if (sh.exact) rereads.clear();
 
   // The plan's entries, each array from where the last segment's start.
   uint32_t first_step = static_cast<uint32_t>(p.steps.size());
@@ -306,7 +225,6 @@ SegmentRepeat repeat_last_segment(const Graph& g, Schedule& s, MemoryPlan& p, ui
   uint32_t* index = p.index.data() + last.index_begin;
   for (size_t i = 0; i < sh.index; ++i)
     index[sh.index + i] = index[i] + (row_start[i] ? 0 : sh.floats);
-  for (const Reread& r : rereads) p.index[r.at + sh.index] = r.offset;
 
   append_shifted(p.batches, b0, [&](BatchPlan bp) {
     bp.out_offset += sh.floats;
@@ -323,17 +241,6 @@ SegmentRepeat repeat_last_segment(const Graph& g, Schedule& s, MemoryPlan& p, ui
   });
   append_shifted(p.operands, last.operand_begin, [&](Operand o) { return shifted(o, sh); });
   append_shifted(p.member_operands, last.member_begin, [&](Operand o) { return shifted(o, sh); });
-  if (!rereads.empty()) {
-    // An indexed operand's offset is its first entry's (classify_offsets), copies in block
-    // steps included.
-    const auto first_entry = [&](Operand& o) {
-      if (o.mode == OperandMode::Indexed) o.offset = p.index[o.index_begin];
-    };
-    for (size_t i = last.operand_begin + sh.operands; i < p.operands.size(); ++i)
-      first_entry(p.operands[i]);
-    for (size_t i = last.member_begin + sh.members; i < p.member_operands.size(); ++i)
-      first_entry(p.member_operands[i]);
-  }
 
   // Per-node integers: from the new nodes (or their calls' integers), a block's constants as
   // they were.
@@ -354,6 +261,12 @@ SegmentRepeat repeat_last_segment(const Graph& g, Schedule& s, MemoryPlan& p, ui
     }
     p.aux[i + sh.aux] = value;
     p.aux_source[i + sh.aux] = from;
+  }
+
+  p.node_offset.resize(end);
+  for (uint32_t i = 0; i < sh.nodes; ++i) {
+    const uint32_t o = p.node_offset[n0 + i];
+    p.node_offset[n1 + i] = o == UINT32_MAX ? o : o + sh.floats;
   }
 
   PlanSegment seg = last;

@@ -104,7 +104,7 @@ void extend_memory_plan(const Graph& g, Schedule& s, uint32_t first_batch, uint3
 // How repeat_last_segment planned an increment.
 enum class SegmentRepeat : uint8_t {
   None,       // not a repeat: nothing changed
-  Shifted,    // the last segment's schedule and plan, shifted (gathered reads rewritten)
+  Shifted,    // the last segment's schedule and plan, shifted
   Replanned,  // the last segment's schedule and places, shifted; the operands planned afresh
 };
 
@@ -115,14 +115,12 @@ enum class SegmentRepeat : uint8_t {
 // argument either the last segment's argument n further on, the same parameter node, or (where
 // the old node read a value from before the last segment) a value from before of the same kind
 // and shape. Then the schedule and the places that Scheduler::extend and extend_memory_plan would
-// append are the last segment's, shifted. So are the operands (and the block steps and indices)
-// when every read lies where the last segment's read lies, one segment's floats on, except
-// entries of gathered (indexed or ragged) operands, which are rewritten to the new reads
-// (Shifted: beam search after a reorder); otherwise the operands are planned as
-// extend_memory_plan plans them (Replanned). The new nodes' per-node integers (lookup indices,
-// labels, dropout keys, block calls' integers) are read either way. Not a repeat (None): nothing
-// changes. The schedule's lower bound is left to the caller (the last segment's contribution
-// again).
+// append are the last segment's, shifted. So are the operands (and the block steps, indices and
+// per-node integers, read from the new nodes) when every value read from before is the one the
+// last segment read, n nodes on, laid out one segment's floats further (Shifted); otherwise the
+// operands are planned as extend_memory_plan plans them (Replanned: a step after a sentence
+// stopped, or after a beam search's reorder). Not a repeat (None): nothing changes. The
+// schedule's lower bound is left to the caller (the last segment's contribution again).
 SegmentRepeat repeat_last_segment(const Graph& g, Schedule& s, MemoryPlan& p,
                                   uint32_t end_node = UINT32_MAX);
 // Rewrites the plan's per-node integers (lookup indices, labels, picked indices, dropout keys,

@@ -279,8 +279,8 @@ class StepDecoder:
         reorder too; with plan reuse on, as by default: edbatch.set_plan_cache), the steps whose
         rows from the fourth on were built as copies of the second row's nodes (when the third
         row came out as such a copy), and of the repeated steps those whose operands were
-        planned afresh (their rows read their states otherwise than the step before's rows did:
-        in order where those were reordered, or the other way round)."""
+        planned afresh (their rows read other states than the step before's rows did, a step
+        further on: after a reorder that moved rows, or a step after a stop)."""
         return dict(zip(("steps", "graph_nodes", "nodes", "kernels", "batches", "repeated",
                          "copied", "replanned"), self._impl.stats()))
 

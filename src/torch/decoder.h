@@ -54,8 +54,8 @@ class Decoder {
   // Steps since start() planned as a repeat of the step before (the engine's repeated increments:
   // the same running instances, with plan reuse on).
   uint64_t steps_repeated() const { return engine_.stats().increments_repeated - repeated_before_; }
-  // ... of which the operands were planned afresh (a step whose rows read their states otherwise
-  // than through the step before's views and gathers).
+  // ... of which the operands were planned afresh (rows reading other states than the step
+  // before's rows did, a step further on: after a reorder that moved rows).
   uint64_t steps_replanned() const {
     return engine_.stats().increments_replanned - replanned_before_;
   }
