@@ -30,6 +30,19 @@ class UserLSTM(nn.Module):
         return torch.sigmoid(o) * torch.tanh(c), c
 
 
+def planning_every_step(module, E, loop, wrap=lambda d: d):
+    """loop(decoder) on a new decoder of `module` with plan reuse off: every step scheduled and
+    planned afresh (none repeated)."""
+    before = edbatch.set_plan_cache(0)
+    try:
+        planned = edbatch.nn.StepDecoder(module, input_size=E)
+        result = loop(wrap(planned))
+        assert planned.stats()["repeated"] == 0
+    finally:
+        edbatch.set_plan_cache(before)
+    return result
+
+
 def lattice_lstm_step(w, x, state):
     """The lattice LSTM's char arc cell in PyTorch (the zoo's lattice_lstm_arc)."""
     h, c = state
@@ -305,13 +318,7 @@ def test_steps_over_the_same_sentences_repeat_the_plan_before():
                                                   for t in range(2, len(counts))) == 5
         kernels.append(decoder.stats()["kernels"])
     assert kernels[0] == kernels[1] > 0
-    before = edbatch.set_plan_cache(0)
-    try:
-        planned = edbatch.nn.StepDecoder(module, input_size=E)
-        want, _ = loop(planned)
-        assert planned.stats()["repeated"] == 0
-    finally:
-        edbatch.set_plan_cache(before)
+    want, _ = planning_every_step(module, E, loop)
     for got, ref in zip(states, want):
         for a, b in zip(got, ref):
             assert torch.equal(a, b)
@@ -543,13 +550,7 @@ def test_reordered_steps_repeat_the_schedule():
     decoder = edbatch.nn.StepDecoder(module, input_size=E)
     got = loop(decoder)
     assert decoder.stats()["repeated"] == decoder.stats()["replanned"] == steps - 2
-    before = edbatch.set_plan_cache(0)
-    try:
-        planned = edbatch.nn.StepDecoder(module, input_size=E)
-        want = loop(planned)
-        assert planned.stats()["repeated"] == 0
-    finally:
-        edbatch.set_plan_cache(before)
+    want = planning_every_step(module, E, loop)
     for a, b in zip(got, want):
         for x, y in zip(a, b):
             assert torch.equal(x, y)
@@ -630,13 +631,8 @@ def test_beam_search_reorders_states(device):
     # ... their operands planned afresh where the reorder moved rows
     assert 0 < decoder.stats()["replanned"] <= decoder.stats()["repeated"]
     assert decoder.stats()["copied"] > 0  # rows from the fourth on copied from the second's
-    before = edbatch.set_plan_cache(0)
-    try:
-        planned = edbatch.nn.StepDecoder(module, input_size=E)
-        want = batched_beam(model, HostView(planned) if device == "cuda" else planned, K, max_len)
-        assert planned.stats()["repeated"] == 0
-    finally:
-        edbatch.set_plan_cache(before)
+    want = planning_every_step(module, E, lambda d: batched_beam(model, d, K, max_len),
+                               HostView if device == "cuda" else lambda d: d)
     assert got == want
 
     lattice = edbatch.nn.LatticeLSTM(vocab, E, H)
