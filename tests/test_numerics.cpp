@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "edbatch/block.h"
 #include "edbatch/edbatch.h"
@@ -38,6 +39,22 @@ std::string numerics_error(const F& f) {
 }
 
 }  // namespace
+
+TEST_CASE("numerics: Engine::set_check_numerics turns the check on and off between passes") {
+  ParameterCollection pc;
+  Graph g(pc);
+  const Expr x = input(g, 1.0f);
+  const Expr y = tanh((x * 1e30f) * 1e30f);
+  Engine engine(pc, checked(false));
+  CHECK(as_scalar(engine.forward(g, y)) == 1.0f);
+  engine.set_check_numerics(true);
+  CHECK(engine.options().check_numerics);
+  g.write_inputs(0, std::vector<float>{2.0f}.data(), 1);  // a new forward pass
+  CHECK(contains(numerics_error([&] { engine.forward(g, y); }), "holds inf"));
+  engine.set_check_numerics(false);
+  g.write_inputs(0, std::vector<float>{3.0f}.data(), 1);
+  CHECK(numerics_error([&] { engine.forward(g, y); }).empty());
+}
 
 TEST_CASE("numerics: an overflow hidden by tanh is found, naming its op, node and batch") {
   ParameterCollection pc;

@@ -174,6 +174,8 @@ class Engine {
   const MemoryPlan& plan() const { return plan_; }
   const Policy& policy() const { return *policy_; }
   const EngineOptions& options() const { return options_; }
+  // EngineOptions::check_numerics for the passes from now on.
+  void set_check_numerics(bool on) { options_.check_numerics = on; }
   ParameterCollection& params() const { return params_; }
 
  private:

@@ -14,7 +14,7 @@ from .packing import (Packed, pack_trees, parse_sst, pack_sst, pack_lattices, pa
 from .collating import collate
 from .sst import LabelledTree
 from .ops import (run_cell, prepare, prepare_stats, prefetch, cells, weight_shapes,
-                  set_plan_cache, plan_cache_stats)
+                  set_plan_cache, plan_cache_stats, set_check_numerics)
 
 _lib.load()
 
@@ -28,4 +28,4 @@ __all__ = ["__version__", "backends", "device_status", "Packed", "LabelledTree",
            "parse_sst", "pack_sst", "pack_lattices", "pack_dags", "pack_edges", "concat_packed",
            "collate", "Propagate", "dropout_mask", "apply_gradients", "run_cell", "prepare",
            "prepare_stats", "prefetch", "cells", "weight_shapes", "set_plan_cache",
-           "plan_cache_stats", "nn"]
+           "plan_cache_stats", "set_check_numerics", "nn"]

@@ -142,7 +142,9 @@ class StepDecoder:
 
     def step(self, x):
         """One step of every running instance: x has a row per entry of `running` (float32;
-        float16 or bfloat16 inside torch.autocast, cast to float32)."""
+        float16 or bfloat16 inside torch.autocast, cast to float32). A step that raises leaves
+        the loop as it was; after a FloatingPointError (edbatch.set_check_numerics) it goes on,
+        after another error inside the engine steps are refused until start()."""
         with self._lock:  # one call at a time: the engine is not shared between threads
             self._check_fork()
             return self._step(x)

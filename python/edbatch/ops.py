@@ -58,13 +58,17 @@ def _weight_shapes(cell, hidden_size, input_size, num_node_types, num_arc_types)
 def _reraise(error):
     """Raises the library's own message as a ValueError (a TypeError for a wrong dtype; memory
     that could not be had as a MemoryError on the CPU and torch.cuda.OutOfMemoryError on the
-    GPU, as PyTorch's callers catch it), and any other error as it is."""
+    GPU, as PyTorch's callers catch it; a non-finite value found by set_check_numerics as a
+    FloatingPointError), and any other error as it is."""
     message = _message(error)
     if message is None:
         raise error
     if "out of memory" in message:
         cuda_oom = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
         raise (cuda_oom if message.startswith("[cuda]") else MemoryError)(message) from None
+    if message.endswith("(EngineOptions::check_numerics)"):
+        raise FloatingPointError(message.replace("(EngineOptions::check_numerics)",
+                                                 "(edbatch.set_check_numerics)")) from None
     raise (TypeError if isinstance(error, TypeError) else ValueError)(message) from None
 
 
@@ -236,6 +240,19 @@ def set_plan_cache(megabytes):
         raise ValueError(f"set_plan_cache: the budget must be from 0 to 2**30 MiB, got "
                          f"{megabytes!r}")
     return torch.ops.edbatch.set_plan_cache(int(megabytes * (1 << 20))) / (1 << 20)
+
+
+def set_check_numerics(on=True):
+    """Checks every value of every edbatch forward pass, and every gradient of every backward
+    pass, from the next call on (modules, run_cell, and each StepDecoder from its next start()),
+    and raises FloatingPointError at the first one that is not finite (NaN or infinite), naming
+    its op, the batch that computed it and the node: a debugging aid that costs a pass over the
+    values (and on a GPU a copy of them to the host). Off by default; returns the setting
+    before. A decoding step that raises it leaves the loop as it was (docs/pytorch.md)."""
+    _lib.load()
+    if not isinstance(on, bool):
+        raise TypeError(f"set_check_numerics: on must be True or False, got {on!r}")
+    return torch.ops.edbatch.set_check_numerics(on)
 
 
 def plan_cache_stats():

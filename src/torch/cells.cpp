@@ -131,6 +131,7 @@ uint64_t plans_reused_total() {
 EngineOptions RunOptions::engine_options() const {
   EngineOptions o{policy, device, threads};
   o.plan_cache_bytes = plan_cache_bytes;
+  o.check_numerics = check_numerics;
   return apply_debug_env(o);
 }
 

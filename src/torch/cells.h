@@ -110,6 +110,7 @@ struct RunOptions {
   std::string device = "cpu";
   int threads = 1;
   size_t plan_cache_bytes = EngineOptions{}.plan_cache_bytes;  // EngineOptions::plan_cache_bytes
+  bool check_numerics = false;                                 // EngineOptions::check_numerics
   EngineOptions engine_options() const;
 };
 

@@ -43,6 +43,7 @@ void Decoder::start(int64_t num_instances, const std::vector<const float*>& weig
   }
   graph_.clear();
   started_ = true;
+  failed_.clear();
   num_instances_ = num_instances;
   steps_ = 0;
   steps_copied_ = 0;
@@ -70,10 +71,19 @@ void Decoder::write_start_states(const float* states) {
   start_states_pending_ = 0;
 }
 
+void Decoder::check_not_failed(const char* fn) const {
+  if (!failed_.empty())
+    throw std::invalid_argument(
+        fmt::format("[{}] an earlier step failed inside the engine ({}); this loop cannot go on: "
+                    "start() begins a new one",
+                    fn, failed_));
+}
+
 void Decoder::step(int64_t n, const int64_t* ids, const float* x,
                    const std::vector<float*>& outputs, bool on_device, void* stream) {
   const char* fn = "edbatch.Decoder.step";
   if (!started_) throw std::invalid_argument(fmt::format("[{}] call start() first", fn));
+  check_not_failed(fn);
   if (n < 0 || n > num_instances_)
     throw std::invalid_argument(fmt::format("[{}] {} running instances of {}", fn, n, num_instances_));
   seen_.assign(static_cast<size_t>(num_instances_), 0);
@@ -84,12 +94,58 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
   }
   DeviceInterop* io = on_device ? &device_interop(engine_, fn) : nullptr;
   if (n == 0) return;
+  // What the step changes, kept to be put back when it fails.
+  const uint32_t S = cell_->num_outputs();
+  saved_state_.resize(static_cast<size_t>(n) * S);
+  saved_steps_.resize(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const auto i = static_cast<size_t>(ids[r]);
+    std::copy_n(&state_[i * S], S, &saved_state_[static_cast<size_t>(r) * S]);
+    saved_steps_[static_cast<size_t>(r)] = instance_steps_[i];
+  }
+  const uint64_t copied = steps_copied_;
+  const auto put_back = [&] {
+    for (int64_t r = 0; r < n; ++r) {
+      const auto i = static_cast<size_t>(ids[r]);
+      std::copy_n(&saved_state_[static_cast<size_t>(r) * S], S, &state_[i * S]);
+      instance_steps_[i] = saved_steps_[static_cast<size_t>(r)];
+    }
+    steps_copied_ = copied;
+  };
+  try {
+    run_step(n, ids, x, outputs, io, stream);
+  } catch (const NumericsError&) {
+    // The step ran (start's states with it) and a value it computed is not finite: its nodes
+    // stay in the graph, read by no instance, as a dropped hypothesis's do.
+    put_back();
+    start_states_pending_ = 0;
+    in_engine_ = false;
+    throw;
+  } catch (const std::exception& e) {
+    // Inside the engine (planning, running, reading back) it may have stopped half way; before
+    // it, the step's nodes stay in the graph unread, and the next forward runs them along.
+    put_back();
+    if (in_engine_) failed_ = e.what();
+    in_engine_ = false;
+    throw;
+  } catch (...) {
+    put_back();
+    if (in_engine_) failed_ = "an unknown error";
+    in_engine_ = false;
+    throw;
+  }
+  ++steps_;
+}
+
+void Decoder::run_step(int64_t n, const int64_t* ids, const float* x,
+                       const std::vector<float*>& outputs, DeviceInterop* io, void* stream) {
+  const char* fn = "edbatch.Decoder.step";
   const uint32_t S = cell_->num_outputs(), D = cell_->input_dim();
   const std::vector<uint32_t> segments = cell_->input_segments();
   // The step's x rows are its first input values, one after another as x holds them (from device
   // memory, those inputs are placeholders until the forward copies x in).
   const size_t first_input = graph_.input_values().size();
-  add_x_inputs(graph_, segments, static_cast<uint32_t>(n), on_device ? nullptr : x, x_);
+  add_x_inputs(graph_, segments, static_cast<uint32_t>(n), io != nullptr ? nullptr : x, x_);
   prev_.resize(S);
   out_.resize(S);
   // The first rows through the cell; from the fourth on, copies of the second row's nodes when
@@ -121,11 +177,12 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
   fetch_.clear();  // output by output
   for (uint32_t o = 0; o < S; ++o)
     for (int64_t r = 0; r < n; ++r) fetch_.push_back(state_[static_cast<size_t>(ids[r]) * S + o]);
-  if (on_device) {
+  if (io != nullptr) {
     io->use_stream(stream);
     // Start's states from device memory are the inputs before the step's (the graph's first).
     const size_t pending = start_states_pending_;
     io->inputs_from_device(x, pending + static_cast<size_t>(n) * D, first_input - pending);
+    in_engine_ = true;
     try {
       engine_.forward_through(graph_, fetch_);
     } catch (...) {
@@ -138,10 +195,11 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     if (start_states_pending_ > 0)
       throw std::logic_error(
           fmt::format("[{}] start's states are still in device memory (write_start_states)", fn));
+    in_engine_ = true;
     engine_.forward_through(graph_, fetch_);
     engine_.read(fetch_, static_cast<size_t>(n), outputs.data());
   }
-  ++steps_;
+  in_engine_ = false;
 }
 
 // Rows kBuiltRows.. of a step as copies of row 1's nodes (Graph::repeat_nodes), when row 2 is
@@ -238,6 +296,7 @@ bool Decoder::repeat_rows(int64_t n, const int64_t* ids, size_t segs) {
 void Decoder::reorder(int64_t n, const int64_t* ids) {
   const char* fn = "edbatch.Decoder.reorder";
   if (!started_) throw std::invalid_argument(fmt::format("[{}] call start() first", fn));
+  check_not_failed(fn);
   if (n < 0) throw std::invalid_argument(fmt::format("[{}] negative number of instances", fn));
   for (int64_t r = 0; r < n; ++r) check_instance(fn, ids[r]);
   const uint32_t S = cell_->num_outputs();

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,10 @@ class Decoder {
   // outputs are device memory of the engine's device, read and written on `stream` (a
   // cudaStream_t; the step is queued there, and nothing waits for it); while start's states are
   // pending (start_states_pending()), x holds them first, then the step's rows.
+  // A step that throws leaves every instance's state and step count as they were. After a
+  // NumericsError (set_check_numerics: the step ran and a value of it is not finite) the loop
+  // goes on; after any other error (out of memory, a device error: the engine stopped inside the
+  // step) step and reorder refuse, naming it, until start() begins a new loop.
   void step(int64_t n, const int64_t* ids, const float* x, const std::vector<float*>& outputs,
             bool on_device = false, void* stream = nullptr);
   // The loop goes on with n instances: instance r (in [0, n)) continues from the state and step
@@ -46,13 +51,16 @@ class Decoder {
   // as beam search continues each new hypothesis from its parent's. Adds and runs no node.
   void reorder(int64_t n, const int64_t* ids);
 
+  // EngineOptions::check_numerics for the steps from now on.
+  void set_check_numerics(bool on) { engine_.set_check_numerics(on); }
+
   int64_t num_instances() const { return num_instances_; }
   int64_t steps() const { return steps_; }            // steps since start() (n > 0 ones)
   int64_t instance_steps(int64_t i) const { return instance_steps_.at(static_cast<size_t>(i)); }
   uint64_t graph_nodes() const { return graph_.size(); }
   const Stats& stats() const { return engine_.stats(); }
   // Steps since start() planned as a repeat of the step before (the engine's repeated increments:
-  // the same running instances, with plan reuse on).
+  // as many running instances as the step before, after a reorder too, with plan reuse on).
   uint64_t steps_repeated() const { return engine_.stats().increments_repeated - repeated_before_; }
   // ... of which the operands were planned afresh (rows reading other states than the step
   // before's rows did, a step further on: after a reorder that moved rows).
@@ -70,6 +78,11 @@ class Decoder {
   // A step's rows from kBuiltRows on as copies of row 1's nodes (decoder.cpp); false: build them
   // through the cell.
   bool repeat_rows(int64_t n, const int64_t* ids, size_t segs);
+  // step()'s work once its arguments are checked.
+  void run_step(int64_t n, const int64_t* ids, const float* x, const std::vector<float*>& outputs,
+                DeviceInterop* io, void* stream);
+  // Throws naming fn when an earlier step failed other than on a non-finite value.
+  void check_not_failed(const char* fn) const;
   static constexpr int64_t kBuiltRows = 3;
 
   ParameterCollection pc_;
@@ -88,6 +101,11 @@ class Decoder {
   std::vector<int64_t> instance_steps_;
   std::vector<Expr> next_state_;  // reorder()'s, swapped with state_ and instance_steps_
   std::vector<int64_t> next_steps_;
+  // The running instances' states and step counts before a step, put back when it fails.
+  std::vector<Expr> saved_state_;
+  std::vector<int64_t> saved_steps_;
+  std::string failed_;      // what stopped the loop inside a step (empty: nothing)
+  bool in_engine_ = false;  // a step is inside the engine's forward or its read-back
   std::vector<Expr> x_, prev_, out_, fetch_;
   std::vector<uint32_t> node_ids_;
   // The step's rows built through the cell: their first nodes, previous states and outputs

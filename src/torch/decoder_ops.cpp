@@ -39,6 +39,7 @@ class TorchDecoder : public torch::CustomClassHolder {
   // num_instances x output size, or none (zeros).
   void start(int64_t num_instances, std::vector<Tensor> weights, std::vector<Tensor> states) {
     const Cell& cell = decoder_->cell();
+    decoder_->set_check_numerics(check_numerics());  // edbatch.set_check_numerics, as it is now
     const c10::DeviceGuard guard(device_);
     const Tensor probe = at::empty({0, cell.input_dim()}, at::dtype(at::kFloat).device(device_));
     // On the engine's device; CUDA weights stay there (device_resident), others go to the host.
@@ -134,6 +135,8 @@ class TorchDecoder : public torch::CustomClassHolder {
       decoder_->step(n, ids_c.data_ptr<int64_t>(), x_in.data_ptr<float>(), outputs, on_device,
                      on_device ? current_stream(x_c) : nullptr);
     } catch (const std::exception& e) {
+      // A step that ran and found a non-finite value (check_numerics) took start's states along.
+      if (decoder_->start_states_pending() == 0) start_states_ = Tensor();
       fail(e.what());
     }
     if (decoder_->start_states_pending() == 0) start_states_ = Tensor();

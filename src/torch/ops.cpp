@@ -224,6 +224,7 @@ TORCH_LIBRARY(edbatch, m) {
   m.def("cells() -> str[]", &list_cells);
   m.def("policies() -> str[]", &list_policies);
   m.def("set_plan_cache(int bytes) -> int", &set_plan_cache_bytes);
+  m.def("set_check_numerics(bool on) -> bool", &set_check_numerics);
   m.def("plan_cache_info() -> int[]", &plan_cache_info);
   m.def("build_info() -> (str[], str)", &build_info);
   m.def("device_status(str device) -> str", &device_status);

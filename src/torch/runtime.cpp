@@ -173,6 +173,18 @@ int64_t plan_cache_bytes() {
   return plan_cache_budget.load();
 }
 
+namespace {
+std::atomic<bool> check_numerics_on{false};
+}  // namespace
+
+bool set_check_numerics(bool on) {
+  return check_numerics_on.exchange(on);
+}
+
+bool check_numerics() {
+  return check_numerics_on.load();
+}
+
 void check_sizes(int64_t hidden, int64_t input_size, int64_t num_node_types,
                  int64_t num_arc_types) {
   // Sizes and counts are 32-bit in the engine, which also doubles some (2 * hidden rows).
@@ -211,6 +223,7 @@ void set_run_options(CallArgs& a, const c10::Device& device, const std::string& 
                      kMaxThreads, threads));
   a.options.threads = threads > 0 ? static_cast<int>(threads) : at::get_num_threads();
   a.options.plan_cache_bytes = static_cast<size_t>(plan_cache_budget.load());
+  a.options.check_numerics = check_numerics_on.load();
 }
 
 void set_loss_head(CallArgs& a, const std::string& loss, int64_t classes) {

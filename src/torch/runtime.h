@@ -41,6 +41,11 @@ struct Structure {
 int64_t set_plan_cache_bytes(int64_t bytes);
 int64_t plan_cache_bytes();
 
+// Whether the runners and decoders used from now on check every pass's values and gradients
+// (EngineOptions::check_numerics); returns the setting before. edbatch.set_check_numerics.
+bool set_check_numerics(bool on);
+bool check_numerics();
+
 struct CallArgs {
   CellConfig config;
   RunOptions options;
@@ -190,7 +195,8 @@ class RunnerPool {
            std::to_string(c.node_types) + "|" + std::to_string(c.arc_types) + "|" +
            a.options.policy + "|" + a.options.device + "|" + std::to_string(a.options.threads) +
            "|" + std::to_string(a.device_index) + "|" + std::to_string(a.options.plan_cache_bytes) +
-           "|" + std::to_string(c.head.classes) + (c.head.mean ? "m" : "s");
+           "|" + std::to_string(c.head.classes) + (c.head.mean ? "m" : "s") +
+           (a.options.check_numerics ? "|n" : "");
   }
   std::mutex mutex_;
 
