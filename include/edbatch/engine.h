@@ -39,9 +39,13 @@ struct EngineOptions {
   std::string policy_cache_dir = "";  // policy "auto": empty = default_policy_cache_dir()
 };
 
-// A non-finite value found by EngineOptions::check_numerics.
+// A non-finite value found by EngineOptions::check_numerics. `node`: the graph node it belongs to
+// (an input, the node that computed it, or the block call whose body computed it; UINT32_MAX for
+// a parameter's value or gradient).
 struct NumericsError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit NumericsError(const std::string& what, uint32_t n = UINT32_MAX)
+      : std::runtime_error(what), node(n) {}
+  uint32_t node;
 };
 
 struct Stats {

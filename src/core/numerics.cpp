@@ -25,6 +25,7 @@ uint64_t first_non_finite(const float* v, uint64_t n) {
 
 struct Finding {
   std::string what;  // "node 17 (op tanh, type '...')"
+  uint32_t node = UINT32_MAX;  // NumericsError::node
   float value;
   uint64_t element, size;
   std::string at;  // where in a parameter, as its saved tensor indexes it; else empty
@@ -69,7 +70,7 @@ class Checker {
       if (nodes[id].op != Op::Input) continue;
       const uint64_t n = nodes[id].dim.size();
       if (found(read(p_.plan.node_offset[id], n), n, f))
-        return named(f, fmt::format("input node {}", id));
+        return named(f, fmt::format("input node {}", id), id);
     }
     return false;
   }
@@ -84,8 +85,10 @@ class Checker {
       const uint32_t id = p_.schedule.nodes[batch.begin + i];
       const uint64_t n = p_.graph.node(id).dim.size();
       if (found(read(p_.plan.node_offset[id], n), n, f))
-        return named(f, fmt::format("{}node {} (op {}, type '{}')", prefix(), id,
-                                    op_info(first.op).name, type));
+        return named(
+            f,
+            fmt::format("{}node {} (op {}, type '{}')", prefix(), id, op_info(first.op).name, type),
+            id);
     }
     return false;
   }
@@ -111,8 +114,10 @@ class Checker {
       const uint32_t body_node = plan.members[step.member_begin + member];
       f.element %= sp.out_size;
       f.size = sp.out_size;
-      return named(f, fmt::format("{}body node {} (op {}) of block '{}' in call node {}", prefix(),
-                                  body_node, op_info(step.op).name, plan.name, call));
+      return named(f,
+                   fmt::format("{}body node {} (op {}) of block '{}' in call node {}", prefix(),
+                               body_node, op_info(step.op).name, plan.name, call),
+                   call);
     }
     return false;
   }
@@ -130,8 +135,9 @@ class Checker {
     f.size = n;
     return true;
   }
-  static bool named(Finding& f, std::string what) {
+  static bool named(Finding& f, std::string what, uint32_t node = UINT32_MAX) {
     f.what = std::move(what);
+    f.node = node;
     return true;
   }
 
@@ -143,10 +149,10 @@ class Checker {
 [[noreturn]] void report(const char* fn, const char* kind, const Finding& f,
                          const std::string& where) {
   const std::string at = f.at.empty() ? fmt::format("element {} of {}", f.element, f.size) : f.at;
-  throw NumericsError(
-      fmt::format("[{}] non-finite {}: {} holds {} at {}, {} "
-                  "(EngineOptions::check_numerics)",
-                  fn, kind, f.what, f.value, at, where));
+  throw NumericsError(fmt::format("[{}] non-finite {}: {} holds {} at {}, {} "
+                                  "(EngineOptions::check_numerics)",
+                                  fn, kind, f.what, f.value, at, where),
+                      f.node);
 }
 
 }  // namespace

@@ -114,13 +114,17 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
   };
   try {
     run_step(n, ids, x, outputs, io, stream);
-  } catch (const NumericsError&) {
+  } catch (const NumericsError& e) {
     // The step ran (start's states with it) and a value it computed is not finite: its nodes
-    // stay in the graph, read by no instance, as a dropped hypothesis's do.
+    // stay in the graph, read by no instance, as a dropped hypothesis's do. The error names the
+    // row, which the caller can stop.
     put_back();
     start_states_pending_ = 0;
     in_engine_ = false;
-    throw;
+    const int64_t r = row_of(e.node, n);
+    if (r < 0) throw;
+    throw NumericsError(
+        fmt::format("[{}] row {} of the step (instance {}): {}", fn, r, ids[r], e.what()), e.node);
   } catch (const std::exception& e) {
     // Inside the engine (planning, running, reading back) it may have stopped half way; before
     // it, the step's nodes stay in the graph unread, and the next forward runs them along.
@@ -135,6 +139,28 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     throw;
   }
   ++steps_;
+}
+
+int64_t Decoder::row_of(uint32_t node, int64_t n) const {
+  if (node == UINT32_MAX || n <= 0) return -1;
+  const size_t segs = cell_->input_segments().size();
+  for (size_t j = 0; j < static_cast<size_t>(n) * segs && j < x_.size(); ++j)
+    if (x_[j].id == node) return static_cast<int64_t>(j / segs);
+  if (!row_begin_.empty() && node >= row_begin_[0]) {
+    const auto built = static_cast<int64_t>(row_begin_.size());
+    if (copy_size_ > 0 && node >= copies_begin_) {
+      const int64_t r = built + (node - copies_begin_) / copy_size_;
+      return r < n ? r : -1;
+    }
+    int64_t r = built - 1;
+    while (r > 0 && node < row_begin_[static_cast<size_t>(r)]) --r;
+    return r;
+  }
+  // A state the row read (start's, which the step's forward checks with its own inputs).
+  const size_t S = cell_->num_outputs();
+  for (size_t j = 0; j < static_cast<size_t>(n) * S && j < saved_state_.size(); ++j)
+    if (saved_state_[j].id == node) return static_cast<int64_t>(j / S);
+  return -1;
 }
 
 void Decoder::run_step(int64_t n, const int64_t* ids, const float* x,
@@ -153,6 +179,7 @@ void Decoder::run_step(int64_t n, const int64_t* ids, const float* x,
   row_begin_.clear();
   row_prev_.clear();
   row_out_.clear();
+  copy_size_ = 0;
   for (int64_t r = 0; r < n; ++r) {
     if (r == kBuiltRows && repeat_rows(n, ids, segments.size())) break;
     Expr* state = &state_[static_cast<size_t>(ids[r]) * S];
@@ -280,7 +307,8 @@ bool Decoder::repeat_rows(int64_t n, const int64_t* ids, size_t segs) {
     uint32_t* args = &copy_args_[static_cast<size_t>(c) * A];
     for (uint32_t j = 0; j < A; ++j) args[j] = mapped(pattern_[j], r, prev);
   }
-  graph_.repeat_nodes(b0, b1, copies, copy_args_.data());
+  copies_begin_ = graph_.repeat_nodes(b0, b1, copies, copy_args_.data());
+  copy_size_ = m;
   for (uint32_t c = 0; c < copies; ++c) {
     const int64_t r = kBuiltRows + c;
     Expr* state = &state_[static_cast<size_t>(ids[r]) * S];

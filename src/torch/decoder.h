@@ -83,6 +83,9 @@ class Decoder {
                 DeviceInterop* io, void* stream);
   // Throws naming fn when an earlier step failed other than on a non-finite value.
   void check_not_failed(const char* fn) const;
+  // The row of the step of n rows that graph node `node` belongs to (its x row, a node of its
+  // cell call, or the state it read: start's), or -1.
+  int64_t row_of(uint32_t node, int64_t n) const;
   static constexpr int64_t kBuiltRows = 3;
 
   ParameterCollection pc_;
@@ -113,6 +116,7 @@ class Decoder {
   std::vector<uint32_t> row_begin_, row_prev_, row_out_;
   std::vector<std::pair<uint32_t, uint32_t>> pattern_;
   std::vector<uint32_t> copy_args_;
+  uint32_t copies_begin_ = 0, copy_size_ = 0;  // repeat_rows' copies: the first node, nodes each
   size_t start_states_pending_ = 0;
   std::vector<uint8_t> seen_;
 };

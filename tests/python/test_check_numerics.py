@@ -153,3 +153,29 @@ def test_after_a_failed_step_the_rows_that_diverged_can_be_stopped():
     assert decoder.instance_steps() == [1, 0, 1, 1]
     for u, v in zip(got, want):
         assert torch.equal(u, v)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("case", ["x", "computed", "copied row", "start state"])
+def test_the_error_names_the_row_to_stop(case):
+    """The error names the row of the step whose value is not finite (a position in `running`),
+    whether it is in x, computed by the row's cell call (rows from the fourth on are copies of
+    the second's nodes), or in the state the row started from."""
+    n = 6
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(n, E, generator=g)
+    state = [torch.randn(n, H, generator=g) for _ in range(2)]
+    row = {"x": 2, "computed": 1, "copied row": 4, "start state": 3}[case]
+    if case == "x":
+        x[row, 0] = float("nan")
+    elif case == "start state":
+        state[1][row, 5] = float("-inf")
+    else:
+        x[row] = 3e38  # finite; the cell's product overflows
+    decoder = edbatch.nn.StepDecoder(lstm_module(), input_size=E)
+    with checking():
+        decoder.start(n, tuple(state))
+        decoder.stop(torch.tensor([i == 0 for i in range(n)]))  # rows are running positions
+        with pytest.raises(FloatingPointError,
+                           match=rf"row {row - 1} of the step \(instance {row}\)"):
+            decoder.step(x[1:])

@@ -188,7 +188,7 @@ class LossCheck {
     try {
       return f();
     } catch (const NumericsError& e) {
-      throw NumericsError(where(b) + ": " + e.what());
+      throw NumericsError(where(b) + ": " + e.what(), e.node);
     }
   }
 
