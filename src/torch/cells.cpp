@@ -373,6 +373,21 @@ void Runner::build_graph(const Packed& p, const float* x) {
     targets_ = out_;
 }
 
+void Runner::rethrow_named(const NumericsError& e) const {
+  std::string where;
+  const size_t segs = cell_->input_segments().size();
+  for (size_t j = 0; j < x_.size() && where.empty() && e.node != UINT32_MAX; ++j)
+    if (x_[j].id == e.node) where = fmt::format("x row {}", j / segs);
+  // A node's outputs are views of its cell call (or the cell's own last nodes).
+  for (size_t j = 0; j < out_.size() && where.empty() && e.node != UINT32_MAX; ++j) {
+    const Node& n = graph_.node(out_[j].id);
+    if (out_[j].id == e.node || (n.op == Op::Output && graph_.args(n)[0] == e.node))
+      where = fmt::format("node {} of the packed structure (its cell)", j % num_nodes_);
+  }
+  if (where.empty()) throw e;
+  throw NumericsError(fmt::format("[edbatch] {}: {}", where, e.what()), e.node);
+}
+
 void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
                      const std::vector<float*>& outputs, bool for_backward, bool on_device,
                      void* stream) {
@@ -423,7 +438,11 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   if (on_device) {
     DeviceInterop& io = device_interop(engine_, fn);
     io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim), 0);
-    engine_.enqueue(graph_, target);  // queued; nothing waits for it
+    try {
+      engine_.enqueue(graph_, target);  // queued; nothing waits for it
+    } catch (const NumericsError& e) {
+      rethrow_named(e);
+    }
     if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
     if (prof) {
       const double scheduling_ms = reuse ? 0.0 : engine_.stats().scheduling_ms;
@@ -437,7 +456,11 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     have_graph_ = for_backward;
     return;
   }
-  engine_.forward(graph_, target);
+  try {
+    engine_.forward(graph_, target);
+  } catch (const NumericsError& e) {
+    rethrow_named(e);
+  }
   if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
   engine_.read(targets_, per_output, outputs.data());
   have_graph_ = for_backward;
@@ -464,7 +487,11 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
     return;
   }
   pc_.zero_grads();
-  engine_.backward(graph_, targets_, out_grad);
+  try {
+    engine_.backward(graph_, targets_, out_grad);
+  } catch (const NumericsError& e) {
+    rethrow_named(e);
+  }
   const std::vector<uint32_t> segments = cell_->input_segments();
   float* row = grad_x;
   for (size_t i = 0; i < x_.size(); ++i) {
@@ -532,7 +559,11 @@ void Runner::backward_on_device(const float* out_grad, float* grad_x,
   Clock::time_point t = prof ? Clock::now() : Clock::time_point{};
   io.zero_gradients(pc_);
   if (prof) prof->lap(HostProfile::BackZero, t);
-  engine_.backward(graph_, targets_, out_grad, true);
+  try {
+    engine_.backward(graph_, targets_, out_grad, true);
+  } catch (const NumericsError& e) {
+    rethrow_named(e);
+  }
   if (prof) prof->lap(HostProfile::BackLaunch, t);
   ids_.clear();
   for (const Expr& x : x_) ids_.push_back(x.id);

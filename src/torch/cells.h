@@ -212,6 +212,8 @@ class Runner {
   void build_graph(const Packed& p, const float* x);
   void add_loss_head(const Packed& p);
   void check_labels(const Packed& p, const char* fn) const;
+  // e again, its message led by the x row or packed node its value belongs to when it is one.
+  [[noreturn]] void rethrow_named(const NumericsError& e) const;
   static bool wait_each_call();
   void read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights);
   void backward_on_device(const float* out_grad, float* grad_x,

@@ -55,8 +55,9 @@ def test_a_non_finite_input_or_value_is_named():
     module = lstm_module()
     module(packed, x)  # off: no check
     with checking():
-        with pytest.raises(FloatingPointError, match=r"non-finite value: input node \d+ holds "
-                                                     r"inf at element 2 of 5, before the forward"):
+        with pytest.raises(FloatingPointError, match=r"x row 3: \[Engine::forward\] non-finite "
+                                                     r"value: input node \d+ holds inf at element "
+                                                     r"2 of 5, before the forward"):
             module(packed, x)
         # A value the cell computes: log of a negative number, inside its block.
         torch.manual_seed(2)
@@ -65,6 +66,14 @@ def test_a_non_finite_input_or_value_is_named():
                  r"batch \d+ of \d+ of the forward pass")
         with pytest.raises(FloatingPointError, match=named):
             log_module(packed, x.abs().clamp(max=1.0) - 3.0)
+        # Only node 5's cell computes a NaN: the error names that node of the structure.
+        for p in log_module.parameters():
+            p.data.zero_()
+        log_module.node_cells[0].W.weight.data[:, 0] = 1.0  # log(x[k, 0]) in every column
+        y = torch.ones(packed.num_nodes, E)
+        y[packed.node_inputs[5], 0] = -1.0
+        with pytest.raises(FloatingPointError, match=r"node 5 of the packed structure \(its cell\)"):
+            log_module(packed, y)
         # Finite everywhere: the outputs are those of the unchecked pass.
         x[3, 2] = 0.5
         checked = module(packed, x)
