@@ -34,9 +34,9 @@ class LogCell(nn.Module):
         return torch.log(self.W(x) + self.U(h))
 
 
-def lstm_module(seed=0):
+def lstm_module(seed=0, classes=None):
     torch.manual_seed(seed)
-    return edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H))
+    return edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H), classes=classes)
 
 
 def test_the_setting_is_off_by_default_and_returned():
@@ -188,3 +188,24 @@ def test_the_error_names_the_row_to_stop(case):
         with pytest.raises(FloatingPointError,
                            match=rf"row {row - 1} of the step \(instance {row}\)"):
             decoder.step(x[1:])
+
+
+def test_a_training_step_that_raises_updates_nothing():
+    """loss_step with lr updates the parameters in place after the engine's pass: a pass that
+    finds a non-finite value changes none of them, and the next step is the one a fresh module
+    takes."""
+    packed = edbatch.pack_trees([((1, 2), 3), 4, (5, 6)])
+    labels = torch.arange(packed.num_nodes) % 3
+    x = torch.randn(packed.num_nodes, E, generator=torch.Generator().manual_seed(8))
+    bad = x.clone()
+    bad[4, 1] = float("nan")
+    module, fresh = lstm_module(classes=3), lstm_module(classes=3)
+    before = [p.detach().clone() for p in module.parameters()]
+    with checking():
+        with pytest.raises(FloatingPointError, match="x row 4"):
+            module.loss_step(packed, x=bad, labels=labels, lr=0.1)
+        assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
+        got = module.loss_step(packed, x=x, labels=labels, lr=0.1)
+        want = fresh.loss_step(packed, x=x, labels=labels, lr=0.1)
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, b) for a, b in zip(module.parameters(), fresh.parameters()))
