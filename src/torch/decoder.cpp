@@ -96,13 +96,7 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
   if (n == 0) return;
   // What the step changes, kept to be put back when it fails.
   const uint32_t S = cell_->num_outputs();
-  saved_state_.resize(static_cast<size_t>(n) * S);
-  saved_steps_.resize(static_cast<size_t>(n));
-  for (int64_t r = 0; r < n; ++r) {
-    const auto i = static_cast<size_t>(ids[r]);
-    std::copy_n(&state_[i * S], S, &saved_state_[static_cast<size_t>(r) * S]);
-    saved_steps_[static_cast<size_t>(r)] = instance_steps_[i];
-  }
+  gather_instances(n, ids, saved_state_, saved_steps_);
   const uint64_t copied = steps_copied_;
   const auto put_back = [&] {
     for (int64_t r = 0; r < n; ++r) {
@@ -321,20 +315,25 @@ bool Decoder::repeat_rows(int64_t n, const int64_t* ids, size_t segs) {
   return true;
 }
 
+void Decoder::gather_instances(int64_t n, const int64_t* ids, std::vector<Expr>& states,
+                               std::vector<int64_t>& steps) const {
+  const uint32_t S = cell_->num_outputs();
+  states.resize(static_cast<size_t>(n) * S);
+  steps.resize(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const auto from = static_cast<size_t>(ids[r]);
+    std::copy_n(&state_[from * S], S, &states[static_cast<size_t>(r) * S]);
+    steps[static_cast<size_t>(r)] = instance_steps_[from];
+  }
+}
+
 void Decoder::reorder(int64_t n, const int64_t* ids) {
   const char* fn = "edbatch.Decoder.reorder";
   if (!started_) throw std::invalid_argument(fmt::format("[{}] call start() first", fn));
   check_not_failed(fn);
   if (n < 0) throw std::invalid_argument(fmt::format("[{}] negative number of instances", fn));
   for (int64_t r = 0; r < n; ++r) check_instance(fn, ids[r]);
-  const uint32_t S = cell_->num_outputs();
-  next_state_.resize(static_cast<size_t>(n) * S);
-  next_steps_.resize(static_cast<size_t>(n));
-  for (int64_t r = 0; r < n; ++r) {
-    const auto from = static_cast<size_t>(ids[r]);
-    std::copy_n(&state_[from * S], S, &next_state_[static_cast<size_t>(r) * S]);
-    next_steps_[static_cast<size_t>(r)] = instance_steps_[from];
-  }
+  gather_instances(n, ids, next_state_, next_steps_);
   state_.swap(next_state_);  // the old lists stay as the next reorder's storage
   instance_steps_.swap(next_steps_);
   num_instances_ = n;

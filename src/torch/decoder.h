@@ -81,6 +81,9 @@ class Decoder {
   // step()'s work once its arguments are checked.
   void run_step(int64_t n, const int64_t* ids, const float* x, const std::vector<float*>& outputs,
                 DeviceInterop* io, void* stream);
+  // The states and step counts of instances ids[0..n), row after row, into states and steps.
+  void gather_instances(int64_t n, const int64_t* ids, std::vector<Expr>& states,
+                        std::vector<int64_t>& steps) const;
   // Throws naming fn when an earlier step failed other than on a non-finite value.
   void check_not_failed(const char* fn) const;
   // The row of the step of n rows that graph node `node` belongs to (its x row, a node of its
