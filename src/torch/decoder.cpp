@@ -120,15 +120,17 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     throw NumericsError(
         fmt::format("[{}] row {} of the step (instance {}): {}", fn, r, ids[r], e.what()), e.node);
   } catch (const std::exception& e) {
-    // Inside the engine (planning, running, reading back) it may have stopped half way; before
-    // it, the step's nodes stay in the graph unread, and the next forward runs them along.
+    // Inside the engine (planning, running, reading back) it may have stopped half way. Before
+    // it, the step's nodes stay in the graph unread and the next forward runs them along, unless
+    // start's states wait in device memory: they and the next step's x would no longer be one
+    // range of inputs (the failed step's lie between).
     put_back();
-    if (in_engine_) failed_ = e.what();
+    if (in_engine_ || (io != nullptr && start_states_pending_ > 0)) failed_ = e.what();
     in_engine_ = false;
     throw;
   } catch (...) {
     put_back();
-    if (in_engine_) failed_ = "an unknown error";
+    if (in_engine_ || (io != nullptr && start_states_pending_ > 0)) failed_ = "an unknown error";
     in_engine_ = false;
     throw;
   }

@@ -42,8 +42,9 @@ class Decoder {
   // pending (start_states_pending()), x holds them first, then the step's rows.
   // A step that throws leaves every instance's state and step count as they were. After a
   // NumericsError (set_check_numerics: the step ran and a value of it is not finite) the loop
-  // goes on; after any other error (out of memory, a device error: the engine stopped inside the
-  // step) step and reorder refuse, naming it, until start() begins a new loop.
+  // goes on; after any other error inside the engine (out of memory, a device error: it stopped
+  // inside the step), or any error while start's states wait in device memory, step and reorder
+  // refuse, naming it, until start() begins a new loop.
   void step(int64_t n, const int64_t* ids, const float* x, const std::vector<float*>& outputs,
             bool on_device = false, void* stream = nullptr);
   // The loop goes on with n instances: instance r (in [0, n)) continues from the state and step
