@@ -8,6 +8,19 @@
 
 namespace edbatch::torch_adapter {
 
+namespace {
+// The message of the exception being handled (called inside a catch block).
+std::string handled_what() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an unknown error";
+  }
+}
+}  // namespace
+
 Decoder::Decoder(const CellConfig& config, const RunOptions& options)
     : pc_(1), engine_(pc_, options.engine_options()), graph_(pc_) {
   cell_ = make_cell(config, pc_);
@@ -114,24 +127,17 @@ void Decoder::step(int64_t n, const int64_t* ids, const float* x,
     // row, which the caller can stop.
     put_back();
     start_states_pending_ = 0;
-    in_engine_ = false;
     const int64_t r = row_of(e.node, n);
     if (r < 0) throw;
     throw NumericsError(
         fmt::format("[{}] row {} of the step (instance {}): {}", fn, r, ids[r], e.what()), e.node);
-  } catch (const std::exception& e) {
-    // Inside the engine (planning, running, reading back) it may have stopped half way. Before
-    // it, the step's nodes stay in the graph unread and the next forward runs them along, unless
-    // start's states wait in device memory: they and the next step's x would no longer be one
-    // range of inputs (the failed step's lie between).
-    put_back();
-    if (in_engine_ || (io != nullptr && start_states_pending_ > 0)) failed_ = e.what();
-    in_engine_ = false;
-    throw;
   } catch (...) {
+    // Inside the engine, run_step stopped the loop. Before it, the step's nodes stay in the graph
+    // unread and the next forward runs them along, unless start's states wait in device memory:
+    // they and the next step's x would no longer be one range of inputs (the failed step's lie
+    // between).
     put_back();
-    if (in_engine_ || (io != nullptr && start_states_pending_ > 0)) failed_ = "an unknown error";
-    in_engine_ = false;
+    if (failed_.empty() && io != nullptr && start_states_pending_ > 0) failed_ = handled_what();
     throw;
   }
   ++steps_;
@@ -200,29 +206,33 @@ void Decoder::run_step(int64_t n, const int64_t* ids, const float* x,
   fetch_.clear();  // output by output
   for (uint32_t o = 0; o < S; ++o)
     for (int64_t r = 0; r < n; ++r) fetch_.push_back(state_[static_cast<size_t>(ids[r]) * S + o]);
-  if (io != nullptr) {
-    io->use_stream(stream);
-    // Start's states from device memory are the inputs before the step's (the graph's first).
-    const size_t pending = start_states_pending_;
-    io->inputs_from_device(x, pending + static_cast<size_t>(n) * D, first_input - pending);
-    in_engine_ = true;
-    try {
+  if (io == nullptr && start_states_pending_ > 0)
+    throw std::logic_error(
+        fmt::format("[{}] start's states are still in device memory (write_start_states)", fn));
+  try {
+    if (io != nullptr) {
+      io->use_stream(stream);
+      // Start's states from device memory are the inputs before the step's (the graph's first).
+      const size_t pending = start_states_pending_;
+      io->inputs_from_device(x, pending + static_cast<size_t>(n) * D, first_input - pending);
+      try {
+        engine_.forward_through(graph_, fetch_);
+      } catch (...) {
+        io->inputs_from_device(nullptr, 0, 0);  // not left for a later forward
+        throw;
+      }
+      start_states_pending_ = 0;
+      read_groups(*io, graph_, engine_.plan(), fetch_, static_cast<size_t>(n), outputs, node_ids_);
+    } else {
       engine_.forward_through(graph_, fetch_);
-    } catch (...) {
-      io->inputs_from_device(nullptr, 0, 0);  // not left for a later forward
-      throw;
+      engine_.read(fetch_, static_cast<size_t>(n), outputs.data());
     }
-    start_states_pending_ = 0;
-    read_groups(*io, graph_, engine_.plan(), fetch_, static_cast<size_t>(n), outputs, node_ids_);
-  } else {
-    if (start_states_pending_ > 0)
-      throw std::logic_error(
-          fmt::format("[{}] start's states are still in device memory (write_start_states)", fn));
-    in_engine_ = true;
-    engine_.forward_through(graph_, fetch_);
-    engine_.read(fetch_, static_cast<size_t>(n), outputs.data());
+  } catch (const NumericsError&) {
+    throw;  // the step ran: the loop goes on (step)
+  } catch (...) {
+    failed_ = handled_what();  // the engine may have stopped half way through the step
+    throw;
   }
-  in_engine_ = false;
 }
 
 // Rows kBuiltRows.. of a step as copies of row 1's nodes (Graph::repeat_nodes), when row 2 is

@@ -111,8 +111,7 @@ class Decoder {
   // The running instances' states and step counts before a step, put back when it fails.
   std::vector<Expr> saved_state_;
   std::vector<int64_t> saved_steps_;
-  std::string failed_;      // what stopped the loop inside a step (empty: nothing)
-  bool in_engine_ = false;  // a step is inside the engine's forward or its read-back
+  std::string failed_;  // what stopped the loop inside a step (empty: nothing)
   std::vector<Expr> x_, prev_, out_, fetch_;
   std::vector<uint32_t> node_ids_;
   // The step's rows built through the cell: their first nodes, previous states and outputs
