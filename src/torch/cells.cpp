@@ -373,6 +373,15 @@ void Runner::build_graph(const Packed& p, const float* x) {
     targets_ = out_;
 }
 
+template <class F>
+void Runner::naming_numerics(const F& pass) const {
+  try {
+    pass();
+  } catch (const NumericsError& e) {
+    rethrow_named(e);
+  }
+}
+
 void Runner::rethrow_named(const NumericsError& e) const {
   std::string where;
   const size_t segs = cell_->input_segments().size();
@@ -438,11 +447,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
   if (on_device) {
     DeviceInterop& io = device_interop(engine_, fn);
     io.inputs_from_device(p.x, static_cast<size_t>(p.num_x * p.x_dim), 0);
-    try {
-      engine_.enqueue(graph_, target);  // queued; nothing waits for it
-    } catch (const NumericsError& e) {
-      rethrow_named(e);
-    }
+    naming_numerics([&] { engine_.enqueue(graph_, target); });  // queued; nothing waits for it
     if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
     if (prof) {
       const double scheduling_ms = reuse ? 0.0 : engine_.stats().scheduling_ms;
@@ -456,11 +461,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
     have_graph_ = for_backward;
     return;
   }
-  try {
-    engine_.forward(graph_, target);
-  } catch (const NumericsError& e) {
-    rethrow_named(e);
-  }
+  naming_numerics([&] { engine_.forward(graph_, target); });
   if (engine_.stats().plan_reused) plans_reused.fetch_add(1, std::memory_order_relaxed);
   engine_.read(targets_, per_output, outputs.data());
   have_graph_ = for_backward;
@@ -487,11 +488,7 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
     return;
   }
   pc_.zero_grads();
-  try {
-    engine_.backward(graph_, targets_, out_grad);
-  } catch (const NumericsError& e) {
-    rethrow_named(e);
-  }
+  naming_numerics([&] { engine_.backward(graph_, targets_, out_grad); });
   const std::vector<uint32_t> segments = cell_->input_segments();
   float* row = grad_x;
   for (size_t i = 0; i < x_.size(); ++i) {
@@ -559,11 +556,7 @@ void Runner::backward_on_device(const float* out_grad, float* grad_x,
   Clock::time_point t = prof ? Clock::now() : Clock::time_point{};
   io.zero_gradients(pc_);
   if (prof) prof->lap(HostProfile::BackZero, t);
-  try {
-    engine_.backward(graph_, targets_, out_grad, true);
-  } catch (const NumericsError& e) {
-    rethrow_named(e);
-  }
+  naming_numerics([&] { engine_.backward(graph_, targets_, out_grad, true); });
   if (prof) prof->lap(HostProfile::BackLaunch, t);
   ids_.clear();
   for (const Expr& x : x_) ids_.push_back(x.id);

@@ -214,6 +214,9 @@ class Runner {
   void check_labels(const Packed& p, const char* fn) const;
   // e again, its message led by the x row or packed node its value belongs to when it is one.
   [[noreturn]] void rethrow_named(const NumericsError& e) const;
+  // Runs pass (an engine pass), its NumericsError through rethrow_named.
+  template <class F>
+  void naming_numerics(const F& pass) const;
   static bool wait_each_call();
   void read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights);
   void backward_on_device(const float* out_grad, float* grad_x,
