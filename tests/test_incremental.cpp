@@ -4,6 +4,7 @@
 // arena stops growing over a decoding loop; misuse is a clear error.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -342,6 +343,57 @@ TEST_CASE("incremental: forward_through runs a prefix and the rest runs later, e
       e.forward_through(g, std::vector<Expr>{g.expr(covered - 1), loss, g.expr(0)});
       check_same(collect(e, g, loss, pc), expected, "forward_through vs whole");
       CHECK(e.plan().segments.size() > 2);
+    }
+  }
+}
+
+// A pass that fails inside the engine (EngineOptions::fail_forward_at: before its kernels, as a
+// backend that fails there) throws naming the call and the pass; the values before it stay
+// readable, the same forward again runs what the failed one did not, and the values and gradients
+// end as the graph built whole gives them. Every pass in turn fails once, on every device here.
+TEST_CASE("incremental: a pass that fails inside the engine can be run again") {
+  ParameterCollection pc(29);
+  const Weights w = make_weights(pc);
+  const Builder b{w, {4, 1, 6, 3, 5, 2, 6}, 31};
+  Engine whole_engine(pc, make_policy("lb-greedy"));
+  Graph whole(pc);
+  const Expr whole_loss = b.build(whole, [](Graph&, const std::vector<Expr>&) {});
+  whole_engine.forward(whole, whole_loss);
+  const Result expected = collect(whole_engine, whole, whole_loss, pc);
+  const uint64_t passes = 1 + *std::max_element(b.steps.begin(), b.steps.end());
+  for (const std::string device : {"cpu", "cuda"}) {
+    if (!device_unavailable(device).empty()) continue;
+    for (uint64_t fail = 1; fail <= passes; ++fail) {
+      CAPTURE(device);
+      CAPTURE(fail);
+      EngineOptions o{"lb-greedy", device, 1};
+      o.fail_forward_at = fail;
+      Engine e(pc, make_policy("lb-greedy"), o);
+      Graph g(pc);
+      uint64_t pass = 0, failures = 0;
+      uint32_t ran = 0;  // nodes that had run before the pass that failed
+      const auto run = [&](Graph& gg, const Expr& through) {
+        if (++pass == fail) {
+          const std::string failed =
+              "[Engine::forward] forward pass " + std::to_string(fail) + " failed: injected";
+          CHECK_THROWS_WITH_AS(e.forward(gg, through), doctest::Contains(failed.c_str()),
+                               std::runtime_error);
+          ++failures;
+          for (uint32_t v = 0; v < ran; ++v)
+            if (computed(gg, v))
+              check_close(value_of(e, gg, v), expected.values[v], expected.values[v].size(), 1e-5,
+                          "value before the failed pass, node " + std::to_string(v));
+        }
+        const float v = as_scalar(e.forward(gg, through));
+        CHECK(v == doctest::Approx(expected.values[through.id][0]).epsilon(1e-5));
+        ran = gg.size();
+      };
+      const Expr loss =
+          b.build(g, [&](Graph& gg, const std::vector<Expr>& losses) { run(gg, losses.back()); });
+      run(g, loss);
+      CHECK(pass == passes);
+      CHECK(failures == 1);
+      check_same(collect(e, g, loss, pc), expected, "after a failed pass, vs whole");
     }
   }
 }

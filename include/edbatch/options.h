@@ -15,6 +15,7 @@
 //   EDBATCH_TORCH_WAIT=1           AdapterDebugOptions::wait_each_call
 //   XDG_CACHE_HOME, HOME           default_policy_cache_dir() (the "auto" policy's cache)
 //   EDBATCH_INTERRUPT_AFTER=N      interrupt_after_env() (`edbatch run` sends itself SIGINT)
+//   EDBATCH_FAIL_FORWARD=N         EngineOptions::fail_forward_at (pass N of each engine fails)
 //
 // The command line and the PyTorch adapter apply it to their options; programs using the C++
 // API call it where they want the same switches.
@@ -30,10 +31,7 @@ namespace edbatch {
 // Returns `o` with the switches the environment sets; unset variables leave fields as they are.
 // A set variable with a value it does not know throws std::invalid_argument naming it.
 CudaOptions apply_debug_env(CudaOptions o);
-inline EngineOptions apply_debug_env(EngineOptions o) {
-  o.cuda = apply_debug_env(o.cuda);
-  return o;
-}
+EngineOptions apply_debug_env(EngineOptions o);
 // The PyTorch adapter's debugging switches (docs/pytorch.md).
 struct AdapterDebugOptions {
   bool profile = false;         // host time per call by phase, printed at exit

@@ -160,6 +160,10 @@ void Engine::run_forward(Graph& g, const Expr& e, const char* fn, uint32_t end) 
   if (!new_inputs && !new_params && ran) return;
   // Only the segments added since the last forward run, unless the inputs or parameters changed.
   const uint32_t first = new_inputs || new_params ? 0 : ran_segments_;
+  if (++forward_passes_ == options_.fail_forward_at)
+    throw std::runtime_error(std::string("[") + fn + "] forward pass " +
+                             std::to_string(forward_passes_) +
+                             " failed: injected (EngineOptions::fail_forward_at)");
   const auto t0 = Clock::now();
   backend_->forward(PlanRef{g, schedule_, plan_, params_, first});
   stats_.execution_ms = (first > 0 ? stats_.execution_ms : 0) + ms_since(t0);

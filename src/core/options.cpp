@@ -95,6 +95,17 @@ CudaOptions apply_debug_env(CudaOptions o) {
   return o;
 }
 
+EngineOptions apply_debug_env(EngineOptions o) {
+  o.cuda = apply_debug_env(o.cuda);
+  if (const char* v = std::getenv("EDBATCH_FAIL_FORWARD"); v != nullptr && *v != '\0') {
+    uint64_t n = 0;
+    if (!whole_number(v, UINT64_MAX, &n))
+      bad_value("EDBATCH_FAIL_FORWARD", v, "the number of the forward pass to fail (0: none)");
+    o.fail_forward_at = n;
+  }
+  return o;
+}
+
 std::string default_policy_cache_dir() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg && *xdg == '/') return std::string(xdg) + "/edbatch/policies";  // XDG: absolute only

@@ -1,0 +1,83 @@
+"""A pass that fails inside the engine (EDBATCH_FAIL_FORWARD=N makes the Nth forward pass of every
+engine made while it is set throw before its kernels run, as running out of memory or a device
+error would there) raises an error naming it (a ValueError, as the package raises the library's
+errors), and loses nothing: a module's next call gives
+what the user's cells give eagerly, and a decoding loop refuses to go on, naming the failure,
+until start() begins a new one, whose steps give bitwise what a loop that never failed gives."""
+import pytest
+import torch
+
+import edbatch
+from test_decode import UserLSTM
+from test_propagate import reference_of
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_module_call_after_a_failed_pass_gives_the_eager_results(monkeypatch, device):
+    # Sizes no other test uses: the call makes a new runner (and engine), which reads the setting.
+    H = 11
+    torch.manual_seed(3)
+    model = edbatch.nn.Propagate(UserLSTM(H, 5), state_size=(H, H)).to(device)
+    packed = edbatch.pack_trees([((1, 2), 3), 4, (5, (6, 7, 8), 9)])
+    x = torch.randn(packed.num_nodes, 5, generator=torch.Generator().manual_seed(4))
+    x = x.to(device).requires_grad_()
+    monkeypatch.setenv("EDBATCH_FAIL_FORWARD", "1")
+    with pytest.raises(ValueError, match=r"forward pass 1 failed: injected"):
+        model(packed, x)
+    monkeypatch.delenv("EDBATCH_FAIL_FORWARD")
+    params = [x] + list(model.parameters())
+    assert all(p.grad is None for p in params)
+    ours, want = model(packed, x), reference_of(model, packed, {"x": x})
+    upstream = [torch.randn_like(w) for w in want]
+    grads = []
+    for outputs in (ours, want):
+        for p in params:
+            p.grad = None
+        sum((o * u).sum() for o, u in zip(outputs, upstream)).backward()
+        grads.append([p.grad.clone() for p in params])
+    for a, b in zip(list(ours) + grads[0], list(want) + grads[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * max(1.0, b.abs().max().item()))
+
+
+def decode(decoder, xs, state):
+    decoder.start(4, state)
+    return [[t.clone() for t in decoder.step(x)] for x in xs]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fail", [1, 2])
+def test_a_step_that_fails_inside_the_engine_stops_the_loop_until_start(monkeypatch, device, fail):
+    """Pass 1 is the loop's first step (start's states, from device memory on CUDA, read with it),
+    pass 2 a later one."""
+    E, H = 5, 7
+    g = torch.Generator().manual_seed(6)
+    xs = [torch.randn(4, E, generator=g).to(device) for _ in range(3)]
+    state = tuple(torch.randn(4, H, generator=g).to(device) for _ in range(2))
+    torch.manual_seed(0)
+    module = edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H)).to(device)
+    want = decode(edbatch.nn.StepDecoder(module, input_size=E), xs, state)
+    monkeypatch.setenv("EDBATCH_FAIL_FORWARD", str(fail))
+    decoder = edbatch.nn.StepDecoder(module, input_size=E)
+    decoder.start(4, state)
+    for x in xs[:fail - 1]:
+        decoder.step(x)
+    before = (decoder.instance_steps(), decoder.stats()["steps"], decoder.running.clone())
+    with pytest.raises(ValueError, match=rf"forward pass {fail} failed: injected"):
+        decoder.step(xs[fail - 1])
+    # Nothing moved, and nothing goes on: the engine may have stopped half way.
+    assert (decoder.instance_steps(), decoder.stats()["steps"]) == before[:2]
+    assert torch.equal(decoder.running, before[2])
+    refused = (r"an earlier step failed inside the engine \(.*forward pass "
+               rf"{fail} failed: injected.*\); this loop cannot go on")
+    with pytest.raises(ValueError, match=refused):
+        decoder.step(xs[fail - 1])
+    with pytest.raises(ValueError, match=refused):
+        decoder.reorder([0, 1])
+    # A new loop runs as if the failure never happened.
+    got = decode(decoder, xs, state)
+    for a, b in zip(got, want):
+        for u, v in zip(a, b):
+            assert torch.equal(u, v)
