@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -449,6 +450,39 @@ TEST_CASE("cli: a forward run whose loss is not finite fails, naming where") {
       cli(dir, "run --model mvrnn --hidden 8 --warmup 0 --data '" + dir / "deep.txt" + "'");
   CHECK(alone.code == 1);
   CHECK(alone.err.find("epoch 1, mini-batch 1 of 1: the loss is ") != std::string::npos);
+}
+
+// A pass that fails inside the engine (EDBATCH_FAIL_FORWARD=N: the engine's Nth forward pass
+// throws, as a device error or a failed launch would) names the mini-batch it failed in, training
+// or not, in the warm-up or after it, and the run writes no file and no table.
+TEST_CASE("cli: a pass that fails inside the engine names its mini-batch and writes nothing") {
+  TempDir dir;
+  const std::string w = dir / "w.st", json = dir / "m.json";
+  const std::string common =
+      "run --model tree_lstm --hidden 6 --batch 8 --data synthetic:40 "
+      "--save-weights '" +
+      w + "' --json '" + json + "' ";
+  for (const auto& [pass, args, where] :
+       std::vector<std::tuple<const char*, std::string, const char*>>{
+           {"3", "--train --warmup 0", "epoch 1, mini-batch 3 of 5: "},
+           {"7", "--train --warmup 1 --epochs 2", "epoch 2, mini-batch 1 of 5: "},
+           {"2", "--warmup 3", "warm-up mini-batch 2: "},
+           {"4", "--no-blocks --warmup 1 --iters 5", "mini-batch 3 of 5: "}}) {
+    CAPTURE(args);
+    ::setenv("EDBATCH_FAIL_FORWARD", pass, 1);
+    const Result r = cli(dir, common + args);
+    ::unsetenv("EDBATCH_FAIL_FORWARD");
+    CHECK(r.code == 1);
+    CHECK(r.err.find(std::string(where) + "[Engine::forward] forward pass " + pass +
+                     " failed: injected") != std::string::npos);
+    CHECK(r.out.find("instances/s") == std::string::npos);
+    CHECK_FALSE(fs::exists(w));
+    CHECK_FALSE(fs::exists(json));
+  }
+  // The same runs without it write their files.
+  REQUIRE(cli(dir, common + "--train --warmup 0").code == 0);
+  CHECK(fs::exists(w));
+  CHECK(fs::exists(json));
 }
 
 TEST_CASE("cli: --vocab-size 0 reads ids unfolded, sentence pairs included, within the limit") {

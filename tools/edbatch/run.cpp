@@ -7,8 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <new>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "edbatch/edbatch.h"
 #include "edbatch/files.h"
@@ -182,13 +185,20 @@ class LossCheck {
     }
     checked_ = std::max(checked_, known);
   }
-  // Runs one step, naming its mini-batch in a --check-numerics error.
+  // Runs one step, naming its mini-batch in an error from inside it (a --check-numerics error,
+  // a device error, a pass that failed); memory that could not be had stays std::bad_alloc, which
+  // main() answers with its hint. With --pipeline a device's asynchronous error may belong to
+  // the mini-batch queued before.
   template <class F>
   MiniBatchSample step(size_t b, const F& f) const {
     try {
       return f();
     } catch (const NumericsError& e) {
       throw NumericsError(where(b) + ": " + e.what(), e.node);
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw std::runtime_error(where(b) + ": " + e.what());
     }
   }
 
