@@ -27,10 +27,6 @@ uint32_t scheduled_producer(const Graph& g, uint32_t a, uint32_t* output) {
   return is_scheduled(n->op) ? a : UINT32_MAX;
 }
 
-inline uint32_t Scheduler::local(uint32_t p) const {
-  return p == UINT32_MAX || p < first_ ? UINT32_MAX : local_[p - first_];
-}
-
 namespace {
 
 // Chain heights over the scheduled nodes in reverse order: chain[s][t] = most type-t nodes on a
@@ -91,13 +87,45 @@ void Scheduler::prepare(const Graph& g) {
   local_.resize(n);
   sched_.resize(n);
   sched_type_.resize(n);
+  // Views get the compact id of the node they view, resolved here in node order (a view's
+  // argument comes before it), so that an argument is one lookup below, not a walk over views.
+  // With reads: also the producer's node id and the call output read (kNoOutput: none).
+  constexpr uint32_t kNoOutput = UINT32_MAX;
+  if (reading_) {
+    resolved_.resize(n);
+    view_output_.resize(n);
+  }
   uint32_t local_types = 0, S = 0;
   for (uint32_t v = 0; v < n; ++v) {
-    if (is_source(nodes[v])) {
-      local_[v] = UINT32_MAX;
+    const Node& nd = nodes[v];
+    const BatchRule rule = op_info(nd.op).rule;
+    if (rule == BatchRule::Source || rule == BatchRule::View) {
+      uint32_t id = UINT32_MAX, sp = UINT32_MAX, output = kNoOutput;
+      if (rule == BatchRule::View) {
+        const uint32_t a = g.args(nd)[0];
+        if (a >= f) {
+          id = local_[a - f];
+          if (reading_) {
+            sp = resolved_[a - f];
+            output = view_output_[a - f];
+          }
+        } else if (reading_) {  // it ran before: only reads need its producer
+          sp = scheduled_producer(g, a, &output);
+        }
+        if (output == kNoOutput && nd.op == Op::Output) output = nd.aux;
+      }
+      local_[v] = id;
+      if (reading_) {
+        resolved_[v] = sp;
+        view_output_[v] = output;
+      }
       continue;
     }
-    const uint32_t t = nodes[v].type;
+    if (reading_) {
+      resolved_[v] = v + f;
+      view_output_[v] = kNoOutput;
+    }
+    const uint32_t t = nd.type;
     local_[v] = S;
     sched_type_[S] = t;
     sched_[S++] = v;
@@ -133,10 +161,19 @@ void Scheduler::prepare(const Graph& g) {
     uint32_t* out = reading_ ? output_.data() + k : nullptr;
     uint32_t d = 0, pending = 0;
     for (uint32_t i = 0; i < nd.num_args; ++i) {
-      if (out) out[i] = Schedule::kWholeBatch;
-      const uint32_t sp = scheduled_producer(g, a[i], out ? out + i : nullptr);
-      if (out) read_producer_[k + i] = sp;
-      const uint32_t p = local(sp);
+      const uint32_t ai = a[i];
+      uint32_t p = UINT32_MAX;  // it ran before when ai < f
+      if (ai >= f) {
+        p = local_[ai - f];
+        if (out) {
+          read_producer_[k + i] = resolved_[ai - f];
+          const uint32_t o = view_output_[ai - f];
+          out[i] = o == kNoOutput ? Schedule::kWholeBatch : o;
+        }
+      } else if (out) {
+        out[i] = Schedule::kWholeBatch;
+        read_producer_[k + i] = scheduled_producer(g, ai, out + i);
+      }
       pr[i] = p;
       if (p == UINT32_MAX) continue;
       ++pending;

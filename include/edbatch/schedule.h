@@ -123,9 +123,6 @@ class Scheduler : private Frontier {
 
  private:
   void prepare(const Graph& g);
-  // Scheduled producer p (scheduled_producer's answer) as a compact id, or UINT32_MAX (a
-  // source, or it has run).
-  uint32_t local(uint32_t p) const;
   // Schedule::reads of out's batches from first_batch on.
   void collect_reads(const Graph& g, Schedule& out, uint32_t first_batch);
   void run_node_by_node(const Graph& g, Schedule& out);
@@ -133,8 +130,12 @@ class Scheduler : private Frontier {
   void run_frontier(const Graph& g, Policy& policy, Schedule& out);
   void push_ready(uint32_t s, uint32_t type);  // s: a compact id (see prepare)
 
-  // Per node of the segment (index v - first_): its compact id, or UINT32_MAX for a source.
-  std::vector<uint32_t> local_;
+  // Per node of the segment (index v - first_): the compact id of the scheduled node that
+  // computes its value (itself; for a view, the node it views), or UINT32_MAX (a source, or a
+  // view of one or of a node that ran before). With reads, also that node's id (UINT32_MAX for
+  // a source; views of nodes that ran before included) and the call output its views pass
+  // through (UINT32_MAX: none).
+  std::vector<uint32_t> local_, resolved_, view_output_;
   std::vector<uint32_t> sched_;       // per compact id: the node's index from first_
   std::vector<uint32_t> sched_type_;  // per compact id: the node's type
   // Per compact id: consumers (CSR, compact ids), inputs not yet scheduled, depth, height.
