@@ -11,7 +11,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -452,9 +451,10 @@ TEST_CASE("cli: a forward run whose loss is not finite fails, naming where") {
   CHECK(alone.err.find("epoch 1, mini-batch 1 of 1: the loss is ") != std::string::npos);
 }
 
-// A pass that fails inside the engine (EDBATCH_FAIL_FORWARD=N: the engine's Nth forward pass
-// throws, as a device error or a failed launch would) names the mini-batch it failed in, training
-// or not, in the warm-up or after it, and the run writes no file and no table.
+// A pass that fails inside the engine (EDBATCH_FAIL_FORWARD=N or EDBATCH_FAIL_BACKWARD=N: the
+// engine's Nth forward or backward pass throws, as a device error or a failed launch would) names
+// the mini-batch it failed in, training or not, in the warm-up or after it, and the run writes no
+// file and no table.
 TEST_CASE("cli: a pass that fails inside the engine names its mini-batch and writes nothing") {
   TempDir dir;
   const std::string w = dir / "w.st", json = dir / "m.json";
@@ -462,19 +462,28 @@ TEST_CASE("cli: a pass that fails inside the engine names its mini-batch and wri
       "run --model tree_lstm --hidden 6 --batch 8 --data synthetic:40 "
       "--save-weights '" +
       w + "' --json '" + json + "' ";
-  for (const auto& [pass, args, where] :
-       std::vector<std::tuple<const char*, std::string, const char*>>{
-           {"3", "--train --warmup 0", "epoch 1, mini-batch 3 of 5: "},
-           {"7", "--train --warmup 1 --epochs 2", "epoch 2, mini-batch 1 of 5: "},
-           {"2", "--warmup 3", "warm-up mini-batch 2: "},
-           {"4", "--no-blocks --warmup 1 --iters 5", "mini-batch 3 of 5: "}}) {
-    CAPTURE(args);
-    ::setenv("EDBATCH_FAIL_FORWARD", pass, 1);
-    const Result r = cli(dir, common + args);
-    ::unsetenv("EDBATCH_FAIL_FORWARD");
+  struct Case {
+    const char *variable, *pass;
+    std::string args;
+    const char* where;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"EDBATCH_FAIL_FORWARD", "3", "--train --warmup 0", "epoch 1, mini-batch 3 of 5: "},
+           {"EDBATCH_FAIL_FORWARD", "7", "--train --warmup 1 --epochs 2",
+            "epoch 2, mini-batch 1 of 5: "},
+           {"EDBATCH_FAIL_FORWARD", "2", "--warmup 3", "warm-up mini-batch 2: "},
+           {"EDBATCH_FAIL_FORWARD", "4", "--no-blocks --warmup 1 --iters 5", "mini-batch 3 of 5: "},
+           {"EDBATCH_FAIL_BACKWARD", "2", "--train --warmup 0", "epoch 1, mini-batch 2 of 5: "}}) {
+    CAPTURE(c.variable);
+    CAPTURE(c.args);
+    ::setenv(c.variable, c.pass, 1);
+    const Result r = cli(dir, common + c.args);
+    ::unsetenv(c.variable);
     CHECK(r.code == 1);
-    CHECK(r.err.find(std::string(where) + "[Engine::forward] forward pass " + pass +
-                     " failed: injected") != std::string::npos);
+    const std::string pass = c.variable == std::string("EDBATCH_FAIL_FORWARD")
+                                 ? "[Engine::forward] forward pass "
+                                 : "[Engine::backward] backward pass ";
+    CHECK(r.err.find(c.where + pass + c.pass + " failed: injected") != std::string::npos);
     CHECK(r.out.find("instances/s") == std::string::npos);
     CHECK_FALSE(fs::exists(w));
     CHECK_FALSE(fs::exists(json));

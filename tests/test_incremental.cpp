@@ -350,7 +350,8 @@ TEST_CASE("incremental: forward_through runs a prefix and the rest runs later, e
 // A pass that fails inside the engine (EngineOptions::fail_forward_at: before its kernels, as a
 // backend that fails there) throws naming the call and the pass; the values before it stay
 // readable, the same forward again runs what the failed one did not, and the values and gradients
-// end as the graph built whole gives them. Every pass in turn fails once, on every device here.
+// end as the graph built whole gives them. Every pass in turn fails once, on every device here;
+// with a failed backward (fail_backward_at) first, too.
 TEST_CASE("incremental: a pass that fails inside the engine can be run again") {
   ParameterCollection pc(29);
   const Weights w = make_weights(pc);
@@ -368,6 +369,7 @@ TEST_CASE("incremental: a pass that fails inside the engine can be run again") {
       CAPTURE(fail);
       EngineOptions o{"lb-greedy", device, 1};
       o.fail_forward_at = fail;
+      o.fail_backward_at = fail % 2;  // every other engine's first backward fails too
       Engine e(pc, make_policy("lb-greedy"), o);
       Graph g(pc);
       uint64_t pass = 0, failures = 0;
@@ -393,6 +395,14 @@ TEST_CASE("incremental: a pass that fails inside the engine can be run again") {
       run(g, loss);
       CHECK(pass == passes);
       CHECK(failures == 1);
+      if (o.fail_backward_at == 1) {  // it adds to no gradient, and the next backward is right
+        CHECK_THROWS_WITH_AS(e.backward(g, loss),
+                             "[Engine::backward] backward pass 1 failed: injected "
+                             "(EngineOptions::fail_backward_at)",
+                             std::runtime_error);
+        for (uint32_t p = 0; p < pc.size(); ++p)
+          for (uint32_t k = 0; k < pc.dim(p).size(); ++k) REQUIRE(pc.grads(p)[k] == 0.0f);
+      }
       check_same(collect(e, g, loss, pc), expected, "after a failed pass, vs whole");
     }
   }

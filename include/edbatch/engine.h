@@ -40,8 +40,9 @@ struct EngineOptions {
   // Testing what callers do when a pass fails inside the engine (out of memory, a device error):
   // the engine's forward pass number fail_forward_at (counted from 1 over the engine's life,
   // each increment a pass) throws std::runtime_error before its kernels run, as a backend that
-  // fails there would. 0: never. EDBATCH_FAIL_FORWARD sets it (edbatch/options.h).
-  uint64_t fail_forward_at = 0;
+  // fails there would; fail_backward_at the same for backward passes. 0: never.
+  // EDBATCH_FAIL_FORWARD and EDBATCH_FAIL_BACKWARD set them (edbatch/options.h).
+  uint64_t fail_forward_at = 0, fail_backward_at = 0;
 };
 
 // A non-finite value found by EngineOptions::check_numerics. `node`: the graph node it belongs to
@@ -240,7 +241,8 @@ class Engine {
   // increment that repeats it adds the same.
   uint32_t segment_bound_ = 0;
   Policy::Lookups segment_lookups_;
-  uint64_t forward_passes_ = 0;      // passes begun (EngineOptions::fail_forward_at)
+  uint64_t forward_passes_ = 0;      // passes begun (EngineOptions::fail_forward_at) ...
+  uint64_t backward_passes_ = 0;     // ... and fail_backward_at
   uint32_t ran_segments_ = 0;        // the plan's segments that have run ...
   uint64_t ran_inputs_version_ = 0;  // ... on these inputs
   uint64_t ran_params_version_ = 0;  // ... and these parameters (ParameterCollection::version)

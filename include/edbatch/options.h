@@ -16,6 +16,7 @@
 //   XDG_CACHE_HOME, HOME           default_policy_cache_dir() (the "auto" policy's cache)
 //   EDBATCH_INTERRUPT_AFTER=N      interrupt_after_env() (`edbatch run` sends itself SIGINT)
 //   EDBATCH_FAIL_FORWARD=N         EngineOptions::fail_forward_at (pass N of each engine fails)
+//   EDBATCH_FAIL_BACKWARD=N        EngineOptions::fail_backward_at
 //
 // The command line and the PyTorch adapter apply it to their options; programs using the C++
 // API call it where they want the same switches.

@@ -300,6 +300,10 @@ void Engine::run_backward(Graph& g, BackwardSeed seed) {
   // A backward changes gradients, not the values the forward read: unless they changed before
   // it, the forward's values stay current.
   const bool current = ran_params_version_ == params_.values_version();
+  if (++backward_passes_ == options_.fail_backward_at)
+    throw std::runtime_error("[Engine::backward] backward pass " +
+                             std::to_string(backward_passes_) +
+                             " failed: injected (EngineOptions::fail_backward_at)");
   backend_->backward(PlanRef{g, schedule_, plan_, params_}, seed);
   if (current) ran_params_version_ = params_.values_version();
   stats_.backward_ms = ms_since(t0);

@@ -97,12 +97,16 @@ CudaOptions apply_debug_env(CudaOptions o) {
 
 EngineOptions apply_debug_env(EngineOptions o) {
   o.cuda = apply_debug_env(o.cuda);
-  if (const char* v = std::getenv("EDBATCH_FAIL_FORWARD"); v != nullptr && *v != '\0') {
-    uint64_t n = 0;
-    if (!whole_number(v, UINT64_MAX, &n))
-      bad_value("EDBATCH_FAIL_FORWARD", v, "the number of the forward pass to fail (0: none)");
-    o.fail_forward_at = n;
-  }
+  const auto pass = [](const char* name, uint64_t& at) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+      uint64_t n = 0;
+      if (!whole_number(v, UINT64_MAX, &n))
+        bad_value(name, v, "the number of the pass to fail (0: none)");
+      at = n;
+    }
+  };
+  pass("EDBATCH_FAIL_FORWARD", o.fail_forward_at);
+  pass("EDBATCH_FAIL_BACKWARD", o.fail_backward_at);
   return o;
 }
 

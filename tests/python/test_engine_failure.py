@@ -1,6 +1,6 @@
 """A pass that fails inside the engine (EDBATCH_FAIL_FORWARD=N makes the Nth forward pass of every
 engine made while it is set throw before its kernels run, as running out of memory or a device
-error would there) raises an error naming it (a ValueError, as the package raises the library's
+error would there; EDBATCH_FAIL_BACKWARD=N the same for backward passes) raises an error naming it (a ValueError, as the package raises the library's
 errors), and loses nothing: a module's next call gives
 what the user's cells give eagerly, and a decoding loop refuses to go on, naming the failure,
 until start() begins a new one, whose steps give bitwise what a loop that never failed gives."""
@@ -39,6 +39,59 @@ def test_a_module_call_after_a_failed_pass_gives_the_eager_results(monkeypatch, 
         grads.append([p.grad.clone() for p in params])
     for a, b in zip(list(ours) + grads[0], list(want) + grads[1]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * max(1.0, b.abs().max().item()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_failed_backward_leaves_no_gradient_and_the_next_one_is_right(monkeypatch, device):
+    H = 12  # sizes no other test uses: a new runner (and engine), which reads the setting
+    torch.manual_seed(5)
+    model = edbatch.nn.Propagate(UserLSTM(H, 5), state_size=(H, H)).to(device)
+    packed = edbatch.pack_trees([(1, (2, 3)), ((4, 5), 6, 7)])
+    x = torch.randn(packed.num_nodes, 5, generator=torch.Generator().manual_seed(6))
+    x = x.to(device).requires_grad_()
+    params = [x] + list(model.parameters())
+    monkeypatch.setenv("EDBATCH_FAIL_BACKWARD", "1")
+    h, c = model(packed, x)
+    with pytest.raises((RuntimeError, ValueError), match=r"backward pass 1 failed: injected"):
+        (h.sum() + c.sum()).backward()
+    monkeypatch.delenv("EDBATCH_FAIL_BACKWARD")
+    assert all(p.grad is None for p in params)
+    h, c = model(packed, x)
+    (h.sum() + c.sum()).backward()
+    got = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    rh, rc = reference_of(model, packed, {"x": x})
+    (rh.sum() + rc.sum()).backward()
+    for a, p in zip(got, params):
+        b = p.grad
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * max(1.0, b.abs().max().item()))
+
+
+def test_a_training_step_that_fails_inside_the_engine_updates_nothing(monkeypatch):
+    """loss_step with lr updates the parameters after the engine's backward: one that fails
+    changes none of them, and the next step is the one a fresh module takes."""
+    H = 10
+    packed = edbatch.pack_trees([((1, 2), 3), 4, (5, 6)])
+    labels = torch.arange(packed.num_nodes) % 3
+    x = torch.randn(packed.num_nodes, 5, generator=torch.Generator().manual_seed(8))
+
+    def module():
+        torch.manual_seed(9)
+        return edbatch.nn.Propagate(UserLSTM(H, 5), state_size=(H, H), classes=3)
+
+    model, fresh = module(), module()
+    before = [p.detach().clone() for p in model.parameters()]
+    monkeypatch.setenv("EDBATCH_FAIL_BACKWARD", "1")
+    with pytest.raises(ValueError, match=r"backward pass 1 failed: injected"):
+        model.loss_step(packed, x=x, labels=labels, lr=0.1)
+    monkeypatch.delenv("EDBATCH_FAIL_BACKWARD")
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(p.grad is None for p in model.parameters())
+    got = model.loss_step(packed, x=x, labels=labels, lr=0.1)
+    want = fresh.loss_step(packed, x=x, labels=labels, lr=0.1)
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
 
 
 def decode(decoder, xs, state):
