@@ -5,6 +5,8 @@
 // matrix operands multiplied in place, through the engine.
 #include <doctest/doctest.h>
 
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -187,6 +189,52 @@ TEST_CASE(
         cpu::gemm_pack_transposed(m, n, w.data(), ldw, packed_t.data());
         cpu::gemm_acc_packed(n, m, k, packed_t.data(), xt.data(), m, yt.data(), n + 1);
         check_close(yt, want_t, yt.size(), 1e-5, "W^T X");
+      }
+}
+
+TEST_CASE("cpu gemm_bias: Y = bias + W X without reading Y, the bits of Y set to the bias first") {
+  // W plain (leading dimension beyond m) and packed, at awkward sizes: Y's rows start as NaN (a
+  // product that read them would give NaN) and the rows between its columns as a sentinel that
+  // must stay; the result equals, bit for bit, Y set to the bias and then gemm_acc /
+  // gemm_acc_packed (what an affine's forward did before), and the double bias + W X.
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal;
+  namespace cpu = edbatch::cpu;
+  for (uint32_t m : {1u, 5u, 16u, 17u, 33u, 129u})
+    for (uint32_t n : {1u, 3u, 64u, 257u})
+      for (uint32_t k : {1u, 2u, 3u, 7u, 13u, 48u, 49u, 97u}) {
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(k);
+        const size_t ldw = m + 2, ldy = m + 1;
+        std::vector<float> w(ldw * n), x(size_t{n} * k), bias(m);
+        for (float& v : w) v = normal(rng);
+        for (float& v : x) v = normal(rng);
+        for (float& v : bias) v = normal(rng);
+        std::vector<float> packed(cpu::gemm_packed_size(m, n));
+        cpu::gemm_pack(m, n, w.data(), ldw, packed.data());
+        std::vector<float> before(ldy * k, std::numeric_limits<float>::quiet_NaN());
+        for (uint32_t c = 0; c < k; ++c) before[c * ldy + m] = 7.0f;
+        std::vector<float> set = before;
+        for (uint32_t c = 0; c < k; ++c) std::copy(bias.begin(), bias.end(), set.begin() + c * ldy);
+        std::vector<double> want(set.begin(), set.end());
+        for (uint32_t c = 0; c < k; ++c)
+          for (uint32_t r = 0; r < m; ++r)
+            for (uint32_t p = 0; p < n; ++p)
+              want[c * ldy + r] += double(w[p * ldw + r]) * x[c * n + p];
+        for (bool pack : {false, true}) {
+          CAPTURE(pack);
+          std::vector<float> y = before, acc = set;
+          if (pack) {
+            cpu::gemm_bias_packed(m, n, k, packed.data(), x.data(), n, bias.data(), y.data(), ldy);
+            cpu::gemm_acc_packed(m, n, k, packed.data(), x.data(), n, acc.data(), ldy);
+          } else {
+            cpu::gemm_bias(m, n, k, w.data(), ldw, x.data(), n, bias.data(), y.data(), ldy);
+            cpu::gemm_acc(m, n, k, w.data(), ldw, x.data(), n, acc.data(), ldy);
+          }
+          CHECK(std::memcmp(y.data(), acc.data(), y.size() * sizeof(float)) == 0);
+          check_close(y, want, y.size(), 1e-5, pack ? "packed" : "plain");
+        }
       }
 }
 

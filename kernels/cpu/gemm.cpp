@@ -88,14 +88,24 @@ enum class Form { Plain, XT, Packed };
 
 // R registers of rows (the last one masked when M) by NC columns, summed over the parts: part
 // q adds W_q X_q over its inner dimension n_q, with W_q read from w_q + wo and X_q from x_q + xo.
+// The sums start from Y's tile, or with `init` from init's rows in every column (Y not read).
 template <int R, int NC, bool M, Form F>
 void tile(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, size_t ldw, size_t ldx,
-          float* y, size_t ldy, Simd::Mask last) {
+          float* y, size_t ldy, const float* init, Simd::Mask last) {
   Simd::V acc[NC][R];
-#pragma GCC unroll 16
-  for (int c = 0; c < NC; ++c)
+  if (init) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[c][r] = load_rows<R, M>(y + c * ldy + r * kLanes, r, last);
+    for (int r = 0; r < R; ++r) {
+      const Simd::V v = load_rows<R, M>(init + r * kLanes, r, last);
+#pragma GCC unroll 16
+      for (int c = 0; c < NC; ++c) acc[c][r] = v;
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[c][r] = load_rows<R, M>(y + c * ldy + r * kLanes, r, last);
+  }
   for (uint32_t q = 0; q < count; ++q) {
     const float* w = parts[q].w + wo;
     const float* x = parts[q].x + xo;
@@ -125,7 +135,7 @@ void tile(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, size_t ld
 // Columns of one row strip in tiles of at most Simd::max_cols(R) columns, split evenly.
 template <int R, bool M, Form F>
 void strip(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, uint32_t k, size_t ldw,
-           size_t ldx, float* y, size_t ldy, Simd::Mask last) {
+           size_t ldx, float* y, size_t ldy, const float* init, Simd::Mask last) {
   constexpr uint32_t kMax = Simd::max_cols(R);
   const uint32_t tiles = (k + kMax - 1) / kMax;
   for (uint32_t t = 0, c0 = 0; t < tiles; ++t) {
@@ -133,9 +143,10 @@ void strip(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, uint32_t
     const size_t xt = F == Form::XT ? xo + c0 : xo + c0 * ldx;
     float* yt = y + c0 * ldy;
     switch (c1 - c0) {
-#define EDBATCH_TILE(N)                                                                       \
-  case N:                                                                                     \
-    if constexpr (N <= kMax) tile<R, N, M, F>(parts, count, wo, xt, ldw, ldx, yt, ldy, last); \
+#define EDBATCH_TILE(N)                                                      \
+  case N:                                                                    \
+    if constexpr (N <= kMax)                                                 \
+      tile<R, N, M, F>(parts, count, wo, xt, ldw, ldx, yt, ldy, init, last); \
     break;
       EDBATCH_TILE(1) EDBATCH_TILE(2) EDBATCH_TILE(3) EDBATCH_TILE(4) EDBATCH_TILE(5)
       EDBATCH_TILE(6) EDBATCH_TILE(7) EDBATCH_TILE(8) EDBATCH_TILE(9) EDBATCH_TILE(10)
@@ -150,11 +161,12 @@ void strip(const GemmPart* parts, uint32_t count, size_t wo, size_t xo, uint32_t
 // A row strip of `regs` registers (at most Simd::kMaxRegs).
 template <bool M, Form F, int R = Simd::kMaxRegs>
 void strip_of(uint32_t regs, const GemmPart* parts, uint32_t count, size_t wo, size_t xo,
-              uint32_t k, size_t ldw, size_t ldx, float* y, size_t ldy, Simd::Mask last) {
+              uint32_t k, size_t ldw, size_t ldx, float* y, size_t ldy, const float* init,
+              Simd::Mask last) {
   if constexpr (R > 1)
     if (static_cast<int>(regs) < R)
-      return strip_of<M, F, R - 1>(regs, parts, count, wo, xo, k, ldw, ldx, y, ldy, last);
-  strip<R, M, F>(parts, count, wo, xo, k, ldw, ldx, y, ldy, last);
+      return strip_of<M, F, R - 1>(regs, parts, count, wo, xo, k, ldw, ldx, y, ldy, init, last);
+  strip<R, M, F>(parts, count, wo, xo, k, ldw, ldx, y, ldy, init, last);
 }
 
 #endif
@@ -181,10 +193,11 @@ bool gemm_acc_native() {
 #if defined(EDBATCH_GEMM_TILES)
 namespace {
 
-// Rows [row0, row0 + m) of the parts' W, all k columns of Y.
+// Rows [row0, row0 + m) of the parts' W, all k columns of Y; with `init` (m floats), Y's columns
+// start from it instead of their values.
 template <Form F>
 void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, size_t row0,
-                size_t ldw, size_t ldx, float* y, size_t ldy) {
+                size_t ldw, size_t ldx, float* y, size_t ldy, const float* init = nullptr) {
   // Panels of 48 columns keep X's panel in L1 while each row strip of W is reused across it.
   constexpr uint32_t kPanel = 48;
   // XT: X^T's rows lie ldx apart, which at 1-4 KiB maps a panel's rows onto a few cache sets;
@@ -221,10 +234,11 @@ void gemm_tiles(uint32_t m, uint32_t k, const GemmPart* parts, uint32_t count, s
       const uint32_t tail = rows - (regs - 1) * kLanes;
       const Simd::Mask last = Simd::tail(tail);
       const size_t wo = F == Form::Packed ? r0 / kLanes * ldw : row0 + r0;
+      const float* in = init ? init + r0 : nullptr;
       if (tail == kLanes)
-        strip_of<false, F>(regs, ps, count, wo, xp, nc, ldw, ld, yp + r0, ldy, last);
+        strip_of<false, F>(regs, ps, count, wo, xp, nc, ldw, ld, yp + r0, ldy, in, last);
       else
-        strip_of<true, F>(regs, ps, count, wo, xp, nc, ldw, ld, yp + r0, ldy, last);
+        strip_of<true, F>(regs, ps, count, wo, xp, nc, ldw, ld, yp + r0, ldy, in, last);
       r0 += rows;
     }
   }
@@ -244,6 +258,27 @@ void gemm_acc(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, co
 #else
   gemm_acc_eigen(m, n, k, w, ldw, x, ldx, y, ldy);
 #endif
+}
+
+namespace {
+
+void fill_columns(uint32_t m, uint32_t k, const float* bias, float* y, size_t ldy) {
+  for (uint32_t c = 0; c < k; ++c) std::copy(bias, bias + m, y + c * ldy);
+}
+
+}  // namespace
+
+void gemm_bias(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
+               size_t ldx, const float* bias, float* y, size_t ldy) {
+  if (m == 0 || k == 0) return;
+#if defined(EDBATCH_GEMM_TILES)
+  if (k > 1) {
+    const GemmPart one{w, x, n};
+    return gemm_tiles<Form::Plain>(m, k, &one, 1, 0, ldw, ldx, y, ldy, bias);
+  }
+#endif
+  fill_columns(m, k, bias, y, ldy);
+  gemm_acc(m, n, k, w, ldw, x, ldx, y, ldy);
 }
 
 uint32_t gemm_pack_rows() {
@@ -304,6 +339,18 @@ void gemm_acc_packed(uint32_t m, uint32_t n, uint32_t k, const float* packed, co
   const GemmPart one{packed, x, n};
   gemm_tiles<Form::Packed>(m, k, &one, 1, 0, static_cast<size_t>(n) * kLanes, ldx, y, ldy);
 #else
+  gemm_acc_eigen(m, n, k, packed, m, x, ldx, y, ldy);
+#endif
+}
+
+void gemm_bias_packed(uint32_t m, uint32_t n, uint32_t k, const float* packed, const float* x,
+                      size_t ldx, const float* bias, float* y, size_t ldy) {
+  if (m == 0 || k == 0) return;
+#if defined(EDBATCH_GEMM_TILES)
+  const GemmPart one{packed, x, n};
+  gemm_tiles<Form::Packed>(m, k, &one, 1, 0, static_cast<size_t>(n) * kLanes, ldx, y, ldy, bias);
+#else
+  fill_columns(m, k, bias, y, ldy);
   gemm_acc_eigen(m, n, k, packed, m, x, ldx, y, ldy);
 #endif
 }

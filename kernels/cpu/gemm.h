@@ -31,6 +31,14 @@ void gemm_pack_transposed(uint32_t m, uint32_t n, const float* w, size_t ldw, fl
 void gemm_acc_packed(uint32_t m, uint32_t n, uint32_t k, const float* packed, const float* x,
                      size_t ldx, float* y, size_t ldy);
 
+// Y (m x k) = bias + W X, bias (m floats) in every column: the same bits as filling Y's columns
+// with bias and then gemm_acc (or gemm_acc_packed), without reading Y. W (m x n) as gemm_acc
+// reads it, or packed by gemm_pack.
+void gemm_bias(uint32_t m, uint32_t n, uint32_t k, const float* w, size_t ldw, const float* x,
+               size_t ldx, const float* bias, float* y, size_t ldy);
+void gemm_bias_packed(uint32_t m, uint32_t n, uint32_t k, const float* packed, const float* x,
+                      size_t ldx, const float* bias, float* y, size_t ldy);
+
 // One product of a sum: W (m x n, leading dimension ldw) and X (k x n, leading dimension ldx).
 struct GemmPart {
   const float* w;

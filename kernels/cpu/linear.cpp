@@ -39,14 +39,21 @@ const float* stacked_operand(Context& c, const Operand& xo, uint32_t per_node,
   return scratch;
 }
 
-// Y (m x k) += W X, through W's packed form when there is one: the same sums in the same order
-// as gemm_acc, so the same bits. One column stays gemm_acc's matrix-vector product.
+// Y (m x k) += W X, or with `bias` Y = bias + W X (gemm_bias), through W's packed form when there
+// is one: the same sums in the same order as gemm_acc, so the same bits. One column stays
+// gemm_acc's matrix-vector product.
 void weight_product(uint32_t m, uint32_t n, uint32_t k, const float* w, const float* packed,
-                    const float* x, float* y) {
-  if (packed && k > 1)
-    gemm_acc_packed(m, n, k, packed, x, n, y, m);
-  else
+                    const float* x, float* y, const float* bias) {
+  if (packed && k > 1) {
+    if (bias)
+      gemm_bias_packed(m, n, k, packed, x, n, bias, y, m);
+    else
+      gemm_acc_packed(m, n, k, packed, x, n, y, m);
+  } else if (bias) {
+    gemm_bias(m, n, k, w, m, x, n, bias, y, m);
+  } else {
     gemm_acc(m, n, k, w, m, x, n, y, m);
+  }
 }
 
 // dX (n x k) += W^T dY through W^T's packed form (one column: Eigen's matrix-vector product).
@@ -68,14 +75,16 @@ bool direct(const Operand& xo, uint32_t per_node, uint32_t cols) {
 }
 
 // Y(m x count*cols) += W(m x n) * X, W shared by the batch (param: a parameter, multiplied
-// through its packed form once it has one, PackedWeights).
+// through its packed form once it has one, PackedWeights). With `bias` (m floats; one column per
+// node) Y = bias + W X: the products' sums start from it instead of from Y.
 void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint32_t m, uint32_t n,
-                           const Operand& xo, bool param) {
+                           const Operand& xo, bool param, const float* bias = nullptr) {
   const uint32_t cols = b.out_dim.cols;
   const uint32_t per_node = n * cols;
   CMat W(w, m, n);
   Mat Y(out_value(c, b, 0), m, static_cast<Eigen::Index>(b.count) * cols);
   if (is_shared(xo)) {
+    if (bias) Y.colwise() = Eigen::Map<const Eigen::VectorXf>(bias, m);
     Eigen::MatrixXf wx = W * CMat(operand_value(c, xo, 0), n, cols);
     for (uint32_t i = 0; i < b.count; ++i) Y.middleCols(i * cols, cols) += wx;
     return;
@@ -84,7 +93,7 @@ void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint3
   if (direct(xo, per_node, cols)) {
     for_chunks(c, b.count, 2.0 * m * n * b.count * cols, [&](uint32_t i0, uint32_t i1) {
       for (uint32_t i = i0; i < i1; ++i)
-        weight_product(m, n, cols, w, packed, operand_value(c, xo, i), out_value(c, b, i));
+        weight_product(m, n, cols, w, packed, operand_value(c, xo, i), out_value(c, b, i), bias);
     });
     return;
   }
@@ -98,7 +107,7 @@ void shared_weight_forward(Context& c, const BatchArgs& b, const float* w, uint3
     const float* x = stacked_operand(c, xo, per_node, i0, i1,
                                      scratch ? scratch + static_cast<size_t>(i0) * per_node : nullptr);
     weight_product(m, n, (i1 - i0) * cols, w, packed, x,
-                   Y.data() + static_cast<size_t>(i0) * cols * m);
+                   Y.data() + static_cast<size_t>(i0) * cols * m, bias);
   });
 }
 
@@ -371,11 +380,23 @@ size_t PackedWeights::floats() const {
 void affine_forward(Context& c, const BatchArgs& b) {
   const uint32_t size = b.out_dim.size();
   const Operand& bias = b.operands[0];
-  for (uint32_t i = 0; i < b.count; ++i) {
-    const float* src = operand_value(c, bias, i);
-    std::copy(src, src + size, out_value(c, b, i));
+  // A bias shared by the batch, one column per node, is where the first product's sums start
+  // when that product's weight is shared too (one GEMM over the batch's columns): the same bits
+  // as setting every output to the bias first, without that pass over the outputs.
+  uint32_t j = 1;
+  if (is_shared(bias) && b.out_dim.cols == 1 && b.bp->operand_count >= 3 &&
+      is_shared(b.operands[1])) {
+    const Dim a = arg_dim(b, 1);
+    shared_weight_forward(c, b, operand_value(c, b.operands[1], 0), a.rows, a.cols, b.operands[2],
+                          b.operands[1].mode == OperandMode::Param, operand_value(c, bias, 0));
+    j = 3;
+  } else {
+    for (uint32_t i = 0; i < b.count; ++i) {
+      const float* src = operand_value(c, bias, i);
+      std::copy(src, src + size, out_value(c, b, i));
+    }
   }
-  for (uint32_t j = 1; j + 1 < b.bp->operand_count; j += 2) product_forward(c, b, j);
+  for (; j + 1 < b.bp->operand_count; j += 2) product_forward(c, b, j);
 }
 
 void affine_backward(Context& c, const BatchArgs& b) {
