@@ -186,7 +186,8 @@ TEST_CASE("cli train: costs measured once, reused from the file, summed or along
   nlohmann::json flat = nlohmann::json::parse(slurp(measured));
   for (auto& [name, cost] : flat["costs"]["types"].items()) cost[0] = 0.0;
   std::ofstream(dir / "flat.json") << flat.dump();
-  const Result same = cli(dir, tiny + "--costs '" + dir / "flat.json" + "' -o x.json");
+  const Result same =
+      cli(dir, tiny + "--costs '" + dir / "flat.json" + "' -o '" + dir / "same.json" + "'");
   REQUIRE(same.code == 0);
   CHECK(same.err.find("warning: the costs give no type a cost per batch, so every schedule of a "
                       "mini-batch costs the same") != std::string::npos);
