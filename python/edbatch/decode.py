@@ -214,7 +214,7 @@ class StepDecoder:
             states = [s.detach() for s in states]
         try:
             self._impl.start(batch_size, self._weights(), states)
-        except (RuntimeError, TypeError) as e:
+        except (RuntimeError, TypeError, ValueError) as e:
             _reraise(e)
         self.running = torch.arange(batch_size)
         self._started = True
@@ -226,7 +226,7 @@ class StepDecoder:
                             f"instance), got {type(x).__name__}")
         try:
             out = self._impl.step(self.running, autocast_float32(x).detach())
-        except (RuntimeError, TypeError) as e:
+        except (RuntimeError, TypeError, ValueError) as e:
             _reraise(e)
         return tuple(out) if self._tuple else out[0]
 
@@ -263,7 +263,7 @@ class StepDecoder:
                        checks.MAX_SIZE // max(self._components, 1))
         try:  # the engine's class reads the positions, checks them and maps them to instances
             self._impl.reorder(self.running, given)
-        except (RuntimeError, TypeError) as e:
+        except (RuntimeError, TypeError, ValueError) as e:
             _reraise(e)
         self.running = torch.arange(given.numel())
         return self.running

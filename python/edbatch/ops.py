@@ -50,26 +50,30 @@ def _weight_shapes(cell, hidden_size, input_size, num_node_types, num_arc_types)
     try:
         names, rows, cols = torch.ops.edbatch.weight_shapes(cell, hidden_size, input_size,
                                                             num_node_types, num_arc_types)
-    except (RuntimeError, TypeError) as e:
+    except (RuntimeError, TypeError, ValueError) as e:
         _reraise(e)
     return tuple((n, (r,) if c == 0 else (r, c)) for n, r, c in zip(names, rows, cols))
 
 
 def _reraise(error):
-    """Raises the library's own message as a ValueError (a TypeError for a wrong dtype; memory
-    that could not be had as a MemoryError on the CPU and torch.cuda.OutOfMemoryError on the
-    GPU, as PyTorch's callers catch it; a non-finite value found by set_check_numerics as a
-    FloatingPointError), and any other error as it is."""
+    """Raises the library's own message without libtorch's backtrace, in the class torch uses for
+    the same kind of error: a bad argument as a ValueError (a TypeError for a wrong dtype); a
+    failure while running as a RuntimeError (a device error, a pass that failed), but memory that
+    could not be had as a MemoryError on the CPU and torch.cuda.OutOfMemoryError on the GPU, as
+    PyTorch's callers catch it, and a non-finite value found by set_check_numerics as a
+    FloatingPointError. Any other error as it is."""
     message = _message(error)
     if message is None:
         raise error
+    if isinstance(error, (TypeError, ValueError)):
+        raise type(error)(message) from None
     if "out of memory" in message:
         cuda_oom = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
         raise (cuda_oom if message.startswith("[cuda]") else MemoryError)(message) from None
     if message.endswith("(EngineOptions::check_numerics)"):
         raise FloatingPointError(message.replace("(EngineOptions::check_numerics)",
                                                  "(edbatch.set_check_numerics)")) from None
-    raise (TypeError if isinstance(error, TypeError) else ValueError)(message) from None
+    raise RuntimeError(message) from None
 
 
 def _message(error):
@@ -116,7 +120,7 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
         try:
             out = tuple(op(cell, x, *structure, weights, hidden_size, num_node_types,
                            num_arc_types, policy, threads, labels, loss or ""))
-        except (RuntimeError, TypeError) as e:
+        except (RuntimeError, TypeError, ValueError) as e:
             error = e
         else:
             if not step:  # autograd runs the backward: x and the weights must be unchanged then
@@ -209,7 +213,7 @@ def prepare(cell, packed, input_size, hidden_size, device="cpu", num_x=None, num
                                   *packed.structure(), hidden_size, num_node_types, num_arc_types,
                                   policy, threads, *_head_labels(packed, loss), loss or "",
                                   classes)
-    except (RuntimeError, TypeError) as e:
+    except (RuntimeError, TypeError, ValueError) as e:
         _reraise(e)
 
 

@@ -30,7 +30,7 @@ def run_program(program, x, ids, packed, weights, seed, policy, threads, labels=
         op = torch.ops.edbatch.propagate_step if step else torch.ops.edbatch.propagate
         return list(op(program.text, x, ids, *packed.structure(), weights, seed, policy, threads,
                        labels, loss or ""))
-    except (RuntimeError, TypeError) as e:
+    except (RuntimeError, TypeError, ValueError) as e:
         _reraise(e)
 
 
@@ -249,7 +249,7 @@ class Propagate(torch.nn.Module):
                                                 input_size, num_x, *packed.structure(),
                                                 self.policy, self.threads, *head,
                                                 ids=ids if kind == "ids" else None)
-        except (AttributeError, RuntimeError) as e:
+        except (AttributeError, RuntimeError, TypeError, ValueError) as e:
             if isinstance(e, AttributeError):
                 return  # an extension without propagate_prepare: nothing to prepare with
             _reraise(e)

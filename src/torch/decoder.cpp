@@ -86,7 +86,7 @@ void Decoder::write_start_states(const float* states) {
 
 void Decoder::check_not_failed(const char* fn) const {
   if (!failed_.empty())
-    throw std::invalid_argument(
+    throw std::runtime_error(
         fmt::format("[{}] an earlier step failed inside the engine ({}); this loop cannot go on: "
                     "start() begins a new one",
                     fn, failed_));

@@ -30,8 +30,8 @@ class TorchDecoder : public torch::CustomClassHolder {
     const c10::DeviceGuard guard(device_);  // the engine's CUDA state is made on its device
     try {
       decoder_ = std::make_unique<Decoder>(a.config, a.options);
-    } catch (const std::exception& e) {
-      fail(e.what());
+    } catch (const std::exception&) {
+      fail_handled();
     }
   }
 
@@ -80,9 +80,9 @@ class TorchDecoder : public torch::CustomClassHolder {
     try {
       decoder_->start(num_instances, w, s, on_device, on_device ? current_stream(probe) : nullptr,
                       states_on_device);
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       start_states_ = Tensor();
-      fail(e.what());
+      fail_handled();
     }
     kept_.clear();
   }
@@ -134,10 +134,10 @@ class TorchDecoder : public torch::CustomClassHolder {
     try {
       decoder_->step(n, ids_c.data_ptr<int64_t>(), x_in.data_ptr<float>(), outputs, on_device,
                      on_device ? current_stream(x_c) : nullptr);
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       // A step that ran and found a non-finite value (check_numerics) took start's states along.
       if (decoder_->start_states_pending() == 0) start_states_ = Tensor();
-      fail(e.what());
+      fail_handled();
     }
     if (decoder_->start_states_pending() == 0) start_states_ = Tensor();
     return split(all.to(x.device()));
@@ -166,8 +166,8 @@ class TorchDecoder : public torch::CustomClassHolder {
     }
     try {
       decoder_->reorder(m, ids_.data());
-    } catch (const std::exception& e) {
-      fail(e.what());
+    } catch (const std::exception&) {
+      fail_handled();
     }
   }
 

@@ -186,8 +186,8 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>>
                    static_cast<uint32_t>(num_arc_types),
                    {}},
                   pc);
-  } catch (const std::exception& e) {
-    fail(e.what());
+  } catch (const std::exception&) {
+    fail_handled();
   }
   std::vector<std::string> names;
   std::vector<int64_t> rows, cols;

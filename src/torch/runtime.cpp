@@ -10,14 +10,29 @@
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <atomic>
+#include <cstdlib>
 
 #include "edbatch/options.h"
 
 namespace edbatch::torch_adapter {
 
-void fail(const std::string& what) { TORCH_CHECK(false, what); }
+void fail(const std::string& what) {
+  TORCH_CHECK_VALUE(false, what);
+}
 void fail_type(const std::string& what) {
   TORCH_CHECK_TYPE(false, what);
+}
+void fail_handled() {
+  try {
+    throw;
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::logic_error& e) {
+    TORCH_CHECK_VALUE(false, std::string(e.what()));
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, std::string(e.what()));
+  }
+  std::abort();  // not reached: every handler throws, and anything else passed as it is
 }
 
 std::string shape(at::IntArrayRef sizes) {
@@ -285,8 +300,8 @@ void prepare_call(CallArgs a, const c10::Device& where, Structure s, int64_t num
     if (y.defined()) p.labels = y.data_ptr<int64_t>();
     if (row_ids.defined()) p.ids = row_ids.data_ptr<int64_t>();
     RunnerPool::get().prepare(a, p);
-  } catch (const std::exception& e) {
-    fail(e.what());
+  } catch (const std::exception&) {
+    fail_handled();
   }
 }
 
@@ -312,8 +327,8 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
   std::unique_ptr<Runner> runner;
   try {
     runner = RunnerPool::get().take(a, p);
-  } catch (const std::exception& e) {
-    fail(e.what());
+  } catch (const std::exception&) {
+    fail_handled();
   }
   try {
     check_inputs(x_in, w, runner->cell(), runner->weights(), on_device);
@@ -337,9 +352,9 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
   try {
     runner->forward(p, w_ptr, out_ptr, state != nullptr, on_device,
                     on_device ? current_stream(x) : nullptr);
-  } catch (const std::exception& e) {
+  } catch (const std::exception&) {
     RunnerPool::get().give_back(a, std::move(runner));
-    fail(e.what());
+    fail_handled();
   }
   if (state) *state = c10::make_intrusive<RunState>(a, std::move(runner), p.num_x, p.num_nodes);
   else RunnerPool::get().give_back(a, std::move(runner));
@@ -390,8 +405,8 @@ Gradients run_backward(RunState& state, const c10::Device& device,
   try {
     runner.backward(seeds.data_ptr<float>(), grad_x.data_ptr<float>(), grad_w_ptr,
                     on_device ? current_stream(grad_x) : nullptr);
-  } catch (const std::exception& e) {
-    fail(e.what());
+  } catch (const std::exception&) {
+    fail_handled();
   }
   if (sparse) {
     std::vector<int64_t> rows;

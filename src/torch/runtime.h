@@ -22,12 +22,18 @@ namespace edbatch::torch_adapter {
 
 using at::Tensor;
 
-// Raises the error torch shows as a Python RuntimeError. Messages are formatted here into one
-// string: streaming integers or shapes through c10's message stream crashed under torch 2.11's
-// wheels, while a single string is passed through as it is.
+// Raises a bad argument as the error torch shows as a Python ValueError. Messages are formatted
+// here into one string: streaming integers or shapes through c10's message stream crashed under
+// torch 2.11's wheels, while a single string is passed through as it is.
 [[noreturn]] void fail(const std::string& what);
 // The same for a tensor of the wrong dtype, shown as a Python TypeError (as torch does).
 [[noreturn]] void fail_type(const std::string& what);
+// Inside a catch block: raises the exception being handled as torch raises its own errors. The
+// library's checks of what it was given (std::logic_error: std::invalid_argument and the like)
+// become a ValueError; a failure while running (std::runtime_error: a device error, a pass that
+// failed, memory that could not be had, a non-finite value found) a RuntimeError, as torch's own
+// CUDA errors are; torch's own errors (its allocator inside the op) pass as they are.
+[[noreturn]] void fail_handled();
 
 std::string shape(at::IntArrayRef sizes);
 

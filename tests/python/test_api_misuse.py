@@ -372,6 +372,6 @@ def test_input_ids_beyond_the_vocabulary_are_named():
 def test_the_op_itself_refuses_sizes_past_32_bits():
     """Called directly (torch.ops.edbatch), past the Python checks: sizes above 2^31 - 1 are
     refused by the op rather than cut to their low 32 bits."""
-    with pytest.raises(RuntimeError, match="from 1 to 2147483647, got 4294967300"):
+    with pytest.raises(ValueError, match="from 1 to 2147483647, got 4294967300"):
         torch.ops.edbatch.weight_shapes("tree_lstm", 2**32 + 4, 4, 1, 1)
     assert torch.ops.edbatch.weight_shapes("tree_lstm", 4, 4, 1, 1)[0]

@@ -685,11 +685,12 @@ def test_reorder_continues_named_rows_and_refuses_others():
         with pytest.raises(error, match=match):
             decoder.reorder(bad)
     assert decoder.running.tolist() == [0, 1, 2, 3]  # a refused reorder changes nothing
-    # The engine's class checks the instance ids it is given too (as step's).
+    # The engine's class checks the instance ids it is given too (as step's): a ValueError, as
+    # torch raises an argument its op refuses.
     for call, name in [(lambda: decoder._impl.reorder(torch.tensor([9]), torch.tensor([0])),
                         "reorder"),
                        (lambda: decoder._impl.step(torch.tensor([-1]), torch.zeros(1, E)), "step")]:
-        with pytest.raises(RuntimeError, match=rf"\[edbatch.Decoder.{name}\] instance id "
+        with pytest.raises(ValueError, match=rf"\[edbatch.Decoder.{name}\] instance id "
                                                rf"(9|-1) outside \[0, 4\)"):
             call()
     assert decoder.instance_steps() == [3, 3, 3, 3]

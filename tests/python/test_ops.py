@@ -282,8 +282,8 @@ def test_the_op_itself_explains_bad_inputs():
               packed.structure()[2:]), "node_types has 5 entries, expected 6"),
     ]
     for change, message in cases:
-        # A wrong dtype is a TypeError, as in torch; other refusals RuntimeErrors.
-        error = TypeError if re.search("must be (float32|int64)", message) else RuntimeError
+        # A wrong dtype is a TypeError, as in torch; other refusals ValueErrors.
+        error = TypeError if re.search("must be (float32|int64)", message) else ValueError
         with pytest.raises(error, match=message):
             call(**change)
 
@@ -298,13 +298,15 @@ def test_pred_ptr_passing_the_arcs_is_refused_before_any_arc_is_read():
 
 
 def test_library_messages_keep_their_lines():
-    """A library error's lines after its first (what did not match) stay in the ValueError;
-    libtorch's backtrace goes; errors from elsewhere are raised as they are."""
-    error = RuntimeError("[FsmPolicy] does not match; types it lacks:\n  block:a\n  sum(2*->2)\n"
-                         "Exception raised from check at fsm.cpp:1 (most recent call first):\n#0")
-    with pytest.raises(ValueError) as info:
-        edbatch.ops._reraise(error)
-    assert str(info.value) == "[FsmPolicy] does not match; types it lacks:\n  block:a\n  sum(2*->2)"
+    """A library error's lines after its first (what did not match) stay in the error, of the
+    class the op raised (ValueError for what it refuses, RuntimeError for a failure while
+    running); libtorch's backtrace goes; errors from elsewhere are raised as they are."""
+    lines = "[FsmPolicy] does not match; types it lacks:\n  block:a\n  sum(2*->2)"
+    backtrace = "\nException raised from check at fsm.cpp:1 (most recent call first):\n#0"
+    for kind in (ValueError, RuntimeError, TypeError):
+        with pytest.raises(kind) as info:
+            edbatch.ops._reraise(kind(lines + backtrace))
+        assert type(info.value) is kind and str(info.value) == lines
     with pytest.raises(RuntimeError, match="not ours"):
         edbatch.ops._reraise(RuntimeError("not ours"))
 
