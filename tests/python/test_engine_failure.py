@@ -4,7 +4,8 @@ error would there; EDBATCH_FAIL_BACKWARD=N the same for backward passes) raises 
 naming it (a failure while running, as torch raises its own CUDA errors; not the ValueError of an
 argument the library refuses), and loses nothing: a module's next call gives what the user's
 cells give eagerly, and a decoding loop refuses to go on, naming the failure, until start()
-begins a new one, whose steps give bitwise what a loop that never failed gives."""
+begins a new one, whose steps give bitwise what a loop that never failed gives. A call the
+decoder refuses for its arguments loses nothing either: that loop goes on."""
 import pytest
 import torch
 
@@ -101,18 +102,24 @@ def decode(decoder, xs, state):
     return [[t.clone() for t in decoder.step(x)] for x in xs]
 
 
+def decoding_case(device, seed):
+    """Three steps' x and start's states of 4 rows, and a module over the user's LSTM cell."""
+    E, H = 5, 7
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(4, E, generator=g).to(device) for _ in range(3)]
+    state = tuple(torch.randn(4, H, generator=g).to(device) for _ in range(2))
+    torch.manual_seed(seed)
+    return xs, state, edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H)).to(device)
+
+
 @torch.no_grad()
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fail", [1, 2])
 def test_a_step_that_fails_inside_the_engine_stops_the_loop_until_start(monkeypatch, device, fail):
     """Pass 1 is the loop's first step (start's states, from device memory on CUDA, read with it),
     pass 2 a later one."""
-    E, H = 5, 7
-    g = torch.Generator().manual_seed(6)
-    xs = [torch.randn(4, E, generator=g).to(device) for _ in range(3)]
-    state = tuple(torch.randn(4, H, generator=g).to(device) for _ in range(2))
-    torch.manual_seed(0)
-    module = edbatch.nn.Propagate(UserLSTM(H, E), state_size=(H, H)).to(device)
+    xs, state, module = decoding_case(device, 6)
+    E = xs[0].shape[1]
     want = decode(edbatch.nn.StepDecoder(module, input_size=E), xs, state)
     monkeypatch.setenv("EDBATCH_FAIL_FORWARD", str(fail))
     decoder = edbatch.nn.StepDecoder(module, input_size=E)
@@ -133,6 +140,52 @@ def test_a_step_that_fails_inside_the_engine_stops_the_loop_until_start(monkeypa
         decoder.reorder([0, 1])
     # A new loop runs as if the failure never happened.
     got = decode(decoder, xs, state)
+    for a, b in zip(got, want):
+        for u, v in zip(a, b):
+            assert torch.equal(u, v)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("device", DEVICES)
+def test_refused_calls_leave_the_loop_as_it_was(device):
+    """Calls the decoder refuses for their arguments raise before anything moves, the first
+    step's too (start's states, from device memory on CUDA, still waiting): the loop goes on, and
+    its steps give bitwise what the same loop without the refused calls gives."""
+    xs, state, module = decoding_case(device, 12)
+    E = xs[0].shape[1]
+
+    def refuse(decoder):
+        n = decoder.running.numel()
+        x = xs[0][:n]
+        with pytest.raises(ValueError, match="shape"):
+            decoder.step(x[:n - 1])  # a row short
+        with pytest.raises(ValueError, match="shape"):
+            decoder.step(x[:, :E - 1])  # a feature short
+        with pytest.raises(ValueError, match="must be float32 of shape .* got Long"):
+            decoder.step(x.long())
+        with pytest.raises(ValueError, match="not a running row"):
+            decoder.reorder([0, n])
+        with pytest.raises(ValueError, match="entries for"):
+            decoder.stop(torch.zeros(n + 1, dtype=torch.bool))
+
+    def loop(refusing):
+        decoder = edbatch.nn.StepDecoder(module, input_size=E)
+        decoder.start(4, state)
+        out = []
+        for step, x in enumerate(xs):
+            if refusing:
+                refuse(decoder)
+            if step == 0:
+                decoder.reorder([3, 1, 1, 0])  # start's states, still waiting, reordered
+            if step == 1:
+                decoder.stop(torch.tensor([False, True, False, False]))
+            if refusing:
+                refuse(decoder)
+            out.append([t.clone() for t in decoder.step(x[:decoder.running.numel()])])
+        return out, decoder.stats()["steps"]
+
+    (want, steps), (got, refused_steps) = loop(False), loop(True)
+    assert steps == refused_steps == len(xs)
     for a, b in zip(got, want):
         for u, v in zip(a, b):
             assert torch.equal(u, v)
