@@ -356,6 +356,17 @@ TEST_CASE("blocks: misuse is reported with the block's name") {
   const Expr foreign = input(other, Dim{3, 1}, std::vector<float>{1, 2, 3});
   CHECK_THROWS_WITH_AS(blk(g, {foreign}), doctest::Contains("from another graph"),
                        std::invalid_argument);
+  // An input made by hand past the graph's nodes, and one from before clear().
+  const Expr past{&g, g.size() + 5, g.generation()};
+  CHECK_THROWS_WITH_AS(blk(g, {past}), doctest::Contains("[Block::call] expression"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(blk(g, {past}), doctest::Contains("past the graph's"),
+                       std::invalid_argument);
+  other.clear();
+  const Expr in_other = input(other, Dim{3, 1}, std::vector<float>{1, 2, 3});
+  other.clear();
+  CHECK_THROWS_WITH_AS(blk(other, {in_other}), doctest::Contains("from before Graph::clear()"),
+                       std::invalid_argument);
 
   // Integers are range-checked at the call, where the caller can still be named.
   const LookupParameter E = pc.add_lookup_parameters("E", 5, 3);

@@ -53,6 +53,7 @@ struct BlockPlan {
                                  // nodes dropped
   std::vector<uint32_t> input_node;   // per input: its Input node
   std::vector<uint32_t> output_node;  // per output
+  std::vector<Dim> output_dims;       // per output: its node's shape
   std::vector<uint32_t> slot;         // per body node: per-invocation slot or UINT32_MAX
   std::vector<int32_t> input_of;      // per body node: the input it is, or -1
   std::vector<uint32_t> members;
@@ -95,8 +96,7 @@ inline uint32_t add_call_nodes(Graph& g, const BlockPlan& p, const uint32_t* inp
   const uint32_t call =
       g.add_call(p.id, Dim{p.output_floats, 1}, inputs, static_cast<uint32_t>(p.input_dims.size()),
                  ints, static_cast<uint32_t>(p.index_names.size()));
-  for (uint32_t o = 0; o < p.output_node.size(); ++o)
-    g.add_output(call, o, p.body->node(p.output_node[o]).dim);
+  g.add_outputs(call, static_cast<uint32_t>(p.output_dims.size()), p.output_dims.data());
   return call;
 }
 

@@ -70,8 +70,12 @@ class Graph {
   uint64_t cuts() const { return cuts_; }
   double construction_seconds() const;
 
-  // Checked access for the Expr builders below.
-  const Node& node_of(const Expr& e, const char* fn) const;
+  // Checked access for the Expr builders below (inline: it is on every node's path; what is
+  // wrong is worked out and named out of line).
+  const Node& node_of(const Expr& e, const char* fn) const {
+    if (e.graph != this || e.generation != generation_ || e.id >= nodes_.size()) refuse_expr(e, fn);
+    return nodes_[e.id];
+  }
   uint32_t add_node(Op op, Dim dim, const uint32_t* args, uint32_t nargs, uint32_t aux = 0,
                     uint32_t aux2 = 0, float alpha = 0, float beta = 0);
   uint32_t add_input(Dim dim, const float* values);
@@ -93,7 +97,9 @@ class Graph {
   // A call of block `block` (already checked by the caller) and its output views.
   uint32_t add_call(uint32_t block, Dim dim, const uint32_t* args, uint32_t nargs,
                     const uint32_t* ints, uint32_t nints);
-  uint32_t add_output(uint32_t call, uint32_t output, Dim dim);
+  // Views of the call's outputs 0 .. count - 1, of shapes dims[0 .. count - 1], as consecutive
+  // nodes; returns the first's id.
+  uint32_t add_outputs(uint32_t call, uint32_t count, const Dim* dims);
   // Room for `nodes`, `args` and `ints` more (growing geometrically), for bulk appends.
   void reserve_more(size_t nodes, size_t args, size_t ints);
   // Drops the nodes from id `size` on, with their arguments, integers and input values: undoes a
@@ -103,6 +109,8 @@ class Graph {
 
  private:
   uint32_t type_of(const Node& n, const uint32_t* args);
+  // Throws naming why `e` is not a node of this graph (node_of's failure).
+  [[noreturn]] void refuse_expr(const Expr& e, const char* fn) const;
 
   ParameterCollection* params_;
   std::vector<Node> nodes_;

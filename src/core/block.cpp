@@ -152,27 +152,22 @@ void Block::call(Graph& g, const Expr* inputs, uint32_t num_inputs, const uint32
   if (num_indices != p.index_names.size())
     fail(fn, p, "expects " + std::to_string(p.index_names.size()) + " integers, got " +
                     std::to_string(num_indices));
-  // The inputs' ids and shapes, on the stack for the usual few inputs.
+  // The inputs' ids, on the stack for the usual few inputs.
   constexpr uint32_t kOnStack = 16;
   uint32_t ids_here[kOnStack];
-  Dim dims_here[kOnStack];
-  thread_local std::vector<uint32_t> ids_many;
-  thread_local std::vector<Dim> dims_many;
+  std::vector<uint32_t> ids_many;
   uint32_t* ids = ids_here;
-  Dim* dims = dims_here;
   if (num_inputs > kOnStack) {
     ids_many.resize(num_inputs);
-    dims_many.resize(num_inputs);
     ids = ids_many.data();
-    dims = dims_many.data();
   }
   for (uint32_t k = 0; k < num_inputs; ++k) {
     if (inputs[k].graph != &g) fail(fn, p, "input '" + p.input_names[k] + "' is from another graph");
-    dims[k] = g.node_of(inputs[k], fn).dim;  // not from before clear()
+    g.node_of(inputs[k], fn);  // not from before clear()
     ids[k] = inputs[k].id;
   }
   const std::string wrong = call_mismatch(
-      p, [&](uint32_t k) { return dims[k]; }, indices);
+      p, [&](uint32_t k) { return g.node(ids[k]).dim; }, indices);
   if (!wrong.empty()) fail(fn, p, wrong);
   const uint32_t call = add_call_nodes(g, p, ids, indices);
   for (uint32_t o = 0; o < p.output_node.size(); ++o) outputs[o] = g.expr(call + 1 + o);

@@ -463,7 +463,11 @@ void compile_block(BlockPlan& p, const FreezeOptions& options) {
   if (options.plan_layout) order_members(p, steps);
   assign_layout(p, steps);
   p.output_floats = 0;
-  for (uint32_t o : p.output_node) p.output_floats += p.body->node(o).dim.size();
+  p.output_dims.clear();
+  for (uint32_t o : p.output_node) {
+    p.output_dims.push_back(p.body->node(o).dim);
+    p.output_floats += p.output_dims.back().size();
+  }
   p.freeze_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
