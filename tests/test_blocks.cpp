@@ -362,7 +362,6 @@ TEST_CASE("blocks: misuse is reported with the block's name") {
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(blk(g, {past}), doctest::Contains("past the graph's"),
                        std::invalid_argument);
-  other.clear();
   const Expr in_other = input(other, Dim{3, 1}, std::vector<float>{1, 2, 3});
   other.clear();
   CHECK_THROWS_WITH_AS(blk(other, {in_other}), doctest::Contains("from before Graph::clear()"),
