@@ -498,7 +498,6 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
     row += size;
   }
   std::vector<int64_t> rows;
-  std::vector<float> values;
   for (size_t i = 0; i < specs.size(); ++i) {
     const uint32_t id = weight_params_[i].id;
     if (!specs[i].lookup) {
@@ -508,25 +507,28 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
     if (!grad_weights[i]) continue;  // lookup_gradient
     // A lookup table's gradient is zero but in the rows the backward touched.
     const size_t cols = specs[i].cols;
+    const float* grads = pc_.grads(id);
     std::fill(grad_weights[i], grad_weights[i] + specs[i].rows * cols, 0.0f);
-    lookup_gradient(i, rows, values);
-    for (size_t r = 0; r < rows.size(); ++r)
-      std::memcpy(grad_weights[i] + rows[r] * cols, values.data() + r * cols, sizeof(float) * cols);
+    lookup_rows(i, rows);
+    for (const int64_t r : rows)
+      std::memcpy(grad_weights[i] + r * cols, grads + r * cols, sizeof(float) * cols);
   }
 }
 
-void Runner::lookup_gradient(size_t i, std::vector<int64_t>& rows,
-                             std::vector<float>& values) const {
-  const WeightSpec& w = specs_[i];
-  const uint32_t id = weight_params_[i].id;
+void Runner::lookup_rows(size_t i, std::vector<int64_t>& rows) const {
+  const uint32_t table_rows = specs_[i].rows;
   rows.clear();
-  values.clear();
-  for (uint32_t c : pc_.touched_columns(id))
-    if (c < w.rows) {  // columns past the table are the zeros of row -1
-      rows.push_back(c);
-      values.insert(values.end(), pc_.grads(id) + size_t{c} * w.cols,
-                    pc_.grads(id) + size_t{c + 1} * w.cols);
-    }
+  for (uint32_t c : pc_.touched_columns(weight_params_[i].id))
+    if (c < table_rows) rows.push_back(c);  // columns past the table are the zeros of row -1
+}
+
+void Runner::lookup_gradient(size_t i, const std::vector<int64_t>& rows, float* out) const {
+  const size_t cols = specs_[i].cols;
+  const float* grads = pc_.grads(weight_params_[i].id);
+  for (const int64_t r : rows) {
+    std::memcpy(out, grads + r * cols, sizeof(float) * cols);
+    out += cols;
+  }
 }
 
 void Runner::read_gradients(DeviceInterop& io, const std::vector<float*>& grad_weights) {

@@ -172,8 +172,11 @@ class Runner {
   void backward(const float* out_grad, float* grad_x, const std::vector<float*>& grad_weights,
                 void* stream = nullptr);
   // After a host backward: the rows of lookup weight i with a gradient (ids, in the order the
-  // backward touched them) and those rows' gradients, cols floats each, one after another.
-  void lookup_gradient(size_t i, std::vector<int64_t>& rows, std::vector<float>& values) const;
+  // backward touched them), and those rows' gradients copied to `out` (cols floats each, one
+  // after another, rows.size() x cols in all): straight from the engine's gradient, so a step
+  // whose batch touches most of a table moves each row once, into memory the caller holds.
+  void lookup_rows(size_t i, std::vector<int64_t>& rows) const;
+  void lookup_gradient(size_t i, const std::vector<int64_t>& rows, float* out) const;
   // Whether the last forward ran on device memory (so its backward does too).
   bool on_device() const { return on_device_; }
 

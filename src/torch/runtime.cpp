@@ -410,15 +410,14 @@ Gradients run_backward(RunState& state, const c10::Device& device,
   }
   if (sparse) {
     std::vector<int64_t> rows;
-    std::vector<float> values;
     for (size_t i = 0; i < g.weights.size(); ++i) {
       const WeightSpec& w = runner.weights()[i];
       if (!w.lookup) continue;
-      runner.lookup_gradient(i, rows, values);
+      runner.lookup_rows(i, rows);
       const int64_t n = static_cast<int64_t>(rows.size());
       Tensor index = at::empty({1, n}, at::kLong), rows_grad = at::empty({n, w.cols}, where);
       std::copy(rows.begin(), rows.end(), index.data_ptr<int64_t>());
-      std::copy(values.begin(), values.end(), rows_grad.data_ptr<float>());
+      runner.lookup_gradient(i, rows, rows_grad.data_ptr<float>());
       g.weights[i] = at::sparse_coo_tensor(index, rows_grad, {w.rows, w.cols});
     }
   }
