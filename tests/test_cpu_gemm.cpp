@@ -5,6 +5,7 @@
 // matrix operands multiplied in place, through the engine.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -12,6 +13,7 @@
 
 #include "edbatch/engine.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/transpose.h"
 #include "memplan/outer_order.h"
 #include "tests/check.h"
 #include "tests/reference.h"
@@ -313,4 +315,37 @@ TEST_CASE("cpu: packed weights follow the parameters across graphs and increment
     e.forward_through(g, ys);
     check_values("new graph after an unmarked write");
   }
+}
+
+TEST_CASE("cpu transposes: plain, accumulating and strided equal an element-by-element loop") {
+  // The vector blocks are 8 x 8: sizes around 8 and 16, and leading dimensions past the shape
+  // whose padding must stay untouched.
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal;
+  for (const uint32_t r : {1u, 7u, 8u, 9u, 16u, 17u, 24u, 130u})
+    for (const uint32_t c : {1u, 5u, 8u, 13u, 16u, 33u, 129u}) {
+      CAPTURE(r);
+      CAPTURE(c);
+      const size_t lda = c + (r % 3), ldo = r + (c % 4);
+      std::vector<float> a(r * lda), out(c * ldo), before;
+      for (float& v : a) v = normal(rng);
+      for (float& v : out) v = normal(rng);
+      before = out;
+      transpose_strided(a.data(), lda, r, c, out.data(), ldo);
+      for (uint32_t j = 0; j < c; ++j)
+        for (size_t i = 0; i < ldo; ++i)
+          REQUIRE(out[j * ldo + i] == (i < r ? a[i * lda + j] : before[j * ldo + i]));
+      std::vector<float> dense(size_t(r) * c), t(size_t(c) * r), acc(size_t(c) * r);
+      for (float& v : dense) v = normal(rng);
+      for (float& v : acc) v = normal(rng);
+      const std::vector<float> acc0 = acc;
+      transpose(dense.data(), r, c, t.data());
+      transpose_add(dense.data(), r, c, -0.37f, acc.data());
+      for (uint32_t i = 0; i < r; ++i)
+        for (uint32_t j = 0; j < c; ++j) {
+          REQUIRE(t[size_t(j) * r + i] == dense[size_t(i) * c + j]);
+          const double want = double(acc0[size_t(j) * r + i]) - 0.37 * dense[size_t(i) * c + j];
+          REQUIRE(std::abs(acc[size_t(j) * r + i] - want) <= 1e-6 * (1 + std::abs(want)));
+        }
+    }
 }

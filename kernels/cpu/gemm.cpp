@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/transpose.h"
+
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #define EDBATCH_GEMM_TILES 1
 #include <immintrin.h>
@@ -324,11 +326,10 @@ void gemm_pack_transposed(uint32_t m, uint32_t n, const float* w, size_t ldw, fl
   for (uint32_t i0 = 0; i0 < n; i0 += height) {
     float* block = packed + static_cast<size_t>(i0) * m;
     const uint32_t h = std::min(height, n - i0);
-    for (uint32_t i = 0; i < height; ++i) {
-      const float* col = w + (i0 + i) * ldw;
-      for (uint32_t p = 0; p < m; ++p)
-        block[static_cast<size_t>(p) * height + i] = i < h ? col[p] : 0.0f;
-    }
+    transpose_strided(w + static_cast<size_t>(i0) * ldw, ldw, h, m, block, height);
+    for (uint32_t p = 0; h < height && p < m; ++p)  // the last block's rows past n
+      std::fill(block + static_cast<size_t>(p) * height + h,
+                block + static_cast<size_t>(p + 1) * height, 0.0f);
   }
 }
 

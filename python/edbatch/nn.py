@@ -111,7 +111,7 @@ class Cell(torch.nn.Module):
         weights = self.weights() + head_weights(self, owner)
         out = run_cell(self.cell, self._x(x), packed, weights, self.hidden_size,
                        self.num_node_types, self.num_arc_types, self.policy, self.threads, labels,
-                       self.reduction, step=True)
+                       self.reduction, step=True, lr=lr)
         apply_gradients(weights, out[2:], lr)
         return out[0], out[1]
 

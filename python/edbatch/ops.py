@@ -8,6 +8,7 @@ import torch
 
 from . import _lib, checks
 from .saved import check_unchanged
+from .step import in_place_updates, without_updated
 
 
 def cells():
@@ -90,7 +91,7 @@ def _message(error):
 
 @_lib.eager
 def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_types=1,
-             policy="lb-greedy", threads=0, labels=None, loss=None, step=False):
+             policy="lb-greedy", threads=0, labels=None, loss=None, step=False, lr=None):
     """Runs `cell` over every node of `packed` and returns its per-node outputs ((h, c) for the
     LSTM cells, (h,) otherwise), each num_nodes x hidden_size, differentiable in x and weights.
     A tuple: module backward hooks and torch.utils.checkpoint look into tuples, not lists.
@@ -107,19 +108,25 @@ def run_cell(cell, x, packed, weights, hidden_size, num_node_types=1, num_arc_ty
 
     step=True (with a loss): the loss's backward runs in the same call, with no autograd graph,
     and the call returns (loss, x's gradient, each weight's gradient) (edbatch.apply_gradients
-    hands them on as loss.backward() would).
+    hands them on as loss.backward() would). With lr too, the weights that are leaves requiring
+    grad (float32, contiguous, in host memory, each listed once) are updated in place inside the
+    call, plain SGD (w -= lr * grad; a lookup table at the rows the call read), and their
+    gradients are returned as None; apply_gradients(weights, grads, lr) then updates the others.
     """
     weights = _check_options(cell, weights, hidden_size, num_node_types, num_arc_types, policy,
                              threads, labels, loss, step)
     op = torch.ops.edbatch.run_cell_step if step else torch.ops.edbatch.run_cell
     x = _lib.autocast_float32(x)
     structure = packed.structure() if hasattr(packed, "structure") else None
+    updated = in_place_updates(weights, lr, "edbatch.run_cell") if step else []
+    extra = (float(lr), updated) if updated else ()
     if isinstance(x, torch.Tensor) and structure is not None:
         # The op checks the tensors itself; the checks below only run to explain a failure
         # (they cost about as much as the op's own host work on small mini-batches).
         try:
-            out = tuple(op(cell, x, *structure, weights, hidden_size, num_node_types,
-                           num_arc_types, policy, threads, labels, loss or ""))
+            out = op(cell, x, *structure, weights, hidden_size, num_node_types, num_arc_types,
+                     policy, threads, labels, loss or "", *extra)
+            out = tuple(out[:2]) + tuple(without_updated(out[2:], updated)) if step else tuple(out)
         except (RuntimeError, TypeError, ValueError) as e:
             error = e
         else:

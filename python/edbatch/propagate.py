@@ -7,7 +7,7 @@ from ._lib import autocast_float32, eager, has_op
 from .head import check_engine_options, check_head, head_weights, labels_of, refuse_replica
 from .ops import _reraise, as_device, check_packed, check_structure
 from .saved import check_unchanged
-from .step import apply_gradients
+from .step import apply_gradients, in_place_updates, without_updated
 from .trace import FunctionCell, as_cells, sizes_of, trace_program
 from .trace_dropout import dropout_mask as _dropout_mask
 
@@ -18,18 +18,25 @@ def has_propagate_op():
 
 
 def run_program(program, x, ids, packed, weights, seed, policy, threads, labels=None, loss=None,
-                step=False):
+                step=False, lr=None):
     """Runs a traced Program over `packed` with the op: one tensor per state component (with a
     loss head, weights end with its weight and bias and the op returns [loss]; step=True runs
-    its backward too and returns [loss, x's gradient, each weight's gradient])."""
+    its backward too and returns [loss, x's gradient, each weight's gradient], with lr None for
+    the weights it updated in place (edbatch.run_cell))."""
     if not has_propagate_op():
         raise RuntimeError("edbatch.nn.Propagate: the loaded extension has no "
                            "torch.ops.edbatch.propagate; rebuild it from a version with user "
                            "cells (docs/pytorch.md)")
     try:
-        op = torch.ops.edbatch.propagate_step if step else torch.ops.edbatch.propagate
-        return list(op(program.text, x, ids, *packed.structure(), weights, seed, policy, threads,
-                       labels, loss or ""))
+        if not step:
+            return list(torch.ops.edbatch.propagate(program.text, x, ids, *packed.structure(),
+                                                    weights, seed, policy, threads, labels,
+                                                    loss or ""))
+        updated = in_place_updates(weights, lr, "Propagate.loss_step")
+        extra = (float(lr), updated) if updated else ()
+        out = torch.ops.edbatch.propagate_step(program.text, x, ids, *packed.structure(), weights,
+                                               seed, policy, threads, labels, loss, *extra)
+        return out[:2] + without_updated(out[2:], updated)
     except (RuntimeError, TypeError, ValueError) as e:
         _reraise(e)
 
@@ -162,13 +169,13 @@ class Propagate(torch.nn.Module):
         run in autograd's backward: call loss() and backward() there."""
         head = head_weights(self, "Propagate")
         labels = labels_of(labels, packed, "Propagate")
-        outputs, _, weights = self._run(packed, x, ids, head, labels, step=True)
+        outputs, _, weights = self._run(packed, x, ids, head, labels, step=True, lr=lr)
         apply_gradients(weights, outputs[2:], lr)
         if x is not None:
             apply_gradients([x], [outputs[1]])
         return outputs[0]
 
-    def _run(self, packed, x, ids, head=(), labels=None, step=False):
+    def _run(self, packed, x, ids, head=(), labels=None, step=False, lr=None):
         check_packed(packed, "Propagate")
         kind, size, x, ids = self._inputs(x, ids)
         program = self.program(kind, size, *packed.kinds())
@@ -186,7 +193,7 @@ class Propagate(torch.nn.Module):
         self.last_seed = seed  # the dropout masks' seed (edbatch.dropout_mask rebuilds them)
         extra = (labels, self.reduction) if head else ()  # the loss head's arguments
         if step:
-            extra += (True,)
+            extra += (True, lr)
         weights = list(weights) + list(head)
         try:
             outputs = run_program(program, x, ids, packed, weights, seed, self.policy,

@@ -63,6 +63,34 @@ def apply_gradients(tensors, grads, lr=None):
         torch.autograd.backward([t for t, _ in others], [g for _, g in others])
 
 
+def in_place_updates(tensors, lr, owner):
+    """The indices of `tensors` that a step op updates in place with lr (the SGD of
+    apply_gradients, done in the engine's backward from its own gradient: none is made), [] without
+    lr: leaves that require grad, float32, contiguous, in host memory, listed once, and not a
+    padding table's stand-in. The others' gradients come back and apply_gradients hands them
+    on."""
+    if lr is None:
+        return []
+    checks.number(lr, owner, "lr")
+    seen = {}
+    for t in tensors:
+        seen[id(t)] = seen.get(id(t), 0) + 1
+    return [i for i, t in enumerate(tensors)
+            if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf
+            and t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+            and not t.is_sparse and seen[id(t)] == 1 and padding_of(t) is None]
+
+
+def without_updated(grads, updated):
+    """A step op's weight gradients with None for those it updated in place."""
+    if not updated:
+        return grads
+    grads = list(grads)
+    for i in updated:
+        grads[i] = None
+    return grads
+
+
 def _listed(values, name):
     """tensors or grads as a list, else TypeError (a single tensor is not a list of them)."""
     if isinstance(values, (torch.Tensor, str, bytes)) or not hasattr(values, "__iter__"):

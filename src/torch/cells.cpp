@@ -174,6 +174,17 @@ void to_torch(const float* src, const WeightSpec& w, float* dst) {
   copy_weight(src, w, dst, false);
 }
 
+// dst (a weight in torch's memory) += alpha times the engine's src of the same weight: plain SGD
+// with alpha = -lr, in one pass instead of a transposed copy out and an update over that copy.
+void add_to_torch(const float* src, const WeightSpec& w, float alpha, float* dst) {
+  if (w.cols <= 1 || !w.transpose) {
+    const size_t n = static_cast<size_t>(w.rows) * std::max(w.cols, 1u);
+    for (size_t i = 0; i < n; ++i) dst[i] += alpha * src[i];
+    return;
+  }
+  transpose_add(src, w.cols, w.rows, alpha, dst);
+}
+
 // A lookup table's rows at the call's ids only: the lookups read no others, and a table of a
 // large vocabulary copied whole would cost more than the cells (its other rows keep what an
 // earlier call left).
@@ -468,7 +479,7 @@ void Runner::forward(const Packed& p, const std::vector<const float*>& weights,
 }
 
 void Runner::backward(const float* out_grad, float* grad_x, const std::vector<float*>& grad_weights,
-                      void* stream) {
+                      void* stream, const std::vector<float*>* update, float lr) {
   const std::vector<WeightSpec>& specs = specs_;
   const uint32_t D = cell_->input_dim();
   if (on_device_) {
@@ -482,7 +493,7 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
     // No nodes: every gradient is zero, and no lookup row was touched (lookup_gradient).
     pc_.zero_grads();
     for (size_t i = 0; i < specs.size(); ++i)
-      if (grad_weights[i])  // null: a lookup table's, made from its touched rows
+      if (grad_weights[i])  // null: updated in place (by nothing), or a lookup table's
         std::fill(grad_weights[i], grad_weights[i] + specs[i].rows * std::max(specs[i].cols, 1u),
                   0.0f);
     return;
@@ -500,14 +511,26 @@ void Runner::backward(const float* out_grad, float* grad_x, const std::vector<fl
   std::vector<int64_t> rows;
   for (size_t i = 0; i < specs.size(); ++i) {
     const uint32_t id = weight_params_[i].id;
+    const float* grads = pc_.grads(id);
+    if (float* target = update ? (*update)[i] : nullptr) {
+      if (!specs[i].lookup) {
+        add_to_torch(grads, specs[i], -lr, target);
+        continue;
+      }
+      // A lookup table moves at the rows the backward touched (each listed once).
+      const size_t cols = specs[i].cols;
+      lookup_rows(i, rows);
+      for (const int64_t r : rows)
+        for (size_t c = 0; c < cols; ++c) target[r * cols + c] += -lr * grads[r * cols + c];
+      continue;
+    }
     if (!specs[i].lookup) {
-      to_torch(pc_.grads(id), specs[i], grad_weights[i]);
+      to_torch(grads, specs[i], grad_weights[i]);
       continue;
     }
     if (!grad_weights[i]) continue;  // lookup_gradient
     // A lookup table's gradient is zero but in the rows the backward touched.
     const size_t cols = specs[i].cols;
-    const float* grads = pc_.grads(id);
     std::fill(grad_weights[i], grad_weights[i] + specs[i].rows * cols, 0.0f);
     lookup_rows(i, rows);
     for (const int64_t r : rows)

@@ -169,8 +169,12 @@ class Runner {
   // device memory, all of these are device memory and the work is queued on `stream`.
   // On the host, a lookup table's entry may be nullptr: its gradient is then left for
   // lookup_gradient (its touched rows only).
+  // On the host, `update` (one entry per weight, or none) names weights to update in place
+  // instead, plain SGD from the engine's gradient: update[i] is weight i's torch memory (row-major
+  // as weights() has it), updated by -lr times its gradient (a lookup table at its touched rows);
+  // grad_weights[i] is then not written.
   void backward(const float* out_grad, float* grad_x, const std::vector<float*>& grad_weights,
-                void* stream = nullptr);
+                void* stream = nullptr, const std::vector<float*>* update = nullptr, float lr = 0);
   // After a host backward: the rows of lookup weight i with a gradient (ids, in the order the
   // backward touched them), and those rows' gradients copied to `out` (cols floats each, one
   // after another, rows.size() x cols in all): straight from the engine's gradient, so a step

@@ -112,7 +112,8 @@ std::vector<Tensor> run_cell_autograd(
 }
 
 // run_cell with a loss head, and its backward, in one call with no autograd graph (a training
-// step, docs/pytorch.md): [loss, x's gradient, each weight's gradient].
+// step, docs/pytorch.md): [loss, x's gradient, each weight's gradient], the weights listed in
+// `update` updated in place with lr instead (run_step).
 std::vector<Tensor> run_cell_step(const std::string& cell, const Tensor& x,
                                   const Tensor& node_inputs, const Tensor& node_types,
                                   const Tensor& pred_ptr, const Tensor& pred_ids,
@@ -120,14 +121,15 @@ std::vector<Tensor> run_cell_step(const std::string& cell, const Tensor& x,
                                   const Tensor& instance_offsets, at::TensorList weights,
                                   int64_t hidden, int64_t num_node_types, int64_t num_arc_types,
                                   const std::string& policy, int64_t threads,
-                                  const c10::optional<Tensor>& labels, const std::string& loss) {
+                                  const c10::optional<Tensor>& labels, const std::string& loss,
+                                  double lr, at::IntArrayRef update) {
   at::AutoDispatchBelowADInplaceOrView guard;  // the gradients are the op's outputs
   CallExtras extras;
   extras.labels = labels;
   return run_step(
       cell_call(cell, x, weights, hidden, num_node_types, num_arc_types, policy, threads, loss), x,
       {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets},
-      weights.vec(), extras);
+      weights.vec(), extras, lr, update);
 }
 
 // Prepares a later run_cell call with this structure (and x of num_x rows on `device`) on a
@@ -212,7 +214,7 @@ TORCH_LIBRARY(edbatch, m) {
       "run_cell_step(str cell, Tensor x, Tensor node_inputs, Tensor node_types, Tensor pred_ptr, "
       "Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, Tensor instance_offsets, "
       "Tensor[] weights, int hidden, int num_node_types, int num_arc_types, str policy, "
-      "int threads, Tensor? labels, str loss) -> Tensor[]");
+      "int threads, Tensor? labels, str loss, float lr=0.0, int[] update=[]) -> Tensor[]");
   m.def(
       "prepare(str cell, str device, int input_size, int num_x, Tensor node_inputs, "
       "Tensor node_types, Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, "

@@ -129,21 +129,23 @@ std::vector<Tensor> propagate_autograd(
 }
 
 // propagate with a loss head, and its backward, in one call with no autograd graph (a training
-// step, docs/pytorch.md): [loss, x's gradient, each weight's gradient].
+// step, docs/pytorch.md): [loss, x's gradient, each weight's gradient], the weights listed in
+// `update` updated in place with lr instead (run_step).
 std::vector<Tensor> propagate_step(const std::string& program, const Tensor& x, const Tensor& ids,
                                    const Tensor& node_inputs, const Tensor& node_types,
                                    const Tensor& pred_ptr, const Tensor& pred_ids,
                                    const Tensor& arc_types, const Tensor& arc_inputs,
                                    const Tensor& instance_offsets, at::TensorList weights,
                                    int64_t seed, const std::string& policy, int64_t threads,
-                                   const c10::optional<Tensor>& labels, const std::string& loss) {
+                                   const c10::optional<Tensor>& labels, const std::string& loss,
+                                   double lr, at::IntArrayRef update) {
   at::AutoDispatchBelowADInplaceOrView guard;  // the gradients are the op's outputs
   CallExtras extras;
   const CallArgs a =
       program_call(program, x, ids, weights, seed, policy, threads, labels, loss, extras);
   return run_step(
       a, x, {node_inputs, node_types, pred_ptr, pred_ids, arc_types, arc_inputs, instance_offsets},
-      weights.vec(), extras);
+      weights.vec(), extras, lr, update);
 }
 
 // Prepares a later propagate call with this structure, x of num_x rows of input_size floats on
@@ -179,7 +181,7 @@ TORCH_LIBRARY_FRAGMENT(edbatch, m) {
       "propagate_step(str program, Tensor x, Tensor ids, Tensor node_inputs, Tensor node_types, "
       "Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "
       "Tensor instance_offsets, Tensor[] weights, int seed, str policy, int threads, "
-      "Tensor? labels, str loss) -> Tensor[]");
+      "Tensor? labels, str loss, float lr=0.0, int[] update=[]) -> Tensor[]");
   m.def(
       "propagate_prepare(str program, str device, int input_size, int num_x, Tensor node_inputs, "
       "Tensor node_types, Tensor pred_ptr, Tensor pred_ids, Tensor arc_types, Tensor arc_inputs, "

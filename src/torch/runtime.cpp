@@ -364,8 +364,8 @@ std::vector<Tensor> run_forward(const CallArgs& a, const Tensor& x_in, Structure
 }
 
 Gradients run_backward(RunState& state, const c10::Device& device,
-                       const torch::autograd::variable_list& grads, bool keep,
-                       bool sparse_lookups) {
+                       const torch::autograd::variable_list& grads, bool keep, bool sparse_lookups,
+                       const StepUpdate* update) {
   TORCH_CHECK(state.runner,
               "[edbatch] backward ran twice through a graph that autograd did not "
               "keep: pass retain_graph=True to the backward before, or run the forward again");
@@ -392,7 +392,18 @@ Gradients run_backward(RunState& state, const c10::Device& device,
   Gradients g;
   std::vector<float*> grad_w_ptr;
   const bool sparse = sparse_lookups && !on_device;
+  // The weights updated in place, at their torch memory (none: every gradient is made).
+  std::vector<float*> targets;
+  if (update && !on_device) {
+    for (size_t i = 0; i < update->in_place.size(); ++i)
+      targets.push_back(update->in_place[i] ? update->weights[i].data_ptr<float>() : nullptr);
+  }
   for (const WeightSpec& w : runner.weights()) {
+    if (!targets.empty() && targets[grad_w_ptr.size()]) {  // no gradient made: an empty stand-in
+      g.weights.push_back(at::empty({0}, where));
+      grad_w_ptr.push_back(nullptr);
+      continue;
+    }
     if (sparse && w.lookup) {  // made below from the touched rows
       g.weights.emplace_back();
       grad_w_ptr.push_back(nullptr);
@@ -404,15 +415,20 @@ Gradients run_backward(RunState& state, const c10::Device& device,
   }
   try {
     runner.backward(seeds.data_ptr<float>(), grad_x.data_ptr<float>(), grad_w_ptr,
-                    on_device ? current_stream(grad_x) : nullptr);
+                    on_device ? current_stream(grad_x) : nullptr,
+                    targets.empty() ? nullptr : &targets,
+                    static_cast<float>(update ? update->lr : 0));
   } catch (const std::exception&) {
     fail_handled();
   }
+  // Written in place as torch's in-place operations are: autograd sees the new version.
+  for (size_t i = 0; i < targets.size(); ++i)
+    if (targets[i]) update->weights[i].unsafeGetTensorImpl()->bump_version();
   if (sparse) {
     std::vector<int64_t> rows;
     for (size_t i = 0; i < g.weights.size(); ++i) {
       const WeightSpec& w = runner.weights()[i];
-      if (!w.lookup) continue;
+      if (!w.lookup || (!targets.empty() && targets[i])) continue;
       runner.lookup_rows(i, rows);
       const int64_t n = static_cast<int64_t>(rows.size());
       Tensor index = at::empty({1, n}, at::kLong), rows_grad = at::empty({n, w.cols}, where);
@@ -470,16 +486,36 @@ Gradients autograd_backward(RunState& state, const c10::Device& device,
 }
 
 std::vector<Tensor> run_step(const CallArgs& a, const Tensor& x, Structure s, std::vector<Tensor> w,
-                             const CallExtras& extras) {
+                             const CallExtras& extras, double lr, at::IntArrayRef update) {
   if (!a.config.head.classes)
     fail(
         "[edbatch] a training step needs a loss head: loss \"sum\" or \"mean\" with the "
         "head's weight and bias after the cell's weights");
+  StepUpdate in_place;
+  if (!update.empty()) {
+    in_place.lr = lr;
+    in_place.in_place.assign(w.size(), false);
+    for (const int64_t i : update) {
+      if (i < 0 || i >= static_cast<int64_t>(w.size()))
+        fail(fmt::format("[edbatch] update: weight index {} out of range (the call has {} weights)",
+                         i, w.size()));
+      const Tensor& t = w[static_cast<size_t>(i)];
+      if (!t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous())
+        fail(
+            fmt::format("[edbatch] update: weight {} must be a contiguous float32 tensor in host "
+                        "memory to be updated in place, got {} {} on {}",
+                        i, t.is_contiguous() ? "contiguous" : "non-contiguous",
+                        c10::toString(t.scalar_type()), t.device().str()));
+      in_place.in_place[static_cast<size_t>(i)] = true;
+    }
+    in_place.weights = w;
+  }
   c10::intrusive_ptr<RunState> state;
   std::vector<Tensor> out = run_forward(a, x, std::move(s), std::move(w), &state, extras);
   // No autograd: a lookup table's gradient is sparse, its touched rows (apply_gradients updates
   // those, where a dense gradient would cost a table-sized write and update per step).
-  Gradients g = run_backward(*state, x.device(), {at::ones_like(out[0])}, false, true);
+  Gradients g = run_backward(*state, x.device(), {at::ones_like(out[0])}, false, true,
+                             update.empty() ? nullptr : &in_place);
   out.push_back(std::move(g.x));
   for (Tensor& t : g.weights) out.push_back(std::move(t));
   return out;

@@ -334,17 +334,27 @@ struct Gradients {
   Tensor x;
   std::vector<Tensor> weights;
 };
+// With `update`, the weights it lists are updated in place instead (plain SGD, t -= lr * grad,
+// StepUpdate): their gradients come back as empty tensors.
+struct StepUpdate {
+  double lr = 0;
+  std::vector<Tensor> weights;  // the call's weights, or none
+  std::vector<bool> in_place;   // per weight: updated here
+};
 Gradients run_backward(RunState& state, const c10::Device& device,
                        const torch::autograd::variable_list& grads, bool keep = false,
-                       bool sparse_lookups = false);
+                       bool sparse_lookups = false, const StepUpdate* update = nullptr);
 // run_backward inside an autograd Function's backward: the runner kept while autograd keeps the
 // graph (retain_graph=True), and with create_graph=True gradients that refuse, when
 // differentiated, with a message (the op's backward is not differentiable itself).
 Gradients autograd_backward(RunState& state, const c10::Device& device,
                             const torch::autograd::variable_list& grads);
 // A training step's forward (with a loss head: `a`'s head set) and backward in one call, with
-// no autograd graph: [the loss, x's gradient, each weight's gradient], on x's device.
+// no autograd graph: [the loss, x's gradient, each weight's gradient], on x's device. The weights
+// at the indices `update` lists (host memory, float32, contiguous) are instead updated in place
+// by plain SGD with `lr` (t -= lr * grad; a lookup table at the rows the call touched), the
+// gradient they would have had never made: an empty tensor stands in its place.
 std::vector<Tensor> run_step(const CallArgs& a, const Tensor& x, Structure s, std::vector<Tensor> w,
-                             const CallExtras& extras);
+                             const CallExtras& extras, double lr = 0, at::IntArrayRef update = {});
 
 }  // namespace edbatch::torch_adapter

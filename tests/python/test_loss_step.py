@@ -305,3 +305,54 @@ def test_apply_gradients_follows_backward():
     b = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
     edbatch.apply_gradients([b, b], [g1, g2], lr=2.0)
     assert torch.equal(b.detach(), torch.tensor([1.0, 2.0]) - 2.0 * (g1 + g2)) and b.grad is None
+
+
+def test_cell_step_with_lr_updates_in_place_what_it_can():
+    """run_cell(step=True, lr=...): leaves in host memory are updated inside the call (their
+    gradient None), the others' gradients come back for apply_gradients: a non-contiguous leaf,
+    a weight computed from a leaf, a tensor listed twice, one that requires no grad. Every
+    tensor ends as SGD on loss.backward()'s gradients leaves it, and the in-place writes bump
+    the version counter as torch's in-place operations do."""
+    m, packed = tree_module(), sst_batch()
+    x = m.embed(packed).detach()
+    with torch.no_grad():  # U_o = U_i: below one tensor stands for both
+        m.cell.weights()[7].copy_(m.cell.weights()[6])
+    values = [w.detach().clone() for w in m.cell.weights()] + [m.head.weight.detach().clone()]
+    want = torch.autograd.grad(m.cell.loss(x, packed), m.cell.weights() + [m.head.weight])
+    lr = 0.3
+    ws = [torch.nn.Parameter(v.clone()) for v in values]
+    ws[0] = torch.nn.Parameter(values[0].t().contiguous()).detach().t().requires_grad_()
+    base = torch.nn.Parameter(values[1].clone())
+    ws[1] = base * 1.0
+    ws[7] = ws[6]  # U_i and U_o, both (7, 14): one tensor listed twice
+    frozen = m.head.bias.detach().clone()
+    weights = ws + [frozen]
+    assert not ws[0].is_contiguous() and ws[0].is_leaf and not ws[1].is_leaf
+    versions = [w._version for w in weights]
+    out = edbatch.run_cell("tree_lstm", x, packed, weights, 7, threads=1, labels=packed.labels,
+                           loss="sum", step=True, lr=lr)
+    updated = [i for i, g in enumerate(out[2:]) if g is None]
+    assert updated == [2, 3, 4, 5, 8, 9, 10, 11, 12]
+    for i in updated:
+        assert weights[i]._version > versions[i], f"weight {i}: version not bumped"
+        close(weights[i].detach(), values[i] - lr * want[i], f"weight {i}", tol=1e-6)
+    for i in (0, 1, 6, 7):
+        close(out[2 + i], want[i], f"weight {i}'s gradient, returned", tol=1e-6)
+    edbatch.apply_gradients(weights, out[2:], lr)
+    close(ws[0].detach(), values[0] - lr * want[0], "the non-contiguous leaf", tol=1e-6)
+    close(base.grad, want[1], "the computed weight's gradient, back through autograd", tol=1e-6)
+    close(ws[6].detach(), values[6] - lr * (want[6] + want[7]), "the repeated tensor", tol=1e-6)
+    assert torch.equal(frozen, m.head.bias.detach())
+
+
+def test_step_in_place_update_is_seen_by_autograd():
+    """A parameter saved for an autograd backward and then updated in place by a step: that
+    backward refuses, as after any in-place update of a saved tensor in torch."""
+    embed, prop = user_model("trees")
+    packed = structures.packed("trees", 25)
+    labels = random_labels(packed.num_nodes, 26)
+    w = next(prop.parameters())
+    saved = (w * w).sum()  # w is saved for this backward
+    prop.loss_step(packed, x=embed(packed.input_ids).detach(), labels=labels, lr=0.1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.backward()
