@@ -356,3 +356,21 @@ def test_step_in_place_update_is_seen_by_autograd():
     prop.loss_step(packed, x=embed(packed.input_ids).detach(), labels=labels, lr=0.1)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         saved.backward()
+
+
+def test_step_op_refuses_a_bad_update_list():
+    """The ops' update= names weights by index: one out of range, or one that cannot be written
+    in place (not contiguous), is refused before anything runs, naming it."""
+    m, batch = tree_module(), sst_batch()
+    weights = m.cell.weights() + [m.head.weight, m.head.bias]
+    args = ("tree_lstm", m.embed(batch).detach(), *batch.structure(), weights, 7, 1, 1,
+            "lb-greedy", 1, batch.labels, "sum")
+    before = [w.detach().clone() for w in weights]
+    with pytest.raises(ValueError, match="weight index 99 out of range"):
+        torch.ops.edbatch.run_cell_step(*args, 0.1, [99])
+    bent = list(weights)
+    bent[0] = torch.nn.Parameter(weights[0].detach().t().contiguous()).t()
+    with pytest.raises(ValueError, match="weight 0 must be a contiguous float32"):
+        torch.ops.edbatch.run_cell_step(*args[:9], bent, *args[10:], 0.1, [0])
+    for w, b in zip(weights, before):
+        assert torch.equal(w.detach(), b)
