@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -241,6 +242,12 @@ TEST_CASE("cli files: a run stopped before its first measured mini-batch reports
        std::vector<std::pair<std::string, int>>{{"TERM", 15}, {"HUP", 1}}) {
     CAPTURE(name);
     TempDir dir;
+    // The run leaves a signal its parent ignored ignored (nohup), so under `nohup` the test's
+    // own ignored SIGHUP would reach it: the child gets the default dispositions instead.
+    struct sigaction previous[2], dfl = {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGTERM, &dfl, &previous[0]);
+    sigaction(SIGHUP, &dfl, &previous[1]);
     const std::string cmd =
         "cd '" + dir.path.string() + "' && ('" + EDBATCH_CLI_PATH +
         "' run --model tree_lstm --data synthetic:600000 --hidden 8 --batch 64 --train --iters 3 "
@@ -253,6 +260,8 @@ TEST_CASE("cli files: a run stopped before its first measured mini-batch reports
         "sleep 0.01; i=$((i+1)); done; kill -" +
         name + " $pid; wait $pid)";
     const int status = std::system(cmd.c_str());
+    sigaction(SIGTERM, &previous[0], nullptr);
+    sigaction(SIGHUP, &previous[1], nullptr);
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 128 + number);
     const nlohmann::json j = nlohmann::json::parse(slurp(dir / "m.json"));
