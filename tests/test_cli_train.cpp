@@ -154,6 +154,34 @@ TEST_CASE("cli train: costs measured once, reused from the file, summed or along
   CHECK(again["combine"] == "chain");
   CHECK(again["types"] == costs["types"]);
   CHECK(nlohmann::json::parse(slurp(chained))["validation"].contains("teacher_us"));
+  // --batch-us: auto keeps a file's cost per batch in series; a number replaces it, and the
+  // predicted times the trainer minimises include it (at least 40 us for each of the 133 or
+  // more batches of these validation mini-batches).
+  CHECK(again["batch_us"] == costs.value("batch_us", 0.0));
+  const std::string weighted = dir / "weighted.json";
+  const Result w = cli(dir, tiny + "--costs '" + chained + "' --batch-us 40 -o '" + weighted + "'");
+  INFO(w.err);
+  REQUIRE(w.code == 0);
+  CHECK(w.err.find("every batch in series     40.00 us") != std::string::npos);
+  const nlohmann::json heavy = nlohmann::json::parse(slurp(weighted));
+  CHECK(heavy["costs"]["batch_us"] == 40.0);
+  CHECK(heavy["validation"]["teacher_us"].get<double>() >
+        nlohmann::json::parse(slurp(chained))["validation"]["teacher_us"].get<double>());
+  // Measured along the chain here, auto gives at least a quarter of a microsecond.
+  const std::string floor = dir / "floor.json";
+  const Result f = cli(
+      dir, tiny + "--device cpu --combine chain --cost-graphs 2 --cost-reps 1 -o '" + floor + "'");
+  INFO(f.err);
+  REQUIRE(f.code == 0);
+  CHECK(nlohmann::json::parse(slurp(floor))["costs"]["batch_us"].get<double>() >= 0.25);
+  for (const char* wrong : {"-1", "x", "nan", "inf"})
+    CHECK(cli(dir, tiny + "--costs '" + chained + "' --batch-us " + wrong + " -o x.json").code ==
+          2);
+  const Result summed = cli(dir, tiny + "--costs '" + measured + "' --batch-us 1 -o x.json");
+  CHECK(summed.code == 2);
+  CHECK(summed.err.find("--batch-us 1: the costs add up batch by batch (sum)") !=
+        std::string::npos);
+  CHECK(cli(dir, tiny + "--batch-us 1 -o x.json").code == 2);
   // Usage: costs from a file and measured ones; --combine without costs; a file without costs.
   CHECK(cli(dir, tiny + "--costs '" + measured + "' --device cpu -o x.json").code == 2);
   CHECK(cli(dir, tiny + "--combine chain -o x.json").code == 2);

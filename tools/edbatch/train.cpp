@@ -2,12 +2,14 @@
 // math) and writes the policy file that `edbatch run --policy fsm:FILE` loads.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string>
 
 #include "edbatch/edbatch.h"
 #include "edbatch/files.h"
@@ -24,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 struct TrainOptions {
   std::string model, data = "synthetic:2560", output, curve, encoding = "cover";
-  std::string eval_data, device = "none", combine = "auto", costs;
+  std::string eval_data, device = "none", combine = "auto", costs, batch_us = "auto";
   uint32_t vocab = 256, batch = 32, hidden = 128, train_batches = 64, val_batches = 16;
   uint32_t eval_batches = 0, cost_graphs = 8, cost_reps = 3, threads = 1;
   uint64_t seed = 1;
@@ -130,6 +132,33 @@ void check_usage(const TrainOptions& o) {
                      ": the costs are either read from a file or measured, not both");
   if (o.combine != "auto" && o.costs.empty() && o.device == "none")
     throw UsageError("--combine " + o.combine + " needs costs: --device cpu|cuda or --costs FILE");
+  if (o.batch_us != "auto" && o.costs.empty() && o.device == "none")
+    throw UsageError("--batch-us " + o.batch_us +
+                     " needs costs: --device cpu|cuda or --costs FILE");
+}
+
+// The least per-batch cost that `--batch-us auto` gives measured chain costs. The chain model
+// times a schedule by its critical chain alone, while the stages beside the chain share the
+// device with it; the fit of whole-pass times cannot see that (on an H100 it returns 0), and
+// schedules that trade many more batches for a slightly shorter chain then look free. On the
+// H100 a quarter of a microsecond per batch gave the Lattice-LSTM policies the lowest device
+// time of 0, 0.25, 0.5, 1 and 2 at mini-batches 32 and 128 (docs/policies.md).
+constexpr double kMeasuredChainBatchUs = 0.25;
+
+// --batch-us: "auto" keeps what the costs hold, with at least kMeasuredChainBatchUs when they
+// were measured along the chain in this run; a number replaces it. Only chain costs have it.
+void apply_batch_us(TrainOptions& o) {
+  if (o.batch_us == "auto") {
+    if (o.fsm.costs.chain && o.costs.empty())
+      o.fsm.costs.batch_us = std::max(o.fsm.costs.batch_us, kMeasuredChainBatchUs);
+    return;
+  }
+  if (!o.fsm.costs.chain)
+    throw UsageError("--batch-us " + o.batch_us +
+                     ": the costs add up batch by batch (sum), so a cost per batch in series "
+                     "has no meaning; combine them along the chain (--combine chain, or "
+                     "--device cuda)");
+  o.fsm.costs.batch_us = std::stod(o.batch_us);
 }
 
 int train(TrainOptions o) {
@@ -206,6 +235,7 @@ int train(TrainOptions o) {
     o.fsm.costs = measure_type_costs(pc, sample, eo, o.cost_reps, o.seed, chain,
                                      [] { return interrupt_signal() != 0; });
   }
+  if (!o.fsm.costs.empty()) apply_batch_us(o);
   for (size_t i = 0; i < o.fsm.costs.types.size(); ++i)
     std::fprintf(stderr, "cost on %s (%s): %-40s %9.2f us + %8.4f us per node\n",
                  o.fsm.costs.device.c_str(), o.fsm.costs.chain ? "chain" : "sum",
@@ -384,6 +414,18 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--costs", o->costs,
                   "take the time reward's costs from this policy file (trained with --device "
                   "cpu|cuda, e.g. on another machine) instead of measuring them");
+  app->add_option("--batch-us", o->batch_us,
+                  "chain costs: microseconds every batch adds in series, whatever runs beside "
+                  "it; auto keeps the file's (--costs) or the fit's, at least 0.25 when measured "
+                  "(the fit cannot see the stages beside the chain share the device)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            if (text == "auto") return "";
+            const std::string wrong = number_in(0, 1e6)(text);
+            return wrong.empty() ? "" : "expected auto or a number in [0, 1e6], got '" + text + "'";
+          },
+          "auto|US"));
   app->add_option("--cost-graphs", o->cost_graphs, "mini-batches the costs are measured on")
       ->capture_default_str()
       ->check(CLI::Range(2u, 1024u));
