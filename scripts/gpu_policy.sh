@@ -13,14 +13,14 @@
 #   scripts/gpu_policy.sh [--out DIR] [--build DIR] [--data DIR] [--models "lattice_lstm ..."]
 #       [--batches "32 128"] [--batch-us "auto 0"] [--rounds 2] [--no-count] [--no-auto]
 #
-# --data: a folder with train.txt (trained on) and dev.txt (only run on); default
-# ../shared/data/lattice. Forward passes per run: 1280 instances' worth (at least 8).
+# --data: a folder with train.txt (trained on) and dev.txt (only run on); default .data/lattice
+# (a copy inside the checkout), else ../shared/data/lattice. Forward passes per run: 1280 instances' worth (at least 8).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-gpu-policy-results}
 build=build-gpu
-data="$root/../shared/data/lattice"
+data=""
 models="lattice_lstm lattice_gru"
 batches="32 128"
 batch_us="auto 0"
@@ -41,7 +41,18 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+if [ -z "$data" ]; then
+  for d in "$root/.data/lattice" "$root/../shared/data/lattice"; do
+    if [ -f "$d/train.txt" ] && [ -f "$d/dev.txt" ]; then data=$d; break; fi
+  done
+fi
+if [ -z "$data" ] || [ ! -f "$data/train.txt" ] || [ ! -f "$data/dev.txt" ]; then
+  echo "gpu_policy.sh: no lattice train.txt and dev.txt (put them in .data/lattice or pass --data)" >&2
+  exit 2
+fi
 mkdir -p "$out"
+cd "$root"
+source scripts/gpu_deps.sh
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEDBATCH_NATIVE=ON -DEDBATCH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DEDBATCH_TORCH=OFF -DEDBATCH_BUILD_BENCH=OFF \
   -DEDBATCH_BUILD_TESTS=OFF -DEDBATCH_BUILD_EXAMPLES=OFF > "$out/cmake.log"
