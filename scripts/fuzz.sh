@@ -53,7 +53,7 @@ if [ "$do_build" = 1 ]; then
   start=$(date +%s)
   mkdir -p "$build"
   cmake -S . -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" "${arch[@]}" -DEDBATCH_FUZZ=ON -DEDBATCH_CUDA=OFF \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" "${arch[@]}" -DEDBATCH_FUZZ=ON -DEDBATCH_CUDA=OFF \
     -DEDBATCH_TORCH=OFF -DEDBATCH_BUILD_TESTS=OFF -DEDBATCH_BUILD_EXAMPLES=OFF \
     -DEDBATCH_BUILD_BENCH=OFF > "$build/configure.log" 2>&1 ||
     { cat "$build/configure.log" >&2; exit 1; }

@@ -28,7 +28,7 @@ if [ "$sanitizers" = thread ]; then
   tbb=(-DTBB_DIR="$PWD/$build/tbb-tsan/lib/cmake/TBB")
 fi
 cmake -S . -B "$build" "${generator[@]}" "${tbb[@]}" -DCMAKE_BUILD_TYPE=Debug \
-  "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" \
+  "-DCMAKE_CXX_FLAGS_DEBUG=-g1 -O1" \
   -DEDBATCH_SANITIZE="$sanitizers" -DEDBATCH_CUDA=OFF -DEDBATCH_TORCH=OFF \
   -DEDBATCH_BUILD_EXAMPLES=OFF -DEDBATCH_BUILD_BENCH=OFF > "$build/configure.log" 2>&1 ||
   { cat "$build/configure.log" >&2; exit 1; }
