@@ -14,7 +14,8 @@
 #       [--batches "32 128"] [--batch-us "auto 0"] [--rounds 2] [--no-count] [--no-auto]
 #
 # --data: a folder with train.txt (trained on) and dev.txt (only run on); default .data/lattice
-# (a copy inside the checkout), else ../shared/data/lattice. Forward passes per run: 1280 instances' worth (at least 8).
+# (a copy inside the checkout), else ../shared/data/lattice. Forward passes per run: 1280
+# instances' worth (at least 8).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,7 +51,10 @@ if [ -z "$data" ] || [ ! -f "$data/train.txt" ] || [ ! -f "$data/dev.txt" ]; the
   echo "gpu_policy.sh: no lattice train.txt and dev.txt (put them in .data/lattice or pass --data)" >&2
   exit 2
 fi
+# Absolute before the cd below (scripts/gpu_deps.sh reads .deb/ from the repository root).
+data=$(cd "$data" && pwd)
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 cd "$root"
 source scripts/gpu_deps.sh
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEDBATCH_NATIVE=ON -DEDBATCH_CUDA=ON \
