@@ -1,8 +1,9 @@
 // The time reward's costs: predicted time of a schedule (a sum over its batches, or its critical
 // chain), and measuring per-type costs on a device by regression over forward passes under
-// several policies (fsm.h, measure_type_costs).
+// several policies (fsm.h, measure_type_costs), and timing whole policies (measure_policy_times).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -162,6 +163,20 @@ std::vector<double> features(const Schedule& s, const std::vector<uint32_t>& loc
   return f;
 }
 
+// One forward pass of a graph's last expression (its summed loss), waited for: the device time
+// on a GPU, else the execution time.
+double forward_ms(Engine& engine, Graph& g) {
+  engine.forward(g, g.expr(g.size() - 1));
+  engine.synchronize();
+  const Stats& st = engine.stats();
+  return st.device_forward_ms > 0 ? st.device_forward_ms : st.execution_ms;
+}
+
+double median_of(std::vector<double>& v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace
 
 double FsmCostModel::predicted_us(const Graph& g, const Schedule& s) const {
@@ -240,25 +255,46 @@ FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<G
     for (uint32_t rep = 0; rep <= reps; ++rep)  // the first round warms up
       for (size_t i = 0; i < graphs.size(); ++i) {
         if (stop && stop()) return FsmCostModel{};
-        Graph& g = *graphs[i];
-        engine.forward(g, g.expr(g.size() - 1));
-        engine.synchronize();
-        const Stats& st = engine.stats();
+        const double t = forward_ms(engine, *graphs[i]);
         if (rep == 0) {
-          sampled.push_back(&g);
+          sampled.push_back(graphs[i]);
           schedules.push_back(engine.schedule());
           continue;
         }
-        ms[i].push_back(st.device_forward_ms > 0 ? st.device_forward_ms : st.execution_ms);
+        ms[i].push_back(t);
       }
-    for (size_t i = 0; i < graphs.size(); ++i) {
-      std::sort(ms[i].begin(), ms[i].end());
-      times.push_back(1e3 * ms[i][ms[i].size() / 2]);
-    }
+    for (auto& m : ms) times.push_back(1e3 * median_of(m));
   }
   FsmCostModel model = fit_type_costs(sampled, schedules, times, chain);
   model.device = device.device;
   return model;
+}
+
+std::vector<double> measure_policy_times(ParameterCollection& params,
+                                         const std::vector<Graph*>& graphs,
+                                         std::vector<std::unique_ptr<Policy>> policies,
+                                         const EngineOptions& device, uint32_t reps,
+                                         const std::function<bool()>& stop) {
+  if (graphs.empty() || policies.empty() || reps == 0)
+    throw std::invalid_argument("[measure_policy_times] needs graphs, policies and reps > 0");
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (auto& policy : policies)
+    engines.push_back(std::make_unique<Engine>(params, std::move(policy), device));
+  // ms[p][i]: policy p's timed passes of graph i. The policies alternate graph by graph, so
+  // that a slow spell of the machine falls on all of them alike.
+  std::vector<std::vector<std::vector<double>>> ms(engines.size(),
+                                                   std::vector<std::vector<double>>(graphs.size()));
+  for (uint32_t rep = 0; rep <= reps; ++rep)  // the first round warms up
+    for (size_t i = 0; i < graphs.size(); ++i)
+      for (size_t p = 0; p < engines.size(); ++p) {
+        if (stop && stop()) return {};
+        const double t = forward_ms(*engines[p], *graphs[i]);
+        if (rep > 0) ms[p][i].push_back(t);
+      }
+  std::vector<double> mean_us(engines.size(), 0.0);
+  for (size_t p = 0; p < engines.size(); ++p)
+    for (auto& m : ms[p]) mean_us[p] += 1e3 * median_of(m) / static_cast<double>(graphs.size());
+  return mean_us;
 }
 
 }  // namespace edbatch

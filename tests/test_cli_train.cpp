@@ -167,15 +167,49 @@ TEST_CASE("cli train: costs measured once, reused from the file, summed or along
   CHECK(heavy["costs"]["batch_us"] == 40.0);
   CHECK(heavy["validation"]["teacher_us"].get<double>() >
         nlohmann::json::parse(slurp(chained))["validation"]["teacher_us"].get<double>());
-  // Measured along the chain here, auto gives at least a quarter of a microsecond.
+  // Measured along the chain here, auto trains with the fit's cost per batch (at least a quarter
+  // of a microsecond), twice and four times it, times each policy forward on the validation
+  // mini-batches beside lb-greedy and keeps the fastest.
   const std::string floor = dir / "floor.json";
   const Result f = cli(
       dir, tiny + "--device cpu --combine chain --cost-graphs 2 --cost-reps 1 -o '" + floor + "'");
   INFO(f.err);
   REQUIRE(f.code == 0);
-  CHECK(nlohmann::json::parse(slurp(floor))["costs"]["batch_us"].get<double>() >= 0.25);
-  for (const char* wrong : {"-1", "x", "nan", "inf"})
-    CHECK(cli(dir, tiny + "--costs '" + chained + "' --batch-us " + wrong + " -o x.json").code ==
+  auto check_kept_fastest = [](const nlohmann::json& policy, const std::vector<double>& tried) {
+    const nlohmann::json& timed = policy["validation"]["measured_us"];
+    REQUIRE(timed["batch_us"].size() == tried.size());
+    CHECK(timed["lb-greedy"].get<double>() > 0);
+    double fastest = 1e300, kept_us = -1;
+    for (size_t k = 0; k < tried.size(); ++k) {
+      const nlohmann::json& t = timed["batch_us"][k];
+      CHECK(t["batch_us"].get<double>() == doctest::Approx(tried[k]));
+      CHECK(t["us"].get<double>() > 0);
+      if (t["us"].get<double>() < fastest) fastest = t["us"], kept_us = t["batch_us"];
+    }
+    CHECK(timed["fsm"].get<double>() == fastest);
+    CHECK(policy["costs"]["batch_us"].get<double>() == kept_us);
+  };
+  const nlohmann::json floored = nlohmann::json::parse(slurp(floor));
+  const double fit = floored["validation"]["measured_us"]["batch_us"][0]["batch_us"];
+  CHECK(fit >= 0.25);
+  check_kept_fastest(floored, {fit, 2 * fit, 4 * fit});
+  CHECK(f.out.find("timed on cpu, validation") != std::string::npos);
+  CHECK(f.out.find("  kept\n") != std::string::npos);
+  // A list of values: a policy each, the fastest kept; they can only be timed on a device.
+  const Result l = cli(dir, tiny +
+                                "--device cpu --combine chain --cost-graphs 2 --cost-reps 1 "
+                                "--batch-us 0,3 -o '" +
+                                floor + "'");
+  INFO(l.err);
+  REQUIRE(l.code == 0);
+  check_kept_fastest(nlohmann::json::parse(slurp(floor)), {0, 3});
+  const Result untimed = cli(dir, tiny + "--costs '" + chained + "' --batch-us 0,3 -o x.json");
+  CHECK(untimed.code == 2);
+  CHECK(untimed.err.find("several values keep the policy that runs fastest") != std::string::npos);
+  // One value from a file's costs: nothing is timed.
+  CHECK_FALSE(heavy["validation"].contains("measured_us"));
+  for (const char* wrong : {"-1", "x", "nan", "inf", "1,", ",1", "1,,2", "0.25,-1", ""})
+    CHECK(cli(dir, tiny + "--costs '" + chained + "' --batch-us '" + wrong + "' -o x.json").code ==
           2);
   const Result summed = cli(dir, tiny + "--costs '" + measured + "' --batch-us 1 -o x.json");
   CHECK(summed.code == 2);

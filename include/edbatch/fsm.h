@@ -151,6 +151,15 @@ struct FsmCostModel {
 FsmCostModel measure_type_costs(ParameterCollection& params, const std::vector<Graph*>& graphs,
                                 const EngineOptions& device, uint32_t reps = 3, uint64_t seed = 1,
                                 bool chain = false, const std::function<bool()>& stop = {});
+// The forward time of each policy on the engine's device, in microseconds: the mean over
+// `graphs` of each graph's median of `reps` timed passes (after one untimed round), the policies
+// alternating graph by graph. Each pass runs a graph's last expression (its summed loss); device
+// time on a GPU, execution time on the CPU. Empty when `stop` returns true between two passes.
+std::vector<double> measure_policy_times(ParameterCollection& params,
+                                         const std::vector<Graph*>& graphs,
+                                         std::vector<std::unique_ptr<Policy>> policies,
+                                         const EngineOptions& device, uint32_t reps,
+                                         const std::function<bool()>& stop = {});
 // The fit itself, on given forward times (microseconds) of `schedules` of `graphs` (one sample
 // per entry, graphs repeated as needed): per-type costs of the types the graphs schedule.
 FsmCostModel fit_type_costs(const std::vector<const Graph*>& graphs,

@@ -135,6 +135,10 @@ void check_usage(const TrainOptions& o) {
   if (o.batch_us != "auto" && o.costs.empty() && o.device == "none")
     throw UsageError("--batch-us " + o.batch_us +
                      " needs costs: --device cpu|cuda or --costs FILE");
+  if (o.batch_us.find(',') != std::string::npos && o.device == "none")
+    throw UsageError("--batch-us " + o.batch_us +
+                     ": several values keep the policy that runs fastest, timed on the device "
+                     "the costs are measured on (--device cpu|cuda)");
 }
 
 // The least per-batch cost that `--batch-us auto` gives measured chain costs. The chain model
@@ -145,20 +149,26 @@ void check_usage(const TrainOptions& o) {
 // time of 0, 0.25, 0.5, 1 and 2 at mini-batches 32 and 128 (docs/policies.md).
 constexpr double kMeasuredChainBatchUs = 0.25;
 
-// --batch-us: "auto" keeps what the costs hold, with at least kMeasuredChainBatchUs when they
-// were measured along the chain in this run; a number replaces it. Only chain costs have it.
-void apply_batch_us(TrainOptions& o) {
+// The --batch-us values to train a policy with, one each. "auto" keeps what the costs hold; on
+// chain costs measured in this run it tries that (at least kMeasuredChainBatchUs), twice and four
+// times it, since the best value depends on the model and the mini-batch size and the fit
+// cannot find it. A number or a list gives the values. Only chain costs have a cost per batch.
+std::vector<double> batch_us_values(const TrainOptions& o) {
+  const FsmCostModel& c = o.fsm.costs;
   if (o.batch_us == "auto") {
-    if (o.fsm.costs.chain && o.costs.empty())
-      o.fsm.costs.batch_us = std::max(o.fsm.costs.batch_us, kMeasuredChainBatchUs);
-    return;
+    if (!c.chain || !o.costs.empty()) return {c.batch_us};
+    const double us = std::max(c.batch_us, kMeasuredChainBatchUs);
+    return {us, 2 * us, 4 * us};
   }
-  if (!o.fsm.costs.chain)
+  if (!c.chain)
     throw UsageError("--batch-us " + o.batch_us +
                      ": the costs add up batch by batch (sum), so a cost per batch in series "
                      "has no meaning; combine them along the chain (--combine chain, or "
                      "--device cuda)");
-  o.fsm.costs.batch_us = std::stod(o.batch_us);
+  std::vector<double> values;
+  std::stringstream list(o.batch_us);
+  for (std::string v; std::getline(list, v, ',');) values.push_back(std::stod(v));
+  return values;
 }
 
 int train(TrainOptions o) {
@@ -224,26 +234,25 @@ int train(TrainOptions o) {
       throw UsageError("--costs: " + o.costs + " has no costs (a policy trained with --device)");
     if (o.combine != "auto") o.fsm.costs.chain = chain;
     warn_missing_costs(o, train_graphs);
-  } else if (o.device != "none") {
+  }
+  EngineOptions eo;
+  eo.device = o.device;
+  eo.threads = static_cast<int>(o.threads);
+  eo = apply_debug_env(eo);
+  const auto stop = [] { return interrupt_signal() != 0; };
+  if (o.costs.empty() && o.device != "none") {
     std::vector<Graph*> sample;
     for (size_t i = 0; i < w.train.size() && sample.size() < std::max(o.cost_graphs, 2u); ++i)
       sample.push_back(w.train[i].get());
-    EngineOptions eo;
-    eo.device = o.device;
-    eo.threads = static_cast<int>(o.threads);
-    eo = apply_debug_env(eo);
-    o.fsm.costs = measure_type_costs(pc, sample, eo, o.cost_reps, o.seed, chain,
-                                     [] { return interrupt_signal() != 0; });
+    o.fsm.costs = measure_type_costs(pc, sample, eo, o.cost_reps, o.seed, chain, stop);
   }
-  if (!o.fsm.costs.empty()) apply_batch_us(o);
+  const std::vector<double> us_values =
+      o.fsm.costs.empty() ? std::vector<double>{0} : batch_us_values(o);
   for (size_t i = 0; i < o.fsm.costs.types.size(); ++i)
     std::fprintf(stderr, "cost on %s (%s): %-40s %9.2f us + %8.4f us per node\n",
                  o.fsm.costs.device.c_str(), o.fsm.costs.chain ? "chain" : "sum",
                  o.fsm.costs.types[i].c_str(), o.fsm.costs.costs[i].launch_us,
                  o.fsm.costs.costs[i].node_us);
-  if (o.fsm.costs.chain)
-    std::fprintf(stderr, "cost on %s (chain): every batch in series %9.2f us\n",
-                 o.fsm.costs.device.c_str(), o.fsm.costs.batch_us);
   // Summed costs without any per-batch part make every schedule of a mini-batch cost the same
   // (its nodes are the same): the time reward could not rank them.
   bool per_batch = o.fsm.costs.chain;
@@ -257,18 +266,55 @@ int train(TrainOptions o) {
                  o.costs.empty() ? "the fit of the measured times found none"
                                  : ("as " + o.costs + " has them").c_str());
 
-  // The curve is written at the end, whole (write_file_atomically).
-  std::ostringstream curve;
-  curve << "episode,mean_batches,validation_batches,lower_bound,stage\n";
-  auto progress = [&](const FsmCurvePoint& p) {
-    std::fprintf(stderr,
-                 "%-10s  episode %5u  training %8.2f  validation %8.2f  lower bound %8.2f\n",
-                 p.stage, p.episode, p.mean_batches, p.validation_batches, p.lower_bound);
-    curve << p.episode << "," << p.mean_batches << "," << p.validation_batches << ","
-          << p.lower_bound << "," << p.stage << "\n";
+  // One policy per --batch-us value, each with its learning curve (written at the end, whole:
+  // write_file_atomically). A stop ends training; later values are not tried.
+  struct Candidate {
+    double batch_us;
+    FsmTrainResult result;
+    std::string curve;
   };
-  o.fsm.stop = [] { return interrupt_signal() != 0; };
-  FsmTrainResult result = train_fsm_policy(train_graphs, val_graphs, o.fsm, progress);
+  std::vector<Candidate> candidates;
+  o.fsm.stop = stop;
+  for (size_t k = 0; k < us_values.size() && (k == 0 || !interrupt_signal()); ++k) {
+    o.fsm.costs.batch_us = us_values[k];
+    const std::string which = us_values.size() > 1 ? " (policy " + std::to_string(k + 1) + " of " +
+                                                         std::to_string(us_values.size()) + ")"
+                                                   : "";
+    if (o.fsm.costs.chain)
+      std::fprintf(stderr, "cost on %s (chain): every batch in series %9.2f us%s\n",
+                   o.fsm.costs.device.c_str(), o.fsm.costs.batch_us, which.c_str());
+    std::ostringstream curve;
+    curve << "episode,mean_batches,validation_batches,lower_bound,stage\n";
+    auto progress = [&](const FsmCurvePoint& p) {
+      std::fprintf(stderr,
+                   "%-10s  episode %5u  training %8.2f  validation %8.2f  lower bound %8.2f\n",
+                   p.stage, p.episode, p.mean_batches, p.validation_batches, p.lower_bound);
+      curve << p.episode << "," << p.mean_batches << "," << p.validation_batches << ","
+            << p.lower_bound << "," << p.stage << "\n";
+    };
+    FsmTrainResult r = train_fsm_policy(train_graphs, val_graphs, o.fsm, progress);
+    candidates.push_back({us_values[k], std::move(r), curve.str()});
+  }
+  // Several policies: each runs forward over the validation mini-batches on the device, beside
+  // lb-greedy, and the fastest is kept (the first when stopped before).
+  size_t kept = 0;
+  std::vector<double> measured;  // lb-greedy's, then each candidate's
+  if (candidates.size() > 1 && !interrupt_signal()) {
+    std::fprintf(stderr,
+                 "timing %zu policies and lb-greedy on %s over %zu validation "
+                 "mini-batches, %u passes each\n",
+                 candidates.size(), o.device.c_str(), w.validation.size(), o.cost_reps);
+    std::vector<Graph*> graphs;
+    for (const auto& g : w.validation) graphs.push_back(g.get());
+    std::vector<std::unique_ptr<Policy>> policies;
+    policies.push_back(make_policy("lb-greedy"));
+    for (const Candidate& c : candidates)
+      policies.push_back(std::make_unique<FsmPolicy>(c.result.policy, o.output));
+    measured = measure_policy_times(pc, graphs, std::move(policies), eo, o.cost_reps, stop);
+    for (size_t k = 1; k < measured.size(); ++k)
+      if (measured[k] < measured[kept + 1]) kept = k - 1;
+  }
+  FsmTrainResult& result = candidates[kept].result;
   if (interrupt_signal())
     std::fprintf(stderr, "training stopped by %s: the best candidate so far (%s) is kept\n",
                  interrupt_name(), result.best_source.c_str());
@@ -291,13 +337,21 @@ int train(TrainOptions o) {
     validation["teacher_us"] =
         result.teacher_batches > 0 ? nlohmann::json(result.teacher_cost) : nlohmann::json();
   validation["best"] = result.best_source;
+  if (!measured.empty()) {
+    // Forward microseconds on the device, per validation mini-batch.
+    nlohmann::json tried = nlohmann::json::array();
+    for (size_t k = 0; k < candidates.size(); ++k)
+      tried.push_back({{"batch_us", candidates[k].batch_us}, {"us", measured[k + 1]}});
+    validation["measured_us"] = {
+        {"lb-greedy", measured[0]}, {"fsm", measured[kept + 1]}, {"batch_us", tried}};
+  }
   info.validation = validation.dump();
   info.validation_batches = fsm_batches;
   // Each file is written whatever happened to the other (finish() below names a failure).
   outputs.write("--output", [&] { save_fsm_policy(o.output, result.policy); });
   if (!o.curve.empty())
     outputs.write("--curve", [&] {
-      write_file_atomically(o.curve, [&](std::ostream& out) { out << curve.str(); });
+      write_file_atomically(o.curve, [&](std::ostream& out) { out << candidates[kept].curve; });
     });
 
   std::printf(
@@ -308,6 +362,16 @@ int train(TrainOptions o) {
           : ("time on " + o.fsm.costs.device + (o.fsm.costs.chain ? ", chain" : ", sum")).c_str());
   FsmPolicy loaded(result.policy, o.output);
   print_comparison(val_graphs, loaded, result.policy.costs, "validation (held out of --data)");
+  if (!measured.empty()) {
+    std::printf(
+        "timed on %s, validation: us per forward (median of %u passes, mean over "
+        "mini-batches)\n%-18s %9.1f\n",
+        o.fsm.costs.device.c_str(), o.cost_reps, "lb-greedy", measured[0]);
+    for (size_t k = 0; k < candidates.size(); ++k)
+      std::printf("fsm, batch-us %-4.3g %9.1f  %+6.1f%%%s\n", candidates[k].batch_us,
+                  measured[k + 1], 100 * (measured[k + 1] / measured[0] - 1),
+                  k == kept ? "  kept" : "");
+  }
   if (evaluation) {
     std::vector<const Graph*> graphs;
     for (const auto& g : evaluation->graphs) graphs.push_back(g.get());
@@ -416,16 +480,24 @@ Command add_train_command(CLI::App& root) {
                   "cpu|cuda, e.g. on another machine) instead of measuring them");
   app->add_option("--batch-us", o->batch_us,
                   "chain costs: microseconds every batch adds in series, whatever runs beside "
-                  "it; auto keeps the file's (--costs) or the fit's, at least 0.25 when measured "
-                  "(the fit cannot see the stages beside the chain share the device)")
+                  "it. Several values (0.25,1): a policy each, all timed forward on the "
+                  "validation mini-batches on --device, the fastest kept. auto: the file's "
+                  "(--costs); measured here, the fit's (at least 0.25: the fit cannot see that "
+                  "the stages beside the chain share the device), twice and four times it, the "
+                  "fastest kept")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
             if (text == "auto") return "";
-            const std::string wrong = number_in(0, 1e6)(text);
-            return wrong.empty() ? "" : "expected auto or a number in [0, 1e6], got '" + text + "'";
+            bool ok = !text.empty() && text.back() != ',';
+            std::stringstream list(text);
+            for (std::string v; ok && std::getline(list, v, ',');)
+              ok = number_in(0, 1e6)(v).empty();
+            return ok ? ""
+                      : "expected auto, a number in [0, 1e6] or a list of them (0.25,1), got '" +
+                            text + "'";
           },
-          "auto|US"));
+          "auto|US[,US...]"));
   app->add_option("--cost-graphs", o->cost_graphs, "mini-batches the costs are measured on")
       ->capture_default_str()
       ->check(CLI::Range(2u, 1024u));
@@ -445,7 +517,8 @@ Command add_train_command(CLI::App& root) {
                   "evaluations of the search over the scorer's weights on the training cost")
       ->capture_default_str();
   app->add_option("--time-budget", o->fsm.time_budget_s,
-                  "seconds of training, counted after any cost measurement; past them "
+                  "seconds of training (of each policy, with several --batch-us values), "
+                  "counted after any cost measurement; past them "
                   "training stops (checked between stages and within each) and keeps the best "
                   "so far (0: none)")
       ->capture_default_str()
