@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine: the learned policy's time reward against lb-greedy, in one run. Builds
 # (Release, sm_90), then for each model and mini-batch size: trains a policy on the GPU's
-# measured per-type costs (`edbatch train --device cuda`, with the first --batch-us value), one
-# more per further --batch-us value on those same costs (`--costs`), and one that counts batches
+# measured per-type costs (`edbatch train --device cuda`, with the first --batch-us value: auto
+# trains three and keeps the one it times fastest), one more per further --batch-us value on
+# those same costs (`--costs`), and one that counts batches
 # (`--device none`); then runs lb-greedy and every policy on the held-out dev set with
 # `edbatch run --device cuda --json`, the policies alternating within each round, and prints per
 # policy its batches and stages per mini-batch and the device time of a forward (mean over the
