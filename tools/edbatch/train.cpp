@@ -149,6 +149,15 @@ void check_usage(const TrainOptions& o) {
 // time of 0, 0.25, 0.5, 1 and 2 at mini-batches 32 and 128 (docs/policies.md).
 constexpr double kMeasuredChainBatchUs = 0.25;
 
+// The comma-separated parts of a --batch-us list ("1," gives "1" and ""; "" gives none).
+std::vector<std::string> batch_us_parts(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream list(text);
+  for (std::string v; std::getline(list, v, ',');) parts.push_back(v);
+  if (!text.empty() && text.back() == ',') parts.emplace_back();
+  return parts;
+}
+
 // The --batch-us values to train a policy with, one each. "auto" keeps what the costs hold; on
 // chain costs measured in this run it tries that (at least kMeasuredChainBatchUs), twice and four
 // times it, since the best value depends on the model and the mini-batch size and the fit
@@ -166,8 +175,7 @@ std::vector<double> batch_us_values(const TrainOptions& o) {
                      "has no meaning; combine them along the chain (--combine chain, or "
                      "--device cuda)");
   std::vector<double> values;
-  std::stringstream list(o.batch_us);
-  for (std::string v; std::getline(list, v, ',');) values.push_back(std::stod(v));
+  for (const std::string& v : batch_us_parts(o.batch_us)) values.push_back(std::stod(v));
   return values;
 }
 
@@ -311,8 +319,9 @@ int train(TrainOptions o) {
     for (const Candidate& c : candidates)
       policies.push_back(std::make_unique<FsmPolicy>(c.result.policy, o.output));
     measured = measure_policy_times(pc, graphs, std::move(policies), eo, o.cost_reps, stop);
-    for (size_t k = 1; k < measured.size(); ++k)
-      if (measured[k] < measured[kept + 1]) kept = k - 1;
+    if (!measured.empty())  // the first fastest candidate (measured[0] is lb-greedy's)
+      kept = static_cast<size_t>(std::min_element(measured.begin() + 1, measured.end()) -
+                                 measured.begin() - 1);
   }
   FsmTrainResult& result = candidates[kept].result;
   if (interrupt_signal())
@@ -489,10 +498,9 @@ Command add_train_command(CLI::App& root) {
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
             if (text == "auto") return "";
-            bool ok = !text.empty() && text.back() != ',';
-            std::stringstream list(text);
-            for (std::string v; ok && std::getline(list, v, ',');)
-              ok = number_in(0, 1e6)(v).empty();
+            const std::vector<std::string> parts = batch_us_parts(text);
+            bool ok = !parts.empty();
+            for (const std::string& v : parts) ok = ok && number_in(0, 1e6)(v).empty();
             return ok ? ""
                       : "expected auto, a number in [0, 1e6] or a list of them (0.25,1), got '" +
                             text + "'";
