@@ -13,10 +13,12 @@
 #
 #   scripts/gpu_policy.sh [--out DIR] [--build DIR] [--data DIR] [--models "lattice_lstm ..."]
 #       [--batches "32 128"] [--batch-us "auto 0"] [--rounds 2] [--no-count] [--no-auto]
+#       [--cost-graphs 8] [--cost-reps 5]
 #
 # --data: a folder with train.txt (trained on) and dev.txt (only run on); default .data/lattice
 # (a copy inside the checkout), else ../shared/data/lattice. Forward passes per run: 1280
-# instances' worth (at least 8).
+# instances' worth (at least 8). --cost-graphs and --cost-reps: the cost measurement's training
+# mini-batches and timed passes per policy and mini-batch (`edbatch train`'s options).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +31,8 @@ batch_us="auto 0"
 rounds=2
 count=1
 auto=1
+cost_graphs=8
+cost_reps=5
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -40,6 +44,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --no-count) count=0; shift ;;
     --no-auto) auto=0; shift ;;
+    --cost-graphs) cost_graphs=$2; shift 2 ;;
+    --cost-reps) cost_reps=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -73,7 +79,7 @@ for model in $models; do
     for us in $batch_us; do
       file="$out/$tag.us$us.policy.json"
       if [ -z "$first" ]; then
-        "${train[@]}" --device cuda --cost-graphs 8 --cost-reps 5 --batch-us "$us" -o "$file" \
+        "${train[@]}" --device cuda --cost-graphs "$cost_graphs" --cost-reps "$cost_reps" --batch-us "$us" -o "$file" \
           > "$out/train.$tag.us$us.txt" 2> "$out/train.$tag.us$us.log"
         first=$file
       else
