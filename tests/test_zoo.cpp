@@ -293,6 +293,36 @@ TEST_CASE("zoo: factory errors and the block hook") {
   CHECK_THROWS_AS(m->build(g, m->size()), std::invalid_argument);
 }
 
+TEST_CASE("zoo: tree models refuse a tree whose children come after it, at every build") {
+  // Instance 1 is valid; instance 0's root reads node 2, itself (not in post-order).
+  Dataset data;
+  data.kind = DataKind::Trees;
+  Tree bad, good;
+  bad.nodes.resize(3);
+  bad.nodes[2].left = 0;
+  bad.nodes[2].right = 2;
+  good.nodes.resize(3);
+  good.nodes[2].left = 0;
+  good.nodes[2].right = 1;
+  data.trees = {bad, good};
+  for (const char* name : {"tree_lstm", "tree_gru", "double_typed_tree_lstm", "mvrnn"})
+    for (const bool blocks : {false, true}) {
+      CAPTURE(name);
+      CAPTURE(blocks);
+      ParameterCollection pc(1);
+      ModelOptions o = small_options(4);
+      o.blocks = blocks;
+      const std::unique_ptr<Model> m = make_model(name, pc, data, o);
+      Graph g(pc);
+      CHECK_NOTHROW(m->build(g, 1));
+      for (int attempt = 0; attempt < 2; ++attempt)
+        CHECK_THROWS_WITH_AS(m->build(g, 0),
+                             doctest::Contains("node 2 has children that do not come before it"),
+                             std::invalid_argument);
+      CHECK_NOTHROW(m->build(g, 1));  // checked once, built again
+    }
+}
+
 TEST_CASE("zoo: data sets by spec") {
   const Dataset d = load_dataset(DataKind::Dags, "synthetic:3", 11, 1);
   CHECK(d.size() == 3);

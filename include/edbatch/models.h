@@ -162,6 +162,9 @@ class Model {
   // Nodes go through `sink`: per node into the graph, or into a PackedGraph (options().packed).
   virtual Expr build_blocks(zoo::Sink& sink, uint32_t instance, std::vector<Expr>* logits) = 0;
   void check_instance(uint32_t instance) const;
+  // trees[instance], checked (zoo::check_tree) the first time this model builds it: a data set
+  // built over many epochs is checked once, not at every build.
+  const Tree& checked_tree(const std::vector<Tree>& trees, uint32_t instance);
   // -log softmax(W_out h)[label], recording W_out h in `logits` when given.
   Expr node_loss(Graph& g, Parameter W_out, const Expr& h, uint32_t label,
                  std::vector<Expr>* logits) const;
@@ -171,6 +174,7 @@ class Model {
 
  private:
   std::string name_;
+  std::vector<uint8_t> tree_checked_;  // by instance: checked_tree passed
   PackedGraph run_;  // the packed block build's run, reused
 };
 

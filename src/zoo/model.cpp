@@ -246,6 +246,15 @@ void Model::check_instance(uint32_t instance) const {
                                             name_, instance, size()));
 }
 
+const Tree& Model::checked_tree(const std::vector<Tree>& trees, uint32_t instance) {
+  const Tree& tree = trees[instance];
+  if (instance < tree_checked_.size() && tree_checked_[instance]) return tree;
+  check_tree(tree, fmt::format("{}: instance {}", name_, instance).c_str());
+  if (tree_checked_.size() < trees.size()) tree_checked_.resize(trees.size(), 0);
+  tree_checked_[instance] = 1;
+  return tree;
+}
+
 Expr Model::node_loss(Graph& g, Parameter W_out, const Expr& h, uint32_t label,
                       std::vector<Expr>* logits) const {
   const Expr z = matmul(parameter(g, W_out), h);

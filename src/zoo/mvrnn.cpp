@@ -45,8 +45,7 @@ class Mvrnn : public Model {
 
  protected:
   Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
-    const Tree& tree = trees_[instance];
-    check_tree(tree, "mvrnn");
+    const Tree& tree = checked_tree(trees_, instance);
     v_.resize(tree.nodes.size());
     M_.resize(tree.nodes.size());
     losses_.clear();
@@ -72,8 +71,7 @@ class Mvrnn : public Model {
   // inner without M), and the loss of a one-word tree's leaf (input v; integer label). Leaves are
   // two lookups, the second reshaped (a view), so they need no cell.
   Expr build_blocks(Sink& s, uint32_t instance, std::vector<Expr>* logits) override {
-    const Tree& tree = trees_[instance];
-    check_tree(tree, "mvrnn");
+    const Tree& tree = checked_tree(trees_, instance);
     if (!inner_block_) make_blocks();
     v_.resize(tree.nodes.size());
     M_.resize(tree.nodes.size());

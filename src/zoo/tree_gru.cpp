@@ -46,8 +46,7 @@ class TreeGru : public Model {
 
  protected:
   Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
-    const Tree& tree = trees_[instance];
-    check_tree(tree, "tree_gru");
+    const Tree& tree = checked_tree(trees_, instance);
     h_.resize(tree.nodes.size());
     losses_.clear();
     for (size_t k = 0; k < tree.nodes.size(); ++k) {
@@ -62,8 +61,7 @@ class TreeGru : public Model {
   // Blocks with the node's loss: leaf (integers word, label), inner (inputs h1, h2; integer
   // label); outputs h, loss, logits.
   Expr build_blocks(Sink& s, uint32_t instance, std::vector<Expr>* logits) override {
-    const Tree& tree = trees_[instance];
-    check_tree(tree, "tree_gru");
+    const Tree& tree = checked_tree(trees_, instance);
     if (!leaf_block_) make_blocks();
     h_.resize(tree.nodes.size());
     losses_.clear();

@@ -206,7 +206,7 @@ class TreeLstm : public Model {
     return ops_.build(g, trees_[i], logits);
   }
   Expr build_blocks(zoo::Sink& s, uint32_t i, std::vector<Expr>* logits) override {
-    check_tree(trees_[i], "tree_lstm");
+    const Tree& tree = checked_tree(trees_, i);
     if (!blocks_) {
       // TreeLstmOps keeps its weights to itself; the blocks find the same ones by name.
       auto P = [this](const char* n) { return Parameter{pc_.find(n)}; };
@@ -223,7 +223,7 @@ class TreeLstm : public Model {
       blocks_ = std::make_unique<TreeLstmBlocks>(pc_, name(), options_.hidden, leaf, &inner, 1,
                                                  P("W_out"));
     }
-    return blocks_->build(s, trees_[i], logits, [](uint32_t) { return 0u; });
+    return blocks_->build(s, tree, logits, [](uint32_t) { return 0u; });
   }
 
  private:
@@ -259,8 +259,7 @@ class DoubleTypedTreeLstm : public Model {
 
  protected:
   Expr build_ops(Graph& g, uint32_t instance, std::vector<Expr>* logits) override {
-    const Tree& tree = trees_[instance];
-    check_tree(tree, "double_typed_tree_lstm");
+    const Tree& tree = checked_tree(trees_, instance);
     states_.resize(tree.nodes.size());
     losses_.clear();
     for (uint32_t k = 0; k < tree.nodes.size(); ++k) {
@@ -273,12 +272,11 @@ class DoubleTypedTreeLstm : public Model {
     return sum_losses(losses_);
   }
   Expr build_blocks(zoo::Sink& s, uint32_t instance, std::vector<Expr>* logits) override {
-    check_tree(trees_[instance], "double_typed_tree_lstm");
+    const Tree& tree = checked_tree(trees_, instance);
     if (!blocks_)
       blocks_ =
           std::make_unique<TreeLstmBlocks>(pc_, name(), options_.hidden, leaf_, cells_, 2, W_out_);
-    return blocks_->build(s, trees_[instance], logits,
-                          [&](uint32_t node) { return cell_of(instance, node); });
+    return blocks_->build(s, tree, logits, [&](uint32_t node) { return cell_of(instance, node); });
   }
 
  private:
