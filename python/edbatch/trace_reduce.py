@@ -423,6 +423,49 @@ def reshape(body, args, kwargs):
                   ValueError)
 
 
+def flatten(body, args, kwargs):
+    """torch.flatten / x.flatten(1) / nn.Flatten() over the dims after the batch: (batch, n)
+    is itself, a stack along 1 ((batch, k, n)) its pieces side by side (`cat`); a (batch,)
+    value flattened from 0 is itself."""
+    a = bind(args, kwargs, ("input", "start_dim", "end_dim"), {"start_dim": 0, "end_dim": -1})
+    x, start, end = a["input"], a["start_dim"], a["end_dim"]
+    if isinstance(x, Rows) and start in (0, -1) and end in (0, -1):
+        return x
+    dims = 3 if isinstance(x, Stack) else 2
+    if start in (1, 1 - dims) and end in (-1, dims - 1) and not isinstance(x, Rows):
+        return reshape(body, (x, -1, -1), {})
+    raise Refusal("flatten is supported over the dims after the batch (x.flatten(1), "
+                  "nn.Flatten()): flattening the batch dim would mix the nodes' rows",
+                  ValueError)
+
+
+def pad(body, args, kwargs):
+    """F.pad over the last dim in mode "constant": constants either side (`cat`); a negative
+    amount cuts features off (`slice`), as in PyTorch."""
+    a = bind(args, kwargs, ("input", "pad", "mode", "value"), {"mode": "constant", "value": None})
+    amounts, value = a["pad"], 0.0 if a["value"] is None else a["value"]
+    if a["mode"] != "constant":
+        raise Refusal(f"F.pad with mode={a['mode']!r} is not supported: only \"constant\"",
+                      ValueError)
+    if (not isinstance(amounts, (tuple, list)) or len(amounts) not in (2, 4)
+            or not all(isinstance(p, int) for p in amounts) or any(amounts[2:])):
+        raise Refusal("F.pad is supported over the last dim: pad=(left, right) of ints (the "
+                      "rows are the nodes, so (left, right, 0, 0) at most)", ValueError)
+    if not is_number(value):
+        raise Refusal("F.pad's value must be a Python number")
+    v, (left, right) = body.vector(a["input"]), amounts[:2]
+    begin, end = max(0, -left), v.size - max(0, -right)
+    if end <= begin:
+        raise Refusal(f"F.pad with pad=({left}, {right}) cuts away all {v.size} features",
+                      ValueError)
+    if (begin, end) != (0, v.size):
+        v = body.emit("slice", end - begin, [v], begin=begin, end=end)
+    side = [body.emit("const", n, [], value=float(value)) if n > 0 else None
+            for n in (left, right)]
+    parts = [p for p in (side[0], v, side[1]) if p is not None]
+    return v if len(parts) == 1 else body.emit("cat", sum(p.size for p in parts), parts)
+
+
 def new_tensor(fill):
     """torch.zeros / ones / full(shape, value) and x.new_zeros / new_ones / new_full: a constant,
     for shapes (batch, n), (n,) and (1, n) (each row the same, as PyTorch broadcasts them) or
@@ -470,7 +513,8 @@ FUNCTIONS = {
     torch.logsumexp: logsumexp, torch.norm: norm, torch.linalg.vector_norm: norm,
     F.normalize: normalize, torch.squeeze: squeeze, torch.unsqueeze: unsqueeze,
     torch.reshape: reshape, torch.unbind: unbind, torch.zeros: new_tensor(0.0),
-    torch.ones: new_tensor(1.0), torch.full: new_tensor(None),
+    torch.ones: new_tensor(1.0), torch.full: new_tensor(None), torch.flatten: flatten,
+    F.pad: pad,
 }
 
 METHODS = {
@@ -483,20 +527,28 @@ METHODS = {
     "amax": FUNCTIONS[torch.amax], "amin": FUNCTIONS[torch.amin],
     "logsumexp": logsumexp, "norm": norm, "squeeze": squeeze, "unsqueeze": unsqueeze,
     "view": reshape, "reshape": reshape, "unbind": unbind, "new_zeros": new_tensor(0.0),
-    "new_ones": new_tensor(1.0), "new_full": new_tensor(None),
+    "new_ones": new_tensor(1.0), "new_full": new_tensor(None), "flatten": flatten,
 }
 
 MODULES = {
     nn.Hardtanh: lambda body, m, args, kwargs: hardtanh(
         body, (args[0], m.min_val, m.max_val, m.inplace), {}),
     nn.ReLU6: lambda body, m, args, kwargs: relu6(body, (args[0], m.inplace), {}),
+    nn.Flatten: lambda body, m, args, kwargs: flatten(body, (args[0], m.start_dim, m.end_dim),
+                                                      {}),
+    nn.ConstantPad1d: lambda body, m, args, kwargs: pad(
+        body, (args[0], tuple(m.padding), "constant", m.value), {}),
 }
+if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
+    MODULES[nn.ZeroPad1d] = MODULES[nn.ConstantPad1d]
 
 SUPPORTED = (
     "sum / mean / var / std / max / min / amax / amin / logsumexp / norm (p=2) over the last dim "
     "(without keepdim=True a (batch,) value, usable after unsqueeze(-1)); torch.stack reduced "
     "over the stacked dim with sum / mean / max / min / amax / amin, unbound or indexed along "
-    "it, x.view(x.size(0), k, n) as such a stack; x.repeat(1, k); torch.zeros / ones / full "
+    "it, x.view(x.size(0), k, n) as such a stack, flattened back by x.flatten(1) / "
+    "nn.Flatten(); x.repeat(1, k); F.pad over the last dim (mode \"constant\"; nn.ConstantPad1d, "
+    "nn.ZeroPad1d); torch.zeros / ones / full "
     "and x.new_zeros / new_ones / new_full of shape (x.size(0), n) or (n,); x.view(x.size(0), "
     "-1); F.normalize "
     "(size-1 values broadcast against the features, as do size-1 tensors in + - * / and "

@@ -44,6 +44,9 @@ class OpCell(nn.Module):
         self.rnn = nn.RNNCell(S, S, nonlinearity="relu")
         self.ln = nn.LayerNorm(S)
         self.ln_plain = nn.LayerNorm(S, elementwise_affine=False)
+        self.flat = nn.Flatten()
+        self.cpad = nn.ConstantPad1d((1, 0), 0.3)
+        self.zpad = getattr(nn, "ZeroPad1d", lambda p: nn.ConstantPad1d(p, 0.0))((-1, 2))
         self.t = nn.Parameter(torch.tensor(1.3))  # 0-d: a learned temperature
         self.register_buffer("scale", 0.5 + torch.rand(S))
         self.register_buffer("keep", torch.arange(S) % 3 != 0)
@@ -243,6 +246,13 @@ OPS = {
         (a - a.mean(-1, keepdim=True)) / (a.std(-1, keepdim=True) + 1e-2) * 0.3 +
         torch.std(m, -1, keepdim=True, unbiased=False) * m + m.std(dim=-1).unsqueeze(-1) +
         c.back(a.repeat(1, 2)) + c.back(m.repeat((1, 2))) * a.repeat(1, 1)),
+    "flatten, pad": lambda c, a, m, x: (
+        a.flatten(1) + torch.flatten(m, 1, -1) + c.back(c.flat(torch.stack([a, m], 1)))
+        + c.back(torch.stack((m, a), dim=1).flatten(start_dim=-2)) * 0.5
+        + torch.flatten(a.sum(-1)).unsqueeze(-1) + F.pad(a, (2, -2)) + F.pad(m[:, 1:], (0, 1),
+                                                                              value=0.5)
+        + F.pad(a, (-1, 1, 0, 0), "constant", -0.25) + c.cpad(a)[:, 1:] + c.zpad(m)[:, :-1]
+        + F.pad(a, pad=[1, 1])[:, 1:-1]),
     "(batch, k, n) views, unbind, stack items": lambda c, a, m, x: (
         _product(c.two(a).view(-1, 2, a.shape[-1]).unbind(1)) +
         c.two(m).view(m.size(0), 2, -1)[:, 1] * a + c.two(a).reshape(-1, 2, a.size(1)).sum(1) +

@@ -486,6 +486,13 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
         lambda x, m: torch.stack([m, m])[:, 0])
     refused(ValueError, "unbind of a (batch, features) value")(lambda x, m: m.unbind(0)[0])
     refused(ValueError, "repeat is supported as x.repeat(1, k)")(lambda x, m: m.repeat(2, 1))
+    refused(ValueError, "flatten is supported over the dims after the batch")(
+        lambda x, m: m.flatten() + m)
+    refused(ValueError, "flatten is supported over the dims after the batch")(
+        lambda x, m: torch.stack([m, m], 1).flatten(0, 1))
+    refused(ValueError, "only \"constant\"")(lambda x, m: F.pad(m, (1, 1), mode="reflect"))
+    refused(ValueError, "(left, right, 0, 0) at most")(lambda x, m: F.pad(m, (0, 0, 1, 0)))
+    refused(ValueError, "cuts away all 7 features")(lambda x, m: F.pad(m, (-4, -3)) + 1)
     refused(TypeError, "inplace=True")(lambda x, m: F.relu6(m, True))
     refused(ValueError, "expanding a size-7 tensor to 9")(
         lambda x, m: torch.cat([m, m], -1)[:, :7].expand(-1, 9)[:, :7])
