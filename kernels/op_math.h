@@ -70,6 +70,13 @@ struct ScalarMath {
     return std::erf(x);
 #endif
   }
+  EDBATCH_HD static float atan(float x) {
+#if defined(__CUDA_ARCH__)
+    return atanf(x);
+#else
+    return std::atan(x);
+#endif
+  }
   EDBATCH_HD static float sin(float x) {
 #if defined(__CUDA_ARCH__)
     return sinf(x);
@@ -110,6 +117,9 @@ struct ScalarMath {
   static double log(double x) { return std::log(x); }
   static double sqrt(double x) { return std::sqrt(x); }
   static double erf(double x) { return std::erf(x); }
+  static double atan(double x) {
+    return std::atan(x);
+  }
   static double sin(double x) {
     return std::sin(x);
   }
@@ -306,6 +316,19 @@ struct Erf {
   }
 };
 
+// The arctangent; its gradient 1 / (1 + x^2), which goes to 0 where x^2 overflows.
+struct Atan {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::atan(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return dy / (x * x + 1.0f);
+  }
+};
+
 // 1 if x > 0 (x >= 0 with alpha 1), else 0; NaN gives 0 either way, as PyTorch's comparisons.
 // The gradient is 0 (a comparison has none in PyTorch).
 struct Step {
@@ -415,6 +438,7 @@ struct Keep {
   X(Sin, Sin)                   \
   X(Cos, Cos)                   \
   X(Erf, Erf)                   \
+  X(Atan, Atan)                 \
   X(ScalarAffine, ScalarAffine) \
   X(ScalarDivide, ScalarDivide)
 #define EDBATCH_BINARY_OPS(X) \

@@ -267,10 +267,10 @@ const std::vector<OpCase> kOps = {
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
        return leaky_relu(a[0], 0.1f) + elu(a[0], 0.7f) + abs(a[0]);
      }},
-    {"sin, cos, erf",
+    {"sin, cos, erf, atan",
      {kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
-       return sin(a[0] * 3.0f) + cos(a[0]) + erf(a[0] * 2.0f);
+       return sin(a[0] * 3.0f) + cos(a[0]) + erf(a[0] * 2.0f) + atan(a[0] * 4.0f);
      }},
     {"step, keep",
      {kV, kV},

@@ -470,6 +470,8 @@ std::vector<OpCase> math_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return cos(a[0]); }},
       {"erf", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return erf(a[0]); }},
+      {"atan", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return atan(a[0]); }},
       // Inputs are random values in (-1, 1): both sides of the kink at 0.
       {"leaky_relu", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return leaky_relu(a[0], 0.2f); }},
@@ -973,6 +975,10 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
     CHECK(math::Erf::value<ScalarMath>(x, Attr{}) == std::erf(x));
     CHECK(math::Erf::gradient<ScalarMath>(1.0, x, 0.0, Attr{}) ==
           doctest::Approx(2.0 / std::sqrt(kPi) * std::exp(-x * x)).epsilon(1e-12));
+    // atan: the C library's value, the slope 1 / (1 + x^2); 0 where x^2 overflows.
+    CHECK(math::Atan::value<ScalarMath>(x, Attr{}) == std::atan(x));
+    CHECK(math::Atan::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) ==
+          doctest::Approx(2.0 / (1.0 + x * x)).epsilon(1e-12));
     // The float instantiation the CUDA kernels use agrees with the double one.
     const float xf = static_cast<float>(x);
     CHECK(math::Gelu::value<ScalarMath>(xf, Attr{}) ==

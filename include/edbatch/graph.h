@@ -162,6 +162,7 @@ Expr abs(const Expr& x);
 Expr sin(const Expr& x);
 Expr cos(const Expr& x);
 Expr erf(const Expr& x);
+Expr atan(const Expr& x);
 // 1 where x > 0 (inclusive: x >= 0), else 0, NaN giving 0: a comparison as a 0/1 mask, with no
 // gradient. keep(a, mask): a where mask > 0, else exactly 0 (a selection, so a value not kept may
 // be inf or NaN); a's gradient passes where it is kept, mask's is 0. where(c, a, b) is

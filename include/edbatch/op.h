@@ -38,6 +38,7 @@ enum class Op : uint8_t {
   Sin,
   Cos,
   Erf,
+  Atan,
   Concat,             // stack args vertically (rows add up, cols equal)
   SliceRows,          // rows [aux, aux + rows) of every column of the argument
   Pick,               // element `index` of a vector: 1x1
@@ -104,6 +105,7 @@ inline constexpr OpInfo kOpInfo[] = {
     {"sin", 1, 1, BatchRule::Exact, true},
     {"cos", 1, 1, BatchRule::Exact, true},
     {"erf", 1, 1, BatchRule::Exact, true},
+    {"atan", 1, 1, BatchRule::Exact, true},
     {"concat", 1, -1, BatchRule::Exact, true},
     {"slice_rows", 1, 1, BatchRule::Exact, true},
     {"pick", 1, 1, BatchRule::Exact, true},

@@ -74,6 +74,10 @@ struct ArrayMath {
   }
   template <class X> static auto erf(const X& x) { return x.erf(); }
   template <class X>
+  static auto atan(const X& x) {
+    return x.atan();
+  }
+  template <class X>
   static auto sin(const X& x) {
     return x.sin();
   }

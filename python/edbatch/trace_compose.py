@@ -108,6 +108,26 @@ def expm1_of(body, x):
     return apply(body, "scale", apply(body, "exp", v), alpha=1.0, beta=-1.0)
 
 
+def tan_of(body, x):
+    """sin(x) / cos(x); its gradient 1 + tan(x)^2 through the quotient."""
+    v = body.vector(x)
+    return apply(body, "div", apply(body, "sin", v), apply(body, "cos", v))
+
+
+def log_base(base):
+    """log(x) / log(base) (log2, log10): within a float32 rounding of PyTorch's."""
+    def of(body, x):
+        return apply(body, "scale", apply(body, "log", body.vector(x)),
+                     alpha=1.0 / math.log(base), beta=0.0)
+    return of
+
+
+def exp2_of(body, x):
+    """2 ** x as exp(x log 2), as `a ** x` for a number a."""
+    v = body.vector(x)
+    return apply(body, "exp", apply(body, "scale", v, alpha=math.log(2.0), beta=0.0))
+
+
 def rms_norm_of(body, x, shape, weight, eps):
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim, as PyTorch's rms_norm (eps None:
     float32's machine epsilon)."""
@@ -222,7 +242,9 @@ FUNCTIONS = {
     torch.lerp: lerp, torch.addcmul: addc("mul"), torch.addcdiv: addc("div"),
     F.gelu: gelu, F.selu: _selu, torch.selu: _selu, F.celu: _celu, torch.celu: _celu,
     F.prelu: _prelu, torch.prelu: _prelu, F.softmin: _softmin,
-    torch.log1p: plain(log1p_of), torch.expm1: plain(expm1_of),
+    torch.log1p: plain(log1p_of), torch.expm1: plain(expm1_of), torch.tan: plain(tan_of),
+    torch.log2: plain(log_base(2.0)), torch.log10: plain(log_base(10.0)),
+    torch.exp2: plain(exp2_of), torch.special.exp2: plain(exp2_of),
     F.cosine_similarity: cosine_similarity, torch.cosine_similarity: cosine_similarity,
     F.pairwise_distance: pairwise_distance, torch.pairwise_distance: pairwise_distance,
     F.bilinear: _bilinear, torch.bilinear: _bilinear,
@@ -230,7 +252,8 @@ FUNCTIONS = {
 
 METHODS = {
     "gelu": gelu, "lerp": lerp, "addcmul": addc("mul"), "addcdiv": addc("div"),
-    "log1p": plain(log1p_of), "expm1": plain(expm1_of), "prelu": _prelu,
+    "log1p": plain(log1p_of), "expm1": plain(expm1_of), "prelu": _prelu, "tan": plain(tan_of),
+    "log2": plain(log_base(2.0)), "log10": plain(log_base(10.0)), "exp2": plain(exp2_of),
 }
 
 MODULES = {
@@ -253,7 +276,8 @@ if hasattr(nn, "RMSNorm"):
         body, args[0], m.normalized_shape, body.param_of(m, "weight"), m.eps)
 
 SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximate='tanh'; selu, "
-             "celu, prelu, softmin, log1p, expm1 (torch., F., method and module forms); "
+             "celu, prelu, softmin, log1p, expm1, tan, log2, log10, exp2 (torch., F., method and "
+             "module forms); "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
              "cosine_similarity and pairwise_distance (p=2) over the features (torch., F. and "
              "module forms; a (batch,) value, or (batch, 1) with keepdim=True); nn.Bilinear / "

@@ -357,6 +357,9 @@ Expr cos(const Expr& x) {
 Expr erf(const Expr& x) {
   return elementwise(Op::Erf, Args(&x, 1));
 }
+Expr atan(const Expr& x) {
+  return elementwise(Op::Atan, Args(&x, 1));
+}
 Expr step(const Expr& x, bool inclusive) {
   return elementwise(Op::Step, Args(&x, 1), inclusive ? 1.0f : 0.0f);
 }

@@ -17,13 +17,11 @@ namespace {
 
 // The program's one-argument instructions without fields (docs/programs.md).
 const std::map<std::string, Expr (*)(const Expr&)> kUnary = {
-    {"sigmoid", sigmoid},   {"tanh", tanh},
-    {"relu", relu},         {"gelu", gelu},
-    {"softplus", softplus}, {"exp", exp},
-    {"log", log},           {"sqrt", sqrt},
-    {"abs", abs},           {"sin", sin},
-    {"cos", cos},           {"erf", erf},
-    {"softmax", softmax},   {"log_softmax", log_softmax}};
+    {"sigmoid", sigmoid}, {"tanh", tanh},         {"relu", relu},
+    {"gelu", gelu},       {"softplus", softplus}, {"exp", exp},
+    {"log", log},         {"sqrt", sqrt},         {"abs", abs},
+    {"sin", sin},         {"cos", cos},           {"erf", erf},
+    {"atan", atan},       {"softmax", softmax},   {"log_softmax", log_softmax}};
 
 class ProgramCell : public Cell {
  public:

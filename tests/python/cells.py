@@ -106,6 +106,10 @@ OPS = {
     "sin, cos, erf": lambda c, a, m, x: (torch.sin(a * 3) + m.cos() + torch.erf(a) + m.sin() +
                                          torch.cos(a) * m + torch.special.erf(m * 2) +
                                          0.5 * a * (1 + torch.erf(a / math.sqrt(2)))),
+    "atan": lambda c, a, m, x: torch.atan(a * 3) + m.atan() + torch.arctan(m * 4),
+    "tan, log2, log10, exp2": lambda c, a, m, x: (
+        torch.tan(a * 0.5) + m.tan() * 0.5 + torch.log2(a * a + 1) + (m * m + 0.5).log10()
+        + torch.exp2(torch.tanh(a)) + m.tanh().exp2()),
     "nn.Sigmoid": lambda c, a, m, x: c.act(a), "nn.Tanh": lambda c, a, m, x: c.act(a),
     "nn.ReLU": lambda c, a, m, x: c.act(a), "nn.GELU": lambda c, a, m, x: c.act(a),
     "nn.Softplus": lambda c, a, m, x: c.act(a), "nn.Softmax": lambda c, a, m, x: c.act(a),
