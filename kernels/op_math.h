@@ -77,6 +77,48 @@ struct ScalarMath {
     return std::atan(x);
 #endif
   }
+  EDBATCH_HD static float sinh(float x) {
+#if defined(__CUDA_ARCH__)
+    return sinhf(x);
+#else
+    return std::sinh(x);
+#endif
+  }
+  EDBATCH_HD static float cosh(float x) {
+#if defined(__CUDA_ARCH__)
+    return coshf(x);
+#else
+    return std::cosh(x);
+#endif
+  }
+  EDBATCH_HD static float asinh(float x) {
+#if defined(__CUDA_ARCH__)
+    return asinhf(x);
+#else
+    return std::asinh(x);
+#endif
+  }
+  EDBATCH_HD static float atanh(float x) {
+#if defined(__CUDA_ARCH__)
+    return atanhf(x);
+#else
+    return std::atanh(x);
+#endif
+  }
+  EDBATCH_HD static float asin(float x) {
+#if defined(__CUDA_ARCH__)
+    return asinf(x);
+#else
+    return std::asin(x);
+#endif
+  }
+  EDBATCH_HD static float acos(float x) {
+#if defined(__CUDA_ARCH__)
+    return acosf(x);
+#else
+    return std::acos(x);
+#endif
+  }
   EDBATCH_HD static float sin(float x) {
 #if defined(__CUDA_ARCH__)
     return sinf(x);
@@ -119,6 +161,24 @@ struct ScalarMath {
   static double erf(double x) { return std::erf(x); }
   static double atan(double x) {
     return std::atan(x);
+  }
+  static double sinh(double x) {
+    return std::sinh(x);
+  }
+  static double cosh(double x) {
+    return std::cosh(x);
+  }
+  static double asinh(double x) {
+    return std::asinh(x);
+  }
+  static double atanh(double x) {
+    return std::atanh(x);
+  }
+  static double asin(double x) {
+    return std::asin(x);
+  }
+  static double acos(double x) {
+    return std::acos(x);
   }
   static double sin(double x) {
     return std::sin(x);
@@ -329,6 +389,85 @@ struct Atan {
   }
 };
 
+// The hyperbolic sine; its gradient cosh(x) (a dy of 0 gives 0 where cosh overflows).
+struct Sinh {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::sinh(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return M::unless_zero(dy * M::cosh(x), dy);
+  }
+};
+
+// The hyperbolic cosine; its gradient sinh(x) (a dy of 0 gives 0 where sinh overflows).
+struct Cosh {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::cosh(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return M::unless_zero(dy * M::sinh(x), dy);
+  }
+};
+
+// The inverse hyperbolic sine; its gradient 1 / sqrt(x^2 + 1), 0 where x^2 overflows.
+struct Asinh {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::asinh(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return dy / M::sqrt(x * x + 1.0f);
+  }
+};
+
+// The inverse hyperbolic tangent (NaN outside [-1, 1], infinite at -1 and 1); its
+// gradient 1 / (1 - x^2).
+struct Atanh {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::atanh(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return M::unless_zero(dy / (1.0f - x * x), dy);
+  }
+};
+
+// The arcsine (NaN outside [-1, 1]); its gradient 1 / sqrt(1 - x^2).
+struct Asin {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::asin(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return M::unless_zero(dy / M::sqrt(1.0f - x * x), dy);
+  }
+};
+
+// The arccosine (NaN outside [-1, 1]); its gradient -1 / sqrt(1 - x^2).
+struct Acos {
+  static constexpr bool kUsesX = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::acos(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T& x, const T&, Attr) {
+    return M::unless_zero(-1.0f * dy / M::sqrt(1.0f - x * x), dy);
+  }
+};
+
 // 1 if x > 0 (x >= 0 with alpha 1), else 0; NaN gives 0 either way, as PyTorch's comparisons.
 // The gradient is 0 (a comparison has none in PyTorch).
 struct Step {
@@ -439,6 +578,12 @@ struct Keep {
   X(Cos, Cos)                   \
   X(Erf, Erf)                   \
   X(Atan, Atan)                 \
+  X(Sinh, Sinh)                 \
+  X(Cosh, Cosh)                 \
+  X(Asinh, Asinh)               \
+  X(Atanh, Atanh)               \
+  X(Asin, Asin)                 \
+  X(Acos, Acos)                 \
   X(ScalarAffine, ScalarAffine) \
   X(ScalarDivide, ScalarDivide)
 #define EDBATCH_BINARY_OPS(X) \

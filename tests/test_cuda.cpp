@@ -272,6 +272,12 @@ const std::vector<OpCase> kOps = {
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
        return sin(a[0] * 3.0f) + cos(a[0]) + erf(a[0] * 2.0f) + atan(a[0] * 4.0f);
      }},
+    {"sinh, cosh, asinh, atanh, asin, acos",
+     {kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return sinh(a[0] * 3.0f) + cosh(a[0]) + asinh(a[0] * 4.0f) + atanh(a[0] * 0.9f) +
+              asin(a[0] * 0.8f) + acos(a[0] * 0.7f);
+     }},
     {"step, keep",
      {kV, kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {

@@ -61,6 +61,7 @@ struct Slot {
   Dim dim;
   Layout layout = Layout::Any;
   bool positive = false;  // values in [0.1, 1] (log, sqrt), else of either sign
+  float scale = 1.0f;     // magnitudes times this (asin, acos, atanh: well inside [-1, 1])
 };
 
 // Makes operands: inputs and parameters with values of magnitude in [0.1, 1], so relu never sits
@@ -73,11 +74,12 @@ struct Builder {
   std::mt19937_64 rng;
   uint32_t params_made = 0;
   LookupParameter table;
+  float scale = 1.0f;  // of the magnitudes of the values made
 
   std::vector<float> values(size_t n, bool positive = false) {
     std::uniform_real_distribution<float> mag(0.1f, 1.0f);
     std::vector<float> v(n);
-    for (float& x : v) x = (positive || rng() & 1 ? 1.0f : -1.0f) * mag(rng);
+    for (float& x : v) x = (positive || rng() & 1 ? 1.0f : -1.0f) * mag(rng) * scale;
     return v;
   }
   Expr new_input(Dim d, bool positive = false) { return input(g, d, values(d.size(), positive)); }
@@ -135,7 +137,9 @@ Built build_graph(Builder& b, const OpCase& c, Dim s, uint32_t k,
   std::vector<std::vector<Expr>> per_slot;
   Built r;
   for (size_t j = 0; j < slots.size(); ++j) {
+    b.scale = slots[j].scale;
     per_slot.push_back(b.operand(slots[j].dim, layouts[j], k, slots[j].positive));
+    b.scale = 1.0f;
     for (const Expr& x : per_slot.back())
       if (b.g.node(x.id).op == Op::Input) r.operand_inputs.push_back(x.id);
   }
@@ -455,6 +459,8 @@ std::vector<OpCase> indexing_cases() {
 std::vector<OpCase> math_cases() {
   auto one = [](Dim s) { return same(s, 1); };
   auto positive = [](Dim s) { return std::vector<Slot>{{s, Layout::Any, true}}; };
+  // Magnitudes in [0.05, 0.5]: finite differences stay clean where the slope grows toward 1.
+  auto inside = [](Dim s) { return std::vector<Slot>{{s, Layout::Any, false, 0.5f}}; };
   return {
       {"exp", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return exp(a[0]); }},
@@ -472,6 +478,18 @@ std::vector<OpCase> math_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return erf(a[0]); }},
       {"atan", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return atan(a[0]); }},
+      {"sinh", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return sinh(a[0]); }},
+      {"cosh", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return cosh(a[0]); }},
+      {"asinh", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return asinh(a[0]); }},
+      {"atanh", kElementwiseSizes, inside,
+       [](Builder&, const Args& a, uint32_t, Dim) { return atanh(a[0]); }},
+      {"asin", kElementwiseSizes, inside,
+       [](Builder&, const Args& a, uint32_t, Dim) { return asin(a[0]); }},
+      {"acos", kElementwiseSizes, inside,
+       [](Builder&, const Args& a, uint32_t, Dim) { return acos(a[0]); }},
       // Inputs are random values in (-1, 1): both sides of the kink at 0.
       {"leaky_relu", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return leaky_relu(a[0], 0.2f); }},
@@ -979,11 +997,40 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
     CHECK(math::Atan::value<ScalarMath>(x, Attr{}) == std::atan(x));
     CHECK(math::Atan::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) ==
           doctest::Approx(2.0 / (1.0 + x * x)).epsilon(1e-12));
+    // sinh, cosh, asinh, and atanh, asin, acos inside (-1, 1): the C library's values, closed-form
+    // slopes.
+    CHECK(math::Sinh::value<ScalarMath>(x, Attr{}) == std::sinh(x));
+    CHECK(math::Sinh::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) ==
+          doctest::Approx(2.0 * std::cosh(x)).epsilon(1e-12));
+    CHECK(math::Cosh::value<ScalarMath>(x, Attr{}) == std::cosh(x));
+    CHECK(math::Cosh::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) ==
+          doctest::Approx(2.0 * std::sinh(x)).epsilon(1e-12));
+    CHECK(math::Asinh::value<ScalarMath>(x, Attr{}) == std::asinh(x));
+    CHECK(math::Asinh::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) ==
+          doctest::Approx(2.0 / std::sqrt(x * x + 1.0)).epsilon(1e-12));
+    if (ax < 1) {
+      CHECK(math::Atanh::value<ScalarMath>(x, Attr{}) == std::atanh(x));
+      CHECK(math::Atanh::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) ==
+            doctest::Approx(2.0 / (1.0 - x * x)).epsilon(1e-12));
+      CHECK(math::Asin::value<ScalarMath>(x, Attr{}) == std::asin(x));
+      CHECK(math::Asin::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) ==
+            doctest::Approx(2.0 / std::sqrt(1.0 - x * x)).epsilon(1e-12));
+      CHECK(math::Acos::value<ScalarMath>(x, Attr{}) == std::acos(x));
+      CHECK(math::Acos::gradient<ScalarMath>(2.0, x, 0.0, Attr{}) ==
+            doctest::Approx(-2.0 / std::sqrt(1.0 - x * x)).epsilon(1e-12));
+    }
     // The float instantiation the CUDA kernels use agrees with the double one.
     const float xf = static_cast<float>(x);
     CHECK(math::Gelu::value<ScalarMath>(xf, Attr{}) ==
           doctest::Approx(math::Gelu::value<ScalarMath>(double(xf), Attr{})).epsilon(1e-6));
   }
+  // A dy of exactly 0 gives 0 where the slope is infinite (the domain's ends; cosh overflowed),
+  // not 0 * inf = NaN; a nonzero dy there gives the infinite slope.
+  CHECK(math::Atanh::gradient<ScalarMath>(0.0f, 1.0f, 0.0f, Attr{}) == 0.0f);
+  CHECK(math::Asin::gradient<ScalarMath>(0.0f, -1.0f, 0.0f, Attr{}) == 0.0f);
+  CHECK(math::Acos::gradient<ScalarMath>(0.0f, 1.0f, 0.0f, Attr{}) == 0.0f);
+  CHECK(math::Sinh::gradient<ScalarMath>(0.0f, 100.0f, 0.0f, Attr{}) == 0.0f);
+  CHECK(std::isinf(math::Atanh::gradient<ScalarMath>(1.0f, 1.0f, 0.0f, Attr{})));
   // The divisions' gradients in float where b * b would underflow: -a / b^2 = -1e16.
   CHECK(math::Divide::grad_b<ScalarMath>(1.0f, 1e-30f, 1e-23f, 0.0f) ==
         doctest::Approx(-1e16).epsilon(1e-6));

@@ -39,6 +39,12 @@ enum class Op : uint8_t {
   Cos,
   Erf,
   Atan,
+  Sinh,
+  Cosh,
+  Asinh,
+  Atanh,
+  Asin,
+  Acos,
   Concat,             // stack args vertically (rows add up, cols equal)
   SliceRows,          // rows [aux, aux + rows) of every column of the argument
   Pick,               // element `index` of a vector: 1x1
@@ -106,6 +112,12 @@ inline constexpr OpInfo kOpInfo[] = {
     {"cos", 1, 1, BatchRule::Exact, true},
     {"erf", 1, 1, BatchRule::Exact, true},
     {"atan", 1, 1, BatchRule::Exact, true},
+    {"sinh", 1, 1, BatchRule::Exact, true},
+    {"cosh", 1, 1, BatchRule::Exact, true},
+    {"asinh", 1, 1, BatchRule::Exact, true},
+    {"atanh", 1, 1, BatchRule::Exact, true},
+    {"asin", 1, 1, BatchRule::Exact, true},
+    {"acos", 1, 1, BatchRule::Exact, true},
     {"concat", 1, -1, BatchRule::Exact, true},
     {"slice_rows", 1, 1, BatchRule::Exact, true},
     {"pick", 1, 1, BatchRule::Exact, true},

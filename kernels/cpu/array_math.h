@@ -78,6 +78,30 @@ struct ArrayMath {
     return x.atan();
   }
   template <class X>
+  static auto sinh(const X& x) {
+    return x.sinh();
+  }
+  template <class X>
+  static auto cosh(const X& x) {
+    return x.cosh();
+  }
+  template <class X>
+  static auto asinh(const X& x) {
+    return x.asinh();
+  }
+  template <class X>
+  static auto atanh(const X& x) {
+    return x.atanh();
+  }
+  template <class X>
+  static auto asin(const X& x) {
+    return x.asin();
+  }
+  template <class X>
+  static auto acos(const X& x) {
+    return x.acos();
+  }
+  template <class X>
   static auto sin(const X& x) {
     return x.sin();
   }

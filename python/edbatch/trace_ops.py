@@ -21,7 +21,8 @@ nn = torch.nn
 SUPPORTED = (
     "nn.Linear, F.linear, x @ W, torch.matmul, torch.addmm (W an nn.Parameter, or W.t()); "
     "+ - * / with tensors, weight vectors and Python numbers, unary minus; "
-    "sigmoid, tanh, relu, gelu, softplus (beta=1, threshold=20), exp, log, sqrt, sin, cos, erf, atan "
+    "sigmoid, tanh, relu, gelu, softplus (beta=1, threshold=20), exp, log, sqrt, sin, cos, "
+    "erf, atan, sinh, cosh, asinh, atanh, asin, acos (and the arc- names) "
     "(torch., F., method and module forms); x ** e (e an integer from -16 to 16, 0.5, -0.5) and "
     "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid, leaky_relu, elu, abs; "
     "torch.cat, chunk, split, narrow and slicing (x[:, a:b]) along the last dim; nn.Embedding "
@@ -466,7 +467,11 @@ def elu(body, args, kwargs):
 _ACTIVATIONS = {"sigmoid": (torch.sigmoid, F.sigmoid), "tanh": (torch.tanh, F.tanh),
                 "relu": (torch.relu, F.relu), "exp": (torch.exp,), "log": (torch.log,),
                 "sqrt": (torch.sqrt,), "sin": (torch.sin,), "cos": (torch.cos,),
-                "erf": (torch.erf, torch.special.erf), "atan": (torch.atan, torch.arctan)}
+                "erf": (torch.erf, torch.special.erf), "atan": (torch.atan, torch.arctan),
+                "sinh": (torch.sinh,), "cosh": (torch.cosh,),
+                "asinh": (torch.asinh, torch.arcsinh),
+                "atanh": (torch.atanh, torch.arctanh), "asin": (torch.asin, torch.arcsin),
+                "acos": (torch.acos, torch.arccos)}
 
 FUNCTIONS = {
     operator.add: binary("add"), operator.sub: binary("sub"), operator.mul: binary("mul"),
@@ -499,6 +504,7 @@ METHODS = {
     "pow": power, "square": fixed_power(2), "rsqrt": fixed_power(-0.5),
     "reciprocal": fixed_power(-1), "abs": unary("abs"),
     **{name: unary(name) for name in _ACTIVATIONS},
+    **{f"arc{name[1:]}": unary(name) for name in ("atan", "asinh", "atanh", "asin", "acos")},
 }
 
 

@@ -360,6 +360,24 @@ Expr erf(const Expr& x) {
 Expr atan(const Expr& x) {
   return elementwise(Op::Atan, Args(&x, 1));
 }
+Expr sinh(const Expr& x) {
+  return elementwise(Op::Sinh, Args(&x, 1));
+}
+Expr cosh(const Expr& x) {
+  return elementwise(Op::Cosh, Args(&x, 1));
+}
+Expr asinh(const Expr& x) {
+  return elementwise(Op::Asinh, Args(&x, 1));
+}
+Expr atanh(const Expr& x) {
+  return elementwise(Op::Atanh, Args(&x, 1));
+}
+Expr asin(const Expr& x) {
+  return elementwise(Op::Asin, Args(&x, 1));
+}
+Expr acos(const Expr& x) {
+  return elementwise(Op::Acos, Args(&x, 1));
+}
 Expr step(const Expr& x, bool inclusive) {
   return elementwise(Op::Step, Args(&x, 1), inclusive ? 1.0f : 0.0f);
 }

@@ -21,7 +21,9 @@ const std::map<std::string, Expr (*)(const Expr&)> kUnary = {
     {"gelu", gelu},       {"softplus", softplus}, {"exp", exp},
     {"log", log},         {"sqrt", sqrt},         {"abs", abs},
     {"sin", sin},         {"cos", cos},           {"erf", erf},
-    {"atan", atan},       {"softmax", softmax},   {"log_softmax", log_softmax}};
+    {"atan", atan},       {"sinh", sinh},         {"cosh", cosh},
+    {"asinh", asinh},     {"atanh", atanh},       {"asin", asin},
+    {"acos", acos},       {"softmax", softmax},   {"log_softmax", log_softmax}};
 
 class ProgramCell : public Cell {
  public:

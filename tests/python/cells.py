@@ -107,6 +107,11 @@ OPS = {
                                          torch.cos(a) * m + torch.special.erf(m * 2) +
                                          0.5 * a * (1 + torch.erf(a / math.sqrt(2)))),
     "atan": lambda c, a, m, x: torch.atan(a * 3) + m.atan() + torch.arctan(m * 4),
+    # The inverse functions of [-1, 1] read tanh of their input, scaled inside the domain.
+    "sinh, cosh, asinh, atanh, asin, acos": lambda c, a, m, x: (
+        torch.sinh(torch.tanh(a)) + m.tanh().cosh() * 0.5 + torch.asinh(a * 3) + m.arcsinh()
+        + torch.atanh(0.9 * torch.tanh(a)) + torch.arctanh(0.5 * m.tanh())
+        + torch.asin(0.8 * a.tanh()) + torch.arccos(0.7 * torch.tanh(m)) * 0.5),
     "tan, log2, log10, exp2": lambda c, a, m, x: (
         torch.tan(a * 0.5) + m.tan() * 0.5 + torch.log2(a * a + 1) + (m * m + 0.5).log10()
         + torch.exp2(torch.tanh(a)) + m.tanh().exp2()),

@@ -22,7 +22,8 @@ def _dropout(v, ins, ctx):
 _UNARY = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "gelu": F.gelu,
           "softplus": F.softplus, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
           "sin": torch.sin, "cos": torch.cos, "erf": torch.erf,
-          "atan": torch.atan,
+          "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh, "asinh": torch.asinh,
+          "atanh": torch.atanh, "asin": torch.asin, "acos": torch.acos,
           "softmax": lambda v: torch.softmax(v, -1),
           "log_softmax": lambda v: torch.log_softmax(v, -1)}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
