@@ -1,0 +1,236 @@
+// The scalar primitives of kernels/op_math.h: float on the host and the device (the CUDA step
+// kernels), double on the host (the test reference); with the per-node attributes and constants in
+// a value type's precision.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#define EDBATCH_HD __host__ __device__
+#else
+#define EDBATCH_HD
+#endif
+
+namespace edbatch::math {
+
+// Per-node float attributes of an op (Node::alpha, Node::beta).
+struct Attr {
+  float alpha = 0, beta = 0;
+};
+
+// Scalar primitives: float on the host and the device, double on the host (the reference).
+struct ScalarMath {
+  EDBATCH_HD static float exp(float x) {
+#if defined(__CUDA_ARCH__)
+    return __expf(x);
+#else
+    return std::exp(x);
+#endif
+  }
+  EDBATCH_HD static float tanh(float x) {
+#if defined(__CUDA_ARCH__)
+    return tanhf(x);
+#else
+    return std::tanh(x);
+#endif
+  }
+  EDBATCH_HD static float log1p(float x) {
+#if defined(__CUDA_ARCH__)
+    return log1pf(x);
+#else
+    return std::log1p(x);
+#endif
+  }
+  EDBATCH_HD static float log(float x) {
+#if defined(__CUDA_ARCH__)
+    return logf(x);
+#else
+    return std::log(x);
+#endif
+  }
+  EDBATCH_HD static float sqrt(float x) {
+#if defined(__CUDA_ARCH__)
+    return sqrtf(x);
+#else
+    return std::sqrt(x);
+#endif
+  }
+  EDBATCH_HD static float erf(float x) {
+#if defined(__CUDA_ARCH__)
+    return erff(x);
+#else
+    return std::erf(x);
+#endif
+  }
+  EDBATCH_HD static float atan(float x) {
+#if defined(__CUDA_ARCH__)
+    return atanf(x);
+#else
+    return std::atan(x);
+#endif
+  }
+  EDBATCH_HD static float sinh(float x) {
+#if defined(__CUDA_ARCH__)
+    return sinhf(x);
+#else
+    return std::sinh(x);
+#endif
+  }
+  EDBATCH_HD static float cosh(float x) {
+#if defined(__CUDA_ARCH__)
+    return coshf(x);
+#else
+    return std::cosh(x);
+#endif
+  }
+  EDBATCH_HD static float asinh(float x) {
+#if defined(__CUDA_ARCH__)
+    return asinhf(x);
+#else
+    return std::asinh(x);
+#endif
+  }
+  EDBATCH_HD static float atanh(float x) {
+#if defined(__CUDA_ARCH__)
+    return atanhf(x);
+#else
+    return std::atanh(x);
+#endif
+  }
+  EDBATCH_HD static float asin(float x) {
+#if defined(__CUDA_ARCH__)
+    return asinf(x);
+#else
+    return std::asin(x);
+#endif
+  }
+  EDBATCH_HD static float acos(float x) {
+#if defined(__CUDA_ARCH__)
+    return acosf(x);
+#else
+    return std::acos(x);
+#endif
+  }
+  EDBATCH_HD static float sin(float x) {
+#if defined(__CUDA_ARCH__)
+    return sinf(x);
+#else
+    return std::sin(x);
+#endif
+  }
+  EDBATCH_HD static float cos(float x) {
+#if defined(__CUDA_ARCH__)
+    return cosf(x);
+#else
+    return std::cos(x);
+#endif
+  }
+  EDBATCH_HD static float sigmoid(float x) {
+    return 1.0f / (1.0f + exp(-x));
+  }
+  EDBATCH_HD static float abs(float x) {
+    return x < 0 ? -x : x;
+  }
+  // max(x, 0) with PyTorch's NaN: relu(NaN) is NaN (the array form's Eigen max keeps it too).
+  EDBATCH_HD static float max0(float x) {
+    return x <= 0 ? 0.0f : x;
+  }
+  EDBATCH_HD static float step(float x) {
+    return x > 0 ? 1.0f : 0.0f;
+  }
+  EDBATCH_HD static float step0(float x) {
+    return x >= 0 ? 1.0f : 0.0f;
+  }
+  EDBATCH_HD static float keep(float a, float m) {
+    return m > 0 ? a : 0.0f;
+  }
+  EDBATCH_HD static float unless_zero(float a, float dy) {
+    return dy == 0.0f ? 0.0f : a;
+  }
+  EDBATCH_HD static float zero(float) {
+    return 0.0f;
+  }
+
+  static double exp(double x) {
+    return std::exp(x);
+  }
+  static double tanh(double x) {
+    return std::tanh(x);
+  }
+  static double log1p(double x) {
+    return std::log1p(x);
+  }
+  static double log(double x) {
+    return std::log(x);
+  }
+  static double sqrt(double x) {
+    return std::sqrt(x);
+  }
+  static double erf(double x) {
+    return std::erf(x);
+  }
+  static double atan(double x) {
+    return std::atan(x);
+  }
+  static double sinh(double x) {
+    return std::sinh(x);
+  }
+  static double cosh(double x) {
+    return std::cosh(x);
+  }
+  static double asinh(double x) {
+    return std::asinh(x);
+  }
+  static double atanh(double x) {
+    return std::atanh(x);
+  }
+  static double asin(double x) {
+    return std::asin(x);
+  }
+  static double acos(double x) {
+    return std::acos(x);
+  }
+  static double sin(double x) {
+    return std::sin(x);
+  }
+  static double cos(double x) {
+    return std::cos(x);
+  }
+  static double sigmoid(double x) {
+    return 1.0 / (1.0 + std::exp(-x));
+  }
+  static double abs(double x) {
+    return std::abs(x);
+  }
+  static double max0(double x) {
+    return x <= 0 ? 0.0 : x;
+  }
+  static double step(double x) {
+    return x > 0 ? 1.0 : 0.0;
+  }
+  static double step0(double x) {
+    return x >= 0 ? 1.0 : 0.0;
+  }
+  static double unless_zero(double a, double dy) {
+    return dy == 0.0 ? 0.0 : a;
+  }
+  static double keep(double a, double m) {
+    return m > 0 ? a : 0.0;
+  }
+  static double zero(double) {
+    return 0.0;
+  }
+};
+
+// A constant in T's precision: double for the reference, float for the kernels (Eigen arrays of
+// float do not mix with double scalars).
+template <class T>
+EDBATCH_HD constexpr auto constant(double c) {
+  if constexpr (std::is_same_v<T, double>)
+    return c;
+  else
+    return static_cast<float>(c);
+}
+
+}  // namespace edbatch::math
