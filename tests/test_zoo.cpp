@@ -315,10 +315,14 @@ TEST_CASE("zoo: tree models refuse a tree whose children come after it, at every
       const std::unique_ptr<Model> m = make_model(name, pc, data, o);
       Graph g(pc);
       CHECK_NOTHROW(m->build(g, 1));
-      for (int attempt = 0; attempt < 2; ++attempt)
+      const std::string where = std::string(name) + ": instance 0";
+      for (int attempt = 0; attempt < 2; ++attempt) {
         CHECK_THROWS_WITH_AS(m->build(g, 0),
                              doctest::Contains("node 2 has children that do not come before it"),
                              std::invalid_argument);
+        CHECK_THROWS_WITH_AS(m->build(g, 0), doctest::Contains(where.c_str()),
+                             std::invalid_argument);
+      }
       CHECK_NOTHROW(m->build(g, 1));  // checked once, built again
     }
 }

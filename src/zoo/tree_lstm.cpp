@@ -203,7 +203,9 @@ class TreeLstm : public Model {
 
  protected:
   Expr build_ops(Graph& g, uint32_t i, std::vector<Expr>* logits) override {
-    return ops_.build(g, trees_[i], logits);
+    // Checked here too, so that a bad tree is named by model and instance; TreeLstmOps::build
+    // checks again for its standalone callers (one pass over the nodes).
+    return ops_.build(g, checked_tree(trees_, i), logits);
   }
   Expr build_blocks(zoo::Sink& s, uint32_t i, std::vector<Expr>* logits) override {
     const Tree& tree = checked_tree(trees_, i);
