@@ -460,9 +460,11 @@ def pad(body, args, kwargs):
                       ValueError)
     if (begin, end) != (0, v.size):
         v = body.emit("slice", end - begin, [v], begin=begin, end=end)
-    side = [body.emit("const", n, [], value=float(value)) if n > 0 else None
-            for n in (left, right)]
-    parts = [p for p in (side[0], v, side[1]) if p is not None]
+    parts = [v]
+    if left > 0:
+        parts.insert(0, body.emit("const", left, [], value=float(value)))
+    if right > 0:
+        parts.append(body.emit("const", right, [], value=float(value)))
     return v if len(parts) == 1 else body.emit("cat", sum(p.size for p in parts), parts)
 
 
