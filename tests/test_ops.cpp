@@ -74,22 +74,24 @@ struct Builder {
   std::mt19937_64 rng;
   uint32_t params_made = 0;
   LookupParameter table;
-  float scale = 1.0f;  // of the magnitudes of the values made
 
-  std::vector<float> values(size_t n, bool positive = false) {
+  // scale: of the magnitudes (Slot::scale).
+  std::vector<float> values(size_t n, bool positive = false, float scale = 1.0f) {
     std::uniform_real_distribution<float> mag(0.1f, 1.0f);
     std::vector<float> v(n);
     for (float& x : v) x = (positive || rng() & 1 ? 1.0f : -1.0f) * mag(rng) * scale;
     return v;
   }
-  Expr new_input(Dim d, bool positive = false) { return input(g, d, values(d.size(), positive)); }
-  void fill(uint32_t id, bool positive = false) {
-    const std::vector<float> v = values(pc.dim(id).size(), positive);
+  Expr new_input(Dim d, bool positive = false, float scale = 1.0f) {
+    return input(g, d, values(d.size(), positive, scale));
+  }
+  void fill(uint32_t id, bool positive = false, float scale = 1.0f) {
+    const std::vector<float> v = values(pc.dim(id).size(), positive, scale);
     std::copy(v.begin(), v.end(), pc.values(id));
   }
-  Expr new_param(Dim d, bool positive = false) {
+  Expr new_param(Dim d, bool positive = false, float scale = 1.0f) {
     const Parameter p = pc.add_parameters("p" + std::to_string(params_made++), d);
-    fill(p.id, positive);
+    fill(p.id, positive, scale);
     return parameter(g, p);
   }
   LookupParameter lookup_table(uint32_t rows) {
@@ -101,13 +103,14 @@ struct Builder {
   }
   // One operand per instance. Contiguous: k inputs created in instance order; Indexed: created in
   // reverse order; Shared: one input read by every instance; Param: one parameter.
-  std::vector<Expr> operand(Dim d, Layout l, uint32_t k, bool positive) {
+  std::vector<Expr> operand(Dim d, Layout l, uint32_t k, bool positive, float scale) {
     std::vector<Expr> xs;
     if (l == Layout::Shared || l == Layout::Param) {
-      xs.assign(k, l == Layout::Shared ? new_input(d, positive) : new_param(d, positive));
+      xs.assign(
+          k, l == Layout::Shared ? new_input(d, positive, scale) : new_param(d, positive, scale));
       return xs;
     }
-    for (uint32_t i = 0; i < k; ++i) xs.push_back(new_input(d, positive));
+    for (uint32_t i = 0; i < k; ++i) xs.push_back(new_input(d, positive, scale));
     if (l == Layout::Indexed) std::reverse(xs.begin(), xs.end());
     return xs;
   }
@@ -137,9 +140,7 @@ Built build_graph(Builder& b, const OpCase& c, Dim s, uint32_t k,
   std::vector<std::vector<Expr>> per_slot;
   Built r;
   for (size_t j = 0; j < slots.size(); ++j) {
-    b.scale = slots[j].scale;
-    per_slot.push_back(b.operand(slots[j].dim, layouts[j], k, slots[j].positive));
-    b.scale = 1.0f;
+    per_slot.push_back(b.operand(slots[j].dim, layouts[j], k, slots[j].positive, slots[j].scale));
     for (const Expr& x : per_slot.back())
       if (b.g.node(x.id).op == Op::Input) r.operand_inputs.push_back(x.id);
   }
