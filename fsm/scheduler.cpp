@@ -82,18 +82,32 @@ void Scheduler::prepare(const Graph& g) {
   }
   present_.clear();
   ready_types_.clear();
-  // Compact ids, and types present in this segment get compact local ids (bucket_, in order of
-  // first appearance, the order of present_) for the chain computation.
+  // One pass in node order gives compact ids, and types present in this segment compact local
+  // ids (bucket_, in order of first appearance, the order of present_) for the chain computation.
+  // Views get the compact id of the node they view (a view's argument comes before it), so that
+  // an argument is one lookup, not a walk over views; with reads, also the producer's node id and
+  // the call output read (kNoOutput: none). A scheduled node's arguments are resolved in the same
+  // pass, their producers having come before it: producer_[k] for argument k of the segment's
+  // nodes, in argument order, as a compact id (UINT32_MAX: a source, or it ran before), pending
+  // inputs, depth, the types' summed depths, consumer counts, and the (producer, consumer) arcs
+  // that fill the consumer lists below.
+  constexpr uint32_t kNoOutput = UINT32_MAX;
+  const uint32_t arg_base = n > 0 ? nodes[0].arg_begin : 0;
+  const size_t arg_end = end_ < g.size() ? g.node(end_).arg_begin : g.all_args().size();
+  arg_base_ = arg_base;
+  producer_.resize(arg_end - arg_base);  // the scheduled nodes' entries are written below
   local_.resize(n);
   sched_.resize(n);
   sched_type_.resize(n);
-  // Views get the compact id of the node they view, resolved here in node order (a view's
-  // argument comes before it), so that an argument is one lookup below, not a walk over views.
-  // With reads: also the producer's node id and the call output read (kNoOutput: none).
-  constexpr uint32_t kNoOutput = UINT32_MAX;
+  pending_.resize(n);
+  depth_.resize(n);
+  consumer_begin_.assign(static_cast<size_t>(n) + 1, 0);
+  arcs_.clear();
   if (reading_) {
     resolved_.resize(n);
     view_output_.resize(n);
+    output_.resize(arg_end - arg_base);
+    read_producer_.resize(arg_end - arg_base);
   }
   uint32_t local_types = 0, S = 0;
   for (uint32_t v = 0; v < n; ++v) {
@@ -125,35 +139,14 @@ void Scheduler::prepare(const Graph& g) {
       resolved_[v] = v + f;
       view_output_[v] = kNoOutput;
     }
-    const uint32_t t = nd.type;
-    local_[v] = S;
-    sched_type_[S] = t;
-    sched_[S++] = v;
+    const uint32_t t = nd.type, s = S++;
+    local_[v] = s;
+    sched_type_[s] = t;
+    sched_[s] = v;
     if (type_count_[t]++ == 0) {
       bucket_[t] = local_types++;
       present_.push_back(t);
     }
-  }
-  sched_.resize(S);
-  sched_type_.resize(S);
-
-  // Each argument's scheduled producer, resolved once (views followed) and read by the passes
-  // below: producer_[k] for argument k of the segment's nodes, in argument order, as a compact
-  // id (UINT32_MAX: a source, or it ran before).
-  const uint32_t arg_base = n > 0 ? nodes[0].arg_begin : 0;
-  const size_t arg_end = end_ < g.size() ? g.node(end_).arg_begin : g.all_args().size();
-  arg_base_ = arg_base;
-  producer_.resize(arg_end - arg_base);  // the scheduled nodes' entries are written below
-  if (reading_) {
-    output_.resize(arg_end - arg_base);
-    read_producer_.resize(arg_end - arg_base);
-  }
-  // Pending inputs, consumer lists (CSR), depth; the types' mean depths.
-  pending_.resize(S);
-  depth_.resize(S);
-  consumer_begin_.assign(S + 1, 0);
-  for (uint32_t s = 0; s < S; ++s) {
-    const Node& nd = nodes[sched_[s]];
     const uint32_t* a = g.args(nd);
     const uint32_t k = nd.arg_begin - arg_base;
     uint32_t* pr = producer_.data() + k;
@@ -178,23 +171,27 @@ void Scheduler::prepare(const Graph& g) {
       if (p == UINT32_MAX) continue;
       ++pending;
       ++consumer_begin_[p + 1];
+      arcs_.push_back({p, s});
       d = std::max(d, depth_[p]);
     }
     pending_[s] = pending;
     depth_[s] = d + 1;
-    avg_depth_[nd.type] += d + 1;
+    avg_depth_[t] += d + 1;
   }
+  sched_.resize(S);
+  sched_type_.resize(S);
+  pending_.resize(S);
+  depth_.resize(S);
+  consumer_begin_.resize(static_cast<size_t>(S) + 1);  // counts only ever went to ids below S
+
+  // Consumer lists (CSR): each scheduled node's consumers in node order, each as often as it
+  // reads the node.
   for (uint32_t s = 0; s < S; ++s) consumer_begin_[s + 1] += consumer_begin_[s];
   consumers_.resize(consumer_begin_[S]);
   {
     std::vector<uint32_t>& fill = height_;  // reused as a cursor before heights are computed
     fill.assign(consumer_begin_.begin(), consumer_begin_.end() - 1);
-    for (uint32_t s = 0; s < S; ++s) {
-      const Node& nd = nodes[sched_[s]];
-      const uint32_t* pr = producer_.data() + (nd.arg_begin - arg_base);
-      for (uint32_t i = 0; i < nd.num_args; ++i)
-        if (pr[i] != UINT32_MAX) consumers_[fill[pr[i]]++] = s;
-    }
+    for (const Arc& arc : arcs_) consumers_[fill[arc.producer]++] = arc.consumer;
   }
 
   // Chain heights: chain[s][t] = most type-t nodes on a path from s to a sink, s included.

@@ -141,6 +141,10 @@ class Scheduler : private Frontier {
   // Per compact id: consumers (CSR, compact ids), inputs not yet scheduled, depth, height.
   std::vector<uint32_t> consumer_begin_, consumers_, pending_, depth_, height_;
   std::vector<uint32_t> producer_;  // per argument of the segment's nodes (see prepare)
+  struct Arc {
+    uint32_t producer, consumer;  // compact ids
+  };
+  std::vector<Arc> arcs_;  // prepare: the segment's arcs between scheduled nodes, in node order
   std::vector<uint32_t> taken_;     // run_frontier: the nodes of the batch being scheduled
   std::vector<uint32_t> chain_;     // compact ids x present types: chain heights
   std::vector<uint32_t> type_count_, bucket_;  // per global type (see prepare)
