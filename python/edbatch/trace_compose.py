@@ -1,14 +1,15 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
-selu, celu, prelu, softmin, log1p, expm1, rms_norm (torch 2.4 on), cosine_similarity,
-pairwise_distance and bilinear, in their torch., F., method and module forms. trace_ops merges
+selu, celu, prelu, softmin, log1p, expm1, logaddexp, hardshrink, softshrink, rms_norm (torch 2.4
+on), cosine_similarity, pairwise_distance and bilinear, in their torch., F., method and module
+forms. trace_ops merges
 these tables into its own."""
 import math
 
 import torch
 import torch.nn.functional as F
 
-from .trace_reduce import clamp_of, norm, normalize, sum_of
+from .trace_reduce import clamp_of, finite_or_zero, norm, normalize, sum_of
 from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
                            feature_dim, is_number, no_inplace, ops, plain, with_inplace)
 from .trace_weights import as_weight
@@ -127,6 +128,61 @@ def exp2_of(body, x):
     return ops().power(body, (2.0, x), {})
 
 
+def logaddexp(base2):
+    """log(exp(x) + exp(y)) as m + log(exp(x - m) + exp(y - m)) with m = max(x, y), or 0 where
+    that is infinite (two -inf give -inf, a +inf gives +inf, as PyTorch's); the gradient is
+    exp(x - result) as PyTorch's, at a tie too (m's own cancels). logaddexp2 in base 2: the same
+    of x log 2 and y log 2, over log 2."""
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "other"), {})
+        name = "logaddexp2" if base2 else "logaddexp"
+        x, y = (body.vector(a[k]) if not is_number(a[k]) else None for k in ("input", "other"))
+        if x is None or y is None:
+            raise Refusal(f"{name} of a Python number is not supported (tensors, as in PyTorch)")
+        x, y = broadcast_pair(body, x, y, name)
+        if base2:
+            x, y = (apply(body, "scale", v, alpha=math.log(2.0), beta=0.0) for v in (x, y))
+        m = finite_or_zero(body, apply(body, "max", x, y))
+        s = apply(body, "add", *(apply(body, "exp", apply(body, "sub", v, m)) for v in (x, y)))
+        out = apply(body, "add", m, apply(body, "log", s))
+        return apply(body, "scale", out, alpha=1.0 / math.log(2.0), beta=0.0) if base2 else out
+    return handle
+
+
+def _lambd(a, name):
+    lambd = a["lambd"]
+    if not is_number(lambd):
+        raise Refusal(f"{name} with a tensor lambd is not supported (a Python number)")
+    if name == "softshrink" and lambd < 0:
+        raise Refusal(f"softshrink's lambd must be at least 0, got {lambd}", ValueError)
+    return float(lambd)
+
+
+def hardshrink(body, args, kwargs):
+    """0 where -lambd <= x <= lambd, else x (NaN stays NaN), its gradient passing where x is
+    kept, as PyTorch's."""
+    from .trace_select import comparison, logical, where_of
+    a = bind(args, kwargs, ("input", "lambd"), {"lambd": 0.5})
+    lambd = _lambd(a, "hardshrink")
+    v = body.vector(a["input"])
+    inside = logical("and")(body, (comparison("ge")(body, (v, -lambd), {}),
+                                   comparison("le")(body, (v, lambd), {})), {})
+    return where_of(body, inside, 0.0, v)
+
+
+def softshrink(body, args, kwargs):
+    """x - lambd above lambd, x + lambd below -lambd, else 0 (NaN too), with gradient 1 where
+    |x| > lambd only, as PyTorch's."""
+    from .trace_select import comparison, where_of
+    a = bind(args, kwargs, ("input", "lambd"), {"lambd": 0.5})
+    lambd = _lambd(a, "softshrink")
+    v = body.vector(a["input"])
+    below = where_of(body, comparison("lt")(body, (v, -lambd), {}),
+                     apply(body, "scale", v, alpha=1.0, beta=lambd), 0.0)
+    return where_of(body, comparison("gt")(body, (v, lambd), {}),
+                    apply(body, "scale", v, alpha=1.0, beta=-lambd), below)
+
+
 def rms_norm_of(body, x, shape, weight, eps):
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim, as PyTorch's rms_norm (eps None:
     float32's machine epsilon)."""
@@ -194,7 +250,7 @@ def cosine_similarity(body, args, kwargs):
 
 
 def pairwise_distance(body, args, kwargs):
-    """|x1 - x2 + eps| over the features (p=2), as PyTorch's norm of the shifted difference."""
+    """|x1 - x2 + eps| over the features (p=2 or 1), as PyTorch's norm of the shifted difference."""
     a = bind(args, kwargs, ("x1", "x2", "p", "eps", "keepdim"),
              {"p": 2.0, "eps": 1e-6, "keepdim": False})
     shifted = _arith(body, "add", _arith(body, "sub", a["x1"], a["x2"]), float(a["eps"]))
@@ -247,12 +303,15 @@ FUNCTIONS = {
     F.cosine_similarity: cosine_similarity, torch.cosine_similarity: cosine_similarity,
     F.pairwise_distance: pairwise_distance, torch.pairwise_distance: pairwise_distance,
     F.bilinear: _bilinear, torch.bilinear: _bilinear,
+    torch.logaddexp: logaddexp(False), torch.logaddexp2: logaddexp(True),
+    F.hardshrink: hardshrink, torch.hardshrink: hardshrink, F.softshrink: softshrink,
 }
 
 METHODS = {
     "gelu": gelu, "lerp": lerp, "addcmul": addc("mul"), "addcdiv": addc("div"),
     "log1p": plain(log1p_of), "expm1": plain(expm1_of), "prelu": _prelu, "tan": plain(tan_of),
     "log2": plain(log_base(2.0)), "log10": plain(log_base(10.0)), "exp2": plain(exp2_of),
+    "logaddexp": logaddexp(False), "logaddexp2": logaddexp(True), "hardshrink": hardshrink,
 }
 
 MODULES = {
@@ -262,6 +321,8 @@ MODULES = {
     nn.CELU: lambda body, m, args, kwargs: _celu(body, (args[0], m.alpha, m.inplace), {}),
     nn.PReLU: lambda body, m, args, kwargs: prelu_of(body, args[0], body.param_of(m, "weight")),
     nn.Softmin: lambda body, m, args, kwargs: _softmin(body, (args[0], m.dim), {}),
+    nn.Hardshrink: lambda body, m, args, kwargs: hardshrink(body, (args[0], m.lambd), {}),
+    nn.Softshrink: lambda body, m, args, kwargs: softshrink(body, (args[0], m.lambd), {}),
     nn.CosineSimilarity: lambda body, m, args, kwargs: cosine_similarity(
         body, args, {**kwargs, "dim": m.dim, "eps": m.eps}),
     nn.PairwiseDistance: lambda body, m, args, kwargs: pairwise_distance(
@@ -275,9 +336,10 @@ if hasattr(nn, "RMSNorm"):
         body, args[0], m.normalized_shape, body.param_of(m, "weight"), m.eps)
 
 SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximate='tanh'; selu, "
-             "celu, prelu, softmin, log1p, expm1, tan, log2, log10, exp2 (torch., F., method and "
-             "module forms); "
+             "celu, prelu, softmin, log1p, expm1, tan, log2, log10, exp2, hardshrink (torch., F., "
+             "method and module forms); softshrink (F. and module forms); logaddexp, logaddexp2 "
+             "of two tensors; "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
-             "cosine_similarity and pairwise_distance (p=2) over the features (torch., F. and "
+             "cosine_similarity and pairwise_distance (p=2 or 1) over the features (torch., F. and "
              "module forms; a (batch,) value, or (batch, 1) with keepdim=True); nn.Bilinear / "
              "F.bilinear")

@@ -216,15 +216,19 @@ def feature_extreme(op, values_only=False):
 Extreme = namedtuple("Extreme", "values indices")
 
 
+def finite_or_zero(body, m):
+    """m where it is finite, else 0 (the shift of a log-sum-exp: an infinite one would give NaN)."""
+    # inf - |m| > 0 holds for a finite m only (inf - inf is NaN, which compares false)
+    finite = body.emit("step", m.size, [body.emit("scale", m.size, [body.emit("abs", m.size, [m])],
+                                                  alpha=-1.0, beta=math.inf)], alpha=0.0)
+    return body.emit("keep", m.size, [m, finite])
+
+
 def logsumexp(body, args, kwargs):
     """m + log(sum(exp(x - m))) with m the largest entry, or 0 where that is infinite, as
     PyTorch computes it (a row of -inf gives -inf, one holding +inf gives +inf, not NaN)."""
     v, a = _reduction_input(body, "logsumexp", args, kwargs)
-    m = _largest(body, v, "max")
-    # inf - |m| > 0 holds for a finite m only (inf - inf is NaN, which compares false)
-    finite = body.emit("step", 1, [body.emit("scale", 1, [body.emit("abs", 1, [m])], alpha=-1.0,
-                                             beta=math.inf)], alpha=0.0)
-    m = body.emit("keep", 1, [m, finite])
+    m = finite_or_zero(body, _largest(body, v, "max"))
     d = body.emit("sub", v.size, [v, body.emit("broadcast", v.size, [m])])
     s = sum_of(body, body.emit("exp", v.size, [d]))
     return kept(body.emit("add", 1, [m, body.emit("log", 1, [s])]), a)
@@ -240,9 +244,17 @@ def _floored(body, s, floor):
     return body.emit("max", 1, [body.emit("const", 1, [], value=floor), s])
 
 
-def _two_norm(p):
-    if p not in (2, 2.0, "fro", None):
-        raise Refusal(f"norms with p={p!r} are not supported (p=2 only)", ValueError)
+def _norm_order(p):
+    """1 or 2: the norms supported."""
+    if p in (2, 2.0, "fro", None):
+        return 2
+    if p in (1, 1.0) and not isinstance(p, bool):
+        return 1
+    raise Refusal(f"norms with p={p!r} are not supported (p=1 or p=2)", ValueError)
+
+
+def _abs_sum(body, v):
+    return sum_of(body, body.emit("abs", v.size, [v]))
 
 
 def norm(body, args, kwargs):
@@ -251,19 +263,24 @@ def norm(body, args, kwargs):
                             ("input", "p", "dim", "keepdim"))  # vector_norm's ord is norm's p
     if a["out"] is not None:
         raise Refusal("norm with out= is not supported")
-    _two_norm(a["p"] if a["ord"] is None else a["ord"])
+    if _norm_order(a["p"] if a["ord"] is None else a["ord"]) == 1:
+        return kept(_abs_sum(body, v), a)
     return kept(body.emit("sqrt", 1, [_floored(body, _squares(body, v), 0.0)]), a)
 
 
 def normalize(body, args, kwargs):
-    """F.normalize: x / max(|x|, eps), as x / sqrt(max(sum of squares, eps^2))."""
+    """F.normalize: x / max(|x|, eps), as x / sqrt(max(sum of squares, eps^2)) for p=2 and
+    x / max(sum of |x|, eps) for p=1."""
     a = bind(args, kwargs, ("input", "p", "dim", "eps", "out"),
              {"p": 2.0, "dim": 1, "eps": 1e-12, "out": None})
-    _two_norm(a["p"])
+    order = _norm_order(a["p"])
     feature_dim(a["dim"], "normalize")
     v = body.vector(a["input"])
-    s = _floored(body, _squares(body, v), float(a["eps"]) ** 2)
-    inv = body.emit("rdiv", 1, [body.emit("sqrt", 1, [s])], alpha=1.0)
+    if order == 1:
+        n = _floored(body, _abs_sum(body, v), float(a["eps"]))
+    else:
+        n = body.emit("sqrt", 1, [_floored(body, _squares(body, v), float(a["eps"]) ** 2)])
+    inv = body.emit("rdiv", 1, [n], alpha=1.0)
     return body.emit("mul", v.size, [v, body.emit("broadcast", v.size, [inv])])
 
 
@@ -545,14 +562,14 @@ if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
     MODULES[nn.ZeroPad1d] = MODULES[nn.ConstantPad1d]
 
 SUPPORTED = (
-    "sum / mean / var / std / max / min / amax / amin / logsumexp / norm (p=2) over the last dim "
-    "(without keepdim=True a (batch,) value, usable after unsqueeze(-1)); torch.stack reduced "
-    "over the stacked dim with sum / mean / max / min / amax / amin, unbound or indexed along "
-    "it, x.view(x.size(0), k, n) as such a stack, flattened back by x.flatten(1) / "
+    "sum / mean / var / std / max / min / amax / amin / logsumexp / norm (p=1 or 2) over the "
+    "last dim (without keepdim=True a (batch,) value, usable after unsqueeze(-1)); torch.stack "
+    "reduced over the stacked dim with sum / mean / max / min / amax / amin, unbound or indexed "
+    "along it, x.view(x.size(0), k, n) as such a stack, flattened back by x.flatten(1) / "
     "nn.Flatten(); x.repeat(1, k); F.pad over the last dim (mode \"constant\"; nn.ConstantPad1d, "
     "nn.ZeroPad1d); torch.zeros / ones / full "
     "and x.new_zeros / new_ones / new_full of shape (x.size(0), n) or (n,); x.view(x.size(0), "
-    "-1); F.normalize "
+    "-1); F.normalize (p=1 or 2) "
     "(size-1 values broadcast against the features, as do size-1 tensors in + - * / and "
     "x.expand / expand_as; max and min give (values, indices), and only values may be used); "
     "torch.maximum / "

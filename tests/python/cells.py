@@ -61,7 +61,8 @@ class OpCell(nn.Module):
                     "nn.Hardsigmoid": nn.Hardsigmoid(),
                     "nn.Hardswish": nn.Hardswish(), "nn.SELU": nn.SELU(),
                     "nn.CELU": nn.CELU(0.6), "nn.PReLU": nn.PReLU(S, 0.3),
-                    "nn.Softmin": nn.Softmin(-1),
+                    "nn.Softmin": nn.Softmin(-1), "nn.Hardshrink": nn.Hardshrink(0.3),
+                    "nn.Softshrink": nn.Softshrink(0.2),
                     "nn.GELU(tanh)": nn.GELU(approximate="tanh"),
                     "nn.CosineSimilarity": nn.CosineSimilarity(eps=1e-6),
                     "nn.PairwiseDistance": nn.PairwiseDistance(keepdim=True, eps=1e-4),
@@ -227,6 +228,15 @@ OPS = {
     "nn.SELU": lambda c, a, m, x: c.act(a), "nn.CELU": lambda c, a, m, x: c.act(a),
     "nn.PReLU": lambda c, a, m, x: c.act(a), "nn.Softmin": lambda c, a, m, x: c.act(a),
     "nn.GELU(tanh)": lambda c, a, m, x: c.act(a * 2),
+    "logaddexp, logaddexp2": lambda c, a, m, x: (torch.logaddexp(a, m) + a.logaddexp2(m * 2) * 0.5
+                                                 + torch.logaddexp(a[:, :1], m)),
+    "hardshrink, softshrink": lambda c, a, m, x: (F.hardshrink(a, 0.3) + F.softshrink(a, 0.2) +
+                                                  torch.hardshrink(m) + F.softshrink(m * 2, 0.4)),
+    "nn.Hardshrink": lambda c, a, m, x: c.act(a), "nn.Softshrink": lambda c, a, m, x: c.act(a),
+    "norm, normalize with p=1": lambda c, a, m, x: (
+        F.normalize(a, p=1, dim=-1) + a.norm(p=1, dim=-1, keepdim=True) * 0.1
+        + torch.linalg.vector_norm(m, ord=1, dim=-1, keepdim=True) * 0.1
+        + F.pairwise_distance(a, m, 1, keepdim=True) * 0.1),
     # torch 2.4 and later only.
     **({"rms_norm": lambda c, a, m, x: (F.rms_norm(a, (a.shape[-1],), c.b2) +
                                         F.rms_norm(m, [m.size(-1)], eps=1e-3)),

@@ -7,6 +7,7 @@ Python (program_runner.py: checks the tracer and the program format without the 
 and "op", torch.ops.edbatch.propagate (skipped while the loaded extension does not register it).
 """
 import dataclasses
+import math
 import operator
 import types
 
@@ -113,6 +114,26 @@ def test_tensor_methods_called_unbound(backend):
     unsupported = edbatch.nn.Propagate(lambda x, m: torch.Tensor.cumsum(m, -1), state_size=7)
     with pytest.raises(TypeError, match="Tensor.cumsum is not supported in cells"):
         unsupported(packed, **inputs_for(packed, 4))
+
+
+def test_logaddexp_and_shrinks_at_infinities_ties_and_nan_as_in_pytorch(backend):
+    """logaddexp of two -inf is -inf and of a +inf is +inf (its shift by the larger argument is
+    not infinite); hardshrink keeps NaN and the bounds' ties give 0, softshrink gives 0 for NaN,
+    as PyTorch's."""
+    def cell(x, m):
+        return torch.cat([torch.logaddexp(x[:, :2], x[:, 2:4]), F.hardshrink(x, 0.5),
+                          F.softshrink(x, 0.5)], -1)
+    model = edbatch.nn.Propagate(cell, state_size=12)
+    packed = structures.packed("trees", 3)
+    x = torch.randn(packed.input_ids.numel(), D)
+    x[0] = torch.tensor([-math.inf, math.inf, -math.inf, 1.0, math.nan])
+    x[1] = torch.tensor([0.5, -0.5, 2.0, 2.0, -0.25])
+    with torch.no_grad():
+        h = model(packed, x=x)
+    rows = packed.node_inputs
+    v = torch.where(rows[:, None] >= 0, x[rows.clamp(min=0)], torch.zeros(1, D))
+    torch.testing.assert_close(h, cell(v, None), equal_nan=True)
+    assert torch.isinf(h).any() and torch.isnan(h).any()
 
 
 def test_division_by_zero_is_infinite_as_in_pytorch(backend):

@@ -2,6 +2,7 @@
 deduplication, dropout sites; refusals name the operation, the cell and the line; the dropout
 hash equals an independent uint32 implementation."""
 import json
+import math
 
 import numpy as np
 import pytest
@@ -459,9 +460,14 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     # var's third positional argument is unbiased, not keepdim: refused, not read as keepdim
     refused(ValueError, "a value of shape (batch,)")(lambda x, m: m - m.var(-1, True))
     refused(ValueError, "var over every element")(lambda x, m: m - torch.var(m, True))
-    refused(ValueError, "p=1 are not supported")(lambda x, m: m * m.norm(1, -1, True))
-    refused(ValueError, "p=1 are not supported")(
-        lambda x, m: m * F.pairwise_distance(m, m * 2, 1, keepdim=True))
+    refused(ValueError, "p=3 are not supported", "p=1 or p=2")(
+        lambda x, m: m * m.norm(3, -1, True))
+    refused(ValueError, "p=inf are not supported")(lambda x, m: F.normalize(m, math.inf))
+    refused(ValueError, "p=3 are not supported")(
+        lambda x, m: m * F.pairwise_distance(m, m * 2, 3, keepdim=True))
+    refused(ValueError, "softshrink's lambd must be at least 0")(
+        lambda x, m: F.softshrink(m, -0.5))
+    refused(TypeError, "logaddexp of a Python number")(lambda x, m: torch.logaddexp(m, 2.0))
     refused(ValueError, "cosine_similarity along the batch dim")(
         lambda x, m: m * F.cosine_similarity(m, m * 2, 0))
     refused(ValueError, "cosine_similarity of sizes 7 and 3")(
