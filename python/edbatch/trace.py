@@ -307,6 +307,11 @@ class _Tracer(fx.Tracer):
             handler, name = trace_ops.METHODS.get(node.target), f"Tensor.{node.target}"
             if node.target.endswith("_") and not node.target.endswith("__"):
                 raise Refusal(f"the in-place method {name} is not supported")
+        elif getattr(node.target, "tensor_method", None) is not None:
+            # A tensor made in the cell, such as torch.tensor(2) * x: its C method called with a
+            # traced value, which the trace reads as that method on the constant's number.
+            method = node.target.tensor_method
+            handler, name = trace_ops.METHODS.get(method), f"Tensor.{method}"
         else:
             handler, name = trace_ops.FUNCTIONS.get(node.target), _function_name(node.target)
         if handler is None:
@@ -317,6 +322,9 @@ class _Tracer(fx.Tracer):
         owner_path, _, name = path.rpartition(".")
         owner = self.root.get_submodule(owner_path) if owner_path else self.root
         key = self.body.prefix + _user_path(owner_path) + name
+        constant = trace_weights.scalar_constant(owner, name)
+        if constant is not None:
+            return constant
         value = trace_weights.module_tensor(owner, name, key, {})
         return owner.__dict__.get(name) if value is None else value
 

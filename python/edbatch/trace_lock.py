@@ -38,6 +38,7 @@ def unbound_methods(thread):
                 return getattr(self, name)(*args, **kwargs)
             return method(self, *args, **kwargs)
         call.__name__ = call.__qualname__ = name
+        call.tensor_method = name  # the trace's name for a call recorded through it
         return call
     # torch.overrides keeps a table of Tensor's methods, made at its first use: made now, it
     # holds the C methods, not the functions set here.

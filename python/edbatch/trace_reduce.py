@@ -7,8 +7,9 @@ from collections import namedtuple
 import torch
 import torch.nn.functional as F
 
-from .trace_values import (Batch, Indices, Refusal, Rows, Shape, Stack, Vec, bind,
-                           broadcast_pair, feature_dim, is_number, no_inplace, ops, same_size)
+from .trace_values import (Batch, Indices, Refusal, Rows, Shape, Stack, TensorConstant, Vec,
+                           bind, broadcast_pair, feature_dim, is_number, no_inplace, ops,
+                           same_size)
 
 nn = torch.nn
 
@@ -287,8 +288,11 @@ def normalize(body, args, kwargs):
 # ---- maxima, minima, clamps ----
 
 def _extremum(body, op, x, y, what):
-    """max / min of two feature vectors (broadcast); at a tie the gradient goes to x."""
-    x, y = broadcast_pair(body, body.vector(x), body.vector(y), what)
+    """max / min of two feature vectors (broadcast; a number made in the cell as a 0-d tensor
+    is a constant vector); at a tie the gradient goes to x."""
+    x, y = (_bound(body, body.vector(y if v is x else x), v) if isinstance(v, TensorConstant)
+            else body.vector(v) for v in (x, y))
+    x, y = broadcast_pair(body, x, y, what)
     return body.emit(op, x.size, [x, y])
 
 
@@ -296,7 +300,8 @@ def extremum(op, name):
     over_features = feature_extreme(op)
 
     def handle(body, args, kwargs):
-        if "dim" in kwargs or (len(args) > 1 and is_number(args[1])):
+        if "dim" in kwargs or (len(args) > 1 and is_number(args[1]) and
+                               not isinstance(args[1], TensorConstant)):
             return over_features(body, args, kwargs)
         a = bind(args, kwargs, ("input", "other"), {"other": None})
         if a["other"] is None:

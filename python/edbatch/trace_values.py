@@ -74,6 +74,12 @@ class Batch:
     __slots__ = ()
 
 
+class TensorConstant(float):
+    """The number a 0-d floating-point tensor made in the cell holds (torch.tensor(0.5)): a Python
+    number to arithmetic, while torch.max(x, it) stays elementwise, as for the tensor."""
+    __slots__ = ()
+
+
 class Shape:
     """x.shape / x.size() of a feature value: (batch, size); only the size is known."""
     __slots__ = ("size",)

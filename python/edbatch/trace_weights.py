@@ -9,7 +9,7 @@ import torch
 import torch.fx as fx
 from torch.nn.utils import parametrize
 
-from .trace_values import Param, Refusal
+from .trace_values import Param, Refusal, TensorConstant
 
 
 class Weights:
@@ -201,6 +201,18 @@ def as_weight(label, getter, value):
     return Param((label, getter), value)
 
 
+def scalar_constant(owner, name):
+    """The number a 0-d floating-point tensor made in the cell from Python values holds
+    (torch.tensor(0.5), torch.sqrt(torch.tensor(d)): computed once when the cell is traced), as
+    PyTorch uses it against a tensor of floats; None for anything else (an integer one may be a
+    dim or an index, and stays refused)."""
+    value = owner.__dict__.get(name)
+    if not (name.startswith("_tensor_constant") and isinstance(value, torch.Tensor) and
+            value.dim() == 0 and value.is_floating_point()):
+        return None
+    return TensorConstant(value.item())
+
+
 def module_tensor(owner, name, key, parametrized_values):
     """The tensor a cell reads as owner.<name> (`key`: its name in errors and in the program): a
     parameter (also a plain tensor torch.func.functional_call puts in its place), a tensor a
@@ -223,10 +235,11 @@ def module_tensor(owner, name, key, parametrized_values):
         return Param((key, getter), value)  # a buffer's gradient is not kept
     if isinstance(owner.__dict__.get(name), torch.Tensor) and name.startswith("_tensor_constant"):
         raise Refusal("a tensor made in the cell from Python values (torch.tensor, torch.arange, "
-                      "torch.linspace, torch.eye, ...) is a constant, and tensor constants are "
-                      "not supported in cells: make it once in __init__ and register it as a "
-                      "buffer (register_buffer), or write it with torch.full / torch.ones / "
-                      "torch.zeros of the feature size")
+                      "torch.linspace, torch.eye, ...) is a constant, and tensor constants other "
+                      "than 0-d floating-point ones (numbers) are not supported in cells: make "
+                      "it once in __init__ and register it as a buffer (register_buffer), or "
+                      "write it with torch.full / torch.ones / torch.zeros of the feature size, "
+                      "or a Python number for a 0-d integer one")
     if isinstance(owner.__dict__.get(name), torch.Tensor):
         raise Refusal(f"the tensor attribute {key} is a constant, and tensor constants are "
                       "not supported in cells: register the tensor as a buffer "

@@ -233,6 +233,11 @@ OPS = {
     "hardshrink, softshrink": lambda c, a, m, x: (F.hardshrink(a, 0.3) + F.softshrink(a, 0.2) +
                                                   torch.hardshrink(m) + F.softshrink(m * 2, 0.4)),
     "nn.Hardshrink": lambda c, a, m, x: c.act(a), "nn.Softshrink": lambda c, a, m, x: c.act(a),
+    # made when the cell is traced: Python numbers to it
+    "0-d tensor constants": lambda c, a, m, x: (
+        a * torch.tensor(0.5) + m / torch.sqrt(torch.tensor(7)) + torch.tensor(2.0) * a
+        - torch.tensor(1.5, dtype=torch.float64) + torch.max(m, torch.tensor(1.0))
+        + torch.minimum(torch.tensor(0.2), a) + (torch.tensor(1.0) - m) / torch.tensor(3.0)),
     "norm, normalize with p=1": lambda c, a, m, x: (
         F.normalize(a, p=1, dim=-1) + a.norm(p=1, dim=-1, keepdim=True) * 0.1
         + torch.linalg.vector_norm(m, ord=1, dim=-1, keepdim=True) * 0.1

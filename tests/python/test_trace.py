@@ -317,6 +317,9 @@ def test_refusals_of_everyday_idioms_say_what_is_wrong():
         lambda x, m: torch.stack([m.sum(-1), m.sum(-1)], 0).sum(0, keepdim=True) + m)
     refused(TypeError, "a tensor made in the cell from Python values (torch.tensor")(
         lambda x, m: m * torch.tensor([2.0]))
+    # a 0-d integer one may be a dim or an index (m.sum(torch.tensor(1)) in PyTorch): refused
+    refused(TypeError, "other than 0-d floating-point ones", "a Python number")(
+        lambda x, m: m * torch.tensor(2))
     refused(TypeError, "is not supported in cells", "inside torch's own nn/modules/rnn.py",
             "call the module itself", state_size=(7, 7))(_SubclassedLSTMCell(5, 7))
     with pytest.raises(ValueError, match="without edge cells the messages are the states"):
