@@ -268,6 +268,31 @@ struct Acos {
   }
 };
 
+// Floor and Round (halves to even, as torch.round): integers, whose gradient is 0, as PyTorch's.
+struct Floor {
+  static constexpr bool kUsesX = false, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::floor(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr) {
+    return M::zero(dy);
+  }
+};
+
+struct Round {
+  static constexpr bool kUsesX = false, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::rint(x);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr) {
+    return M::zero(dy);
+  }
+};
+
 // 1 if x > 0 (x >= 0 with alpha 1), else 0; NaN gives 0 either way, as PyTorch's comparisons.
 // The gradient is 0 (a comparison has none in PyTorch).
 struct Step {
@@ -384,6 +409,8 @@ struct Keep {
   X(Atanh, Atanh)               \
   X(Asin, Asin)                 \
   X(Acos, Acos)                 \
+  X(Floor, Floor)               \
+  X(Round, Round)               \
   X(ScalarAffine, ScalarAffine) \
   X(ScalarDivide, ScalarDivide)
 #define EDBATCH_BINARY_OPS(X) \

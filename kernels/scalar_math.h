@@ -112,6 +112,21 @@ struct ScalarMath {
     return std::acos(x);
 #endif
   }
+  EDBATCH_HD static float floor(float x) {
+#if defined(__CUDA_ARCH__)
+    return floorf(x);
+#else
+    return std::floor(x);
+#endif
+  }
+  // Halves to even (the default rounding mode), as torch.round.
+  EDBATCH_HD static float rint(float x) {
+#if defined(__CUDA_ARCH__)
+    return rintf(x);
+#else
+    return std::nearbyint(x);
+#endif
+  }
   EDBATCH_HD static float sin(float x) {
 #if defined(__CUDA_ARCH__)
     return sinf(x);
@@ -190,6 +205,12 @@ struct ScalarMath {
   }
   static double acos(double x) {
     return std::acos(x);
+  }
+  static double floor(double x) {
+    return std::floor(x);
+  }
+  static double rint(double x) {
+    return std::nearbyint(x);
   }
   static double sin(double x) {
     return std::sin(x);

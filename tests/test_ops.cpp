@@ -487,6 +487,18 @@ std::vector<OpCase> math_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return asinh(a[0]); }},
       {"atanh", kElementwiseSizes, inside,
        [](Builder&, const Args& a, uint32_t, Dim) { return atanh(a[0]); }},
+      // floor jumps at 0 only, which inputs stay away from, and round at +-0.5, which magnitudes
+      // below 0.45 do not reach (its values: closed forms below): finite differences are 0, as
+      // their gradient; times x, the product carries x's.
+      {"floor", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return floor(a[0]); }},
+      {"round", kElementwiseSizes,
+       [](Dim s) {
+         return std::vector<Slot>{{s, Layout::Any, false, 0.45f}};
+       },
+       [](Builder&, const Args& a, uint32_t, Dim) { return round(a[0]); }},
+      {"floor times x", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return cmult(floor(a[0]), a[0]); }},
       {"asin", kElementwiseSizes, inside,
        [](Builder&, const Args& a, uint32_t, Dim) { return asin(a[0]); }},
       {"acos", kElementwiseSizes, inside,
@@ -654,7 +666,7 @@ TEST_CASE("ops: every op of the enum has a case in the harness") {
   for (size_t i = 0; i < seen.size(); ++i) {
     const Op op = static_cast<Op>(i);
     if (!is_scheduled(op) || op == Op::Call) continue;
-    INFO("op '" << op_name(op) << "' has no case in tests/test_ops.cpp");
+    INFO("op '" << std::string(op_name(op)) << "' has no case in tests/test_ops.cpp");
     CHECK(seen[i]);
   }
 }
@@ -1058,6 +1070,34 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
     CHECK(math::Step::value<ScalarMath>(static_cast<float>(x), Attr{1.0f}) == inclusive);
     CHECK(math::Step::gradient<ScalarMath>(5.0, x, 0.0, Attr{}) == 0.0);
   }
+  // floor and round (halves to even, as torch.round), in float and double; gradient 0, even for
+  // an infinite dy.
+  for (const auto& [x, down, nearest] :
+       std::vector<std::tuple<double, double, double>>{{-1.5, -2, -2},
+                                                       {-0.5, -1, -0.0},
+                                                       {-0.0, -0.0, -0.0},
+                                                       {0.3, 0, 0},
+                                                       {0.5, 0, 0},
+                                                       {1.5, 1, 2},
+                                                       {2.5, 2, 2},
+                                                       {2.7, 2, 3},
+                                                       {8388609, 8388609, 8388609},
+                                                       {-1e10, -1e10, -1e10},
+                                                       {inf, inf, inf},
+                                                       {-inf, -inf, -inf}}) {
+    CAPTURE(x);
+    CHECK(math::Floor::value<ScalarMath>(x, Attr{}) == down);
+    CHECK(math::Round::value<ScalarMath>(x, Attr{}) == nearest);
+    CHECK(std::signbit(math::Round::value<ScalarMath>(x, Attr{})) == std::signbit(nearest));
+    const float xf = static_cast<float>(x);
+    CHECK(math::Floor::value<ScalarMath>(xf, Attr{}) == static_cast<float>(down));
+    CHECK(math::Round::value<ScalarMath>(xf, Attr{}) == static_cast<float>(nearest));
+    CHECK(math::Floor::gradient<ScalarMath>(inf, x, 0.0, Attr{}) == 0.0);
+    CHECK(math::Round::gradient<ScalarMath>(2.0f, xf, 0.0f, Attr{}) == 0.0f);
+  }
+  CHECK(math::Round::value<ScalarMath>(0.49999997f, Attr{}) == 0.0f);
+  CHECK(std::isnan(math::Floor::value<ScalarMath>(nan, Attr{})));
+  CHECK(std::isnan(math::Round::value<ScalarMath>(static_cast<float>(nan), Attr{})));
   // relu of NaN is NaN (PyTorch's), in the float form the GPU evaluates and the double reference.
   CHECK(std::isnan(math::Relu::value<ScalarMath>(nan, Attr{})));
   CHECK(std::isnan(math::Relu::value<ScalarMath>(static_cast<float>(nan), Attr{})));

@@ -45,6 +45,8 @@ enum class Op : uint8_t {
   Atanh,
   Asin,
   Acos,
+  Floor,              // the largest integer not above x (gradient 0)
+  Round,              // the nearest integer, halves to even (gradient 0)
   Concat,             // stack args vertically (rows add up, cols equal)
   SliceRows,          // rows [aux, aux + rows) of every column of the argument
   Pick,               // element `index` of a vector: 1x1
@@ -118,6 +120,8 @@ inline constexpr OpInfo kOpInfo[] = {
     {"atanh", 1, 1, BatchRule::Exact, true},
     {"asin", 1, 1, BatchRule::Exact, true},
     {"acos", 1, 1, BatchRule::Exact, true},
+    {"floor", 1, 1, BatchRule::Exact, true},
+    {"round", 1, 1, BatchRule::Exact, true},
     {"concat", 1, -1, BatchRule::Exact, true},
     {"slice_rows", 1, 1, BatchRule::Exact, true},
     {"pick", 1, 1, BatchRule::Exact, true},

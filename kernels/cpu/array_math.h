@@ -102,6 +102,14 @@ struct ArrayMath {
     return x.acos();
   }
   template <class X>
+  static auto floor(const X& x) {
+    return x.floor();
+  }
+  template <class X>
+  static auto rint(const X& x) {
+    return x.rint();
+  }
+  template <class X>
   static auto sin(const X& x) {
     return x.sin();
   }

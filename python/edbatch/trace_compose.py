@@ -1,8 +1,8 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
-selu, celu, prelu, softmin, log1p, expm1, logaddexp, hardshrink, softshrink, rms_norm (torch 2.4
-on), cosine_similarity, pairwise_distance and bilinear, in their torch., F., method and module
-forms. trace_ops merges
+selu, celu, prelu, softmin, log1p, expm1, logaddexp, hardshrink, softshrink, floor, round, ceil,
+trunc, frac, rms_norm (torch 2.4 on), cosine_similarity, pairwise_distance and bilinear, in their
+torch., F., method and module forms. trace_ops merges
 these tables into its own."""
 import math
 
@@ -183,6 +183,40 @@ def softshrink(body, args, kwargs):
                     apply(body, "scale", v, alpha=1.0, beta=-lambd), below)
 
 
+def floor_of(body, x):
+    """The largest integer not above x: gradient 0."""
+    return apply(body, "floor", body.vector(x))
+
+
+def _round(body, args, kwargs):
+    """The nearest integer, halves to even (decimals=0): gradient 0."""
+    a = bind(args, kwargs, ("input", "decimals"), {"decimals": 0})
+    if a["decimals"] != 0:
+        raise Refusal(f"round with decimals={a['decimals']!r} is not supported (decimals=0: "
+                      "the nearest integer)", ValueError)
+    return apply(body, "round", body.vector(a["input"]))
+
+
+def ceil_of(body, x):
+    """-floor(-x): gradient 0."""
+    v = apply(body, "scale", body.vector(x), alpha=-1.0, beta=0.0)
+    return apply(body, "scale", apply(body, "floor", v), alpha=-1.0, beta=0.0)
+
+
+def trunc_of(body, x):
+    """ceil(x) below 0, else floor(x) (NaN included): gradient 0."""
+    from .trace_select import comparison, where_of
+    v = body.vector(x)
+    return where_of(body, comparison("lt")(body, (v, 0.0), {}), ceil_of(body, v),
+                    floor_of(body, v))
+
+
+def frac_of(body, x):
+    """x - trunc(x), as PyTorch computes it: gradient 1."""
+    v = body.vector(x)
+    return apply(body, "sub", v, trunc_of(body, v))
+
+
 def rms_norm_of(body, x, shape, weight, eps):
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim, as PyTorch's rms_norm (eps None:
     float32's machine epsilon)."""
@@ -304,6 +338,9 @@ FUNCTIONS = {
     F.pairwise_distance: pairwise_distance, torch.pairwise_distance: pairwise_distance,
     F.bilinear: _bilinear, torch.bilinear: _bilinear,
     torch.logaddexp: logaddexp(False), torch.logaddexp2: logaddexp(True),
+    torch.floor: plain(floor_of), torch.round: _round, torch.ceil: plain(ceil_of),
+    torch.trunc: plain(trunc_of), torch.fix: plain(trunc_of),
+    torch.frac: plain(frac_of),
     F.hardshrink: hardshrink, torch.hardshrink: hardshrink, F.softshrink: softshrink,
 }
 
@@ -312,6 +349,9 @@ METHODS = {
     "log1p": plain(log1p_of), "expm1": plain(expm1_of), "prelu": _prelu, "tan": plain(tan_of),
     "log2": plain(log_base(2.0)), "log10": plain(log_base(10.0)), "exp2": plain(exp2_of),
     "logaddexp": logaddexp(False), "logaddexp2": logaddexp(True), "hardshrink": hardshrink,
+    "floor": plain(floor_of), "round": _round, "ceil": plain(ceil_of),
+    "trunc": plain(trunc_of), "fix": plain(trunc_of),
+    "frac": plain(frac_of),
 }
 
 MODULES = {
@@ -338,7 +378,8 @@ if hasattr(nn, "RMSNorm"):
 SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximate='tanh'; selu, "
              "celu, prelu, softmin, log1p, expm1, tan, log2, log10, exp2, hardshrink (torch., F., "
              "method and module forms); softshrink (F. and module forms); logaddexp, logaddexp2 "
-             "of two tensors; "
+             "of two tensors; floor, round (decimals=0; halves to even), ceil, trunc / fix (their "
+             "gradient 0), frac (torch. and method forms); "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
              "cosine_similarity and pairwise_distance (p=2 or 1) over the features (torch., F. and "
              "module forms; a (batch,) value, or (batch, 1) with keepdim=True); nn.Bilinear / "

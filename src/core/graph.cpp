@@ -378,6 +378,12 @@ Expr asin(const Expr& x) {
 Expr acos(const Expr& x) {
   return elementwise(Op::Acos, Args(&x, 1));
 }
+Expr floor(const Expr& x) {
+  return elementwise(Op::Floor, Args(&x, 1));
+}
+Expr round(const Expr& x) {
+  return elementwise(Op::Round, Args(&x, 1));
+}
 Expr step(const Expr& x, bool inclusive) {
   return elementwise(Op::Step, Args(&x, 1), inclusive ? 1.0f : 0.0f);
 }

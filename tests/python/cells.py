@@ -233,6 +233,11 @@ OPS = {
     "hardshrink, softshrink": lambda c, a, m, x: (F.hardshrink(a, 0.3) + F.softshrink(a, 0.2) +
                                                   torch.hardshrink(m) + F.softshrink(m * 2, 0.4)),
     "nn.Hardshrink": lambda c, a, m, x: c.act(a), "nn.Softshrink": lambda c, a, m, x: c.act(a),
+    # jumps where PyTorch's are, 0 gradient (frac's 1), times a so that the product carries a's
+    "floor, ceil, round, trunc, frac": lambda c, a, m, x: (
+        torch.floor(a * 3) * a + (m * 2).ceil() * m + torch.round(a * 2.5) * m
+        + a.round() + torch.trunc(m * 3) * a + (a * 2).fix() + torch.frac(a * 3)
+        + m.frac() * a),
     # made when the cell is traced: Python numbers to it
     "0-d tensor constants": lambda c, a, m, x: (
         a * torch.tensor(0.5) + m / torch.sqrt(torch.tensor(7)) + torch.tensor(2.0) * a

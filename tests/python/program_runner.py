@@ -23,7 +23,8 @@ _UNARY = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "gel
           "softplus": F.softplus, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
           "sin": torch.sin, "cos": torch.cos, "erf": torch.erf,
           "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh, "asinh": torch.asinh,
-          "atanh": torch.atanh, "asin": torch.asin, "acos": torch.acos,
+          "atanh": torch.atanh, "asin": torch.asin, "acos": torch.acos, "floor": torch.floor,
+          "round": torch.round,
           "softmax": lambda v: torch.softmax(v, -1),
           "log_softmax": lambda v: torch.log_softmax(v, -1)}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}

@@ -116,18 +116,21 @@ def test_tensor_methods_called_unbound(backend):
         unsupported(packed, **inputs_for(packed, 4))
 
 
-def test_logaddexp_and_shrinks_at_infinities_ties_and_nan_as_in_pytorch(backend):
+def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorch(backend):
     """logaddexp of two -inf is -inf and of a +inf is +inf (its shift by the larger argument is
-    not infinite); hardshrink keeps NaN and the bounds' ties give 0, softshrink gives 0 for NaN,
-    as PyTorch's."""
+    not infinite); hardshrink keeps NaN and the bounds' ties give 0, softshrink gives 0 for NaN;
+    round takes halves to even; floor, ceil, round, trunc and frac keep the infinities and NaN as
+    PyTorch's (a zero's sign may differ, as after a negation: both compare equal)."""
     def cell(x, m):
         return torch.cat([torch.logaddexp(x[:, :2], x[:, 2:4]), F.hardshrink(x, 0.5),
-                          F.softshrink(x, 0.5)], -1)
-    model = edbatch.nn.Propagate(cell, state_size=12)
+                          F.softshrink(x, 0.5), torch.floor(x), torch.ceil(x), torch.round(x),
+                          torch.trunc(x), torch.frac(x), torch.round(-x)], -1)
+    model = edbatch.nn.Propagate(cell, state_size=42)
     packed = structures.packed("trees", 3)
     x = torch.randn(packed.input_ids.numel(), D)
     x[0] = torch.tensor([-math.inf, math.inf, -math.inf, 1.0, math.nan])
     x[1] = torch.tensor([0.5, -0.5, 2.0, 2.0, -0.25])
+    x[2] = torch.tensor([1.5, 2.5, -0.0, -2.5, -0.7])
     with torch.no_grad():
         h = model(packed, x=x)
     rows = packed.node_inputs

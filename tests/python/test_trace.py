@@ -471,6 +471,8 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "softshrink's lambd must be at least 0")(
         lambda x, m: F.softshrink(m, -0.5))
     refused(TypeError, "logaddexp of a Python number")(lambda x, m: torch.logaddexp(m, 2.0))
+    refused(ValueError, "round with decimals=2 is not supported")(
+        lambda x, m: torch.round(m, decimals=2))
     refused(ValueError, "cosine_similarity along the batch dim")(
         lambda x, m: m * F.cosine_similarity(m, m * 2, 0))
     refused(ValueError, "cosine_similarity of sizes 7 and 3")(
