@@ -171,14 +171,15 @@ def hardshrink(body, args, kwargs):
 
 
 def softshrink(body, args, kwargs):
-    """x - lambd above lambd, x + lambd below -lambd, else 0 (NaN too), with gradient 1 where
-    |x| > lambd only, as PyTorch's."""
+    """x - lambd above lambd, x + lambd below -lambd, else 0 * x (NaN stays NaN, as in PyTorch
+    2.x; 1.13 gave 0), with gradient 1 where |x| > lambd only, as PyTorch's."""
     from .trace_select import comparison, where_of
     a = bind(args, kwargs, ("input", "lambd"), {"lambd": 0.5})
     lambd = _lambd(a, "softshrink")
     v = body.vector(a["input"])
     below = where_of(body, comparison("lt")(body, (v, -lambd), {}),
-                     apply(body, "scale", v, alpha=1.0, beta=lambd), 0.0)
+                     apply(body, "scale", v, alpha=1.0, beta=lambd),
+                     apply(body, "scale", v, alpha=0.0, beta=0.0))
     return where_of(body, comparison("gt")(body, (v, lambd), {}),
                     apply(body, "scale", v, alpha=1.0, beta=-lambd), below)
 
