@@ -136,10 +136,9 @@ def logaddexp(base2):
     def handle(body, args, kwargs):
         a = bind(args, kwargs, ("input", "other"), {})
         name = "logaddexp2" if base2 else "logaddexp"
-        x, y = (body.vector(a[k]) if not is_number(a[k]) else None for k in ("input", "other"))
-        if x is None or y is None:
+        if is_number(a["input"]) or is_number(a["other"]):
             raise Refusal(f"{name} of a Python number is not supported (tensors, as in PyTorch)")
-        x, y = broadcast_pair(body, x, y, name)
+        x, y = broadcast_pair(body, body.vector(a["input"]), body.vector(a["other"]), name)
         if base2:
             x, y = (apply(body, "scale", v, alpha=math.log(2.0), beta=0.0) for v in (x, y))
         m = finite_or_zero(body, apply(body, "max", x, y))

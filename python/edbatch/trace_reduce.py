@@ -289,8 +289,8 @@ def normalize(body, args, kwargs):
 
 def _extremum(body, op, x, y, what):
     """max / min of two feature vectors (broadcast; a number made in the cell as a 0-d tensor
-    is a constant vector); at a tie the gradient goes to x."""
-    x, y = (_bound(body, body.vector(y if v is x else x), v) if isinstance(v, TensorConstant)
+    is a size-1 constant); at a tie the gradient goes to x."""
+    x, y = (body.emit("const", 1, [], value=float(v)) if isinstance(v, TensorConstant)
             else body.vector(v) for v in (x, y))
     x, y = broadcast_pair(body, x, y, what)
     return body.emit(op, x.size, [x, y])
