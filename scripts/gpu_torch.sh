@@ -28,6 +28,7 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$root"
+case $build in /*) ;; *) build=$root/$build ;; esac  # relative to the repository root
 status=0
 
 source scripts/gpu_deps.sh
@@ -43,7 +44,7 @@ if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEDBATCH_NATI
   exit 1
 fi
 grep "PyTorch extension" "$out/build.log" >&2
-export EDBATCH_LIBRARY="$root/$build/libedbatch_torch.so" PYTHONPATH="$root/python"
+export EDBATCH_LIBRARY="$build/libedbatch_torch.so" PYTHONPATH="$root/python"
 
 if "$py" -c 'import pytest' 2> /dev/null; then
   "$py" -m pytest -q -p no:cacheprovider tests/python > "$out/pytest.log" 2>&1 || status=1

@@ -36,6 +36,7 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$root"
+case $build in /*) ;; *) build=$root/$build ;; esac  # relative to the repository root
 status=0
 source scripts/gpu_deps.sh
 py=$(command -v python3)
@@ -46,7 +47,7 @@ if [ ! -f "$build/libedbatch_torch.so" ]; then
     ninja -C "$build" -j "$(nproc)" edbatch_torch; } > "$out/build.log" 2>&1 ||
     { echo "gpu_user_cells.sh: build failed (build.log)" >&2; exit 1; }
 fi
-export EDBATCH_LIBRARY="$root/$build/libedbatch_torch.so" PYTHONPATH="$root/python"
+export EDBATCH_LIBRARY="$build/libedbatch_torch.so" PYTHONPATH="$root/python"
 extra=("$@")
 [ -n "$trees" ] && extra+=(--trees "$trees")
 if [ "$gpu" = 1 ]; then
