@@ -293,6 +293,20 @@ struct Round {
   }
 };
 
+// x itself, through which no gradient passes (torch's detach): what reads it is differentiated
+// as if it were a constant.
+struct StopGradient {
+  static constexpr bool kUsesX = false, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return x;
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr) {
+    return M::zero(dy);
+  }
+};
+
 // 1 if x > 0 (x >= 0 with alpha 1), else 0; NaN gives 0 either way, as PyTorch's comparisons.
 // The gradient is 0 (a comparison has none in PyTorch).
 struct Step {
@@ -411,6 +425,7 @@ struct Keep {
   X(Acos, Acos)                 \
   X(Floor, Floor)               \
   X(Round, Round)               \
+  X(StopGradient, StopGradient) \
   X(ScalarAffine, ScalarAffine) \
   X(ScalarDivide, ScalarDivide)
 #define EDBATCH_BINARY_OPS(X) \

@@ -125,6 +125,9 @@ struct OpCase {
   std::vector<Dim> sizes;
   std::function<std::vector<Slot>(Dim)> slots;
   std::function<Expr(Builder&, const Args&, uint32_t instance, Dim)> build;
+  // The reference's gradients against finite differences; off for stop_gradient, whose gradient
+  // is 0 by definition, not the slope of its value (closed forms check it instead).
+  bool finite_differences = true;
 };
 
 struct Built {
@@ -295,7 +298,7 @@ void run_cases(const std::vector<OpCase>& cases) {
           Reference ref(g);
           ref.forward();
           ref.backward(bt.loss.id);
-          check_reference_fd(g, ref, bt, b.rng);
+          if (c.finite_differences) check_reference_fd(g, ref, bt, b.rng);
           uint64_t batches[2] = {0, 0};
           for (int policy = 0; policy < 2; ++policy) {
             for (int threads : {1, 2}) {
@@ -499,6 +502,11 @@ std::vector<OpCase> math_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return round(a[0]); }},
       {"floor times x", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return cmult(floor(a[0]), a[0]); }},
+      {"stop_gradient", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return stop_gradient(a[0]); }, false},
+      {"stop_gradient times x", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return cmult(stop_gradient(a[0]), a[0]); },
+       false},
       {"asin", kElementwiseSizes, inside,
        [](Builder&, const Args& a, uint32_t, Dim) { return asin(a[0]); }},
       {"acos", kElementwiseSizes, inside,
@@ -763,6 +771,43 @@ TEST_CASE("ops: the rectifiers keep NaN and map the infinities as PyTorch does")
     CAPTURE(threads);
     testing::check_rectifiers_nan("cpu", threads);
   }
+}
+
+// stop_gradient passes values, infinities and NaN included, and no gradient: of
+// sum(stop_gradient(x) * x + stop_gradient(x * x) + x) the gradient is x + 1 exactly, where
+// without it it would be 3x + 1.
+TEST_CASE("ops: stop_gradient passes the value and no gradient") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const uint32_t n = 21;
+  std::vector<float> xs(n);
+  for (uint32_t i = 0; i < n; ++i) xs[i] = 0.37f * static_cast<float>(i) - 3.1f;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ParameterCollection pc(1);
+    Graph g(pc);
+    const Expr x = input(g, Dim{n, 1}, xs);
+    const Expr y = cmult(stop_gradient(x), x) + stop_gradient(cmult(x, x)) + x;
+    const Expr odd = stop_gradient(input(g, Dim{3, 1}, {inf, -inf, std::nanf("")}));
+    Engine e(pc, EngineOptions{"lb-greedy", "cpu", threads});
+    const Expr loss = column_sum(y);
+    e.forward(g, loss);
+    const std::vector<float> v = as_vector(e.value(y)),
+                             dx = (e.backward(g, loss), as_vector(e.gradient(x)));
+    for (uint32_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      CHECK(v[i] == doctest::Approx(2.0 * xs[i] * xs[i] + xs[i]).epsilon(1e-6));
+      CHECK(dx[i] == xs[i] + 1.0f);
+    }
+    e.forward(g, odd);
+    const std::vector<float> o = as_vector(e.value(odd));
+    CHECK(o[0] == inf);
+    CHECK(o[1] == -inf);
+    CHECK(std::isnan(o[2]));
+  }
+  CHECK(math::StopGradient::value<math::ScalarMath>(-0.0, math::Attr{}) == 0.0);
+  CHECK(std::signbit(math::StopGradient::value<math::ScalarMath>(-0.0f, math::Attr{})));
+  CHECK(math::StopGradient::gradient<math::ScalarMath>(inf, 1.0f, 1.0f, math::Attr{}) == 0.0f);
+  CHECK(math::StopGradient::gradient<math::ScalarMath>(2.0, 1.0, 1.0, math::Attr{}) == 0.0);
 }
 
 TEST_CASE("ops: maximum and max_index take NaN as the largest; maximum's gradient to the first") {

@@ -173,6 +173,8 @@ Expr acos(const Expr& x);
 // gradient is 0.
 Expr floor(const Expr& x);
 Expr round(const Expr& x);
+// x's value, with no gradient passing through it to x (torch's detach).
+Expr stop_gradient(const Expr& x);
 // 1 where x > 0 (inclusive: x >= 0), else 0, NaN giving 0: a comparison as a 0/1 mask, with no
 // gradient. keep(a, mask): a where mask > 0, else exactly 0 (a selection, so a value not kept may
 // be inf or NaN); a's gradient passes where it is kept, mask's is 0. where(c, a, b) is

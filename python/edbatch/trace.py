@@ -136,6 +136,11 @@ class _Proxy(fx.Proxy):
     def __iter__(self):
         return self.tracer.iter(self)
 
+    def __getattr__(self, name):
+        if name == "ndim":  # a plain int now, for `if x.ndim == 1:` (fx's Attribute stays lazy)
+            return self.tracer.create_proxy("call_function", getattr, (self, name), {})
+        return super().__getattr__(name)
+
 
 class _Tracer(fx.Tracer):
     """fx's tracer, evaluating every node as it is created (sizes, instructions) so that chunks
@@ -254,8 +259,8 @@ class _Tracer(fx.Tracer):
             raise Refusal("gradients turned off inside a cell (torch.no_grad, "
                           "set_grad_enabled(False), torch.utils.checkpoint, which recomputes "
                           "without them) are not supported: every operation of a cell is "
-                          "differentiated (nor is .detach() supported); edbatch keeps a cell's "
-                          "values for backward in its own memory plan")
+                          "differentiated (x.detach() stops the gradient of one value); edbatch "
+                          "keeps a cell's values for backward in its own memory plan")
         value = self.evaluate(proxy.node)
         self.values[proxy.node] = value
         if isinstance(value, (int, float, bool)):

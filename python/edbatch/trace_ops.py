@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from . import trace_reduce, trace_weights
+from .trace_features import cat, chunk, getitem, narrow, pieces, size, slice_of, split  # noqa: F401
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Vec,  # noqa: F401
                            bind, broadcast_pair, describe, feature_dim, is_number, no_inplace)
@@ -28,7 +29,7 @@ SUPPORTED = (
     "torch.cat, chunk, split, narrow and slicing (x[:, a:b]) along the last dim; nn.Embedding "
     "of the integer input; nn.LayerNorm / F.layer_norm over the last dim; nn.Dropout / "
     "F.dropout; softmax / log_softmax over the last dim; zeros_like / ones_like / full_like; "
-    "tuple returns and unpacking")
+    "x.detach(); tuple returns and unpacking")
 
 
 # ---- elementwise ----
@@ -91,6 +92,18 @@ def unary(name, check=None):
         v = body.vector(args[0])
         return body.emit(name, v.size, [v])
     return handle
+
+
+def detach(body, args, kwargs):
+    """x.detach(): its value, through which no gradient passes (`stop_gradient`). A comparison
+    has none to stop; a (batch,) value stays one."""
+    v = args[0]
+    if isinstance(v, Mask):
+        return v
+    if isinstance(v, Rows):
+        return Rows(detach(body, (v.vec,), kwargs))
+    x = body.vector(v)  # a weight's detach() is PyTorch's, on every call (trace_weights)
+    return body.emit("stop_gradient", x.size, [x])
 
 
 def _no_inplace(args, kwargs):
@@ -198,123 +211,14 @@ def f_embedding(body, args, kwargs):
     return embedding_of(body, a["input"], a["weight"], a)
 
 
-# ---- features: cat, slices ----
-
-def cat(body, args, kwargs):
-    a = bind(args, kwargs, ("tensors", "dim"), {"dim": 0})
-    feature_dim(a["dim"], "torch.cat")
-    parts = [body.vector(v) for v in a["tensors"]]
-    return body.emit("cat", sum(p.size for p in parts), parts)
-
-
-def slice_of(body, v, begin, end):
-    if begin == 0 and end == v.size:
-        return v
-    if not 0 <= begin < end <= v.size:
-        raise Refusal(f"an empty or out-of-range slice [{begin}, {end}) of a size-{v.size} "
-                      f"tensor", ValueError)
-    return body.emit("slice", end - begin, [v], begin=begin, end=end)
-
-
-def pieces(body, v, sizes):
-    out, begin = [], 0
-    for s in sizes:
-        out.append(slice_of(body, v, begin, begin + s))
-        begin += s
-    return tuple(out)
-
-
-def chunk(body, args, kwargs):
-    a = bind(args, kwargs, ("input", "chunks", "dim"), {"dim": 0})
-    feature_dim(a["dim"], "chunk")
-    v = body.vector(a["input"])
-    step = -(-v.size // a["chunks"])  # torch.chunk: ceil(size / chunks) each, the last smaller
-    return pieces(body, v, [min(step, v.size - b) for b in range(0, v.size, step)])
-
-
-def split(body, args, kwargs):
-    a = bind(args, kwargs, ("tensor", "split_size_or_sections", "dim"),
-             {"dim": 0, "split_size": None})
-    feature_dim(a["dim"], "split")
-    v = body.vector(a["tensor"])
-    sizes = a.get("split_size_or_sections", a["split_size"])
-    if isinstance(sizes, int):
-        sizes = [min(sizes, v.size - b) for b in range(0, v.size, sizes)]
-    elif sum(sizes) != v.size:
-        raise Refusal(f"split sizes {list(sizes)} do not add up to {v.size}", ValueError)
-    return pieces(body, v, sizes)
-
-
-def narrow(body, args, kwargs):
-    a = bind(args, kwargs, ("input", "dim", "start", "length"), {})
-    feature_dim(a["dim"], "narrow")
-    v = body.vector(a["input"])
-    start = a["start"] + v.size if a["start"] < 0 else a["start"]
-    return slice_of(body, v, start, start + a["length"])
-
-
-def _index_text(i):
-    if isinstance(i, slice):
-        return ":".join("" if e is None else str(e) for e in (i.start, i.stop)) + (
-            "" if i.step is None else f":{i.step}")
-    return "..." if i is Ellipsis else repr(i)
-
-
-def getitem(body, args, kwargs):
-    v, index = args
-    if isinstance(v, (tuple, list)):
-        return v[index]
-    if isinstance(v, trace_reduce.Stack):
-        return trace_reduce.stack_item(v, index)
-    if isinstance(v, Rows):
-        if index in ((slice(None), None), (Ellipsis, None)):
-            return v.vec  # x[:, None]
-        raise Refusal("a (batch,) value can only be indexed as x[:, None] (back to (batch, 1))",
-                      ValueError)
-    if isinstance(v, Shape):
-        if index in (1, -1):
-            return v.size
-        if index in (0, -2):
-            return Batch()
-        raise Refusal(f"shape[{index!r}] of a (batch, features) value", ValueError)
-    if not isinstance(v, Vec):
-        raise Refusal(f"indexing {describe(v)} is not supported")
-    if not isinstance(index, tuple):
-        index = (index,)
-    if index[:1] == (Ellipsis,) and len(index) in (2, 3):
-        index = (slice(None),) + index[1:]
-    if index == (Ellipsis,) or index == (slice(None),):
-        return v
-    if index[0] != slice(None):
-        raise Refusal("indexing along the batch dim is not supported: slice the features with "
-                      "x[:, a:b] or x[..., a:b]", ValueError)
-    s = index[1] if len(index) > 1 else None
-    if len(index) == 3 and index[2] is None and isinstance(s, int) and not isinstance(s, bool):
-        if not -v.size <= s < v.size:
-            raise Refusal(f"x[:, {s}, None]: {s} is out of range for {v.size} features",
-                          ValueError)
-        return slice_of(body, v, s % v.size, s % v.size + 1)  # the feature as a (batch, 1)
-    if len(index) != 2:
-        raise Refusal(f"x[{', '.join(map(_index_text, index))}] is not supported: values are "
-                      "(batch, features); index the features with x[:, i], x[:, i, None] or "
-                      "x[:, a:b]", ValueError)
-    if isinstance(s, int) and not isinstance(s, bool) and -v.size <= s < v.size:
-        return Rows(slice_of(body, v, s % v.size, s % v.size + 1))  # x[:, i]: shape (batch,)
-    if not isinstance(s, slice):
-        raise Refusal(f"x[:, {s!r}] is not supported: index the features with an int in range "
-                      f"or a slice such as x[:, a:b]", ValueError)
-    begin, end, step = s.indices(v.size)
-    if step != 1:
-        raise Refusal("slices with a step are not supported", ValueError)
-    return slice_of(body, v, begin, end)
-
-
-def size(body, args, kwargs):
+def dims(body, args, kwargs):
+    """x.dim() / x.ndim: 2 for a (batch, features) value, 1 for a (batch,) one."""
     v = args[0]
+    if isinstance(v, Rows):
+        return 1
     if not isinstance(v, Vec):
-        raise Refusal(f"the size of {describe(v)} is not supported")
-    dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    return Shape(v.size) if dim is None else getitem(body, (Shape(v.size), dim), {})
+        raise Refusal(f"the number of dims of {describe(v)} is not supported")
+    return 2
 
 
 def get_attribute(body, args, kwargs):
@@ -323,6 +227,8 @@ def get_attribute(body, args, kwargs):
         return transpose_weight(body, (v,), {})
     if name == "shape":
         return size(body, (v,), {})
+    if name == "ndim":
+        return dims(body, (v,), {})
     if name == "dtype" and isinstance(v, Vec):  # for x.to(y.dtype), mask.type(...)
         return torch.bool if isinstance(v, Mask) else torch.float32
     if name == "device" and isinstance(v, Vec):  # for device=x.device, x.to(y.device)
@@ -477,7 +383,7 @@ FUNCTIONS = {
     operator.add: binary("add"), operator.sub: binary("sub"), operator.mul: binary("mul"),
     operator.truediv: binary("div"), operator.neg: negate, operator.pos: identity,
     torch.add: binary("add"), torch.sub: binary("sub"), torch.mul: binary("mul"),
-    torch.div: binary("div"), torch.neg: negate,
+    torch.div: binary("div"), torch.neg: negate, torch.detach: detach,
     operator.matmul: matmul, torch.matmul: matmul, torch.mm: matmul, F.linear: f_linear,
     torch.addmm: addmm, torch.t: transpose_weight,
     F.softplus: unary("softplus", _softplus),
@@ -499,8 +405,9 @@ METHODS = {
     "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div"),
     "neg": negate, "matmul": matmul, "mm": matmul, "t": transpose_weight,
     "chunk": chunk, "split": split, "narrow": narrow,
-    "size": size, "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
-    "contiguous": identity, "clone": identity,
+    "size": size, "dim": dims, "ndimension": dims,
+    "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
+    "contiguous": identity, "clone": identity, "detach": detach,
     "pow": power, "square": fixed_power(2), "rsqrt": fixed_power(-0.5),
     "reciprocal": fixed_power(-1), "abs": unary("abs"),
     **{name: unary(name) for name in _ACTIVATIONS},

@@ -403,7 +403,8 @@ def unsqueeze(body, args, kwargs):
     if not isinstance(x, Rows):
         raise Refusal("unsqueeze is supported on (batch,) values only (a reduction without "
                       "keepdim=True, x[:, i], squeeze(-1)): a cell's values are (batch, "
-                      "features)", ValueError)
+                      "features); for a dot product per row, as torch.bmm(u.unsqueeze(1), "
+                      "v.unsqueeze(2)), write (u * v).sum(-1, keepdim=True)", ValueError)
     return x.vec
 
 

@@ -384,6 +384,9 @@ Expr floor(const Expr& x) {
 Expr round(const Expr& x) {
   return elementwise(Op::Round, Args(&x, 1));
 }
+Expr stop_gradient(const Expr& x) {
+  return elementwise(Op::StopGradient, Args(&x, 1));
+}
 Expr step(const Expr& x, bool inclusive) {
   return elementwise(Op::Step, Args(&x, 1), inclusive ? 1.0f : 0.0f);
 }

@@ -19,12 +19,17 @@ namespace {
 // then those over each row's features.
 const std::map<std::string, Expr (*)(const Expr&)> kUnary = [] {
   std::map<std::string, Expr (*)(const Expr&)> m = {
-      {"sigmoid", sigmoid},   {"tanh", tanh}, {"relu", relu}, {"gelu", gelu},
-      {"softplus", softplus}, {"exp", exp},   {"log", log},   {"sqrt", sqrt},
-      {"abs", abs},           {"sin", sin},   {"cos", cos},   {"erf", erf},
-      {"atan", atan},         {"sinh", sinh}, {"cosh", cosh}, {"asinh", asinh},
-      {"atanh", atanh},       {"asin", asin}, {"acos", acos}, {"floor", floor},
-      {"round", round}};
+      {"sigmoid", sigmoid},   {"tanh", tanh},
+      {"relu", relu},         {"gelu", gelu},
+      {"softplus", softplus}, {"exp", exp},
+      {"log", log},           {"sqrt", sqrt},
+      {"abs", abs},           {"sin", sin},
+      {"cos", cos},           {"erf", erf},
+      {"atan", atan},         {"sinh", sinh},
+      {"cosh", cosh},         {"asinh", asinh},
+      {"atanh", atanh},       {"asin", asin},
+      {"acos", acos},         {"floor", floor},
+      {"round", round},       {"stop_gradient", stop_gradient}};
   m.insert({{"softmax", softmax}, {"log_softmax", log_softmax}});
   return m;
 }();

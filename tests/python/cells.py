@@ -238,6 +238,12 @@ OPS = {
         torch.floor(a * 3) * a + (m * 2).ceil() * m + torch.round(a * 2.5) * m
         + a.round() + torch.trunc(m * 3) * a + (a * 2).fix() + torch.frac(a * 3)
         + m.frac() * a),
+    # no gradient through the detached values (a straight-through rounding among them), a
+    # comparison's and a (batch,) value's detach, and a weight's, which PyTorch computes
+    "detach": lambda c, a, m, x: (
+        torch.tanh(a) + m.detach() * a + (torch.round(a * 2) / 2 - a).detach() + a
+        + torch.detach(m * m) + torch.where((a > 0).detach(), a, m)
+        + m.sum(-1).detach().unsqueeze(-1) * 0.1 + a @ c.W.detach()),
     # made when the cell is traced: Python numbers to it
     "0-d tensor constants": lambda c, a, m, x: (
         a * torch.tensor(0.5) + m / torch.sqrt(torch.tensor(7)) + torch.tensor(2.0) * a
@@ -265,7 +271,9 @@ OPS = {
         m.new_full((m.size(0), m.size(1)), 0.5) + torch.full((a.shape[-1],), 0.25, dtype=a.dtype) +
         a.view(a.size(0), -1) * m.reshape(-1, m.shape[1]) + a.new_ones(a.shape) * 0.15 +
         torch.zeros(a.size(0)).unsqueeze(-1) + m.new_zeros(m.size()) +
-        torch.ones(size=(1, 7)) * 0.1),
+        torch.ones(size=(1, 7)) * 0.1 + a.new_zeros(a.shape[:-1] + m.shape[1:]) +
+        F.layer_norm(a, a.shape[-1:]) * 0.1 + m.view(*m.shape[:-1], -1) * (a.dim() - 1) +
+        a / a.ndim + (m if m.dim() == 2 and a.ndimension() == 2 else -m)),
     "torch.stack, reduced": lambda c, a, m, x: (
         torch.stack([a, m, a * m], 0).sum(0) + torch.stack([a, m], dim=-1).mean(-1) +
         torch.stack((a, m * 2), 1).max(1).values + torch.stack([m, a]).min(dim=0)[0] +

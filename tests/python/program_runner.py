@@ -24,7 +24,7 @@ _UNARY = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "gel
           "sin": torch.sin, "cos": torch.cos, "erf": torch.erf,
           "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh, "asinh": torch.asinh,
           "atanh": torch.atanh, "asin": torch.asin, "acos": torch.acos, "floor": torch.floor,
-          "round": torch.round,
+          "round": torch.round, "stop_gradient": torch.detach,
           "softmax": lambda v: torch.softmax(v, -1),
           "log_softmax": lambda v: torch.log_softmax(v, -1)}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}

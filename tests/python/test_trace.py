@@ -447,6 +447,8 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
         lambda x, m: m[:, :1].squeeze() * m)
     refused(ValueError, "unsqueeze is supported on (batch,) values only")(
         lambda x, m: m.unsqueeze(-1))
+    refused(ValueError, "for a dot product per row", "(u * v).sum(-1, keepdim=True)")(
+        lambda x, m: torch.bmm(m.unsqueeze(1), m.unsqueeze(2)).squeeze(2) * m)
     refused(ValueError, "x[:, 7] is not supported")(lambda x, m: m[:, 7])
     refused(ValueError, "mean over every element", "mean(-1, keepdim=True)")(
         lambda x, m: m - m.mean())

@@ -1,0 +1,123 @@
+"""Handlers for a cell's feature dim: concatenation, slices, pieces (chunk, split, narrow),
+indexing and sizes (docs/programs.md). trace_ops merges them into its tables."""
+from . import trace_reduce
+from .trace_values import Batch, Refusal, Rows, Shape, Vec, bind, describe, feature_dim
+
+
+def cat(body, args, kwargs):
+    a = bind(args, kwargs, ("tensors", "dim"), {"dim": 0})
+    feature_dim(a["dim"], "torch.cat")
+    parts = [body.vector(v) for v in a["tensors"]]
+    return body.emit("cat", sum(p.size for p in parts), parts)
+
+
+def slice_of(body, v, begin, end):
+    if begin == 0 and end == v.size:
+        return v
+    if not 0 <= begin < end <= v.size:
+        raise Refusal(f"an empty or out-of-range slice [{begin}, {end}) of a size-{v.size} "
+                      f"tensor", ValueError)
+    return body.emit("slice", end - begin, [v], begin=begin, end=end)
+
+
+def pieces(body, v, sizes):
+    out, begin = [], 0
+    for s in sizes:
+        out.append(slice_of(body, v, begin, begin + s))
+        begin += s
+    return tuple(out)
+
+
+def chunk(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "chunks", "dim"), {"dim": 0})
+    feature_dim(a["dim"], "chunk")
+    v = body.vector(a["input"])
+    step = -(-v.size // a["chunks"])  # torch.chunk: ceil(size / chunks) each, the last smaller
+    return pieces(body, v, [min(step, v.size - b) for b in range(0, v.size, step)])
+
+
+def split(body, args, kwargs):
+    a = bind(args, kwargs, ("tensor", "split_size_or_sections", "dim"),
+             {"dim": 0, "split_size": None})
+    feature_dim(a["dim"], "split")
+    v = body.vector(a["tensor"])
+    sizes = a.get("split_size_or_sections", a["split_size"])
+    if isinstance(sizes, int):
+        sizes = [min(sizes, v.size - b) for b in range(0, v.size, sizes)]
+    elif sum(sizes) != v.size:
+        raise Refusal(f"split sizes {list(sizes)} do not add up to {v.size}", ValueError)
+    return pieces(body, v, sizes)
+
+
+def narrow(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "dim", "start", "length"), {})
+    feature_dim(a["dim"], "narrow")
+    v = body.vector(a["input"])
+    start = a["start"] + v.size if a["start"] < 0 else a["start"]
+    return slice_of(body, v, start, start + a["length"])
+
+
+def _index_text(i):
+    if isinstance(i, slice):
+        return ":".join("" if e is None else str(e) for e in (i.start, i.stop)) + (
+            "" if i.step is None else f":{i.step}")
+    return "..." if i is Ellipsis else repr(i)
+
+
+def getitem(body, args, kwargs):
+    v, index = args
+    if isinstance(v, (tuple, list)):
+        return v[index]
+    if isinstance(v, trace_reduce.Stack):
+        return trace_reduce.stack_item(v, index)
+    if isinstance(v, Rows):
+        if index in ((slice(None), None), (Ellipsis, None)):
+            return v.vec  # x[:, None]
+        raise Refusal("a (batch,) value can only be indexed as x[:, None] (back to (batch, 1))",
+                      ValueError)
+    if isinstance(v, Shape):
+        if index in (1, -1):
+            return v.size
+        if index in (0, -2):
+            return Batch()
+        if isinstance(index, slice):  # x.shape[-1:] (layer_norm's normalized_shape), [:-1]
+            return (Batch(), v.size)[index]
+        raise Refusal(f"shape[{index!r}] of a (batch, features) value", ValueError)
+    if not isinstance(v, Vec):
+        raise Refusal(f"indexing {describe(v)} is not supported")
+    if not isinstance(index, tuple):
+        index = (index,)
+    if index[:1] == (Ellipsis,) and len(index) in (2, 3):
+        index = (slice(None),) + index[1:]
+    if index == (Ellipsis,) or index == (slice(None),):
+        return v
+    if index[0] != slice(None):
+        raise Refusal("indexing along the batch dim is not supported: slice the features with "
+                      "x[:, a:b] or x[..., a:b]", ValueError)
+    s = index[1] if len(index) > 1 else None
+    if len(index) == 3 and index[2] is None and isinstance(s, int) and not isinstance(s, bool):
+        if not -v.size <= s < v.size:
+            raise Refusal(f"x[:, {s}, None]: {s} is out of range for {v.size} features",
+                          ValueError)
+        return slice_of(body, v, s % v.size, s % v.size + 1)  # the feature as a (batch, 1)
+    if len(index) != 2:
+        raise Refusal(f"x[{', '.join(map(_index_text, index))}] is not supported: values are "
+                      "(batch, features); index the features with x[:, i], x[:, i, None] or "
+                      "x[:, a:b]", ValueError)
+    if isinstance(s, int) and not isinstance(s, bool) and -v.size <= s < v.size:
+        return Rows(slice_of(body, v, s % v.size, s % v.size + 1))  # x[:, i]: shape (batch,)
+    if not isinstance(s, slice):
+        raise Refusal(f"x[:, {s!r}] is not supported: index the features with an int in range "
+                      f"or a slice such as x[:, a:b]", ValueError)
+    begin, end, step = s.indices(v.size)
+    if step != 1:
+        raise Refusal("slices with a step are not supported", ValueError)
+    return slice_of(body, v, begin, end)
+
+
+def size(body, args, kwargs):
+    v = args[0]
+    if not isinstance(v, Vec):
+        raise Refusal(f"the size of {describe(v)} is not supported")
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    return Shape(v.size) if dim is None else getitem(body, (Shape(v.size), dim), {})
