@@ -321,11 +321,15 @@ struct Step {
   }
 };
 
-// alpha * x + beta.
+// alpha * x + beta, written alpha * x - (0 - beta) so that a beta of 0 keeps the product's
+// zero sign (-x of +0 is -0, as in PyTorch, where alpha * x + 0 would give +0); the same value
+// for any other beta.
 struct ScalarAffine {
   static constexpr bool kUsesX = false, kUsesY = false;
   template <class M, class T>
-  EDBATCH_HD static auto value(const T& x, Attr a) { return a.alpha * x + a.beta; }
+  EDBATCH_HD static auto value(const T& x, Attr a) {
+    return a.alpha * x - (0.0f - a.beta);
+  }
   template <class M, class T>
   EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr a) { return a.alpha * dy; }
 };

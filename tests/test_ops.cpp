@@ -1141,6 +1141,25 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
     CHECK(math::Round::gradient<ScalarMath>(2.0f, xf, 0.0f, Attr{}) == 0.0f);
   }
   CHECK(math::Round::value<ScalarMath>(0.49999997f, Attr{}) == 0.0f);
+  // A scalar affine with beta 0 is the product alone, its zero's sign included (-x of +0 is -0,
+  // as PyTorch's negation); other betas add as usual.
+  for (const auto& [alpha, beta, x, want] :
+       std::vector<std::tuple<float, float, float, float>>{{-1, 0, 0.0f, -0.0f},
+                                                           {-1, 0, -0.0f, 0.0f},
+                                                           {2, 0, -0.0f, -0.0f},
+                                                           {-1, -0.0f, 0.0f, -0.0f},
+                                                           {1, 0.5f, 1.0f, 1.5f},
+                                                           {-1, 0.5f, 0.5f, 0.0f},
+                                                           {0.5f, -2.0f, 3.0f, -0.5f}}) {
+    CAPTURE(alpha);
+    CAPTURE(beta);
+    CAPTURE(x);
+    const float got = math::ScalarAffine::value<ScalarMath>(x, Attr{alpha, beta});
+    CHECK(got == want);
+    CHECK(std::signbit(got) == std::signbit(want));
+    CHECK(std::signbit(math::ScalarAffine::value<ScalarMath>(
+              static_cast<double>(x), Attr{alpha, beta})) == std::signbit(want));
+  }
   CHECK(std::isnan(math::Floor::value<ScalarMath>(nan, Attr{})));
   CHECK(std::isnan(math::Round::value<ScalarMath>(static_cast<float>(nan), Attr{})));
   // relu of NaN is NaN (PyTorch's), in the float form the GPU evaluates and the double reference.

@@ -9,7 +9,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .trace_reduce import clamp_of, finite_or_zero, norm, normalize, sum_of
+from .trace_reduce import (clamp_of, finite_or_zero, logsumexp, norm, normalize, repeat,
+                           sum_of)
 from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
                            feature_dim, is_number, no_inplace, ops, plain, with_inplace)
 from .trace_weights import as_weight
@@ -326,6 +327,34 @@ def _bilinear(body, args, kwargs):
 _selu = with_inplace(selu_of)
 
 
+def tile(body, args, kwargs):
+    """torch.tile(x, (k,)) / (1, k): x.repeat(1, k) (tile pads its dims with leading ones)."""
+    a = bind(args, kwargs, ("input", "dims"), {})
+    dims = tuple(a["dims"]) if isinstance(a["dims"], (tuple, list, torch.Size)) else (a["dims"],)
+    dims = (1,) * (2 - len(dims)) + dims
+    if len(dims) != 2 or dims[0] != 1:
+        raise Refusal("tile is supported as torch.tile(x, (k,)) or x.tile((1, k)) (copies of the "
+                      "features; the rows are the nodes)", ValueError)
+    return repeat(body, (a["input"], dims), {})
+
+
+def linalg_norm(body, args, kwargs):
+    """torch.linalg.norm over the features (dim=-1): the vector norm of order ord (2 or 1)."""
+    a = bind(args, kwargs, ("input", "ord", "dim", "keepdim"),
+             {"ord": None, "dim": None, "keepdim": False, "out": None, "dtype": None})
+    if a["dim"] is None or isinstance(a["dim"], (tuple, list)) or a["dtype"] is not None:
+        raise Refusal("torch.linalg.norm is supported over the features (dim=-1) only, without "
+                      "dtype=: without dim it would take the whole batch's norm", ValueError)
+    return norm(body, (a["input"],), {"p": 2 if a["ord"] is None else a["ord"], "dim": a["dim"],
+                                      "keepdim": a["keepdim"], "out": a["out"]})
+
+
+def _special(**handlers):
+    """torch.special's aliases of the handlers, where this torch has them."""
+    return {getattr(torch.special, name): h for name, h in handlers.items()
+            if hasattr(torch.special, name)}
+
+
 FUNCTIONS = {
     **({F.rms_norm: _rms_norm} if hasattr(F, "rms_norm") else {}),
     torch.lerp: lerp, torch.addcmul: addc("mul"), torch.addcdiv: addc("div"),
@@ -342,6 +371,8 @@ FUNCTIONS = {
     torch.trunc: plain(trunc_of), torch.fix: plain(trunc_of),
     torch.frac: plain(frac_of),
     F.hardshrink: hardshrink, torch.hardshrink: hardshrink, F.softshrink: softshrink,
+    torch.tile: tile, torch.linalg.norm: linalg_norm,
+    **_special(log1p=plain(log1p_of), expm1=plain(expm1_of), logsumexp=logsumexp),
 }
 
 METHODS = {
@@ -351,7 +382,7 @@ METHODS = {
     "logaddexp": logaddexp(False), "logaddexp2": logaddexp(True), "hardshrink": hardshrink,
     "floor": plain(floor_of), "round": _round, "ceil": plain(ceil_of),
     "trunc": plain(trunc_of), "fix": plain(trunc_of),
-    "frac": plain(frac_of),
+    "frac": plain(frac_of), "tile": tile,
 }
 
 MODULES = {
@@ -379,7 +410,9 @@ SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximat
              "celu, prelu, softmin, log1p, expm1, tan, log2, log10, exp2, hardshrink (torch., F., "
              "method and module forms); softshrink (F. and module forms); logaddexp, logaddexp2 "
              "of two tensors; floor, round (decimals=0; halves to even), ceil, trunc / fix (their "
-             "gradient 0), frac (torch. and method forms); "
+             "gradient 0), frac (torch. and method forms); tile (as repeat(1, k)); "
+             "torch.linalg.norm over the last dim (ord 2 or 1); torch.special's log1p, expm1, "
+             "logsumexp; "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
              "cosine_similarity and pairwise_distance (p=2 or 1) over the features (torch., F. and "
              "module forms; a (batch,) value, or (batch, 1) with keepdim=True); nn.Bilinear / "

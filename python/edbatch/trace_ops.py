@@ -370,7 +370,8 @@ def elu(body, args, kwargs):
 
 # ---- the tables ----
 
-_ACTIVATIONS = {"sigmoid": (torch.sigmoid, F.sigmoid), "tanh": (torch.tanh, F.tanh),
+_ACTIVATIONS = {"sigmoid": (torch.sigmoid, F.sigmoid, torch.special.expit),
+                "tanh": (torch.tanh, F.tanh),
                 "relu": (torch.relu, F.relu), "exp": (torch.exp,), "log": (torch.log,),
                 "sqrt": (torch.sqrt,), "sin": (torch.sin,), "cos": (torch.cos,),
                 "erf": (torch.erf, torch.special.erf), "atan": (torch.atan, torch.arctan),

@@ -179,6 +179,29 @@ def as_float(body, args, kwargs):
     return Vec(v.index, v.size) if isinstance(v, Mask) else v
 
 
+def nan_to_num(body, args, kwargs):
+    """torch.nan_to_num: NaN to `nan`, +inf and -inf to posinf and neginf (float32's largest and
+    smallest by default), any other value as it is, with its gradient."""
+    a = bind(args, kwargs, ("input", "nan", "posinf", "neginf"),
+             {"nan": 0.0, "posinf": None, "neginf": None})
+    v = body.vector(a["input"])
+    high = _FLOAT_MAX if a["posinf"] is None else float(a["posinf"])
+    low = -_FLOAT_MAX if a["neginf"] is None else float(a["neginf"])
+    out = where_of(body, _infinite(body, v, 1), high, v)
+    out = where_of(body, _infinite(body, v, -1), low, out)
+    return where_of(body, _not(body, _equal(body, v, v)), float(a["nan"]), out)
+
+
+def typed(body, args, kwargs):
+    """x.type(torch.float32): as x.to(...); x.type() without one gives a string, not a tensor."""
+    target = args[1] if len(args) > 1 else kwargs.get("dtype")
+    if target is None:
+        raise Refusal("x.type() without a dtype gives the type's name, which a cell cannot use")
+    if isinstance(target, str) and target not in ("torch.FloatTensor", "torch.cuda.FloatTensor"):
+        raise Refusal(f"converting to {target} is not supported (cells compute in float32)")
+    return as_float(body, (args[0], target), {})
+
+
 def branching(body, args, kwargs):
     raise Refusal(f"all() / any() of a comparison: {_BRANCHING}")
 
@@ -191,7 +214,7 @@ FUNCTIONS = {
     operator.invert: logical_not, torch.logical_not: logical_not,
     operator.and_: logical("and"), torch.logical_and: logical("and"),
     operator.or_: logical("or"), torch.logical_or: logical("or"),
-    torch.all: branching, torch.any: branching,
+    torch.all: branching, torch.any: branching, torch.nan_to_num: nan_to_num,
     **{getattr(operator, name): comparison(name) for name in _COMPARE},
     **{getattr(torch, alias): comparison(name) for name, aliases in _NAMES.items()
        for alias in aliases},
@@ -202,11 +225,12 @@ if hasattr(F, "_threshold"):  # F.threshold calls it in some versions
 METHODS = {
     "sign": sign, "masked_fill": masked_fill, "logical_not": logical_not,
     "logical_and": logical("and"), "logical_or": logical("or"), "float": as_float,
-    "type_as": as_float, "to": as_float,
+    "type_as": as_float, "to": as_float, "type": typed, "nan_to_num": nan_to_num,
     "all": branching, "any": branching,
     **{alias: comparison(name) for name, aliases in _NAMES.items() for alias in aliases},
 }
 
 SUPPORTED = ("comparisons (> >= < <= == != with tensors or numbers, torch. and method forms) as "
              "masks, ~ & | and logical_not / and / or of them, torch.where(condition, x, y), "
-             "masked_fill (a number), sign, F.threshold, mask.float()")
+             "masked_fill (a number), sign, F.threshold, mask.float(), x.type(torch.float32), "
+             "nan_to_num")

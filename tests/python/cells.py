@@ -244,6 +244,14 @@ OPS = {
         torch.tanh(a) + m.detach() * a + (torch.round(a * 2) / 2 - a).detach() + a
         + torch.detach(m * m) + torch.where((a > 0).detach(), a, m)
         + m.sum(-1).detach().unsqueeze(-1) * 0.1 + a @ c.W.detach()),
+    # aliases: tile as repeat, linalg.norm as the vector norm, torch.special's, .type(float32);
+    # nan_to_num of finite values (its NaN and infinities: test_propagate)
+    "tile, linalg.norm, special, type, nan_to_num": lambda c, a, m, x: (
+        torch.tile(a, (2,))[:, 3:10] + m.tile((1, 2))[:, :7] * a
+        + a / torch.linalg.norm(a, dim=-1, keepdim=True) + torch.linalg.norm(m, 1, -1)[:, None]
+        + torch.special.expit(a) + torch.special.log1p(m * m) + torch.special.expm1(torch.tanh(a))
+        + torch.special.logsumexp(m, -1, keepdim=True) * 0.1 + a.type(torch.float32)
+        + (m > 0).type(torch.float32) + torch.nan_to_num(a) * m.nan_to_num(nan=1.0)),
     # made when the cell is traced: Python numbers to it
     "0-d tensor constants": lambda c, a, m, x: (
         a * torch.tensor(0.5) + m / torch.sqrt(torch.tensor(7)) + torch.tensor(2.0) * a

@@ -47,7 +47,7 @@ def _value(ins, vals, inputs, weights, layouts, ctx):
     if op in _BINARY:
         return _BINARY[op](args[0], args[1])
     if op == "scale":
-        return ins["alpha"] * args[0] + ins["beta"]
+        return ins["alpha"] * args[0] - (0.0 - ins["beta"])  # beta 0 keeps a zero's sign
     if op == "rdiv":
         return ins["alpha"] / args[0]
     if op == "leaky_relu":

@@ -119,14 +119,16 @@ def test_tensor_methods_called_unbound(backend):
 def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorch(backend):
     """logaddexp of two -inf is -inf and of a +inf is +inf (its shift by the larger argument is
     not infinite); hardshrink keeps NaN and the bounds' ties give 0; round takes halves to even;
-    floor, ceil, round, trunc and frac keep the infinities and NaN as PyTorch's (a zero's sign
-    may differ, as after a negation: both compare equal). softshrink of NaN is NaN, as in
-    PyTorch 2.x (1.13 gave 0), so the eager reference leaves that column out."""
+    floor, ceil, round, trunc and frac keep the infinities and NaN as PyTorch's (trunc and frac
+    may give +0 for PyTorch's -0, as torch.where does: both compare equal). softshrink of NaN
+    is NaN, as in PyTorch 2.x (1.13 gave 0), so the eager reference leaves that column out. nan_to_num maps
+    NaN and both infinities, by default and to given numbers."""
     def cell(x, m):
         return torch.cat([torch.logaddexp(x[:, :2], x[:, 2:4]), F.hardshrink(x, 0.5),
                           F.softshrink(x[:, :4], 0.5), torch.floor(x), torch.ceil(x),
-                          torch.round(x), torch.trunc(x), torch.frac(x), torch.round(-x)], -1)
-    model = edbatch.nn.Propagate(cell, state_size=41)
+                          torch.round(x), torch.trunc(x), torch.frac(x), torch.round(-x),
+                          torch.nan_to_num(x), x.nan_to_num(0.5, posinf=2.0, neginf=-3.0)], -1)
+    model = edbatch.nn.Propagate(cell, state_size=51)
     packed = structures.packed("trees", 3)
     x = torch.randn(packed.input_ids.numel(), D)
     x[0] = torch.tensor([-math.inf, math.inf, -math.inf, 1.0, math.nan])
@@ -155,6 +157,24 @@ def test_division_by_zero_is_infinite_as_in_pytorch(backend):
     want = torch.where(rows[:, None] >= 0, x[rows.clamp(min=0)], torch.zeros(1, D)) / 0.0
     torch.testing.assert_close(h, want, equal_nan=True)
     assert torch.isinf(h).any() and torch.isnan(h).any()
+
+
+def test_negated_zeros_keep_their_sign_as_in_pytorch(backend):
+    """-x of +0 is -0 (and x * -2, x / -3 and -(-x) of zeros keep PyTorch's signs), so a
+    division by it is -inf, as in PyTorch, not +inf."""
+    def cell(x, m):
+        return torch.cat([1 / -x, 1 / (x * -2), 1 / (x / -3), 1 / x.neg(), 1 / -(-x)], -1)
+    model = edbatch.nn.Propagate(cell, state_size=5 * D)
+    packed = structures.packed("trees", 3)
+    x = torch.randn(packed.input_ids.numel(), D)
+    x[0] = torch.tensor([0.0, -0.0, 0.0, -0.0, 1.0])
+    with torch.no_grad():
+        h = model(packed, x=x)
+    rows = packed.node_inputs
+    want = cell(torch.where(rows[:, None] >= 0, x[rows.clamp(min=0)], torch.zeros(1, D)), None)
+    torch.testing.assert_close(h, want)  # infinities by sign
+    assert torch.equal(h[0], want[0])  # the zeros' row exactly
+    assert (h[0] == -math.inf).sum() == 10 and (h[0] == math.inf).sum() == 10
 
 
 def test_a_nan_is_the_largest_value_as_in_pytorch(backend):

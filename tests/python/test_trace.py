@@ -447,6 +447,13 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
         lambda x, m: m[:, :1].squeeze() * m)
     refused(ValueError, "unsqueeze is supported on (batch,) values only")(
         lambda x, m: m.unsqueeze(-1))
+    refused(ValueError, "torch.linalg.norm is supported over the features (dim=-1) only")(
+        lambda x, m: m / torch.linalg.norm(m))
+    refused(TypeError, "x.type() without a dtype")(lambda x, m: m * len(m.type()))
+    refused(TypeError, "converting to torch.DoubleTensor is not supported")(
+        lambda x, m: m.type("torch.DoubleTensor"))
+    refused(ValueError, "tile is supported as torch.tile(x, (k,)) or x.tile((1, k))")(
+        lambda x, m: torch.tile(m, (2, 1)))
     refused(ValueError, "for a dot product per row", "(u * v).sum(-1, keepdim=True)")(
         lambda x, m: torch.bmm(m.unsqueeze(1), m.unsqueeze(2)).squeeze(2) * m)
     refused(ValueError, "x[:, 7] is not supported")(lambda x, m: m[:, 7])
