@@ -192,6 +192,21 @@ def nan_to_num(body, args, kwargs):
     return where_of(body, _not(body, _equal(body, v, v)), float(a["nan"]), out)
 
 
+def nan_ignoring(op):
+    """torch.fmax / fmin: the larger (smaller) of two tensors, where one is NaN the other (NaN
+    where both are); at a tie the gradient goes to the first, as PyTorch's."""
+    def handle(body, args, kwargs):
+        from .trace_reduce import _extremum
+        a = bind(args, kwargs, ("input", "other"), {})
+        if is_number(a["input"]) or is_number(a["other"]):
+            raise Refusal(f"torch.f{op} of a Python number: PyTorch takes two tensors", TypeError)
+        x, y = broadcast_pair(body, body.vector(a["input"]), body.vector(a["other"]),
+                              f"torch.f{op}")
+        out = where_of(body, _not(body, _equal(body, y, y)), x, _extremum(body, op, x, y, "f" + op))
+        return where_of(body, _not(body, _equal(body, x, x)), y, out)
+    return handle
+
+
 def typed(body, args, kwargs):
     """x.type(torch.float32): as x.to(...); x.type() without one gives a string, not a tensor."""
     target = args[1] if len(args) > 1 else kwargs.get("dtype")
@@ -215,6 +230,7 @@ FUNCTIONS = {
     operator.and_: logical("and"), torch.logical_and: logical("and"),
     operator.or_: logical("or"), torch.logical_or: logical("or"),
     torch.all: branching, torch.any: branching, torch.nan_to_num: nan_to_num,
+    torch.fmax: nan_ignoring("max"), torch.fmin: nan_ignoring("min"),
     **{getattr(operator, name): comparison(name) for name in _COMPARE},
     **{getattr(torch, alias): comparison(name) for name, aliases in _NAMES.items()
        for alias in aliases},
@@ -226,6 +242,7 @@ METHODS = {
     "sign": sign, "masked_fill": masked_fill, "logical_not": logical_not,
     "logical_and": logical("and"), "logical_or": logical("or"), "float": as_float,
     "type_as": as_float, "to": as_float, "type": typed, "nan_to_num": nan_to_num,
+    "fmax": nan_ignoring("max"), "fmin": nan_ignoring("min"),
     "all": branching, "any": branching,
     **{alias: comparison(name) for name, aliases in _NAMES.items() for alias in aliases},
 }
@@ -233,4 +250,4 @@ METHODS = {
 SUPPORTED = ("comparisons (> >= < <= == != with tensors or numbers, torch. and method forms) as "
              "masks, ~ & | and logical_not / and / or of them, torch.where(condition, x, y), "
              "masked_fill (a number), sign, F.threshold, mask.float(), x.type(torch.float32), "
-             "nan_to_num")
+             "nan_to_num, fmax, fmin")
