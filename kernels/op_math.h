@@ -385,6 +385,24 @@ struct Divide {
   }
 };
 
+// atan2(a, b): the angle of the point (b, a), in (-pi, pi]. Its gradients are PyTorch's,
+// b / (a^2 + b^2) and -a / (a^2 + b^2): NaN at (0, 0), as there.
+struct Atan2 {
+  static constexpr bool kUsesA = true, kUsesB = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& a, const T& b) {
+    return M::atan2(a, b);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto grad_a(const T& dy, const T& a, const T& b, const T&) {
+    return M::unless_zero(dy * b / (a * a + b * b), dy);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T& b, const T&) {
+    return M::unless_zero(dy * -a / (a * a + b * b), dy);
+  }
+};
+
 // a where b > 0, else 0: torch.where's selection (a value not selected, even inf or NaN, gives
 // exactly 0); a's gradient is dy where b > 0, b's is 0.
 struct Keep {
@@ -436,6 +454,7 @@ struct Keep {
   X(Subtract, Subtract)       \
   X(CMult, CMult)             \
   X(Divide, Divide)           \
+  X(Atan2, Atan2)             \
   X(Keep, Keep)
 
 EDBATCH_HD constexpr bool is_unary(Op op) {

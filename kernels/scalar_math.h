@@ -70,6 +70,13 @@ struct ScalarMath {
     return std::atan(x);
 #endif
   }
+  EDBATCH_HD static float atan2(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return atan2f(a, b);
+#else
+    return std::atan2(a, b);
+#endif
+  }
   EDBATCH_HD static float sinh(float x) {
 #if defined(__CUDA_ARCH__)
     return sinhf(x);
@@ -187,6 +194,9 @@ struct ScalarMath {
   }
   static double atan(double x) {
     return std::atan(x);
+  }
+  static double atan2(double a, double b) {
+    return std::atan2(a, b);
   }
   static double sinh(double x) {
     return std::sinh(x);

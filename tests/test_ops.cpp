@@ -541,6 +541,11 @@ std::vector<OpCase> math_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return a[0] / a[1]; }},
       {"divide(x, x)", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return divide(a[0], a[0]); }},
+      // Magnitudes of at least 0.1 keep finite differences off the branch cut (a = 0, b < 0).
+      {"atan2", kElementwiseSizes, [](Dim s) { return same(s, 2); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return atan2(a[0], a[1]); }},
+      {"atan2(x, x)", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return atan2(a[0], a[0]); }},
   };
 }
 
@@ -1141,6 +1146,31 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
     CHECK(math::Round::gradient<ScalarMath>(2.0f, xf, 0.0f, Attr{}) == 0.0f);
   }
   CHECK(math::Round::value<ScalarMath>(0.49999997f, Attr{}) == 0.0f);
+  // atan2(a, b), the angle of (b, a): both sides of the cut along b < 0, the axes, the
+  // infinities; gradients b / r^2 and -a / r^2, NaN at the origin (PyTorch's) unless dy is 0.
+  for (const auto& [a, b, angle] :
+       std::vector<std::tuple<double, double, double>>{{0.0, -1.0, kPi},
+                                                       {-0.0, -1.0, -kPi},
+                                                       {1.0, 0.0, kPi / 2},
+                                                       {-2.0, 0.0, -kPi / 2},
+                                                       {0.0, 0.0, 0.0},
+                                                       {1.0, 1.0, kPi / 4},
+                                                       {-1.0, -1.0, -3 * kPi / 4},
+                                                       {inf, inf, kPi / 4},
+                                                       {3.0, -inf, kPi}}) {
+    CAPTURE(a);
+    CAPTURE(b);
+    CHECK(math::Atan2::value<ScalarMath>(a, b) == doctest::Approx(angle).epsilon(1e-15));
+    CHECK(math::Atan2::value<ScalarMath>(static_cast<float>(a), static_cast<float>(b)) ==
+          doctest::Approx(angle).epsilon(1e-6));
+  }
+  CHECK(math::Atan2::grad_a<ScalarMath>(2.0, 1.0, 1.0, 0.0) == doctest::Approx(1.0));
+  CHECK(math::Atan2::grad_b<ScalarMath>(2.0, 1.0, 1.0, 0.0) == doctest::Approx(-1.0));
+  CHECK(math::Atan2::grad_a<ScalarMath>(1.0f, 3.0f, -4.0f, 0.0f) == doctest::Approx(-4.0 / 25));
+  CHECK(math::Atan2::grad_b<ScalarMath>(1.0f, 3.0f, -4.0f, 0.0f) == doctest::Approx(-3.0 / 25));
+  CHECK(std::isnan(math::Atan2::grad_a<ScalarMath>(1.0, 0.0, 0.0, 0.0)));
+  CHECK(std::isnan(math::Atan2::grad_b<ScalarMath>(1.0f, 0.0f, 0.0f, 0.0f)));
+  CHECK(math::Atan2::grad_a<ScalarMath>(0.0, 0.0, 0.0, 0.0) == 0.0);
   // A scalar affine with beta 0 is the product alone, its zero's sign included (-x of +0 is -0,
   // as PyTorch's negation); other betas add as usual.
   for (const auto& [alpha, beta, x, want] :

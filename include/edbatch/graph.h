@@ -175,6 +175,8 @@ Expr floor(const Expr& x);
 Expr round(const Expr& x);
 // x's value, with no gradient passing through it to x (torch's detach).
 Expr stop_gradient(const Expr& x);
+// The angle of the point (b, a) in (-pi, pi], elementwise: torch.atan2(a, b).
+Expr atan2(const Expr& a, const Expr& b);
 // 1 where x > 0 (inclusive: x >= 0), else 0, NaN giving 0: a comparison as a 0/1 mask, with no
 // gradient. keep(a, mask): a where mask > 0, else exactly 0 (a selection, so a value not kept may
 // be inf or NaN); a's gradient passes where it is kept, mask's is 0. where(c, a, b) is

@@ -109,6 +109,10 @@ struct ArrayMath {
   static auto rint(const X& x) {
     return x.rint();
   }
+  template <class A, class B>
+  static auto atan2(const A& a, const B& b) {
+    return a.binaryExpr(b, [](float y, float x) { return std::atan2(y, x); });
+  }
   template <class X>
   static auto sin(const X& x) {
     return x.sin();

@@ -349,6 +349,16 @@ def linalg_norm(body, args, kwargs):
                                       "keepdim": a["keepdim"], "out": a["out"]})
 
 
+def atan2(body, args, kwargs):
+    """torch.atan2(a, b): the angle of (b, a), an op of its own (its gradient at b = 0 is finite,
+    where atan(a / b) would give 0 * inf)."""
+    a = bind(args, kwargs, ("input", "other"), {})
+    if is_number(a["input"]) or is_number(a["other"]):
+        raise Refusal("atan2 of a Python number: PyTorch takes two tensors", TypeError)
+    x, y = broadcast_pair(body, body.vector(a["input"]), body.vector(a["other"]), "atan2")
+    return apply(body, "atan2", x, y)
+
+
 def _special(**handlers):
     """torch.special's aliases of the handlers, where this torch has them."""
     return {getattr(torch.special, name): h for name, h in handlers.items()
@@ -371,7 +381,7 @@ FUNCTIONS = {
     torch.trunc: plain(trunc_of), torch.fix: plain(trunc_of),
     torch.frac: plain(frac_of),
     F.hardshrink: hardshrink, torch.hardshrink: hardshrink, F.softshrink: softshrink,
-    torch.tile: tile, torch.linalg.norm: linalg_norm,
+    torch.tile: tile, torch.linalg.norm: linalg_norm, torch.atan2: atan2, torch.arctan2: atan2,
     **_special(log1p=plain(log1p_of), expm1=plain(expm1_of), logsumexp=logsumexp),
 }
 
@@ -382,7 +392,7 @@ METHODS = {
     "logaddexp": logaddexp(False), "logaddexp2": logaddexp(True), "hardshrink": hardshrink,
     "floor": plain(floor_of), "round": _round, "ceil": plain(ceil_of),
     "trunc": plain(trunc_of), "fix": plain(trunc_of),
-    "frac": plain(frac_of), "tile": tile,
+    "frac": plain(frac_of), "tile": tile, "atan2": atan2, "arctan2": atan2,
 }
 
 MODULES = {
@@ -412,7 +422,7 @@ SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximat
              "of two tensors; floor, round (decimals=0; halves to even), ceil, trunc / fix (their "
              "gradient 0), frac (torch. and method forms); tile (as repeat(1, k)); "
              "torch.linalg.norm over the last dim (ord 2 or 1); torch.special's log1p, expm1, "
-             "logsumexp; "
+             "logsumexp; atan2 / arctan2 of two tensors; "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
              "cosine_similarity and pairwise_distance (p=2 or 1) over the features (torch., F. and "
              "module forms; a (batch,) value, or (batch, 1) with keepdim=True); nn.Bilinear / "

@@ -314,6 +314,9 @@ Expr maximum(const std::vector<Expr>& xs) { return variadic(Op::Maximum, xs); }
 Expr subtract(const Expr& a, const Expr& b) { return binary(Op::Subtract, a, b); }
 Expr cmult(const Expr& a, const Expr& b) { return binary(Op::CMult, a, b); }
 Expr divide(const Expr& a, const Expr& b) { return binary(Op::Divide, a, b); }
+Expr atan2(const Expr& a, const Expr& b) {
+  return binary(Op::Atan2, a, b);
+}
 Expr scalar_affine(const Expr& x, float alpha, float beta) {
   return elementwise(Op::ScalarAffine, Args(&x, 1), alpha, beta);
 }

@@ -34,6 +34,10 @@ const std::map<std::string, Expr (*)(const Expr&)> kUnary = [] {
   return m;
 }();
 
+// The program's two-argument elementwise instructions.
+const std::map<std::string, Expr (*)(const Expr&, const Expr&)> kBinary = {
+    {"add", add}, {"sub", subtract}, {"mul", cmult}, {"div", divide}, {"atan2", atan2}};
+
 class ProgramCell : public Cell {
  public:
   ProgramCell(const json& doc, ParameterCollection& pc, uint32_t input_size);
@@ -405,14 +409,8 @@ Expr ProgramCell::translate(Block& blk, CellProgram& c, const Instr& in, size_t 
       f.biases.insert(f.biases.end(), form[a].biases.begin(), form[a].biases.end());
     }
     y = affine_of(b, f);
-  } else if (op == "add") {
-    y = arg(0) + arg(1);
-  } else if (op == "sub") {
-    y = arg(0) - arg(1);
-  } else if (op == "mul") {
-    y = cmult(arg(0), arg(1));
-  } else if (op == "div") {
-    y = divide(arg(0), arg(1));
+  } else if (const auto bin = kBinary.find(op); bin != kBinary.end()) {
+    y = bin->second(arg(0), arg(1));
   } else if (op == "scale") {
     y = scalar_affine(arg(0), in.alpha, in.beta);
   } else if (op == "rdiv") {

@@ -27,7 +27,8 @@ _UNARY = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "gel
           "round": torch.round, "stop_gradient": torch.detach,
           "softmax": lambda v: torch.softmax(v, -1),
           "log_softmax": lambda v: torch.log_softmax(v, -1)}
-_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
+_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+           "atan2": torch.atan2}
 
 
 def _value(ins, vals, inputs, weights, layouts, ctx):

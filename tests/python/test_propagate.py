@@ -123,14 +123,16 @@ def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorc
     may give +0 for PyTorch's -0, as torch.where does: both compare equal). softshrink of NaN
     is NaN, as in PyTorch 2.x (1.13 gave 0), so the eager reference leaves that column out.
     nan_to_num maps NaN and both infinities, by default and to given numbers; fmax and fmin pass
-    over a NaN."""
+    over a NaN; atan2 at signed zeros, the cut and the infinities."""
     def cell(x, m):
         return torch.cat([torch.logaddexp(x[:, :2], x[:, 2:4]), F.hardshrink(x, 0.5),
                           F.softshrink(x[:, :4], 0.5), torch.floor(x), torch.ceil(x),
                           torch.round(x), torch.trunc(x), torch.frac(x), torch.round(-x),
                           torch.nan_to_num(x), x.nan_to_num(0.5, posinf=2.0, neginf=-3.0),
-                          torch.fmax(x[:, :2], x[:, 3:]), x[:, 3:].fmin(x[:, :2])], -1)
-    model = edbatch.nn.Propagate(cell, state_size=55)
+                          torch.fmax(x[:, :2], x[:, 3:]), x[:, 3:].fmin(x[:, :2]),
+                          torch.atan2(x, torch.cat([x[:, 4:], x[:, :4]], -1)),
+                          torch.atan2(x, -x)], -1)
+    model = edbatch.nn.Propagate(cell, state_size=65)
     packed = structures.packed("trees", 3)
     x = torch.randn(packed.input_ids.numel(), D)
     x[0] = torch.tensor([-math.inf, math.inf, -math.inf, 1.0, math.nan])
