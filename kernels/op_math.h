@@ -268,56 +268,45 @@ struct Acos {
   }
 };
 
-// Floor and Round (halves to even, as torch.round): integers, whose gradient is 0, as PyTorch's.
-struct Floor {
+// The gradient of the ops below: exactly 0, also where dy is infinite (0 * inf would be NaN).
+struct ZeroGradient {
   static constexpr bool kUsesX = false, kUsesY = false;
-  template <class M, class T>
-  EDBATCH_HD static auto value(const T& x, Attr) {
-    return M::floor(x);
-  }
   template <class M, class T>
   EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr) {
     return M::zero(dy);
   }
 };
 
-struct Round {
-  static constexpr bool kUsesX = false, kUsesY = false;
+// Floor and Round (halves to even, as torch.round): integers, whose gradient is 0, as PyTorch's.
+struct Floor : ZeroGradient {
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& x, Attr) {
+    return M::floor(x);
+  }
+};
+
+struct Round : ZeroGradient {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) {
     return M::rint(x);
-  }
-  template <class M, class T>
-  EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr) {
-    return M::zero(dy);
   }
 };
 
 // x itself, through which no gradient passes (torch's detach): what reads it is differentiated
 // as if it were a constant.
-struct StopGradient {
-  static constexpr bool kUsesX = false, kUsesY = false;
+struct StopGradient : ZeroGradient {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr) {
     return x;
-  }
-  template <class M, class T>
-  EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr) {
-    return M::zero(dy);
   }
 };
 
 // 1 if x > 0 (x >= 0 with alpha 1), else 0; NaN gives 0 either way, as PyTorch's comparisons.
 // The gradient is 0 (a comparison has none in PyTorch).
-struct Step {
-  static constexpr bool kUsesX = false, kUsesY = false;
+struct Step : ZeroGradient {
   template <class M, class T>
   EDBATCH_HD static auto value(const T& x, Attr a) {
     return M::step(x) + a.alpha * (M::step0(x) - M::step(x));
-  }
-  template <class M, class T>
-  EDBATCH_HD static auto gradient(const T& dy, const T&, const T&, Attr) {
-    return M::zero(dy);  // exactly 0, also where dy is infinite (0 * inf would be NaN)
   }
 };
 

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from .trace_reduce import (clamp_of, finite_or_zero, logsumexp, norm, normalize, repeat,
                            sum_of)
 from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
-                           feature_dim, is_number, no_inplace, ops, plain, with_inplace)
+                           feature_dim, is_number, no_inplace, ops, plain, tensor_pair,
+                           with_inplace)
 from .trace_weights import as_weight
 
 nn = torch.nn
@@ -135,11 +136,7 @@ def logaddexp(base2):
     exp(x - result) as PyTorch's, at a tie too (m's own cancels). logaddexp2 in base 2: the same
     of x log 2 and y log 2, over log 2."""
     def handle(body, args, kwargs):
-        a = bind(args, kwargs, ("input", "other"), {})
-        name = "logaddexp2" if base2 else "logaddexp"
-        if is_number(a["input"]) or is_number(a["other"]):
-            raise Refusal(f"{name} of a Python number is not supported (tensors, as in PyTorch)")
-        x, y = broadcast_pair(body, body.vector(a["input"]), body.vector(a["other"]), name)
+        x, y = tensor_pair(body, args, kwargs, "logaddexp2" if base2 else "logaddexp")
         if base2:
             x, y = (apply(body, "scale", v, alpha=math.log(2.0), beta=0.0) for v in (x, y))
         m = finite_or_zero(body, apply(body, "max", x, y))
@@ -352,11 +349,7 @@ def linalg_norm(body, args, kwargs):
 def atan2(body, args, kwargs):
     """torch.atan2(a, b): the angle of (b, a), an op of its own (its gradient at b = 0 is finite,
     where atan(a / b) would give 0 * inf)."""
-    a = bind(args, kwargs, ("input", "other"), {})
-    if is_number(a["input"]) or is_number(a["other"]):
-        raise Refusal("atan2 of a Python number: PyTorch takes two tensors", TypeError)
-    x, y = broadcast_pair(body, body.vector(a["input"]), body.vector(a["other"]), "atan2")
-    return apply(body, "atan2", x, y)
+    return apply(body, "atan2", *tensor_pair(body, args, kwargs, "atan2"))
 
 
 def _special(**handlers):

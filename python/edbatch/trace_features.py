@@ -121,3 +121,13 @@ def size(body, args, kwargs):
         raise Refusal(f"the size of {describe(v)} is not supported")
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     return Shape(v.size) if dim is None else getitem(body, (Shape(v.size), dim), {})
+
+
+def dims(body, args, kwargs):
+    """x.dim() / x.ndim: 2 for a (batch, features) value, 1 for a (batch,) one."""
+    v = args[0]
+    if isinstance(v, Rows):
+        return 1
+    if not isinstance(v, Vec):
+        raise Refusal(f"the number of dims of {describe(v)} is not supported")
+    return 2

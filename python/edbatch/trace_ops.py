@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from . import trace_reduce, trace_weights
-from .trace_features import cat, chunk, getitem, narrow, pieces, size, slice_of, split  # noqa: F401
+from .trace_features import (cat, chunk, dims, getitem, narrow, pieces, size,  # noqa: F401
+                             slice_of, split)
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Vec,  # noqa: F401
                            bind, broadcast_pair, describe, feature_dim, is_number, no_inplace)
@@ -209,16 +210,6 @@ def f_embedding(body, args, kwargs):
     a = bind(args, kwargs, ("input", "weight", "padding_idx", "max_norm", "norm_type",
                             "scale_grad_by_freq", "sparse"), {})
     return embedding_of(body, a["input"], a["weight"], a)
-
-
-def dims(body, args, kwargs):
-    """x.dim() / x.ndim: 2 for a (batch, features) value, 1 for a (batch,) one."""
-    v = args[0]
-    if isinstance(v, Rows):
-        return 1
-    if not isinstance(v, Vec):
-        raise Refusal(f"the number of dims of {describe(v)} is not supported")
-    return 2
 
 
 def get_attribute(body, args, kwargs):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .trace_values import (Mask, Param, Refusal, Vec, apply, bind, broadcast_pair, is_number,
-                           no_inplace, ops)
+                           no_inplace, ops, tensor_pair)
 
 _BRANCHING = ("a cell cannot branch on tensor values (Python control flow is not traced): "
               "select with torch.where(a > b, x, y), or write the choice with arithmetic")
@@ -70,6 +70,11 @@ def _greater(body, a, b, inclusive):
 
 def _equal(body, a, b):
     return _mask(apply(body, "mul", _greater(body, a, b, True), _greater(body, b, a, True)))
+
+
+def _isnan(body, v):
+    """1 where v is NaN (v == v fails only there; an infinity equals itself), else 0."""
+    return _not(body, _equal(body, v, v))
 
 
 _COMPARE = {
@@ -189,7 +194,7 @@ def nan_to_num(body, args, kwargs):
     low = -_FLOAT_MAX if a["neginf"] is None else float(a["neginf"])
     out = where_of(body, _infinite(body, v, 1), high, v)
     out = where_of(body, _infinite(body, v, -1), low, out)
-    return where_of(body, _not(body, _equal(body, v, v)), float(a["nan"]), out)
+    return where_of(body, _isnan(body, v), float(a["nan"]), out)
 
 
 def nan_ignoring(op):
@@ -197,13 +202,9 @@ def nan_ignoring(op):
     where both are); at a tie the gradient goes to the first, as PyTorch's."""
     def handle(body, args, kwargs):
         from .trace_reduce import _extremum
-        a = bind(args, kwargs, ("input", "other"), {})
-        if is_number(a["input"]) or is_number(a["other"]):
-            raise Refusal(f"torch.f{op} of a Python number: PyTorch takes two tensors", TypeError)
-        x, y = broadcast_pair(body, body.vector(a["input"]), body.vector(a["other"]),
-                              f"torch.f{op}")
-        out = where_of(body, _not(body, _equal(body, y, y)), x, _extremum(body, op, x, y, "f" + op))
-        return where_of(body, _not(body, _equal(body, x, x)), y, out)
+        x, y = tensor_pair(body, args, kwargs, f"torch.f{op}")
+        out = where_of(body, _isnan(body, y), x, _extremum(body, op, x, y, f"torch.f{op}"))
+        return where_of(body, _isnan(body, x), y, out)
     return handle
 
 

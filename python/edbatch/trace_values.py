@@ -184,3 +184,14 @@ def broadcast_pair(body, a, b, what):
         b = body.emit("broadcast", a.size, [b])
     same_size(a, b, what)
     return a, b
+
+
+def tensor_pair(body, args, kwargs, name):
+    """The two tensor arguments (input, other) of an elementwise function that PyTorch defines
+    for tensors only (atan2, logaddexp, fmax), broadcast to one size; a Python number is
+    refused."""
+    a = bind(args, kwargs, ("input", "other"), {})
+    if is_number(a["input"]) or is_number(a["other"]):
+        raise Refusal(f"{name} of a Python number is not supported: PyTorch takes two tensors",
+                      TypeError)
+    return broadcast_pair(body, body.vector(a["input"]), body.vector(a["other"]), name)

@@ -15,24 +15,20 @@ namespace edbatch::torch_adapter {
 
 namespace {
 
-// The program's one-argument instructions without fields (docs/programs.md): elementwise ones,
-// then those over each row's features.
-const std::map<std::string, Expr (*)(const Expr&)> kUnary = [] {
-  std::map<std::string, Expr (*)(const Expr&)> m = {
-      {"sigmoid", sigmoid},   {"tanh", tanh},
-      {"relu", relu},         {"gelu", gelu},
-      {"softplus", softplus}, {"exp", exp},
-      {"log", log},           {"sqrt", sqrt},
-      {"abs", abs},           {"sin", sin},
-      {"cos", cos},           {"erf", erf},
-      {"atan", atan},         {"sinh", sinh},
-      {"cosh", cosh},         {"asinh", asinh},
-      {"atanh", atanh},       {"asin", asin},
-      {"acos", acos},         {"floor", floor},
-      {"round", round},       {"stop_gradient", stop_gradient}};
-  m.insert({{"softmax", softmax}, {"log_softmax", log_softmax}});
-  return m;
-}();
+// The program's one-argument instructions without fields (docs/programs.md).
+const std::map<std::string, Expr (*)(const Expr&)> kUnary = {
+    {"sigmoid", sigmoid},   {"tanh", tanh},
+    {"relu", relu},         {"gelu", gelu},
+    {"softplus", softplus}, {"exp", exp},
+    {"log", log},           {"sqrt", sqrt},
+    {"abs", abs},           {"sin", sin},
+    {"cos", cos},           {"erf", erf},
+    {"atan", atan},         {"sinh", sinh},
+    {"cosh", cosh},         {"asinh", asinh},
+    {"atanh", atanh},       {"asin", asin},
+    {"acos", acos},         {"floor", floor},
+    {"round", round},       {"stop_gradient", stop_gradient},
+    {"softmax", softmax},   {"log_softmax", log_softmax}};
 
 // The program's two-argument elementwise instructions.
 const std::map<std::string, Expr (*)(const Expr&, const Expr&)> kBinary = {
