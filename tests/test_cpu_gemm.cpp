@@ -2,16 +2,19 @@
 // over parts) against a double-precision product, over awkward shapes (rows not a multiple of the
 // vector width, one column, long panels), leading dimensions larger than the rows, and
 // accumulation into existing values; padding rows between columns must stay untouched. Scattered
-// matrix operands multiplied in place, through the engine.
+// matrix operands multiplied in place, through the engine; the packed-weight cache's lookups.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "edbatch/engine.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/transpose.h"
 #include "memplan/outer_order.h"
@@ -316,6 +319,68 @@ TEST_CASE("cpu: packed weights follow the parameters across graphs and increment
     e.forward_through(g, ys);
     check_values("new graph after an unmarked write");
   }
+}
+
+TEST_CASE("cpu: packed weights are found again by each thread, never another object's or stamp's") {
+  // PackedWeights::get serves a thread's repeated lookups without its lock. A lookup must still
+  // see a new stamp (W packed again), another object (its own entries and column count), and an
+  // object made where a destroyed one was; threads that look up together get W packed once.
+  namespace cpu = edbatch::cpu;
+  constexpr uint32_t M = 37, N = 29;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> ws(3, std::vector<float>(M * N));
+  for (auto& w : ws)
+    for (float& v : w) v = normal(rng);
+  auto packed_of = [&](const std::vector<float>& w) {
+    std::vector<float> out(cpu::gemm_packed_size(M, N));
+    cpu::gemm_pack(M, N, w.data(), M, out.data());
+    return out;
+  };
+  auto same = [&](const float* got, const std::vector<float>& w) {
+    const std::vector<float> want = packed_of(w);
+    return got != nullptr && std::memcmp(got, want.data(), want.size() * sizeof(float)) == 0;
+  };
+  auto a = std::make_unique<cpu::PackedWeights>(false, 0u);
+  a->new_pass(1);
+  const float* first = a->get(ws[0].data(), M, N, 1);
+  CHECK(same(first, ws[0]));
+  CHECK(a->get(ws[0].data(), M, N, 1) == first);
+  CHECK(a->packs() == 1);
+
+  cpu::PackedWeights b(false, 100);  // packs after 100 columns: not for this thread's hit of a's
+  b.new_pass(1);
+  CHECK(b.get(ws[0].data(), M, N, 60) == nullptr);
+  CHECK(same(b.get(ws[0].data(), M, N, 60), ws[0]));
+
+  for (float& v : ws[0]) v *= -0.5f;  // a new stamp: W packed again, not the hit of before
+  a->new_pass(2);
+  CHECK(same(a->get(ws[0].data(), M, N, 1), ws[0]));
+  a->new_pass(2);  // the same stamp: the entry stays
+  CHECK(same(a->get(ws[0].data(), M, N, 1), ws[0]));
+  CHECK(a->packs() == 2);
+
+  a->new_pass(3);
+  std::vector<std::thread> threads;
+  std::vector<int> right(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 50; ++r) {
+        const auto& w = ws[static_cast<size_t>(r + t) % ws.size()];
+        right[static_cast<size_t>(t)] += same(a->get(w.data(), M, N, 1), w);
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r : right) CHECK(r == 50);
+  CHECK(a->packs() == 2 + ws.size());
+
+  // This thread's hit, then a new cache, often in the same place (the allocator's last free
+  // block): the hit is not its.
+  a->get(ws[1].data(), M, N, 1);
+  a.reset();
+  a = std::make_unique<cpu::PackedWeights>(false, 100u);
+  a->new_pass(3);
+  CHECK(a->get(ws[1].data(), M, N, 1) == nullptr);
 }
 
 TEST_CASE("cpu transposes: plain, accumulating and strided equal an element-by-element loop") {

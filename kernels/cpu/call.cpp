@@ -152,25 +152,6 @@ void run_fused(Context& c, const BlockPlan& b, const BlockGroup& g, uint32_t ste
     body(0, chunks);
 }
 
-// Invocations [i0, i1) through every step of the block (backward: in reverse), on the calling
-// thread.
-void run_invocations(Context& one, const BlockPlan& b, const BatchPlan& bp, uint32_t i0,
-                     uint32_t i1, bool forward) {
-  const uint32_t k = bp.count;
-  const size_t n = b.steps.size();
-  Window w;
-  for (size_t q = 0; q < n; ++q) {
-    const size_t s = forward ? q : n - 1 - q;
-    const BlockStep& st = b.steps[s];
-    const BatchPlan& sp = one.plan->steps[bp.step_begin + s];
-    const KernelRow& row = cpu_kernels(st.op);
-    for (uint32_t j = 0; j < st.member_count; ++j) {
-      make_window(one, b, st, sp, j * k + i0, i1 - i0, j, k, w);
-      (forward ? row.forward : row.backward)(one, w.args);
-    }
-  }
-}
-
 // Runs fn(one, t0, t1) over chunks of [0, n) on the context's threads, each with a one-thread
 // context of its own: scratch buffers (thread_local, kept), counters (the gathered bytes added
 // to c's afterwards), and `param_grads_later` (Context::param_grads_later).
@@ -203,6 +184,40 @@ void run_groups(Context& c, const BlockPlan& b, const BatchPlan& bp, bool forwar
       const uint32_t s = g.step_begin;
       run_step(c, b, b.steps[s], c.plan->steps[bp.step_begin + s], bp.count, forward);
     }
+  }
+}
+
+// Invocations [i0, i1) through the block (backward: in reverse) on the calling thread, in
+// run_groups' order: group by group, a fused group in chunks of kChunk invocations through all
+// its steps, so that a thread's share keeps the fused groups' locality.
+void run_invocations(Context& one, const BlockPlan& b, const BatchPlan& bp, uint32_t i0,
+                     uint32_t i1, bool forward) {
+  const uint32_t k = bp.count;
+  if (i0 == 0 && i1 == k) {
+    run_groups(one, b, bp, forward);
+    return;
+  }
+  const size_t n = b.groups.size();
+  Window w;
+  auto steps = [&](const BlockGroup& g, uint32_t first, uint32_t count) {
+    for (uint32_t q = 0; q < g.step_count; ++q) {
+      const uint32_t s = g.step_begin + (forward ? q : g.step_count - 1 - q);
+      const BlockStep& st = b.steps[s];
+      const BatchPlan& sp = one.plan->steps[bp.step_begin + s];
+      const KernelRow& row = cpu_kernels(st.op);
+      for (uint32_t j = 0; j < st.member_count; ++j) {
+        make_window(one, b, st, sp, j * k + first, count, j, k, w);
+        (forward ? row.forward : row.backward)(one, w.args);
+      }
+    }
+  };
+  for (size_t q = 0; q < n; ++q) {
+    const BlockGroup& g = b.groups[forward ? q : n - 1 - q];
+    if (!g.fused) {
+      steps(g, i0, i1 - i0);
+      continue;
+    }
+    for (uint32_t c0 = i0; c0 < i1; c0 += kChunk) steps(g, c0, std::min(i1, c0 + kChunk) - c0);
   }
 }
 

@@ -34,11 +34,11 @@ class Buffer {
 // multiplied `min_columns` columns under it, so a weight a pass multiplies by a few columns is not
 // copied for them. Backward: W^T of every shared weight (transposed, min_columns 0), made once
 // per pass. The memory is kept for later passes. Thread-safe: threads that miss together pack one
-// after another.
+// after another; a packed entry a thread has read before is found again without the lock.
 class PackedWeights {
  public:
-  PackedWeights(bool transposed, uint32_t min_columns)
-      : transposed_(transposed), min_columns_(min_columns) {}
+  PackedWeights(bool transposed, uint32_t min_columns);
+  ~PackedWeights();  // where the memory was made: Eigen's alignment follows the build's flags
   // Entries made under another stamp are dropped.
   void new_pass(uint64_t stamp);
   // W (m x n, column-major, leading dimension m) packed, or W^T (n x m) when transposed, for a
@@ -48,6 +48,7 @@ class PackedWeights {
   uint64_t packs() const { return packs_; }  // weights packed so far
 
  private:
+  const float* get_locked(const float* w, uint32_t m, uint32_t n, uint32_t cols);
   struct Entry {
     const float* w;
     uint32_t m, n;
@@ -59,6 +60,9 @@ class PackedWeights {
   std::vector<Entry> entries_;  // [0, used_) valid under stamp_; the rest keep their memory
   size_t used_ = 0;
   uint64_t stamp_ = ~uint64_t{0};
+  // Unique over every PackedWeights and stamp: the key of the threads' lock-free hits. Written
+  // only by new_pass, between parallel regions.
+  uint64_t generation_;
   uint64_t packs_ = 0;
   bool transposed_;
   uint32_t min_columns_;

@@ -5,7 +5,10 @@
 // products run gemm_acc (gemm.cpp), and so do the backward products of batched operands.
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <tuple>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm.h"
@@ -292,14 +295,51 @@ void product_backward(Context& c, const BatchArgs& b, uint32_t slot) {
 
 }  // namespace
 
+namespace {
+
+// A thread's latest lookups of packed entries, (generation, W, m, n) -> packed form, read without
+// the lock: two threads running one block's products would otherwise take it in turns on every
+// product (a futex call each time they collide). A generation names one PackedWeights under one
+// stamp, never reused, so an entry of another object or an earlier stamp never matches; within a
+// generation a packed entry's memory stays where it is.
+struct PackedHit {
+  uint64_t generation;  // 0: empty
+  const float* w;
+  uint32_t m, n;
+  const float* packed;
+};
+constexpr size_t kPackedHits = 16;
+thread_local std::array<PackedHit, kPackedHits> t_packed_hits{};
+thread_local size_t t_next_packed_hit = 0;
+std::atomic<uint64_t> g_packed_generations{0};
+
+}  // namespace
+
+PackedWeights::PackedWeights(bool transposed, uint32_t min_columns)
+    : generation_(++g_packed_generations), transposed_(transposed), min_columns_(min_columns) {}
+
+PackedWeights::~PackedWeights() = default;
+
 void PackedWeights::new_pass(uint64_t stamp) {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (stamp == stamp_) return;
   stamp_ = stamp;
+  generation_ = ++g_packed_generations;
   used_ = 0;
 }
 
 const float* PackedWeights::get(const float* w, uint32_t m, uint32_t n, uint32_t cols) {
+  for (const PackedHit& h : t_packed_hits)
+    if (h.generation == generation_ && h.w == w && h.m == m && h.n == n) return h.packed;
+  const float* packed = get_locked(w, m, n, cols);
+  if (packed)
+    t_packed_hits[t_next_packed_hit++ % kPackedHits] = PackedHit{generation_, w, m, n, packed};
+  return packed;
+}
+
+const float* PackedWeights::get_locked(const float* w, uint32_t m, uint32_t n, uint32_t cols) {
+  // The threads' hits hold packed memory: entries_ growing must move it, not copy it.
+  static_assert(std::is_nothrow_move_constructible_v<Entry>);
   const std::lock_guard<std::mutex> lock(mutex_);
   Entry* e = nullptr;
   for (size_t i = 0; i < used_ && !e; ++i)
