@@ -20,6 +20,11 @@ namespace {
 
 constexpr uint32_t kMaxArgs = kMaxStepOperands;
 constexpr uint32_t kChunk = 16;  // invocations per fused pass
+// A block call's forward splits over the threads only when each gets at least this many
+// invocations (docs/performance.md, "Two threads"): narrower halves, each reading the cell's
+// weights whole, ran slower side by side than the whole batch on one thread. Its backward, about
+// twice the arithmetic per invocation, gains from splitting at any width.
+constexpr uint32_t kMinSplitInvocations = 8;
 
 const BlockPlan& plan_of(const PlanRef& p, size_t b) {
   const Node& call = p.graph.node(p.schedule.nodes[p.schedule.batches[b].begin]);
@@ -358,7 +363,8 @@ uint32_t call_forward(Context& c, const PlanRef& p, size_t batch) {
     // Calls are independent: each thread runs the whole plan on its share of the invocations,
     // one parallel region per batch instead of one per kernel. Each thread gathers into its own
     // scratch.
-    const double work = 2.0 * k * b.floats_per_invocation * b.floats_per_invocation;
+    const bool wide = k >= kMinSplitInvocations * static_cast<uint32_t>(c.threads);
+    const double work = wide ? 2.0 * k * b.floats_per_invocation * b.floats_per_invocation : 0.0;
     on_threads(c, k, work, false, [&](Context& one, uint32_t i0, uint32_t i1) {
       run_invocations(one, b, bp, i0, i1, true);
     });
