@@ -392,6 +392,25 @@ struct Atan2 {
   }
 };
 
+// hypot(a, b): sqrt(a^2 + b^2), its squares neither overflowing nor underflowing (hypot(inf, NaN)
+// is inf). Its gradients are PyTorch's, a / hypot(a, b) and b / hypot(a, b): NaN at (0, 0), as
+// there.
+struct Hypot {
+  static constexpr bool kUsesA = true, kUsesB = true, kUsesY = false;
+  template <class M, class T>
+  EDBATCH_HD static auto value(const T& a, const T& b) {
+    return M::hypot(a, b);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto grad_a(const T& dy, const T& a, const T& b, const T&) {
+    return M::unless_zero(dy * a / M::hypot(a, b), dy);
+  }
+  template <class M, class T>
+  EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T& b, const T&) {
+    return M::unless_zero(dy * b / M::hypot(a, b), dy);
+  }
+};
+
 // a where b > 0, else 0: torch.where's selection (a value not selected, even inf or NaN, gives
 // exactly 0); a's gradient is dy where b > 0, b's is 0.
 struct Keep {
@@ -444,6 +463,7 @@ struct Keep {
   X(CMult, CMult)             \
   X(Divide, Divide)           \
   X(Atan2, Atan2)             \
+  X(Hypot, Hypot)             \
   X(Keep, Keep)
 
 EDBATCH_HD constexpr bool is_unary(Op op) {

@@ -77,6 +77,13 @@ struct ScalarMath {
     return std::atan2(a, b);
 #endif
   }
+  EDBATCH_HD static float hypot(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return hypotf(a, b);
+#else
+    return std::hypot(a, b);
+#endif
+  }
   EDBATCH_HD static float sinh(float x) {
 #if defined(__CUDA_ARCH__)
     return sinhf(x);
@@ -197,6 +204,9 @@ struct ScalarMath {
   }
   static double atan2(double a, double b) {
     return std::atan2(a, b);
+  }
+  static double hypot(double a, double b) {
+    return std::hypot(a, b);
   }
   static double sinh(double x) {
     return std::sinh(x);

@@ -278,11 +278,12 @@ const std::vector<OpCase> kOps = {
        return sinh(a[0] * 3.0f) + cosh(a[0]) + asinh(a[0] * 4.0f) + atanh(a[0] * 0.9f) +
               asin(a[0] * 0.8f) + acos(a[0] * 0.7f);
      }},
-    {"floor, round, stop_gradient, atan2",
+    {"floor, round, stop_gradient, atan2, hypot",
      {kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
        return cmult(floor(a[0] * 3.0f), a[0]) + cmult(round(a[0] * 2.5f), a[0]) + round(a[0]) +
-              cmult(stop_gradient(a[0]), a[0]) + atan2(a[0], a[0] * -0.5f + 0.3f);
+              cmult(stop_gradient(a[0]), a[0]) + atan2(a[0], a[0] * -0.5f + 0.3f) +
+              hypot(a[0], a[0] * 0.5f - 0.2f);
      }},
     {"step, keep",
      {kV, kV},

@@ -546,6 +546,10 @@ std::vector<OpCase> math_cases() {
        [](Builder&, const Args& a, uint32_t, Dim) { return atan2(a[0], a[1]); }},
       {"atan2(x, x)", kElementwiseSizes, one,
        [](Builder&, const Args& a, uint32_t, Dim) { return atan2(a[0], a[0]); }},
+      {"hypot", kElementwiseSizes, [](Dim s) { return same(s, 2); },
+       [](Builder&, const Args& a, uint32_t, Dim) { return hypot(a[0], a[1]); }},
+      {"hypot(x, x)", kElementwiseSizes, one,
+       [](Builder&, const Args& a, uint32_t, Dim) { return hypot(a[0], a[0]); }},
   };
 }
 
@@ -1171,6 +1175,39 @@ TEST_CASE("op math: exp, log, sqrt, gelu, leaky_relu, elu, abs, divisions agains
   CHECK(std::isnan(math::Atan2::grad_a<ScalarMath>(1.0, 0.0, 0.0, 0.0)));
   CHECK(std::isnan(math::Atan2::grad_b<ScalarMath>(1.0f, 0.0f, 0.0f, 0.0f)));
   CHECK(math::Atan2::grad_a<ScalarMath>(0.0, 0.0, 0.0, 0.0) == 0.0);
+  // hypot(a, b): no overflow or underflow in the squares, inf beside NaN; gradients a / r and
+  // b / r, NaN at the origin (PyTorch's) unless dy is 0.
+  for (const auto& [a, b, r] :
+       std::vector<std::tuple<double, double, double>>{{3.0, -4.0, 5.0},
+                                                       {-0.0, 0.0, 0.0},
+                                                       {3e30, 4e30, 5e30},
+                                                       {-3e-30, 4e-30, 5e-30},
+                                                       {inf, nan, inf},
+                                                       {nan, -inf, inf},
+                                                       {1.0, nan, nan}}) {
+    CAPTURE(a);
+    CAPTURE(b);
+    const double got = math::Hypot::value<ScalarMath>(a, b);
+    const float got_f =
+        math::Hypot::value<ScalarMath>(static_cast<float>(a), static_cast<float>(b));
+    if (std::isnan(r)) {
+      CHECK(std::isnan(got));
+      CHECK(std::isnan(got_f));
+    } else if (std::isinf(r)) {
+      CHECK(got == r);
+      CHECK(got_f == static_cast<float>(r));
+    } else {
+      CHECK(got == doctest::Approx(r).epsilon(1e-15));
+      CHECK(got_f == doctest::Approx(r).epsilon(1e-6));
+    }
+  }
+  CHECK(math::Hypot::grad_a<ScalarMath>(2.0, 3.0, -4.0, 0.0) == doctest::Approx(6.0 / 5));
+  CHECK(math::Hypot::grad_b<ScalarMath>(2.0, 3.0, -4.0, 0.0) == doctest::Approx(-8.0 / 5));
+  CHECK(math::Hypot::grad_a<ScalarMath>(1.0f, 3e30f, 4e30f, 0.0f) == doctest::Approx(0.6));
+  CHECK(math::Hypot::grad_b<ScalarMath>(1.0f, -3e-30f, 4e-30f, 0.0f) == doctest::Approx(0.8));
+  CHECK(std::isnan(math::Hypot::grad_a<ScalarMath>(1.0, 0.0, 0.0, 0.0)));
+  CHECK(std::isnan(math::Hypot::grad_b<ScalarMath>(1.0f, 0.0f, 0.0f, 0.0f)));
+  CHECK(math::Hypot::grad_b<ScalarMath>(0.0, 0.0, 0.0, 0.0) == 0.0);
   // A scalar affine with beta 0 is the product alone, its zero's sign included (-x of +0 is -0,
   // as PyTorch's negation); other betas add as usual.
   for (const auto& [alpha, beta, x, want] :

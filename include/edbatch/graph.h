@@ -177,6 +177,8 @@ Expr round(const Expr& x);
 Expr stop_gradient(const Expr& x);
 // The angle of the point (b, a) in (-pi, pi], elementwise: torch.atan2(a, b).
 Expr atan2(const Expr& a, const Expr& b);
+// sqrt(a^2 + b^2) elementwise, without overflow or underflow in the squares: torch.hypot(a, b).
+Expr hypot(const Expr& a, const Expr& b);
 // 1 where x > 0 (inclusive: x >= 0), else 0, NaN giving 0: a comparison as a 0/1 mask, with no
 // gradient. keep(a, mask): a where mask > 0, else exactly 0 (a selection, so a value not kept may
 // be inf or NaN); a's gradient passes where it is kept, mask's is 0. where(c, a, b) is

@@ -49,6 +49,7 @@ enum class Op : uint8_t {
   Round,              // the nearest integer, halves to even (gradient 0)
   StopGradient,       // x itself, with gradient 0 (torch's detach)
   Atan2,              // the angle of (b, a) in (-pi, pi]: atan2(a, b), as torch.atan2(a, b)
+  Hypot,              // sqrt(a^2 + b^2) without overflow or underflow, as torch.hypot(a, b)
   Concat,             // stack args vertically (rows add up, cols equal)
   SliceRows,          // rows [aux, aux + rows) of every column of the argument
   Pick,               // element `index` of a vector: 1x1
@@ -126,6 +127,7 @@ inline constexpr OpInfo kOpInfo[] = {
     {"round", 1, 1, BatchRule::Exact, true},
     {"stop_gradient", 1, 1, BatchRule::Exact, true},
     {"atan2", 2, 2, BatchRule::Exact, true},
+    {"hypot", 2, 2, BatchRule::Exact, true},
     {"concat", 1, -1, BatchRule::Exact, true},
     {"slice_rows", 1, 1, BatchRule::Exact, true},
     {"pick", 1, 1, BatchRule::Exact, true},

@@ -113,6 +113,10 @@ struct ArrayMath {
   static auto atan2(const A& a, const B& b) {
     return a.binaryExpr(b, [](float y, float x) { return std::atan2(y, x); });
   }
+  template <class A, class B>
+  static auto hypot(const A& a, const B& b) {
+    return a.binaryExpr(b, [](float x, float y) { return std::hypot(x, y); });
+  }
   template <class X>
   static auto sin(const X& x) {
     return x.sin();

@@ -1,9 +1,8 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
 selu, celu, prelu, softmin, log1p, expm1, logaddexp, hardshrink, softshrink, floor, round, ceil,
-trunc, frac, rms_norm (torch 2.4 on), cosine_similarity, pairwise_distance and bilinear, in their
-torch., F., method and module forms. trace_ops merges
-these tables into its own."""
+trunc, frac, xlogy, rms_norm (torch 2.4 on), cosine_similarity, pairwise_distance and bilinear,
+in their torch., F., method and module forms. trace_ops merges these tables into its own."""
 import math
 
 import torch
@@ -352,6 +351,35 @@ def atan2(body, args, kwargs):
     return apply(body, "atan2", *tensor_pair(body, args, kwargs, "atan2"))
 
 
+def hypot(body, args, kwargs):
+    """torch.hypot(a, b): sqrt(a^2 + b^2), an op of its own (the squares would overflow above
+    1.8e19 in float32 and underflow below 1e-19; hypot(inf, NaN) is inf)."""
+    return apply(body, "hypot", *tensor_pair(body, args, kwargs, "hypot"))
+
+
+def xlogy(body, args, kwargs):
+    """torch.xlogy / special.xlogy: x * log(y), 0 where x is 0 and y is not NaN, with PyTorch's
+    gradients: x's is log(y), but 0 where x is 0 and y <= 0; y's is x / y. log(y) is taken as 0
+    where x is 0 and y <= 0 before the product, and the product of 0 and an infinite y is
+    replaced by 0 after it. Where x is 0, y's gradient is 0 (PyTorch's 0 / 0 and 0 / NaN are
+    NaN), and at x = 0, y = inf x's gradient is 0 (PyTorch's inf). Either argument may be a
+    Python number."""
+    from .trace_select import comparison, logical, where_of
+    a = bind(args, kwargs, ("input", "other"), {})
+    if is_number(a["input"]) and is_number(a["other"]):
+        raise Refusal("xlogy of two Python numbers is not supported: PyTorch takes a tensor",
+                      TypeError)
+    x, y = (body.emit("const", 1, [], value=float(v)) if is_number(v) else body.vector(v)
+            for v in (a["input"], a["other"]))
+    x, y = broadcast_pair(body, x, y, "xlogy")
+    x_zero = comparison("eq")(body, (x, 0.0), {})
+
+    def and_zero(name, value):
+        return logical("and")(body, (x_zero, comparison(name)(body, (y, value), {})), {})
+    log_y = where_of(body, and_zero("le", 0.0), 0.0, apply(body, "log", y))
+    return where_of(body, and_zero("eq", math.inf), 0.0, apply(body, "mul", x, log_y))
+
+
 def _special(**handlers):
     """torch.special's aliases of the handlers, where this torch has them."""
     return {getattr(torch.special, name): h for name, h in handlers.items()
@@ -375,7 +403,8 @@ FUNCTIONS = {
     torch.frac: plain(frac_of),
     F.hardshrink: hardshrink, torch.hardshrink: hardshrink, F.softshrink: softshrink,
     torch.tile: tile, torch.linalg.norm: linalg_norm, torch.atan2: atan2, torch.arctan2: atan2,
-    **_special(log1p=plain(log1p_of), expm1=plain(expm1_of), logsumexp=logsumexp),
+    torch.hypot: hypot, torch.xlogy: xlogy,
+    **_special(log1p=plain(log1p_of), expm1=plain(expm1_of), logsumexp=logsumexp, xlogy=xlogy),
 }
 
 METHODS = {
@@ -385,7 +414,8 @@ METHODS = {
     "logaddexp": logaddexp(False), "logaddexp2": logaddexp(True), "hardshrink": hardshrink,
     "floor": plain(floor_of), "round": _round, "ceil": plain(ceil_of),
     "trunc": plain(trunc_of), "fix": plain(trunc_of),
-    "frac": plain(frac_of), "tile": tile, "atan2": atan2, "arctan2": atan2,
+    "frac": plain(frac_of), "tile": tile, "atan2": atan2, "arctan2": atan2, "hypot": hypot,
+    "xlogy": xlogy,
 }
 
 MODULES = {
@@ -415,7 +445,8 @@ SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximat
              "of two tensors; floor, round (decimals=0; halves to even), ceil, trunc / fix (their "
              "gradient 0), frac (torch. and method forms); tile (as repeat(1, k)); "
              "torch.linalg.norm over the last dim (ord 2 or 1); torch.special's log1p, expm1, "
-             "logsumexp; atan2 / arctan2 of two tensors; "
+             "logsumexp; atan2 / arctan2 and hypot of two tensors; xlogy (torch., "
+             "special. and method forms; a Python number for either argument); "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
              "cosine_similarity and pairwise_distance (p=2 or 1) over the features (torch., F. and "
              "module forms; a (batch,) value, or (batch, 1) with keepdim=True); nn.Bilinear / "

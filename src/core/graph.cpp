@@ -317,6 +317,9 @@ Expr divide(const Expr& a, const Expr& b) { return binary(Op::Divide, a, b); }
 Expr atan2(const Expr& a, const Expr& b) {
   return binary(Op::Atan2, a, b);
 }
+Expr hypot(const Expr& a, const Expr& b) {
+  return binary(Op::Hypot, a, b);
+}
 Expr scalar_affine(const Expr& x, float alpha, float beta) {
   return elementwise(Op::ScalarAffine, Args(&x, 1), alpha, beta);
 }

@@ -32,7 +32,8 @@ const std::map<std::string, Expr (*)(const Expr&)> kUnary = {
 
 // The program's two-argument elementwise instructions.
 const std::map<std::string, Expr (*)(const Expr&, const Expr&)> kBinary = {
-    {"add", add}, {"sub", subtract}, {"mul", cmult}, {"div", divide}, {"atan2", atan2}};
+    {"add", add},    {"sub", subtract}, {"mul", cmult},
+    {"div", divide}, {"atan2", atan2},  {"hypot", hypot}};
 
 class ProgramCell : public Cell {
  public:

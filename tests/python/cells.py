@@ -253,6 +253,9 @@ OPS = {
         + torch.special.logsumexp(m, -1, keepdim=True) * 0.1 + a.type(torch.float32)
         + (m > 0).type(torch.float32) + torch.nan_to_num(a) * m.nan_to_num(nan=1.0)),
     "atan2": lambda c, a, m, x: torch.atan2(a, m) + m.arctan2(c.b2) + torch.arctan2(c.b, a),
+    "hypot, xlogy": lambda c, a, m, x: (
+        torch.hypot(a, m) + m.hypot(c.b2) + torch.xlogy(a, m * m + 0.5) +
+        torch.special.xlogy(m, 2.0) + a.xlogy(c.b2) + torch.xlogy(3.0, torch.sigmoid(a))),
     "fmax, fmin": lambda c, a, m, x: torch.fmax(a, m) + m.fmin(a * 0.5) + torch.fmin(a, c.b),
     # made when the cell is traced: Python numbers to it
     "0-d tensor constants": lambda c, a, m, x: (

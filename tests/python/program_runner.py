@@ -28,7 +28,7 @@ _UNARY = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "gel
           "softmax": lambda v: torch.softmax(v, -1),
           "log_softmax": lambda v: torch.log_softmax(v, -1)}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-           "atan2": torch.atan2}
+           "atan2": torch.atan2, "hypot": torch.hypot}
 
 
 def _value(ins, vals, inputs, weights, layouts, ctx):

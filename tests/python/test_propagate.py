@@ -123,7 +123,8 @@ def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorc
     may give +0 for PyTorch's -0, as torch.where does: both compare equal). softshrink of NaN
     is NaN, as in PyTorch 2.x (1.13 gave 0), so the eager reference leaves that column out.
     nan_to_num maps NaN and both infinities, by default and to given numbers; fmax and fmin pass
-    over a NaN; atan2 at signed zeros, the cut and the infinities."""
+    over a NaN; atan2 at signed zeros, the cut and the infinities; hypot beside NaN and where
+    the squares would overflow; xlogy of 0 (by NaN, inf, 0 and -0) and by NaN and infinities."""
     def cell(x, m):
         return torch.cat([torch.logaddexp(x[:, :2], x[:, 2:4]), F.hardshrink(x, 0.5),
                           F.softshrink(x[:, :4], 0.5), torch.floor(x), torch.ceil(x),
@@ -131,8 +132,11 @@ def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorc
                           torch.nan_to_num(x), x.nan_to_num(0.5, posinf=2.0, neginf=-3.0),
                           torch.fmax(x[:, :2], x[:, 3:]), x[:, 3:].fmin(x[:, :2]),
                           torch.atan2(x, torch.cat([x[:, 4:], x[:, :4]], -1)),
-                          torch.atan2(x, -x)], -1)
-    model = edbatch.nn.Propagate(cell, state_size=65)
+                          torch.atan2(x, -x), torch.hypot(x, torch.cat([x[:, 4:], x[:, :4]], -1)),
+                          torch.hypot(x * 3e19, torch.cat([x[:, 2:], x[:, :2]], -1) * 3e19),
+                          torch.xlogy(x, torch.cat([x[:, 4:], x[:, :4]], -1)),
+                          torch.xlogy(x * 0, x), x.xlogy(x)], -1)
+    model = edbatch.nn.Propagate(cell, state_size=90)
     packed = structures.packed("trees", 3)
     x = torch.randn(packed.input_ids.numel(), D)
     x[0] = torch.tensor([-math.inf, math.inf, -math.inf, 1.0, math.nan])
@@ -147,6 +151,48 @@ def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorc
     with torch.no_grad():
         shrunk = edbatch.nn.Propagate(lambda x, m: F.softshrink(x, 0.5), state_size=D)(packed, x=x)
     assert torch.equal(torch.isnan(shrunk), torch.isnan(v))
+
+
+def test_xlogy_values_and_gradients_where_x_is_zero(backend):
+    """xlogy of x = 0 is 0 by any y but NaN (an infinite one too); x's gradient is log(y), 0
+    where x is 0 and y <= 0 (not 0 * log(0)'s NaN), as PyTorch's; y's is x / y, as PyTorch's
+    except where x is 0 and y is 0, below 0 or NaN (0 in the engine, whose gradients pass no
+    NaN from a zero upstream gradient; PyTorch's NaN or -0, and the Python runner's autograd
+    keeps PyTorch's), and x's at x = 0, y = inf (0 in the engine, PyTorch's inf, the Python
+    runner's NaN)."""
+    def cell(x, m):
+        return torch.xlogy(x[:, :2], x[:, 2:4])
+    model = edbatch.nn.Propagate(cell, state_size=2)
+    packed = structures.packed("trees", 3)
+    x = torch.randn(packed.input_ids.numel(), D)
+    x[:, 0] = 0.0
+    x[:, 3] = 0.0
+    x[::3, 2] = 0.0
+    x[1::3, 2] = math.nan
+    x[2::6, 2] = math.inf
+    ours = x.clone().requires_grad_()
+    h = model(packed, x=ours)
+    h.sum().backward()
+    eager = x.clone().requires_grad_()
+    rows = packed.node_inputs
+    want_h = cell(torch.where(rows[:, None] >= 0, eager[rows.clamp(min=0)], torch.zeros(1, D)),
+                  None)
+    want_h.sum().backward()
+    torch.testing.assert_close(h, want_h, equal_nan=True)
+    used = torch.zeros(len(x), dtype=torch.bool)
+    used[rows[rows >= 0]] = True
+    y = x[:, 2]
+    want = eager.grad.clone()
+    own = (y <= 0) | y.isnan()
+    want[own, 2] = 0.0 if backend == "op" else eager.grad[own, 2]
+    want[y == math.inf, 0] = 0.0 if backend == "op" else math.nan  # autograd's 0 * inf
+    torch.testing.assert_close(ours.grad, want, equal_nan=True)
+    # What the cases are: log(y) at x = 0 where y > 0, 0 at y <= 0, NaN by NaN; log(0) beside a
+    # nonzero x.
+    assert torch.allclose(want[used & (y > 0) & (y < math.inf), 0],
+                          y[used & (y > 0) & (y < math.inf)].log())
+    assert (want[used & (y <= 0), 0] == 0).all() and want[used & y.isnan(), 0].isnan().all()
+    assert torch.isneginf(want[used, 1]).all() and (h[:, 0] == 0).sum() > len(h) // 2
 
 
 def test_division_by_zero_is_infinite_as_in_pytorch(backend):

@@ -450,6 +450,8 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "torch.linalg.norm is supported over the features (dim=-1) only")(
         lambda x, m: m / torch.linalg.norm(m))
     refused(TypeError, "atan2 of a Python number")(lambda x, m: torch.atan2(m, 2.0))
+    refused(TypeError, "hypot of a Python number")(lambda x, m: m.hypot(1.0))
+    refused(TypeError, "xlogy of two Python numbers")(lambda x, m: m * torch.xlogy(2.0, 3.0))
     refused(TypeError, "torch.fmax of a Python number")(lambda x, m: torch.fmax(m, 0.0))
     refused(TypeError, "x.type() without a dtype")(lambda x, m: m * len(m.type()))
     refused(TypeError, "converting to torch.DoubleTensor is not supported")(
