@@ -1,7 +1,7 @@
 """Handlers for a cell's feature dim: concatenation, slices, pieces (chunk, split, narrow),
 indexing and sizes (docs/programs.md). trace_ops merges them into its tables."""
 from . import trace_reduce
-from .trace_values import Batch, Refusal, Rows, Shape, Vec, bind, describe, feature_dim
+from .trace_values import Batch, Mask, Refusal, Rows, Shape, Vec, bind, describe, feature_dim
 
 
 def cat(body, args, kwargs):
@@ -87,6 +87,11 @@ def getitem(body, args, kwargs):
         raise Refusal(f"indexing {describe(v)} is not supported")
     if not isinstance(index, tuple):
         index = (index,)
+    if not isinstance(v, Mask):  # a size-1 dim for products per row (trace_bmm.py)
+        if index in ((Ellipsis, None), (slice(None), slice(None), None)):
+            return trace_reduce.Stack([v], 2)  # x[..., None], x[:, :, None]: (batch, n, 1)
+        if index in ((slice(None), None), (slice(None), None, slice(None))):
+            return trace_reduce.Stack([v], 1)  # x[:, None], x[:, None, :]: (batch, 1, n)
     if index[:1] == (Ellipsis,) and len(index) in (2, 3):
         index = (slice(None),) + index[1:]
     if index == (Ellipsis,) or index == (slice(None),):

@@ -471,15 +471,18 @@ MODULES = {
 
 # Feature reductions, maxima, minima and clamps (trace_reduce.py); activations written with them
 # (trace_activations.py); other compositions (trace_compose.py, which reads binary and softmax
-# above); comparisons and torch.where (trace_select.py, which reads binary); recurrent cells
+# above); per-row products through size-1 dims (trace_bmm.py, which reads matmul and binary);
+# comparisons and torch.where (trace_select.py, which reads binary); recurrent cells
 # (trace_rnn.py, which reads linear_of and pieces above); einsum (trace_einsum.py, which reads
 # binary and linear_of).
-from . import (trace_activations, trace_compose, trace_einsum, trace_rnn,  # noqa: E402
-               trace_select)
+from . import (trace_activations, trace_bmm, trace_compose, trace_einsum,  # noqa: E402
+               trace_rnn, trace_select)
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
 MODULES.update(trace_reduce.MODULES)
+FUNCTIONS.update(trace_bmm.FUNCTIONS)  # per-row products: over trace_reduce's and matmul above
+METHODS.update(trace_bmm.METHODS)
 MODULES.update(trace_rnn.MODULES)
 FUNCTIONS.update(trace_activations.FUNCTIONS)
 MODULES.update(trace_activations.MODULES)
@@ -489,6 +492,6 @@ MODULES.update(trace_compose.MODULES)
 FUNCTIONS.update(trace_select.FUNCTIONS)
 METHODS.update(trace_select.METHODS)
 FUNCTIONS.update(trace_einsum.FUNCTIONS)
-SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_activations.SUPPORTED,
-                        trace_compose.SUPPORTED, trace_select.SUPPORTED, trace_rnn.SUPPORTED,
-                        trace_einsum.SUPPORTED])
+SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
+                        trace_activations.SUPPORTED, trace_compose.SUPPORTED,
+                        trace_select.SUPPORTED, trace_rnn.SUPPORTED, trace_einsum.SUPPORTED])

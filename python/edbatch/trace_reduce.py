@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .trace_values import (Batch, Indices, Refusal, Rows, Shape, Stack, TensorConstant, Vec,
-                           bind, broadcast_pair, feature_dim, is_number, no_inplace, ops,
+                           bind, broadcast_pair, describe, feature_dim, is_number, no_inplace, ops,
                            same_size)
 
 nn = torch.nn
@@ -401,10 +401,10 @@ def unsqueeze(body, args, kwargs):
     """x.unsqueeze(-1) of a (batch,) value: (batch, 1) again."""
     x = _dim_arg(args, kwargs, "unsqueeze")
     if not isinstance(x, Rows):
-        raise Refusal("unsqueeze is supported on (batch,) values only (a reduction without "
-                      "keepdim=True, x[:, i], squeeze(-1)): a cell's values are (batch, "
-                      "features); for a dot product per row, as torch.bmm(u.unsqueeze(1), "
-                      "v.unsqueeze(2)), write (u * v).sum(-1, keepdim=True)", ValueError)
+        raise Refusal(f"unsqueeze of {describe(x)} is not supported: it is supported on (batch,) "
+                      "values (a reduction without keepdim=True, x[:, i], squeeze(-1)), which "
+                      "become (batch, 1), and on (batch, features) values (unsqueeze(1), "
+                      "unsqueeze(-1)) for products per row with torch.bmm", ValueError)
     return x.vec
 
 

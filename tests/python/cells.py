@@ -253,6 +253,22 @@ OPS = {
         + torch.special.logsumexp(m, -1, keepdim=True) * 0.1 + a.type(torch.float32)
         + (m > 0).type(torch.float32) + torch.nan_to_num(a) * m.nan_to_num(nan=1.0)),
     "atan2": lambda c, a, m, x: torch.atan2(a, m) + m.arctan2(c.b2) + torch.arctan2(c.b, a),
+    # Per-row products through size-1 dims: dot products, attention pooling over a stack.
+    "per-row bmm, dot products": lambda c, a, m, x: (
+        a * torch.bmm(a.unsqueeze(1), m.unsqueeze(2)).squeeze(2) * 0.1
+        + torch.matmul(m.unsqueeze(-2), a.unsqueeze(-1)).squeeze(-1).squeeze(-1).unsqueeze(-1) * m
+        + a.unsqueeze(-1).squeeze(-1) + (m.unsqueeze(1) @ torch.stack([a, m, a * m], 2)).view(
+            a.size(0), -1).sum(-1, keepdim=True) * 0.1
+        + torch.bmm(torch.stack([a, m], 1), torch.stack([m, a], 2)).flatten(1).mean(
+            -1, keepdim=True) + a.unsqueeze(2).view(-1, a.shape[-1]) * 0.5
+        # squeeze of a dim whose size is not 1: PyTorch's no-op
+        + torch.stack([a, m], 1).squeeze(-1).sum(1) * 0.5 + m.unsqueeze(1).squeeze(2).squeeze(1)),
+    "per-row bmm, attention pooling": lambda c, a, m, x: (
+        torch.bmm(torch.softmax(torch.cat([a[:, :1], m[:, :1], (a * m)[:, 1:2]], -1), -1)
+                  .unsqueeze(1), torch.stack([a, m, a * m], 1)).squeeze(1)
+        + (torch.sigmoid(a[:, :1]).unsqueeze(1) @ m.unsqueeze(1)).squeeze(1)
+        + torch.bmm(m[:, None], a[..., None])[:, 0]
+        * torch.bmm(a[:, None, :], m[:, :, None])[:, 0]),
     "hypot, xlogy": lambda c, a, m, x: (
         torch.hypot(a, m) + m.hypot(c.b2) + torch.xlogy(a, m * m + 0.5) +
         torch.special.xlogy(m, 2.0) + a.xlogy(c.b2) + torch.xlogy(3.0, torch.sigmoid(a))),

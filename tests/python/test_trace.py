@@ -445,8 +445,10 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(TypeError, "returns a value of shape (batch,)")(lambda x, m: m.mean(-1))
     refused(ValueError, "squeeze is supported along the last dim only")(
         lambda x, m: m[:, :1].squeeze() * m)
-    refused(ValueError, "unsqueeze is supported on (batch,) values only")(
-        lambda x, m: m.unsqueeze(-1))
+    refused(ValueError, "unsqueeze(0) of a (batch, features) value is not supported")(
+        lambda x, m: m.unsqueeze(0))
+    refused(ValueError, "unsqueeze of a stack of tensors", "is not supported")(
+        lambda x, m: m.unsqueeze(1).unsqueeze(1))
     refused(ValueError, "torch.linalg.norm is supported over the features (dim=-1) only")(
         lambda x, m: m / torch.linalg.norm(m))
     refused(TypeError, "atan2 of a Python number")(lambda x, m: torch.atan2(m, 2.0))
@@ -458,8 +460,14 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
         lambda x, m: m.type("torch.DoubleTensor"))
     refused(ValueError, "tile is supported as torch.tile(x, (k,)) or x.tile((1, k))")(
         lambda x, m: torch.tile(m, (2, 1)))
-    refused(ValueError, "for a dot product per row", "(u * v).sum(-1, keepdim=True)")(
-        lambda x, m: torch.bmm(m.unsqueeze(1), m.unsqueeze(2)).squeeze(2) * m)
+    # per-row products: rows on the left, equal inner sizes, squeeze with a dim
+    refused(ValueError, "per-row products take rows on the left")(
+        lambda x, m: torch.bmm(m.unsqueeze(2), m.unsqueeze(1)).sum(1))
+    refused(ValueError, "torch.bmm of (batch, 1, 7) by (batch, 3, 1): the inner sizes differ")(
+        lambda x, m: torch.bmm(m.unsqueeze(1), m[:, :3].unsqueeze(2)).squeeze(1))
+    refused(ValueError, "squeeze of a stack is supported along dim 1 or 2")(
+        lambda x, m: (m.unsqueeze(1) @ m.unsqueeze(-1)).squeeze() * m)
+    refused(ValueError, "torch.bmm of a tensor")(lambda x, m: torch.bmm(m, m.unsqueeze(2)))
     refused(ValueError, "x[:, 7] is not supported")(lambda x, m: m[:, 7])
     refused(ValueError, "mean over every element", "mean(-1, keepdim=True)")(
         lambda x, m: m - m.mean())
