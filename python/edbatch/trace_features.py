@@ -20,6 +20,31 @@ def slice_of(body, v, begin, end):
     return body.emit("slice", end - begin, [v], begin=begin, end=end)
 
 
+def features_at(body, v, indices):
+    """The features at `indices` (in range, none next to the one before), in that order: a
+    one-feature `slice` each, `cat` of them. A step slice or a flip costs a slice per feature."""
+    parts = [slice_of(body, v, i, i + 1) for i in indices]
+    return parts[0] if len(parts) == 1 else body.emit("cat", len(parts), parts)
+
+
+def flip(body, args, kwargs):
+    """torch.flip / x.flip along the features (dims (-1,) or (1,)): the features reversed."""
+    a = bind(args, kwargs, ("input", "dims"), {})
+    dims = a.get("dims")
+    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    if len(dims) != 1 or dims[0] not in (1, -1):
+        raise Refusal(f"flip along dims {dims!r} is not supported: only along the features "
+                      "(dims=(-1,)); flipping the batch dim would swap the nodes' rows",
+                      ValueError)
+    v = body.vector(a["input"])
+    return features_at(body, v, range(v.size - 1, -1, -1))
+
+
+def fliplr(body, args, kwargs):
+    """torch.fliplr / x.fliplr: dim 1, the features of a (batch, features) value, reversed."""
+    return flip(body, (args[0], (1,)), {})
+
+
 def pieces(body, v, sizes):
     out, begin = [], 0
     for s in sizes:
@@ -115,8 +140,10 @@ def getitem(body, args, kwargs):
         raise Refusal(f"x[:, {s!r}] is not supported: index the features with an int in range "
                       f"or a slice such as x[:, a:b]", ValueError)
     begin, end, step = s.indices(v.size)
-    if step != 1:
-        raise Refusal("slices with a step are not supported", ValueError)
+    if step != 1:  # PyTorch refuses a negative step itself
+        if not range(begin, end, step):
+            raise Refusal(f"x[:, {_index_text(s)}] selects no features of {v.size}", ValueError)
+        return features_at(body, v, range(begin, end, step))
     return slice_of(body, v, begin, end)
 
 

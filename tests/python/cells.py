@@ -269,6 +269,9 @@ OPS = {
         + (torch.sigmoid(a[:, :1]).unsqueeze(1) @ m.unsqueeze(1)).squeeze(1)
         + torch.bmm(m[:, None], a[..., None])[:, 0]
         * torch.bmm(a[:, None, :], m[:, :, None])[:, 0]),
+    "step slices, flip": lambda c, a, m, x: (
+        torch.cat([a[:, ::2], m[:, 1::2]], -1) + torch.flip(a, (-1,)) * m.flip(-1)
+        + torch.cat([a[..., 1:6:3], m[:, 5:], torch.fliplr(a)[:, :3]], -1) + a.fliplr()),
     "hypot, xlogy": lambda c, a, m, x: (
         torch.hypot(a, m) + m.hypot(c.b2) + torch.xlogy(a, m * m + 0.5) +
         torch.special.xlogy(m, 2.0) + a.xlogy(c.b2) + torch.xlogy(3.0, torch.sigmoid(a))),

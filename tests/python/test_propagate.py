@@ -195,6 +195,23 @@ def test_xlogy_values_and_gradients_where_x_is_zero(backend):
     assert torch.isneginf(want[used, 1]).all() and (h[:, 0] == 0).sum() > len(h) // 2
 
 
+def test_flips_and_step_slices_of_more_features_than_a_cat_takes_at_once(backend):
+    """A flip of 21 features is a cat of 21 one-feature slices (the program's cat takes 8 at a
+    time); step slices of it, with a start, a stop and steps 2 and 5; outputs and gradients
+    equal the cell run eagerly."""
+    lin = nn.Linear(D, 21)
+
+    def cell(x, m):
+        h = torch.tanh(lin(x) + m.flip(-1) * 0.5)
+        return h + torch.cat([h[:, ::2].flip(-1), h[:, 1:20:5], m[:, 3::3]], -1) * 0.25
+    torch.manual_seed(7)
+    model = edbatch.nn.Propagate(cell, state_size=21)
+    model.lin = lin
+    for kind in ("trees", "lattices"):
+        packed = structures.packed(kind, 7)
+        assert_same(model, packed, inputs_for(packed, 7))
+
+
 def test_division_by_zero_is_infinite_as_in_pytorch(backend):
     """x / 0.0 is inf, -inf or NaN by x's sign as in PyTorch, not an error when tracing."""
     model = edbatch.nn.Propagate(lambda x, m: x / 0.0, state_size=D)

@@ -469,6 +469,8 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
         lambda x, m: (m.unsqueeze(1) @ m.unsqueeze(-1)).squeeze() * m)
     refused(ValueError, "torch.bmm of a tensor")(lambda x, m: torch.bmm(m, m.unsqueeze(2)))
     refused(ValueError, "x[:, 7] is not supported")(lambda x, m: m[:, 7])
+    refused(ValueError, "x[:, 9::2] selects no features of 7")(lambda x, m: m[:, 9::2])
+    refused(ValueError, "flip along dims (0,) is not supported")(lambda x, m: m.flip(0))
     refused(ValueError, "mean over every element", "mean(-1, keepdim=True)")(
         lambda x, m: m - m.mean())
     # a branch on a whole-tensor value: the message names the way to write it
