@@ -394,20 +394,20 @@ struct Atan2 {
 
 // hypot(a, b): sqrt(a^2 + b^2), its squares neither overflowing nor underflowing (hypot(inf, NaN)
 // is inf). Its gradients are PyTorch's, a / hypot(a, b) and b / hypot(a, b): NaN at (0, 0), as
-// there.
+// there. Both read y = hypot(a, b), which the kernels compute once for the two.
 struct Hypot {
-  static constexpr bool kUsesA = true, kUsesB = true, kUsesY = false;
+  static constexpr bool kUsesA = true, kUsesB = true, kUsesY = true;
   template <class M, class T>
   EDBATCH_HD static auto value(const T& a, const T& b) {
     return M::hypot(a, b);
   }
   template <class M, class T>
-  EDBATCH_HD static auto grad_a(const T& dy, const T& a, const T& b, const T&) {
-    return M::unless_zero(dy * a / M::hypot(a, b), dy);
+  EDBATCH_HD static auto grad_a(const T& dy, const T& a, const T&, const T& y) {
+    return M::unless_zero(dy * a / y, dy);
   }
   template <class M, class T>
-  EDBATCH_HD static auto grad_b(const T& dy, const T& a, const T& b, const T&) {
-    return M::unless_zero(dy * b / M::hypot(a, b), dy);
+  EDBATCH_HD static auto grad_b(const T& dy, const T&, const T& b, const T& y) {
+    return M::unless_zero(dy * b / y, dy);
   }
 };
 

@@ -11,6 +11,7 @@ import operator
 import torch
 
 from . import trace_reduce
+from .trace_features import slice_of
 from .trace_reduce import _axis, sum_of
 from .trace_values import Mask, Refusal, Stack, Vec, apply, bind, describe, ops
 
@@ -115,8 +116,7 @@ def _product(body, x, y, what):
         def out(r):
             total = None
             for j, t in enumerate(y.parts):
-                w = r if n == 1 else body.emit("slice", 1, [r], begin=j, end=j + 1)
-                term = mul(body, (w, t), {})
+                term = mul(body, (slice_of(body, r, j, j + 1), t), {})
                 total = term if total is None else add(body, (total, term), {})
             return total
     else:
