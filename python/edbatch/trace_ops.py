@@ -475,9 +475,9 @@ MODULES = {
 # above); per-row products through size-1 dims (trace_bmm.py, which reads matmul and binary);
 # comparisons and torch.where (trace_select.py, which reads binary); recurrent cells
 # (trace_rnn.py, which reads linear_of and pieces above); einsum (trace_einsum.py, which reads
-# binary and linear_of).
+# binary and linear_of); scans along the features (trace_scan.py).
 from . import (trace_activations, trace_bmm, trace_compose, trace_einsum,  # noqa: E402
-               trace_rnn, trace_select)
+               trace_rnn, trace_scan, trace_select)
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
@@ -493,6 +493,9 @@ MODULES.update(trace_compose.MODULES)
 FUNCTIONS.update(trace_select.FUNCTIONS)
 METHODS.update(trace_select.METHODS)
 FUNCTIONS.update(trace_einsum.FUNCTIONS)
+FUNCTIONS.update(trace_scan.FUNCTIONS)
+METHODS.update(trace_scan.METHODS)
 SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
                         trace_activations.SUPPORTED, trace_compose.SUPPORTED,
-                        trace_select.SUPPORTED, trace_rnn.SUPPORTED, trace_einsum.SUPPORTED])
+                        trace_select.SUPPORTED, trace_rnn.SUPPORTED, trace_einsum.SUPPORTED,
+                        trace_scan.SUPPORTED])

@@ -272,6 +272,10 @@ OPS = {
     "step slices, flip": lambda c, a, m, x: (
         torch.cat([a[:, ::2], m[:, 1::2]], -1) + torch.flip(a, (-1,)) * m.flip(-1)
         + torch.cat([a[..., 1:6:3], m[:, 5:], torch.fliplr(a)[:, :3]], -1) + a.fliplr()),
+    "cumsum, cumprod, cummax, cummin": lambda c, a, m, x: (
+        torch.cumsum(a, -1) * 0.2 + m.cumprod(-1) + torch.cumprod(torch.sigmoid(a), dim=1)
+        + (m * 0.5).cumsum(dim=-1) + c.b2.cumsum(-1) + torch.cummax(a, -1).values
+        + m.cummin(dim=-1)[0]),
     "hypot, xlogy": lambda c, a, m, x: (
         torch.hypot(a, m) + m.hypot(c.b2) + torch.xlogy(a, m * m + 0.5) +
         torch.special.xlogy(m, 2.0) + a.xlogy(c.b2) + torch.xlogy(3.0, torch.sigmoid(a))),

@@ -111,8 +111,9 @@ def test_tensor_methods_called_unbound(backend):
     assert_same(model, packed, inputs_for(packed, 4))
     assert not any(name in vars(torch.Tensor) for name in ("sigmoid", "add", "mul", "sum"))
     assert torch.overrides.is_tensor_method_or_property(torch.Tensor.add)
-    unsupported = edbatch.nn.Propagate(lambda x, m: torch.Tensor.cumsum(m, -1), state_size=7)
-    with pytest.raises(TypeError, match="Tensor.cumsum is not supported in cells"):
+    unsupported = edbatch.nn.Propagate(lambda x, m: torch.Tensor.logcumsumexp(m, -1),
+                                       state_size=7)
+    with pytest.raises(TypeError, match="Tensor.logcumsumexp is not supported in cells"):
         unsupported(packed, **inputs_for(packed, 4))
 
 
@@ -210,6 +211,50 @@ def test_flips_and_step_slices_of_more_features_than_a_cat_takes_at_once(backend
     for kind in ("trees", "lattices"):
         packed = structures.packed(kind, 7)
         assert_same(model, packed, inputs_for(packed, 7))
+
+
+def test_cumsum_and_cumprod_of_awkward_widths_zeros_and_signed_zeros(backend):
+    """Scans of 1, 21 and 129 features (doubling steps past the last power of two): outputs and
+    gradients equal the cell run eagerly, with zeros in the products (whose gradients PyTorch
+    takes apart specially) and a leading -0.0 that stays -0.0 in the sum."""
+    for width in (1, 21, 129):
+        lin = nn.Linear(D, width)
+
+        def cell(x, m, lin=lin):
+            h = lin(x) + m * 0.5
+            # factors in [0.5, 1.5] (a long product neither overflows nor underflows, where
+            # PyTorch's own cumprod backward divides by its factors) and a few zeros per row
+            g = (h.abs() > 0.05).float() * (1 + 0.5 * torch.tanh(h))
+            return torch.tanh(torch.cumsum(h, -1) * 0.1 + g.cumprod(dim=-1) * 0.1
+                              + m.cumsum(1, dtype=torch.float32) * 0.1
+                              + torch.cumprod(1 + 0.2 * m, -1) * 0.1)
+        torch.manual_seed(11 + width)
+        model = edbatch.nn.Propagate(cell, state_size=width)
+        model.lin = lin
+        for kind in ("trees", "lattices"):
+            packed = structures.packed(kind, 5)
+            assert_same(model, packed, inputs_for(packed, 5))
+    model = edbatch.nn.Propagate(lambda x, m: torch.cumsum(x[:, :5], -1), state_size=5)
+    packed = structures.packed("trees", 3)
+    x = torch.full((packed.input_ids.numel(), D), -0.0)
+    x[:, 3] = 0.0
+    h = model(packed, x=x)[packed.node_inputs >= 0]
+    assert (h == 0).all() and len(h) > 0
+    assert torch.signbit(h[:, :3]).all() and not torch.signbit(h[:, 3:]).any()
+
+
+def test_cummax_and_cummin_give_a_tie_s_gradient_to_the_last_of_equal_entries(backend):
+    """Inputs of a few values, so most rows hold ties: cummax's and cummin's values and the
+    inputs' gradients equal PyTorch's, which takes the last of equal entries' index."""
+    def cell(x, m):
+        values, _ = torch.cummax(x[:, :9], -1)
+        return torch.cat([values, x[:, 9:].cummin(dim=1).values], -1) * (1 + m * 0.25)
+    model = edbatch.nn.Propagate(cell, state_size=20)
+    for kind in ("trees", "lattices"):
+        packed = structures.packed(kind, 6)
+        g = torch.Generator().manual_seed(6)
+        x = torch.randint(-2, 3, (packed.input_ids.numel(), 20), generator=g) * 0.5
+        assert_same(model, packed, {"x": x.float().requires_grad_()})
 
 
 def test_division_by_zero_is_infinite_as_in_pytorch(backend):
