@@ -124,6 +124,30 @@ def log_base(base):
     return of
 
 
+def logit(body, args, kwargs):
+    """log(x) - log(1 - x), x first clamped to [eps, 1 - eps] when eps is given (its gradient 0
+    outside, as PyTorch's); without eps NaN outside [0, 1] and -inf, inf at 0, 1, whose
+    gradients are inf, as PyTorch's 1 / (x (1 - x))."""
+    a = bind(args, kwargs, ("input", "eps"), {"eps": None})
+    v = body.vector(a["input"])
+    if a["eps"] is not None:
+        if not is_number(a["eps"]):
+            raise Refusal("logit's eps must be a Python number")
+        v = clamp_of(body, v, float(a["eps"]), 1.0 - float(a["eps"]))
+    one_minus = apply(body, "scale", v, alpha=-1.0, beta=1.0)
+    return apply(body, "sub", apply(body, "log", v), apply(body, "log", one_minus))
+
+
+def sinc_of(body, x):
+    """sin(pi x) / (pi x), and 1 at 0 (torch.where, so the 0 / 0 there reaches no gradient:
+    PyTorch's gradient at 0 is 0 too)."""
+    from .trace_select import comparison, where_of
+    v = body.vector(x)
+    t = apply(body, "scale", v, alpha=math.pi, beta=0.0)
+    ratio = apply(body, "div", apply(body, "sin", t), t)
+    return where_of(body, comparison("eq")(body, (v, 0.0), {}), 1.0, ratio)
+
+
 def exp2_of(body, x):
     """2 ** x: `a ** x` for a number a (exp(x log 2))."""
     return ops().power(body, (2.0, x), {})
@@ -403,8 +427,9 @@ FUNCTIONS = {
     torch.frac: plain(frac_of),
     F.hardshrink: hardshrink, torch.hardshrink: hardshrink, F.softshrink: softshrink,
     torch.tile: tile, torch.linalg.norm: linalg_norm, torch.atan2: atan2, torch.arctan2: atan2,
-    torch.hypot: hypot, torch.xlogy: xlogy,
-    **_special(log1p=plain(log1p_of), expm1=plain(expm1_of), logsumexp=logsumexp, xlogy=xlogy),
+    torch.hypot: hypot, torch.xlogy: xlogy, torch.logit: logit, torch.sinc: plain(sinc_of),
+    **_special(log1p=plain(log1p_of), expm1=plain(expm1_of), logsumexp=logsumexp, xlogy=xlogy,
+               logit=logit, sinc=plain(sinc_of)),
 }
 
 METHODS = {
@@ -415,7 +440,7 @@ METHODS = {
     "floor": plain(floor_of), "round": _round, "ceil": plain(ceil_of),
     "trunc": plain(trunc_of), "fix": plain(trunc_of),
     "frac": plain(frac_of), "tile": tile, "atan2": atan2, "arctan2": atan2, "hypot": hypot,
-    "xlogy": xlogy,
+    "xlogy": xlogy, "logit": logit, "sinc": plain(sinc_of),
 }
 
 MODULES = {
@@ -447,6 +472,7 @@ SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximat
              "torch.linalg.norm over the last dim (ord 2 or 1); torch.special's log1p, expm1, "
              "logsumexp; atan2 / arctan2 and hypot of two tensors; xlogy (torch., "
              "special. and method forms; a Python number for either argument); "
+             "logit (eps a number or None) and sinc (torch., special. and method forms); "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
              "cosine_similarity and pairwise_distance (p=2 or 1) over the features (torch., F. and "
              "module forms; a (batch,) value, or (batch, 1) with keepdim=True); nn.Bilinear / "

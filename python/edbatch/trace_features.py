@@ -45,6 +45,48 @@ def fliplr(body, args, kwargs):
     return flip(body, (args[0], (1,)), {})
 
 
+def roll(body, args, kwargs):
+    """torch.roll / x.roll along the features (dims=-1 or 1): the last `shifts` features first,
+    a `cat` of two slices (a shift by a multiple of the size is the value itself)."""
+    a = bind(args, kwargs, ("input", "shifts", "dims"), {"dims": None})
+    shifts, dims = a["shifts"], a["dims"]
+    shifts = shifts[0] if isinstance(shifts, (tuple, list)) and len(shifts) == 1 else shifts
+    dims = dims[0] if isinstance(dims, (tuple, list)) and len(dims) == 1 else dims
+    if dims is None:
+        raise Refusal("roll without dims rolls the flattened batch, mixing the nodes' rows: "
+                      "give dims=-1", ValueError)
+    if not isinstance(shifts, int) or isinstance(shifts, bool):
+        raise Refusal(f"roll by shifts={shifts!r} is not supported: one int along dims=-1",
+                      ValueError)
+    feature_dim(dims, "roll")
+    v = body.vector(a["input"])
+    k = shifts % v.size
+    if k == 0:
+        return v
+    return body.emit("cat", v.size, [slice_of(body, v, v.size - k, v.size),
+                                     slice_of(body, v, 0, v.size - k)])
+
+
+def diff(body, args, kwargs):
+    """torch.diff / x.diff along the features: x[:, 1:] - x[:, :-1], n times, of prepend, x and
+    append side by side (each (batch, k), or a weight vector)."""
+    a = bind(args, kwargs, ("input", "n", "dim", "prepend", "append"),
+             {"n": 1, "dim": -1, "prepend": None, "append": None})
+    feature_dim(a["dim"], "diff")
+    n = a["n"]
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise Refusal(f"diff with n={n!r} is not supported: an int of at least 0", ValueError)
+    parts = [body.vector(p) for p in (a["prepend"], a["input"], a["append"]) if p is not None]
+    v = parts[0] if len(parts) == 1 else body.emit("cat", sum(p.size for p in parts), parts)
+    if n >= v.size:
+        raise Refusal(f"diff with n={n} of {v.size} features leaves none (PyTorch's is an "
+                      f"empty tensor)", ValueError)
+    for _ in range(n):
+        v = body.emit("sub", v.size - 1, [slice_of(body, v, 1, v.size),
+                                          slice_of(body, v, 0, v.size - 1)])
+    return v
+
+
 def pieces(body, v, sizes):
     out, begin = [], 0
     for s in sizes:

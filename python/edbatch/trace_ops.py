@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from . import trace_reduce, trace_weights
-from .trace_features import (cat, chunk, dims, flip, fliplr, getitem, narrow,  # noqa: F401
-                             pieces, size, slice_of, split)
+from .trace_features import (cat, chunk, diff, dims, flip, fliplr, getitem,  # noqa: F401
+                             narrow, pieces, roll, size, slice_of, split)
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Vec,  # noqa: F401
                            bind, broadcast_pair, describe, feature_dim, is_number, no_inplace)
@@ -27,8 +27,8 @@ SUPPORTED = (
     "erf, atan, sinh, cosh, asinh, atanh, asin, acos (and the arc- names) "
     "(torch., F., method and module forms); x ** e (e an integer from -16 to 16, 0.5, -0.5) and "
     "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid, leaky_relu, elu, abs; "
-    "torch.cat, chunk, split, narrow, slicing (x[:, a:b], x[:, a:b:k]) and flip / fliplr "
-    "along the last dim; nn.Embedding "
+    "torch.cat, chunk, split, narrow, slicing (x[:, a:b], x[:, a:b:k]), flip / fliplr, roll "
+    "and diff along the last dim; nn.Embedding "
     "of the integer input; nn.LayerNorm / F.layer_norm over the last dim; nn.Dropout / "
     "F.dropout; softmax / log_softmax over the last dim; zeros_like / ones_like / full_like; "
     "x.detach(); tuple returns and unpacking")
@@ -381,7 +381,8 @@ FUNCTIONS = {
     torch.addmm: addmm, torch.t: transpose_weight,
     F.softplus: unary("softplus", _softplus),
     torch.cat: cat, torch.chunk: chunk, torch.split: split, torch.narrow: narrow,
-    torch.flip: flip, torch.fliplr: fliplr, operator.getitem: getitem, getattr: get_attribute,
+    torch.flip: flip, torch.fliplr: fliplr, torch.roll: roll, torch.diff: diff,
+    operator.getitem: getitem, getattr: get_attribute,
     F.embedding: f_embedding, F.layer_norm: f_layer_norm, F.dropout: f_dropout,
     torch.softmax: softmax("softmax"), F.softmax: softmax("softmax"),
     torch.log_softmax: softmax("log_softmax"), F.log_softmax: softmax("log_softmax"),
@@ -398,6 +399,7 @@ METHODS = {
     "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div"),
     "neg": negate, "matmul": matmul, "mm": matmul, "t": transpose_weight,
     "chunk": chunk, "split": split, "narrow": narrow, "flip": flip, "fliplr": fliplr,
+    "roll": roll, "diff": diff,
     "size": size, "dim": dims, "ndimension": dims,
     "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
     "contiguous": identity, "clone": identity, "detach": detach,

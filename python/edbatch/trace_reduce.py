@@ -183,6 +183,28 @@ def feature_std(body, args, kwargs):
     return feature_var(body, args, kwargs, "std")
 
 
+def spread_mean(std):
+    """torch.var_mean / std_mean over the features: (var or std, mean), each as var / std and
+    mean give it."""
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "dim", "unbiased", "keepdim"),
+                 {"dim": None, "unbiased": None, "keepdim": False, "correction": None})
+        spread = (feature_std if std else feature_var)(body, args, kwargs)
+        return spread, feature_mean(body, (a["input"],), {"dim": a["dim"],
+                                                          "keepdim": a["keepdim"]})
+    return handle
+
+
+MinMax = namedtuple("MinMax", "min max")
+
+
+def aminmax(body, args, kwargs):
+    """torch.aminmax over the features: (min, max), as amin and amax give them."""
+    a = bind(args, kwargs, ("input",), {"dim": None, "keepdim": False})
+    rest = {"dim": a["dim"], "keepdim": a["keepdim"]}
+    return MinMax(*(feature_extreme(op, True)(body, (a["input"],), rest) for op in ("min", "max")))
+
+
 def repeat(body, args, kwargs):
     """x.repeat(1, k): k copies of the features side by side (`cat`)."""
     v, reps = body.vector(args[0]), args[1:]
@@ -233,6 +255,21 @@ def logsumexp(body, args, kwargs):
     d = body.emit("sub", v.size, [v, body.emit("broadcast", v.size, [m])])
     s = sum_of(body, body.emit("exp", v.size, [d]))
     return kept(body.emit("add", 1, [m, body.emit("log", 1, [s])]), a)
+
+
+def feature_prod(body, args, kwargs):
+    """The product of the features: halves multiplied while more than one is left (an odd size's
+    last feature carried by a 1), so log2 n `mul`s whose gradient is the product rule, exact
+    where a factor is 0."""
+    v, a = _reduction_input(body, "prod", args, kwargs, names=("input", "dim", "keepdim"))
+    while v.size > 1:
+        half = v.size // 2
+        low = body.emit("slice", half, [v], begin=0, end=half)
+        high = body.emit("slice", v.size - half, [v], begin=half, end=v.size)
+        if v.size % 2:
+            low = body.emit("cat", half + 1, [low, body.emit("const", 1, [], value=1.0)])
+        v = body.emit("mul", v.size - half, [low, high])
+    return kept(v, a)
 
 
 def _squares(body, v):
@@ -535,7 +572,9 @@ FUNCTIONS = {
     torch.clamp_max: clamp_side("max"), F.hardtanh: hardtanh, F.relu6: relu6,
     torch.amax: stack_aware("amax", feature_extreme("max", True)),
     torch.amin: stack_aware("amin", feature_extreme("min", True)),
-    torch.logsumexp: logsumexp, torch.norm: norm, torch.linalg.vector_norm: norm,
+    torch.logsumexp: logsumexp, torch.prod: feature_prod, torch.norm: norm,
+    torch.linalg.vector_norm: norm, torch.var_mean: spread_mean(False),
+    torch.std_mean: spread_mean(True), torch.aminmax: aminmax,
     F.normalize: normalize, torch.squeeze: squeeze, torch.unsqueeze: unsqueeze,
     torch.reshape: reshape, torch.unbind: unbind, torch.zeros: new_tensor(0.0),
     torch.ones: new_tensor(1.0), torch.full: new_tensor(None), torch.flatten: flatten,
@@ -550,7 +589,8 @@ METHODS = {
     "clamp": clamp, "clip": clamp, "clamp_min": clamp_side("min"),
     "clamp_max": clamp_side("max"), "expand": expand, "expand_as": expand_as,
     "amax": FUNCTIONS[torch.amax], "amin": FUNCTIONS[torch.amin],
-    "logsumexp": logsumexp, "norm": norm, "squeeze": squeeze, "unsqueeze": unsqueeze,
+    "logsumexp": logsumexp, "prod": feature_prod, "norm": norm, "squeeze": squeeze,
+    "unsqueeze": unsqueeze, "aminmax": aminmax,
     "view": reshape, "reshape": reshape, "unbind": unbind, "new_zeros": new_tensor(0.0),
     "new_ones": new_tensor(1.0), "new_full": new_tensor(None), "flatten": flatten,
 }
@@ -568,8 +608,9 @@ if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
     MODULES[nn.ZeroPad1d] = MODULES[nn.ConstantPad1d]
 
 SUPPORTED = (
-    "sum / mean / var / std / max / min / amax / amin / logsumexp / norm (p=1 or 2) over the "
-    "last dim (without keepdim=True a (batch,) value, usable after unsqueeze(-1)); torch.stack "
+    "sum / mean / var / std / prod / max / min / amax / amin / logsumexp / norm (p=1 or 2) over "
+    "the last dim (without keepdim=True a (batch,) value, usable after unsqueeze(-1)), var_mean / "
+    "std_mean and aminmax of them; torch.stack "
     "reduced over the stacked dim with sum / mean / max / min / amax / amin, unbound or indexed "
     "along it, x.view(x.size(0), k, n) as such a stack, flattened back by x.flatten(1) / "
     "nn.Flatten(); x.repeat(1, k); F.pad over the last dim (mode \"constant\"; nn.ConstantPad1d, "

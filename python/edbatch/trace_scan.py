@@ -1,8 +1,7 @@
-"""Scans along a cell's features: torch.cumsum, cumprod, cummax and cummin (docs/programs.md). A
-scan of n
-features is ceil(log2 n) doubling steps: step k combines every feature with the running value
-2^k places before it, where there is one, so an instruction count of about 4 log2 n rather than
-one per feature. trace_ops merges these tables into its own."""
+"""Scans along a cell's features: torch.cumsum, cumprod, cummax, cummin and logcumsumexp
+(docs/programs.md). A scan of n features is ceil(log2 n) doubling steps: step k combines every
+feature with the running value 2^k places before it, where there is one, so a few instructions
+per step rather than one per feature. trace_ops merges these tables into its own."""
 import math
 
 import torch
@@ -10,10 +9,25 @@ import torch
 from .trace_reduce import Extreme
 from .trace_values import Indices, Refusal, bind, feature_dim
 
-# The op of each scan and its identity: -0.0 for the sum, since -0.0 + x is x for every x (a
-# leading -0.0 stays -0.0, as PyTorch's cumsum keeps it), where 0.0 + -0.0 would be 0.0. cummin
-# is cummax of -x, negated.
-_SCANS = {"cumsum": ("add", -0.0), "cumprod": ("mul", 1.0), "cummax": ("max", -math.inf)}
+
+def _op(name):
+    def combine(body, y, earlier):
+        return body.emit(name, y.size, [y, earlier])
+    return combine
+
+
+def _logaddexp(body, y, earlier):
+    """logaddexp's composition (trace_compose.py): stable at every step, where a sum of exp(x - m)
+    with one m for the row would underflow to log(0) for entries far below the row's largest."""
+    from .trace_compose import logaddexp
+    return logaddexp(False)(body, (y, earlier), {})
+
+
+# How each scan combines the running values with earlier ones, and its identity: -0.0 for the
+# sum, since -0.0 + x is x for every x (a leading -0.0 stays -0.0, as PyTorch's cumsum keeps it),
+# where 0.0 + -0.0 would be 0.0. cummin is cummax of -x, negated.
+_SCANS = {"cumsum": (_op("add"), -0.0), "cumprod": (_op("mul"), 1.0),
+          "cummax": (_op("max"), -math.inf), "logcumsumexp": (_logaddexp, -math.inf)}
 
 
 def scan_of(body, v, name):
@@ -26,12 +40,12 @@ def scan_of(body, v, name):
         v = body.emit("scale", v.size, [v], alpha=-1.0, beta=0.0)
         y = scan_of(body, v, "cummax")
         return body.emit("scale", v.size, [y], alpha=-1.0, beta=0.0)
-    op, identity = _SCANS[name]
+    combine, identity = _SCANS[name]
     y, shift = v, 1
     while shift < v.size:
         earlier = body.emit("slice", v.size - shift, [y], begin=0, end=v.size - shift)
         front = body.emit("const", shift, [], value=identity)
-        y = body.emit(op, v.size, [y, body.emit("cat", v.size, [front, earlier])])
+        y = combine(body, y, body.emit("cat", v.size, [front, earlier]))
         shift *= 2
     return y
 
@@ -51,9 +65,10 @@ def scan(name):
     return handle
 
 
-_NAMES = ("cumsum", "cumprod", "cummax", "cummin")
+_NAMES = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")
 FUNCTIONS = {getattr(torch, name): scan(name) for name in _NAMES}
 METHODS = {name: scan(name) for name in _NAMES}
 
-SUPPORTED = ("torch.cumsum / cumprod / cummax / cummin over the last dim (and the methods; "
-             "cummax and cummin give (values, indices), and only values may be used)")
+SUPPORTED = ("torch.cumsum / cumprod / cummax / cummin / logcumsumexp over the last dim (and "
+             "the methods; cummax and cummin give (values, indices), and only values may be "
+             "used)")

@@ -208,6 +208,46 @@ def nan_ignoring(op):
     return handle
 
 
+def _infinities(body, v):
+    return _mask(apply(body, "add", _infinite(body, v, 1), _infinite(body, v, -1)))
+
+
+def _finite(body, v):
+    """1 where v - v is 0: NaN for an infinity and for NaN."""
+    return _equal(body, apply(body, "sub", v, v), 0.0)
+
+
+def classify(test):
+    """torch.isnan / isinf / isposinf / isneginf / isfinite as masks."""
+    def handle(body, args, kwargs):
+        return test(body, body.vector(bind(args, kwargs, ("input",), {})["input"]))
+    return handle
+
+
+def logical_xor(body, args, kwargs):
+    """m ^ n of masks: |m - n|."""
+    a = bind(args, kwargs, ("input", "other"), {})
+    m, n = (_as_mask(body, v, "^ / logical_xor") for v in (a["input"], a["other"]))
+    m, n = broadcast_pair(body, m, n, "^ / logical_xor")
+    return _mask(apply(body, "abs", apply(body, "sub", m, n)))
+
+
+def nan_reduction(mean):
+    """torch.nansum / nanmean over the features: NaN entries taken as 0 (no gradient reaches
+    them) and, for the mean, not counted (a row of NaN gives 0 / 0 = NaN, as PyTorch's)."""
+    name = "nanmean" if mean else "nansum"
+
+    def handle(body, args, kwargs):
+        from .trace_reduce import _reduction_input, kept, sum_of
+        v, a = _reduction_input(body, name, args, kwargs)
+        nan = _isnan(body, v)
+        total = sum_of(body, where_of(body, nan, 0.0, v))
+        if mean:
+            total = apply(body, "div", total, sum_of(body, _not(body, nan)))
+        return kept(total, a)
+    return handle
+
+
 def typed(body, args, kwargs):
     """x.type(torch.float32): as x.to(...); x.type() without one gives a string, not a tensor."""
     target = args[1] if len(args) > 1 else kwargs.get("dtype")
@@ -222,6 +262,10 @@ def branching(body, args, kwargs):
     raise Refusal(f"all() / any() of a comparison: {_BRANCHING}")
 
 
+_CLASSES = {"isnan": _isnan, "isinf": _infinities, "isfinite": _finite,
+            "isposinf": lambda body, v: _infinite(body, v, 1),
+            "isneginf": lambda body, v: _infinite(body, v, -1)}
+
 _NAMES = {"gt": ("gt", "greater"), "ge": ("ge", "greater_equal"), "lt": ("lt", "less"),
           "le": ("le", "less_equal"), "eq": ("eq",), "ne": ("ne", "not_equal")}
 
@@ -231,7 +275,10 @@ FUNCTIONS = {
     operator.and_: logical("and"), torch.logical_and: logical("and"),
     operator.or_: logical("or"), torch.logical_or: logical("or"),
     torch.all: branching, torch.any: branching, torch.nan_to_num: nan_to_num,
-    torch.fmax: nan_ignoring("max"), torch.fmin: nan_ignoring("min"),
+    torch.fmax: nan_ignoring("max"), torch.fmin: nan_ignoring("min"), torch.sgn: sign,
+    torch.logical_xor: logical_xor, operator.xor: logical_xor,
+    torch.nansum: nan_reduction(False), torch.nanmean: nan_reduction(True),
+    **{getattr(torch, name): classify(test) for name, test in _CLASSES.items()},
     **{getattr(operator, name): comparison(name) for name in _COMPARE},
     **{getattr(torch, alias): comparison(name) for name, aliases in _NAMES.items()
        for alias in aliases},
@@ -244,11 +291,15 @@ METHODS = {
     "logical_and": logical("and"), "logical_or": logical("or"), "float": as_float,
     "type_as": as_float, "to": as_float, "type": typed, "nan_to_num": nan_to_num,
     "fmax": nan_ignoring("max"), "fmin": nan_ignoring("min"),
-    "all": branching, "any": branching,
+    "all": branching, "any": branching, "sgn": sign, "logical_xor": logical_xor,
+    "nansum": nan_reduction(False), "nanmean": nan_reduction(True),
+    **{name: classify(test) for name, test in _CLASSES.items()},
     **{alias: comparison(name) for name, aliases in _NAMES.items() for alias in aliases},
 }
 
 SUPPORTED = ("comparisons (> >= < <= == != with tensors or numbers, torch. and method forms) as "
              "masks, ~ & | and logical_not / and / or of them, torch.where(condition, x, y), "
-             "masked_fill (a number), sign, F.threshold, mask.float(), x.type(torch.float32), "
-             "nan_to_num, fmax, fmin")
+             "masked_fill (a number), sign / sgn, F.threshold, mask.float(), "
+             "x.type(torch.float32), nan_to_num, fmax, fmin; isnan / isinf / isposinf / "
+             "isneginf / isfinite as masks, logical_xor (^) of masks; nansum / nanmean over the "
+             "last dim")

@@ -276,6 +276,17 @@ OPS = {
         torch.cumsum(a, -1) * 0.2 + m.cumprod(-1) + torch.cumprod(torch.sigmoid(a), dim=1)
         + (m * 0.5).cumsum(dim=-1) + c.b2.cumsum(-1) + torch.cummax(a, -1).values
         + m.cummin(dim=-1)[0]),
+    "logcumsumexp, prod, roll, diff": lambda c, a, m, x: (
+        torch.logcumsumexp(a, -1) * 0.1 + m.prod(-1, keepdim=True) + torch.roll(a, 2, -1)
+        + m.roll(-3, 1) * torch.prod(c.b2, -1) + torch.diff(a, prepend=m[:, :1])
+        + m.diff(append=c.b[:1].expand(m.size(0), 1))),
+    "nansum, nanmean, logit, sinc, var_mean, isfinite, xor": lambda c, a, m, x: (
+        torch.nansum(a, -1, keepdim=True) + m.nanmean(dim=-1, keepdim=True)
+        + torch.logit(torch.sigmoid(a)) * 0.1 + torch.special.logit(torch.sigmoid(m), eps=0.2)
+        + torch.sinc(a) + m.sinc() + torch.var_mean(a, -1, keepdim=True)[0]
+        + torch.std_mean(m, dim=-1, keepdim=True)[1]
+        + torch.where(torch.isfinite(a) ^ (m > 0), a, m)
+        + torch.logical_xor(a > 0, m > 0).float() * torch.isnan(m).float() + torch.sgn(a) * m),
     "hypot, xlogy": lambda c, a, m, x: (
         torch.hypot(a, m) + m.hypot(c.b2) + torch.xlogy(a, m * m + 0.5) +
         torch.special.xlogy(m, 2.0) + a.xlogy(c.b2) + torch.xlogy(3.0, torch.sigmoid(a))),

@@ -78,8 +78,8 @@ def _value(ins, vals, inputs, weights, layouts, ctx):
         return args[0].max(-1, keepdim=True).values
     if op == "broadcast":
         return args[0].expand(-1, ins["size"])
-    if op in ("max", "min"):  # at a tie the first argument takes the gradient
-        pick = args[0] >= args[1] if op == "max" else args[0] <= args[1]
+    if op in ("max", "min"):  # at a tie the first argument takes the gradient; NaN wins
+        pick = (args[0] >= args[1] if op == "max" else args[0] <= args[1]) | args[0].isnan()
         return torch.where(pick, args[0], args[1])
     raise ValueError(f"unknown instruction {op}")
 

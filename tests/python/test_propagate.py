@@ -111,9 +111,9 @@ def test_tensor_methods_called_unbound(backend):
     assert_same(model, packed, inputs_for(packed, 4))
     assert not any(name in vars(torch.Tensor) for name in ("sigmoid", "add", "mul", "sum"))
     assert torch.overrides.is_tensor_method_or_property(torch.Tensor.add)
-    unsupported = edbatch.nn.Propagate(lambda x, m: torch.Tensor.logcumsumexp(m, -1),
+    unsupported = edbatch.nn.Propagate(lambda x, m: torch.Tensor.argsort(m, -1),
                                        state_size=7)
-    with pytest.raises(TypeError, match="Tensor.logcumsumexp is not supported in cells"):
+    with pytest.raises(TypeError, match="Tensor.argsort is not supported in cells"):
         unsupported(packed, **inputs_for(packed, 4))
 
 
@@ -255,6 +255,107 @@ def test_cummax_and_cummin_give_a_tie_s_gradient_to_the_last_of_equal_entries(ba
         g = torch.Generator().manual_seed(6)
         x = torch.randint(-2, 3, (packed.input_ids.numel(), 20), generator=g) * 0.5
         assert_same(model, packed, {"x": x.float().requires_grad_()})
+
+
+def test_logcumsumexp_prod_roll_and_diff_of_awkward_widths(backend):
+    """logcumsumexp (a row far below its largest entry stays finite), prod with zeros among the
+    factors, roll both ways and diff with n, prepend and append, at 2, 21 and 129 features:
+    outputs and gradients equal the cell run eagerly; logcumsumexp keeps -inf, inf and NaN as
+    PyTorch's does."""
+    for width in (2, 21, 129):
+        lin = nn.Linear(D, width)
+
+        def cell(x, m, lin=lin):
+            h = lin(x) + m * 0.5
+            g = (h.abs() > 0.05).float() * (1 + 0.5 * torch.tanh(h))
+            return torch.tanh(
+                torch.logcumsumexp(h * 3 - 40, -1) * 0.05 + g.prod(-1, keepdim=True) * 0.1
+                + torch.prod(1 + 0.2 * m, dim=1).unsqueeze(-1) * 0.1 + torch.roll(h, 3, -1)
+                + m.roll(-1, dims=(1,)) * 0.5 + torch.diff(h, prepend=m[:, :1])
+                + m.diff(n=2, append=h[:, :2]) * 0.5 + h.logcumsumexp(dim=1) * 0.05)
+        torch.manual_seed(5 + width)
+        model = edbatch.nn.Propagate(cell, state_size=width)
+        model.lin = lin
+        for kind in ("trees", "lattices"):
+            packed = structures.packed(kind, 4)
+            assert_same(model, packed, inputs_for(packed, 4))
+
+    def special(x, m):
+        return torch.logcumsumexp(x[:, :5], -1)
+    model = edbatch.nn.Propagate(special, state_size=5)
+    packed = structures.packed("trees", 3)
+    row = torch.tensor([-math.inf, -math.inf, -200.0, math.inf, 1.0])
+    x = row.repeat(packed.input_ids.numel(), 1)
+    x[1::2, 4] = math.nan
+    used = packed.node_inputs >= 0
+    h = model(packed, x=x)[used]
+    torch.testing.assert_close(h, special(x[packed.node_inputs[used]], None), equal_nan=True)
+    assert torch.isneginf(h[:, :2]).all() and (h[:, 2] == -200).all() and h[:, 3].isinf().all()
+
+
+def test_nan_aware_reductions_classes_logit_and_sinc_at_special_values(backend):
+    """isnan / isinf / isposinf / isneginf / isfinite, nansum and nanmean, logit with and without
+    eps and sinc, of NaN, both infinities, 0, 1 and values between: outputs and gradients equal
+    PyTorch's (logit's inf gradients at 0 and 1, sinc's 0 at 0, nansum's and nanmean's 0 at
+    NaN), except logit's gradient without eps outside [0, 1], where its value is NaN: PyTorch's
+    gradient is NaN there, the engine's 1 / x + 1 / (1 - x)."""
+    row = [math.nan, math.inf, -math.inf, 0.0, 1.0, 0.25, 0.75, -0.5, 1e-30, 2.5]
+
+    def cell(x, m, logit=torch.logit):
+        v = x[:, :len(row)]
+        masks = [torch.isnan(v), v.isinf(), torch.isposinf(v), torch.isneginf(v),
+                 torch.isfinite(v)]
+        return torch.cat([mask.float() for mask in masks] + [
+            torch.nansum(v, -1, keepdim=True), v.nanmean(-1, keepdim=True), logit(v),
+            torch.logit(v, eps=0.25), torch.sinc(v)], -1)
+
+    def documented(v):  # torch.logit, with the engine's gradient outside [0, 1]
+        return torch.log(v) - torch.log(1 - v)
+    model = edbatch.nn.Propagate(cell, state_size=5 * len(row) + 2 + 3 * len(row))
+    packed = structures.packed("trees", 3)
+    used = packed.node_inputs >= 0
+    x = torch.tensor(row).repeat(packed.input_ids.numel(), 1)
+    x[1::2, 0] = 0.5  # rows without NaN: their nanmean counts every entry
+    ours = x.clone().requires_grad_()
+    h = model(packed, x=ours)[used]
+    upstream = torch.randn(h.shape, generator=torch.Generator().manual_seed(3))
+    (h * upstream).sum().backward()
+    grads = []
+    for logit in (torch.logit, documented):
+        eager = x.clone().requires_grad_()
+        want = cell(eager[packed.node_inputs[used]], None, logit)
+        torch.testing.assert_close(h, want, equal_nan=True)
+        (want * upstream).sum().backward()
+        grads.append(eager.grad)
+    # The Python runner's autograd passes sinc's untaken 0 / 0 at 0 (and its t^2 underflowing
+    # at 1e-30) on as NaN, where the engine's selection passes no gradient.
+    columns = list(range(len(row))) if backend == "op" else [0, 1, 2, 4, 5, 6, 7, 9]
+    torch.testing.assert_close(ours.grad[:, columns], grads[1][:, columns], equal_nan=True)
+    inside = (x >= 0) & (x <= 1)
+    torch.testing.assert_close(grads[0][inside], grads[1][inside])
+    assert torch.isinf(grads[0][packed.node_inputs[used], 3]).all()  # logit at 0
+
+
+def test_aminmax_equals_amin_and_amax_run_eagerly(backend):
+    """torch.aminmax / x.aminmax (whose gradient torch 1.13 does not implement): outputs and
+    gradients equal amin's and amax's run eagerly."""
+    def cell(x, m):
+        low, high = torch.aminmax(x * 2 + m[:, :1], dim=-1, keepdim=True)
+        return torch.cat([low, high, m.aminmax(dim=-1, keepdim=True).max], -1)
+
+    def eager(x, m):
+        v = x * 2 + m[:, :1]
+        return torch.cat([v.amin(-1, keepdim=True), v.amax(-1, keepdim=True),
+                          m.amax(-1, keepdim=True)], -1)
+    model, twin = (edbatch.nn.Propagate(f, state_size=3) for f in (cell, eager))
+    for kind in ("trees", "dags"):  # (lattice nodes read no x: arcs do)
+        packed = structures.packed(kind, 8)
+        inputs = inputs_for(packed, 8)
+        ours, ref = model(packed, **inputs), reference_of(twin, packed, inputs)
+        torch.testing.assert_close(ours, ref)
+        upstream = [torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))]
+        torch.testing.assert_close(gradients([ours], upstream, [inputs["x"]])[0],
+                                   gradients([ref], upstream, [inputs["x"]])[0])
 
 
 def test_division_by_zero_is_infinite_as_in_pytorch(backend):
