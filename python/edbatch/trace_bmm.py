@@ -13,7 +13,7 @@ import torch
 from . import trace_reduce
 from .trace_features import slice_of
 from .trace_reduce import _axis, sum_of
-from .trace_values import Mask, Refusal, Stack, Vec, apply, bind, describe, ops
+from .trace_values import Mask, Param, Refusal, Stack, Vec, apply, bind, describe, ops
 
 
 def _features(x):
@@ -128,6 +128,8 @@ def _product(body, x, y, what):
 def matmul(body, args, kwargs):
     """x @ y: per row where either side is a stack, else trace_ops' product with a weight."""
     a = bind(args, kwargs, ("input", "other"), {})
+    if isinstance(a["input"], Stack) and isinstance(a["other"], Param):
+        return ops().matmul(body, args, kwargs)  # each row by the weight (trace_ops.linear_of)
     if isinstance(a["input"], Stack) or isinstance(a["other"], Stack):
         return _product(body, a["input"], a["other"], "matmul")
     return ops().matmul(body, args, kwargs)

@@ -136,7 +136,7 @@ def getitem(body, args, kwargs):
     if isinstance(v, (tuple, list)):
         return v[index]
     if isinstance(v, trace_reduce.Stack):
-        return trace_reduce.stack_item(v, index)
+        return trace_reduce.stack_item(body, v, index)
     if isinstance(v, Rows):
         if index in ((slice(None), None), (Ellipsis, None)):
             return v.vec  # x[:, None]

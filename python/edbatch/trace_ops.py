@@ -11,12 +11,13 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from . import trace_reduce, trace_weights
+from . import trace_reduce, trace_stack, trace_weights
 from .trace_features import (cat, chunk, diff, dims, flip, fliplr, getitem,  # noqa: F401
                              narrow, pieces, roll, size, slice_of, split)
 # Refusal and the values are defined beside; trace.py reads them here too.
-from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Vec,  # noqa: F401
-                           bind, broadcast_pair, describe, feature_dim, is_number, no_inplace)
+from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Stack,  # noqa: F401
+                           Vec, bind, broadcast_pair, describe, feature_dim, is_number,
+                           no_inplace)
 
 nn = torch.nn
 
@@ -63,6 +64,8 @@ def binary(name):
             y = binary("mul")(body, (y, a["alpha"]), {})
         if is_number(x) and is_number(y):
             return _PYTHON[name](x, y)
+        if isinstance(x, Stack) or isinstance(y, Stack):
+            return trace_stack.binary(body, name, x, y)
         if is_number(y):
             alpha, beta = _SCALAR_RIGHT[name](float(y))
             return body.emit("scale", body.vector(x).size, [body.vector(x)], alpha=alpha,
@@ -133,6 +136,11 @@ def softmax(name):
         a = bind(args, kwargs, ("input", "dim"), {"dim": None, "_stacklevel": 3, "dtype": None})
         if a["dtype"] is not None:
             raise Refusal(f"{name} with dtype= is not supported")
+        if isinstance(a["input"], Stack):
+            if a["dim"] is None:
+                raise Refusal(f"{name} of a (batch, k, n) stack needs a dim (1 or -1)",
+                              ValueError)
+            return trace_stack.softmax(body, name, a["input"], trace_reduce._axis(a["dim"]))
         if a["dim"] is not None:  # None: PyTorch's implicit dim, 1 for (batch, features)
             feature_dim(a["dim"], name)
         v = body.vector(a["input"])
@@ -143,7 +151,11 @@ def softmax(name):
 # ---- products ----
 
 def linear_of(body, x, weight, bias, form):
-    """x W^T + b (form "linear": weight is torch (out, in)) or x W + b (form "matmul")."""
+    """x W^T + b (form "linear": weight is torch (out, in)) or x W + b (form "matmul"); of a
+    (batch, k, n) stack, of each row."""
+    if isinstance(x, Stack):
+        rows = trace_stack.in_form(body, x, 1).parts
+        return Stack([linear_of(body, r, weight, bias, form) for r in rows], 1)
     if not isinstance(x, Vec):
         raise Refusal(f"a product needs a tensor on the left, got {describe(x)}")
     if not isinstance(weight, Param) or weight.tensor.dim() != 2:
@@ -501,3 +513,21 @@ SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
                         trace_activations.SUPPORTED, trace_compose.SUPPORTED,
                         trace_select.SUPPORTED, trace_rnn.SUPPORTED, trace_einsum.SUPPORTED,
                         trace_scan.SUPPORTED])
+
+# Elementwise functions of one tensor also take a stack, tensor by tensor (trace_stack.py).
+_ELEMENTWISE = [fn for fns in _ACTIVATIONS.values() for fn in fns] + [
+    F.softplus, torch.abs, operator.neg, torch.neg, torch.square, torch.rsqrt, torch.reciprocal,
+    F.silu, F.logsigmoid, F.leaky_relu, F.elu, operator.pow, torch.pow, F.gelu, F.relu,
+    torch.detach]
+for _fn in _ELEMENTWISE:
+    FUNCTIONS[_fn] = trace_stack.each_part(FUNCTIONS[_fn])
+for _name in [*_ACTIVATIONS, "neg", "abs", "square", "rsqrt", "reciprocal", "pow", "gelu",
+              "detach"]:
+    METHODS[_name] = trace_stack.each_part(METHODS[_name])
+for _module in (nn.Sigmoid, nn.Tanh, nn.ReLU, nn.Softplus, nn.SiLU, nn.LeakyReLU, nn.ELU,
+                nn.LogSigmoid, nn.GELU):
+    MODULES[_module] = trace_stack.each_part_of_module(MODULES[_module])
+# Functions along the last dim take a stack row by row.
+FUNCTIONS[F.layer_norm] = trace_stack.each_row(FUNCTIONS[F.layer_norm])
+FUNCTIONS[F.normalize] = trace_stack.each_row(FUNCTIONS[F.normalize], ("dim", 2, 1))
+MODULES[nn.LayerNorm] = trace_stack.each_row_of_module(MODULES[nn.LayerNorm])

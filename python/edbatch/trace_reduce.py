@@ -90,7 +90,7 @@ def unbind(body, args, kwargs):
     return tuple(s.parts)
 
 
-def stack_item(s, index):
+def stack_item(body, s, index):
     """s[i] (a stack along 0), s[:, i] (along 1), s[..., i] or s[:, :, i] (along 2), with any
     trailing full slices (s[:, i, :])."""
     index = index if isinstance(index, tuple) else (index,)
@@ -102,8 +102,16 @@ def stack_item(s, index):
         i = index[-1]
         if isinstance(i, int) and not isinstance(i, bool) and -len(s.parts) <= i < len(s.parts):
             return s.parts[i]
+    if s.dim in (1, 2) and len(index) in (2, 3) and index[0] == slice(None) and all(
+            isinstance(i, slice) or isinstance(i, int) and not isinstance(i, bool)
+            for i in index[1:]):
+        from .trace_stack import item
+        v = item(body, s, index[1], index[2] if len(index) == 3 else slice(None))
+        if v is not None:
+            return v
     raise Refusal(f"indexing a stack along {s.dim} is supported as one tensor of it "
-                  f"({['s[i]', 's[:, i]', 's[..., i]'][s.dim]})", ValueError)
+                  f"({['s[i]', 's[:, i]', 's[..., i]'][s.dim]}), and a (batch, k, n) stack by "
+                  "an int or a slice along dim 1 or 2 (s[:, i], s[:, :, a:b])", ValueError)
 
 
 def _stack_reduction(body, name, args, kwargs):
@@ -113,9 +121,19 @@ def _stack_reduction(body, name, args, kwargs):
     s = a["input"]
     if not isinstance(s, Stack):
         return None
-    if _axis(a["dim"]) != s.dim or a["keepdim"]:
-        raise Refusal(f"{name} of a stack is supported over the stacked dim ({s.dim}) without "
-                      f"keepdim, giving (batch, features) values again", ValueError)
+    dim = _axis(a["dim"])
+    if s.dim == 0 or dim not in (1, 2):
+        if dim == s.dim and not a["keepdim"]:
+            return _across(body, name, s)
+        raise Refusal(f"{name} of a stack along {s.dim} is supported over the stacked dim "
+                      f"without keepdim; of a (batch, k, n) stack over dim 1 or 2 (-1)",
+                      ValueError)
+    from .trace_stack import reduce
+    return reduce(body, name, s, dim, a["keepdim"], lambda t: _across(body, name, t))
+
+
+def _across(body, name, s):
+    """sum / mean / max / min across a stack's tensors, elementwise."""
     op = {"sum": "add", "mean": "add", "max": "max", "amax": "max", "min": "min",
           "amin": "min"}[name]
     acc = s.parts[0]
@@ -610,7 +628,9 @@ if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
 SUPPORTED = (
     "sum / mean / var / std / prod / max / min / amax / amin / logsumexp / norm (p=1 or 2) over "
     "the last dim (without keepdim=True a (batch,) value, usable after unsqueeze(-1)), var_mean / "
-    "std_mean and aminmax of them; torch.stack "
+    "std_mean and aminmax of them; (batch, k, n) stacks reduced over dim 1 or -1 (keepdim too), "
+    "softmax along them, + - * / with broadcasting, elementwise activations, nn.Linear and "
+    "layer_norm of each row, indexed s[:, i] / s[:, :, j] / slices; torch.stack "
     "reduced over the stacked dim with sum / mean / max / min / amax / amin, unbound or indexed "
     "along it, x.view(x.size(0), k, n) as such a stack, flattened back by x.flatten(1) / "
     "nn.Flatten(); x.repeat(1, k); F.pad over the last dim (mode \"constant\"; nn.ConstantPad1d, "

@@ -55,8 +55,9 @@ class Rows:
 
 
 class Stack:
-    """torch.stack of feature values (batch, n) along `dim` (0, 1 or 2 of the 3-D result): usable
-    only reduced over that dim (sum, mean, max, min, amax, amin), which gives (batch, n) again."""
+    """torch.stack of feature values (batch, n) along `dim` (0, 1 or 2 of the 3-D result): along 1
+    its rows, along 2 its columns. Reduced over a dim it gives a (batch, n) or (batch, k) value
+    again; along 1 or 2 it also takes arithmetic and softmax (trace_stack.py)."""
     __slots__ = ("parts", "dim")
 
     def __init__(self, parts, dim):
@@ -97,8 +98,8 @@ def describe(v):
              Param: "a weight", Shape: "a shape",
              Batch: "the batch size (x.size(0)), known only when the cell runs (usable in "
                     "torch.zeros(x.size(0), n) and x.view(x.size(0), -1))",
-             Stack: "a stack of tensors (torch.stack: reduce it over the stacked dim with sum, "
-                    "mean, max or min)",
+             Stack: "a stack of tensors (torch.stack, unsqueeze: reduce it with sum, mean, max "
+                    "or min to a (batch, features) tensor)",
              Rows: "a value of shape (batch,) (a reduction without keepdim=True, x[:, i] or "
                    "squeeze(-1); unsqueeze(-1) it to use it per row)",
              Indices: "the indices of a max or min over the features (only its values are "

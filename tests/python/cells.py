@@ -21,6 +21,20 @@ def _small(module, scale=0.3):
     return module
 
 
+def _stack_attention(c, a, m):
+    """Attention over a stack written with broadcasting, as PyTorch users write it."""
+    s = torch.stack([a, m, torch.tanh(a * m)], 1)  # (batch, 3, n)
+    w = torch.softmax((m.unsqueeze(1) * s).sum(-1) / math.sqrt(a.size(-1)), -1)
+    pooled = (w.unsqueeze(-1) * s).sum(1)
+    w2 = torch.softmax(s @ a.unsqueeze(-1), dim=1)  # (batch, 3, 1)
+    alt = (w2 * torch.sigmoid(s)).sum(dim=1) + torch.log_softmax(s, dim=1).mean(1)
+    norms = F.layer_norm(s, (a.size(-1),)).amax(1) + F.normalize(s, dim=-1).sum(1)
+    picked = (s[:, :, 1:3].sum(1).sum(-1, keepdim=True) + s[:, 1] + s[..., 0].sum(-1, keepdim=True)
+              + s[:, :, ::2].mean(-1).sum(-1, keepdim=True) + s[:, 0:2].max(1).values)
+    return (pooled + alt + norms + picked + (s * c.b2).max(dim=-1, keepdim=True).values.sum(1)
+            + (2.0 - s).pow(2).mean(1) * 0.1 + (s / (1.5 + s.abs())).sum(dim=1))
+
+
 class OpCell(nn.Module):
     """Node cell: a = lin(x) + U(m), then the operation `op` (OPS) on a, m and x."""
 
@@ -269,6 +283,7 @@ OPS = {
         + (torch.sigmoid(a[:, :1]).unsqueeze(1) @ m.unsqueeze(1)).squeeze(1)
         + torch.bmm(m[:, None], a[..., None])[:, 0]
         * torch.bmm(a[:, None, :], m[:, :, None])[:, 0]),
+    "attention over a stack, broadcast": lambda c, a, m, x: _stack_attention(c, a, m),
     "step slices, flip": lambda c, a, m, x: (
         torch.cat([a[:, ::2], m[:, 1::2]], -1) + torch.flip(a, (-1,)) * m.flip(-1)
         + torch.cat([a[..., 1:6:3], m[:, 5:], torch.fliplr(a)[:, :3]], -1) + a.fliplr()),

@@ -9,6 +9,7 @@ and "op", torch.ops.edbatch.propagate (skipped while the loaded extension does n
 import dataclasses
 import math
 import operator
+import re
 import types
 
 import numpy as np
@@ -356,6 +357,42 @@ def test_aminmax_equals_amin_and_amax_run_eagerly(backend):
         upstream = [torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))]
         torch.testing.assert_close(gradients([ours], upstream, [inputs["x"]])[0],
                                    gradients([ref], upstream, [inputs["x"]])[0])
+
+
+def test_attention_over_a_stack_of_five_written_with_broadcasting(backend):
+    """Scaled dot-product attention of the node's query over five tensors, written as PyTorch
+    users write it (unsqueeze, broadcast products, sums over dim -1 and 1, softmax), with a
+    weight vector and numbers in the arithmetic, nn.Linear and @ of a weight on each row, a
+    (batch, 5, 1) column against the (batch, 5, 13) stack and a stack along 2; outputs and gradients equal the cell run eagerly, at 13
+    features, on trees, lattices and DAGs."""
+    lin, key = nn.Linear(D, 13), nn.Linear(13, 13)
+    scale = nn.Parameter(torch.rand(13) + 0.5)
+    proj = nn.Parameter(torch.randn(13, 13) * 0.3)
+
+    def cell(x, m):
+        q = lin(x)
+        s = torch.stack([m, q, key(m), torch.tanh(q - m), m * q], 1)  # (batch, 5, 13)
+        w = torch.softmax((q.unsqueeze(1) * key(s) * scale).sum(-1) / 13 ** 0.5, dim=-1)
+        pooled = (w.unsqueeze(-1) * (s @ proj)).sum(1)
+        cols = torch.stack([q, m], 2)  # (batch, 13, 2)
+        mixed = (torch.relu(cols) * w[:, :2].unsqueeze(1)).sum(-1)
+        return torch.tanh(pooled + mixed + (1 - s).mean(dim=1) * s.amax(-1).mean(-1, True))
+    torch.manual_seed(3)
+    model = edbatch.nn.Propagate(cell, state_size=13)
+    model.lin, model.key, model.scale, model.proj = lin, key, scale, proj
+    for kind in ("trees", "lattices", "dags"):
+        packed = structures.packed(kind, 9)
+        assert_same(model, packed, inputs_for(packed, 9))
+    packed = structures.packed("trees", 1)
+    for bad, message in (
+            (lambda x, m: (torch.stack([m, m], 1) * m).sum(1),
+             "mul of tensors of a (batch, k, n) stack and a (batch, n) tensor"),
+            (lambda x, m: (torch.stack([m, m], 1) + torch.stack([m, m, m], 1)).sum(1),
+             "add of tensors of (batch, 2, 7) and (batch, 3, 7): the sizes do not broadcast"),
+            (lambda x, m: F.normalize(torch.stack([m, m], 1)).sum(1),
+             "supported along its last dim (dim=-1), got dim=1")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            edbatch.nn.Propagate(bad, state_size=7)(packed, **inputs_for(packed, 1))
 
 
 def test_division_by_zero_is_infinite_as_in_pytorch(backend):

@@ -1,0 +1,204 @@
+"""Arithmetic, activations, softmax and reductions of 3-D values (batch, k, n), as PyTorch users
+write attention over a few tensors of a node:
+
+    s = torch.stack([h1, h2, h3], 1)              # (batch, 3, n)
+    scores = (q.unsqueeze(1) * s).sum(-1)          # (batch, 3)
+    w = torch.softmax(scores, -1)
+    pooled = (w.unsqueeze(-1) * s).sum(1)          # (batch, n)
+
+A 3-D value is a trace_values.Stack along 1 (its k rows, each (batch, n)) or along 2 (its n
+columns, each (batch, k)); x.unsqueeze(1) is one row and x.unsqueeze(-1) one column
+(trace_bmm.py). An operation works on the tensors the stack holds where it can: elementwise ones
+on each, a softmax or reduction along the dim the tensors lie along on each, one across the
+stacked dim elementwise across them. Otherwise the other form is made from one-feature slices
+(docs/programs.md). trace_ops and trace_reduce call these for stacks."""
+from .trace_features import slice_of
+from .trace_values import Param, Refusal, Stack, Vec, apply, describe, is_number, ops
+
+
+def _shape(s):
+    """(k, n) of a stack along 1 or 2 as a (batch, k, n) value."""
+    if s.dim == 1:
+        return len(s.parts), s.parts[0].size
+    return s.parts[0].size, len(s.parts)
+
+
+def _transposed(body, s):
+    """The stack in the other form: rows as columns or columns as rows. Line i of the new form is
+    feature i of each old line, side by side (one line of size-1 features: its `cat`)."""
+    size = s.parts[0].size
+    lines = []
+    for i in range(size):
+        bits = [slice_of(body, p, i, i + 1) for p in s.parts]
+        lines.append(bits[0] if len(bits) == 1 else body.emit("cat", len(bits), bits))
+    return Stack(lines, 3 - s.dim)
+
+
+def in_form(body, s, dim):
+    """s as a stack along `dim` (1: rows; 2: columns)."""
+    if s.dim not in (1, 2):
+        raise Refusal(f"{describe(s)} along dim {s.dim}: 3-D arithmetic is supported for stacks "
+                      "along 1 or 2, (batch, k, n)", ValueError)
+    return s if s.dim == dim else _transposed(body, s)
+
+
+def each_part(handler):
+    """An elementwise handler of one tensor (tanh, exp, x ** 2, ...) applied to each tensor of a
+    stack, which keeps its form."""
+    def handle(body, args, kwargs):
+        if not args or not isinstance(args[0], Stack):
+            return handler(body, args, kwargs)
+        s = args[0]
+        if any(isinstance(v, Stack) for v in list(args[1:]) + list(kwargs.values())):
+            raise Refusal("an elementwise function of two stacks is supported for + - * / only",
+                          ValueError)
+        out = [handler(body, (p,) + tuple(args[1:]), kwargs) for p in s.parts]
+        if not all(isinstance(v, Vec) for v in out):
+            raise Refusal(f"a function of {describe(s)} that does not give tensors", ValueError)
+        return Stack(out, s.dim)
+    return handle
+
+
+def each_part_of_module(handler):
+    """each_part for the handlers of modules (body, module, args, kwargs)."""
+    def handle(body, m, args, kwargs):
+        return each_part(lambda b, a, k: handler(b, m, a, k))(body, args, kwargs)
+    return handle
+
+
+def _operand(body, v, what):
+    if isinstance(v, Stack) or is_number(v):
+        return v
+    if isinstance(v, Param) and v.tensor.dim() <= 1:
+        return body.vector(v)  # a vector weight: along the last dim, as PyTorch broadcasts it
+    if isinstance(v, Vec):
+        raise Refusal(f"{what} of a (batch, k, n) stack and a (batch, n) tensor: PyTorch would "
+                      "line the tensor's batch dim up with the stack's k; x.unsqueeze(1) makes it "
+                      "(batch, 1, n)", ValueError)
+    raise Refusal(f"{what} of a stack and {describe(v)}", ValueError)
+
+
+def binary(body, name, x, y):
+    """x (op) y where a side is a stack: the tensors of both, pair by pair, in the form of the
+    side with more of them (a stack of one tensor, or a number, pairs with each; sizes broadcast
+    as PyTorch's, 1 against n); a vector weight pairs with each row (along the last dim)."""
+    what = f"{name} of tensors"
+    x, y = _operand(body, x, what), _operand(body, y, what)
+    stacks = [v for v in (x, y) if isinstance(v, Stack)]
+    dim = max(stacks, key=lambda s: len(s.parts)).dim
+    if any(isinstance(v, Vec) for v in (x, y)):
+        dim = 1  # a vector weight lies along the rows
+    parts = {side: in_form(body, v, dim).parts if isinstance(v, Stack) else [v]
+             for side, v in (("x", x), ("y", y))}
+    count = max(len(parts["x"]), len(parts["y"]))
+    for side in ("x", "y"):
+        if len(parts[side]) not in (1, count):
+            kx, nx = _shape(x) if isinstance(x, Stack) else (1, 1)
+            ky, ny = _shape(y) if isinstance(y, Stack) else (1, 1)
+            raise Refusal(f"{what} of (batch, {kx}, {nx}) and (batch, {ky}, {ny}): the sizes "
+                          "do not broadcast", ValueError)
+    handler = ops().binary(name)
+    out = [handler(body, (parts["x"][min(i, len(parts["x"]) - 1)],
+                          parts["y"][min(i, len(parts["y"]) - 1)]), {})
+           for i in range(count)]
+    return Stack(out, dim)
+
+
+def softmax(body, name, s, dim):
+    """softmax / log_softmax of a stack along dim 1 or 2 (-1): of each tensor lying along that
+    dim, or elementwise across the tensors when it is the stacked dim: exp(x - m) over its sum,
+    m their maximum."""
+    if dim not in (1, 2):
+        raise Refusal(f"{name} of a (batch, k, n) stack along dim {dim}: along 1 or 2 (-1)",
+                      ValueError)
+    s = in_form(body, s, s.dim)
+    if dim != s.dim:
+        return Stack([body.emit(name, p.size, [p]) for p in s.parts], s.dim)
+    m = s.parts[0]
+    for p in s.parts[1:]:
+        m = apply(body, "max", m, p)
+    shifted = [apply(body, "sub", p, m) for p in s.parts]
+    exps = [apply(body, "exp", d) for d in shifted]
+    total = exps[0]
+    for e in exps[1:]:
+        total = apply(body, "add", total, e)
+    if name == "softmax":
+        return Stack([apply(body, "div", e, total) for e in exps], s.dim)
+    log_total = apply(body, "log", total)
+    return Stack([apply(body, "sub", d, log_total) for d in shifted], s.dim)
+
+
+def _line_reduction(body, name, v):
+    from .trace_reduce import _largest, sum_of
+    if name in ("sum", "mean"):
+        return sum_of(body, v, 1.0 / v.size if name == "mean" else 1.0)
+    return _largest(body, v, "max" if name in ("max", "amax") else "min")
+
+
+def reduce(body, name, s, dim, keepdim, across):
+    """A reduction of a stack along dim 1 or 2: across its tensors when dim is the stacked one
+    (`across`, trace_reduce's, gives the (batch, m) result), else of each tensor, their results
+    side by side: (batch, k) from (batch, k, n) along 2. keepdim=True keeps the dim as size 1: a
+    stack of one tensor along it."""
+    s = in_form(body, s, s.dim)
+    if dim == s.dim:
+        v = across(s)
+        return Stack([v], s.dim) if keepdim else v
+    sums = [_line_reduction(body, name, p) for p in s.parts]
+    v = sums[0] if len(sums) == 1 else body.emit("cat", len(sums), sums)
+    return Stack([v], dim) if keepdim else v
+
+
+def each_row(handler, dim_arg=None):
+    """A handler of a function along the last dim (layer_norm; normalize with dim=-1, its
+    `dim_arg` at position 2) applied to each row of a stack (a stack along 2 is made rows)."""
+    def handle(body, args, kwargs):
+        if not args or not isinstance(args[0], Stack):
+            return handler(body, args, kwargs)
+        args, kwargs = list(args), dict(kwargs)
+        if dim_arg is not None:
+            name, position, default = dim_arg
+            dim = args[position] if len(args) > position else kwargs.get(name, default)
+            if dim not in (-1, 2):
+                raise Refusal(f"this function of a (batch, k, n) stack is supported along its "
+                              f"last dim (dim=-1), got dim={dim!r}", ValueError)
+            if len(args) > position:
+                args[position] = -1
+            else:
+                kwargs[name] = -1
+        rows = in_form(body, args[0], 1).parts
+        return Stack([handler(body, (r, *args[1:]), kwargs) for r in rows], 1)
+    return handle
+
+
+def each_row_of_module(handler):
+    def handle(body, m, args, kwargs):
+        return each_row(lambda b, a, k: handler(b, m, a, k))(body, args, kwargs)
+    return handle
+
+
+def item(body, s, i1, i2):
+    """s[:, i1, i2] of a stack along 1 or 2 where one of i1, i2 is a full slice: an int takes
+    one line of that dim away ((batch, n) or (batch, k)), a slice keeps a range of lines (a
+    step as one-feature slices)."""
+    from .trace_features import features_at
+    full = slice(None)
+    if (i1 == full) == (i2 == full):
+        return None
+    dim, index = (1, i1) if i2 == full else (2, i2)
+    if dim == s.dim:  # lines of the stack itself
+        size = len(s.parts)
+        if isinstance(index, slice):
+            return Stack(s.parts[index], s.dim) if s.parts[index] else None
+        return s.parts[index] if -size <= index < size else None
+    size = s.parts[0].size  # features of each tensor
+    if isinstance(index, slice):
+        begin, end, step = index.indices(size)
+        picked = range(begin, end, step)
+        if not picked:
+            return None
+        return Stack([features_at(body, p, picked) for p in s.parts], s.dim)
+    if not -size <= index < size:
+        return None
+    bits = [slice_of(body, p, index % size, index % size + 1) for p in s.parts]
+    return bits[0] if len(bits) == 1 else body.emit("cat", len(bits), bits)
