@@ -1,7 +1,11 @@
 """Handlers for a cell's feature dim: concatenation, slices, pieces (chunk, split, narrow),
-indexing and sizes (docs/programs.md). trace_ops merges them into its tables."""
+indexing, roll, diff, padding, new constant tensors and sizes (docs/programs.md). trace_ops
+merges them into its tables."""
+import torch
+
 from . import trace_reduce
-from .trace_values import Batch, Mask, Refusal, Rows, Shape, Vec, bind, describe, feature_dim
+from .trace_values import (Batch, Mask, Refusal, Rows, Shape, Vec, bind, describe, feature_dim,
+                           is_number)
 
 
 def cat(body, args, kwargs):
@@ -85,6 +89,67 @@ def diff(body, args, kwargs):
         v = body.emit("sub", v.size - 1, [slice_of(body, v, 1, v.size),
                                           slice_of(body, v, 0, v.size - 1)])
     return v
+
+
+def pad(body, args, kwargs):
+    """F.pad over the last dim in mode "constant": constants either side (`cat`); a negative
+    amount cuts features off (`slice`), as in PyTorch."""
+    a = bind(args, kwargs, ("input", "pad", "mode", "value"), {"mode": "constant", "value": None})
+    amounts, value = a["pad"], 0.0 if a["value"] is None else a["value"]
+    if a["mode"] != "constant":
+        raise Refusal(f"F.pad with mode={a['mode']!r} is not supported: only \"constant\"",
+                      ValueError)
+    if (not isinstance(amounts, (tuple, list)) or len(amounts) not in (2, 4)
+            or not all(isinstance(p, int) for p in amounts) or any(amounts[2:])):
+        raise Refusal("F.pad is supported over the last dim: pad=(left, right) of ints (the "
+                      "rows are the nodes, so (left, right, 0, 0) at most)", ValueError)
+    if not is_number(value):
+        raise Refusal("F.pad's value must be a Python number")
+    v, (left, right) = body.vector(a["input"]), amounts[:2]
+    begin, end = max(0, -left), v.size - max(0, -right)
+    if end <= begin:
+        raise Refusal(f"F.pad with pad=({left}, {right}) cuts away all {v.size} features",
+                      ValueError)
+    if (begin, end) != (0, v.size):
+        v = body.emit("slice", end - begin, [v], begin=begin, end=end)
+    parts = [v]
+    if left > 0:
+        parts.insert(0, body.emit("const", left, [], value=float(value)))
+    if right > 0:
+        parts.append(body.emit("const", right, [], value=float(value)))
+    return v if len(parts) == 1 else body.emit("cat", sum(p.size for p in parts), parts)
+
+
+def new_tensor(fill):
+    """torch.zeros / ones / full(shape, value) and x.new_zeros / new_ones / new_full: a constant,
+    for shapes (batch, n), (n,) and (1, n) (each row the same, as PyTorch broadcasts them) or
+    (batch,)."""
+    def handle(body, args, kwargs):
+        method = bool(args) and isinstance(args[0], Vec)  # x.new_zeros(...)
+        args, kwargs, value = args[1:] if method else args, dict(kwargs), fill
+        if fill is None:  # full / new_full: (size, fill_value)
+            a = bind(args, {k: kwargs.pop(k) for k in ("size", "fill_value") if k in kwargs},
+                     ("size", "fill_value"), {})
+            args, value = (a["size"],), a["fill_value"]
+        elif "size" in kwargs:
+            args = (kwargs.pop("size"),)
+        shape = trace_reduce._shape(args)
+        for k in ("dtype", "layout", "pin_memory", "memory_format", "out"):
+            if kwargs.get(k) not in (None, torch.float32, torch.strided, False):
+                raise Refusal(f"a new tensor with {k}={kwargs[k]} is not supported")
+        if kwargs.get("requires_grad"):
+            raise Refusal("a new tensor with requires_grad=True is not supported: make a "
+                          "parameter of it (nn.Parameter)")
+        if not is_number(value):
+            raise Refusal("a new tensor's fill value must be a Python number")
+        if shape == (-1,):
+            return Rows(body.emit("const", 1, [], value=float(value)))
+        if len(shape) in (1, 2) and shape[:-1] in ((), (-1,), (1,)) and isinstance(
+                shape[-1], int) and shape[-1] > 0:
+            return body.emit("const", shape[-1], [], value=float(value))
+        raise Refusal(f"a new tensor of shape {shape} (with -1 for the batch): (batch, n), (n,), "
+                      f"(1, n) or (batch,) are supported", ValueError)
+    return handle
 
 
 def pieces(body, v, sizes):

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from . import trace_reduce, trace_stack, trace_weights
 from .trace_features import (cat, chunk, diff, dims, flip, fliplr, getitem,  # noqa: F401
-                             narrow, pieces, roll, size, slice_of, split)
+                             narrow, new_tensor, pad, pieces, roll, size, slice_of, split)
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Stack,  # noqa: F401
                            Vec, bind, broadcast_pair, describe, feature_dim, is_number,
@@ -393,7 +393,8 @@ FUNCTIONS = {
     torch.addmm: addmm, torch.t: transpose_weight,
     F.softplus: unary("softplus", _softplus),
     torch.cat: cat, torch.chunk: chunk, torch.split: split, torch.narrow: narrow,
-    torch.flip: flip, torch.fliplr: fliplr, torch.roll: roll, torch.diff: diff,
+    torch.flip: flip, torch.fliplr: fliplr, torch.roll: roll, torch.diff: diff, F.pad: pad,
+    torch.zeros: new_tensor(0.0), torch.ones: new_tensor(1.0), torch.full: new_tensor(None),
     operator.getitem: getitem, getattr: get_attribute,
     F.embedding: f_embedding, F.layer_norm: f_layer_norm, F.dropout: f_dropout,
     torch.softmax: softmax("softmax"), F.softmax: softmax("softmax"),
@@ -411,7 +412,8 @@ METHODS = {
     "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div"),
     "neg": negate, "matmul": matmul, "mm": matmul, "t": transpose_weight,
     "chunk": chunk, "split": split, "narrow": narrow, "flip": flip, "fliplr": fliplr,
-    "roll": roll, "diff": diff,
+    "roll": roll, "diff": diff, "new_zeros": new_tensor(0.0), "new_ones": new_tensor(1.0),
+    "new_full": new_tensor(None),
     "size": size, "dim": dims, "ndimension": dims,
     "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
     "contiguous": identity, "clone": identity, "detach": detach,
@@ -482,7 +484,11 @@ MODULES = {
                                                                    m.inplace), {}),
     nn.ELU: lambda body, m, args, kwargs: elu(body, (args[0], m.alpha, m.inplace), {}),
     nn.LogSigmoid: lambda body, m, args, kwargs: logsigmoid(body, args, kwargs),
+    nn.ConstantPad1d: lambda body, m, args, kwargs: pad(
+        body, (args[0], tuple(m.padding), "constant", m.value), {}),
 }
+if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
+    MODULES[nn.ZeroPad1d] = MODULES[nn.ConstantPad1d]
 
 # Feature reductions, maxima, minima and clamps (trace_reduce.py); activations written with them
 # (trace_activations.py); other compositions (trace_compose.py, which reads binary and softmax

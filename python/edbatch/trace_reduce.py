@@ -517,67 +517,6 @@ def flatten(body, args, kwargs):
                   ValueError)
 
 
-def pad(body, args, kwargs):
-    """F.pad over the last dim in mode "constant": constants either side (`cat`); a negative
-    amount cuts features off (`slice`), as in PyTorch."""
-    a = bind(args, kwargs, ("input", "pad", "mode", "value"), {"mode": "constant", "value": None})
-    amounts, value = a["pad"], 0.0 if a["value"] is None else a["value"]
-    if a["mode"] != "constant":
-        raise Refusal(f"F.pad with mode={a['mode']!r} is not supported: only \"constant\"",
-                      ValueError)
-    if (not isinstance(amounts, (tuple, list)) or len(amounts) not in (2, 4)
-            or not all(isinstance(p, int) for p in amounts) or any(amounts[2:])):
-        raise Refusal("F.pad is supported over the last dim: pad=(left, right) of ints (the "
-                      "rows are the nodes, so (left, right, 0, 0) at most)", ValueError)
-    if not is_number(value):
-        raise Refusal("F.pad's value must be a Python number")
-    v, (left, right) = body.vector(a["input"]), amounts[:2]
-    begin, end = max(0, -left), v.size - max(0, -right)
-    if end <= begin:
-        raise Refusal(f"F.pad with pad=({left}, {right}) cuts away all {v.size} features",
-                      ValueError)
-    if (begin, end) != (0, v.size):
-        v = body.emit("slice", end - begin, [v], begin=begin, end=end)
-    parts = [v]
-    if left > 0:
-        parts.insert(0, body.emit("const", left, [], value=float(value)))
-    if right > 0:
-        parts.append(body.emit("const", right, [], value=float(value)))
-    return v if len(parts) == 1 else body.emit("cat", sum(p.size for p in parts), parts)
-
-
-def new_tensor(fill):
-    """torch.zeros / ones / full(shape, value) and x.new_zeros / new_ones / new_full: a constant,
-    for shapes (batch, n), (n,) and (1, n) (each row the same, as PyTorch broadcasts them) or
-    (batch,)."""
-    def handle(body, args, kwargs):
-        method = bool(args) and isinstance(args[0], Vec)  # x.new_zeros(...)
-        args, kwargs, value = args[1:] if method else args, dict(kwargs), fill
-        if fill is None:  # full / new_full: (size, fill_value)
-            a = bind(args, {k: kwargs.pop(k) for k in ("size", "fill_value") if k in kwargs},
-                     ("size", "fill_value"), {})
-            args, value = (a["size"],), a["fill_value"]
-        elif "size" in kwargs:
-            args = (kwargs.pop("size"),)
-        shape = _shape(args)
-        for k in ("dtype", "layout", "pin_memory", "memory_format", "out"):
-            if kwargs.get(k) not in (None, torch.float32, torch.strided, False):
-                raise Refusal(f"a new tensor with {k}={kwargs[k]} is not supported")
-        if kwargs.get("requires_grad"):
-            raise Refusal("a new tensor with requires_grad=True is not supported: make a "
-                          "parameter of it (nn.Parameter)")
-        if not is_number(value):
-            raise Refusal("a new tensor's fill value must be a Python number")
-        if shape == (-1,):
-            return Rows(body.emit("const", 1, [], value=float(value)))
-        if len(shape) in (1, 2) and shape[:-1] in ((), (-1,), (1,)) and isinstance(
-                shape[-1], int) and shape[-1] > 0:
-            return body.emit("const", shape[-1], [], value=float(value))
-        raise Refusal(f"a new tensor of shape {shape} (with -1 for the batch): (batch, n), (n,), "
-                      f"(1, n) or (batch,) are supported", ValueError)
-    return handle
-
-
 # ---- the tables trace_ops merges ----
 
 FUNCTIONS = {
@@ -594,9 +533,7 @@ FUNCTIONS = {
     torch.linalg.vector_norm: norm, torch.var_mean: spread_mean(False),
     torch.std_mean: spread_mean(True), torch.aminmax: aminmax,
     F.normalize: normalize, torch.squeeze: squeeze, torch.unsqueeze: unsqueeze,
-    torch.reshape: reshape, torch.unbind: unbind, torch.zeros: new_tensor(0.0),
-    torch.ones: new_tensor(1.0), torch.full: new_tensor(None), torch.flatten: flatten,
-    F.pad: pad,
+    torch.reshape: reshape, torch.unbind: unbind, torch.flatten: flatten,
 }
 
 METHODS = {
@@ -609,8 +546,7 @@ METHODS = {
     "amax": FUNCTIONS[torch.amax], "amin": FUNCTIONS[torch.amin],
     "logsumexp": logsumexp, "prod": feature_prod, "norm": norm, "squeeze": squeeze,
     "unsqueeze": unsqueeze, "aminmax": aminmax,
-    "view": reshape, "reshape": reshape, "unbind": unbind, "new_zeros": new_tensor(0.0),
-    "new_ones": new_tensor(1.0), "new_full": new_tensor(None), "flatten": flatten,
+    "view": reshape, "reshape": reshape, "unbind": unbind, "flatten": flatten,
 }
 
 MODULES = {
@@ -619,11 +555,7 @@ MODULES = {
     nn.ReLU6: lambda body, m, args, kwargs: relu6(body, (args[0], m.inplace), {}),
     nn.Flatten: lambda body, m, args, kwargs: flatten(body, (args[0], m.start_dim, m.end_dim),
                                                       {}),
-    nn.ConstantPad1d: lambda body, m, args, kwargs: pad(
-        body, (args[0], tuple(m.padding), "constant", m.value), {}),
 }
-if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
-    MODULES[nn.ZeroPad1d] = MODULES[nn.ConstantPad1d]
 
 SUPPORTED = (
     "sum / mean / var / std / prod / max / min / amax / amin / logsumexp / norm (p=1 or 2) over "
