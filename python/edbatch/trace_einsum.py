@@ -6,14 +6,16 @@ result. With one or two operands (per-node tensors or weights):
   "bi,i->bi", "bi,i->b"                 with a vector weight;
   "bi,ij->bj", "bi,ji->bj"              products with a weight matrix (x @ W, F.linear(x, W));
 in either operand order and with any letters, the output given or implicit. A contraction of
-weights alone is a weight expression (trace_weights), computed by PyTorch."""
+weights alone is a weight expression (trace_weights), computed by PyTorch. With (batch, k, n)
+stacks among the operands, or a 3-D result, trace_stack.einsum."""
 import torch
 
 from .trace_reduce import sum_of
-from .trace_values import Param, Refusal, Rows, Vec, describe, ops
+from .trace_values import Param, Refusal, Rows, Stack, Vec, describe, ops
 
 _FORMS = ('"bi->b", "bi,bi->bi", "bi,bi->b", "bi,i->bi", "bi,i->b", "bi,ij->bj", "bi,ji->bj" '
-          '(any letters, either order)')
+          '(any letters, either order); of per-node tensors and (batch, k, n) stacks, with at '
+          'most two subscripts besides the batch\'s ("bkn,bn->bk", "bk,bkn->bn", "bkn->bnk")')
 
 
 def einsum(body, args, kwargs):
@@ -29,6 +31,9 @@ def einsum(body, args, kwargs):
         _refuse(equation, "one or two operands without '...'")
     if not arrow:  # implicit: the subscripts seen once, in alphabetical order
         out = "".join(sorted(c for c in set(lhs) if c != "," and lhs.count(c) == 1))
+    if any(isinstance(o, Stack) for o in operands) or len(out) == 3:
+        from .trace_stack import einsum as stack_einsum
+        return stack_einsum(body, equation, specs, out, operands)
     terms = [_term(equation, s, o) for s, o in zip(specs, operands)]
     terms.sort(key=lambda t: not isinstance(t[1], Vec))  # the per-node tensors first
     spec, x = terms[0]

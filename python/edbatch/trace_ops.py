@@ -229,6 +229,8 @@ def get_attribute(body, args, kwargs):
     v, name = args
     if name == "T":
         return transpose_weight(body, (v,), {})
+    if name == "mT" and isinstance(v, Stack):
+        return trace_stack.transposed(v)
     if name == "shape":
         return size(body, (v,), {})
     if name == "ndim":
@@ -533,6 +535,12 @@ for _name in [*_ACTIVATIONS, "neg", "abs", "square", "rsqrt", "reciprocal", "pow
 for _module in (nn.Sigmoid, nn.Tanh, nn.ReLU, nn.Softplus, nn.SiLU, nn.LeakyReLU, nn.ELU,
                 nn.LogSigmoid, nn.GELU):
     MODULES[_module] = trace_stack.each_part_of_module(MODULES[_module])
+# Transposes of stacks.
+FUNCTIONS[torch.transpose] = trace_stack.transpose
+FUNCTIONS[torch.swapaxes] = trace_stack.transpose
+FUNCTIONS[torch.permute] = trace_stack.permute
+METHODS.update(transpose=trace_stack.transpose, swapaxes=trace_stack.transpose,
+               permute=trace_stack.permute)
 # Functions along the last dim take a stack row by row.
 FUNCTIONS[F.layer_norm] = trace_stack.each_row(FUNCTIONS[F.layer_norm])
 FUNCTIONS[F.normalize] = trace_stack.each_row(FUNCTIONS[F.normalize], ("dim", 2, 1))

@@ -13,7 +13,7 @@ on each, a softmax or reduction along the dim the tensors lie along on each, one
 stacked dim elementwise across them. Otherwise the other form is made from one-feature slices
 (docs/programs.md). trace_ops and trace_reduce call these for stacks."""
 from .trace_features import slice_of
-from .trace_values import Param, Refusal, Stack, Vec, apply, describe, is_number, ops
+from .trace_values import Param, Refusal, Rows, Stack, Vec, apply, bind, describe, is_number, ops
 
 
 def _shape(s):
@@ -202,3 +202,82 @@ def item(body, s, i1, i2):
         return None
     bits = [slice_of(body, p, index % size, index % size + 1) for p in s.parts]
     return bits[0] if len(bits) == 1 else body.emit("cat", len(bits), bits)
+
+
+def transposed(s):
+    """A (batch, k, n) stack as (batch, n, k): its rows as columns, or columns as rows (free)."""
+    if s.dim not in (1, 2):
+        raise Refusal(f"transposing {describe(s)} along dim {s.dim}: supported for stacks along 1 "
+                      "or 2, (batch, k, n), swapping dims 1 and 2", ValueError)
+    return Stack(s.parts, 3 - s.dim)
+
+
+def transpose(body, args, kwargs):
+    """s.transpose(1, 2) / torch.transpose / s.swapaxes of a stack; anything else is refused."""
+    a = bind(args, kwargs, ("input", "dim0", "dim1"), {})
+    s = a["input"]
+    dims = {d % 3 for d in (a.get("dim0"), a.get("dim1")) if isinstance(d, int)}
+    if not isinstance(s, Stack) or dims != {1, 2}:
+        raise Refusal(f"transpose of {describe(s)} over dims ({a.get('dim0')!r}, "
+                      f"{a.get('dim1')!r}) is not supported: a (batch, k, n) stack's dims 1 and "
+                      "2 (a weight: .t())", ValueError)
+    return transposed(s)
+
+
+def permute(body, args, kwargs):
+    """s.permute(0, 2, 1) of a stack: its transpose; (0, 1, 2) itself."""
+    s, dims = args[0], args[1:]
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    dims = tuple(kwargs.get("dims", dims))
+    if isinstance(s, Stack) and dims in ((0, 2, 1), (0, -1, -2)):
+        return transposed(s)
+    if isinstance(s, Stack) and dims in ((0, 1, 2), (0, -2, -1)):
+        return s
+    raise Refusal(f"permute{dims} of {describe(s)} is not supported: the batch dim stays first "
+                  "(a (batch, k, n) stack: permute(0, 2, 1))", ValueError)
+
+
+def einsum(body, equation, specs, out, operands):
+    """torch.einsum of per-node tensors and (batch, k, n) stacks with at most two subscripts
+    besides the batch's: each operand laid out over two dims (the result's subscripts first,
+    then the summed ones; size 1 where it has none), their product with broadcasting, summed over
+    the subscripts the result drops."""
+    def refuse(what):
+        raise Refusal(f"torch.einsum {equation!r} of stacks is not supported: {what}", ValueError)
+    batch = specs[0][0]
+    if any(spec[0] != batch for spec in specs) or not out.startswith(batch):
+        refuse("every operand and the result need the batch subscript first")
+    if any(len(set(spec)) != len(spec) for spec in specs + [out]):
+        refuse("a subscript twice in one operand (a diagonal)")
+    labels = list(out[1:])
+    for spec in specs:
+        labels += [c for c in spec[1:] if c not in labels]
+    if len(labels) > 2:
+        refuse("at most two subscripts besides the batch's")
+    if len(labels) < 2:
+        refuse("two subscripts besides the batch's")
+    product = None
+    for spec, v in zip(specs, operands):
+        if isinstance(v, Stack) and len(spec) == 3:
+            t = v if list(spec[1:]) == labels else transposed(v)
+        elif isinstance(v, Vec) and len(spec) == 2:
+            t = Stack([v], 2 if spec[1] == labels[0] else 1)  # (batch, k, 1) or (batch, 1, n)
+        else:
+            refuse(f"{describe(v)} with subscripts {spec!r} (per-node tensors have two, stacks "
+                   "three; weights are not supported here)")
+        product = t if product is None else binary(body, "mul", product, t)
+    if len(out) == 3:
+        return product
+    summed = reduce(body, "sum", product, 2, False, lambda t: _across_sum(body, t))
+    if len(out) == 2:
+        return summed
+    from .trace_reduce import sum_of
+    return Rows(sum_of(body, summed))
+
+
+def _across_sum(body, s):
+    acc = s.parts[0]
+    for p in s.parts[1:]:
+        acc = apply(body, "add", acc, p)
+    return acc

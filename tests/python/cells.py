@@ -35,6 +35,19 @@ def _stack_attention(c, a, m):
             + (2.0 - s).pow(2).mean(1) * 0.1 + (s / (1.5 + s.abs())).sum(dim=1))
 
 
+def _stack_einsum(c, a, m):
+    """einsum, transposes and products with a weight of stacks."""
+    s = torch.stack([a, m, torch.tanh(a - m)], 1)  # (batch, 3, n)
+    w = torch.softmax(torch.einsum("bkn,bn->bk", s, m), -1)
+    t = s.transpose(1, 2)  # (batch, n, 3)
+    outer = torch.einsum("bi,bj->bij", a, torch.sigmoid(m))  # (batch, n, n)
+    return (torch.einsum("bk,bkn->bn", w, s) + (t * w.unsqueeze(1)).sum(-1)
+            + s.permute(0, 2, 1).amax(2) + s.mT.mean(-1) + torch.transpose(s, -1, -2)[:, :, 1]
+            + outer.sum(1) * 0.1 + torch.einsum("bkn->bnk", s).sum(2)
+            + torch.einsum("bkn,bkn->b", s, s).unsqueeze(-1) * 0.01
+            + (s.swapaxes(1, 2) @ c.W[:3]).sum(1) * 0.1 + torch.einsum("xz,xzy->xy", w, s))
+
+
 class OpCell(nn.Module):
     """Node cell: a = lin(x) + U(m), then the operation `op` (OPS) on a, m and x."""
 
@@ -284,6 +297,7 @@ OPS = {
         + torch.bmm(m[:, None], a[..., None])[:, 0]
         * torch.bmm(a[:, None, :], m[:, :, None])[:, 0]),
     "attention over a stack, broadcast": lambda c, a, m, x: _stack_attention(c, a, m),
+    "einsum and transposes of stacks": lambda c, a, m, x: _stack_einsum(c, a, m),
     "step slices, flip": lambda c, a, m, x: (
         torch.cat([a[:, ::2], m[:, 1::2]], -1) + torch.flip(a, (-1,)) * m.flip(-1)
         + torch.cat([a[..., 1:6:3], m[:, 5:], torch.fliplr(a)[:, :3]], -1) + a.fliplr()),

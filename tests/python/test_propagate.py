@@ -390,7 +390,14 @@ def test_attention_over_a_stack_of_five_written_with_broadcasting(backend):
             (lambda x, m: (torch.stack([m, m], 1) + torch.stack([m, m, m], 1)).sum(1),
              "add of tensors of (batch, 2, 7) and (batch, 3, 7): the sizes do not broadcast"),
             (lambda x, m: F.normalize(torch.stack([m, m], 1)).sum(1),
-             "supported along its last dim (dim=-1), got dim=1")):
+             "supported along its last dim (dim=-1), got dim=1"),
+            (lambda x, m: torch.einsum("bij,bjk->bik", torch.stack([m, m], 1),
+                                       torch.stack([m, m], 2)).sum(1),
+             "at most two subscripts besides the batch's"),
+            (lambda x, m: torch.einsum("bii->bi", torch.stack([m, m], 1)),
+             "a subscript twice in one operand"),
+            (lambda x, m: torch.stack([m, m], 1).permute(1, 0, 2).sum(1),
+             "the batch dim stays first")):
         with pytest.raises(ValueError, match=re.escape(message)):
             edbatch.nn.Propagate(bad, state_size=7)(packed, **inputs_for(packed, 1))
 

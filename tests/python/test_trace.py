@@ -328,8 +328,9 @@ def test_refusals_of_everyday_idioms_say_what_is_wrong():
 
 def test_einsums_without_a_program_form_are_refused():
     w = nn.Parameter(torch.ones(7, 7))
-    refused(TypeError, "torch.einsum 'bi,bj->bij' is not supported", "at most one feature")(
-        lambda x, m: torch.einsum("bi,bj->bij", m, m).sum(-1))
+    refused(ValueError, "torch.einsum 'bij,bk->bijk' of stacks is not supported",
+            "at most two subscripts besides the batch's")(
+        lambda x, m: torch.einsum("bij,bk->bijk", torch.stack([m, m], 1), m).sum(-1))
     refused(TypeError, "one or two operands")(
         lambda x, m, w=w: torch.einsum("bi,ij,bj->b", m, w, m))
     refused(TypeError, "the batch subscript 'b' first")(
