@@ -247,6 +247,8 @@ class _Tracer(fx.Tracer):
             self._external += 1
             self.root.add_module(name, mod)
             self.submodule_paths = None  # fx's cache, where it has one
+            for sub_path, sub in mod.named_modules():  # its own submodules (a handler reads them)
+                self.body.module_paths.setdefault(sub, f"{name}.{sub_path}" if sub_path else name)
             self.body.module_paths[mod] = name
             return name
 

@@ -24,9 +24,12 @@ def unsqueeze(body, args, kwargs):
     """x.unsqueeze(1) (or -2) of a (batch, n) value: (batch, 1, n); unsqueeze(2) (or -1):
     (batch, n, 1). A (batch,) value's unsqueeze(-1) stays trace_reduce's (batch, 1)."""
     a = bind(args, kwargs, ("input", "dim"), {})
-    x, dim = a["input"], _axis(a.get("dim"))
+    x, dim = a["input"], a.get("dim")
     if not _features(x):
         return trace_reduce.unsqueeze(body, args, kwargs)
+    if dim in (0, -3):  # (1, batch, n): a sequence of one, as nn.MultiheadAttention takes it
+        return Stack([x], 0)
+    dim = _axis(dim)
     if dim not in (1, 2):
         raise Refusal(f"unsqueeze({a.get('dim')!r}) of a (batch, features) value is not "
                       "supported: unsqueeze(1) gives (batch, 1, n) and unsqueeze(-1) (batch, n, "
@@ -50,6 +53,8 @@ def squeeze(body, args, kwargs):
     size is not 1, the stack itself (PyTorch's no-op)."""
     a = bind(args, kwargs, ("input", "dim"), {"dim": None})
     s = a["input"]
+    if isinstance(s, Stack) and s.dim == 0 and a["dim"] in (0, -3):
+        return s.parts[0] if len(s.parts) == 1 else s  # (1, batch, n) back to (batch, n)
     if not isinstance(s, Stack) or s.dim == 0:
         return trace_reduce.squeeze(body, args, kwargs)
     dim = _axis(a["dim"])

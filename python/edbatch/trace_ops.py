@@ -497,9 +497,10 @@ if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
 # above); per-row products through size-1 dims (trace_bmm.py, which reads matmul and binary);
 # comparisons and torch.where (trace_select.py, which reads binary); recurrent cells
 # (trace_rnn.py, which reads linear_of and pieces above); einsum (trace_einsum.py, which reads
-# binary and linear_of); scans along the features (trace_scan.py).
-from . import (trace_activations, trace_bmm, trace_compose, trace_einsum,  # noqa: E402
-               trace_rnn, trace_scan, trace_select)
+# binary and linear_of); scans along the features (trace_scan.py); nn.MultiheadAttention over
+# stacks (trace_attention.py, which reads binary and linear_of).
+from . import (trace_activations, trace_attention, trace_bmm, trace_compose,  # noqa: E402
+               trace_einsum, trace_rnn, trace_scan, trace_select)
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
@@ -517,10 +518,11 @@ METHODS.update(trace_select.METHODS)
 FUNCTIONS.update(trace_einsum.FUNCTIONS)
 FUNCTIONS.update(trace_scan.FUNCTIONS)
 METHODS.update(trace_scan.METHODS)
+MODULES.update(trace_attention.MODULES)
 SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
                         trace_activations.SUPPORTED, trace_compose.SUPPORTED,
                         trace_select.SUPPORTED, trace_rnn.SUPPORTED, trace_einsum.SUPPORTED,
-                        trace_scan.SUPPORTED])
+                        trace_scan.SUPPORTED, trace_attention.SUPPORTED])
 
 # Elementwise functions of one tensor also take a stack, tensor by tensor (trace_stack.py).
 _ELEMENTWISE = [fn for fns in _ACTIVATIONS.values() for fn in fns] + [

@@ -48,6 +48,18 @@ def _stack_einsum(c, a, m):
             + (s.swapaxes(1, 2) @ c.W[:3]).sum(1) * 0.1 + torch.einsum("xz,xzy->xy", w, s))
 
 
+def _attention_module(c, a, m):
+    """nn.MultiheadAttention of a node's query over three of its tensors, batch first, and over
+    keys and values of other sizes in the (L, batch, E) layout."""
+    s = torch.stack([a, m, torch.tanh(a * m)], 1)
+    out, w = c.mha(a.unsqueeze(1), s, s)
+    keys = torch.stack([a[:, :3], m[:, 2:5]])
+    values = torch.stack([m[:, :5], torch.sigmoid(a[:, 1:6])])
+    other = c.mha_kv(m.unsqueeze(0), keys, values, need_weights=False)[0]
+    return (out.squeeze(1) + w.squeeze(1).sum(-1, keepdim=True) + other.squeeze(0)
+            + c.mha(s, s, s)[0].mean(1))
+
+
 class OpCell(nn.Module):
     """Node cell: a = lin(x) + U(m), then the operation `op` (OPS) on a, m and x."""
 
@@ -74,6 +86,8 @@ class OpCell(nn.Module):
         self.flat = nn.Flatten()
         self.cpad = nn.ConstantPad1d((1, 0), 0.3)
         self.zpad = getattr(nn, "ZeroPad1d", lambda p: nn.ConstantPad1d(p, 0.0))((-1, 2))
+        self.mha = nn.MultiheadAttention(S, 1, batch_first=True)
+        self.mha_kv = nn.MultiheadAttention(S, 1, kdim=3, vdim=5)  # (L, batch, E) layout
         self.t = nn.Parameter(torch.tensor(1.3))  # 0-d: a learned temperature
         self.register_buffer("scale", 0.5 + torch.rand(S))
         self.register_buffer("keep", torch.arange(S) % 3 != 0)
@@ -298,6 +312,7 @@ OPS = {
         * torch.bmm(a[:, None, :], m[:, :, None])[:, 0]),
     "attention over a stack, broadcast": lambda c, a, m, x: _stack_attention(c, a, m),
     "einsum and transposes of stacks": lambda c, a, m, x: _stack_einsum(c, a, m),
+    "nn.MultiheadAttention": lambda c, a, m, x: _attention_module(c, a, m),
     "step slices, flip": lambda c, a, m, x: (
         torch.cat([a[:, ::2], m[:, 1::2]], -1) + torch.flip(a, (-1,)) * m.flip(-1)
         + torch.cat([a[..., 1:6:3], m[:, 5:], torch.fliplr(a)[:, :3]], -1) + a.fliplr()),

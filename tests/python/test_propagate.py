@@ -402,6 +402,27 @@ def test_attention_over_a_stack_of_five_written_with_broadcasting(backend):
             edbatch.nn.Propagate(bad, state_size=7)(packed, **inputs_for(packed, 1))
 
 
+def test_multihead_attention_with_several_heads_and_both_layouts(backend):
+    """nn.MultiheadAttention with 1, 2 and 3 heads, with and without biases, batch first and
+    not: outputs and gradients (its parameters' too) equal the module run eagerly, the weights
+    averaged over the heads."""
+    for batch_first in (True, False):
+        for heads, bias in ((1, True), (3, False), (2, True)):
+            mha = nn.MultiheadAttention(6, heads, batch_first=batch_first, bias=bias)
+            dim = 1 if batch_first else 0
+
+            def cell(x, m, mha=mha, dim=dim):
+                s = torch.stack([m, torch.tanh(m), m * 0.5], dim)
+                out, w = mha(m.unsqueeze(dim), s, s)
+                return (out.squeeze(dim) + w.sum(-1) * 0.1
+                        + mha(s, s, s, need_weights=False)[0].mean(dim))
+            torch.manual_seed(heads)
+            model = edbatch.nn.Propagate(cell, state_size=6)
+            model.mha = mha
+            packed = structures.packed("dags", heads)
+            assert_same(model, packed, inputs_for(packed, heads))
+
+
 def test_division_by_zero_is_infinite_as_in_pytorch(backend):
     """x / 0.0 is inf, -inf or NaN by x's sign as in PyTorch, not an error when tracing."""
     model = edbatch.nn.Propagate(lambda x, m: x / 0.0, state_size=D)

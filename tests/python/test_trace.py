@@ -341,6 +341,22 @@ def test_einsums_without_a_program_form_are_refused():
         lambda x, m, w=w: torch.einsum("bi,i->bi", m, w))
 
 
+def test_multihead_attention_refuses_masks_dropout_and_tensors_of_other_shapes():
+    mha = nn.MultiheadAttention(7, 1, batch_first=True, dropout=0.1)
+    sequence_first = nn.MultiheadAttention(7, 1)
+    s = lambda m: torch.stack([m, m], 1)  # noqa: E731
+    refused(TypeError, "with attn_mask is not supported")(
+        lambda x, m: mha.eval()(s(m), s(m), s(m), attn_mask=m > 0)[0].sum(1))
+    refused(TypeError, "attention dropout is not supported")(
+        lambda x, m: mha.train()(s(m), s(m), s(m))[0].sum(1))
+    refused(TypeError, "average_attn_weights=False")(
+        lambda x, m: mha.eval()(s(m), s(m), s(m), average_attn_weights=False)[1].sum(1))
+    refused(ValueError, "query is a tensor: a cell gives it (batch, L, E)")(
+        lambda x, m: mha.eval()(m, s(m), s(m))[0])
+    refused(ValueError, "key is a stack of tensors", "(L, batch, E)")(
+        lambda x, m: sequence_first(m.unsqueeze(0), s(m), s(m))[0][0])
+
+
 def test_unsupported_module_and_methods():
     refused(TypeError, "nn.LSTM is not supported", "node cell 0")(
         lambda x, m, cell=nn.LSTM(7, 7): cell(m)[0])
@@ -446,8 +462,9 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(TypeError, "returns a value of shape (batch,)")(lambda x, m: m.mean(-1))
     refused(ValueError, "squeeze is supported along the last dim only")(
         lambda x, m: m[:, :1].squeeze() * m)
-    refused(ValueError, "unsqueeze(0) of a (batch, features) value is not supported")(
-        lambda x, m: m.unsqueeze(0))
+    refused(ValueError, "unsqueeze(-4) of a (batch, features) value is not supported")(
+        lambda x, m: m.unsqueeze(-4))
+    refused(TypeError, "returns a stack of tensors")(lambda x, m: m.unsqueeze(0))
     refused(ValueError, "unsqueeze of a stack of tensors", "is not supported")(
         lambda x, m: m.unsqueeze(1).unsqueeze(1))
     refused(ValueError, "torch.linalg.norm is supported over the features (dim=-1) only")(
