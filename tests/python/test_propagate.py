@@ -78,6 +78,20 @@ def assert_same(model, packed, inputs, seed=0, **reference_options):
                                    msg=lambda m: f"gradient of {name}: {m}")
 
 
+def assert_same_at_widths(body, widths, seed):
+    """Propagate over trees and lattices at each width of the cell body(lin(x) + m / 2, m), lin a
+    linear map of the input to that width: outputs and gradients equal the cell run eagerly."""
+    for width in widths:
+        lin = nn.Linear(D, width)
+        torch.manual_seed(seed + width)
+        model = edbatch.nn.Propagate(lambda x, m, lin=lin: body(lin(x) + m * 0.5, m),
+                                     state_size=width)
+        model.lin = lin
+        for kind in ("trees", "lattices"):
+            packed = structures.packed(kind, seed)
+            assert_same(model, packed, inputs_for(packed, seed))
+
+
 def _components(out):
     return list(out) if isinstance(out, tuple) else [out]
 
@@ -218,23 +232,14 @@ def test_cumsum_and_cumprod_of_awkward_widths_zeros_and_signed_zeros(backend):
     """Scans of 1, 21 and 129 features (doubling steps past the last power of two): outputs and
     gradients equal the cell run eagerly, with zeros in the products (whose gradients PyTorch
     takes apart specially) and a leading -0.0 that stays -0.0 in the sum."""
-    for width in (1, 21, 129):
-        lin = nn.Linear(D, width)
-
-        def cell(x, m, lin=lin):
-            h = lin(x) + m * 0.5
-            # factors in [0.5, 1.5] (a long product neither overflows nor underflows, where
-            # PyTorch's own cumprod backward divides by its factors) and a few zeros per row
-            g = (h.abs() > 0.05).float() * (1 + 0.5 * torch.tanh(h))
-            return torch.tanh(torch.cumsum(h, -1) * 0.1 + g.cumprod(dim=-1) * 0.1
-                              + m.cumsum(1, dtype=torch.float32) * 0.1
-                              + torch.cumprod(1 + 0.2 * m, -1) * 0.1)
-        torch.manual_seed(11 + width)
-        model = edbatch.nn.Propagate(cell, state_size=width)
-        model.lin = lin
-        for kind in ("trees", "lattices"):
-            packed = structures.packed(kind, 5)
-            assert_same(model, packed, inputs_for(packed, 5))
+    def body(h, m):
+        # factors in [0.5, 1.5] (a long product neither overflows nor underflows, where PyTorch's
+        # own cumprod backward divides by its factors) and a few zeros per row
+        g = (h.abs() > 0.05).float() * (1 + 0.5 * torch.tanh(h))
+        return torch.tanh(torch.cumsum(h, -1) * 0.1 + g.cumprod(dim=-1) * 0.1
+                          + m.cumsum(1, dtype=torch.float32) * 0.1
+                          + torch.cumprod(1 + 0.2 * m, -1) * 0.1)
+    assert_same_at_widths(body, (1, 21, 129), seed=5)
     model = edbatch.nn.Propagate(lambda x, m: torch.cumsum(x[:, :5], -1), state_size=5)
     packed = structures.packed("trees", 3)
     x = torch.full((packed.input_ids.numel(), D), -0.0)
@@ -263,23 +268,14 @@ def test_logcumsumexp_prod_roll_and_diff_of_awkward_widths(backend):
     factors, roll both ways and diff with n, prepend and append, at 2, 21 and 129 features:
     outputs and gradients equal the cell run eagerly; logcumsumexp keeps -inf, inf and NaN as
     PyTorch's does."""
-    for width in (2, 21, 129):
-        lin = nn.Linear(D, width)
-
-        def cell(x, m, lin=lin):
-            h = lin(x) + m * 0.5
-            g = (h.abs() > 0.05).float() * (1 + 0.5 * torch.tanh(h))
-            return torch.tanh(
-                torch.logcumsumexp(h * 3 - 40, -1) * 0.05 + g.prod(-1, keepdim=True) * 0.1
-                + torch.prod(1 + 0.2 * m, dim=1).unsqueeze(-1) * 0.1 + torch.roll(h, 3, -1)
-                + m.roll(-1, dims=(1,)) * 0.5 + torch.diff(h, prepend=m[:, :1])
-                + m.diff(n=2, append=h[:, :2]) * 0.5 + h.logcumsumexp(dim=1) * 0.05)
-        torch.manual_seed(5 + width)
-        model = edbatch.nn.Propagate(cell, state_size=width)
-        model.lin = lin
-        for kind in ("trees", "lattices"):
-            packed = structures.packed(kind, 4)
-            assert_same(model, packed, inputs_for(packed, 4))
+    def body(h, m):
+        g = (h.abs() > 0.05).float() * (1 + 0.5 * torch.tanh(h))
+        return torch.tanh(
+            torch.logcumsumexp(h * 3 - 40, -1) * 0.05 + g.prod(-1, keepdim=True) * 0.1
+            + torch.prod(1 + 0.2 * m, dim=1).unsqueeze(-1) * 0.1 + torch.roll(h, 3, -1)
+            + m.roll(-1, dims=(1,)) * 0.5 + torch.diff(h, prepend=m[:, :1])
+            + m.diff(n=2, append=h[:, :2]) * 0.5 + h.logcumsumexp(dim=1) * 0.05)
+    assert_same_at_widths(body, (2, 21, 129), seed=4)
 
     def special(x, m):
         return torch.logcumsumexp(x[:, :5], -1)
