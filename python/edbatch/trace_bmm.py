@@ -10,10 +10,11 @@ import operator
 
 import torch
 
-from . import trace_reduce
+from . import trace_reduce, trace_stack
 from .trace_features import slice_of
 from .trace_reduce import _axis, sum_of
-from .trace_values import Mask, Param, Refusal, Stack, Vec, apply, bind, describe, ops
+from .trace_values import (Mask, Param, Refusal, Rows, Stack, Vec, apply, bind, describe,
+                           ops)
 
 
 def _features(x):
@@ -25,6 +26,8 @@ def unsqueeze(body, args, kwargs):
     (batch, n, 1). A (batch,) value's unsqueeze(-1) stays trace_reduce's (batch, 1)."""
     a = bind(args, kwargs, ("input", "dim"), {})
     x, dim = a["input"], a.get("dim")
+    if isinstance(x, Stack) and x.dim == 0 and isinstance(x.parts[0], Rows) and dim in (-1, 2):
+        return trace_stack.unsqueeze_rows(x)  # (k, batch) -> (k, batch, 1)
     if not _features(x):
         return trace_reduce.unsqueeze(body, args, kwargs)
     if dim in (0, -3):  # (1, batch, n): a sequence of one, as nn.MultiheadAttention takes it

@@ -140,7 +140,7 @@ def softmax(name):
             if a["dim"] is None:
                 raise Refusal(f"{name} of a (batch, k, n) stack needs a dim (1 or -1)",
                               ValueError)
-            return trace_stack.softmax(body, name, a["input"], trace_reduce._axis(a["dim"]))
+            return trace_stack.softmax(body, name, a["input"], a["dim"])
         if a["dim"] is not None:  # None: PyTorch's implicit dim, 1 for (batch, features)
             feature_dim(a["dim"], name)
         v = body.vector(a["input"])
@@ -154,8 +154,8 @@ def linear_of(body, x, weight, bias, form):
     """x W^T + b (form "linear": weight is torch (out, in)) or x W + b (form "matmul"); of a
     (batch, k, n) stack, of each row."""
     if isinstance(x, Stack):
-        rows = trace_stack.in_form(body, x, 1).parts
-        return Stack([linear_of(body, r, weight, bias, form) for r in rows], 1)
+        rows, dim = trace_stack.feature_rows(body, x)
+        return Stack([linear_of(body, r, weight, bias, form) for r in rows], dim)
     if not isinstance(x, Vec):
         raise Refusal(f"a product needs a tensor on the left, got {describe(x)}")
     if not isinstance(weight, Param) or weight.tensor.dim() != 2:

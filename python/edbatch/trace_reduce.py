@@ -121,14 +121,10 @@ def _stack_reduction(body, name, args, kwargs):
     s = a["input"]
     if not isinstance(s, Stack):
         return None
-    dim = _axis(a["dim"])
-    if s.dim == 0 or dim not in (1, 2):
-        if dim == s.dim and not a["keepdim"]:
-            return _across(body, name, s)
-        raise Refusal(f"{name} of a stack along {s.dim} is supported over the stacked dim "
-                      f"without keepdim; of a (batch, k, n) stack over dim 1 or 2 (-1)",
-                      ValueError)
-    from .trace_stack import reduce
+    from .trace_stack import _stack_dims, reduce
+    if isinstance(a["dim"], (tuple, list)) and len(a["dim"]) == 1:
+        a["dim"] = a["dim"][0]
+    dim = _stack_dims(s, a["dim"], name)
     return reduce(body, name, s, dim, a["keepdim"], lambda t: _across(body, name, t))
 
 
@@ -563,7 +559,8 @@ SUPPORTED = (
     "std_mean and aminmax of them; (batch, k, n) stacks reduced over dim 1 or -1 (keepdim too), "
     "softmax along them, + - * / with broadcasting, elementwise activations, nn.Linear and "
     "layer_norm of each row, indexed s[:, i] / s[:, :, j] / slices, transposed (transpose(1, 2), "
-    "permute(0, 2, 1), mT); torch.stack "
+    "permute(0, 2, 1), mT), and the same of torch.stack(tensors) along 0 and the features; "
+    "torch.stack "
     "reduced over the stacked dim with sum / mean / max / min / amax / amin, unbound or indexed "
     "along it, x.view(x.size(0), k, n) as such a stack, flattened back by x.flatten(1) / "
     "nn.Flatten(); x.repeat(1, k); F.pad over the last dim (mode \"constant\"; nn.ConstantPad1d, "

@@ -11,7 +11,10 @@ columns, each (batch, k)); x.unsqueeze(1) is one row and x.unsqueeze(-1) one col
 (trace_bmm.py). An operation works on the tensors the stack holds where it can: elementwise ones
 on each, a softmax or reduction along the dim the tensors lie along on each, one across the
 stacked dim elementwise across them. Otherwise the other form is made from one-feature slices
-(docs/programs.md). trace_ops and trace_reduce call these for stacks."""
+(docs/programs.md). A stack along 0, (k, batch, n) as torch.stack(tensors) gives it, takes the
+same operations along 0 and the features; its reductions over the features are (k, batch)
+values, a stack along 0 of (batch,) values (trace_values.Rows), which take arithmetic, softmax
+and sums along 0 and unsqueeze(-1) back. trace_ops and trace_reduce call these for stacks."""
 from .trace_features import slice_of
 from .trace_values import Param, Refusal, Rows, Stack, Vec, apply, bind, describe, is_number, ops
 
@@ -36,6 +39,8 @@ def _transposed(body, s):
 
 def in_form(body, s, dim):
     """s as a stack along `dim` (1: rows; 2: columns)."""
+    if s.dim == dim:
+        return s
     if s.dim not in (1, 2):
         raise Refusal(f"{describe(s)} along dim {s.dim}: 3-D arithmetic is supported for stacks "
                       "along 1 or 2, (batch, k, n)", ValueError)
@@ -52,11 +57,25 @@ def each_part(handler):
         if any(isinstance(v, Stack) for v in list(args[1:]) + list(kwargs.values())):
             raise Refusal("an elementwise function of two stacks is supported for + - * / only",
                           ValueError)
-        out = [handler(body, (p,) + tuple(args[1:]), kwargs) for p in s.parts]
-        if not all(isinstance(v, Vec) for v in out):
+        out = [_rewrap(handler(body, (_vec(p),) + tuple(args[1:]), kwargs), p) for p in s.parts]
+        if not all(isinstance(v, (Vec, Rows)) for v in out):
             raise Refusal(f"a function of {describe(s)} that does not give tensors", ValueError)
         return Stack(out, s.dim)
     return handle
+
+
+def _vec(p):
+    """A stack's tensor as a feature value (a (batch,) one as its size-1 value)."""
+    return p.vec if isinstance(p, Rows) else p
+
+
+def _rewrap(v, like):
+    return Rows(v) if isinstance(like, Rows) and isinstance(v, Vec) else v
+
+
+def _flat_rows(s):
+    """Whether s is a stack along 0 of (batch,) values: a (k, batch) value."""
+    return s.dim == 0 and isinstance(s.parts[0], Rows)
 
 
 def each_part_of_module(handler):
@@ -83,6 +102,8 @@ def binary(body, name, x, y):
     side with more of them (a stack of one tensor, or a number, pairs with each; sizes broadcast
     as PyTorch's, 1 against n); a vector weight pairs with each row (along the last dim)."""
     what = f"{name} of tensors"
+    if any(isinstance(v, Stack) and v.dim == 0 for v in (x, y)):
+        return _binary_first(body, name, x, y, what)
     x, y = _operand(body, x, what), _operand(body, y, what)
     stacks = [v for v in (x, y) if isinstance(v, Stack)]
     dim = max(stacks, key=lambda s: len(s.parts)).dim
@@ -104,28 +125,77 @@ def binary(body, name, x, y):
     return Stack(out, dim)
 
 
+def _binary_first(body, name, x, y, what):
+    """x (op) y with a stack along 0 on a side: (k, batch, n) against a stack along 0, a
+    (batch, n) tensor, a vector weight or a number (PyTorch lines them up from the last dim);
+    (k, batch) against one of those or a (batch,) value."""
+    def parts(v):
+        if isinstance(v, Stack):
+            if v.dim != 0:
+                raise Refusal(f"{what} of a stack along 0 and one along {v.dim}: stack both "
+                              "along the same dim", ValueError)
+            return list(v.parts)
+        if isinstance(v, Param) and v.tensor.dim() <= 1:
+            return [body.vector(v)]
+        if isinstance(v, (Vec, Rows)) or is_number(v):
+            return [v]
+        raise Refusal(f"{what} of a stack and {describe(v)}", ValueError)
+    px, py = parts(x), parts(y)
+    count = max(len(px), len(py))
+    if len({len(px), len(py)} - {1}) > 1:
+        raise Refusal(f"{what} of stacks of {len(px)} and {len(py)} tensors along 0: the sizes "
+                      "do not broadcast", ValueError)
+    handler = ops().binary(name)
+    out = []
+    for i in range(count):
+        a, b = px[min(i, len(px) - 1)], py[min(i, len(py) - 1)]
+        rows = [isinstance(v, Rows) for v in (a, b) if not is_number(v)]
+        if any(rows) and not all(rows):
+            raise Refusal(f"{what} of a (k, batch) value and a (k, batch, n) stack or (batch, n) "
+                          "tensor: PyTorch would line the batch dim up with n; unsqueeze(-1) "
+                          "the (k, batch) value first", ValueError)
+        v = handler(body, (_vec(a), _vec(b)), {})
+        out.append(Rows(v) if rows and all(rows) else v)
+    return Stack(out, 0)
+
+
+def _stack_dims(s, dim, what):
+    """A dim of s as 0, 1 or 2 counted as in PyTorch: a (k, batch) value has two."""
+    ndim = 2 if _flat_rows(s) else 3
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -ndim <= dim < ndim:
+        raise Refusal(f"{what} of a {ndim}-D stack along dim {dim!r}", ValueError)
+    dim %= ndim
+    batch = 1 if s.dim == 0 else 0
+    if dim == batch:
+        raise Refusal(f"{what} of a stack along {s.dim} along dim {batch}, its batch dim: a cell "
+                      f"sees one row per node; along the stacked dim or the features (-1)",
+                      ValueError)
+    return dim
+
+
 def softmax(body, name, s, dim):
     """softmax / log_softmax of a stack along dim 1 or 2 (-1): of each tensor lying along that
     dim, or elementwise across the tensors when it is the stacked dim: exp(x - m) over its sum,
     m their maximum."""
-    if dim not in (1, 2):
-        raise Refusal(f"{name} of a (batch, k, n) stack along dim {dim}: along 1 or 2 (-1)",
-                      ValueError)
+    dim = _stack_dims(s, dim, name)
     s = in_form(body, s, s.dim)
     if dim != s.dim:
         return Stack([body.emit(name, p.size, [p]) for p in s.parts], s.dim)
-    m = s.parts[0]
-    for p in s.parts[1:]:
+    vecs = [_vec(p) for p in s.parts]
+    m = vecs[0]
+    for p in vecs[1:]:
         m = apply(body, "max", m, p)
-    shifted = [apply(body, "sub", p, m) for p in s.parts]
+    shifted = [apply(body, "sub", p, m) for p in vecs]
     exps = [apply(body, "exp", d) for d in shifted]
     total = exps[0]
     for e in exps[1:]:
         total = apply(body, "add", total, e)
     if name == "softmax":
-        return Stack([apply(body, "div", e, total) for e in exps], s.dim)
-    log_total = apply(body, "log", total)
-    return Stack([apply(body, "sub", d, log_total) for d in shifted], s.dim)
+        out = [apply(body, "div", e, total) for e in exps]
+    else:
+        log_total = apply(body, "log", total)
+        out = [apply(body, "sub", d, log_total) for d in shifted]
+    return Stack([_rewrap(v, p) for v, p in zip(out, s.parts)], s.dim)
 
 
 def _line_reduction(body, name, v):
@@ -136,15 +206,18 @@ def _line_reduction(body, name, v):
 
 
 def reduce(body, name, s, dim, keepdim, across):
-    """A reduction of a stack along dim 1 or 2: across its tensors when dim is the stacked one
-    (`across`, trace_reduce's, gives the (batch, m) result), else of each tensor, their results
-    side by side: (batch, k) from (batch, k, n) along 2. keepdim=True keeps the dim as size 1: a
-    stack of one tensor along it."""
-    s = in_form(body, s, s.dim)
+    """A reduction of a stack along a dim (0, 1 or 2 as _stack_dims gives it): across its tensors
+    when dim is the stacked one (`across`, trace_reduce's, gives the (batch, m) result), else of
+    each tensor, their results side by side: (batch, k) from (batch, k, n) along 2, (k, batch)
+    from (k, batch, n). keepdim=True keeps the dim as size 1."""
     if dim == s.dim:
-        v = across(s)
+        v = across(Stack([_vec(p) for p in s.parts], s.dim))
+        if _flat_rows(s):
+            return Stack([v], 0) if keepdim else Rows(v)
         return Stack([v], s.dim) if keepdim else v
     sums = [_line_reduction(body, name, p) for p in s.parts]
+    if s.dim == 0:  # over the features of (k, batch, n): (k, batch), or (k, batch, 1)
+        return Stack(sums if keepdim else [Rows(v) for v in sums], 0)
     v = sums[0] if len(sums) == 1 else body.emit("cat", len(sums), sums)
     return Stack([v], dim) if keepdim else v
 
@@ -166,9 +239,20 @@ def each_row(handler, dim_arg=None):
                 args[position] = -1
             else:
                 kwargs[name] = -1
-        rows = in_form(body, args[0], 1).parts
-        return Stack([handler(body, (r, *args[1:]), kwargs) for r in rows], 1)
+        rows, dim = feature_rows(body, args[0])
+        return Stack([handler(body, (r, *args[1:]), kwargs) for r in rows], dim)
     return handle
+
+
+def feature_rows(body, s):
+    """The (batch, n) tensors of a stack that lie along its last dim, and the stack's dim they
+    are stacked along: a stack along 0's own, else its rows."""
+    if s.dim == 0:
+        if isinstance(s.parts[0], Rows):
+            raise Refusal("a function along the last dim of a (k, batch) value: its last dim is "
+                          "the batch", ValueError)
+        return list(s.parts), 0
+    return in_form(body, s, 1).parts, 1
 
 
 def each_row_of_module(handler):
@@ -281,3 +365,8 @@ def _across_sum(body, s):
     for p in s.parts[1:]:
         acc = apply(body, "add", acc, p)
     return acc
+
+
+def unsqueeze_rows(s):
+    """unsqueeze(-1) of a (k, batch) value: (k, batch, 1)."""
+    return Stack([p.vec for p in s.parts], 0)

@@ -48,6 +48,17 @@ def _stack_einsum(c, a, m):
             + (s.swapaxes(1, 2) @ c.W[:3]).sum(1) * 0.1 + torch.einsum("xz,xzy->xy", w, s))
 
 
+def _sequence_first(c, a, m):
+    """Attention over torch.stack(tensors) (dim 0: (k, batch, n)), its scores (k, batch)."""
+    hs = torch.stack([a, m, torch.tanh(a * m)])
+    scores = (hs * m).sum(-1) / math.sqrt(a.size(-1))  # (3, batch)
+    w = torch.softmax(scores, 0)
+    return ((w.unsqueeze(-1) * hs).sum(0) + (torch.log_softmax(scores * 2 + 1, dim=0).exp()
+                                              .unsqueeze(2) * torch.sigmoid(hs)).sum(0)
+            + (hs * c.b2 - 1).amax(0) + hs.mean(-1, keepdim=True).sum(0) + scores[1][:, None]
+            + torch.softmax(hs, -1)[2] + F.layer_norm(c.U(hs), (a.size(-1),)).sum(0))
+
+
 def _attention_module(c, a, m):
     """nn.MultiheadAttention of a node's query over three of its tensors, batch first, and over
     keys and values of other sizes in the (L, batch, E) layout."""
@@ -313,6 +324,7 @@ OPS = {
     "attention over a stack, broadcast": lambda c, a, m, x: _stack_attention(c, a, m),
     "einsum and transposes of stacks": lambda c, a, m, x: _stack_einsum(c, a, m),
     "nn.MultiheadAttention": lambda c, a, m, x: _attention_module(c, a, m),
+    "attention over torch.stack(tensors), dim 0": lambda c, a, m, x: _sequence_first(c, a, m),
     "step slices, flip": lambda c, a, m, x: (
         torch.cat([a[:, ::2], m[:, 1::2]], -1) + torch.flip(a, (-1,)) * m.flip(-1)
         + torch.cat([a[..., 1:6:3], m[:, 5:], torch.fliplr(a)[:, :3]], -1) + a.fliplr()),

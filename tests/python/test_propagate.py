@@ -393,7 +393,15 @@ def test_attention_over_a_stack_of_five_written_with_broadcasting(backend):
             (lambda x, m: torch.einsum("bii->bi", torch.stack([m, m], 1)),
              "a subscript twice in one operand"),
             (lambda x, m: torch.stack([m, m], 1).permute(1, 0, 2).sum(1),
-             "the batch dim stays first")):
+             "the batch dim stays first"),
+            (lambda x, m: (torch.stack([m, m]) * torch.stack([m, m], 1)).sum(0),
+             "mul of tensors of a stack along 0 and one along 1"),
+            (lambda x, m: (torch.stack([m, m]).sum(-1) * torch.stack([m, m])).sum(0),
+             "unsqueeze(-1) the (k, batch) value first"),
+            (lambda x, m: torch.stack([m, m]).sum(1),
+             "sum of a stack along 0 along dim 1, its batch dim"),
+            (lambda x, m: torch.stack([m, m], 1).mean(0),
+             "mean of a stack along 1 along dim 0, its batch dim")):
         with pytest.raises(ValueError, match=re.escape(message)):
             edbatch.nn.Propagate(bad, state_size=7)(packed, **inputs_for(packed, 1))
 

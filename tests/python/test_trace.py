@@ -525,14 +525,13 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(TypeError, "bilinear is supported with its (out, in1, in2) weight")(
         lambda x, m: F.bilinear(m, m, m))
     refused(ValueError, "clamp without min or max")(lambda x, m: torch.clamp(m))
-    refused(ValueError, "sum of a stack along 0 is supported over the stacked dim without")(
-        lambda x, m: torch.stack([m, m]).sum(-1))
-    refused(ValueError, "of a (batch, k, n) stack over dim 1 or 2 (-1)")(
+    refused(TypeError, "returns a stack of tensors")(
+        lambda x, m: torch.stack([m, m]).sum(-1))  # (2, batch)
+    refused(ValueError, "sum of a 3-D stack along dim 3")(
         lambda x, m: torch.stack([m, m], 1).sum(3))  # a 3-D value has no dim 3
     refused(ValueError, "indexing a stack along 2 is supported as one tensor of it")(
         lambda x, m: torch.stack([m, m], -1).max(-1, keepdim=True).values[:, 0, 0])
-    refused(ValueError, "a stack of tensors (torch.stack, unsqueeze: reduce it",
-            "along dim 0: 3-D arithmetic is supported for stacks along 1 or 2")(
+    refused(TypeError, "returns a stack of tensors (torch.stack, unsqueeze: reduce it")(
         lambda x, m: torch.stack([m, m]) * 2)
     refused(ValueError, "unbind of a stack is supported along the stacked dim (1)")(
         lambda x, m: m.view(-1, 7, 1).unbind(2)[0].view(-1, 7))
