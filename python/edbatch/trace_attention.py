@@ -4,14 +4,14 @@ are (batch, L, E) stacks with batch_first=True (torch.stack(tensors, 1), x.unsqu
 the key rows head by head, as F.multi_head_attention_forward computes it: the input
 projections (slices of in_proj_weight, or q/k/v_proj_weight), dot products scaled by
 1/sqrt(head_dim), a softmax over the keys, the values weighted by it, the heads side by side and
-out_proj. The result is a stack of the same layout and, with need_weights, the weights averaged
-over the heads, (batch, Lq, Lk). trace_ops merges this table into its own."""
+out_proj (the dot products and weighted sums are trace_bmm's per-row products). The result is
+a stack of the same layout and, with need_weights, the weights averaged over the heads, (batch,
+Lq, Lk). trace_ops merges this table into its own."""
 import math
 
 import torch
 
 from .trace_features import slice_of
-from .trace_reduce import sum_of
 from .trace_values import Refusal, Stack, apply, bind, describe
 from .trace_weights import as_weight
 
@@ -77,29 +77,29 @@ def multihead_attention(body, m, args, kwargs):
     if len(key) != len(value):
         raise Refusal(f"nn.MultiheadAttention of {len(key)} keys and {len(value)} values",
                       ValueError)
-    from .trace_ops import binary, linear_of
+    from .trace_bmm import _product
+    from .trace_ops import linear_of
     (wq, bq), (wk, bk), (wv, bv) = _projections(body, m)
     qs = [linear_of(body, r, wq, bq, "linear") for r in query]
-    ks = [linear_of(body, r, wk, bk, "linear") for r in key]
-    vs = [linear_of(body, r, wv, bv, "linear") for r in value]
+
+    def heads_of(rows, w, b):
+        """Per head, the rows' projections' slices of that head: (batch, d) each."""
+        projected = [linear_of(body, r, w, b, "linear") for r in rows]
+        return [[slice_of(body, p, h * d, (h + 1) * d) for p in projected] for h in range(heads)]
+    # Per head, the keys as columns (batch, d, Lk) and the values as rows (batch, Lk, d), for the
+    # per-row products of trace_bmm: the scores of a query row, then the values weighted by them.
+    keys = [Stack(k, 2) for k in heads_of(key, wk, bk)]
+    values = [Stack(v, 1) for v in heads_of(value, wv, bv)]
     out_w, out_b = body.param_of(m.out_proj, "weight"), body.param_of(m.out_proj, "bias")
-    mul, add = binary("mul"), binary("add")
     outputs, weights = [], []
     for q in qs:
         heads_out, mean = [], None
         for h in range(heads):
-            def head(v):
-                return slice_of(body, v, h * d, (h + 1) * d)
-            q_h = head(q)
-            dots = [sum_of(body, apply(body, "mul", q_h, head(k)), 1.0 / math.sqrt(d))
-                    for k in ks]
-            scores = dots[0] if len(dots) == 1 else body.emit("cat", len(dots), dots)
+            q_h = Stack([slice_of(body, q, h * d, (h + 1) * d)], 1)
+            scores = _product(body, q_h, keys[h], "attention").parts[0]
+            scores = body.emit("scale", scores.size, [scores], alpha=1.0 / math.sqrt(d), beta=0.0)
             w = body.emit("softmax", scores.size, [scores])
-            total = None
-            for j, v in enumerate(vs):
-                term = mul(body, (slice_of(body, w, j, j + 1), head(v)), {})
-                total = term if total is None else add(body, (total, term), {})
-            heads_out.append(total)
+            heads_out.append(_product(body, Stack([w], 1), values[h], "attention").parts[0])
             mean = w if mean is None else apply(body, "add", mean, w)
         joined = heads_out[0] if heads == 1 else body.emit("cat", e, heads_out)
         outputs.append(linear_of(body, joined, out_w, out_b, "linear"))

@@ -125,7 +125,7 @@ def _stack_reduction(body, name, args, kwargs):
     if isinstance(a["dim"], (tuple, list)) and len(a["dim"]) == 1:
         a["dim"] = a["dim"][0]
     dim = _stack_dims(s, a["dim"], name)
-    return reduce(body, name, s, dim, a["keepdim"], lambda t: _across(body, name, t))
+    return reduce(body, name, s, dim, a["keepdim"])
 
 
 def _across(body, name, s):

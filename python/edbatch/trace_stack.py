@@ -44,7 +44,7 @@ def in_form(body, s, dim):
     if s.dim not in (1, 2):
         raise Refusal(f"{describe(s)} along dim {s.dim}: 3-D arithmetic is supported for stacks "
                       "along 1 or 2, (batch, k, n)", ValueError)
-    return s if s.dim == dim else _transposed(body, s)
+    return _transposed(body, s)
 
 
 def each_part(handler):
@@ -111,18 +111,23 @@ def binary(body, name, x, y):
         dim = 1  # a vector weight lies along the rows
     parts = {side: in_form(body, v, dim).parts if isinstance(v, Stack) else [v]
              for side, v in (("x", x), ("y", y))}
-    count = max(len(parts["x"]), len(parts["y"]))
-    for side in ("x", "y"):
-        if len(parts[side]) not in (1, count):
-            kx, nx = _shape(x) if isinstance(x, Stack) else (1, 1)
-            ky, ny = _shape(y) if isinstance(y, Stack) else (1, 1)
-            raise Refusal(f"{what} of (batch, {kx}, {nx}) and (batch, {ky}, {ny}): the sizes "
-                          "do not broadcast", ValueError)
+    pairs = _pairs(parts["x"], parts["y"])
+    if pairs is None:
+        kx, nx = _shape(x) if isinstance(x, Stack) else (1, 1)
+        ky, ny = _shape(y) if isinstance(y, Stack) else (1, 1)
+        raise Refusal(f"{what} of (batch, {kx}, {nx}) and (batch, {ky}, {ny}): the sizes do not "
+                      "broadcast", ValueError)
     handler = ops().binary(name)
-    out = [handler(body, (parts["x"][min(i, len(parts["x"]) - 1)],
-                          parts["y"][min(i, len(parts["y"]) - 1)]), {})
-           for i in range(count)]
-    return Stack(out, dim)
+    return Stack([handler(body, pair, {}) for pair in pairs], dim)
+
+
+def _pairs(px, py):
+    """The tensors of two sides paired as PyTorch broadcasts them (a side of one pairs with
+    each of the other's); None where the counts do not broadcast."""
+    count = max(len(px), len(py))
+    if len(px) not in (1, count) or len(py) not in (1, count):
+        return None
+    return [(px[min(i, len(px) - 1)], py[min(i, len(py) - 1)]) for i in range(count)]
 
 
 def _binary_first(body, name, x, y, what):
@@ -141,14 +146,13 @@ def _binary_first(body, name, x, y, what):
             return [v]
         raise Refusal(f"{what} of a stack and {describe(v)}", ValueError)
     px, py = parts(x), parts(y)
-    count = max(len(px), len(py))
-    if len({len(px), len(py)} - {1}) > 1:
+    pairs = _pairs(px, py)
+    if pairs is None:
         raise Refusal(f"{what} of stacks of {len(px)} and {len(py)} tensors along 0: the sizes "
                       "do not broadcast", ValueError)
     handler = ops().binary(name)
     out = []
-    for i in range(count):
-        a, b = px[min(i, len(px) - 1)], py[min(i, len(py) - 1)]
+    for a, b in pairs:
         rows = [isinstance(v, Rows) for v in (a, b) if not is_number(v)]
         if any(rows) and not all(rows):
             raise Refusal(f"{what} of a (k, batch) value and a (k, batch, n) stack or (batch, n) "
@@ -177,19 +181,15 @@ def softmax(body, name, s, dim):
     """softmax / log_softmax of a stack along dim 1 or 2 (-1): of each tensor lying along that
     dim, or elementwise across the tensors when it is the stacked dim: exp(x - m) over its sum,
     m their maximum."""
+    from .trace_reduce import _across
     dim = _stack_dims(s, dim, name)
-    s = in_form(body, s, s.dim)
     if dim != s.dim:
         return Stack([body.emit(name, p.size, [p]) for p in s.parts], s.dim)
     vecs = [_vec(p) for p in s.parts]
-    m = vecs[0]
-    for p in vecs[1:]:
-        m = apply(body, "max", m, p)
+    m = _across(body, "max", Stack(vecs, s.dim))
     shifted = [apply(body, "sub", p, m) for p in vecs]
     exps = [apply(body, "exp", d) for d in shifted]
-    total = exps[0]
-    for e in exps[1:]:
-        total = apply(body, "add", total, e)
+    total = _across(body, "sum", Stack(exps, s.dim))
     if name == "softmax":
         out = [apply(body, "div", e, total) for e in exps]
     else:
@@ -205,13 +205,14 @@ def _line_reduction(body, name, v):
     return _largest(body, v, "max" if name in ("max", "amax") else "min")
 
 
-def reduce(body, name, s, dim, keepdim, across):
+def reduce(body, name, s, dim, keepdim):
     """A reduction of a stack along a dim (0, 1 or 2 as _stack_dims gives it): across its tensors
-    when dim is the stacked one (`across`, trace_reduce's, gives the (batch, m) result), else of
-    each tensor, their results side by side: (batch, k) from (batch, k, n) along 2, (k, batch)
-    from (k, batch, n). keepdim=True keeps the dim as size 1."""
+    when dim is the stacked one (trace_reduce's _across), else of each tensor, their results side
+    by side: (batch, k) from (batch, k, n) along 2, (k, batch) from (k, batch, n). keepdim=True
+    keeps the dim as size 1."""
     if dim == s.dim:
-        v = across(Stack([_vec(p) for p in s.parts], s.dim))
+        from .trace_reduce import _across
+        v = _across(body, name, Stack([_vec(p) for p in s.parts], s.dim))
         if _flat_rows(s):
             return Stack([v], 0) if keepdim else Rows(v)
         return Stack([v], s.dim) if keepdim else v
@@ -353,18 +354,12 @@ def einsum(body, equation, specs, out, operands):
         product = t if product is None else binary(body, "mul", product, t)
     if len(out) == 3:
         return product
-    summed = reduce(body, "sum", product, 2, False, lambda t: _across_sum(body, t))
+    summed = reduce(body, "sum", product, 2, False)
     if len(out) == 2:
         return summed
     from .trace_reduce import sum_of
     return Rows(sum_of(body, summed))
 
-
-def _across_sum(body, s):
-    acc = s.parts[0]
-    for p in s.parts[1:]:
-        acc = apply(body, "add", acc, p)
-    return acc
 
 
 def unsqueeze_rows(s):
