@@ -6,11 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__CUDACC__)
-#define EDBATCH_HD __host__ __device__
-#else
-#define EDBATCH_HD
-#endif
+#include "kernels/special_math.h"  // EDBATCH_HD
 
 namespace edbatch::math {
 
@@ -83,6 +79,52 @@ struct ScalarMath {
 #else
     return std::hypot(a, b);
 #endif
+  }
+  EDBATCH_HD static float erfc(float x) {
+#if defined(__CUDA_ARCH__)
+    return erfcf(x);
+#else
+    return std::erfc(x);
+#endif
+  }
+  EDBATCH_HD static float lgamma(float x) {
+#if defined(__CUDA_ARCH__)
+    return lgammaf(x);
+#else
+    return std::lgamma(x);
+#endif
+  }
+  EDBATCH_HD static float erfinv(float x) {
+#if defined(__CUDA_ARCH__)
+    return erfinvf(x);
+#else
+    return static_cast<float>(special::erfinv(x));
+#endif
+  }
+  EDBATCH_HD static float digamma(float x) {
+    return static_cast<float>(special::digamma(x));
+  }
+  EDBATCH_HD static float trigamma(float x) {
+    return static_cast<float>(special::trigamma(x));
+  }
+  EDBATCH_HD static float fmod(float a, float b) {
+    return special::fmod_of(a, b);
+  }
+  EDBATCH_HD static float mod(float a, float b) {
+    return special::mod(a, b);
+  }
+  EDBATCH_HD static float trunc_div(float a, float b) {
+    return special::trunc_of(a / b);
+  }
+  EDBATCH_HD static float floor_div(float a, float b) {
+    return special::floor_div(a, b);
+  }
+  EDBATCH_HD static float copysign(float a, float b) {
+    return special::copysign_of(a, b);
+  }
+  // y / x, 0 where x is 0.
+  EDBATCH_HD static float div_or_zero(float y, float x) {
+    return x == 0 ? 0.0f : y / x;
   }
   EDBATCH_HD static float sinh(float x) {
 #if defined(__CUDA_ARCH__)
@@ -207,6 +249,39 @@ struct ScalarMath {
   }
   static double hypot(double a, double b) {
     return std::hypot(a, b);
+  }
+  static double erfc(double x) {
+    return std::erfc(x);
+  }
+  static double lgamma(double x) {
+    return std::lgamma(x);
+  }
+  static double erfinv(double x) {
+    return special::erfinv(x);
+  }
+  static double digamma(double x) {
+    return special::digamma(x);
+  }
+  static double trigamma(double x) {
+    return special::trigamma(x);
+  }
+  static double fmod(double a, double b) {
+    return std::fmod(a, b);
+  }
+  static double mod(double a, double b) {
+    return special::mod(a, b);
+  }
+  static double trunc_div(double a, double b) {
+    return std::trunc(a / b);
+  }
+  static double floor_div(double a, double b) {
+    return special::floor_div(a, b);
+  }
+  static double copysign(double a, double b) {
+    return std::copysign(a, b);
+  }
+  static double div_or_zero(double y, double x) {
+    return x == 0 ? 0.0 : y / x;
   }
   static double sinh(double x) {
     return std::sinh(x);

@@ -285,6 +285,14 @@ const std::vector<OpCase> kOps = {
               cmult(stop_gradient(a[0]), a[0]) + atan2(a[0], a[0] * -0.5f + 0.3f) +
               hypot(a[0], a[0] * 0.5f - 0.2f);
      }},
+    {"erfc, lgamma, digamma, erfinv, fmod, remainder, copysign",
+     {kV},
+     [](OpGraph&, const std::vector<Expr>& a, uint32_t) {
+       return erfc(a[0] * 2.0f) + lgamma(a[0] * 0.4f + 1.5f) + lgamma(a[0] * 0.4f - 0.5f) +
+              digamma(a[0] * 0.4f + 1.5f) + digamma(a[0] * 0.4f - 0.5f) + erfinv(a[0] * 0.95f) +
+              fmod(a[0] * 0.4f + 2.5f, a[0] * 0.02f - 1.0f) +
+              remainder(a[0] * 0.4f - 2.5f, a[0] * 0.02f + 1.0f) + copysign(a[0], 0.5f - a[0]);
+     }},
     {"step, keep",
      {kV, kV},
      [](OpGraph&, const std::vector<Expr>& a, uint32_t) {

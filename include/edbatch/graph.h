@@ -169,6 +169,12 @@ Expr asinh(const Expr& x);
 Expr atanh(const Expr& x);
 Expr asin(const Expr& x);
 Expr acos(const Expr& x);
+// 1 - erf(x) without the loss in the tail; log |Gamma(x)| (+inf at the poles); digamma, lgamma's
+// derivative; the inverse of erf on [-1, 1]: torch.erfc, lgamma, digamma, erfinv.
+Expr erfc(const Expr& x);
+Expr lgamma(const Expr& x);
+Expr digamma(const Expr& x);
+Expr erfinv(const Expr& x);
 // The largest integer not above x; the nearest integer, halves to even (torch.round). Their
 // gradient is 0.
 Expr floor(const Expr& x);
@@ -179,6 +185,11 @@ Expr stop_gradient(const Expr& x);
 Expr atan2(const Expr& a, const Expr& b);
 // sqrt(a^2 + b^2) elementwise, without overflow or underflow in the squares: torch.hypot(a, b).
 Expr hypot(const Expr& a, const Expr& b);
+// a - trunc(a / b) b, of a's sign (torch.fmod); a - floor(a / b) b, of b's sign (torch.remainder,
+// Python's %); |a| with b's sign bit (torch.copysign, whose gradient reaches a only).
+Expr fmod(const Expr& a, const Expr& b);
+Expr remainder(const Expr& a, const Expr& b);
+Expr copysign(const Expr& a, const Expr& b);
 // 1 where x > 0 (inclusive: x >= 0), else 0, NaN giving 0: a comparison as a 0/1 mask, with no
 // gradient. keep(a, mask): a where mask > 0, else exactly 0 (a selection, so a value not kept may
 // be inf or NaN); a's gradient passes where it is kept, mask's is 0. where(c, a, b) is

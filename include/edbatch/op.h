@@ -45,11 +45,18 @@ enum class Op : uint8_t {
   Atanh,
   Asin,
   Acos,
+  Erfc,               // 1 - erf(x), without the loss in the tail
+  Lgamma,             // log |Gamma(x)|
+  Digamma,            // the derivative of lgamma
+  Erfinv,             // the inverse of erf on [-1, 1]
   Floor,              // the largest integer not above x (gradient 0)
   Round,              // the nearest integer, halves to even (gradient 0)
   StopGradient,       // x itself, with gradient 0 (torch's detach)
   Atan2,              // the angle of (b, a) in (-pi, pi]: atan2(a, b), as torch.atan2(a, b)
   Hypot,              // sqrt(a^2 + b^2) without overflow or underflow, as torch.hypot(a, b)
+  Fmod,               // a - trunc(a / b) b, of a's sign, as torch.fmod(a, b)
+  Remainder,          // a - floor(a / b) b, of b's sign, as torch.remainder(a, b) (Python's %)
+  Copysign,           // |a| with b's sign bit, as torch.copysign(a, b)
   Concat,             // stack args vertically (rows add up, cols equal)
   SliceRows,          // rows [aux, aux + rows) of every column of the argument
   Pick,               // element `index` of a vector: 1x1
@@ -123,11 +130,18 @@ inline constexpr OpInfo kOpInfo[] = {
     {"atanh", 1, 1, BatchRule::Exact, true},
     {"asin", 1, 1, BatchRule::Exact, true},
     {"acos", 1, 1, BatchRule::Exact, true},
+    {"erfc", 1, 1, BatchRule::Exact, true},
+    {"lgamma", 1, 1, BatchRule::Exact, true},
+    {"digamma", 1, 1, BatchRule::Exact, true},
+    {"erfinv", 1, 1, BatchRule::Exact, true},
     {"floor", 1, 1, BatchRule::Exact, true},
     {"round", 1, 1, BatchRule::Exact, true},
     {"stop_gradient", 1, 1, BatchRule::Exact, true},
     {"atan2", 2, 2, BatchRule::Exact, true},
     {"hypot", 2, 2, BatchRule::Exact, true},
+    {"fmod", 2, 2, BatchRule::Exact, true},
+    {"remainder", 2, 2, BatchRule::Exact, true},
+    {"copysign", 2, 2, BatchRule::Exact, true},
     {"concat", 1, -1, BatchRule::Exact, true},
     {"slice_rows", 1, 1, BatchRule::Exact, true},
     {"pick", 1, 1, BatchRule::Exact, true},

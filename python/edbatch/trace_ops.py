@@ -25,7 +25,8 @@ SUPPORTED = (
     "nn.Linear, F.linear, x @ W, torch.matmul, torch.addmm (W an nn.Parameter, or W.t()); "
     "+ - * / with tensors, weight vectors and Python numbers, unary minus; "
     "sigmoid, tanh, relu, gelu, softplus (beta=1, threshold=20), exp, log, sqrt, sin, cos, "
-    "erf, atan, sinh, cosh, asinh, atanh, asin, acos (and the arc- names) "
+    "erf, atan, sinh, cosh, asinh, atanh, asin, acos (and the arc- names), erfc, lgamma / "
+    "special.gammaln, digamma / special.psi, erfinv "
     "(torch., F., method and module forms); x ** e (e an integer from -16 to 16, 0.5, -0.5) and "
     "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid, leaky_relu, elu, abs; "
     "torch.cat, chunk, split, narrow, slicing (x[:, a:b], x[:, a:b:k]), flip / fliplr, roll "
@@ -384,7 +385,11 @@ _ACTIVATIONS = {"sigmoid": (torch.sigmoid, F.sigmoid, torch.special.expit),
                 "sinh": (torch.sinh,), "cosh": (torch.cosh,),
                 "asinh": (torch.asinh, torch.arcsinh),
                 "atanh": (torch.atanh, torch.arctanh), "asin": (torch.asin, torch.arcsin),
-                "acos": (torch.acos, torch.arccos)}
+                "acos": (torch.acos, torch.arccos),
+                "erfc": (torch.erfc, torch.special.erfc),
+                "lgamma": (torch.lgamma, torch.special.gammaln),
+                "digamma": (torch.digamma, torch.special.digamma, torch.special.psi),
+                "erfinv": (torch.erfinv, torch.special.erfinv)}
 
 FUNCTIONS = {
     operator.add: binary("add"), operator.sub: binary("sub"), operator.mul: binary("mul"),

@@ -320,6 +320,15 @@ Expr atan2(const Expr& a, const Expr& b) {
 Expr hypot(const Expr& a, const Expr& b) {
   return binary(Op::Hypot, a, b);
 }
+Expr fmod(const Expr& a, const Expr& b) {
+  return binary(Op::Fmod, a, b);
+}
+Expr remainder(const Expr& a, const Expr& b) {
+  return binary(Op::Remainder, a, b);
+}
+Expr copysign(const Expr& a, const Expr& b) {
+  return binary(Op::Copysign, a, b);
+}
 Expr scalar_affine(const Expr& x, float alpha, float beta) {
   return elementwise(Op::ScalarAffine, Args(&x, 1), alpha, beta);
 }
@@ -383,6 +392,18 @@ Expr asin(const Expr& x) {
 }
 Expr acos(const Expr& x) {
   return elementwise(Op::Acos, Args(&x, 1));
+}
+Expr erfc(const Expr& x) {
+  return elementwise(Op::Erfc, Args(&x, 1));
+}
+Expr lgamma(const Expr& x) {
+  return elementwise(Op::Lgamma, Args(&x, 1));
+}
+Expr digamma(const Expr& x) {
+  return elementwise(Op::Digamma, Args(&x, 1));
+}
+Expr erfinv(const Expr& x) {
+  return elementwise(Op::Erfinv, Args(&x, 1));
 }
 Expr floor(const Expr& x) {
   return elementwise(Op::Floor, Args(&x, 1));

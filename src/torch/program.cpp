@@ -27,13 +27,16 @@ const std::map<std::string, Expr (*)(const Expr&)> kUnary = {
     {"cosh", cosh},         {"asinh", asinh},
     {"atanh", atanh},       {"asin", asin},
     {"acos", acos},         {"floor", floor},
+    {"erfc", erfc},         {"lgamma", lgamma},
+    {"digamma", digamma},   {"erfinv", erfinv},
     {"round", round},       {"stop_gradient", stop_gradient},
     {"softmax", softmax},   {"log_softmax", log_softmax}};
 
 // The program's two-argument elementwise instructions.
 const std::map<std::string, Expr (*)(const Expr&, const Expr&)> kBinary = {
-    {"add", add},    {"sub", subtract}, {"mul", cmult},
-    {"div", divide}, {"atan2", atan2},  {"hypot", hypot}};
+    {"add", add},    {"sub", subtract},        {"mul", cmult},
+    {"div", divide}, {"atan2", atan2},         {"hypot", hypot},
+    {"fmod", fmod},  {"remainder", remainder}, {"copysign", copysign}};
 
 class ProgramCell : public Cell {
  public:

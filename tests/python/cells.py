@@ -346,6 +346,17 @@ OPS = {
     "hypot, xlogy": lambda c, a, m, x: (
         torch.hypot(a, m) + m.hypot(c.b2) + torch.xlogy(a, m * m + 0.5) +
         torch.special.xlogy(m, 2.0) + a.xlogy(c.b2) + torch.xlogy(3.0, torch.sigmoid(a))),
+    "erfc, lgamma, digamma, erfinv, ndtr": lambda c, a, m, x: (
+        torch.erfc(a) + m.erfc() * 0.5 + torch.lgamma(a.abs() + 0.5) * 0.3
+        + torch.special.gammaln(torch.sigmoid(m) + 0.2) + torch.digamma(a * a + 1.0) * 0.3
+        + torch.special.psi(torch.sigmoid(a) + 0.5) * 0.1 + (torch.sigmoid(m) + 0.1).digamma() * 0.1
+        + torch.erfinv(torch.tanh(a) * 0.9) + torch.special.erfinv(torch.sigmoid(m) - 0.5)
+        + torch.special.ndtr(a) + torch.lgamma(torch.sigmoid(a) * 0.8 - 0.9) * 0.2),
+    "fmod, remainder, %, copysign, signbit": lambda c, a, m, x: (
+        torch.fmod(a, 0.7) + m.fmod(torch.sigmoid(a) + 0.5) + torch.remainder(a, -0.6)
+        + m % 0.8 + torch.remainder(a, c.b2.abs() + 0.4)
+        + torch.copysign(a, m) + m.copysign(-1.0) + torch.signbit(a - m).float() * a
+        + torch.where(m.signbit(), a, m)),
     "fmax, fmin": lambda c, a, m, x: torch.fmax(a, m) + m.fmin(a * 0.5) + torch.fmin(a, c.b),
     # made when the cell is traced: Python numbers to it
     "0-d tensor constants": lambda c, a, m, x: (

@@ -24,11 +24,13 @@ _UNARY = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "gel
           "sin": torch.sin, "cos": torch.cos, "erf": torch.erf,
           "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh, "asinh": torch.asinh,
           "atanh": torch.atanh, "asin": torch.asin, "acos": torch.acos, "floor": torch.floor,
-          "round": torch.round, "stop_gradient": torch.detach,
+          "round": torch.round, "stop_gradient": torch.detach, "erfc": torch.erfc,
+          "lgamma": torch.lgamma, "digamma": torch.digamma, "erfinv": torch.erfinv,
           "softmax": lambda v: torch.softmax(v, -1),
           "log_softmax": lambda v: torch.log_softmax(v, -1)}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-           "atan2": torch.atan2, "hypot": torch.hypot}
+           "atan2": torch.atan2, "hypot": torch.hypot, "fmod": torch.fmod,
+           "remainder": torch.remainder, "copysign": torch.copysign}
 
 
 def _value(ins, vals, inputs, weights, layouts, ctx):

@@ -169,6 +169,44 @@ def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorc
     assert torch.equal(torch.isnan(shrunk), torch.isnan(v))
 
 
+def test_special_functions_and_modulo_at_poles_zeros_and_nan_as_in_pytorch(backend):
+    """erfc, lgamma, digamma, erfinv and ndtr at their poles, signed zeros, the ends of erfinv's
+    domain, the infinities and NaN; fmod, remainder (and %) and copysign by signed zeros,
+    infinities and NaN; signbit of -0 and NaN. Values as PyTorch's, and gradients too but for
+    digamma where its argument is a negative integer (its gradient there, trigamma at a pole,
+    is +inf in the engine and a large finite number in PyTorch, whose pi x is not quite an
+    integer) and a number % a tensor (PyTorch has no derivative for it)."""
+    def cell(x, m, values=True):
+        r = torch.cat([x[:, 4:], x[:, :4]], -1)
+        parts = [torch.erfc(x), torch.lgamma(x), torch.erfinv(x), torch.special.ndtr(x),
+                 torch.fmod(x, r), torch.remainder(x, r), x % 0.75, torch.copysign(x, r),
+                 x.copysign(-0.0), torch.signbit(x).float()]
+        return torch.cat(parts + ([torch.digamma(x), 1.5 % r] if values else []), -1)
+    packed = structures.packed("trees", 3)
+    x = torch.randn(packed.input_ids.numel(), D)
+    x[0] = torch.tensor([-math.inf, math.inf, -0.0, 1.0, math.nan])
+    x[1] = torch.tensor([0.0, -1.0, -2.0, 0.999, 0.5])
+    x[2] = torch.tensor([-0.5, 3.0, -4.5, -1e-30, -0.9999])
+    rows = packed.node_inputs
+    v = torch.where(rows[:, None] >= 0, x[rows.clamp(min=0)], torch.zeros(1, D))
+    with torch.no_grad():
+        h = edbatch.nn.Propagate(cell, state_size=12 * D)(packed, x=x)
+    torch.testing.assert_close(h, cell(v, None), equal_nan=True)
+    assert torch.isinf(h).any() and torch.isnan(h).any()
+    # Gradients: the random rows and the rows above but the negative integers' digamma.
+    model = edbatch.nn.Propagate(lambda x, m: cell(x, m, values=False), state_size=10 * D)
+    g = x.clone()
+    g[1, 1:3] = 0.25
+    ours = g.clone().requires_grad_()
+    model(packed, x=ours).sum().backward()
+    eager = g.clone().requires_grad_()
+    e = torch.where(rows[:, None] >= 0, eager[rows.clamp(min=0)], torch.zeros(1, D))
+    cell(e, None, values=False).sum().backward()
+    # erfinv's gradient e^(y^2) near 1 magnifies y's last bit (the engine rounds a double erfinv)
+    torch.testing.assert_close(ours.grad, eager.grad, equal_nan=True, rtol=1e-5, atol=1e-5)
+    assert torch.isinf(ours.grad).any() and torch.isfinite(ours.grad).sum() > ours.grad.numel() // 2
+
+
 def test_xlogy_values_and_gradients_where_x_is_zero(backend):
     """xlogy of x = 0 is 0 by any y but NaN (an infinite one too); x's gradient is log(y), 0
     where x is 0 and y <= 0 (not 0 * log(0)'s NaN), as PyTorch's; y's is x / y, as PyTorch's
