@@ -1,7 +1,7 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
 selu, celu, prelu, softmin, log1p, expm1, logaddexp, hardshrink, softshrink, floor, round, ceil,
-trunc, frac, xlogy, signbit, ndtr, rms_norm (torch 2.4 on), cosine_similarity, pairwise_distance
+trunc, frac, xlogy, signbit, heaviside, ndtr, rms_norm (torch 2.4 on), cosine_similarity, pairwise_distance
 and bilinear, in their torch., F., method and module forms; and the ops fmod, remainder and
 copysign with Python numbers. trace_ops merges these tables into its own."""
 import math
@@ -445,6 +445,23 @@ def signbit_of(body, x):
     return Mask(m.index, m.size)
 
 
+def heaviside(body, args, kwargs):
+    """torch.heaviside(x, values): 1 where x > 0, values where x is 0 (either sign), else 0 (NaN
+    gives 0, as in PyTorch). No gradient reaches x or values: PyTorch has no derivative for it
+    (its backward raises), and it is flat wherever it has one."""
+    a = bind(args, kwargs, ("input", "values"), {})
+    if is_number(a["input"]):
+        raise Refusal("heaviside of a Python number is not supported: PyTorch takes a tensor",
+                      TypeError)
+    x = body.vector(a["input"])
+    v = body.emit("const", 1, [], value=float(a["values"])) if is_number(a["values"]) else \
+        apply(body, "stop_gradient", body.vector(a["values"]))
+    x, v = broadcast_pair(body, x, v, "heaviside")
+    zero = apply(body, "mul", apply(body, "step", x, alpha=1.0),
+                 apply(body, "step", apply(body, "scale", x, alpha=-1.0, beta=0.0), alpha=1.0))
+    return apply(body, "add", apply(body, "step", x, alpha=0.0), apply(body, "keep", v, zero))
+
+
 def ndtr_of(body, x):
     """torch.special.ndtr, the standard normal's distribution function: erfc(-x / sqrt 2) / 2,
     which keeps the lower tail."""
@@ -478,6 +495,7 @@ FUNCTIONS = {
     torch.hypot: hypot, torch.xlogy: xlogy, torch.logit: logit, torch.sinc: plain(sinc_of),
     torch.fmod: modulo("fmod"), torch.remainder: modulo("remainder"),
     operator.mod: modulo("remainder"), torch.copysign: copysign, torch.signbit: plain(signbit_of),
+    torch.heaviside: heaviside,
     **_special(log1p=plain(log1p_of), expm1=plain(expm1_of), logsumexp=logsumexp, xlogy=xlogy,
                logit=logit, sinc=plain(sinc_of), ndtr=plain(ndtr_of)),
 }
@@ -492,6 +510,7 @@ METHODS = {
     "frac": plain(frac_of), "tile": tile, "atan2": atan2, "arctan2": atan2, "hypot": hypot,
     "xlogy": xlogy, "logit": logit, "sinc": plain(sinc_of), "fmod": modulo("fmod"),
     "remainder": modulo("remainder"), "copysign": copysign, "signbit": plain(signbit_of),
+    "heaviside": heaviside,
 }
 
 MODULES = {
@@ -525,7 +544,8 @@ SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximat
              "special. and method forms; a Python number for either argument); "
              "logit (eps a number or None) and sinc (torch., special. and method forms); "
              "fmod, remainder and a % b, copysign (a Python number for the second argument, "
-             "either for fmod and remainder), signbit (torch. and method forms); "
+             "either for fmod and remainder), signbit, heaviside (no gradient) (torch. and "
+             "method forms); "
              "torch.special.ndtr; "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
              "cosine_similarity and pairwise_distance (p=2 or 1) over the features (torch., F. and "

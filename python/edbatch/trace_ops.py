@@ -503,9 +503,10 @@ if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
 # comparisons and torch.where (trace_select.py, which reads binary); recurrent cells
 # (trace_rnn.py, which reads linear_of and pieces above); einsum (trace_einsum.py, which reads
 # binary and linear_of); scans along the features (trace_scan.py); nn.MultiheadAttention over
-# stacks (trace_attention.py, which reads binary and linear_of).
+# stacks (trace_attention.py, which reads binary and linear_of); sorting along the features
+# (trace_sort.py).
 from . import (trace_activations, trace_attention, trace_bmm, trace_compose,  # noqa: E402
-               trace_einsum, trace_rnn, trace_scan, trace_select)
+               trace_einsum, trace_rnn, trace_scan, trace_select, trace_sort)
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
@@ -524,10 +525,12 @@ FUNCTIONS.update(trace_einsum.FUNCTIONS)
 FUNCTIONS.update(trace_scan.FUNCTIONS)
 METHODS.update(trace_scan.METHODS)
 MODULES.update(trace_attention.MODULES)
+FUNCTIONS.update(trace_sort.FUNCTIONS)
+METHODS.update(trace_sort.METHODS)
 SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
                         trace_activations.SUPPORTED, trace_compose.SUPPORTED,
                         trace_select.SUPPORTED, trace_rnn.SUPPORTED, trace_einsum.SUPPORTED,
-                        trace_scan.SUPPORTED, trace_attention.SUPPORTED])
+                        trace_scan.SUPPORTED, trace_attention.SUPPORTED, trace_sort.SUPPORTED])
 
 # Elementwise functions of one tensor also take a stack, tensor by tensor (trace_stack.py).
 _ELEMENTWISE = [fn for fns in _ACTIVATIONS.values() for fn in fns] + [

@@ -65,7 +65,8 @@ class Stack:
 
 
 class Indices:
-    """The indices of a max or min over the features: traced, but not a value a program has."""
+    """The indices of a max, min, sort, topk, kthvalue or median over the features: traced, but
+    not a value a program has."""
     __slots__ = ()
 
 
@@ -102,8 +103,8 @@ def describe(v):
                     "or min to a (batch, features) tensor)",
              Rows: "a value of shape (batch,) (a reduction without keepdim=True, x[:, i] or "
                    "squeeze(-1); unsqueeze(-1) it to use it per row)",
-             Indices: "the indices of a max or min over the features (only its values are "
-                      "supported)"}
+             Indices: "the indices of a max, min, sort, topk, kthvalue or median over the "
+                      "features (only its values are supported)"}
     return names.get(type(v), type(v).__name__)
 
 

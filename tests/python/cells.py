@@ -357,6 +357,12 @@ OPS = {
         + m % 0.8 + torch.remainder(a, c.b2.abs() + 0.4)
         + torch.copysign(a, m) + m.copysign(-1.0) + torch.signbit(a - m).float() * a
         + torch.where(m.signbit(), a, m)),
+    "sort, topk, kthvalue, median": lambda c, a, m, x: (
+        torch.sort(a, -1).values * 0.5 + m.sort(descending=True)[0] + torch.cat(
+            [torch.topk(a * m, 3).values, m.topk(2, largest=False, dim=-1).values], -1).sum(
+                -1, keepdim=True) + torch.kthvalue(a, 2, -1, keepdim=True).values
+        + a.median(-1, keepdim=True).values + torch.median(m, dim=1)[0].unsqueeze(-1)
+        + torch.sort(torch.sigmoid(a[:, :5]), stable=True).values.sum(-1, keepdim=True)),
     "fmax, fmin": lambda c, a, m, x: torch.fmax(a, m) + m.fmin(a * 0.5) + torch.fmin(a, c.b),
     # made when the cell is traced: Python numbers to it
     "0-d tensor constants": lambda c, a, m, x: (

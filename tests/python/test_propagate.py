@@ -172,7 +172,9 @@ def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorc
 def test_special_functions_and_modulo_at_poles_zeros_and_nan_as_in_pytorch(backend):
     """erfc, lgamma, digamma, erfinv and ndtr at their poles, signed zeros, the ends of erfinv's
     domain, the infinities and NaN; fmod, remainder (and %) and copysign by signed zeros,
-    infinities and NaN; signbit of -0 and NaN. Values as PyTorch's, and gradients too but for
+    infinities and NaN; signbit of -0 and NaN; heaviside at signed zeros and NaN (which gives
+    0). Values as PyTorch's, and gradients too but for heaviside (PyTorch has none, and raises;
+    the engine's is 0, checked below), for
     digamma where its argument is a negative integer (its gradient there, trigamma at a pole,
     is +inf in the engine and a large finite number in PyTorch, whose pi x is not quite an
     integer) and a number % a tensor (PyTorch has no derivative for it)."""
@@ -181,7 +183,8 @@ def test_special_functions_and_modulo_at_poles_zeros_and_nan_as_in_pytorch(backe
         parts = [torch.erfc(x), torch.lgamma(x), torch.erfinv(x), torch.special.ndtr(x),
                  torch.fmod(x, r), torch.remainder(x, r), x % 0.75, torch.copysign(x, r),
                  x.copysign(-0.0), torch.signbit(x).float()]
-        return torch.cat(parts + ([torch.digamma(x), 1.5 % r] if values else []), -1)
+        return torch.cat(parts + ([torch.digamma(x), 1.5 % r, torch.heaviside(x, r),
+                                   x.heaviside(torch.tensor(0.5))] if values else []), -1)
     packed = structures.packed("trees", 3)
     x = torch.randn(packed.input_ids.numel(), D)
     x[0] = torch.tensor([-math.inf, math.inf, -0.0, 1.0, math.nan])
@@ -190,7 +193,7 @@ def test_special_functions_and_modulo_at_poles_zeros_and_nan_as_in_pytorch(backe
     rows = packed.node_inputs
     v = torch.where(rows[:, None] >= 0, x[rows.clamp(min=0)], torch.zeros(1, D))
     with torch.no_grad():
-        h = edbatch.nn.Propagate(cell, state_size=12 * D)(packed, x=x)
+        h = edbatch.nn.Propagate(cell, state_size=14 * D)(packed, x=x)
     torch.testing.assert_close(h, cell(v, None), equal_nan=True)
     assert torch.isinf(h).any() and torch.isnan(h).any()
     # Gradients: the random rows and the rows above but the negative integers' digamma.
@@ -205,6 +208,44 @@ def test_special_functions_and_modulo_at_poles_zeros_and_nan_as_in_pytorch(backe
     # erfinv's gradient e^(y^2) near 1 magnifies y's last bit (the engine rounds a double erfinv)
     torch.testing.assert_close(ours.grad, eager.grad, equal_nan=True, rtol=1e-5, atol=1e-5)
     assert torch.isinf(ours.grad).any() and torch.isfinite(ours.grad).sum() > ours.grad.numel() // 2
+    flat, plain = g.clone().requires_grad_(), g.clone().requires_grad_()
+    edbatch.nn.Propagate(lambda x, m: torch.heaviside(x, x * 3) + x, state_size=D)(
+        packed, x=flat).sum().backward()
+    edbatch.nn.Propagate(lambda x, m: x, state_size=D)(packed, x=plain).sum().backward()
+    assert torch.equal(flat.grad, plain.grad) and plain.grad.sum() > 0
+
+
+def test_sort_topk_kthvalue_median_with_nan_infinities_and_ties_as_in_pytorch(backend):
+    """Sorting along the features at an awkward size (7: padded to 8 inside) puts NaN last
+    ascending and first descending, the infinities and signed zeros in order; median is NaN
+    where the row holds a NaN. Values as PyTorch's; gradients too on rows without ties (a tie's
+    gradient may go to either of the equal entries)."""
+    def cell(x, m):
+        return torch.cat([torch.sort(x, -1).values, x.sort(descending=True)[0],
+                          torch.topk(x, 3).values, x.topk(2, largest=False).values,
+                          torch.kthvalue(x, 2, -1, keepdim=True).values,
+                          x.median(-1, keepdim=True).values,
+                          torch.median(x[:, :4], dim=-1).values.unsqueeze(-1)], -1)
+    width = 7
+    packed = structures.packed("trees", 3)
+    x = torch.randn(packed.input_ids.numel(), width)
+    x[0] = torch.tensor([-math.inf, math.inf, -0.0, 1.0, math.nan, 0.5, 1.5])
+    x[1] = torch.tensor([2.0, 2.0, -1.0, math.nan, math.nan, 3.0, -math.inf])
+    x[2] = torch.tensor([0.3, math.nan, -0.2, 0.1, 5.0, -7.0, 0.0])
+    model = edbatch.nn.Propagate(cell, state_size=2 * width + 3 + 2 + 1 + 1 + 1)
+    ours = x.clone().requires_grad_()
+    h = model(packed, x=ours)
+    rows = packed.node_inputs
+    eager = x.clone().requires_grad_()
+    want = cell(torch.where(rows[:, None] >= 0, eager[rows.clamp(min=0)],
+                            torch.zeros(1, width)), None)
+    torch.testing.assert_close(h, want, equal_nan=True)
+    assert torch.isnan(h).any() and torch.isinf(h).any()
+    w = torch.randn_like(h)
+    (h * w).nansum().backward()
+    (want * w).nansum().backward()
+    torch.testing.assert_close(ours.grad[2:], eager.grad[2:])
+    assert ours.grad[2:].abs().sum() > 0
 
 
 def test_xlogy_values_and_gradients_where_x_is_zero(backend):

@@ -498,8 +498,18 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "var of 1 feature(s) with correction 1 divides by 0")(
         lambda x, m: m + m[:, :1].var(-1, keepdim=True))
     refused(ValueError, "a value of shape (batch,)")(lambda x, m: m - torch.max(m, -1)[0])
-    refused(TypeError, "the indices of a max or min over the features")(
+    refused(TypeError, "the indices of a max, min, sort")(
         lambda x, m: m * m.max(-1, keepdim=True).indices)
+    refused(TypeError, "the indices of a max, min, sort")(lambda x, m: m + torch.sort(m)[1])
+    refused(ValueError, "topk of k = 8 from 7 features")(lambda x, m: torch.topk(m, 8).values)
+    refused(ValueError, "kthvalue of k = 0")(lambda x, m: m.kthvalue(0, keepdim=True).values)
+    refused(ValueError, "sort along the batch dim (dim 0) is not supported")(
+        lambda x, m: m.sort(0).values)
+    refused(ValueError, "topk is supported along the features (dim=-1) only")(
+        lambda x, m: m.topk(2, dim=None).values)
+    refused(ValueError, "median over every element is not supported")(
+        lambda x, m: m * m.median())
+    refused(ValueError, "torch.msort sorts along dim 0")(lambda x, m: torch.msort(m))
     refused(TypeError, "min of every element")(lambda x, m: m - m.min())
     # var's third positional argument is unbiased, not keepdim: refused, not read as keepdim
     refused(ValueError, "a value of shape (batch,)")(lambda x, m: m - m.var(-1, True))

@@ -1,0 +1,159 @@
+"""Sorting along the features of a cell program (docs/programs.md): torch.sort, topk, kthvalue
+and median (values; indices are traced but cannot be used), in their torch. and method forms.
+A bitonic network of compare-exchanges, each stage one vectorised compare-exchange of the pairs
+it orders: the lower of a pair is a where a <= b or b is NaN, else b, so NaN sorts as the
+largest, as in PyTorch; a value's gradient goes to the entry it came from. A size that is no
+power of two is padded with NaN, which sorts last ascending and first descending and is cut
+off. trace_ops merges these tables into its own."""
+from collections import namedtuple
+
+import torch
+
+from .trace_reduce import kept
+from .trace_values import Indices, Refusal, apply, bind, feature_dim
+
+ValuesIndices = namedtuple("ValuesIndices", "values indices")
+
+
+def _gather(body, picks):
+    """A vector of the entries picks[p] = (vector, index), as slices of runs of consecutive
+    entries of one vector, concatenated."""
+    parts, start = [], 0
+    while start < len(picks):
+        src, first = picks[start]
+        end = start + 1
+        while end < len(picks) and picks[end] == (src, first + end - start):
+            end += 1
+        n = end - start
+        parts.append(src if n == src.size else
+                     body.emit("slice", n, [src], begin=first, end=first + n))
+        start = end
+    return parts[0] if len(parts) == 1 else body.emit("cat", len(picks), parts)
+
+
+def _nan_mask(body, v):
+    """1 where v is NaN, else 0: exactly one of v >= 0 and -v > 0 holds for any other value."""
+    non_negative = apply(body, "step", v, alpha=1.0)
+    negative = apply(body, "step", apply(body, "scale", v, alpha=-1.0, beta=0.0), alpha=0.0)
+    return apply(body, "scale", apply(body, "add", non_negative, negative), alpha=-1.0, beta=1.0)
+
+
+def _exchange(body, a, b):
+    """(lower, higher) of the pairs (a[i], b[i]): a is the lower where a <= b or b is NaN (a NaN
+    a is never lower than a number); equal infinities go either way, as values they are equal."""
+    first = apply(body, "max", apply(body, "step", apply(body, "sub", b, a), alpha=1.0),
+                  _nan_mask(body, b))
+    second = apply(body, "scale", first, alpha=-1.0, beta=1.0)
+
+    def pick(x, y):
+        return apply(body, "add", apply(body, "keep", x, first), apply(body, "keep", y, second))
+    return pick(a, b), pick(b, a)
+
+
+def sorted_of(body, v, descending):
+    """v's entries in order (NaN as the largest), a vector of v's size."""
+    n = v.size
+    size = 1
+    while size < n:
+        size *= 2
+    if size > n:
+        v = body.emit("cat", size, [v, body.emit("const", size - n, [], value=float("nan"))])
+    k = 2
+    while k <= size:
+        j = k // 2
+        while j >= 1:
+            lows = [i for i in range(size) if not i & j]
+            a = _gather(body, [(v, i) for i in lows])
+            b = _gather(body, [(v, i | j) for i in lows])
+            lo, hi = _exchange(body, a, b)
+            picks = [None] * size
+            for q, i in enumerate(lows):
+                ascending = (not i & k) != descending  # all one way at k = size
+                picks[i], picks[i | j] = ((lo, q), (hi, q)) if ascending else ((hi, q), (lo, q))
+            v = _gather(body, picks)
+            j //= 2
+        k *= 2
+    if size == n:
+        return v
+    begin = size - n if descending else 0
+    return body.emit("slice", n, [v], begin=begin, end=begin + n)
+
+
+def _entry(body, v, i):
+    return body.emit("slice", 1, [v], begin=i, end=i + 1)
+
+
+def _check_dim(dim, what):
+    if isinstance(dim, (tuple, list)) or dim is None:
+        raise Refusal(f"{what} is supported along the features (dim=-1) only", ValueError)
+    feature_dim(dim, what)
+
+
+def sort(body, args, kwargs):
+    """torch.sort(x, dim=-1, descending=False, stable=False): the values; ties keep either
+    order, which only their gradients' entries could tell apart."""
+    a = bind(args, kwargs, ("input", "dim", "descending", "stable"),
+             {"dim": -1, "descending": False, "stable": False})
+    _check_dim(a["dim"], "sort")
+    return ValuesIndices(sorted_of(body, body.vector(a["input"]), bool(a["descending"])),
+                         Indices())
+
+
+def topk(body, args, kwargs):
+    """torch.topk(x, k, dim=-1, largest=True, sorted=True): the k largest (smallest) in order."""
+    a = bind(args, kwargs, ("input", "k", "dim", "largest", "sorted"),
+             {"dim": -1, "largest": True, "sorted": True})
+    _check_dim(a["dim"], "topk")
+    v = body.vector(a["input"])
+    k = a["k"]
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= v.size:
+        raise Refusal(f"topk of k = {k!r} from {v.size} features: k must be an integer from 1 "
+                      f"to {v.size}", ValueError)
+    s = sorted_of(body, v, bool(a["largest"]))
+    return ValuesIndices(s if k == v.size else body.emit("slice", k, [s], begin=0, end=k),
+                         Indices())
+
+
+def kthvalue(body, args, kwargs):
+    """torch.kthvalue(x, k, dim=-1, keepdim=False): the k-th smallest (NaN as the largest)."""
+    a = bind(args, kwargs, ("input", "k", "dim", "keepdim"), {"dim": -1, "keepdim": False})
+    _check_dim(a["dim"], "kthvalue")
+    v = body.vector(a["input"])
+    k = a["k"]
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= v.size:
+        raise Refusal(f"kthvalue of k = {k!r} from {v.size} features: k must be an integer from "
+                      f"1 to {v.size}", ValueError)
+    return ValuesIndices(kept(_entry(body, sorted_of(body, v, False), k - 1), a), Indices())
+
+
+def median(body, args, kwargs):
+    """torch.median(x, dim=-1, keepdim=False): the lower of the two middle entries, NaN where the
+    row holds a NaN (as PyTorch's; its gradient then reaches no entry, where PyTorch's goes to
+    the NaN)."""
+    a = bind(args, kwargs, ("input", "dim", "keepdim"), {"dim": None, "keepdim": False})
+    if a["dim"] is None:
+        raise Refusal("median over every element is not supported: take it over the features "
+                      "with median(-1), one value per row", ValueError)
+    _check_dim(a["dim"], "median")
+    v = body.vector(a["input"])
+    s = sorted_of(body, v, False)
+    middle = _entry(body, s, (v.size - 1) // 2)
+    # NaN sorts last: the row holds one where the largest entry is NaN
+    nan = _nan_mask(body, _entry(body, s, v.size - 1))
+    value = apply(body, "add", apply(body, "keep", middle,
+                                     apply(body, "scale", nan, alpha=-1.0, beta=1.0)),
+                  apply(body, "keep", body.emit("const", 1, [], value=float("nan")), nan))
+    return ValuesIndices(kept(value, a), Indices())
+
+
+def msort(body, args, kwargs):
+    raise Refusal("torch.msort sorts along dim 0, the nodes of the batch: sort the features "
+                  "with torch.sort(x, -1)", ValueError)
+
+
+FUNCTIONS = {torch.sort: sort, torch.topk: topk, torch.kthvalue: kthvalue,
+             torch.median: median, torch.msort: msort}
+METHODS = {"sort": sort, "topk": topk, "kthvalue": kthvalue, "median": median, "msort": msort}
+
+SUPPORTED = ("torch.sort, topk, kthvalue and median along the last dim (torch. and method forms; "
+             "their values: indices cannot be used)")
