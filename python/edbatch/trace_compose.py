@@ -1,9 +1,9 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
 selu, celu, prelu, softmin, log1p, expm1, logaddexp, hardshrink, softshrink, floor, round, ceil,
-trunc, frac, xlogy, signbit, heaviside, ndtr, rms_norm (torch 2.4 on), cosine_similarity, pairwise_distance
-and bilinear, in their torch., F., method and module forms; and the ops fmod, remainder and
-copysign with Python numbers. trace_ops merges these tables into its own."""
+trunc, frac, xlogy, signbit, heaviside, ndtr, rms_norm (torch 2.4 on), cosine_similarity,
+pairwise_distance and bilinear, in their torch., F., method and module forms; and the ops fmod,
+remainder and copysign with Python numbers. trace_ops merges these tables into its own."""
 import math
 import operator
 
