@@ -89,6 +89,17 @@ def _check_dim(dim, what):
     feature_dim(dim, what)
 
 
+def _input_and_k(body, a, what):
+    """The feature vector and k of topk / kthvalue, k checked against its size."""
+    _check_dim(a["dim"], what)
+    v = body.vector(a["input"])
+    k = a["k"]
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= v.size:
+        raise Refusal(f"{what} of k = {k!r} from {v.size} features: k must be an integer from 1 "
+                      f"to {v.size}", ValueError)
+    return v, k
+
+
 def sort(body, args, kwargs):
     """torch.sort(x, dim=-1, descending=False, stable=False): the values; ties keep either
     order, which only their gradients' entries could tell apart."""
@@ -103,12 +114,7 @@ def topk(body, args, kwargs):
     """torch.topk(x, k, dim=-1, largest=True, sorted=True): the k largest (smallest) in order."""
     a = bind(args, kwargs, ("input", "k", "dim", "largest", "sorted"),
              {"dim": -1, "largest": True, "sorted": True})
-    _check_dim(a["dim"], "topk")
-    v = body.vector(a["input"])
-    k = a["k"]
-    if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= v.size:
-        raise Refusal(f"topk of k = {k!r} from {v.size} features: k must be an integer from 1 "
-                      f"to {v.size}", ValueError)
+    v, k = _input_and_k(body, a, "topk")
     s = sorted_of(body, v, bool(a["largest"]))
     return ValuesIndices(s if k == v.size else body.emit("slice", k, [s], begin=0, end=k),
                          Indices())
@@ -117,12 +123,7 @@ def topk(body, args, kwargs):
 def kthvalue(body, args, kwargs):
     """torch.kthvalue(x, k, dim=-1, keepdim=False): the k-th smallest (NaN as the largest)."""
     a = bind(args, kwargs, ("input", "k", "dim", "keepdim"), {"dim": -1, "keepdim": False})
-    _check_dim(a["dim"], "kthvalue")
-    v = body.vector(a["input"])
-    k = a["k"]
-    if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= v.size:
-        raise Refusal(f"kthvalue of k = {k!r} from {v.size} features: k must be an integer from "
-                      f"1 to {v.size}", ValueError)
+    v, k = _input_and_k(body, a, "kthvalue")
     return ValuesIndices(kept(_entry(body, sorted_of(body, v, False), k - 1), a), Indices())
 
 
