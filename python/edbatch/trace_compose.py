@@ -1,18 +1,17 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
 selu, celu, prelu, softmin, log1p, expm1, logaddexp, hardshrink, softshrink, floor, round, ceil,
-trunc, frac, xlogy, signbit, heaviside, ndtr, rms_norm (torch 2.4 on), cosine_similarity,
-pairwise_distance and bilinear, in their torch., F., method and module forms; and the ops fmod,
-remainder and copysign with Python numbers. trace_ops merges these tables into its own."""
+trunc, frac, xlogy, xlog1py, rms_norm (torch 2.4 on), cosine_similarity, pairwise_distance and
+bilinear, in their torch., F., method and module forms. trace_ops merges these tables into its
+own."""
 import math
-import operator
 
 import torch
 import torch.nn.functional as F
 
 from .trace_reduce import (clamp_of, finite_or_zero, logsumexp, norm, normalize, repeat,
                            sum_of)
-from .trace_values import (Mask, Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
+from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
                            feature_dim, is_number, no_inplace, ops, plain, tensor_pair,
                            with_inplace)
 from .trace_weights import as_weight
@@ -383,90 +382,33 @@ def hypot(body, args, kwargs):
     return apply(body, "hypot", *tensor_pair(body, args, kwargs, "hypot"))
 
 
-def xlogy(body, args, kwargs):
-    """torch.xlogy / special.xlogy: x * log(y), 0 where x is 0 and y is not NaN, with PyTorch's
-    gradients: x's is log(y), but 0 where x is 0 and y <= 0; y's is x / y. log(y) is taken as 0
-    where x is 0 and y <= 0 before the product, and the product of 0 and an infinite y is
-    replaced by 0 after it. Where x is 0, y's gradient is 0 (PyTorch's 0 / 0 and 0 / NaN are
-    NaN), and at x = 0, y = inf x's gradient is 0 (PyTorch's inf). Either argument may be a
-    Python number."""
-    from .trace_select import comparison, logical, where_of
-    a = bind(args, kwargs, ("input", "other"), {})
-    if is_number(a["input"]) and is_number(a["other"]):
-        raise Refusal("xlogy of two Python numbers is not supported: PyTorch takes a tensor",
-                      TypeError)
-    x, y = (body.emit("const", 1, [], value=float(v)) if is_number(v) else body.vector(v)
-            for v in (a["input"], a["other"]))
-    x, y = broadcast_pair(body, x, y, "xlogy")
-    x_zero = comparison("eq")(body, (x, 0.0), {})
-
-    def and_zero(name, value):
-        return logical("and")(body, (x_zero, comparison(name)(body, (y, value), {})), {})
-    log_y = where_of(body, and_zero("le", 0.0), 0.0, apply(body, "log", y))
-    return where_of(body, and_zero("eq", math.inf), 0.0, apply(body, "mul", x, log_y))
-
-
-def modulo(name):
-    """torch.fmod and torch.remainder (and a % b, Python's modulo, which is remainder): ops of
-    their own, a Python number for either argument; % of two numbers is the number's."""
+def x_log(name, shift):
+    """x * log(y + shift): torch.xlogy (shift 0) and special.xlog1py (shift 1, log1p_of). 0 where
+    x is 0 and y is not NaN, with PyTorch's gradients: x's is log(y + shift), but 0 where x is 0
+    and y <= -shift; y's is x / (y + shift). The log is taken as 0 where x is 0 and y <= -shift
+    before the product, and the product of 0 and an infinite y is replaced by 0 after it. Where
+    x is 0, y's gradient is 0 (PyTorch's 0 / 0 and 0 / NaN are NaN), and at x = 0, y = inf x's
+    gradient is 0 (PyTorch's inf). Either argument may be a Python number."""
     def handle(body, args, kwargs):
+        from .trace_select import comparison, logical, where_of
         a = bind(args, kwargs, ("input", "other"), {})
         if is_number(a["input"]) and is_number(a["other"]):
-            if name == "remainder":
-                return a["input"] % a["other"]
-            raise Refusal("fmod of two Python numbers is not supported: PyTorch takes a tensor",
-                          TypeError)
+            raise Refusal(f"{name} of two Python numbers is not supported: PyTorch takes a "
+                          f"tensor", TypeError)
         x, y = (body.emit("const", 1, [], value=float(v)) if is_number(v) else body.vector(v)
                 for v in (a["input"], a["other"]))
-        return apply(body, name, *broadcast_pair(body, x, y, name))
+        x, y = broadcast_pair(body, x, y, name)
+        x_zero = comparison("eq")(body, (x, 0.0), {})
+
+        def and_zero(op, value):
+            return logical("and")(body, (x_zero, comparison(op)(body, (y, value), {})), {})
+        log = log1p_of(body, y) if shift else apply(body, "log", y)
+        log_y = where_of(body, and_zero("le", -float(shift)), 0.0, log)
+        return where_of(body, and_zero("eq", math.inf), 0.0, apply(body, "mul", x, log_y))
     return handle
 
 
-def copysign(body, args, kwargs):
-    """torch.copysign(a, b): |a| with b's sign bit (-0 and NaNs count), an op of its own; b may
-    be a Python number. a's gradient is PyTorch's (0 where a is 0), b's 0."""
-    a = bind(args, kwargs, ("input", "other"), {})
-    if is_number(a["input"]):
-        raise Refusal("copysign of a Python number is not supported: PyTorch takes a tensor "
-                      "first", TypeError)
-    x = body.vector(a["input"])
-    y = body.emit("const", 1, [], value=float(a["other"])) if is_number(a["other"]) else \
-        body.vector(a["other"])
-    return apply(body, "copysign", *broadcast_pair(body, x, y, "copysign"))
-
-
-def signbit_of(body, x):
-    """torch.signbit: a comparison (a mask) true where x's sign bit is set (-0 and negative
-    NaNs too): copysign(1, x) is -1 there."""
-    v = body.vector(x)
-    ones = body.emit("const", v.size, [], value=1.0)
-    flipped = apply(body, "scale", apply(body, "copysign", ones, v), alpha=-1.0, beta=0.0)
-    m = apply(body, "step", flipped, alpha=0.0)
-    return Mask(m.index, m.size)
-
-
-def heaviside(body, args, kwargs):
-    """torch.heaviside(x, values): 1 where x > 0, values where x is 0 (either sign), else 0 (NaN
-    gives 0, as in PyTorch). No gradient reaches x or values: PyTorch has no derivative for it
-    (its backward raises), and it is flat wherever it has one."""
-    a = bind(args, kwargs, ("input", "values"), {})
-    if is_number(a["input"]):
-        raise Refusal("heaviside of a Python number is not supported: PyTorch takes a tensor",
-                      TypeError)
-    x = body.vector(a["input"])
-    v = body.emit("const", 1, [], value=float(a["values"])) if is_number(a["values"]) else \
-        apply(body, "stop_gradient", body.vector(a["values"]))
-    x, v = broadcast_pair(body, x, v, "heaviside")
-    zero = apply(body, "mul", apply(body, "step", x, alpha=1.0),
-                 apply(body, "step", apply(body, "scale", x, alpha=-1.0, beta=0.0), alpha=1.0))
-    return apply(body, "add", apply(body, "step", x, alpha=0.0), apply(body, "keep", v, zero))
-
-
-def ndtr_of(body, x):
-    """torch.special.ndtr, the standard normal's distribution function: erfc(-x / sqrt 2) / 2,
-    which keeps the lower tail."""
-    v = apply(body, "scale", body.vector(x), alpha=-math.sqrt(0.5), beta=0.0)
-    return apply(body, "scale", apply(body, "erfc", v), alpha=0.5, beta=0.0)
+xlogy = x_log("xlogy", 0)
 
 
 def _special(**handlers):
@@ -493,11 +435,8 @@ FUNCTIONS = {
     F.hardshrink: hardshrink, torch.hardshrink: hardshrink, F.softshrink: softshrink,
     torch.tile: tile, torch.linalg.norm: linalg_norm, torch.atan2: atan2, torch.arctan2: atan2,
     torch.hypot: hypot, torch.xlogy: xlogy, torch.logit: logit, torch.sinc: plain(sinc_of),
-    torch.fmod: modulo("fmod"), torch.remainder: modulo("remainder"),
-    operator.mod: modulo("remainder"), torch.copysign: copysign, torch.signbit: plain(signbit_of),
-    torch.heaviside: heaviside,
     **_special(log1p=plain(log1p_of), expm1=plain(expm1_of), logsumexp=logsumexp, xlogy=xlogy,
-               logit=logit, sinc=plain(sinc_of), ndtr=plain(ndtr_of)),
+               logit=logit, sinc=plain(sinc_of), xlog1py=x_log("xlog1py", 1)),
 }
 
 METHODS = {
@@ -508,9 +447,7 @@ METHODS = {
     "floor": plain(floor_of), "round": _round, "ceil": plain(ceil_of),
     "trunc": plain(trunc_of), "fix": plain(trunc_of),
     "frac": plain(frac_of), "tile": tile, "atan2": atan2, "arctan2": atan2, "hypot": hypot,
-    "xlogy": xlogy, "logit": logit, "sinc": plain(sinc_of), "fmod": modulo("fmod"),
-    "remainder": modulo("remainder"), "copysign": copysign, "signbit": plain(signbit_of),
-    "heaviside": heaviside,
+    "xlogy": xlogy, "logit": logit, "sinc": plain(sinc_of),
 }
 
 MODULES = {
@@ -543,10 +480,7 @@ SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximat
              "logsumexp; atan2 / arctan2 and hypot of two tensors; xlogy (torch., "
              "special. and method forms; a Python number for either argument); "
              "logit (eps a number or None) and sinc (torch., special. and method forms); "
-             "fmod, remainder and a % b, copysign (a Python number for the second argument, "
-             "either for fmod and remainder), signbit, heaviside (no gradient) (torch. and "
-             "method forms); "
-             "torch.special.ndtr; "
+             "torch.special.xlog1py; "
              "nn.RMSNorm / F.rms_norm over the last dim (torch 2.4 and later); "
              "cosine_similarity and pairwise_distance (p=2 or 1) over the features (torch., F. and "
              "module forms; a (batch,) value, or (batch, 1) with keepdim=True); nn.Bilinear / "

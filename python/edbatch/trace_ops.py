@@ -504,9 +504,9 @@ if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
 # (trace_rnn.py, which reads linear_of and pieces above); einsum (trace_einsum.py, which reads
 # binary and linear_of); scans along the features (trace_scan.py); nn.MultiheadAttention over
 # stacks (trace_attention.py, which reads binary and linear_of); sorting along the features
-# (trace_sort.py).
+# (trace_sort.py); special functions and float modulo (trace_special.py).
 from . import (trace_activations, trace_attention, trace_bmm, trace_compose,  # noqa: E402
-               trace_einsum, trace_rnn, trace_scan, trace_select, trace_sort)
+               trace_einsum, trace_rnn, trace_scan, trace_select, trace_sort, trace_special)
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
@@ -527,10 +527,13 @@ METHODS.update(trace_scan.METHODS)
 MODULES.update(trace_attention.MODULES)
 FUNCTIONS.update(trace_sort.FUNCTIONS)
 METHODS.update(trace_sort.METHODS)
+FUNCTIONS.update(trace_special.FUNCTIONS)
+METHODS.update(trace_special.METHODS)
 SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
                         trace_activations.SUPPORTED, trace_compose.SUPPORTED,
                         trace_select.SUPPORTED, trace_rnn.SUPPORTED, trace_einsum.SUPPORTED,
-                        trace_scan.SUPPORTED, trace_attention.SUPPORTED, trace_sort.SUPPORTED])
+                        trace_scan.SUPPORTED, trace_attention.SUPPORTED, trace_sort.SUPPORTED,
+                        trace_special.SUPPORTED])
 
 # Elementwise functions of one tensor also take a stack, tensor by tensor (trace_stack.py).
 _ELEMENTWISE = [fn for fns in _ACTIVATIONS.values() for fn in fns] + [

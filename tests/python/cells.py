@@ -351,7 +351,11 @@ OPS = {
         + torch.special.gammaln(torch.sigmoid(m) + 0.2) + torch.digamma(a * a + 1.0) * 0.3
         + torch.special.psi(torch.sigmoid(a) + 0.5) * 0.1 + (torch.sigmoid(m) + 0.1).digamma() * 0.1
         + torch.erfinv(torch.tanh(a) * 0.9) + torch.special.erfinv(torch.sigmoid(m) - 0.5)
-        + torch.special.ndtr(a) + torch.lgamma(torch.sigmoid(a) * 0.8 - 0.9) * 0.2),
+        + torch.special.ndtr(a) + torch.lgamma(torch.sigmoid(a) * 0.8 - 0.9) * 0.2
+        + torch.special.multigammaln(a.abs() + 2.0, 3) * 0.1 + torch.mvlgamma(m * m + 1.5, 2) * 0.1
+        + torch.polygamma(0, torch.sigmoid(m) + 1.0) + torch.special.xlog1py(a, m * m)
+        + torch.special.xlog1py(m, 0.5) + torch.special.softmax(a, -1)
+        + torch.special.log_softmax(m, dim=-1) * 0.1 + torch.special.round(a) * m),
     "fmod, remainder, %, copysign, signbit": lambda c, a, m, x: (
         torch.fmod(a, 0.7) + m.fmod(torch.sigmoid(a) + 0.5) + torch.remainder(a, -0.6)
         + m % 0.8 + torch.remainder(a, c.b2.abs() + 0.4)

@@ -510,6 +510,9 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "median over every element is not supported")(
         lambda x, m: m * m.median())
     refused(ValueError, "torch.msort sorts along dim 0")(lambda x, m: torch.msort(m))
+    refused(ValueError, "polygamma of order 1 is not supported")(
+        lambda x, m: torch.polygamma(1, m))
+    refused(ValueError, "multigammaln of p = 0")(lambda x, m: torch.mvlgamma(m, 0))
     refused(TypeError, "min of every element")(lambda x, m: m - m.min())
     # var's third positional argument is unbiased, not keepdim: refused, not read as keepdim
     refused(ValueError, "a value of shape (batch,)")(lambda x, m: m - m.var(-1, True))

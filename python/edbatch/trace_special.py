@@ -1,0 +1,130 @@
+"""Special functions and float modulo in cell programs (docs/programs.md): the ops fmod,
+remainder (and a % b) and copysign with Python numbers; signbit, heaviside, special.ndtr,
+multigammaln / mvlgamma and polygamma(0, x) written with other instructions; torch.special's
+aliases of softmax, log_softmax and round. The ops erfc, lgamma, digamma and erfinv are
+trace_ops' activations. trace_ops merges these tables into its own."""
+import math
+import operator
+
+import torch
+
+from .trace_values import (Mask, Refusal, apply, bind, broadcast_pair, is_number, ops, plain)
+
+
+def modulo(name):
+    """torch.fmod and torch.remainder (and a % b, Python's modulo, which is remainder): ops of
+    their own, a Python number for either argument; % of two numbers is the number's."""
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "other"), {})
+        if is_number(a["input"]) and is_number(a["other"]):
+            if name == "remainder":
+                return a["input"] % a["other"]
+            raise Refusal("fmod of two Python numbers is not supported: PyTorch takes a tensor",
+                          TypeError)
+        x, y = (body.emit("const", 1, [], value=float(v)) if is_number(v) else body.vector(v)
+                for v in (a["input"], a["other"]))
+        return apply(body, name, *broadcast_pair(body, x, y, name))
+    return handle
+
+
+def copysign(body, args, kwargs):
+    """torch.copysign(a, b): |a| with b's sign bit (-0 and NaNs count), an op of its own; b may
+    be a Python number. a's gradient is PyTorch's (0 where a is 0), b's 0."""
+    a = bind(args, kwargs, ("input", "other"), {})
+    if is_number(a["input"]):
+        raise Refusal("copysign of a Python number is not supported: PyTorch takes a tensor "
+                      "first", TypeError)
+    x = body.vector(a["input"])
+    y = body.emit("const", 1, [], value=float(a["other"])) if is_number(a["other"]) else \
+        body.vector(a["other"])
+    return apply(body, "copysign", *broadcast_pair(body, x, y, "copysign"))
+
+
+def signbit_of(body, x):
+    """torch.signbit: a comparison (a mask) true where x's sign bit is set (-0 and negative
+    NaNs too): copysign(1, x) is -1 there."""
+    v = body.vector(x)
+    ones = body.emit("const", v.size, [], value=1.0)
+    flipped = apply(body, "scale", apply(body, "copysign", ones, v), alpha=-1.0, beta=0.0)
+    m = apply(body, "step", flipped, alpha=0.0)
+    return Mask(m.index, m.size)
+
+
+def heaviside(body, args, kwargs):
+    """torch.heaviside(x, values): 1 where x > 0, values where x is 0 (either sign), else 0 (NaN
+    gives 0, as in PyTorch). No gradient reaches x or values: PyTorch has no derivative for it
+    (its backward raises), and it is flat wherever it has one."""
+    a = bind(args, kwargs, ("input", "values"), {})
+    if is_number(a["input"]):
+        raise Refusal("heaviside of a Python number is not supported: PyTorch takes a tensor",
+                      TypeError)
+    x = body.vector(a["input"])
+    v = body.emit("const", 1, [], value=float(a["values"])) if is_number(a["values"]) else \
+        apply(body, "stop_gradient", body.vector(a["values"]))
+    x, v = broadcast_pair(body, x, v, "heaviside")
+    zero = apply(body, "mul", apply(body, "step", x, alpha=1.0),
+                 apply(body, "step", apply(body, "scale", x, alpha=-1.0, beta=0.0), alpha=1.0))
+    return apply(body, "add", apply(body, "step", x, alpha=0.0), apply(body, "keep", v, zero))
+
+
+def ndtr_of(body, x):
+    """torch.special.ndtr, the standard normal's distribution function: erfc(-x / sqrt 2) / 2,
+    which keeps the lower tail."""
+    v = apply(body, "scale", body.vector(x), alpha=-math.sqrt(0.5), beta=0.0)
+    return apply(body, "scale", apply(body, "erfc", v), alpha=0.5, beta=0.0)
+
+
+def multigammaln(body, args, kwargs):
+    """torch.special.multigammaln / torch.mvlgamma(x, p): p (p - 1) / 4 log(pi) + the sum of
+    lgamma(x - j / 2), j = 0 .. p - 1. PyTorch's check that every x > (p - 1) / 2 reads the
+    values, which a traced cell does not: below it the sum is taken as it stands."""
+    a = bind(args, kwargs, ("input", "p"), {})
+    p = a["p"]
+    if not isinstance(p, int) or isinstance(p, bool) or p < 1:
+        raise Refusal(f"multigammaln of p = {p!r}: p must be a positive integer", ValueError)
+    v = body.vector(a["input"])
+    total = None
+    for j in range(p):
+        term = apply(body, "lgamma", v if j == 0 else
+                     apply(body, "scale", v, alpha=1.0, beta=-j / 2.0))
+        total = term if total is None else apply(body, "add", total, term)
+    return apply(body, "scale", total, alpha=1.0, beta=p * (p - 1) / 4.0 * math.log(math.pi))
+
+
+def polygamma(body, args, kwargs):
+    """torch.polygamma(n, x) / special.polygamma: digamma for n = 0; higher orders are refused
+    (their gradients, polygamma(n + 1, x), are not ops)."""
+    a = bind(args, kwargs, ("n", "input"), {})
+    if a["n"] != 0:
+        raise Refusal(f"polygamma of order {a['n']!r} is not supported: order 0 (digamma) is",
+                      ValueError)
+    return apply(body, "digamma", body.vector(a["input"]))
+
+
+def _alias(name):
+    """torch.special's name for an operation supported under another."""
+    def handle(body, args, kwargs):
+        return ops().FUNCTIONS[getattr(torch, name)](body, args, kwargs)
+    return handle
+
+
+FUNCTIONS = {
+    torch.fmod: modulo("fmod"), torch.remainder: modulo("remainder"),
+    operator.mod: modulo("remainder"), torch.copysign: copysign, torch.signbit: plain(signbit_of),
+    torch.heaviside: heaviside, torch.polygamma: polygamma, torch.mvlgamma: multigammaln,
+    **{getattr(torch.special, name): h for name, h in (
+        ("ndtr", plain(ndtr_of)), ("multigammaln", multigammaln), ("polygamma", polygamma),
+        ("softmax", _alias("softmax")), ("log_softmax", _alias("log_softmax")),
+        ("round", _alias("round"))) if hasattr(torch.special, name)},
+}
+
+METHODS = {
+    "fmod": modulo("fmod"), "remainder": modulo("remainder"), "copysign": copysign,
+    "signbit": plain(signbit_of), "heaviside": heaviside, "polygamma": polygamma,
+    "mvlgamma": multigammaln,
+}
+
+SUPPORTED = ("fmod, remainder and a % b, copysign (a Python number for the second argument, "
+             "either for fmod and remainder), signbit, heaviside (no gradient), mvlgamma / "
+             "special.multigammaln, polygamma of order 0 (torch. and method forms); "
+             "torch.special.ndtr, softmax, log_softmax and round")
