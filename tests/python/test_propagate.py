@@ -215,23 +215,25 @@ def test_special_functions_and_modulo_at_poles_zeros_and_nan_as_in_pytorch(backe
     assert torch.equal(flat.grad, plain.grad) and plain.grad.sum() > 0
 
 
-def test_sort_topk_kthvalue_median_with_nan_infinities_and_ties_as_in_pytorch(backend):
-    """Sorting along the features at an awkward size (7: padded to 8 inside) puts NaN last
-    ascending and first descending, the infinities and signed zeros in order; median is NaN
-    where the row holds a NaN. Values as PyTorch's; gradients too on rows without ties (a tie's
-    gradient may go to either of the equal entries)."""
+@pytest.mark.parametrize("width", [7, 21, 64])
+def test_sort_topk_kthvalue_median_with_nan_infinities_and_ties_as_in_pytorch(backend, width):
+    """Sorting along the features at awkward sizes (7 and 21: padded to 8 and 32 inside; 21
+    and 64 take the stages of close pairs in place) puts NaN last ascending and first
+    descending, the infinities and signed zeros in order; median is NaN where the row holds a
+    NaN. Values as PyTorch's; gradients too on rows without ties (a tie's gradient may go to
+    either of the equal entries)."""
     def cell(x, m):
         return torch.cat([torch.sort(x, -1).values, x.sort(descending=True)[0],
                           torch.topk(x, 3).values, x.topk(2, largest=False).values,
                           torch.kthvalue(x, 2, -1, keepdim=True).values,
                           x.median(-1, keepdim=True).values,
                           torch.median(x[:, :4], dim=-1).values.unsqueeze(-1)], -1)
-    width = 7
     packed = structures.packed("trees", 3)
     x = torch.randn(packed.input_ids.numel(), width)
-    x[0] = torch.tensor([-math.inf, math.inf, -0.0, 1.0, math.nan, 0.5, 1.5])
-    x[1] = torch.tensor([2.0, 2.0, -1.0, math.nan, math.nan, 3.0, -math.inf])
-    x[2] = torch.tensor([0.3, math.nan, -0.2, 0.1, 5.0, -7.0, 0.0])
+    x[0, :7] = torch.tensor([-math.inf, math.inf, -0.0, 1.0, math.nan, 0.5, 1.5])
+    x[1, :7] = torch.tensor([2.0, 2.0, -1.0, math.nan, math.nan, 3.0, -math.inf])
+    x[2, :7] = torch.tensor([0.3, math.nan, -0.2, 0.1, 5.0, -7.0, 0.0])
+    x[2, 7::3] = math.nan
     model = edbatch.nn.Propagate(cell, state_size=2 * width + 3 + 2 + 1 + 1 + 1)
     ours = x.clone().requires_grad_()
     h = model(packed, x=ours)
@@ -246,6 +248,21 @@ def test_sort_topk_kthvalue_median_with_nan_infinities_and_ties_as_in_pytorch(ba
     (want * w).nansum().backward()
     torch.testing.assert_close(ours.grad[2:], eager.grad[2:])
     assert ours.grad[2:].abs().sum() > 0
+
+
+def test_constants_of_one_size_are_told_apart_by_their_bits(backend):
+    """NaN, 0, -0 and 1 filled to the same size are four constants: NaN (which compares equal to
+    no value) and -0 (equal to 0) each keep their own."""
+    def cell(x, m):
+        return torch.cat([torch.zeros_like(x) + x, torch.full_like(x, math.nan),
+                          torch.signbit(torch.full_like(x, -0.0)).float(),
+                          torch.signbit(torch.zeros_like(x)).float(), torch.ones_like(x)], -1)
+    packed = structures.packed("trees", 3)
+    x = torch.randn(packed.input_ids.numel(), D)
+    with torch.no_grad():
+        h = edbatch.nn.Propagate(cell, state_size=5 * D)(packed, x=x)
+    assert h[:, D:2 * D].isnan().all() and (h[:, 2 * D:3 * D] == 1).all()
+    assert (h[:, 3 * D:4 * D] == 0).all() and (h[:, 4 * D:] == 1).all()
 
 
 def test_xlogy_values_and_gradients_where_x_is_zero(backend):
