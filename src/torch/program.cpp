@@ -86,8 +86,7 @@ class ProgramCell : public Cell {
   std::vector<Parameter> initial_;  // learned initial message, per component
   std::vector<CellProgram> cells_;
   std::vector<uint32_t> node_cells_, edge_cells_;
-  // By the value's bits and the size: NaN, which compares equal to nothing (as a map key it
-  // matched every value), and -0 are constants of their own.
+  // By the value's bits and size: a float key would match NaN to every value, and -0 to 0.
   std::map<std::pair<uint32_t, uint32_t>, Parameter> constants_;
   uint32_t sites_ = 0;
   // The id that row -1 embeds (every lookup table's columns from its rows up to it are zeros);
@@ -210,13 +209,12 @@ Parameter ProgramCell::weight(int32_t w, const std::string& at, bool vector) con
 }
 
 Parameter ProgramCell::constant(float value, uint32_t size) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  auto it = constants_.find({bits, size});
-  if (it != constants_.end()) return it->second;
+  std::pair<uint32_t, uint32_t> key{0, size};
+  std::memcpy(&key.first, &value, sizeof key.first);
+  if (const auto it = constants_.find(key); it != constants_.end()) return it->second;
   const Parameter p = pc_.add_parameters(fmt::format("const{}", constants_.size()), Dim{size, 1});
   std::fill(pc_.values(p.id), pc_.values(p.id) + size, value);
-  return constants_[{bits, size}] = p;
+  return constants_[key] = p;
 }
 
 // A cell's block: inputs for the slots the body reads (ascending), the id and one integer per
