@@ -114,8 +114,8 @@ EDBATCH_HD_CALLED inline double erfinv(double x) {
     // f(y) = erf(y) - |x| or erfc(y) - t; f' = +-(2 / sqrt(pi)) e^(-y^2) and f'' = -2 y f', so
     // Halley's step f / (f' - f f'' / (2 f')) is f / (f' + y f).
     const double f = tail ? ::erfc(y) - t : ::erf(y) - ::fabs(x);
-    const double slope = (tail ? -1.1283791670955126 : 1.1283791670955126) * ::exp(-y * y);
     if (f == 0) break;
+    const double slope = (tail ? -1.1283791670955126 : 1.1283791670955126) * ::exp(-y * y);
     y -= f / (slope + y * f);
   }
   return ::copysign(y, x);

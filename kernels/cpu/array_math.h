@@ -118,17 +118,9 @@ struct ArrayMath {
     return a.binaryExpr(b, [](float x, float y) { return std::hypot(x, y); });
   }
   // The rare special functions elementwise through the scalar ones (kernels/special_math.h).
-  template <class X, class F>
-  static auto each(const X& x, F f) {
-    return x.unaryExpr(f);
-  }
-  template <class A, class B, class F>
-  static auto each(const A& a, const B& b, F f) {
-    return a.binaryExpr(b, f);
-  }
   template <class X>
   static auto erfc(const X& x) {
-    return each(x, [](float v) { return std::erfc(v); });
+    return x.unaryExpr([](float v) { return std::erfc(v); });
   }
   template <class X>
   static auto lgamma(const X& x) {
@@ -136,35 +128,35 @@ struct ArrayMath {
   }
   template <class X>
   static auto erfinv(const X& x) {
-    return each(x, [](float v) { return math::ScalarMath::erfinv(v); });
+    return x.unaryExpr([](float v) { return math::ScalarMath::erfinv(v); });
   }
   template <class X>
   static auto digamma(const X& x) {
-    return each(x, [](float v) { return math::ScalarMath::digamma(v); });
+    return x.unaryExpr([](float v) { return math::ScalarMath::digamma(v); });
   }
   template <class X>
   static auto trigamma(const X& x) {
-    return each(x, [](float v) { return math::ScalarMath::trigamma(v); });
+    return x.unaryExpr([](float v) { return math::ScalarMath::trigamma(v); });
   }
   template <class A, class B>
   static auto fmod(const A& a, const B& b) {
-    return each(a, b, [](float x, float y) { return math::ScalarMath::fmod(x, y); });
+    return a.binaryExpr(b, [](float x, float y) { return math::ScalarMath::fmod(x, y); });
   }
   template <class A, class B>
   static auto mod(const A& a, const B& b) {
-    return each(a, b, [](float x, float y) { return math::ScalarMath::mod(x, y); });
+    return a.binaryExpr(b, [](float x, float y) { return math::ScalarMath::mod(x, y); });
   }
   template <class A, class B>
   static auto trunc_div(const A& a, const B& b) {
-    return each(a, b, [](float x, float y) { return math::ScalarMath::trunc_div(x, y); });
+    return a.binaryExpr(b, [](float x, float y) { return math::ScalarMath::trunc_div(x, y); });
   }
   template <class A, class B>
   static auto floor_div(const A& a, const B& b) {
-    return each(a, b, [](float x, float y) { return math::ScalarMath::floor_div(x, y); });
+    return a.binaryExpr(b, [](float x, float y) { return math::ScalarMath::floor_div(x, y); });
   }
   template <class A, class B>
   static auto copysign(const A& a, const B& b) {
-    return each(a, b, [](float x, float y) { return math::ScalarMath::copysign(x, y); });
+    return a.binaryExpr(b, [](float x, float y) { return math::ScalarMath::copysign(x, y); });
   }
   template <class Y, class X>
   static auto div_or_zero(const Y& y, const X& x) {

@@ -13,7 +13,7 @@ from .trace_reduce import (clamp_of, finite_or_zero, logsumexp, norm, normalize,
                            sum_of)
 from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
                            feature_dim, is_number, no_inplace, ops, plain, tensor_pair,
-                           with_inplace)
+                           vector_or_constant, with_inplace)
 from .trace_weights import as_weight
 
 nn = torch.nn
@@ -395,9 +395,8 @@ def x_log(name, shift):
         if is_number(a["input"]) and is_number(a["other"]):
             raise Refusal(f"{name} of two Python numbers is not supported: PyTorch takes a "
                           f"tensor", TypeError)
-        x, y = (body.emit("const", 1, [], value=float(v)) if is_number(v) else body.vector(v)
-                for v in (a["input"], a["other"]))
-        x, y = broadcast_pair(body, x, y, name)
+        x, y = broadcast_pair(body, vector_or_constant(body, a["input"]),
+                              vector_or_constant(body, a["other"]), name)
         x_zero = comparison("eq")(body, (x, 0.0), {})
 
         def and_zero(op, value):

@@ -73,8 +73,10 @@ def _equal(body, a, b):
 
 
 def _isnan(body, v):
-    """1 where v is NaN (v == v fails only there; an infinity equals itself), else 0."""
-    return _not(body, _equal(body, v, v))
+    """1 where v is NaN, else 0: any other value, an infinity too, is v >= 0 or -v > 0."""
+    v = body.vector(v)
+    negative = apply(body, "step", apply(body, "scale", v, alpha=-1.0, beta=0.0), alpha=0.0)
+    return _not(body, apply(body, "add", apply(body, "step", v, alpha=1.0), negative))
 
 
 _COMPARE = {

@@ -14,6 +14,7 @@ from collections import namedtuple
 import torch
 
 from .trace_reduce import kept
+from .trace_select import _isnan, _not, where_of
 from .trace_values import Indices, Refusal, apply, bind, feature_dim
 
 ValuesIndices = namedtuple("ValuesIndices", "values indices")
@@ -35,23 +36,18 @@ def _gather(body, picks):
     return parts[0] if len(parts) == 1 else body.emit("cat", len(picks), parts)
 
 
-def _nan_mask(body, v):
-    """1 where v is NaN, else 0: exactly one of v >= 0 and -v > 0 holds for any other value."""
-    non_negative = apply(body, "step", v, alpha=1.0)
-    negative = apply(body, "step", apply(body, "scale", v, alpha=-1.0, beta=0.0), alpha=0.0)
-    return apply(body, "scale", apply(body, "add", non_negative, negative), alpha=-1.0, beta=1.0)
+def _pick(body, x, m, y, not_m):
+    """x where the 0/1 mask m is 1, else y (not_m: 1 - m, made once for several picks)."""
+    return apply(body, "add", apply(body, "keep", x, m), apply(body, "keep", y, not_m))
 
 
 def _exchange(body, a, b):
     """(lower, higher) of the pairs (a[i], b[i]): a is the lower where a <= b or b is NaN (a NaN
     a is never lower than a number); equal infinities go either way, as values they are equal."""
     first = apply(body, "max", apply(body, "step", apply(body, "sub", b, a), alpha=1.0),
-                  _nan_mask(body, b))
-    second = apply(body, "scale", first, alpha=-1.0, beta=1.0)
-
-    def pick(x, y):
-        return apply(body, "add", apply(body, "keep", x, first), apply(body, "keep", y, second))
-    return pick(a, b), pick(b, a)
+                  _isnan(body, b))
+    second = _not(body, first)
+    return _pick(body, a, first, b, second), _pick(body, b, first, a, second)
 
 
 def _bit_mask(body, masks, m, size):
@@ -79,16 +75,14 @@ def _exchange_in_place(body, masks, v, j, k, descending):
     agrees with its block's direction (ascending where bit k of i is clear, for k < size)."""
     size = v.size
     high = _bit_mask(body, masks, j, size)
-    low = apply(body, "scale", high, alpha=-1.0, beta=1.0)
-
-    def either(a, b):  # a where bit j is clear, else b
-        return apply(body, "add", apply(body, "keep", a, low), apply(body, "keep", b, high))
-    partner = either(_rotated(body, v, j), _rotated(body, v, -j))
-    second = either(partner, v)
+    low = _not(body, high)
+    # where bit j is clear, the partner is i + j and the entry the pair's first
+    partner = _pick(body, _rotated(body, v, j), low, _rotated(body, v, -j), high)
+    second = _pick(body, partner, low, v, high)
     # second - first: (P - x) at the first, (x - P) at the second
     sign = apply(body, "scale", high, alpha=-2.0, beta=1.0)
     gap = apply(body, "mul", apply(body, "sub", partner, v), sign)
-    c = apply(body, "max", apply(body, "step", gap, alpha=1.0), _nan_mask(body, second))
+    c = apply(body, "max", apply(body, "step", gap, alpha=1.0), _isnan(body, second))
     if k < size:  # keep where c == ascending: c xor bit k (or its complement descending)
         b = _bit_mask(body, masks, k, size)
         both, total = apply(body, "mul", c, b), apply(body, "add", c, b)
@@ -96,9 +90,8 @@ def _exchange_in_place(body, masks, v, j, k, descending):
                 if descending else
                 apply(body, "sub", total, apply(body, "scale", both, alpha=2.0, beta=0.0)))
     else:
-        keep = apply(body, "scale", c, alpha=-1.0, beta=1.0) if descending else c
-    swap = apply(body, "scale", keep, alpha=-1.0, beta=1.0)
-    return apply(body, "add", apply(body, "keep", v, keep), apply(body, "keep", partner, swap))
+        keep = _not(body, c) if descending else c
+    return _pick(body, v, keep, partner, _not(body, keep))
 
 
 def sorted_of(body, v, descending):
@@ -195,10 +188,7 @@ def median(body, args, kwargs):
     s = sorted_of(body, v, False)
     middle = _entry(body, s, (v.size - 1) // 2)
     # NaN sorts last: the row holds one where the largest entry is NaN
-    nan = _nan_mask(body, _entry(body, s, v.size - 1))
-    value = apply(body, "add", apply(body, "keep", middle,
-                                     apply(body, "scale", nan, alpha=-1.0, beta=1.0)),
-                  apply(body, "keep", body.emit("const", 1, [], value=float("nan")), nan))
+    value = where_of(body, _isnan(body, _entry(body, s, v.size - 1)), float("nan"), middle)
     return ValuesIndices(kept(value, a), Indices())
 
 

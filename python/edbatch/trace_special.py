@@ -8,7 +8,9 @@ import operator
 
 import torch
 
-from .trace_values import (Mask, Refusal, apply, bind, broadcast_pair, is_number, ops, plain)
+from .trace_select import comparison
+from .trace_values import (Refusal, apply, bind, broadcast_pair, is_number, ops, plain,
+                           vector_or_constant)
 
 
 def modulo(name):
@@ -21,8 +23,7 @@ def modulo(name):
                 return a["input"] % a["other"]
             raise Refusal("fmod of two Python numbers is not supported: PyTorch takes a tensor",
                           TypeError)
-        x, y = (body.emit("const", 1, [], value=float(v)) if is_number(v) else body.vector(v)
-                for v in (a["input"], a["other"]))
+        x, y = (vector_or_constant(body, a[k]) for k in ("input", "other"))
         return apply(body, name, *broadcast_pair(body, x, y, name))
     return handle
 
@@ -34,20 +35,16 @@ def copysign(body, args, kwargs):
     if is_number(a["input"]):
         raise Refusal("copysign of a Python number is not supported: PyTorch takes a tensor "
                       "first", TypeError)
-    x = body.vector(a["input"])
-    y = body.emit("const", 1, [], value=float(a["other"])) if is_number(a["other"]) else \
-        body.vector(a["other"])
+    x, y = body.vector(a["input"]), vector_or_constant(body, a["other"])
     return apply(body, "copysign", *broadcast_pair(body, x, y, "copysign"))
 
 
 def signbit_of(body, x):
     """torch.signbit: a comparison (a mask) true where x's sign bit is set (-0 and negative
-    NaNs too): copysign(1, x) is -1 there."""
+    NaNs too): copysign(1, x) < 0."""
     v = body.vector(x)
     ones = body.emit("const", v.size, [], value=1.0)
-    flipped = apply(body, "scale", apply(body, "copysign", ones, v), alpha=-1.0, beta=0.0)
-    m = apply(body, "step", flipped, alpha=0.0)
-    return Mask(m.index, m.size)
+    return comparison("lt")(body, (apply(body, "copysign", ones, v), 0.0), {})
 
 
 def heaviside(body, args, kwargs):
@@ -58,13 +55,14 @@ def heaviside(body, args, kwargs):
     if is_number(a["input"]):
         raise Refusal("heaviside of a Python number is not supported: PyTorch takes a tensor",
                       TypeError)
-    x = body.vector(a["input"])
-    v = body.emit("const", 1, [], value=float(a["values"])) if is_number(a["values"]) else \
-        apply(body, "stop_gradient", body.vector(a["values"]))
-    x, v = broadcast_pair(body, x, v, "heaviside")
-    zero = apply(body, "mul", apply(body, "step", x, alpha=1.0),
-                 apply(body, "step", apply(body, "scale", x, alpha=-1.0, beta=0.0), alpha=1.0))
-    return apply(body, "add", apply(body, "step", x, alpha=0.0), apply(body, "keep", v, zero))
+    v = vector_or_constant(body, a["values"])
+    if not is_number(a["values"]):
+        v = apply(body, "stop_gradient", v)
+    x, v = broadcast_pair(body, body.vector(a["input"]), v, "heaviside")
+
+    def versus_zero(op):
+        return comparison(op)(body, (x, 0.0), {})
+    return apply(body, "add", versus_zero("gt"), apply(body, "keep", v, versus_zero("eq")))
 
 
 def ndtr_of(body, x):

@@ -188,6 +188,11 @@ def broadcast_pair(body, a, b, what):
     return a, b
 
 
+def vector_or_constant(body, v):
+    """v's feature vector, a Python number as a size-1 constant (broadcast_pair repeats it)."""
+    return body.emit("const", 1, [], value=float(v)) if is_number(v) else body.vector(v)
+
+
 def tensor_pair(body, args, kwargs, name):
     """The two tensor arguments (input, other) of an elementwise function that PyTorch defines
     for tensors only (atan2, logaddexp, fmax), broadcast to one size; a Python number is
