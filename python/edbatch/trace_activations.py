@@ -1,5 +1,6 @@
 """Activations written with other instructions of a cell program (docs/programs.md): glu, mish,
-softsign, tanhshrink, hardsigmoid, hardswish, in their F., torch. and module forms. trace_ops
+softsign, tanhshrink, hardsigmoid, hardswish and softplus of any beta and threshold, in their F.,
+torch. and module forms. trace_ops
 merges these tables into its own."""
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,28 @@ def mish_of(body, x):
     """x * tanh(softplus(x))."""
     v = body.vector(x)
     return apply(body, "mul", v, apply(body, "tanh", apply(body, "softplus", v)))
+
+
+def softplus_of(body, x, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold, as PyTorch's: its
+    gradient there is 1, elsewhere sigmoid(beta x). At beta = 1 and a threshold of 20 or more
+    the engine's softplus alone is the same in float (log1p(exp(-20)) is below half an ulp of
+    20), so that common form is one instruction."""
+    beta, threshold = float(beta), float(threshold)
+    if beta == 0.0 or beta != beta:
+        raise Refusal(f"softplus with beta={beta!r}: PyTorch divides by beta", ValueError)
+    v = body.vector(x)
+    if beta == 1.0 and threshold >= 20.0:
+        return apply(body, "softplus", v)
+    from .trace_select import comparison, where_of  # trace_select reads trace_ops' tables
+    z = apply(body, "scale", v, alpha=beta, beta=0.0)
+    y = apply(body, "scale", apply(body, "softplus", z), alpha=1.0 / beta, beta=0.0)
+    return where_of(body, comparison("gt")(body, (z, threshold), {}), v, y)
+
+
+def softplus(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "beta", "threshold"), {"beta": 1, "threshold": 20})
+    return softplus_of(body, a["input"], a["beta"], a["threshold"])
 
 
 def softsign_of(body, x):
@@ -70,7 +93,7 @@ def _module(of, inplace=True):
 
 
 FUNCTIONS = {
-    F.glu: glu, F.mish: with_inplace(mish_of), F.softsign: plain(softsign_of),
+    F.glu: glu, F.softplus: softplus, F.mish: with_inplace(mish_of), F.softsign: plain(softsign_of),
     F.tanhshrink: plain(tanhshrink_of), F.hardsigmoid: with_inplace(hardsigmoid_of),
     F.hardswish: with_inplace(hardswish_of),
 }
@@ -80,6 +103,8 @@ MODULES = {
     nn.Mish: _module(mish_of), nn.Softsign: _module(softsign_of, False),
     nn.Tanhshrink: _module(tanhshrink_of, False), nn.Hardsigmoid: _module(hardsigmoid_of),
     nn.Hardswish: _module(hardswish_of),
+    nn.Softplus: lambda body, m, args, kwargs: softplus_of(body, args[0], m.beta, m.threshold),
 }
 
-SUPPORTED = "glu, mish, softsign, tanhshrink, hardsigmoid, hardswish (F. and module forms)"
+SUPPORTED = ("glu, mish, softsign, tanhshrink, hardsigmoid, hardswish, softplus of any beta "
+             "and threshold (F. and module forms)")

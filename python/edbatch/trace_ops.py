@@ -24,7 +24,7 @@ nn = torch.nn
 SUPPORTED = (
     "nn.Linear, F.linear, x @ W, torch.matmul, torch.addmm (W an nn.Parameter, or W.t()); "
     "+ - * / with tensors, weight vectors and Python numbers, unary minus; "
-    "sigmoid, tanh, relu, gelu, softplus (beta=1, threshold=20), exp, log, sqrt, sin, cos, "
+    "sigmoid, tanh, relu, gelu, softplus, exp, log, sqrt, sin, cos, "
     "erf, atan, sinh, cosh, asinh, atanh, asin, acos (and the arc- names), erfc, lgamma / "
     "special.gammaln, digamma / special.psi, erfinv "
     "(torch., F., method and module forms); x ** e (e an integer from -16 to 16, 0.5, -0.5) and "
@@ -114,12 +114,6 @@ def detach(body, args, kwargs):
 
 def _no_inplace(args, kwargs):
     no_inplace(kwargs.get("inplace") or (args and args[0] is True))
-
-
-def _softplus(args, kwargs):
-    a = bind(args, kwargs, ("beta", "threshold"), {"beta": 1, "threshold": 20})
-    if a["beta"] != 1 or a["threshold"] != 20:
-        raise Refusal("softplus is supported with beta=1 and threshold=20 only")
 
 
 def like(value):
@@ -398,7 +392,6 @@ FUNCTIONS = {
     torch.div: binary("div"), torch.neg: negate, torch.detach: detach,
     operator.matmul: matmul, torch.matmul: matmul, torch.mm: matmul, F.linear: f_linear,
     torch.addmm: addmm, torch.t: transpose_weight,
-    F.softplus: unary("softplus", _softplus),
     torch.cat: cat, torch.chunk: chunk, torch.split: split, torch.narrow: narrow,
     torch.flip: flip, torch.fliplr: fliplr, torch.roll: roll, torch.diff: diff, F.pad: pad,
     torch.zeros: new_tensor(0.0), torch.ones: new_tensor(1.0), torch.full: new_tensor(None),
@@ -443,10 +436,6 @@ def _check_module_inplace(module):
     no_inplace(getattr(module, "inplace", False))
 
 
-def _check_module_softplus(module):
-    _softplus((module.beta, module.threshold), {})
-
-
 def _module_linear(body, m, args, kwargs):
     return linear_of(body, args[0], body.param_of(m, "weight"), body.param_of(m, "bias"),
                      "linear")
@@ -483,7 +472,6 @@ MODULES = {
     nn.LayerNorm: _module_layer_norm, nn.Dropout: _module_dropout,
     nn.Sigmoid: _module_activation("sigmoid"), nn.Tanh: _module_activation("tanh"),
     nn.ReLU: _module_activation("relu", _check_module_inplace),
-    nn.Softplus: _module_activation("softplus", _check_module_softplus),
     nn.Softmax: _module_softmax("softmax"), nn.LogSoftmax: _module_softmax("log_softmax"),
     nn.Identity: lambda body, m, args, kwargs: args[0],
     nn.SiLU: _module_silu,

@@ -100,6 +100,7 @@ class OpCell(nn.Module):
         self.mha = nn.MultiheadAttention(S, 1, batch_first=True)
         self.mha_kv = nn.MultiheadAttention(S, 1, kdim=3, vdim=5)  # (L, batch, E) layout
         self.t = nn.Parameter(torch.tensor(1.3))  # 0-d: a learned temperature
+        self.softplus = nn.Softplus(beta=3, threshold=1)
         self.register_buffer("scale", 0.5 + torch.rand(S))
         self.register_buffer("keep", torch.arange(S) % 3 != 0)
         self.act = {"nn.Sigmoid": nn.Sigmoid(), "nn.Tanh": nn.Tanh(), "nn.ReLU": nn.ReLU(),
@@ -152,7 +153,9 @@ OPS = {
     "tanh": lambda c, a, m, x: torch.tanh(a) + torch.tanh(m) + a.tanh(),
     "relu": lambda c, a, m, x: torch.relu(a) + F.relu(m) + a.relu(),
     "gelu": lambda c, a, m, x: F.gelu(a) + F.gelu(m, approximate="none"),
-    "softplus": lambda c, a, m, x: F.softplus(a) + F.softplus(m, beta=1, threshold=20),
+    "softplus": lambda c, a, m, x: (F.softplus(a) + F.softplus(m, beta=1, threshold=20)
+                                    + F.softplus(a, beta=2.5, threshold=0.8) + F.softplus(m, -0.7)
+                                    + c.softplus(a) + F.softplus(m * 9, threshold=3)),
     "exp": lambda c, a, m, x: torch.exp(torch.tanh(a)) + m.tanh().exp(),
     "log": lambda c, a, m, x: torch.log(a * a + 1) + (m * m + 0.5).log(),
     "sqrt": lambda c, a, m, x: torch.sqrt(a * a + 1) + (m * m + 0.5).sqrt(),

@@ -372,7 +372,7 @@ def test_unsupported_module_and_methods():
             lambda x, m, n=name: m + getattr(torch, n)(m.size(0), 7))
     refused(TypeError, "in-place method Tensor.add_")(lambda x, m: m.add_(1))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))
-    refused(TypeError, "beta=1")(lambda x, m: F.softplus(m, beta=2))
+    refused(ValueError, "softplus with beta=0.0")(lambda x, m: F.softplus(m, beta=0))
     refused(TypeError, "x ** 1.5 is not supported", "integers from -16 to 16")(
         lambda x, m: m ** 1.5)
     refused(TypeError, "x ** 17 is not supported")(lambda x, m: m ** 17)
