@@ -2,6 +2,8 @@
 softsign, tanhshrink, hardsigmoid, hardswish and softplus of any beta and threshold, in their F.,
 torch. and module forms. trace_ops
 merges these tables into its own."""
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -84,6 +86,45 @@ def hardswish_of(body, x):
     return apply(body, "mul", v, hardsigmoid_of(body, v, inclusive=True))
 
 
+def rrelu_of(body, x, lower, upper, training, inplace):
+    """Evaluation mode: leaky_relu with the slope (lower + upper) / 2, as PyTorch's. Training
+    draws a random slope per entry, which is refused."""
+    no_inplace(inplace)
+    if training:
+        raise Refusal("rrelu in training mode (a random slope per entry) is not supported: use "
+                      "it in evaluation mode (training=False, module.eval()) or leaky_relu")
+    v = body.vector(x)
+    return body.emit("leaky_relu", v.size, [v], alpha=(float(lower) + float(upper)) / 2)
+
+
+def rrelu(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "lower", "upper", "training", "inplace"),
+             {"lower": 1.0 / 8, "upper": 1.0 / 3, "training": False, "inplace": False})
+    return rrelu_of(body, a["input"], a["lower"], a["upper"], a["training"], a["inplace"])
+
+
+def alpha_dropout_of(body, x, p, training, inplace, name):
+    """The input itself in evaluation mode or at p = 0, as PyTorch's; training is refused."""
+    no_inplace(inplace)
+    if training and p != 0:
+        raise Refusal(f"{name} in training mode is not supported (only nn.Dropout / F.dropout "
+                      f"are): use it in evaluation mode")
+    return body.vector(x)
+
+
+def alpha_dropout(name):
+    def handle(body, args, kwargs):
+        a = bind(args, kwargs, ("input", "p", "training", "inplace"),
+                 {"p": 0.5, "training": False, "inplace": False})
+        return alpha_dropout_of(body, a["input"], a["p"], a["training"], a["inplace"], name)
+    return handle
+
+
+def angle(factor):
+    """deg2rad / rad2deg: x times pi / 180 or 180 / pi, as PyTorch multiplies."""
+    return plain(lambda body, x: apply(body, "scale", body.vector(x), alpha=factor, beta=0.0))
+
+
 def _module(of, inplace=True):
     def handle(body, m, args, kwargs):
         if inplace:
@@ -95,8 +136,13 @@ def _module(of, inplace=True):
 FUNCTIONS = {
     F.glu: glu, F.softplus: softplus, F.mish: with_inplace(mish_of), F.softsign: plain(softsign_of),
     F.tanhshrink: plain(tanhshrink_of), F.hardsigmoid: with_inplace(hardsigmoid_of),
-    F.hardswish: with_inplace(hardswish_of),
+    F.hardswish: with_inplace(hardswish_of), F.rrelu: rrelu,
+    F.alpha_dropout: alpha_dropout("alpha_dropout"),
+    F.feature_alpha_dropout: alpha_dropout("feature_alpha_dropout"),
+    torch.deg2rad: angle(math.pi / 180), torch.rad2deg: angle(180 / math.pi),
 }
+
+METHODS = {"deg2rad": FUNCTIONS[torch.deg2rad], "rad2deg": FUNCTIONS[torch.rad2deg]}
 
 MODULES = {
     nn.GLU: lambda body, m, args, kwargs: glu_of(body, args[0], m.dim),
@@ -104,7 +150,14 @@ MODULES = {
     nn.Tanhshrink: _module(tanhshrink_of, False), nn.Hardsigmoid: _module(hardsigmoid_of),
     nn.Hardswish: _module(hardswish_of),
     nn.Softplus: lambda body, m, args, kwargs: softplus_of(body, args[0], m.beta, m.threshold),
+    nn.RReLU: lambda body, m, args, kwargs: rrelu_of(body, args[0], m.lower, m.upper,
+                                                     m.training, m.inplace),
+    nn.AlphaDropout: lambda body, m, args, kwargs: alpha_dropout_of(
+        body, args[0], m.p, m.training, m.inplace, "nn.AlphaDropout"),
+    nn.FeatureAlphaDropout: lambda body, m, args, kwargs: alpha_dropout_of(
+        body, args[0], m.p, m.training, m.inplace, "nn.FeatureAlphaDropout"),
 }
 
 SUPPORTED = ("glu, mish, softsign, tanhshrink, hardsigmoid, hardswish, softplus of any beta "
-             "and threshold (F. and module forms)")
+             "and threshold, rrelu, alpha_dropout and feature_alpha_dropout in evaluation mode "
+             "(F. and module forms); deg2rad, rad2deg")

@@ -1,11 +1,11 @@
-"""Handlers for a cell's feature dim: concatenation, slices, pieces (chunk, split, narrow),
-indexing, roll, diff, padding, new constant tensors and sizes (docs/programs.md). trace_ops
-merges them into its tables."""
+"""Handlers for a cell's feature dim: concatenation, slices, pieces (chunk, split, tensor_split,
+narrow), indexing (index lists, index_select), roll, diff, padding, new constant tensors and
+sizes (docs/programs.md). trace_ops merges them into its tables."""
 import torch
 
 from . import trace_reduce
-from .trace_values import (Batch, Mask, Refusal, Rows, Shape, Vec, bind, describe, feature_dim,
-                           is_number)
+from .trace_values import (Batch, EmptyPiece, FeatureIndex, Mask, Refusal, Rows, Shape, Vec,
+                           bind, describe, feature_dim, is_number)
 
 
 def cat(body, args, kwargs):
@@ -25,10 +25,48 @@ def slice_of(body, v, begin, end):
 
 
 def features_at(body, v, indices):
-    """The features at `indices` (in range, none next to the one before), in that order: a
-    one-feature `slice` each, `cat` of them. A step slice or a flip costs a slice per feature."""
-    parts = [slice_of(body, v, i, i + 1) for i in indices]
-    return parts[0] if len(parts) == 1 else body.emit("cat", len(parts), parts)
+    """The features at `indices` (in range; repeats allowed), in that order: a `slice` per run
+    of consecutive features, `cat` of them. A step slice or a flip costs a slice per feature."""
+    runs = []
+    for i in indices:
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    parts = [slice_of(body, v, b, e) for b, e in runs]
+    return parts[0] if len(parts) == 1 else body.emit("cat", len(indices), parts)
+
+
+def feature_indices(index, size, what):
+    """`index` (a list or tuple of ints, or an integer tensor made in the cell) as features in
+    range [0, size), negative ones counted from the end as PyTorch counts them; a list of one
+    bool per feature is a mask, its True features in order."""
+    items = list(index)
+    if items and len(items) == size and all(isinstance(i, bool) for i in items):
+        items = [i for i, keep in enumerate(items) if keep]
+        if not items:
+            raise Refusal(f"{what} selects no features", ValueError)
+    if not items or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        raise Refusal(f"{what} is not supported: give a non-empty list of ints, or of one bool "
+                      f"per feature ({size})", ValueError)
+    bad = [i for i in items if not -size <= i < size]
+    if bad:
+        raise Refusal(f"{what}: index {bad[0]} is out of range for {size} features", IndexError)
+    return [i % size for i in items]
+
+
+def index_select(body, args, kwargs):
+    """torch.index_select / x.index_select along the features, with indices known when the cell
+    is traced (a list made into a tensor in the cell, torch.tensor([...]) or torch.arange)."""
+    a = bind(args, kwargs, ("input", "dim", "index"), {})
+    feature_dim(a["dim"], "index_select")
+    index = a["index"]
+    if not isinstance(index, FeatureIndex):
+        raise Refusal(f"index_select with {describe(index)} as its index is not supported: the "
+                      "indices must be known when the cell is traced (torch.tensor([...]) or "
+                      "torch.arange made in the cell)", ValueError)
+    v = body.vector(a["input"])
+    return features_at(body, v, feature_indices(index, v.size, "index_select"))
 
 
 def flip(body, args, kwargs):
@@ -181,6 +219,30 @@ def split(body, args, kwargs):
     return pieces(body, v, sizes)
 
 
+def tensor_split(body, args, kwargs):
+    """torch.tensor_split / x.tensor_split along the features: n sections (the first size % n
+    one feature longer), or the pieces between given indices, read as slices are."""
+    a = bind(args, kwargs, ("input", "indices_or_sections", "dim"),
+             {"dim": 0, "sections": None, "indices": None, "tensor_indices_or_sections": None})
+    feature_dim(a["dim"], "tensor_split")
+    v = body.vector(a["input"])
+    how = next((a[k] for k in ("indices_or_sections", "sections", "indices",
+                               "tensor_indices_or_sections") if a.get(k) is not None), None)
+    if isinstance(how, int) and not isinstance(how, bool) and how > 0:
+        q, r = divmod(v.size, how)
+        ends = [(q + 1) * i if i <= r else q * i + r for i in range(1, how)]
+    elif isinstance(how, (list, tuple, FeatureIndex)) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in how):
+        ends = [min(max(i + v.size if i < 0 else i, 0), v.size) for i in how]
+    else:
+        raise Refusal(f"tensor_split by {how!r} is not supported: a number of sections or a "
+                      "list of indices", ValueError)
+    bounds = [0] + ends + [v.size]
+    # An empty piece (PyTorch's x[:, b:e] with e <= b) is refused where it is used.
+    return tuple(slice_of(body, v, b, e) if e > b else EmptyPiece()
+                 for b, e in zip(bounds, bounds[1:]))
+
+
 def narrow(body, args, kwargs):
     a = bind(args, kwargs, ("input", "dim", "start", "length"), {})
     feature_dim(a["dim"], "narrow")
@@ -243,9 +305,11 @@ def getitem(body, args, kwargs):
                       "x[:, a:b]", ValueError)
     if isinstance(s, int) and not isinstance(s, bool) and -v.size <= s < v.size:
         return Rows(slice_of(body, v, s % v.size, s % v.size + 1))  # x[:, i]: shape (batch,)
+    if isinstance(s, (list, tuple, FeatureIndex)):  # x[:, [2, 0, 1]]: those features, in order
+        return features_at(body, v, feature_indices(s, v.size, f"x[:, {_index_text(s)}]"))
     if not isinstance(s, slice):
-        raise Refusal(f"x[:, {s!r}] is not supported: index the features with an int in range "
-                      f"or a slice such as x[:, a:b]", ValueError)
+        raise Refusal(f"x[:, {s!r}] is not supported: index the features with an int in range, "
+                      f"a slice such as x[:, a:b] or a list of ints", ValueError)
     begin, end, step = s.indices(v.size)
     if step != 1:  # PyTorch refuses a negative step itself
         if not range(begin, end, step):

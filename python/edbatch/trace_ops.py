@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from . import trace_reduce, trace_stack, trace_weights
 from .trace_features import (cat, chunk, diff, dims, flip, fliplr, getitem,  # noqa: F401
-                             narrow, new_tensor, pad, pieces, roll, size, slice_of, split)
+                             index_select, narrow, new_tensor, pad, pieces, roll, size, slice_of,
+                             split, tensor_split)
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Stack,  # noqa: F401
                            Vec, bind, broadcast_pair, describe, feature_dim, is_number,
@@ -23,13 +24,15 @@ nn = torch.nn
 
 SUPPORTED = (
     "nn.Linear, F.linear, x @ W, torch.matmul, torch.addmm (W an nn.Parameter, or W.t()); "
-    "+ - * / with tensors, weight vectors and Python numbers, unary minus; "
+    "+ - * / with tensors, weight vectors and Python numbers (also torch.subtract, multiply, "
+    "divide, true_divide, rsub), unary minus; "
     "sigmoid, tanh, relu, gelu, softplus, exp, log, sqrt, sin, cos, "
     "erf, atan, sinh, cosh, asinh, atanh, asin, acos (and the arc- names), erfc, lgamma / "
     "special.gammaln, digamma / special.psi, erfinv "
     "(torch., F., method and module forms); x ** e (e an integer from -16 to 16, 0.5, -0.5) and "
     "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid, leaky_relu, elu, abs; "
-    "torch.cat, chunk, split, narrow, slicing (x[:, a:b], x[:, a:b:k]), flip / fliplr, roll "
+    "torch.cat, chunk, split, tensor_split, narrow, slicing (x[:, a:b], x[:, a:b:k]), feature "
+    "indices known when traced (x[:, [2, 0, 1]], index_select), flip / fliplr, roll "
     "and diff along the last dim; nn.Embedding "
     "of the integer input; nn.LayerNorm / F.layer_norm over the last dim; nn.Dropout / "
     "F.dropout; softmax / log_softmax over the last dim; zeros_like / ones_like / full_like; "
@@ -82,6 +85,12 @@ def binary(name):
     return handle
 
 
+def rsub(body, args, kwargs):
+    """torch.rsub(input, other, alpha=1): other - alpha * input."""
+    a = bind(args, kwargs, ("input", "other", "alpha"), {"alpha": 1})
+    return binary("sub")(body, (a["other"], a["input"]), {"alpha": a["alpha"]})
+
+
 def negate(body, args, kwargs):
     v = body.vector(args[0])
     return body.emit("scale", v.size, [v], alpha=-1.0, beta=0.0)
@@ -128,9 +137,14 @@ def like(value):
 
 def softmax(name):
     def handle(body, args, kwargs):
-        a = bind(args, kwargs, ("input", "dim"), {"dim": None, "_stacklevel": 3, "dtype": None})
-        if a["dtype"] is not None:
-            raise Refusal(f"{name} with dtype= is not supported")
+        # The third positional argument is torch.softmax's and Tensor.softmax's dtype, and
+        # F.softmax's _stacklevel.
+        third = "dtype" if len(args) > 2 and isinstance(args[2], torch.dtype) else "_stacklevel"
+        a = bind(args, kwargs, ("input", "dim", third),
+                 {"dim": None, "_stacklevel": 3, "dtype": None})
+        if a["dtype"] not in (None, torch.float32):  # cells compute in float32
+            raise Refusal(f"{name} with dtype={a['dtype']} is not supported: cells compute in "
+                          "float32 (dtype=torch.float32 or none)")
         if isinstance(a["input"], Stack):
             if a["dim"] is None:
                 raise Refusal(f"{name} of a (batch, k, n) stack needs a dim (1 or -1)",
@@ -390,10 +404,13 @@ FUNCTIONS = {
     operator.truediv: binary("div"), operator.neg: negate, operator.pos: identity,
     torch.add: binary("add"), torch.sub: binary("sub"), torch.mul: binary("mul"),
     torch.div: binary("div"), torch.neg: negate, torch.detach: detach,
+    torch.subtract: binary("sub"), torch.multiply: binary("mul"), torch.divide: binary("div"),
+    torch.true_divide: binary("div"), torch.rsub: rsub,
     operator.matmul: matmul, torch.matmul: matmul, torch.mm: matmul, F.linear: f_linear,
     torch.addmm: addmm, torch.t: transpose_weight,
     torch.cat: cat, torch.chunk: chunk, torch.split: split, torch.narrow: narrow,
     torch.flip: flip, torch.fliplr: fliplr, torch.roll: roll, torch.diff: diff, F.pad: pad,
+    torch.index_select: index_select, torch.tensor_split: tensor_split,
     torch.zeros: new_tensor(0.0), torch.ones: new_tensor(1.0), torch.full: new_tensor(None),
     operator.getitem: getitem, getattr: get_attribute,
     F.embedding: f_embedding, F.layer_norm: f_layer_norm, F.dropout: f_dropout,
@@ -410,8 +427,11 @@ for _name, _fns in _ACTIVATIONS.items():
 
 METHODS = {
     "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div"),
+    "subtract": binary("sub"), "multiply": binary("mul"), "divide": binary("div"),
+    "true_divide": binary("div"),
     "neg": negate, "matmul": matmul, "mm": matmul, "t": transpose_weight,
     "chunk": chunk, "split": split, "narrow": narrow, "flip": flip, "fliplr": fliplr,
+    "index_select": index_select, "tensor_split": tensor_split,
     "roll": roll, "diff": diff, "new_zeros": new_tensor(0.0), "new_ones": new_tensor(1.0),
     "new_full": new_tensor(None),
     "size": size, "dim": dims, "ndimension": dims,
@@ -503,6 +523,7 @@ FUNCTIONS.update(trace_bmm.FUNCTIONS)  # per-row products: over trace_reduce's a
 METHODS.update(trace_bmm.METHODS)
 MODULES.update(trace_rnn.MODULES)
 FUNCTIONS.update(trace_activations.FUNCTIONS)
+METHODS.update(trace_activations.METHODS)
 MODULES.update(trace_activations.MODULES)
 FUNCTIONS.update(trace_compose.FUNCTIONS)
 METHODS.update(trace_compose.METHODS)
@@ -540,8 +561,10 @@ for _module in (nn.Sigmoid, nn.Tanh, nn.ReLU, nn.Softplus, nn.SiLU, nn.LeakyReLU
 FUNCTIONS[torch.transpose] = trace_stack.transpose
 FUNCTIONS[torch.swapaxes] = trace_stack.transpose
 FUNCTIONS[torch.permute] = trace_stack.permute
+FUNCTIONS[torch.movedim] = FUNCTIONS[torch.moveaxis] = trace_stack.movedim
 METHODS.update(transpose=trace_stack.transpose, swapaxes=trace_stack.transpose,
-               permute=trace_stack.permute)
+               permute=trace_stack.permute, movedim=trace_stack.movedim,
+               moveaxis=trace_stack.movedim)
 # Functions along the last dim take a stack row by row.
 FUNCTIONS[F.layer_norm] = trace_stack.each_row(FUNCTIONS[F.layer_norm])
 FUNCTIONS[F.normalize] = trace_stack.each_row(FUNCTIONS[F.normalize], ("dim", 2, 1))

@@ -22,8 +22,9 @@ def _reduction_input(body, name, args, kwargs, extra=None, names=("input", "dim"
     positional order (var's third is unbiased, norm's second p)."""
     a = bind(args, kwargs, names,
              {"dim": None, "keepdim": False, "dtype": None, **(extra or {})})
-    if a["dtype"] is not None:
-        raise Refusal(f"{name} with dtype= is not supported")
+    if a["dtype"] not in (None, torch.float32):  # cells compute in float32
+        raise Refusal(f"{name} with dtype={a['dtype']} is not supported: cells compute in "
+                      "float32 (dtype=torch.float32 or none)")
     dim = a["dim"]
     if isinstance(dim, (tuple, list)) and len(dim) == 1:
         dim = dim[0]
@@ -117,10 +118,14 @@ def stack_item(body, s, index):
 def _stack_reduction(body, name, args, kwargs):
     """sum / mean / max / min of a Stack over its stacked dim, or None for other inputs. max and
     min: at a tie the gradient goes to the first of the stack."""
-    a = bind(args, kwargs, ("input", "dim", "keepdim"), {"dim": None, "keepdim": False})
+    a = bind(args, kwargs, ("input", "dim", "keepdim"),
+             {"dim": None, "keepdim": False, "dtype": None})
     s = a["input"]
     if not isinstance(s, Stack):
         return None
+    if a["dtype"] not in (None, torch.float32):
+        raise Refusal(f"{name} with dtype={a['dtype']} is not supported: cells compute in "
+                      "float32 (dtype=torch.float32 or none)")
     from .trace_stack import _stack_dims, reduce
     if isinstance(a["dim"], (tuple, list)) and len(a["dim"]) == 1:
         a["dim"] = a["dim"][0]

@@ -52,7 +52,7 @@ def scan_of(body, v, name):
 
 def scan(name):
     def handle(body, args, kwargs):
-        a = bind(args, kwargs, ("input", "dim"), {"dtype": None})
+        a = bind(args, kwargs, ("input", "dim", "dtype"), {"dtype": None})
         if a["dtype"] not in (None, torch.float32):
             raise Refusal(f"{name} with dtype={a['dtype']} is not supported: values are "
                           f"float32")

@@ -323,6 +323,24 @@ def permute(body, args, kwargs):
                   "(a (batch, k, n) stack: permute(0, 2, 1))", ValueError)
 
 
+def movedim(body, args, kwargs):
+    """torch.movedim / moveaxis of a (batch, k, n) stack between dims 1 and 2: its transpose; a
+    dim moved onto itself leaves the value as it is."""
+    a = bind(args, kwargs, ("input", "source", "destination"), {})
+    v, source, destination = a["input"], a.get("source"), a.get("destination")
+    one = (lambda d: d[0] if isinstance(d, (tuple, list)) and len(d) == 1 else d)
+    source, destination = one(source), one(destination)
+    rank = 3 if isinstance(v, Stack) else 2
+    if isinstance(source, int) and isinstance(destination, int):
+        if source % rank == destination % rank:
+            return v
+        if isinstance(v, Stack) and {source % 3, destination % 3} == {1, 2}:
+            return transposed(v)
+    raise Refusal(f"movedim of {describe(v)} from {source!r} to {destination!r} is not "
+                  "supported: the batch dim stays first (a (batch, k, n) stack: movedim(1, 2))",
+                  ValueError)
+
+
 def einsum(body, equation, specs, out, operands):
     """torch.einsum of per-node tensors and (batch, k, n) stacks with at most two subscripts
     besides the batch's: each operand laid out over two dims (the result's subscripts first,

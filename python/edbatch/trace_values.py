@@ -82,6 +82,19 @@ class TensorConstant(float):
     __slots__ = ()
 
 
+class FeatureIndex(tuple):
+    """A 1-D integer tensor made in the cell from Python values (torch.tensor([2, 0, 1]),
+    torch.arange(k)): feature indices, known when the cell is traced, for x[:, index] and
+    index_select."""
+    __slots__ = ()
+
+
+class EmptyPiece:
+    """A piece of no features (tensor_split past the end): traced, as PyTorch makes it, but not a
+    value a program has."""
+    __slots__ = ()
+
+
 class Shape:
     """x.shape / x.size() of a feature value: (batch, size); only the size is known."""
     __slots__ = ("size",)
@@ -104,7 +117,11 @@ def describe(v):
              Rows: "a value of shape (batch,) (a reduction without keepdim=True, x[:, i] or "
                    "squeeze(-1); unsqueeze(-1) it to use it per row)",
              Indices: "the indices of a max, min, sort, topk, kthvalue or median over the "
-                      "features (only its values are supported)"}
+                      "features (only its values are supported)",
+             EmptyPiece: "an empty piece (no features) of tensor_split",
+             FeatureIndex: "an integer tensor made in the cell from Python values (feature "
+                           "indices for x[:, index] and torch.index_select(x, -1, index); as "
+                           "numbers, register a floating-point buffer)"}
     return names.get(type(v), type(v).__name__)
 
 
@@ -120,7 +137,13 @@ def input_first(fn):
 
 
 def bind(args, kwargs, names, defaults):
-    """Python's argument binding for a traced call: {name: value}."""
+    """Python's argument binding for a traced call: {name: value}. Positional arguments past
+    `names` are refused, never dropped."""
+    if len(args) > len(names):
+        extra = ", ".join(repr(a) if isinstance(a, (int, float, bool, str)) or a is None
+                          else type(a).__name__ for a in args[len(names):])
+        raise Refusal(f"{len(args)} positional arguments, of which only {len(names)} ("
+                      f"{', '.join(names)}) are supported; not {extra}")
     out = dict(defaults)
     out.update(zip(names, args))
     for k, v in kwargs.items():

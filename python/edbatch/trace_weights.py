@@ -9,7 +9,7 @@ import torch
 import torch.fx as fx
 from torch.nn.utils import parametrize
 
-from .trace_values import Param, Refusal, TensorConstant
+from .trace_values import FeatureIndex, Param, Refusal, TensorConstant
 
 
 class Weights:
@@ -201,16 +201,21 @@ def as_weight(label, getter, value):
     return Param((label, getter), value)
 
 
-def scalar_constant(owner, name):
-    """The number a 0-d floating-point tensor made in the cell from Python values holds
-    (torch.tensor(0.5), torch.sqrt(torch.tensor(d)): computed once when the cell is traced), as
-    PyTorch uses it against a tensor of floats; None for anything else (an integer one may be a
-    dim or an index, and stays refused)."""
+def cell_constant(owner, name):
+    """A tensor made in the cell from Python values (computed once when the cell is traced): the
+    number a 0-d floating-point one holds (torch.tensor(0.5), torch.sqrt(torch.tensor(d))), as
+    PyTorch uses it against a tensor of floats, or the indices a 1-D integer one holds
+    (torch.tensor([2, 0, 1]), torch.arange(k)); None for anything else (a 0-d integer one may be
+    a dim or an index, and stays refused)."""
     value = owner.__dict__.get(name)
-    if not (name.startswith("_tensor_constant") and isinstance(value, torch.Tensor) and
-            value.dim() == 0 and value.is_floating_point()):
+    if not (name.startswith("_tensor_constant") and isinstance(value, torch.Tensor)):
         return None
-    return TensorConstant(value.item())
+    if value.dim() == 0 and value.is_floating_point():
+        return TensorConstant(value.item())
+    if value.dim() == 1 and not value.is_floating_point() and not value.is_complex() and \
+            value.dtype != torch.bool:
+        return FeatureIndex(value.tolist())
+    return None
 
 
 def module_tensor(owner, name, key, parametrized_values):

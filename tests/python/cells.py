@@ -101,6 +101,8 @@ class OpCell(nn.Module):
         self.mha_kv = nn.MultiheadAttention(S, 1, kdim=3, vdim=5)  # (L, batch, E) layout
         self.t = nn.Parameter(torch.tensor(1.3))  # 0-d: a learned temperature
         self.softplus = nn.Softplus(beta=3, threshold=1)
+        self.rrelu = nn.RReLU(0.05, 0.4).eval()
+        self.alpha_dropout = nn.AlphaDropout(0.4).eval()
         self.register_buffer("scale", 0.5 + torch.rand(S))
         self.register_buffer("keep", torch.arange(S) % 3 != 0)
         self.act = {"nn.Sigmoid": nn.Sigmoid(), "nn.Tanh": nn.Tanh(), "nn.ReLU": nn.ReLU(),
@@ -331,6 +333,25 @@ OPS = {
     "step slices, flip": lambda c, a, m, x: (
         torch.cat([a[:, ::2], m[:, 1::2]], -1) + torch.flip(a, (-1,)) * m.flip(-1)
         + torch.cat([a[..., 1:6:3], m[:, 5:], torch.fliplr(a)[:, :3]], -1) + a.fliplr()),
+    "feature indices, index_select, tensor_split": lambda c, a, m, x: (
+        a[:, [6, 0, 1, 2, 2, -3, 3]] + m[..., [True, False] * 3 + [True]].repeat(1, 2)[:, :7]
+        + torch.index_select(a, -1, torch.tensor([5, 6, 4, 0, 1, 2, 3]))
+        + m.index_select(1, torch.arange(6, -1, -1))
+        + a[:, torch.tensor([1, 1, 1, 1, 1, 1, 1])]
+        + torch.cat(a.tensor_split(3, -1)[::-1], -1)
+        + torch.cat(torch.tensor_split(m, [2, -2], dim=1)[::-1], 1)
+        + torch.cat(torch.tensor_split(a, (4, 9), 1)[:2][::-1], 1)),
+    "movedim, aliases, rrelu and alpha_dropout (eval), deg2rad": lambda c, a, m, x: (
+        torch.stack([a, m], 1).movedim(1, 2).sum(-1) + torch.moveaxis(
+            torch.stack([a, m], 1), -1, 1).mean(2) + torch.rsub(a, m) + torch.rsub(a, 2.0, 3)
+        + torch.true_divide(a, m * m + 1) + a.true_divide(2) + torch.subtract(a, m, alpha=2)
+        + torch.multiply(a, m) + m.divide(3) + a.multiply(m) + torch.divide(m, 4)
+        + F.rrelu(a) + F.rrelu(m, 0.1, 0.3, training=False) + c.rrelu(a)
+        + F.alpha_dropout(m, 0.3, training=False) + c.alpha_dropout(a)
+        + F.feature_alpha_dropout(a, 0.2) + torch.deg2rad(a) + m.rad2deg() * 0.01
+        + torch.softmax(a, -1, dtype=torch.float32) + F.log_softmax(m, 1, dtype=torch.float32)
+        + a.softmax(-1, torch.float32) + F.softmax(m, -1, 3)
+        + a.sum(-1, True, dtype=torch.float32) * 0.1),
     "cumsum, cumprod, cummax, cummin": lambda c, a, m, x: (
         torch.cumsum(a, -1) * 0.2 + m.cumprod(-1) + torch.cumprod(torch.sigmoid(a), dim=1)
         + (m * 0.5).cumsum(dim=-1) + c.b2.cumsum(-1) + torch.cummax(a, -1).values

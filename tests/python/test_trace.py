@@ -357,6 +357,17 @@ def test_multihead_attention_refuses_masks_dropout_and_tensors_of_other_shapes()
         lambda x, m: sequence_first(m.unsqueeze(0), s(m), s(m))[0][0])
 
 
+def test_positional_arguments_past_the_supported_form_are_refused_not_dropped():
+    """A method call is not checked by PyTorch while it is traced: an argument the handler does
+    not name must not vanish (m.sum(-1, True) without its keepdim would change the shape)."""
+    from edbatch.trace_values import Refusal, bind
+    assert bind((1, 2), {}, ("input", "dim"), {"keepdim": False}) == {
+        "input": 1, "dim": 2, "keepdim": False}
+    with pytest.raises(Refusal, match=r"3 positional arguments, of which only 2 \(input, dim\) "
+                                      r"are supported; not True"):
+        bind((1, 2, True), {}, ("input", "dim"), {"keepdim": False})
+
+
 def test_unsupported_module_and_methods():
     refused(TypeError, "nn.LSTM is not supported", "node cell 0")(
         lambda x, m, cell=nn.LSTM(7, 7): cell(m)[0])
@@ -373,6 +384,25 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "in-place method Tensor.add_")(lambda x, m: m.add_(1))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))
     refused(ValueError, "softplus with beta=0.0")(lambda x, m: F.softplus(m, beta=0))
+    refused(IndexError, "x[:, [3, 7]]: index 7 is out of range for 7 features")(
+        lambda x, m: m[:, [3, 7]])
+    refused(ValueError, "or of one bool per feature (7)")(lambda x, m: m[:, [True, False]])
+    refused(ValueError, "index_select with a value of shape (batch,)", "known when the cell")(
+        lambda x, m: m.index_select(-1, m[:, 0]))
+    refused(TypeError, "an integer tensor made in the cell", "feature indices")(
+        lambda x, m: m * torch.arange(7))
+    refused(ValueError, "movedim of a tensor from 0 to 1")(lambda x, m: m.movedim(0, 1))
+    refused(TypeError, "rrelu in training mode")(lambda x, m: F.rrelu(m, training=True))
+    refused(TypeError, "alpha_dropout in training mode")(
+        lambda x, m: F.alpha_dropout(m, 0.2, True))
+    refused(TypeError, "softmax with dtype=torch.float64")(
+        lambda x, m: torch.softmax(m, -1, dtype=torch.float64))
+    refused(TypeError, "an empty piece (no features) of tensor_split")(
+        lambda x, m: m + torch.tensor_split(m, [7, 7], 1)[2].sum(-1, keepdim=True))
+    refused(TypeError, "softmax with dtype=torch.float64")(
+        lambda x, m: m.softmax(-1, torch.float64))  # positional, as Tensor.softmax takes it
+    refused(TypeError, "sum with dtype=torch.float64")(
+        lambda x, m: m + m.sum(-1, True, dtype=torch.float64))
     refused(TypeError, "x ** 1.5 is not supported", "integers from -16 to 16")(
         lambda x, m: m ** 1.5)
     refused(TypeError, "x ** 17 is not supported")(lambda x, m: m ** 17)
