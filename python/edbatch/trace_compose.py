@@ -226,11 +226,13 @@ def ceil_of(body, x):
 
 
 def trunc_of(body, x):
-    """ceil(x) below 0, else floor(x) (NaN included): gradient 0."""
+    """ceil(x) below 0, else floor(x) (NaN included), with x's sign (trunc(-0.5) is -0, which a
+    selection by masks would make 0): gradient 0."""
     from .trace_select import comparison, where_of
     v = body.vector(x)
-    return where_of(body, comparison("lt")(body, (v, 0.0), {}), ceil_of(body, v),
-                    floor_of(body, v))
+    whole = where_of(body, comparison("lt")(body, (v, 0.0), {}), ceil_of(body, v),
+                     floor_of(body, v))
+    return apply(body, "copysign", whole, v)
 
 
 def frac_of(body, x):

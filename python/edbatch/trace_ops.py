@@ -404,8 +404,7 @@ FUNCTIONS = {
     operator.truediv: binary("div"), operator.neg: negate, operator.pos: identity,
     torch.add: binary("add"), torch.sub: binary("sub"), torch.mul: binary("mul"),
     torch.div: binary("div"), torch.neg: negate, torch.detach: detach,
-    torch.subtract: binary("sub"), torch.multiply: binary("mul"), torch.divide: binary("div"),
-    torch.true_divide: binary("div"), torch.rsub: rsub,
+    torch.subtract: binary("sub"), torch.multiply: binary("mul"), torch.rsub: rsub,
     operator.matmul: matmul, torch.matmul: matmul, torch.mm: matmul, F.linear: f_linear,
     torch.addmm: addmm, torch.t: transpose_weight,
     torch.cat: cat, torch.chunk: chunk, torch.split: split, torch.narrow: narrow,
@@ -427,8 +426,7 @@ for _name, _fns in _ACTIVATIONS.items():
 
 METHODS = {
     "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div"),
-    "subtract": binary("sub"), "multiply": binary("mul"), "divide": binary("div"),
-    "true_divide": binary("div"),
+    "subtract": binary("sub"), "multiply": binary("mul"),
     "neg": negate, "matmul": matmul, "mm": matmul, "t": transpose_weight,
     "chunk": chunk, "split": split, "narrow": narrow, "flip": flip, "fliplr": fliplr,
     "index_select": index_select, "tensor_split": tensor_split,

@@ -1,8 +1,8 @@
 """Special functions and float modulo in cell programs (docs/programs.md): the ops fmod,
-remainder (and a % b) and copysign with Python numbers; signbit, heaviside, special.ndtr,
-multigammaln / mvlgamma and polygamma(0, x) written with other instructions; torch.special's
-aliases of softmax, log_softmax and round. The ops erfc, lgamma, digamma and erfinv are
-trace_ops' activations. trace_ops merges these tables into its own."""
+remainder (and a % b) and copysign with Python numbers; floor and trunc division, signbit,
+heaviside, special.ndtr, multigammaln / mvlgamma and polygamma(0, x) written with other
+instructions; torch.special's aliases of softmax, log_softmax and round. The ops erfc, lgamma,
+digamma and erfinv are trace_ops' activations. trace_ops merges these tables into its own."""
 import math
 import operator
 
@@ -99,6 +99,63 @@ def polygamma(body, args, kwargs):
     return apply(body, "digamma", body.vector(a["input"]))
 
 
+def _quotient_operands(body, x, y, what):
+    """The operands of a rounded division, through stop_gradient: PyTorch's gradient of
+    floor_divide and of div with a rounding_mode is 0 for both."""
+    if is_number(x) and is_number(y):
+        raise Refusal(f"{what} of two Python numbers is not supported: PyTorch takes a tensor",
+                      TypeError)
+    x, y = (vector_or_constant(body, v) for v in (x, y))
+    x, y = broadcast_pair(body, x, y, what)
+    return apply(body, "stop_gradient", x), apply(body, "stop_gradient", y)
+
+
+def floor_divide_of(body, x, y, what="floor_divide"):
+    """a / b rounded down, step by step as PyTorch computes it for floats: the exact quotient
+    (a - fmod(a, b)) / b, less 1 where fmod's sign differs from b's, floor of it and 1 more where
+    it lay more than a half above its floor, and a / b where b is 0 (inf or NaN); of a / b's
+    sign, a zero too. No gradient, as PyTorch's."""
+    from .trace_compose import floor_of
+    from .trace_select import logical, logical_xor, where_of
+    a, b = _quotient_operands(body, x, y, what)
+    quotient = apply(body, "div", a, b)
+    mod = apply(body, "fmod", a, b)
+    exact = apply(body, "div", apply(body, "sub", a, mod), b)
+    signs = logical_xor(body, (comparison("lt")(body, (b, 0.0), {}),
+                               comparison("lt")(body, (mod, 0.0), {})), {})
+    moved = logical("and")(body, (comparison("ne")(body, (mod, 0.0), {}), signs), {})
+    exact = where_of(body, moved, apply(body, "scale", exact, alpha=1.0, beta=-1.0), exact)
+    down = floor_of(body, exact)
+    up = comparison("gt")(body, (apply(body, "sub", exact, down), 0.5), {})
+    rounded = where_of(body, up, apply(body, "scale", down, alpha=1.0, beta=1.0), down)
+    rounded = where_of(body, comparison("eq")(body, (b, 0.0), {}), quotient, rounded)
+    # The result has a / b's sign, its zeros too (a selection by masks keeps no -0).
+    return apply(body, "copysign", rounded, quotient)
+
+
+def floor_divide(body, args, kwargs):
+    """torch.floor_divide / a // b (a Python number on either side)."""
+    a = bind(args, kwargs, ("input", "other"), {})
+    return floor_divide_of(body, a["input"], a["other"])
+
+
+def divide(body, args, kwargs):
+    """torch.div / divide / true_divide and their methods: with rounding_mode "floor" as
+    floor_divide, "trunc" as trunc(a / b) (PyTorch's), both without gradient; otherwise a / b."""
+    a = bind(args, kwargs, ("input", "other"), {"rounding_mode": None})
+    mode = a.pop("rounding_mode")
+    if mode is None:
+        return ops().binary("div")(body, (a["input"], a["other"]), {})
+    if mode == "floor":
+        return floor_divide_of(body, a["input"], a["other"], "div(rounding_mode='floor')")
+    if mode == "trunc":
+        from .trace_compose import trunc_of
+        x, y = _quotient_operands(body, a["input"], a["other"], "div(rounding_mode='trunc')")
+        return trunc_of(body, apply(body, "div", x, y))  # of the quotient's sign
+    raise Refusal(f"div with rounding_mode={mode!r}: PyTorch takes None, 'trunc' or 'floor'",
+                  ValueError)
+
+
 def _alias(name):
     """torch.special's name for an operation supported under another."""
     def handle(body, args, kwargs):
@@ -110,6 +167,8 @@ FUNCTIONS = {
     torch.fmod: modulo("fmod"), torch.remainder: modulo("remainder"),
     operator.mod: modulo("remainder"), torch.copysign: copysign, torch.signbit: plain(signbit_of),
     torch.heaviside: heaviside, torch.polygamma: polygamma, torch.mvlgamma: multigammaln,
+    torch.floor_divide: floor_divide, operator.floordiv: floor_divide,
+    **{fn: divide for fn in (torch.div, torch.divide, torch.true_divide)},
     **{getattr(torch.special, name): h for name, h in (
         ("ndtr", plain(ndtr_of)), ("multigammaln", multigammaln), ("polygamma", polygamma),
         ("softmax", _alias("softmax")), ("log_softmax", _alias("log_softmax")),
@@ -119,10 +178,12 @@ FUNCTIONS = {
 METHODS = {
     "fmod": modulo("fmod"), "remainder": modulo("remainder"), "copysign": copysign,
     "signbit": plain(signbit_of), "heaviside": heaviside, "polygamma": polygamma,
-    "mvlgamma": multigammaln,
+    "mvlgamma": multigammaln, "floor_divide": floor_divide,
+    **{name: divide for name in ("div", "divide", "true_divide")},
 }
 
 SUPPORTED = ("fmod, remainder and a % b, copysign (a Python number for the second argument, "
              "either for fmod and remainder), signbit, heaviside (no gradient), mvlgamma / "
              "special.multigammaln, polygamma of order 0 (torch. and method forms); "
-             "torch.special.ndtr, softmax, log_softmax and round")
+             "torch.special.ndtr, softmax, log_softmax and round; floor_divide and a // b, div "
+             "with rounding_mode 'floor' or 'trunc' (no gradient)")

@@ -386,6 +386,38 @@ def test_logcumsumexp_prod_roll_and_diff_of_awkward_widths(backend):
     assert torch.isneginf(h[:, :2]).all() and (h[:, 2] == -200).all() and h[:, 3].isinf().all()
 
 
+def test_floor_and_trunc_division_bitwise_as_pytorch_with_signed_zeros(backend):
+    """a // b, torch.floor_divide, div(rounding_mode="floor" / "trunc") and trunc / frac over
+    every pair of signed zeros, infinities, NaN, halves, numbers whose float quotient lands a
+    hair off an integer (0.3 / 0.1) and ones past float's integers: bitwise PyTorch's values,
+    the sign of a zero included, and no gradient but frac's 1."""
+    vals = [0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, -7.0, 0.3, -0.3, 0.1, 1e30, -1e-30, 3.0,
+            math.inf, -math.inf, math.nan, 5.5, -4.0, 0.9, 3e7, -1.5]
+    a = torch.tensor([u for u in vals for _ in vals]).view(-1, 1)
+    b = torch.tensor([w for _ in vals for w in vals]).view(-1, 1)
+    x = torch.cat([a, b], 1)
+    packed = edbatch.pack_edges([{"num_nodes": len(a), "edges": [],
+                                  "inputs": list(range(len(a)))}])
+
+    def cell(v, m):
+        u, w = v[:, :1], v[:, 1:]
+        return torch.cat([u // w, torch.floor_divide(w, u), u.div(w, rounding_mode="floor"),
+                          torch.div(u, w, rounding_mode="trunc"), u // 0.3, 2.0 // w,
+                          torch.div(u, -0.7, rounding_mode="trunc"), torch.trunc(u / 3),
+                          torch.frac(w * 1.5)], -1)
+    ours = x.clone().requires_grad_()
+    h = edbatch.nn.Propagate(cell, state_size=9)(packed, x=ours)
+    want = cell(x, None)
+    assert torch.equal(torch.isnan(h), torch.isnan(want))
+    same = torch.isnan(want) | (h == want) & (torch.signbit(h) == torch.signbit(want))
+    assert same.all(), [(x[i].tolist(), j, h[i, j].item(), want[i, j].item())
+                        for i, j in (~same).nonzero().tolist()[:5]]
+    h.sum().backward()
+    frac = torch.zeros_like(x)
+    frac[:, 1] = 1.5
+    assert torch.equal(ours.grad, frac)
+
+
 def test_nan_aware_reductions_classes_logit_and_sinc_at_special_values(backend):
     """isnan / isinf / isposinf / isneginf / isfinite, nansum and nanmean, logit with and without
     eps and sinc, of NaN, both infinities, 0, 1 and values between: outputs and gradients equal
