@@ -212,9 +212,8 @@ def cell_constant(owner, name):
         return None
     if value.dim() == 0 and value.is_floating_point():
         return TensorConstant(value.item())
-    if value.dim() == 1 and not value.is_floating_point() and not value.is_complex() and \
-            value.dtype != torch.bool:
-        return FeatureIndex(value.tolist())
+    if value.dim() == 1 and value.dtype in (torch.int64, torch.int32, torch.int16, torch.int8):
+        return FeatureIndex(value.tolist())  # not uint8 or bool, which PyTorch reads as masks
     return None
 
 

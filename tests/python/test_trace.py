@@ -391,6 +391,8 @@ def test_unsupported_module_and_methods():
         lambda x, m: m.index_select(-1, m[:, 0]))
     refused(TypeError, "an integer tensor made in the cell", "feature indices")(
         lambda x, m: m * torch.arange(7))
+    refused(TypeError, "a tensor made in the cell from Python values")(  # a mask to PyTorch
+        lambda x, m: m[:, torch.tensor([1, 0, 1, 1, 0, 0, 1], dtype=torch.uint8)])
     refused(ValueError, "movedim of a tensor from 0 to 1")(lambda x, m: m.movedim(0, 1))
     refused(TypeError, "rrelu in training mode")(lambda x, m: F.rrelu(m, training=True))
     refused(TypeError, "alpha_dropout in training mode")(
