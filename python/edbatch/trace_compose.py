@@ -288,7 +288,7 @@ def _prelu(body, args, kwargs):
 
 
 def _softmin(body, args, kwargs):
-    a = bind(args, kwargs, ("input", "dim"), {"dim": None, "_stacklevel": 3, "dtype": None})
+    a = ops().softmax_arguments(args, kwargs)
     v = body.vector(a["input"])
     minus = apply(body, "scale", v, alpha=-1.0, beta=0.0)
     return ops().softmax("softmax")(body, (minus,), {"dim": a["dim"], "dtype": a["dtype"]})

@@ -135,13 +135,17 @@ def like(value):
     return handle
 
 
+def softmax_arguments(args, kwargs):
+    """The arguments of a softmax, log_softmax or softmin: the third positional one is
+    torch.softmax's and Tensor.softmax's dtype, and F.softmax's _stacklevel (then dtype)."""
+    names = ("input", "dim", "dtype") if len(args) > 2 and isinstance(args[2], torch.dtype) \
+        else ("input", "dim", "_stacklevel", "dtype")
+    return bind(args, kwargs, names, {"dim": None, "_stacklevel": 3, "dtype": None})
+
+
 def softmax(name):
     def handle(body, args, kwargs):
-        # The third positional argument is torch.softmax's and Tensor.softmax's dtype, and
-        # F.softmax's _stacklevel.
-        third = "dtype" if len(args) > 2 and isinstance(args[2], torch.dtype) else "_stacklevel"
-        a = bind(args, kwargs, ("input", "dim", third),
-                 {"dim": None, "_stacklevel": 3, "dtype": None})
+        a = softmax_arguments(args, kwargs)
         if a["dtype"] not in (None, torch.float32):  # cells compute in float32
             raise Refusal(f"{name} with dtype={a['dtype']} is not supported: cells compute in "
                           "float32 (dtype=torch.float32 or none)")

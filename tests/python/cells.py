@@ -350,7 +350,7 @@ OPS = {
         + F.alpha_dropout(m, 0.3, training=False) + c.alpha_dropout(a)
         + F.feature_alpha_dropout(a, 0.2) + torch.deg2rad(a) + m.rad2deg() * 0.01
         + torch.softmax(a, -1, dtype=torch.float32) + F.log_softmax(m, 1, dtype=torch.float32)
-        + a.softmax(-1, torch.float32) + F.softmax(m, -1, 3)
+        + a.softmax(-1, torch.float32) + F.softmax(m, -1, 3) + F.softmin(a, -1, 3, torch.float32)
         + a.sum(-1, True, dtype=torch.float32) * 0.1),
     "cumsum, cumprod, cummax, cummin": lambda c, a, m, x: (
         torch.cumsum(a, -1) * 0.2 + m.cumprod(-1) + torch.cumprod(torch.sigmoid(a), dim=1)
