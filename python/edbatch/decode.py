@@ -103,7 +103,7 @@ class StepDecoder:
             self._tuple = program.state_tuple
             self._components = len(program.doc["state"]) if isinstance(
                 program.doc.get("state"), list) else 1
-            self.device = _device_of(program.weights())
+            self.device = _device_of(list(cell.parameters()) or program.weights())
             self._text = program.text
             self._impl = self._make(self._text, self.device)
         elif isinstance(cell, Cell):
@@ -185,7 +185,7 @@ class StepDecoder:
 
     def _weights(self):
         if self._program_of is not None:
-            return [w.detach() for w in self._program_of().weights()]
+            return [w.detach() for w in self._program_of().weights(self.device)]
         return [w.detach() for w in self.module.weights()]
 
     def __repr__(self):

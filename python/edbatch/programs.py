@@ -39,8 +39,10 @@ class Program:
             site += sum(ins["op"] == "dropout" for ins in cell["body"])
         self.has_dropout = site > 0
 
-    def weights(self):
-        return self._weights.tensors()
+    def weights(self, device=None):
+        """The tensors the op reads now, the cells' constants (tensors made in a cell from
+        Python values) on `device`."""
+        return self._weights.tensors(device)
 
     def bind(self, root, settings=(), owners=()):
         """Notes every submodule of `root` (the Propagate), where it is, its settings and hooks,

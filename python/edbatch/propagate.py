@@ -179,7 +179,8 @@ class Propagate(torch.nn.Module):
         check_packed(packed, "Propagate")
         kind, size, x, ids = self._inputs(x, ids)
         program = self.program(kind, size, *packed.kinds())
-        weights = program.weights()
+        weights = program.weights(x.device if kind == "x" else ids.device if kind == "ids"
+                                  else _device_of(self))
         if kind != "x":  # no float input: x has a row (of no columns) per input row
             rows = ids.numel() if kind == "ids" else packed.input_ids.numel()
             device = ids.device if kind == "ids" else (weights[0].device if weights else "cpu")
@@ -344,6 +345,11 @@ def _settings(state_size, message_size, reduce, initial):
         raise ValueError(f"Propagate: initial must be 'zeros' or 'learned', got {initial!r}")
     return (sizes_of(state_size, "state_size"), reduce, initial,
             None if message_size is None else sizes_of(message_size, "message_size"))
+
+
+def _device_of(module):
+    """The device of a module's first parameter (the host where it has none)."""
+    return next((p.device for p in module.parameters()), torch.device("cpu"))
 
 
 def _check_weights(program, weights, device, kind):

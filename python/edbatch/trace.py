@@ -329,7 +329,7 @@ class _Tracer(fx.Tracer):
         owner_path, _, name = path.rpartition(".")
         owner = self.root.get_submodule(owner_path) if owner_path else self.root
         key = self.body.prefix + _user_path(owner_path) + name
-        constant = trace_weights.cell_constant(owner, name)
+        constant = trace_weights.cell_constant(owner, name, key)
         if constant is not None:
             return constant
         value = trace_weights.module_tensor(owner, name, key, {})

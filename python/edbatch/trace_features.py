@@ -4,8 +4,9 @@ sizes (docs/programs.md). trace_ops merges them into its tables."""
 import torch
 
 from . import trace_reduce
-from .trace_values import (Batch, EmptyPiece, FeatureIndex, Mask, Refusal, Rows, Shape, Vec,
-                           bind, describe, feature_dim, is_number)
+from .trace_values import (Batch, EmptyPiece, FeatureIndex, Mask, Param, Refusal, Rows, Shape,
+                           Vec, bind, describe, feature_dim, is_number)
+from .trace_weights import Constant
 
 
 def cat(body, args, kwargs):
@@ -161,7 +162,7 @@ def pad(body, args, kwargs):
 def new_tensor(fill):
     """torch.zeros / ones / full(shape, value) and x.new_zeros / new_ones / new_full: a constant,
     for shapes (batch, n), (n,) and (1, n) (each row the same, as PyTorch broadcasts them) or
-    (batch,)."""
+    (batch,); a fixed matrix for (k, n)."""
     def handle(body, args, kwargs):
         method = bool(args) and isinstance(args[0], Vec)  # x.new_zeros(...)
         args, kwargs, value = args[1:] if method else args, dict(kwargs), fill
@@ -185,8 +186,12 @@ def new_tensor(fill):
         if len(shape) in (1, 2) and shape[:-1] in ((), (-1,), (1,)) and isinstance(
                 shape[-1], int) and shape[-1] > 0:
             return body.emit("const", shape[-1], [], value=float(value))
+        if len(shape) == 2 and all(isinstance(n, int) and n > 0 for n in shape):
+            # (k, n), such as torch.ones(k, n) / n: a fixed matrix, as made in the cell
+            t = torch.tensor([[float(value)] * shape[1]] * shape[0])  # torch.full is traced
+            return Param((f"torch.full({shape}, {float(value)})", Constant(t)), t)
         raise Refusal(f"a new tensor of shape {shape} (with -1 for the batch): (batch, n), (n,), "
-                      f"(1, n) or (batch,) are supported", ValueError)
+                      f"(1, n), (k, n) or (batch,) are supported", ValueError)
     return handle
 
 

@@ -121,7 +121,7 @@ def describe(v):
              EmptyPiece: "an empty piece (no features) of tensor_split",
              FeatureIndex: "an integer tensor made in the cell from Python values (feature "
                            "indices for x[:, index] and torch.index_select(x, -1, index); as "
-                           "numbers, register a floating-point buffer)"}
+                           "numbers, .float() it where it is made: torch.arange(n).float())"}
     return names.get(type(v), type(v).__name__)
 
 

@@ -3,6 +3,7 @@ what a cell computes from its weights alone (W[:H], W.chunk(2, 1), g * v / v.nor
 s.exp(), (E + E.t()) / 2): PyTorch computes those on every call, outside the program, and the
 program reads the result as one more weight, so their gradients reach the parameters through
 autograd."""
+import contextvars
 import operator
 
 import torch
@@ -10,6 +11,27 @@ import torch.fx as fx
 from torch.nn.utils import parametrize
 
 from .trace_values import FeatureIndex, Param, Refusal, TensorConstant
+
+
+# The device Weights.tensors reads the program's constants on (through weight expressions too).
+_DEVICE = contextvars.ContextVar("edbatch_constants_device", default=None)
+
+
+class Constant:
+    """The getter of a float32 tensor made in the cell from Python values (torch.tensor([...]),
+    torch.linspace, torch.ones(k, n)): computed once when the cell is traced and read as a fixed
+    weight (no gradient), on the device Weights.tensors is given (a copy kept per device)."""
+
+    def __init__(self, value):
+        self.value, self._on = value.detach(), {}
+
+    def __call__(self):
+        device = _DEVICE.get()
+        if device is None or torch.device(device) == self.value.device:
+            return self.value
+        if device not in self._on:
+            self._on[device] = self.value.to(device)
+        return self._on[device]
 
 
 class Weights:
@@ -29,7 +51,9 @@ class Weights:
             if layout == "vector" and row_shaped(param):
                 # A (1, n) weight broadcasts over the rows as PyTorch does: the op reads it as
                 # the vector it holds (a view, so its gradient reaches the weight).
-                getter, t = (lambda get=getter: get().reshape(-1)), t.reshape(-1)
+                t = t.reshape(-1)
+                getter = Constant(t) if isinstance(getter, Constant) else (
+                    lambda get=getter: get().reshape(-1))
             if layout == "vector" and t.dim() != 1 or layout != "vector" and t.dim() != 2:
                 raise Refusal(f"weight {name} has shape {tuple(t.shape)}, unusable as a "
                               f"{'vector' if layout == 'vector' else 'matrix'}", ValueError)
@@ -39,8 +63,14 @@ class Weights:
             self.getters.append(getter)
         return self._index[key]
 
-    def tensors(self):
-        return [get() for get in self.getters]
+    def tensors(self, device=None):
+        """The tensors to pass to the op now, the cells' constants on `device` (the host when
+        None)."""
+        token = _DEVICE.set(device)
+        try:
+            return [get() for get in self.getters]
+        finally:
+            _DEVICE.reset(token)
 
 
 def row_shaped(param):
@@ -201,17 +231,20 @@ def as_weight(label, getter, value):
     return Param((label, getter), value)
 
 
-def cell_constant(owner, name):
+def cell_constant(owner, name, key):
     """A tensor made in the cell from Python values (computed once when the cell is traced): the
     number a 0-d floating-point one holds (torch.tensor(0.5), torch.sqrt(torch.tensor(d))), as
-    PyTorch uses it against a tensor of floats, or the indices a 1-D integer one holds
-    (torch.tensor([2, 0, 1]), torch.arange(k)); None for anything else (a 0-d integer one may be
-    a dim or an index, and stays refused)."""
+    PyTorch uses it against a tensor of floats; a float32 one of 1 or 2 dims as a fixed weight
+    named `key` (torch.tensor([0.5, 2.0]), torch.linspace(0, 1, n)); the indices a 1-D integer
+    one holds (torch.tensor([2, 0, 1]), torch.arange(k)); None for anything else (a 0-d integer
+    one may be a dim or an index, and stays refused)."""
     value = owner.__dict__.get(name)
     if not (name.startswith("_tensor_constant") and isinstance(value, torch.Tensor)):
         return None
     if value.dim() == 0 and value.is_floating_point():
         return TensorConstant(value.item())
+    if value.dim() in (1, 2) and value.dtype == torch.float32:
+        return Param((key, Constant(value)), value.detach())
     if value.dim() == 1 and value.dtype in (torch.int64, torch.int32, torch.int16, torch.int8):
         return FeatureIndex(value.tolist())  # not uint8 or bool, which PyTorch reads as masks
     return None
@@ -238,12 +271,14 @@ def module_tensor(owner, name, key, parametrized_values):
                           "and bool buffers only, as fixed weights and masks", ValueError)
         return Param((key, getter), value)  # a buffer's gradient is not kept
     if isinstance(owner.__dict__.get(name), torch.Tensor) and name.startswith("_tensor_constant"):
-        raise Refusal("a tensor made in the cell from Python values (torch.tensor, torch.arange, "
-                      "torch.linspace, torch.eye, ...) is a constant, and tensor constants other "
-                      "than 0-d floating-point ones (numbers) are not supported in cells: make "
-                      "it once in __init__ and register it as a buffer (register_buffer), or "
-                      "write it with torch.full / torch.ones / torch.zeros of the feature size, "
-                      "or a Python number for a 0-d integer one")
+        value = owner.__dict__[name]
+        raise Refusal(f"a tensor made in the cell from Python values (torch.tensor, "
+                      f"torch.arange, torch.linspace, torch.eye, ...) of shape "
+                      f"{tuple(value.shape)} and dtype {value.dtype} is not supported in cells: "
+                      "such constants are taken as numbers (0-d floating-point), fixed weights "
+                      "(float32, 1 or 2 dims) and feature indices (1-D integer); make it once in "
+                      "__init__ and register it as a buffer (register_buffer), .float() it, or "
+                      "use a Python number for a 0-d integer one")
     if isinstance(owner.__dict__.get(name), torch.Tensor):
         raise Refusal(f"the tensor attribute {key} is a constant, and tensor constants are "
                       "not supported in cells: register the tensor as a buffer "

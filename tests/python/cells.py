@@ -341,6 +341,11 @@ OPS = {
         + torch.cat(a.tensor_split(3, -1)[::-1], -1)
         + torch.cat(torch.tensor_split(m, [2, -2], dim=1)[::-1], 1)
         + torch.cat(torch.tensor_split(a, (4, 9), 1)[:2][::-1], 1)),
+    "tensor constants made in the cell": lambda c, a, m, x: (
+        a * torch.arange(7).float() / 7 + torch.linspace(-1, 1, 7) * m
+        + torch.tensor([[0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]]) + a @ torch.eye(7)
+        + torch.tanh(m) @ torch.tensor([[0.1 * (i - j) for j in range(7)] for i in range(7)]).t()
+        + F.linear(a, torch.ones(3, 7) / 7, torch.tensor([0.1, 0.2, 0.3])).sum(-1, keepdim=True)),
     "movedim, aliases, rrelu and alpha_dropout (eval), deg2rad": lambda c, a, m, x: (
         torch.stack([a, m], 1).movedim(1, 2).sum(-1) + torch.moveaxis(
             torch.stack([a, m], 1), -1, 1).mean(2) + torch.rsub(a, m) + torch.rsub(a, 2.0, 3)

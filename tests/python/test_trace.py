@@ -315,10 +315,10 @@ def test_refusals_of_everyday_idioms_say_what_is_wrong():
         lambda x, m: m * m[:, 9, None])
     refused(ValueError, "torch.stack of (batch,) values along dim 0 would move the batch dim")(
         lambda x, m: torch.stack([m.sum(-1), m.sum(-1)], 0).sum(0, keepdim=True) + m)
-    refused(TypeError, "a tensor made in the cell from Python values (torch.tensor")(
-        lambda x, m: m * torch.tensor([2.0]))
+    refused(TypeError, "a tensor made in the cell from Python values (torch.tensor",
+            "of shape (1, 1, 1)")(lambda x, m: m * torch.tensor([[[2.0]]]))
     # a 0-d integer one may be a dim or an index (m.sum(torch.tensor(1)) in PyTorch): refused
-    refused(TypeError, "other than 0-d floating-point ones", "a Python number")(
+    refused(TypeError, "(0-d floating-point)", "a Python number for a 0-d integer one")(
         lambda x, m: m * torch.tensor(2))
     refused(TypeError, "is not supported in cells", "inside torch's own nn/modules/rnn.py",
             "call the module itself", state_size=(7, 7))(_SubclassedLSTMCell(5, 7))
@@ -391,8 +391,10 @@ def test_unsupported_module_and_methods():
         lambda x, m: m.index_select(-1, m[:, 0]))
     refused(TypeError, "an integer tensor made in the cell", "feature indices")(
         lambda x, m: m * torch.arange(7))
-    refused(TypeError, "a tensor made in the cell from Python values")(  # a mask to PyTorch
-        lambda x, m: m[:, torch.tensor([1, 0, 1, 1, 0, 0, 1], dtype=torch.uint8)])
+    refused(TypeError, "a tensor made in the cell from Python values", "torch.uint8")(
+        lambda x, m: m[:, torch.tensor([1, 0, 1, 1, 0, 0, 1], dtype=torch.uint8)])  # a mask
+    refused(TypeError, "of shape (7,) and dtype torch.float64 is not supported in cells")(
+        lambda x, m: m * torch.tensor([0.5] * 7, dtype=torch.float64))
     refused(ValueError, "movedim of a tensor from 0 to 1")(lambda x, m: m.movedim(0, 1))
     refused(TypeError, "rrelu in training mode")(lambda x, m: F.rrelu(m, training=True))
     refused(TypeError, "alpha_dropout in training mode")(
@@ -416,7 +418,8 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.SiLU(inplace=True): r(m))
     refused(TypeError, "inplace=True")(lambda x, m: F.leaky_relu(m, 0.1, True))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ELU(inplace=True): r(m))
-    refused(TypeError, "tensor constants")(lambda x, m: m + torch.tensor([1.0] * 7))
+    refused(TypeError, "dtype torch.bool is not supported in cells")(
+        lambda x, m: m * torch.tensor([True] * 7))
     refused(ValueError, "the buffer node_cells.0.steps holds torch.int64")(_IntegerBuffer())
     refused(ValueError, "operator.matmul of weights failed: RuntimeError")(_BadWeightProduct())
     for writes in (lambda w: w.mul_(2), lambda w: torch.nn.init.zeros_(w),
