@@ -168,16 +168,29 @@ class _Tracer(fx.Tracer):
         # tracing, their calls in this thread are recorded rather than run. torch's names are
         # the process's: one trace at a time, and other threads' calls run as they would.
         with trace_lock.TRACING:
-            saved = {name: getattr(torch, name) for name in trace_lock.FACTORIES}
+            saved = {name: getattr(torch, name)
+                     for name in trace_lock.FACTORIES + trace_lock.CONSTANT_FACTORIES}
             tracing = self._thread = threading.get_ident()
 
             def recorded(fn):
                 return lambda *a, **kw: (
                     self.create_proxy("call_function", fn, a, kw)
                     if threading.get_ident() == tracing else fn(*a, **kw))
+
+            def made(fn):  # torch.tensor([...], device=x.device): run now, on the host
+                def call(*a, **kw):
+                    if threading.get_ident() == tracing:
+                        kw = {k: (None if k == "device" else torch.float32)
+                              if k in ("device", "dtype") and isinstance(v, fx.Proxy) else v
+                              for k, v in kw.items()}
+                        if any(isinstance(v, fx.Proxy) for v in (*a, *kw.values())):
+                            return self.create_proxy("call_function", fn, a, kw)
+                    return fn(*a, **kw)
+                return call
             try:
                 for name, fn in saved.items():
-                    setattr(torch, name, recorded(fn))
+                    setattr(torch, name, made(fn) if name in trace_lock.CONSTANT_FACTORIES
+                            else recorded(fn))
                 # Autograd as a training call has it, whatever the caller's mode: a cell that
                 # turns it off (torch.no_grad) is then seen (create_proxy).
                 with trace_inplace.refused(note_where), trace_lock.unbound_methods(tracing):

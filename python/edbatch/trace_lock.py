@@ -12,6 +12,9 @@ import torch.fx as fx
 from . import trace_inplace
 
 FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last three refused
+# Factories of constants, run when the cell is traced; a traced device= or dtype= (x.device,
+# x.dtype) is set aside first, since the constant is read on the call's device (trace_weights).
+CONSTANT_FACTORIES = ("tensor", "as_tensor", "arange", "linspace", "logspace", "eye")
 TRACING = threading.RLock()  # one trace at a time; read as trace_lock.TRACING (reset below)
 # torch.Tensor's methods written in C, which it inherits from its C base: called unbound on a
 # traced value (torch.Tensor.sigmoid(x)), their descriptors refuse anything but a tensor.
@@ -19,7 +22,7 @@ TENSOR_METHODS = tuple(name for name, v in vars(torch.Tensor.__mro__[1]).items()
                        if type(v).__name__ == "method_descriptor" and not name.startswith("_")
                        and name not in vars(torch.Tensor))
 # What a trace patches for the process, as it is when no trace runs.
-_UNPATCHED = ([(torch, name, getattr(torch, name)) for name in FACTORIES] +
+_UNPATCHED = ([(torch, name, getattr(torch, name)) for name in FACTORIES + CONSTANT_FACTORIES] +
               [(torch.nn.Module, name, getattr(torch.nn.Module, name))
                for name in ("__call__", "__getattr__")] +
               [(fx.Proxy, name, fx.Proxy.__dict__.get(name)) for name in trace_inplace.NAMES] +

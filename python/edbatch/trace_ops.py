@@ -11,7 +11,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from . import trace_reduce, trace_stack, trace_weights
+from . import trace_lock, trace_reduce, trace_stack, trace_weights
 from .trace_features import (cat, chunk, diff, dims, flip, fliplr, getitem,  # noqa: F401
                              index_select, narrow, new_tensor, pad, pieces, roll, size, slice_of,
                              split, tensor_split)
@@ -545,6 +545,10 @@ SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
                         trace_select.SUPPORTED, trace_rnn.SUPPORTED, trace_einsum.SUPPORTED,
                         trace_scan.SUPPORTED, trace_attention.SUPPORTED, trace_sort.SUPPORTED,
                         trace_special.SUPPORTED])
+
+# Factories of constants called with a size the trace knows (torch.arange(x.size(-1))).
+for _name in trace_lock.CONSTANT_FACTORIES:
+    FUNCTIONS[getattr(torch, _name)] = trace_weights.constant_factory(getattr(torch, _name), _name)
 
 # Elementwise functions of one tensor also take a stack, tensor by tensor (trace_stack.py).
 _ELEMENTWISE = [fn for fns in _ACTIVATIONS.values() for fn in fns] + [

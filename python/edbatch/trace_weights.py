@@ -10,7 +10,7 @@ import torch
 import torch.fx as fx
 from torch.nn.utils import parametrize
 
-from .trace_values import FeatureIndex, Param, Refusal, TensorConstant
+from .trace_values import FeatureIndex, Param, Refusal, TensorConstant, describe
 
 
 # The device Weights.tensors reads the program's constants on (through weight expressions too).
@@ -232,22 +232,52 @@ def as_weight(label, getter, value):
 
 
 def cell_constant(owner, name, key):
-    """A tensor made in the cell from Python values (computed once when the cell is traced): the
-    number a 0-d floating-point one holds (torch.tensor(0.5), torch.sqrt(torch.tensor(d))), as
-    PyTorch uses it against a tensor of floats; a float32 one of 1 or 2 dims as a fixed weight
-    named `key` (torch.tensor([0.5, 2.0]), torch.linspace(0, 1, n)); the indices a 1-D integer
-    one holds (torch.tensor([2, 0, 1]), torch.arange(k)); None for anything else (a 0-d integer
-    one may be a dim or an index, and stays refused)."""
+    """A tensor made in the cell from Python values (computed once when the cell is traced), as
+    constant_of takes it; None for an attribute that is not one."""
     value = owner.__dict__.get(name)
     if not (name.startswith("_tensor_constant") and isinstance(value, torch.Tensor)):
         return None
+    return constant_of(value, key)
+
+
+def constant_of(value, key):
+    """What a tensor made in the cell from Python values is to the program: the number a 0-d
+    floating-point one holds (torch.tensor(0.5), torch.sqrt(torch.tensor(d))), as PyTorch uses it
+    against a tensor of floats; a float32 one of 1 or 2 dims as a fixed weight named `key`
+    (torch.tensor([0.5, 2.0]), torch.linspace(0, 1, n)); the indices a 1-D integer one holds
+    (torch.tensor([2, 0, 1]), torch.arange(k)). Anything else is refused (a 0-d integer one may
+    be a dim or an index; uint8 and bool ones are masks to PyTorch)."""
     if value.dim() == 0 and value.is_floating_point():
         return TensorConstant(value.item())
     if value.dim() in (1, 2) and value.dtype == torch.float32:
         return Param((key, Constant(value)), value.detach())
     if value.dim() == 1 and value.dtype in (torch.int64, torch.int32, torch.int16, torch.int8):
-        return FeatureIndex(value.tolist())  # not uint8 or bool, which PyTorch reads as masks
-    return None
+        return FeatureIndex(value.tolist())
+    raise Refusal(f"a tensor made in the cell from Python values (torch.tensor, torch.arange, "
+                  f"torch.linspace, torch.eye, ...) of shape {tuple(value.shape)} and dtype "
+                  f"{value.dtype} is not supported in cells: such constants are taken as numbers "
+                  "(0-d floating-point), fixed weights (float32, 1 or 2 dims) and feature "
+                  "indices (1-D integer); make it once in __init__ and register it as a buffer "
+                  "(register_buffer), .float() it, or use a Python number for a 0-d integer one")
+
+
+def constant_factory(fn, name):
+    """torch.<name> (arange, linspace, eye, tensor, ...) called with a size the trace knows
+    (torch.arange(x.size(-1))): run then, its tensor taken as constant_of takes it."""
+    def handle(body, args, kwargs):
+        kwargs = {k: v for k, v in kwargs.items() if k != "device"}
+        plain = (int, float, bool, str, type(None), torch.dtype, list, tuple)
+        odd = [v for v in (*args, *kwargs.values()) if not isinstance(v, plain)]
+        if odd:
+            raise Refusal(f"torch.{name} of {describe(odd[0])}: a tensor made in the cell must "
+                          "be known when the cell is traced (sizes from x.size(-1) are; the "
+                          "batch size is not)", ValueError)
+        try:
+            value = fn(*args, **kwargs)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise Refusal(f"torch.{name} failed: {type(e).__name__}: {e}", type(e)) from None
+        return constant_of(value, f"torch.{name}")
+    return handle
 
 
 def module_tensor(owner, name, key, parametrized_values):
@@ -271,14 +301,7 @@ def module_tensor(owner, name, key, parametrized_values):
                           "and bool buffers only, as fixed weights and masks", ValueError)
         return Param((key, getter), value)  # a buffer's gradient is not kept
     if isinstance(owner.__dict__.get(name), torch.Tensor) and name.startswith("_tensor_constant"):
-        value = owner.__dict__[name]
-        raise Refusal(f"a tensor made in the cell from Python values (torch.tensor, "
-                      f"torch.arange, torch.linspace, torch.eye, ...) of shape "
-                      f"{tuple(value.shape)} and dtype {value.dtype} is not supported in cells: "
-                      "such constants are taken as numbers (0-d floating-point), fixed weights "
-                      "(float32, 1 or 2 dims) and feature indices (1-D integer); make it once in "
-                      "__init__ and register it as a buffer (register_buffer), .float() it, or "
-                      "use a Python number for a 0-d integer one")
+        constant_of(owner.__dict__[name], key)  # refuses what cell_constant did not take
     if isinstance(owner.__dict__.get(name), torch.Tensor):
         raise Refusal(f"the tensor attribute {key} is a constant, and tensor constants are "
                       "not supported in cells: register the tensor as a buffer "

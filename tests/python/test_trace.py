@@ -393,6 +393,8 @@ def test_unsupported_module_and_methods():
         lambda x, m: m * torch.arange(7))
     refused(TypeError, "a tensor made in the cell from Python values", "torch.uint8")(
         lambda x, m: m[:, torch.tensor([1, 0, 1, 1, 0, 0, 1], dtype=torch.uint8)])  # a mask
+    refused(ValueError, "torch.arange of the batch size")(
+        lambda x, m: m * torch.arange(m.size(0), device=m.device).unsqueeze(-1))
     refused(TypeError, "of shape (7,) and dtype torch.float64 is not supported in cells")(
         lambda x, m: m * torch.tensor([0.5] * 7, dtype=torch.float64))
     refused(ValueError, "movedim of a tensor from 0 to 1")(lambda x, m: m.movedim(0, 1))
