@@ -549,6 +549,7 @@ SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
 # Factories of constants called with a size the trace knows (torch.arange(x.size(-1))).
 for _name in trace_lock.CONSTANT_FACTORIES:
     FUNCTIONS[getattr(torch, _name)] = trace_weights.constant_factory(getattr(torch, _name), _name)
+METHODS["new_tensor"] = trace_weights.new_tensor
 
 # Elementwise functions of one tensor also take a stack, tensor by tensor (trace_stack.py).
 _ELEMENTWISE = [fn for fns in _ACTIVATIONS.values() for fn in fns] + [

@@ -10,7 +10,7 @@ import torch
 import torch.fx as fx
 from torch.nn.utils import parametrize
 
-from .trace_values import FeatureIndex, Param, Refusal, TensorConstant, describe
+from .trace_values import FeatureIndex, Param, Refusal, TensorConstant, bind, describe
 
 
 # The device Weights.tensors reads the program's constants on (through weight expressions too).
@@ -278,6 +278,25 @@ def constant_factory(fn, name):
             raise Refusal(f"torch.{name} failed: {type(e).__name__}: {e}", type(e)) from None
         return constant_of(value, f"torch.{name}")
     return handle
+
+
+def new_tensor(body, args, kwargs):
+    """x.new_tensor(data): data as a tensor of x's dtype (float32) unless dtype= says otherwise,
+    made when the cell is traced and taken as constant_of takes it."""
+    a = bind(args, kwargs, ("self", "data"),
+             {"dtype": None, "device": None, "requires_grad": False, "layout": None,
+              "pin_memory": False})
+    if a["requires_grad"]:
+        raise Refusal("x.new_tensor(..., requires_grad=True) is not supported: make a parameter "
+                      "of it (nn.Parameter)")
+    data = a["data"]
+    odd = []
+    fx.node.map_aggregate(data, lambda v: odd.append(v) if not isinstance(
+        v, (int, float, bool, torch.Tensor)) else v)
+    if odd:
+        raise Refusal(f"x.new_tensor of {describe(odd[0])}: a tensor made in the cell must be "
+                      "known when the cell is traced", ValueError)
+    return constant_of(torch.tensor(data, dtype=a["dtype"] or torch.float32), "Tensor.new_tensor")
 
 
 def module_tensor(owner, name, key, parametrized_values):

@@ -349,7 +349,9 @@ OPS = {
         # as GPU code writes them: device= and dtype= of a traced value, sizes from x.size(-1)
         + m * torch.arange(a.size(-1), device=a.device, dtype=a.dtype) / a.shape[-1]
         + a @ torch.eye(m.size(1), device=m.device) + m[:, torch.arange(6, -1, -1, device=m.device)]
-        + torch.tensor([0.3] * 7, device=a.device) * torch.linspace(1, 2, 7, device=a.device)),
+        + torch.tensor([0.3] * 7, device=a.device) * torch.linspace(1, 2, 7, device=a.device)
+        + a.new_tensor([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]) * m
+        + a[:, m.new_tensor([1, 0, 2, 3, 4, 6, 5], dtype=torch.long)]),
     "movedim, aliases, rrelu and alpha_dropout (eval), deg2rad": lambda c, a, m, x: (
         torch.stack([a, m], 1).movedim(1, 2).sum(-1) + torch.moveaxis(
             torch.stack([a, m], 1), -1, 1).mean(2) + torch.rsub(a, m) + torch.rsub(a, 2.0, 3)
