@@ -6,6 +6,7 @@ tensors with the other's; by a stack along 1, (batch, n, m), the sums of the oth
 weighted by each of its rows' entries. squeeze takes a size-1 dim away again, and view /
 reshape / flatten take a stack of one tensor (or of size-1 tensors) back to (batch, n).
 trace_ops merges these tables over trace_reduce's, whose handlers take every other value."""
+import math
 import operator
 
 import torch
@@ -91,6 +92,22 @@ def flatten(body, args, kwargs):
     return trace_reduce.flatten(body, args, kwargs)
 
 
+def unflatten(body, args, kwargs):
+    """x.unflatten(-1, (k, n)) / torch.unflatten / nn.Unflatten of a (batch, k * n) value: its
+    view (batch, k, n), as x.view(x.size(0), k, n) (one size may be -1)."""
+    a = bind(args, kwargs, ("input", "dim", "sizes"), {})
+    x, sizes = a["input"], a.get("sizes")
+    if a.get("dim") not in (1, -1) or not isinstance(x, Vec) or not isinstance(
+            sizes, (tuple, list)) or not all(isinstance(n, int) for n in sizes):
+        raise Refusal(f"unflatten of {describe(x)} along dim {a.get('dim')!r} "
+                      f"into {sizes!r}: supported for a (batch, features) value along dim -1 "
+                      "into sizes (k, n)", ValueError)
+    if list(sizes).count(-1) == 1:
+        known = -math.prod(sizes)
+        sizes = [x.size // known if n == -1 else n for n in sizes]
+    return reshape(body, (x, -1, *sizes), {})
+
+
 def _rows(body, s, what):
     """The k rows of a (batch, k, n) stack: its tensors along 1; a stack along 2 of size-1
     tensors is one row."""
@@ -155,15 +172,20 @@ def bmm(body, args, kwargs):
 FUNCTIONS = {
     operator.matmul: matmul, torch.matmul: matmul, torch.bmm: bmm, torch.unsqueeze: unsqueeze,
     torch.squeeze: squeeze, torch.reshape: reshape, torch.flatten: flatten,
+    torch.unflatten: unflatten,
 }
+
+MODULES = {torch.nn.Unflatten: lambda body, m, args, kwargs: unflatten(
+    body, (args[0], m.dim, tuple(m.unflattened_size)), {})}
 
 METHODS = {
     "matmul": matmul, "bmm": bmm, "unsqueeze": unsqueeze, "squeeze": squeeze, "view": reshape,
-    "reshape": reshape, "flatten": flatten,
+    "reshape": reshape, "flatten": flatten, "unflatten": unflatten,
 }
 
 SUPPORTED = ("x.unsqueeze(1) as (batch, 1, n) and x.unsqueeze(-1) as (batch, n, 1); torch.bmm "
              "/ matmul / @ per row of (batch, k, n) (unsqueeze(1), torch.stack(tensors, 1)) by "
              "(batch, n, m) (unsqueeze(-1), torch.stack(tensors, 2): dot products; "
              "torch.stack(tensors, 1): weighted sums); squeeze(1 or -1), view / reshape / "
-             "flatten of the result")
+             "flatten of the result; x.unflatten(-1, (k, n)) / nn.Unflatten as "
+             "x.view(x.size(0), k, n)")

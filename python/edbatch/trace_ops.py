@@ -524,6 +524,7 @@ MODULES.update(trace_reduce.MODULES)
 FUNCTIONS.update(trace_bmm.FUNCTIONS)  # per-row products: over trace_reduce's and matmul above
 METHODS.update(trace_bmm.METHODS)
 MODULES.update(trace_rnn.MODULES)
+MODULES.update(trace_bmm.MODULES)
 FUNCTIONS.update(trace_activations.FUNCTIONS)
 METHODS.update(trace_activations.METHODS)
 MODULES.update(trace_activations.MODULES)

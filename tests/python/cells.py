@@ -102,6 +102,7 @@ class OpCell(nn.Module):
         self.t = nn.Parameter(torch.tensor(1.3))  # 0-d: a learned temperature
         self.softplus = nn.Softplus(beta=3, threshold=1)
         self.rrelu = nn.RReLU(0.05, 0.4).eval()
+        self.unflatten = nn.Unflatten(1, (S, 2))
         self.alpha_dropout = nn.AlphaDropout(0.4).eval()
         self.register_buffer("scale", 0.5 + torch.rand(S))
         self.register_buffer("keep", torch.arange(S) % 3 != 0)
@@ -352,6 +353,9 @@ OPS = {
         + torch.tensor([0.3] * 7, device=a.device) * torch.linspace(1, 2, 7, device=a.device)
         + a.new_tensor([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]) * m
         + a[:, m.new_tensor([1, 0, 2, 3, 4, 6, 5], dtype=torch.long)]),
+    "unflatten": lambda c, a, m, x: (
+        c.two(a).unflatten(-1, (2, 7)).sum(1) + c.unflatten(c.two(m)).amax(-1)
+        + torch.unflatten(c.two(a), 1, (-1, 7)).mean(1)),
     "movedim, aliases, rrelu and alpha_dropout (eval), deg2rad": lambda c, a, m, x: (
         torch.stack([a, m], 1).movedim(1, 2).sum(-1) + torch.moveaxis(
             torch.stack([a, m], 1), -1, 1).mean(2) + torch.rsub(a, m) + torch.rsub(a, 2.0, 3)

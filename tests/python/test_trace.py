@@ -398,6 +398,8 @@ def test_unsupported_module_and_methods():
     refused(TypeError, "of shape (7,) and dtype torch.float64 is not supported in cells")(
         lambda x, m: m * torch.tensor([0.5] * 7, dtype=torch.float64))
     refused(ValueError, "movedim of a tensor from 0 to 1")(lambda x, m: m.movedim(0, 1))
+    refused(ValueError, "unflatten of a tensor along dim 0")(
+        lambda x, m: m.unflatten(0, (1, -1)).sum(1))
     refused(TypeError, "rrelu in training mode")(lambda x, m: F.rrelu(m, training=True))
     refused(TypeError, "alpha_dropout in training mode")(
         lambda x, m: F.alpha_dropout(m, 0.2, True))
