@@ -164,41 +164,14 @@ class _Tracer(fx.Tracer):
                           "the trace reads): call the module once before, outside it")
         self.body.module_paths = {m: p for p, m in root.named_modules()}
         self.body.parametrized, self.parametrization_of = trace_weights.parametrized(root)
-        # Factories do not dispatch on traced arguments (torch.zeros(x.size(0), n)): while
-        # tracing, their calls in this thread are recorded rather than run. torch's names are
-        # the process's: one trace at a time, and other threads' calls run as they would.
         with trace_lock.TRACING:
-            saved = {name: getattr(torch, name)
-                     for name in trace_lock.FACTORIES + trace_lock.CONSTANT_FACTORIES}
             tracing = self._thread = threading.get_ident()
-
-            def recorded(fn):
-                return lambda *a, **kw: (
-                    self.create_proxy("call_function", fn, a, kw)
-                    if threading.get_ident() == tracing else fn(*a, **kw))
-
-            def made(fn):  # torch.tensor([...], device=x.device): run now, on the host
-                def call(*a, **kw):
-                    if threading.get_ident() == tracing:
-                        kw = {k: (None if k == "device" else torch.float32)
-                              if k in ("device", "dtype") and isinstance(v, fx.Proxy) else v
-                              for k, v in kw.items()}
-                        if any(isinstance(v, fx.Proxy) for v in (*a, *kw.values())):
-                            return self.create_proxy("call_function", fn, a, kw)
-                    return fn(*a, **kw)
-                return call
-            try:
-                for name, fn in saved.items():
-                    setattr(torch, name, made(fn) if name in trace_lock.CONSTANT_FACTORIES
-                            else recorded(fn))
-                # Autograd as a training call has it, whatever the caller's mode: a cell that
-                # turns it off (torch.no_grad) is then seen (create_proxy).
-                with trace_inplace.refused(note_where), trace_lock.unbound_methods(tracing):
-                    with torch.enable_grad():
-                        return super().trace(root, *args, **kwargs)
-            finally:
-                for name, fn in saved.items():
-                    setattr(torch, name, fn)
+            # Autograd as a training call has it, whatever the caller's mode: a cell that turns
+            # it off (torch.no_grad) is then seen (create_proxy).
+            with trace_lock.factories(tracing, self.create_proxy), \
+                    trace_inplace.refused(note_where), trace_lock.unbound_methods(tracing):
+                with torch.enable_grad():
+                    return super().trace(root, *args, **kwargs)
 
     def create_arg(self, a):
         if isinstance(a, tuple) and hasattr(a, "_fields"):  # a namedtuple state: its fields

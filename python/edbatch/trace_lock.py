@@ -30,6 +30,38 @@ _UNPATCHED = ([(torch, name, getattr(torch, name)) for name in FACTORIES + CONST
 
 
 @contextlib.contextmanager
+def factories(thread, record):
+    """While a trace runs in `thread`: factories do not dispatch on traced arguments
+    (torch.zeros(x.size(0), n)), so their calls there are recorded (`record`: the tracer's
+    create_proxy) rather than run; the factories of constants run then, a traced device= or
+    dtype= set aside (torch.tensor([...], device=x.device)), unless a traced value remains
+    (torch.arange(x.size(-1)): recorded). torch's names are the process's: one trace at a time,
+    and other threads' calls run as they would."""
+    def recorded(fn):
+        return lambda *a, **kw: (record("call_function", fn, a, kw)
+                                 if threading.get_ident() == thread else fn(*a, **kw))
+
+    def made(fn):
+        def call(*a, **kw):
+            if threading.get_ident() == thread:
+                kw = {k: (None if k == "device" else torch.float32)
+                      if k in ("device", "dtype") and isinstance(v, fx.Proxy) else v
+                      for k, v in kw.items()}
+                if any(isinstance(v, fx.Proxy) for v in (*a, *kw.values())):
+                    return record("call_function", fn, a, kw)
+            return fn(*a, **kw)
+        return call
+    saved = {name: getattr(torch, name) for name in FACTORIES + CONSTANT_FACTORIES}
+    try:
+        for name, fn in saved.items():
+            setattr(torch, name, made(fn) if name in CONSTANT_FACTORIES else recorded(fn))
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
+
+
+@contextlib.contextmanager
 def unbound_methods(thread):
     """While a trace runs in `thread`: torch.Tensor holds a function of its own for each of
     TENSOR_METHODS, which calls a traced value's method there (torch.Tensor.sigmoid(x) is then
