@@ -33,7 +33,7 @@ SUPPORTED = (
     "a ** x (a > 0), square, rsqrt, reciprocal, silu, logsigmoid, leaky_relu, elu, abs; "
     "torch.cat, chunk, split, tensor_split, narrow, slicing (x[:, a:b], x[:, a:b:k]), feature "
     "indices known when traced (x[:, [2, 0, 1]], index_select), flip / fliplr, roll "
-    "and diff along the last dim; nn.Embedding "
+    "and diff along the last dim; nn.Embedding and F.one_hot (num_classes given) "
     "of the integer input; nn.LayerNorm / F.layer_norm over the last dim; nn.Dropout / "
     "F.dropout; softmax / log_softmax over the last dim; zeros_like / ones_like / full_like; "
     "x.detach(); tuple returns and unpacking")
@@ -551,6 +551,7 @@ SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
 for _name in trace_lock.CONSTANT_FACTORIES:
     FUNCTIONS[getattr(torch, _name)] = trace_weights.constant_factory(getattr(torch, _name), _name)
 METHODS["new_tensor"] = trace_weights.new_tensor
+FUNCTIONS[F.one_hot] = trace_weights.one_hot
 
 # Elementwise functions of one tensor also take a stack, tensor by tensor (trace_stack.py).
 _ELEMENTWISE = [fn for fns in _ACTIVATIONS.values() for fn in fns] + [

@@ -299,6 +299,20 @@ def new_tensor(body, args, kwargs):
     return constant_of(torch.tensor(data, dtype=a["dtype"] or torch.float32), "Tensor.new_tensor")
 
 
+def one_hot(body, args, kwargs):
+    """F.one_hot(ids, num_classes) of the integer input: the embedding of a fixed identity table,
+    so a row of num_classes floats with a 1 at the id (PyTorch's values, as int64 there; cells
+    compute in float32). num_classes must be given: the ids are not known when traced."""
+    from .trace_ops import embedding_of
+    a = bind(args, kwargs, ("input", "num_classes"), {"num_classes": -1})
+    n = a["num_classes"]
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        raise Refusal(f"F.one_hot with num_classes={n!r}: give the number of classes (the ids "
+                      "are not known when the cell is traced)", ValueError)
+    table = torch.eye(n)
+    return embedding_of(body, a["input"], Param((f"one_hot({n})", Constant(table)), table), {})
+
+
 def module_tensor(owner, name, key, parametrized_values):
     """The tensor a cell reads as owner.<name> (`key`: its name in errors and in the program): a
     parameter (also a plain tensor torch.func.functional_call puts in its place), a tensor a

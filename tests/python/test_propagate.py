@@ -806,6 +806,28 @@ def test_embedding_of_ids(backend):
     assert_same(model, packed, inputs_for(packed, 3, ids=True))
 
 
+class _OneHot(nn.Module):
+    """F.one_hot of the integer input, as a bag-of-ids cell writes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(structures.VOCAB, 7)
+
+    def forward(self, ids, m):
+        hot = F.one_hot(ids, structures.VOCAB).float()
+        return torch.tanh(self.lin(hot) + m) + F.one_hot(ids, num_classes=structures.VOCAB)[:, :7]
+
+
+def test_one_hot_of_ids(backend):
+    torch.manual_seed(3)
+    model = edbatch.nn.Propagate(_OneHot(), state_size=7)
+    packed = structures.packed("dags", 4)  # every DAG node has an input id
+    assert_same(model, packed, inputs_for(packed, 4, ids=True))
+    with pytest.raises(ValueError, match=r"F.one_hot with num_classes=-1: give the number"):
+        edbatch.nn.Propagate(lambda ids, m: F.one_hot(ids).float() + m, state_size=7)(
+            packed, ids=packed.input_ids)
+
+
 def test_cells_with_tables_of_their_own_sizes(backend):
     """Arc kinds embedding with tables of different sizes (characters beside words): an id must
     fit only the tables of the cells that read its row; the results equal the same cells given
