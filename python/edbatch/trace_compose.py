@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from .trace_reduce import (clamp_of, finite_or_zero, logsumexp, norm, normalize, repeat,
                            sum_of)
 from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
-                           feature_dim, is_number, no_inplace, ops, plain, tensor_pair,
-                           vector_or_constant, with_inplace)
+                           feature_dim, is_number, no_inplace, operand_pair, ops, plain,
+                           tensor_pair, with_inplace)
 from .trace_weights import as_weight
 
 nn = torch.nn
@@ -394,11 +394,7 @@ def x_log(name, shift):
     def handle(body, args, kwargs):
         from .trace_select import comparison, logical, where_of
         a = bind(args, kwargs, ("input", "other"), {})
-        if is_number(a["input"]) and is_number(a["other"]):
-            raise Refusal(f"{name} of two Python numbers is not supported: PyTorch takes a "
-                          f"tensor", TypeError)
-        x, y = broadcast_pair(body, vector_or_constant(body, a["input"]),
-                              vector_or_constant(body, a["other"]), name)
+        x, y = operand_pair(body, a["input"], a["other"], name)
         x_zero = comparison("eq")(body, (x, 0.0), {})
 
         def and_zero(op, value):

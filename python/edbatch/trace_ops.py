@@ -17,8 +17,8 @@ from .trace_features import (cat, chunk, diff, dims, flip, fliplr, getitem,  # n
                              split, tensor_split)
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Stack,  # noqa: F401
-                           Vec, bind, broadcast_pair, describe, feature_dim, is_number,
-                           no_inplace)
+                           Vec, bind, broadcast_pair, describe, feature_dim, float32_only,
+                           is_number, no_inplace)
 
 nn = torch.nn
 
@@ -146,9 +146,7 @@ def softmax_arguments(args, kwargs):
 def softmax(name):
     def handle(body, args, kwargs):
         a = softmax_arguments(args, kwargs)
-        if a["dtype"] not in (None, torch.float32):  # cells compute in float32
-            raise Refusal(f"{name} with dtype={a['dtype']} is not supported: cells compute in "
-                          "float32 (dtype=torch.float32 or none)")
+        float32_only(a["dtype"], name)
         if isinstance(a["input"], Stack):
             if a["dim"] is None:
                 raise Refusal(f"{name} of a (batch, k, n) stack needs a dim (1 or -1)",

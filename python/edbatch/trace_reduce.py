@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from .trace_values import (Batch, Indices, Refusal, Rows, Shape, Stack, TensorConstant, Vec,
-                           bind, broadcast_pair, describe, feature_dim, is_number, no_inplace, ops,
-                           same_size)
+                           bind, broadcast_pair, describe, feature_dim, float32_only, is_number,
+                           no_inplace, ops, same_size)
 
 nn = torch.nn
 
@@ -22,9 +22,7 @@ def _reduction_input(body, name, args, kwargs, extra=None, names=("input", "dim"
     positional order (var's third is unbiased, norm's second p)."""
     a = bind(args, kwargs, names,
              {"dim": None, "keepdim": False, "dtype": None, **(extra or {})})
-    if a["dtype"] not in (None, torch.float32):  # cells compute in float32
-        raise Refusal(f"{name} with dtype={a['dtype']} is not supported: cells compute in "
-                      "float32 (dtype=torch.float32 or none)")
+    float32_only(a["dtype"], name)
     dim = a["dim"]
     if isinstance(dim, (tuple, list)) and len(dim) == 1:
         dim = dim[0]
@@ -123,9 +121,7 @@ def _stack_reduction(body, name, args, kwargs):
     s = a["input"]
     if not isinstance(s, Stack):
         return None
-    if a["dtype"] not in (None, torch.float32):
-        raise Refusal(f"{name} with dtype={a['dtype']} is not supported: cells compute in "
-                      "float32 (dtype=torch.float32 or none)")
+    float32_only(a["dtype"], name)
     from .trace_stack import _stack_dims, reduce
     if isinstance(a["dim"], (tuple, list)) and len(a["dim"]) == 1:
         a["dim"] = a["dim"][0]

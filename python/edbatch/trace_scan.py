@@ -7,7 +7,7 @@ import math
 import torch
 
 from .trace_reduce import Extreme
-from .trace_values import Indices, Refusal, bind, feature_dim
+from .trace_values import Indices, Refusal, bind, feature_dim, float32_only
 
 
 def _op(name):
@@ -53,9 +53,7 @@ def scan_of(body, v, name):
 def scan(name):
     def handle(body, args, kwargs):
         a = bind(args, kwargs, ("input", "dim", "dtype"), {"dtype": None})
-        if a["dtype"] not in (None, torch.float32):
-            raise Refusal(f"{name} with dtype={a['dtype']} is not supported: values are "
-                          f"float32")
+        float32_only(a["dtype"], name)
         if "dim" not in a:
             raise Refusal(f"{name} needs dim=-1 (the features)", ValueError)
         feature_dim(a["dim"], name)

@@ -9,8 +9,8 @@ import operator
 import torch
 
 from .trace_select import comparison
-from .trace_values import (Refusal, apply, bind, broadcast_pair, is_number, ops, plain,
-                           vector_or_constant)
+from .trace_values import (Refusal, apply, bind, broadcast_pair, is_number, operand_pair, ops,
+                           plain, vector_or_constant)
 
 
 def modulo(name):
@@ -18,13 +18,9 @@ def modulo(name):
     their own, a Python number for either argument; % of two numbers is the number's."""
     def handle(body, args, kwargs):
         a = bind(args, kwargs, ("input", "other"), {})
-        if is_number(a["input"]) and is_number(a["other"]):
-            if name == "remainder":
-                return a["input"] % a["other"]
-            raise Refusal("fmod of two Python numbers is not supported: PyTorch takes a tensor",
-                          TypeError)
-        x, y = (vector_or_constant(body, a[k]) for k in ("input", "other"))
-        return apply(body, name, *broadcast_pair(body, x, y, name))
+        if name == "remainder" and is_number(a["input"]) and is_number(a["other"]):
+            return a["input"] % a["other"]
+        return apply(body, name, *operand_pair(body, a["input"], a["other"], name))
     return handle
 
 
@@ -102,11 +98,7 @@ def polygamma(body, args, kwargs):
 def _quotient_operands(body, x, y, what):
     """The operands of a rounded division, through stop_gradient: PyTorch's gradient of
     floor_divide and of div with a rounding_mode is 0 for both."""
-    if is_number(x) and is_number(y):
-        raise Refusal(f"{what} of two Python numbers is not supported: PyTorch takes a tensor",
-                      TypeError)
-    x, y = (vector_or_constant(body, v) for v in (x, y))
-    x, y = broadcast_pair(body, x, y, what)
+    x, y = operand_pair(body, x, y, what)
     return apply(body, "stop_gradient", x), apply(body, "stop_gradient", y)
 
 

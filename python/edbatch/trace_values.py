@@ -3,6 +3,8 @@ weights and shapes, and the refusal a handler raises for what a program cannot e
 the argument helpers the handlers of trace_ops share."""
 import inspect
 
+import torch
+
 
 class Refusal(Exception):
     """A traced operation that a program cannot express; `error` is the type to raise."""
@@ -214,6 +216,23 @@ def broadcast_pair(body, a, b, what):
 def vector_or_constant(body, v):
     """v's feature vector, a Python number as a size-1 constant (broadcast_pair repeats it)."""
     return body.emit("const", 1, [], value=float(v)) if is_number(v) else body.vector(v)
+
+
+def operand_pair(body, x, y, what):
+    """The two operands of an elementwise function that takes a Python number for either (xlogy,
+    fmod, floor division), a number as a size-1 constant, broadcast to one size; two numbers are
+    refused, as PyTorch takes a tensor."""
+    if is_number(x) and is_number(y):
+        raise Refusal(f"{what} of two Python numbers is not supported: PyTorch takes a tensor",
+                      TypeError)
+    return broadcast_pair(body, vector_or_constant(body, x), vector_or_constant(body, y), what)
+
+
+def float32_only(dtype, what):
+    """Refuses a dtype= other than float32 or none: cells compute in float32."""
+    if dtype not in (None, torch.float32):
+        raise Refusal(f"{what} with dtype={dtype} is not supported: cells compute in float32 "
+                      "(dtype=torch.float32 or none)")
 
 
 def tensor_pair(body, args, kwargs, name):

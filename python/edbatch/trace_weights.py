@@ -261,17 +261,24 @@ def constant_of(value, key):
                   "(register_buffer), .float() it, or use a Python number for a 0-d integer one")
 
 
+def _known(values, what):
+    """Refuses a traced value among `values` (nested lists too): a tensor made in the cell is
+    made when the cell is traced."""
+    traced = []
+    fx.node.map_aggregate(values, lambda v: v if isinstance(
+        v, (int, float, bool, str, type(None), torch.dtype, torch.Tensor)) else traced.append(v))
+    if traced:
+        raise Refusal(f"{what} of {describe(traced[0])}: a tensor made in the cell must be known "
+                      "when the cell is traced (sizes from x.size(-1) are; the batch size is "
+                      "not)", ValueError)
+
+
 def constant_factory(fn, name):
     """torch.<name> (arange, linspace, eye, tensor, ...) called with a size the trace knows
     (torch.arange(x.size(-1))): run then, its tensor taken as constant_of takes it."""
     def handle(body, args, kwargs):
         kwargs = {k: v for k, v in kwargs.items() if k != "device"}
-        plain = (int, float, bool, str, type(None), torch.dtype, list, tuple)
-        odd = [v for v in (*args, *kwargs.values()) if not isinstance(v, plain)]
-        if odd:
-            raise Refusal(f"torch.{name} of {describe(odd[0])}: a tensor made in the cell must "
-                          "be known when the cell is traced (sizes from x.size(-1) are; the "
-                          "batch size is not)", ValueError)
+        _known((args, kwargs), f"torch.{name}")
         try:
             value = fn(*args, **kwargs)
         except (TypeError, ValueError, RuntimeError) as e:
@@ -289,14 +296,9 @@ def new_tensor(body, args, kwargs):
     if a["requires_grad"]:
         raise Refusal("x.new_tensor(..., requires_grad=True) is not supported: make a parameter "
                       "of it (nn.Parameter)")
-    data = a["data"]
-    odd = []
-    fx.node.map_aggregate(data, lambda v: odd.append(v) if not isinstance(
-        v, (int, float, bool, torch.Tensor)) else v)
-    if odd:
-        raise Refusal(f"x.new_tensor of {describe(odd[0])}: a tensor made in the cell must be "
-                      "known when the cell is traced", ValueError)
-    return constant_of(torch.tensor(data, dtype=a["dtype"] or torch.float32), "Tensor.new_tensor")
+    _known(a["data"], "x.new_tensor")
+    return constant_of(torch.tensor(a["data"], dtype=a["dtype"] or torch.float32),
+                       "Tensor.new_tensor")
 
 
 def one_hot(body, args, kwargs):
@@ -333,8 +335,6 @@ def module_tensor(owner, name, key, parametrized_values):
             raise Refusal(f"the buffer {key} holds {value.dtype}: cells read floating-point "
                           "and bool buffers only, as fixed weights and masks", ValueError)
         return Param((key, getter), value)  # a buffer's gradient is not kept
-    if isinstance(owner.__dict__.get(name), torch.Tensor) and name.startswith("_tensor_constant"):
-        constant_of(owner.__dict__[name], key)  # refuses what cell_constant did not take
     if isinstance(owner.__dict__.get(name), torch.Tensor):
         raise Refusal(f"the tensor attribute {key} is a constant, and tensor constants are "
                       "not supported in cells: register the tensor as a buffer "
