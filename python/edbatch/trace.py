@@ -23,6 +23,7 @@ from . import (trace_dropout, trace_inplace, trace_lock, trace_ops, trace_values
 from .trace_hooks import module_name as _module_name, refuse_backward_hooks, refuse_hooks
 from .programs import Program
 from .trace_ops import Ids, Param, Refusal, Vec
+from .trace_values import function_name
 from .trace_weights import Weights, row_shaped
 from .trace_where import (called_with, current_frames, format_where, inside_torch_module,
                           refuse, user_frame)
@@ -169,9 +170,9 @@ class _Tracer(fx.Tracer):
             # Autograd as a training call has it, whatever the caller's mode: a cell that turns
             # it off (torch.no_grad) is then seen (create_proxy).
             with trace_lock.factories(tracing, self.create_proxy), \
-                    trace_inplace.refused(note_where), trace_lock.unbound_methods(tracing):
-                with torch.enable_grad():
-                    return super().trace(root, *args, **kwargs)
+                    trace_inplace.operators(tracing, note_where), \
+                    trace_lock.unbound_methods(tracing), torch.enable_grad():
+                return super().trace(root, *args, **kwargs)
 
     def create_arg(self, a):
         if isinstance(a, tuple) and hasattr(a, "_fields"):  # a namedtuple state: its fields
@@ -249,8 +250,11 @@ class _Tracer(fx.Tracer):
                           "without them) are not supported: every operation of a cell is "
                           "differentiated (x.detach() stops the gradient of one value); edbatch "
                           "keeps a cell's values for backward in its own memory plan")
-        value = self.evaluate(proxy.node)
+        with trace_values.inplace_marks() as inplace:
+            value = self.evaluate(proxy.node)
         self.values[proxy.node] = value
+        if inplace:  # a.add_(b), torch.relu_(a), F.relu(a, inplace=True): a changes
+            return trace_inplace.rebind_call(self, proxy.node)
         if isinstance(value, (int, float, bool)):
             return value
         if isinstance(value, tuple):
@@ -275,12 +279,17 @@ class _Tracer(fx.Tracer):
             return self.placeholders[node.target](self.body)
         if node.op == "get_attr":
             return self.attribute(node.target)
+        target = trace_inplace.out_of_place(node.op, node.target, trace_ops.FUNCTIONS)
+        if target is not None:  # a.add_(b): a + b, which a then names (create_proxy)
+            trace_inplace.check_call(self, node)
+            trace_values.note_inplace(True)
+        else:
+            target = node.target
         args = fx.node.map_arg(node.args, self.values.__getitem__)
         kwargs = fx.node.map_arg(node.kwargs, self.values.__getitem__)
-        if trace_weights.of_weights_only(node.op, node.target, args, kwargs, _TRACED):
-            name = (f"Tensor.{node.target}" if node.op == "call_method"
-                    else _function_name(node.target))
-            return trace_weights.evaluate(node.op, node.target, args, kwargs, name)
+        if trace_weights.of_weights_only(node.op, target, args, kwargs, _TRACED):
+            name = (f"Tensor.{target}" if node.op == "call_method" else function_name(target))
+            return trace_weights.evaluate(node.op, target, args, kwargs, name)
         if not args and "input" in kwargs and _input_first(node, self.root):  # f(input=x)
             kwargs = dict(kwargs)
             args = (kwargs.pop("input"),)
@@ -297,16 +306,14 @@ class _Tracer(fx.Tracer):
             refuse_hooks(module)
             return handler(self.body, module, args, kwargs)
         if node.op == "call_method":
-            handler, name = trace_ops.METHODS.get(node.target), f"Tensor.{node.target}"
-            if node.target.endswith("_") and not node.target.endswith("__"):
-                raise Refusal(f"the in-place method {name} is not supported")
+            handler, name = trace_ops.METHODS.get(target), f"Tensor.{node.target}"
         elif getattr(node.target, "tensor_method", None) is not None:
             # A tensor made in the cell, such as torch.tensor(2) * x: its C method called with a
             # traced value, which the trace reads as that method on the constant's number.
             method = node.target.tensor_method
             handler, name = trace_ops.METHODS.get(method), f"Tensor.{method}"
         else:
-            handler, name = trace_ops.FUNCTIONS.get(node.target), _function_name(node.target)
+            handler, name = trace_ops.FUNCTIONS.get(target), function_name(node.target)
         if handler is None:
             raise Refusal(f"{name} is not supported in cells{inside_torch_module()}")
         return handler(self.body, args, kwargs)
@@ -327,16 +334,6 @@ def _input_first(node, root):
     if node.op == "call_module":
         return trace_values.input_first(type(root.get_submodule(node.target)).forward)
     return node.op == "call_function" and trace_values.input_first(node.target)
-
-
-def _function_name(fn):
-    module = getattr(fn, "__module__", None) or ""
-    name = getattr(fn, "__name__", repr(fn))
-    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
-        return f"F.{name}"
-    if module.startswith("_operator") or module == "operator":
-        return f"operator.{name}"
-    return f"torch.{name}" if module.startswith("torch") else f"{module}.{name}"
 
 
 def _wrapper(cell, role, n_first, tuple_first, n_second, tuple_second):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .trace_reduce import clamp_of
-from .trace_values import Refusal, apply, bind, feature_dim, no_inplace, plain, with_inplace
+from .trace_values import Refusal, apply, bind, feature_dim, note_inplace, plain, with_inplace
 
 nn = torch.nn
 
@@ -89,7 +89,7 @@ def hardswish_of(body, x):
 def rrelu_of(body, x, lower, upper, training, inplace):
     """Evaluation mode: leaky_relu with the slope (lower + upper) / 2, as PyTorch's. Training
     draws a random slope per entry, which is refused."""
-    no_inplace(inplace)
+    note_inplace(inplace)
     if training:
         raise Refusal("rrelu in training mode (a random slope per entry) is not supported: use "
                       "it in evaluation mode (training=False, module.eval()) or leaky_relu")
@@ -105,7 +105,7 @@ def rrelu(body, args, kwargs):
 
 def alpha_dropout_of(body, x, p, training, inplace, name):
     """The input itself in evaluation mode or at p = 0, as PyTorch's; training is refused."""
-    no_inplace(inplace)
+    note_inplace(inplace)
     if training and p != 0:
         raise Refusal(f"{name} in training mode is not supported (only nn.Dropout / F.dropout "
                       f"are): use it in evaluation mode")
@@ -128,7 +128,7 @@ def angle(factor):
 def _module(of, inplace=True):
     def handle(body, m, args, kwargs):
         if inplace:
-            no_inplace(getattr(m, "inplace", False))
+            note_inplace(getattr(m, "inplace", False))
         return of(body, args[0])
     return handle
 

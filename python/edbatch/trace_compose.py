@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from .trace_reduce import (clamp_of, finite_or_zero, logsumexp, norm, normalize, repeat,
                            sum_of)
 from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
-                           feature_dim, is_number, no_inplace, operand_pair, ops, plain,
+                           feature_dim, is_number, note_inplace, operand_pair, ops, plain,
                            tensor_pair, with_inplace)
 from .trace_weights import as_weight
 
@@ -278,7 +278,7 @@ def gelu(body, args, kwargs):
 
 def _celu(body, args, kwargs):
     a = bind(args, kwargs, ("input", "alpha", "inplace"), {"alpha": 1.0, "inplace": False})
-    no_inplace(a["inplace"])
+    note_inplace(a["inplace"])
     return celu_of(body, a["input"], a["alpha"])
 
 

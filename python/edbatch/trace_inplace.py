@@ -1,38 +1,244 @@
-"""In-place operators refused while a cell is traced: fx's proxies have none on torch 1.13, so
-Python turns `a += b` into `a = a + b`, which other names for `a` would not see, as they would
-in PyTorch."""
+"""In-place operations in a cell: operators (`a += b`), methods (`a.add_(b)`, `a.relu_()`),
+functions (`torch.relu_(a)`) and `inplace=True` (`nn.ReLU(inplace=True)`, `F.dropout(...,
+inplace=True)`). The trace computes each out of place, then points the changed value's node at
+the result: every later read of it, under any name, sees the change, and what was computed from
+it before keeps the old value, as in PyTorch.
+
+A change PyTorch would make visible where the trace cannot follow it is refused: to the cell's
+inputs (the caller's tensors), to weights and constants, to a view or a value that has views
+(the viewed tensor changes too), to a value that an operation returned as itself (`contiguous()`,
+dropout in evaluation mode), and one that changes the value's shape or dtype."""
 import contextlib
+import operator
 import threading
 
+import torch
 import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
 
-from .trace_values import Refusal
+from .trace_hooks import module_name
+from .trace_values import (Batch, Mask, Refusal, Rows, Shape, Stack, Vec, bind, function_name,
+                           is_number, ops)
 
-_INPLACE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
-            "pow": "**", "matmul": "@", "and": "&", "or": "|", "xor": "^"}
-NAMES = [f"__i{name}__" for name in _INPLACE]  # the methods set on fx.Proxy
+# torch.Tensor's in-place operators; it has no __imatmul__, so Python rebinds `a @= b` in PyTorch
+# and in a trace alike.
+_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+              "pow": "**", "and": "&", "or": "|", "xor": "^"}
+NAMES = [f"__i{name}__" for name in _OPERATORS]  # the methods set on fx.Proxy
+
+# Operations whose result may share the memory of their input (PyTorch's views, and what returns
+# its input as itself), by method or function name.
+_VIEWS = frozenset((
+    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "ravel", "squeeze",
+    "unsqueeze", "transpose", "t", "permute", "movedim", "moveaxis", "swapaxes", "swapdims",
+    "narrow", "select", "expand", "expand_as", "broadcast_to", "broadcast_tensors", "diagonal",
+    "as_strided", "unfold", "detach", "alias", "contiguous", "to", "type", "type_as", "float",
+    "cpu", "cuda", "view_as_real", "real", "imag", "conj", "resolve_conj", "resolve_neg",
+    "adjoint", "atleast_1d", "atleast_2d", "atleast_3d", "chunk", "split", "split_with_sizes",
+    "tensor_split", "hsplit", "vsplit", "dsplit", "unbind", "meshgrid", "getitem",
+    "__getitem__", "T", "mT", "H", "mH", "data", "align_to", "rename", "refine_names"))
+_VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten)
+
+
+def out_of_place(op, target, functions):
+    """The out-of-place form of an in-place method (its name) or function (one of `functions`,
+    from torch, torch.nn.functional or torch.special), or None when target is not in-place."""
+    name = target if op == "call_method" else getattr(target, "__name__", "")
+    if (op not in ("call_method", "call_function") or not isinstance(name, str)
+            or not name.endswith("_") or name.endswith("__")
+            or getattr(target, "__module__", None) in ("operator", "_operator")):  # operator.or_
+        return None
+    if op == "call_method":
+        return name if name in METHODS else name[:-1]
+    for module in (torch, F, torch.special):
+        base = getattr(module, name[:-1], None)
+        if base is not None and base in functions:
+            return base
+    return target  # refused by its own name
+
+
+def _fill(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "value"), {})
+    if not is_number(a["value"]):
+        raise Refusal("fill_ with a tensor value is not supported: write "
+                      "a = torch.zeros_like(a) + value", ValueError)
+    return ops().like(None)(body, (a["input"], a["value"]), {})
+
+
+def _copy(body, args, kwargs):
+    """a.copy_(src): src broadcast to a's shape, as a value of its own."""
+    a = bind(args, kwargs, ("input", "src", "non_blocking"), {"non_blocking": False})
+    zeros = ops().like(0.0)(body, (a["input"],), {})
+    return ops().FUNCTIONS[operator.add](body, (zeros, a["src"]), {})
+
+
+# In-place methods without an out-of-place form of the name (Tensor.zero, Tensor.fill and
+# Tensor.copy are no methods), by their own names; functions likewise.
+METHODS = {"zero_": lambda body, args, kwargs: ops().like(0.0)(body, args[:1], {}),
+           "fill_": _fill, "copy_": _copy}
+FUNCTIONS = {torch.zero_: METHODS["zero_"], torch.fill_: _fill}
+SUPPORTED = ("in-place forms of the above (a += b, a.add_(b), torch.relu_(a), inplace=True) and "
+             "zero_, fill_, copy_, on tensors the cell computes (not on its inputs, weights or "
+             "views)")
+
+
+def check_call(tracer, node):
+    """Refuses the in-place call `node` where its change could not be followed (check)."""
+    check(tracer, changed_input(node), called(node, tracer.root))
+
+
+def rebind_call(tracer, node):
+    """The changed input of the in-place call `node` rebound to its result (rebind)."""
+    return rebind(tracer, changed_input(node), node, called(node, tracer.root))
+
+
+def called(node, root):
+    """What an in-place call is, for errors: Tensor.add_, torch.relu_, nn.ReLU with inplace=True."""
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_module":
+        return f"{module_name(root.get_submodule(node.target))} with inplace=True"
+    name = function_name(node.target)
+    return name if name.endswith("_") else f"{name}(..., inplace=True)"
+
+
+def changed_input(node):
+    """The node an in-place call changes: its first argument."""
+    if node.args:
+        return node.args[0]
+    return node.kwargs.get("input", node.kwargs.get("self"))
+
+
+def rebind(tracer, changed, result, what):
+    """Points `changed` (the fx node an in-place operation `what` changes) at the value of node
+    `result`, which it drops; a proxy of `changed`, which the operation returns."""
+    values = tracer.values
+    new = values.pop(result)
+    check(tracer, changed, what)
+    old = values[changed]
+    if _shape(new) != _shape(old):
+        raise Refusal(f"{what} would change the shape or dtype of the value it changes (PyTorch "
+                      f"refuses it): {_describe(old)} into {_describe(new)}", ValueError)
+    values[changed] = new
+    return tracer.proxy(changed)
+
+
+def check(tracer, changed, what):
+    """Refuses an in-place change of fx node `changed` that PyTorch would make visible where the
+    trace cannot follow it."""
+    values = tracer.values
+    if not isinstance(changed, fx.Node):
+        raise Refusal(f"{what} changes {changed!r}, which is not a tensor the cell computes")
+    if _source(changed).op == "placeholder":
+        raise Refusal(f"{what} changes an input of the cell, which PyTorch would change for the "
+                      f"caller too: compute a new value instead (h = h + m, not h += m)")
+    old = values.get(changed)
+    if changed.op == "get_attr" or _shape(old) is None:
+        raise Refusal(f"{what} changes a weight, a constant or a Python value: only tensors the "
+                      "cell computes may be changed in place")
+    if _is_view(tracer, changed):
+        raise Refusal(f"{what} changes a view ({_name(tracer, changed)}), whose change PyTorch "
+                      "would make in the tensor it views too: change a value of its own, or "
+                      "compute a new one")
+    for user in changed.users:
+        if user in values and _is_view(tracer, user):
+            raise Refusal(f"{what} changes a value that has a view ({_name(tracer, user)}), "
+                          "which PyTorch would change too: take the view after the change, or "
+                          "compute a new value")
+    for node, value in values.items():
+        if value is old and node is not changed:
+            raise Refusal(f"{what} changes a tensor that {_name(tracer, node)} and "
+                          f"{_name(tracer, changed)} both give (one returns its input as itself, "
+                          "as dropout in evaluation mode does), so PyTorch would change both: "
+                          "compute a new value")
+
+
+def _source(node):
+    """The node a chain of getitems starts from (a tuple input's item: the input)."""
+    while node.op == "call_function" and node.target is operator.getitem:
+        if not isinstance(node.args[0], fx.Node):
+            break
+        node = node.args[0]
+    return node
+
+
+def _is_view(tracer, node):
+    if node.op == "call_module":
+        return isinstance(tracer.root.get_submodule(node.target), _VIEW_MODULES)
+    if node.op == "call_method":
+        return node.target in _VIEWS
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:  # an item of a tuple from a non-view op is its own
+        source = node.args[0]
+        return not (isinstance(source, fx.Node) and isinstance(tracer.values.get(source), tuple)
+                    and source.op != "placeholder" and not _is_view(tracer, source))
+    if node.target is getattr:
+        return node.args[1] in _VIEWS
+    return getattr(node.target, "__name__", "") in _VIEWS
+
+
+def _name(tracer, node):
+    if node.op == "call_module":
+        return f"nn.{type(tracer.root.get_submodule(node.target)).__name__}"
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.target is operator.getitem:
+        source = node.args[0]
+        if isinstance(source, fx.Node) and isinstance(tracer.values.get(source), tuple):
+            return f"a piece of {_name(tracer, source)}"
+        return "an index or a slice x[...]"
+    if node.target is getattr:
+        return f"Tensor.{node.args[1]}"
+    return function_name(node.target)
+
+
+def _shape(v):
+    if isinstance(v, Vec):
+        return ("bool" if isinstance(v, Mask) else "float", v.size)
+    if isinstance(v, Rows):
+        return ("rows", v.vec.size)
+    if isinstance(v, Stack):
+        return ("stack", v.dim, tuple(_shape(p) for p in v.parts))
+    return None
+
+
+def _describe(v):
+    kind = _shape(v)
+    if kind[0] == "stack":
+        return f"a stack of {len(v.parts)} along dim {v.dim}"
+    if kind[0] == "rows":
+        return "a value of shape (batch,)"
+    return f"a (batch, {kind[1]}) {'bool' if kind[0] == 'bool' else 'float'} tensor"
 
 
 @contextlib.contextmanager
-def refused(note_where):
-    """Within: fx.Proxy's in-place operators raise a Refusal, after note_where(tracer body)
-    points the error at the user's line; fx.Proxy is as it was after, whatever happens."""
-    tracing = threading.get_ident()
+def operators(tracing, note_where):
+    """Within: fx.Proxy's in-place operators change the value in the trace (rebind) on thread
+    `tracing`, after note_where(tracer body) points errors at the user's line; fx.Proxy is as it
+    was after, whatever happens."""
+    def in_place(name, symbol):
+        binary = getattr(operator, name + "_" if name in ("and", "or") else name)
 
-    def refusal(symbol):
-        def refuse(proxy, other):
+        def change(proxy, other):
             if threading.get_ident() != tracing:  # another thread's fx trace: as without
                 return NotImplemented
-            note_where(proxy.tracer.body)
-            raise Refusal(f"the in-place operator {symbol}= is not supported: write "
-                          f"a = a {symbol} b")
-        return refuse
+            tracer, what = proxy.tracer, f"the in-place operator {symbol}="
+            note_where(tracer.body)
+            if isinstance(tracer.values.get(proxy.node), (Batch, Shape)):
+                return NotImplemented  # a size (a Python int in PyTorch): Python rebinds the name
+            check(tracer, proxy.node, what)
+            result = binary(proxy, other)
+            if not isinstance(result, fx.Proxy):
+                return result
+            return rebind(tracer, proxy.node, result.node, what)
+        return change
 
-    names = NAMES
-    saved = {name: fx.Proxy.__dict__.get(name) for name in names}
+    saved = {name: fx.Proxy.__dict__.get(name) for name in NAMES}
     try:
-        for name, symbol in zip(names, _INPLACE.values()):
-            setattr(fx.Proxy, name, refusal(symbol))
+        for name, symbol in _OPERATORS.items():
+            setattr(fx.Proxy, f"__i{name}__", in_place(name, symbol))
         yield
     finally:
         for name, fn in saved.items():

@@ -18,7 +18,7 @@ from .trace_features import (cat, chunk, diff, dims, flip, fliplr, getitem,  # n
 # Refusal and the values are defined beside; trace.py reads them here too.
 from .trace_values import (Batch, Ids, Mask, Param, Refusal, Rows, Shape, Stack,  # noqa: F401
                            Vec, bind, broadcast_pair, describe, feature_dim, float32_only,
-                           is_number, no_inplace)
+                           is_number, note_inplace)
 
 nn = torch.nn
 
@@ -121,8 +121,8 @@ def detach(body, args, kwargs):
     return body.emit("stop_gradient", x.size, [x])
 
 
-def _no_inplace(args, kwargs):
-    no_inplace(kwargs.get("inplace") or (args and args[0] is True))
+def _note_inplace(args, kwargs):
+    note_inplace(kwargs.get("inplace") or (args and args[0] is True))
 
 
 def like(value):
@@ -279,7 +279,7 @@ def f_layer_norm(body, args, kwargs):
 
 
 def dropout_of(body, x, p, training, inplace):
-    no_inplace(inplace)
+    note_inplace(inplace)
     if not 0 <= p < 1:
         raise Refusal(f"dropout with p={p} is not supported (0 <= p < 1)", ValueError)
     v = body.vector(x)
@@ -359,7 +359,7 @@ def silu_of(body, x):
 
 
 def silu(body, args, kwargs):
-    _no_inplace(args[1:], kwargs)
+    _note_inplace(args[1:], kwargs)
     return silu_of(body, args[0])
 
 
@@ -373,14 +373,14 @@ def logsigmoid(body, args, kwargs):  # log sigmoid(x) = -softplus(-x)
 def leaky_relu(body, args, kwargs):
     a = bind(args, kwargs, ("input", "negative_slope", "inplace"),
              {"negative_slope": 0.01, "inplace": False})
-    _no_inplace((), {"inplace": a["inplace"]})
+    _note_inplace((), {"inplace": a["inplace"]})
     v = body.vector(a["input"])
     return body.emit("leaky_relu", v.size, [v], alpha=float(a["negative_slope"]))
 
 
 def elu(body, args, kwargs):
     a = bind(args, kwargs, ("input", "alpha", "inplace"), {"alpha": 1.0, "inplace": False})
-    _no_inplace((), {"inplace": a["inplace"]})
+    _note_inplace((), {"inplace": a["inplace"]})
     v = body.vector(a["input"])
     return body.emit("elu", v.size, [v], alpha=float(a["alpha"]))
 
@@ -424,7 +424,7 @@ FUNCTIONS = {
 }
 for _name, _fns in _ACTIVATIONS.items():
     for _fn in _fns:
-        FUNCTIONS[_fn] = unary(_name, _no_inplace if _fn is F.relu else None)
+        FUNCTIONS[_fn] = unary(_name, _note_inplace if _fn is F.relu else None)
 
 METHODS = {
     "add": binary("add"), "sub": binary("sub"), "mul": binary("mul"), "div": binary("div"),
@@ -453,7 +453,7 @@ def _module_activation(name, check=None):
 
 
 def _check_module_inplace(module):
-    no_inplace(getattr(module, "inplace", False))
+    note_inplace(getattr(module, "inplace", False))
 
 
 def _module_linear(body, m, args, kwargs):
@@ -512,9 +512,11 @@ if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
 # (trace_rnn.py, which reads linear_of and pieces above); einsum (trace_einsum.py, which reads
 # binary and linear_of); scans along the features (trace_scan.py); nn.MultiheadAttention over
 # stacks (trace_attention.py, which reads binary and linear_of); sorting along the features
-# (trace_sort.py); special functions and float modulo (trace_special.py).
+# (trace_sort.py); special functions and float modulo (trace_special.py); zero_, fill_ and copy_
+# (trace_inplace.py, which the tracer's in-place calls reach).
 from . import (trace_activations, trace_attention, trace_bmm, trace_compose,  # noqa: E402
-               trace_einsum, trace_rnn, trace_scan, trace_select, trace_sort, trace_special)
+               trace_einsum, trace_inplace, trace_rnn, trace_scan, trace_select, trace_sort,
+               trace_special)
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
@@ -539,11 +541,13 @@ FUNCTIONS.update(trace_sort.FUNCTIONS)
 METHODS.update(trace_sort.METHODS)
 FUNCTIONS.update(trace_special.FUNCTIONS)
 METHODS.update(trace_special.METHODS)
+FUNCTIONS.update(trace_inplace.FUNCTIONS)
+METHODS.update(trace_inplace.METHODS)
 SUPPORTED += "; ".join(["", trace_reduce.SUPPORTED, trace_bmm.SUPPORTED,
                         trace_activations.SUPPORTED, trace_compose.SUPPORTED,
                         trace_select.SUPPORTED, trace_rnn.SUPPORTED, trace_einsum.SUPPORTED,
                         trace_scan.SUPPORTED, trace_attention.SUPPORTED, trace_sort.SUPPORTED,
-                        trace_special.SUPPORTED])
+                        trace_special.SUPPORTED, trace_inplace.SUPPORTED])
 
 # Factories of constants called with a size the trace knows (torch.arange(x.size(-1))).
 for _name in trace_lock.CONSTANT_FACTORIES:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from .trace_values import (Batch, Indices, Refusal, Rows, Shape, Stack, TensorConstant, Vec,
                            bind, broadcast_pair, describe, feature_dim, float32_only, is_number,
-                           no_inplace, ops, same_size)
+                           note_inplace, ops, same_size)
 
 nn = torch.nn
 
@@ -397,13 +397,13 @@ def clamp_side(side):
 def hardtanh(body, args, kwargs):
     a = bind(args, kwargs, ("input", "min_val", "max_val", "inplace"),
              {"min_val": -1.0, "max_val": 1.0, "inplace": False})
-    no_inplace(a["inplace"])
+    note_inplace(a["inplace"])
     return clamp_of(body, a["input"], a["min_val"], a["max_val"], inclusive=False)
 
 
 def relu6(body, args, kwargs):
     a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
-    no_inplace(a["inplace"])
+    note_inplace(a["inplace"])
     return clamp_of(body, a["input"], 0.0, 6.0, inclusive=False)
 
 

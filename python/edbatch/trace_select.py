@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .trace_values import (Mask, Param, Refusal, Vec, apply, bind, broadcast_pair, is_number,
-                           no_inplace, ops, tensor_pair)
+                           note_inplace, ops, tensor_pair)
 
 _BRANCHING = ("a cell cannot branch on tensor values (Python control flow is not traced): "
               "select with torch.where(a > b, x, y), or write the choice with arithmetic")
@@ -170,7 +170,7 @@ def sign(body, args, kwargs):
 def threshold(body, args, kwargs):
     """value where x <= threshold, else x (PyTorch's test: NaN stays NaN, its gradient passes)."""
     a = bind(args, kwargs, ("input", "threshold", "value", "inplace"), {"inplace": False})
-    no_inplace(a["inplace"])
+    note_inplace(a["inplace"])
     v = body.vector(a["input"])
     return where_of(body, _greater(body, a["threshold"], v, True), a["value"], v)
 

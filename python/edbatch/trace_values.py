@@ -1,6 +1,8 @@
 """The values a cell's trace computes with (docs/programs.md): feature vectors, the integer input,
 weights and shapes, and the refusal a handler raises for what a program cannot express; with
 the argument helpers the handlers of trace_ops share."""
+import contextlib
+import contextvars
 import inspect
 
 import torch
@@ -127,6 +129,17 @@ def describe(v):
     return names.get(type(v), type(v).__name__)
 
 
+def function_name(fn):
+    """fn as a user writes it: F.relu, torch.tanh, operator.add."""
+    module = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__name__", repr(fn))
+    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
+        return f"F.{name}"
+    if module.startswith("_operator") or module == "operator":
+        return f"operator.{name}"
+    return f"torch.{name}" if module.startswith("torch") else f"{module}.{name}"
+
+
 def input_first(fn):
     """Whether fn's first parameter is `input` (torch.tanh, nn.Linear.forward), which handlers
     read as the first argument when it is given by keyword; not torch.where(condition, ...)."""
@@ -170,9 +183,28 @@ def same_size(a, b, what):
         raise Refusal(f"{what} of sizes {a.size} and {b.size}", ValueError)
 
 
-def no_inplace(inplace):
+_INPLACE = contextvars.ContextVar("edbatch_inplace", default=None)
+
+
+def note_inplace(inplace):
+    """inplace=True: the call being traced changes its input, which the tracer then rebinds to
+    the result (trace_inplace.py)."""
     if inplace:
-        raise Refusal("in-place operations (inplace=True) are not supported")
+        marks = _INPLACE.get()
+        if marks is None:
+            raise Refusal("inplace=True is not supported here")
+        marks.append(True)
+
+
+@contextlib.contextmanager
+def inplace_marks():
+    """Within: note_inplace marks the list given; outside it refuses."""
+    marks = []
+    token = _INPLACE.set(marks)
+    try:
+        yield marks
+    finally:
+        _INPLACE.reset(token)
 
 
 def plain(of):
@@ -183,10 +215,10 @@ def plain(of):
 
 
 def with_inplace(of):
-    """A handler of f(input, inplace=False) for `of(body, input)`, refusing inplace=True."""
+    """A handler of f(input, inplace=False) for `of(body, input)`, noting inplace=True."""
     def handle(body, args, kwargs):
         a = bind(args, kwargs, ("input", "inplace"), {"inplace": False})
-        no_inplace(a["inplace"])
+        note_inplace(a["inplace"])
         return of(body, a["input"])
     return handle
 

@@ -59,6 +59,29 @@ def _sequence_first(c, a, m):
             + torch.softmax(hs, -1)[2] + F.layer_norm(c.U(hs), (a.size(-1),)).sum(0))
 
 
+def _in_place(c, a, m):
+    """In-place operators, methods, functions and inplace=True on values the cell computes:
+    another name of a value sees its changes, a value computed from it before does not."""
+    h = c.two(a)  # (batch, 2n), a value of its own
+    alias = h
+    before = torch.tanh(h)  # computed before the changes: the old h
+    h += torch.cat([m, m], -1)
+    h -= 0.25
+    h.mul_(0.5).add_(before, alpha=0.3)
+    h /= 1.5
+    g = c.back(alias)  # the changed h (saved by the linear map: no change after it)
+    g.sub_(m)
+    c.act(g)  # nn.LeakyReLU(inplace=True) changes g
+    s = torch.stack([a, m], 1)
+    s *= 0.5
+    r = a.sum(-1, keepdim=True)
+    r.mul_(0.1)
+    return (g + torch.sigmoid_(m * 2.0) + F.relu(a - 0.1, inplace=True) + s.sum(1)
+            + before[:, :a.size(-1)] + alias[:, 1:a.size(-1) + 1] + r
+            + (a * 0.5).tanh_() + F.dropout(a + 1, 0.0, True, True) + (a * 2.0).fill_(0.25)
+            + (a - 1.0).copy_(m) + (a * 1.5).zero_() + (a + 2.0).copy_(r))
+
+
 def _attention_module(c, a, m):
     """nn.MultiheadAttention of a node's query over three of its tensors, batch first, and over
     keys and values of other sizes in the (L, batch, E) layout."""
@@ -118,7 +141,7 @@ class OpCell(nn.Module):
                     "nn.Hardswish": nn.Hardswish(), "nn.SELU": nn.SELU(),
                     "nn.CELU": nn.CELU(0.6), "nn.PReLU": nn.PReLU(S, 0.3),
                     "nn.Softmin": nn.Softmin(-1), "nn.Hardshrink": nn.Hardshrink(0.3),
-                    "nn.Softshrink": nn.Softshrink(0.2),
+                    "nn.Softshrink": nn.Softshrink(0.2), "in-place": nn.LeakyReLU(0.1, True),
                     "nn.GELU(tanh)": nn.GELU(approximate="tanh"),
                     "nn.CosineSimilarity": nn.CosineSimilarity(eps=1e-6),
                     "nn.PairwiseDistance": nn.PairwiseDistance(keepdim=True, eps=1e-4),
@@ -195,6 +218,7 @@ OPS = {
     "like": lambda c, a, m, x: a + torch.ones_like(a) * 0.5 + torch.zeros_like(m) +
     torch.full_like(a, 0.25),
     "contiguous": lambda c, a, m, x: a.contiguous() + m.clone(),
+    "in-place": lambda c, a, m, x: _in_place(c, a, m),
     "pow": lambda c, a, m, x: (a ** 2 + torch.pow(m, 3) * 0.1 + (m * m + 1) ** 0.5 +
                                (a * a + 1) ** -1 + (m * m + 1).pow(-0.5) + (a * a + 1) ** -2 +
                                2 ** torch.tanh(a) + torch.pow(0.5, m.tanh()) + a ** 1),

@@ -132,6 +132,37 @@ def test_tensor_methods_called_unbound(backend):
         unsupported(packed, **inputs_for(packed, 4))
 
 
+class _HalvesItsArgument(nn.Module):
+    def forward(self, h):
+        h.mul_(0.5)
+        return torch.tanh(h)
+
+
+def test_in_place_changes_reach_every_name_of_the_value(backend):
+    """What an in-place call returns names the value it changed, a submodule's in-place change
+    of its argument reaches the caller, items of a tuple output change alone, and a value read
+    before a change keeps the old one: as the cell run eagerly."""
+    lin, sub, lstm = nn.Linear(D, 7), _HalvesItsArgument(), nn.LSTMCell(7, 7)
+
+    def cell(x, m):
+        h = lin(x)
+        old = h * 3.0
+        y = h.add_(m)
+        y.mul_(2.0)
+        t = sub(h)
+        hh, cc = lstm(t, (m, m))
+        hh.mul_(0.5)
+        cc += 1.0
+        y -= old
+        return h + t + hh * cc + old
+    torch.manual_seed(6)
+    model = edbatch.nn.Propagate(cell, state_size=7)
+    model.lin, model.sub, model.lstm = lin, sub, lstm
+    for kind in ("trees", "lattices"):
+        packed = structures.packed(kind, 6)
+        assert_same(model, packed, inputs_for(packed, 6))
+
+
 def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorch(backend):
     """logaddexp of two -inf is -inf and of a +inf is +inf (its shift by the larger argument is
     not infinite); hardshrink keeps NaN and the bounds' ties give 0; round takes halves to even;

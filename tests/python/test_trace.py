@@ -221,14 +221,14 @@ def test_unsupported_operation_names_op_cell_and_line():
     assert "torch.argsort(m, dim=-1)" in head and len(head) < 300
 
 
-class _Aliased(nn.Module):
-    """In PyTorch `a += m` changes the tensor that `kept` names too."""
+class _Viewed(nn.Module):
+    """In PyTorch `a += m` changes `first`, a view of a, too."""
 
     def forward(self, x, m):
         a = torch.tanh(m)
-        kept = a
+        first = a[:, :3]
         a += m
-        return kept
+        return torch.cat([first, a[:, 3:]], -1)
 
 
 class _Stopped(nn.Module):
@@ -253,13 +253,32 @@ class _TensorConstant(nn.Module):
 
 
 def test_silent_differences_from_pytorch_are_refused_at_their_line():
-    """In-place operators (which fx turns into out-of-place ones), gradients turned off in the
-    cell (whatever the caller's mode), and a tensor attribute: each named at its own line."""
-    first = _Aliased.forward.__code__.co_firstlineno
-    refused(TypeError, "the in-place operator += is not supported", f"test_trace.py:{first + 3}",
-            "a += m")(_Aliased())
-    refused(TypeError, "the in-place operator *= is not supported")(
+    """In-place changes that PyTorch would make visible where the trace cannot follow them,
+    gradients turned off in the cell (whatever the caller's mode), and a tensor attribute: each
+    named at its own line."""
+    first = _Viewed.forward.__code__.co_firstlineno
+    refused(TypeError, "the in-place operator += changes a value that has a view (an index or a "
+            "slice x[...])", f"test_trace.py:{first + 3}", "a += m")(_Viewed())
+    refused(TypeError, "the in-place operator *= changes an input of the cell")(
         lambda x, m: m.__imul__(2.0))
+    refused(TypeError, "Tensor.add_ changes an input of the cell")(
+        lambda x, m: torch.tanh(m) + m.add_(1))
+    refused(TypeError, "Tensor.mul_ changes a view (an index or a slice x[...])")(
+        lambda x, m: torch.cat([torch.tanh(m)[:, :3].mul_(2), m[:, 3:]], -1))
+    refused(TypeError, "Tensor.sigmoid_ changes a view (a piece of torch.chunk)")(
+        lambda x, m: torch.cat([p.sigmoid_() for p in torch.chunk(torch.tanh(m), 7, -1)], -1))
+    refused(TypeError, "Tensor.add_ changes a view (Tensor.contiguous)")(
+        lambda x, m: torch.tanh(m).contiguous().add_(1))
+    refused(TypeError, "F.relu(..., inplace=True) changes a tensor that torch.tanh and "
+            "F.dropout both give")(
+        lambda x, m: F.relu(F.dropout(torch.tanh(m), 0.5, False), inplace=True))
+    refused(ValueError, "Tensor.add_ would change the shape or dtype", "a (batch, 1) float "
+            "tensor into a (batch, 7) float tensor")(
+        lambda x, m: m + torch.tanh(m).sum(-1, keepdim=True).add_(m))
+    refused(TypeError, "Tensor.requires_grad_ is not supported in cells")(
+        lambda x, m: torch.tanh(m).requires_grad_())
+    refused(ValueError, "fill_ with a tensor value is not supported")(
+        lambda x, m: torch.tanh(m).fill_(m[:, :1]))
     first = _Stopped.forward.__code__.co_firstlineno
     with torch.no_grad():  # the caller's mode is not the cell's
         refused(TypeError, "gradients turned off inside a cell", f"test_trace.py:{first + 2}")(
@@ -381,7 +400,7 @@ def test_unsupported_module_and_methods():
     for name in ("rand", "randn", "empty"):  # named, whatever their arguments
         refused(TypeError, f"torch.{name} is not supported")(
             lambda x, m, n=name: m + getattr(torch, n)(m.size(0), 7))
-    refused(TypeError, "in-place method Tensor.add_")(lambda x, m: m.add_(1))
+    refused(TypeError, "Tensor.add_ changes an input")(lambda x, m: m.add_(1))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))
     refused(ValueError, "softplus with beta=0.0")(lambda x, m: F.softplus(m, beta=0))
     refused(IndexError, "x[:, [3, 7]]: index 7 is out of range for 7 features")(
