@@ -18,14 +18,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from .trace_hooks import module_name
-from .trace_values import (Batch, Mask, Refusal, Rows, Shape, Stack, Vec, bind, function_name,
-                           is_number, ops)
+from . import trace_features
+from .trace_values import (Batch, FeatureIndex, Mask, Refusal, Rows, Shape, Stack, Vec, bind,
+                           describe, function_name, is_number, note_inplace, ops)
 
 # torch.Tensor's in-place operators; it has no __imatmul__, so Python rebinds `a @= b` in PyTorch
 # and in a trace alike.
 _OPERATORS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
               "pow": "**", "and": "&", "or": "|", "xor": "^"}
-NAMES = [f"__i{name}__" for name in _OPERATORS]  # the methods set on fx.Proxy
+NAMES = [f"__i{name}__" for name in _OPERATORS] + ["__setitem__"]  # set on fx.Proxy
 
 # Operations whose result may share the memory of their input (PyTorch's views, and what returns
 # its input as itself), by method or function name.
@@ -73,13 +74,93 @@ def _copy(body, args, kwargs):
     return ops().FUNCTIONS[operator.add](body, (zeros, a["src"]), {})
 
 
+def setitem(body, args, kwargs):
+    """x[key] = value (fx.Proxy.__setitem__ while a cell is traced): along the features, x with
+    the features key names taken from value (a number, a tensor of as many features or of one,
+    a (batch,) value for x[:, i]); x[mask] = number is masked_fill. x then names the result."""
+    x, key, value = args
+    note_inplace(True)
+    if isinstance(key, Mask):
+        if not is_number(value):
+            raise Refusal("x[mask] = value takes a Python number (torch.where(mask, y, x) takes "
+                          "tensors)", ValueError)
+        return ops().METHODS["masked_fill"](body, (x, key, value), {})
+    if not isinstance(x, Vec) or isinstance(x, Mask):
+        raise Refusal(f"assigning into {describe(x)} (x[...] = v) is not supported")
+    positions, single = _positions(key, x.size)
+    if is_number(value):
+        source = None
+    elif isinstance(value, Rows) and single:
+        source = value.vec
+    elif single:
+        raise Refusal("x[:, i] = v takes a Python number or a (batch,) value (x[:, j], a "
+                      "reduction without keepdim=True): PyTorch refuses a (batch, 1) one",
+                      ValueError)
+    else:
+        source = body.vector(value)
+        if source.size not in (1, len(positions)):
+            raise Refusal(f"x[...] = v: a value of {source.size} features for "
+                          f"{len(positions)} positions", ValueError)
+    taken = {}
+    for i, p in enumerate(positions):  # a repeated position takes its last value
+        taken[p] = i if source is not None and source.size > 1 else 0
+    runs = []  # [tensor or None (the number), first index, length]
+    for j in range(x.size):
+        tensor, index = (source, taken[j]) if j in taken else (x, j)
+        last = runs[-1] if runs else None
+        if last and last[0] is tensor and (tensor is None or tensor.size == 1 and tensor is not x
+                                           or last[1] + last[2] == index):
+            last[2] += 1
+        else:
+            runs.append([tensor, index, 1])
+    parts = [_run(body, tensor, index, length, value) for tensor, index, length in runs]
+    return parts[0] if len(parts) == 1 else body.emit("cat", x.size, parts)
+
+
+def _run(body, tensor, index, length, number):
+    if tensor is None:
+        return body.emit("const", length, [], value=float(number))
+    if tensor.size == 1 and length > 1:  # one feature, broadcast
+        return ops().METHODS["expand"](body, (tensor, -1, length), {})
+    return trace_features.slice_of(body, tensor, index, index + length)
+
+
+def _positions(key, size):
+    """The features x[key] names (in order; repeats allowed), and whether key is x[:, i]."""
+    index = key if isinstance(key, tuple) else (key,)
+    if index[:1] == (Ellipsis,) and len(index) == 2:
+        index = (slice(None),) + index[1:]
+    if index in ((Ellipsis,), (slice(None),), (slice(None), slice(None))):
+        return list(range(size)), False
+    if len(index) != 2 or index[0] != slice(None):
+        raise Refusal("x[...] = v is supported along the features: x[:, a:b], x[:, i], "
+                      "x[:, [i, j]], x[..., a:b] or x[mask] (the batch dim is not indexed)",
+                      ValueError)
+    s = index[1]
+    if isinstance(s, int) and not isinstance(s, bool):
+        if not -size <= s < size:
+            raise Refusal(f"x[:, {s}] = v: {s} is out of range for {size} features", IndexError)
+        return [s % size], True
+    if isinstance(s, (list, tuple, FeatureIndex)):
+        return trace_features.feature_indices(s, size, "x[:, index] = v"), False
+    if isinstance(s, slice):
+        positions = list(range(*s.indices(size)))
+        if not positions:
+            raise Refusal(f"x[:, {s.start}:{s.stop}] = v names no features of {size}",
+                          ValueError)
+        return positions, False
+    raise Refusal(f"x[:, {s!r}] = v is not supported: index the features with an int, a slice "
+                  "or a list of ints", ValueError)
+
+
 # In-place methods without an out-of-place form of the name (Tensor.zero, Tensor.fill and
 # Tensor.copy are no methods), by their own names; functions likewise.
 METHODS = {"zero_": lambda body, args, kwargs: ops().like(0.0)(body, args[:1], {}),
            "fill_": _fill, "copy_": _copy}
-FUNCTIONS = {torch.zero_: METHODS["zero_"], torch.fill_: _fill}
-SUPPORTED = ("in-place forms of the above (a += b, a.add_(b), torch.relu_(a), inplace=True) and "
-             "zero_, fill_, copy_, on tensors the cell computes (not on its inputs, weights or "
+FUNCTIONS = {torch.zero_: METHODS["zero_"], torch.fill_: _fill, operator.setitem: setitem}
+SUPPORTED = ("in-place forms of the above (a += b, a.add_(b), torch.relu_(a), inplace=True), "
+             "zero_, fill_, copy_ and assignment along the features (x[:, a:b] = v, x[:, i] = v, "
+             "x[mask] = number), on tensors the cell computes (not on its inputs, weights or "
              "views)")
 
 
@@ -99,6 +180,8 @@ def called(node, root):
         return f"Tensor.{node.target}"
     if node.op == "call_module":
         return f"{module_name(root.get_submodule(node.target))} with inplace=True"
+    if node.target is operator.setitem:
+        return "x[...] = v"
     name = function_name(node.target)
     return name if name.endswith("_") else f"{name}(..., inplace=True)"
 
@@ -235,10 +318,24 @@ def operators(tracing, note_where):
             return rebind(tracer, proxy.node, result.node, what)
         return change
 
+    original = fx.Proxy.__dict__.get("__setitem__")
+
+    def assign(proxy, key, value):
+        if threading.get_ident() != tracing:  # another thread's fx trace: as without
+            if original is None:
+                raise TypeError(f"'{type(proxy).__name__}' object does not support item "
+                                "assignment")
+            return original(proxy, key, value)
+        tracer = proxy.tracer
+        note_where(tracer.body)
+        check(tracer, proxy.node, "x[...] = v")
+        tracer.create_proxy("call_function", operator.setitem, (proxy, key, value), {})
+
     saved = {name: fx.Proxy.__dict__.get(name) for name in NAMES}
     try:
         for name, symbol in _OPERATORS.items():
             setattr(fx.Proxy, f"__i{name}__", in_place(name, symbol))
+        fx.Proxy.__setitem__ = assign
         yield
     finally:
         for name, fn in saved.items():

@@ -60,8 +60,9 @@ def _sequence_first(c, a, m):
 
 
 def _in_place(c, a, m):
-    """In-place operators, methods, functions and inplace=True on values the cell computes:
-    another name of a value sees its changes, a value computed from it before does not."""
+    """In-place operators, methods, functions, inplace=True and assignment on values the cell
+    computes: another name of a value sees its changes, a value computed from it before does
+    not."""
     h = c.two(a)  # (batch, 2n), a value of its own
     alias = h
     before = torch.tanh(h)  # computed before the changes: the old h
@@ -76,10 +77,16 @@ def _in_place(c, a, m):
     s *= 0.5
     r = a.sum(-1, keepdim=True)
     r.mul_(0.1)
+    k = a * 0.5 + 0.1  # assignment along the features
+    k[:, 1:3] = m[:, :2]
+    k[:, 0] = m[:, 2]
+    k[k > 0.5] = 0.5
+    k[..., [4, 0]] = r
+    k[:, 5:] = -0.25
     return (g + torch.sigmoid_(m * 2.0) + F.relu(a - 0.1, inplace=True) + s.sum(1)
             + before[:, :a.size(-1)] + alias[:, 1:a.size(-1) + 1] + r
             + (a * 0.5).tanh_() + F.dropout(a + 1, 0.0, True, True) + (a * 2.0).fill_(0.25)
-            + (a - 1.0).copy_(m) + (a * 1.5).zero_() + (a + 2.0).copy_(r))
+            + (a - 1.0).copy_(m) + (a * 1.5).zero_() + (a + 2.0).copy_(r) + k)
 
 
 def _attention_module(c, a, m):

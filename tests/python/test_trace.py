@@ -221,6 +221,11 @@ def test_unsupported_operation_names_op_cell_and_line():
     assert "torch.argsort(m, dim=-1)" in head and len(head) < 300
 
 
+def _assigned(h, key, value):
+    h[key] = value
+    return h
+
+
 class _Viewed(nn.Module):
     """In PyTorch `a += m` changes `first`, a view of a, too."""
 
@@ -275,6 +280,18 @@ def test_silent_differences_from_pytorch_are_refused_at_their_line():
     refused(ValueError, "Tensor.add_ would change the shape or dtype", "a (batch, 1) float "
             "tensor into a (batch, 7) float tensor")(
         lambda x, m: m + torch.tanh(m).sum(-1, keepdim=True).add_(m))
+    refused(TypeError, "x[...] = v changes an input of the cell")(
+        lambda x, m: _assigned(m, (slice(None), 0), 1.0))
+    refused(TypeError, "x[...] = v changes a view (an index or a slice x[...])")(
+        lambda x, m: _assigned(torch.tanh(m)[:, :3], (slice(None), 0), 1.0))
+    refused(ValueError, "the batch dim is not indexed")(
+        lambda x, m: _assigned(torch.tanh(m), 0, 1.0))
+    refused(ValueError, "PyTorch refuses a (batch, 1) one")(
+        lambda x, m: _assigned(torch.tanh(m), (slice(None), 0), m[:, :1]))
+    refused(ValueError, "x[...] = v: a value of 7 features for 2 positions")(
+        lambda x, m: _assigned(torch.tanh(m), (slice(None), slice(0, 2)), m))
+    refused(ValueError, "x[mask] = value takes a Python number")(
+        lambda x, m: _assigned(torch.tanh(m), m > 0, m))
     refused(TypeError, "Tensor.requires_grad_ is not supported in cells")(
         lambda x, m: torch.tanh(m).requires_grad_())
     refused(ValueError, "fill_ with a tensor value is not supported")(
