@@ -1,14 +1,15 @@
 """Operations written with other instructions of a cell program (docs/programs.md), their
 gradients following by the chain rule: lerp, addcmul, addcdiv, gelu with approximate='tanh',
 selu, celu, prelu, softmin, log1p, expm1, logaddexp, hardshrink, softshrink, floor, round, ceil,
-trunc, frac, xlogy, xlog1py, rms_norm (torch 2.4 on), cosine_similarity, pairwise_distance and
-bilinear, in their torch., F., method and module forms. trace_ops merges these tables into its
-own."""
+trunc, frac, xlogy, xlog1py, rms_norm (torch 2.4 on), group_norm, repeat_interleave,
+cosine_similarity, pairwise_distance and bilinear, in their torch., F., method and module forms.
+trace_ops merges these tables into its own."""
 import math
 
 import torch
 import torch.nn.functional as F
 
+from .trace_features import features_at, slice_of
 from .trace_reduce import (clamp_of, finite_or_zero, logsumexp, norm, normalize, repeat,
                            sum_of)
 from .trace_values import (Param, Refusal, Rows, apply, bind, broadcast_pair, describe,
@@ -361,6 +362,48 @@ def tile(body, args, kwargs):
     return repeat(body, (a["input"], dims), {})
 
 
+def repeat_interleave(body, args, kwargs):
+    """x.repeat_interleave(k, dim=-1): each feature k times in turn (k an int, or one int per
+    feature), as the features at those indices."""
+    a = bind(args, kwargs, ("input", "repeats", "dim"), {"dim": None, "output_size": None})
+    v, k = body.vector(a["input"]), a["repeats"]
+    if a["dim"] is None:
+        raise Refusal("repeat_interleave without dim flattens the batch: give dim=-1", ValueError)
+    feature_dim(a["dim"], "repeat_interleave")
+    counts = [k] * v.size if isinstance(k, int) and not isinstance(k, bool) else k
+    if not (isinstance(counts, (list, tuple)) and len(counts) == v.size and all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
+            and sum(counts)):
+        raise Refusal(f"repeat_interleave's repeats must be known when the cell is traced: an "
+                      f"int, or {v.size} ints (one per feature) not all 0", ValueError)
+    return features_at(body, v, [i for i, c in enumerate(counts) for _ in range(c)])
+
+
+def group_norm_of(body, x, groups, weight, bias, eps):
+    """F.group_norm of (batch, channels) rows: a layer norm of each group's slice, then the
+    per-channel weight and bias (one group: layer_norm itself)."""
+    v = body.vector(x)
+    if not isinstance(groups, int) or groups < 1 or v.size % groups:
+        raise Refusal(f"group_norm of {v.size} channels in {groups} groups: the groups must "
+                      f"divide the channels (PyTorch refuses it too)", ValueError)
+    layer_norm = ops().layer_norm_of
+    if groups == 1:
+        return layer_norm(body, v, v.size, weight, bias, eps)
+    width = v.size // groups
+    out = body.emit("cat", v.size, [
+        layer_norm(body, slice_of(body, v, g * width, (g + 1) * width), width, None, None, eps)
+        for g in range(groups)])
+    if weight is not None:
+        out = _arith(body, "mul", out, weight)
+    return out if bias is None else _arith(body, "add", out, bias)
+
+
+def _group_norm(body, args, kwargs):
+    a = bind(args, kwargs, ("input", "num_groups", "weight", "bias", "eps"),
+             {"weight": None, "bias": None, "eps": 1e-5})
+    return group_norm_of(body, a["input"], a["num_groups"], a["weight"], a["bias"], a["eps"])
+
+
 def linalg_norm(body, args, kwargs):
     """torch.linalg.norm over the features (dim=-1): the vector norm of order ord (2 or 1)."""
     a = bind(args, kwargs, ("input", "ord", "dim", "keepdim"),
@@ -416,6 +459,7 @@ def _special(**handlers):
 
 FUNCTIONS = {
     **({F.rms_norm: _rms_norm} if hasattr(F, "rms_norm") else {}),
+    torch.repeat_interleave: repeat_interleave, F.group_norm: _group_norm,
     torch.lerp: lerp, torch.addcmul: addc("mul"), torch.addcdiv: addc("div"),
     F.gelu: gelu, F.selu: _selu, torch.selu: _selu, F.celu: _celu, torch.celu: _celu,
     F.prelu: _prelu, torch.prelu: _prelu, F.softmin: _softmin,
@@ -445,6 +489,7 @@ METHODS = {
     "trunc": plain(trunc_of), "fix": plain(trunc_of),
     "frac": plain(frac_of), "tile": tile, "atan2": atan2, "arctan2": atan2, "hypot": hypot,
     "xlogy": xlogy, "logit": logit, "sinc": plain(sinc_of),
+    "repeat_interleave": repeat_interleave,
 }
 
 MODULES = {
@@ -460,6 +505,8 @@ MODULES = {
         body, args, {**kwargs, "dim": m.dim, "eps": m.eps}),
     nn.PairwiseDistance: lambda body, m, args, kwargs: pairwise_distance(
         body, args, {**kwargs, "p": m.norm, "eps": m.eps, "keepdim": m.keepdim}),
+    nn.GroupNorm: lambda body, m, args, kwargs: group_norm_of(
+        body, args[0], m.num_groups, body.param_of(m, "weight"), body.param_of(m, "bias"), m.eps),
     nn.Bilinear: lambda body, m, args, kwargs: _bilinear(
         body, args, {**kwargs, "weight": body.param_of(m, "weight"),
                      "bias": body.param_of(m, "bias")}),
@@ -469,6 +516,8 @@ if hasattr(nn, "RMSNorm"):
         body, args[0], m.normalized_shape, body.param_of(m, "weight"), m.eps)
 
 SUPPORTED = ("torch.lerp, addcmul, addcdiv (number value=); gelu with approximate='tanh'; selu, "
+             "F.group_norm / nn.GroupNorm of (batch, channels) rows; repeat_interleave along the "
+             "features (repeats known when traced); "
              "celu, prelu, softmin, log1p, expm1, tan, log2, log10, exp2, hardshrink (torch., F., "
              "method and module forms); softshrink (F. and module forms); logaddexp, logaddexp2 "
              "of two tensors; floor, round (decimals=0; halves to even), ceil, trunc / fix (their "

@@ -149,6 +149,7 @@ class OpCell(nn.Module):
                     "nn.CELU": nn.CELU(0.6), "nn.PReLU": nn.PReLU(S, 0.3),
                     "nn.Softmin": nn.Softmin(-1), "nn.Hardshrink": nn.Hardshrink(0.3),
                     "nn.Softshrink": nn.Softshrink(0.2), "in-place": nn.LeakyReLU(0.1, True),
+                    "group_norm": nn.GroupNorm(2, 2 * S, eps=1e-3),
                     "nn.GELU(tanh)": nn.GELU(approximate="tanh"),
                     "nn.CosineSimilarity": nn.CosineSimilarity(eps=1e-6),
                     "nn.PairwiseDistance": nn.PairwiseDistance(keepdim=True, eps=1e-4),
@@ -226,6 +227,12 @@ OPS = {
     torch.full_like(a, 0.25),
     "contiguous": lambda c, a, m, x: a.contiguous() + m.clone(),
     "in-place": lambda c, a, m, x: _in_place(c, a, m),
+    "group_norm": lambda c, a, m, x: (
+        c.back(c.act(c.two(a))) + c.back(F.group_norm(c.two(m), 2, eps=1e-3))
+        + F.group_norm(a, 1, c.b2, c.b)),
+    "repeat_interleave": lambda c, a, m, x: (
+        c.back(a.repeat_interleave(2, dim=-1)) + torch.repeat_interleave(
+            m[:, :3], torch.tensor([2, 0, 5]), -1)),
     "pow": lambda c, a, m, x: (a ** 2 + torch.pow(m, 3) * 0.1 + (m * m + 1) ** 0.5 +
                                (a * a + 1) ** -1 + (m * m + 1).pow(-0.5) + (a * a + 1) ** -2 +
                                2 ** torch.tanh(a) + torch.pow(0.5, m.tanh()) + a ** 1),

@@ -418,6 +418,10 @@ def test_unsupported_module_and_methods():
         refused(TypeError, f"torch.{name} is not supported")(
             lambda x, m, n=name: m + getattr(torch, n)(m.size(0), 7))
     refused(TypeError, "Tensor.add_ changes an input")(lambda x, m: m.add_(1))
+    refused(ValueError, "group_norm of 7 channels in 3 groups")(lambda x, m: F.group_norm(m, 3))
+    refused(ValueError, "repeat_interleave without dim")(lambda x, m: m.repeat_interleave(2)[:7])
+    refused(ValueError, "repeat_interleave's repeats must be known")(
+        lambda x, m: m.repeat_interleave(torch.tensor([1, 0]), dim=-1))
     refused(TypeError, "inplace=True")(lambda x, m, r=nn.ReLU(inplace=True): r(m))
     refused(ValueError, "softplus with beta=0.0")(lambda x, m: F.softplus(m, beta=0))
     refused(IndexError, "x[:, [3, 7]]: index 7 is out of range for 7 features")(
