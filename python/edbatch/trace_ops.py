@@ -100,6 +100,19 @@ def identity(body, args, kwargs):
     return args[0]
 
 
+def clone(body, args, kwargs):
+    """x.clone(): x's value as an object of its own, which an in-place change may rebind alone
+    (trace_inplace.py) while x keeps its value."""
+    v = args[0]
+    if isinstance(v, Vec):
+        return type(v)(v.index, v.size)
+    if isinstance(v, Rows):
+        return Rows(clone(body, (v.vec,), {}))
+    if isinstance(v, Stack):
+        return Stack([clone(body, (p,), {}) for p in v.parts], v.dim)
+    return v
+
+
 def unary(name, check=None):
     def handle(body, args, kwargs):
         if check is not None:
@@ -404,6 +417,7 @@ _ACTIVATIONS = {"sigmoid": (torch.sigmoid, F.sigmoid, torch.special.expit),
 FUNCTIONS = {
     operator.add: binary("add"), operator.sub: binary("sub"), operator.mul: binary("mul"),
     operator.truediv: binary("div"), operator.neg: negate, operator.pos: identity,
+    torch.clone: clone,
     torch.add: binary("add"), torch.sub: binary("sub"), torch.mul: binary("mul"),
     torch.div: binary("div"), torch.neg: negate, torch.detach: detach,
     torch.subtract: binary("sub"), torch.multiply: binary("mul"), torch.rsub: rsub,
@@ -436,7 +450,7 @@ METHODS = {
     "new_full": new_tensor(None),
     "size": size, "dim": dims, "ndimension": dims,
     "softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
-    "contiguous": identity, "clone": identity, "detach": detach,
+    "contiguous": identity, "clone": clone, "detach": detach,
     "pow": power, "square": fixed_power(2), "rsqrt": fixed_power(-0.5),
     "reciprocal": fixed_power(-1), "abs": unary("abs"),
     **{name: unary(name) for name in _ACTIVATIONS},
@@ -515,8 +529,8 @@ if hasattr(nn, "ZeroPad1d"):  # torch 2.1 and later
 # (trace_sort.py); special functions and float modulo (trace_special.py); zero_, fill_ and copy_
 # (trace_inplace.py, which the tracer's in-place calls reach).
 from . import (trace_activations, trace_attention, trace_bmm, trace_compose,  # noqa: E402
-               trace_einsum, trace_inplace, trace_rnn, trace_scan, trace_select, trace_sort,
-               trace_special)
+               trace_einsum, trace_inplace, trace_rnn, trace_rows, trace_scan, trace_select,
+               trace_sort, trace_special)
 
 FUNCTIONS.update(trace_reduce.FUNCTIONS)
 METHODS.update(trace_reduce.METHODS)
@@ -580,3 +594,5 @@ METHODS.update(transpose=trace_stack.transpose, swapaxes=trace_stack.transpose,
 FUNCTIONS[F.layer_norm] = trace_stack.each_row(FUNCTIONS[F.layer_norm])
 FUNCTIONS[F.normalize] = trace_stack.each_row(FUNCTIONS[F.normalize], ("dim", 2, 1))
 MODULES[nn.LayerNorm] = trace_stack.each_row_of_module(MODULES[nn.LayerNorm])
+# Elementwise operations of (batch,) values with one another and with numbers.
+trace_rows.install(FUNCTIONS, METHODS, MODULES)

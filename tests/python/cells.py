@@ -83,10 +83,13 @@ def _in_place(c, a, m):
     k[k > 0.5] = 0.5
     k[..., [4, 0]] = r
     k[:, 5:] = -0.25
+    own = torch.clone(a)  # its own copy: a, read below, stays as it is
+    own[:, 0] = 1.0
+    own.mul_(0.5)
     return (g + torch.sigmoid_(m * 2.0) + F.relu(a - 0.1, inplace=True) + s.sum(1)
             + before[:, :a.size(-1)] + alias[:, 1:a.size(-1) + 1] + r
             + (a * 0.5).tanh_() + F.dropout(a + 1, 0.0, True, True) + (a * 2.0).fill_(0.25)
-            + (a - 1.0).copy_(m) + (a * 1.5).zero_() + (a + 2.0).copy_(r) + k)
+            + (a - 1.0).copy_(m) + (a * 1.5).zero_() + (a + 2.0).copy_(r) + k + own)
 
 
 def _attention_module(c, a, m):
@@ -227,6 +230,12 @@ OPS = {
     torch.full_like(a, 0.25),
     "contiguous": lambda c, a, m, x: a.contiguous() + m.clone(),
     "in-place": lambda c, a, m, x: _in_place(c, a, m),
+    "(batch,) values": lambda c, a, m, x: (
+        torch.sigmoid((a * m).sum(-1) / math.sqrt(a.size(-1))).unsqueeze(-1) * a
+        + (a[:, 0] * m[:, 1] - 0.5).unsqueeze(1) + torch.where(a[:, 2] > m[:, 3], a[:, 4],
+                                                                -m[:, 5])[:, None]
+        + F.relu(a.amax(-1) ** 2 + c.s).tanh().unsqueeze(-1) * m
+        + torch.clamp(a.mean(-1), min=m[:, 6]).exp()[:, None]),
     "group_norm": lambda c, a, m, x: (
         c.back(c.act(c.two(a))) + c.back(F.group_norm(c.two(m), 2, eps=1e-3))
         + F.group_norm(a, 1, c.b2, c.b)),

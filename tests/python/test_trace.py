@@ -538,6 +538,10 @@ def test_feature_reductions_and_extrema_refuse_what_pytorch_would_shape_otherwis
     refused(ValueError, "a value of shape (batch,)", "unsqueeze(-1) it first")(
         lambda x, m: m * m.sum(-1))
     refused(ValueError, "a value of shape (batch,)")(lambda x, m: torch.sigmoid(m[:, 0]) * m)
+    refused(ValueError, "a value of shape (batch,)")(  # a vector weight, not a size-1 one
+        lambda x, m, b=nn.Parameter(torch.ones(7)): (m.sum(-1) * b) * m)
+    refused(ValueError, "a value of shape (batch,)")(  # along its only dim: the batch's
+        lambda x, m: torch.softmax(m.sum(-1), -1).unsqueeze(-1) * m)
     refused(TypeError, "returns a value of shape (batch,)")(lambda x, m: m.mean(-1))
     refused(ValueError, "squeeze is supported along the last dim only")(
         lambda x, m: m[:, :1].squeeze() * m)
