@@ -166,24 +166,24 @@ SUPPORTED = ("in-place forms of the above (a += b, a.add_(b), torch.relu_(a), in
 
 def check_call(tracer, node):
     """Refuses the in-place call `node` where its change could not be followed (check)."""
-    check(tracer, changed_input(node), called(node, tracer.root))
+    check(tracer, changed_input(node), called(tracer, node))
 
 
 def rebind_call(tracer, node):
     """The changed input of the in-place call `node` rebound to its result (rebind)."""
-    return rebind(tracer, changed_input(node), node, called(node, tracer.root))
+    return rebind(tracer, changed_input(node), node, called(tracer, node))
 
 
-def called(node, root):
+def called(tracer, node):
     """What an in-place call is, for errors: Tensor.add_, torch.relu_, nn.ReLU with inplace=True."""
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
+    name = _name(tracer, node)
     if node.op == "call_module":
-        return f"{module_name(root.get_submodule(node.target))} with inplace=True"
+        return f"{name} with inplace=True"
     if node.target is operator.setitem:
         return "x[...] = v"
-    name = function_name(node.target)
-    return name if name.endswith("_") else f"{name}(..., inplace=True)"
+    if node.op == "call_function" and not name.endswith("_"):
+        return f"{name}(..., inplace=True)"
+    return name
 
 
 def changed_input(node):
@@ -264,7 +264,7 @@ def _is_view(tracer, node):
 
 def _name(tracer, node):
     if node.op == "call_module":
-        return f"nn.{type(tracer.root.get_submodule(node.target)).__name__}"
+        return module_name(tracer.root.get_submodule(node.target))
     if node.op == "call_method":
         return f"Tensor.{node.target}"
     if node.target is operator.getitem:
