@@ -13,6 +13,7 @@ batch dim) raise ValueError. Both name the cell, the operation and the user's fi
 import operator
 import threading
 import traceback
+import weakref
 
 import torch
 import torch.fx as fx
@@ -157,6 +158,7 @@ class _Tracer(fx.Tracer):
         self.body.prefix = prefix
         self._external = 0
         self._thread = None  # the thread tracing (trace())
+        self.proxies = {}  # node -> weak references to its proxies
 
     def trace(self, root, *args, **kwargs):
         if any(type(m).__module__ == _STATELESS for m in root.modules()):
@@ -264,7 +266,9 @@ class _Tracer(fx.Tracer):
         return proxy
 
     def proxy(self, node):
-        return _Proxy(node, self)
+        proxy = _Proxy(node, self)
+        self.proxies.setdefault(node, []).append(weakref.ref(proxy))  # (trace_inplace.alive)
+        return proxy
 
     def iter(self, obj):
         value = self.values.get(obj.node)

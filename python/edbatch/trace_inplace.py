@@ -101,6 +101,12 @@ def setitem(body, args, kwargs):
         if source.size not in (1, len(positions)):
             raise Refusal(f"x[...] = v: a value of {source.size} features for "
                           f"{len(positions)} positions", ValueError)
+    return _assign(body, x, positions, source, value)
+
+
+def _assign(body, x, positions, source, number):
+    """x with the features at `positions` taken from source in order (one feature of source: all
+    of them; None: the number), as slices of both and their cat."""
     taken = {}
     for i, p in enumerate(positions):  # a repeated position takes its last value
         taken[p] = i if source is not None and source.size > 1 else 0
@@ -113,7 +119,7 @@ def setitem(body, args, kwargs):
             last[2] += 1
         else:
             runs.append([tensor, index, 1])
-    parts = [_run(body, tensor, index, length, value) for tensor, index, length in runs]
+    parts = [_run(body, tensor, index, length, number) for tensor, index, length in runs]
     return parts[0] if len(parts) == 1 else body.emit("cat", x.size, parts)
 
 
@@ -203,13 +209,19 @@ def rebind(tracer, changed, result, what):
     if _shape(new) != _shape(old):
         raise Refusal(f"{what} would change the shape or dtype of the value it changes (PyTorch "
                       f"refuses it): {_describe(old)} into {_describe(new)}", ValueError)
+    view = _feature_view(tracer, changed) if _is_view(tracer, changed) else None
+    if view is not None:  # the viewed value changes at the view's features too
+        base, positions = view
+        part = new.vec if isinstance(new, Rows) else new
+        values[base] = _assign(tracer.body, values[base], positions, part, None)
     values[changed] = new
     return tracer.proxy(changed)
 
 
-def check(tracer, changed, what):
+def check(tracer, changed, what, allowed=None):
     """Refuses an in-place change of fx node `changed` that PyTorch would make visible where the
-    trace cannot follow it."""
+    trace cannot follow it (through `allowed`: a view of `changed` along its features being
+    changed, whose change the trace writes into changed too)."""
     values = tracer.values
     if not isinstance(changed, fx.Node):
         raise Refusal(f"{what} changes {changed!r}, which is not a tensor the cell computes")
@@ -221,16 +233,30 @@ def check(tracer, changed, what):
         raise Refusal(f"{what} changes a weight, a constant or a Python value: only tensors the "
                       "cell computes may be changed in place")
     if _is_view(tracer, changed):
-        raise Refusal(f"{what} changes a view ({_name(tracer, changed)}), whose change PyTorch "
-                      "would make in the tensor it views too: change a value of its own, or "
-                      "compute a new one")
+        view = _feature_view(tracer, changed)
+        if changed.target is operator.getitem and isinstance(values.get(changed.args[0]), tuple):
+            raise Refusal(f"{what} changes a view ({_name(tracer, changed)}) that PyTorch does "
+                          "not let change in place where gradients are computed (the pieces of "
+                          "chunk, split and unbind): compute a new value (i = i.sigmoid())")
+        if view is None:
+            raise Refusal(f"{what} changes a view ({_name(tracer, changed)}), whose change "
+                          "PyTorch would make in the tensor it views too: change a value of "
+                          "its own, or compute a new one (views along the features, x[:, a:b], "
+                          "x[:, i] and narrow, may be changed)")
+        _check_base(tracer, changed, *view, what)
+    positions = None if allowed is None else _feature_view(tracer, allowed)[1]
     for user in changed.users:
-        if user in values and _is_view(tracer, user):
+        if user in values and _is_view(tracer, user) and alive(tracer, user) and (
+                allowed is None or _overlaps(tracer, user, allowed, positions)):
+            if allowed is not None:
+                raise Refusal(f"{what} changes a view of a value whose other view "
+                              f"({_name(tracer, user)}) shares its features, which PyTorch "
+                              "would change too: compute a new value")
             raise Refusal(f"{what} changes a value that has a view ({_name(tracer, user)}), "
                           "which PyTorch would change too: take the view after the change, or "
                           "compute a new value")
     for node, value in values.items():
-        if value is old and node is not changed:
+        if value is old and node is not changed and alive(tracer, node):
             raise Refusal(f"{what} changes a tensor that {_name(tracer, node)} and "
                           f"{_name(tracer, changed)} both give (one returns its input as itself, "
                           "as dropout in evaluation mode does), so PyTorch would change both: "
@@ -246,6 +272,91 @@ def _source(node):
     return node
 
 
+def alive(tracer, node):
+    """Whether the cell may still read node: a proxy of it is referenced (a name, a list, a
+    closure), or of a view of it, or it is not the tracer's. A view nothing refers to any more
+    can see no change."""
+    refs = tracer.proxies.get(node)
+    if refs is None or any(ref() is not None for ref in refs):
+        return True
+    return any(alive(tracer, user) for user in node.users  # chunk's pieces, a view's views
+               if user in tracer.values and (_is_view(tracer, user) or isinstance(
+                   tracer.values.get(node), tuple)))
+
+
+def _check_base(tracer, view, base, positions, what):
+    """Refuses a change of `view` (at `positions` of node `base`) that would reach what the
+    trace cannot follow: the base's own checks, and other views of it overlapping these
+    features."""
+    if _is_view(tracer, base):
+        raise Refusal(f"{what} changes a view of a view ({_name(tracer, view)} of "
+                      f"{_name(tracer, base)}): change the value itself, or a view of it")
+    check(tracer, base, what, allowed=view)
+
+
+def _overlaps(tracer, user, allowed, positions):
+    """Whether view `user` of a value shares features with `positions` (those of view `allowed`,
+    itself excluded); views not along the features count as sharing."""
+    if user is allowed:
+        return False
+    if isinstance(tracer.values.get(user), tuple):  # chunk, split: the pieces
+        return any(_overlaps(tracer, piece, allowed, positions) for piece in user.users
+                   if piece in tracer.values and alive(tracer, piece))
+    view = _feature_view(tracer, user)
+    return view is None or bool(set(view[1]) & set(positions))
+
+
+def _feature_view(tracer, node):
+    """(base node, positions) when node is a view of a (batch, n) value the trace computes along
+    its features (x[:, a:b], x[:, i], a step slice, narrow; a piece of chunk, split,
+    tensor_split or unbind, which only other views are checked against), else None."""
+    values = tracer.values
+    source = node.args[0] if node.args else None
+    if not isinstance(source, fx.Node):
+        return None
+    args = fx.node.map_arg(node.args, values.get)
+    if node.op == "call_function" and node.target is operator.getitem:
+        if isinstance(values.get(source), tuple):
+            return _piece(tracer, source, args[1])
+        if not isinstance(values.get(source), Vec):
+            return None
+        try:
+            return source, _positions(args[1], values[source].size)[0]
+        except Refusal:
+            return None
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if name == "narrow" and isinstance(values.get(source), Vec) and len(args) == 4 and \
+            args[1] in (1, -1) and all(isinstance(a, int) for a in args[2:]):
+        start = args[2] % values[source].size
+        return source, list(range(start, start + args[3]))
+    return None
+
+
+_SPLITS = ("chunk", "split", "split_with_sizes", "tensor_split", "unbind")
+
+
+def _piece(tracer, split, index):
+    """(base, positions) of item `index` of a split of a (batch, n) value along its features."""
+    values = tracer.values
+    name = split.target if split.op == "call_method" else getattr(split.target, "__name__", "")
+    base = split.args[0] if split.args else None
+    if name not in _SPLITS or not isinstance(base, fx.Node) or not isinstance(values.get(base),
+                                                                               Vec):
+        return None
+    widths = [p.size if isinstance(p, Vec) else 1 if isinstance(p, Rows) else 0
+              for p in values[split]]
+    begin = sum(widths[:index])
+    return base, list(range(begin, begin + widths[index]))
+
+
+def _advanced(tracer, node):
+    """Whether getitem `node` indexes with a list, an index tensor or a mask (a copy in
+    PyTorch, not a view)."""
+    key = fx.node.map_arg(node.args[1], tracer.values.get)
+    key = key if isinstance(key, tuple) else (key,)
+    return any(isinstance(k, (list, FeatureIndex, Mask)) or isinstance(k, tuple) for k in key)
+
+
 def _is_view(tracer, node):
     if node.op == "call_module":
         return isinstance(tracer.root.get_submodule(node.target), _VIEW_MODULES)
@@ -255,8 +366,9 @@ def _is_view(tracer, node):
         return False
     if node.target is operator.getitem:  # an item of a tuple from a non-view op is its own
         source = node.args[0]
-        return not (isinstance(source, fx.Node) and isinstance(tracer.values.get(source), tuple)
-                    and source.op != "placeholder" and not _is_view(tracer, source))
+        if isinstance(source, fx.Node) and isinstance(tracer.values.get(source), tuple):
+            return source.op == "placeholder" or _is_view(tracer, source)
+        return not _advanced(tracer, node)
     if node.target is getattr:
         return node.args[1] in _VIEWS
     return getattr(node.target, "__name__", "") in _VIEWS

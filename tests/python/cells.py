@@ -83,13 +83,21 @@ def _in_place(c, a, m):
     k[k > 0.5] = 0.5
     k[..., [4, 0]] = r
     k[:, 5:] = -0.25
+    q = a * 2.0  # views along the features changed in place: q changes there too
+    q[:, :3].mul_(0.5)
+    q[:, 4].add_(1.0)
+    q[:, ::3].sub_(0.1)
+    picked = q[:, [1, 2]]  # a copy, not a view
+    picked.mul_(3.0)
+    q.narrow(1, 5, 2).relu_()
     own = torch.clone(a)  # its own copy: a, read below, stays as it is
     own[:, 0] = 1.0
     own.mul_(0.5)
     return (g + torch.sigmoid_(m * 2.0) + F.relu(a - 0.1, inplace=True) + s.sum(1)
             + before[:, :a.size(-1)] + alias[:, 1:a.size(-1) + 1] + r
             + (a * 0.5).tanh_() + F.dropout(a + 1, 0.0, True, True) + (a * 2.0).fill_(0.25)
-            + (a - 1.0).copy_(m) + (a * 1.5).zero_() + (a + 2.0).copy_(r) + k + own)
+            + (a - 1.0).copy_(m) + (a * 1.5).zero_() + (a + 2.0).copy_(r) + k + own + q
+            + picked.sum(-1, keepdim=True))
 
 
 def _attention_module(c, a, m):

@@ -221,6 +221,36 @@ def test_unsupported_operation_names_op_cell_and_line():
     assert "torch.argsort(m, dim=-1)" in head and len(head) < 300
 
 
+def _viewed_twice(g):
+    g[:, :5][:, :2].mul_(2)
+    return g
+
+
+def _viewed_through_a_view(g):
+    v = g[:, :4]
+    w = v[:, :2]
+    del v
+    g.mul_(2)
+    return torch.cat([g[:, :5], w], -1)
+
+
+def _overlapping(g):
+    kept = g[:, 2:5]
+    g[:, :3].mul_(2)
+    return g + kept.sum(-1, keepdim=True)
+
+
+def _reshaped_then_changed(g):
+    kept = g.view(-1, 7)
+    g.mul_(2)
+    return g + kept
+
+
+def _dropped_then_changed(t):
+    F.relu(F.dropout(t, 0.5, False), inplace=True)  # t is the tensor changed
+    return t
+
+
 def _assigned(h, key, value):
     h[key] = value
     return h
@@ -268,22 +298,31 @@ def test_silent_differences_from_pytorch_are_refused_at_their_line():
         lambda x, m: m.__imul__(2.0))
     refused(TypeError, "Tensor.add_ changes an input of the cell")(
         lambda x, m: torch.tanh(m) + m.add_(1))
-    refused(TypeError, "Tensor.mul_ changes a view (an index or a slice x[...])")(
-        lambda x, m: torch.cat([torch.tanh(m)[:, :3].mul_(2), m[:, 3:]], -1))
-    refused(TypeError, "Tensor.sigmoid_ changes a view (a piece of torch.chunk)")(
+    refused(TypeError, "Tensor.mul_ changes an input of the cell")(
+        lambda x, m: torch.cat([m[:, :3].mul_(2), m[:, 3:]], -1))
+    refused(TypeError, "Tensor.mul_ changes a view of a view")(
+        lambda x, m: _viewed_twice(torch.tanh(m)))
+    refused(TypeError, "Tensor.mul_ changes a view of a value whose other view (an index or a "
+            "slice x[...]) shares its features")(lambda x, m: _overlapping(torch.tanh(m)))
+    refused(TypeError, "Tensor.sigmoid_ changes a view (a piece of torch.chunk) that PyTorch "
+            "does not let change")(
         lambda x, m: torch.cat([p.sigmoid_() for p in torch.chunk(torch.tanh(m), 7, -1)], -1))
     refused(TypeError, "Tensor.add_ changes a view (Tensor.contiguous)")(
         lambda x, m: torch.tanh(m).contiguous().add_(1))
+    refused(TypeError, "Tensor.mul_ changes a value that has a view (an index or a slice")(
+        lambda x, m: _viewed_through_a_view(torch.tanh(m)))  # its name gone, not its view's
+    refused(TypeError, "Tensor.mul_ changes a value that has a view (Tensor.view)")(
+        lambda x, m: _reshaped_then_changed(torch.tanh(m)))
     refused(TypeError, "F.relu(..., inplace=True) changes a tensor that torch.tanh and "
             "F.dropout both give")(
-        lambda x, m: F.relu(F.dropout(torch.tanh(m), 0.5, False), inplace=True))
+        lambda x, m: _dropped_then_changed(torch.tanh(m)))
     refused(ValueError, "Tensor.add_ would change the shape or dtype", "a (batch, 1) float "
             "tensor into a (batch, 7) float tensor")(
         lambda x, m: m + torch.tanh(m).sum(-1, keepdim=True).add_(m))
     refused(TypeError, "x[...] = v changes an input of the cell")(
         lambda x, m: _assigned(m, (slice(None), 0), 1.0))
-    refused(TypeError, "x[...] = v changes a view (an index or a slice x[...])")(
-        lambda x, m: _assigned(torch.tanh(m)[:, :3], (slice(None), 0), 1.0))
+    refused(TypeError, "x[...] = v changes a view (Tensor.view)")(
+        lambda x, m: _assigned(torch.tanh(m).view(-1, 7), (slice(None), 0), 1.0))
     refused(ValueError, "the batch dim is not indexed")(
         lambda x, m: _assigned(torch.tanh(m), 0, 1.0))
     refused(ValueError, "PyTorch refuses a (batch, 1) one")(
