@@ -164,10 +164,22 @@ def _positions(key, size):
 METHODS = {"zero_": lambda body, args, kwargs: ops().like(0.0)(body, args[:1], {}),
            "fill_": _fill, "copy_": _copy}
 FUNCTIONS = {torch.zero_: METHODS["zero_"], torch.fill_: _fill, operator.setitem: setitem}
+
+
+def _as(table, key):
+    """trace_ops' handler of key in table (FUNCTIONS or METHODS), read when called."""
+    return lambda body, args, kwargs: getattr(ops(), table)[key](body, args, kwargs)
+
+
+# Tensors made to be filled in place: PyTorch leaves their values unset, the trace makes them 0.
+FUNCTIONS.update({torch.empty: _as("FUNCTIONS", torch.zeros),
+                  torch.empty_like: _as("FUNCTIONS", torch.zeros_like)})
+METHODS["new_empty"] = _as("METHODS", "new_zeros")
 SUPPORTED = ("in-place forms of the above (a += b, a.add_(b), torch.relu_(a), inplace=True), "
-             "zero_, fill_, copy_ and assignment along the features (x[:, a:b] = v, x[:, i] = v, "
-             "x[mask] = number), on tensors the cell computes (not on its inputs, weights or "
-             "views)")
+             "zero_, fill_, copy_ and assignment along the features (x[:, a:b] = v, "
+             "x[:, i] = v, x[mask] = number), on tensors the cell computes and their views "
+             "along the features (not on its inputs or weights); torch.empty / empty_like / "
+             "new_empty (as zeros)")
 
 
 def check_call(tracer, node):

@@ -11,7 +11,7 @@ import torch.fx as fx
 
 from . import trace_inplace
 
-FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last three refused
+FACTORIES = ("zeros", "ones", "full", "empty", "rand", "randn")  # the last two refused
 # Factories of constants, run when the cell is traced; a traced device= or dtype= (x.device,
 # x.dtype) is set aside first, since the constant is read on the call's device (trace_weights).
 CONSTANT_FACTORIES = ("tensor", "as_tensor", "arange", "linspace", "logspace", "eye")

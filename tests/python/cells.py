@@ -83,6 +83,10 @@ def _in_place(c, a, m):
     k[k > 0.5] = 0.5
     k[..., [4, 0]] = r
     k[:, 5:] = -0.25
+    e = torch.empty(a.size(0), 2 * a.size(1))  # filled in place before it is read
+    e[:, :a.size(1)] = a
+    e[:, a.size(1):] = m
+    f = torch.empty_like(m).fill_(0.5) + a.new_empty(a.shape).copy_(m)
     q = a * 2.0  # views along the features changed in place: q changes there too
     q[:, :3].mul_(0.5)
     q[:, 4].add_(1.0)
@@ -97,7 +101,7 @@ def _in_place(c, a, m):
             + before[:, :a.size(-1)] + alias[:, 1:a.size(-1) + 1] + r
             + (a * 0.5).tanh_() + F.dropout(a + 1, 0.0, True, True) + (a * 2.0).fill_(0.25)
             + (a - 1.0).copy_(m) + (a * 1.5).zero_() + (a + 2.0).copy_(r) + k + own + q
-            + picked.sum(-1, keepdim=True))
+            + picked.sum(-1, keepdim=True) + c.back(e) + f)
 
 
 def _attention_module(c, a, m):
