@@ -159,10 +159,20 @@ def _positions(key, size):
                   "or a list of ints", ValueError)
 
 
+def _requires_grad(body, args, kwargs):
+    """x.requires_grad_(): every value a cell computes requires grad already; False is refused,
+    as PyTorch refuses it for anything but a leaf."""
+    a = bind(args, kwargs, ("input", "requires_grad"), {"requires_grad": True})
+    if not a["requires_grad"]:
+        raise Refusal("requires_grad_(False) of a value the cell computes (PyTorch changes only a "
+                      "leaf's flag): x.detach() stops its gradient", ValueError)
+    return a["input"]
+
+
 # In-place methods without an out-of-place form of the name (Tensor.zero, Tensor.fill and
 # Tensor.copy are no methods), by their own names; functions likewise.
 METHODS = {"zero_": lambda body, args, kwargs: ops().like(0.0)(body, args[:1], {}),
-           "fill_": _fill, "copy_": _copy}
+           "fill_": _fill, "copy_": _copy, "requires_grad_": _requires_grad}
 FUNCTIONS = {torch.zero_: METHODS["zero_"], torch.fill_: _fill, operator.setitem: setitem}
 
 
@@ -176,10 +186,10 @@ FUNCTIONS.update({torch.empty: _as("FUNCTIONS", torch.zeros),
                   torch.empty_like: _as("FUNCTIONS", torch.zeros_like)})
 METHODS["new_empty"] = _as("METHODS", "new_zeros")
 SUPPORTED = ("in-place forms of the above (a += b, a.add_(b), torch.relu_(a), inplace=True), "
-             "zero_, fill_, copy_ and assignment along the features (x[:, a:b] = v, "
-             "x[:, i] = v, x[mask] = number), on tensors the cell computes and their views "
-             "along the features (not on its inputs or weights); torch.empty / empty_like / "
-             "new_empty (as zeros)")
+             "zero_, fill_, copy_, requires_grad_() and assignment along the features "
+             "(x[:, a:b] = v, x[:, i] = v, x[mask] = number), on tensors the cell computes and "
+             "their views along the features (not on its inputs or weights); torch.empty / "
+             "empty_like / new_empty (as zeros)")
 
 
 def check_call(tracer, node):

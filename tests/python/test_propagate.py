@@ -163,6 +163,22 @@ def test_in_place_changes_reach_every_name_of_the_value(backend):
         assert_same(model, packed, inputs_for(packed, 6))
 
 
+def test_an_mlp_with_in_place_activations(backend):
+    """nn.Sequential with nn.ReLU(inplace=True) and nn.LeakyReLU(inplace=True) between its linear
+    maps, as MLPs are usually written, equals the cell run eagerly."""
+    mlp = nn.Sequential(nn.Linear(D + 7, 16), nn.ReLU(inplace=True), nn.Linear(16, 16),
+                        nn.LeakyReLU(0.1, inplace=True), nn.Linear(16, 7), nn.Tanh())
+
+    def cell(x, m):
+        return mlp(torch.cat([x, m], -1)).requires_grad_()
+    torch.manual_seed(8)
+    model = edbatch.nn.Propagate(cell, state_size=7)
+    model.mlp = mlp
+    for kind in ("trees", "lattices", "dags"):
+        packed = structures.packed(kind, 8)
+        assert_same(model, packed, inputs_for(packed, 8))
+
+
 def test_logaddexp_shrinks_and_roundings_at_infinities_ties_and_nan_as_in_pytorch(backend):
     """logaddexp of two -inf is -inf and of a +inf is +inf (its shift by the larger argument is
     not infinite); hardshrink keeps NaN and the bounds' ties give 0; round takes halves to even;

@@ -331,8 +331,10 @@ def test_silent_differences_from_pytorch_are_refused_at_their_line():
         lambda x, m: _assigned(torch.tanh(m), (slice(None), slice(0, 2)), m))
     refused(ValueError, "x[mask] = value takes a Python number")(
         lambda x, m: _assigned(torch.tanh(m), m > 0, m))
-    refused(TypeError, "Tensor.requires_grad_ is not supported in cells")(
-        lambda x, m: torch.tanh(m).requires_grad_())
+    refused(ValueError, "requires_grad_(False) of a value the cell computes")(
+        lambda x, m: torch.tanh(m).requires_grad_(False))
+    refused(TypeError, "Tensor.index_add_ is not supported in cells")(
+        lambda x, m: torch.tanh(m).index_add_(1, torch.tensor([0]), m[:, :1]))
     refused(ValueError, "fill_ with a tensor value is not supported")(
         lambda x, m: torch.tanh(m).fill_(m[:, :1]))
     first = _Stopped.forward.__code__.co_firstlineno
