@@ -13,7 +13,13 @@ def cat(body, args, kwargs):
     a = bind(args, kwargs, ("tensors", "dim"), {"dim": 0})
     feature_dim(a["dim"], "torch.cat")
     parts = [body.vector(v) for v in a["tensors"]]
-    return body.emit("cat", sum(p.size for p in parts), parts)
+    return cat_of(body, parts)
+
+
+def cat_of(body, parts):
+    """cat of feature values; of comparisons only, a comparison (PyTorch's bool tensor)."""
+    out = body.emit("cat", sum(p.size for p in parts), parts)
+    return Mask(out.index, out.size) if all(isinstance(p, Mask) for p in parts) else out
 
 
 def slice_of(body, v, begin, end):
@@ -22,7 +28,8 @@ def slice_of(body, v, begin, end):
     if not 0 <= begin < end <= v.size:
         raise Refusal(f"an empty or out-of-range slice [{begin}, {end}) of a size-{v.size} "
                       f"tensor", ValueError)
-    return body.emit("slice", end - begin, [v], begin=begin, end=end)
+    out = body.emit("slice", end - begin, [v], begin=begin, end=end)
+    return Mask(out.index, out.size) if isinstance(v, Mask) else out  # a comparison's stays one
 
 
 def features_at(body, v, indices):
@@ -35,7 +42,7 @@ def features_at(body, v, indices):
         else:
             runs.append([i, i + 1])
     parts = [slice_of(body, v, b, e) for b, e in runs]
-    return parts[0] if len(parts) == 1 else body.emit("cat", len(indices), parts)
+    return parts[0] if len(parts) == 1 else cat_of(body, parts)
 
 
 def feature_indices(index, size, what):

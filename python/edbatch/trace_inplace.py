@@ -340,14 +340,14 @@ def _feature_view(tracer, node):
     if node.op == "call_function" and node.target is operator.getitem:
         if isinstance(values.get(source), tuple):
             return _piece(tracer, source, args[1])
-        if not isinstance(values.get(source), Vec):
+        if type(values.get(source)) is not Vec:  # (a comparison's view: refused as a view)
             return None
         try:
             return source, _positions(args[1], values[source].size)[0]
         except Refusal:
             return None
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-    if name == "narrow" and isinstance(values.get(source), Vec) and len(args) == 4 and \
+    if name == "narrow" and type(values.get(source)) is Vec and len(args) == 4 and \
             args[1] in (1, -1) and all(isinstance(a, int) for a in args[2:]):
         start = args[2] % values[source].size
         return source, list(range(start, start + args[3]))

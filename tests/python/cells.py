@@ -530,6 +530,13 @@ OPS = {
         torch.logical_and(a > 0, m > 0).float() + torch.logical_not(a > 0).to(a.dtype) * a +
         torch.where(c.gate(a) > 0, a, m) + (a > 0) * m + a.masked_fill(m > 0.3, -1.0) +
         torch.masked_fill(m, a < m, 0.5)),
+    # Slices, index lists, pieces and cats of comparisons stay comparisons (bool in PyTorch).
+    "comparison slices": lambda c, a, m, x: (
+        torch.where(torch.cat([(a > 0)[:, :3], (m > a)[:, 3:]], -1), a, m)
+        + torch.where((a > 0)[:, [6, 0, 1, 2, 3, 4, 5]], a, 0.5 * m)
+        + torch.where((a > m)[:, 2, None], a, m) + torch.where((a > 0)[:, 1].unsqueeze(-1), m, a)
+        + torch.where(torch.cat((a > 0.1).chunk(7, -1)[::-1], -1), m, a)
+        + torch.where((a < 0).flip(-1), a, -m)),
     # Infinite constants (JSON has none: the program writes them as strings): masking scores
     # with -inf before a softmax (a column left unmasked, so no row is all -inf), clamps without
     # a bound, an infinite branch clamped.

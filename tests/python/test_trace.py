@@ -226,6 +226,11 @@ def _viewed_twice(g):
     return g
 
 
+def _negated_first(mask):
+    mask[:, 0].logical_not_()  # a comparison's view: refused as a view
+    return mask
+
+
 def _viewed_through_a_view(g):
     v = g[:, :4]
     w = v[:, :2]
@@ -311,6 +316,8 @@ def test_silent_differences_from_pytorch_are_refused_at_their_line():
         lambda x, m: torch.tanh(m).contiguous().add_(1))
     refused(TypeError, "Tensor.mul_ changes a value that has a view (an index or a slice")(
         lambda x, m: _viewed_through_a_view(torch.tanh(m)))  # its name gone, not its view's
+    refused(TypeError, "Tensor.logical_not_ changes a view (an index or a slice")(
+        lambda x, m: torch.where(_negated_first(m > 0), m, -m))
     refused(TypeError, "Tensor.mul_ changes a value that has a view (Tensor.view)")(
         lambda x, m: _reshaped_then_changed(torch.tanh(m)))
     refused(TypeError, "F.relu(..., inplace=True) changes a tensor that torch.tanh and "
