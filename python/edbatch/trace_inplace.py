@@ -226,12 +226,11 @@ def rebind(tracer, changed, result, what):
     `result`, which it drops; a proxy of `changed`, which the operation returns."""
     values = tracer.values
     new = values.pop(result)
-    check(tracer, changed, what)
+    view = check(tracer, changed, what)
     old = values[changed]
     if _shape(new) != _shape(old):
         raise Refusal(f"{what} would change the shape or dtype of the value it changes (PyTorch "
                       f"refuses it): {_describe(old)} into {_describe(new)}", ValueError)
-    view = _feature_view(tracer, changed) if _is_view(tracer, changed) else None
     if view is not None:  # the viewed value changes at the view's features too
         base, positions = view
         part = new.vec if isinstance(new, Rows) else new
@@ -242,8 +241,9 @@ def rebind(tracer, changed, result, what):
 
 def check(tracer, changed, what, allowed=None):
     """Refuses an in-place change of fx node `changed` that PyTorch would make visible where the
-    trace cannot follow it (through `allowed`: a view of `changed` along its features being
-    changed, whose change the trace writes into changed too)."""
+    trace cannot follow it (through `allowed`: (view node, its positions), a view of `changed`
+    along its features being changed, whose change the trace writes into changed too). Returns
+    (base node, positions) when changed is itself such a view, else None."""
     values = tracer.values
     if not isinstance(changed, fx.Node):
         raise Refusal(f"{what} changes {changed!r}, which is not a tensor the cell computes")
@@ -254,22 +254,22 @@ def check(tracer, changed, what, allowed=None):
     if changed.op == "get_attr" or _shape(old) is None:
         raise Refusal(f"{what} changes a weight, a constant or a Python value: only tensors the "
                       "cell computes may be changed in place")
+    view = None
     if _is_view(tracer, changed):
-        view = _feature_view(tracer, changed)
-        if changed.target is operator.getitem and isinstance(values.get(changed.args[0]), tuple):
+        if _split_of(tracer, changed) is not None:
             raise Refusal(f"{what} changes a view ({_name(tracer, changed)}) that PyTorch does "
                           "not let change in place where gradients are computed (the pieces of "
                           "chunk, split and unbind): compute a new value (i = i.sigmoid())")
+        view = _feature_view(tracer, changed)
         if view is None:
             raise Refusal(f"{what} changes a view ({_name(tracer, changed)}), whose change "
                           "PyTorch would make in the tensor it views too: change a value of "
                           "its own, or compute a new one (views along the features, x[:, a:b], "
                           "x[:, i] and narrow, may be changed)")
         _check_base(tracer, changed, *view, what)
-    positions = None if allowed is None else _feature_view(tracer, allowed)[1]
     for user in changed.users:
         if user in values and _is_view(tracer, user) and alive(tracer, user) and (
-                allowed is None or _overlaps(tracer, user, allowed, positions)):
+                allowed is None or _overlaps(tracer, user, *allowed)):
             if allowed is not None:
                 raise Refusal(f"{what} changes a view of a value whose other view "
                               f"({_name(tracer, user)}) shares its features, which PyTorch "
@@ -283,6 +283,7 @@ def check(tracer, changed, what, allowed=None):
                           f"{_name(tracer, changed)} both give (one returns its input as itself, "
                           "as dropout in evaluation mode does), so PyTorch would change both: "
                           "compute a new value")
+    return view
 
 
 def _source(node):
@@ -313,7 +314,7 @@ def _check_base(tracer, view, base, positions, what):
     if _is_view(tracer, base):
         raise Refusal(f"{what} changes a view of a view ({_name(tracer, view)} of "
                       f"{_name(tracer, base)}): change the value itself, or a view of it")
-    check(tracer, base, what, allowed=view)
+    check(tracer, base, what, allowed=(view, positions))
 
 
 def _overlaps(tracer, user, allowed, positions):
@@ -338,7 +339,7 @@ def _feature_view(tracer, node):
         return None
     args = fx.node.map_arg(node.args, values.get)
     if node.op == "call_function" and node.target is operator.getitem:
-        if isinstance(values.get(source), tuple):
+        if _split_of(tracer, node) is not None:
             return _piece(tracer, source, args[1])
         if type(values.get(source)) is not Vec:  # (a comparison's view: refused as a view)
             return None
@@ -346,8 +347,7 @@ def _feature_view(tracer, node):
             return source, _positions(args[1], values[source].size)[0]
         except Refusal:
             return None
-    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-    if name == "narrow" and type(values.get(source)) is Vec and len(args) == 4 and \
+    if _op_name(node) == "narrow" and type(values.get(source)) is Vec and len(args) == 4 and \
             args[1] in (1, -1) and all(isinstance(a, int) for a in args[2:]):
         start = args[2] % values[source].size
         return source, list(range(start, start + args[3]))
@@ -360,15 +360,29 @@ _SPLITS = ("chunk", "split", "split_with_sizes", "tensor_split", "unbind")
 def _piece(tracer, split, index):
     """(base, positions) of item `index` of a split of a (batch, n) value along its features."""
     values = tracer.values
-    name = split.target if split.op == "call_method" else getattr(split.target, "__name__", "")
     base = split.args[0] if split.args else None
-    if name not in _SPLITS or not isinstance(base, fx.Node) or not isinstance(values.get(base),
-                                                                               Vec):
+    if (_op_name(split) not in _SPLITS or not isinstance(base, fx.Node)
+            or not isinstance(values.get(base), Vec)):
         return None
     widths = [p.size if isinstance(p, Vec) else 1 if isinstance(p, Rows) else 0
               for p in values[split]]
     begin = sum(widths[:index])
     return base, list(range(begin, begin + widths[index]))
+
+
+def _split_of(tracer, node):
+    """The node whose tuple (chunk, split, an LSTM cell's (h, c), a tuple input) getitem `node`
+    takes an item of, else None."""
+    if node.op != "call_function" or node.target is not operator.getitem:
+        return None
+    source = node.args[0]
+    return source if isinstance(source, fx.Node) and isinstance(tracer.values.get(source),
+                                                                 tuple) else None
+
+
+def _op_name(node):
+    """A method's name, or a function's."""
+    return node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
 
 
 def _advanced(tracer, node):
@@ -382,18 +396,16 @@ def _advanced(tracer, node):
 def _is_view(tracer, node):
     if node.op == "call_module":
         return isinstance(tracer.root.get_submodule(node.target), _VIEW_MODULES)
-    if node.op == "call_method":
-        return node.target in _VIEWS
-    if node.op != "call_function":
+    if node.op not in ("call_method", "call_function"):
         return False
     if node.target is operator.getitem:  # an item of a tuple from a non-view op is its own
-        source = node.args[0]
-        if isinstance(source, fx.Node) and isinstance(tracer.values.get(source), tuple):
+        source = _split_of(tracer, node)
+        if source is not None:
             return source.op == "placeholder" or _is_view(tracer, source)
         return not _advanced(tracer, node)
     if node.target is getattr:
         return node.args[1] in _VIEWS
-    return getattr(node.target, "__name__", "") in _VIEWS
+    return _op_name(node) in _VIEWS
 
 
 def _name(tracer, node):
@@ -402,8 +414,8 @@ def _name(tracer, node):
     if node.op == "call_method":
         return f"Tensor.{node.target}"
     if node.target is operator.getitem:
-        source = node.args[0]
-        if isinstance(source, fx.Node) and isinstance(tracer.values.get(source), tuple):
+        source = _split_of(tracer, node)
+        if source is not None:
             return f"a piece of {_name(tracer, source)}"
         return "an index or a slice x[...]"
     if node.target is getattr:

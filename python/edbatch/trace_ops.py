@@ -386,14 +386,14 @@ def logsigmoid(body, args, kwargs):  # log sigmoid(x) = -softplus(-x)
 def leaky_relu(body, args, kwargs):
     a = bind(args, kwargs, ("input", "negative_slope", "inplace"),
              {"negative_slope": 0.01, "inplace": False})
-    _note_inplace((), {"inplace": a["inplace"]})
+    note_inplace(a["inplace"])
     v = body.vector(a["input"])
     return body.emit("leaky_relu", v.size, [v], alpha=float(a["negative_slope"]))
 
 
 def elu(body, args, kwargs):
     a = bind(args, kwargs, ("input", "alpha", "inplace"), {"alpha": 1.0, "inplace": False})
-    _note_inplace((), {"inplace": a["inplace"]})
+    note_inplace(a["inplace"])
     v = body.vector(a["input"])
     return body.emit("elu", v.size, [v], alpha=float(a["alpha"]))
 
